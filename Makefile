@@ -1,0 +1,154 @@
+# Lunar - one top Makefile. `make` builds everything with warnings as errors,
+# `make test` runs every test, `make demo` runs a single-node store.
+# Folders are globbed: a new .c file in a component folder joins its library.
+
+BUILD ?= build
+PREFIX ?= /usr/local
+CC ?= cc
+CFLAGS ?= -O2 -g
+override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
+	-fPIC -D_GNU_SOURCE -MMD -MP -pthread \
+	-Ishmlib/include -Icommon -Iproto -I$(BUILD)/proto -I.
+LDLIBS_DAEMON := -lnng -lprotobuf-c -lpthread
+CMOCKA_LIBS := -lcmocka
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+COMMON_SRC := $(wildcard common/*.c)
+SHMLIB_SRC := $(wildcard shmlib/*.c)
+PROTO_SRC := $(BUILD)/proto/lunar.pb-c.c proto/rpc.c
+MASTER_SRC := $(filter-out master/main.c,$(wildcard master/*.c))
+ENGINE_SRC := $(wildcard engine/*.c)
+PROXY_SRC := $(filter-out proxy/main.c,$(wildcard proxy/*.c))
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+INTEG_SRC := $(wildcard tests/integration/test_*.c)
+HARNESS_SRC := $(wildcard tests/integration/harness*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(patsubst $(BUILD)/%,%,$(1)))
+
+LIBCOMMON := $(BUILD)/lib/libcommon.a
+LIBSHM := $(BUILD)/lib/libshm.a
+LIBPROTO := $(BUILD)/lib/libproto.a
+LIBMASTER := $(BUILD)/lib/libmaster.a
+LIBENGINE := $(BUILD)/lib/libengine.a
+LIBPROXY := $(BUILD)/lib/libproxy.a
+LIBLUNAR_SO := $(BUILD)/lib/liblunar.so
+LIBLUNAR_A := $(BUILD)/lib/liblunar.a
+DAEMON_LIBS := $(LIBPROXY) $(LIBENGINE) $(LIBMASTER) $(LIBPROTO) $(LIBCOMMON)
+
+BINS := $(BUILD)/bin/lunar-master $(BUILD)/bin/lunar-proxy $(BUILD)/bin/lunarctl \
+	$(BUILD)/bin/lunar-bench
+UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRC))
+DEPS_STAMP := $(BUILD)/.deps-ok
+
+.PHONY: all test unit integration demo install clean deps asan tsan format
+all: $(BINS) $(LIBLUNAR_SO) $(LIBLUNAR_A) $(UNIT_BINS) $(INTEG_BINS)
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): mk/deps.sh
+	$(Q)bash mk/deps.sh
+	$(Q)mkdir -p $(@D) && touch $@
+
+$(BUILD)/proto/lunar.pb-c.c $(BUILD)/proto/lunar.pb-c.h &: proto/lunar.proto | $(DEPS_STAMP)
+	$(Q)mkdir -p $(BUILD)/proto
+	@echo "  PROTOC  $<"
+	$(Q)protoc-c --c_out=$(BUILD)/proto -Iproto $<
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP) $(BUILD)/proto/lunar.pb-c.h
+	$(Q)mkdir -p $(@D)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/proto/lunar.pb-c.o: $(BUILD)/proto/lunar.pb-c.c
+	$(Q)mkdir -p $(@D)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+define archive
+$(1): $(2)
+	$$(Q)mkdir -p $$(@D)
+	@echo "  AR      $$@"
+	$$(Q)rm -f $$@ && ar rcs $$@ $$^
+endef
+$(eval $(call archive,$(LIBCOMMON),$(call obj,$(COMMON_SRC))))
+$(eval $(call archive,$(LIBSHM),$(call obj,$(SHMLIB_SRC))))
+$(eval $(call archive,$(LIBPROTO),$(call obj,$(PROTO_SRC))))
+$(eval $(call archive,$(LIBMASTER),$(call obj,$(MASTER_SRC))))
+$(eval $(call archive,$(LIBENGINE),$(call obj,$(ENGINE_SRC))))
+$(eval $(call archive,$(LIBPROXY),$(call obj,$(PROXY_SRC))))
+$(eval $(call archive,$(LIBLUNAR_A),$(call obj,$(SHMLIB_SRC) $(COMMON_SRC))))
+
+# The application library: libc + pthread only, exports lunar_* and mooncake_store_*.
+$(LIBLUNAR_SO): $(call obj,$(SHMLIB_SRC) $(COMMON_SRC)) shmlib/liblunar.map
+	$(Q)mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) -shared -pthread -Wl,--version-script=shmlib/liblunar.map -Wl,-soname,liblunar.so.1 \
+		-o $@ $(filter %.o,$^)
+
+$(BUILD)/bin/lunar-master: $(call obj,master/main.c) $(LIBMASTER) $(LIBPROTO) $(LIBCOMMON)
+	$(Q)mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS_DAEMON)
+
+$(BUILD)/bin/lunar-proxy: $(call obj,proxy/main.c) $(DAEMON_LIBS)
+	$(Q)mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS_DAEMON)
+
+$(BUILD)/bin/%: $(call obj,tools/%.c) $(LIBSHM) $(LIBCOMMON)
+	$(Q)mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lpthread -lm
+
+# Unit tests link every internal library; the linker takes what each needs.
+$(BUILD)/tests/unit/%: $(call obj,tests/unit/%.c) $(DAEMON_LIBS) $(LIBSHM)
+	$(Q)mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LIBCOMMON) $(LDLIBS_DAEMON) $(CMOCKA_LIBS)
+
+$(BUILD)/tests/integration/%: $(call obj,tests/integration/%.c $(HARNESS_SRC)) $(LIBSHM) $(LIBCOMMON)
+	$(Q)mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CMOCKA_LIBS) -lpthread
+
+test: all
+	$(Q)BUILD=$(BUILD) bash tests/run.sh $(UNIT_BINS) $(INTEG_BINS)
+
+unit: $(UNIT_BINS)
+	$(Q)BUILD=$(BUILD) bash tests/run.sh $(UNIT_BINS)
+
+integration: all
+	$(Q)BUILD=$(BUILD) bash tests/run.sh $(INTEG_BINS)
+
+demo: all
+	$(Q)BUILD=$(BUILD) bash tools/demo.sh
+
+asan:
+	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+		LDFLAGS="-fsanitize=address,undefined" test
+
+tsan:
+	$(MAKE) BUILD=build-tsan CFLAGS="-O1 -g -fsanitize=thread" test
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(LIBLUNAR_SO) $(DESTDIR)$(PREFIX)/lib/liblunar.so.1
+	ln -sf liblunar.so.1 $(DESTDIR)$(PREFIX)/lib/liblunar.so
+	install -m 644 $(LIBLUNAR_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 shmlib/include/lunar.h $(DESTDIR)$(PREFIX)/include/
+	sed 's|@PREFIX@|$(PREFIX)|' shmlib/lunar.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/lunar.pc
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

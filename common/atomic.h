@@ -1,0 +1,34 @@
+/*
+ * atomic.h - the one vocabulary for atomics in Lunar, on <stdatomic.h>.
+ * Shared-memory words are plain integers accessed only through these macros,
+ * so every access states its ordering. Each fence at a call site names the
+ * fence it pairs with.
+ */
+#ifndef LUNAR_COMMON_ATOMIC_H
+#define LUNAR_COMMON_ATOMIC_H
+
+#include <stdatomic.h>
+
+#define LC_READ_ONCE(x) atomic_load_explicit((_Atomic __typeof__(x) *)&(x), memory_order_relaxed)
+#define LC_WRITE_ONCE(x, v) \
+	atomic_store_explicit((_Atomic __typeof__(x) *)&(x), (v), memory_order_relaxed)
+#define lc_load_acquire(p) atomic_load_explicit((_Atomic __typeof__(*(p)) *)(p), memory_order_acquire)
+#define lc_store_release(p, v) \
+	atomic_store_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_release)
+#define lc_xchg(p, v) atomic_exchange_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
+#define lc_cas(p, expp, v)                                                             \
+	atomic_compare_exchange_strong_explicit((_Atomic __typeof__(*(p)) *)(p), (expp), (v), \
+						memory_order_acq_rel, memory_order_acquire)
+#define lc_fetch_add(p, v) atomic_fetch_add_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
+#define lc_smp_mb() atomic_thread_fence(memory_order_seq_cst)
+
+static inline void lc_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+#endif /* LUNAR_COMMON_ATOMIC_H */

@@ -1,0 +1,74 @@
+/*
+ * key.c - key and tenant validation; see key.h.
+ */
+#include "key.h"
+
+#include <stdint.h>
+
+#include "lunar.h"
+
+/* Length of the UTF-8 sequence at s (at most n bytes), 0 if malformed:
+ * overlong forms, surrogates and code points past U+10FFFF are refused. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	uint32_t cp;
+	size_t len, i;
+
+	if (s[0] < 0x80)
+		return 1;
+	if ((s[0] & 0xe0) == 0xc0) {
+		len = 2;
+		cp = s[0] & 0x1f;
+	} else if ((s[0] & 0xf0) == 0xe0) {
+		len = 3;
+		cp = s[0] & 0x0f;
+	} else if ((s[0] & 0xf8) == 0xf0) {
+		len = 4;
+		cp = s[0] & 0x07;
+	} else {
+		return 0;
+	}
+	if (len > n)
+		return 0;
+	for (i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || (cp >= 0x80 && cp < 0xa0))
+		return 0;
+	return len;
+}
+
+int lc_key_check(const char *key, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)key;
+	size_t i = 0, step;
+
+	if (!key || len == 0 || len > LUNAR_KEY_MAX)
+		return LUNAR_ERR_INVALID_KEY;
+	while (i < len) {
+		if (s[i] < 0x20 || s[i] == 0x7f)
+			return LUNAR_ERR_INVALID_KEY;
+		step = utf8_seq(s + i, len - i);
+		if (!step)
+			return LUNAR_ERR_INVALID_KEY;
+		i += step;
+	}
+	return 0;
+}
+
+int lc_tenant_check(const char *tenant, size_t len)
+{
+	if (!tenant || len == 0 || len > 63)
+		return LUNAR_ERR_INVALID_PARAMS;
+	for (size_t i = 0; i < len; i++) {
+		char ch = tenant[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		      ch == '_' || ch == '.' || ch == '-'))
+			return LUNAR_ERR_INVALID_PARAMS;
+	}
+	return 0;
+}

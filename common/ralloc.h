@@ -1,0 +1,34 @@
+/*
+ * ralloc.h - a range allocator: hands out [offset, offset + len) ranges of a
+ * space it never touches (a proxy's DRAM segment, a client arena). Best fit
+ * over size-segregated free lists, O(1)-ish allocate and free, neighbours
+ * coalesced on free. The master uses one per segment; liblunar one per arena.
+ * Not thread-safe: the owner serialises calls.
+ */
+#ifndef LUNAR_COMMON_RALLOC_H
+#define LUNAR_COMMON_RALLOC_H
+
+#include <stdint.h>
+
+struct lc_ralloc;
+
+/* lc_ralloc_create - a space of size bytes, every range aligned to align (a
+ * power of two >= 1; lengths round up to it). NULL on bad arguments or ENOMEM. */
+struct lc_ralloc *lc_ralloc_create(uint64_t size, uint64_t align);
+/* lc_ralloc_destroy - free the allocator (not the space). NULL is a no-op. */
+void lc_ralloc_destroy(struct lc_ralloc *a);
+/* lc_ralloc_get - allocate len bytes (len > 0); 0 and *off, or -ENOSPC, or
+ * -ENOMEM when bookkeeping memory runs out. */
+int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off);
+/* lc_ralloc_put - free the range that lc_ralloc_get returned at off.
+ * Returns 0, or -ENOENT if no allocated range starts at off. */
+int lc_ralloc_put(struct lc_ralloc *a, uint64_t off);
+/* lc_ralloc_size - the allocated length (after rounding) of the range at off,
+ * or 0 if none starts there. */
+uint64_t lc_ralloc_size(const struct lc_ralloc *a, uint64_t off);
+/* Figures: bytes in use, total size, largest free range. */
+uint64_t lc_ralloc_used(const struct lc_ralloc *a);
+uint64_t lc_ralloc_capacity(const struct lc_ralloc *a);
+uint64_t lc_ralloc_largest_free(const struct lc_ralloc *a);
+
+#endif /* LUNAR_COMMON_RALLOC_H */

@@ -1,0 +1,180 @@
+/*
+ * uds.c - pathname UNIX stream sockets with descriptor passing; see uds.h.
+ */
+#include "uds.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static int fill_addr(struct sockaddr_un *sa, const char *path)
+{
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(sa->sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa->sun_path, path);
+	return 0;
+}
+
+int lc_uds_listen(const char *path, unsigned mode)
+{
+	struct sockaddr_un sa;
+	int fd, rc;
+
+	rc = fill_addr(&sa, path);
+	if (rc)
+		return rc;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	unlink(path);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, mode) < 0 ||
+	    listen(fd, 128) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+int lc_uds_connect(const char *path)
+{
+	struct sockaddr_un sa;
+	int fd, rc;
+
+	rc = fill_addr(&sa, path);
+	if (rc)
+		return rc;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+int lc_uds_send(int sock, const void *buf, size_t len, const int *fds, int nfds)
+{
+	char ctl[CMSG_SPACE(sizeof(int) * LC_UDS_MAX_FDS)];
+	struct iovec iov = { (void *)buf, len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (nfds < 0 || nfds > LC_UDS_MAX_FDS)
+		return -EINVAL;
+	if (nfds) {
+		struct cmsghdr *c;
+
+		memset(ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+	}
+	do
+		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	return (size_t)n == len ? 0 : -EIO;
+}
+
+/* Keep the first maxfds descriptors of a control message, close the rest. */
+static int take_fds(struct msghdr *msg, int *fds, int maxfds)
+{
+	int got = 0;
+
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+		int n, *p;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		p = (int *)CMSG_DATA(c);
+		for (int i = 0; i < n; i++) {
+			if (got < maxfds)
+				fds[got++] = p[i];
+			else
+				close(p[i]);
+		}
+	}
+	return got;
+}
+
+int lc_uds_recv(int sock, void *buf, size_t len, int *fds, int maxfds, int timeout_ms)
+{
+	char ctl[CMSG_SPACE(sizeof(int) * LC_UDS_MAX_FDS)];
+	size_t done = 0;
+	int nfds = 0;
+
+	while (done < len) {
+		struct iovec iov = { (char *)buf + done, len - done };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+		struct pollfd pfd = { sock, POLLIN, 0 };
+		ssize_t n;
+		int rc;
+
+		msg.msg_control = ctl;
+		msg.msg_controllen = sizeof(ctl);
+		rc = poll(&pfd, 1, timeout_ms);
+		if (rc == 0)
+			goto timeout;
+		if (rc < 0) {
+			if (errno == EINTR)
+				continue;
+			rc = -errno;
+			goto fail;
+		}
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+		if (n < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			rc = -errno;
+			goto fail;
+		}
+		if (n == 0) {
+			rc = -ECONNRESET;
+			goto fail;
+		}
+		nfds += take_fds(&msg, fds + nfds, maxfds - nfds);
+		if (msg.msg_flags & MSG_CTRUNC) {
+			rc = -EPROTO;
+			goto fail;
+		}
+		done += (size_t)n;
+		continue;
+timeout:
+		rc = -ETIMEDOUT;
+fail:
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		return rc;
+	}
+	return nfds;
+}
+
+void lc_uds_default_path(char *buf, size_t cap)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+	if (geteuid() == 0)
+		snprintf(buf, cap, "/run/lunar/proxy.sock");
+	else if (xdg && *xdg)
+		snprintf(buf, cap, "%s/lunar/proxy.sock", xdg);
+	else
+		snprintf(buf, cap, "/tmp/lunar-%u/proxy.sock", (unsigned)geteuid());
+}

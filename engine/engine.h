@@ -1,0 +1,53 @@
+/*
+ * engine.h - the data plane: moves bytes between local memory and a proxy's
+ * DRAM segment, never through the master. Transports sit behind one ops
+ * table: local (the segment is ours: memcpy) and TCP (a pooled connection to
+ * the owner's data port, scatter/gather I/O, no intermediate buffers). Each
+ * engine also serves its own segment on a TCP data port, checking every
+ * (offset, length) against the segment's bounds.
+ */
+#ifndef LUNAR_ENGINE_ENGINE_H
+#define LUNAR_ENGINE_ENGINE_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+
+struct eng_config {
+	const char *host;        /* listen and advertised address; "127.0.0.1" */
+	uint16_t port;           /* data port; 0 picks a free one */
+	void *seg_base;          /* the local segment served (NULL with seg_size 0) */
+	uint64_t seg_size;
+	unsigned io_timeout_ms;  /* per transfer; 0: 5000 */
+	unsigned conns_per_peer; /* pooled connections kept per peer; 0: 8 */
+};
+
+enum eng_dir {
+	ENG_READ = 0,  /* remote segment -> local iov */
+	ENG_WRITE = 1, /* local iov -> remote segment */
+};
+
+struct eng_engine;
+
+/*
+ * eng_engine_create - start serving the segment on the data port (a thread
+ * per accepted connection). Returns 0 and *out, or a negative code.
+ */
+int eng_engine_create(const struct eng_config *cfg, struct eng_engine **out);
+/* eng_engine_endpoint - "host:port" of this engine's data port. */
+const char *eng_engine_endpoint(const struct eng_engine *e);
+/* eng_engine_destroy - stop serving, close pooled connections, free. NULL ok. */
+void eng_engine_destroy(struct eng_engine *e);
+
+/*
+ * eng_xfer - move the bytes of iov (in order, total = sum of lengths) to or
+ * from [off, off + total) of the segment served at endpoint. When endpoint is
+ * this engine's own, a memcpy. Synchronous: blocks the calling thread at most
+ * io_timeout_ms; any number of threads at once. Returns 0 or
+ * LUNAR_ERR_TRANSFER_FAIL (peer unreachable, refused out of bounds, timeout,
+ * short transfer); the connection of a failed transfer is dropped, never
+ * reused.
+ */
+int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
+	     const struct iovec *iov, int iovcnt);
+
+#endif /* LUNAR_ENGINE_ENGINE_H */

@@ -1,0 +1,78 @@
+/*
+ * master.h - the Lunar master as a library: object metadata in shards,
+ * segment space allocation, replica placement, leases and client liveness.
+ * lunar-master serves it over nng (rpc_server.h); lunar-proxy
+ * --embedded-master calls mst_dispatch directly, with no RPC and no second
+ * copy of any master logic.
+ */
+#ifndef LUNAR_MASTER_MASTER_H
+#define LUNAR_MASTER_MASTER_H
+
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#define MST_SHARDS 1024
+
+enum mst_alloc_strategy { MST_ALLOC_RANDOM, MST_ALLOC_FREE_RATIO_FIRST, MST_ALLOC_LOCAL_FIRST };
+
+struct mst_config {
+	uint64_t kv_lease_ttl_ms;              /* --kv-lease-ttl 10s */
+	uint64_t kv_soft_pin_ttl_ms;           /* --kv-soft-pin-ttl 30m */
+	uint64_t max_kv_soft_pin_ttl_ms;       /* --max-kv-soft-pin-ttl 24h */
+	int allow_evict_soft_pinned;           /* --allow-evict-soft-pinned true */
+	double eviction_ratio;                 /* --eviction-ratio 0.05 */
+	double eviction_high_watermark_ratio;  /* --eviction-high-watermark-ratio 0.90 */
+	uint64_t client_ttl_ms;                /* --client-ttl 10s */
+	uint64_t put_start_discard_timeout_ms; /* --put-start-discard-timeout 30s */
+	uint64_t put_start_release_timeout_ms; /* --put-start-release-timeout 600s */
+	enum mst_alloc_strategy strategy;      /* --allocation-strategy random */
+};
+
+/* mst_config_defaults - SPEC §10 defaults. */
+void mst_config_defaults(struct mst_config *cfg);
+/*
+ * mst_config_set - apply one master flag by its long name without dashes
+ * ("client-ttl", "10s"). Returns 0, -ENOENT for a name that is not a master
+ * flag, -EINVAL for a bad value. Used by lunar-master and by lunar-proxy
+ * --embedded-master, so both accept the same flags.
+ */
+int mst_config_set(struct mst_config *cfg, const char *name, const char *value);
+/* mst_config_usage - one help line per master flag, for --help texts. */
+const char *mst_config_usage(void);
+
+struct mst_master;
+
+/*
+ * mst_master_create - a master with its housekeeping thread running (client
+ * liveness every 100 ms, expiry of discarded puts). NULL on ENOMEM or thread
+ * failure. The caller owns it until mst_master_destroy.
+ */
+struct mst_master *mst_master_create(const struct mst_config *cfg);
+/* mst_master_destroy - stop housekeeping, free all metadata. NULL is a no-op.
+ * No mst_dispatch may be running. */
+void mst_master_destroy(struct mst_master *m);
+
+/*
+ * mst_dispatch - run one control-plane call. req is a message of the
+ * method's request type (lp_method_find(method)->req); it is only read. On
+ * return 0, *rep is a heap reply of the method's reply type with its Status
+ * set; free it with protobuf_c_message_free_unpacked(*rep, NULL). Returns
+ * -ENOMEM or LUNAR_ERR_PROTOCOL (unknown method) otherwise.
+ * Thread-safe; takes shard and segment locks briefly, never blocks on I/O.
+ */
+int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
+		 ProtobufCMessage **rep);
+
+/* Figures for logs, lunarctl and /metrics. Thread-safe snapshots. */
+struct mst_stats {
+	uint64_t keys;       /* COMPLETE objects */
+	uint64_t processing; /* PutStart without PutEnd */
+	uint64_t segments;
+	uint64_t clients;
+	uint64_t capacity_bytes;
+	uint64_t used_bytes;
+};
+void mst_master_stats(struct mst_master *m, struct mst_stats *out);
+
+#endif /* LUNAR_MASTER_MASTER_H */

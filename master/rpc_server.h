@@ -1,0 +1,25 @@
+/*
+ * rpc_server.h - serves a master over nng REP with several nng_ctx workers.
+ */
+#ifndef LUNAR_MASTER_RPC_SERVER_H
+#define LUNAR_MASTER_RPC_SERVER_H
+
+#include <stdint.h>
+
+struct mst_master;
+struct mst_server;
+
+/*
+ * mst_server_start - listen on url ("tcp://127.0.0.1:0" picks a free port)
+ * with nworkers contexts each receiving, dispatching and replying on their
+ * own. Returns 0 and *out, or a negative code (bad url, address in use).
+ * m must outlive the server.
+ */
+int mst_server_start(struct mst_master *m, const char *url, unsigned nworkers,
+		     struct mst_server **out);
+/* mst_server_port - the bound TCP port (after port 0), 0 for ipc://. */
+uint16_t mst_server_port(const struct mst_server *s);
+/* mst_server_stop - close the socket, wait for workers, free. NULL is a no-op. */
+void mst_server_stop(struct mst_server *s);
+
+#endif /* LUNAR_MASTER_RPC_SERVER_H */

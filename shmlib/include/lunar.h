@@ -1,0 +1,143 @@
+/*
+ * lunar.h - the Lunar client library (liblunar), the one installed header.
+ *
+ * An application links liblunar and talks to the node's lunar-proxy through a
+ * sealed shared-memory region and a UNIX socket; it never touches the network.
+ * Every call returns >= 0 on success and a negative LUNAR_* code on failure.
+ * All calls are thread-safe on one handle.
+ */
+#ifndef LUNAR_H
+#define LUNAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes: Mooncake's numbering, plus the sidecar's own (-2000..). */
+enum lunar_code {
+	LUNAR_OK = 0,
+	LUNAR_ERR_INTERNAL = -1,
+	LUNAR_ERR_BUFFER_OVERFLOW = -10,
+	LUNAR_ERR_SEGMENT_NOT_FOUND = -101,
+	LUNAR_ERR_SEGMENT_ALREADY_EXISTS = -102,
+	LUNAR_ERR_NO_AVAILABLE_HANDLE = -200,
+	LUNAR_ERR_INVALID_KEY = -400,
+	LUNAR_ERR_INVALID_PARAMS = -600,
+	LUNAR_ERR_ILLEGAL_CLIENT = -601,
+	LUNAR_ERR_REPLICA_IS_NOT_READY = -703,
+	LUNAR_ERR_OBJECT_NOT_FOUND = -704,
+	LUNAR_ERR_OBJECT_ALREADY_EXISTS = -705,
+	LUNAR_ERR_OBJECT_HAS_LEASE = -706,
+	LUNAR_ERR_LEASE_EXPIRED = -707,
+	LUNAR_ERR_TRANSFER_FAIL = -800,
+	LUNAR_ERR_CHECKSUM_MISMATCH = -801,
+	LUNAR_ERR_RPC_FAIL = -900,
+	LUNAR_ERR_RPC_TIMEOUT = -901,
+	LUNAR_ERR_ETCD_OPERATION = -1000,
+	LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS = -1010,
+	LUNAR_ERR_FILE_READ_FAIL = -1102,
+	LUNAR_ERR_FILE_WRITE_FAIL = -1103,
+	LUNAR_ERR_TENANT_QUOTA_EXCEEDED = -1700,
+	LUNAR_ERR_PROXY_UNAVAILABLE = -2000,
+	LUNAR_ERR_UNAUTHORIZED = -2001,
+	LUNAR_ERR_TOO_MANY_CLIENTS = -2002,
+	LUNAR_ERR_PROTOCOL = -2003,
+	LUNAR_ERR_VERSION_MISMATCH = -2004,
+	LUNAR_ERR_BUSY = -2005,
+};
+
+/* Largest key, in bytes; keys are UTF-8 without NUL or control characters. */
+#define LUNAR_KEY_MAX 4096
+/* Most keys one batch call may carry. */
+#define LUNAR_BATCH_MAX 1024
+/* Most iovecs per key. */
+#define LUNAR_IOV_MAX 64
+
+struct lunar_client; /* opaque */
+
+/* Zeroed = defaults; more fields may follow in later versions. */
+struct lunar_opts {
+	const char *socket_path; /* NULL: $LUNAR_SOCKET, then the default path */
+	const char *tenant;      /* NULL: "default" */
+	unsigned timeout_ms;     /* 0: $LUNAR_TIMEOUT_MS, then 30000 */
+	size_t arena_bytes;      /* 0: proxy default */
+};
+
+/* NULL or zeroed = 1 replica, no pins. */
+struct lunar_put_cfg {
+	unsigned replica_num;
+	int soft_pin;             /* 1: soft pin with the master's default TTL */
+	unsigned soft_pin_ttl_ms; /* 0: default */
+	int hard_pin;
+	const char *const *preferred_segments;
+	unsigned preferred_count;
+};
+
+/*
+ * lunar_connect - connect to the node's proxy and map the shared region.
+ * On success *out owns the connection until lunar_close(). Blocks for the
+ * handshake (bounded by the timeout).
+ */
+int lunar_connect(const struct lunar_opts *opts, struct lunar_client **out);
+/* lunar_close - end the session; NULL is a no-op. No call may be in flight. */
+void lunar_close(struct lunar_client *c);
+
+/* lunar_put - store buf[0..len) under key. An existing key returns 0 and
+ * keeps its first value. */
+int lunar_put(struct lunar_client *c, const char *key, const void *buf, size_t len,
+	      const struct lunar_put_cfg *cfg);
+/* lunar_putv - as lunar_put, the value given as a scatter list. */
+int lunar_putv(struct lunar_client *c, const char *key, const struct iovec *iov, int iovcnt,
+	       const struct lunar_put_cfg *cfg);
+/* lunar_upsert - store or replace; readers see old or new bytes, never a mix. */
+int lunar_upsert(struct lunar_client *c, const char *key, const void *buf, size_t len,
+		 const struct lunar_put_cfg *cfg);
+/* lunar_get_into - read the value into buf; returns its size, or
+ * LUNAR_ERR_BUFFER_OVERFLOW when cap is smaller than the value. */
+int64_t lunar_get_into(struct lunar_client *c, const char *key, void *buf, size_t cap);
+/* lunar_getv - as lunar_get_into, into a scatter list filled in order. */
+int64_t lunar_getv(struct lunar_client *c, const char *key, const struct iovec *iov, int iovcnt);
+/* lunar_get_size - the value's size in bytes. */
+int64_t lunar_get_size(struct lunar_client *c, const char *key);
+/* lunar_exists - 1 if key holds a committed value, 0 if not, or a code. */
+int lunar_exists(struct lunar_client *c, const char *key);
+/* lunar_remove - remove key; a leased object needs force. */
+int lunar_remove(struct lunar_client *c, const char *key, int force);
+/* lunar_remove_all - remove every object of this tenant; returns the count. */
+int64_t lunar_remove_all(struct lunar_client *c, int force);
+/* lunar_remove_by_regex - remove this tenant's keys matching POSIX ERE re. */
+int64_t lunar_remove_by_regex(struct lunar_client *c, const char *re, int force);
+
+/*
+ * Batch calls return 0 when the arguments are valid and put per-key results,
+ * index-aligned, in results; a bad argument (NULL arrays, n over
+ * LUNAR_BATCH_MAX) fails the whole call.
+ */
+int lunar_batch_put(struct lunar_client *c, size_t n, const char *const *keys,
+		    const struct iovec *const *iovs, const int *iovcnts,
+		    const struct lunar_put_cfg *cfg, int *results);
+int lunar_batch_get_into(struct lunar_client *c, size_t n, const char *const *keys,
+			 const struct iovec *const *iovs, const int *iovcnts, int64_t *results);
+int lunar_batch_exists(struct lunar_client *c, size_t n, const char *const *keys, int *results);
+/* lunar_prefix_match - how many leading keys all exist; one round trip. */
+int64_t lunar_prefix_match(struct lunar_client *c, size_t n, const char *const *keys);
+
+/* Zero-copy memory shared with the proxy (NULL on failure). */
+void *lunar_alloc(struct lunar_client *c, size_t len);
+void lunar_free(struct lunar_client *c, void *p);
+int lunar_register(struct lunar_client *c, void *p, size_t len);
+int lunar_unregister(struct lunar_client *c, void *p);
+
+/* lunar_health - 0 ok, 1 proxy unreachable, 2 master unreachable. */
+int lunar_health(struct lunar_client *c);
+/* lunar_strerror - a static string naming code; never NULL. */
+const char *lunar_strerror(int code);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LUNAR_H */
