@@ -46,6 +46,7 @@ UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRC))
 DEPS_STAMP := $(BUILD)/.deps-ok
 
+.SECONDARY:
 .PHONY: all test unit integration demo install clean deps asan tsan format
 all: $(BINS) $(LIBLUNAR_SO) $(LIBLUNAR_A) $(UNIT_BINS) $(INTEG_BINS)
 

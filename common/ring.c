@@ -35,8 +35,11 @@ void lc_ring_commit(struct lc_ring_ctl *r, uint32_t head, uint32_t n)
 {
 	unsigned spins = 0;
 
-	/* Earlier reservations publish first, so the tail only moves forward. */
-	while (LC_READ_ONCE(r->prod_tail) != head) {
+	/* Earlier reservations publish first, so the tail only moves forward.
+	 * Acquire pairs with the earlier committer's release store of the tail:
+	 * a plain store does not extend its release sequence, so without it the
+	 * consumer's acquire of our tail would not order the earlier slots. */
+	while (lc_load_acquire(&r->prod_tail) != head) {
 		if (++spins < 128)
 			lc_cpu_relax();
 		else

@@ -12,7 +12,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
+
+/* Control buffer for up to LC_UDS_MAX_FDS descriptors, aligned for cmsghdr. */
+union lc_uds_ctl {
+	char buf[CMSG_SPACE(sizeof(int) * LC_UDS_MAX_FDS)];
+	struct cmsghdr align;
+};
 
 static int fill_addr(struct sockaddr_un *sa, const char *path)
 {
@@ -66,7 +73,7 @@ int lc_uds_connect(const char *path)
 
 int lc_uds_send(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
-	char ctl[CMSG_SPACE(sizeof(int) * LC_UDS_MAX_FDS)];
+	union lc_uds_ctl ctl;
 	struct iovec iov = { (void *)buf, len };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 	ssize_t n;
@@ -76,8 +83,8 @@ int lc_uds_send(int sock, const void *buf, size_t len, const int *fds, int nfds)
 	if (nfds) {
 		struct cmsghdr *c;
 
-		memset(ctl, 0, sizeof(ctl));
-		msg.msg_control = ctl;
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.buf;
 		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
 		c = CMSG_FIRSTHDR(&msg);
 		c->cmsg_level = SOL_SOCKET;
@@ -115,11 +122,33 @@ static int take_fds(struct msghdr *msg, int *fds, int maxfds)
 	return got;
 }
 
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds left until deadline (from now_ms); -1 waits forever. */
+static int left_ms(int64_t deadline)
+{
+	int64_t now;
+
+	if (deadline < 0)
+		return -1;
+	now = now_ms();
+	return now >= deadline ? 0 : (int)(deadline - now);
+}
+
 int lc_uds_recv(int sock, void *buf, size_t len, int *fds, int maxfds, int timeout_ms)
 {
-	char ctl[CMSG_SPACE(sizeof(int) * LC_UDS_MAX_FDS)];
+	union lc_uds_ctl ctl;
 	size_t done = 0;
 	int nfds = 0;
+	/* One deadline for the whole message: a peer sending a byte at a time
+	 * must not stretch the wait to len x timeout_ms. */
+	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 
 	while (done < len) {
 		struct iovec iov = { (char *)buf + done, len - done };
@@ -128,9 +157,9 @@ int lc_uds_recv(int sock, void *buf, size_t len, int *fds, int maxfds, int timeo
 		ssize_t n;
 		int rc;
 
-		msg.msg_control = ctl;
-		msg.msg_controllen = sizeof(ctl);
-		rc = poll(&pfd, 1, timeout_ms);
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof(ctl.buf);
+		rc = poll(&pfd, 1, left_ms(deadline));
 		if (rc == 0)
 			goto timeout;
 		if (rc < 0) {

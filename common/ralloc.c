@@ -1,0 +1,371 @@
+/*
+ * ralloc.c - range allocator; see ralloc.h.
+ *
+ * Every range, free or allocated, is a block on an address-ordered list so
+ * that a freed block finds its neighbours in O(1) and merges with them. Free
+ * blocks also sit on one of NBINS size-segregated lists (TLSF-style: log2
+ * class split into SL_COUNT linear sub-bins) indexed by a two-level bitmap;
+ * allocated blocks sit in a hash table keyed by offset. Blocks come from a
+ * pool, so a steady stream of get/put does not touch malloc.
+ */
+#include "ralloc.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SL_BITS	   4
+#define SL_COUNT   (1u << SL_BITS)
+#define NBINS	   ((64 - SL_BITS + 1) * SL_COUNT)
+#define NWORDS	   ((NBINS + 63) / 64)
+#define POOL_CHUNK 4096
+#define SCAN_LIMIT 16 /* blocks of the request's own bin tried before larger bins */
+
+struct blk {
+	uint64_t off, len;
+	struct blk *prev, *next;   /* address order */
+	struct blk *fprev, *fnext; /* free list of its bin, or hash chain (fnext) */
+	int free;
+};
+
+struct chunk {
+	struct chunk *next;
+	struct blk blks[POOL_CHUNK];
+};
+
+struct lc_ralloc {
+	uint64_t capacity, align, used;
+	struct blk *bins[NBINS];
+	uint64_t bitmap[NWORDS];
+	uint64_t summary; /* bit w: bitmap[w] != 0 */
+	struct blk **hash;
+	uint64_t hmask, nalloc;
+	struct blk *spare; /* pooled unused blocks, linked by next */
+	struct chunk *chunks;
+};
+
+static unsigned bin_of(uint64_t len)
+{
+	unsigned fl;
+
+	if (len < SL_COUNT)
+		return (unsigned)len;
+	fl = 63u - (unsigned)__builtin_clzll(len);
+	return (fl - SL_BITS + 1) * SL_COUNT + (unsigned)((len >> (fl - SL_BITS)) & (SL_COUNT - 1));
+}
+
+static void bit_set(struct lc_ralloc *a, unsigned b)
+{
+	a->bitmap[b / 64] |= 1ull << (b % 64);
+	a->summary |= 1ull << (b / 64);
+}
+
+static void bit_clear(struct lc_ralloc *a, unsigned b)
+{
+	a->bitmap[b / 64] &= ~(1ull << (b % 64));
+	if (!a->bitmap[b / 64])
+		a->summary &= ~(1ull << (b / 64));
+}
+
+/* The first non-empty bin >= b, or NBINS. */
+static unsigned bin_next(const struct lc_ralloc *a, unsigned b)
+{
+	unsigned w = b / 64;
+	uint64_t bits, words;
+
+	if (b >= NBINS)
+		return NBINS;
+	bits = a->bitmap[w] & (~0ull << (b % 64));
+	if (bits)
+		return w * 64 + (unsigned)__builtin_ctzll(bits);
+	words = w + 1 < 64 ? a->summary & (~0ull << (w + 1)) : 0;
+	if (!words)
+		return NBINS;
+	w = (unsigned)__builtin_ctzll(words);
+	return w * 64 + (unsigned)__builtin_ctzll(a->bitmap[w]);
+}
+
+static void free_insert(struct lc_ralloc *a, struct blk *b)
+{
+	unsigned i = bin_of(b->len);
+
+	b->free = 1;
+	b->fprev = NULL;
+	b->fnext = a->bins[i];
+	if (b->fnext)
+		b->fnext->fprev = b;
+	a->bins[i] = b;
+	bit_set(a, i);
+}
+
+static void free_remove(struct lc_ralloc *a, struct blk *b)
+{
+	unsigned i = bin_of(b->len);
+
+	if (b->fprev)
+		b->fprev->fnext = b->fnext;
+	else
+		a->bins[i] = b->fnext;
+	if (b->fnext)
+		b->fnext->fprev = b->fprev;
+	if (!a->bins[i])
+		bit_clear(a, i);
+	b->free = 0;
+}
+
+static struct blk *blk_new(struct lc_ralloc *a)
+{
+	struct blk *b;
+
+	if (!a->spare) {
+		struct chunk *c = malloc(sizeof(*c));
+
+		if (!c)
+			return NULL;
+		c->next = a->chunks;
+		a->chunks = c;
+		for (size_t i = 0; i < POOL_CHUNK; i++) {
+			c->blks[i].next = a->spare;
+			a->spare = &c->blks[i];
+		}
+	}
+	b = a->spare;
+	a->spare = b->next;
+	memset(b, 0, sizeof(*b));
+	return b;
+}
+
+static void blk_release(struct lc_ralloc *a, struct blk *b)
+{
+	b->next = a->spare;
+	a->spare = b;
+}
+
+static uint64_t hash_slot(const struct lc_ralloc *a, uint64_t off)
+{
+	return ((off / a->align) * 0x9e3779b97f4a7c15ull >> 17) & a->hmask;
+}
+
+static int hash_grow(struct lc_ralloc *a)
+{
+	uint64_t nmask = a->hmask * 2 + 1;
+	struct blk **nh = calloc(nmask + 1, sizeof(*nh));
+	struct blk **old = a->hash;
+	uint64_t omask = a->hmask;
+
+	if (!nh)
+		return -ENOMEM;
+	a->hash = nh;
+	a->hmask = nmask;
+	for (uint64_t i = 0; i <= omask; i++) {
+		struct blk *b = old[i], *n;
+
+		for (; b; b = n) {
+			uint64_t s = hash_slot(a, b->off);
+
+			n = b->fnext;
+			b->fnext = nh[s];
+			nh[s] = b;
+		}
+	}
+	free(old);
+	return 0;
+}
+
+static struct blk **hash_find(const struct lc_ralloc *a, uint64_t off)
+{
+	struct blk **pp = &a->hash[hash_slot(a, off)];
+
+	while (*pp && (*pp)->off != off)
+		pp = &(*pp)->fnext;
+	return pp;
+}
+
+struct lc_ralloc *lc_ralloc_create(uint64_t size, uint64_t align)
+{
+	struct lc_ralloc *a;
+	struct blk *b;
+
+	if (!align || (align & (align - 1)) || size < align)
+		return NULL;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
+	a->align = align;
+	a->capacity = size & ~(align - 1);
+	a->hmask = 1023;
+	a->hash = calloc(a->hmask + 1, sizeof(*a->hash));
+	if (!a->hash)
+		goto err_free;
+	b = blk_new(a);
+	if (!b)
+		goto err_hash;
+	b->len = a->capacity;
+	free_insert(a, b);
+	return a;
+err_hash:
+	free(a->hash);
+err_free:
+	free(a);
+	return NULL;
+}
+
+void lc_ralloc_destroy(struct lc_ralloc *a)
+{
+	struct chunk *c, *n;
+
+	if (!a)
+		return;
+	for (c = a->chunks; c; c = n) {
+		n = c->next;
+		free(c);
+	}
+	free(a->hash);
+	free(a);
+}
+
+/* Best fit among the first SCAN_LIMIT blocks of bin i that hold len (all of
+ * them when exhaustive), NULL if none. */
+static struct blk *bin_best(struct lc_ralloc *a, unsigned i, uint64_t len, int exhaustive)
+{
+	struct blk *best = NULL;
+	unsigned seen = 0;
+
+	for (struct blk *b = a->bins[i]; b; b = b->fnext) {
+		if (b->len >= len && (!best || b->len < best->len)) {
+			best = b;
+			if (b->len == len)
+				break;
+		}
+		if (!exhaustive && ++seen == SCAN_LIMIT)
+			break;
+	}
+	return best;
+}
+
+/* A free block holding len: a close fit from len's own bin, else the head of
+ * the next non-empty bin (every block there holds len), else a full scan of
+ * the own bin. */
+static struct blk *find_fit(struct lc_ralloc *a, uint64_t len)
+{
+	unsigned i = bin_of(len), j;
+	struct blk *b = bin_best(a, i, len, 0);
+
+	if (b)
+		return b;
+	j = bin_next(a, i + 1);
+	if (j < NBINS)
+		return a->bins[j];
+	return bin_best(a, i, len, 1);
+}
+
+int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off)
+{
+	struct blk *b, *rest;
+	struct blk **slot;
+
+	if (!len || len > a->capacity)
+		return -ENOSPC;
+	len = (len + a->align - 1) & ~(a->align - 1);
+	if (a->nalloc >= a->hmask && hash_grow(a))
+		return -ENOMEM;
+	b = find_fit(a, len);
+	if (!b)
+		return -ENOSPC;
+	free_remove(a, b);
+	if (b->len > len) {
+		rest = blk_new(a);
+		if (!rest) {
+			free_insert(a, b);
+			return -ENOMEM;
+		}
+		rest->off = b->off + len;
+		rest->len = b->len - len;
+		rest->prev = b;
+		rest->next = b->next;
+		if (b->next)
+			b->next->prev = rest;
+		b->next = rest;
+		b->len = len;
+		free_insert(a, rest);
+	}
+	slot = hash_find(a, b->off);
+	b->fnext = NULL;
+	*slot = b;
+	a->nalloc++;
+	a->used += b->len;
+	*off = b->off;
+	return 0;
+}
+
+/* Merge b's successor into b; the successor is free and off its bin. */
+static void absorb_next(struct lc_ralloc *a, struct blk *b)
+{
+	struct blk *n = b->next;
+
+	b->len += n->len;
+	b->next = n->next;
+	if (n->next)
+		n->next->prev = b;
+	blk_release(a, n);
+}
+
+int lc_ralloc_put(struct lc_ralloc *a, uint64_t off)
+{
+	struct blk **slot = hash_find(a, off);
+	struct blk *b = *slot;
+
+	if (!b)
+		return -ENOENT;
+	*slot = b->fnext;
+	a->nalloc--;
+	a->used -= b->len;
+	if (b->next && b->next->free) {
+		free_remove(a, b->next);
+		absorb_next(a, b);
+	}
+	if (b->prev && b->prev->free) {
+		struct blk *p = b->prev;
+
+		free_remove(a, p);
+		absorb_next(a, p);
+		b = p;
+	}
+	free_insert(a, b);
+	return 0;
+}
+
+uint64_t lc_ralloc_size(const struct lc_ralloc *a, uint64_t off)
+{
+	struct blk *b = *hash_find(a, off);
+
+	return b ? b->len : 0;
+}
+
+uint64_t lc_ralloc_used(const struct lc_ralloc *a)
+{
+	return a->used;
+}
+
+uint64_t lc_ralloc_capacity(const struct lc_ralloc *a)
+{
+	return a->capacity;
+}
+
+uint64_t lc_ralloc_largest_free(const struct lc_ralloc *a)
+{
+	uint64_t best = 0;
+
+	for (int w = NWORDS - 1; w >= 0; w--) {
+		unsigned i;
+
+		if (!a->bitmap[w])
+			continue;
+		i = (unsigned)w * 64 + 63u - (unsigned)__builtin_clzll(a->bitmap[w]);
+		for (struct blk *b = a->bins[i]; b; b = b->fnext)
+			if (b->len > best)
+				best = b->len;
+		break;
+	}
+	return best;
+}

@@ -1,0 +1,102 @@
+/*
+ * engine.c - the engine object and eng_xfer, the one place that picks a
+ * transport: local when the endpoint is this engine's own, TCP otherwise.
+ */
+#include "engine/eng_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "lunar.h"
+
+/* Copy cfg with its defaults filled in; checks what the server will trust. */
+static int config_init(struct eng_engine *e, const struct eng_config *cfg)
+{
+	const char *host = cfg->host ? cfg->host : "127.0.0.1";
+
+	if (strlen(host) >= sizeof(e->host))
+		return -ENAMETOOLONG;
+	strcpy(e->host, host);
+	if (cfg->seg_size && !cfg->seg_base)
+		return -EINVAL;
+	e->cfg = *cfg;
+	e->cfg.host = e->host;
+	if (!e->cfg.io_timeout_ms)
+		e->cfg.io_timeout_ms = ENG_DEFAULT_TIMEOUT_MS;
+	if (!e->cfg.conns_per_peer)
+		e->cfg.conns_per_peer = ENG_DEFAULT_CONNS;
+	e->timeout_ns = (uint64_t)e->cfg.io_timeout_ms * 1000000ull;
+	atomic_init(&e->next_id, 1);
+	return 0;
+}
+
+int eng_engine_create(const struct eng_config *cfg, struct eng_engine **out)
+{
+	struct eng_engine *e;
+	int rc;
+
+	if (!cfg || !out)
+		return LUNAR_ERR_INVALID_PARAMS;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return LUNAR_ERR_INTERNAL;
+	rc = config_init(e, cfg);
+	if (rc)
+		goto err_free;
+	rc = eng_pool_init(&e->pool, e->cfg.conns_per_peer);
+	if (rc)
+		goto err_free;
+	rc = eng_server_start(e);
+	if (rc)
+		goto err_pool;
+	LC_INFO(ENG_LOG, "serving %llu bytes on %s", (unsigned long long)e->cfg.seg_size,
+		e->endpoint);
+	*out = e;
+	return 0;
+
+err_pool:
+	eng_pool_fini(&e->pool);
+err_free:
+	LC_ERROR(ENG_LOG, "cannot start the data port on %s:%u: %s", e->host, (unsigned)cfg->port,
+		 strerror(-rc));
+	free(e);
+	return rc == -EINVAL || rc == -ENAMETOOLONG || rc == -EHOSTUNREACH
+		   ? LUNAR_ERR_INVALID_PARAMS
+		   : LUNAR_ERR_INTERNAL;
+}
+
+const char *eng_engine_endpoint(const struct eng_engine *e)
+{
+	return e->endpoint;
+}
+
+void eng_engine_destroy(struct eng_engine *e)
+{
+	if (!e)
+		return;
+	eng_server_stop(e);
+	eng_pool_fini(&e->pool);
+	free(e);
+}
+
+int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
+	     const struct iovec *iov, int iovcnt)
+{
+	const struct eng_transport_ops *ops;
+	uint64_t total = 0;
+
+	/* Bad arguments and empty transfers fail like a refused range would. */
+	if (!e || !endpoint || !iov || iovcnt <= 0 || (dir != ENG_READ && dir != ENG_WRITE))
+		return LUNAR_ERR_TRANSFER_FAIL;
+	for (int i = 0; i < iovcnt; i++) {
+		if (iov[i].iov_len > UINT64_MAX - total)
+			return LUNAR_ERR_TRANSFER_FAIL;
+		total += iov[i].iov_len;
+	}
+	if (!total)
+		return LUNAR_ERR_TRANSFER_FAIL;
+	ops = strcmp(endpoint, e->endpoint) ? &eng_tcp_ops : &eng_local_ops;
+	return ops->xfer(e, endpoint, dir, off, iov, iovcnt, total);
+}

@@ -1,0 +1,150 @@
+/*
+ * io.c - whole scatter/gather transfers on a stream socket: a cursor over an
+ * iovec list feeds sendmsg/recvmsg straight from the caller's memory (no
+ * staging buffer), resuming after partial I/O and EINTR, and poll() bounds
+ * every wait by one deadline for the whole transfer.
+ */
+#include "engine/eng_int.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+
+#include "clock.h"
+
+#define ENG_IOV_WINDOW 64	    /* iovecs handed to one syscall */
+#define ENG_IOV_CHUNK  (1ull << 30) /* bytes of one iovec per syscall: far below SSIZE_MAX */
+
+void eng_iovc_init(struct eng_iovc *c, const struct iovec *iov, int cnt, uint64_t skip,
+		   uint64_t len)
+{
+	c->iov = iov;
+	c->cnt = cnt;
+	c->idx = 0;
+	c->off = 0;
+	c->left = len;
+	while (c->idx < cnt && skip >= iov[c->idx].iov_len) {
+		skip -= iov[c->idx].iov_len;
+		c->idx++;
+	}
+	c->off = (size_t)skip;
+}
+
+/* Fill win with the next stretch of the cursor; returns how many entries. */
+static int iovc_window(const struct eng_iovc *c, struct iovec *win)
+{
+	uint64_t left = c->left;
+	size_t off = c->off;
+	int n = 0;
+
+	for (int i = c->idx; i < c->cnt && n < ENG_IOV_WINDOW && left; i++, off = 0) {
+		uint64_t len = c->iov[i].iov_len - off;
+
+		if (len > left)
+			len = left;
+		if (len > ENG_IOV_CHUNK)
+			len = ENG_IOV_CHUNK;
+		if (!len)
+			continue;
+		win[n].iov_base = (char *)c->iov[i].iov_base + off;
+		win[n].iov_len = (size_t)len;
+		left -= len;
+		n++;
+	}
+	return n;
+}
+
+static void iovc_advance(struct eng_iovc *c, size_t n)
+{
+	c->left -= n;
+	while (n) {
+		size_t avail = c->iov[c->idx].iov_len - c->off;
+
+		if (n < avail) {
+			c->off += n;
+			return;
+		}
+		n -= avail;
+		c->idx++;
+		c->off = 0;
+	}
+}
+
+int eng_io_wait(int fd, short events, uint64_t deadline_ns)
+{
+	struct pollfd pfd = {.fd = fd, .events = events};
+
+	for (;;) {
+		int ms = -1;
+
+		if (deadline_ns != ENG_NO_DEADLINE) {
+			uint64_t now = lc_now_ns();
+
+			if (now >= deadline_ns)
+				return -ETIMEDOUT;
+			/* Round up so we never wake just before the deadline and spin. */
+			uint64_t wait = (deadline_ns - now + 999999) / 1000000;
+			ms = wait > INT_MAX ? INT_MAX : (int)wait;
+		}
+		int n = poll(&pfd, 1, ms);
+
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+int eng_io_send(int fd, struct eng_iovc *c, int flags, uint64_t deadline_ns)
+{
+	while (c->left) {
+		struct iovec win[ENG_IOV_WINDOW];
+		struct msghdr msg = {.msg_iov = win};
+		ssize_t n;
+		int rc;
+
+		msg.msg_iovlen = (size_t)iovc_window(c, win);
+		n = sendmsg(fd, &msg, flags | MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			iovc_advance(c, (size_t)n);
+			continue;
+		}
+		if (n == 0)
+			return -EIO; /* nothing taken from a non-empty window */
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		rc = eng_io_wait(fd, POLLOUT, deadline_ns);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int eng_io_recv(int fd, struct eng_iovc *c, uint64_t deadline_ns)
+{
+	while (c->left) {
+		struct iovec win[ENG_IOV_WINDOW];
+		struct msghdr msg = {.msg_iov = win};
+		ssize_t n;
+		int rc;
+
+		msg.msg_iovlen = (size_t)iovc_window(c, win);
+		n = recvmsg(fd, &msg, MSG_DONTWAIT);
+		if (n > 0) {
+			iovc_advance(c, (size_t)n);
+			continue;
+		}
+		if (n == 0)
+			return -ECONNRESET; /* orderly EOF in the middle of a message */
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		rc = eng_io_wait(fd, POLLIN, deadline_ns);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}

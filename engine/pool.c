@@ -1,0 +1,178 @@
+/*
+ * pool.c - the client's connections: a small hash of peers by endpoint, each
+ * with its resolved address (DNS once per peer) and a stack of idle
+ * connections. A transfer takes an idle connection or dials a new one, and
+ * gives it back only after a clean request/reply.
+ */
+#include "engine/eng_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct eng_peer {
+	struct eng_peer *next;
+	char endpoint[ENG_ENDPOINT_MAX];
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	unsigned nidle;
+	int idle[]; /* max_idle slots; the most recently used on top */
+};
+
+static unsigned bucket_of(const char *endpoint)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	for (const unsigned char *s = (const unsigned char *)endpoint; *s; s++)
+		h = (h ^ *s) * 16777619u;
+	return h & (ENG_POOL_BUCKETS - 1);
+}
+
+static struct eng_peer *find_peer(struct eng_pool *p, const char *endpoint)
+{
+	struct eng_peer *peer = p->bucket[bucket_of(endpoint)];
+
+	while (peer && strcmp(peer->endpoint, endpoint))
+		peer = peer->next;
+	return peer;
+}
+
+/* Remember a resolved peer; out of memory only means no caching. Lock held. */
+static void add_peer(struct eng_pool *p, const char *endpoint, const struct sockaddr_storage *sa,
+		     socklen_t len)
+{
+	unsigned b = bucket_of(endpoint);
+	struct eng_peer *peer;
+
+	peer = calloc(1, sizeof(*peer) + p->max_idle * sizeof(peer->idle[0]));
+	if (!peer)
+		return;
+	strcpy(peer->endpoint, endpoint);
+	peer->addr = *sa;
+	peer->addrlen = len;
+	peer->next = p->bucket[b];
+	p->bucket[b] = peer;
+}
+
+static int dial(const struct sockaddr_storage *sa, socklen_t len, uint64_t deadline_ns)
+{
+	socklen_t elen = sizeof(int);
+	int fd, err = 0, rc;
+
+	fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	rc = eng_sock_nodelay(fd);
+	if (rc)
+		goto err_close;
+	if (connect(fd, (const struct sockaddr *)sa, len) == 0)
+		return fd;
+	rc = -errno;
+	if (rc != -EINPROGRESS)
+		goto err_close;
+	rc = eng_io_wait(fd, POLLOUT, deadline_ns);
+	if (rc)
+		goto err_close;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0)
+		err = errno;
+	rc = -err;
+	if (rc)
+		goto err_close;
+	return fd;
+
+err_close:
+	close(fd);
+	return rc;
+}
+
+int eng_pool_init(struct eng_pool *p, unsigned max_idle)
+{
+	int rc;
+
+	memset(p->bucket, 0, sizeof(p->bucket));
+	p->max_idle = max_idle;
+	rc = pthread_mutex_init(&p->lock, NULL);
+	return -rc;
+}
+
+void eng_pool_fini(struct eng_pool *p)
+{
+	for (unsigned b = 0; b < ENG_POOL_BUCKETS; b++) {
+		struct eng_peer *peer = p->bucket[b], *next;
+
+		for (; peer; peer = next) {
+			next = peer->next;
+			for (unsigned i = 0; i < peer->nidle; i++)
+				close(peer->idle[i]);
+			free(peer);
+		}
+		p->bucket[b] = NULL;
+	}
+	pthread_mutex_destroy(&p->lock);
+}
+
+int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns, int *pooled)
+{
+	struct sockaddr_storage sa;
+	struct eng_peer *peer;
+	socklen_t len;
+	int rc;
+
+	if (strlen(endpoint) >= ENG_ENDPOINT_MAX)
+		return -EINVAL;
+	*pooled = 0;
+	pthread_mutex_lock(&p->lock);
+	peer = find_peer(p, endpoint);
+	if (peer && peer->nidle) {
+		int fd = peer->idle[--peer->nidle];
+
+		pthread_mutex_unlock(&p->lock);
+		*pooled = 1;
+		return fd;
+	}
+	if (peer) {
+		sa = peer->addr;
+		len = peer->addrlen;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (!peer) {
+		/* Resolve without the lock: DNS must not stall transfers to other peers. */
+		rc = eng_addr_resolve(endpoint, &sa, &len);
+		if (rc)
+			return rc;
+		pthread_mutex_lock(&p->lock);
+		if (!find_peer(p, endpoint))
+			add_peer(p, endpoint, &sa, len);
+		pthread_mutex_unlock(&p->lock);
+	}
+	return dial(&sa, len, deadline_ns);
+}
+
+void eng_pool_give(struct eng_pool *p, const char *endpoint, int fd)
+{
+	struct eng_peer *peer;
+
+	pthread_mutex_lock(&p->lock);
+	peer = find_peer(p, endpoint);
+	if (peer && peer->nidle < p->max_idle) {
+		peer->idle[peer->nidle++] = fd;
+		fd = -1;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (fd >= 0)
+		close(fd);
+}
+
+void eng_pool_flush(struct eng_pool *p, const char *endpoint)
+{
+	struct eng_peer *peer;
+
+	pthread_mutex_lock(&p->lock);
+	peer = find_peer(p, endpoint);
+	/* close() of an idle socket does not block: fine under the lock. */
+	for (; peer && peer->nidle; peer->nidle--)
+		close(peer->idle[peer->nidle - 1]);
+	pthread_mutex_unlock(&p->lock);
+}

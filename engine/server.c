@@ -1,0 +1,249 @@
+/*
+ * server.c - the data port: a listener thread accepts connections and starts
+ * a thread per connection, which serves READ/WRITE requests (eng_int.h wire
+ * format) on this engine's segment until EOF, an error or a refusal. Every
+ * range is checked against the segment before a byte moves; payloads go
+ * straight between the socket and the segment.
+ */
+#include "engine/eng_int.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+
+#define ENG_SRV_BACKLOG	  128
+#define ENG_SRV_MAX_CONNS 1024 /* a peer opening sockets forever must not exhaust threads */
+
+struct eng_srv_conn {
+	struct eng_srv_conn *next;
+	struct eng_engine *e;
+	int fd; /* closed only after the thread is joined: never reused under a shutdown() */
+	pthread_t tid;
+	atomic_int done;
+};
+
+static int send_rep(int fd, int32_t status, const struct eng_wire_req *req, int flags,
+		    uint64_t deadline_ns)
+{
+	struct eng_wire_rep rep = {
+	    .magic = ENG_WIRE_REP_MAGIC,
+	    .status = status,
+	    .id = req->id,
+	    .length = req->length,
+	};
+	struct iovec v = {&rep, sizeof(rep)};
+	struct eng_iovc c;
+
+	eng_wire_rep_encode(&rep);
+	eng_iovc_init(&c, &v, 1, 0, sizeof(rep));
+	return eng_io_send(fd, &c, flags, deadline_ns);
+}
+
+/* Serve one request; 0 to go on with the next, or < 0 to close. */
+static int serve_one(struct eng_engine *e, int fd)
+{
+	struct eng_wire_req req;
+	struct iovec v = {&req, sizeof(req)};
+	struct eng_iovc c;
+	uint64_t deadline;
+	int status, rc;
+
+	/* An idle pooled connection may sit here for as long as its client likes. */
+	eng_iovc_init(&c, &v, 1, 0, sizeof(req));
+	rc = eng_io_recv(fd, &c, ENG_NO_DEADLINE);
+	if (rc)
+		return rc;
+	eng_wire_req_decode(&req);
+	deadline = lc_now_ns() + e->timeout_ns;
+	status = eng_wire_req_check(&req, e->cfg.seg_size);
+	if (status) {
+		LC_DEBUG(ENG_LOG, "refused op %u offset %llu length %llu: %d", req.op,
+			 (unsigned long long)req.offset, (unsigned long long)req.length, status);
+		send_rep(fd, status, &req, 0, deadline);
+		return -EPROTO;
+	}
+	v.iov_base = (char *)e->cfg.seg_base + req.offset;
+	v.iov_len = (size_t)req.length;
+	eng_iovc_init(&c, &v, 1, 0, req.length);
+	if (req.op == ENG_OP_WRITE) {
+		rc = eng_io_recv(fd, &c, deadline);
+		return rc ? rc : send_rep(fd, 0, &req, 0, deadline);
+	}
+	rc = send_rep(fd, 0, &req, MSG_MORE, deadline);
+	return rc ? rc : eng_io_send(fd, &c, 0, deadline);
+}
+
+static void *conn_main(void *arg)
+{
+	struct eng_srv_conn *c = arg;
+
+	while (!serve_one(c->e, c->fd))
+		;
+	/* The peer sees EOF now; the fd itself stays open until the thread is joined. */
+	shutdown(c->fd, SHUT_RDWR);
+	atomic_store(&c->done, 1);
+	return NULL;
+}
+
+/* Join and free the connections whose threads have finished. Listener only. */
+static void reap_conns(struct eng_server *s, unsigned *live)
+{
+	struct eng_srv_conn **pp = &s->conns;
+
+	*live = 0;
+	while (*pp) {
+		struct eng_srv_conn *c = *pp;
+
+		if (!atomic_load(&c->done)) {
+			(*live)++;
+			pp = &c->next;
+			continue;
+		}
+		pthread_join(c->tid, NULL);
+		close(c->fd);
+		*pp = c->next;
+		free(c);
+	}
+}
+
+static void start_conn(struct eng_engine *e, int fd)
+{
+	struct eng_server *s = &e->srv;
+	struct eng_srv_conn *c;
+	unsigned live;
+	int rc;
+
+	reap_conns(s, &live);
+	if (live >= ENG_SRV_MAX_CONNS) {
+		LC_WARN(ENG_LOG, "%u data connections open, refusing one more", live);
+		goto err_close;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		goto err_close;
+	c->e = e;
+	c->fd = fd;
+	eng_sock_nodelay(fd);
+	rc = pthread_create(&c->tid, NULL, conn_main, c);
+	if (rc) {
+		LC_WARN(ENG_LOG, "cannot start a connection thread: %s", strerror(rc));
+		goto err_free;
+	}
+	c->next = s->conns;
+	s->conns = c;
+	return;
+
+err_free:
+	free(c);
+err_close:
+	close(fd);
+}
+
+static void *listen_main(void *arg)
+{
+	struct eng_engine *e = arg;
+	struct eng_server *s = &e->srv;
+
+	for (;;) {
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+		if (atomic_load(&s->stopping)) {
+			if (fd >= 0)
+				close(fd);
+			return NULL;
+		}
+		if (fd >= 0) {
+			start_conn(e, fd);
+			continue;
+		}
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		/* Out of descriptors or memory: back off instead of spinning. */
+		LC_WARN(ENG_LOG, "accept on %s: %s", e->endpoint, strerror(errno));
+		poll(NULL, 0, 100);
+	}
+}
+
+/* Bind and listen on the configured host and port; returns the fd or -errno. */
+static int listen_on(const struct eng_engine *e, uint16_t *port)
+{
+	struct sockaddr_storage sa;
+	socklen_t len;
+	char ep[ENG_ENDPOINT_MAX];
+	int fd, one = 1, rc;
+
+	rc = eng_addr_format(ep, sizeof(ep), e->host, e->cfg.port);
+	if (!rc)
+		rc = eng_addr_resolve(ep, &sa, &len);
+	if (rc)
+		return rc;
+	fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* A restarted proxy must get its data port back despite TIME_WAIT. */
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, (struct sockaddr *)&sa, len) < 0 || listen(fd, ENG_SRV_BACKLOG) < 0)
+		goto err_close;
+	len = sizeof(sa);
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+		goto err_close;
+	*port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+					       : ((struct sockaddr_in *)&sa)->sin_port);
+	return fd;
+
+err_close:
+	rc = -errno;
+	close(fd);
+	return rc;
+}
+
+int eng_server_start(struct eng_engine *e)
+{
+	struct eng_server *s = &e->srv;
+	uint16_t port;
+	int rc;
+
+	atomic_init(&s->stopping, 0);
+	s->conns = NULL;
+	s->lfd = listen_on(e, &port);
+	if (s->lfd < 0)
+		return s->lfd;
+	rc = -eng_addr_format(e->endpoint, sizeof(e->endpoint), e->host, port);
+	if (rc)
+		goto err_close;
+	rc = pthread_create(&s->listener, NULL, listen_main, e);
+	if (rc)
+		goto err_close;
+	return 0;
+
+err_close:
+	close(s->lfd);
+	return -rc;
+}
+
+void eng_server_stop(struct eng_engine *e)
+{
+	struct eng_server *s = &e->srv;
+	struct eng_srv_conn *c, *next;
+
+	atomic_store(&s->stopping, 1);
+	/* shutdown() wakes a blocked accept() (EINVAL on Linux); close() would not. */
+	shutdown(s->lfd, SHUT_RDWR);
+	pthread_join(s->listener, NULL);
+	for (c = s->conns; c; c = c->next)
+		shutdown(c->fd, SHUT_RDWR);
+	for (c = s->conns; c; c = next) {
+		next = c->next;
+		pthread_join(c->tid, NULL);
+		close(c->fd);
+		free(c);
+	}
+	s->conns = NULL;
+	close(s->lfd);
+}

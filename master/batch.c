@@ -1,0 +1,135 @@
+/*
+ * batch.c - the Batch* calls: one reply whose per-key results are
+ * index-aligned with the request's keys. A batch over LUNAR_BATCH_MAX keys
+ * fails whole with INVALID_PARAMS.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "lunar.h"
+#include "mst_int.h"
+#include "rpc.h"
+
+static Lunar__PutStartResult *put_start_one(struct mst_master *m,
+					    const Lunar__BatchPutStartRequest *rq,
+					    const Lunar__PutStartRequest *item)
+{
+	Lunar__PutStartResult *res = malloc(sizeof(*res));
+
+	if (!res)
+		return NULL;
+	lunar__put_start_result__init(res);
+	res->code = mst_code(mst_obj_put_start(m, rq->client_id, rq->tenant, item, &res->replicas,
+					       &res->n_replicas));
+	return res;
+}
+
+int mst_batch_put_start(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+{
+	const Lunar__BatchPutStartRequest *rq = (const void *)req;
+	int bad = rq->n_items > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0;
+	Lunar__BatchPutStartReply *r =
+	    (void *)lp_reply_new(&lunar__batch_put_start_reply__descriptor, bad, MST_VIEW);
+
+	if (!r)
+		return -ENOMEM;
+	if (!bad && rq->n_items) {
+		r->results = calloc(rq->n_items, sizeof(*r->results));
+		if (!r->results)
+			goto err;
+	}
+	for (size_t i = 0; !bad && i < rq->n_items; i++) {
+		r->results[i] = put_start_one(m, rq, rq->items[i]);
+		if (!r->results[i])
+			goto err;
+		r->n_results = i + 1;
+	}
+	*rep = &r->base;
+	return 0;
+err:
+	/* undo the puts already started: nobody will hear of them */
+	for (size_t i = 0; i < r->n_results; i++)
+		if (r->results[i]->code == 0)
+			mst_obj_put_revoke(m, rq->client_id, rq->tenant, rq->items[i]->key);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return -ENOMEM;
+}
+
+/* One key of BatchPutEnd / BatchPutRevoke / BatchExistKey. */
+static int32_t code_one(struct mst_master *m, uint32_t method, const Lunar__BatchKeysRequest *rq,
+			const char *key)
+{
+	switch (method) {
+	case LUNAR__METHOD__BATCH_PUT_END:
+		return mst_obj_put_end(m, rq->client_id, rq->tenant, key);
+	case LUNAR__METHOD__BATCH_PUT_REVOKE:
+		return mst_obj_put_revoke(m, rq->client_id, rq->tenant, key);
+	default: return mst_obj_exist(m, rq->tenant, key);
+	}
+}
+
+static int batch_codes(struct mst_master *m, uint32_t method, const Lunar__BatchKeysRequest *rq,
+		       ProtobufCMessage **rep)
+{
+	int bad = rq->n_keys > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0;
+	Lunar__BatchCodesReply *r =
+	    (void *)lp_reply_new(&lunar__batch_codes_reply__descriptor, bad, MST_VIEW);
+
+	if (!r)
+		return -ENOMEM;
+	if (!bad && rq->n_keys) {
+		r->codes = calloc(rq->n_keys, sizeof(*r->codes));
+		if (!r->codes) {
+			protobuf_c_message_free_unpacked(&r->base, NULL);
+			return -ENOMEM;
+		}
+		r->n_codes = rq->n_keys;
+	}
+	for (size_t i = 0; i < r->n_codes; i++)
+		r->codes[i] = mst_code(code_one(m, method, rq, rq->keys[i]));
+	*rep = &r->base;
+	return 0;
+}
+
+static int batch_get(struct mst_master *m, const Lunar__BatchKeysRequest *rq,
+		     ProtobufCMessage **rep)
+{
+	int bad = rq->n_keys > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0;
+	Lunar__BatchGetReplicaListReply *r =
+	    (void *)lp_reply_new(&lunar__batch_get_replica_list_reply__descriptor, bad, MST_VIEW);
+
+	if (!r)
+		return -ENOMEM;
+	if (!bad && rq->n_keys) {
+		r->results = calloc(rq->n_keys, sizeof(*r->results));
+		if (!r->results)
+			goto err;
+	}
+	for (size_t i = 0; !bad && i < rq->n_keys; i++) {
+		Lunar__GetReplicaListResult *res = malloc(sizeof(*res));
+
+		if (!res)
+			goto err;
+		lunar__get_replica_list_result__init(res);
+		r->results[i] = res;
+		r->n_results = i + 1;
+		res->code = mst_code(mst_obj_get(m, rq->tenant, rq->keys[i], &res->size,
+						 &res->replicas, &res->n_replicas));
+	}
+	r->lease_ttl_ms = m->cfg.kv_lease_ttl_ms;
+	*rep = &r->base;
+	return 0;
+err:
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return -ENOMEM;
+}
+
+int mst_batch_keys(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
+		   ProtobufCMessage **rep)
+{
+	const Lunar__BatchKeysRequest *rq = (const void *)req;
+
+	if (method == LUNAR__METHOD__BATCH_GET_REPLICA_LIST)
+		return batch_get(m, rq, rep);
+	return batch_codes(m, method, rq, rep);
+}

@@ -1,0 +1,148 @@
+/*
+ * clients.c - the proxies the master knows: last ping per client_id, and the
+ * housekeeping that declares a silent proxy dead and takes back everything it
+ * held (its segments, the replicas on them, its unfinished puts).
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "clock.h"
+#include "log.h"
+#include "mst_int.h"
+
+int mst_clients_init(struct mst_clients *c)
+{
+	c->n = 0;
+	c->nbuckets = 64;
+	c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));
+	if (!c->buckets)
+		return -ENOMEM;
+	if (pthread_mutex_init(&c->lock, NULL)) {
+		free(c->buckets);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void mst_clients_fini(struct mst_clients *c)
+{
+	for (size_t b = 0; b < c->nbuckets; b++) {
+		struct mst_client *x, *n;
+
+		for (x = c->buckets[b]; x; x = n) {
+			n = x->next;
+			free(x);
+		}
+	}
+	free(c->buckets);
+	pthread_mutex_destroy(&c->lock);
+}
+
+static struct mst_client **client_find(struct mst_clients *c, uint64_t id)
+{
+	struct mst_client **pp = &c->buckets[(id * 0x9e3779b97f4a7c15ull >> 32) % c->nbuckets];
+
+	while (*pp && (*pp)->id != id)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* Rehash into twice the buckets; failure only costs speed. */
+static void clients_grow(struct mst_clients *c)
+{
+	struct mst_clients g = {.nbuckets = c->nbuckets * 2};
+
+	g.buckets = calloc(g.nbuckets, sizeof(*g.buckets));
+	if (!g.buckets)
+		return;
+	for (size_t b = 0; b < c->nbuckets; b++) {
+		struct mst_client *x, *n;
+
+		for (x = c->buckets[b]; x; x = n) {
+			struct mst_client **head = client_find(&g, x->id);
+
+			n = x->next;
+			x->next = NULL;
+			*head = x;
+		}
+	}
+	free(c->buckets);
+	c->buckets = g.buckets;
+	c->nbuckets = g.nbuckets;
+}
+
+int mst_client_touch(struct mst_master *m, uint64_t client)
+{
+	struct mst_clients *c = &m->clients;
+	struct mst_client **pp, *x;
+	int fresh = 0;
+
+	pthread_mutex_lock(&c->lock);
+	pp = client_find(c, client);
+	if (!*pp) {
+		x = calloc(1, sizeof(*x));
+		if (!x) {
+			pthread_mutex_unlock(&c->lock);
+			return -ENOMEM;
+		}
+		x->id = client;
+		*pp = x;
+		c->n++;
+		fresh = 1;
+		if (c->n > c->nbuckets)
+			clients_grow(c);
+	}
+	/* re-find: growing may have moved it */
+	(*client_find(c, client))->last_ping_ms = lc_now_ms();
+	pthread_mutex_unlock(&c->lock);
+	if (fresh)
+		LC_INFO("master", "client %016llx registered", (unsigned long long)client);
+	return fresh;
+}
+
+int mst_client_alive(struct mst_master *m, uint64_t client)
+{
+	int alive;
+
+	pthread_mutex_lock(&m->clients.lock);
+	alive = *client_find(&m->clients, client) != NULL;
+	pthread_mutex_unlock(&m->clients.lock);
+	return alive;
+}
+
+/* Unlink one client silent since before deadline; its id, or 0 if none. */
+static uint64_t take_expired(struct mst_clients *c, uint64_t deadline)
+{
+	uint64_t id = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (size_t b = 0; b < c->nbuckets && !id; b++) {
+		for (struct mst_client **pp = &c->buckets[b]; *pp; pp = &(*pp)->next) {
+			struct mst_client *x = *pp;
+
+			if (x->last_ping_ms >= deadline)
+				continue;
+			id = x->id;
+			*pp = x->next;
+			c->n--;
+			free(x);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return id;
+}
+
+void mst_clients_expire(struct mst_master *m)
+{
+	uint64_t now = lc_now_ms(), id;
+
+	if (now < m->cfg.client_ttl_ms)
+		return;
+	while ((id = take_expired(&m->clients, now - m->cfg.client_ttl_ms))) {
+		LC_WARN("master", "client %016llx silent for %llu ms: dead", (unsigned long long)id,
+			(unsigned long long)m->cfg.client_ttl_ms);
+		mst_segments_drop_client(m, id);
+		mst_objects_drop(m, NULL, id, now);
+	}
+}

@@ -1,0 +1,115 @@
+/*
+ * config.c - master flags: SPEC §10 defaults, parsing one flag by name, and
+ * the help text. One table drives set and usage so they cannot disagree.
+ */
+#include "master.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "parse.h"
+
+enum kind { DURATION, RATIO, BOOL, STRATEGY };
+
+struct flag {
+	const char *name;
+	enum kind kind;
+	size_t off;
+};
+
+#define F(n, k, field)                                                                             \
+	{                                                                                          \
+		n, k, offsetof(struct mst_config, field)                                           \
+	}
+static const struct flag flags[] = {
+    F("kv-lease-ttl", DURATION, kv_lease_ttl_ms),
+    F("kv-soft-pin-ttl", DURATION, kv_soft_pin_ttl_ms),
+    F("max-kv-soft-pin-ttl", DURATION, max_kv_soft_pin_ttl_ms),
+    F("allow-evict-soft-pinned", BOOL, allow_evict_soft_pinned),
+    F("eviction-ratio", RATIO, eviction_ratio),
+    F("eviction-high-watermark-ratio", RATIO, eviction_high_watermark_ratio),
+    F("client-ttl", DURATION, client_ttl_ms),
+    F("put-start-discard-timeout", DURATION, put_start_discard_timeout_ms),
+    F("put-start-release-timeout", DURATION, put_start_release_timeout_ms),
+    F("allocation-strategy", STRATEGY, strategy),
+};
+
+static const char *const strategies[] = {
+    [MST_ALLOC_RANDOM] = "random",
+    [MST_ALLOC_FREE_RATIO_FIRST] = "free_ratio_first",
+    [MST_ALLOC_LOCAL_FIRST] = "local_first",
+};
+
+void mst_config_defaults(struct mst_config *cfg)
+{
+	*cfg = (struct mst_config){
+	    .kv_lease_ttl_ms = 10000,
+	    .kv_soft_pin_ttl_ms = 30 * 60000,
+	    .max_kv_soft_pin_ttl_ms = 24 * 3600000ull,
+	    .allow_evict_soft_pinned = 1,
+	    .eviction_ratio = 0.05,
+	    .eviction_high_watermark_ratio = 0.90,
+	    .client_ttl_ms = 10000,
+	    .put_start_discard_timeout_ms = 30000,
+	    .put_start_release_timeout_ms = 600000,
+	    .strategy = MST_ALLOC_RANDOM,
+	};
+}
+
+static int parse_bool(const char *s, int *v)
+{
+	if (!strcmp(s, "true")) {
+		*v = 1;
+		return 0;
+	}
+	if (!strcmp(s, "false")) {
+		*v = 0;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int parse_strategy(const char *s, enum mst_alloc_strategy *v)
+{
+	for (size_t i = 0; i < sizeof(strategies) / sizeof(strategies[0]); i++) {
+		if (!strcmp(s, strategies[i])) {
+			*v = (enum mst_alloc_strategy)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+int mst_config_set(struct mst_config *cfg, const char *name, const char *value)
+{
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+		void *p = (char *)cfg + flags[i].off;
+
+		if (strcmp(name, flags[i].name))
+			continue;
+		if (!value)
+			return -EINVAL;
+		switch (flags[i].kind) {
+		case DURATION: return lc_parse_duration_ms(value, p);
+		case RATIO: return lc_parse_ratio(value, p);
+		case BOOL: return parse_bool(value, p);
+		case STRATEGY: return parse_strategy(value, p);
+		}
+	}
+	return -ENOENT;
+}
+
+const char *mst_config_usage(void)
+{
+	return "  --kv-lease-ttl DURATION          read lease granted by get/exists (10s)\n"
+	       "  --kv-soft-pin-ttl DURATION       default soft pin TTL (30m)\n"
+	       "  --max-kv-soft-pin-ttl DURATION   longest soft pin TTL (24h)\n"
+	       "  --allow-evict-soft-pinned BOOL   evict soft-pinned objects last (true)\n"
+	       "  --eviction-ratio RATIO           share of candidates evicted per round (0.05)\n"
+	       "  --eviction-high-watermark-ratio RATIO  memory use that starts eviction (0.90)\n"
+	       "  --client-ttl DURATION            a proxy silent this long is dead (10s)\n"
+	       "  --put-start-discard-timeout DURATION  an unfinished put may be pre-empted (30s)\n"
+	       "  --put-start-release-timeout DURATION  an unfinished put's space is freed (600s)\n"
+	       "  --allocation-strategy NAME       random|free_ratio_first|local_first (random)\n";
+}

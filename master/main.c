@@ -1,0 +1,147 @@
+/*
+ * main.c - lunar-master: parse flags, create the master, serve it over nng
+ * until SIGTERM or SIGINT, then stop cleanly.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+
+#include "log.h"
+#include "master.h"
+#include "parse.h"
+#include "rpc_server.h"
+
+#define VERSION "0.1.0"
+
+struct opts {
+	uint64_t port;
+	const char *listen;
+	uint64_t workers;
+	struct mst_config cfg;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: lunar-master [flags]\n"
+		"  --port PORT                      RPC port, 0 picks a free one (50051)\n"
+		"  --listen ADDR                    address to listen on (0.0.0.0)\n"
+		"  --workers N                      parallel RPC workers (8)\n"
+		"%s"
+		"  --help                           this text\n"
+		"  --version                        print the version\n"
+		"Flags take --name value or --name=value. DURATION: 250ms, 10s, 30m, 1h.\n",
+		mst_config_usage());
+}
+
+/* One flag and its value; 0, or 2 after printing why. */
+static int set_flag(struct opts *o, const char *name, const char *val)
+{
+	int rc;
+
+	if (!strcmp(name, "listen")) {
+		o->listen = val;
+		return 0;
+	}
+	if (!strcmp(name, "port"))
+		rc = lc_parse_u64(val, &o->port) || o->port > 65535 ? -EINVAL : 0;
+	else if (!strcmp(name, "workers"))
+		rc = lc_parse_u64(val, &o->workers) || !o->workers || o->workers > 1024 ? -EINVAL
+											: 0;
+	else
+		rc = mst_config_set(&o->cfg, name, val);
+	if (rc == -ENOENT)
+		fprintf(stderr, "lunar-master: unknown flag --%s (see --help)\n", name);
+	else if (rc)
+		fprintf(stderr, "lunar-master: bad value '%s' for --%s\n", val, name);
+	return rc ? 2 : 0;
+}
+
+/* Parse argv; 0 to run, 1 to exit 0 (--help, --version), 2 on bad usage. */
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	for (int i = 1; i < argc; i++) {
+		char name[64];
+		const char *arg = argv[i], *eq, *val;
+
+		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+			usage(stdout);
+			return 1;
+		}
+		if (!strcmp(arg, "--version")) {
+			printf("lunar-master %s\n", VERSION);
+			return 1;
+		}
+		eq = strchr(arg, '=');
+		if (strncmp(arg, "--", 2) ||
+		    (size_t)((eq ? eq : arg + strlen(arg)) - arg) >= sizeof(name)) {
+			fprintf(stderr, "lunar-master: unexpected argument '%s' (see --help)\n",
+				arg);
+			return 2;
+		}
+		snprintf(name, sizeof(name), "%.*s", (int)((eq ? eq : arg + strlen(arg)) - arg - 2),
+			 arg + 2);
+		val = eq ? eq + 1 : NULL;
+		if (!val && i + 1 >= argc) {
+			fprintf(stderr, "lunar-master: --%s needs a value\n", name);
+			return 2;
+		}
+		if (!val)
+			val = argv[++i];
+		if (set_flag(o, name, val))
+			return 2;
+	}
+	return 0;
+}
+
+static int serve(const struct opts *o, const sigset_t *sigs)
+{
+	struct mst_master *m = mst_master_create(&o->cfg);
+	struct mst_server *s;
+	char url[300];
+	int sig, rc;
+
+	if (!m) {
+		LC_ERROR("master", "cannot create the master");
+		return 1;
+	}
+	snprintf(url, sizeof(url), "tcp://%s:%u", o->listen, (unsigned)o->port);
+	rc = mst_server_start(m, url, (unsigned)o->workers, &s);
+	if (rc) {
+		LC_ERROR("master", "cannot listen on %s: %d", url, rc);
+		mst_master_destroy(m);
+		return 1;
+	}
+	LC_INFO("lunar-master", "listening on tcp://%s:%u", o->listen,
+		(unsigned)mst_server_port(s));
+	sigwait(sigs, &sig);
+	LC_INFO("lunar-master", "signal %d: stopping", sig);
+	mst_server_stop(s);
+	mst_master_destroy(m);
+	nng_fini(); /* nng's own threads: exit with nothing left running */
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = {.port = 50051, .listen = "0.0.0.0", .workers = 8};
+	sigset_t sigs;
+	int rc;
+
+	mst_config_defaults(&o.cfg);
+	rc = parse_args(argc, argv, &o);
+	if (rc)
+		return rc == 1 ? 0 : 2;
+	/* block before any thread starts so every thread inherits the mask */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	return serve(&o, &sigs);
+}

@@ -1,0 +1,119 @@
+/*
+ * master.c - creating and destroying a master, its housekeeping thread, and
+ * its figures. The calls themselves are in dispatch.c.
+ */
+#include "master.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "mst_int.h"
+
+#define HOUSEKEEPING_MS 100
+
+static void *housekeeper(void *arg)
+{
+	struct mst_master *m = arg;
+	struct timespec ts;
+
+	pthread_mutex_lock(&m->stop_lock);
+	while (!m->stopping) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += HOUSEKEEPING_MS * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&m->stop_cond, &m->stop_lock, &ts);
+		if (m->stopping)
+			break;
+		pthread_mutex_unlock(&m->stop_lock);
+		mst_clients_expire(m);
+		pthread_mutex_lock(&m->stop_lock);
+	}
+	pthread_mutex_unlock(&m->stop_lock);
+	return NULL;
+}
+
+static int stop_init(struct mst_master *m)
+{
+	pthread_condattr_t ca;
+	int rc;
+
+	if (pthread_condattr_init(&ca))
+		return -ENOMEM;
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	rc = pthread_cond_init(&m->stop_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (rc)
+		return -rc;
+	if (pthread_mutex_init(&m->stop_lock, NULL)) {
+		pthread_cond_destroy(&m->stop_cond);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+struct mst_master *mst_master_create(const struct mst_config *cfg)
+{
+	struct mst_master *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	m->cfg = *cfg;
+	if (mst_objects_init(m))
+		goto err_free;
+	if (mst_segtab_init(&m->segs))
+		goto err_objects;
+	if (mst_clients_init(&m->clients))
+		goto err_segs;
+	if (stop_init(m))
+		goto err_clients;
+	if (pthread_create(&m->housekeeper, NULL, housekeeper, m))
+		goto err_stop;
+	return m;
+err_stop:
+	pthread_mutex_destroy(&m->stop_lock);
+	pthread_cond_destroy(&m->stop_cond);
+err_clients:
+	mst_clients_fini(&m->clients);
+err_segs:
+	mst_segtab_fini(m);
+err_objects:
+	mst_objects_fini(m);
+err_free:
+	free(m);
+	return NULL;
+}
+
+void mst_master_destroy(struct mst_master *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->stop_lock);
+	m->stopping = 1;
+	pthread_cond_signal(&m->stop_cond);
+	pthread_mutex_unlock(&m->stop_lock);
+	pthread_join(m->housekeeper, NULL);
+	pthread_mutex_destroy(&m->stop_lock);
+	pthread_cond_destroy(&m->stop_cond);
+	mst_objects_fini(m); /* objects first: they point into segments */
+	mst_segtab_fini(m);
+	mst_clients_fini(&m->clients);
+	free(m);
+}
+
+void mst_master_stats(struct mst_master *m, struct mst_stats *out)
+{
+	out->keys = __atomic_load_n(&m->n_complete, __ATOMIC_RELAXED);
+	out->processing = __atomic_load_n(&m->n_processing, __ATOMIC_RELAXED);
+	out->capacity_bytes = __atomic_load_n(&m->capacity, __ATOMIC_RELAXED);
+	out->used_bytes = __atomic_load_n(&m->used, __ATOMIC_RELAXED);
+	pthread_rwlock_rdlock(&m->segs.lock);
+	out->segments = m->segs.n;
+	pthread_rwlock_unlock(&m->segs.lock);
+	pthread_mutex_lock(&m->clients.lock);
+	out->clients = m->clients.n;
+	pthread_mutex_unlock(&m->clients.lock);
+}

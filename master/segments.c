@@ -1,0 +1,323 @@
+/*
+ * segments.c - mounted DRAM segments and replica placement. Each segment has
+ * its own range allocator under its own lock; the table of segments is read
+ * by placement and written only by mount and unmount. See mst_int.h for the
+ * lock order.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "clock.h"
+#include "log.h"
+#include "lunar.h"
+#include "mst_int.h"
+#include "ralloc.h"
+
+#define SEG_ALIGN 64 /* cache-line aligned ranges */
+
+int mst_segtab_init(struct mst_segtab *t)
+{
+	memset(t, 0, sizeof(*t));
+	return -pthread_rwlock_init(&t->lock, NULL);
+}
+
+static void segment_free(struct mst_segment *s)
+{
+	if (!s)
+		return;
+	lc_ralloc_destroy(s->ra);
+	pthread_mutex_destroy(&s->lock);
+	free(s->endpoint);
+	free(s->name);
+	free(s);
+}
+
+void mst_segtab_fini(struct mst_master *m)
+{
+	for (size_t i = 0; i < m->segs.n; i++)
+		segment_free(m->segs.v[i]);
+	free(m->segs.v);
+	pthread_rwlock_destroy(&m->segs.lock);
+}
+
+static struct mst_segment *segment_alloc(uint64_t owner, const Lunar__SegmentDesc *d)
+{
+	struct mst_segment *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->owner = owner;
+	s->size = d->size;
+	s->name = strdup(d->name);
+	s->endpoint = strdup(d->endpoint ? d->endpoint : "");
+	s->ra = lc_ralloc_create(d->size, SEG_ALIGN);
+	if (!s->name || !s->endpoint || !s->ra || pthread_mutex_init(&s->lock, NULL)) {
+		lc_ralloc_destroy(s->ra);
+		free(s->endpoint);
+		free(s->name);
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* Index of the segment called name, or -1. Call with the table lock held. */
+static ssize_t segtab_find(const struct mst_segtab *t, const char *name)
+{
+	for (size_t i = 0; i < t->n; i++)
+		if (!strcmp(t->v[i]->name, name))
+			return (ssize_t)i;
+	return -1;
+}
+
+/* Take segment i out of the table. Call with the table write-locked. */
+static struct mst_segment *segtab_take(struct mst_master *m, size_t i)
+{
+	struct mst_segment *s = m->segs.v[i];
+
+	m->segs.v[i] = m->segs.v[--m->segs.n];
+	return s;
+}
+
+/* Forget a segment already out of the table: drop the replicas on it, erase
+ * objects left without any, then free it. */
+static void segment_retire(struct mst_master *m, struct mst_segment *s)
+{
+	mst_objects_drop(m, s, 0, 0);
+	__atomic_fetch_sub(&m->capacity, s->size, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&m->used, s->used, __ATOMIC_RELAXED);
+	LC_INFO("master", "segment %s unmounted", s->name);
+	segment_free(s);
+}
+
+static int segtab_add(struct mst_segtab *t, struct mst_segment *s)
+{
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? t->cap * 2 : 16;
+		struct mst_segment **v = realloc(t->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		t->v = v;
+		t->cap = cap;
+	}
+	t->v[t->n++] = s;
+	return 0;
+}
+
+int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__SegmentDesc *d)
+{
+	struct mst_segment *s, *stale = NULL;
+	ssize_t i;
+	int rc;
+
+	if (!d || !d->name || !d->name[0] || !d->size)
+		return LUNAR_ERR_INVALID_PARAMS;
+	s = segment_alloc(client, d);
+	if (!s)
+		return -ENOMEM;
+	pthread_rwlock_wrlock(&m->segs.lock);
+	i = segtab_find(&m->segs, d->name);
+	if (i >= 0 && m->segs.v[i]->owner == client) {
+		rc = 0; /* idempotent remount */
+		goto out_unlock;
+	}
+	if (i >= 0 && mst_client_alive(m, m->segs.v[i]->owner)) {
+		rc = LUNAR_ERR_SEGMENT_ALREADY_EXISTS;
+		goto out_unlock;
+	}
+	if (i >= 0)
+		stale = segtab_take(m, (size_t)i); /* its dead owner's leftovers */
+	rc = segtab_add(&m->segs, s);
+	if (!rc) {
+		__atomic_fetch_add(&m->capacity, s->size, __ATOMIC_RELAXED);
+		s = NULL;
+	}
+out_unlock:
+	pthread_rwlock_unlock(&m->segs.lock);
+	segment_free(s);
+	if (stale)
+		segment_retire(m, stale);
+	if (!rc)
+		LC_DEBUG("master", "segment %s (%llu bytes) mounted by %016llx", d->name,
+			 (unsigned long long)d->size, (unsigned long long)client);
+	return rc;
+}
+
+int mst_segment_unmount(struct mst_master *m, uint64_t client, const char *name)
+{
+	struct mst_segment *s = NULL;
+	ssize_t i;
+	int rc = 0;
+
+	if (!name || !name[0])
+		return LUNAR_ERR_INVALID_PARAMS;
+	pthread_rwlock_wrlock(&m->segs.lock);
+	i = segtab_find(&m->segs, name);
+	if (i < 0)
+		rc = LUNAR_ERR_SEGMENT_NOT_FOUND;
+	else if (m->segs.v[i]->owner != client)
+		rc = LUNAR_ERR_ILLEGAL_CLIENT;
+	else
+		s = segtab_take(m, (size_t)i);
+	pthread_rwlock_unlock(&m->segs.lock);
+	if (s)
+		segment_retire(m, s);
+	return rc;
+}
+
+void mst_segments_drop_client(struct mst_master *m, uint64_t client)
+{
+	struct mst_segment *s;
+
+	for (;;) {
+		s = NULL;
+		pthread_rwlock_wrlock(&m->segs.lock);
+		for (size_t i = 0; i < m->segs.n && !s; i++)
+			if (m->segs.v[i]->owner == client)
+				s = segtab_take(m, i);
+		pthread_rwlock_unlock(&m->segs.lock);
+		if (!s)
+			return;
+		segment_retire(m, s);
+	}
+}
+
+/* Allocate on s; 0 and *r, or -ENOSPC / -ENOMEM. */
+static int segment_get(struct mst_master *m, struct mst_segment *s, uint64_t len,
+		       struct mst_replica *r)
+{
+	uint64_t got = 0;
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = lc_ralloc_get(s->ra, len, &r->off);
+	if (!rc) {
+		got = lc_ralloc_size(s->ra, r->off);
+		__atomic_store_n(&s->used, s->used + got, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		return rc;
+	r->seg = s;
+	r->len = len; /* the object's bytes; the rounding stays in the allocator */
+	__atomic_fetch_add(&m->used, got, __ATOMIC_RELAXED);
+	return 0;
+}
+
+void mst_replica_free(struct mst_master *m, const struct mst_replica *r)
+{
+	struct mst_segment *s = r->seg;
+	uint64_t len;
+
+	pthread_mutex_lock(&s->lock);
+	len = lc_ralloc_size(s->ra, r->off);
+	LC_ASSERT(len && lc_ralloc_put(s->ra, r->off) == 0);
+	__atomic_store_n(&s->used, s->used - len, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&s->lock);
+	__atomic_fetch_sub(&m->used, len, __ATOMIC_RELAXED);
+}
+
+/* A cheap per-thread random number for the random strategy. */
+static uint64_t rnd(void)
+{
+	static __thread uint64_t x;
+
+	if (!x)
+		x = lc_now_ns() ^ (uint64_t)(uintptr_t)&x ^ 0x9e3779b97f4a7c15ull;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return x;
+}
+
+/* Free share of s, for free_ratio_first. */
+static double free_ratio(const struct mst_segment *s)
+{
+	return 1.0 - (double)__atomic_load_n(&s->used, __ATOMIC_RELAXED) / (double)s->size;
+}
+
+struct placer {
+	struct mst_master *m;
+	uint64_t client, len;
+	unsigned want, got;
+	unsigned char *tried; /* per table index */
+	struct mst_replica *out;
+	int nomem;
+};
+
+/* Try segment i unless already tried; 1 if a replica was placed there. */
+static int try_segment(struct placer *p, size_t i)
+{
+	int rc;
+
+	if (p->tried[i] || p->got == p->want)
+		return 0;
+	p->tried[i] = 1;
+	rc = segment_get(p->m, p->m->segs.v[i], p->len, &p->out[p->got]);
+	if (rc == -ENOMEM)
+		p->nomem = 1;
+	if (rc)
+		return 0;
+	p->got++;
+	return 1;
+}
+
+/* The untried segment with the largest free share, or -1. */
+static ssize_t most_free(const struct placer *p)
+{
+	ssize_t best = -1;
+
+	for (size_t i = 0; i < p->m->segs.n; i++)
+		if (!p->tried[i] &&
+		    (best < 0 || free_ratio(p->m->segs.v[i]) > free_ratio(p->m->segs.v[best])))
+			best = (ssize_t)i;
+	return best;
+}
+
+static void place_by_strategy(struct placer *p)
+{
+	size_t n = p->m->segs.n, start;
+	ssize_t i;
+
+	switch (p->m->cfg.strategy) {
+	case MST_ALLOC_FREE_RATIO_FIRST:
+		while (p->got < p->want && (i = most_free(p)) >= 0)
+			try_segment(p, (size_t)i);
+		return;
+	case MST_ALLOC_LOCAL_FIRST:
+		for (size_t j = 0; j < n; j++)
+			if (p->m->segs.v[j]->owner == p->client)
+				try_segment(p, j);
+		break;
+	case MST_ALLOC_RANDOM: break;
+	}
+	start = n ? (size_t)(rnd() % n) : 0;
+	for (size_t j = 0; j < n && p->got < p->want; j++)
+		try_segment(p, (start + j) % n);
+}
+
+int mst_place(struct mst_master *m, uint64_t client, uint64_t len, unsigned want,
+	      char *const *preferred, size_t npreferred, struct mst_replica *out)
+{
+	struct placer p = {.m = m, .client = client, .len = len, .want = want, .out = out};
+	ssize_t i;
+
+	pthread_rwlock_rdlock(&m->segs.lock);
+	p.tried = calloc(m->segs.n + 1, 1);
+	if (!p.tried) {
+		pthread_rwlock_unlock(&m->segs.lock);
+		return -ENOMEM;
+	}
+	for (size_t k = 0; k < npreferred && p.got < want; k++)
+		if ((i = segtab_find(&m->segs, preferred[k])) >= 0)
+			try_segment(&p, (size_t)i);
+	place_by_strategy(&p);
+	pthread_rwlock_unlock(&m->segs.lock);
+	free(p.tried);
+	if (p.got)
+		return (int)p.got;
+	return p.nomem ? -ENOMEM : LUNAR_ERR_NO_AVAILABLE_HANDLE;
+}

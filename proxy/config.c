@@ -1,0 +1,176 @@
+/*
+ * config.c - lunar-proxy's command line (SPEC §10). With --embedded-master
+ * the proxy also takes every master flag, parsed by the master's own table.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "parse.h"
+#include "proxy/px_int.h"
+#include "uds.h"
+
+enum kind { K_STR, K_SIZE, K_MS, K_U16, K_UINT, K_BOOL };
+
+struct flag {
+	const char *name;
+	enum kind kind;
+	size_t off;
+	const char *help;
+};
+
+#define F(n, k, field, h) { n, k, offsetof(struct px_config, field), h }
+static const struct flag flags[] = {
+	F("socket", K_STR, socket_path, "PATH  client socket (default per SPEC: /run/lunar/proxy.sock as root)"),
+	F("master", K_STR, master_url, "URL   master to use, tcp://host:50051"),
+	F("embedded-master", K_BOOL, embedded, "      run the master inside this proxy (single node)"),
+	F("host", K_STR, host, "ADDR  address of the data port, advertised to peers (127.0.0.1)"),
+	F("data-port", K_U16, data_port, "N     data port for peers (12345; 0 picks a free one)"),
+	F("segment-size", K_SIZE, segment_size, "SIZE  DRAM contributed to the cluster (4GiB; 0 = none)"),
+	F("arena-size", K_SIZE, arena_size, "SIZE  default shared arena per client (64MiB)"),
+	F("max-clients", K_UINT, max_clients, "N     most clients at once (1024)"),
+	F("workers", K_UINT, workers, "N     request worker threads (8)"),
+	F("rpc-timeout", K_MS, rpc_timeout_ms, "DUR   master call timeout (5s)"),
+	F("ping-interval", K_MS, ping_interval_ms, "DUR   heartbeat to the master (1s)"),
+	F("debug-put-delay", K_MS, debug_put_delay_ms, "DUR   test hook: delay before committing a put (0)"),
+};
+#undef F
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: lunar-proxy [--embedded-master | --master URL] [flags]\n\n"
+		     "The per-node Lunar daemon: serves applications over shared memory,\n"
+		     "contributes a DRAM segment and moves bytes to and from its peers.\n\n"
+		     "Flags (--name VALUE or --name=VALUE; sizes take KiB/MiB/GiB, durations ms/s/m/h):\n");
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+		fprintf(out, "  --%-18s %s\n", flags[i].name, flags[i].help);
+	fprintf(out, "  --%-18s       this text\n\nWith --embedded-master, master flags too:\n%s",
+		"help", mst_config_usage());
+}
+
+static void defaults(struct px_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	lc_uds_default_path(c->socket_path, sizeof(c->socket_path));
+	mst_config_defaults(&c->mcfg);
+	c->host = "127.0.0.1";
+	c->data_port = 12345;
+	c->segment_size = 4ull << 30;
+	c->arena_size = 64ull << 20;
+	c->max_clients = 1024;
+	c->workers = 8;
+	c->rpc_timeout_ms = 5000;
+	c->ping_interval_ms = 1000;
+}
+
+static int set_flag(struct px_config *c, const struct flag *f, const char *v)
+{
+	char *p = (char *)c + f->off;
+	uint64_t x;
+
+	switch (f->kind) {
+	case K_STR:
+		if (f->off == offsetof(struct px_config, socket_path)) {
+			if (!*v || strlen(v) >= sizeof(c->socket_path))
+				return -EINVAL;
+			strcpy(c->socket_path, v);
+		} else {
+			*(const char **)p = v;
+		}
+		return 0;
+	case K_SIZE:
+		return lc_parse_size(v, (uint64_t *)p);
+	case K_MS:
+		return lc_parse_duration_ms(v, (uint64_t *)p);
+	case K_U16:
+		if (lc_parse_u64(v, &x) || x > 65535)
+			return -EINVAL;
+		*(uint16_t *)p = (uint16_t)x;
+		return 0;
+	case K_UINT:
+		if (lc_parse_u64(v, &x) || x == 0 || x > 65536)
+			return -EINVAL;
+		*(unsigned *)p = (unsigned)x;
+		return 0;
+	case K_BOOL:
+		*(int *)p = 1;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static const struct flag *find_flag(const char *name, size_t len)
+{
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+		if (strlen(flags[i].name) == len && !strncmp(flags[i].name, name, len))
+			return &flags[i];
+	return NULL;
+}
+
+static int bad(const char *fmt, const char *a)
+{
+	fprintf(stderr, "lunar-proxy: ");
+	fprintf(stderr, fmt, a);
+	fprintf(stderr, "\nTry 'lunar-proxy --help'.\n");
+	return 2;
+}
+
+/* One "--name[=value]" at argv[*i]; advances *i past a separate value. */
+static int parse_one(struct px_config *c, int argc, char **argv, int *i, const char **mflag)
+{
+	const char *arg = argv[*i] + 2, *eq = strchr(arg, '='), *v;
+	size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+	const struct flag *f = find_flag(arg, len);
+	char name[64];
+
+	if (f && f->kind == K_BOOL)
+		return eq ? bad("--%s takes no value", f->name) : set_flag(c, f, "");
+	if (len >= sizeof(name))
+		return bad("unknown flag '%s'", argv[*i]);
+	memcpy(name, arg, len);
+	name[len] = '\0';
+	if (eq)
+		v = eq + 1;
+	else if (*i + 1 < argc)
+		v = argv[++*i];
+	else
+		return bad("--%s needs a value", name);
+	if (f)
+		return set_flag(c, f, v) ? bad("bad value for --%s", name) : 0;
+	switch (mst_config_set(&c->mcfg, name, v)) {
+	case 0:
+		*mflag = argv[*i - (eq ? 0 : 1)];
+		return 0;
+	case -ENOENT:
+		return bad("unknown flag '--%s'", name);
+	default:
+		return bad("bad value for --%s", name);
+	}
+}
+
+int px_config_parse(struct px_config *c, int argc, char **argv)
+{
+	const char *mflag = NULL;
+
+	defaults(c);
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return 1;
+		}
+		if (!strcmp(argv[i], "--version")) {
+			printf("lunar-proxy 0.1.0 (shm protocol %d)\n", LC_PROTO_VERSION);
+			return 1;
+		}
+		if (strncmp(argv[i], "--", 2))
+			return bad("unexpected argument '%s'", argv[i]);
+		if (parse_one(c, argc, argv, &i, &mflag))
+			return 2;
+	}
+	if (c->embedded == !!c->master_url)
+		return bad("%s", "give exactly one of --embedded-master and --master URL");
+	if (mflag && !c->embedded)
+		return bad("'%s' is a master flag: it needs --embedded-master", mflag);
+	return 0;
+}

@@ -1,0 +1,204 @@
+/*
+ * decode.c - copy, validate, then build: the proxy's only reader of a
+ * client's request blocks; see decode.h.
+ */
+#include "proxy/decode.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atomic.h"
+#include "futex.h"
+#include "key.h"
+#include "lunar.h"
+
+/* Whether [off, off + len) lies inside the arena (where clients own bytes). */
+static int in_arena(const struct px_region *rg, uint64_t off, uint64_t len)
+{
+	return off >= rg->arena_off && off - rg->arena_off <= rg->arena_size &&
+	       len <= rg->arena_size - (off - rg->arena_off);
+}
+
+static int op_takes_items(uint16_t op)
+{
+	return op == LC_OP_PUT || op == LC_OP_UPSERT || op == LC_OP_GET || op == LC_OP_GET_SIZE ||
+	       op == LC_OP_EXISTS || op == LC_OP_REMOVE || op == LC_OP_PREFIX_MATCH;
+}
+
+static int op_takes_segs(uint16_t op)
+{
+	return op == LC_OP_PUT || op == LC_OP_UPSERT || op == LC_OP_GET;
+}
+
+static int decode_segs(const struct px_region *rg, const struct lc_item *it, struct px_item *pi,
+		       const char **why)
+{
+	struct lc_seg segs[LUNAR_IOV_MAX];
+	uint64_t bytes = (uint64_t)it->nseg * sizeof(struct lc_seg);
+
+	if (it->nseg == 0 || it->nseg > LUNAR_IOV_MAX) {
+		*why = "segment count out of range";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	if (it->seg_off % 8 || !in_arena(rg, it->seg_off, bytes)) {
+		*why = "segment list outside the arena";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	memcpy(segs, rg->base + it->seg_off, bytes);
+	pi->iov = calloc(it->nseg, sizeof(*pi->iov));
+	if (!pi->iov)
+		return -ENOMEM;
+	pi->iovcnt = (int)it->nseg;
+	for (uint32_t i = 0; i < it->nseg; i++) {
+		if (segs[i].region != 0 || !in_arena(rg, segs[i].off, segs[i].len)) {
+			*why = "value bytes outside the arena";
+			return LUNAR_ERR_PROTOCOL;
+		}
+		pi->iov[i].iov_base = rg->base + segs[i].off;
+		pi->iov[i].iov_len = segs[i].len;
+		pi->total += segs[i].len;
+	}
+	return 0;
+}
+
+static int decode_item(const struct px_region *rg, uint16_t op, uint64_t off, struct px_item *pi,
+		       const char **why)
+{
+	struct lc_item it;
+
+	memcpy(&it, rg->base + off, sizeof(it));
+	pi->item_off = off;
+	if (it.key_len == 0 || it.key_len > LUNAR_KEY_MAX || !in_arena(rg, it.key_off, it.key_len)) {
+		*why = "key outside the arena or of bad length";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	pi->key = malloc(it.key_len + 1u);
+	if (!pi->key)
+		return -ENOMEM;
+	memcpy(pi->key, rg->base + it.key_off, it.key_len);
+	pi->key[it.key_len] = '\0';
+	pi->key_len = it.key_len;
+	pi->result = lc_key_check(pi->key, pi->key_len);
+	if (op_takes_segs(op))
+		return decode_segs(rg, &it, pi, why);
+	if (it.nseg != 0) {
+		*why = "segments given to an operation without values";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	return 0;
+}
+
+static int decode_items(const struct px_region *rg, struct px_req *r, const char **why)
+{
+	const struct lc_sqe *q = &r->sqe;
+	int rc;
+
+	if (q->count == 0 || q->count > LUNAR_BATCH_MAX) {
+		*why = "item count out of range";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	if (q->arg_len != (uint64_t)q->count * sizeof(struct lc_item) || q->arg_off % 8 ||
+	    !in_arena(rg, q->arg_off, q->arg_len)) {
+		*why = "item array outside the arena";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	r->items = calloc(q->count, sizeof(*r->items));
+	if (!r->items)
+		return -ENOMEM;
+	r->count = q->count;
+	for (uint32_t i = 0; i < q->count; i++) {
+		rc = decode_item(rg, q->op, q->arg_off + (uint64_t)i * sizeof(struct lc_item),
+				 &r->items[i], why);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int decode_pattern(const struct px_region *rg, struct px_req *r, const char **why)
+{
+	const struct lc_sqe *q = &r->sqe;
+
+	if (q->arg_len == 0 || q->arg_len > LUNAR_KEY_MAX || !in_arena(rg, q->arg_off, q->arg_len)) {
+		*why = "pattern outside the arena or of bad length";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	r->pattern = malloc(q->arg_len + 1);
+	if (!r->pattern)
+		return -ENOMEM;
+	memcpy(r->pattern, rg->base + q->arg_off, q->arg_len);
+	r->pattern[q->arg_len] = '\0';
+	if (strlen(r->pattern) != q->arg_len) {
+		*why = "NUL inside the pattern";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	return 0;
+}
+
+int px_decode(const struct px_region *rg, const struct lc_sqe *sqe, struct px_req **out,
+	      const char **why)
+{
+	struct px_req *r;
+	int rc = 0;
+
+	if (sqe->slot >= rg->slot_count) {
+		*why = "completion slot out of range";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	if (sqe->op == 0 || sqe->op >= LC_OP_MAX) {
+		*why = "unknown operation";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->sqe = *sqe;
+	if (op_takes_items(sqe->op))
+		rc = decode_items(rg, r, why);
+	else if (sqe->op == LC_OP_REMOVE_REGEX)
+		rc = decode_pattern(rg, r, why);
+	else if (sqe->count || sqe->arg_len) {
+		*why = "arguments given to an operation without any";
+		rc = LUNAR_ERR_PROTOCOL;
+	}
+	if (rc) {
+		px_req_free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+void px_req_free(struct px_req *r)
+{
+	if (!r)
+		return;
+	for (uint32_t i = 0; i < r->count; i++) {
+		free(r->items[i].key);
+		free(r->items[i].iov);
+	}
+	free(r->items);
+	free(r->pattern);
+	free(r);
+}
+
+void px_complete(const struct px_region *rg, const struct px_req *r, int64_t result)
+{
+	struct lc_cslot *slot = &rg->slots[r->sqe.slot];
+	uint32_t old;
+
+	for (uint32_t i = 0; i < r->count; i++) {
+		int64_t *res = (int64_t *)(rg->base + r->items[i].item_off +
+					   offsetof(struct lc_item, result));
+
+		LC_WRITE_ONCE(*res, r->items[i].result);
+	}
+	LC_WRITE_ONCE(slot->result, result);
+	LC_WRITE_ONCE(slot->seq, r->sqe.seq);
+	/* Pairs with the waiter's acquire load of state: results before DONE. */
+	old = lc_xchg(&slot->state, (uint32_t)LC_SLOT_DONE);
+	if (old == LC_SLOT_WAITING)
+		lc_futex_wake(&slot->state, 1);
+}

@@ -1,0 +1,67 @@
+/*
+ * decode.h - turns one submission from a client's shared region into a
+ * request the proxy can trust. The client is hostile: the descriptor is
+ * copied once, every offset and length is checked against the region
+ * without overflow, keys are copied out, and nothing in shared memory is
+ * read twice. Data bytes stay in shared memory (the client may race its own
+ * value, never the proxy's bookkeeping). This is the fuzz target's entry.
+ */
+#ifndef LUNAR_PROXY_DECODE_H
+#define LUNAR_PROXY_DECODE_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "shm_abi.h"
+
+/* The proxy's own copy of a session's layout; never re-read from shm. */
+struct px_region {
+	uint8_t *base;
+	uint64_t size;
+	struct lc_ring_ctl *ring;
+	struct lc_sqe *sqes;
+	struct lc_cslot *slots;
+	uint32_t entries;
+	uint32_t slot_count;
+	uint64_t arena_off;
+	uint64_t arena_size;
+};
+
+struct px_item {
+	char *key;          /* private NUL-terminated copy */
+	uint32_t key_len;
+	int64_t result;     /* written back to the item at item_off */
+	uint64_t item_off;  /* region offset of this item's lc_item */
+	struct iovec *iov;  /* validated pointers into the region */
+	int iovcnt;
+	uint64_t total;     /* sum of iov lengths */
+};
+
+struct px_req {
+	struct px_session *s; /* holds a reference while queued and running */
+	struct lc_sqe sqe;    /* private copy */
+	uint32_t count;
+	struct px_item *items;
+	char *pattern;        /* LC_OP_REMOVE_REGEX: private NUL-terminated copy */
+	struct px_req *next;  /* pool queue link */
+};
+
+/*
+ * px_decode - validate sqe (already copied out of the ring) against rg and
+ * build a request. Returns 0 and *out (free with px_req_free), or
+ * LUNAR_ERR_PROTOCOL with *why naming the violation (the caller disconnects
+ * the client), or -ENOMEM. Per-key problems that are not protocol
+ * violations (a malformed key) are set as that item's result instead.
+ * Pure function of its inputs; any thread.
+ */
+int px_decode(const struct px_region *rg, const struct lc_sqe *sqe, struct px_req **out,
+	      const char **why);
+/* px_req_free - free a request from px_decode. NULL is a no-op. */
+void px_req_free(struct px_req *r);
+/*
+ * px_complete - write item results and the completion for r into the region
+ * and wake the waiter if it sleeps. result is the completion's result.
+ */
+void px_complete(const struct px_region *rg, const struct px_req *r, int64_t result);
+
+#endif /* LUNAR_PROXY_DECODE_H */

@@ -1,0 +1,115 @@
+/*
+ * heartbeat.c - the proxy's liveness towards the master: a Ping every
+ * --ping-interval, and a (re-)mount of our segment whenever the master does
+ * not know us (first contact, master restarted, or we were declared dead).
+ */
+#include <errno.h>
+#include <time.h>
+
+#include "clock.h"
+#include "log.h"
+#include "lunar.h"
+#include "proxy/px_int.h"
+
+static int mount_segment(struct px_proxy *px)
+{
+	Lunar__MountSegmentRequest rq = LUNAR__MOUNT_SEGMENT_REQUEST__INIT;
+	Lunar__SegmentDesc seg = LUNAR__SEGMENT_DESC__INIT;
+	ProtobufCMessage *rep;
+	int rc;
+
+	seg.name = (char *)px->endpoint;
+	seg.endpoint = (char *)px->endpoint;
+	seg.size = px->cfg.segment_size;
+	rq.client_id = px->client_id;
+	rq.segment = &seg;
+	rc = px_mc_call(px->mc, LUNAR__METHOD__MOUNT_SEGMENT, &rq.base, &rep);
+	if (rc)
+		return rc;
+	rc = px_mc_code(rep);
+	protobuf_c_message_free_unpacked(rep, NULL);
+	if (rc)
+		LC_WARN("proxy", "mounting segment %s: %s", px->endpoint, lunar_strerror(rc));
+	else
+		LC_INFO("proxy", "segment %s mounted (%llu bytes)", px->endpoint,
+			(unsigned long long)px->cfg.segment_size);
+	return rc;
+}
+
+int px_master_ping(struct px_proxy *px)
+{
+	Lunar__PingRequest rq = LUNAR__PING_REQUEST__INIT;
+	ProtobufCMessage *rep;
+	int rc, remount;
+
+	rq.client_id = px->client_id;
+	rc = px_mc_call(px->mc, LUNAR__METHOD__PING, &rq.base, &rep);
+	if (rc)
+		return rc;
+	rc = px_mc_code(rep);
+	remount = ((Lunar__PingReply *)rep)->need_remount;
+	protobuf_c_message_free_unpacked(rep, NULL);
+	if (rc)
+		return rc;
+	if (!remount || px->cfg.segment_size == 0)
+		return 0;
+	if (atomic_exchange(&px->mounted, false))
+		LC_WARN("proxy", "master asks for a re-mount");
+	rc = mount_segment(px);
+	if (!rc)
+		atomic_store(&px->mounted, true);
+	return rc;
+}
+
+static void *heartbeat_main(void *arg)
+{
+	struct px_proxy *px = arg;
+	int was_ok = 1;
+
+	pthread_mutex_lock(&px->hb_lock);
+	while (!atomic_load(&px->stopping)) {
+		struct timespec ts;
+		uint64_t ns;
+		int rc;
+
+		pthread_mutex_unlock(&px->hb_lock);
+		rc = px_master_ping(px);
+		if (rc && was_ok)
+			LC_WARN("proxy", "master unreachable: %s", lunar_strerror(rc));
+		else if (!rc && !was_ok)
+			LC_INFO("proxy", "master reachable again");
+		was_ok = !rc;
+		pthread_mutex_lock(&px->hb_lock);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ns = (uint64_t)ts.tv_nsec + px->cfg.ping_interval_ms * 1000000ull;
+		ts.tv_sec += (time_t)(ns / 1000000000ull);
+		ts.tv_nsec = (long)(ns % 1000000000ull);
+		if (!atomic_load(&px->stopping))
+			pthread_cond_timedwait(&px->hb_cond, &px->hb_lock, &ts);
+	}
+	pthread_mutex_unlock(&px->hb_lock);
+	return NULL;
+}
+
+int px_heartbeat_start(struct px_proxy *px)
+{
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&px->hb_lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&px->hb_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	return pthread_create(&px->heartbeat, NULL, heartbeat_main, px) ? LUNAR_ERR_INTERNAL : 0;
+}
+
+void px_heartbeat_stop(struct px_proxy *px)
+{
+	pthread_mutex_lock(&px->hb_lock);
+	atomic_store(&px->stopping, true);
+	pthread_cond_broadcast(&px->hb_cond);
+	pthread_mutex_unlock(&px->hb_lock);
+	pthread_join(px->heartbeat, NULL);
+	pthread_mutex_destroy(&px->hb_lock);
+	pthread_cond_destroy(&px->hb_cond);
+}

@@ -1,0 +1,170 @@
+/*
+ * main.c - lunar-proxy: wires the parts together (segment, engine, master
+ * client or embedded master, workers, heartbeat, client socket), runs the
+ * event loop until SIGTERM/SIGINT, then takes everything down in reverse.
+ */
+#include <errno.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "log.h"
+#include "lunar.h"
+#include "proxy/px_int.h"
+#include "uds.h"
+
+static int make_socket_dir(const char *path)
+{
+	char buf[sizeof(((struct px_config *)0)->socket_path)];
+	char *dir;
+
+	strcpy(buf, path);
+	dir = dirname(buf);
+	if (mkdir(dir, 0750) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int start_data_plane(struct px_proxy *px)
+{
+	struct eng_config ec = { .host = px->cfg.host, .port = px->cfg.data_port };
+	int rc;
+
+	if (px->cfg.segment_size) {
+		px->segment = mmap(NULL, px->cfg.segment_size, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (px->segment == MAP_FAILED) {
+			px->segment = NULL;
+			LC_ERROR("proxy", "cannot map a %llu-byte segment: %s",
+				 (unsigned long long)px->cfg.segment_size, strerror(errno));
+			return LUNAR_ERR_INTERNAL;
+		}
+	}
+	ec.seg_base = px->segment;
+	ec.seg_size = px->cfg.segment_size;
+	rc = eng_engine_create(&ec, &px->engine);
+	if (rc) {
+		LC_ERROR("proxy", "data port %s:%u: %s", px->cfg.host, px->cfg.data_port,
+			 lunar_strerror(rc));
+		return rc;
+	}
+	px->endpoint = eng_engine_endpoint(px->engine);
+	return 0;
+}
+
+static int start_control_plane(struct px_proxy *px)
+{
+	int rc;
+
+	if (getrandom(&px->client_id, sizeof(px->client_id), 0) != sizeof(px->client_id))
+		return LUNAR_ERR_INTERNAL;
+	if (px->cfg.embedded) {
+		px->master = mst_master_create(&px->cfg.mcfg);
+		if (!px->master)
+			return LUNAR_ERR_INTERNAL;
+	}
+	rc = px_mc_create(px->master, px->cfg.master_url, px->cfg.rpc_timeout_ms, &px->mc);
+	if (rc)
+		return rc;
+	rc = px_pool_create(px, px->cfg.workers, &px->pool);
+	if (rc)
+		return rc;
+	return px_heartbeat_start(px);
+}
+
+static int start_clients(struct px_proxy *px)
+{
+	sigset_t sigs;
+	int rc;
+
+	rc = make_socket_dir(px->cfg.socket_path);
+	if (rc == 0)
+		rc = px->listen_fd = lc_uds_listen(px->cfg.socket_path, 0660);
+	if (rc < 0) {
+		LC_ERROR("proxy", "socket %s: %s", px->cfg.socket_path, strerror(-rc));
+		return LUNAR_ERR_INTERNAL;
+	}
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	px->stop_efd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+	px->epfd = epoll_create1(EPOLL_CLOEXEC);
+	return px->stop_efd < 0 || px->epfd < 0 ? LUNAR_ERR_INTERNAL : 0;
+}
+
+static void unmount(struct px_proxy *px)
+{
+	Lunar__UnmountSegmentRequest rq = LUNAR__UNMOUNT_SEGMENT_REQUEST__INIT;
+	ProtobufCMessage *rep;
+
+	if (!atomic_load(&px->mounted))
+		return;
+	rq.client_id = px->client_id;
+	rq.name = (char *)px->endpoint;
+	if (!px_mc_call(px->mc, LUNAR__METHOD__UNMOUNT_SEGMENT, &rq.base, &rep))
+		protobuf_c_message_free_unpacked(rep, NULL);
+}
+
+static void stop(struct px_proxy *px)
+{
+	if (px->heartbeat)
+		px_heartbeat_stop(px);
+	if (px->listen_fd > 0) {
+		close(px->listen_fd);
+		unlink(px->cfg.socket_path);
+	}
+	px_pool_destroy(px->pool);
+	if (px->mc)
+		unmount(px);
+	px_mc_destroy(px->mc);
+	eng_engine_destroy(px->engine);
+	mst_master_destroy(px->master);
+	if (px->segment)
+		munmap(px->segment, px->cfg.segment_size);
+	if (px->epfd > 0)
+		close(px->epfd);
+	if (px->stop_efd > 0)
+		close(px->stop_efd);
+}
+
+int main(int argc, char **argv)
+{
+	static struct px_proxy px;
+	sigset_t sigs;
+	int rc;
+
+	rc = px_config_parse(&px.cfg, argc, argv);
+	if (rc)
+		return rc == 1 ? 0 : 2;
+	/* Block the stop signals everywhere; the loop reads them from a signalfd. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	rc = start_data_plane(&px);
+	if (!rc)
+		rc = start_clients(&px);
+	if (!rc)
+		rc = start_control_plane(&px);
+	if (!rc) {
+		LC_INFO("proxy", "serving %s; data port %s; segment %llu bytes; master %s",
+			px.cfg.socket_path, px.endpoint, (unsigned long long)px.cfg.segment_size,
+			px.cfg.embedded ? "embedded" : px.cfg.master_url);
+		rc = px_loop_run(&px);
+		if (rc)
+			LC_ERROR("proxy", "event loop: %s", strerror(-rc));
+	}
+	stop(&px);
+	LC_INFO("proxy", "stopped");
+	return rc ? 1 : 0;
+}

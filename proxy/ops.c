@@ -1,0 +1,117 @@
+/*
+ * ops.c - runs one decoded request to completion on a worker: picks the
+ * executor for its operation and reports the result to the client.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "lunar.h"
+#include "proxy/ops.h"
+
+int px_batch_collect(struct px_req *r, struct px_batch *b)
+{
+	b->n = 0;
+	b->keys = calloc(r->count ? r->count : 1, sizeof(*b->keys));
+	b->idx = calloc(r->count ? r->count : 1, sizeof(*b->idx));
+	if (!b->keys || !b->idx) {
+		px_batch_fini(b);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < r->count; i++) {
+		if (r->items[i].result)
+			continue;
+		b->keys[b->n] = r->items[i].key;
+		b->idx[b->n++] = i;
+	}
+	return 0;
+}
+
+void px_batch_fini(struct px_batch *b)
+{
+	free(b->keys);
+	free(b->idx);
+	b->keys = NULL;
+	b->idx = NULL;
+}
+
+void px_batch_fail(struct px_req *r, const struct px_batch *b, int code)
+{
+	for (size_t i = 0; i < b->n; i++)
+		r->items[b->idx[i]].result = code;
+}
+
+int px_batch_keys_call(struct px_proxy *px, const struct px_session *s, uint32_t method,
+		       char **keys, size_t n, ProtobufCMessage **rep)
+{
+	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
+	int rc;
+
+	rq.client_id = px->client_id;
+	rq.tenant = (char *)s->tenant;
+	rq.n_keys = n;
+	rq.keys = keys;
+	rc = px_mc_call(px->mc, method, &rq.base, rep);
+	if (rc)
+		return rc;
+	rc = px_mc_code(*rep);
+	if (rc) {
+		protobuf_c_message_free_unpacked(*rep, NULL);
+		*rep = NULL;
+	}
+	return rc;
+}
+
+/* Operations that are not item batches: their result is the completion's. */
+static int64_t run_tenant_op(struct px_proxy *px, struct px_req *r)
+{
+	Lunar__RemoveAllRequest rq = LUNAR__REMOVE_ALL_REQUEST__INIT;
+	ProtobufCMessage *rep;
+	int64_t rc;
+
+	switch (r->sqe.op) {
+	case LC_OP_HEALTH:
+		return px_master_ping(px) ? 2 : 0;
+	case LC_OP_REMOVE_ALL:
+		rq.tenant = r->s->tenant;
+		rq.force = (r->sqe.flags & LC_SQE_FORCE) != 0;
+		rc = px_mc_call(px->mc, LUNAR__METHOD__REMOVE_ALL, &rq.base, &rep);
+		if (rc)
+			return rc;
+		rc = px_mc_code(rep);
+		if (!rc)
+			rc = ((Lunar__RemoveAllReply *)rep)->count;
+		protobuf_c_message_free_unpacked(rep, NULL);
+		return rc;
+	default:
+		/* Upsert and remove-by-regex arrive with the master's Step 2 calls. */
+		return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
+	}
+}
+
+void px_req_run(struct px_proxy *px, struct px_req *r)
+{
+	struct px_session *s = r->s;
+	int64_t result;
+
+	switch (r->sqe.op) {
+	case LC_OP_PUT:
+		result = px_run_put(px, r);
+		break;
+	case LC_OP_GET:
+	case LC_OP_GET_SIZE:
+		result = px_run_get(px, r);
+		break;
+	case LC_OP_EXISTS:
+	case LC_OP_REMOVE:
+	case LC_OP_PREFIX_MATCH:
+		result = px_run_keys(px, r);
+		break;
+	default:
+		result = run_tenant_op(px, r);
+		break;
+	}
+	if (!atomic_load(&s->dead))
+		px_complete(&s->rg, r, result);
+	px_session_put(s);
+	px_req_free(r);
+}

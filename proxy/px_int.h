@@ -1,0 +1,137 @@
+/*
+ * px_int.h - lunar-proxy internals shared by the proxy's files only.
+ *
+ * Threads: one event loop (accept, handshakes, hang-ups, ring draining), a
+ * pool of workers running requests (master calls and transfers block), a
+ * heartbeat thread (Ping, re-mount), and the engine's data-port threads.
+ * A session is reference-counted: the loop holds one reference until
+ * hang-up, each queued request one more; the region is unmapped at zero.
+ */
+#ifndef LUNAR_PROXY_PX_INT_H
+#define LUNAR_PROXY_PX_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "lunar.pb-c.h"
+#include "master/master.h"
+#include "proxy/decode.h"
+#include "shm_abi.h"
+
+struct eng_engine;
+
+struct px_config {
+	char socket_path[256];
+	const char *master_url;   /* NULL with embedded */
+	int embedded;             /* --embedded-master */
+	struct mst_config mcfg;   /* master flags, embedded only */
+	const char *host;         /* --host: data-plane address */
+	uint16_t data_port;       /* --data-port */
+	uint64_t segment_size;    /* --segment-size */
+	uint64_t arena_size;      /* --arena-size: per-client default */
+	unsigned max_clients;     /* --max-clients */
+	unsigned workers;         /* --workers */
+	uint64_t rpc_timeout_ms;  /* --rpc-timeout */
+	uint64_t ping_interval_ms;/* --ping-interval */
+	uint64_t debug_put_delay_ms; /* --debug-put-delay: test hook */
+};
+
+/* px_config_parse - argv into cfg. Returns 0, 1 after --help/--version was
+ * printed, or 2 after a usage error was printed (the exit codes). */
+int px_config_parse(struct px_config *cfg, int argc, char **argv);
+
+/* --- master client (mc.c) --- */
+struct px_mc;
+/* px_mc_create - embedded (m != NULL) or remote (url). 0 or a code. */
+int px_mc_create(struct mst_master *m, const char *url, uint64_t timeout_ms, struct px_mc **out);
+void px_mc_destroy(struct px_mc *mc);
+/*
+ * px_mc_call - one control-plane call; blocks up to the RPC timeout. On 0,
+ * *rep is the method's reply (free with protobuf_c_message_free_unpacked);
+ * else LUNAR_ERR_RPC_FAIL or LUNAR_ERR_RPC_TIMEOUT and no reply.
+ * Any thread; calls run in parallel (one nng context each).
+ */
+int px_mc_call(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
+	       ProtobufCMessage **rep);
+/* px_mc_code - the status code of a reply (LUNAR_ERR_PROTOCOL if none). */
+int px_mc_code(const ProtobufCMessage *rep);
+
+/* --- sessions (session.c) --- */
+struct px_session {
+	int sock;
+	int efd;
+	int memfd;
+	uint64_t client_id;
+	pid_t pid;
+	uid_t uid;
+	char tenant[LC_TENANT_MAX];
+	struct px_region rg; /* the proxy's own copy of the layout */
+	uint32_t cons;       /* private consumer index; loop thread only */
+	atomic_int refs;
+	atomic_bool dead;
+	struct px_proxy *px;
+	struct px_session *prev, *next; /* px->sessions; loop thread only */
+};
+
+/* --- the proxy --- */
+struct px_proxy {
+	struct px_config cfg;
+	uint64_t client_id; /* this proxy's id at the master */
+	struct mst_master *master; /* embedded only */
+	struct px_mc *mc;
+	struct eng_engine *engine;
+	const char *endpoint; /* our data port, also our segment's name */
+	void *segment;
+	struct px_pool *pool;
+	int listen_fd;
+	int epfd;
+	int stop_efd; /* signalfd: SIGTERM, SIGINT */
+	unsigned nsessions;
+	struct px_session *sessions;
+	atomic_bool mounted;
+	atomic_bool stopping;
+	pthread_t heartbeat;
+	pthread_mutex_t hb_lock;
+	pthread_cond_t hb_cond;
+};
+
+/* session.c: handshake on an accepted socket; 0 and a live session, or a
+ * negative code after the refusal was sent and the socket closed. */
+int px_session_open(struct px_proxy *px, int sock, struct px_session **out);
+void px_session_get(struct px_session *s);
+/* px_session_put - drop a reference; the last one unmaps and closes. */
+void px_session_put(struct px_session *s);
+/* px_session_kill - mark dead (hang-up or violation) and log why. */
+void px_session_kill(struct px_session *s, const char *why);
+
+/* --- requests (ops_*.c) --- */
+/* px_req_run - execute a decoded request and complete it to the client.
+ * Worker thread; blocks on the master and transfers. Frees r. */
+void px_req_run(struct px_proxy *px, struct px_req *r);
+/* Executors set per-item results and return the completion's result. */
+int64_t px_run_put(struct px_proxy *px, struct px_req *r);
+int64_t px_run_get(struct px_proxy *px, struct px_req *r);
+int64_t px_run_keys(struct px_proxy *px, struct px_req *r);
+
+/* --- workers (pool.c) --- */
+struct px_pool;
+int px_pool_create(struct px_proxy *px, unsigned nthreads, struct px_pool **out);
+/* px_pool_submit - queue r (the pool owns it). Never blocks. */
+void px_pool_submit(struct px_pool *p, struct px_req *r);
+/* px_pool_destroy - run what is queued, stop and join the threads. */
+void px_pool_destroy(struct px_pool *p);
+
+/* --- event loop (loop.c) and heartbeat (heartbeat.c) --- */
+int px_loop_run(struct px_proxy *px);
+int px_heartbeat_start(struct px_proxy *px);
+void px_heartbeat_stop(struct px_proxy *px);
+/* px_master_ping - one Ping (and a re-mount if asked). 0 or a code. */
+int px_master_ping(struct px_proxy *px);
+
+#endif /* LUNAR_PROXY_PX_INT_H */

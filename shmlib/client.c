@@ -1,0 +1,181 @@
+/*
+ * client.c - the handle: lunar_connect/lunar_close, lunar_health, and the
+ * zero-copy memory calls. Options resolve once at connect (opts, then the
+ * environment, then defaults); the session behind the handle is replaced
+ * transparently when the proxy restarts (conn.c).
+ */
+#include "shm_int.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "key.h"
+#include "log.h"
+#include "uds.h"
+
+#define SHM_TIMEOUT_DEFAULT_MS 30000u
+
+static unsigned timeout_resolve(unsigned given)
+{
+	const char *s = getenv("LUNAR_TIMEOUT_MS");
+	unsigned long v;
+	char *end;
+
+	if (!given && s && *s) {
+		errno = 0;
+		v = strtoul(s, &end, 10);
+		if (errno || *end || !v)
+			LC_WARN(SHM_LOG, "LUNAR_TIMEOUT_MS=%s ignored: not a positive number", s);
+		else
+			given = v > INT_MAX ? INT_MAX : (unsigned)v;
+	}
+	if (!given)
+		given = SHM_TIMEOUT_DEFAULT_MS;
+	/* poll(2) takes an int. */
+	return given > INT_MAX ? INT_MAX : given;
+}
+
+static int client_config(struct lunar_client *c, const struct lunar_opts *opts)
+{
+	const char *path = opts && opts->socket_path ? opts->socket_path : getenv("LUNAR_SOCKET");
+	const char *tenant = opts ? opts->tenant : NULL;
+
+	if (path && *path) {
+		if (strlen(path) >= sizeof(c->path))
+			return LUNAR_ERR_INVALID_PARAMS;
+		strcpy(c->path, path);
+	} else {
+		lc_uds_default_path(c->path, sizeof(c->path));
+	}
+	/* No tenant: the empty name, which the proxy takes as "default". */
+	if (tenant) {
+		size_t len = strnlen(tenant, LC_TENANT_MAX);
+
+		if (len >= LC_TENANT_MAX || lc_tenant_check(tenant, len))
+			return LUNAR_ERR_INVALID_PARAMS;
+		memcpy(c->tenant, tenant, len);
+	}
+	c->timeout_ms = timeout_resolve(opts ? opts->timeout_ms : 0);
+	c->arena_bytes = opts ? opts->arena_bytes : 0;
+	return 0;
+}
+
+int lunar_connect(const struct lunar_opts *opts, struct lunar_client **out)
+{
+	struct lunar_client *c;
+	int rc;
+
+	if (!out)
+		return LUNAR_ERR_INVALID_PARAMS;
+	*out = NULL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return LUNAR_ERR_INTERNAL;
+	rc = client_config(c, opts);
+	if (rc)
+		goto err_free;
+	rc = shm_conn_open(c, &c->conn);
+	if (rc)
+		goto err_free;
+	pthread_mutex_init(&c->lock, NULL);
+	*out = c;
+	return 0;
+err_free:
+	free(c);
+	return rc;
+}
+
+void lunar_close(struct lunar_client *c)
+{
+	struct shm_ualloc *ua, *next;
+
+	if (!c)
+		return;
+	/* The proxy frees its side when it sees the socket close. */
+	for (ua = c->allocs; ua; ua = next) {
+		next = ua->next;
+		shm_conn_put(ua->conn);
+		free(ua);
+	}
+	shm_conn_put(c->conn);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+int lunar_health(struct lunar_client *c)
+{
+	static const struct shm_op op = {.op = LC_OP_HEALTH};
+	int64_t rc;
+
+	if (!c)
+		return LUNAR_ERR_INVALID_PARAMS;
+	rc = shm_run_raw(c, &op, NULL, 0);
+	return rc == LUNAR_ERR_PROXY_UNAVAILABLE ? 1 : (int)rc;
+}
+
+/*
+ * lunar_alloc memory lies in the session's arena, so calls reference it in
+ * place (zero copy). It stays mapped until lunar_free or lunar_close, but it
+ * is shared with the proxy only until the proxy restarts: after a reconnect
+ * it lies outside the new arena and calls stage it like any other buffer.
+ * (A later step re-registers it with the new proxy.)
+ */
+void *lunar_alloc(struct lunar_client *c, size_t len)
+{
+	struct shm_ualloc *ua;
+	struct shm_conn *cn;
+
+	if (!c || !len || shm_client_acquire(c, &cn))
+		return NULL;
+	ua = malloc(sizeof(*ua));
+	if (!ua || shm_arena_try(cn, len, &ua->off)) {
+		free(ua);
+		shm_conn_put(cn);
+		return NULL;
+	}
+	ua->conn = cn; /* the reference taken above */
+	ua->ptr = cn->base + ua->off;
+	pthread_mutex_lock(&c->lock);
+	ua->next = c->allocs;
+	c->allocs = ua;
+	pthread_mutex_unlock(&c->lock);
+	return ua->ptr;
+}
+
+void lunar_free(struct lunar_client *c, void *p)
+{
+	struct shm_ualloc **pp, *ua = NULL;
+
+	if (!c || !p)
+		return;
+	pthread_mutex_lock(&c->lock);
+	for (pp = &c->allocs; *pp; pp = &(*pp)->next) {
+		if ((*pp)->ptr == p) {
+			ua = *pp;
+			*pp = ua->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!ua) {
+		LC_DEBUG(SHM_LOG, "lunar_free(%p): not from lunar_alloc, ignored", p);
+		return;
+	}
+	shm_arena_put(ua->conn, ua->off);
+	shm_conn_put(ua->conn);
+	free(ua);
+}
+
+/* Registering caller memory (sealed memfd shared with the proxy) comes in
+ * Step 3 of the plan; until then these calls report so. */
+int lunar_register(struct lunar_client *c, void *p, size_t len)
+{
+	return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
+}
+
+int lunar_unregister(struct lunar_client *c, void *p)
+{
+	return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
+}

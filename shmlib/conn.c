@@ -1,0 +1,299 @@
+/*
+ * conn.c - proxy sessions: connect and handshake over the UNIX socket, map
+ * and validate the region the proxy sends, refcount it, notice the proxy's
+ * death by the socket's hang-up, and reconnect transparently on the next
+ * call. A broken session is never reused: a proxy that timed out may still
+ * write into its region, so it is only unmapped when its last user leaves.
+ */
+#include "shm_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "atomic.h"
+#include "futex.h"
+#include "log.h"
+#include "ralloc.h"
+#include "uds.h"
+
+/* Arena ranges are cache-line aligned: staged values copy fast and two
+ * requests never share a line the proxy writes results into. */
+#define SHM_ARENA_ALIGN	 LC_CACHELINE
+#define SHM_SPIN_INIT_NS 20000u
+
+static int range_ok(uint64_t off, uint64_t len, uint64_t lo, uint64_t size)
+{
+	return off >= lo && len <= size && off <= size - len && off % 8 == 0;
+}
+
+/* The header as the proxy wrote it, copied once, checked before any use. */
+static int hdr_check(const struct lc_shm_hdr *h, const struct lc_welcome *w)
+{
+	uint64_t part[4][2] = {
+	    {h->ring_off, sizeof(struct lc_ring_ctl)},
+	    {h->sqes_off, (uint64_t)h->ring_entries * sizeof(struct lc_sqe)},
+	    {h->slots_off, (uint64_t)h->slot_count * sizeof(struct lc_cslot)},
+	    {h->arena_off, h->arena_size},
+	};
+
+	if (h->magic != LC_SHM_MAGIC || h->version != LC_PROTO_VERSION ||
+	    h->region_size != w->region_size || h->client_id != w->client_id ||
+	    h->hdr_size < sizeof(*h) || h->hdr_size > h->region_size)
+		return -1;
+	if (!h->ring_entries || (h->ring_entries & (h->ring_entries - 1)) || !h->slot_count ||
+	    h->arena_size < SHM_ARENA_ALIGN || !h->max_batch || !h->max_segs)
+		return -1;
+	for (int i = 0; i < 4; i++) {
+		if (!range_ok(part[i][0], part[i][1], h->hdr_size, h->region_size))
+			return -1;
+		for (int j = 0; j < i; j++)
+			if (part[i][0] < part[j][0] + part[j][1] &&
+			    part[j][0] < part[i][0] + part[i][1])
+				return -1;
+	}
+	return 0;
+}
+
+/* Map the memfd; the proxy must have sealed it against shrinking, so no
+ * access can ever SIGBUS. */
+static int region_map(struct shm_conn *cn, int memfd, const struct lc_welcome *w)
+{
+	struct lc_shm_hdr h;
+	struct stat st;
+	int seals;
+
+	seals = fcntl(memfd, F_GET_SEALS);
+	if (fstat(memfd, &st) < 0 || seals < 0 || !(seals & F_SEAL_SHRINK) ||
+	    (uint64_t)st.st_size != w->region_size || w->region_size < sizeof(h)) {
+		LC_ERROR(SHM_LOG, "proxy region: bad size or seals");
+		return LUNAR_ERR_PROTOCOL;
+	}
+	cn->base = mmap(NULL, w->region_size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (cn->base == MAP_FAILED) {
+		cn->base = NULL;
+		LC_ERROR(SHM_LOG, "mmap %llu bytes: %s", (unsigned long long)w->region_size,
+			 strerror(errno));
+		return LUNAR_ERR_INTERNAL;
+	}
+	cn->size = w->region_size;
+	memcpy(&h, cn->base, sizeof(h));
+	if (hdr_check(&h, w)) {
+		LC_ERROR(SHM_LOG, "proxy region: bad header");
+		return LUNAR_ERR_PROTOCOL;
+	}
+	cn->ring = (struct lc_ring_ctl *)(cn->base + h.ring_off);
+	cn->sqes = (struct lc_sqe *)(cn->base + h.sqes_off);
+	cn->slots = (struct lc_cslot *)(cn->base + h.slots_off);
+	cn->entries = h.ring_entries;
+	cn->slot_count = h.slot_count;
+	cn->max_batch = h.max_batch;
+	cn->max_segs = h.max_segs;
+	cn->arena_off = h.arena_off;
+	cn->arena_size = h.arena_size;
+	return 0;
+}
+
+/* Client-private state over the mapped region: free slots and the arena. */
+static int conn_init_local(struct shm_conn *cn)
+{
+	cn->free_slots = malloc(cn->slot_count * sizeof(*cn->free_slots));
+	cn->arena = lc_ralloc_create(cn->arena_size, SHM_ARENA_ALIGN);
+	if (!cn->free_slots || !cn->arena)
+		return LUNAR_ERR_INTERNAL;
+	for (uint32_t i = 0; i < cn->slot_count; i++)
+		cn->free_slots[i] = cn->slot_count - 1 - i;
+	cn->nfree = cn->slot_count;
+	return 0;
+}
+
+static struct shm_conn *conn_alloc(void)
+{
+	struct shm_conn *cn = calloc(1, sizeof(*cn));
+	pthread_condattr_t ca;
+
+	if (!cn)
+		return NULL;
+	cn->refs = 1;
+	cn->sock = -1;
+	cn->evfd = -1;
+	cn->spin_ns = SHM_SPIN_INIT_NS;
+	pthread_mutex_init(&cn->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&cn->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	return cn;
+}
+
+static void conn_free(struct shm_conn *cn)
+{
+	pthread_cond_destroy(&cn->cond);
+	pthread_mutex_destroy(&cn->lock);
+	lc_ralloc_destroy(cn->arena);
+	free(cn->free_slots);
+	if (cn->base)
+		munmap(cn->base, cn->size);
+	if (cn->evfd >= 0)
+		close(cn->evfd);
+	if (cn->sock >= 0)
+		close(cn->sock);
+	free(cn);
+}
+
+static int hello_send(const struct lunar_client *c, int sock)
+{
+	struct lc_hello h = {
+	    .magic = LC_SHM_MAGIC,
+	    .version = LC_PROTO_VERSION,
+	    .pid = (uint32_t)getpid(),
+	    .arena_bytes = c->arena_bytes,
+	};
+
+	memcpy(h.tenant, c->tenant, sizeof(h.tenant));
+	return lc_uds_send(sock, &h, sizeof(h), NULL, 0) ? LUNAR_ERR_PROXY_UNAVAILABLE : 0;
+}
+
+/* Receive the welcome; on 0 fds[0] is the memfd and fds[1] the eventfd. */
+static int welcome_recv(const struct lunar_client *c, int sock, struct lc_welcome *w, int fds[2])
+{
+	int n = lc_uds_recv(sock, w, sizeof(*w), fds, 2, (int)c->timeout_ms), rc;
+
+	if (n < 0) {
+		LC_WARN(SHM_LOG, "handshake with %s: %s", c->path, strerror(-n));
+		return LUNAR_ERR_PROXY_UNAVAILABLE;
+	}
+	if (w->magic != LC_SHM_MAGIC || w->code > 0 ||
+	    (w->code == 0 && (n != 2 || w->version != LC_PROTO_VERSION))) {
+		LC_ERROR(SHM_LOG, "handshake with %s: bad welcome", c->path);
+		rc = LUNAR_ERR_PROTOCOL;
+		goto err_close;
+	}
+	if (w->code < 0) {
+		LC_WARN(SHM_LOG, "proxy %s refused: %s", c->path, lunar_strerror(w->code));
+		rc = w->code;
+		goto err_close;
+	}
+	return 0;
+err_close:
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	return rc;
+}
+
+/* The socket's permissions are the proxy's first access check. */
+static int connect_code(int err)
+{
+	switch (err) {
+	case -ENAMETOOLONG: return LUNAR_ERR_INVALID_PARAMS;
+	case -EACCES:
+	case -EPERM: return LUNAR_ERR_UNAUTHORIZED;
+	}
+	return LUNAR_ERR_PROXY_UNAVAILABLE;
+}
+
+int shm_conn_open(const struct lunar_client *c, struct shm_conn **out)
+{
+	struct lc_welcome w;
+	struct shm_conn *cn;
+	int fds[2], rc;
+
+	cn = conn_alloc();
+	if (!cn)
+		return LUNAR_ERR_INTERNAL;
+	cn->sock = lc_uds_connect(c->path);
+	if (cn->sock < 0) {
+		rc = connect_code(cn->sock);
+		LC_DEBUG(SHM_LOG, "connect %s: %s", c->path, strerror(-cn->sock));
+		goto err_free;
+	}
+	rc = hello_send(c, cn->sock);
+	if (!rc)
+		rc = welcome_recv(c, cn->sock, &w, fds);
+	if (rc)
+		goto err_free;
+	cn->evfd = fds[1];
+	rc = region_map(cn, fds[0], &w);
+	close(fds[0]);
+	if (!rc)
+		rc = conn_init_local(cn);
+	if (rc)
+		goto err_free;
+	LC_DEBUG(SHM_LOG, "session %llu: %llu bytes, %u slots, arena %llu",
+		 (unsigned long long)w.client_id, (unsigned long long)cn->size, cn->slot_count,
+		 (unsigned long long)cn->arena_size);
+	*out = cn;
+	return 0;
+err_free:
+	conn_free(cn);
+	return rc;
+}
+
+void shm_conn_get(struct shm_conn *cn)
+{
+	lc_fetch_add(&cn->refs, 1);
+}
+
+void shm_conn_put(struct shm_conn *cn)
+{
+	if (cn && lc_fetch_add(&cn->refs, -1) == 1)
+		conn_free(cn);
+}
+
+int shm_conn_is_broken(struct shm_conn *cn)
+{
+	return lc_load_acquire(&cn->broken);
+}
+
+void shm_conn_break(struct shm_conn *cn, const char *why)
+{
+	if (lc_xchg(&cn->broken, 1))
+		return;
+	LC_WARN(SHM_LOG, "proxy session lost: %s", why);
+	pthread_mutex_lock(&cn->lock);
+	pthread_cond_broadcast(&cn->cond);
+	pthread_mutex_unlock(&cn->lock);
+	/* Sleepers on completion words recheck broken when woken. */
+	for (uint32_t i = 0; i < cn->slot_count; i++)
+		lc_futex_wake(&cn->slots[i].state, INT_MAX);
+}
+
+int shm_conn_hung_up(struct shm_conn *cn)
+{
+	struct pollfd p = {cn->sock, POLLIN | POLLRDHUP, 0};
+	char b;
+
+	if (poll(&p, 1, 0) <= 0)
+		return 0;
+	if (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))
+		return 1;
+	/* The proxy sends nothing after the welcome; readable means EOF, unless
+	 * a later protocol version talks, which we leave unread. */
+	return recv(cn->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+int shm_client_acquire(struct lunar_client *c, struct shm_conn **out)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->conn && shm_conn_is_broken(c->conn)) {
+		shm_conn_put(c->conn);
+		c->conn = NULL;
+	}
+	if (!c->conn)
+		rc = shm_conn_open(c, &c->conn);
+	if (!rc) {
+		shm_conn_get(c->conn);
+		*out = c->conn;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}

@@ -1,0 +1,329 @@
+/*
+ * request.c - build a request in the arena and run it. Every request takes
+ * one arena range laid out as [lc_item x n][lc_seg ...][key bytes][staged
+ * values]. A user buffer wholly inside the arena (lunar_alloc memory) is
+ * referenced in place; any other buffer is staged: copied in for a put,
+ * copied back out after a get.
+ */
+#include "shm_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "ralloc.h"
+
+#define SHM_STAGE_ALIGN 8u
+
+/* One request in flight: its session, deadline and arena range. */
+struct shm_req {
+	struct shm_conn *cn;
+	uint64_t deadline_ns;
+	uint64_t off;
+	uint64_t len;
+};
+
+/* Where the pieces of an item request go, as offsets from the range. */
+struct shm_layout {
+	uint64_t segs_at;
+	uint64_t keys_at;
+	uint64_t data_at;
+	uint64_t total;
+};
+
+uint64_t shm_deadline(const struct lunar_client *c)
+{
+	return lc_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+}
+
+static int req_begin(struct lunar_client *c, struct shm_req *r)
+{
+	r->deadline_ns = shm_deadline(c);
+	r->len = 0;
+	return shm_client_acquire(c, &r->cn);
+}
+
+static int req_alloc(struct shm_req *r, uint64_t len)
+{
+	int rc = shm_arena_get(r->cn, len, r->deadline_ns, &r->off);
+
+	if (!rc)
+		r->len = len;
+	return rc;
+}
+
+static int64_t req_send(struct shm_req *r, const struct shm_op *op, uint32_t count,
+			uint64_t arg_len)
+{
+	struct lc_sqe sqe = {
+	    .op = op->op,
+	    .flags = op->flags,
+	    .count = count,
+	    .replica_num = op->replica_num,
+	    .arg_off = arg_len ? r->off : 0,
+	    .arg_len = arg_len,
+	    .soft_pin_ttl_ms = op->soft_pin_ttl_ms,
+	};
+	int64_t result;
+	int rc = shm_submit(r->cn, &sqe, r->deadline_ns, &result);
+
+	return rc ? rc : result;
+}
+
+static void req_end(struct shm_req *r)
+{
+	if (r->len)
+		shm_arena_put(r->cn, r->off);
+	shm_conn_put(r->cn);
+}
+
+/*
+ * The region offset of one piece of a value: in place when inside the
+ * arena, else the next staging spot at *cursor (advanced). Layout, filling
+ * and copy-back all walk pieces through here so they agree.
+ */
+static uint64_t piece_place(const struct shm_conn *cn, const struct iovec *v, uint64_t *cursor,
+			    int *staged)
+{
+	uint64_t off = shm_arena_find(cn, v->iov_base, v->iov_len);
+
+	*staged = off == UINT64_MAX;
+	if (*staged) {
+		off = *cursor;
+		*cursor += (v->iov_len + SHM_STAGE_ALIGN - 1) & ~(uint64_t)(SHM_STAGE_ALIGN - 1);
+	}
+	return off;
+}
+
+static uint32_t item_nseg(const struct shm_item *it)
+{
+	uint32_t k = 0;
+
+	for (int j = 0; j < it->iovcnt; j++)
+		k += it->iov[j].iov_len != 0;
+	return k;
+}
+
+static int items_layout(const struct shm_conn *cn, const struct shm_item *items, uint32_t n,
+			struct shm_layout *l)
+{
+	uint64_t nseg = 0, keys = 0, data = 0;
+	int staged;
+
+	if (n > cn->max_batch)
+		return LUNAR_ERR_INVALID_PARAMS;
+	for (uint32_t i = 0; i < n; i++) {
+		if (item_nseg(&items[i]) > cn->max_segs)
+			return LUNAR_ERR_INVALID_PARAMS;
+		nseg += item_nseg(&items[i]);
+		keys += items[i].key_len;
+		for (int j = 0; j < items[i].iovcnt; j++)
+			if (items[i].iov[j].iov_len)
+				piece_place(cn, &items[i].iov[j], &data, &staged);
+	}
+	l->segs_at = (uint64_t)n * sizeof(struct lc_item);
+	l->keys_at = l->segs_at + nseg * sizeof(struct lc_seg);
+	l->data_at = (l->keys_at + keys + SHM_STAGE_ALIGN - 1) & ~(uint64_t)(SHM_STAGE_ALIGN - 1);
+	l->total = l->data_at + data;
+	return 0;
+}
+
+/* Write items, segments and keys; stage put values. */
+static void items_fill(const struct shm_req *r, const struct shm_layout *l,
+		       const struct shm_item *items, uint32_t n, int is_get)
+{
+	uint8_t *base = r->cn->base;
+	uint64_t seg = r->off + l->segs_at, key = r->off + l->keys_at, data = r->off + l->data_at;
+	int staged;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct shm_item *it = &items[i];
+		struct lc_item li = {key, (uint32_t)it->key_len, item_nseg(it), seg, 0};
+
+		memcpy(base + r->off + i * sizeof(li), &li, sizeof(li));
+		memcpy(base + key, it->key, it->key_len);
+		key += it->key_len;
+		for (int j = 0; j < it->iovcnt; j++) {
+			const struct iovec *v = &it->iov[j];
+			struct lc_seg ls = {0, 0, 0, v->iov_len};
+
+			if (!v->iov_len)
+				continue;
+			ls.off = piece_place(r->cn, v, &data, &staged);
+			if (staged && !is_get)
+				memcpy(base + ls.off, v->iov_base, v->iov_len);
+			memcpy(base + seg, &ls, sizeof(ls));
+			seg += sizeof(ls);
+		}
+	}
+}
+
+/* Copy the first got bytes of a staged get result back to the user. */
+static void item_copy_back(const struct shm_req *r, const struct shm_item *it, uint64_t got,
+			   uint64_t *data)
+{
+	int staged;
+
+	for (int j = 0; j < it->iovcnt; j++) {
+		const struct iovec *v = &it->iov[j];
+		uint64_t off, piece = v->iov_len < got ? v->iov_len : got;
+
+		if (!v->iov_len)
+			continue;
+		off = piece_place(r->cn, v, data, &staged);
+		if (staged && piece)
+			memcpy(v->iov_base, r->cn->base + off, piece);
+		got -= piece;
+	}
+}
+
+static void items_collect(const struct shm_req *r, const struct shm_layout *l,
+			  struct shm_item *items, uint32_t n, int is_get)
+{
+	const struct lc_item *li = (const struct lc_item *)(r->cn->base + r->off);
+	uint64_t data = r->off + l->data_at;
+
+	for (uint32_t i = 0; i < n; i++) {
+		int64_t res = li[i].result;
+		uint64_t cap = 0;
+
+		for (int j = 0; j < items[i].iovcnt; j++)
+			cap += items[i].iov[j].iov_len;
+		if (is_get && res > (int64_t)cap)
+			res = LUNAR_ERR_PROTOCOL;
+		/* Walk every item, so staging offsets of later ones stay right. */
+		item_copy_back(r, &items[i], is_get && res > 0 ? (uint64_t)res : 0, &data);
+		items[i].result = res;
+	}
+}
+
+static int64_t items_fail(struct shm_item *items, uint32_t n, int64_t rc)
+{
+	for (uint32_t i = 0; i < n; i++)
+		items[i].result = rc;
+	return rc;
+}
+
+static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
+			 uint32_t n, int may_refit);
+
+/* Trim a destination to its first size bytes into out; the count of
+ * iovecs, or 0 when size does not fit in it. */
+static int iov_trim(const struct iovec *iov, int iovcnt, uint64_t size, struct iovec *out)
+{
+	uint64_t cap = 0;
+	int k;
+
+	for (k = 0; k < iovcnt; k++)
+		cap += iov[k].iov_len;
+	if (size > cap)
+		return 0;
+	for (k = 0; k < iovcnt && size > 0; k++) {
+		out[k] = iov[k];
+		if (out[k].iov_len > size)
+			out[k].iov_len = (size_t)size;
+		size -= out[k].iov_len;
+	}
+	return k;
+}
+
+/*
+ * A get whose destinations are too large to stage at once (a big malloc'd
+ * buffer for a small value): learn the sizes first, then get only the keys
+ * that fit, staging only their size. A value that grows in between reports
+ * BUFFER_OVERFLOW.
+ */
+static int64_t get_refit(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
+			 uint32_t n)
+{
+	static const struct shm_op size_op = {.op = LC_OP_GET_SIZE};
+	size_t nv = 0;
+	struct shm_item *fit;
+	struct iovec *v;
+	uint32_t *idx, m = 0;
+	int64_t rc;
+
+	for (uint32_t i = 0; i < n; i++)
+		nv += (size_t)items[i].iovcnt;
+	fit = malloc(n * (sizeof(*fit) + sizeof(*idx)) + nv * sizeof(*v));
+	if (!fit)
+		return items_fail(items, n, LUNAR_ERR_INTERNAL);
+	v = (struct iovec *)(fit + n);
+	idx = (uint32_t *)(v + nv);
+	for (uint32_t i = 0; i < n; i++)
+		fit[i] = (struct shm_item){items[i].key, items[i].key_len, NULL, 0, 0};
+	rc = run_items(c, &size_op, fit, n, 0);
+	/* Compact in place: fit[m] is written only after fit[i >= m] is read. */
+	for (uint32_t i = 0; i < n && rc >= 0; i++) {
+		int64_t size = fit[i].result;
+		int k = size > 0 ? iov_trim(items[i].iov, items[i].iovcnt, (uint64_t)size, v) : 0;
+
+		items[i].result = size < 0 ? size : LUNAR_ERR_BUFFER_OVERFLOW;
+		if (!k)
+			continue;
+		fit[m] = (struct shm_item){items[i].key, items[i].key_len, v, k, 0};
+		idx[m++] = i;
+		v += k;
+	}
+	if (rc >= 0 && m)
+		rc = run_items(c, op, fit, m, 0);
+	if (rc < 0)
+		items_fail(items, n, rc);
+	for (uint32_t k = 0; k < m && rc >= 0; k++)
+		items[idx[k]].result = fit[k].result;
+	free(fit);
+	return rc;
+}
+
+static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
+			 uint32_t n, int may_refit)
+{
+	int is_get = op->op == LC_OP_GET;
+	struct shm_layout l;
+	struct shm_req r;
+	int64_t rc;
+
+	rc = req_begin(c, &r);
+	if (rc)
+		return items_fail(items, n, rc);
+	rc = items_layout(r.cn, items, n, &l);
+	if (!rc && is_get && may_refit && l.total > lc_ralloc_capacity(r.cn->arena)) {
+		req_end(&r);
+		return get_refit(c, op, items, n);
+	}
+	if (!rc)
+		rc = req_alloc(&r, l.total);
+	if (!rc) {
+		items_fill(&r, &l, items, n, is_get);
+		rc = req_send(&r, op, n, (uint64_t)n * sizeof(struct lc_item));
+		if (rc >= 0)
+			items_collect(&r, &l, items, n, is_get);
+	}
+	req_end(&r);
+	return rc >= 0 ? rc : items_fail(items, n, rc);
+}
+
+int64_t shm_run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
+		      uint32_t n)
+{
+	return run_items(c, op, items, n, 1);
+}
+
+int64_t shm_run_raw(struct lunar_client *c, const struct shm_op *op, const void *arg, size_t len)
+{
+	struct shm_req r;
+	int64_t rc;
+
+	rc = req_begin(c, &r);
+	if (rc)
+		return rc;
+	if (len) {
+		rc = req_alloc(&r, len);
+		if (!rc)
+			memcpy(r.cn->base + r.off, arg, len);
+	}
+	if (!rc)
+		rc = req_send(&r, op, 0, len);
+	req_end(&r);
+	return rc;
+}

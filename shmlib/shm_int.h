@@ -1,0 +1,177 @@
+/*
+ * shm_int.h - liblunar internals: the client handle, one proxy session
+ * (struct shm_conn: socket, mapped region, slots, arena), and the request
+ * path shared by the single-key and batch calls. Never included from outside
+ * shmlib/. Locks: lunar_client.lock guards the session pointer and user
+ * allocations; shm_conn.lock guards the slot free list and the arena.
+ */
+#ifndef LUNAR_SHMLIB_SHM_INT_H
+#define LUNAR_SHMLIB_SHM_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+
+#include "lunar.h"
+#include "shm_abi.h"
+
+#define SHM_LOG "shmlib"
+
+/* One proxy session. Refcounted: the handle holds one reference while the
+ * session is current, every call in flight and every lunar_alloc block one
+ * more. The region is unmapped when the last reference goes. */
+struct shm_conn {
+	int refs;   /* atomic */
+	int broken; /* atomic; once set, never cleared: the region is dropped */
+	int sock;   /* liveness: hang-up means the proxy died */
+	int evfd;   /* written to wake the proxy when it sleeps */
+	uint8_t *base;
+	uint64_t size;
+	struct lc_ring_ctl *ring;
+	struct lc_sqe *sqes;
+	struct lc_cslot *slots;
+	uint32_t entries;
+	uint32_t slot_count;
+	uint32_t max_batch;
+	uint32_t max_segs;
+	uint64_t arena_off;
+	uint64_t arena_size;
+	uint64_t seq;	  /* atomic; the handle's request counter for this session */
+	uint32_t spin_ns; /* relaxed; adaptive spin budget before sleeping */
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* a slot or arena range was freed, or broken */
+	struct lc_ralloc *arena;
+	uint32_t *free_slots;
+	uint32_t nfree;
+};
+
+/* A lunar_alloc block; it keeps its session mapped until lunar_free. */
+struct shm_ualloc {
+	struct shm_ualloc *next;
+	struct shm_conn *conn;
+	void *ptr;
+	uint64_t off;
+};
+
+struct lunar_client {
+	pthread_mutex_t lock;
+	struct shm_conn *conn; /* current session, NULL after a break */
+	struct shm_ualloc *allocs;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char tenant[LC_TENANT_MAX];
+	uint64_t arena_bytes;
+	unsigned timeout_ms;
+};
+
+/* One key of a request, as the caller gave it; result is written back. */
+struct shm_item {
+	const char *key;
+	size_t key_len;
+	const struct iovec *iov;
+	int iovcnt;
+	int64_t result;
+};
+
+/* What goes into the descriptor besides the arguments. */
+struct shm_op {
+	uint16_t op;
+	uint16_t flags;
+	uint32_t replica_num;
+	uint32_t soft_pin_ttl_ms;
+};
+
+/* --- conn.c: sessions --- */
+
+/*
+ * shm_conn_open - connect to c's proxy, handshake, map and validate the
+ * region. On success *out holds one reference (the caller's). Blocks up to
+ * c->timeout_ms. Returns 0 or a LUNAR_ERR_* code (PROXY_UNAVAILABLE when
+ * nobody listens, the proxy's refusal code, PROTOCOL for a bad region).
+ */
+int shm_conn_open(const struct lunar_client *c, struct shm_conn **out);
+/* shm_conn_get/shm_conn_put - take/drop a reference; the last put unmaps
+ * and frees. shm_conn_put accepts NULL. Any thread, no lock needed. */
+void shm_conn_get(struct shm_conn *cn);
+void shm_conn_put(struct shm_conn *cn);
+/* shm_conn_break - mark the session dead (once; why is logged) and wake
+ * every thread waiting on it. Any thread, cn->lock not held. */
+void shm_conn_break(struct shm_conn *cn, const char *why);
+/* shm_conn_is_broken - 1 once broken. */
+int shm_conn_is_broken(struct shm_conn *cn);
+/* shm_conn_hung_up - 1 if the proxy closed its end of the socket. Never
+ * blocks. */
+int shm_conn_hung_up(struct shm_conn *cn);
+/*
+ * shm_client_acquire - the handle's current session with a reference for
+ * the caller, reconnecting first when there is none or it broke. Takes
+ * c->lock; blocks for a handshake when reconnecting. Returns 0 or a code.
+ */
+int shm_client_acquire(struct lunar_client *c, struct shm_conn **out);
+
+/* --- arena.c: the shared arena --- */
+
+/*
+ * shm_arena_get - allocate len bytes of arena, waiting for space until
+ * deadline_ns (CLOCK_MONOTONIC). *off is a region offset. Returns 0,
+ * INVALID_PARAMS when len can never fit, BUSY at the deadline, or
+ * PROXY_UNAVAILABLE when the session breaks meanwhile. Takes cn->lock.
+ */
+int shm_arena_get(struct shm_conn *cn, uint64_t len, uint64_t deadline_ns, uint64_t *off);
+/* shm_arena_try - as shm_arena_get without waiting: 0 or -ENOSPC. */
+int shm_arena_try(struct shm_conn *cn, uint64_t len, uint64_t *off);
+/* shm_arena_put - free the range at off and wake waiters. Takes cn->lock. */
+void shm_arena_put(struct shm_conn *cn, uint64_t off);
+/* shm_arena_find - the region offset of p[0..len) if it lies wholly inside
+ * the arena, else UINT64_MAX. Pure. */
+uint64_t shm_arena_find(const struct shm_conn *cn, const void *p, size_t len);
+
+/* --- submit.c: slots, ring, waiting --- */
+
+/*
+ * shm_submit - send sqe (its slot and seq are filled here) and wait for the
+ * completion until deadline_ns. On 0, *result is the completion result and
+ * the argument block may be read. Returns PROXY_UNAVAILABLE (hang-up,
+ * deadline: the session is broken), PROTOCOL, or BUSY (no slot in time).
+ * Any thread; takes cn->lock briefly.
+ */
+int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result);
+/* shm_wait_cond - wait on cn->cond (cn->lock held) until deadline_ns;
+ * -ETIMEDOUT when it passed. */
+int shm_wait_cond(struct shm_conn *cn, uint64_t deadline_ns);
+
+/* --- request.c: building and running requests --- */
+
+/* shm_deadline - now + the handle's timeout, in CLOCK_MONOTONIC ns. */
+uint64_t shm_deadline(const struct lunar_client *c);
+/*
+ * shm_run_items - one request of n >= 1 items (already validated) for op:
+ * keys and scatter lists into the arena (buffers outside it staged), wait,
+ * copy staged GET bytes back. Fills items[i].result. Returns the completion
+ * result (>= 0) or a code for the whole request (items' results then hold
+ * the same code). Blocks up to the handle's timeout.
+ */
+int64_t shm_run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
+		      uint32_t n);
+/* shm_run_raw - a request whose argument is len raw bytes (len may be 0).
+ * Returns the completion result or a code. */
+int64_t shm_run_raw(struct lunar_client *c, const struct shm_op *op, const void *arg, size_t len);
+
+/* --- batch.c: argument checks --- */
+
+/*
+ * shm_batch_run - the common path of every keyed call: check each key and
+ * scatter list (bad ones get their code in results and are left out), run
+ * the rest as one request, scatter results back index-aligned. iovs and
+ * iovcnts may be NULL for ops without values. Returns the completion result
+ * or a code for the whole call.
+ */
+int64_t shm_batch_run(struct lunar_client *c, const struct shm_op *op, size_t n,
+		      const char *const *keys, const struct iovec *const *iovs, const int *iovcnts,
+		      int64_t *results);
+/* shm_put_op - the descriptor fields of a put/upsert from cfg (NULL ok). */
+struct shm_op shm_put_op(uint16_t op, const struct lunar_put_cfg *cfg);
+
+#endif /* LUNAR_SHMLIB_SHM_INT_H */

@@ -1,0 +1,172 @@
+/*
+ * submit.c - one request's trip through the region: take a completion slot,
+ * publish the descriptor on the multi-producer ring (waking the proxy only
+ * when it asked for it), then wait for the slot to turn DONE: a short
+ * adaptive spin, then futex sleeps in slices, checking between slices that
+ * the proxy is alive and the deadline has not passed.
+ */
+#include "shm_int.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "atomic.h"
+#include "clock.h"
+#include "futex.h"
+#include "ring.h"
+
+#define SHM_SPIN_MIN_NS 2000u
+#define SHM_SPIN_MAX_NS 50000u
+#define SHM_SLICE_NS	50000000ull /* how soon a dead proxy is noticed */
+
+int shm_wait_cond(struct shm_conn *cn, uint64_t deadline_ns)
+{
+	struct timespec ts = {(time_t)(deadline_ns / 1000000000ull),
+			      (long)(deadline_ns % 1000000000ull)};
+
+	return pthread_cond_timedwait(&cn->cond, &cn->lock, &ts) == ETIMEDOUT ? -ETIMEDOUT : 0;
+}
+
+static int slot_take(struct shm_conn *cn, uint64_t deadline_ns, uint32_t *s)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&cn->lock);
+	while (!cn->nfree && !rc) {
+		if (shm_conn_is_broken(cn))
+			rc = LUNAR_ERR_PROXY_UNAVAILABLE;
+		else if (shm_wait_cond(cn, deadline_ns) == -ETIMEDOUT)
+			rc = LUNAR_ERR_BUSY;
+	}
+	if (!rc)
+		*s = cn->free_slots[--cn->nfree];
+	pthread_mutex_unlock(&cn->lock);
+	return rc;
+}
+
+static void slot_give(struct shm_conn *cn, uint32_t s)
+{
+	lc_store_release(&cn->slots[s].state, (uint32_t)LC_SLOT_IDLE);
+	pthread_mutex_lock(&cn->lock);
+	cn->free_slots[cn->nfree++] = s;
+	pthread_cond_broadcast(&cn->cond);
+	pthread_mutex_unlock(&cn->lock);
+}
+
+/* Checks between waits: 0 to keep waiting, else the session is broken. */
+static int still_alive(struct shm_conn *cn, uint64_t deadline_ns)
+{
+	if (shm_conn_is_broken(cn))
+		return LUNAR_ERR_PROXY_UNAVAILABLE;
+	if (shm_conn_hung_up(cn))
+		shm_conn_break(cn, "proxy hung up");
+	else if (lc_now_ns() >= deadline_ns)
+		shm_conn_break(cn, "request timed out");
+	else
+		return 0;
+	return LUNAR_ERR_PROXY_UNAVAILABLE;
+}
+
+static int ring_push(struct shm_conn *cn, const struct lc_sqe *sqe, uint64_t deadline_ns)
+{
+	uint32_t head;
+	uint64_t one = 1;
+	int rc;
+
+	/* Only when the ring has fewer entries than slots can it be full. */
+	while (lc_ring_reserve(cn->ring, cn->entries, 1, &head)) {
+		rc = still_alive(cn, deadline_ns);
+		if (rc)
+			return rc;
+		sched_yield();
+	}
+	memcpy(&cn->sqes[head & (cn->entries - 1)], sqe, sizeof(*sqe));
+	lc_ring_commit(cn->ring, head, 1);
+	if (lc_ring_need_wakeup(cn->ring) && write(cn->evfd, &one, sizeof(one)) < 0 &&
+	    errno != EAGAIN) {
+		shm_conn_break(cn, "eventfd write failed");
+		return LUNAR_ERR_PROXY_UNAVAILABLE;
+	}
+	return 0;
+}
+
+/* Spin up to the session's current budget; it grows when completions come
+ * within it and shrinks when they do not. Returns 1 when DONE was seen. */
+static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot)
+{
+	uint32_t budget = LC_READ_ONCE(cn->spin_ns);
+	uint64_t start = lc_now_ns(), t = 0;
+
+	do {
+		/* Pairs with the proxy's exchange to DONE after it wrote results. */
+		if (lc_load_acquire(&slot->state) == LC_SLOT_DONE) {
+			if (budget < SHM_SPIN_MAX_NS && 2 * t > budget)
+				LC_WRITE_ONCE(cn->spin_ns, budget + budget / 4);
+			return 1;
+		}
+		lc_cpu_relax();
+		t = lc_now_ns() - start;
+	} while (t < budget);
+	if (budget > SHM_SPIN_MIN_NS)
+		LC_WRITE_ONCE(cn->spin_ns, budget / 2);
+	return 0;
+}
+
+static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadline_ns)
+{
+	uint32_t st = LC_SLOT_PENDING;
+	int rc;
+
+	if (slot_spin(cn, slot))
+		return 0;
+	/* The proxy wakes the futex only if it sees WAITING when it finishes. */
+	if (lc_cas(&slot->state, &st, (uint32_t)LC_SLOT_WAITING))
+		st = LC_SLOT_WAITING;
+	while (st == LC_SLOT_WAITING) {
+		uint64_t now = lc_now_ns();
+		uint64_t left = deadline_ns > now ? deadline_ns - now : 0;
+
+		rc = still_alive(cn, deadline_ns);
+		if (rc)
+			return rc;
+		lc_futex_wait(&slot->state, LC_SLOT_WAITING,
+			      left < SHM_SLICE_NS ? left : SHM_SLICE_NS);
+		st = lc_load_acquire(&slot->state);
+	}
+	if (st == LC_SLOT_DONE)
+		return 0;
+	shm_conn_break(cn, "completion slot in a bad state");
+	return LUNAR_ERR_PROTOCOL;
+}
+
+int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result)
+{
+	struct lc_cslot *slot;
+	uint32_t s;
+	int rc;
+
+	if (shm_conn_is_broken(cn))
+		return LUNAR_ERR_PROXY_UNAVAILABLE;
+	rc = slot_take(cn, deadline_ns, &s);
+	if (rc)
+		return rc;
+	slot = &cn->slots[s];
+	/* Pairs with the proxy's acquire of the descriptor via the ring tail. */
+	lc_store_release(&slot->state, (uint32_t)LC_SLOT_PENDING);
+	sqe->slot = s;
+	sqe->seq = lc_fetch_add(&cn->seq, 1) + 1;
+	rc = ring_push(cn, sqe, deadline_ns);
+	if (!rc)
+		rc = slot_wait(cn, slot, deadline_ns);
+	if (!rc && LC_READ_ONCE(slot->seq) != sqe->seq) {
+		shm_conn_break(cn, "completion for another request");
+		rc = LUNAR_ERR_PROTOCOL;
+	}
+	if (!rc)
+		*result = LC_READ_ONCE(slot->result);
+	slot_give(cn, s);
+	return rc;
+}

@@ -1,0 +1,160 @@
+/*
+ * harness.h - what every integration test needs to run real lunar-master and
+ * lunar-proxy processes on loopback: a temporary directory removed at the end,
+ * free ports, child processes with their output in log files, readiness waits,
+ * bounded stop/kill, and assertions that print the children's logs on failure.
+ *
+ * Everything here runs on the test's main thread (cmocka is not thread-safe,
+ * and PR_SET_PDEATHSIG follows the thread that forked), except the pattern and
+ * clock helpers, which any thread may call.
+ */
+#ifndef LUNAR_TESTS_INTEGRATION_HARNESS_H
+#define LUNAR_TESTS_INTEGRATION_HARNESS_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "lunar.h"
+
+/* Bounds every readiness wait; a process not ready by then fails the test. */
+#define H_READY_TIMEOUT_MS 10000
+/* h_stop: SIGTERM, then SIGKILL after this long. */
+#define H_STOP_GRACE_MS 3000
+/* Default client timeout, so a lost reply fails a call instead of hanging. */
+#define H_CLIENT_TIMEOUT_MS 10000
+/* h_start_proxy's master_port for a proxy with --embedded-master. */
+#define H_EMBEDDED 0
+
+struct h_proc {
+	char name[32];
+	char log[PATH_MAX];
+	pid_t pid;   /* 0 once reaped */
+	int status;  /* waitpid status once reaped */
+	int running; /* started and not yet reaped */
+};
+
+/*
+ * h_init - create the temporary directory and install the clean-up handlers
+ * (atexit, SIGINT, SIGTERM) that kill every child still running. Idempotent.
+ * Returns 0 or -1 with a message on stderr.
+ */
+int h_init(void);
+/* h_cleanup - kill every child still running, then remove the temporary
+ * directory unless $LUNAR_TEST_KEEP is set. Safe to call twice. */
+void h_cleanup(void);
+/* h_tmpdir - the temporary directory (h_init must have succeeded). */
+const char *h_tmpdir(void);
+/* h_path - "<tmpdir>/<name>" in one of H_PATHS static buffers, reused
+ * round-robin; copy it to keep it long. */
+#define H_PATHS 16
+const char *h_path(const char *name);
+/* h_bin - "$BUILD/bin/<name>" ($BUILD defaults to "build"), static buffer. */
+const char *h_bin(const char *name);
+
+/* h_free_port - a loopback TCP port free right now (bind :0, read, close). */
+int h_free_port(void);
+
+/*
+ * h_spawn - fork and exec argv (argv[0] searched in $PATH if it has no '/'),
+ * with stdin /dev/null and stdout+stderr appended to "<tmpdir>/<name>.log".
+ * The child gets its own process group and dies with the test process
+ * (PR_SET_PDEATHSIG). Returns a harness-owned slot, or NULL.
+ */
+struct h_proc *h_spawn(const char *name, char *const argv[]);
+/* h_alive - 1 while the process runs; reaps it (non-blocking) when it ended. */
+int h_alive(struct h_proc *p);
+/* h_wait_exit - wait up to timeout_ms for the process to end by itself.
+ * Returns its waitpid status, or -1 on timeout (the process keeps running). */
+int h_wait_exit(struct h_proc *p, int timeout_ms);
+/* h_stop - SIGTERM the process group, SIGKILL after H_STOP_GRACE_MS, always
+ * reap. Returns the waitpid status (or the saved one if already reaped). */
+int h_stop(struct h_proc *p);
+/* h_kill - SIGKILL the process group and reap it. */
+void h_kill(struct h_proc *p);
+/* h_stop_all - h_stop every process still running. */
+void h_stop_all(void);
+
+/* h_dump_log - print the last bytes of p's log to stderr. */
+void h_dump_log(const struct h_proc *p);
+/* h_dump_logs - h_dump_log every process started so far. */
+void h_dump_logs(void);
+
+/* h_wait_tcp - wait until a TCP connect to 127.0.0.1:port succeeds while p
+ * runs. 0 or -1 (with p's log printed). */
+int h_wait_tcp(struct h_proc *p, int port, int timeout_ms);
+/* h_wait_proxy - wait until sockpath exists and lunar_connect + lunar_health
+ * == 0 succeed while p runs. 0 or -1 (with p's log printed). */
+int h_wait_proxy(struct h_proc *p, const char *sockpath, int timeout_ms);
+
+/*
+ * h_start_master - start "$BUILD/bin/lunar-master --listen 127.0.0.1 --port
+ * port" plus the NULL-terminated extra arguments, and wait until it accepts
+ * TCP connections. The log is "<name>.log". NULL on failure (log printed).
+ */
+struct h_proc *h_start_master(const char *name, int port, ...);
+/*
+ * h_start_proxy - start lunar-proxy serving sockpath, joined to the master on
+ * master_port, or with --embedded-master when master_port is H_EMBEDDED, plus
+ * the NULL-terminated extra arguments ("--segment-size 64MiB" is added unless
+ * the extras name a segment size), and wait until it serves clients.
+ */
+struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_port, ...);
+
+/* h_client - connect to sockpath with H_CLIENT_TIMEOUT_MS; fails the
+ * current test when it cannot. Close with lunar_close(). */
+struct lunar_client *h_client(const char *sockpath);
+/* h_client_try - as h_client with a chosen timeout; NULL on failure, *rc
+ * (if not NULL) gets the code. */
+struct lunar_client *h_client_try(const char *sockpath, unsigned timeout_ms, int *rc);
+
+/* Clocks and sleeping; any thread. */
+uint64_t h_now_ms(void);
+void h_sleep_ms(unsigned ms);
+
+/* Deterministic content: h_seed(key) names the pattern h_fill writes; any
+ * thread. h_verify returns -1 when buf holds the pattern, else the offset of
+ * the first wrong byte. */
+uint64_t h_seed(const char *key);
+void h_fill(void *buf, size_t len, uint64_t seed);
+int64_t h_verify(const void *buf, size_t len, uint64_t seed);
+
+/* h_code - lunar_strerror's name for a negative code, "-" otherwise. */
+const char *h_code(int64_t v);
+
+/* Called by the assertion macros below: prints the logs once per failure. */
+void h_on_fail(void);
+
+/*
+ * Assertions that print the children's logs before failing, since a failing
+ * integration test is usually explained by a daemon's log, not by the test.
+ */
+#define H_ASSERT(cond)                                                                             \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			h_on_fail();                                                               \
+			fail_msg("assertion failed: %s", #cond);                                   \
+		}                                                                                  \
+	} while (0)
+
+#define H_ASSERT_MSG(cond, ...)                                                                    \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			h_on_fail();                                                               \
+			fail_msg(__VA_ARGS__);                                                     \
+		}                                                                                  \
+	} while (0)
+
+#define H_ASSERT_EQ(got, want)                                                                     \
+	do {                                                                                       \
+		int64_t h_got_ = (int64_t)(got);                                                   \
+		int64_t h_want_ = (int64_t)(want);                                                 \
+		if (h_got_ != h_want_) {                                                           \
+			h_on_fail();                                                               \
+			fail_msg("%s = %lld (%s), expected %lld (%s)", #got, (long long)h_got_,    \
+				 h_code(h_got_), (long long)h_want_, h_code(h_want_));             \
+		}                                                                                  \
+	} while (0)
+
+#endif /* LUNAR_TESTS_INTEGRATION_HARNESS_H */

@@ -1,0 +1,156 @@
+/*
+ * test_client_death.c - a client that dies mid-put is seen at once by its
+ * socket hang-up and its put is revoked at once (SPEC §3, §5.6), not after a
+ * TTL. The proxy has an 8 MiB segment and --debug-put-delay 3s: a forked
+ * child starts a 6 MiB put and is SIGKILLed inside the delay; the key never
+ * appears, and the 6 MiB come back within a second.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define OBJ_LEN (6u * 1024u * 1024u)
+#define KEY	"client-death/K"
+#define OTHER	"client-death/other"
+
+static char sock[PATH_MAX];
+
+static int setup(void **state)
+{
+	(void)state;
+	if (h_init() != 0)
+		return -1;
+	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
+	if (!h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "8MiB", "--debug-put-delay",
+			   "3s", NULL))
+		return -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	h_cleanup();
+	return 0;
+}
+
+/* The doomed writer: its own connection, made after fork. Never returns. */
+static void child_put(void)
+{
+	struct lunar_client *c;
+	void *buf;
+	int rc;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	buf = malloc(OBJ_LEN);
+	c = h_client_try(sock, H_CLIENT_TIMEOUT_MS, &rc);
+	if (!buf || !c) {
+		fprintf(stderr, "child: connect failed: %d (%s)\n", rc, h_code(rc));
+		_exit(2);
+	}
+	h_fill(buf, OBJ_LEN, h_seed("child bytes"));
+	rc = lunar_put(c, KEY, buf, OBJ_LEN, NULL);
+	/* Only reached if the parent failed to kill us in time. */
+	fprintf(stderr, "child: put returned %d before it was killed\n", rc);
+	_exit(3);
+}
+
+static int put_pattern(struct lunar_client *c, const char *key, const char *seed_key)
+{
+	void *buf = malloc(OBJ_LEN);
+	int rc;
+
+	H_ASSERT(buf != NULL);
+	h_fill(buf, OBJ_LEN, h_seed(seed_key));
+	rc = lunar_put(c, key, buf, OBJ_LEN, NULL);
+	free(buf);
+	return rc;
+}
+
+static void expect_pattern(struct lunar_client *c, const char *key)
+{
+	uint8_t *buf = malloc(OBJ_LEN);
+
+	H_ASSERT(buf != NULL);
+	H_ASSERT_EQ(lunar_get_into(c, key, buf, OBJ_LEN), OBJ_LEN);
+	H_ASSERT_MSG(h_verify(buf, OBJ_LEN, h_seed(key)) < 0, "%s: wrong bytes", key);
+	free(buf);
+}
+
+static void test_client_death_revokes_put_at_once(void **state)
+{
+	struct lunar_client *c;
+	uint64_t killed, accepted_at = 0;
+	int status = 0, rc = -1;
+	pid_t pid;
+
+	(void)state;
+	fflush(NULL);
+	pid = fork();
+	H_ASSERT(pid >= 0);
+	if (pid == 0)
+		child_put();
+	/* Connected after the fork, so the child holds none of our descriptors. */
+	c = h_client(sock);
+	h_sleep_ms(500);
+	H_ASSERT_MSG(waitpid(pid, &status, WNOHANG) == 0,
+		     "the writer ended before it was killed (status 0x%x)", status);
+	kill(pid, SIGKILL);
+	H_ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	killed = h_now_ms();
+	H_ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+	H_ASSERT_EQ(lunar_exists(c, KEY), 0);
+
+	/*
+	 * Space freed: a second 6 MiB object fits in the 8 MiB segment. A put
+	 * refused for space fails fast; an accepted one waits out the 3 s debug
+	 * delay, so what must happen within 1 s is the start of the accepted put.
+	 */
+	for (;;) {
+		uint64_t attempt = h_now_ms();
+
+		rc = put_pattern(c, OTHER, OTHER);
+		if (rc == 0) {
+			accepted_at = attempt;
+			break;
+		}
+		if (rc != LUNAR_ERR_NO_AVAILABLE_HANDLE || h_now_ms() > killed + 1000)
+			break;
+		h_sleep_ms(20);
+	}
+	H_ASSERT_EQ(rc, 0);
+	H_ASSERT_MSG(accepted_at - killed <= 1000, "space came back %llu ms after the writer died",
+		     (unsigned long long)(accepted_at - killed));
+	expect_pattern(c, OTHER);
+	H_ASSERT_EQ(lunar_exists(c, KEY), 0);
+
+	/* Make room, then K itself can be written and read back. */
+	H_ASSERT_EQ(lunar_remove(c, OTHER, 1), 0);
+	H_ASSERT_EQ(put_pattern(c, KEY, KEY), 0);
+	H_ASSERT_EQ(lunar_exists(c, KEY), 1);
+	expect_pattern(c, KEY);
+	lunar_close(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_client_death_revokes_put_at_once),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

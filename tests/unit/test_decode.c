@@ -1,0 +1,252 @@
+/*
+ * test_decode.c - the proxy's validation of client requests in shared
+ * memory: every offset, length and count is checked, keys are copied, and
+ * per-key problems become per-key results rather than disconnects.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lunar.h"
+#include "proxy/decode.h"
+
+#define REGION (1u << 20)
+#define ARENA_OFF 65536u
+
+struct fix {
+	struct px_region rg;
+	uint8_t *mem;
+	uint64_t next; /* bump allocator in the arena */
+};
+
+static int setup(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+
+	f->mem = aligned_alloc(4096, REGION);
+	memset(f->mem, 0, REGION);
+	f->rg.base = f->mem;
+	f->rg.size = REGION;
+	f->rg.slots = (struct lc_cslot *)(f->mem + 8192);
+	f->rg.slot_count = 16;
+	f->rg.entries = 16;
+	f->rg.arena_off = ARENA_OFF;
+	f->rg.arena_size = REGION - ARENA_OFF;
+	f->next = ARENA_OFF;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+
+	free(f->mem);
+	free(f);
+	return 0;
+}
+
+static uint64_t put_bytes(struct fix *f, const void *p, size_t n)
+{
+	uint64_t off = f->next;
+
+	memcpy(f->mem + off, p, n);
+	f->next = (off + n + 7) & ~7ull;
+	return off;
+}
+
+/* One item with key k and one value segment of len bytes. */
+static struct lc_sqe one_item(struct fix *f, uint16_t op, const char *k, uint64_t len)
+{
+	struct lc_seg seg = { 0, 0, f->next + 4096, len };
+	struct lc_item it = { 0 };
+	struct lc_sqe q = { .op = op, .slot = 3, .count = 1, .seq = 9 };
+
+	it.key_off = put_bytes(f, k, strlen(k));
+	it.key_len = (uint32_t)strlen(k);
+	if (op == LC_OP_PUT || op == LC_OP_GET) {
+		it.nseg = 1;
+		it.seg_off = put_bytes(f, &seg, sizeof(seg));
+	}
+	q.arg_off = put_bytes(f, &it, sizeof(it));
+	q.arg_len = sizeof(it);
+	return q;
+}
+
+static void expect_violation(struct fix *f, const struct lc_sqe *q)
+{
+	struct px_req *r = NULL;
+	const char *why = NULL;
+
+	assert_int_equal(px_decode(&f->rg, q, &r, &why), LUNAR_ERR_PROTOCOL);
+	assert_non_null(why);
+	assert_null(r);
+}
+
+static void test_decode_valid_put(void **state)
+{
+	struct fix *f = *state;
+	struct lc_sqe q = one_item(f, LC_OP_PUT, "key-1", 100);
+	struct px_req *r;
+	const char *why;
+
+	assert_int_equal(px_decode(&f->rg, &q, &r, &why), 0);
+	assert_int_equal(r->count, 1);
+	assert_string_equal(r->items[0].key, "key-1");
+	assert_int_equal(r->items[0].result, 0);
+	assert_int_equal(r->items[0].total, 100);
+	assert_ptr_equal(r->items[0].iov[0].iov_base, f->mem + ARENA_OFF + 4096);
+	px_req_free(r);
+}
+
+static void test_decode_bad_slot_and_op(void **state)
+{
+	struct fix *f = *state;
+	struct lc_sqe q = one_item(f, LC_OP_EXISTS, "k", 0);
+
+	q.slot = 16;
+	expect_violation(f, &q);
+	q.slot = 0;
+	q.op = 0;
+	expect_violation(f, &q);
+	q.op = LC_OP_MAX;
+	expect_violation(f, &q);
+}
+
+static void test_decode_item_array_bounds(void **state)
+{
+	struct fix *f = *state;
+	struct lc_sqe q = one_item(f, LC_OP_EXISTS, "k", 0);
+	struct lc_sqe bad;
+
+	bad = q;
+	bad.arg_off = REGION - 16; /* runs past the end */
+	expect_violation(f, &bad);
+	bad = q;
+	bad.arg_off = UINT64_MAX - 7; /* overflows */
+	expect_violation(f, &bad);
+	bad = q;
+	bad.arg_off = 0; /* header, not arena */
+	expect_violation(f, &bad);
+	bad = q;
+	bad.count = 2; /* arg_len disagrees */
+	expect_violation(f, &bad);
+	bad = q;
+	bad.count = LUNAR_BATCH_MAX + 1;
+	bad.arg_len = (uint64_t)bad.count * sizeof(struct lc_item);
+	expect_violation(f, &bad);
+	bad = q;
+	bad.count = 0;
+	bad.arg_len = 0;
+	expect_violation(f, &bad);
+}
+
+static void test_decode_key_and_segment_bounds(void **state)
+{
+	struct fix *f = *state;
+	struct lc_sqe q = one_item(f, LC_OP_PUT, "key", 10);
+	struct lc_item *it = (struct lc_item *)(f->mem + q.arg_off);
+	struct lc_seg *seg = (struct lc_seg *)(f->mem + it->seg_off);
+	struct lc_item saved = *it;
+
+	it->key_len = LUNAR_KEY_MAX + 1;
+	expect_violation(f, &q);
+	*it = saved;
+	it->key_off = REGION - 1;
+	it->key_len = 2;
+	expect_violation(f, &q);
+	*it = saved;
+	it->nseg = LUNAR_IOV_MAX + 1;
+	expect_violation(f, &q);
+	*it = saved;
+	seg->len = UINT64_MAX;
+	expect_violation(f, &q);
+	seg->len = 10;
+	seg->region = 1;
+	expect_violation(f, &q);
+	seg->region = 0;
+	*it = saved;
+	it->nseg = 1;
+	q.op = LC_OP_EXISTS; /* segments on a key-only op */
+	expect_violation(f, &q);
+}
+
+static void test_decode_bad_key_is_per_item(void **state)
+{
+	struct fix *f = *state;
+	struct lc_sqe q = one_item(f, LC_OP_EXISTS, "bad\x01key", 0);
+	struct px_req *r;
+	const char *why;
+
+	assert_int_equal(px_decode(&f->rg, &q, &r, &why), 0);
+	assert_int_equal(r->items[0].result, LUNAR_ERR_INVALID_KEY);
+	px_req_free(r);
+}
+
+static void test_decode_no_args_ops(void **state)
+{
+	struct fix *f = *state;
+	struct lc_sqe q = { .op = LC_OP_HEALTH, .slot = 1 };
+	struct px_req *r;
+	const char *why;
+
+	assert_int_equal(px_decode(&f->rg, &q, &r, &why), 0);
+	px_req_free(r);
+	q.count = 1;
+	expect_violation(f, &q);
+}
+
+static void test_decode_pattern(void **state)
+{
+	struct fix *f = *state;
+	struct lc_sqe q = { .op = LC_OP_REMOVE_REGEX, .slot = 1 };
+	struct px_req *r;
+	const char *why;
+
+	q.arg_off = put_bytes(f, "^a.*", 4);
+	q.arg_len = 4;
+	assert_int_equal(px_decode(&f->rg, &q, &r, &why), 0);
+	assert_string_equal(r->pattern, "^a.*");
+	px_req_free(r);
+	q.arg_off = put_bytes(f, "a\0b", 3);
+	q.arg_len = 3;
+	expect_violation(f, &q);
+}
+
+static void test_decode_complete_writes_results(void **state)
+{
+	struct fix *f = *state;
+	struct lc_sqe q = one_item(f, LC_OP_GET_SIZE, "k", 0);
+	struct px_req *r;
+	const char *why;
+
+	assert_int_equal(px_decode(&f->rg, &q, &r, &why), 0);
+	f->rg.slots[3].state = LC_SLOT_PENDING;
+	r->items[0].result = 1234;
+	px_complete(&f->rg, r, 0);
+	assert_int_equal(((struct lc_item *)(f->mem + q.arg_off))->result, 1234);
+	assert_int_equal(f->rg.slots[3].state, LC_SLOT_DONE);
+	assert_int_equal(f->rg.slots[3].seq, 9);
+	px_req_free(r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_decode_valid_put, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_decode_bad_slot_and_op, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_decode_item_array_bounds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_decode_key_and_segment_bounds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_decode_bad_key_is_per_item, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_decode_no_args_ops, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_decode_pattern, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_decode_complete_writes_results, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,503 @@
+/*
+ * test_engine.c - the data plane on loopback: engines with malloc'd
+ * segments move bytes to each other over TCP and to themselves by memcpy;
+ * the data port refuses bad ranges and survives hostile peers; the client
+ * pool recovers from a restarted peer and fails fast on a dead one.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "engine/engine.h"
+#include "lunar.h"
+
+#define SEG_SIZE (20u << 20)
+#define MIB	 (1u << 20)
+
+struct node {
+	struct eng_engine *e;
+	unsigned char *seg;
+};
+
+static struct node node_start(uint16_t port, unsigned timeout_ms)
+{
+	struct eng_config cfg = {
+	    .host = "127.0.0.1",
+	    .port = port,
+	    .seg_size = SEG_SIZE,
+	    .io_timeout_ms = timeout_ms,
+	};
+	struct node n;
+
+	n.seg = calloc(1, SEG_SIZE);
+	assert_non_null(n.seg);
+	cfg.seg_base = n.seg;
+	assert_int_equal(eng_engine_create(&cfg, &n.e), 0);
+	return n;
+}
+
+static void node_stop(struct node *n)
+{
+	eng_engine_destroy(n->e);
+	free(n->seg);
+}
+
+static uint16_t node_port(const struct node *n)
+{
+	const char *colon = strrchr(eng_engine_endpoint(n->e), ':');
+
+	assert_non_null(colon);
+	return (uint16_t)atoi(colon + 1);
+}
+
+static void fill(unsigned char *p, size_t len, uint32_t seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+
+	for (size_t i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		p[i] = (unsigned char)x;
+	}
+}
+
+static int xfer1(struct eng_engine *e, const char *ep, enum eng_dir dir, uint64_t off, void *buf,
+		 size_t len)
+{
+	struct iovec v = {buf, len};
+
+	return eng_xfer(e, ep, dir, off, &v, 1);
+}
+
+static void test_engine_write_read_sizes(void **state)
+{
+	static const size_t sizes[] = {1, 4096, MIB, 8 * MIB, 8 * MIB + 12345};
+	struct node a = node_start(0, 0), b = node_start(0, 0);
+	const char *ep = eng_engine_endpoint(b.e);
+
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t len = sizes[i];
+		uint64_t off = 1000 + i * 7;
+		unsigned char *src = malloc(len), *dst = malloc(len);
+
+		fill(src, len, (uint32_t)i);
+		memset(dst, 0, len);
+		assert_int_equal(xfer1(a.e, ep, ENG_WRITE, off, src, len), 0);
+		assert_memory_equal(b.seg + off, src, len);
+		assert_int_equal(xfer1(a.e, ep, ENG_READ, off, dst, len), 0);
+		assert_memory_equal(dst, src, len);
+		free(src);
+		free(dst);
+	}
+	node_stop(&a);
+	node_stop(&b);
+}
+
+static void test_engine_multi_iov(void **state)
+{
+	struct node a = node_start(0, 0), b = node_start(0, 0);
+	const char *ep = eng_engine_endpoint(b.e);
+	unsigned char src[10000], dst[10000];
+	struct iovec w[] = {
+	    {src, 1}, {src + 1, 0}, {src + 1, 4095}, {src + 4096, 5000}, {src + 9096, 904},
+	};
+	struct iovec r[] = {{dst, 3333}, {NULL, 0}, {dst + 3333, 6667}};
+
+	fill(src, sizeof(src), 7);
+	memset(dst, 0, sizeof(dst));
+	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 5, w, 5), 0);
+	assert_memory_equal(b.seg + 5, src, sizeof(src));
+	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 5, r, 3), 0);
+	assert_memory_equal(dst, src, sizeof(src));
+	node_stop(&a);
+	node_stop(&b);
+}
+
+static void test_engine_local_memcpy(void **state)
+{
+	struct node a = node_start(0, 0);
+	const char *self = eng_engine_endpoint(a.e);
+	unsigned char src[3000], dst[3000];
+	struct iovec w[] = {{src, 1000}, {src + 1000, 2000}};
+
+	fill(src, sizeof(src), 3);
+	assert_int_equal(eng_xfer(a.e, self, ENG_WRITE, SEG_SIZE - sizeof(src), w, 2), 0);
+	assert_memory_equal(a.seg + SEG_SIZE - sizeof(src), src, sizeof(src));
+	assert_int_equal(xfer1(a.e, self, ENG_READ, SEG_SIZE - sizeof(src), dst, sizeof(dst)), 0);
+	assert_memory_equal(dst, src, sizeof(src));
+	/* The local path checks bounds as the data port does. */
+	assert_int_equal(xfer1(a.e, self, ENG_WRITE, SEG_SIZE - 10, src, 11),
+			 LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(xfer1(a.e, self, ENG_READ, UINT64_MAX - 5, dst, 10),
+			 LUNAR_ERR_TRANSFER_FAIL);
+	node_stop(&a);
+}
+
+static void test_engine_out_of_bounds(void **state)
+{
+	static const uint64_t offs[] = {SEG_SIZE - 10, SEG_SIZE, SEG_SIZE + 1, UINT64_MAX - 5,
+					UINT64_MAX};
+	struct node a = node_start(0, 0), b = node_start(0, 0);
+	const char *ep = eng_engine_endpoint(b.e);
+	unsigned char buf[64], back[64];
+
+	fill(buf, sizeof(buf), 11);
+	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+		assert_int_equal(xfer1(a.e, ep, ENG_WRITE, offs[i], buf, sizeof(buf)),
+				 LUNAR_ERR_TRANSFER_FAIL);
+		assert_int_equal(xfer1(a.e, ep, ENG_READ, offs[i], buf, sizeof(buf)),
+				 LUNAR_ERR_TRANSFER_FAIL);
+	}
+	/* Exactly the last bytes are fine, and the server still serves. */
+	assert_int_equal(xfer1(a.e, ep, ENG_WRITE, SEG_SIZE - sizeof(buf), buf, sizeof(buf)), 0);
+	assert_int_equal(xfer1(a.e, ep, ENG_READ, SEG_SIZE - sizeof(buf), back, sizeof(back)), 0);
+	assert_memory_equal(back, buf, sizeof(buf));
+	node_stop(&a);
+	node_stop(&b);
+}
+
+static void test_engine_bad_args(void **state)
+{
+	struct node a = node_start(0, 0);
+	const char *self = eng_engine_endpoint(a.e);
+	char c = 0;
+	struct iovec empty = {&c, 0};
+
+	assert_int_equal(xfer1(a.e, NULL, ENG_READ, 0, &c, 1), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(eng_xfer(a.e, self, ENG_READ, 0, &empty, 1), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(eng_xfer(a.e, self, ENG_READ, 0, &empty, 0), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(eng_xfer(a.e, self, (enum eng_dir)7, 0, &empty, 1),
+			 LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(xfer1(a.e, "nonsense", ENG_READ, 0, &c, 1), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(xfer1(a.e, "127.0.0.1:", ENG_READ, 0, &c, 1), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(xfer1(a.e, ":80", ENG_READ, 0, &c, 1), LUNAR_ERR_TRANSFER_FAIL);
+	node_stop(&a);
+}
+
+static int raw_connect(uint16_t port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* Read until EOF (or error); returns how many bytes came. */
+static size_t drain(int fd)
+{
+	char buf[256];
+	size_t total = 0;
+	ssize_t n;
+
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		total += (size_t)n;
+	return total;
+}
+
+static void put_le(unsigned char *p, uint64_t v, int bytes)
+{
+	for (int i = 0; i < bytes; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_le(const unsigned char *p, int bytes)
+{
+	uint64_t v = 0;
+
+	for (int i = bytes - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* A request header as the wire comment in eng_int.h lays it out. */
+static void make_req(unsigned char h[32], uint16_t op, uint64_t off, uint64_t len)
+{
+	put_le(h, 0x51524e4cu, 4);
+	put_le(h + 4, 1, 2);
+	put_le(h + 6, op, 2);
+	put_le(h + 8, off, 8);
+	put_le(h + 16, len, 8);
+	put_le(h + 24, 42, 8);
+}
+
+static void test_engine_hostile_peer(void **state)
+{
+	struct node a = node_start(0, 0), b = node_start(0, 0);
+	const char *ep = eng_engine_endpoint(b.e);
+	uint16_t port = node_port(&b);
+	unsigned char h[64], buf[100] = { 0 };
+	int fd;
+
+	/* A short header, then hang-up. */
+	fd = raw_connect(port);
+	assert_int_equal(write(fd, "LNRQ\1", 5), 5);
+	close(fd);
+	/* Garbage: refused with a reply, then closed. */
+	fd = raw_connect(port);
+	memset(h, 0xab, sizeof(h));
+	assert_int_equal(write(fd, h, sizeof(h)), sizeof(h));
+	assert_int_equal(drain(fd), 24);
+	close(fd);
+	/* A huge WRITE: refused before any payload is read. */
+	fd = raw_connect(port);
+	make_req(h, 2, 0, UINT64_MAX);
+	assert_int_equal(write(fd, h, 32), 32);
+	assert_int_equal(drain(fd), 24);
+	close(fd);
+	/* Wrong version and unknown op. */
+	fd = raw_connect(port);
+	make_req(h, 9, 0, 10);
+	assert_int_equal(write(fd, h, 32), 32);
+	assert_int_equal(drain(fd), 24);
+	close(fd);
+	fd = raw_connect(port);
+	make_req(h, 1, 0, 10);
+	put_le(h + 4, 77, 2);
+	assert_int_equal(write(fd, h, 32), 32);
+	assert_int_equal(drain(fd), 24);
+	close(fd);
+	/* A WRITE whose payload stops half-way. */
+	fd = raw_connect(port);
+	make_req(h, 2, 0, sizeof(buf));
+	assert_int_equal(write(fd, h, 32), 32);
+	assert_int_equal(write(fd, buf, 50), 50);
+	close(fd);
+	/* A valid READ by hand: the wire format is what eng_int.h says. */
+	memset(b.seg, 0x5a, 10);
+	fd = raw_connect(port);
+	make_req(h, 1, 0, 10);
+	assert_int_equal(write(fd, h, 32), 32);
+	assert_int_equal(recv(fd, h, 34, MSG_WAITALL), 34);
+	assert_int_equal(get_le(h, 4), 0x50524e4cu); /* reply magic */
+	assert_int_equal(get_le(h + 4, 4), 0);	     /* status */
+	assert_int_equal(get_le(h + 8, 8), 42);	     /* id */
+	assert_int_equal(get_le(h + 16, 8), 10);     /* length */
+	assert_memory_equal(h + 24, b.seg, 10);
+	close(fd);
+
+	fill(buf, sizeof(buf), 5);
+	assert_int_equal(xfer1(a.e, ep, ENG_WRITE, 0, buf, sizeof(buf)), 0);
+	assert_memory_equal(b.seg, buf, sizeof(buf));
+	node_stop(&a);
+	node_stop(&b);
+}
+
+/* A port nobody listens on: bound, never listening, then closed. */
+static uint16_t closed_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+static void test_engine_unreachable_fails_fast(void **state)
+{
+	struct node a = node_start(0, 0);
+	char ep[64], c = 1;
+	uint64_t t0;
+
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)closed_port());
+	t0 = lc_now_ms();
+	assert_int_equal(xfer1(a.e, ep, ENG_WRITE, 0, &c, 1), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(xfer1(a.e, ep, ENG_READ, 0, &c, 1), LUNAR_ERR_TRANSFER_FAIL);
+	assert_true(lc_now_ms() - t0 < 1000);
+	node_stop(&a);
+}
+
+/* A peer that accepts (in the kernel backlog) but never answers. */
+static void test_engine_timeout(void **state)
+{
+	struct node a = node_start(0, 200);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t len = sizeof(sa);
+	char ep[64], buf[16] = {0};
+	uint64_t t0, dt;
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(lfd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 8), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+	t0 = lc_now_ms();
+	assert_int_equal(xfer1(a.e, ep, ENG_READ, 0, buf, sizeof(buf)), LUNAR_ERR_TRANSFER_FAIL);
+	dt = lc_now_ms() - t0;
+	assert_true(dt >= 190 && dt < 2000);
+	close(lfd);
+	node_stop(&a);
+}
+
+static void check_roundtrip(struct node *a, struct node *b, const char *ep, size_t len,
+			    uint32_t seed)
+{
+	unsigned char *src = malloc(len), *dst = malloc(len);
+
+	fill(src, len, seed);
+	assert_int_equal(xfer1(a->e, ep, ENG_WRITE, 0, src, len), 0);
+	assert_memory_equal(b->seg, src, len);
+	assert_int_equal(xfer1(a->e, ep, ENG_READ, 0, dst, len), 0);
+	assert_memory_equal(dst, src, len);
+	free(src);
+	free(dst);
+}
+
+static void test_engine_peer_restart(void **state)
+{
+	struct node a = node_start(0, 0), b = node_start(0, 0);
+	uint16_t port = node_port(&b);
+	size_t len = 9 * MIB; /* sliced: leaves several pooled connections */
+	char ep[64], c = 1;
+
+	strcpy(ep, eng_engine_endpoint(b.e));
+	check_roundtrip(&a, &b, ep, len, 21);
+	/* Restarted behind our back: the pooled connections are stale. */
+	node_stop(&b);
+	b = node_start(port, 0);
+	assert_string_equal(eng_engine_endpoint(b.e), ep);
+	for (uint32_t i = 0; i < 3; i++) {
+		check_roundtrip(&a, &b, ep, len, 22 + i);
+		check_roundtrip(&a, &b, ep, 100, 25 + i);
+	}
+	/* Down for a while: fails, then works again once it is back. */
+	node_stop(&b);
+	assert_int_equal(xfer1(a.e, ep, ENG_WRITE, 0, &c, 1), LUNAR_ERR_TRANSFER_FAIL);
+	b = node_start(port, 0);
+	check_roundtrip(&a, &b, ep, len, 30);
+	node_stop(&a);
+	node_stop(&b);
+}
+
+static int count_fds(void)
+{
+	char path[64];
+	int n = 0;
+
+	for (int fd = 0; fd < 4096; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n += access(path, F_OK) == 0;
+	}
+	return n;
+}
+
+static void test_engine_pool_reuses_connections(void **state)
+{
+	struct node a = node_start(0, 0), b = node_start(0, 0);
+	const char *ep = eng_engine_endpoint(b.e);
+	unsigned char buf[512] = { 0 };
+	int before;
+
+	check_roundtrip(&a, &b, ep, sizeof(buf), 1);
+	before = count_fds();
+	for (int i = 0; i < 200; i++)
+		assert_int_equal(xfer1(a.e, ep, i & 1 ? ENG_READ : ENG_WRITE, 0, buf, sizeof(buf)),
+				 0);
+	assert_int_equal(count_fds(), before);
+	node_stop(&a);
+	node_stop(&b);
+}
+
+struct worker {
+	pthread_t tid;
+	struct eng_engine *e;
+	const char *ep;
+	unsigned char *seg;
+	unsigned id;
+	int failures;
+};
+
+static void *worker_main(void *arg)
+{
+	static const size_t sizes[] = {1, 777, 4096, 65536, 2 * MIB - 3};
+	struct worker *w = arg;
+	uint64_t base = (uint64_t)w->id * 2 * MIB;
+	unsigned char *src = malloc(2 * MIB), *dst = malloc(2 * MIB);
+
+	for (unsigned it = 0; it < 20; it++) {
+		size_t len = sizes[it % 5];
+
+		fill(src, len, w->id * 1000 + it);
+		if (xfer1(w->e, w->ep, ENG_WRITE, base, src, len) ||
+		    xfer1(w->e, w->ep, ENG_READ, base, dst, len) || memcmp(src, dst, len) ||
+		    memcmp(w->seg + base, src, len))
+			w->failures++;
+	}
+	free(src);
+	free(dst);
+	return NULL;
+}
+
+static void test_engine_concurrent_threads(void **state)
+{
+	struct node a = node_start(0, 0), b = node_start(0, 0);
+	struct worker w[8];
+
+	for (unsigned i = 0; i < 8; i++) {
+		w[i] = (struct worker){
+		    .e = a.e, .ep = eng_engine_endpoint(b.e), .seg = b.seg, .id = i};
+		assert_int_equal(pthread_create(&w[i].tid, NULL, worker_main, &w[i]), 0);
+	}
+	for (unsigned i = 0; i < 8; i++)
+		pthread_join(w[i].tid, NULL);
+	for (unsigned i = 0; i < 8; i++)
+		assert_int_equal(w[i].failures, 0);
+	node_stop(&a);
+	node_stop(&b);
+}
+
+static void test_engine_create_refuses_bad_config(void **state)
+{
+	struct eng_config cfg = {.host = "127.0.0.1", .seg_size = 4096};
+	struct eng_engine *e = NULL;
+
+	assert_int_equal(eng_engine_create(&cfg, &e), LUNAR_ERR_INVALID_PARAMS);
+	cfg.seg_size = 0;
+	cfg.host = "no.such.host.invalid";
+	assert_int_equal(eng_engine_create(&cfg, &e), LUNAR_ERR_INVALID_PARAMS);
+	assert_null(e);
+	eng_engine_destroy(NULL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_engine_write_read_sizes),
+	    cmocka_unit_test(test_engine_multi_iov),
+	    cmocka_unit_test(test_engine_local_memcpy),
+	    cmocka_unit_test(test_engine_out_of_bounds),
+	    cmocka_unit_test(test_engine_bad_args),
+	    cmocka_unit_test(test_engine_hostile_peer),
+	    cmocka_unit_test(test_engine_unreachable_fails_fast),
+	    cmocka_unit_test(test_engine_timeout),
+	    cmocka_unit_test(test_engine_peer_restart),
+	    cmocka_unit_test(test_engine_pool_reuses_connections),
+	    cmocka_unit_test(test_engine_concurrent_threads),
+	    cmocka_unit_test(test_engine_create_refuses_bad_config),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,920 @@
+/*
+ * test_shmlib.c - liblunar against a fake proxy running in threads of this
+ * test: it listens on a temp socket, hands out a sealed memfd region laid
+ * out per shm_abi.h, consumes the ring and completes requests from a small
+ * in-memory map. It is a fixture, not a proxy: it trusts the client.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "atomic.h"
+#include "clock.h"
+#include "futex.h"
+#include "lunar.h"
+#include "ring.h"
+#include "shm_abi.h"
+#include "uds.h"
+
+/* cmocka's asserts must not run in the fake's threads. */
+#define FAKE_CHECK(x)                                                                              \
+	do {                                                                                       \
+		if (!(x)) {                                                                        \
+			fprintf(stderr, "fake proxy: %s failed\n", #x);                            \
+			abort();                                                                   \
+		}                                                                                  \
+	} while (0)
+
+#define FAKE_KV_MAX   4096
+#define FAKE_SESS_MAX 32
+#define FAKE_ARENA    (1u << 20)
+
+struct fake_kv {
+	char *key;
+	uint8_t *val;
+	size_t len;
+};
+
+struct fake;
+
+struct fake_sess {
+	struct fake *f;
+	pthread_t th;
+	int sock, evfd;
+	uint8_t *base;
+	size_t size;
+	struct lc_shm_hdr h;
+};
+
+struct fake {
+	char dir[64], path[128];
+	int lfd;
+	int stop; /* atomic */
+	pthread_t acceptor;
+	/* behaviour, set before fake_start */
+	int32_t refuse;
+	int bad_magic;
+	int hang; /* atomic: consume requests, never complete them */
+	uint32_t entries, slots;
+	/* what the fake saw */
+	char tenant[LC_TENANT_MAX];
+	uint64_t last_seg_off;
+	struct fake_sess *sess[FAKE_SESS_MAX];
+	int nsess;
+	/* the store, shared by all sessions and restarts */
+	pthread_mutex_t lock;
+	struct fake_kv kv[FAKE_KV_MAX];
+	int nkv;
+};
+
+static struct fake F;
+
+/* --- the fake's store --- */
+
+static int kv_find(struct fake *f, const uint8_t *key, size_t len)
+{
+	for (int i = 0; i < f->nkv; i++)
+		if (strlen(f->kv[i].key) == len && !memcmp(f->kv[i].key, key, len))
+			return i;
+	return -1;
+}
+
+static void kv_drop(struct fake *f, int i)
+{
+	free(f->kv[i].key);
+	free(f->kv[i].val);
+	f->kv[i] = f->kv[--f->nkv];
+}
+
+static int64_t op_put(struct fake_sess *s, const struct lc_item *it, int upsert)
+{
+	struct fake *f = s->f;
+	const struct lc_seg *sg = (const struct lc_seg *)(s->base + it->seg_off);
+	size_t len = 0, at = 0;
+	uint8_t *val;
+	int i;
+
+	for (uint32_t j = 0; j < it->nseg; j++)
+		len += sg[j].len;
+	val = malloc(len);
+	for (uint32_t j = 0; j < it->nseg; j++) {
+		memcpy(val + at, s->base + sg[j].off, sg[j].len);
+		at += sg[j].len;
+	}
+	f->last_seg_off = sg[0].off;
+	i = kv_find(f, s->base + it->key_off, it->key_len);
+	if (i >= 0 && !upsert) {
+		free(val);
+		return 0;
+	}
+	if (i < 0) {
+		i = f->nkv++;
+		f->kv[i].key = strndup((const char *)s->base + it->key_off, it->key_len);
+	} else {
+		free(f->kv[i].val);
+	}
+	f->kv[i].val = val;
+	f->kv[i].len = len;
+	return 0;
+}
+
+static int64_t op_get(struct fake_sess *s, const struct lc_item *it)
+{
+	const struct lc_seg *sg = (const struct lc_seg *)(s->base + it->seg_off);
+	int i = kv_find(s->f, s->base + it->key_off, it->key_len);
+	size_t cap = 0, at = 0;
+
+	if (i < 0)
+		return LUNAR_ERR_OBJECT_NOT_FOUND;
+	for (uint32_t j = 0; j < it->nseg; j++)
+		cap += sg[j].len;
+	if (cap < s->f->kv[i].len)
+		return LUNAR_ERR_BUFFER_OVERFLOW;
+	for (uint32_t j = 0; j < it->nseg && at < s->f->kv[i].len; j++) {
+		size_t n = sg[j].len < s->f->kv[i].len - at ? sg[j].len : s->f->kv[i].len - at;
+
+		memcpy(s->base + sg[j].off, s->f->kv[i].val + at, n);
+		at += n;
+	}
+	return (int64_t)at;
+}
+
+static int64_t op_item(struct fake_sess *s, uint16_t op, const struct lc_item *it)
+{
+	const uint8_t *key = s->base + it->key_off;
+	int i = kv_find(s->f, key, it->key_len);
+
+	switch (op) {
+	case LC_OP_PUT: return op_put(s, it, 0);
+	case LC_OP_UPSERT: return op_put(s, it, 1);
+	case LC_OP_GET: return op_get(s, it);
+	case LC_OP_GET_SIZE: return i < 0 ? LUNAR_ERR_OBJECT_NOT_FOUND : (int64_t)s->f->kv[i].len;
+	case LC_OP_EXISTS: return i >= 0 || (it->key_len >= 3 && !memcmp(key, "yes", 3));
+	case LC_OP_REMOVE:
+		if (i < 0)
+			return LUNAR_ERR_OBJECT_NOT_FOUND;
+		kv_drop(s->f, i);
+		return 0;
+	}
+	return LUNAR_ERR_INVALID_PARAMS;
+}
+
+/* Regex stand-in: substring match. */
+static int64_t op_remove_many(struct fake *f, const uint8_t *pat, size_t len)
+{
+	int64_t n = 0;
+
+	for (int i = f->nkv - 1; i >= 0; i--) {
+		if (len && !memmem(f->kv[i].key, strlen(f->kv[i].key), pat, len))
+			continue;
+		kv_drop(f, i);
+		n++;
+	}
+	return n;
+}
+
+static int fake_in_arena(const struct fake_sess *s, uint64_t off, uint64_t len)
+{
+	return off >= s->h.arena_off && off - s->h.arena_off <= s->h.arena_size &&
+	       len <= s->h.arena_size - (off - s->h.arena_off);
+}
+
+/* The rules the real proxy disconnects a client for (docs/shm-abi.md). */
+static void fake_validate(const struct fake_sess *s, const struct lc_sqe *e)
+{
+	const struct lc_item *it = (const struct lc_item *)(s->base + e->arg_off);
+	int segs = e->op == LC_OP_PUT || e->op == LC_OP_UPSERT || e->op == LC_OP_GET;
+
+	FAKE_CHECK(e->slot < s->h.slot_count && e->op > 0 && e->op < LC_OP_MAX);
+	if (e->op == LC_OP_REMOVE_ALL || e->op == LC_OP_HEALTH) {
+		FAKE_CHECK(!e->count && !e->arg_len);
+		return;
+	}
+	FAKE_CHECK(fake_in_arena(s, e->arg_off, e->arg_len));
+	if (e->op == LC_OP_REMOVE_REGEX) {
+		FAKE_CHECK(!e->count && e->arg_len && e->arg_len <= LUNAR_KEY_MAX);
+		return;
+	}
+	FAKE_CHECK(e->count >= 1 && e->count <= LUNAR_BATCH_MAX && e->arg_off % 8 == 0);
+	FAKE_CHECK(e->arg_len == (uint64_t)e->count * sizeof(*it));
+	for (uint32_t i = 0; i < e->count; i++) {
+		const struct lc_seg *sg = (const struct lc_seg *)(s->base + it[i].seg_off);
+
+		FAKE_CHECK(it[i].key_len && it[i].key_len <= LUNAR_KEY_MAX);
+		FAKE_CHECK(fake_in_arena(s, it[i].key_off, it[i].key_len));
+		FAKE_CHECK(segs ? it[i].nseg >= 1 && it[i].nseg <= LUNAR_IOV_MAX : !it[i].nseg);
+		if (!segs)
+			continue;
+		FAKE_CHECK(it[i].seg_off % 8 == 0 &&
+			   fake_in_arena(s, it[i].seg_off, it[i].nseg * sizeof(*sg)));
+		for (uint32_t j = 0; j < it[i].nseg; j++)
+			FAKE_CHECK(!sg[j].region && fake_in_arena(s, sg[j].off, sg[j].len));
+	}
+}
+
+static int64_t fake_exec(struct fake_sess *s, const struct lc_sqe *e)
+{
+	struct lc_item *it = (struct lc_item *)(s->base + e->arg_off);
+	int64_t r = 0;
+
+	switch (e->op) {
+	case LC_OP_HEALTH: return 0;
+	case LC_OP_REMOVE_ALL: return op_remove_many(s->f, NULL, 0);
+	case LC_OP_REMOVE_REGEX: return op_remove_many(s->f, s->base + e->arg_off, e->arg_len);
+	case LC_OP_PREFIX_MATCH:
+		while (r < e->count && kv_find(s->f, s->base + it[r].key_off, it[r].key_len) >= 0)
+			r++;
+		return r;
+	}
+	for (uint32_t i = 0; i < e->count; i++)
+		it[i].result = op_item(s, e->op, &it[i]);
+	return 0;
+}
+
+static void fake_complete(struct fake_sess *s, const struct lc_sqe *e)
+{
+	struct lc_cslot *slots = (struct lc_cslot *)(s->base + s->h.slots_off);
+	struct lc_cslot *sl;
+	int64_t r;
+
+	fake_validate(s, e);
+	sl = &slots[e->slot];
+	pthread_mutex_lock(&s->f->lock);
+	r = fake_exec(s, e);
+	pthread_mutex_unlock(&s->f->lock);
+	sl->result = r;
+	sl->seq = e->seq;
+	if (lc_xchg(&sl->state, (uint32_t)LC_SLOT_DONE) == LC_SLOT_WAITING)
+		lc_futex_wake(&sl->state, 1);
+}
+
+/* --- the fake's sessions --- */
+
+static int fake_drain(struct fake_sess *s, uint32_t *cons)
+{
+	struct lc_ring_ctl *ring = (struct lc_ring_ctl *)(s->base + s->h.ring_off);
+	struct lc_sqe *sqes = (struct lc_sqe *)(s->base + s->h.sqes_off);
+	int64_t n = lc_ring_consumable(ring, s->h.ring_entries, *cons);
+
+	FAKE_CHECK(n >= 0);
+	for (int64_t i = 0; i < n; i++) {
+		struct lc_sqe e = sqes[(*cons + i) & (s->h.ring_entries - 1)];
+
+		if (!lc_load_acquire(&s->f->hang))
+			fake_complete(s, &e);
+	}
+	*cons += (uint32_t)n;
+	lc_ring_release(ring, *cons);
+	return n > 0;
+}
+
+static void *fake_sess_run(void *arg)
+{
+	struct fake_sess *s = arg;
+	struct lc_ring_ctl *ring = (struct lc_ring_ctl *)(s->base + s->h.ring_off);
+	uint32_t cons = 0;
+	uint64_t junk;
+
+	while (!lc_load_acquire(&s->f->stop)) {
+		struct pollfd p[2] = {{s->evfd, POLLIN, 0}, {s->sock, POLLRDHUP, 0}};
+
+		if (fake_drain(s, &cons))
+			continue;
+		lc_ring_set_sleeping(ring, 1);
+		if (!fake_drain(s, &cons) && poll(p, 2, 10) > 0) {
+			if (p[1].revents)
+				break; /* the client went away */
+			if (read(s->evfd, &junk, sizeof(junk)) < 0)
+				FAKE_CHECK((errno) == (EAGAIN));
+		}
+		lc_ring_set_sleeping(ring, 0);
+	}
+	return NULL;
+}
+
+static int fake_region(struct fake_sess *s, int *memfd)
+{
+	struct lc_shm_hdr *h = &s->h;
+
+	memset(h, 0, sizeof(*h));
+	h->magic = s->f->bad_magic ? 0xdeadbeef : LC_SHM_MAGIC;
+	h->version = LC_PROTO_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->client_id = 7;
+	h->ring_off = 4096;
+	h->ring_entries = s->f->entries;
+	h->sqes_off = 4096 + 256;
+	h->slots_off = h->sqes_off + h->ring_entries * sizeof(struct lc_sqe);
+	h->slot_count = s->f->slots;
+	h->arena_off = (h->slots_off + h->slot_count * sizeof(struct lc_cslot) + 4095) & ~4095ull;
+	h->arena_size = FAKE_ARENA;
+	h->region_size = h->arena_off + h->arena_size;
+	h->max_batch = LUNAR_BATCH_MAX;
+	h->max_segs = LUNAR_IOV_MAX;
+	h->key_max = LUNAR_KEY_MAX;
+	s->size = h->region_size;
+	*memfd = memfd_create("lunar-fake", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+	FAKE_CHECK(*memfd >= 0);
+	FAKE_CHECK((ftruncate(*memfd, (off_t)s->size)) == (0));
+	FAKE_CHECK((fcntl(*memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) == (0));
+	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, *memfd, 0);
+	FAKE_CHECK(s->base != MAP_FAILED);
+	memcpy(s->base, h, sizeof(*h));
+	lc_ring_init((struct lc_ring_ctl *)(s->base + h->ring_off));
+	return 0;
+}
+
+static void fake_handshake(struct fake *f, int sock)
+{
+	struct lc_welcome w = {.magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION};
+	struct lc_hello hello;
+	struct fake_sess *s;
+	int fds[2];
+
+	FAKE_CHECK((lc_uds_recv(sock, &hello, sizeof(hello), NULL, 0, 2000)) == (0));
+	FAKE_CHECK((hello.magic) == (LC_SHM_MAGIC));
+	pthread_mutex_lock(&f->lock);
+	memcpy(f->tenant, hello.tenant, sizeof(f->tenant));
+	pthread_mutex_unlock(&f->lock);
+	if (f->refuse) {
+		w.code = f->refuse;
+		FAKE_CHECK((lc_uds_send(sock, &w, sizeof(w), NULL, 0)) == (0));
+		close(sock);
+		return;
+	}
+	s = calloc(1, sizeof(*s));
+	s->f = f;
+	s->sock = sock;
+	fake_region(s, &fds[0]);
+	s->evfd = fds[1] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	w.client_id = s->h.client_id;
+	w.region_size = s->size;
+	FAKE_CHECK((lc_uds_send(sock, &w, sizeof(w), fds, 2)) == (0));
+	close(fds[0]);
+	pthread_mutex_lock(&f->lock);
+	FAKE_CHECK(f->nsess < FAKE_SESS_MAX);
+	f->sess[f->nsess++] = s;
+	pthread_mutex_unlock(&f->lock);
+	pthread_create(&s->th, NULL, fake_sess_run, s);
+}
+
+static void *fake_accept_run(void *arg)
+{
+	struct fake *f = arg;
+
+	while (!lc_load_acquire(&f->stop)) {
+		struct pollfd p = {f->lfd, POLLIN, 0};
+		int sock;
+
+		if (poll(&p, 1, 10) <= 0)
+			continue;
+		sock = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (sock >= 0)
+			fake_handshake(f, sock);
+	}
+	return NULL;
+}
+
+static void fake_start(struct fake *f)
+{
+	lc_store_release(&f->stop, 0);
+	f->lfd = lc_uds_listen(f->path, 0600);
+	FAKE_CHECK(f->lfd >= 0);
+	pthread_create(&f->acceptor, NULL, fake_accept_run, f);
+}
+
+/* Stop like a dying proxy: every client socket and the listener close; the
+ * socket file stays, so connects are refused. */
+static void fake_stop(struct fake *f)
+{
+	lc_store_release(&f->stop, 1);
+	pthread_join(f->acceptor, NULL);
+	for (int i = 0; i < f->nsess; i++) {
+		struct fake_sess *s = f->sess[i];
+
+		pthread_join(s->th, NULL);
+		close(s->sock);
+		close(s->evfd);
+		munmap(s->base, s->size);
+		free(s);
+	}
+	f->nsess = 0;
+	close(f->lfd);
+}
+
+/* What the fake saw, read under its lock from the test's thread. */
+static int fake_nsess(void)
+{
+	int n;
+
+	pthread_mutex_lock(&F.lock);
+	n = F.nsess;
+	pthread_mutex_unlock(&F.lock);
+	return n;
+}
+
+/* The byte the first session sees where the last put's value began. */
+static uint8_t fake_last_put_byte(void)
+{
+	uint8_t b;
+
+	pthread_mutex_lock(&F.lock);
+	b = F.sess[0]->base[F.last_seg_off];
+	pthread_mutex_unlock(&F.lock);
+	return b;
+}
+
+static void fake_tenant(char *out)
+{
+	pthread_mutex_lock(&F.lock);
+	memcpy(out, F.tenant, sizeof(F.tenant));
+	pthread_mutex_unlock(&F.lock);
+}
+
+static int setup(void **state)
+{
+	static int n;
+
+	memset(&F, 0, sizeof(F));
+	pthread_mutex_init(&F.lock, NULL);
+	snprintf(F.dir, sizeof(F.dir), "/tmp/lunar-shmtest-XXXXXX");
+	assert_non_null(mkdtemp(F.dir));
+	snprintf(F.path, sizeof(F.path), "%s/proxy%d.sock", F.dir, n++);
+	F.entries = 64;
+	F.slots = 64;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	op_remove_many(&F, NULL, 0);
+	unlink(F.path);
+	rmdir(F.dir);
+	return 0;
+}
+
+static struct lunar_client *connect_fake(unsigned timeout_ms)
+{
+	struct lunar_opts o = {.socket_path = F.path, .timeout_ms = timeout_ms};
+	struct lunar_client *c = NULL;
+
+	assert_int_equal(lunar_connect(&o, &c), 0);
+	return c;
+}
+
+static void fill(uint8_t *p, size_t len, unsigned seed)
+{
+	for (size_t i = 0; i < len; i++)
+		p[i] = (uint8_t)(seed * 31 + i * 7);
+}
+
+/* --- the tests --- */
+
+static void test_shmlib_handshake(void **state)
+{
+	struct lunar_opts o = {.socket_path = F.path, .tenant = "team-a"};
+	struct lunar_client *c = NULL;
+	char tenant[LC_TENANT_MAX];
+
+	fake_start(&F);
+	assert_int_equal(lunar_connect(&o, &c), 0);
+	fake_tenant(tenant);
+	assert_string_equal(tenant, "team-a");
+	assert_int_equal(lunar_health(c), 0);
+	lunar_close(c);
+	lunar_close(NULL);
+	/* No options: $LUNAR_SOCKET, empty tenant (the proxy's default). */
+	setenv("LUNAR_SOCKET", F.path, 1);
+	assert_int_equal(lunar_connect(NULL, &c), 0);
+	unsetenv("LUNAR_SOCKET");
+	fake_tenant(tenant);
+	assert_string_equal(tenant, "");
+	assert_int_equal(lunar_exists(c, "yes-please"), 1);
+	assert_int_equal(lunar_exists(c, "no-thanks"), 0);
+	lunar_close(c);
+	fake_stop(&F);
+}
+
+static void test_shmlib_refused(void **state)
+{
+	struct lunar_opts o = {.socket_path = F.path};
+	struct lunar_client *c = NULL;
+	char longname[LC_TENANT_MAX + 8];
+
+	o.socket_path = "/nonexistent/lunar.sock";
+	assert_int_equal(lunar_connect(&o, &c), LUNAR_ERR_PROXY_UNAVAILABLE);
+	o.socket_path = F.path;
+	F.refuse = LUNAR_ERR_TOO_MANY_CLIENTS;
+	fake_start(&F);
+	assert_int_equal(lunar_connect(&o, &c), LUNAR_ERR_TOO_MANY_CLIENTS);
+	assert_null(c);
+	memset(longname, 'a', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	o.tenant = longname;
+	assert_int_equal(lunar_connect(&o, &c), LUNAR_ERR_INVALID_PARAMS);
+	o.tenant = "bad tenant";
+	assert_int_equal(lunar_connect(&o, &c), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_connect(NULL, NULL), LUNAR_ERR_INVALID_PARAMS);
+	fake_stop(&F);
+}
+
+static void test_shmlib_bad_header(void **state)
+{
+	struct lunar_opts o = {.socket_path = F.path};
+	struct lunar_client *c = NULL;
+
+	F.bad_magic = 1;
+	fake_start(&F);
+	assert_int_equal(lunar_connect(&o, &c), LUNAR_ERR_PROTOCOL);
+	fake_stop(&F);
+}
+
+static void test_shmlib_arguments(void **state)
+{
+	char big[LUNAR_KEY_MAX + 2];
+	const char *keys[3] = {"k1", "bad\nkey", "k3"};
+	struct iovec v[LUNAR_IOV_MAX + 1] = {{big, 1}};
+	const struct iovec *iovs[3] = {v, v, v};
+	int cnts[3] = {1, 1, 1}, res[3];
+	struct lunar_client *c;
+
+	fake_start(&F);
+	c = connect_fake(0);
+	memset(big, 'k', sizeof(big) - 1);
+	big[sizeof(big) - 1] = 0;
+	assert_int_equal(lunar_put(NULL, "k", "v", 1, NULL), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_exists(NULL, "k"), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_put(c, NULL, "v", 1, NULL), LUNAR_ERR_INVALID_KEY);
+	assert_int_equal(lunar_put(c, "", "v", 1, NULL), LUNAR_ERR_INVALID_KEY);
+	assert_int_equal(lunar_put(c, "a\tb", "v", 1, NULL), LUNAR_ERR_INVALID_KEY);
+	assert_int_equal(lunar_exists(c, big), LUNAR_ERR_INVALID_KEY);
+	assert_int_equal(lunar_remove_by_regex(c, big, 0), LUNAR_ERR_INVALID_PARAMS);
+	big[LUNAR_KEY_MAX] = 0;
+	assert_int_equal(lunar_exists(c, big), 0);
+	assert_int_equal(lunar_put(c, "k", "v", 0, NULL), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_put(c, "k", NULL, 1, NULL), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_putv(c, "k", v, 0, NULL), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_putv(c, "k", NULL, 1, NULL), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_putv(c, "k", v, LUNAR_IOV_MAX + 1, NULL), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_getv(c, "k", v, -1), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_get_into(c, "k", big, 0), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_remove_by_regex(c, NULL, 0), LUNAR_ERR_INVALID_PARAMS);
+	/* Batches: n == 0 does nothing, bad arrays fail the call, bad keys
+	 * fail alone. */
+	assert_int_equal(lunar_batch_exists(c, 0, NULL, NULL), 0);
+	assert_int_equal(lunar_batch_exists(c, LUNAR_BATCH_MAX + 1, keys, res),
+			 LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_batch_exists(c, 3, NULL, res), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_batch_put(c, 3, keys, NULL, cnts, NULL, res),
+			 LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_batch_put(c, 3, keys, iovs, cnts, NULL, res), 0);
+	assert_int_equal(res[0], 0);
+	assert_int_equal(res[1], LUNAR_ERR_INVALID_KEY);
+	assert_int_equal(res[2], 0);
+	assert_int_equal(lunar_batch_exists(c, 3, keys, res), 0);
+	assert_int_equal(res[0], 1);
+	assert_int_equal(res[1], LUNAR_ERR_INVALID_KEY);
+	assert_int_equal(res[2], 1);
+	assert_int_equal(lunar_register(c, big, 16), LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS);
+	assert_int_equal(lunar_unregister(c, big), LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS);
+	lunar_close(c);
+	fake_stop(&F);
+}
+
+static void test_shmlib_put_get(void **state)
+{
+	static uint8_t val[10000], out[12000];
+	struct iovec in[3] = {{val, 1}, {val + 1, 4999}, {val + 5000, 5000}};
+	struct iovec dst[4] = {
+	    {out, 3000}, {out + 3000, 0}, {out + 3000, 3000}, {out + 6000, 6000}};
+	const char *pk[4] = {"p0", "p1", "p2", "p3"};
+	struct lunar_client *c;
+
+	fake_start(&F);
+	c = connect_fake(0);
+	fill(val, sizeof(val), 1);
+	assert_int_equal(lunar_putv(c, "obj", in, 3, NULL), 0);
+	assert_int_equal(lunar_get_size(c, "obj"), (int64_t)sizeof(val));
+	memset(out, 0xee, sizeof(out));
+	assert_int_equal(lunar_getv(c, "obj", dst, 4), (int64_t)sizeof(val));
+	assert_memory_equal(out, val, sizeof(val));
+	assert_int_equal(out[sizeof(val)], 0xee); /* nothing past the value */
+	assert_int_equal(lunar_get_into(c, "obj", out, 100), LUNAR_ERR_BUFFER_OVERFLOW);
+	assert_int_equal(lunar_get_into(c, "none", out, 100), LUNAR_ERR_OBJECT_NOT_FOUND);
+	/* put keeps the first value, upsert replaces it. */
+	assert_int_equal(lunar_put(c, "obj", "x", 1, NULL), 0);
+	assert_int_equal(lunar_get_size(c, "obj"), (int64_t)sizeof(val));
+	assert_int_equal(lunar_upsert(c, "obj", "xyz", 3, NULL), 0);
+	assert_int_equal(lunar_get_into(c, "obj", out, sizeof(out)), 3);
+	assert_memory_equal(out, "xyz", 3);
+	/* A value larger than the whole arena can never be staged. */
+	{
+		uint8_t *huge = calloc(1, FAKE_ARENA + 1);
+
+		assert_int_equal(lunar_put(c, "huge", huge, FAKE_ARENA + 1, NULL),
+				 LUNAR_ERR_INVALID_PARAMS);
+		/* A destination larger than the arena still takes a small value. */
+		assert_int_equal(lunar_get_into(c, "obj", huge, FAKE_ARENA + 1), 3);
+		assert_memory_equal(huge, "xyz", 3);
+		assert_int_equal(lunar_get_into(c, "none", huge, FAKE_ARENA + 1),
+				 LUNAR_ERR_OBJECT_NOT_FOUND);
+		free(huge);
+	}
+	assert_int_equal(lunar_put(c, "p0", "a", 1, NULL), 0);
+	assert_int_equal(lunar_put(c, "p1", "b", 1, NULL), 0);
+	assert_int_equal(lunar_put(c, "p3", "d", 1, NULL), 0);
+	assert_int_equal(lunar_prefix_match(c, 4, pk), 2);
+	assert_int_equal(lunar_prefix_match(c, 0, pk), 0);
+	assert_int_equal(lunar_remove(c, "p0", 0), 0);
+	assert_int_equal(lunar_remove(c, "p0", 1), LUNAR_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(lunar_remove_by_regex(c, "p", 0), 2);
+	assert_int_equal(lunar_remove_all(c, 1), 1);
+	assert_int_equal(lunar_exists(c, "obj"), 0);
+	lunar_close(c);
+	fake_stop(&F);
+}
+
+static void test_shmlib_batch_get(void **state)
+{
+	enum { N = 40 };
+	static uint8_t vals[N][300], outs[N][300];
+	const char *keys[N];
+	char names[N][16];
+	struct iovec vin[N], vout[N];
+	const struct iovec *iin[N], *iout[N];
+	int cnt[N], pres[N];
+	int64_t gres[N];
+	struct lunar_client *c;
+
+	fake_start(&F);
+	c = connect_fake(0);
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "b%d", i);
+		keys[i] = names[i];
+		fill(vals[i], 100 + i, (unsigned)i);
+		vin[i] = (struct iovec){vals[i], 100 + (size_t)i};
+		vout[i] = (struct iovec){outs[i], i == 7 ? 50 : 300};
+		iin[i] = &vin[i];
+		iout[i] = &vout[i];
+		cnt[i] = 1;
+	}
+	assert_int_equal(lunar_batch_put(c, N - 1, keys, iin, cnt, NULL, pres), 0);
+	assert_int_equal(lunar_batch_get_into(c, N, keys, iout, cnt, gres), 0);
+	for (int i = 0; i < N - 1; i++) {
+		if (i == 7) {
+			assert_int_equal(gres[i], LUNAR_ERR_BUFFER_OVERFLOW);
+			continue;
+		}
+		assert_int_equal(pres[i], 0);
+		assert_int_equal(gres[i], 100 + i);
+		assert_memory_equal(outs[i], vals[i], 100 + (size_t)i);
+	}
+	assert_int_equal(gres[N - 1], LUNAR_ERR_OBJECT_NOT_FOUND);
+	/* Destinations too big to stage together: sizes first, then the get. */
+	for (int i = 0; i < 3; i++) {
+		vout[i] = (struct iovec){calloc(1, FAKE_ARENA / 2), FAKE_ARENA / 2};
+		keys[i] = i == 1 ? "missing" : names[i];
+	}
+	vout[2].iov_len = 50; /* too small for b2's 102 bytes */
+	assert_int_equal(lunar_batch_get_into(c, 3, keys, iout, cnt, gres), 0);
+	assert_int_equal(gres[0], 100);
+	assert_memory_equal(vout[0].iov_base, vals[0], 100);
+	assert_int_equal(gres[1], LUNAR_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(gres[2], LUNAR_ERR_BUFFER_OVERFLOW);
+	for (int i = 0; i < 3; i++)
+		free(vout[i].iov_base);
+	lunar_close(c);
+	fake_stop(&F);
+}
+
+static void test_shmlib_zero_copy(void **state)
+{
+	struct lunar_client *c;
+	uint8_t *p, *q, *a[4];
+	int n = 0;
+
+	fake_start(&F);
+	c = connect_fake(0);
+	p = lunar_alloc(c, 4096);
+	q = lunar_alloc(c, 4096);
+	assert_non_null(p);
+	assert_non_null(q);
+	fill(p, 4096, 9);
+	assert_int_equal(lunar_put(c, "zc", p, 4096, NULL), 0);
+	/* The proxy read the value where it lies: the same shared bytes. */
+	p[0] ^= 0xff;
+	assert_int_equal(fake_last_put_byte(), p[0]);
+	p[0] ^= 0xff;
+	assert_int_equal(lunar_get_into(c, "zc", q, 4096), 4096);
+	assert_memory_equal(p, q, 4096);
+	lunar_free(c, p);
+	lunar_free(c, q);
+	lunar_free(c, &n); /* not ours: ignored */
+	assert_null(lunar_alloc(c, FAKE_ARENA + 1));
+	/* The arena fills up and empties again. */
+	while (n < 4 && (a[n] = lunar_alloc(c, FAKE_ARENA / 4)))
+		n++;
+	assert_int_equal(n, 4);
+	assert_null(lunar_alloc(c, 64));
+	for (int i = 0; i < n; i++)
+		lunar_free(c, a[i]);
+	p = lunar_alloc(c, FAKE_ARENA);
+	assert_non_null(p);
+	lunar_free(c, p);
+	lunar_close(c);
+	fake_stop(&F);
+}
+
+static void *late_free_run(void *arg)
+{
+	void **a = arg;
+
+	usleep(100 * 1000);
+	lunar_free(a[0], a[1]);
+	return NULL;
+}
+
+static void test_shmlib_arena_full(void **state)
+{
+	uint8_t *val = calloc(1, FAKE_ARENA / 2);
+	struct lunar_client *c;
+	pthread_t th;
+	void *a[2];
+	uint64_t t0;
+
+	fake_start(&F);
+	c = connect_fake(300);
+	a[0] = c;
+	a[1] = lunar_alloc(c, FAKE_ARENA / 4 * 3);
+	assert_non_null(a[1]);
+	/* No room to stage: wait for space until the deadline. */
+	t0 = lc_now_ms();
+	assert_int_equal(lunar_put(c, "wide", val, FAKE_ARENA / 2, NULL), LUNAR_ERR_BUSY);
+	assert_true(lc_now_ms() - t0 >= 250);
+	/* Space freed while waiting: the put goes through. */
+	pthread_create(&th, NULL, late_free_run, a);
+	assert_int_equal(lunar_put(c, "wide", val, FAKE_ARENA / 2, NULL), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(lunar_get_size(c, "wide"), FAKE_ARENA / 2);
+	free(val);
+	lunar_close(c);
+	fake_stop(&F);
+}
+
+struct worker {
+	struct lunar_client *c;
+	int id;
+	int errors;
+};
+
+static void *worker_run(void *arg)
+{
+	struct worker *w = arg;
+	uint8_t val[2000], out[2000];
+	char key[32];
+
+	for (int j = 0; j < 300; j++) {
+		size_t len = 1 + (size_t)((w->id * 131 + j * 17) % (int)sizeof(val));
+
+		snprintf(key, sizeof(key), "t%d-%d", w->id, j);
+		fill(val, len, (unsigned)(w->id * 1000 + j));
+		w->errors += lunar_put(w->c, key, val, len, NULL) != 0;
+		w->errors += lunar_get_into(w->c, key, out, sizeof(out)) != (int64_t)len;
+		w->errors += memcmp(val, out, len) != 0;
+		w->errors += lunar_exists(w->c, key) != 1;
+	}
+	return NULL;
+}
+
+static void test_shmlib_threads(void **state)
+{
+	enum { T = 12 };
+	struct worker w[T];
+	pthread_t th[T];
+	struct lunar_client *c;
+
+	/* Fewer slots and ring entries than threads: both must be waited for. */
+	F.slots = 4;
+	F.entries = 2;
+	fake_start(&F);
+	c = connect_fake(0);
+	for (int i = 0; i < T; i++) {
+		w[i] = (struct worker){c, i, 0};
+		pthread_create(&th[i], NULL, worker_run, &w[i]);
+	}
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(w[i].errors, 0);
+	}
+	lunar_close(c);
+	fake_stop(&F);
+}
+
+static void *killer_run(void *arg)
+{
+	usleep(150 * 1000);
+	fake_stop(&F);
+	return NULL;
+}
+
+static void *hung_exists_run(void *arg)
+{
+	return (void *)(intptr_t)lunar_exists(arg, "before");
+}
+
+static void test_shmlib_proxy_death(void **state)
+{
+	struct lunar_client *c;
+	pthread_t killer, hung[6];
+	void *ret;
+	uint64_t t0;
+	char out[8];
+
+	fake_start(&F);
+	c = connect_fake(10000);
+	assert_int_equal(lunar_put(c, "before", "v", 1, NULL), 0);
+	/* The proxy stops answering, then dies while the call waits. */
+	lc_store_release(&F.hang, 1);
+	pthread_create(&killer, NULL, killer_run, NULL);
+	for (int i = 0; i < 6; i++)
+		pthread_create(&hung[i], NULL, hung_exists_run, c);
+	t0 = lc_now_ms();
+	assert_int_equal(lunar_exists(c, "before"), LUNAR_ERR_PROXY_UNAVAILABLE);
+	assert_true(lc_now_ms() - t0 < 2000);
+	for (int i = 0; i < 6; i++) {
+		pthread_join(hung[i], &ret);
+		assert_int_equal((intptr_t)ret, LUNAR_ERR_PROXY_UNAVAILABLE);
+	}
+	pthread_join(killer, NULL);
+	/* Down: quick failures, health says 1. */
+	t0 = lc_now_ms();
+	assert_int_equal(lunar_exists(c, "before"), LUNAR_ERR_PROXY_UNAVAILABLE);
+	assert_int_equal(lunar_health(c), 1);
+	assert_true(lc_now_ms() - t0 < 1000);
+	/* Back: the next call reconnects. */
+	lc_store_release(&F.hang, 0);
+	fake_start(&F);
+	assert_int_equal(lunar_health(c), 0);
+	assert_int_equal(lunar_get_into(c, "before", out, sizeof(out)), 1);
+	lunar_close(c);
+	fake_stop(&F);
+}
+
+static void test_shmlib_timeout(void **state)
+{
+	struct lunar_client *c;
+	uint64_t t0, dt;
+	void *p;
+
+	fake_start(&F);
+	c = connect_fake(300);
+	p = lunar_alloc(c, 64);
+	assert_non_null(p);
+	lc_store_release(&F.hang, 1);
+	t0 = lc_now_ms();
+	assert_int_equal(lunar_put(c, "slow", "v", 1, NULL), LUNAR_ERR_PROXY_UNAVAILABLE);
+	dt = lc_now_ms() - t0;
+	assert_true(dt >= 250 && dt < 1500);
+	/* The timed-out session is dropped; a new one serves the next call.
+	 * Old lunar_alloc memory stays usable (staged now). */
+	lc_store_release(&F.hang, 0);
+	memcpy(p, "late", 4);
+	assert_int_equal(lunar_put(c, "slow", p, 4, NULL), 0);
+	assert_int_equal(fake_nsess(), 2);
+	assert_int_equal(lunar_exists(c, "slow"), 1);
+	lunar_free(c, p);
+	lunar_close(c);
+	fake_stop(&F);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_shmlib_handshake, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_refused, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_bad_header, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_arguments, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_put_get, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_batch_get, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_zero_copy, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_arena_full, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_threads, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_proxy_death, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_timeout, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,620 @@
+/*
+ * lunar-bench.c - put/get/remove throughput and latency through liblunar,
+ * with a same-run memcpy and non-temporal copy baseline for the same object
+ * size. Every value read back is checked byte for byte. Output: the
+ * configuration, then one stable key=value line per figure (SPEC §12).
+ */
+#include "lunar.h"
+#include "clock.h"
+#include "parse.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NOCONN = 3 };
+enum phase { PH_PUT, PH_GET, PH_RM };
+
+#define BENCH_MIN_ARENA	      (64ull << 20)
+#define BENCH_ALIGN	      64
+#define BENCH_MAX_THREADS     1024
+#define BENCH_MAX_SIZE	      (1ull << 40) /* the largest value (SPEC §3) */
+#define BENCH_KEY_ROOM	      64	   /* "-<pid>-<index>" after the prefix */
+#define BENCH_ERR_SHOWN	      5		   /* failures printed in full; the rest are counted */
+#define BENCH_BASELINE_PASSES 8
+#define BENCH_BASELINE_NS     300000000ull
+/* Each value is a window of one pseudo-random pattern, at offset 8*i for
+ * object i: no fill cost on the put path, and distinct windows for up to
+ * PAT_SPAN_MAX/8 objects, so a read returning another object's bytes is caught. */
+#define PAT_SPAN_MIN (64ull << 10)
+#define PAT_SPAN_MAX (64ull << 20)
+
+struct bench {
+	struct lunar_opts opts;
+	uint64_t size, count, baseline_bytes;
+	unsigned threads, replicas;
+	const char *prefix;
+	int keep;
+	pid_t pid;
+	struct lunar_client *c;
+	unsigned char *pattern; /* size + span bytes */
+	uint64_t span_words;
+	uint64_t *lat; /* one latency per object, for the phase running */
+	/* The start gate: workers wait until every thread of the phase exists. */
+	pthread_mutex_t gate_lock;
+	pthread_cond_t gate_cond;
+	int gate_open;
+	atomic_uint_fast64_t errors_shown;
+};
+
+struct worker {
+	struct bench *b;
+	pthread_t tid;
+	enum phase phase;
+	uint64_t first, n;
+	unsigned char *buf; /* this thread's get buffer */
+	uint64_t busy_ns, errors;
+	char *key;
+};
+
+struct figures {
+	uint64_t ops, errors, wall_ns, busy_ns;
+};
+
+static const char usage_text[] =
+    "usage: lunar-bench [OPTIONS]\n"
+    "\n"
+    "Puts COUNT objects of SIZE bytes through the node's lunar-proxy from THREADS\n"
+    "threads sharing one client, reads each back with lunar_get_into and checks\n"
+    "every byte, then removes them (unless --keep). Prints the configuration and\n"
+    "then one key=value line per figure; exit 1 if any operation failed or any\n"
+    "byte read back was wrong.\n"
+    "\n"
+    "Options:\n"
+    "  --socket PATH          proxy socket (default $LUNAR_SOCKET, then the default path)\n"
+    "  --size SIZE            object size, e.g. 4KiB, 1MiB (default 4KiB)\n"
+    "  --count N              number of objects (default 10000)\n"
+    "  --threads T            threads, each with its share of the objects (default 1)\n"
+    "  --replicas R           replicas per object (default 1)\n"
+    "  --prefix STR           key prefix; keys are STR-<pid>-<i> (default lunar-bench)\n"
+    "  --keep                 leave the objects in the store\n"
+    "  --timeout-ms N         per-call timeout (default $LUNAR_TIMEOUT_MS, then 30000)\n"
+    "  --tenant NAME          tenant (default \"default\")\n"
+    "  --baseline-size SIZE   source set for the copy baseline (default 256MiB, well\n"
+    "                         beyond the last-level cache so data is cold; 0 skips it)\n"
+    "  -h, --help             this text\n"
+    "\n"
+    "Figures (GB = 1e9 bytes, latencies per call, percentiles nearest-rank):\n"
+    "  {put,get,rm}_ops, _errors, _wall_s, _ops_per_s, _gb_per_s (put/get),\n"
+    "  _mean_us, _p50_us, _p90_us, _p99_us, _p999_us, _max_us; errors;\n"
+    "  memcpy_gb_per_s, nt_copy_gb_per_s (one thread, cold source, same SIZE).\n"
+    "  ops_per_s and gb_per_s count time inside liblunar calls: ops divided by the\n"
+    "  busiest thread's summed call time (checking the bytes read is outside it);\n"
+    "  _wall_s is the phase's wall-clock time, checking included.\n"
+    "\n"
+    "Exit codes: 0 ok, 1 an operation failed, 2 usage error, 3 cannot connect.\n";
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("lunar-bench: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nTry 'lunar-bench --help' for details.\n", stderr);
+	return EXIT_USAGE;
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static uint64_t round_up(uint64_t x, uint64_t to)
+{
+	return (x + to - 1) / to * to;
+}
+
+static void *alloc_touched(size_t len, int fill)
+{
+	void *p = aligned_alloc(BENCH_ALIGN, round_up(len ? len : 1, BENCH_ALIGN));
+
+	/* Fault the pages in now so no phase times page faults. */
+	if (p)
+		memset(p, fill, len);
+	return p;
+}
+
+/* The bytes object i holds: a deterministic function of i alone. */
+static const unsigned char *pattern_of(const struct bench *b, uint64_t i)
+{
+	return b->pattern + (i % b->span_words) * 8;
+}
+
+static int pattern_init(struct bench *b)
+{
+	uint64_t span = b->count * 8, len, *w;
+
+	span = span < PAT_SPAN_MIN ? PAT_SPAN_MIN : span > PAT_SPAN_MAX ? PAT_SPAN_MAX : span;
+	b->span_words = span / 8;
+	len = round_up(b->size + span, 8);
+	b->pattern = aligned_alloc(BENCH_ALIGN, round_up(len, BENCH_ALIGN));
+	if (!b->pattern)
+		return -1;
+	w = (uint64_t *)b->pattern;
+	for (uint64_t j = 0; j < len / 8; j++)
+		w[j] = splitmix64(j);
+	return 0;
+}
+
+static void key_of(const struct worker *w, uint64_t i)
+{
+	const struct bench *b = w->b;
+
+	snprintf(w->key, strlen(b->prefix) + BENCH_KEY_ROOM, "%s-%d-%llu", b->prefix, (int)b->pid,
+		 (unsigned long long)i);
+}
+
+static void report_error(struct worker *w, const char *what, uint64_t i, const char *detail)
+{
+	struct bench *b = w->b;
+
+	uint64_t seen = atomic_fetch_add(&b->errors_shown, 1);
+
+	w->errors++;
+	if (seen < BENCH_ERR_SHOWN)
+		fprintf(stderr, "lunar-bench: %s %s (object %llu): %s\n", what, w->key,
+			(unsigned long long)i, detail);
+	if (seen == BENCH_ERR_SHOWN)
+		fprintf(stderr, "lunar-bench: further failures are counted, not shown\n");
+}
+
+static void check_read(struct worker *w, uint64_t i, int64_t got)
+{
+	const struct bench *b = w->b;
+	const unsigned char *want = pattern_of(b, i);
+	char msg[128];
+
+	if (got < 0) {
+		snprintf(msg, sizeof(msg), "%s (%d)", lunar_strerror((int)got), (int)got);
+		report_error(w, "get", i, msg);
+	} else if ((uint64_t)got != b->size) {
+		snprintf(msg, sizeof(msg), "%lld bytes, want %llu", (long long)got,
+			 (unsigned long long)b->size);
+		report_error(w, "get", i, msg);
+	} else if (memcmp(w->buf, want, b->size)) {
+		uint64_t at = 0;
+
+		while (w->buf[at] == want[at])
+			at++;
+		snprintf(msg, sizeof(msg), "wrong bytes from offset %llu", (unsigned long long)at);
+		report_error(w, "get", i, msg);
+	}
+}
+
+static int64_t one_op(struct worker *w, uint64_t i)
+{
+	struct bench *b = w->b;
+	struct lunar_put_cfg cfg = {.replica_num = b->replicas};
+
+	switch (w->phase) {
+	case PH_PUT: return lunar_put(b->c, w->key, pattern_of(b, i), b->size, &cfg);
+	case PH_GET: return lunar_get_into(b->c, w->key, w->buf, b->size);
+	/* Force: the get phase just leased every object for kv_lease_ttl. */
+	case PH_RM: return lunar_remove(b->c, w->key, 1);
+	}
+	return LUNAR_ERR_INTERNAL;
+}
+
+static void *worker_main(void *arg)
+{
+	static const char *const names[] = {"put", "get", "rm"};
+	struct worker *w = arg;
+	struct bench *b = w->b;
+	uint64_t t0, dt;
+	int64_t rc;
+	char msg[96];
+
+	pthread_mutex_lock(&b->gate_lock);
+	while (!b->gate_open)
+		pthread_cond_wait(&b->gate_cond, &b->gate_lock);
+	pthread_mutex_unlock(&b->gate_lock);
+	for (uint64_t i = w->first; i < w->first + w->n; i++) {
+		key_of(w, i);
+		t0 = lc_now_ns();
+		rc = one_op(w, i);
+		dt = lc_now_ns() - t0;
+		b->lat[i] = dt;
+		w->busy_ns += dt;
+		if (w->phase == PH_GET) {
+			check_read(w, i, rc);
+		} else if (rc < 0) {
+			snprintf(msg, sizeof(msg), "%s (%d)", lunar_strerror((int)rc), (int)rc);
+			report_error(w, names[w->phase], i, msg);
+		}
+	}
+	return NULL;
+}
+
+static void gate_set(struct bench *b, int open)
+{
+	pthread_mutex_lock(&b->gate_lock);
+	b->gate_open = open;
+	pthread_cond_broadcast(&b->gate_cond);
+	pthread_mutex_unlock(&b->gate_lock);
+}
+
+/* Run one phase on every worker; the clock starts once all threads exist. */
+static int run_phase(struct bench *b, struct worker *ws, enum phase ph, struct figures *f)
+{
+	unsigned started = 0;
+	uint64_t t0;
+
+	gate_set(b, 0);
+	for (; started < b->threads; started++) {
+		ws[started].phase = ph;
+		ws[started].busy_ns = ws[started].errors = 0;
+		if (pthread_create(&ws[started].tid, NULL, worker_main, &ws[started]))
+			break;
+	}
+	if (started < b->threads)
+		fprintf(stderr, "lunar-bench: cannot start thread %u\n", started);
+	*f = (struct figures){0};
+	t0 = lc_now_ns();
+	gate_set(b, 1);
+	for (unsigned t = 0; t < started; t++) {
+		pthread_join(ws[t].tid, NULL);
+		f->ops += ws[t].n;
+		f->errors += ws[t].errors;
+		if (ws[t].busy_ns > f->busy_ns)
+			f->busy_ns = ws[t].busy_ns;
+	}
+	f->wall_ns = lc_now_ns() - t0;
+	return started == b->threads ? 0 : -1;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of sorted v[0..n), in microseconds. */
+static double pct_us(const uint64_t *v, uint64_t n, double p)
+{
+	uint64_t rank = (uint64_t)(p / 100.0 * (double)n + 0.999999);
+
+	if (rank < 1)
+		rank = 1;
+	return (double)v[(rank > n ? n : rank) - 1] / 1e3;
+}
+
+static void print_figures(const struct bench *b, const char *name, const struct figures *f,
+			  int with_bytes)
+{
+	uint64_t n = f->ops, sum = 0;
+	double busy_s = (double)f->busy_ns / 1e9;
+
+	qsort(b->lat, n, sizeof(*b->lat), cmp_u64);
+	for (uint64_t i = 0; i < n; i++)
+		sum += b->lat[i];
+	printf("%s_ops=%llu\n", name, (unsigned long long)n);
+	printf("%s_errors=%llu\n", name, (unsigned long long)f->errors);
+	printf("%s_wall_s=%.6f\n", name, (double)f->wall_ns / 1e9);
+	printf("%s_ops_per_s=%.1f\n", name, busy_s > 0 ? (double)n / busy_s : 0.0);
+	if (with_bytes)
+		printf("%s_gb_per_s=%.3f\n", name,
+		       busy_s > 0 ? (double)n * (double)b->size / busy_s / 1e9 : 0.0);
+	printf("%s_mean_us=%.2f\n", name, n ? (double)sum / (double)n / 1e3 : 0.0);
+	printf("%s_p50_us=%.2f\n", name, n ? pct_us(b->lat, n, 50) : 0.0);
+	printf("%s_p90_us=%.2f\n", name, n ? pct_us(b->lat, n, 90) : 0.0);
+	printf("%s_p99_us=%.2f\n", name, n ? pct_us(b->lat, n, 99) : 0.0);
+	printf("%s_p999_us=%.2f\n", name, n ? pct_us(b->lat, n, 99.9) : 0.0);
+	printf("%s_max_us=%.2f\n", name, n ? (double)b->lat[n - 1] / 1e3 : 0.0);
+	fflush(stdout);
+}
+
+#if defined(__SSE2__)
+/* Non-temporal copy: 16-byte aligned dst and src, stores bypass the cache. */
+static void nt_copy(void *dst, const void *src, size_t n)
+{
+	__m128i *d = dst;
+	const __m128i *s = src;
+	size_t blocks = n / 64, rest;
+
+	for (size_t i = 0; i < blocks; i++, s += 4, d += 4) {
+		__m128i a = _mm_load_si128(s), b = _mm_load_si128(s + 1);
+		__m128i c = _mm_load_si128(s + 2), e = _mm_load_si128(s + 3);
+
+		_mm_stream_si128(d, a);
+		_mm_stream_si128(d + 1, b);
+		_mm_stream_si128(d + 2, c);
+		_mm_stream_si128(d + 3, e);
+	}
+	for (rest = n % 64; rest >= 16; rest -= 16, s++, d++)
+		_mm_stream_si128(d, _mm_load_si128(s));
+	if (rest)
+		memcpy(d, s, rest);
+	/* Orders the streaming stores before anything after the copy. */
+	_mm_sfence();
+}
+#endif
+
+static void plain_copy(void *dst, const void *src, size_t n)
+{
+	memcpy(dst, src, n);
+}
+
+/* Best pass, in GB/s, of copying every chunk of src into dst in turn. */
+static double copy_rate(void (*copy)(void *, const void *, size_t), unsigned char *dst,
+			const unsigned char *src, uint64_t chunks, uint64_t stride, uint64_t size)
+{
+	uint64_t t0, dt, best = UINT64_MAX, spent = 0;
+
+	for (int pass = 0; pass < BENCH_BASELINE_PASSES && (pass < 2 || spent < BENCH_BASELINE_NS);
+	     pass++) {
+		t0 = lc_now_ns();
+		for (uint64_t k = 0; k < chunks; k++) {
+			copy(dst, src + k * stride, size);
+			/* Keep the compiler from dropping a copy nobody reads. */
+			__asm__ volatile("" : : "r"(dst) : "memory");
+		}
+		dt = lc_now_ns() - t0;
+		spent += dt;
+		if (dt < best)
+			best = dt;
+	}
+	return (double)(chunks * size) / ((double)best / 1e9) / 1e9;
+}
+
+/* Single-thread copy baseline over a source set larger than the LLC, so
+ * each chunk is cold when copied, as a stored object is when read. */
+static void baseline(const struct bench *b)
+{
+	uint64_t stride = round_up(b->size, BENCH_ALIGN);
+	uint64_t chunks = b->baseline_bytes / stride;
+	unsigned char *src, *dst;
+
+	if (!b->baseline_bytes)
+		return;
+	if (chunks < 2)
+		chunks = 2;
+	src = alloc_touched(chunks * stride, 0x5a);
+	dst = alloc_touched(stride, 0);
+	if (!src || !dst) {
+		fprintf(stderr, "lunar-bench: no memory for the %llu-byte copy baseline\n",
+			(unsigned long long)(chunks * stride));
+		free(src);
+		free(dst);
+		return;
+	}
+	printf("baseline_src_bytes=%llu\n", (unsigned long long)(chunks * stride));
+	printf("memcpy_gb_per_s=%.3f\n", copy_rate(plain_copy, dst, src, chunks, stride, b->size));
+#if defined(__SSE2__)
+	printf("nt_copy_gb_per_s=%.3f\n", copy_rate(nt_copy, dst, src, chunks, stride, b->size));
+#endif
+	free(src);
+	free(dst);
+}
+
+/* The value of --name VALUE or --name=VALUE; NULL when argv[*i] is not it. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing)
+{
+	size_t n = strlen(name);
+	const char *a = argv[*i];
+
+	if (strncmp(a, name, n) || (a[n] != '=' && a[n] != '\0'))
+		return NULL;
+	if (a[n] == '=')
+		return a + n + 1;
+	if (*i + 1 >= argc) {
+		*missing = 1;
+		return NULL;
+	}
+	return argv[++*i];
+}
+
+static int parse_num(const char *flag, const char *s, int is_size, uint64_t min, uint64_t max,
+		     uint64_t *out)
+{
+	uint64_t v;
+	int rc = is_size ? lc_parse_size(s, &v) : lc_parse_u64(s, &v);
+
+	if (rc || v < min || v > max)
+		return usage_error("bad value '%s' for %s (want %s from %llu to %llu)", s, flag,
+				   is_size ? "a size" : "a number", (unsigned long long)min,
+				   (unsigned long long)max);
+	*out = v;
+	return EXIT_OK;
+}
+
+static int parse_one(struct bench *b, int argc, char **argv, int *i)
+{
+	const char *a = argv[*i], *v;
+	uint64_t x;
+	int missing = 0, rc;
+
+	if ((v = opt_value(argc, argv, i, "--socket", &missing)))
+		b->opts.socket_path = v;
+	else if ((v = opt_value(argc, argv, i, "--tenant", &missing)))
+		b->opts.tenant = v;
+	else if ((v = opt_value(argc, argv, i, "--prefix", &missing)))
+		b->prefix = v;
+	else if ((v = opt_value(argc, argv, i, "--size", &missing)))
+		return parse_num("--size", v, 1, 1, BENCH_MAX_SIZE, &b->size);
+	else if ((v = opt_value(argc, argv, i, "--count", &missing)))
+		return parse_num("--count", v, 0, 1, UINT32_MAX, &b->count);
+	else if ((v = opt_value(argc, argv, i, "--baseline-size", &missing)))
+		return parse_num("--baseline-size", v, 1, 0, INT64_MAX / 4, &b->baseline_bytes);
+	else if ((v = opt_value(argc, argv, i, "--threads", &missing))) {
+		rc = parse_num("--threads", v, 0, 1, BENCH_MAX_THREADS, &x);
+		b->threads = (unsigned)x;
+		return rc;
+	} else if ((v = opt_value(argc, argv, i, "--replicas", &missing))) {
+		rc = parse_num("--replicas", v, 0, 1, UINT_MAX, &x);
+		b->replicas = (unsigned)x;
+		return rc;
+	} else if ((v = opt_value(argc, argv, i, "--timeout-ms", &missing))) {
+		rc = parse_num("--timeout-ms", v, 0, 0, UINT_MAX, &x);
+		b->opts.timeout_ms = (unsigned)x;
+		return rc;
+	} else if (!strcmp(a, "--keep"))
+		b->keep = 1;
+	else if (missing)
+		return usage_error("option %s needs a value", a);
+	else
+		return usage_error("unknown argument '%s'", a);
+	return EXIT_OK;
+}
+
+static int parse_args(struct bench *b, int argc, char **argv)
+{
+	int rc;
+
+	for (int i = 1; i < argc; i++) {
+		rc = parse_one(b, argc, argv, &i);
+		if (rc)
+			return rc;
+	}
+	if (strlen(b->prefix) + BENCH_KEY_ROOM > LUNAR_KEY_MAX)
+		return usage_error("--prefix is longer than %d bytes",
+				   LUNAR_KEY_MAX - BENCH_KEY_ROOM);
+	return EXIT_OK;
+}
+
+static void print_config(struct bench *b)
+{
+	uint64_t arena = round_up((uint64_t)b->threads * b->size * 2, 1ull << 20);
+
+	/* Every thread may have one value staged in the arena each way. */
+	b->opts.arena_bytes = arena < BENCH_MIN_ARENA ? BENCH_MIN_ARENA : (size_t)arena;
+	printf("socket=%s\n", b->opts.socket_path      ? b->opts.socket_path
+			      : getenv("LUNAR_SOCKET") ? getenv("LUNAR_SOCKET")
+						       : "default");
+	printf("size_bytes=%llu\n", (unsigned long long)b->size);
+	printf("count=%llu\n", (unsigned long long)b->count);
+	printf("threads=%u\n", b->threads);
+	printf("replicas=%u\n", b->replicas);
+	printf("key_prefix=%s-%d-\n", b->prefix, (int)b->pid);
+	printf("keep=%d\n", b->keep);
+	printf("arena_bytes=%zu\n", b->opts.arena_bytes);
+	printf("baseline_bytes=%llu\n", (unsigned long long)b->baseline_bytes);
+	fflush(stdout);
+}
+
+/* Split the objects evenly; give each thread its buffers up front. */
+static struct worker *workers_alloc(struct bench *b)
+{
+	struct worker *ws = calloc(b->threads, sizeof(*ws));
+
+	if (!ws)
+		return NULL;
+	for (unsigned t = 0; t < b->threads; t++) {
+		ws[t].b = b;
+		ws[t].first = b->count * t / b->threads;
+		ws[t].n = b->count * (t + 1) / b->threads - ws[t].first;
+		ws[t].buf = alloc_touched(b->size, 0);
+		ws[t].key = malloc(strlen(b->prefix) + BENCH_KEY_ROOM);
+		if (!ws[t].buf || !ws[t].key) {
+			for (unsigned u = 0; u <= t; u++) {
+				free(ws[u].buf);
+				free(ws[u].key);
+			}
+			free(ws);
+			return NULL;
+		}
+	}
+	return ws;
+}
+
+static void workers_free(struct bench *b, struct worker *ws)
+{
+	for (unsigned t = 0; ws && t < b->threads; t++) {
+		free(ws[t].buf);
+		free(ws[t].key);
+	}
+	free(ws);
+}
+
+/* put, get (checked), then rm unless --keep; returns the failure count or -1. */
+static int64_t run_phases(struct bench *b, struct worker *ws)
+{
+	static const char *const names[] = {"put", "get", "rm"};
+	struct figures f;
+	int64_t errors = 0;
+
+	for (int ph = PH_PUT; ph <= PH_RM; ph++) {
+		if (ph == PH_RM && b->keep)
+			break;
+		if (run_phase(b, ws, (enum phase)ph, &f))
+			return -1;
+		print_figures(b, names[ph], &f, ph != PH_RM);
+		errors += (int64_t)f.errors;
+	}
+	return errors;
+}
+
+int main(int argc, char **argv)
+{
+	struct bench b = {.size = 4096,
+			  .count = 10000,
+			  .threads = 1,
+			  .replicas = 1,
+			  .prefix = "lunar-bench",
+			  .baseline_bytes = 256ull << 20,
+			  .gate_lock = PTHREAD_MUTEX_INITIALIZER,
+			  .gate_cond = PTHREAD_COND_INITIALIZER};
+	struct worker *ws = NULL;
+	int64_t errors;
+	int rc;
+
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(usage_text, stdout);
+			return EXIT_OK;
+		}
+	rc = parse_args(&b, argc, argv);
+	if (rc)
+		return rc;
+	b.pid = getpid();
+	print_config(&b);
+	b.lat = calloc(b.count, sizeof(*b.lat));
+	ws = workers_alloc(&b);
+	if (!b.lat || !ws || pattern_init(&b)) {
+		fprintf(stderr, "lunar-bench: out of memory for %llu objects of %llu bytes\n",
+			(unsigned long long)b.count, (unsigned long long)b.size);
+		rc = EXIT_FAIL;
+		goto out_free;
+	}
+	rc = lunar_connect(&b.opts, &b.c);
+	if (rc) {
+		fprintf(stderr, "lunar-bench: cannot connect to the proxy: %s (%d)\n",
+			lunar_strerror(rc), rc);
+		rc = EXIT_NOCONN;
+		goto out_free;
+	}
+	errors = run_phases(&b, ws);
+	lunar_close(b.c);
+	printf("errors=%lld\n", (long long)(errors < 0 ? 1 : errors));
+	baseline(&b);
+	rc = errors == 0 ? EXIT_OK : EXIT_FAIL;
+out_free:
+	workers_free(&b, ws);
+	free(b.pattern);
+	free(b.lat);
+	return rc;
+}

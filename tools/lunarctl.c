@@ -1,0 +1,612 @@
+/*
+ * lunarctl.c - the admin CLI (SPEC §11): status, put, get, exists and rm
+ * against the node's lunar-proxy, through liblunar like any application.
+ * Exit codes: 0 ok, 1 operation failed, 2 usage, 3 cannot connect.
+ * With -o json every verb prints one JSON object line.
+ */
+#include "lunar.h"
+#include "parse.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NOCONN = 3 };
+
+/* A value travels through the shared arena; give it room for two in flight. */
+#define CTL_MIN_ARENA	(64ull << 20)
+#define CTL_ARENA_ROUND (1ull << 20)
+#define CTL_MAX_ARGS	2
+/* get_size then get_into races an upsert that grows the value; retry that. */
+#define CTL_GET_TRIES 3
+
+struct ctl {
+	struct lunar_opts opts;
+	int json;
+	int force;
+	unsigned replicas;
+	const char *verb;
+	const char *args[CTL_MAX_ARGS];
+	int nargs;
+	struct lunar_client *c;
+	char socket_shown[PATH_MAX + 32];
+};
+
+static const char usage_short[] =
+    "usage: lunarctl [--socket PATH] [-o text|json] [--timeout-ms N] [--tenant NAME] VERB ...\n"
+    "verbs: status | put KEY FILE|- [--replicas N] | get KEY [FILE|-] | exists KEY |\n"
+    "       rm [--force] KEY | help\n"
+    "Try 'lunarctl --help' for details.\n";
+
+static const char usage_long[] =
+    "lunarctl - admin CLI for the Lunar KV-cache store (talks to the node's lunar-proxy)\n"
+    "\n"
+    "usage: lunarctl [OPTIONS] VERB [ARGS...]\n"
+    "\n"
+    "Verbs:\n"
+    "  status                     is the proxy reachable, and through it the master?\n"
+    "                             exit 0 both reachable, 1 master unreachable,\n"
+    "                             3 proxy unreachable\n"
+    "  put KEY FILE|-             store the whole of FILE (or stdin for -) under KEY;\n"
+    "                             an existing KEY keeps its first value\n"
+    "      --replicas N           ask for N replicas (default 1)\n"
+    "  get KEY [FILE|-]           read KEY's value into FILE (created or truncated\n"
+    "                             only once the read succeeded), or to stdout\n"
+    "  exists KEY                 print 1 and exit 0 if KEY holds a value,\n"
+    "                             else print 0 and exit 1\n"
+    "  rm [--force] KEY           remove KEY; --force removes it even while it is\n"
+    "                             leased by a reader\n"
+    "  help                       this text\n"
+    "\n"
+    "Options (before or after the verb):\n"
+    "  --socket PATH              proxy socket (default: $LUNAR_SOCKET, then\n"
+    "                             /run/lunar/proxy.sock as root, else\n"
+    "                             $XDG_RUNTIME_DIR/lunar/proxy.sock, else\n"
+    "                             /tmp/lunar-$UID/proxy.sock)\n"
+    "  -o, --output text|json     output format; json prints one object per line\n"
+    "                             (for get to stdout the JSON line goes to stderr)\n"
+    "  --timeout-ms N             per-call timeout (default $LUNAR_TIMEOUT_MS, then 30000)\n"
+    "  --tenant NAME              tenant the keys belong to (default \"default\")\n"
+    "  -h, --help                 this text\n"
+    "  --                         end of options (for keys starting with '-')\n"
+    "\n"
+    "Exit codes: 0 ok, 1 operation failed, 2 usage error, 3 cannot connect to the proxy.\n";
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("lunarctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fputs(usage_short, stderr);
+	return EXIT_USAGE;
+}
+
+/* JSON string body: keys are UTF-8 without control characters, file names
+ * may hold anything; escape quotes, backslashes and control bytes. */
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(f, "\\%c", *p);
+		else if (*p < 0x20 || *p == 0x7f)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fputc(*p, f);
+	}
+	fputc('"', f);
+}
+
+static const char *key_arg(const struct ctl *x)
+{
+	return x->nargs > 0 ? x->args[0] : NULL;
+}
+
+/* Report a failed call: text on stderr, and in json mode an object on stdout.
+ * A proxy that went away mid-call is "cannot connect", not a failed op. */
+static int fail(const struct ctl *x, int code)
+{
+	fprintf(stderr, "lunarctl: %s: %s (%d)\n", x->verb, lunar_strerror(code), code);
+	if (code == LUNAR_ERR_OBJECT_HAS_LEASE && !strcmp(x->verb, "rm"))
+		fprintf(stderr, "lunarctl: the object is being read; 'rm --force' removes it\n");
+	if (x->json) {
+		fputs("{", stdout);
+		if (key_arg(x)) {
+			fputs("\"key\":", stdout);
+			json_str(stdout, key_arg(x));
+			fputs(",", stdout);
+		}
+		printf("\"error\":\"%s\",\"code\":%d}\n", lunar_strerror(code), code);
+	}
+	return code == LUNAR_ERR_PROXY_UNAVAILABLE ? EXIT_NOCONN : EXIT_FAIL;
+}
+
+/* A failure of the tool itself (file I/O, memory), named in words. */
+static int fail_sys(const struct ctl *x, const char *what, const char *name, int err)
+{
+	fprintf(stderr, "lunarctl: %s: %s %s: %s\n", x->verb, what, name, strerror(err));
+	if (x->json) {
+		fputs("{\"error\":", stdout);
+		json_str(stdout, strerror(err));
+		fputs(",\"file\":", stdout);
+		json_str(stdout, name);
+		fputs("}\n", stdout);
+	}
+	return EXIT_FAIL;
+}
+
+/* The path the library will use, for messages only (SPEC §2 defaults). */
+static void socket_describe(struct ctl *x)
+{
+	const char *env = getenv("LUNAR_SOCKET");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	size_t n = sizeof(x->socket_shown);
+
+	if (x->opts.socket_path)
+		snprintf(x->socket_shown, n, "%s", x->opts.socket_path);
+	else if (env && *env)
+		snprintf(x->socket_shown, n, "%s", env);
+	else if (geteuid() == 0)
+		snprintf(x->socket_shown, n, "/run/lunar/proxy.sock");
+	else if (xdg && *xdg)
+		snprintf(x->socket_shown, n, "%s/lunar/proxy.sock", xdg);
+	else
+		snprintf(x->socket_shown, n, "/tmp/lunar-%u/proxy.sock", (unsigned)getuid());
+}
+
+static size_t arena_for(uint64_t value_bytes)
+{
+	uint64_t want = value_bytes * 2;
+
+	if (value_bytes > UINT64_MAX / 2 - CTL_ARENA_ROUND)
+		return SIZE_MAX;
+	want = (want + CTL_ARENA_ROUND - 1) / CTL_ARENA_ROUND * CTL_ARENA_ROUND;
+	return want < CTL_MIN_ARENA ? CTL_MIN_ARENA : (size_t)want;
+}
+
+/* Connect with an arena of arena bytes (0: the proxy's default). */
+static int ctl_connect(struct ctl *x, size_t arena)
+{
+	int rc;
+
+	lunar_close(x->c);
+	x->c = NULL;
+	x->opts.arena_bytes = arena;
+	rc = lunar_connect(&x->opts, &x->c);
+	if (rc == 0)
+		return EXIT_OK;
+	x->c = NULL;
+	fprintf(stderr, "lunarctl: cannot connect to the proxy at %s: %s (%d)\n", x->socket_shown,
+		lunar_strerror(rc), rc);
+	if (x->json) {
+		fputs("{\"socket\":", stdout);
+		json_str(stdout, x->socket_shown);
+		printf(",\"error\":\"%s\",\"code\":%d}\n", lunar_strerror(rc), rc);
+	}
+	return EXIT_NOCONN;
+}
+
+static int cmd_status(struct ctl *x)
+{
+	int rc, h;
+
+	x->opts.arena_bytes = 0;
+	rc = lunar_connect(&x->opts, &x->c);
+	/* health: 0 ok, 1 proxy unreachable, 2 master unreachable */
+	h = rc ? 1 : lunar_health(x->c);
+	if (h < 0)
+		return fail(x, h);
+	if (x->json) {
+		fputs("{\"socket\":", stdout);
+		json_str(stdout, x->socket_shown);
+		printf(",\"proxy_reachable\":%s,\"master_reachable\":%s", h == 1 ? "false" : "true",
+		       h == 0 ? "true" : "false");
+		if (rc)
+			printf(",\"error\":\"%s\",\"code\":%d", lunar_strerror(rc), rc);
+		fputs("}\n", stdout);
+	} else {
+		printf("socket: %s\n", x->socket_shown);
+		if (rc)
+			printf("proxy: unreachable (%s (%d))\nmaster: unknown\n",
+			       lunar_strerror(rc), rc);
+		else
+			printf("proxy: reachable\nmaster: %s\n", h == 0	  ? "reachable"
+								 : h == 2 ? "unreachable"
+									  : "unknown");
+	}
+	return h == 0 ? EXIT_OK : h == 2 ? EXIT_FAIL : EXIT_NOCONN;
+}
+
+/* Read all of fd into a fresh heap buffer; *hint is the expected size. */
+static int read_all(int fd, size_t hint, unsigned char **out, size_t *len)
+{
+	size_t cap = hint ? hint + 1 : 1 << 20, n = 0;
+	unsigned char *buf = malloc(cap), *nb;
+	ssize_t r;
+
+	if (!buf)
+		return ENOMEM;
+	for (;;) {
+		if (n == cap) {
+			nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				return ENOMEM;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		r = read(fd, buf + n, cap - n);
+		if (r == 0)
+			break;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			free(buf);
+			return errno;
+		}
+		n += (size_t)r;
+	}
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+static int load_input(const struct ctl *x, const char *path, unsigned char **buf, size_t *len)
+{
+	int fd = 0, err;
+	struct stat st;
+	size_t hint = 0;
+
+	if (strcmp(path, "-")) {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return fail_sys(x, "open", path, errno);
+	}
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+		hint = (size_t)st.st_size;
+	err = read_all(fd, hint, buf, len);
+	if (fd != 0)
+		close(fd);
+	if (err)
+		return fail_sys(x, "read", strcmp(path, "-") ? path : "stdin", err);
+	return EXIT_OK;
+}
+
+static int cmd_put(struct ctl *x)
+{
+	struct lunar_put_cfg cfg = {.replica_num = x->replicas};
+	unsigned char *buf = NULL;
+	size_t len = 0;
+	int rc;
+
+	rc = load_input(x, x->args[1], &buf, &len);
+	if (rc)
+		return rc;
+	if (len == 0) {
+		free(buf);
+		fprintf(stderr, "lunarctl: put: %s is empty; a value is 1 byte or more\n",
+			strcmp(x->args[1], "-") ? x->args[1] : "stdin");
+		return fail(x, LUNAR_ERR_INVALID_PARAMS);
+	}
+	rc = ctl_connect(x, arena_for(len));
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	rc = lunar_put(x->c, x->args[0], buf, len, &cfg);
+	free(buf);
+	if (rc < 0)
+		return fail(x, rc);
+	if (x->json) {
+		fputs("{\"key\":", stdout);
+		json_str(stdout, x->args[0]);
+		printf(",\"bytes\":%zu,\"replicas\":%u,\"ok\":true}\n", len, x->replicas);
+	} else {
+		printf("put %s: %zu bytes\n", x->args[0], len);
+	}
+	return EXIT_OK;
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+	ssize_t w;
+
+	while (n) {
+		w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return errno;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Read the value into a heap buffer sized by get_size; *out owns it. */
+static int fetch(struct ctl *x, unsigned char **out, size_t *len)
+{
+	const char *key = x->args[0];
+	int64_t size, got = LUNAR_ERR_BUFFER_OVERFLOW;
+	unsigned char *buf = NULL;
+	int rc;
+
+	for (int i = 0; i < CTL_GET_TRIES && got == LUNAR_ERR_BUFFER_OVERFLOW; i++) {
+		size = lunar_get_size(x->c, key);
+		if (size < 0)
+			return fail(x, (int)size);
+		if ((uint64_t)size > SIZE_MAX / 2)
+			return fail(x, LUNAR_ERR_BUFFER_OVERFLOW);
+		if (arena_for((uint64_t)size) > x->opts.arena_bytes) {
+			rc = ctl_connect(x, arena_for((uint64_t)size));
+			if (rc)
+				return rc;
+		}
+		free(buf);
+		buf = malloc(size ? (size_t)size : 1);
+		if (!buf)
+			return fail_sys(x, "allocate", "value buffer", ENOMEM);
+		got = lunar_get_into(x->c, key, buf, (size_t)size);
+	}
+	if (got < 0) {
+		free(buf);
+		return fail(x, (int)got);
+	}
+	*out = buf;
+	*len = (size_t)got;
+	return EXIT_OK;
+}
+
+static int cmd_get(struct ctl *x)
+{
+	const char *path = x->nargs > 1 ? x->args[1] : "-";
+	int to_stdout = !strcmp(path, "-"), fd = 1, rc, err;
+	unsigned char *buf = NULL;
+	size_t len = 0;
+	FILE *meta;
+
+	rc = ctl_connect(x, arena_for(0));
+	if (rc)
+		return rc;
+	rc = fetch(x, &buf, &len);
+	if (rc)
+		return rc;
+	if (!to_stdout) {
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+		if (fd < 0) {
+			free(buf);
+			return fail_sys(x, "open", path, errno);
+		}
+	}
+	err = write_all(fd, buf, len);
+	free(buf);
+	if (!to_stdout && close(fd) && !err)
+		err = errno;
+	if (err)
+		return fail_sys(x, "write", to_stdout ? "stdout" : path, err);
+	/* The value owns stdout when it goes there; the summary then goes to stderr. */
+	meta = to_stdout ? stderr : stdout;
+	if (x->json) {
+		fputs("{\"key\":", meta);
+		json_str(meta, x->args[0]);
+		fprintf(meta, ",\"bytes\":%zu,\"file\":", len);
+		json_str(meta, path);
+		fputs("}\n", meta);
+	} else if (!to_stdout) {
+		printf("get %s: %zu bytes -> %s\n", x->args[0], len, path);
+	}
+	return EXIT_OK;
+}
+
+static int cmd_exists(struct ctl *x)
+{
+	int rc = ctl_connect(x, 0);
+
+	if (rc)
+		return rc;
+	rc = lunar_exists(x->c, x->args[0]);
+	if (rc < 0)
+		return fail(x, rc);
+	if (x->json) {
+		fputs("{\"key\":", stdout);
+		json_str(stdout, x->args[0]);
+		printf(",\"exists\":%s}\n", rc ? "true" : "false");
+	} else {
+		printf("%d\n", rc ? 1 : 0);
+	}
+	return rc ? EXIT_OK : EXIT_FAIL;
+}
+
+static int cmd_rm(struct ctl *x)
+{
+	int rc = ctl_connect(x, 0);
+
+	if (rc)
+		return rc;
+	rc = lunar_remove(x->c, x->args[0], x->force);
+	if (rc < 0)
+		return fail(x, rc);
+	if (x->json) {
+		fputs("{\"key\":", stdout);
+		json_str(stdout, x->args[0]);
+		printf(",\"removed\":true,\"force\":%s}\n", x->force ? "true" : "false");
+	} else {
+		printf("removed %s\n", x->args[0]);
+	}
+	return EXIT_OK;
+}
+
+struct verb {
+	const char *name;
+	int min_args, max_args;
+	int (*run)(struct ctl *x);
+};
+
+static const struct verb verbs[] = {
+    {"status", 0, 0, cmd_status}, {"put", 2, 2, cmd_put}, {"get", 1, 2, cmd_get},
+    {"exists", 1, 1, cmd_exists}, {"rm", 1, 1, cmd_rm},
+};
+
+/* The value of --name VALUE or --name=VALUE; NULL when argv[*i] is not it. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing)
+{
+	size_t n = strlen(name);
+	const char *a = argv[*i];
+
+	if (strncmp(a, name, n))
+		return NULL;
+	if (a[n] == '=')
+		return a + n + 1;
+	if (a[n] != '\0')
+		return NULL;
+	if (*i + 1 >= argc) {
+		*missing = 1;
+		return NULL;
+	}
+	return argv[++*i];
+}
+
+static int parse_uint(const char *s, const char *flag, unsigned min, unsigned *out)
+{
+	uint64_t v;
+
+	if (lc_parse_u64(s, &v) || v < min || v > UINT_MAX) {
+		fprintf(stderr, "lunarctl: bad value '%s' for %s (want a whole number >= %u)\n", s,
+			flag, min);
+		fputs(usage_short, stderr);
+		return EXIT_USAGE;
+	}
+	*out = (unsigned)v;
+	return EXIT_OK;
+}
+
+/* One option at argv[*i]; returns EXIT_OK, EXIT_USAGE, or -1 for "not an option". */
+static int parse_opt(struct ctl *x, int argc, char **argv, int *i)
+{
+	const char *a = argv[*i], *v;
+	int missing = 0;
+
+	if ((v = opt_value(argc, argv, i, "--socket", &missing)))
+		x->opts.socket_path = v;
+	else if ((v = opt_value(argc, argv, i, "--tenant", &missing)))
+		x->opts.tenant = v;
+	else if ((v = opt_value(argc, argv, i, "--timeout-ms", &missing)))
+		return parse_uint(v, "--timeout-ms", 0, &x->opts.timeout_ms);
+	else if ((v = opt_value(argc, argv, i, "--replicas", &missing)))
+		return parse_uint(v, "--replicas", 1, &x->replicas);
+	else if ((v = opt_value(argc, argv, i, "--output", &missing)) ||
+		 (v = opt_value(argc, argv, i, "-o", &missing)) ||
+		 (!strncmp(a, "-o", 2) && a[2] && (v = a + 2))) {
+		if (strcmp(v, "text") && strcmp(v, "json"))
+			return usage_error("bad output format '%s' (want text or json)", v);
+		x->json = !strcmp(v, "json");
+	} else if (!strcmp(a, "--force") || !strcmp(a, "-f"))
+		x->force = 1;
+	else if (missing)
+		return usage_error("option %s needs a value", a);
+	else
+		return -1;
+	return EXIT_OK;
+}
+
+static int parse_args(struct ctl *x, int argc, char **argv)
+{
+	int rc, opts_done = 0;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!opts_done && !strcmp(a, "--")) {
+			opts_done = 1;
+			continue;
+		}
+		if (!opts_done && a[0] == '-' && a[1] != '\0') {
+			rc = parse_opt(x, argc, argv, &i);
+			if (rc < 0)
+				return usage_error("unknown option '%s'", a);
+			if (rc)
+				return rc;
+			continue;
+		}
+		if (!x->verb)
+			x->verb = a;
+		else if (x->nargs < CTL_MAX_ARGS)
+			x->args[x->nargs++] = a;
+		else
+			return usage_error("too many arguments (at '%s')", a);
+	}
+	return EXIT_OK;
+}
+
+static int check_args(const struct ctl *x, const struct verb **out)
+{
+	const struct verb *v = NULL;
+
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+		if (!strcmp(x->verb, verbs[i].name))
+			v = &verbs[i];
+	if (!v)
+		return usage_error("unknown verb '%s'", x->verb);
+	if (x->nargs < v->min_args)
+		return usage_error("%s: missing argument", v->name);
+	if (x->nargs > v->max_args)
+		return usage_error("%s: too many arguments", v->name);
+	if (x->replicas && strcmp(v->name, "put"))
+		return usage_error("--replicas applies to put only, not %s", v->name);
+	if (x->force && strcmp(v->name, "rm"))
+		return usage_error("--force applies to rm only, not %s", v->name);
+	*out = v;
+	return EXIT_OK;
+}
+
+static int has_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			return 1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct ctl x = {.opts = {0}};
+	const struct verb *v = NULL;
+	int rc;
+
+	if (has_help(argc, argv)) {
+		fputs(usage_long, stdout);
+		return EXIT_OK;
+	}
+	rc = parse_args(&x, argc, argv);
+	if (rc)
+		return rc;
+	if (!x.verb)
+		return usage_error("no verb given");
+	if (!strcmp(x.verb, "help")) {
+		fputs(usage_long, stdout);
+		return EXIT_OK;
+	}
+	rc = check_args(&x, &v);
+	if (rc)
+		return rc;
+	if (!x.replicas)
+		x.replicas = 1;
+	socket_describe(&x);
+	rc = v->run(&x);
+	lunar_close(x.c);
+	if (fflush(stdout) && rc == EXIT_OK)
+		rc = EXIT_FAIL;
+	return rc;
+}
