@@ -45,6 +45,40 @@ struct lc_welcome {
 	uint64_t region_size;
 };
 
+/*
+ * Memory registration, over the same socket after the handshake (the only
+ * messages a client may send there). ADD carries one memfd with SCM_RIGHTS:
+ * [offset, offset + length) of it (offset page-aligned) becomes region
+ * `region` (1..LC_MAX_REGIONS, chosen by the proxy) that lc_seg.region may
+ * name, with lc_seg.off relative to the start of that range. The memfd must
+ * be sealed against shrinking (F_SEAL_SHRINK) and at least offset + length
+ * bytes long. DEL drops a region once requests using it have finished.
+ * Every request gets exactly one reply, in order.
+ */
+#define LC_REG_MAGIC 0x4745524cu /* "LREG" */
+#define LC_MAX_REGIONS 64
+
+enum lc_reg_op { LC_REG_ADD = 1, LC_REG_DEL = 2 };
+
+struct lc_reg_req {
+	uint32_t magic;
+	uint16_t op; /* enum lc_reg_op */
+	uint16_t rsvd;
+	uint32_t region; /* DEL: the region; ADD: 0 */
+	uint32_t rsvd2;
+	uint64_t offset; /* ADD: in the memfd, page-aligned */
+	uint64_t length; /* ADD: bytes */
+	uint64_t cookie; /* echoed */
+};
+
+struct lc_reg_rep {
+	uint32_t magic;
+	int32_t code; /* 0 or LUNAR_ERR_* */
+	uint32_t region;
+	uint32_t rsvd;
+	uint64_t cookie;
+};
+
 struct lc_shm_hdr {
 	uint32_t magic;
 	uint16_t version;
@@ -121,7 +155,9 @@ struct lc_item {
 	int64_t result;   /* per key: bytes, 1/0, or a LUNAR_ERR_* code */
 };
 
-/* One piece of a value. region 0 is the session region itself. */
+/* One piece of a value. region 0 is the session region itself (off is a
+ * region offset inside the arena); 1..LC_MAX_REGIONS a registered region
+ * (off relative to its start). */
 struct lc_seg {
 	uint32_t region;
 	uint32_t rsvd;
@@ -147,6 +183,8 @@ struct lc_cslot {
 
 static_assert(sizeof(struct lc_hello) == 88, "lc_hello layout");
 static_assert(sizeof(struct lc_welcome) == 32, "lc_welcome layout");
+static_assert(sizeof(struct lc_reg_req) == 40, "lc_reg_req layout");
+static_assert(sizeof(struct lc_reg_rep) == 24, "lc_reg_rep layout");
 static_assert(sizeof(struct lc_shm_hdr) <= 4096, "lc_shm_hdr fits its page");
 static_assert(sizeof(struct lc_shm_hdr) == 336, "lc_shm_hdr layout");
 static_assert(sizeof(struct lc_ring_ctl) == 3 * LC_CACHELINE, "lc_ring_ctl layout");

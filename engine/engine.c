@@ -82,7 +82,7 @@ void eng_engine_destroy(struct eng_engine *e)
 }
 
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
-	     const struct iovec *iov, int iovcnt)
+	     const struct iovec *iov, int iovcnt, uint32_t *crc)
 {
 	const struct eng_transport_ops *ops;
 	uint64_t total = 0;
@@ -98,5 +98,5 @@ int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint6
 	if (!total)
 		return LUNAR_ERR_TRANSFER_FAIL;
 	ops = strcmp(endpoint, e->endpoint) ? &eng_tcp_ops : &eng_local_ops;
-	return ops->xfer(e, endpoint, dir, off, iov, iovcnt, total);
+	return ops->xfer(e, endpoint, dir, off, iov, iovcnt, total, crc);
 }

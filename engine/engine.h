@@ -45,9 +45,11 @@ void eng_engine_destroy(struct eng_engine *e);
  * io_timeout_ms; any number of threads at once. Returns 0 or
  * LUNAR_ERR_TRANSFER_FAIL (peer unreachable, refused out of bounds, timeout,
  * short transfer); the connection of a failed transfer is dropped, never
- * reused.
+ * reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from 0)
+ * of the bytes moved; a local transfer computes it in the same pass as the
+ * copy. Large local copies use non-temporal stores (lc_copy).
  */
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
-	     const struct iovec *iov, int iovcnt);
+	     const struct iovec *iov, int iovcnt, uint32_t *crc);
 
 #endif /* LUNAR_ENGINE_ENGINE_H */

@@ -1,7 +1,8 @@
 /*
  * batch.c - the Batch* calls: one reply whose per-key results are
  * index-aligned with the request's keys. A batch over LUNAR_BATCH_MAX keys
- * fails whole with INVALID_PARAMS.
+ * fails whole with INVALID_PARAMS. Put and upsert share every path; the
+ * method says which verb each key gets.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -10,7 +11,10 @@
 #include "mst_int.h"
 #include "rpc.h"
 
-static Lunar__PutStartResult *put_start_one(struct mst_master *m,
+typedef int (*start_fn)(struct mst_master *m, uint64_t client, const char *tenant,
+			const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n);
+
+static Lunar__PutStartResult *put_start_one(struct mst_master *m, start_fn start,
 					    const Lunar__BatchPutStartRequest *rq,
 					    const Lunar__PutStartRequest *item)
 {
@@ -19,14 +23,17 @@ static Lunar__PutStartResult *put_start_one(struct mst_master *m,
 	if (!res)
 		return NULL;
 	lunar__put_start_result__init(res);
-	res->code = mst_code(mst_obj_put_start(m, rq->client_id, rq->tenant, item, &res->replicas,
-					       &res->n_replicas));
+	res->code =
+	    mst_code(start(m, rq->client_id, rq->tenant, item, &res->replicas, &res->n_replicas));
 	return res;
 }
 
-int mst_batch_put_start(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+int mst_batch_put_start(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
+			ProtobufCMessage **rep)
 {
 	const Lunar__BatchPutStartRequest *rq = (const void *)req;
+	int upsert = method == LUNAR__METHOD__BATCH_UPSERT_START;
+	start_fn start = upsert ? mst_obj_upsert_start : mst_obj_put_start;
 	int bad = rq->n_items > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0;
 	Lunar__BatchPutStartReply *r =
 	    (void *)lp_reply_new(&lunar__batch_put_start_reply__descriptor, bad, MST_VIEW);
@@ -39,7 +46,7 @@ int mst_batch_put_start(struct mst_master *m, const ProtobufCMessage *req, Proto
 			goto err;
 	}
 	for (size_t i = 0; !bad && i < rq->n_items; i++) {
-		r->results[i] = put_start_one(m, rq, rq->items[i]);
+		r->results[i] = put_start_one(m, start, rq, rq->items[i]);
 		if (!r->results[i])
 			goto err;
 		r->n_results = i + 1;
@@ -47,23 +54,78 @@ int mst_batch_put_start(struct mst_master *m, const ProtobufCMessage *req, Proto
 	*rep = &r->base;
 	return 0;
 err:
-	/* undo the puts already started: nobody will hear of them */
+	/* undo the writes already started: nobody will hear of them */
 	for (size_t i = 0; i < r->n_results; i++)
 		if (r->results[i]->code == 0)
-			mst_obj_put_revoke(m, rq->client_id, rq->tenant, rq->items[i]->key);
+			(upsert ? mst_obj_upsert_revoke : mst_obj_put_revoke)(
+			    m, rq->client_id, rq->tenant, rq->items[i]->key);
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	return -ENOMEM;
 }
 
-/* One key of BatchPutEnd / BatchPutRevoke / BatchExistKey. */
+/* A BatchCodesReply with n codes (0 when bad), or NULL on ENOMEM. */
+static Lunar__BatchCodesReply *codes_reply(size_t n, int bad)
+{
+	Lunar__BatchCodesReply *r =
+	    (void *)lp_reply_new(&lunar__batch_codes_reply__descriptor, bad, MST_VIEW);
+
+	if (!r || bad || !n)
+		return r;
+	r->codes = calloc(n, sizeof(*r->codes));
+	if (!r->codes) {
+		protobuf_c_message_free_unpacked(&r->base, NULL);
+		return NULL;
+	}
+	r->n_codes = n;
+	return r;
+}
+
+int mst_batch_put_end(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
+		      ProtobufCMessage **rep)
+{
+	const Lunar__BatchPutEndRequest *rq = (const void *)req;
+	int bad = rq->n_keys > LUNAR_BATCH_MAX || (rq->n_crc32c && rq->n_crc32c != rq->n_keys)
+		      ? LUNAR_ERR_INVALID_PARAMS
+		      : 0;
+	Lunar__BatchCodesReply *r = codes_reply(rq->n_keys, bad);
+
+	if (!r)
+		return -ENOMEM;
+	for (size_t i = 0; i < r->n_codes; i++) {
+		uint32_t crc = rq->n_crc32c ? rq->crc32c[i] : 0;
+
+		r->codes[i] = mst_code(
+		    method == LUNAR__METHOD__BATCH_UPSERT_END
+			? mst_obj_upsert_end(m, rq->client_id, rq->tenant, rq->keys[i], crc)
+			: mst_obj_put_end(m, rq->client_id, rq->tenant, rq->keys[i], crc));
+	}
+	*rep = &r->base;
+	return 0;
+}
+
+int mst_batch_remove(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+{
+	const Lunar__BatchRemoveRequest *rq = (const void *)req;
+	Lunar__BatchCodesReply *r =
+	    codes_reply(rq->n_keys, rq->n_keys > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0);
+
+	if (!r)
+		return -ENOMEM;
+	for (size_t i = 0; i < r->n_codes; i++)
+		r->codes[i] = mst_code(mst_obj_remove(m, rq->tenant, rq->keys[i], rq->force));
+	*rep = &r->base;
+	return 0;
+}
+
+/* One key of BatchPutRevoke / BatchUpsertRevoke / BatchExistKey. */
 static int32_t code_one(struct mst_master *m, uint32_t method, const Lunar__BatchKeysRequest *rq,
 			const char *key)
 {
 	switch (method) {
-	case LUNAR__METHOD__BATCH_PUT_END:
-		return mst_obj_put_end(m, rq->client_id, rq->tenant, key);
 	case LUNAR__METHOD__BATCH_PUT_REVOKE:
 		return mst_obj_put_revoke(m, rq->client_id, rq->tenant, key);
+	case LUNAR__METHOD__BATCH_UPSERT_REVOKE:
+		return mst_obj_upsert_revoke(m, rq->client_id, rq->tenant, key);
 	default: return mst_obj_exist(m, rq->tenant, key);
 	}
 }
@@ -71,20 +133,11 @@ static int32_t code_one(struct mst_master *m, uint32_t method, const Lunar__Batc
 static int batch_codes(struct mst_master *m, uint32_t method, const Lunar__BatchKeysRequest *rq,
 		       ProtobufCMessage **rep)
 {
-	int bad = rq->n_keys > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0;
 	Lunar__BatchCodesReply *r =
-	    (void *)lp_reply_new(&lunar__batch_codes_reply__descriptor, bad, MST_VIEW);
+	    codes_reply(rq->n_keys, rq->n_keys > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0);
 
 	if (!r)
 		return -ENOMEM;
-	if (!bad && rq->n_keys) {
-		r->codes = calloc(rq->n_keys, sizeof(*r->codes));
-		if (!r->codes) {
-			protobuf_c_message_free_unpacked(&r->base, NULL);
-			return -ENOMEM;
-		}
-		r->n_codes = rq->n_keys;
-	}
 	for (size_t i = 0; i < r->n_codes; i++)
 		r->codes[i] = mst_code(code_one(m, method, rq, rq->keys[i]));
 	*rep = &r->base;
@@ -114,7 +167,7 @@ static int batch_get(struct mst_master *m, const Lunar__BatchKeysRequest *rq,
 		r->results[i] = res;
 		r->n_results = i + 1;
 		res->code = mst_code(mst_obj_get(m, rq->tenant, rq->keys[i], &res->size,
-						 &res->replicas, &res->n_replicas));
+						 &res->crc32c, &res->replicas, &res->n_replicas));
 	}
 	r->lease_ttl_ms = m->cfg.kv_lease_ttl_ms;
 	*rep = &r->base;

@@ -146,3 +146,43 @@ void mst_clients_expire(struct mst_master *m)
 		mst_objects_drop(m, NULL, id, now);
 	}
 }
+
+static Lunar__ClientInfo *client_info(const struct mst_client *x, uint64_t now, uint64_t ttl)
+{
+	Lunar__ClientInfo *ci = malloc(sizeof(*ci));
+
+	if (!ci)
+		return NULL;
+	lunar__client_info__init(ci);
+	ci->client_id = x->id;
+	ci->last_ping_ms_ago = now > x->last_ping_ms ? now - x->last_ping_ms : 0;
+	ci->alive = ci->last_ping_ms_ago < ttl;
+	return ci;
+}
+
+int mst_clients_list(struct mst_master *m, Lunar__ListClientsReply *r)
+{
+	struct mst_clients *c = &m->clients;
+	uint64_t now = lc_now_ms();
+	int rc = 0;
+
+	pthread_mutex_lock(&c->lock);
+	r->clients = calloc(c->n + 1, sizeof(*r->clients));
+	if (!r->clients)
+		rc = -ENOMEM;
+	for (size_t b = 0; !rc && b < c->nbuckets; b++) {
+		for (struct mst_client *x = c->buckets[b]; x && !rc; x = x->next) {
+			Lunar__ClientInfo *ci = client_info(x, now, m->cfg.client_ttl_ms);
+
+			if (ci)
+				r->clients[r->n_clients++] = ci;
+			else
+				rc = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	/* segment counts outside the client lock (table -> clients order) */
+	for (size_t i = 0; i < r->n_clients; i++)
+		r->clients[i]->segments = mst_segments_owned(m, r->clients[i]->client_id);
+	return rc;
+}

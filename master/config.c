@@ -8,9 +8,10 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "key.h"
 #include "parse.h"
 
-enum kind { DURATION, RATIO, BOOL, STRATEGY };
+enum kind { DURATION, RATIO, BOOL, STRATEGY, SIZE, QUOTA };
 
 struct flag {
 	const char *name;
@@ -33,6 +34,8 @@ static const struct flag flags[] = {
     F("put-start-discard-timeout", DURATION, put_start_discard_timeout_ms),
     F("put-start-release-timeout", DURATION, put_start_release_timeout_ms),
     F("allocation-strategy", STRATEGY, strategy),
+    F("default-tenant-quota", SIZE, default_tenant_quota),
+    F("tenant-quota", QUOTA, tenant_quotas),
 };
 
 static const char *const strategies[] = {
@@ -81,6 +84,31 @@ static int parse_strategy(const char *s, enum mst_alloc_strategy *v)
 	return -EINVAL;
 }
 
+/* NAME=SIZE for --tenant-quota: add the tenant, or resize it. */
+static int parse_quota(struct mst_config *cfg, const char *s)
+{
+	const char *eq = strchr(s, '=');
+	size_t len = eq ? (size_t)(eq - s) : 0;
+	unsigned i;
+	uint64_t bytes;
+
+	if (!len || len >= sizeof(cfg->tenant_quotas[0].name) || lc_tenant_check(s, len) ||
+	    lc_parse_size(eq + 1, &bytes))
+		return -EINVAL;
+	for (i = 0; i < cfg->n_tenant_quotas; i++)
+		if (strlen(cfg->tenant_quotas[i].name) == len &&
+		    !memcmp(cfg->tenant_quotas[i].name, s, len))
+			break;
+	if (i == MST_TENANT_QUOTAS_MAX)
+		return -EINVAL;
+	memcpy(cfg->tenant_quotas[i].name, s, len);
+	cfg->tenant_quotas[i].name[len] = 0;
+	cfg->tenant_quotas[i].bytes = bytes;
+	if (i == cfg->n_tenant_quotas)
+		cfg->n_tenant_quotas++;
+	return 0;
+}
+
 int mst_config_set(struct mst_config *cfg, const char *name, const char *value)
 {
 	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
@@ -95,6 +123,8 @@ int mst_config_set(struct mst_config *cfg, const char *name, const char *value)
 		case RATIO: return lc_parse_ratio(value, p);
 		case BOOL: return parse_bool(value, p);
 		case STRATEGY: return parse_strategy(value, p);
+		case SIZE: return lc_parse_size(value, p);
+		case QUOTA: return parse_quota(cfg, value);
 		}
 	}
 	return -ENOENT;
@@ -111,5 +141,8 @@ const char *mst_config_usage(void)
 	       "  --client-ttl DURATION            a proxy silent this long is dead (10s)\n"
 	       "  --put-start-discard-timeout DURATION  an unfinished put may be pre-empted (30s)\n"
 	       "  --put-start-release-timeout DURATION  an unfinished put's space is freed (600s)\n"
-	       "  --allocation-strategy NAME       random|free_ratio_first|local_first (random)\n";
+	       "  --allocation-strategy NAME       random|free_ratio_first|local_first (random)\n"
+	       "  --tenant-quota NAME=SIZE         bytes tenant NAME may store (repeatable)\n"
+	       "  --default-tenant-quota SIZE      bytes any other tenant may store (0: no "
+	       "limit)\n";
 }

@@ -1,8 +1,9 @@
 /*
  * dispatch.c - mst_dispatch: one control-plane call from its protobuf request
  * to its protobuf reply. Handlers only translate; the work is in objects.c,
- * segments.c and clients.c. Every string a reply carries is its own heap copy,
- * so protobuf_c_message_free_unpacked(rep, NULL) frees the whole reply.
+ * upsert.c, scan.c, segments.c and clients.c. Every string a reply carries is
+ * its own heap copy, so protobuf_c_message_free_unpacked(rep, NULL) frees the
+ * whole reply. Every call and its status code are counted for /metrics.
  */
 #include "master.h"
 
@@ -13,11 +14,15 @@
 #include "mst_int.h"
 #include "rpc.h"
 
-typedef int (*handler_fn)(struct mst_master *m, const ProtobufCMessage *req,
-			  ProtobufCMessage **rep);
-
 /* A reply of req's method with status code; NULL on ENOMEM. */
 #define REPLY(type, desc, rc) ((type *)lp_reply_new(&desc, mst_code(rc), MST_VIEW))
+
+/* Set *rep to a reply of descriptor d carrying only a status. */
+static int status_only(const ProtobufCMessageDescriptor *d, int rc, ProtobufCMessage **rep)
+{
+	*rep = lp_reply_new(d, mst_code(rc), MST_VIEW);
+	return *rep ? 0 : -ENOMEM;
+}
 
 static int h_mount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
 {
@@ -26,19 +31,15 @@ static int h_mount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCM
 
 	if (rc >= 0)
 		rc = mst_segment_mount(m, rq->client_id, rq->segment);
-	*rep = (ProtobufCMessage *)REPLY(Lunar__MountSegmentReply,
-					 lunar__mount_segment_reply__descriptor, rc);
-	return *rep ? 0 : -ENOMEM;
+	return status_only(&lunar__mount_segment_reply__descriptor, rc, rep);
 }
 
 static int h_unmount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
 {
 	const Lunar__UnmountSegmentRequest *rq = (const void *)req;
-	int rc = mst_segment_unmount(m, rq->client_id, rq->name);
+	int rc = mst_segment_unmount(m, rq->client_id, rq->name, rq->grace_ms);
 
-	*rep = (ProtobufCMessage *)REPLY(Lunar__UnmountSegmentReply,
-					 lunar__unmount_segment_reply__descriptor, rc);
-	return *rep ? 0 : -ENOMEM;
+	return status_only(&lunar__unmount_segment_reply__descriptor, rc, rep);
 }
 
 static int h_ping(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
@@ -55,18 +56,22 @@ static int h_ping(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMe
 	return 0;
 }
 
-static int h_put_start(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+/* PutStart and UpsertStart. */
+static int start(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep,
+		 int upsert)
 {
 	const Lunar__PutStartRequest *rq = (const void *)req;
 	Lunar__Replica **reps = NULL;
 	size_t n = 0;
-	int rc = mst_obj_put_start(m, rq->client_id, rq->tenant, rq, &reps, &n);
+	int rc = (upsert ? mst_obj_upsert_start : mst_obj_put_start)(m, rq->client_id, rq->tenant,
+								     rq, &reps, &n);
 	Lunar__PutStartReply *r =
 	    REPLY(Lunar__PutStartReply, lunar__put_start_reply__descriptor, rc);
 
 	if (!r) {
 		if (!rc)
-			mst_obj_put_revoke(m, rq->client_id, rq->tenant, rq->key);
+			(upsert ? mst_obj_upsert_revoke : mst_obj_put_revoke)(m, rq->client_id,
+									      rq->tenant, rq->key);
 		for (size_t i = 0; i < n; i++)
 			protobuf_c_message_free_unpacked(&reps[i]->base, NULL);
 		free(reps);
@@ -78,13 +83,30 @@ static int h_put_start(struct mst_master *m, const ProtobufCMessage *req, Protob
 	return 0;
 }
 
+static int h_put_start(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+{
+	return start(m, req, rep, 0);
+}
+
+static int h_upsert_start(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+{
+	return start(m, req, rep, 1);
+}
+
 static int h_put_end(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
 {
 	const Lunar__PutEndRequest *rq = (const void *)req;
-	int rc = mst_obj_put_end(m, rq->client_id, rq->tenant, rq->key);
+	int rc = mst_obj_put_end(m, rq->client_id, rq->tenant, rq->key, rq->crc32c);
 
-	*rep = (ProtobufCMessage *)REPLY(Lunar__PutEndReply, lunar__put_end_reply__descriptor, rc);
-	return *rep ? 0 : -ENOMEM;
+	return status_only(&lunar__put_end_reply__descriptor, rc, rep);
+}
+
+static int h_upsert_end(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+{
+	const Lunar__PutEndRequest *rq = (const void *)req;
+	int rc = mst_obj_upsert_end(m, rq->client_id, rq->tenant, rq->key, rq->crc32c);
+
+	return status_only(&lunar__put_end_reply__descriptor, rc, rep);
 }
 
 static int h_put_revoke(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
@@ -92,9 +114,16 @@ static int h_put_revoke(struct mst_master *m, const ProtobufCMessage *req, Proto
 	const Lunar__PutRevokeRequest *rq = (const void *)req;
 	int rc = mst_obj_put_revoke(m, rq->client_id, rq->tenant, rq->key);
 
-	*rep = (ProtobufCMessage *)REPLY(Lunar__PutRevokeReply, lunar__put_revoke_reply__descriptor,
-					 rc);
-	return *rep ? 0 : -ENOMEM;
+	return status_only(&lunar__put_revoke_reply__descriptor, rc, rep);
+}
+
+static int h_upsert_revoke(struct mst_master *m, const ProtobufCMessage *req,
+			   ProtobufCMessage **rep)
+{
+	const Lunar__PutRevokeRequest *rq = (const void *)req;
+	int rc = mst_obj_upsert_revoke(m, rq->client_id, rq->tenant, rq->key);
+
+	return status_only(&lunar__put_revoke_reply__descriptor, rc, rep);
 }
 
 static int h_get(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
@@ -103,7 +132,8 @@ static int h_get(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMes
 	Lunar__Replica **reps = NULL;
 	size_t n = 0;
 	uint64_t size = 0;
-	int rc = mst_obj_get(m, rq->tenant, rq->key, &size, &reps, &n);
+	uint32_t crc = 0;
+	int rc = mst_obj_get(m, rq->tenant, rq->key, &size, &crc, &reps, &n);
 	Lunar__GetReplicaListReply *r =
 	    REPLY(Lunar__GetReplicaListReply, lunar__get_replica_list_reply__descriptor, rc);
 
@@ -114,6 +144,7 @@ static int h_get(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMes
 		return -ENOMEM;
 	}
 	r->size = size;
+	r->crc32c = crc;
 	r->replicas = reps;
 	r->n_replicas = n;
 	r->lease_ttl_ms = rc ? 0 : m->cfg.kv_lease_ttl_ms;
@@ -140,14 +171,11 @@ static int h_remove(struct mst_master *m, const ProtobufCMessage *req, ProtobufC
 	const Lunar__RemoveRequest *rq = (const void *)req;
 	int rc = mst_obj_remove(m, rq->tenant, rq->key, rq->force);
 
-	*rep = (ProtobufCMessage *)REPLY(Lunar__RemoveReply, lunar__remove_reply__descriptor, rc);
-	return *rep ? 0 : -ENOMEM;
+	return status_only(&lunar__remove_reply__descriptor, rc, rep);
 }
 
-static int h_remove_all(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+static int count_reply(int64_t n, ProtobufCMessage **rep)
 {
-	const Lunar__RemoveAllRequest *rq = (const void *)req;
-	int64_t n = mst_obj_remove_all(m, rq->tenant, rq->force);
 	Lunar__RemoveAllReply *r =
 	    REPLY(Lunar__RemoveAllReply, lunar__remove_all_reply__descriptor, n < 0 ? (int)n : 0);
 
@@ -158,31 +186,64 @@ static int h_remove_all(struct mst_master *m, const ProtobufCMessage *req, Proto
 	return 0;
 }
 
+static int h_remove_all(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+{
+	const Lunar__RemoveAllRequest *rq = (const void *)req;
+
+	return count_reply(mst_obj_remove_all(m, rq->tenant, rq->force), rep);
+}
+
+static int h_remove_regex(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+{
+	const Lunar__RemoveByRegexRequest *rq = (const void *)req;
+
+	return count_reply(mst_obj_remove_regex(m, rq->tenant, rq->pattern, rq->force), rep);
+}
+
+/* Calls whose handler does not need the method id. */
+static int call(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
+		ProtobufCMessage **rep)
+{
+	switch (method) {
+	case LUNAR__METHOD__MOUNT_SEGMENT: return h_mount(m, req, rep);
+	case LUNAR__METHOD__UNMOUNT_SEGMENT: return h_unmount(m, req, rep);
+	case LUNAR__METHOD__PING: return h_ping(m, req, rep);
+	case LUNAR__METHOD__PUT_START: return h_put_start(m, req, rep);
+	case LUNAR__METHOD__PUT_END: return h_put_end(m, req, rep);
+	case LUNAR__METHOD__PUT_REVOKE: return h_put_revoke(m, req, rep);
+	case LUNAR__METHOD__UPSERT_START: return h_upsert_start(m, req, rep);
+	case LUNAR__METHOD__UPSERT_END: return h_upsert_end(m, req, rep);
+	case LUNAR__METHOD__UPSERT_REVOKE: return h_upsert_revoke(m, req, rep);
+	case LUNAR__METHOD__GET_REPLICA_LIST: return h_get(m, req, rep);
+	case LUNAR__METHOD__EXIST_KEY: return h_exist(m, req, rep);
+	case LUNAR__METHOD__REMOVE: return h_remove(m, req, rep);
+	case LUNAR__METHOD__REMOVE_ALL: return h_remove_all(m, req, rep);
+	case LUNAR__METHOD__REMOVE_BY_REGEX: return h_remove_regex(m, req, rep);
+	case LUNAR__METHOD__BATCH_REMOVE: return mst_batch_remove(m, req, rep);
+	case LUNAR__METHOD__BATCH_PUT_START:
+	case LUNAR__METHOD__BATCH_UPSERT_START: return mst_batch_put_start(m, method, req, rep);
+	case LUNAR__METHOD__BATCH_PUT_END:
+	case LUNAR__METHOD__BATCH_UPSERT_END: return mst_batch_put_end(m, method, req, rep);
+	case LUNAR__METHOD__BATCH_PUT_REVOKE:
+	case LUNAR__METHOD__BATCH_UPSERT_REVOKE:
+	case LUNAR__METHOD__BATCH_GET_REPLICA_LIST:
+	case LUNAR__METHOD__BATCH_EXIST_KEY: return mst_batch_keys(m, method, req, rep);
+	default: return mst_admin_dispatch(m, method, req, rep);
+	}
+}
+
 int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 		 ProtobufCMessage **rep)
 {
 	const struct lp_method *mt = lp_method_find(method);
-	handler_fn fn;
+	int rc;
 
 	if (!mt || !req || req->descriptor != mt->req)
 		return LUNAR_ERR_PROTOCOL;
-	switch (method) {
-	case LUNAR__METHOD__MOUNT_SEGMENT: fn = h_mount; break;
-	case LUNAR__METHOD__UNMOUNT_SEGMENT: fn = h_unmount; break;
-	case LUNAR__METHOD__PING: fn = h_ping; break;
-	case LUNAR__METHOD__PUT_START: fn = h_put_start; break;
-	case LUNAR__METHOD__PUT_END: fn = h_put_end; break;
-	case LUNAR__METHOD__PUT_REVOKE: fn = h_put_revoke; break;
-	case LUNAR__METHOD__GET_REPLICA_LIST: fn = h_get; break;
-	case LUNAR__METHOD__EXIST_KEY: fn = h_exist; break;
-	case LUNAR__METHOD__REMOVE: fn = h_remove; break;
-	case LUNAR__METHOD__REMOVE_ALL: fn = h_remove_all; break;
-	case LUNAR__METHOD__BATCH_PUT_START: fn = mst_batch_put_start; break;
-	case LUNAR__METHOD__BATCH_PUT_END:
-	case LUNAR__METHOD__BATCH_PUT_REVOKE:
-	case LUNAR__METHOD__BATCH_GET_REPLICA_LIST:
-	case LUNAR__METHOD__BATCH_EXIST_KEY: return mst_batch_keys(m, method, req, rep);
-	default: return LUNAR_ERR_PROTOCOL;
-	}
-	return fn(m, req, rep);
+	rc = call(m, method, req, rep);
+	if (rc == LUNAR_ERR_PROTOCOL) /* in the schema, not served yet (disk tier) */
+		rc = status_only(mt->rep, LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS, rep);
+	if (!rc)
+		mst_metrics_count(m, method, lp_status(*rep)->code);
+	return rc;
 }

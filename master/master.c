@@ -8,9 +8,20 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "clock.h"
 #include "mst_int.h"
 
 #define HOUSEKEEPING_MS 100
+
+static void housekeep(struct mst_master *m)
+{
+	uint64_t now = lc_now_ms();
+
+	mst_clients_expire(m);
+	mst_segments_drain_sweep(m, now);
+	mst_deferred_sweep(m, now);
+	mst_evict_maybe(m);
+}
 
 static void *housekeeper(void *arg)
 {
@@ -29,7 +40,7 @@ static void *housekeeper(void *arg)
 		if (m->stopping)
 			break;
 		pthread_mutex_unlock(&m->stop_lock);
-		mst_clients_expire(m);
+		housekeep(m);
 		pthread_mutex_lock(&m->stop_lock);
 	}
 	pthread_mutex_unlock(&m->stop_lock);
@@ -68,14 +79,26 @@ struct mst_master *mst_master_create(const struct mst_config *cfg)
 		goto err_objects;
 	if (mst_clients_init(&m->clients))
 		goto err_segs;
-	if (stop_init(m))
+	if (mst_deferred_init(&m->deferred))
 		goto err_clients;
+	if (mst_tenants_init(&m->tenants))
+		goto err_deferred;
+	if (pthread_mutex_init(&m->evict_lock, NULL))
+		goto err_tenants;
+	if (stop_init(m))
+		goto err_evict;
 	if (pthread_create(&m->housekeeper, NULL, housekeeper, m))
 		goto err_stop;
 	return m;
 err_stop:
 	pthread_mutex_destroy(&m->stop_lock);
 	pthread_cond_destroy(&m->stop_cond);
+err_evict:
+	pthread_mutex_destroy(&m->evict_lock);
+err_tenants:
+	mst_tenants_fini(&m->tenants);
+err_deferred:
+	mst_deferred_fini(&m->deferred);
 err_clients:
 	mst_clients_fini(&m->clients);
 err_segs:
@@ -98,9 +121,12 @@ void mst_master_destroy(struct mst_master *m)
 	pthread_join(m->housekeeper, NULL);
 	pthread_mutex_destroy(&m->stop_lock);
 	pthread_cond_destroy(&m->stop_cond);
-	mst_objects_fini(m); /* objects first: they point into segments */
+	mst_objects_fini(m); /* objects and deferred ranges first: they point into segments */
+	mst_deferred_fini(&m->deferred);
 	mst_segtab_fini(m);
 	mst_clients_fini(&m->clients);
+	mst_tenants_fini(&m->tenants);
+	pthread_mutex_destroy(&m->evict_lock);
 	free(m);
 }
 
@@ -116,4 +142,14 @@ void mst_master_stats(struct mst_master *m, struct mst_stats *out)
 	pthread_mutex_lock(&m->clients.lock);
 	out->clients = m->clients.n;
 	pthread_mutex_unlock(&m->clients.lock);
+}
+
+int mst_master_ready(struct mst_master *m)
+{
+	int ready;
+
+	pthread_rwlock_rdlock(&m->segs.lock);
+	ready = m->segs.n > 0;
+	pthread_rwlock_unlock(&m->segs.lock);
+	return ready;
 }

@@ -16,17 +16,28 @@
 
 enum mst_alloc_strategy { MST_ALLOC_RANDOM, MST_ALLOC_FREE_RATIO_FIRST, MST_ALLOC_LOCAL_FIRST };
 
+#define MST_TENANT_QUOTAS_MAX 64
+
+/* --tenant-quota NAME=SIZE: the logical value bytes a tenant may store. */
+struct mst_tenant_quota {
+	char name[64];
+	uint64_t bytes;
+};
+
 struct mst_config {
-	uint64_t kv_lease_ttl_ms;              /* --kv-lease-ttl 10s */
-	uint64_t kv_soft_pin_ttl_ms;           /* --kv-soft-pin-ttl 30m */
+	uint64_t kv_lease_ttl_ms;	       /* --kv-lease-ttl 10s */
+	uint64_t kv_soft_pin_ttl_ms;	       /* --kv-soft-pin-ttl 30m */
 	uint64_t max_kv_soft_pin_ttl_ms;       /* --max-kv-soft-pin-ttl 24h */
-	int allow_evict_soft_pinned;           /* --allow-evict-soft-pinned true */
-	double eviction_ratio;                 /* --eviction-ratio 0.05 */
+	int allow_evict_soft_pinned;	       /* --allow-evict-soft-pinned true */
+	double eviction_ratio;		       /* --eviction-ratio 0.05 */
 	double eviction_high_watermark_ratio;  /* --eviction-high-watermark-ratio 0.90 */
-	uint64_t client_ttl_ms;                /* --client-ttl 10s */
+	uint64_t client_ttl_ms;		       /* --client-ttl 10s */
 	uint64_t put_start_discard_timeout_ms; /* --put-start-discard-timeout 30s */
 	uint64_t put_start_release_timeout_ms; /* --put-start-release-timeout 600s */
 	enum mst_alloc_strategy strategy;      /* --allocation-strategy random */
+	uint64_t default_tenant_quota;	       /* --default-tenant-quota 0 (none) */
+	unsigned n_tenant_quotas;	       /* --tenant-quota NAME=SIZE, repeatable */
+	struct mst_tenant_quota tenant_quotas[MST_TENANT_QUOTAS_MAX];
 };
 
 /* mst_config_defaults - SPEC §10 defaults. */
@@ -34,7 +45,8 @@ void mst_config_defaults(struct mst_config *cfg);
 /*
  * mst_config_set - apply one master flag by its long name without dashes
  * ("client-ttl", "10s"). Returns 0, -ENOENT for a name that is not a master
- * flag, -EINVAL for a bad value. Used by lunar-master and by lunar-proxy
+ * flag, -EINVAL for a bad value. --tenant-quota is repeatable: call once per
+ * occurrence (a name given again takes the new size). Used by lunar-master and by lunar-proxy
  * --embedded-master, so both accept the same flags.
  */
 int mst_config_set(struct mst_config *cfg, const char *name, const char *value);
@@ -66,7 +78,7 @@ int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *
 
 /* Figures for logs, lunarctl and /metrics. Thread-safe snapshots. */
 struct mst_stats {
-	uint64_t keys;       /* COMPLETE objects */
+	uint64_t keys;	     /* COMPLETE objects */
 	uint64_t processing; /* PutStart without PutEnd */
 	uint64_t segments;
 	uint64_t clients;
@@ -74,5 +86,15 @@ struct mst_stats {
 	uint64_t used_bytes;
 };
 void mst_master_stats(struct mst_master *m, struct mst_stats *out);
+
+/*
+ * mst_metrics_render - the master's figures as Prometheus text (lunar_master_*
+ * gauges, counters and the value size histogram) in a malloc'd buffer the
+ * caller frees. Returns 0 with *out and *len set, or -ENOMEM. Thread-safe; takes the
+ * segment table and client locks briefly.
+ */
+int mst_metrics_render(struct mst_master *m, char **out, size_t *len);
+/* mst_master_ready - 1 when at least one segment is mounted, else 0. */
+int mst_master_ready(struct mst_master *m);
 
 #endif /* LUNAR_MASTER_MASTER_H */

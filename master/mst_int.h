@@ -3,8 +3,10 @@
  * master struct, segments, objects and clients, and the calls between them.
  *
  * Lock order (never take an earlier lock while holding a later one):
- *   object shard lock -> segment table rwlock -> one segment's lock
+ *   eviction lock -> object shard lock -> segment table rwlock -> one segment's lock
  *   segment table rwlock -> client table lock
+ *   object shard lock -> tenant table lock
+ *   object shard lock -> deferred-free lock -> one segment's lock
  * The hot path (object calls) takes one shard lock, the segment table for
  * reading, and briefly the allocator lock of the segments it touches.
  * Counters in struct mst_master are atomics updated without locks.
@@ -29,7 +31,9 @@ struct mst_segment {
 	uint64_t owner;	      /* client_id of the mounting proxy */
 	pthread_mutex_t lock; /* guards ra and used */
 	struct lc_ralloc *ra;
-	uint64_t used; /* written under lock, read relaxed for placement */
+	uint64_t used;	       /* written under lock, read relaxed for placement */
+	uint64_t drain_due_ms; /* graceful unmount: no new allocations, retired at
+				* this time; 0 when not draining. Under the table lock. */
 };
 
 /* A chosen range: where one replica lives. */
@@ -57,14 +61,49 @@ struct mst_clients {
 };
 
 struct mst_shard;
+struct mst_deferred;
+struct mst_tenant;
+
+/* Ranges whose space is given back later: discarded puts (after
+ * put_start_release_timeout) and the old replicas of an upserted object
+ * (after its lease deadline). */
+struct mst_deferred_list {
+	pthread_mutex_t lock;
+	struct mst_deferred *head;
+};
+
+struct mst_tenants {
+	pthread_mutex_t lock;
+	struct mst_tenant *head; /* few tenants; entries live until destroy */
+};
+
+#define MST_METHODS_MAX	 64 /* method ids counted by mst_dispatch */
+#define MST_CODES_MAX	 32 /* distinct error codes counted */
+#define MST_HIST_BUCKETS 11 /* value size: 1 KiB * 4^i, i < 11 (to 1 GiB), + Inf */
+
+/* Counters for /metrics: atomics, relaxed. */
+struct mst_counters {
+	uint64_t calls[MST_METHODS_MAX];
+	uint64_t errors[MST_CODES_MAX];
+	uint64_t evictions, evicted_bytes, discarded_puts, evict_rounds;
+	uint64_t size_hist[MST_HIST_BUCKETS + 1];
+	uint64_t size_sum, size_count;
+};
 
 struct mst_master {
 	struct mst_config cfg;
 	struct mst_shard *shards; /* MST_SHARDS */
 	struct mst_segtab segs;
 	struct mst_clients clients;
+	struct mst_deferred_list deferred;
+	struct mst_tenants tenants;
+	struct mst_counters ctr;
 	uint64_t n_complete, n_processing; /* atomics */
 	uint64_t capacity, used;	   /* atomics, bytes over all segments */
+	uint64_t next_obj_id;		   /* atomic */
+	pthread_mutex_t evict_lock;	   /* one eviction round at a time */
+	uint64_t evict_gen;		   /* atomic: rounds completed */
+	int alloc_failed;		   /* atomic: an allocation failed since the last round */
 	pthread_t housekeeper;
 	pthread_mutex_t stop_lock;
 	pthread_cond_t stop_cond;
@@ -80,12 +119,20 @@ static inline int mst_code(int rc)
 }
 
 /* segments.c */
+/* mst_segments_drain_sweep - retire draining segments whose grace is over.
+ * Housekeeping. */
+void mst_segments_drain_sweep(struct mst_master *m, uint64_t now);
 int mst_segtab_init(struct mst_segtab *t);
 /* mst_segtab_fini - free every segment still mounted (no object may refer to
  * them any more). */
 void mst_segtab_fini(struct mst_master *m);
 int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__SegmentDesc *d);
-int mst_segment_unmount(struct mst_master *m, uint64_t client, const char *name);
+/* mst_segment_unmount - grace_ms 0: at once; otherwise mark it draining. */
+int mst_segment_unmount(struct mst_master *m, uint64_t client, const char *name, uint64_t grace_ms);
+/* mst_segments_list - the ListSegments reply body. */
+int mst_segments_list(struct mst_master *m, Lunar__ListSegmentsReply *r);
+/* mst_segments_owned - how many segments client has mounted. */
+unsigned mst_segments_owned(struct mst_master *m, uint64_t client);
 /* mst_segments_drop_client - unmount every segment owned by client. */
 void mst_segments_drop_client(struct mst_master *m, uint64_t client);
 /*
@@ -99,32 +146,105 @@ int mst_place(struct mst_master *m, uint64_t client, uint64_t len, unsigned want
 /* mst_replica_free - give a replica's range back to its segment. */
 void mst_replica_free(struct mst_master *m, const struct mst_replica *r);
 
-/* objects.c */
+/* objects.c, upsert.c, scan.c: see mst_obj.h for the object internals. */
 int mst_objects_init(struct mst_master *m);
 void mst_objects_fini(struct mst_master *m);
 /*
  * mst_objects_drop - under each shard lock in turn: drop replicas on seg
  * (when seg is not NULL; their space is not freed: the segment is going
- * away), revoke PROCESSING puts of client started at or before before_ms
- * (when client is not 0), erase objects left without replicas.
+ * away), revoke PROCESSING puts and pending upserts of client started at or
+ * before before_ms (when client is not 0), erase objects left without
+ * replicas.
  */
 void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint64_t client,
 		      uint64_t before_ms);
 
 int mst_obj_put_start(struct mst_master *m, uint64_t client, const char *tenant,
 		      const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n);
-int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key);
+int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
+		    uint32_t crc);
 int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant, const char *key);
+/* mst_obj_get - size, crc and heap copies of the replicas of a COMPLETE
+ * object; grants a read lease. */
 int mst_obj_get(struct mst_master *m, const char *tenant, const char *key, uint64_t *size,
-		Lunar__Replica ***reps, size_t *n);
+		uint32_t *crc, Lunar__Replica ***reps, size_t *n);
 int mst_obj_exist(struct mst_master *m, const char *tenant, const char *key);
 int mst_obj_remove(struct mst_master *m, const char *tenant, const char *key, int force);
 int64_t mst_obj_remove_all(struct mst_master *m, const char *tenant, int force);
+/* mst_obj_remove_regex - remove the tenant's COMPLETE keys matching a POSIX
+ * ERE (leased ones only when forced); the count or INVALID_PARAMS. */
+int64_t mst_obj_remove_regex(struct mst_master *m, const char *tenant, const char *pattern,
+			     int force);
+/* Upsert: like put when the key is absent; otherwise new replicas that
+ * replace the old ones atomically at UpsertEnd (upsert.c). */
+int mst_obj_upsert_start(struct mst_master *m, uint64_t client, const char *tenant,
+			 const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n);
+int mst_obj_upsert_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
+		       uint32_t crc);
+int mst_obj_upsert_revoke(struct mst_master *m, uint64_t client, const char *tenant,
+			  const char *key);
+/* Admin queries (scan.c, objects.c): fill the reply messages. */
+int mst_obj_list(struct mst_master *m, const Lunar__ListKeysRequest *rq, Lunar__ListKeysReply *r);
+int mst_obj_stat(struct mst_master *m, const char *tenant, const char *key, Lunar__StatKeyReply *r);
+
+/* evict.c */
+/*
+ * mst_evict_round - one eviction round at time now (monotonic ms): a census
+ * of candidates shard by shard, then the ceil(candidates * eviction_ratio)
+ * with the oldest lease deadlines go (soft-pinned ones last), more while
+ * memory stays above the low mark after a failed allocation or above the
+ * watermark. Returns the number of objects evicted. Takes the eviction lock
+ * and, one at a time, the shard locks: call with no master lock held.
+ */
+int64_t mst_evict_round(struct mst_master *m, uint64_t now);
+/* mst_evict_maybe - a round if memory use is above the watermark or an
+ * allocation failed since the last round. Housekeeping. */
+void mst_evict_maybe(struct mst_master *m);
+/* mst_evict_after_failure - an allocation failed after gen rounds had run:
+ * run a round unless another one completed meanwhile. Returns 1 if a retry
+ * may succeed. No lock held. */
+int mst_evict_after_failure(struct mst_master *m, uint64_t gen);
+
+/* deferred.c */
+int mst_deferred_init(struct mst_deferred_list *d);
+/* mst_deferred_fini - forget every entry (space is not given back). */
+void mst_deferred_fini(struct mst_deferred_list *d);
+/* mst_deferred_add - give n ranges back at due_ms; takes the heap array reps
+ * (always: on ENOMEM the ranges are leaked, logged, never freed early). */
+void mst_deferred_add(struct mst_master *m, struct mst_replica *reps, unsigned n, uint64_t due_ms);
+/* mst_deferred_sweep - give back the ranges due at now. Housekeeping. */
+void mst_deferred_sweep(struct mst_master *m, uint64_t now);
+/* mst_deferred_drop_segment - forget ranges on seg (it is going away). */
+void mst_deferred_drop_segment(struct mst_master *m, const struct mst_segment *seg);
+/* mst_deferred_bytes - bytes waiting to be given back. */
+uint64_t mst_deferred_bytes(struct mst_master *m);
+
+/* tenants.c: per-tenant byte counts and quotas (logical value bytes, once
+ * per object whatever its replica count). */
+int mst_tenants_init(struct mst_tenants *t);
+void mst_tenants_fini(struct mst_tenants *t);
+/* mst_tenant_charge - find or create the tenant and add bytes to it; 0 and
+ * *out, TENANT_QUOTA_EXCEEDED (nothing charged) or -ENOMEM. */
+int mst_tenant_charge(struct mst_master *m, const char *name, uint64_t bytes,
+		      struct mst_tenant **out);
+void mst_tenant_uncharge(struct mst_master *m, struct mst_tenant *t, uint64_t bytes);
+
+/* metrics.c */
+void mst_metrics_count(struct mst_master *m, uint32_t method, int code);
+void mst_metrics_value_size(struct mst_master *m, uint64_t size);
+
+/* admin.c: the admin query calls. */
+int mst_admin_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
+		       ProtobufCMessage **rep);
 
 /* batch.c: the Batch* calls, results index-aligned with the keys. */
-int mst_batch_put_start(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
+int mst_batch_put_start(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
+			ProtobufCMessage **rep);
 int mst_batch_keys(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 		   ProtobufCMessage **rep);
+int mst_batch_put_end(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
+		      ProtobufCMessage **rep);
+int mst_batch_remove(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
 
 /* clients.c */
 int mst_clients_init(struct mst_clients *c);
@@ -136,5 +256,7 @@ int mst_client_alive(struct mst_master *m, uint64_t client);
 /* mst_clients_expire - declare clients silent for client_ttl dead and drop
  * their segments and puts. Run by the housekeeping thread. */
 void mst_clients_expire(struct mst_master *m);
+/* mst_clients_list - the ListClients reply body. */
+int mst_clients_list(struct mst_master *m, Lunar__ListClientsReply *r);
 
 #endif /* LUNAR_MASTER_MST_INT_H */

@@ -1,8 +1,8 @@
 /*
  * objects.c - object metadata: MST_SHARDS shards, each a mutex and a chained
- * hash table keyed by tenant "\0" key. One call touches one shard, so calls
- * on different keys rarely contend; scans (remove_all, segment loss, client
- * death) take the shards one at a time.
+ * hash table keyed by tenant "\0" key, and the per-key calls: the two-phase
+ * put, get, exists, remove, stat. One call touches one shard, so calls on
+ * different keys rarely contend; scans are in scan.c, upsert in upsert.c.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -10,46 +10,10 @@
 
 #include "clock.h"
 #include "key.h"
+#include "log.h"
 #include "lunar.h"
 #include "mst_int.h"
-
-#define MAX_REPLICAS 64 /* replica_num above this is clamped (best effort anyway) */
-#define TENANT_MAX   63
-
-enum { ST_PROCESSING, ST_COMPLETE };
-
-struct mst_object {
-	struct mst_object *next; /* hash chain */
-	uint64_t hash;
-	uint64_t size;
-	uint64_t writer;       /* client_id of the PutStart */
-	uint64_t lease_ms;     /* read lease deadline, monotonic ms */
-	uint64_t put_start_ms; /* when PutStart ran */
-	uint64_t soft_pin_ms;  /* soft pin deadline, 0 if none */
-	int state;
-	int hard_pin;
-	size_t klen; /* tenant "\0" key, at (char *)&reps[nrep_max] */
-	unsigned nrep;
-	struct mst_replica reps[];
-};
-
-struct mst_shard {
-	pthread_mutex_t lock;
-	struct mst_object **buckets;
-	size_t nbuckets, n;
-};
-
-/* A lookup key: tenant "\0" key and its hash. */
-struct okey {
-	char buf[TENANT_MAX + 1 + LUNAR_KEY_MAX];
-	size_t len;
-	uint64_t hash;
-};
-
-static const char *obj_key(const struct mst_object *o)
-{
-	return (const char *)&o->reps[o->nrep];
-}
+#include "mst_obj.h"
 
 static uint64_t fnv1a(const char *s, size_t n)
 {
@@ -60,18 +24,18 @@ static uint64_t fnv1a(const char *s, size_t n)
 	return h ^ (h >> 29);
 }
 
-static const char *tenant_name(const char *tenant)
+const char *mst_tenant_name(const char *tenant)
 {
 	return tenant && tenant[0] ? tenant : "default";
 }
 
-static int okey_make(struct okey *k, const char *tenant, const char *key)
+int mst_okey_make(struct mst_okey *k, const char *tenant, const char *key)
 {
 	size_t tl, kl;
 	int rc;
 
-	tenant = tenant_name(tenant);
-	tl = strnlen(tenant, TENANT_MAX + 1);
+	tenant = mst_tenant_name(tenant);
+	tl = strnlen(tenant, MST_TENANT_MAX + 1);
 	rc = lc_tenant_check(tenant, tl);
 	if (rc)
 		return rc;
@@ -81,6 +45,7 @@ static int okey_make(struct okey *k, const char *tenant, const char *key)
 		return rc;
 	memcpy(k->buf, tenant, tl + 1);
 	memcpy(k->buf + tl + 1, key, kl);
+	k->tlen = tl + 1;
 	k->len = tl + 1 + kl;
 	k->hash = fnv1a(k->buf, k->len);
 	return 0;
@@ -114,6 +79,15 @@ err:
 	return -ENOMEM;
 }
 
+static void obj_free(struct mst_object *o)
+{
+	if (o->up)
+		free(o->up->reps);
+	free(o->up);
+	free(o->reps);
+	free(o);
+}
+
 void mst_objects_fini(struct mst_master *m)
 {
 	if (!m->shards)
@@ -126,7 +100,7 @@ void mst_objects_fini(struct mst_master *m)
 
 			for (o = s->buckets[b]; o; o = n) {
 				n = o->next;
-				free(o);
+				obj_free(o);
 			}
 		}
 		free(s->buckets);
@@ -135,18 +109,18 @@ void mst_objects_fini(struct mst_master *m)
 	free(m->shards);
 }
 
-static struct mst_shard *shard_of(struct mst_master *m, const struct okey *k)
+static struct mst_object **bucket_of(struct mst_shard *s, uint64_t hash)
 {
-	return &m->shards[k->hash % MST_SHARDS];
+	return &s->buckets[(hash / MST_SHARDS) & (s->nbuckets - 1)];
 }
 
-static struct mst_object **shard_find(struct mst_shard *s, const struct okey *k)
+struct mst_object **mst_obj_find_key(struct mst_shard *s, const struct mst_okey *k)
 {
-	struct mst_object **pp = &s->buckets[(k->hash / MST_SHARDS) & (s->nbuckets - 1)];
+	struct mst_object **pp = bucket_of(s, k->hash);
 
 	for (; *pp; pp = &(*pp)->next)
 		if ((*pp)->hash == k->hash && (*pp)->klen == k->len &&
-		    !memcmp(obj_key(*pp), k->buf, k->len))
+		    !memcmp((*pp)->kbuf, k->buf, k->len))
 			break;
 	return pp;
 }
@@ -175,24 +149,67 @@ static void shard_grow(struct mst_shard *s)
 	s->nbuckets = nb;
 }
 
+struct mst_object **mst_obj_find_id(struct mst_shard *s, uint64_t hash, const void *o, uint64_t id)
+{
+	struct mst_object **pp = bucket_of(s, hash);
+
+	while (*pp && (*pp != o || (*pp)->id != id))
+		pp = &(*pp)->next;
+	return *pp ? pp : NULL;
+}
+
+static void shard_insert(struct mst_shard *s, struct mst_object *o)
+{
+	struct mst_object **head = bucket_of(s, o->hash);
+
+	o->next = *head;
+	*head = o;
+	if (++s->n > s->nbuckets)
+		shard_grow(s);
+}
+
 static void counter_add(struct mst_master *m, int state, int64_t d)
 {
-	uint64_t *c = state == ST_COMPLETE ? &m->n_complete : &m->n_processing;
+	uint64_t *c = state == MST_ST_COMPLETE ? &m->n_complete : &m->n_processing;
 
 	__atomic_fetch_add(c, (uint64_t)d, __ATOMIC_RELAXED);
 }
 
-/* Unlink *pp, give its ranges back and free it. */
-static void obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object **pp)
+void mst_replicas_free(struct mst_master *m, const struct mst_replica *r, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		mst_replica_free(m, &r[i]);
+}
+
+void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object **pp)
 {
 	struct mst_object *o = *pp;
 
 	*pp = o->next;
 	s->n--;
 	counter_add(m, o->state, -1);
-	for (unsigned i = 0; i < o->nrep; i++)
-		mst_replica_free(m, &o->reps[i]);
-	free(o);
+	mst_tenant_uncharge(m, o->tenant, o->size);
+	mst_replicas_free(m, o->reps, o->nrep);
+	if (o->up) {
+		/* its writer may still be writing there: give the space back late */
+		mst_tenant_uncharge(m, o->tenant, o->up->size);
+		mst_deferred_add(m, o->up->reps, o->up->nrep,
+				 o->up->start_ms + m->cfg.put_start_release_timeout_ms);
+		o->up->reps = NULL;
+	}
+	obj_free(o);
+}
+
+void mst_obj_discard(struct mst_master *m, struct mst_shard *s, struct mst_object **pp)
+{
+	struct mst_object *o = *pp;
+
+	mst_deferred_add(m, o->reps, o->nrep,
+			 o->put_start_ms + m->cfg.put_start_release_timeout_ms);
+	o->reps = NULL;
+	o->nrep = 0;
+	__atomic_fetch_add(&m->ctr.discarded_puts, 1, __ATOMIC_RELAXED);
+	mst_obj_erase(m, s, pp);
 }
 
 static Lunar__Replica *replica_pb(const struct mst_replica *r, Lunar__ReplicaState st)
@@ -215,17 +232,15 @@ static Lunar__Replica *replica_pb(const struct mst_replica *r, Lunar__ReplicaSta
 	return p;
 }
 
-/* Heap copies of o's replicas for a reply; 0 or -ENOMEM. */
-static int replicas_pb(const struct mst_object *o, Lunar__Replica ***out, size_t *n)
+int mst_replicas_pb(const struct mst_replica *r, unsigned n, Lunar__ReplicaState st,
+		    Lunar__Replica ***out, size_t *nout)
 {
-	Lunar__ReplicaState st = o->state == ST_COMPLETE ? LUNAR__REPLICA_STATE__COMPLETE
-							 : LUNAR__REPLICA_STATE__PROCESSING;
-	Lunar__Replica **v = calloc(o->nrep, sizeof(*v));
+	Lunar__Replica **v = calloc(n ? n : 1, sizeof(*v));
 
 	if (!v)
 		return -ENOMEM;
-	for (unsigned i = 0; i < o->nrep; i++) {
-		v[i] = replica_pb(&o->reps[i], st);
+	for (unsigned i = 0; i < n; i++) {
+		v[i] = replica_pb(&r[i], st);
 		if (!v[i]) {
 			while (i--)
 				protobuf_c_message_free_unpacked(&v[i]->base, NULL);
@@ -234,149 +249,188 @@ static int replicas_pb(const struct mst_object *o, Lunar__Replica ***out, size_t
 		}
 	}
 	*out = v;
-	*n = o->nrep;
+	*nout = n;
 	return 0;
 }
 
-/* A PROCESSING object placed for rq; 0, or a code. Shard lock held. */
-static int obj_create(struct mst_master *m, uint64_t client, const struct okey *k,
+uint64_t mst_soft_pin_ttl(const struct mst_master *m, int soft_pin, uint64_t ttl_ms)
+{
+	uint64_t ttl = ttl_ms ? ttl_ms : m->cfg.kv_soft_pin_ttl_ms;
+
+	if (!soft_pin)
+		return 0;
+	return ttl > m->cfg.max_kv_soft_pin_ttl_ms ? m->cfg.max_kv_soft_pin_ttl_ms : ttl;
+}
+
+/* A PROCESSING object for rq, placed but not inserted; 0 or a code. */
+static int obj_create(struct mst_master *m, uint64_t client, const struct mst_okey *k,
 		      const Lunar__PutStartRequest *rq, struct mst_object **out)
 {
 	unsigned want = rq->replica_num ? rq->replica_num : 1;
 	struct mst_object *o;
 	int rc;
 
-	if (want > MAX_REPLICAS)
-		want = MAX_REPLICAS;
-	o = calloc(1, sizeof(*o) + want * sizeof(o->reps[0]) + k->len);
+	if (want > MST_MAX_REPLICAS)
+		want = MST_MAX_REPLICAS;
+	o = calloc(1, sizeof(*o) + k->len + 1);
 	if (!o)
 		return -ENOMEM;
-	rc = mst_place(m, client, rq->size, want, rq->preferred_segments, rq->n_preferred_segments,
-		       o->reps);
+	o->reps = calloc(want, sizeof(*o->reps));
+	rc = o->reps ? mst_place(m, client, rq->size, want, rq->preferred_segments,
+				 rq->n_preferred_segments, o->reps)
+		     : -ENOMEM;
 	if (rc < 0) {
-		free(o);
+		obj_free(o);
 		return rc;
 	}
 	o->nrep = (unsigned)rc;
-	/* the key moves down to sit right after the replicas actually placed */
-	memcpy((char *)&o->reps[o->nrep], k->buf, k->len);
+	memcpy(o->kbuf, k->buf, k->len);
 	o->klen = k->len;
+	o->tlen = k->tlen;
 	o->hash = k->hash;
+	o->id = __atomic_add_fetch(&m->next_obj_id, 1, __ATOMIC_RELAXED);
 	o->size = rq->size;
 	o->writer = client;
 	o->put_start_ms = lc_now_ms();
 	o->hard_pin = rq->hard_pin;
-	if (rq->soft_pin) {
-		uint64_t ttl =
-		    rq->soft_pin_ttl_ms ? rq->soft_pin_ttl_ms : m->cfg.kv_soft_pin_ttl_ms;
-
-		if (ttl > m->cfg.max_kv_soft_pin_ttl_ms)
-			ttl = m->cfg.max_kv_soft_pin_ttl_ms;
-		o->soft_pin_ms = o->put_start_ms + ttl;
-	}
-	o->state = ST_PROCESSING;
+	o->soft_pin_ttl_ms = mst_soft_pin_ttl(m, rq->soft_pin, rq->soft_pin_ttl_ms);
+	o->state = MST_ST_PROCESSING;
 	*out = o;
 	return 0;
+}
+
+int mst_obj_put_locked(struct mst_master *m, struct mst_shard *s, uint64_t client,
+		       const struct mst_okey *k, const Lunar__PutStartRequest *rq,
+		       Lunar__Replica ***reps, size_t *n)
+{
+	struct mst_tenant *t;
+	struct mst_object *o;
+	int rc = mst_tenant_charge(m, k->buf, rq->size, &t);
+
+	if (rc)
+		return rc;
+	rc = obj_create(m, client, k, rq, &o);
+	if (!rc) {
+		o->tenant = t;
+		rc = mst_replicas_pb(o->reps, o->nrep, LUNAR__REPLICA_STATE__PROCESSING, reps, n);
+		if (rc) {
+			mst_replicas_free(m, o->reps, o->nrep);
+			obj_free(o);
+		}
+	}
+	if (rc) {
+		mst_tenant_uncharge(m, t, rq->size);
+		return rc;
+	}
+	shard_insert(s, o);
+	counter_add(m, MST_ST_PROCESSING, 1);
+	return 0;
+}
+
+static int put_start_try(struct mst_master *m, uint64_t client, const struct mst_okey *k,
+			 const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n)
+{
+	struct mst_shard *s = &m->shards[k->hash % MST_SHARDS];
+	struct mst_object **pp, *o;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	pp = mst_obj_find_key(s, k);
+	o = *pp;
+	if (o && (o->state == MST_ST_COMPLETE ||
+		  lc_now_ms() - o->put_start_ms < m->cfg.put_start_discard_timeout_ms))
+		rc = LUNAR_ERR_OBJECT_ALREADY_EXISTS;
+	else if (o)
+		mst_obj_discard(m, s, pp); /* a put abandoned long ago: pre-empt it */
+	if (!rc)
+		rc = mst_obj_put_locked(m, s, client, k, rq, reps, n);
+	pthread_mutex_unlock(&s->lock);
+	return rc;
 }
 
 int mst_obj_put_start(struct mst_master *m, uint64_t client, const char *tenant,
 		      const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n)
 {
-	struct okey k;
-	struct mst_shard *s;
-	struct mst_object **pp, *o;
-	int rc = okey_make(&k, tenant, rq->key);
+	struct mst_okey k;
+	uint64_t gen;
+	int rc = mst_okey_make(&k, tenant, rq->key);
 
 	if (rc)
 		return rc;
 	if (!rq->size)
 		return LUNAR_ERR_INVALID_PARAMS;
-	s = shard_of(m, &k);
-	pthread_mutex_lock(&s->lock);
-	pp = shard_find(s, &k);
-	if (*pp) {
-		o = *pp;
-		if (o->state == ST_COMPLETE ||
-		    lc_now_ms() - o->put_start_ms < m->cfg.put_start_discard_timeout_ms) {
-			rc = LUNAR_ERR_OBJECT_ALREADY_EXISTS;
-			goto out_unlock;
-		}
-		obj_erase(m, s, pp); /* a put abandoned long ago: pre-empt it */
-	}
-	rc = obj_create(m, client, &k, rq, &o);
-	if (rc)
-		goto out_unlock;
-	rc = replicas_pb(o, reps, n);
-	if (rc) {
-		for (unsigned i = 0; i < o->nrep; i++)
-			mst_replica_free(m, &o->reps[i]);
-		free(o);
-		goto out_unlock;
-	}
-	pp = shard_find(s, &k);
-	o->next = NULL;
-	*pp = o;
-	s->n++;
-	counter_add(m, ST_PROCESSING, 1);
-	if (s->n > s->nbuckets)
-		shard_grow(s);
-out_unlock:
-	pthread_mutex_unlock(&s->lock);
+	gen = __atomic_load_n(&m->evict_gen, __ATOMIC_ACQUIRE);
+	rc = put_start_try(m, client, &k, rq, reps, n);
+	/* full: evict synchronously (no shard lock held now) and retry once */
+	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && mst_evict_after_failure(m, gen))
+		rc = put_start_try(m, client, &k, rq, reps, n);
 	return rc;
 }
 
-/* Lock the shard of (tenant, key) and find it; on a bad key nothing is locked
- * and the code is returned. */
-static int obj_lookup(struct mst_master *m, const char *tenant, const char *key,
-		      struct mst_shard **s, struct mst_object ***pp)
+int mst_obj_lookup(struct mst_master *m, const char *tenant, const char *key, struct mst_shard **s,
+		   struct mst_object ***pp)
 {
-	struct okey k;
-	int rc = okey_make(&k, tenant, key);
+	struct mst_okey k;
+	int rc = mst_okey_make(&k, tenant, key);
 
 	if (rc)
 		return rc;
-	*s = shard_of(m, &k);
+	*s = &m->shards[k.hash % MST_SHARDS];
 	pthread_mutex_lock(&(*s)->lock);
-	*pp = shard_find(*s, &k);
+	*pp = mst_obj_find_key(*s, &k);
 	return 0;
 }
 
-/* PutEnd (commit) or PutRevoke (erase), only by the writer. */
-static int obj_finish(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
-		      int commit)
+int mst_obj_finish(struct mst_master *m, struct mst_shard *s, struct mst_object **pp,
+		   uint64_t client, int commit, uint32_t crc)
+{
+	struct mst_object *o = *pp;
+	uint64_t now;
+
+	if (!o)
+		return LUNAR_ERR_OBJECT_NOT_FOUND;
+	if (o->writer != client)
+		return LUNAR_ERR_ILLEGAL_CLIENT;
+	if (o->state == MST_ST_COMPLETE)
+		return commit ? 0 : LUNAR_ERR_INVALID_PARAMS; /* a second PutEnd is a no-op */
+	if (!commit) {
+		mst_obj_erase(m, s, pp);
+		return 0;
+	}
+	now = lc_now_ms();
+	o->state = MST_ST_COMPLETE;
+	o->crc = crc;
+	o->lease_ms = now; /* never read yet: as old as its commit, for near-LRU eviction */
+	o->soft_pin_ms = o->soft_pin_ttl_ms ? now + o->soft_pin_ttl_ms : 0;
+	counter_add(m, MST_ST_PROCESSING, -1);
+	counter_add(m, MST_ST_COMPLETE, 1);
+	mst_metrics_value_size(m, o->size);
+	return 0;
+}
+
+static int finish(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
+		  int commit, uint32_t crc)
 {
 	struct mst_shard *s;
-	struct mst_object **pp, *o;
-	int rc = obj_lookup(m, tenant, key, &s, &pp);
+	struct mst_object **pp;
+	int rc = mst_obj_lookup(m, tenant, key, &s, &pp);
 
 	if (rc)
 		return rc;
-	o = *pp;
-	if (!o)
-		rc = LUNAR_ERR_OBJECT_NOT_FOUND;
-	else if (o->writer != client)
-		rc = LUNAR_ERR_ILLEGAL_CLIENT;
-	else if (o->state == ST_COMPLETE)
-		rc = commit ? 0 : LUNAR_ERR_INVALID_PARAMS; /* a second PutEnd is a no-op */
-	else if (!commit)
-		obj_erase(m, s, pp);
-	else {
-		o->state = ST_COMPLETE;
-		counter_add(m, ST_PROCESSING, -1);
-		counter_add(m, ST_COMPLETE, 1);
-	}
+	rc = mst_obj_finish(m, s, pp, client, commit, crc);
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
 
-int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key)
+int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
+		    uint32_t crc)
 {
-	return obj_finish(m, client, tenant, key, 1);
+	return finish(m, client, tenant, key, 1, crc);
 }
 
 int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant, const char *key)
 {
-	return obj_finish(m, client, tenant, key, 0);
+	return finish(m, client, tenant, key, 0, 0);
 }
 
 static void lease_grant(struct mst_master *m, struct mst_object *o)
@@ -388,23 +442,24 @@ static void lease_grant(struct mst_master *m, struct mst_object *o)
 }
 
 int mst_obj_get(struct mst_master *m, const char *tenant, const char *key, uint64_t *size,
-		Lunar__Replica ***reps, size_t *n)
+		uint32_t *crc, Lunar__Replica ***reps, size_t *n)
 {
 	struct mst_shard *s;
 	struct mst_object **pp, *o;
-	int rc = obj_lookup(m, tenant, key, &s, &pp);
+	int rc = mst_obj_lookup(m, tenant, key, &s, &pp);
 
 	if (rc)
 		return rc;
 	o = *pp;
 	if (!o)
 		rc = LUNAR_ERR_OBJECT_NOT_FOUND;
-	else if (o->state != ST_COMPLETE)
+	else if (o->state != MST_ST_COMPLETE)
 		rc = LUNAR_ERR_REPLICA_IS_NOT_READY;
 	else
-		rc = replicas_pb(o, reps, n);
+		rc = mst_replicas_pb(o->reps, o->nrep, LUNAR__REPLICA_STATE__COMPLETE, reps, n);
 	if (!rc) {
 		*size = o->size;
+		*crc = o->crc;
 		lease_grant(m, o);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -415,12 +470,12 @@ int mst_obj_exist(struct mst_master *m, const char *tenant, const char *key)
 {
 	struct mst_shard *s;
 	struct mst_object **pp, *o;
-	int rc = obj_lookup(m, tenant, key, &s, &pp);
+	int rc = mst_obj_lookup(m, tenant, key, &s, &pp);
 
 	if (rc)
 		return rc;
 	o = *pp;
-	if (o && o->state == ST_COMPLETE) {
+	if (o && o->state == MST_ST_COMPLETE) {
 		lease_grant(m, o);
 		rc = 1;
 	}
@@ -432,38 +487,72 @@ int mst_obj_remove(struct mst_master *m, const char *tenant, const char *key, in
 {
 	struct mst_shard *s;
 	struct mst_object **pp, *o;
-	int rc = obj_lookup(m, tenant, key, &s, &pp);
+	int rc = mst_obj_lookup(m, tenant, key, &s, &pp);
 
 	if (rc)
 		return rc;
 	o = *pp;
 	if (!o)
 		rc = LUNAR_ERR_OBJECT_NOT_FOUND;
-	else if (o->state != ST_COMPLETE)
-		rc = LUNAR_ERR_REPLICA_IS_NOT_READY;
+	else if (o->state != MST_ST_COMPLETE || mst_obj_busy(o))
+		rc = LUNAR_ERR_REPLICA_IS_NOT_READY; /* even forced: a writer is at work */
 	else if (!force && o->lease_ms > lc_now_ms())
 		rc = LUNAR_ERR_OBJECT_HAS_LEASE;
 	else
-		obj_erase(m, s, pp);
+		mst_obj_erase(m, s, pp);
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
 
-/* Apply fn to every object of shard s under its lock; fn returns 1 to erase
- * the object and free the space of the replicas it still has. */
-typedef int (*obj_visit_fn)(struct mst_object *o, void *arg);
-
-static int64_t shard_sweep(struct mst_master *m, struct mst_shard *s, obj_visit_fn fn, void *arg)
+static uint64_t remaining(uint64_t deadline, uint64_t now)
 {
+	return deadline > now ? deadline - now : 0;
+}
+
+int mst_obj_stat(struct mst_master *m, const char *tenant, const char *key, Lunar__StatKeyReply *r)
+{
+	struct mst_shard *s;
+	struct mst_object **pp, *o;
+	uint64_t now = lc_now_ms();
+	int rc = mst_obj_lookup(m, tenant, key, &s, &pp);
+
+	if (rc)
+		return rc;
+	o = *pp;
+	if (!o) {
+		rc = LUNAR_ERR_OBJECT_NOT_FOUND;
+		goto out_unlock;
+	}
+	r->state = o->state == MST_ST_COMPLETE ? LUNAR__REPLICA_STATE__COMPLETE
+					       : LUNAR__REPLICA_STATE__PROCESSING;
+	rc = mst_replicas_pb(o->reps, o->nrep, r->state, &r->replicas, &r->n_replicas);
+	if (rc)
+		goto out_unlock;
+	r->size = o->size;
+	r->lease_remaining_ms = remaining(o->lease_ms, now);
+	r->hard_pin = o->hard_pin;
+	r->soft_pin_remaining_ms =
+	    o->state == MST_ST_COMPLETE ? remaining(o->soft_pin_ms, now) : o->soft_pin_ttl_ms;
+	r->crc32c = o->crc;
+	r->writer = o->up ? o->up->writer : o->writer;
+out_unlock:
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+int64_t mst_shard_sweep(struct mst_master *m, size_t i, mst_visit_fn fn, void *arg)
+{
+	struct mst_shard *s = &m->shards[i];
 	int64_t erased = 0;
+	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	for (size_t b = 0; b < s->nbuckets; b++) {
+	for (size_t b = 0; b < s->nbuckets && rc >= 0; b++) {
 		struct mst_object **pp = &s->buckets[b];
 
-		while (*pp) {
-			if (fn(*pp, arg)) {
-				obj_erase(m, s, pp);
+		while (*pp && (rc = fn(m, *pp, arg)) >= 0) {
+			if (rc == 1) {
+				mst_obj_erase(m, s, pp);
 				erased++;
 			} else {
 				pp = &(*pp)->next;
@@ -472,71 +561,4 @@ static int64_t shard_sweep(struct mst_master *m, struct mst_shard *s, obj_visit_
 	}
 	pthread_mutex_unlock(&s->lock);
 	return erased;
-}
-
-struct remove_all_arg {
-	const char *tenant; /* with its "\0" */
-	size_t tlen;
-	int force;
-	uint64_t now;
-};
-
-static int visit_remove_all(struct mst_object *o, void *arg)
-{
-	const struct remove_all_arg *a = arg;
-
-	return o->klen > a->tlen && !memcmp(obj_key(o), a->tenant, a->tlen) &&
-	       o->state == ST_COMPLETE && (a->force || o->lease_ms <= a->now);
-}
-
-int64_t mst_obj_remove_all(struct mst_master *m, const char *tenant, int force)
-{
-	struct remove_all_arg a = {.force = force, .now = lc_now_ms()};
-	int64_t n = 0;
-	int rc;
-
-	a.tenant = tenant_name(tenant);
-	a.tlen = strnlen(a.tenant, TENANT_MAX + 1);
-	rc = lc_tenant_check(a.tenant, a.tlen);
-	if (rc)
-		return rc;
-	a.tlen++;
-	for (size_t i = 0; i < MST_SHARDS; i++)
-		n += shard_sweep(m, &m->shards[i], visit_remove_all, &a);
-	return n;
-}
-
-struct drop_arg {
-	const struct mst_segment *seg;
-	uint64_t client, before_ms;
-};
-
-static int visit_drop(struct mst_object *o, void *arg)
-{
-	const struct drop_arg *a = arg;
-	unsigned kept = 0;
-
-	if (a->client && o->state == ST_PROCESSING && o->writer == a->client &&
-	    o->put_start_ms <= a->before_ms)
-		return 1;
-	if (!a->seg)
-		return 0;
-	for (unsigned i = 0; i < o->nrep; i++)
-		if (o->reps[i].seg != a->seg)
-			o->reps[kept++] = o->reps[i];
-	if (kept == o->nrep)
-		return 0;
-	/* keep the key right after the replicas, where obj_key looks */
-	memmove(&o->reps[kept], &o->reps[o->nrep], o->klen);
-	o->nrep = kept;
-	return kept == 0;
-}
-
-void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint64_t client,
-		      uint64_t before_ms)
-{
-	struct drop_arg a = {.seg = seg, .client = client, .before_ms = before_ms};
-
-	for (size_t i = 0; i < MST_SHARDS; i++)
-		shard_sweep(m, &m->shards[i], visit_drop, &a);
 }

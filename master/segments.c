@@ -86,6 +86,7 @@ static struct mst_segment *segtab_take(struct mst_master *m, size_t i)
 static void segment_retire(struct mst_master *m, struct mst_segment *s)
 {
 	mst_objects_drop(m, s, 0, 0);
+	mst_deferred_drop_segment(m, s); /* after the objects: see deferred.c */
 	__atomic_fetch_sub(&m->capacity, s->size, __ATOMIC_RELAXED);
 	__atomic_fetch_sub(&m->used, s->used, __ATOMIC_RELAXED);
 	LC_INFO("master", "segment %s unmounted", s->name);
@@ -121,7 +122,8 @@ int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__Segmen
 	pthread_rwlock_wrlock(&m->segs.lock);
 	i = segtab_find(&m->segs, d->name);
 	if (i >= 0 && m->segs.v[i]->owner == client) {
-		rc = 0; /* idempotent remount */
+		rc = 0; /* idempotent remount; it also ends a graceful unmount */
+		m->segs.v[i]->drain_due_ms = 0;
 		goto out_unlock;
 	}
 	if (i >= 0 && mst_client_alive(m, m->segs.v[i]->owner)) {
@@ -146,7 +148,7 @@ out_unlock:
 	return rc;
 }
 
-int mst_segment_unmount(struct mst_master *m, uint64_t client, const char *name)
+int mst_segment_unmount(struct mst_master *m, uint64_t client, const char *name, uint64_t grace_ms)
 {
 	struct mst_segment *s = NULL;
 	ssize_t i;
@@ -160,6 +162,8 @@ int mst_segment_unmount(struct mst_master *m, uint64_t client, const char *name)
 		rc = LUNAR_ERR_SEGMENT_NOT_FOUND;
 	else if (m->segs.v[i]->owner != client)
 		rc = LUNAR_ERR_ILLEGAL_CLIENT;
+	else if (grace_ms)
+		m->segs.v[i]->drain_due_ms = lc_now_ms() + grace_ms; /* readable, no new data */
 	else
 		s = segtab_take(m, (size_t)i);
 	pthread_rwlock_unlock(&m->segs.lock);
@@ -168,21 +172,95 @@ int mst_segment_unmount(struct mst_master *m, uint64_t client, const char *name)
 	return rc;
 }
 
+/* Take the first segment out of the table that take() picks; NULL if none. */
+static struct mst_segment *segtab_take_if(struct mst_master *m,
+					  int (*take)(const struct mst_segment *, uint64_t),
+					  uint64_t arg)
+{
+	struct mst_segment *s = NULL;
+
+	pthread_rwlock_wrlock(&m->segs.lock);
+	for (size_t i = 0; i < m->segs.n && !s; i++)
+		if (take(m->segs.v[i], arg))
+			s = segtab_take(m, i);
+	pthread_rwlock_unlock(&m->segs.lock);
+	return s;
+}
+
+static int owned_by(const struct mst_segment *s, uint64_t client)
+{
+	return s->owner == client;
+}
+
+static int drained_by(const struct mst_segment *s, uint64_t now)
+{
+	return s->drain_due_ms && s->drain_due_ms <= now;
+}
+
 void mst_segments_drop_client(struct mst_master *m, uint64_t client)
 {
 	struct mst_segment *s;
 
-	for (;;) {
-		s = NULL;
-		pthread_rwlock_wrlock(&m->segs.lock);
-		for (size_t i = 0; i < m->segs.n && !s; i++)
-			if (m->segs.v[i]->owner == client)
-				s = segtab_take(m, i);
-		pthread_rwlock_unlock(&m->segs.lock);
-		if (!s)
-			return;
+	while ((s = segtab_take_if(m, owned_by, client)))
 		segment_retire(m, s);
+}
+
+void mst_segments_drain_sweep(struct mst_master *m, uint64_t now)
+{
+	struct mst_segment *s;
+
+	while ((s = segtab_take_if(m, drained_by, now)))
+		segment_retire(m, s);
+}
+
+static Lunar__SegmentInfo *segment_info(const struct mst_segment *s)
+{
+	Lunar__SegmentInfo *si = malloc(sizeof(*si));
+
+	if (!si)
+		return NULL;
+	lunar__segment_info__init(si);
+	si->name = strdup(s->name);
+	si->endpoint = strdup(s->endpoint);
+	si->owner = s->owner;
+	si->size = s->size;
+	si->used = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
+	si->draining = s->drain_due_ms != 0;
+	if (!si->name || !si->endpoint) {
+		protobuf_c_message_free_unpacked(&si->base, NULL);
+		return NULL;
 	}
+	return si;
+}
+
+int mst_segments_list(struct mst_master *m, Lunar__ListSegmentsReply *r)
+{
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&m->segs.lock);
+	r->segments = calloc(m->segs.n + 1, sizeof(*r->segments));
+	if (!r->segments)
+		rc = -ENOMEM;
+	for (size_t i = 0; !rc && i < m->segs.n; i++) {
+		r->segments[i] = segment_info(m->segs.v[i]);
+		if (!r->segments[i])
+			rc = -ENOMEM;
+		else
+			r->n_segments = i + 1;
+	}
+	pthread_rwlock_unlock(&m->segs.lock);
+	return rc;
+}
+
+unsigned mst_segments_owned(struct mst_master *m, uint64_t client)
+{
+	unsigned n = 0;
+
+	pthread_rwlock_rdlock(&m->segs.lock);
+	for (size_t i = 0; i < m->segs.n; i++)
+		n += m->segs.v[i]->owner == client;
+	pthread_rwlock_unlock(&m->segs.lock);
+	return n;
 }
 
 /* Allocate on s; 0 and *r, or -ENOSPC / -ENOMEM. */
@@ -256,6 +334,8 @@ static int try_segment(struct placer *p, size_t i)
 	if (p->tried[i] || p->got == p->want)
 		return 0;
 	p->tried[i] = 1;
+	if (p->m->segs.v[i]->drain_due_ms)
+		return 0; /* unmounting: readable, but no new data */
 	rc = segment_get(p->m, p->m->segs.v[i], p->len, &p->out[p->got]);
 	if (rc == -ENOMEM)
 		p->nomem = 1;
@@ -271,7 +351,7 @@ static ssize_t most_free(const struct placer *p)
 	ssize_t best = -1;
 
 	for (size_t i = 0; i < p->m->segs.n; i++)
-		if (!p->tried[i] &&
+		if (!p->tried[i] && !p->m->segs.v[i]->drain_due_ms &&
 		    (best < 0 || free_ratio(p->m->segs.v[i]) > free_ratio(p->m->segs.v[best])))
 			best = (ssize_t)i;
 	return best;

@@ -11,7 +11,7 @@
 #include "proxy/px_int.h"
 #include "uds.h"
 
-enum kind { K_STR, K_SIZE, K_MS, K_U16, K_UINT, K_BOOL };
+enum kind { K_STR, K_SIZE, K_MS, K_U16, K_UINT, K_BOOL, K_UIDS, K_GIDS };
 
 struct flag {
 	const char *name;
@@ -30,9 +30,13 @@ static const struct flag flags[] = {
 	F("segment-size", K_SIZE, segment_size, "SIZE  DRAM contributed to the cluster (4GiB; 0 = none)"),
 	F("arena-size", K_SIZE, arena_size, "SIZE  default shared arena per client (64MiB)"),
 	F("max-clients", K_UINT, max_clients, "N     most clients at once (1024)"),
+	F("max-inflight", K_UINT, max_inflight, "N     requests in flight per client; more get BUSY (256)"),
+	F("allow-uid", K_UIDS, allow_uid, "UIDS  comma-separated uids allowed besides ours and root"),
+	F("allow-gid", K_GIDS, allow_gid, "GIDS  comma-separated gids allowed besides our group"),
 	F("workers", K_UINT, workers, "N     request worker threads (8)"),
 	F("rpc-timeout", K_MS, rpc_timeout_ms, "DUR   master call timeout (5s)"),
 	F("ping-interval", K_MS, ping_interval_ms, "DUR   heartbeat to the master (1s)"),
+	F("http-port", K_U16, http_port, "N     metrics/health/admin HTTP port (9300; 0 picks one)"),
 	F("debug-put-delay", K_MS, debug_put_delay_ms, "DUR   test hook: delay before committing a put (0)"),
 };
 #undef F
@@ -56,12 +60,32 @@ static void defaults(struct px_config *c)
 	mst_config_defaults(&c->mcfg);
 	c->host = "127.0.0.1";
 	c->data_port = 12345;
+	c->http_port = 9300;
 	c->segment_size = 4ull << 30;
 	c->arena_size = 64ull << 20;
 	c->max_clients = 1024;
+	c->max_inflight = 256;
 	c->workers = 8;
 	c->rpc_timeout_ms = 5000;
 	c->ping_interval_ms = 1000;
+}
+
+/* "1000,1001" into ids[]; at most 16. */
+static int parse_ids(const char *v, uint32_t *ids, unsigned *n)
+{
+	char buf[256], *save, *tok;
+	uint64_t x;
+
+	if (strlen(v) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, v);
+	*n = 0;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (*n == 16 || lc_parse_u64(tok, &x) || x >= UINT32_MAX)
+			return -EINVAL;
+		ids[(*n)++] = (uint32_t)x;
+	}
+	return *n ? 0 : -EINVAL;
 }
 
 static int set_flag(struct px_config *c, const struct flag *f, const char *v)
@@ -96,6 +120,10 @@ static int set_flag(struct px_config *c, const struct flag *f, const char *v)
 	case K_BOOL:
 		*(int *)p = 1;
 		return 0;
+	case K_UIDS:
+		return parse_ids(v, (uint32_t *)c->allow_uid, &c->n_allow_uid);
+	case K_GIDS:
+		return parse_ids(v, (uint32_t *)c->allow_gid, &c->n_allow_gid);
 	}
 	return -EINVAL;
 }

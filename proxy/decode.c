@@ -32,8 +32,33 @@ static int op_takes_segs(uint16_t op)
 	return op == LC_OP_PUT || op == LC_OP_UPSERT || op == LC_OP_GET;
 }
 
-static int decode_segs(const struct px_region *rg, const struct lc_item *it, struct px_item *pi,
-		       const char **why)
+/* Hold registered range m for the life of the request (once). */
+static void hold(struct px_req *r, struct px_mreg *m)
+{
+	for (uint32_t i = 0; i < r->nheld; i++)
+		if (r->held[i] == m)
+			return;
+	px_mreg_get(m);
+	r->held[r->nheld++] = m;
+}
+
+/* Resolve one segment to memory the proxy may touch, or NULL. */
+static uint8_t *seg_base(const struct px_region *rg, struct px_req *r, const struct lc_seg *sg)
+{
+	struct px_mreg *m;
+
+	if (sg->region == 0)
+		return in_arena(rg, sg->off, sg->len) ? rg->base + sg->off : NULL;
+	if (sg->region > LC_MAX_REGIONS || !(m = rg->mregs[sg->region]))
+		return NULL;
+	if (sg->off > m->len || sg->len > m->len - sg->off)
+		return NULL;
+	hold(r, m);
+	return m->base + sg->off;
+}
+
+static int decode_segs(const struct px_region *rg, struct px_req *r, const struct lc_item *it,
+		       struct px_item *pi, const char **why)
 {
 	struct lc_seg segs[LUNAR_IOV_MAX];
 	uint64_t bytes = (uint64_t)it->nseg * sizeof(struct lc_seg);
@@ -52,19 +77,21 @@ static int decode_segs(const struct px_region *rg, const struct lc_item *it, str
 		return -ENOMEM;
 	pi->iovcnt = (int)it->nseg;
 	for (uint32_t i = 0; i < it->nseg; i++) {
-		if (segs[i].region != 0 || !in_arena(rg, segs[i].off, segs[i].len)) {
-			*why = "value bytes outside the arena";
+		uint8_t *p = seg_base(rg, r, &segs[i]);
+
+		if (!p) {
+			*why = "value bytes outside the arena and registered memory";
 			return LUNAR_ERR_PROTOCOL;
 		}
-		pi->iov[i].iov_base = rg->base + segs[i].off;
+		pi->iov[i].iov_base = p;
 		pi->iov[i].iov_len = segs[i].len;
 		pi->total += segs[i].len;
 	}
 	return 0;
 }
 
-static int decode_item(const struct px_region *rg, uint16_t op, uint64_t off, struct px_item *pi,
-		       const char **why)
+static int decode_item(const struct px_region *rg, struct px_req *r, uint64_t off,
+		       struct px_item *pi, const char **why)
 {
 	struct lc_item it;
 
@@ -81,8 +108,8 @@ static int decode_item(const struct px_region *rg, uint16_t op, uint64_t off, st
 	pi->key[it.key_len] = '\0';
 	pi->key_len = it.key_len;
 	pi->result = lc_key_check(pi->key, pi->key_len);
-	if (op_takes_segs(op))
-		return decode_segs(rg, &it, pi, why);
+	if (op_takes_segs(r->sqe.op))
+		return decode_segs(rg, r, &it, pi, why);
 	if (it.nseg != 0) {
 		*why = "segments given to an operation without values";
 		return LUNAR_ERR_PROTOCOL;
@@ -109,7 +136,7 @@ static int decode_items(const struct px_region *rg, struct px_req *r, const char
 		return -ENOMEM;
 	r->count = q->count;
 	for (uint32_t i = 0; i < q->count; i++) {
-		rc = decode_item(rg, q->op, q->arg_off + (uint64_t)i * sizeof(struct lc_item),
+		rc = decode_item(rg, r, q->arg_off + (uint64_t)i * sizeof(struct lc_item),
 				 &r->items[i], why);
 		if (rc)
 			return rc;
@@ -179,6 +206,8 @@ void px_req_free(struct px_req *r)
 		free(r->items[i].key);
 		free(r->items[i].iov);
 	}
+	for (uint32_t i = 0; i < r->nheld; i++)
+		px_mreg_put(r->held[i]);
 	free(r->items);
 	free(r->pattern);
 	free(r);

@@ -9,10 +9,37 @@
 #ifndef LUNAR_PROXY_DECODE_H
 #define LUNAR_PROXY_DECODE_H
 
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 
 #include "shm_abi.h"
+
+/*
+ * A client memory range registered with LC_REG_ADD, mapped by the proxy.
+ * Reference-counted: the session's table holds one reference, every request
+ * whose segments point into it one more; unmapped at zero.
+ */
+struct px_mreg {
+	uint8_t *base;
+	uint64_t len;
+	atomic_int refs;
+};
+
+static inline void px_mreg_get(struct px_mreg *m)
+{
+	atomic_fetch_add(&m->refs, 1);
+}
+
+static inline void px_mreg_put(struct px_mreg *m)
+{
+	if (atomic_fetch_sub(&m->refs, 1) != 1)
+		return;
+	munmap(m->base, m->len);
+	free(m);
+}
 
 /* The proxy's own copy of a session's layout; never re-read from shm. */
 struct px_region {
@@ -25,6 +52,8 @@ struct px_region {
 	uint32_t slot_count;
 	uint64_t arena_off;
 	uint64_t arena_size;
+	/* Registered ranges by region id (index 0 unused); loop thread only. */
+	struct px_mreg *mregs[LC_MAX_REGIONS + 1];
 };
 
 struct px_item {
@@ -35,6 +64,7 @@ struct px_item {
 	struct iovec *iov;  /* validated pointers into the region */
 	int iovcnt;
 	uint64_t total;     /* sum of iov lengths */
+	uint32_t crc;       /* put: CRC32C of the value as written */
 };
 
 struct px_req {
@@ -43,6 +73,8 @@ struct px_req {
 	uint32_t count;
 	struct px_item *items;
 	char *pattern;        /* LC_OP_REMOVE_REGEX: private NUL-terminated copy */
+	struct px_mreg *held[LC_MAX_REGIONS]; /* registered ranges in use */
+	uint32_t nheld;
 	struct px_req *next;  /* pool queue link */
 };
 

@@ -74,6 +74,8 @@ static void *heartbeat_main(void *arg)
 
 		pthread_mutex_unlock(&px->hb_lock);
 		rc = px_master_ping(px);
+		if (!rc)
+			px_lease_renew(px);
 		if (rc && was_ok)
 			LC_WARN("proxy", "master unreachable: %s", lunar_strerror(rc));
 		else if (!rc && !was_ok)

@@ -14,11 +14,13 @@
 
 #include "clock.h"
 #include "log.h"
+#include "lunar.h"
 #include "proxy/px_int.h"
 #include "ring.h"
 
 #define PX_SPIN_NS 50000ull
 #define PX_EFD_TAG 1ul
+#define PX_HELLO_POLL_MS 100
 
 static int watch(struct px_proxy *px, int fd, void *tag)
 {
@@ -30,8 +32,11 @@ static int watch(struct px_proxy *px, int fd, void *tag)
 static void session_close(struct px_proxy *px, struct px_session *s, const char *why)
 {
 	px_session_kill(s, why);
+	if (why)
+		PX_COUNT(px, violations, 1);
 	epoll_ctl(px->epfd, EPOLL_CTL_DEL, s->sock, NULL);
-	epoll_ctl(px->epfd, EPOLL_CTL_DEL, s->efd, NULL);
+	if (s->efd >= 0)
+		epoll_ctl(px->epfd, EPOLL_CTL_DEL, s->efd, NULL);
 	/* The client sees the hang-up now, even while workers still hold refs. */
 	shutdown(s->sock, SHUT_RDWR);
 	if (s->prev)
@@ -41,6 +46,7 @@ static void session_close(struct px_proxy *px, struct px_session *s, const char 
 	if (s->next)
 		s->next->prev = s->prev;
 	px->nsessions--;
+	px_mreg_drop_all(s);
 	px_session_put(s);
 }
 
@@ -50,14 +56,14 @@ static void accept_clients(struct px_proxy *px)
 	int fd;
 
 	while ((fd = accept4(px->listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-		if (px_session_open(px, fd, &s))
+		if (px_session_accept(px, fd, &s))
 			continue;
-		if (watch(px, s->sock, s) || watch(px, s->efd, (void *)((uintptr_t)s | PX_EFD_TAG))) {
-			epoll_ctl(px->epfd, EPOLL_CTL_DEL, s->sock, NULL);
-			px_session_kill(s, "cannot watch its descriptors");
+		if (watch(px, s->sock, s)) {
+			px_session_kill(s, "cannot watch its socket");
 			px_session_put(s);
 			continue;
 		}
+		PX_COUNT(px, clients_total, 1);
 		s->next = px->sessions;
 		if (s->next)
 			s->next->prev = s;
@@ -70,9 +76,12 @@ static void accept_clients(struct px_proxy *px)
 static int session_drain(struct px_proxy *px, struct px_session *s)
 {
 	const struct px_region *rg = &s->rg;
-	int64_t n = lc_ring_consumable(rg->ring, rg->entries, s->cons);
 	const char *why = NULL;
+	int64_t n;
 
+	if (!s->open)
+		return 0;
+	n = lc_ring_consumable(rg->ring, rg->entries, s->cons);
 	if (n < 0) {
 		session_close(px, s, "submission ring indexes corrupted");
 		return -1;
@@ -89,6 +98,14 @@ static int session_drain(struct px_proxy *px, struct px_session *s)
 			session_close(px, s, rc == -ENOMEM ? "out of memory" : why);
 			return -1;
 		}
+		PX_COUNT(px, requests[sqe.op], 1);
+		if (atomic_load(&s->inflight) >= px->cfg.max_inflight) {
+			PX_COUNT(px, busy, 1);
+			px_complete(rg, r, LUNAR_ERR_BUSY);
+			px_req_free(r);
+			continue;
+		}
+		atomic_fetch_add(&s->inflight, 1);
 		px_session_get(s);
 		r->s = s;
 		px_pool_submit(px->pool, r);
@@ -111,12 +128,31 @@ static int drain_all(struct px_proxy *px)
 	return busy;
 }
 
+/* Close connections whose message stalled; 1 if some message is pending. */
+static int sweep_handshakes(struct px_proxy *px)
+{
+	uint64_t now = lc_now_ms();
+	struct px_session *s, *next;
+	int waiting = 0;
+
+	for (s = px->sessions; s; s = next) {
+		next = s->next;
+		if (px_session_expired(s, now))
+			session_close(px, s, s->open ? "incomplete message" : "no hello in time");
+		else if (!s->open || s->rxlen)
+			waiting = 1;
+	}
+	return waiting;
+}
+
 /* Set NEED_WAKEUP everywhere; 1 if some ring filled meanwhile. */
 static int prepare_sleep(struct px_proxy *px)
 {
 	int pending = 0;
 
 	for (struct px_session *s = px->sessions; s; s = s->next) {
+		if (!s->open)
+			continue;
 		lc_ring_set_sleeping(s->rg.ring, 1);
 		if (lc_ring_consumable(s->rg.ring, s->rg.entries, s->cons) != 0)
 			pending = 1;
@@ -127,7 +163,8 @@ static int prepare_sleep(struct px_proxy *px)
 static void wake_up(struct px_proxy *px)
 {
 	for (struct px_session *s = px->sessions; s; s = s->next)
-		lc_ring_set_sleeping(s->rg.ring, 0);
+		if (s->open)
+			lc_ring_set_sleeping(s->rg.ring, 0);
 }
 
 static void handle_event(struct px_proxy *px, struct epoll_event *ev)
@@ -141,10 +178,18 @@ static void handle_event(struct px_proxy *px, struct epoll_event *ev)
 	} else if (tag & PX_EFD_TAG) {
 		if (read(s->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			LC_DEBUG("proxy", "eventfd read: %s", strerror(errno));
-	} else if (ev->events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR | EPOLLIN)) {
-		/* After the handshake a client only ever hangs up. */
-		session_close(px, s, NULL);
+	} else if (ev->events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
 		LC_DEBUG("proxy", "client %llu hung up", (unsigned long long)s->client_id);
+		session_close(px, s, NULL);
+	} else if (ev->events & EPOLLIN) {
+		/* A client sends its hello, then only registrations. */
+		const char *why = NULL;
+		int rc = px_session_input(px, s, &why);
+
+		if (rc == 1 && watch(px, s->efd, (void *)((uintptr_t)s | PX_EFD_TAG)))
+			rc = -1;
+		if (rc < 0)
+			session_close(px, s, why);
 	}
 }
 
@@ -176,7 +221,7 @@ int px_loop_run(struct px_proxy *px)
 			if (prepare_sleep(px))
 				wake_up(px);
 			else
-				timeout = -1;
+				timeout = sweep_handshakes(px) ? PX_HELLO_POLL_MS : -1;
 		}
 	}
 	while (px->sessions)

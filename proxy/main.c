@@ -17,10 +17,13 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "http.h"
 #include "log.h"
 #include "lunar.h"
 #include "proxy/px_int.h"
 #include "uds.h"
+
+#define PX_LEASE_CACHE_KEYS 65536
 
 static int make_socket_dir(const char *path)
 {
@@ -72,13 +75,19 @@ static int start_control_plane(struct px_proxy *px)
 		if (!px->master)
 			return LUNAR_ERR_INTERNAL;
 	}
+	px->leases = px_lease_cache_create(PX_LEASE_CACHE_KEYS);
+	if (!px->leases)
+		return LUNAR_ERR_INTERNAL;
 	rc = px_mc_create(px->master, px->cfg.master_url, px->cfg.rpc_timeout_ms, &px->mc);
 	if (rc)
 		return rc;
 	rc = px_pool_create(px, px->cfg.workers, &px->pool);
 	if (rc)
 		return rc;
-	return px_heartbeat_start(px);
+	rc = px_heartbeat_start(px);
+	if (rc)
+		return rc;
+	return px_http_start(px);
 }
 
 static int start_clients(struct px_proxy *px)
@@ -116,6 +125,7 @@ static void unmount(struct px_proxy *px)
 
 static void stop(struct px_proxy *px)
 {
+	lc_http_stop(px->http);
 	if (px->heartbeat)
 		px_heartbeat_stop(px);
 	if (px->listen_fd > 0) {
@@ -126,6 +136,7 @@ static void stop(struct px_proxy *px)
 	if (px->mc)
 		unmount(px);
 	px_mc_destroy(px->mc);
+	px_lease_cache_destroy(px->leases);
 	eng_engine_destroy(px->engine);
 	mst_master_destroy(px->master);
 	if (px->segment)

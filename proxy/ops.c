@@ -40,14 +40,14 @@ void px_batch_fail(struct px_req *r, const struct px_batch *b, int code)
 		r->items[b->idx[i]].result = code;
 }
 
-int px_batch_keys_call(struct px_proxy *px, const struct px_session *s, uint32_t method,
-		       char **keys, size_t n, ProtobufCMessage **rep)
+int px_batch_keys_call(struct px_proxy *px, const char *tenant, uint32_t method, char **keys,
+		       size_t n, ProtobufCMessage **rep)
 {
 	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
 	int rc;
 
 	rq.client_id = px->client_id;
-	rq.tenant = (char *)s->tenant;
+	rq.tenant = (char *)tenant;
 	rq.n_keys = n;
 	rq.keys = keys;
 	rc = px_mc_call(px->mc, method, &rq.base, rep);
@@ -61,31 +61,39 @@ int px_batch_keys_call(struct px_proxy *px, const struct px_session *s, uint32_t
 	return rc;
 }
 
-/* Operations that are not item batches: their result is the completion's. */
-static int64_t run_tenant_op(struct px_proxy *px, struct px_req *r)
+void px_batch_drop_leases(struct px_proxy *px, struct px_req *r, const struct px_batch *b)
 {
-	Lunar__RemoveAllRequest rq = LUNAR__REMOVE_ALL_REQUEST__INIT;
+	for (size_t i = 0; i < b->n; i++)
+		px_lease_cache_drop(px->leases, r->s->tenant, b->keys[i]);
+}
+
+/* Remove-all and remove-by-regex: the count removed, or a code. */
+static int64_t run_remove_many(struct px_proxy *px, struct px_req *r)
+{
+	Lunar__RemoveAllRequest all = LUNAR__REMOVE_ALL_REQUEST__INIT;
+	Lunar__RemoveByRegexRequest re = LUNAR__REMOVE_BY_REGEX_REQUEST__INIT;
+	const ProtobufCMessage *rq = &all.base;
+	uint32_t method = LUNAR__METHOD__REMOVE_ALL;
 	ProtobufCMessage *rep;
 	int64_t rc;
 
-	switch (r->sqe.op) {
-	case LC_OP_HEALTH:
-		return px_master_ping(px) ? 2 : 0;
-	case LC_OP_REMOVE_ALL:
-		rq.tenant = r->s->tenant;
-		rq.force = (r->sqe.flags & LC_SQE_FORCE) != 0;
-		rc = px_mc_call(px->mc, LUNAR__METHOD__REMOVE_ALL, &rq.base, &rep);
-		if (rc)
-			return rc;
-		rc = px_mc_code(rep);
-		if (!rc)
-			rc = ((Lunar__RemoveAllReply *)rep)->count;
-		protobuf_c_message_free_unpacked(rep, NULL);
-		return rc;
-	default:
-		/* Upsert and remove-by-regex arrive with the master's Step 2 calls. */
-		return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
+	all.tenant = re.tenant = r->s->tenant;
+	all.force = re.force = (r->sqe.flags & LC_SQE_FORCE) != 0;
+	if (r->sqe.op == LC_OP_REMOVE_REGEX) {
+		re.pattern = r->pattern;
+		rq = &re.base;
+		method = LUNAR__METHOD__REMOVE_BY_REGEX;
 	}
+	rc = px_mc_call(px->mc, method, rq, &rep);
+	if (rc)
+		return rc;
+	rc = px_mc_code(rep);
+	if (!rc)
+		rc = ((Lunar__RemoveAllReply *)rep)->count;
+	protobuf_c_message_free_unpacked(rep, NULL);
+	if (rc > 0)
+		px_lease_cache_clear(px->leases, r->s->tenant);
+	return rc;
 }
 
 void px_req_run(struct px_proxy *px, struct px_req *r)
@@ -95,6 +103,7 @@ void px_req_run(struct px_proxy *px, struct px_req *r)
 
 	switch (r->sqe.op) {
 	case LC_OP_PUT:
+	case LC_OP_UPSERT:
 		result = px_run_put(px, r);
 		break;
 	case LC_OP_GET:
@@ -106,12 +115,16 @@ void px_req_run(struct px_proxy *px, struct px_req *r)
 	case LC_OP_PREFIX_MATCH:
 		result = px_run_keys(px, r);
 		break;
+	case LC_OP_HEALTH:
+		result = px_master_ping(px) ? 2 : 0;
+		break;
 	default:
-		result = run_tenant_op(px, r);
+		result = run_remove_many(px, r);
 		break;
 	}
 	if (!atomic_load(&s->dead))
 		px_complete(&s->rg, r, result);
+	atomic_fetch_sub(&s->inflight, 1);
 	px_session_put(s);
 	px_req_free(r);
 }

@@ -26,7 +26,9 @@ void px_batch_fail(struct px_req *r, const struct px_batch *b, int code);
  * BATCH_PUT_REVOKE, BATCH_EXIST_KEY, BATCH_GET_REPLICA_LIST) over keys[0..n).
  * Returns 0 and the reply, or a code (RPC failure, or the reply's status).
  */
-int px_batch_keys_call(struct px_proxy *px, const struct px_session *s, uint32_t method,
-		       char **keys, size_t n, ProtobufCMessage **rep);
+int px_batch_keys_call(struct px_proxy *px, const char *tenant, uint32_t method, char **keys,
+		       size_t n, ProtobufCMessage **rep);
+/* px_batch_drop_leases - forget cached leases of b's keys (we changed them). */
+void px_batch_drop_leases(struct px_proxy *px, struct px_req *r, const struct px_batch *b);
 
 #endif /* LUNAR_PROXY_OPS_H */

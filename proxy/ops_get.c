@@ -1,16 +1,21 @@
 /*
- * ops_get.c - get and get-size: one BatchGetReplicaList for the request,
- * then each value read from its best replica (our own segment first, then
- * the others in the master's order) straight into the client's memory.
+ * ops_get.c - get and get-size. A key whose lease the proxy still holds is
+ * served from the lease cache with no master call; the others take one
+ * BatchGetReplicaList for the whole request. Each value is read from its
+ * best replica (our own segment first) straight into the client's memory,
+ * checksummed on the way, and reported only if its CRC32C matches and the
+ * lease still held when the transfer ended. A mismatch through a cached
+ * list drops the entry and asks the master again.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "engine/engine.h"
 #include "lunar.h"
 #include "proxy/ops.h"
 
-/* The first bytes of it's destination that hold size bytes, as an iovec. */
+/* The first bytes of the item's destination that hold size bytes. */
 static int trim_iov(const struct px_item *it, uint64_t size, struct iovec *out)
 {
 	int n = 0;
@@ -26,68 +31,108 @@ static int trim_iov(const struct px_item *it, uint64_t size, struct iovec *out)
 	return n;
 }
 
-static int replica_usable(const Lunar__Replica *rp, uint64_t size)
-{
-	return rp->type == LUNAR__REPLICA_TYPE__MEMORY && rp->state == LUNAR__REPLICA_STATE__COMPLETE &&
-	       rp->length == size;
-}
-
-/* Read one value; local replica first. Returns its size or a code. */
-static int64_t get_one(struct px_proxy *px, const struct px_item *it,
-		       const Lunar__GetReplicaListResult *res)
+/* Read one value from the replicas of e (local first). Size or a code. */
+static int64_t read_value(struct px_proxy *px, const struct px_item *it, const struct px_cached *e)
 {
 	struct iovec iov[LUNAR_IOV_MAX];
-	int iovcnt, pass;
+	int iovcnt, mismatch = 0;
 
-	if (res->size > it->total)
+	if (e->size > it->total)
 		return LUNAR_ERR_BUFFER_OVERFLOW;
-	iovcnt = trim_iov(it, res->size, iov);
-	for (pass = 0; pass < 2; pass++) {
-		for (size_t k = 0; k < res->n_replicas; k++) {
-			const Lunar__Replica *rp = res->replicas[k];
+	iovcnt = trim_iov(it, e->size, iov);
+	for (int pass = 0; pass < 2; pass++) {
+		for (unsigned k = 0; k < e->nrep; k++) {
+			const struct px_cached_replica *rp = &e->rep[k];
 			int local = !strcmp(rp->endpoint, px->endpoint);
+			uint32_t crc = 0;
 
-			if (local != (pass == 0) || !replica_usable(rp, res->size))
+			if (local != (pass == 0) || rp->type != LUNAR__REPLICA_TYPE__MEMORY ||
+			    rp->length != e->size)
 				continue;
-			if (!eng_xfer(px->engine, rp->endpoint, ENG_READ, rp->offset, iov, iovcnt))
-				return (int64_t)res->size;
+			if (eng_xfer(px->engine, rp->endpoint, ENG_READ, rp->offset, iov, iovcnt, &crc))
+				continue;
+			if (crc != e->crc) {
+				mismatch = 1;
+				continue;
+			}
+			return lc_now_ms() > e->deadline_ms ? LUNAR_ERR_LEASE_EXPIRED : (int64_t)e->size;
 		}
 	}
-	return res->n_replicas ? LUNAR_ERR_TRANSFER_FAIL : LUNAR_ERR_OBJECT_NOT_FOUND;
+	if (mismatch)
+		return LUNAR_ERR_CHECKSUM_MISMATCH;
+	return e->nrep ? LUNAR_ERR_TRANSFER_FAIL : LUNAR_ERR_OBJECT_NOT_FOUND;
+}
+
+static int64_t serve(struct px_proxy *px, const struct px_req *r, const struct px_item *it,
+		     const struct px_cached *e)
+{
+	return r->sqe.op == LC_OP_GET_SIZE ? (int64_t)e->size : read_value(px, it, e);
+}
+
+/* Serve what the lease cache can; leave misses (and stale hits) pending. */
+static void get_cached(struct px_proxy *px, struct px_req *r)
+{
+	uint64_t now = lc_now_ms();
+	struct px_cached e;
+
+	for (uint32_t i = 0; i < r->count; i++) {
+		struct px_item *it = &r->items[i];
+
+		if (it->result || !px_lease_cache_get(px->leases, r->s->tenant, it->key, now,
+						      px_lease_margin_ms(px), &e))
+			continue;
+		it->result = serve(px, r, it, &e);
+		if (it->result == LUNAR_ERR_CHECKSUM_MISMATCH || it->result == LUNAR_ERR_TRANSFER_FAIL) {
+			px_lease_cache_drop(px->leases, r->s->tenant, it->key);
+			it->result = 0; /* ask the master */
+		}
+	}
+}
+
+static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_batch *b)
+{
+	const Lunar__BatchGetReplicaListReply *rl;
+	uint64_t sent = lc_now_ms();
+	ProtobufCMessage *rep;
+	int rc;
+
+	rc = px_batch_keys_call(px, r->s->tenant, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, b->keys, b->n, &rep);
+	if (rc) {
+		px_batch_fail(r, b, rc);
+		return;
+	}
+	rl = (const Lunar__BatchGetReplicaListReply *)rep;
+	atomic_store(&px->lease_ttl_ms, rl->lease_ttl_ms);
+	for (size_t i = 0; i < b->n; i++) {
+		struct px_item *it = &r->items[b->idx[i]];
+		const Lunar__GetReplicaListResult *res = i < rl->n_results ? rl->results[i] : NULL;
+		struct px_cached e;
+
+		if (!res || res->code) {
+			it->result = res ? res->code : LUNAR_ERR_PROTOCOL;
+			continue;
+		}
+		/* The lease runs from when we asked, not from when we heard. */
+		if (px_lease_cache_fill(res, sent + rl->lease_ttl_ms, &e)) {
+			it->result = LUNAR_ERR_INTERNAL;
+			continue;
+		}
+		if (rl->lease_ttl_ms)
+			px_lease_cache_put(px->leases, r->s->tenant, it->key, &e);
+		it->result = serve(px, r, it, &e);
+	}
+	protobuf_c_message_free_unpacked(rep, NULL);
 }
 
 int64_t px_run_get(struct px_proxy *px, struct px_req *r)
 {
-	const Lunar__BatchGetReplicaListReply *rl;
-	ProtobufCMessage *rep;
 	struct px_batch b;
-	int rc;
 
+	get_cached(px, r);
 	if (px_batch_collect(r, &b))
 		return LUNAR_ERR_INTERNAL;
-	if (!b.n)
-		goto out;
-	rc = px_batch_keys_call(px, r->s, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, b.keys, b.n, &rep);
-	if (rc) {
-		px_batch_fail(r, &b, rc);
-		goto out;
-	}
-	rl = (const Lunar__BatchGetReplicaListReply *)rep;
-	for (size_t i = 0; i < b.n; i++) {
-		struct px_item *it = &r->items[b.idx[i]];
-		const Lunar__GetReplicaListResult *res = i < rl->n_results ? rl->results[i] : NULL;
-
-		if (!res)
-			it->result = LUNAR_ERR_PROTOCOL;
-		else if (res->code)
-			it->result = res->code;
-		else if (r->sqe.op == LC_OP_GET_SIZE)
-			it->result = (int64_t)res->size;
-		else
-			it->result = get_one(px, it, res);
-	}
-	protobuf_c_message_free_unpacked(rep, NULL);
-out:
+	if (b.n)
+		get_fresh(px, r, &b);
 	px_batch_fini(&b);
 	return 0;
 }

@@ -1,8 +1,10 @@
 /*
- * ops_put.c - put: BatchPutStart for every key, the bytes written to each
- * allocated replica through the engine, then BatchPutEnd for the keys whose
+ * ops_put.c - put and upsert: (Batch)PutStart for every key, the bytes
+ * written to each allocated replica through the engine (the CRC32C computed
+ * in the same pass), then BatchPutEnd with the checksums for the keys whose
  * every replica was written and BatchPutRevoke for the rest. A client that
- * dies before the commit gets all its puts revoked.
+ * dies before the commit gets all its puts revoked. Upsert is the same flow
+ * over the Upsert calls.
  */
 #include <stdlib.h>
 #include <time.h>
@@ -12,9 +14,21 @@
 #include "lunar.h"
 #include "proxy/ops.h"
 
+/* The three calls of a two-phase write. */
+struct put_calls {
+	uint32_t start, end, revoke;
+};
+
+static const struct put_calls put_calls = { LUNAR__METHOD__BATCH_PUT_START,
+					    LUNAR__METHOD__BATCH_PUT_END,
+					    LUNAR__METHOD__BATCH_PUT_REVOKE };
+static const struct put_calls upsert_calls = { LUNAR__METHOD__BATCH_UPSERT_START,
+					       LUNAR__METHOD__BATCH_UPSERT_END,
+					       LUNAR__METHOD__BATCH_UPSERT_REVOKE };
+
 /* Start the puts of b; results (or failure codes) land in *rep. */
 static int put_start(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-		     ProtobufCMessage **rep)
+		     uint32_t method, ProtobufCMessage **rep)
 {
 	Lunar__BatchPutStartRequest rq = LUNAR__BATCH_PUT_START_REQUEST__INIT;
 	Lunar__PutStartRequest *items = calloc(b->n, sizeof(*items));
@@ -37,7 +51,7 @@ static int put_start(struct px_proxy *px, struct px_req *r, const struct px_batc
 	rq.tenant = r->s->tenant;
 	rq.n_items = b->n;
 	rq.items = ptrs;
-	rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_START, &rq.base, rep);
+	rc = px_mc_call(px->mc, method, &rq.base, rep);
 	if (rc)
 		goto out;
 	rc = px_mc_code(*rep);
@@ -53,8 +67,9 @@ out:
 	return rc;
 }
 
-/* Write the item's bytes to every replica; 0 or TRANSFER_FAIL. */
-static int put_write(struct px_proxy *px, const struct px_item *it, const Lunar__PutStartResult *res)
+/* Write the item's bytes to every replica, checksumming them on the way
+ * into the first; 0 or TRANSFER_FAIL. */
+static int put_write(struct px_proxy *px, struct px_item *it, const Lunar__PutStartResult *res)
 {
 	if (res->n_replicas == 0)
 		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
@@ -63,7 +78,8 @@ static int put_write(struct px_proxy *px, const struct px_item *it, const Lunar_
 
 		if (rp->length != it->total)
 			return LUNAR_ERR_TRANSFER_FAIL;
-		if (eng_xfer(px->engine, rp->endpoint, ENG_WRITE, rp->offset, it->iov, it->iovcnt))
+		if (eng_xfer(px->engine, rp->endpoint, ENG_WRITE, rp->offset, it->iov, it->iovcnt,
+			     k == 0 ? &it->crc : NULL))
 			return LUNAR_ERR_TRANSFER_FAIL;
 	}
 	return 0;
@@ -79,27 +95,53 @@ static void debug_delay(struct px_proxy *px, struct px_session *s)
 		nanosleep(&ts, NULL);
 }
 
-/* Commit (or revoke) the started keys; commit failures become results. */
-static void put_finish(struct px_proxy *px, struct px_req *r, const struct px_batch *started,
+/* Commit the written keys with their checksums; failures become results. */
+static void put_commit(struct px_proxy *px, struct px_req *r, const struct px_batch *keys,
+		       uint32_t method)
+{
+	Lunar__BatchPutEndRequest rq = LUNAR__BATCH_PUT_END_REQUEST__INIT;
+	const Lunar__BatchCodesReply *codes;
+	ProtobufCMessage *rep;
+	uint32_t *crcs;
+	int rc = LUNAR_ERR_INTERNAL;
+
+	if (!keys->n)
+		return;
+	crcs = calloc(keys->n, sizeof(*crcs));
+	if (!crcs)
+		goto fail;
+	for (size_t i = 0; i < keys->n; i++)
+		crcs[i] = r->items[keys->idx[i]].crc;
+	rq.client_id = px->client_id;
+	rq.tenant = r->s->tenant;
+	rq.n_keys = keys->n;
+	rq.keys = keys->keys;
+	rq.n_crc32c = keys->n;
+	rq.crc32c = crcs;
+	rc = px_mc_call(px->mc, method, &rq.base, &rep);
+	free(crcs);
+	if (!rc && (rc = px_mc_code(rep)) != 0)
+		protobuf_c_message_free_unpacked(rep, NULL);
+	if (rc)
+		goto fail;
+	codes = (const Lunar__BatchCodesReply *)rep;
+	for (size_t i = 0; i < keys->n; i++)
+		r->items[keys->idx[i]].result = i < codes->n_codes ? codes->codes[i] : LUNAR_ERR_PROTOCOL;
+	protobuf_c_message_free_unpacked(rep, NULL);
+	return;
+fail:
+	px_batch_fail(r, keys, rc);
+}
+
+/* Revoke keys whose write failed or whose client died; best effort (the
+ * master also discards puts left PROCESSING). */
+static void put_revoke(struct px_proxy *px, struct px_req *r, const struct px_batch *keys,
 		       uint32_t method)
 {
 	ProtobufCMessage *rep;
-	const Lunar__BatchCodesReply *codes;
-	int rc;
 
-	if (!started->n)
-		return;
-	rc = px_batch_keys_call(px, r->s, method, started->keys, started->n, &rep);
-	if (rc) {
-		if (method == LUNAR__METHOD__BATCH_PUT_END)
-			px_batch_fail(r, started, rc);
-		return;
-	}
-	codes = (const Lunar__BatchCodesReply *)rep;
-	if (method == LUNAR__METHOD__BATCH_PUT_END)
-		for (size_t i = 0; i < started->n && i < codes->n_codes; i++)
-			r->items[started->idx[i]].result = codes->codes[i];
-	protobuf_c_message_free_unpacked(rep, NULL);
+	if (keys->n && !px_batch_keys_call(px, r->s->tenant, method, keys->keys, keys->n, &rep))
+		protobuf_c_message_free_unpacked(rep, NULL);
 }
 
 /* Split the started keys into those to commit and those to revoke. */
@@ -139,6 +181,7 @@ static void put_transfer(struct px_proxy *px, struct px_req *r, const struct px_
 
 int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 {
+	const struct put_calls *calls = r->sqe.op == LC_OP_UPSERT ? &upsert_calls : &put_calls;
 	struct px_batch b, commit = { 0 }, revoke = { 0 };
 	ProtobufCMessage *rep = NULL;
 	int *started;
@@ -157,7 +200,7 @@ int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 		goto out;
 	}
 	commit.n = revoke.n = 0;
-	rc = put_start(px, r, &b, &rep);
+	rc = put_start(px, r, &b, calls->start, &rep);
 	if (rc) {
 		px_batch_fail(r, &b, rc);
 		goto out;
@@ -166,8 +209,10 @@ int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 	if (px->cfg.debug_put_delay_ms)
 		debug_delay(px, r->s);
 	put_sort(r, &b, started, &commit, &revoke);
-	put_finish(px, r, &revoke, LUNAR__METHOD__BATCH_PUT_REVOKE);
-	put_finish(px, r, &commit, LUNAR__METHOD__BATCH_PUT_END);
+	put_revoke(px, r, &revoke, calls->revoke);
+	put_commit(px, r, &commit, calls->end);
+	if (r->sqe.op == LC_OP_UPSERT)
+		px_batch_drop_leases(px, r, &commit);
 out:
 	if (rep)
 		protobuf_c_message_free_unpacked(rep, NULL);

@@ -22,9 +22,11 @@
 #include "lunar.pb-c.h"
 #include "master/master.h"
 #include "proxy/decode.h"
+#include "proxy/lease_cache.h"
 #include "shm_abi.h"
 
 struct eng_engine;
+struct lc_http;
 
 struct px_config {
 	char socket_path[256];
@@ -36,10 +38,16 @@ struct px_config {
 	uint64_t segment_size;    /* --segment-size */
 	uint64_t arena_size;      /* --arena-size: per-client default */
 	unsigned max_clients;     /* --max-clients */
+	unsigned max_inflight;    /* --max-inflight: requests per client */
+	uid_t allow_uid[16];      /* --allow-uid: besides our own uid and root */
+	unsigned n_allow_uid;
+	gid_t allow_gid[16];      /* --allow-gid: besides the socket's group */
+	unsigned n_allow_gid;
 	unsigned workers;         /* --workers */
 	uint64_t rpc_timeout_ms;  /* --rpc-timeout */
 	uint64_t ping_interval_ms;/* --ping-interval */
 	uint64_t debug_put_delay_ms; /* --debug-put-delay: test hook */
+	uint16_t http_port;       /* --http-port: metrics, health, admin */
 };
 
 /* px_config_parse - argv into cfg. Returns 0, 1 after --help/--version was
@@ -73,18 +81,50 @@ struct px_session {
 	char tenant[LC_TENANT_MAX];
 	struct px_region rg; /* the proxy's own copy of the layout */
 	uint32_t cons;       /* private consumer index; loop thread only */
+	/* Socket input, loop thread only: the hello until open, then
+	 * registration messages, gathered without ever blocking the loop. */
+	int open;
+	int refusal; /* decided at accept, answered after the hello */
+	uint64_t rx_deadline_ms; /* for the hello, then for a started message */
+	union {
+		struct lc_hello hello;
+		struct lc_reg_req reg;
+	} rx;
+	size_t rxlen;
+	int rxfd; /* a descriptor that came with the message being gathered */
 	atomic_int refs;
 	atomic_bool dead;
+	atomic_uint inflight; /* requests queued or running */
 	struct px_proxy *px;
 	struct px_session *prev, *next; /* px->sessions; loop thread only */
 };
 
+/* Figures for /metrics; relaxed atomics, any thread. */
+struct px_stats {
+	atomic_uint_fast64_t requests[LC_OP_MAX]; /* by enum lc_op */
+	atomic_uint_fast64_t key_errors;          /* per-key results < 0 */
+	atomic_uint_fast64_t lease_hits;          /* served without the master */
+	atomic_uint_fast64_t lease_misses;
+	atomic_uint_fast64_t checksum_failures;
+	atomic_uint_fast64_t bytes_put;
+	atomic_uint_fast64_t bytes_got;
+	atomic_uint_fast64_t busy;                /* requests refused with BUSY */
+	atomic_uint_fast64_t violations;          /* clients disconnected for cause */
+	atomic_uint_fast64_t clients_total;
+};
+
+#define PX_COUNT(px, field, n) atomic_fetch_add_explicit(&(px)->stats.field, (n), memory_order_relaxed)
+
 /* --- the proxy --- */
 struct px_proxy {
 	struct px_config cfg;
+	struct px_stats stats;
+	struct lc_http *http;
 	uint64_t client_id; /* this proxy's id at the master */
 	struct mst_master *master; /* embedded only */
 	struct px_mc *mc;
+	struct px_lease_cache *leases;
+	atomic_uint_fast64_t lease_ttl_ms; /* as the master last granted */
 	struct eng_engine *engine;
 	const char *endpoint; /* our data port, also our segment's name */
 	void *segment;
@@ -101,14 +141,37 @@ struct px_proxy {
 	pthread_cond_t hb_cond;
 };
 
-/* session.c: handshake on an accepted socket; 0 and a live session, or a
- * negative code after the refusal was sent and the socket closed. */
-int px_session_open(struct px_proxy *px, int sock, struct px_session **out);
+/*
+ * px_session_accept - take an accepted connection: peer credentials and the
+ * client limit are checked at once (a refusal is sent and the socket closed:
+ * a negative code); else 0 and a session waiting for its hello, which must
+ * arrive within 2 s, as must the rest of any message once its first byte
+ * came (px_session_expired). Loop thread; never blocks.
+ */
+int px_session_accept(struct px_proxy *px, int sock, struct px_session **out);
+/*
+ * px_session_input - consume what the client sent, without blocking: the
+ * hello (then the handshake completes: 1 is returned and the session is
+ * open) or registration messages (0). -1 when the session must be closed,
+ * with *why set for a violation, NULL for a hang-up or a refused hello.
+ */
+int px_session_input(struct px_proxy *px, struct px_session *s, const char **why);
+/* px_session_expired - 1 if s waits past its deadline for the rest of a
+ * message (the hello, or a registration it started). */
+int px_session_expired(const struct px_session *s, uint64_t now_ms);
 void px_session_get(struct px_session *s);
 /* px_session_put - drop a reference; the last one unmaps and closes. */
 void px_session_put(struct px_session *s);
 /* px_session_kill - mark dead (hang-up or violation) and log why. */
 void px_session_kill(struct px_session *s, const char *why);
+
+/* --- registered memory (mreg.c); loop thread only --- */
+/* px_mreg_handle - act on one registration message (fd: the descriptor
+ * that came with it, or -1; always consumed) and reply. 0, or -1 with *why
+ * set when s must be closed. */
+int px_mreg_handle(struct px_session *s, const struct lc_reg_req *q, int fd, const char **why);
+/* px_mreg_drop_all - drop the session's references to its ranges. */
+void px_mreg_drop_all(struct px_session *s);
 
 /* --- requests (ops_*.c) --- */
 /* px_req_run - execute a decoded request and complete it to the client.
@@ -118,6 +181,12 @@ void px_req_run(struct px_proxy *px, struct px_req *r);
 int64_t px_run_put(struct px_proxy *px, struct px_req *r);
 int64_t px_run_get(struct px_proxy *px, struct px_req *r);
 int64_t px_run_keys(struct px_proxy *px, struct px_req *r);
+
+/* px_lease_margin_ms - how long before its deadline a cached lease is no
+ * longer used: a read must end inside the lease. */
+uint64_t px_lease_margin_ms(struct px_proxy *px);
+/* px_lease_renew - renew the leases of cached keys still being read. */
+void px_lease_renew(struct px_proxy *px);
 
 /* --- workers (pool.c) --- */
 struct px_pool;
@@ -131,6 +200,9 @@ void px_pool_destroy(struct px_pool *p);
 int px_loop_run(struct px_proxy *px);
 int px_heartbeat_start(struct px_proxy *px);
 void px_heartbeat_stop(struct px_proxy *px);
+/* px_http_start - serve /metrics, /health, /ready (and, with an embedded
+ * master, its /admin/ queries) on --http-port. 0 or a code. */
+int px_http_start(struct px_proxy *px);
 /* px_master_ping - one Ping (and a re-mount if asked). 0 or a code. */
 int px_master_ping(struct px_proxy *px);
 

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "key.h"
 #include "log.h"
 #include "lunar.h"
@@ -100,8 +101,9 @@ err_close:
 	return -errno;
 }
 
-/* Who may connect: root, our own uid, or a member of our group. */
-static int peer_allowed(int sock, struct px_session *s)
+/* Who may connect: root, our own uid, our group (the socket's), and the
+ * --allow-uid / --allow-gid lists. Checked before any memory is mapped. */
+static int peer_allowed(const struct px_config *cfg, int sock, struct px_session *s)
 {
 	struct ucred cr;
 	socklen_t len = sizeof(cr);
@@ -110,7 +112,15 @@ static int peer_allowed(int sock, struct px_session *s)
 		return 0;
 	s->pid = cr.pid;
 	s->uid = cr.uid;
-	return cr.uid == 0 || cr.uid == geteuid() || cr.gid == getegid();
+	if (cr.uid == 0 || cr.uid == geteuid() || cr.gid == getegid())
+		return 1;
+	for (unsigned i = 0; i < cfg->n_allow_uid; i++)
+		if (cfg->allow_uid[i] == cr.uid)
+			return 1;
+	for (unsigned i = 0; i < cfg->n_allow_gid; i++)
+		if (cfg->allow_gid[i] == cr.gid)
+			return 1;
+	return 0;
 }
 
 /* Check the hello; fill tenant and arena size. 0 or the refusal code. */
@@ -144,76 +154,130 @@ static void refuse(int sock, int code)
 {
 	struct lc_welcome w = { .magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION, .code = code };
 
-	lc_uds_send(sock, &w, sizeof(w), NULL, 0);
-	close(sock);
+	send(sock, &w, sizeof(w), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-static int session_setup(struct px_proxy *px, int sock, struct px_session *s)
-{
-	struct lc_hello h;
-	uint64_t arena;
-	int rc;
-
-	if (!peer_allowed(sock, s))
-		return LUNAR_ERR_UNAUTHORIZED;
-	if (px->nsessions >= px->cfg.max_clients)
-		return LUNAR_ERR_TOO_MANY_CLIENTS;
-	rc = lc_uds_recv(sock, &h, sizeof(h), NULL, 0, PX_HELLO_TIMEOUT_MS);
-	if (rc < 0)
-		return LUNAR_ERR_PROTOCOL;
-	rc = hello_check(px, &h, s, &arena);
-	if (rc)
-		return rc;
-	rc = region_create(s, arena);
-	if (rc)
-		return LUNAR_ERR_INTERNAL;
-	s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	return s->efd < 0 ? LUNAR_ERR_INTERNAL : 0;
-}
-
-int px_session_open(struct px_proxy *px, int sock, struct px_session **out)
+int px_session_accept(struct px_proxy *px, int sock, struct px_session **out)
 {
 	struct px_session *s = calloc(1, sizeof(*s));
-	struct lc_welcome w = { .magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION };
-	int rc, fds[2];
+	int rc = LUNAR_ERR_INTERNAL;
 
-	if (!s) {
-		refuse(sock, LUNAR_ERR_INTERNAL);
-		return LUNAR_ERR_INTERNAL;
-	}
+	if (!s)
+		goto err;
 	s->sock = sock;
 	s->memfd = -1;
 	s->efd = -1;
+	s->rxfd = -1;
 	s->px = px;
 	s->client_id = next_client_id();
+	s->rx_deadline_ms = lc_now_ms() + PX_HELLO_TIMEOUT_MS;
 	atomic_init(&s->refs, 1);
-	rc = session_setup(px, sock, s);
+	if (!peer_allowed(&px->cfg, sock, s))
+		rc = LUNAR_ERR_UNAUTHORIZED;
+	else if (px->nsessions >= px->cfg.max_clients)
+		rc = LUNAR_ERR_TOO_MANY_CLIENTS;
+	else
+		rc = 0;
+	/* A refused client still gets its answer after its hello (it would
+	 * miss one sent before it wrote); no memory is ever mapped for it. */
+	s->refusal = rc;
+	*out = s;
+	return 0;
+err:
+	refuse(sock, rc);
+	close(sock);
+	return rc;
+}
+
+/* The hello is complete: check it, make the region, send the welcome. */
+static int session_open(struct px_proxy *px, struct px_session *s)
+{
+	struct lc_welcome w = { .magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION };
+	uint64_t arena;
+	int rc, fds[2];
+
+	rc = s->refusal ? s->refusal : hello_check(px, &s->rx.hello, s, &arena);
+	if (!rc && region_create(s, arena))
+		rc = LUNAR_ERR_INTERNAL;
+	if (!rc && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+		rc = LUNAR_ERR_INTERNAL;
 	if (rc) {
 		LC_WARN("proxy", "client pid %d uid %u refused: %s", (int)s->pid, (unsigned)s->uid,
 			lunar_strerror(rc));
-		goto err;
+		refuse(s->sock, rc);
+		return -1;
 	}
 	w.client_id = s->client_id;
 	w.region_size = s->rg.size;
 	fds[0] = s->memfd;
 	fds[1] = s->efd;
-	if (lc_uds_send(sock, &w, sizeof(w), fds, 2)) {
-		rc = LUNAR_ERR_PROTOCOL;
-		goto err_quiet;
-	}
+	if (lc_uds_send(s->sock, &w, sizeof(w), fds, 2))
+		return -1;
+	s->open = 1;
 	LC_DEBUG("proxy", "client %llu pid %d tenant %s: %llu-byte region",
 		 (unsigned long long)s->client_id, (int)s->pid, s->tenant,
 		 (unsigned long long)s->rg.size);
-	*out = s;
-	return 0;
-err:
-	w.code = rc;
-	lc_uds_send(sock, &w, sizeof(w), NULL, 0);
-err_quiet:
-	s->sock = -1;
-	close(sock);
-	px_session_put(s);
-	return rc;
+	return 1;
+}
+
+/* Gather bytes (and at most one descriptor) of the message being received:
+ * 1 when it is complete, 0 when more must come, -1 on hang-up or error. */
+static int gather(struct px_session *s, size_t want)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * LC_UDS_MAX_FDS)];
+	} ctl;
+	struct iovec iov = { (char *)&s->rx + s->rxlen, want - s->rxlen };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	msg.msg_control = ctl.buf;
+	msg.msg_controllen = sizeof(ctl.buf);
+	n = recvmsg(s->sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+		return -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		int *fd = (int *)CMSG_DATA(c);
+		size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+		for (size_t i = 0; c->cmsg_type == SCM_RIGHTS && i < nfd; i++) {
+			if (s->rxfd < 0)
+				s->rxfd = fd[i];
+			else
+				close(fd[i]);
+		}
+	}
+	if (n > 0 && s->rxlen == 0 && s->open)
+		s->rx_deadline_ms = lc_now_ms() + PX_HELLO_TIMEOUT_MS;
+	if (n > 0)
+		s->rxlen += (size_t)n;
+	return s->rxlen == want;
+}
+
+int px_session_input(struct px_proxy *px, struct px_session *s, const char **why)
+{
+	size_t want = s->open ? sizeof(s->rx.reg) : sizeof(s->rx.hello);
+	int rc, fd;
+
+	*why = NULL;
+	rc = gather(s, want);
+	if (rc <= 0)
+		return rc;
+	fd = s->rxfd;
+	s->rxfd = -1;
+	s->rxlen = 0;
+	if (!s->open) {
+		if (fd >= 0)
+			close(fd);
+		return session_open(px, s);
+	}
+	return px_mreg_handle(s, &s->rx.reg, fd, why);
+}
+
+int px_session_expired(const struct px_session *s, uint64_t now_ms)
+{
+	return (!s->open || s->rxlen) && now_ms > s->rx_deadline_ms;
 }
 
 void px_session_get(struct px_session *s)
@@ -231,6 +295,8 @@ void px_session_put(struct px_session *s)
 		close(s->memfd);
 	if (s->efd >= 0)
 		close(s->efd);
+	if (s->rxfd >= 0)
+		close(s->rxfd);
 	if (s->sock >= 0)
 		close(s->sock);
 	free(s);

@@ -22,16 +22,6 @@ static int arena_take(struct shm_conn *cn, uint64_t len, uint64_t *off)
 	return rc;
 }
 
-int shm_arena_try(struct shm_conn *cn, uint64_t len, uint64_t *off)
-{
-	int rc;
-
-	pthread_mutex_lock(&cn->lock);
-	rc = arena_take(cn, len, off);
-	pthread_mutex_unlock(&cn->lock);
-	return rc ? -ENOSPC : 0;
-}
-
 int shm_arena_get(struct shm_conn *cn, uint64_t len, uint64_t deadline_ns, uint64_t *off)
 {
 	int rc;
@@ -67,15 +57,4 @@ void shm_arena_put(struct shm_conn *cn, uint64_t off)
 		LC_ERROR(SHM_LOG, "arena: no range at %llu", (unsigned long long)off);
 	pthread_cond_broadcast(&cn->cond);
 	pthread_mutex_unlock(&cn->lock);
-}
-
-uint64_t shm_arena_find(const struct shm_conn *cn, const void *p, size_t len)
-{
-	const uint8_t *lo = cn->base + cn->arena_off;
-	uintptr_t a = (uintptr_t)p;
-
-	if (a < (uintptr_t)lo || a - (uintptr_t)lo > cn->arena_size ||
-	    len > cn->arena_size - (a - (uintptr_t)lo))
-		return UINT64_MAX;
-	return cn->arena_off + (a - (uintptr_t)lo);
 }

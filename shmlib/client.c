@@ -1,8 +1,8 @@
 /*
- * client.c - the handle: lunar_connect/lunar_close, lunar_health, and the
- * zero-copy memory calls. Options resolve once at connect (opts, then the
- * environment, then defaults); the session behind the handle is replaced
- * transparently when the proxy restarts (conn.c).
+ * client.c - the handle: lunar_connect/lunar_close and lunar_health.
+ * Options resolve once at connect (opts, then the environment, then
+ * defaults); the session behind the handle is replaced transparently when
+ * the proxy restarts (conn.c), registered memory with it (region.c).
  */
 #include "shm_int.h"
 
@@ -76,12 +76,18 @@ int lunar_connect(const struct lunar_opts *opts, struct lunar_client **out)
 	rc = client_config(c, opts);
 	if (rc)
 		goto err_free;
-	rc = shm_conn_open(c, &c->conn);
+	rc = shm_regs_init(c);
 	if (rc)
 		goto err_free;
+	rc = shm_conn_open(c, &c->conn);
+	if (rc)
+		goto err_regs;
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->alloc_lock, NULL);
 	*out = c;
 	return 0;
+err_regs:
+	shm_regs_fini(c);
 err_free:
 	free(c);
 	return rc;
@@ -89,17 +95,14 @@ err_free:
 
 void lunar_close(struct lunar_client *c)
 {
-	struct shm_ualloc *ua, *next;
-
 	if (!c)
 		return;
-	/* The proxy frees its side when it sees the socket close. */
-	for (ua = c->allocs; ua; ua = next) {
-		next = ua->next;
-		shm_conn_put(ua->conn);
-		free(ua);
-	}
+	/* The proxy frees its side, registered regions included, when it
+	 * sees the socket close: nothing is unregistered one by one. */
+	shm_regs_fini(c);
+	shm_chunks_fini(c);
 	shm_conn_put(c->conn);
+	pthread_mutex_destroy(&c->alloc_lock);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -113,69 +116,4 @@ int lunar_health(struct lunar_client *c)
 		return LUNAR_ERR_INVALID_PARAMS;
 	rc = shm_run_raw(c, &op, NULL, 0);
 	return rc == LUNAR_ERR_PROXY_UNAVAILABLE ? 1 : (int)rc;
-}
-
-/*
- * lunar_alloc memory lies in the session's arena, so calls reference it in
- * place (zero copy). It stays mapped until lunar_free or lunar_close, but it
- * is shared with the proxy only until the proxy restarts: after a reconnect
- * it lies outside the new arena and calls stage it like any other buffer.
- * (A later step re-registers it with the new proxy.)
- */
-void *lunar_alloc(struct lunar_client *c, size_t len)
-{
-	struct shm_ualloc *ua;
-	struct shm_conn *cn;
-
-	if (!c || !len || shm_client_acquire(c, &cn))
-		return NULL;
-	ua = malloc(sizeof(*ua));
-	if (!ua || shm_arena_try(cn, len, &ua->off)) {
-		free(ua);
-		shm_conn_put(cn);
-		return NULL;
-	}
-	ua->conn = cn; /* the reference taken above */
-	ua->ptr = cn->base + ua->off;
-	pthread_mutex_lock(&c->lock);
-	ua->next = c->allocs;
-	c->allocs = ua;
-	pthread_mutex_unlock(&c->lock);
-	return ua->ptr;
-}
-
-void lunar_free(struct lunar_client *c, void *p)
-{
-	struct shm_ualloc **pp, *ua = NULL;
-
-	if (!c || !p)
-		return;
-	pthread_mutex_lock(&c->lock);
-	for (pp = &c->allocs; *pp; pp = &(*pp)->next) {
-		if ((*pp)->ptr == p) {
-			ua = *pp;
-			*pp = ua->next;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&c->lock);
-	if (!ua) {
-		LC_DEBUG(SHM_LOG, "lunar_free(%p): not from lunar_alloc, ignored", p);
-		return;
-	}
-	shm_arena_put(ua->conn, ua->off);
-	shm_conn_put(ua->conn);
-	free(ua);
-}
-
-/* Registering caller memory (sealed memfd shared with the proxy) comes in
- * Step 3 of the plan; until then these calls report so. */
-int lunar_register(struct lunar_client *c, void *p, size_t len)
-{
-	return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
-}
-
-int lunar_unregister(struct lunar_client *c, void *p)
-{
-	return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
 }

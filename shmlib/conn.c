@@ -274,8 +274,9 @@ int shm_conn_hung_up(struct shm_conn *cn)
 		return 0;
 	if (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))
 		return 1;
-	/* The proxy sends nothing after the welcome; readable means EOF, unless
-	 * a later protocol version talks, which we leave unread. */
+	/* After the welcome the proxy sends only registration replies, which
+	 * their reader takes under the table lock; readable with nothing to
+	 * peek means EOF. */
 	return recv(cn->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
@@ -284,12 +285,14 @@ int shm_client_acquire(struct lunar_client *c, struct shm_conn **out)
 	int rc = 0;
 
 	pthread_mutex_lock(&c->lock);
-	if (c->conn && shm_conn_is_broken(c->conn)) {
+	if (!c->conn || shm_conn_is_broken(c->conn)) {
 		shm_conn_put(c->conn);
 		c->conn = NULL;
-	}
-	if (!c->conn)
 		rc = shm_conn_open(c, &c->conn);
+		/* Registered memory follows the session before any request
+		 * can see it; with no session it is released from the old. */
+		shm_regs_rebind(c, c->conn);
+	}
 	if (!rc) {
 		shm_conn_get(c->conn);
 		*out = c->conn;

@@ -1,9 +1,11 @@
 /*
  * request.c - build a request in the arena and run it. Every request takes
  * one arena range laid out as [lc_item x n][lc_seg ...][key bytes][staged
- * values]. A user buffer wholly inside the arena (lunar_alloc memory) is
- * referenced in place; any other buffer is staged: copied in for a put,
- * copied back out after a get.
+ * values]. A user buffer wholly inside registered memory (lunar_register,
+ * lunar_alloc) shared with this session is referenced in place by region
+ * and offset; any other buffer is staged: copied in for a put, copied back
+ * out after a get. The registration table stays read-locked from layout to
+ * copy-back, so every walk over the pieces places them alike.
  */
 #include "shm_int.h"
 
@@ -15,8 +17,9 @@
 
 #define SHM_STAGE_ALIGN 8u
 
-/* One request in flight: its session, deadline and arena range. */
+/* One request in flight: its handle, session, deadline and arena range. */
 struct shm_req {
+	struct lunar_client *c;
 	struct shm_conn *cn;
 	uint64_t deadline_ns;
 	uint64_t off;
@@ -38,6 +41,7 @@ uint64_t shm_deadline(const struct lunar_client *c)
 
 static int req_begin(struct lunar_client *c, struct shm_req *r)
 {
+	r->c = c;
 	r->deadline_ns = shm_deadline(c);
 	r->len = 0;
 	return shm_client_acquire(c, &r->cn);
@@ -78,21 +82,22 @@ static void req_end(struct shm_req *r)
 }
 
 /*
- * The region offset of one piece of a value: in place when inside the
- * arena, else the next staging spot at *cursor (advanced). Layout, filling
- * and copy-back all walk pieces through here so they agree.
+ * The segment for one piece of a value: in place when inside registered
+ * memory shared with this session, else region 0 at the next staging spot
+ * at *cursor (advanced). Layout, filling and copy-back all walk pieces
+ * through here so they agree.
  */
-static uint64_t piece_place(const struct shm_conn *cn, const struct iovec *v, uint64_t *cursor,
-			    int *staged)
+static struct lc_seg piece_place(const struct shm_req *r, const struct iovec *v, uint64_t *cursor,
+				 int *staged)
 {
-	uint64_t off = shm_arena_find(cn, v->iov_base, v->iov_len);
+	struct lc_seg s = {0, 0, 0, v->iov_len};
 
-	*staged = off == UINT64_MAX;
+	*staged = !shm_regs_find(r->c, r->cn, v->iov_base, v->iov_len, &s.region, &s.off);
 	if (*staged) {
-		off = *cursor;
+		s.off = *cursor;
 		*cursor += (v->iov_len + SHM_STAGE_ALIGN - 1) & ~(uint64_t)(SHM_STAGE_ALIGN - 1);
 	}
-	return off;
+	return s;
 }
 
 static uint32_t item_nseg(const struct shm_item *it)
@@ -104,9 +109,10 @@ static uint32_t item_nseg(const struct shm_item *it)
 	return k;
 }
 
-static int items_layout(const struct shm_conn *cn, const struct shm_item *items, uint32_t n,
+static int items_layout(const struct shm_req *r, const struct shm_item *items, uint32_t n,
 			struct shm_layout *l)
 {
+	const struct shm_conn *cn = r->cn;
 	uint64_t nseg = 0, keys = 0, data = 0;
 	int staged;
 
@@ -119,7 +125,7 @@ static int items_layout(const struct shm_conn *cn, const struct shm_item *items,
 		keys += items[i].key_len;
 		for (int j = 0; j < items[i].iovcnt; j++)
 			if (items[i].iov[j].iov_len)
-				piece_place(cn, &items[i].iov[j], &data, &staged);
+				piece_place(r, &items[i].iov[j], &data, &staged);
 	}
 	l->segs_at = (uint64_t)n * sizeof(struct lc_item);
 	l->keys_at = l->segs_at + nseg * sizeof(struct lc_seg);
@@ -145,11 +151,11 @@ static void items_fill(const struct shm_req *r, const struct shm_layout *l,
 		key += it->key_len;
 		for (int j = 0; j < it->iovcnt; j++) {
 			const struct iovec *v = &it->iov[j];
-			struct lc_seg ls = {0, 0, 0, v->iov_len};
+			struct lc_seg ls;
 
 			if (!v->iov_len)
 				continue;
-			ls.off = piece_place(r->cn, v, &data, &staged);
+			ls = piece_place(r, v, &data, &staged);
 			if (staged && !is_get)
 				memcpy(base + ls.off, v->iov_base, v->iov_len);
 			memcpy(base + seg, &ls, sizeof(ls));
@@ -166,13 +172,14 @@ static void item_copy_back(const struct shm_req *r, const struct shm_item *it, u
 
 	for (int j = 0; j < it->iovcnt; j++) {
 		const struct iovec *v = &it->iov[j];
-		uint64_t off, piece = v->iov_len < got ? v->iov_len : got;
+		uint64_t piece = v->iov_len < got ? v->iov_len : got;
+		struct lc_seg ls;
 
 		if (!v->iov_len)
 			continue;
-		off = piece_place(r->cn, v, data, &staged);
+		ls = piece_place(r, v, data, &staged);
 		if (staged && piece)
-			memcpy(v->iov_base, r->cn->base + off, piece);
+			memcpy(v->iov_base, r->cn->base + ls.off, piece);
 		got -= piece;
 	}
 }
@@ -286,8 +293,10 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 	rc = req_begin(c, &r);
 	if (rc)
 		return items_fail(items, n, rc);
-	rc = items_layout(r.cn, items, n, &l);
+	shm_regs_rdlock(c);
+	rc = items_layout(&r, items, n, &l);
 	if (!rc && is_get && may_refit && l.total > lc_ralloc_capacity(r.cn->arena)) {
+		shm_regs_unlock(c);
 		req_end(&r);
 		return get_refit(c, op, items, n);
 	}
@@ -299,6 +308,7 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 		if (rc >= 0)
 			items_collect(&r, &l, items, n, is_get);
 	}
+	shm_regs_unlock(c);
 	req_end(&r);
 	return rc >= 0 ? rc : items_fail(items, n, rc);
 }

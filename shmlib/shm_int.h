@@ -1,9 +1,14 @@
 /*
  * shm_int.h - liblunar internals: the client handle, one proxy session
- * (struct shm_conn: socket, mapped region, slots, arena), and the request
- * path shared by the single-key and batch calls. Never included from outside
- * shmlib/. Locks: lunar_client.lock guards the session pointer and user
- * allocations; shm_conn.lock guards the slot free list and the arena.
+ * (struct shm_conn: socket, mapped region, slots, arena), the table of
+ * registered memory, and the request path shared by the single-key and batch
+ * calls. Never included from outside shmlib/.
+ *
+ * Locks, in the order they nest: lunar_client.alloc_lock (lunar_alloc
+ * chunks) -> lunar_client.lock (the session pointer; reconnecting) ->
+ * lunar_client.regs_lock (the registration table, a rwlock: requests read
+ * it, register traffic on the socket writes it) -> shm_conn.lock (slot free
+ * list and arena).
  */
 #ifndef LUNAR_SHMLIB_SHM_INT_H
 #define LUNAR_SHMLIB_SHM_INT_H
@@ -20,8 +25,8 @@
 #define SHM_LOG "shmlib"
 
 /* One proxy session. Refcounted: the handle holds one reference while the
- * session is current, every call in flight and every lunar_alloc block one
- * more. The region is unmapped when the last reference goes. */
+ * session is current, every call in flight and every registration bound to
+ * it one more. The region is unmapped when the last reference goes. */
 struct shm_conn {
 	int refs;   /* atomic */
 	int broken; /* atomic; once set, never cleared: the region is dropped */
@@ -48,18 +53,45 @@ struct shm_conn {
 	uint32_t nfree;
 };
 
-/* A lunar_alloc block; it keeps its session mapped until lunar_free. */
-struct shm_ualloc {
-	struct shm_ualloc *next;
+/*
+ * Registered memory: the caller's range [base, base + len), which lies in
+ * one memfd mapping; [span, span + span_len) is the page-aligned part of
+ * that mapping the proxy maps, at file_off in the memfd. The table keeps its
+ * own descriptor of the memfd so the range can be registered again with a
+ * restarted proxy. id is the proxy's region number in session conn (a
+ * reference); conn NULL means the range is not shared now and is staged.
+ */
+struct shm_region {
+	uint8_t *base;
+	size_t len;
+	uint8_t *span;
+	uint64_t span_len;
+	uint64_t file_off;
+	uint64_t dev, ino; /* the memfd's identity */
+	int fd;
+	int chunk; /* a lunar_alloc chunk, not the caller's memory */
 	struct shm_conn *conn;
-	void *ptr;
-	uint64_t off;
+	uint32_t id;
+};
+
+/* A lunar_alloc chunk: a sealed memfd mapped here and registered; blocks are
+ * carved out of it with a range allocator. */
+struct shm_chunk {
+	struct shm_chunk *next;
+	uint8_t *base;
+	uint64_t size;
+	struct lc_ralloc *ra;
 };
 
 struct lunar_client {
 	pthread_mutex_t lock;
 	struct shm_conn *conn; /* current session, NULL after a break */
-	struct shm_ualloc *allocs;
+	pthread_rwlock_t regs_lock;
+	struct shm_region regs[LC_MAX_REGIONS];
+	uint32_t nregs;
+	uint64_t reg_cookie; /* under regs_lock (write) */
+	pthread_mutex_t alloc_lock;
+	struct shm_chunk *chunks;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	char tenant[LC_TENANT_MAX];
 	uint64_t arena_bytes;
@@ -106,8 +138,10 @@ int shm_conn_is_broken(struct shm_conn *cn);
 int shm_conn_hung_up(struct shm_conn *cn);
 /*
  * shm_client_acquire - the handle's current session with a reference for
- * the caller, reconnecting first when there is none or it broke. Takes
- * c->lock; blocks for a handshake when reconnecting. Returns 0 or a code.
+ * the caller, reconnecting first when there is none or it broke; a new
+ * session gets every registered range registered again before it is used.
+ * Takes c->lock (then c->regs_lock when reconnecting); blocks for the
+ * handshake and the registrations. Returns 0 or a code.
  */
 int shm_client_acquire(struct lunar_client *c, struct shm_conn **out);
 
@@ -120,13 +154,55 @@ int shm_client_acquire(struct lunar_client *c, struct shm_conn **out);
  * PROXY_UNAVAILABLE when the session breaks meanwhile. Takes cn->lock.
  */
 int shm_arena_get(struct shm_conn *cn, uint64_t len, uint64_t deadline_ns, uint64_t *off);
-/* shm_arena_try - as shm_arena_get without waiting: 0 or -ENOSPC. */
-int shm_arena_try(struct shm_conn *cn, uint64_t len, uint64_t *off);
 /* shm_arena_put - free the range at off and wake waiters. Takes cn->lock. */
 void shm_arena_put(struct shm_conn *cn, uint64_t off);
-/* shm_arena_find - the region offset of p[0..len) if it lies wholly inside
- * the arena, else UINT64_MAX. Pure. */
-uint64_t shm_arena_find(const struct shm_conn *cn, const void *p, size_t len);
+
+/* --- region.c: registered memory --- */
+
+/* shm_regs_init/shm_regs_fini - the empty table; fini closes the table's
+ * descriptors and drops its session references (no call in flight). */
+int shm_regs_init(struct lunar_client *c);
+void shm_regs_fini(struct lunar_client *c);
+/*
+ * shm_regs_add - register rg (base, len, span, span_len, file_off, dev,
+ * ino, fd, chunk filled in) with the current session and keep it. On 0 the
+ * table owns rg->fd; on error the caller still does. Returns 0, 1 when the
+ * same range of the same memfd is registered already (the caller's fd is
+ * not taken), INVALID_PARAMS when it overlaps another range,
+ * NO_AVAILABLE_HANDLE when the table is full, or the session's or the
+ * proxy's code. Takes c->lock then c->regs_lock; blocks for one round trip.
+ */
+int shm_regs_add(struct lunar_client *c, const struct shm_region *rg);
+/*
+ * shm_regs_rebind - move every registration to session cn (c->lock held):
+ * each range is registered with cn, or left unshared (staged) when that
+ * fails; cn NULL unshares them all. Takes c->regs_lock; blocks for the
+ * round trips.
+ */
+void shm_regs_rebind(struct lunar_client *c, struct shm_conn *cn);
+/* shm_regs_rdlock/shm_regs_unlock - hold the table steady for a request:
+ * from building it until its results are copied out. */
+void shm_regs_rdlock(struct lunar_client *c);
+void shm_regs_unlock(struct lunar_client *c);
+/* shm_regs_find - if p[0..len) lies inside a range shared with session cn,
+ * its region id and its offset from that region's start; else 0. Read lock
+ * held. */
+int shm_regs_find(const struct lunar_client *c, const struct shm_conn *cn, const void *p,
+		  size_t len, uint32_t *region, uint64_t *off);
+/*
+ * shm_memfd_span - describe the memfd mapping p[0..len) lies in, for
+ * shm_regs_add: on 0 rg->fd is a new descriptor of the memfd (CLOEXEC, the
+ * caller's). INVALID_PARAMS when the range is not inside one shared,
+ * writable mapping of a memfd sealed against shrinking, or no descriptor of
+ * it can be found. Reads /proc/self; any thread, no lock.
+ */
+int shm_memfd_span(void *p, size_t len, struct shm_region *rg);
+
+/* --- alloc.c: lunar_alloc chunks --- */
+
+/* shm_chunks_fini - unmap every chunk (lunar_close; their registrations
+ * are dropped with the table). */
+void shm_chunks_fini(struct lunar_client *c);
 
 /* --- submit.c: slots, ring, waiting --- */
 
@@ -148,8 +224,9 @@ int shm_wait_cond(struct shm_conn *cn, uint64_t deadline_ns);
 uint64_t shm_deadline(const struct lunar_client *c);
 /*
  * shm_run_items - one request of n >= 1 items (already validated) for op:
- * keys and scatter lists into the arena (buffers outside it staged), wait,
- * copy staged GET bytes back. Fills items[i].result. Returns the completion
+ * keys and scatter lists into the arena, buffers inside registered memory
+ * referenced in place and any other staged through the arena; wait, copy
+ * staged GET bytes back. Fills items[i].result. Returns the completion
  * result (>= 0) or a code for the whole request (items' results then hold
  * the same code). Blocks up to the handle's timeout.
  */

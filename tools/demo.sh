@@ -62,7 +62,7 @@ sock=$dir/proxy.sock
 ctl() { "$BIN/lunarctl" --socket "$sock" "$@"; }
 
 say "Starting lunar-proxy with an embedded master and a 256 MiB memory segment"
-"$BIN/lunar-proxy" --embedded-master --socket "$sock" --segment-size 256MiB --data-port 0 \
+"$BIN/lunar-proxy" --embedded-master --socket "$sock" --segment-size 256MiB --data-port 0 --http-port 0 \
 	>"$dir/proxy.log" 2>&1 &
 proxy_pid=$!
 echo "proxy pid $proxy_pid, socket $sock, log $dir/proxy.log"

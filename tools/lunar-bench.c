@@ -1,16 +1,17 @@
 /*
  * lunar-bench.c - put/get/remove throughput and latency through liblunar,
  * with a same-run memcpy and non-temporal copy baseline for the same object
- * size. Every value read back is checked byte for byte. Output: the
- * configuration, then one stable key=value line per figure (SPEC §12).
+ * size. Every value read back is checked byte for byte. Two more modes live
+ * in tools/bench/: --master (the master's RPC alone) and --trace (a request
+ * trace replayed with prefix semantics). Output: the configuration, then one
+ * stable key=value line per figure (SPEC §12).
  */
 #include "lunar.h"
 #include "clock.h"
-#include "parse.h"
+#include "tools/bench/bench.h"
 
 #include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,11 +22,10 @@
 #include <emmintrin.h>
 #endif
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NOCONN = 3 };
+enum { EXIT_OK = BENCH_EXIT_OK, EXIT_FAIL = BENCH_EXIT_FAIL, EXIT_NOCONN = BENCH_EXIT_NOCONN };
 enum phase { PH_PUT, PH_GET, PH_RM };
 
 #define BENCH_MIN_ARENA	      (64ull << 20)
-#define BENCH_ALIGN	      64
 #define BENCH_MAX_THREADS     1024
 #define BENCH_MAX_SIZE	      (1ull << 40) /* the largest value (SPEC §3) */
 #define BENCH_KEY_ROOM	      64	   /* "-<pid>-<index>" after the prefix */
@@ -72,6 +72,8 @@ struct figures {
 
 static const char usage_text[] =
     "usage: lunar-bench [OPTIONS]\n"
+    "       lunar-bench --master URL [OPTIONS]     (see lunar-bench --master x --help)\n"
+    "       lunar-bench --trace FILE --block-size SIZE [OPTIONS]   (likewise)\n"
     "\n"
     "Puts COUNT objects of SIZE bytes through the node's lunar-proxy from THREADS\n"
     "threads sharing one client, reads each back with lunar_get_into and checks\n"
@@ -103,34 +105,9 @@ static const char usage_text[] =
     "\n"
     "Exit codes: 0 ok, 1 an operation failed, 2 usage error, 3 cannot connect.\n";
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("lunar-bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nTry 'lunar-bench --help' for details.\n", stderr);
-	return EXIT_USAGE;
-}
-
-static uint64_t splitmix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-static uint64_t round_up(uint64_t x, uint64_t to)
-{
-	return (x + to - 1) / to * to;
-}
-
 static void *alloc_touched(size_t len, int fill)
 {
-	void *p = aligned_alloc(BENCH_ALIGN, round_up(len ? len : 1, BENCH_ALIGN));
+	void *p = aligned_alloc(BENCH_ALIGN, bench_round_up(len ? len : 1, BENCH_ALIGN));
 
 	/* Fault the pages in now so no phase times page faults. */
 	if (p)
@@ -150,13 +127,13 @@ static int pattern_init(struct bench *b)
 
 	span = span < PAT_SPAN_MIN ? PAT_SPAN_MIN : span > PAT_SPAN_MAX ? PAT_SPAN_MAX : span;
 	b->span_words = span / 8;
-	len = round_up(b->size + span, 8);
-	b->pattern = aligned_alloc(BENCH_ALIGN, round_up(len, BENCH_ALIGN));
+	len = bench_round_up(b->size + span, 8);
+	b->pattern = aligned_alloc(BENCH_ALIGN, bench_round_up(len, BENCH_ALIGN));
 	if (!b->pattern)
 		return -1;
 	w = (uint64_t *)b->pattern;
 	for (uint64_t j = 0; j < len / 8; j++)
-		w[j] = splitmix64(j);
+		w[j] = bench_splitmix64(j);
 	return 0;
 }
 
@@ -286,32 +263,12 @@ static int run_phase(struct bench *b, struct worker *ws, enum phase ph, struct f
 	return started == b->threads ? 0 : -1;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Nearest-rank percentile of sorted v[0..n), in microseconds. */
-static double pct_us(const uint64_t *v, uint64_t n, double p)
-{
-	uint64_t rank = (uint64_t)(p / 100.0 * (double)n + 0.999999);
-
-	if (rank < 1)
-		rank = 1;
-	return (double)v[(rank > n ? n : rank) - 1] / 1e3;
-}
-
 static void print_figures(const struct bench *b, const char *name, const struct figures *f,
 			  int with_bytes)
 {
-	uint64_t n = f->ops, sum = 0;
+	uint64_t n = f->ops;
 	double busy_s = (double)f->busy_ns / 1e9;
 
-	qsort(b->lat, n, sizeof(*b->lat), cmp_u64);
-	for (uint64_t i = 0; i < n; i++)
-		sum += b->lat[i];
 	printf("%s_ops=%llu\n", name, (unsigned long long)n);
 	printf("%s_errors=%llu\n", name, (unsigned long long)f->errors);
 	printf("%s_wall_s=%.6f\n", name, (double)f->wall_ns / 1e9);
@@ -319,12 +276,7 @@ static void print_figures(const struct bench *b, const char *name, const struct 
 	if (with_bytes)
 		printf("%s_gb_per_s=%.3f\n", name,
 		       busy_s > 0 ? (double)n * (double)b->size / busy_s / 1e9 : 0.0);
-	printf("%s_mean_us=%.2f\n", name, n ? (double)sum / (double)n / 1e3 : 0.0);
-	printf("%s_p50_us=%.2f\n", name, n ? pct_us(b->lat, n, 50) : 0.0);
-	printf("%s_p90_us=%.2f\n", name, n ? pct_us(b->lat, n, 90) : 0.0);
-	printf("%s_p99_us=%.2f\n", name, n ? pct_us(b->lat, n, 99) : 0.0);
-	printf("%s_p999_us=%.2f\n", name, n ? pct_us(b->lat, n, 99.9) : 0.0);
-	printf("%s_max_us=%.2f\n", name, n ? (double)b->lat[n - 1] / 1e3 : 0.0);
+	bench_print_lat(name, b->lat, n);
 	fflush(stdout);
 }
 
@@ -385,7 +337,7 @@ static double copy_rate(void (*copy)(void *, const void *, size_t), unsigned cha
  * each chunk is cold when copied, as a stored object is when read. */
 static void baseline(const struct bench *b)
 {
-	uint64_t stride = round_up(b->size, BENCH_ALIGN);
+	uint64_t stride = bench_round_up(b->size, BENCH_ALIGN);
 	uint64_t chunks = b->baseline_bytes / stride;
 	unsigned char *src, *dst;
 
@@ -411,73 +363,43 @@ static void baseline(const struct bench *b)
 	free(dst);
 }
 
-/* The value of --name VALUE or --name=VALUE; NULL when argv[*i] is not it. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing)
-{
-	size_t n = strlen(name);
-	const char *a = argv[*i];
-
-	if (strncmp(a, name, n) || (a[n] != '=' && a[n] != '\0'))
-		return NULL;
-	if (a[n] == '=')
-		return a + n + 1;
-	if (*i + 1 >= argc) {
-		*missing = 1;
-		return NULL;
-	}
-	return argv[++*i];
-}
-
-static int parse_num(const char *flag, const char *s, int is_size, uint64_t min, uint64_t max,
-		     uint64_t *out)
-{
-	uint64_t v;
-	int rc = is_size ? lc_parse_size(s, &v) : lc_parse_u64(s, &v);
-
-	if (rc || v < min || v > max)
-		return usage_error("bad value '%s' for %s (want %s from %llu to %llu)", s, flag,
-				   is_size ? "a size" : "a number", (unsigned long long)min,
-				   (unsigned long long)max);
-	*out = v;
-	return EXIT_OK;
-}
-
 static int parse_one(struct bench *b, int argc, char **argv, int *i)
 {
 	const char *a = argv[*i], *v;
 	uint64_t x;
 	int missing = 0, rc;
 
-	if ((v = opt_value(argc, argv, i, "--socket", &missing)))
+	if ((v = bench_opt_value(argc, argv, i, "--socket", &missing)))
 		b->opts.socket_path = v;
-	else if ((v = opt_value(argc, argv, i, "--tenant", &missing)))
+	else if ((v = bench_opt_value(argc, argv, i, "--tenant", &missing)))
 		b->opts.tenant = v;
-	else if ((v = opt_value(argc, argv, i, "--prefix", &missing)))
+	else if ((v = bench_opt_value(argc, argv, i, "--prefix", &missing)))
 		b->prefix = v;
-	else if ((v = opt_value(argc, argv, i, "--size", &missing)))
-		return parse_num("--size", v, 1, 1, BENCH_MAX_SIZE, &b->size);
-	else if ((v = opt_value(argc, argv, i, "--count", &missing)))
-		return parse_num("--count", v, 0, 1, UINT32_MAX, &b->count);
-	else if ((v = opt_value(argc, argv, i, "--baseline-size", &missing)))
-		return parse_num("--baseline-size", v, 1, 0, INT64_MAX / 4, &b->baseline_bytes);
-	else if ((v = opt_value(argc, argv, i, "--threads", &missing))) {
-		rc = parse_num("--threads", v, 0, 1, BENCH_MAX_THREADS, &x);
+	else if ((v = bench_opt_value(argc, argv, i, "--size", &missing)))
+		return bench_parse_num("--size", v, 1, 1, BENCH_MAX_SIZE, &b->size);
+	else if ((v = bench_opt_value(argc, argv, i, "--count", &missing)))
+		return bench_parse_num("--count", v, 0, 1, UINT32_MAX, &b->count);
+	else if ((v = bench_opt_value(argc, argv, i, "--baseline-size", &missing)))
+		return bench_parse_num("--baseline-size", v, 1, 0, INT64_MAX / 4,
+				       &b->baseline_bytes);
+	else if ((v = bench_opt_value(argc, argv, i, "--threads", &missing))) {
+		rc = bench_parse_num("--threads", v, 0, 1, BENCH_MAX_THREADS, &x);
 		b->threads = (unsigned)x;
 		return rc;
-	} else if ((v = opt_value(argc, argv, i, "--replicas", &missing))) {
-		rc = parse_num("--replicas", v, 0, 1, UINT_MAX, &x);
+	} else if ((v = bench_opt_value(argc, argv, i, "--replicas", &missing))) {
+		rc = bench_parse_num("--replicas", v, 0, 1, UINT_MAX, &x);
 		b->replicas = (unsigned)x;
 		return rc;
-	} else if ((v = opt_value(argc, argv, i, "--timeout-ms", &missing))) {
-		rc = parse_num("--timeout-ms", v, 0, 0, UINT_MAX, &x);
+	} else if ((v = bench_opt_value(argc, argv, i, "--timeout-ms", &missing))) {
+		rc = bench_parse_num("--timeout-ms", v, 0, 0, UINT_MAX, &x);
 		b->opts.timeout_ms = (unsigned)x;
 		return rc;
 	} else if (!strcmp(a, "--keep"))
 		b->keep = 1;
 	else if (missing)
-		return usage_error("option %s needs a value", a);
+		return bench_usage_error("option %s needs a value", a);
 	else
-		return usage_error("unknown argument '%s'", a);
+		return bench_usage_error("unknown argument '%s'", a);
 	return EXIT_OK;
 }
 
@@ -491,14 +413,14 @@ static int parse_args(struct bench *b, int argc, char **argv)
 			return rc;
 	}
 	if (strlen(b->prefix) + BENCH_KEY_ROOM > LUNAR_KEY_MAX)
-		return usage_error("--prefix is longer than %d bytes",
-				   LUNAR_KEY_MAX - BENCH_KEY_ROOM);
+		return bench_usage_error("--prefix is longer than %d bytes",
+					 LUNAR_KEY_MAX - BENCH_KEY_ROOM);
 	return EXIT_OK;
 }
 
 static void print_config(struct bench *b)
 {
-	uint64_t arena = round_up((uint64_t)b->threads * b->size * 2, 1ull << 20);
+	uint64_t arena = bench_round_up((uint64_t)b->threads * b->size * 2, 1ull << 20);
 
 	/* Every thread may have one value staged in the arena each way. */
 	b->opts.arena_bytes = arena < BENCH_MIN_ARENA ? BENCH_MIN_ARENA : (size_t)arena;
@@ -582,6 +504,12 @@ int main(int argc, char **argv)
 	int64_t errors;
 	int rc;
 
+	for (int i = 1; i < argc; i++) {
+		if (!strncmp(argv[i], "--master", 8) && (argv[i][8] == '=' || !argv[i][8]))
+			return bench_master_main(argc, argv);
+		if (!strncmp(argv[i], "--trace", 7) && (argv[i][7] == '=' || !argv[i][7]))
+			return bench_trace_main(argc, argv);
+	}
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			fputs(usage_text, stdout);

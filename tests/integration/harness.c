@@ -567,6 +567,8 @@ struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_
 	argv[n++] = "127.0.0.1";
 	argv[n++] = "--data-port";
 	argv[n++] = "0";
+	argv[n++] = "--http-port";
+	argv[n++] = "0";
 	first_extra = n;
 	va_start(ap, master_port);
 	rc = add_args(argv, &n, ap);

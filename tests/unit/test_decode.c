@@ -176,6 +176,42 @@ static void test_decode_key_and_segment_bounds(void **state)
 	expect_violation(f, &q);
 }
 
+static void test_decode_registered_region(void **state)
+{
+	struct fix *f = *state;
+	struct lc_sqe q = one_item(f, LC_OP_GET, "reg", 10);
+	struct lc_item *it = (struct lc_item *)(f->mem + q.arg_off);
+	struct lc_seg *seg = (struct lc_seg *)(f->mem + it->seg_off);
+	struct px_mreg *m = calloc(1, sizeof(*m));
+	struct px_req *r;
+	const char *why;
+
+	/* Given a registered 8 KiB range as region 3 */
+	m->len = 8192;
+	m->base = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	atomic_init(&m->refs, 1);
+	f->rg.mregs[3] = m;
+	/* When a segment names it inside its bounds, the request holds it */
+	seg->region = 3;
+	seg->off = 8000;
+	seg->len = 192;
+	assert_int_equal(px_decode(&f->rg, &q, &r, &why), 0);
+	assert_ptr_equal(r->items[0].iov[0].iov_base, m->base + 8000);
+	assert_int_equal(atomic_load(&m->refs), 2);
+	px_req_free(r);
+	assert_int_equal(atomic_load(&m->refs), 1);
+	/* Then past its end, an unknown region or an id out of range is a violation */
+	seg->len = 193;
+	expect_violation(f, &q);
+	seg->len = 1;
+	seg->region = 4;
+	expect_violation(f, &q);
+	seg->region = LC_MAX_REGIONS + 1;
+	expect_violation(f, &q);
+	assert_int_equal(atomic_load(&m->refs), 1);
+	px_mreg_put(m);
+}
+
 static void test_decode_bad_key_is_per_item(void **state)
 {
 	struct fix *f = *state;
@@ -242,6 +278,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_decode_bad_slot_and_op, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_item_array_bounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_key_and_segment_bounds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_decode_registered_region, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_bad_key_is_per_item, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_no_args_ops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_pattern, setup, teardown),

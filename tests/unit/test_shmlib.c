@@ -1,8 +1,9 @@
 /*
  * test_shmlib.c - liblunar against a fake proxy running in threads of this
  * test: it listens on a temp socket, hands out a sealed memfd region laid
- * out per shm_abi.h, consumes the ring and completes requests from a small
- * in-memory map. It is a fixture, not a proxy: it trusts the client.
+ * out per shm_abi.h, maps the memory the client registers on the socket,
+ * consumes the ring and completes requests from a small in-memory map. It
+ * is a fixture, not a proxy: it trusts the client.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "atomic.h"
@@ -50,6 +52,12 @@ struct fake_kv {
 
 struct fake;
 
+/* A registered region, as the fake mapped it. */
+struct fake_reg {
+	uint8_t *base;
+	uint64_t len;
+};
+
 struct fake_sess {
 	struct fake *f;
 	pthread_t th;
@@ -57,6 +65,8 @@ struct fake_sess {
 	uint8_t *base;
 	size_t size;
 	struct lc_shm_hdr h;
+	uint32_t id_start; /* region ids differ between sessions */
+	struct fake_reg regs[LC_MAX_REGIONS + 1];
 };
 
 struct fake {
@@ -69,11 +79,19 @@ struct fake {
 	int bad_magic;
 	int hang; /* atomic: consume requests, never complete them */
 	uint32_t entries, slots;
-	/* what the fake saw */
+	/* behaviour, under lock */
+	int delay_ms;	    /* before completing each request */
+	int32_t refuse_reg; /* the code for every ADD */
+	int reg_silent;	    /* take registrations, never reply */
+	/* what the fake saw, under lock */
 	char tenant[LC_TENANT_MAX];
-	uint64_t last_seg_off;
+	uint32_t last_region; /* of the first segment of the last put or get */
+	uint8_t *last_ptr;    /* where that segment began, in the fake's mappings */
+	int nadd, ndel, bad_regs;
+	uint32_t last_add;
 	struct fake_sess *sess[FAKE_SESS_MAX];
 	int nsess;
+	uint32_t sess_seq; /* sessions ever, across restarts */
 	/* the store, shared by all sessions and restarts */
 	pthread_mutex_t lock;
 	struct fake_kv kv[FAKE_KV_MAX];
@@ -99,6 +117,18 @@ static void kv_drop(struct fake *f, int i)
 	f->kv[i] = f->kv[--f->nkv];
 }
 
+/* Where a segment's bytes are, in the fake's own mappings. */
+static uint8_t *seg_ptr(const struct fake_sess *s, const struct lc_seg *sg)
+{
+	return sg->region ? s->regs[sg->region].base + sg->off : s->base + sg->off;
+}
+
+static void seg_seen(struct fake_sess *s, const struct lc_seg *sg)
+{
+	s->f->last_region = sg->region;
+	s->f->last_ptr = seg_ptr(s, sg);
+}
+
 static int64_t op_put(struct fake_sess *s, const struct lc_item *it, int upsert)
 {
 	struct fake *f = s->f;
@@ -111,10 +141,10 @@ static int64_t op_put(struct fake_sess *s, const struct lc_item *it, int upsert)
 		len += sg[j].len;
 	val = malloc(len);
 	for (uint32_t j = 0; j < it->nseg; j++) {
-		memcpy(val + at, s->base + sg[j].off, sg[j].len);
+		memcpy(val + at, seg_ptr(s, &sg[j]), sg[j].len);
 		at += sg[j].len;
 	}
-	f->last_seg_off = sg[0].off;
+	seg_seen(s, &sg[0]);
 	i = kv_find(f, s->base + it->key_off, it->key_len);
 	if (i >= 0 && !upsert) {
 		free(val);
@@ -137,6 +167,7 @@ static int64_t op_get(struct fake_sess *s, const struct lc_item *it)
 	int i = kv_find(s->f, s->base + it->key_off, it->key_len);
 	size_t cap = 0, at = 0;
 
+	seg_seen(s, &sg[0]);
 	if (i < 0)
 		return LUNAR_ERR_OBJECT_NOT_FOUND;
 	for (uint32_t j = 0; j < it->nseg; j++)
@@ -146,7 +177,7 @@ static int64_t op_get(struct fake_sess *s, const struct lc_item *it)
 	for (uint32_t j = 0; j < it->nseg && at < s->f->kv[i].len; j++) {
 		size_t n = sg[j].len < s->f->kv[i].len - at ? sg[j].len : s->f->kv[i].len - at;
 
-		memcpy(s->base + sg[j].off, s->f->kv[i].val + at, n);
+		memcpy(seg_ptr(s, &sg[j]), s->f->kv[i].val + at, n);
 		at += n;
 	}
 	return (int64_t)at;
@@ -192,6 +223,16 @@ static int fake_in_arena(const struct fake_sess *s, uint64_t off, uint64_t len)
 	       len <= s->h.arena_size - (off - s->h.arena_off);
 }
 
+static int fake_seg_ok(const struct fake_sess *s, const struct lc_seg *sg)
+{
+	const struct fake_reg *r = &s->regs[sg->region];
+
+	if (!sg->region)
+		return fake_in_arena(s, sg->off, sg->len);
+	return sg->region <= LC_MAX_REGIONS && r->base && sg->off <= r->len &&
+	       sg->len <= r->len - sg->off;
+}
+
 /* The rules the real proxy disconnects a client for (docs/shm-abi.md). */
 static void fake_validate(const struct fake_sess *s, const struct lc_sqe *e)
 {
@@ -221,7 +262,7 @@ static void fake_validate(const struct fake_sess *s, const struct lc_sqe *e)
 		FAKE_CHECK(it[i].seg_off % 8 == 0 &&
 			   fake_in_arena(s, it[i].seg_off, it[i].nseg * sizeof(*sg)));
 		for (uint32_t j = 0; j < it[i].nseg; j++)
-			FAKE_CHECK(!sg[j].region && fake_in_arena(s, sg[j].off, sg[j].len));
+			FAKE_CHECK(fake_seg_ok(s, &sg[j]));
 	}
 }
 
@@ -253,6 +294,8 @@ static void fake_complete(struct fake_sess *s, const struct lc_sqe *e)
 	fake_validate(s, e);
 	sl = &slots[e->slot];
 	pthread_mutex_lock(&s->f->lock);
+	if (s->f->delay_ms)
+		usleep(s->f->delay_ms * 1000);
 	r = fake_exec(s, e);
 	pthread_mutex_unlock(&s->f->lock);
 	sl->result = r;
@@ -281,6 +324,75 @@ static int fake_drain(struct fake_sess *s, uint32_t *cons)
 	return n > 0;
 }
 
+/* ADD under f->lock: the checks the real proxy makes, then map it. */
+static int32_t fake_reg_add(struct fake_sess *s, const struct lc_reg_req *q, int fd, uint32_t *id)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+	struct stat st;
+	uint32_t i, k;
+	void *m;
+
+	if (s->f->refuse_reg)
+		return s->f->refuse_reg;
+	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) || q->offset % 4096 ||
+	    !q->length || q->offset + q->length > (uint64_t)st.st_size) {
+		s->f->bad_regs++;
+		return LUNAR_ERR_INVALID_PARAMS;
+	}
+	for (k = 0; k < LC_MAX_REGIONS; k++) {
+		i = (s->id_start + k) % LC_MAX_REGIONS + 1;
+		if (!s->regs[i].base)
+			break;
+	}
+	if (k == LC_MAX_REGIONS)
+		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
+	m = mmap(NULL, q->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)q->offset);
+	FAKE_CHECK(m != MAP_FAILED);
+	s->regs[i] = (struct fake_reg){m, q->length};
+	*id = s->f->last_add = i;
+	return 0;
+}
+
+static int32_t fake_reg_del(struct fake_sess *s, uint32_t id)
+{
+	if (!id || id > LC_MAX_REGIONS || !s->regs[id].base)
+		return LUNAR_ERR_INVALID_PARAMS;
+	munmap(s->regs[id].base, s->regs[id].len);
+	s->regs[id].base = NULL;
+	return 0;
+}
+
+/* One registration request; -1 when the client went away. */
+static int fake_reg(struct fake_sess *s)
+{
+	struct lc_reg_rep p = {.magic = LC_REG_MAGIC};
+	struct lc_reg_req q;
+	int fd = -1, n, silent;
+
+	n = lc_uds_recv(s->sock, &q, sizeof(q), &fd, 1, 2000);
+	if (n < 0)
+		return -1;
+	FAKE_CHECK(q.magic == LC_REG_MAGIC);
+	p.cookie = q.cookie;
+	pthread_mutex_lock(&s->f->lock);
+	if (q.op == LC_REG_ADD) {
+		FAKE_CHECK(n == 1 && !q.region);
+		s->f->nadd++;
+		p.code = fake_reg_add(s, &q, fd, &p.region);
+	} else {
+		FAKE_CHECK(q.op == LC_REG_DEL && n == 0);
+		s->f->ndel++;
+		p.code = fake_reg_del(s, q.region);
+	}
+	silent = s->f->reg_silent;
+	pthread_mutex_unlock(&s->f->lock);
+	if (fd >= 0)
+		close(fd);
+	if (!silent)
+		FAKE_CHECK(lc_uds_send(s->sock, &p, sizeof(p), NULL, 0) == 0);
+	return 0;
+}
+
 static void *fake_sess_run(void *arg)
 {
 	struct fake_sess *s = arg;
@@ -289,15 +401,18 @@ static void *fake_sess_run(void *arg)
 	uint64_t junk;
 
 	while (!lc_load_acquire(&s->f->stop)) {
-		struct pollfd p[2] = {{s->evfd, POLLIN, 0}, {s->sock, POLLRDHUP, 0}};
+		struct pollfd p[2] = {{s->evfd, POLLIN, 0}, {s->sock, POLLIN | POLLRDHUP, 0}};
+		int busy = fake_drain(s, &cons);
 
-		if (fake_drain(s, &cons))
-			continue;
-		lc_ring_set_sleeping(ring, 1);
-		if (!fake_drain(s, &cons) && poll(p, 2, 10) > 0) {
-			if (p[1].revents)
+		if (!busy) {
+			lc_ring_set_sleeping(ring, 1);
+			busy = fake_drain(s, &cons);
+		}
+		/* The socket is looked at even while the ring is busy. */
+		if (poll(p, 2, busy ? 0 : 10) > 0) {
+			if ((p[1].revents & POLLIN) ? fake_reg(s) : p[1].revents != 0)
 				break; /* the client went away */
-			if (read(s->evfd, &junk, sizeof(junk)) < 0)
+			if (p[0].revents && read(s->evfd, &junk, sizeof(junk)) < 0)
 				FAKE_CHECK((errno) == (EAGAIN));
 		}
 		lc_ring_set_sleeping(ring, 0);
@@ -358,6 +473,7 @@ static void fake_handshake(struct fake *f, int sock)
 	s = calloc(1, sizeof(*s));
 	s->f = f;
 	s->sock = sock;
+	s->id_start = f->sess_seq++ * 5 + 3;
 	fake_region(s, &fds[0]);
 	s->evfd = fds[1] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	w.client_id = s->h.client_id;
@@ -409,6 +525,9 @@ static void fake_stop(struct fake *f)
 		close(s->sock);
 		close(s->evfd);
 		munmap(s->base, s->size);
+		for (int r = 1; r <= LC_MAX_REGIONS; r++)
+			if (s->regs[r].base)
+				munmap(s->regs[r].base, s->regs[r].len);
 		free(s);
 	}
 	f->nsess = 0;
@@ -426,15 +545,43 @@ static int fake_nsess(void)
 	return n;
 }
 
-/* The byte the first session sees where the last put's value began. */
-static uint8_t fake_last_put_byte(void)
+/* The byte the fake sees where the last put's value (or get's destination)
+ * began, and in which region that was. */
+static uint8_t fake_last_byte(void)
 {
 	uint8_t b;
 
 	pthread_mutex_lock(&F.lock);
-	b = F.sess[0]->base[F.last_seg_off];
+	b = *F.last_ptr;
 	pthread_mutex_unlock(&F.lock);
 	return b;
+}
+
+static uint32_t fake_last_region(void)
+{
+	uint32_t r;
+
+	pthread_mutex_lock(&F.lock);
+	r = F.last_region;
+	pthread_mutex_unlock(&F.lock);
+	return r;
+}
+
+/* Registration counters: ADDs, DELs, and ADDs the fake found bad. */
+static void fake_regs_seen(int *nadd, int *ndel)
+{
+	pthread_mutex_lock(&F.lock);
+	*nadd = F.nadd;
+	*ndel = F.ndel;
+	FAKE_CHECK(F.bad_regs == 0);
+	pthread_mutex_unlock(&F.lock);
+}
+
+static void fake_set(int *field, int v)
+{
+	pthread_mutex_lock(&F.lock);
+	*field = v;
+	pthread_mutex_unlock(&F.lock);
 }
 
 static void fake_tenant(char *out)
@@ -479,6 +626,32 @@ static void fill(uint8_t *p, size_t len, unsigned seed)
 {
 	for (size_t i = 0; i < len; i++)
 		p[i] = (uint8_t)(seed * 31 + i * 7);
+}
+
+/* Application memory: a memfd of len bytes mapped shared read-write,
+ * sealed against shrinking when seal; *fd stays open. */
+static uint8_t *memfd_map(size_t len, int seal, int *fd)
+{
+	uint8_t *p;
+
+	*fd = memfd_create("app-buf", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_true(*fd >= 0);
+	assert_int_equal(ftruncate(*fd, (off_t)len), 0);
+	if (seal)
+		assert_int_equal(fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+	assert_true(p != MAP_FAILED);
+	return p;
+}
+
+/* The fake reads the last put's value where the client's memory is: a
+ * change made after the put shows through its own mapping. */
+static void assert_read_in_place(uint8_t *p)
+{
+	assert_int_not_equal(fake_last_region(), 0);
+	p[0] ^= 0xff;
+	assert_int_equal(fake_last_byte(), p[0]);
+	p[0] ^= 0xff;
 }
 
 /* --- the tests --- */
@@ -588,8 +761,14 @@ static void test_shmlib_arguments(void **state)
 	assert_int_equal(res[0], 1);
 	assert_int_equal(res[1], LUNAR_ERR_INVALID_KEY);
 	assert_int_equal(res[2], 1);
-	assert_int_equal(lunar_register(c, big, 16), LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS);
-	assert_int_equal(lunar_unregister(c, big), LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS);
+	assert_int_equal(lunar_register(NULL, big, 16), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_register(c, NULL, 16), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_register(c, big, 0), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_register(c, (void *)-4096, 8192), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_unregister(c, big), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_unregister(NULL, big), LUNAR_ERR_INVALID_PARAMS);
+	assert_null(lunar_alloc(c, 0));
+	assert_null(lunar_alloc(NULL, 64));
 	lunar_close(c);
 	fake_stop(&F);
 }
@@ -700,11 +879,11 @@ static void test_shmlib_batch_get(void **state)
 	fake_stop(&F);
 }
 
-static void test_shmlib_zero_copy(void **state)
+static void test_shmlib_alloc(void **state)
 {
 	struct lunar_client *c;
-	uint8_t *p, *q, *a[4];
-	int n = 0;
+	uint8_t *p, *q, *a[16], *big;
+	int n = 0, nadd, ndel;
 
 	fake_start(&F);
 	c = connect_fake(0);
@@ -714,63 +893,268 @@ static void test_shmlib_zero_copy(void **state)
 	assert_non_null(q);
 	fill(p, 4096, 9);
 	assert_int_equal(lunar_put(c, "zc", p, 4096, NULL), 0);
-	/* The proxy read the value where it lies: the same shared bytes. */
-	p[0] ^= 0xff;
-	assert_int_equal(fake_last_put_byte(), p[0]);
-	p[0] ^= 0xff;
+	assert_read_in_place(p);
 	assert_int_equal(lunar_get_into(c, "zc", q, 4096), 4096);
+	assert_int_not_equal(fake_last_region(), 0);
 	assert_memory_equal(p, q, 4096);
 	lunar_free(c, p);
 	lunar_free(c, q);
 	lunar_free(c, &n); /* not ours: ignored */
-	assert_null(lunar_alloc(c, FAKE_ARENA + 1));
-	/* The arena fills up and empties again. */
-	while (n < 4 && (a[n] = lunar_alloc(c, FAKE_ARENA / 4)))
-		n++;
-	assert_int_equal(n, 4);
-	assert_null(lunar_alloc(c, 64));
-	for (int i = 0; i < n; i++)
-		lunar_free(c, a[i]);
-	p = lunar_alloc(c, FAKE_ARENA);
-	assert_non_null(p);
-	lunar_free(c, p);
+	lunar_free(c, NULL);
+	lunar_free(NULL, q);
+	/* Blocks come out of one registered chunk, freed space is reused, and
+	 * lunar_alloc memory is not bounded by the arena. */
+	for (n = 0; n < 16; n++) {
+		a[n] = lunar_alloc(c, FAKE_ARENA * 3);
+		assert_non_null(a[n]);
+		memset(a[n], n, FAKE_ARENA * 3);
+	}
+	for (n = 0; n < 16; n++)
+		lunar_free(c, a[n]);
+	for (n = 0; n < 16; n++)
+		assert_non_null(a[n] = lunar_alloc(c, FAKE_ARENA * 3));
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(nadd, 1);
+	/* Larger than a chunk: a chunk of its own. */
+	big = lunar_alloc(c, (64u << 20) + 1);
+	assert_non_null(big);
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(nadd, 2);
+	fill(big + (64u << 20) - 99, 100, 4);
+	assert_int_equal(lunar_put(c, "big", big + (64u << 20) - 99, 100, NULL), 0);
+	assert_read_in_place(big + (64u << 20) - 99);
+	assert_int_equal(lunar_get_into(c, "big", a[3], 100), 100);
+	assert_memory_equal(a[3], big + (64u << 20) - 99, 100);
+	lunar_free(c, big);
+	for (n = 0; n < 16; n++)
+		lunar_free(c, a[n]);
+	/* lunar_close unmaps the chunks; it unregisters nothing one by one. */
 	lunar_close(c);
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(ndel, 0);
 	fake_stop(&F);
 }
 
-static void *late_free_run(void *arg)
+static void test_shmlib_register(void **state)
 {
-	void **a = arg;
+	enum { LEN = 64 * 1024 };
+	static uint8_t out[LEN];
+	uint8_t *p, *u, *view, *heap = calloc(1, LEN), *a;
+	int fd, ufd, nadd, ndel, rc;
+	struct lunar_client *c;
 
-	usleep(100 * 1000);
-	lunar_free(a[0], a[1]);
+	fake_start(&F);
+	c = connect_fake(0);
+	p = memfd_map(LEN, 1, &fd);
+	u = memfd_map(LEN, 0, &ufd);
+	/* Not memfd memory, not sealed, not wholly inside the mapping, not
+	 * shared or not writable: refused before the proxy hears of it. */
+	assert_int_equal(lunar_register(c, heap, LEN), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_register(c, u, LEN), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_register(c, p + 4096, LEN), LUNAR_ERR_INVALID_PARAMS);
+	view = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	assert_int_equal(lunar_register(c, view, LEN), LUNAR_ERR_INVALID_PARAMS);
+	munmap(view, LEN);
+	view = mmap(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0);
+	assert_int_equal(lunar_register(c, view, LEN), LUNAR_ERR_INVALID_PARAMS);
+	munmap(view, LEN);
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(nadd, 0);
+	/* Sealed memfd memory: registered once however often asked; a range
+	 * overlapping it is refused. */
+	assert_int_equal(lunar_register(c, p + 100, LEN - 200), 0);
+	assert_int_equal(lunar_register(c, p + 100, LEN - 200), 0);
+	assert_int_equal(lunar_register(c, p, LEN), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_register(c, p + 200, 10), LUNAR_ERR_INVALID_PARAMS);
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(nadd, 1);
+	/* Puts read it in place, gets write it in place. */
+	fill(p + 100, 5000, 3);
+	assert_int_equal(lunar_put(c, "reg", p + 100, 5000, NULL), 0);
+	assert_read_in_place(p + 100);
+	assert_int_equal(lunar_get_into(c, "reg", p + 20000, 5000), 5000);
+	assert_int_not_equal(fake_last_region(), 0);
+	assert_memory_equal(p + 20000, p + 100, 5000);
+	/* A buffer reaching outside the range is staged. */
+	assert_int_equal(lunar_put(c, "edge", p + 50, 5000, NULL), 0);
+	assert_int_equal(fake_last_region(), 0);
+	assert_int_equal(lunar_get_into(c, "edge", out, LEN), 5000);
+	assert_memory_equal(out, p + 50, 5000);
+	/* Unregistered: the proxy is told, calls stage it again. */
+	assert_int_equal(lunar_unregister(c, p + 100), 0);
+	assert_int_equal(lunar_unregister(c, p + 100), LUNAR_ERR_INVALID_PARAMS);
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(ndel, 1);
+	assert_int_equal(lunar_get_into(c, "reg", p + 30000, 5000), 5000);
+	assert_int_equal(fake_last_region(), 0);
+	assert_memory_equal(p + 30000, p + 100, 5000);
+	/* lunar_alloc memory is registered already. */
+	a = lunar_alloc(c, 4096);
+	assert_non_null(a);
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(lunar_register(c, a + 64, 100), 0);
+	assert_int_equal(lunar_unregister(c, a + 64), 0);
+	fake_regs_seen(&rc, &ndel);
+	assert_int_equal(rc, nadd);
+	assert_int_equal(ndel, 1);
+	memcpy(a, "alloc", 5);
+	assert_int_equal(lunar_put(c, "alloc", a, 5, NULL), 0);
+	assert_read_in_place(a);
+	/* The caller closed its descriptor: /proc/self/map_files opens the
+	 * memfd when we are privileged enough, else the range is refused. */
+	close(fd);
+	rc = lunar_register(c, p, 8192);
+	assert_true(rc == 0 || rc == LUNAR_ERR_INVALID_PARAMS);
+	if (!rc) {
+		assert_int_equal(lunar_put(c, "mapfile", p + 4000, 100, NULL), 0);
+		assert_read_in_place(p + 4000);
+	}
+	/* The table holds LC_MAX_REGIONS ranges (the chunk and maybe p among
+	 * them); pages of one mapping are ranges of their own. */
+	view = memfd_map(4096 * (LC_MAX_REGIONS + 1), 1, &fd);
+	for (int i = 0; i <= LC_MAX_REGIONS; i++)
+		if ((rc = lunar_register(c, view + 4096 * i, 1)) != 0)
+			break;
+	assert_int_equal(rc, LUNAR_ERR_NO_AVAILABLE_HANDLE);
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(nadd - ndel, LC_MAX_REGIONS);
+	lunar_close(c);
+	munmap(view, 4096 * (LC_MAX_REGIONS + 1));
+	close(fd);
+	munmap(p, LEN);
+	munmap(u, LEN);
+	close(ufd);
+	free(heap);
+	fake_stop(&F);
+}
+
+static void test_shmlib_reg_restart(void **state)
+{
+	enum { LEN = 16 * 1024 };
+	struct lunar_client *c;
+	uint8_t *p, *a;
+	uint32_t r0;
+	int fd, nadd, ndel;
+
+	fake_start(&F);
+	c = connect_fake(0);
+	p = memfd_map(LEN, 1, &fd);
+	assert_int_equal(lunar_register(c, p, LEN), 0);
+	a = lunar_alloc(c, 1000);
+	assert_non_null(a);
+	fill(p, 1000, 5);
+	fill(a, 1000, 6);
+	assert_int_equal(lunar_put(c, "r1", p, 1000, NULL), 0);
+	r0 = fake_last_region();
+	assert_int_not_equal(r0, 0);
+	fake_stop(&F);
+	assert_int_equal(lunar_health(c), 1);
+	/* The proxy is back: the next call reconnects, and both ranges are
+	 * registered with it (new region numbers) before the call runs. */
+	fake_start(&F);
+	assert_int_equal(lunar_put(c, "r2", p, 1000, NULL), 0);
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(nadd, 4);
+	assert_int_not_equal(fake_last_region(), r0);
+	assert_read_in_place(p);
+	assert_int_equal(lunar_put(c, "a2", a, 1000, NULL), 0);
+	assert_read_in_place(a);
+	assert_int_equal(lunar_get_into(c, "r2", a, 1000), 1000);
+	assert_memory_equal(a, p, 1000);
+	/* A proxy that refuses them: staged, still correct. */
+	fake_stop(&F);
+	assert_int_equal(lunar_health(c), 1);
+	F.refuse_reg = LUNAR_ERR_TENANT_QUOTA_EXCEEDED;
+	fake_start(&F);
+	fill(p, 1000, 7);
+	assert_int_equal(lunar_put(c, "r3", p, 1000, NULL), 0);
+	assert_int_equal(fake_last_region(), 0);
+	assert_int_equal(lunar_get_into(c, "r3", a, 1000), 1000);
+	assert_int_equal(fake_last_region(), 0);
+	assert_memory_equal(a, p, 1000);
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(nadd, 6);
+	/* The range stays in the table, unshared; a live proxy's refusal of a
+	 * new registration is the caller's answer. */
+	assert_int_equal(lunar_register(c, p + LEN / 2, 100), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(lunar_unregister(c, p), 0);
+	assert_int_equal(lunar_register(c, p, LEN), LUNAR_ERR_TENANT_QUOTA_EXCEEDED);
+	assert_null(lunar_alloc(c, (64u << 20) + 1));
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(ndel, 0); /* nothing was shared with this session */
+	lunar_free(c, a);
+	lunar_close(c);
+	munmap(p, LEN);
+	close(fd);
+	fake_stop(&F);
+}
+
+static void test_shmlib_reg_timeout(void **state)
+{
+	struct lunar_client *c;
+	uint64_t t0, dt;
+	uint8_t *p;
+	int fd;
+
+	fake_start(&F);
+	c = connect_fake(300);
+	p = memfd_map(8192, 1, &fd);
+	fake_set(&F.reg_silent, 1);
+	t0 = lc_now_ms();
+	assert_int_equal(lunar_register(c, p, 8192), LUNAR_ERR_PROXY_UNAVAILABLE);
+	dt = lc_now_ms() - t0;
+	assert_true(dt >= 250 && dt < 1500);
+	/* A late reply would answer the next request: the session was
+	 * dropped, and a new one serves the next call. */
+	fake_set(&F.reg_silent, 0);
+	assert_int_equal(lunar_register(c, p, 8192), 0);
+	assert_int_equal(fake_nsess(), 2);
+	memcpy(p, "hello", 5);
+	assert_int_equal(lunar_put(c, "hello", p, 5, NULL), 0);
+	assert_read_in_place(p);
+	lunar_close(c);
+	munmap(p, 8192);
+	close(fd);
+	fake_stop(&F);
+}
+
+struct wide_put {
+	struct lunar_client *c;
+	uint8_t *val;
+	int rc;
+};
+
+static void *wide_put_run(void *arg)
+{
+	struct wide_put *w = arg;
+
+	w->rc = lunar_put(w->c, "first", w->val, FAKE_ARENA / 4 * 3, NULL);
 	return NULL;
 }
 
 static void test_shmlib_arena_full(void **state)
 {
-	uint8_t *val = calloc(1, FAKE_ARENA / 2);
-	struct lunar_client *c;
+	uint8_t *val = calloc(1, FAKE_ARENA);
+	struct wide_put w;
 	pthread_t th;
-	void *a[2];
 	uint64_t t0;
 
 	fake_start(&F);
-	c = connect_fake(300);
-	a[0] = c;
-	a[1] = lunar_alloc(c, FAKE_ARENA / 4 * 3);
-	assert_non_null(a[1]);
-	/* No room to stage: wait for space until the deadline. */
+	w = (struct wide_put){connect_fake(5000), val, -1};
+	/* A slow put holds most of the arena with its staged value; the next
+	 * one waits for the space, then goes through. */
+	fake_set(&F.delay_ms, 300);
+	pthread_create(&th, NULL, wide_put_run, &w);
+	usleep(100 * 1000);
 	t0 = lc_now_ms();
-	assert_int_equal(lunar_put(c, "wide", val, FAKE_ARENA / 2, NULL), LUNAR_ERR_BUSY);
-	assert_true(lc_now_ms() - t0 >= 250);
-	/* Space freed while waiting: the put goes through. */
-	pthread_create(&th, NULL, late_free_run, a);
-	assert_int_equal(lunar_put(c, "wide", val, FAKE_ARENA / 2, NULL), 0);
+	assert_int_equal(lunar_put(w.c, "wide", val, FAKE_ARENA / 2, NULL), 0);
+	assert_true(lc_now_ms() - t0 >= 350);
 	pthread_join(th, NULL);
-	assert_int_equal(lunar_get_size(c, "wide"), FAKE_ARENA / 2);
+	assert_int_equal(w.rc, 0);
+	fake_set(&F.delay_ms, 0);
+	assert_int_equal(lunar_get_size(w.c, "wide"), FAKE_ARENA / 2);
 	free(val);
-	lunar_close(c);
+	lunar_close(w.c);
 	fake_stop(&F);
 }
 
@@ -788,13 +1172,21 @@ static void *worker_run(void *arg)
 
 	for (int j = 0; j < 300; j++) {
 		size_t len = 1 + (size_t)((w->id * 131 + j * 17) % (int)sizeof(val));
+		/* Every third value lives in lunar_alloc memory. */
+		uint8_t *v = j % 3 ? val : lunar_alloc(w->c, len);
 
+		if (!v) {
+			w->errors++;
+			continue;
+		}
 		snprintf(key, sizeof(key), "t%d-%d", w->id, j);
-		fill(val, len, (unsigned)(w->id * 1000 + j));
-		w->errors += lunar_put(w->c, key, val, len, NULL) != 0;
+		fill(v, len, (unsigned)(w->id * 1000 + j));
+		w->errors += lunar_put(w->c, key, v, len, NULL) != 0;
 		w->errors += lunar_get_into(w->c, key, out, sizeof(out)) != (int64_t)len;
-		w->errors += memcmp(val, out, len) != 0;
+		w->errors += memcmp(v, out, len) != 0;
 		w->errors += lunar_exists(w->c, key) != 1;
+		if (v != val)
+			lunar_free(w->c, v);
 	}
 	return NULL;
 }
@@ -877,7 +1269,8 @@ static void test_shmlib_timeout(void **state)
 {
 	struct lunar_client *c;
 	uint64_t t0, dt;
-	void *p;
+	int nadd, ndel;
+	uint8_t *p;
 
 	fake_start(&F);
 	c = connect_fake(300);
@@ -889,11 +1282,14 @@ static void test_shmlib_timeout(void **state)
 	dt = lc_now_ms() - t0;
 	assert_true(dt >= 250 && dt < 1500);
 	/* The timed-out session is dropped; a new one serves the next call.
-	 * Old lunar_alloc memory stays usable (staged now). */
+	 * lunar_alloc memory stays valid, shared with the new session. */
 	lc_store_release(&F.hang, 0);
 	memcpy(p, "late", 4);
 	assert_int_equal(lunar_put(c, "slow", p, 4, NULL), 0);
+	assert_read_in_place(p);
 	assert_int_equal(fake_nsess(), 2);
+	fake_regs_seen(&nadd, &ndel);
+	assert_int_equal(nadd, 2);
 	assert_int_equal(lunar_exists(c, "slow"), 1);
 	lunar_free(c, p);
 	lunar_close(c);
@@ -909,7 +1305,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_shmlib_arguments, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_put_get, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_batch_get, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_zero_copy, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_alloc, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_register, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_reg_restart, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_reg_timeout, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_arena_full, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_threads, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_proxy_death, setup, teardown),

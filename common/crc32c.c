@@ -1,0 +1,316 @@
+/*
+ * crc32c.c - CRC32C, reflected polynomial 0x82F63B78. With SSE4.2 the crc32
+ * instruction runs three independent chains over three adjacent blocks (its
+ * latency is three cycles, its throughput one a cycle) and the chains are
+ * joined with "append n zero bytes" tables, the technique of Mark Adler's
+ * crc32c.c. Without it, slice-by-8 tables. The tables are built once.
+ */
+#include "crc32c.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define LC_CRC_X86 1
+#define HW_FN	   __attribute__((target("sse4.2")))
+#define HW_INLINE  __attribute__((target("sse4.2"), always_inline)) inline
+#endif
+
+#define POLY	  0x82f63b78u
+#define LONG_BLK  8192 /* three of these per round on large buffers */
+#define SHORT_BLK 256  /* then three of these, then single words */
+#ifndef PF_DIST
+#define PF_DIST 512 /* bytes ahead of each chain to prefetch */
+#endif
+
+static uint32_t crc_table[8][256];   /* slice-by-8 */
+static uint32_t crc_long[4][256];    /* append LONG_BLK zero bytes to a raw crc */
+static uint32_t crc_short[4][256];   /* append SHORT_BLK zero bytes */
+static int crc_use_hw;
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+/* The modes of one loop body: checksum only, or also store each word. */
+enum { RUN_CRC, RUN_COPY, RUN_STREAM };
+
+static inline uint64_t ld64(const unsigned char *p)
+{
+	uint64_t w;
+
+	memcpy(&w, p, 8);
+	return w;
+}
+
+/* A linear map on 32-bit crc registers, as the images of its 32 unit vectors. */
+static uint32_t gf2_apply(const uint32_t *mat, uint32_t vec)
+{
+	uint32_t sum = 0;
+
+	for (; vec; vec >>= 1, mat++)
+		if (vec & 1)
+			sum ^= *mat;
+	return sum;
+}
+
+static void gf2_compose(uint32_t *out, const uint32_t *a, const uint32_t *b)
+{
+	uint32_t tmp[32];
+
+	for (int i = 0; i < 32; i++)
+		tmp[i] = gf2_apply(a, b[i]);
+	memcpy(out, tmp, sizeof(tmp));
+}
+
+/* Tables for the map "feed n zero bytes to a raw crc register". */
+static void zeros_tables(uint32_t zeros[4][256], size_t n)
+{
+	uint32_t op[32], acc[32];
+
+	op[0] = POLY; /* one zero bit */
+	for (int i = 1; i < 32; i++)
+		op[i] = 1u << (i - 1);
+	for (int i = 0; i < 3; i++) /* one bit -> one byte */
+		gf2_compose(op, op, op);
+	for (int i = 0; i < 32; i++)
+		acc[i] = 1u << i;
+	for (; n; n >>= 1) {
+		if (n & 1)
+			gf2_compose(acc, op, acc);
+		gf2_compose(op, op, op);
+	}
+	for (uint32_t b = 0; b < 256; b++)
+		for (int k = 0; k < 4; k++)
+			zeros[k][b] = gf2_apply(acc, b << (8 * k));
+}
+
+static void crc_init(void)
+{
+	for (uint32_t n = 0; n < 256; n++) {
+		uint32_t c = n;
+
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ POLY : c >> 1;
+		crc_table[0][n] = c;
+	}
+	for (uint32_t n = 0; n < 256; n++)
+		for (int k = 1; k < 8; k++)
+			crc_table[k][n] = (crc_table[k - 1][n] >> 8) ^
+					  crc_table[0][crc_table[k - 1][n] & 0xff];
+	zeros_tables(crc_long, LONG_BLK);
+	zeros_tables(crc_short, SHORT_BLK);
+#ifdef LC_CRC_X86
+	__builtin_cpu_init(); /* we may run from a constructor, before libgcc's */
+	crc_use_hw = __builtin_cpu_supports("sse4.2") != 0;
+#endif
+}
+
+static inline void crc_ready(void)
+{
+	pthread_once(&crc_once, crc_init);
+}
+
+int lc_crc32c_hw(void)
+{
+	crc_ready();
+	return crc_use_hw;
+}
+
+/* Slice-by-8 over raw registers; dst, when not NULL, receives a copy. */
+static uint32_t sw_run(uint32_t c, unsigned char *dst, const unsigned char *p, size_t len)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	for (; len >= 8; len -= 8, p += 8) {
+		uint64_t w = ld64(p);
+		uint64_t x = w ^ c;
+
+		if (dst) {
+			memcpy(dst, &w, 8);
+			dst += 8;
+		}
+		c = crc_table[7][x & 0xff] ^ crc_table[6][(x >> 8) & 0xff] ^
+		    crc_table[5][(x >> 16) & 0xff] ^ crc_table[4][(x >> 24) & 0xff] ^
+		    crc_table[3][(x >> 32) & 0xff] ^ crc_table[2][(x >> 40) & 0xff] ^
+		    crc_table[1][(x >> 48) & 0xff] ^ crc_table[0][x >> 56];
+	}
+#endif
+	for (; len; len--, p++) {
+		if (dst)
+			*dst++ = *p;
+		c = (c >> 8) ^ crc_table[0][(c ^ *p) & 0xff];
+	}
+	return c;
+}
+
+uint32_t lc_crc32c_sw(uint32_t crc, const void *buf, size_t len)
+{
+	crc_ready();
+	return ~sw_run(~crc, NULL, buf, len);
+}
+
+uint32_t lc_copy_crc32c_sw(void *dst, const void *src, size_t len, uint32_t crc)
+{
+	crc_ready();
+	return ~sw_run(~crc, dst, src, len);
+}
+
+static inline uint32_t shift(const uint32_t zeros[4][256], uint32_t c)
+{
+	return zeros[0][c & 0xff] ^ zeros[1][(c >> 8) & 0xff] ^ zeros[2][(c >> 16) & 0xff] ^
+	       zeros[3][c >> 24];
+}
+
+#ifdef LC_CRC_X86
+HW_INLINE static void put64(unsigned char *d, uint64_t w, int mode)
+{
+	if (mode == RUN_STREAM)
+		_mm_stream_si64((long long *)(void *)d, (long long)w);
+	else if (mode == RUN_COPY)
+		memcpy(d, &w, 8);
+}
+
+HW_INLINE static uint64_t step16(uint64_t c, const unsigned char *p, unsigned char *q, int mode)
+{
+#if VARIANT == 2
+	__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+
+	c = _mm_crc32_u64(c, (uint64_t)_mm_cvtsi128_si64(v));
+	c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(v, 1));
+	if (mode == RUN_STREAM)
+		_mm_stream_si128((__m128i *)(void *)q, v);
+	else if (mode == RUN_COPY)
+		_mm_storeu_si128((__m128i *)(void *)q, v);
+#elif VARIANT == 3
+	c = _mm_crc32_u64(c, ld64(p));
+	c = _mm_crc32_u64(c, ld64(p + 8));
+	if (mode != RUN_CRC) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+
+		if (mode == RUN_STREAM)
+			_mm_stream_si128((__m128i *)(void *)q, v);
+		else
+			_mm_storeu_si128((__m128i *)(void *)q, v);
+	}
+#else
+	uint64_t w0 = ld64(p), w1 = ld64(p + 8);
+
+	c = _mm_crc32_u64(c, w0);
+	c = _mm_crc32_u64(c, w1);
+	put64(q, w0, mode);
+	put64(q + 8, w1, mode);
+#endif
+	return c;
+}
+
+/*
+ * Rounds of three blk-byte blocks, one chain each, while 3 * blk bytes are
+ * left; then the chains join: crc(A || B) = zeros_|B|(crc(A)) ^ crc0(B).
+ * Advances *d (unless only checksumming), *s and *len.
+ */
+HW_INLINE static uint64_t hw_rounds(uint64_t c0, unsigned char **d, const unsigned char **s,
+				    size_t *len, size_t blk, const uint32_t zeros[4][256],
+				    int mode)
+{
+	const unsigned char *p = *s;
+	unsigned char *q = *d;
+	size_t n = *len;
+
+	for (; n >= 3 * blk; n -= 3 * blk, p += 3 * blk) {
+		uint64_t c1 = 0, c2 = 0;
+
+		for (size_t i = 0; i < blk; i += 64) {
+			/* The crc chains let few loads run ahead of them, so the
+			 * out-of-order window alone would keep few lines in flight. */
+			_mm_prefetch((const char *)p + i + PF_DIST, _MM_HINT_T0);
+			_mm_prefetch((const char *)p + blk + i + PF_DIST, _MM_HINT_T0);
+			_mm_prefetch((const char *)p + 2 * blk + i + PF_DIST, _MM_HINT_T0);
+			for (size_t j = i; j < i + 64; j += 16) {
+				c0 = step16(c0, p + j, q + j, mode);
+				c1 = step16(c1, p + blk + j, q + blk + j, mode);
+				c2 = step16(c2, p + 2 * blk + j, q + 2 * blk + j, mode);
+			}
+		}
+		c0 = shift(zeros, (uint32_t)c0) ^ (uint32_t)c1;
+		c0 = shift(zeros, (uint32_t)c0) ^ (uint32_t)c2;
+		if (mode != RUN_CRC)
+			q += 3 * blk;
+	}
+	*s = p;
+	*d = q;
+	*len = n;
+	return c0;
+}
+
+/* The whole hardware path on a raw register; mode fixes the stores. */
+HW_INLINE static uint32_t hw_run(uint32_t crc, unsigned char *d, const unsigned char *s,
+				 size_t len, int mode)
+{
+	uint64_t c = crc;
+
+	/* Align what matters: the stream stores' target, else the loads. */
+	uintptr_t mis = mode == RUN_STREAM ? (uintptr_t)d : (uintptr_t)s;
+	size_t head = (-mis) & (mode == RUN_STREAM ? 63 : 7);
+
+	for (head = head < len ? head : len; head; head--, len--) {
+		if (mode != RUN_CRC)
+			*d++ = *s;
+		c = _mm_crc32_u8((uint32_t)c, *s++);
+	}
+	c = hw_rounds(c, &d, &s, &len, LONG_BLK, crc_long, mode);
+	c = hw_rounds(c, &d, &s, &len, SHORT_BLK, crc_short, mode);
+	for (; len >= 8; len -= 8, s += 8) {
+		uint64_t w = ld64(s);
+
+		c = _mm_crc32_u64(c, w);
+		if (mode != RUN_CRC) {
+			put64(d, w, mode);
+			d += 8;
+		}
+	}
+	for (; len; len--) {
+		if (mode != RUN_CRC)
+			*d++ = *s;
+		c = _mm_crc32_u8((uint32_t)c, *s++);
+	}
+	if (mode == RUN_STREAM)
+		_mm_sfence(); /* order the stream stores before anyone hears we are done */
+	return (uint32_t)c;
+}
+
+HW_FN static uint32_t hw_crc(uint32_t crc, const void *buf, size_t len)
+{
+	return hw_run(crc, NULL, buf, len, RUN_CRC);
+}
+
+HW_FN static uint32_t hw_copy(uint32_t crc, void *dst, const void *src, size_t len)
+{
+	return hw_run(crc, dst, src, len, RUN_COPY);
+}
+
+HW_FN static uint32_t hw_stream(uint32_t crc, void *dst, const void *src, size_t len)
+{
+	return hw_run(crc, dst, src, len, RUN_STREAM);
+}
+#endif /* LC_CRC_X86 */
+
+uint32_t lc_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+	crc_ready();
+#ifdef LC_CRC_X86
+	if (crc_use_hw)
+		return ~hw_crc(~crc, buf, len);
+#endif
+	return ~sw_run(~crc, NULL, buf, len);
+}
+
+uint32_t lc_copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc)
+{
+	crc_ready();
+#ifdef LC_CRC_X86
+	if (crc_use_hw) {
+		if (len >= LC_COPY_CRC32C_NT_MIN)
+			return ~hw_stream(~crc, dst, src, len);
+		return ~hw_copy(~crc, dst, src, len);
+	}
+#endif
+	return ~sw_run(~crc, dst, src, len);
+}

@@ -1,0 +1,40 @@
+/*
+ * crc32c.h - CRC32C (Castagnoli), the checksum every object carries (SPEC §3).
+ * The SSE4.2 crc32 instruction over three interleaved streams when the CPU has
+ * it (chosen once at run time), a slice-by-8 table otherwise; and a copy that
+ * checksums in the same pass, for the get path of every KV block.
+ * All functions are pure, thread-safe and never block.
+ */
+#ifndef LUNAR_COMMON_CRC32C_H
+#define LUNAR_COMMON_CRC32C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Copies at least this long use non-temporal stores in lc_copy_crc32c. */
+#define LC_COPY_CRC32C_NT_MIN (256u * 1024)
+
+/*
+ * lc_crc32c - extend crc over len bytes of buf. Start with crc = 0; the
+ * pre- and post-inversion happen inside, so chaining works:
+ * lc_crc32c(lc_crc32c(0, a, la), b, lb) == lc_crc32c(0, a || b, la + lb).
+ * lc_crc32c(0, "123456789", 9) == 0xE3069283. buf may be NULL when len == 0.
+ */
+uint32_t lc_crc32c(uint32_t crc, const void *buf, size_t len);
+
+/*
+ * lc_copy_crc32c - copy len bytes from src to dst (which must not overlap)
+ * and return lc_crc32c(crc, src, len), reading src once. From
+ * LC_COPY_CRC32C_NT_MIN bytes on, dst is written with non-temporal stores
+ * (it bypasses the caches; an sfence orders them before the return).
+ */
+uint32_t lc_copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc);
+
+/* For tests and benchmarks: whether lc_crc32c uses the SSE4.2 instruction,
+ * and the table implementation of both functions, which gives identical
+ * results on every CPU. */
+int lc_crc32c_hw(void);
+uint32_t lc_crc32c_sw(uint32_t crc, const void *buf, size_t len);
+uint32_t lc_copy_crc32c_sw(void *dst, const void *src, size_t len, uint32_t crc);
+
+#endif /* LUNAR_COMMON_CRC32C_H */

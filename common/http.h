@@ -1,0 +1,82 @@
+/*
+ * http.h - a tiny embedded HTTP/1.0 and 1.1 server for /metrics, /health,
+ * /ready and small admin JSON (SPEC §11). One thread polls the listener and
+ * serves one connection at a time: a request (GET or HEAD, line and headers
+ * at most LC_HTTP_MAX_HEAD bytes, read within LC_HTTP_TIMEOUT_MS), one
+ * handler call, one response with Content-Length and Connection: close.
+ * Serial service is plenty for scrapes and probes; a client that stalls
+ * delays the next one by at most the timeout.
+ */
+#ifndef LUNAR_COMMON_HTTP_H
+#define LUNAR_COMMON_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LC_HTTP_MAX_HEAD   8192 /* request line + headers; longer: 431 */
+#define LC_HTTP_TIMEOUT_MS 2000 /* to read a request, and again to write a reply */
+
+struct lc_http;
+
+/*
+ * What a handler answers. The server zeroes it, then sets status 200 and
+ * content_type "text/plain; charset=utf-8" before the call. content_type must
+ * point to storage that outlives the reply (a string literal); one holding CR
+ * or LF is replaced by the default. body is malloc'd and owned by the server
+ * once the handler returns; fill it with lc_http_reply_printf/_append, or set
+ * body, len and cap yourself (cap >= len).
+ */
+struct lc_http_reply {
+	int status;
+	const char *content_type;
+	char *body;
+	size_t len;
+	size_t cap;
+};
+
+/*
+ * A handler, called on the server thread (one call at a time). method is
+ * "GET" or "HEAD" (for HEAD the server sends the headers of the reply and no
+ * body); path is the raw request path, starting with '/'; query is what
+ * followed '?', still encoded, or "". Returns 0, or a negative code to have
+ * the server answer 500 and discard the reply. It should not block for long:
+ * the next request waits.
+ */
+typedef int (*lc_http_handler_fn)(void *arg, const char *method, const char *path,
+				  const char *query, struct lc_http_reply *rep);
+
+/*
+ * lc_http_start - listen on host:port (host NULL or "" means every address;
+ * a numeric address or a name) and serve requests with fn(arg, ...) on a new
+ * thread. Port 0 picks a free port (see lc_http_port). Returns 0 and *out, or
+ * -errno (-EINVAL for a NULL fn or out, -EADDRINUSE, ...). Blocks only to bind.
+ */
+int lc_http_start(const char *host, uint16_t port, lc_http_handler_fn fn, void *arg,
+		  struct lc_http **out);
+/* lc_http_port - the port the server listens on. */
+uint16_t lc_http_port(const struct lc_http *h);
+/*
+ * lc_http_stop - close the listener, drop any connection in progress, join
+ * the thread and free h. Returns once fn will not be called again; takes at
+ * most the duration of a handler call. Not from the handler. NULL is a no-op.
+ */
+void lc_http_stop(struct lc_http *h);
+
+/* lc_http_reply_printf - append formatted text to rep->body (kept NUL
+ * terminated). Returns 0 or -ENOMEM (the body is then left as it was). */
+int lc_http_reply_printf(struct lc_http_reply *rep, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* lc_http_reply_append - append len bytes. Returns 0 or -ENOMEM. */
+int lc_http_reply_append(struct lc_http_reply *rep, const void *data, size_t len);
+
+/*
+ * lc_http_query_get - find the first parameter called name in query
+ * ("a=1&b=x%20y", as a handler receives it), and write its value, decoded
+ * (%XX escapes, '+' as space) and NUL terminated, into buf of cap bytes.
+ * Names are compared after decoding; "flag" alone has the value "".
+ * Returns the value's length, -ENOENT if absent, -EINVAL for a bad escape
+ * or one that decodes to NUL, -ENOSPC if cap is too small. Pure.
+ */
+int lc_http_query_get(const char *query, const char *name, char *buf, size_t cap);
+
+#endif /* LUNAR_COMMON_HTTP_H */

@@ -1,0 +1,120 @@
+/*
+ * admin_http.c - the master's HTTP endpoints; see admin_http.h. Admin
+ * queries go through mst_dispatch like any RPC, and their replies are
+ * rendered as JSON from the protobuf descriptors.
+ */
+#include "master/admin_http.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+#include "json.h"
+#include "lunar.h"
+#include "master/master.h"
+#include "rpc.h"
+
+#define ARG_MAX 4097
+
+/* A query parameter, or "" when absent or malformed. */
+static void query_arg(const char *query, const char *name, char *buf)
+{
+	if (lc_http_query_get(query, name, buf, ARG_MAX) < 0)
+		buf[0] = '\0';
+}
+
+static int answer(struct mst_master *m, uint32_t method, const ProtobufCMessage *rq,
+		  struct lc_http_reply *rep)
+{
+	ProtobufCMessage *out;
+	int code;
+
+	if (mst_dispatch(m, method, rq, &out))
+		return -1;
+	code = lp_status(out) ? lp_status(out)->code : LUNAR_ERR_INTERNAL;
+	rep->status = code == 0 ? 200 : code == LUNAR_ERR_OBJECT_NOT_FOUND ? 404 : 400;
+	rep->content_type = "application/json";
+	code = lp_json_render(out, rep);
+	protobuf_c_message_free_unpacked(out, NULL);
+	return code ? -1 : lc_http_reply_append(rep, "\n", 1);
+}
+
+static int admin_keys(struct mst_master *m, const char *query, struct lc_http_reply *rep)
+{
+	Lunar__ListKeysRequest rq = LUNAR__LIST_KEYS_REQUEST__INIT;
+	char *tenant = malloc(ARG_MAX), *pattern = malloc(ARG_MAX), limit[32];
+	int rc = -1;
+
+	if (!tenant || !pattern)
+		goto out;
+	query_arg(query, "tenant", tenant);
+	query_arg(query, "pattern", pattern);
+	if (lc_http_query_get(query, "limit", limit, sizeof(limit)) > 0)
+		rq.limit = (uint32_t)strtoul(limit, NULL, 10);
+	rq.tenant = tenant;
+	rq.pattern = pattern;
+	rc = answer(m, LUNAR__METHOD__LIST_KEYS, &rq.base, rep);
+out:
+	free(tenant);
+	free(pattern);
+	return rc;
+}
+
+static int admin_stat(struct mst_master *m, const char *query, struct lc_http_reply *rep)
+{
+	Lunar__StatKeyRequest rq = LUNAR__STAT_KEY_REQUEST__INIT;
+	char *tenant = malloc(ARG_MAX), *key = malloc(ARG_MAX);
+	int rc = -1;
+
+	if (!tenant || !key)
+		goto out;
+	query_arg(query, "tenant", tenant);
+	query_arg(query, "key", key);
+	rq.tenant = tenant;
+	rq.key = key;
+	rc = answer(m, LUNAR__METHOD__STAT_KEY, &rq.base, rep);
+out:
+	free(tenant);
+	free(key);
+	return rc;
+}
+
+static int metrics(struct mst_master *m, struct lc_http_reply *rep)
+{
+	char *text;
+	size_t len;
+	int rc;
+
+	if (mst_metrics_render(m, &text, &len))
+		return -1;
+	rep->content_type = "text/plain; version=0.0.4";
+	rc = lc_http_reply_append(rep, text, len);
+	free(text);
+	return rc;
+}
+
+int mst_http_handle(void *arg, const char *method, const char *path, const char *query,
+		    struct lc_http_reply *rep)
+{
+	struct mst_master *m = arg;
+	Lunar__ListSegmentsRequest segs = LUNAR__LIST_SEGMENTS_REQUEST__INIT;
+	Lunar__ListClientsRequest clients = LUNAR__LIST_CLIENTS_REQUEST__INIT;
+
+	if (!strcmp(path, "/metrics"))
+		return metrics(m, rep);
+	if (!strcmp(path, "/health"))
+		return lc_http_reply_printf(rep, "ok\n");
+	if (!strcmp(path, "/ready")) {
+		rep->status = mst_master_ready(m) ? 200 : 503;
+		return lc_http_reply_printf(rep, "%s\n", rep->status == 200 ? "ready" : "no segment");
+	}
+	if (!strcmp(path, "/admin/keys"))
+		return admin_keys(m, query, rep);
+	if (!strcmp(path, "/admin/stat"))
+		return admin_stat(m, query, rep);
+	if (!strcmp(path, "/admin/segments"))
+		return answer(m, LUNAR__METHOD__LIST_SEGMENTS, &segs.base, rep);
+	if (!strcmp(path, "/admin/clients"))
+		return answer(m, LUNAR__METHOD__LIST_CLIENTS, &clients.base, rep);
+	return 1;
+}

@@ -1,0 +1,237 @@
+/*
+ * evict.c - memory eviction. A round takes a census of the candidates shard
+ * by shard (one shard lock at a time, no global lock), then evicts the
+ * ceil(candidates * eviction_ratio) with the oldest lease deadlines (near
+ * LRU: a read pushes the deadline forward), picked by quickselect rather than
+ * a full sort. Soft-pinned objects (within their TTL) are taken only when
+ * the unpinned candidates run out, and only with allow_evict_soft_pinned.
+ * Under pressure (memory above the watermark, or an allocation failed) the
+ * round goes on, chunk by chunk, until use falls below
+ * (1 - eviction_ratio) * watermark, as Mooncake's second pass does.
+ * Candidates: COMPLETE, lease expired, not hard-pinned, not busy.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "clock.h"
+#include "log.h"
+#include "mst_int.h"
+#include "mst_obj.h"
+
+struct cand {
+	uint64_t lease_ms, id, hash;
+	const void *o; /* identity only: re-found under the shard lock */
+};
+
+struct census {
+	struct cand *v;
+	size_t n, cap;
+	size_t off; /* v[0..off) already taken */
+};
+
+struct census_arg {
+	uint64_t now;
+	int soft_too;
+	struct census plain, soft;
+	int nomem;
+};
+
+static int candidate(const struct mst_object *o, uint64_t now)
+{
+	return o->state == MST_ST_COMPLETE && !o->hard_pin && !mst_obj_busy(o) &&
+	       o->lease_ms <= now && o->nrep > 0;
+}
+
+static int soft_pinned(const struct mst_object *o, uint64_t now)
+{
+	return o->soft_pin_ms > now;
+}
+
+static int census_push(struct census *c, const struct mst_object *o)
+{
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 1024;
+		struct cand *v = realloc(c->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		c->v = v;
+		c->cap = cap;
+	}
+	c->v[c->n++] = (struct cand){o->lease_ms, o->id, o->hash, o};
+	return 0;
+}
+
+static int visit_census(struct mst_master *m, struct mst_object *o, void *arg)
+{
+	struct census_arg *a = arg;
+	struct census *c = soft_pinned(o, a->now) ? &a->soft : &a->plain;
+
+	if (!candidate(o, a->now) || (c == &a->soft && !a->soft_too))
+		return 0;
+	if (census_push(c, o)) {
+		a->nomem = 1;
+		return -1;
+	}
+	return 0;
+}
+
+static void swap(struct cand *a, struct cand *b)
+{
+	struct cand t = *a;
+
+	*a = *b;
+	*b = t;
+}
+
+/* Reorder v so that v[0..k) hold the k oldest lease deadlines (quickselect,
+ * Lomuto partition around a middle pivot; expected O(n)). */
+static void select_oldest(struct cand *v, size_t n, size_t k)
+{
+	size_t lo = 0, hi = n;
+
+	while (k > lo && k < hi && hi - lo > 1) {
+		size_t p = lo, mid = lo + (hi - lo) / 2;
+		uint64_t pivot = v[mid].lease_ms;
+
+		swap(&v[mid], &v[hi - 1]);
+		for (size_t i = lo; i < hi - 1; i++)
+			if (v[i].lease_ms < pivot)
+				swap(&v[i], &v[p++]);
+		swap(&v[p], &v[hi - 1]);
+		if (p + 1 == k || p == k)
+			return;
+		if (p > k)
+			hi = p;
+		else
+			lo = p + 1;
+	}
+}
+
+/* Evict one census entry if it is still there and still a candidate. */
+static uint64_t evict_one(struct mst_master *m, const struct cand *c, uint64_t now)
+{
+	struct mst_shard *s = &m->shards[c->hash % MST_SHARDS];
+	struct mst_object **pp;
+	uint64_t bytes = 0;
+
+	pthread_mutex_lock(&s->lock);
+	pp = mst_obj_find_id(s, c->hash, c->o, c->id);
+	if (pp && candidate(*pp, now)) {
+		for (unsigned i = 0; i < (*pp)->nrep; i++)
+			bytes += (*pp)->reps[i].len;
+		mst_obj_erase(m, s, pp);
+		__atomic_fetch_add(&m->ctr.evictions, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&m->ctr.evicted_bytes, bytes, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return bytes ? 1 : 0;
+}
+
+/* Evict the k oldest of c and take them off it; the number evicted. */
+static int64_t evict_oldest(struct mst_master *m, struct census *c, size_t k, uint64_t now)
+{
+	struct cand *v = c->v + c->off;
+	size_t left = c->n - c->off;
+	int64_t n = 0;
+
+	if (k > left)
+		k = left;
+	select_oldest(v, left, k);
+	for (size_t i = 0; i < k; i++)
+		n += (int64_t)evict_one(m, &v[i], now);
+	c->off += k; /* the rest stays for the next chunk */
+	return n;
+}
+
+/* Up to k more, unpinned first. */
+static int64_t evict_chunk(struct mst_master *m, struct census_arg *a, size_t k)
+{
+	int64_t n = evict_oldest(m, &a->plain, k, a->now);
+
+	if ((size_t)n < k)
+		n += evict_oldest(m, &a->soft, k - (size_t)n, a->now);
+	return n;
+}
+
+static uint64_t used(struct mst_master *m)
+{
+	return __atomic_load_n(&m->used, __ATOMIC_RELAXED);
+}
+
+static double watermark(struct mst_master *m)
+{
+	return m->cfg.eviction_high_watermark_ratio *
+	       (double)__atomic_load_n(&m->capacity, __ATOMIC_RELAXED);
+}
+
+static int64_t round_locked(struct mst_master *m, uint64_t now, struct census_arg *a)
+{
+	int pressure = __atomic_exchange_n(&m->alloc_failed, 0, __ATOMIC_RELAXED) ||
+		       (double)used(m) > watermark(m);
+	double low = (1.0 - m->cfg.eviction_ratio) * watermark(m);
+	size_t total, k;
+	int64_t n;
+
+	for (size_t i = 0; i < MST_SHARDS && !a->nomem; i++)
+		mst_shard_sweep(m, i, visit_census, a);
+	if (a->nomem)
+		LC_WARN("master", "eviction census out of memory: partial round");
+	total = a->plain.n + a->soft.n;
+	k = (size_t)ceil((double)total * m->cfg.eviction_ratio);
+	if (!k && total && pressure)
+		k = 1;
+	n = evict_chunk(m, a, k);
+	while (pressure && (double)used(m) > low &&
+	       a->plain.n - a->plain.off + a->soft.n - a->soft.off)
+		n += evict_chunk(m, a, k);
+	return n;
+}
+
+/* A whole round; the eviction lock held. */
+static int64_t evict_round_locked(struct mst_master *m, uint64_t now)
+{
+	struct census_arg a = {.now = now, .soft_too = m->cfg.allow_evict_soft_pinned};
+	int64_t n = round_locked(m, now, &a);
+
+	__atomic_fetch_add(&m->evict_gen, 1, __ATOMIC_RELEASE);
+	__atomic_fetch_add(&m->ctr.evict_rounds, 1, __ATOMIC_RELAXED);
+	free(a.plain.v);
+	free(a.soft.v);
+	if (n)
+		LC_DEBUG("master", "eviction round: %lld objects", (long long)n);
+	return n;
+}
+
+int64_t mst_evict_round(struct mst_master *m, uint64_t now)
+{
+	int64_t n;
+
+	pthread_mutex_lock(&m->evict_lock);
+	n = evict_round_locked(m, now);
+	pthread_mutex_unlock(&m->evict_lock);
+	return n;
+}
+
+void mst_evict_maybe(struct mst_master *m)
+{
+	if (__atomic_load_n(&m->alloc_failed, __ATOMIC_RELAXED) || (double)used(m) > watermark(m))
+		mst_evict_round(m, lc_now_ms());
+}
+
+int mst_evict_after_failure(struct mst_master *m, uint64_t gen)
+{
+	int again;
+
+	if (!__atomic_load_n(&m->capacity, __ATOMIC_RELAXED))
+		return 0; /* nothing mounted: nothing to make room in */
+	__atomic_store_n(&m->alloc_failed, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&m->evict_lock);
+	/* a round that ended after our failure may have made the room already */
+	again = __atomic_load_n(&m->evict_gen, __ATOMIC_ACQUIRE) != gen;
+	if (!again)
+		again = evict_round_locked(m, lc_now_ms()) > 0;
+	pthread_mutex_unlock(&m->evict_lock);
+	return again;
+}

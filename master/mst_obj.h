@@ -1,0 +1,123 @@
+/*
+ * mst_obj.h - the object record and its shard table, shared by the files of
+ * master/ that work on objects (objects.c, upsert.c, scan.c, evict.c).
+ * Everything here is called with the object's shard lock held unless said
+ * otherwise.
+ */
+#ifndef LUNAR_MASTER_MST_OBJ_H
+#define LUNAR_MASTER_MST_OBJ_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lunar.h"
+#include "mst_int.h"
+
+#define MST_MAX_REPLICAS 64 /* replica_num above this is clamped (best effort anyway) */
+#define MST_TENANT_MAX	 63
+
+enum { MST_ST_PROCESSING, MST_ST_COMPLETE };
+
+/* An upsert in flight on a COMPLETE object: the new replicas being written. */
+struct mst_upsert {
+	uint64_t writer, size, start_ms;
+	struct mst_replica *reps; /* heap */
+	unsigned nrep;
+	int hard_pin, soft_pin;
+	uint64_t soft_pin_ttl_ms;
+};
+
+struct mst_object {
+	struct mst_object *next; /* hash chain */
+	uint64_t hash;
+	uint64_t id; /* unique for the master's life: eviction re-finds by (pointer, id) */
+	uint64_t size;
+	uint64_t writer;	   /* client_id of the PutStart (or last UpsertEnd) */
+	uint64_t lease_ms;	   /* read lease deadline, monotonic ms; commit time at first */
+	uint64_t put_start_ms;	   /* when PutStart ran */
+	uint64_t soft_pin_ttl_ms;  /* requested TTL, 0 if no soft pin */
+	uint64_t soft_pin_ms;	   /* soft pin deadline, set at commit */
+	struct mst_tenant *tenant; /* charged with size */
+	struct mst_upsert *up;	   /* NULL unless an upsert is in flight */
+	struct mst_replica *reps;  /* heap, nrep entries */
+	unsigned nrep;
+	uint32_t crc;
+	uint8_t state;
+	uint8_t hard_pin;
+	size_t tlen; /* tenant length + 1: the key starts at kbuf + tlen */
+	size_t klen; /* tenant "\0" key, NUL-terminated after klen */
+	char kbuf[];
+};
+
+struct mst_shard {
+	pthread_mutex_t lock;
+	struct mst_object **buckets;
+	size_t nbuckets, n;
+};
+
+/* A lookup key: tenant "\0" key and its hash. */
+struct mst_okey {
+	char buf[MST_TENANT_MAX + 1 + LUNAR_KEY_MAX];
+	size_t len, tlen;
+	uint64_t hash;
+};
+
+static inline const char *mst_obj_key(const struct mst_object *o)
+{
+	return o->kbuf + o->tlen;
+}
+
+/* mst_tenant_name - the tenant a request means: "default" when empty. */
+const char *mst_tenant_name(const char *tenant);
+/* mst_okey_make - validate tenant and key; 0 or INVALID_PARAMS/INVALID_KEY. */
+int mst_okey_make(struct mst_okey *k, const char *tenant, const char *key);
+/* mst_obj_lookup - lock the shard of (tenant, key), find its slot. On a bad
+ * key nothing is locked and the code is returned. */
+int mst_obj_lookup(struct mst_master *m, const char *tenant, const char *key, struct mst_shard **s,
+		   struct mst_object ***pp);
+/* mst_obj_find_key - the slot of k in shard s: the object, or the NULL at
+ * the end of its chain. */
+struct mst_object **mst_obj_find_key(struct mst_shard *s, const struct mst_okey *k);
+/* mst_upsert_cancel - end o's upsert without effect, its ranges given back
+ * now (revoked, or its writer is dead). */
+void mst_upsert_cancel(struct mst_master *m, struct mst_object *o);
+/* mst_obj_find_id - the slot of the object o with id in shard s (hash is its
+ * hash), or NULL when it is gone; o is only compared, never read. */
+struct mst_object **mst_obj_find_id(struct mst_shard *s, uint64_t hash, const void *o, uint64_t id);
+/* mst_obj_erase - unlink *pp, give back its ranges and quota, free it. */
+void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object **pp);
+/* mst_obj_busy - a COMPLETE object that must not be removed or evicted now
+ * (an upsert in flight). */
+static inline int mst_obj_busy(const struct mst_object *o)
+{
+	return o->up != NULL;
+}
+/* mst_replicas_pb - heap protobuf copies of n replicas in state st. */
+int mst_replicas_pb(const struct mst_replica *r, unsigned n, Lunar__ReplicaState st,
+		    Lunar__Replica ***out, size_t *nout);
+/* mst_replicas_free - give n ranges back to their segments now. */
+void mst_replicas_free(struct mst_master *m, const struct mst_replica *r, unsigned n);
+/* mst_soft_pin_ttl - the soft pin TTL a request gets, 0 if none. */
+uint64_t mst_soft_pin_ttl(const struct mst_master *m, int soft_pin, uint64_t ttl_ms);
+
+/* mst_obj_put_locked - PutStart under the held shard lock, on the free slot
+ * pp: charge the tenant, place, insert. 0 with the reply replicas, or a code. */
+int mst_obj_put_locked(struct mst_master *m, struct mst_shard *s, uint64_t client,
+		       const struct mst_okey *k, const Lunar__PutStartRequest *rq,
+		       Lunar__Replica ***reps, size_t *n);
+/* mst_obj_finish - PutEnd (commit) or PutRevoke of the PROCESSING object
+ * *pp by client; the shard lock stays held. */
+int mst_obj_finish(struct mst_master *m, struct mst_shard *s, struct mst_object **pp,
+		   uint64_t client, int commit, uint32_t crc);
+/* mst_obj_discard - a stale PROCESSING put pre-empted: its ranges are given
+ * back after put_start_release_timeout, the object goes now. */
+void mst_obj_discard(struct mst_master *m, struct mst_shard *s, struct mst_object **pp);
+
+/* mst_shard_sweep - apply fn to every object of shard i under its lock; fn
+ * returns 1 to erase the object, -1 to stop the sweep. Returns the number
+ * erased. Call with no shard lock held. */
+typedef int (*mst_visit_fn)(struct mst_master *m, struct mst_object *o, void *arg);
+int64_t mst_shard_sweep(struct mst_master *m, size_t i, mst_visit_fn fn, void *arg);
+
+#endif /* LUNAR_MASTER_MST_OBJ_H */

@@ -1,0 +1,202 @@
+/*
+ * scan.c - calls that visit every object: remove_all, remove by regex, list
+ * keys, and the drop of a lost segment's replicas or a dead client's puts.
+ * Shards are taken one at a time, never two, so writers on other shards run
+ * on while a scan goes.
+ */
+#include <errno.h>
+#include <regex.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "key.h"
+#include "lunar.h"
+#include "mst_int.h"
+#include "mst_obj.h"
+
+#define LIST_DEFAULT_LIMIT 1000
+
+struct remove_arg {
+	const char *tenant; /* with its "\0" */
+	size_t tlen;
+	int force;
+	uint64_t now;
+	regex_t *re; /* NULL: every key */
+};
+
+/* 1 when o is the tenant's (or any tenant's when a->tenant is NULL) and
+ * matches the pattern. */
+static int obj_matches(const struct remove_arg *a, const struct mst_object *o)
+{
+	if (a->tenant && (o->tlen != a->tlen || memcmp(o->kbuf, a->tenant, a->tlen)))
+		return 0;
+	return !a->re || !regexec(a->re, mst_obj_key(o), 0, NULL, 0);
+}
+
+static int visit_remove(struct mst_master *m, struct mst_object *o, void *arg)
+{
+	const struct remove_arg *a = arg;
+
+	return obj_matches(a, o) && o->state == MST_ST_COMPLETE && !mst_obj_busy(o) &&
+	       (a->force || o->lease_ms <= a->now);
+}
+
+static int remove_arg_init(struct remove_arg *a, const char *tenant, int force)
+{
+	int rc;
+
+	*a = (struct remove_arg){.force = force, .now = lc_now_ms()};
+	a->tenant = mst_tenant_name(tenant);
+	a->tlen = strnlen(a->tenant, MST_TENANT_MAX + 1);
+	rc = lc_tenant_check(a->tenant, a->tlen);
+	a->tlen++;
+	return rc;
+}
+
+static int64_t sweep_all(struct mst_master *m, mst_visit_fn fn, void *arg)
+{
+	int64_t n = 0;
+
+	for (size_t i = 0; i < MST_SHARDS; i++)
+		n += mst_shard_sweep(m, i, fn, arg);
+	return n;
+}
+
+int64_t mst_obj_remove_all(struct mst_master *m, const char *tenant, int force)
+{
+	struct remove_arg a;
+	int rc = remove_arg_init(&a, tenant, force);
+
+	return rc ? rc : sweep_all(m, visit_remove, &a);
+}
+
+int64_t mst_obj_remove_regex(struct mst_master *m, const char *tenant, const char *pattern,
+			     int force)
+{
+	struct remove_arg a;
+	regex_t re;
+	int64_t n;
+	int rc = remove_arg_init(&a, tenant, force);
+
+	if (rc)
+		return rc;
+	if (!pattern || !pattern[0] || regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB))
+		return LUNAR_ERR_INVALID_PARAMS;
+	a.re = &re;
+	n = sweep_all(m, visit_remove, &a);
+	regfree(&re);
+	return n;
+}
+
+struct list_arg {
+	struct remove_arg match;
+	Lunar__ListKeysReply *r;
+	size_t limit;
+	int nomem;
+};
+
+static Lunar__KeyInfo *key_info(const struct mst_object *o)
+{
+	Lunar__KeyInfo *ki = malloc(sizeof(*ki));
+
+	if (!ki)
+		return NULL;
+	lunar__key_info__init(ki);
+	ki->tenant = strdup(o->kbuf);
+	ki->key = strdup(mst_obj_key(o));
+	ki->size = o->size;
+	ki->state = o->state == MST_ST_COMPLETE ? LUNAR__REPLICA_STATE__COMPLETE
+						: LUNAR__REPLICA_STATE__PROCESSING;
+	if (!ki->tenant || !ki->key) {
+		protobuf_c_message_free_unpacked(&ki->base, NULL);
+		return NULL;
+	}
+	return ki;
+}
+
+static int visit_list(struct mst_master *m, struct mst_object *o, void *arg)
+{
+	struct list_arg *a = arg;
+	Lunar__KeyInfo *ki;
+
+	if (!obj_matches(&a->match, o))
+		return 0;
+	if (a->r->n_keys == a->limit) {
+		a->r->truncated = 1;
+		return -1;
+	}
+	ki = key_info(o);
+	if (!ki) {
+		a->nomem = 1;
+		return -1;
+	}
+	a->r->keys[a->r->n_keys++] = ki;
+	return 0;
+}
+
+int mst_obj_list(struct mst_master *m, const Lunar__ListKeysRequest *rq, Lunar__ListKeysReply *r)
+{
+	struct list_arg a = {.r = r, .limit = rq->limit ? rq->limit : LIST_DEFAULT_LIMIT};
+	regex_t re;
+	int rc = 0;
+
+	if (rq->tenant && rq->tenant[0] && (rc = remove_arg_init(&a.match, rq->tenant, 1)))
+		return rc;
+	if (rq->pattern && rq->pattern[0]) {
+		if (regcomp(&re, rq->pattern, REG_EXTENDED | REG_NOSUB))
+			return LUNAR_ERR_INVALID_PARAMS;
+		a.match.re = &re;
+	}
+	r->keys = calloc(a.limit, sizeof(*r->keys));
+	if (!r->keys)
+		rc = -ENOMEM;
+	for (size_t i = 0; !rc && i < MST_SHARDS && !r->truncated && !a.nomem; i++)
+		mst_shard_sweep(m, i, visit_list, &a);
+	if (a.match.re)
+		regfree(&re);
+	return a.nomem ? -ENOMEM : rc;
+}
+
+struct drop_arg {
+	const struct mst_segment *seg;
+	uint64_t client, before_ms;
+};
+
+/* Keep the replicas of v[0..*n) not on seg; 1 if any went. */
+static int drop_on(struct mst_replica *v, unsigned *n, const struct mst_segment *seg)
+{
+	unsigned kept = 0;
+
+	for (unsigned i = 0; i < *n; i++)
+		if (v[i].seg != seg)
+			v[kept++] = v[i];
+	if (kept == *n)
+		return 0;
+	*n = kept;
+	return 1;
+}
+
+static int visit_drop(struct mst_master *m, struct mst_object *o, void *arg)
+{
+	const struct drop_arg *a = arg;
+
+	if (a->client && o->state == MST_ST_PROCESSING && o->writer == a->client &&
+	    o->put_start_ms <= a->before_ms)
+		return 1;
+	if (a->client && o->up && o->up->writer == a->client && o->up->start_ms <= a->before_ms)
+		mst_upsert_cancel(m, o);
+	if (!a->seg)
+		return 0;
+	if (o->up && drop_on(o->up->reps, &o->up->nrep, a->seg) && !o->up->nrep)
+		mst_upsert_cancel(m, o);
+	return drop_on(o->reps, &o->nrep, a->seg) && o->nrep == 0;
+}
+
+void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint64_t client,
+		      uint64_t before_ms)
+{
+	struct drop_arg a = {.seg = seg, .client = client, .before_ms = before_ms};
+
+	sweep_all(m, visit_drop, &a);
+}

@@ -1,0 +1,112 @@
+/*
+ * http.c - the proxy's HTTP port: Prometheus /metrics (lunar_proxy_*, and
+ * the embedded master's lunar_master_* when there is one), /health, /ready
+ * (segment mounted and master reachable), and the embedded master's /admin/
+ * queries.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "http.h"
+#include "log.h"
+#include "lunar.h"
+#include "master/admin_http.h"
+#include "proxy/px_int.h"
+
+static const char *const op_names[LC_OP_MAX] = {
+	[LC_OP_PUT] = "put",		 [LC_OP_UPSERT] = "upsert",
+	[LC_OP_GET] = "get",		 [LC_OP_GET_SIZE] = "get_size",
+	[LC_OP_EXISTS] = "exists",	 [LC_OP_REMOVE] = "remove",
+	[LC_OP_REMOVE_ALL] = "remove_all", [LC_OP_REMOVE_REGEX] = "remove_by_regex",
+	[LC_OP_PREFIX_MATCH] = "prefix_match", [LC_OP_HEALTH] = "health",
+};
+
+#define LOAD(x) ((unsigned long long)atomic_load_explicit(&(x), memory_order_relaxed))
+
+static int counter(struct lc_http_reply *rep, const char *name, const char *help,
+		   unsigned long long v)
+{
+	return lc_http_reply_printf(rep, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help,
+				    name, name, v);
+}
+
+static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
+{
+	const struct px_stats *st = &px->stats;
+	int rc = lc_http_reply_printf(rep,
+				      "# HELP lunar_proxy_requests_total Client requests by operation.\n"
+				      "# TYPE lunar_proxy_requests_total counter\n");
+
+	for (int op = 1; !rc && op < LC_OP_MAX; op++)
+		rc = lc_http_reply_printf(rep, "lunar_proxy_requests_total{op=\"%s\"} %llu\n",
+					  op_names[op], LOAD(st->requests[op]));
+	rc = rc ?: counter(rep, "lunar_proxy_key_errors_total", "Per-key results that were errors.",
+			   LOAD(st->key_errors));
+	rc = rc ?: counter(rep, "lunar_proxy_lease_cache_hits_total",
+			   "Keys served from a held lease, no master call.", LOAD(st->lease_hits));
+	rc = rc ?: counter(rep, "lunar_proxy_lease_cache_misses_total",
+			   "Keys that needed the master.", LOAD(st->lease_misses));
+	rc = rc ?: counter(rep, "lunar_proxy_checksum_failures_total",
+			   "Replica reads whose CRC32C did not match.", LOAD(st->checksum_failures));
+	rc = rc ?: counter(rep, "lunar_proxy_put_bytes_total", "Value bytes stored.",
+			   LOAD(st->bytes_put));
+	rc = rc ?: counter(rep, "lunar_proxy_get_bytes_total", "Value bytes read.", LOAD(st->bytes_got));
+	rc = rc ?: counter(rep, "lunar_proxy_busy_total", "Requests refused with BUSY.",
+			   LOAD(st->busy));
+	rc = rc ?: counter(rep, "lunar_proxy_client_violations_total",
+			   "Clients disconnected for breaking the protocol.", LOAD(st->violations));
+	rc = rc ?: counter(rep, "lunar_proxy_clients_total", "Clients accepted.",
+			   LOAD(st->clients_total));
+	rc = rc ?: lc_http_reply_printf(rep,
+					"# HELP lunar_proxy_segment_bytes DRAM contributed.\n"
+					"# TYPE lunar_proxy_segment_bytes gauge\n"
+					"lunar_proxy_segment_bytes %llu\n"
+					"# HELP lunar_proxy_segment_mounted 1 while mounted.\n"
+					"# TYPE lunar_proxy_segment_mounted gauge\n"
+					"lunar_proxy_segment_mounted %d\n",
+					(unsigned long long)px->cfg.segment_size,
+					atomic_load(&px->mounted) ? 1 : 0);
+	return rc;
+}
+
+static int handle(void *arg, const char *method, const char *path, const char *query,
+		  struct lc_http_reply *rep)
+{
+	struct px_proxy *px = arg;
+	int rc;
+
+	if (!strcmp(path, "/metrics")) {
+		rep->content_type = "text/plain; version=0.0.4";
+		rc = proxy_metrics(px, rep);
+		if (rc || !px->master)
+			return rc;
+	}
+	if (!strcmp(path, "/ready")) {
+		int ok = (atomic_load(&px->mounted) || !px->cfg.segment_size) && !px_master_ping(px);
+
+		rep->status = ok ? 200 : 503;
+		return lc_http_reply_printf(rep, "%s\n", ok ? "ready" : "not ready");
+	}
+	if (px->master && (rc = mst_http_handle(px->master, method, path, query, rep)) <= 0)
+		return rc;
+	if (!strcmp(path, "/health"))
+		return lc_http_reply_printf(rep, "ok\n");
+	if (!strcmp(path, "/metrics"))
+		return 0;
+	rep->status = 404;
+	return lc_http_reply_printf(rep, "not found\n");
+}
+
+int px_http_start(struct px_proxy *px)
+{
+	int rc = lc_http_start(px->cfg.host, px->cfg.http_port, handle, px, &px->http);
+
+	if (rc) {
+		LC_ERROR("proxy", "HTTP port %s:%u: %s", px->cfg.host, px->cfg.http_port,
+			 strerror(-rc));
+		return LUNAR_ERR_INTERNAL;
+	}
+	LC_INFO("proxy", "HTTP on http://%s:%u (metrics, health, ready%s)", px->cfg.host,
+		lc_http_port(px->http), px->master ? ", admin" : "");
+	return 0;
+}

@@ -1,0 +1,360 @@
+/*
+ * lease_cache.c - a sharded hash of leased replica lists; see lease_cache.h.
+ * Each shard is a mutex, chained buckets and a count; when a shard is full
+ * an insert first drops expired entries, then the entry whose lease ends
+ * first.
+ */
+#include "proxy/lease_cache.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+
+#define SHARDS 64
+#define BUCKETS 256 /* per shard */
+#define RENEW_BATCH 1024
+
+struct entry {
+	struct entry *next;
+	uint64_t hash;
+	char *name; /* "tenant\0key" */
+	size_t tlen;
+	bool read;
+	struct px_cached v;
+};
+
+struct shard {
+	pthread_mutex_t lock;
+	unsigned count;
+	struct entry *b[BUCKETS];
+};
+
+struct px_lease_cache {
+	unsigned per_shard;
+	struct shard s[SHARDS];
+};
+
+/* FNV-1a over tenant, a NUL, then key. */
+static uint64_t name_hash(const char *tenant, const char *key)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (const char *p = tenant;; p++) {
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+		if (!*p)
+			break;
+	}
+	for (const char *p = key; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	return h;
+}
+
+static bool same(const struct entry *e, uint64_t h, const char *tenant, const char *key)
+{
+	return e->hash == h && !strcmp(e->name, tenant) && !strcmp(e->name + e->tlen + 1, key);
+}
+
+static struct shard *shard_of(struct px_lease_cache *c, uint64_t h)
+{
+	return &c->s[h % SHARDS];
+}
+
+static struct entry **slot_of(struct shard *s, uint64_t h, const char *tenant, const char *key)
+{
+	struct entry **pp = &s->b[(h / SHARDS) % BUCKETS];
+
+	while (*pp && !same(*pp, h, tenant, key))
+		pp = &(*pp)->next;
+	return pp;
+}
+
+struct px_lease_cache *px_lease_cache_create(unsigned capacity)
+{
+	struct px_lease_cache *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->per_shard = capacity / SHARDS ? capacity / SHARDS : 1;
+	for (int i = 0; i < SHARDS; i++)
+		pthread_mutex_init(&c->s[i].lock, NULL);
+	return c;
+}
+
+static void entry_free(struct entry *e)
+{
+	free(e->name);
+	free(e);
+}
+
+void px_lease_cache_destroy(struct px_lease_cache *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < SHARDS; i++) {
+		for (int j = 0; j < BUCKETS; j++) {
+			while (c->s[i].b[j]) {
+				struct entry *e = c->s[i].b[j];
+
+				c->s[i].b[j] = e->next;
+				entry_free(e);
+			}
+		}
+		pthread_mutex_destroy(&c->s[i].lock);
+	}
+	free(c);
+}
+
+int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char *key,
+		       uint64_t now_ms, uint64_t margin_ms, struct px_cached *out)
+{
+	uint64_t h = name_hash(tenant, key);
+	struct shard *s = shard_of(c, h);
+	struct entry *e;
+	int hit = 0;
+
+	pthread_mutex_lock(&s->lock);
+	e = *slot_of(s, h, tenant, key);
+	if (e && e->v.deadline_ms > now_ms + margin_ms) {
+		e->read = true;
+		*out = e->v;
+		hit = 1;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return hit;
+}
+
+int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadline_ms,
+			struct px_cached *out)
+{
+	if (res->n_replicas > PX_CACHE_MAX_REPLICAS)
+		return -1;
+	out->size = res->size;
+	out->crc = res->crc32c;
+	out->deadline_ms = deadline_ms;
+	out->nrep = (unsigned)res->n_replicas;
+	for (size_t i = 0; i < res->n_replicas; i++) {
+		const Lunar__Replica *rp = res->replicas[i];
+
+		if (strlen(rp->endpoint) >= PX_ENDPOINT_MAX)
+			return -1;
+		out->rep[i].type = rp->type;
+		strcpy(out->rep[i].endpoint, rp->endpoint);
+		out->rep[i].offset = rp->offset;
+		out->rep[i].length = rp->length;
+	}
+	return 0;
+}
+
+/* The entry to drop from a full shard: an expired one, else the earliest. */
+static struct entry **find_victim(struct shard *s, uint64_t now)
+{
+	struct entry **victim = NULL;
+
+	for (int j = 0; j < BUCKETS; j++) {
+		for (struct entry **pp = &s->b[j]; *pp; pp = &(*pp)->next) {
+			if ((*pp)->v.deadline_ms <= now)
+				return pp;
+			if (!victim || (*pp)->v.deadline_ms < (*victim)->v.deadline_ms)
+				victim = pp;
+		}
+	}
+	return victim;
+}
+
+static void shard_trim(struct shard *s, unsigned limit)
+{
+	uint64_t now = lc_now_ms();
+
+	while (s->count >= limit) {
+		struct entry **victim = find_victim(s, now);
+		struct entry *e;
+
+		if (!victim)
+			return;
+		e = *victim;
+		*victim = e->next;
+		entry_free(e);
+		s->count--;
+	}
+}
+
+void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char *key,
+			const struct px_cached *v)
+{
+	uint64_t h = name_hash(tenant, key);
+	struct shard *s = shard_of(c, h);
+	size_t tl = strlen(tenant), kl = strlen(key);
+	struct entry **pp, *e;
+
+	pthread_mutex_lock(&s->lock);
+	pp = slot_of(s, h, tenant, key);
+	if (*pp) {
+		(*pp)->v = *v;
+		goto out;
+	}
+	shard_trim(s, c->per_shard);
+	e = calloc(1, sizeof(*e));
+	if (!e || !(e->name = malloc(tl + kl + 2))) {
+		free(e);
+		goto out;
+	}
+	memcpy(e->name, tenant, tl + 1);
+	memcpy(e->name + tl + 1, key, kl + 1);
+	e->tlen = tl;
+	e->hash = h;
+	e->v = *v;
+	pp = slot_of(s, h, tenant, key); /* trimming may have moved the chain end */
+	*pp = e;
+	s->count++;
+out:
+	pthread_mutex_unlock(&s->lock);
+}
+
+void px_lease_cache_drop(struct px_lease_cache *c, const char *tenant, const char *key)
+{
+	uint64_t h = name_hash(tenant, key);
+	struct shard *s = shard_of(c, h);
+	struct entry **pp, *e;
+
+	pthread_mutex_lock(&s->lock);
+	pp = slot_of(s, h, tenant, key);
+	e = *pp;
+	if (e) {
+		*pp = e->next;
+		entry_free(e);
+		s->count--;
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
+{
+	for (int i = 0; i < SHARDS; i++) {
+		struct shard *s = &c->s[i];
+
+		pthread_mutex_lock(&s->lock);
+		for (int j = 0; j < BUCKETS; j++) {
+			struct entry **pp = &s->b[j];
+
+			while (*pp) {
+				struct entry *e = *pp;
+
+				if (strcmp(e->name, tenant)) {
+					pp = &e->next;
+					continue;
+				}
+				*pp = e->next;
+				entry_free(e);
+				s->count--;
+			}
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+/* A due entry, copied out of the cache for renewal. */
+struct due {
+	char *tenant;
+	char *key;
+	int exists;
+};
+
+static int due_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct due *)a)->tenant, ((const struct due *)b)->tenant);
+}
+
+/* Copy out the entries read since their last renewal and ending soon. */
+static size_t collect_due(struct px_lease_cache *c, uint64_t limit_ms, struct due **out)
+{
+	size_t n = 0, cap = 0;
+	struct due *d = NULL;
+
+	for (int i = 0; i < SHARDS; i++) {
+		pthread_mutex_lock(&c->s[i].lock);
+		for (int j = 0; j < BUCKETS; j++) {
+			for (struct entry *e = c->s[i].b[j]; e; e = e->next) {
+				struct due *nd;
+
+				if (!e->read || e->v.deadline_ms > limit_ms)
+					continue;
+				if (n == cap) {
+					cap = cap ? cap * 2 : 64;
+					nd = realloc(d, cap * sizeof(*d));
+					if (!nd)
+						goto out;
+					d = nd;
+				}
+				d[n].tenant = strdup(e->name);
+				d[n].key = strdup(e->name + e->tlen + 1);
+				d[n].exists = 0;
+				if (!d[n].tenant || !d[n].key) {
+					free(d[n].tenant);
+					free(d[n].key);
+					goto out;
+				}
+				n++;
+			}
+		}
+out:
+		pthread_mutex_unlock(&c->s[i].lock);
+	}
+	*out = d;
+	return n;
+}
+
+/* Extend the leases renewed, drop the keys that are gone. */
+static void apply_due(struct px_lease_cache *c, const struct due *d, uint64_t deadline_ms)
+{
+	uint64_t h = name_hash(d->tenant, d->key);
+	struct shard *s = shard_of(c, h);
+	struct entry **pp, *e;
+
+	pthread_mutex_lock(&s->lock);
+	pp = slot_of(s, h, d->tenant, d->key);
+	e = *pp;
+	if (e && d->exists == 1) {
+		e->v.deadline_ms = deadline_ms;
+		e->read = false;
+	} else if (e) {
+		*pp = e->next;
+		entry_free(e);
+		s->count--;
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t window_ms,
+			  uint64_t new_deadline_ms, px_lease_renew_fn renew, void *arg)
+{
+	char *keys[RENEW_BATCH];
+	int exists[RENEW_BATCH];
+	struct due *d;
+	size_t n = collect_due(c, now_ms + window_ms, &d), i = 0;
+
+	qsort(d, n, sizeof(*d), due_cmp);
+	while (i < n) {
+		size_t k = 0;
+
+		while (i + k < n && k < RENEW_BATCH && !strcmp(d[i + k].tenant, d[i].tenant)) {
+			keys[k] = d[i + k].key;
+			k++;
+		}
+		/* Master unreachable: leave the entries to run out their leases. */
+		if (renew(arg, d[i].tenant, keys, k, exists) == 0) {
+			for (size_t j = 0; j < k; j++) {
+				d[i + j].exists = exists[j];
+				apply_due(c, &d[i + j], new_deadline_ms);
+			}
+		}
+		i += k;
+	}
+	for (i = 0; i < n; i++) {
+		free(d[i].tenant);
+		free(d[i].key);
+	}
+	free(d);
+}

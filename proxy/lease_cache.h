@@ -1,0 +1,72 @@
+/*
+ * lease_cache.h - replica lists the proxy may reuse without asking the
+ * master. A read lease guarantees an object's replicas stay where they are
+ * until its deadline, so while the lease holds, exists and get of that key
+ * cost no master round trip. Forced removes and upserts elsewhere bypass
+ * leases; the reader's CRC32C check catches a stale list, drops the entry
+ * and goes back to the master.
+ */
+#ifndef LUNAR_PROXY_LEASE_CACHE_H
+#define LUNAR_PROXY_LEASE_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lunar.pb-c.h"
+
+#define PX_CACHE_MAX_REPLICAS 8
+#define PX_ENDPOINT_MAX 72
+
+struct px_cached_replica {
+	int type; /* Lunar__ReplicaType */
+	char endpoint[PX_ENDPOINT_MAX];
+	uint64_t offset;
+	uint64_t length;
+};
+
+struct px_cached {
+	uint64_t size;
+	uint32_t crc;
+	uint64_t deadline_ms; /* lease deadline on our monotonic clock */
+	unsigned nrep;
+	struct px_cached_replica rep[PX_CACHE_MAX_REPLICAS];
+};
+
+struct px_lease_cache;
+
+/* px_lease_cache_create - room for about capacity keys. NULL on ENOMEM. */
+struct px_lease_cache *px_lease_cache_create(unsigned capacity);
+void px_lease_cache_destroy(struct px_lease_cache *c);
+
+/*
+ * px_lease_cache_get - copy the entry of (tenant, key) into *out if its
+ * lease holds past now_ms + margin_ms, and mark it read (so the heartbeat
+ * renews it). Returns 1 on a hit, 0 on a miss. Any thread.
+ */
+int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char *key,
+		       uint64_t now_ms, uint64_t margin_ms, struct px_cached *out);
+/* px_lease_cache_fill - convert a master result into *out (0), or -1 if it
+ * cannot be cached (too many replicas, long endpoint). */
+int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadline_ms,
+			struct px_cached *out);
+/* px_lease_cache_put - insert or replace the entry of (tenant, key). */
+void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char *key,
+			const struct px_cached *e);
+/* px_lease_cache_drop - forget (tenant, key). */
+void px_lease_cache_drop(struct px_lease_cache *c, const char *tenant, const char *key);
+/* px_lease_cache_clear - forget every key of tenant. */
+void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant);
+
+/*
+ * px_lease_cache_renew - for every entry read since its last renewal whose
+ * lease ends before now_ms + window_ms, call renew(arg, tenant, keys, n,
+ * exists) once per tenant with up to 1024 keys; renew sets exists[i] to 1
+ * (lease extended to new_deadline_ms) or 0 (drop). Entries not read are left
+ * to expire. Heartbeat thread; renew is called without cache locks held.
+ */
+typedef int (*px_lease_renew_fn)(void *arg, const char *tenant, char **keys, size_t n,
+				 int *exists);
+void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t window_ms,
+			  uint64_t new_deadline_ms, px_lease_renew_fn renew, void *arg);
+
+#endif /* LUNAR_PROXY_LEASE_CACHE_H */

@@ -1,0 +1,329 @@
+/*
+ * test_security.c - who may talk to the proxy, checked before any memory is
+ * shared (SPEC §5.1): the client limit, the peer's credentials (SO_PEERCRED),
+ * the hello's magic, version and tenant, and the modes of the socket and of
+ * the directory the proxy creates for it. Refusals carry a code and no
+ * descriptors, then the socket closes.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <grp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "shm_abi.h"
+#include "uds.h"
+
+#define NOBODY 65534
+
+static int open_fds(void)
+{
+	struct dirent *e;
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the directory's own */
+}
+
+/*
+ * A hand-made handshake: send h, receive the welcome. Returns the number of
+ * descriptors that came with it (closed here), or -errno; then checks the
+ * proxy closed the socket when it refused.
+ */
+static int raw_hello(const char *path, const struct lc_hello *h, struct lc_welcome *w, int *closed)
+{
+	int fds[LC_UDS_MAX_FDS], sock, n;
+
+	memset(w, 0, sizeof(*w));
+	*closed = 0;
+	sock = lc_uds_connect(path);
+	if (sock < 0)
+		return sock;
+	/* A client may take its time between connect and hello; a proxy that
+	 * answers (and closes) before reading the hello loses its answer. */
+	h_sleep_ms(20);
+	n = lc_uds_send(sock, h, sizeof(*h), NULL, 0);
+	if (n == 0)
+		n = lc_uds_recv(sock, w, sizeof(*w), fds, LC_UDS_MAX_FDS, 5000);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	if (n >= 0) {
+		struct pollfd p = {sock, POLLIN | POLLRDHUP, 0};
+		char c;
+
+		*closed = poll(&p, 1, 2000) == 1 && recv(sock, &c, 1, MSG_DONTWAIT) <= 0;
+	}
+	close(sock);
+	return n;
+}
+
+static struct lc_hello good_hello(void)
+{
+	struct lc_hello h = {
+	    .magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION, .pid = (uint32_t)getpid()};
+
+	return h;
+}
+
+/* A raw hello must be refused with want, no descriptors, socket closed. */
+static void expect_refused(const char *sock, const struct lc_hello *h, int want, const char *what)
+{
+	struct lc_welcome w;
+	int n, closed;
+
+	n = raw_hello(sock, h, &w, &closed);
+	H_ASSERT_MSG(n >= 0, "%s: no welcome: %s (the proxy closed before reading the hello?)",
+		     what, strerror(-n));
+	H_ASSERT_MSG(n == 0, "%s: %d descriptors came with a refusal", what, n);
+	H_ASSERT_MSG(w.magic == LC_SHM_MAGIC, "%s: welcome magic 0x%x", what, w.magic);
+	H_ASSERT_MSG(w.code == want, "%s: code %d (%s), expected %d (%s)", what, w.code,
+		     h_code(w.code), want, h_code(want));
+	H_ASSERT_MSG(closed, "%s: the socket stayed open after the refusal", what);
+}
+
+static struct h_proc *start(const char *name, char *sock, size_t cap)
+{
+	struct h_proc *p;
+
+	snprintf(sock, cap, "%s", h_path(name));
+	strncat(sock, ".sock", cap - strlen(sock) - 1);
+	p = h_start_proxy(name, sock, H_EMBEDDED, "--segment-size", "16MiB", "--max-clients", "2",
+			  NULL);
+	H_ASSERT_MSG(p != NULL, "proxy %s did not start", name);
+	return p;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	umask(022); /* what the proxy's mkdir gets, so the modes below are its own */
+	return h_init();
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	h_cleanup();
+	return 0;
+}
+
+/* (a) --max-clients 2: the third is refused with a code, and a slot frees
+ * up again when a client leaves. */
+static void test_security_max_clients(void **state)
+{
+	char sock[PATH_MAX];
+	struct h_proc *p = start("limit", sock, sizeof(sock));
+	struct lunar_client *c1, *c2, *c3 = NULL;
+	struct lc_hello h = good_hello();
+	uint64_t end;
+	int rc = 0;
+
+	(void)state;
+	c1 = h_client(sock);
+	c2 = h_client(sock);
+	c3 = h_client_try(sock, 5000, &rc);
+	H_ASSERT(c3 == NULL);
+	H_ASSERT_EQ(rc, LUNAR_ERR_TOO_MANY_CLIENTS);
+	expect_refused(sock, &h, LUNAR_ERR_TOO_MANY_CLIENTS, "third client");
+	H_ASSERT_EQ(lunar_health(c1), 0);
+	H_ASSERT_EQ(lunar_health(c2), 0);
+
+	lunar_close(c1);
+	end = h_now_ms() + 2000;
+	do {
+		c3 = h_client_try(sock, 5000, &rc);
+		if (!c3)
+			h_sleep_ms(20);
+	} while (!c3 && h_now_ms() < end);
+	H_ASSERT_MSG(c3 != NULL, "no slot 2 s after a client left: %d (%s)", rc, h_code(rc));
+	H_ASSERT_EQ(lunar_health(c3), 0);
+	lunar_close(c2);
+	lunar_close(c3);
+	h_stop(p);
+}
+
+/*
+ * Runs in a forked child as uid/gid: lunar_connect must return want, and a
+ * raw hello must bring back that code and no descriptor. Exit status 0 when
+ * it all held, else 1 with the reason on stderr.
+ */
+static void child_connect(const char *sock, uid_t uid, gid_t gid, int want)
+{
+	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 5000};
+	struct lunar_client *c = NULL;
+	struct lc_hello h = good_hello();
+	struct lc_welcome w;
+	int rc, n, before, closed;
+
+	if (setgroups(0, NULL) || setgid(gid) || setuid(uid) || getuid() != uid) {
+		fprintf(stderr, "child: cannot become %u:%u: %s\n", (unsigned)uid, (unsigned)gid,
+			strerror(errno));
+		_exit(2);
+	}
+	before = open_fds();
+	rc = lunar_connect(&o, &c);
+	if (rc != want) {
+		fprintf(stderr, "child %u:%u: lunar_connect = %d (%s), expected %d (%s)\n",
+			(unsigned)uid, (unsigned)gid, rc, h_code(rc), want, h_code(want));
+		_exit(1);
+	}
+	if (c) {
+		lunar_close(c);
+		_exit(0);
+	}
+	n = raw_hello(sock, &h, &w, &closed);
+	if (n != 0 || w.code != want || !closed || open_fds() != before) {
+		fprintf(
+		    stderr,
+		    "child %u:%u: raw hello got %d fds, code %d (%s), closed %d; fds %d -> %d\n",
+		    (unsigned)uid, (unsigned)gid, n, w.code, h_code(w.code), closed, before,
+		    open_fds());
+		_exit(1);
+	}
+	_exit(0);
+}
+
+static int run_child(const char *sock, uid_t uid, gid_t gid, int want)
+{
+	int status = 0;
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	H_ASSERT(pid >= 0);
+	if (pid == 0)
+		child_connect(sock, uid, gid, want);
+	H_ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/*
+ * (b) A peer that is neither the proxy's user nor in its group is refused by
+ * SO_PEERCRED, before any memory is mapped. The socket and its directory are
+ * opened up to everyone first, so the refusal is the credential check's and
+ * not the file system's.
+ */
+static void test_security_unauthorized_uid(void **state)
+{
+	char sock[PATH_MAX];
+	struct h_proc *p;
+
+	(void)state;
+	if (geteuid() != 0) {
+		printf("  skipped: needs root to run a client as uid %d\n", NOBODY);
+		skip();
+	}
+	H_ASSERT(chmod(h_tmpdir(), 0755) == 0);
+	p = start("creds", sock, sizeof(sock));
+	H_ASSERT(chmod(sock, 0666) == 0);
+
+	H_ASSERT_EQ(run_child(sock, NOBODY, NOBODY, LUNAR_ERR_UNAUTHORIZED), 0);
+	/* Control: the same uid in the proxy's group is let in (default rule). */
+	H_ASSERT_EQ(run_child(sock, NOBODY, getegid(), 0), 0);
+	/* And the refusal hurt nobody. */
+	{
+		struct lunar_client *c = h_client(sock);
+
+		H_ASSERT_EQ(lunar_health(c), 0);
+		lunar_close(c);
+	}
+	H_ASSERT(chmod(h_tmpdir(), 0700) == 0);
+	h_stop(p);
+}
+
+/* (c) (d) and the rest of the hello: refused with a code, no descriptors. */
+static void test_security_bad_hellos(void **state)
+{
+	char sock[PATH_MAX];
+	struct h_proc *p = start("hello", sock, sizeof(sock));
+	struct lc_hello h;
+	int fd;
+
+	(void)state;
+	h = good_hello();
+	h.version = 99;
+	expect_refused(sock, &h, LUNAR_ERR_VERSION_MISMATCH, "version 99");
+
+	h = good_hello();
+	h.magic = 0xdeadbeef;
+	expect_refused(sock, &h, LUNAR_ERR_PROTOCOL, "bad magic");
+
+	h = good_hello();
+	memset(h.tenant, 'x', sizeof(h.tenant)); /* no NUL */
+	expect_refused(sock, &h, LUNAR_ERR_INVALID_PARAMS, "unterminated tenant");
+
+	h = good_hello();
+	strcpy(h.tenant, "../etc");
+	expect_refused(sock, &h, LUNAR_ERR_INVALID_PARAMS, "tenant ../etc");
+
+	/* Half a hello, then gone. */
+	fd = lc_uds_connect(sock);
+	H_ASSERT(fd >= 0);
+	H_ASSERT_EQ(lc_uds_send(fd, &h, 10, NULL, 0), 0);
+	close(fd);
+
+	/* The proxy is still fine. */
+	{
+		struct lunar_client *c = h_client(sock);
+
+		H_ASSERT_EQ(lunar_health(c), 0);
+		lunar_close(c);
+	}
+	h_stop(p);
+}
+
+/* (e) The socket is 0660, and a directory the proxy had to create 0750. */
+static void test_security_socket_modes(void **state)
+{
+	char dir[PATH_MAX], sock[PATH_MAX + 16];
+	struct h_proc *p;
+	struct stat st;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s", h_path("run-lunar"));
+	snprintf(sock, sizeof(sock), "%s/proxy.sock", dir);
+	H_ASSERT(access(dir, F_OK) != 0);
+	p = h_start_proxy("modes", sock, H_EMBEDDED, "--segment-size", "16MiB", NULL);
+	H_ASSERT(p != NULL);
+	H_ASSERT(stat(dir, &st) == 0 && S_ISDIR(st.st_mode));
+	H_ASSERT_MSG((st.st_mode & 07777) == 0750, "directory mode %04o, expected 0750",
+		     (unsigned)(st.st_mode & 07777));
+	H_ASSERT(stat(sock, &st) == 0 && S_ISSOCK(st.st_mode));
+	H_ASSERT_MSG((st.st_mode & 07777) == 0660, "socket mode %04o, expected 0660",
+		     (unsigned)(st.st_mode & 07777));
+	h_stop(p);
+	H_ASSERT_MSG(access(sock, F_OK) != 0, "the socket file outlived the proxy");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_security_max_clients),
+	    cmocka_unit_test(test_security_unauthorized_uid),
+	    cmocka_unit_test(test_security_bad_hellos),
+	    cmocka_unit_test(test_security_socket_modes),
+	};
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

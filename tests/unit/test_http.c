@@ -1,0 +1,472 @@
+/*
+ * test_http.c - the embedded HTTP server on 127.0.0.1 with a free port: GET
+ * and HEAD, 404 and 500 from the handler, 405 for other methods, query
+ * decoding, oversize and garbage requests, a slow client timed out while the
+ * next one is still served, and a stop that returns promptly.
+ */
+#include <errno.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "http.h"
+
+#define BIG_BODY (1048 * 1000 + 7) /* 1048 lines of 1000 bytes, then "tail123" */
+
+struct http_fixture {
+	struct lc_http *srv;
+	uint16_t port;
+	int calls;
+	char last_method[8];
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int handler(void *arg, const char *method, const char *path, const char *query,
+		   struct lc_http_reply *rep)
+{
+	struct http_fixture *f = arg;
+	char name[64];
+
+	f->calls++;
+	snprintf(f->last_method, sizeof(f->last_method), "%s", method);
+	if (!strcmp(path, "/health"))
+		return lc_http_reply_printf(rep, "ok\n");
+	if (!strcmp(path, "/echo")) {
+		int n = lc_http_query_get(query, "name", name, sizeof(name));
+
+		rep->content_type = "application/json";
+		return lc_http_reply_printf(rep, "{\"name\":\"%s\",\"rc\":%d}",
+					    n >= 0 ? name : "", n);
+	}
+	if (!strcmp(path, "/big")) {
+		for (int i = 0; i < BIG_BODY / 1000; i++)
+			if (lc_http_reply_printf(rep, "%0999d\n", i))
+				return -1;
+		return lc_http_reply_append(rep, "tail123", BIG_BODY % 1000);
+	}
+	if (!strcmp(path, "/fail")) {
+		lc_http_reply_printf(rep, "partial");
+		return -5;
+	}
+	if (!strcmp(path, "/busy")) {
+		rep->status = 503;
+		rep->content_type = "text/plain\r\nX-Injected: 1";
+		return lc_http_reply_printf(rep, "not ready\n");
+	}
+	rep->status = 404;
+	return lc_http_reply_printf(rep, "no such page: %s\n", path);
+}
+
+static int setup(void **state)
+{
+	struct http_fixture *f = calloc(1, sizeof(*f));
+
+	if (!f || lc_http_start("127.0.0.1", 0, handler, f, &f->srv)) {
+		free(f);
+		return -1;
+	}
+	f->port = lc_http_port(f->srv);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct http_fixture *f = *state;
+
+	lc_http_stop(f->srv);
+	free(f);
+	return 0;
+}
+
+static int connect_port(uint16_t port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+	struct timeval tv = {.tv_sec = 6};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(fd);
+		return -errno;
+	}
+	return fd;
+}
+
+static void send_str(int fd, const char *s, size_t len)
+{
+	while (len) {
+		ssize_t n = send(fd, s, len, MSG_NOSIGNAL);
+
+		assert_true(n > 0);
+		s += n;
+		len -= (size_t)n;
+	}
+}
+
+/* Read until EOF; the response, NUL terminated, and its length. */
+static size_t read_all(int fd, char *buf, size_t cap)
+{
+	size_t len = 0;
+
+	for (;;) {
+		ssize_t n = recv(fd, buf + len, cap - 1 - len, 0);
+
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		if (len == cap - 1)
+			break;
+	}
+	buf[len] = '\0';
+	return len;
+}
+
+/* One request, the whole response in a malloc'd buffer. */
+static char *roundtrip(uint16_t port, const char *req, size_t len, size_t *rlen)
+{
+	size_t cap = 2 * 1024 * 1024;
+	char *buf = malloc(cap);
+	int fd = connect_port(port);
+
+	assert_non_null(buf);
+	assert_true(fd >= 0);
+	send_str(fd, req, len);
+	*rlen = read_all(fd, buf, cap);
+	close(fd);
+	return buf;
+}
+
+static char *get(uint16_t port, const char *req)
+{
+	size_t len;
+
+	return roundtrip(port, req, strlen(req), &len);
+}
+
+static int status_of(const char *resp)
+{
+	int st = -1;
+
+	if (sscanf(resp, "HTTP/1.1 %d ", &st) != 1)
+		return -1;
+	return st;
+}
+
+static const char *body_of(const char *resp)
+{
+	const char *p = strstr(resp, "\r\n\r\n");
+
+	return p ? p + 4 : NULL;
+}
+
+static void test_http_get_text(void **state)
+{
+	struct http_fixture *f = *state;
+	char *r = get(f->port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+
+	assert_int_equal(status_of(r), 200);
+	assert_non_null(strstr(r, "\r\nContent-Length: 3\r\n"));
+	assert_non_null(strstr(r, "\r\nConnection: close\r\n"));
+	assert_non_null(strstr(r, "\r\nContent-Type: text/plain; charset=utf-8\r\n"));
+	assert_string_equal(body_of(r), "ok\n");
+	assert_string_equal(f->last_method, "GET");
+	free(r);
+	/* HTTP/1.0 and bare LF line ends work too. */
+	r = get(f->port, "GET /health HTTP/1.0\n\n");
+	assert_int_equal(status_of(r), 200);
+	free(r);
+}
+
+static void test_http_not_found(void **state)
+{
+	struct http_fixture *f = *state;
+	char *r = get(f->port, "GET /nope HTTP/1.1\r\n\r\n");
+
+	assert_int_equal(status_of(r), 404);
+	assert_string_equal(body_of(r), "no such page: /nope\n");
+	free(r);
+}
+
+static void test_http_head_has_no_body(void **state)
+{
+	struct http_fixture *f = *state;
+	char *r = get(f->port, "HEAD /health HTTP/1.1\r\n\r\n");
+
+	assert_int_equal(status_of(r), 200);
+	assert_string_equal(f->last_method, "HEAD");
+	assert_non_null(strstr(r, "\r\nContent-Length: 3\r\n"));
+	assert_string_equal(body_of(r), "");
+	free(r);
+}
+
+static void test_http_query_parsed(void **state)
+{
+	struct http_fixture *f = *state;
+	char *r = get(f->port, "GET /echo?x=1&name=a%20b+c%2Fd&name=z HTTP/1.1\r\n\r\n");
+
+	assert_int_equal(status_of(r), 200);
+	assert_non_null(strstr(r, "\r\nContent-Type: application/json\r\n"));
+	assert_string_equal(body_of(r), "{\"name\":\"a b c/d\",\"rc\":7}");
+	free(r);
+	r = get(f->port, "GET /echo HTTP/1.1\r\n\r\n");
+	assert_string_equal(body_of(r), "{\"name\":\"\",\"rc\":-2}");
+	free(r);
+}
+
+static void test_http_query_get_decodes(void **state)
+{
+	char buf[8];
+
+	(void)state;
+	assert_int_equal(lc_http_query_get("a=1&b=2", "b", buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "2");
+	assert_int_equal(lc_http_query_get("a=1&b=2", "c", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(lc_http_query_get("", "a", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(lc_http_query_get("flag&a=1", "flag", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "");
+	assert_int_equal(lc_http_query_get("k%65y=v%41", "key", buf, sizeof(buf)), 2);
+	assert_string_equal(buf, "vA");
+	assert_int_equal(lc_http_query_get("a=x%4", "a", buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(lc_http_query_get("a=%zz", "a", buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(lc_http_query_get("a=%00", "a", buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(lc_http_query_get("a=1234567", "a", buf, sizeof(buf)), 7);
+	assert_int_equal(lc_http_query_get("a=12345678", "a", buf, sizeof(buf)), -ENOSPC);
+	assert_int_equal(lc_http_query_get("a=1", "a", buf, 0), -ENOSPC);
+	assert_int_equal(lc_http_query_get("ab=1&a=2", "a", buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "2");
+	assert_int_equal(lc_http_query_get("a=1=2", "a", buf, sizeof(buf)), 3);
+	assert_string_equal(buf, "1=2");
+}
+
+static void test_http_method_not_allowed(void **state)
+{
+	struct http_fixture *f = *state;
+	char *r = get(f->port, "POST /health HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi");
+
+	assert_int_equal(status_of(r), 405);
+	assert_non_null(strstr(r, "\r\nAllow: GET, HEAD\r\n"));
+	assert_int_equal(f->calls, 0);
+	free(r);
+}
+
+static void test_http_handler_status_and_errors(void **state)
+{
+	struct http_fixture *f = *state;
+	char *r = get(f->port, "GET /fail HTTP/1.1\r\n\r\n");
+
+	assert_int_equal(status_of(r), 500);
+	assert_null(strstr(r, "partial"));
+	free(r);
+	r = get(f->port, "GET /busy HTTP/1.1\r\n\r\n");
+	assert_int_equal(status_of(r), 503);
+	assert_null(strstr(r, "X-Injected")); /* a content type with CRLF is refused */
+	assert_string_equal(body_of(r), "not ready\n");
+	free(r);
+}
+
+static void test_http_big_body(void **state)
+{
+	struct http_fixture *f = *state;
+	const char *req = "GET /big HTTP/1.1\r\n\r\n";
+	size_t len;
+	char *r = roundtrip(f->port, req, strlen(req), &len);
+	char want[64];
+
+	snprintf(want, sizeof(want), "\r\nContent-Length: %d\r\n", BIG_BODY);
+	assert_int_equal(status_of(r), 200);
+	assert_non_null(strstr(r, want));
+	assert_int_equal(len - (size_t)(body_of(r) - r), BIG_BODY);
+	assert_memory_equal(r + len - 7, "tail123", 7);
+	free(r);
+}
+
+static void test_http_oversize_head_rejected(void **state)
+{
+	struct http_fixture *f = *state;
+	size_t len = 3 * LC_HTTP_MAX_HEAD / 2, rlen;
+	char *req = malloc(len + 1);
+	char *r;
+
+	assert_non_null(req);
+	memset(req, 'a', len);
+	memcpy(req, "GET / HTTP/1.1\r\nX-Long: ", 24);
+	memcpy(req + len - 4, "\r\n\r\n", 4);
+	r = roundtrip(f->port, req, len, &rlen);
+	assert_int_equal(status_of(r), 431);
+	assert_int_equal(f->calls, 0);
+	free(r);
+	/* A request line alone that never ends is rejected the same way. */
+	memset(req, '/', len);
+	memcpy(req, "GET ", 4);
+	r = roundtrip(f->port, req, len, &rlen);
+	assert_int_equal(status_of(r), 431);
+	free(r);
+	free(req);
+}
+
+static void test_http_garbage_rejected(void **state)
+{
+	static const char *bad[] = {
+		"\r\n\r\n",
+		"GET\r\n\r\n",
+		"GET /\r\n\r\n",
+		"GET / HTTP/1.1 extra\r\n\r\n",
+		"GET health HTTP/1.1\r\n\r\n",
+		"GET /a b HTTP/1.1\r\n\r\n",
+		"G(T / HTTP/1.1\r\n\r\n",
+		"GET / FTP/1.1\r\n\r\n",
+		" GET / HTTP/1.1\r\n\r\n",
+	};
+	struct http_fixture *f = *state;
+	unsigned char noise[600];
+	size_t rlen;
+	char *r;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		r = get(f->port, bad[i]);
+		assert_int_equal(status_of(r), 400);
+		free(r);
+	}
+	r = get(f->port, "GET / HTTP/2.0\r\n\r\n");
+	assert_int_equal(status_of(r), 505);
+	free(r);
+	r = roundtrip(f->port, "GET /\0x HTTP/1.1\r\n\r\n", 21, &rlen);
+	assert_int_equal(status_of(r), 400);
+	free(r);
+	srand(7);
+	for (int round = 0; round < 20; round++) {
+		for (size_t i = 0; i < sizeof(noise); i++)
+			noise[i] = (unsigned char)rand();
+		memcpy(noise + sizeof(noise) - 4, "\r\n\r\n", 4);
+		r = roundtrip(f->port, (char *)noise, sizeof(noise), &rlen);
+		assert_true(rlen == 0 || status_of(r) >= 400);
+		free(r);
+	}
+	/* A client that hangs up mid-request. */
+	int fd = connect_port(f->port);
+
+	assert_true(fd >= 0);
+	send_str(fd, "GET /hea", 8);
+	close(fd);
+	assert_int_equal(f->calls, 0);
+	r = get(f->port, "GET /health HTTP/1.1\r\n\r\n");
+	assert_int_equal(status_of(r), 200);
+	free(r);
+}
+
+static void test_http_slow_client_timed_out(void **state)
+{
+	struct http_fixture *f = *state;
+	int slow = connect_port(f->port);
+	int64_t t0 = now_ms(), waited;
+	char buf[512];
+	char *r;
+
+	assert_true(slow >= 0);
+	send_str(slow, "GET /health HTTP/1.1\r\nHost: x\r\n", 31);
+	usleep(100 * 1000); /* the server is now serving the slow one */
+	r = get(f->port, "GET /health HTTP/1.1\r\n\r\n");
+	waited = now_ms() - t0;
+	assert_int_equal(status_of(r), 200);
+	assert_true(waited >= LC_HTTP_TIMEOUT_MS - 100);
+	assert_true(waited < LC_HTTP_TIMEOUT_MS + 2000);
+	free(r);
+	read_all(slow, buf, sizeof(buf));
+	assert_int_equal(status_of(buf), 408);
+	close(slow);
+	assert_int_equal(f->calls, 1);
+}
+
+static void test_http_stop_joins(void **state)
+{
+	struct http_fixture *f = *state;
+	int idle = connect_port(f->port);
+	uint16_t port = f->port;
+	int64_t t0;
+
+	assert_true(idle >= 0);
+	send_str(idle, "GET / HTT", 9);
+	usleep(100 * 1000);
+	t0 = now_ms();
+	lc_http_stop(f->srv);
+	f->srv = NULL;
+	assert_true(now_ms() - t0 < 1000);
+	close(idle);
+	assert_int_equal(connect_port(port), -ECONNREFUSED);
+	lc_http_stop(NULL);
+}
+
+static void test_http_start_errors(void **state)
+{
+	struct http_fixture *f = *state;
+	struct lc_http *h = NULL;
+
+	assert_int_equal(lc_http_start("127.0.0.1", 0, NULL, NULL, &h), -EINVAL);
+	assert_int_equal(lc_http_start("127.0.0.1", 0, handler, f, NULL), -EINVAL);
+	assert_int_equal(lc_http_start("127.0.0.1", f->port, handler, f, &h), -EADDRINUSE);
+	assert_null(h);
+}
+
+static void test_http_reply_printf_grows(void **state)
+{
+	struct lc_http_reply rep = {0};
+	char big[1000];
+
+	(void)state;
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	assert_int_equal(lc_http_reply_printf(&rep, "a%d", 1), 0);
+	assert_int_equal(lc_http_reply_printf(&rep, "%s", big), 0);
+	assert_int_equal(lc_http_reply_printf(&rep, "z"), 0);
+	assert_int_equal(rep.len, 2 + 999 + 1);
+	assert_true(rep.cap > rep.len);
+	assert_memory_equal(rep.body, "a1xx", 4);
+	assert_string_equal(rep.body + rep.len - 2, "xz");
+	free(rep.body);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_http_get_text, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_http_not_found, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_http_head_has_no_body, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_http_query_parsed, setup, teardown),
+		cmocka_unit_test(test_http_query_get_decodes),
+		cmocka_unit_test_setup_teardown(test_http_method_not_allowed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_http_handler_status_and_errors, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_http_big_body, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_http_oversize_head_rejected, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_http_garbage_rejected, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_http_slow_client_timed_out, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_http_stop_joins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_http_start_errors, setup, teardown),
+		cmocka_unit_test(test_http_reply_printf_grows),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# bench-vs-peers.sh - Lunar next to Redis and memcached on this node, all over
+# UNIX sockets: SET/GET (put/get) of 4 KiB, 64 KiB and 1 MiB values from 1 and 8
+# clients. Redis is driven by redis-benchmark, memcached by our memc-bench
+# (ASCII protocol, every byte checked), Lunar by lunar-bench (every byte
+# checked) against a standalone proxy. Prints a markdown table with ops/s and
+# the ratios lunar/redis and lunar/memcached. Installs redis-server, redis-tools
+# and memcached with apt-get when missing and run as root. Each cell ~1-2 s.
+# Run from anywhere: bash tools/bench-vs-peers.sh [> peers.md]. Env: BUILD.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+. tools/bench/lib.sh
+
+SIZES=(4KiB 64KiB 1MiB)
+CLIENTS=(1 8)
+declare -A BYTES=([4KiB]=4096 [64KiB]=65536 [1MiB]=1048576)
+declare -A COUNT=([4KiB]=20000 [64KiB]=10000 [1MiB]=1000)
+CELL_SECS=120
+
+install_peers() {
+	local missing=()
+	command -v redis-server >/dev/null || missing+=(redis-server)
+	command -v redis-benchmark >/dev/null || missing+=(redis-tools)
+	command -v memcached >/dev/null || missing+=(memcached)
+	[ "${#missing[@]}" -eq 0 ] && return 0
+	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+		bl_log "bench-vs-peers: missing ${missing[*]}; install them (apt-get as root)"
+		exit 1
+	fi
+	bl_log "bench-vs-peers: installing ${missing[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+}
+
+wait_sock() {
+	for _ in $(seq 100); do
+		[ -S "$1" ] && return 0
+		kill -0 "$BL_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	bl_log "bench-vs-peers: $1 did not appear"
+	return 1
+}
+
+# redis-benchmark --csv: "test","rps",... ; the rps of test $2 in file $1.
+redis_rps() {
+	sed -n "s/^\"$2\",\"\([0-9.]*\)\".*/\1/p" "$1" | head -n 1
+}
+
+# redis-benchmark --csv p50 in ms -> µs.
+redis_p50_us() {
+	awk -F'","' -v t="\"$2" '$1 == t { gsub(/"/, "", $5); printf "%.1f", $5 * 1000 }' "$1"
+}
+
+install_peers
+make -s BUILD="$BUILD" "$BIN/memc-bench" >&2
+bl_need lunar-bench lunar-proxy lunarctl memc-bench
+bl_init lunar-peers
+
+# Redis: no persistence, UNIX socket only.
+bl_spawn "$BL_TMP/redis.log" redis-server --port 0 --unixsocket "$BL_TMP/redis.sock" \
+	--save '' --appendonly no --daemonize no
+wait_sock "$BL_TMP/redis.sock"
+bl_record redis-server --port 0 --unixsocket "$BL_TMP/redis.sock" --save "" --appendonly no
+for size in "${SIZES[@]}"; do
+	for c in "${CLIENTS[@]}"; do
+		bl_run "$BL_TMP/redis-$size-$c.out" "$CELL_SECS" redis-benchmark -s "$BL_TMP/redis.sock" \
+			-t set,get -d "${BYTES[$size]}" -c "$c" -n "${COUNT[$size]}" -P 1 --csv || true
+	done
+done
+bl_stop_all
+
+# memcached: -I raises the largest item (default 1 MiB, which a 1 MiB value
+# plus its header would exceed).
+MEMC=(memcached -s "$BL_TMP/memc.sock" -m 4096 -I 8m -t 4)
+[ "$(id -u)" -eq 0 ] && MEMC+=(-u root)
+bl_spawn "$BL_TMP/memc.log" "${MEMC[@]}"
+wait_sock "$BL_TMP/memc.sock"
+bl_record "${MEMC[@]}"
+for size in "${SIZES[@]}"; do
+	for c in "${CLIENTS[@]}"; do
+		bl_run "$BL_TMP/memc-$size-$c.out" "$CELL_SECS" "$BIN/memc-bench" --socket \
+			"$BL_TMP/memc.sock" --size "$size" --count "${COUNT[$size]}" --threads "$c" || true
+	done
+done
+bl_stop_all
+
+sock=$BL_TMP/lunar.sock
+bl_start_proxy proxy "$sock" --embedded-master --segment-size 2GiB
+for size in "${SIZES[@]}"; do
+	for c in "${CLIENTS[@]}"; do
+		bl_run "$BL_TMP/lunar-$size-$c.out" "$CELL_SECS" "$BIN/lunar-bench" --socket "$sock" \
+			--size "$size" --count "${COUNT[$size]}" --threads "$c" --baseline-size 0 || true
+	done
+done
+bl_stop_all
+
+echo "# Lunar next to Redis and memcached"
+echo
+bl_machine
+echo "- $(redis-server --version | cut -d' ' -f1-3), memcached $(memcached -V | cut -d' ' -f2)"
+echo
+echo "All three on this node over UNIX sockets, one connection (Lunar: one thread of one"
+echo "client) per client. Redis: redis-benchmark (no pipelining, one key). memcached:"
+echo "memc-bench, ASCII set/get, bytes checked. Lunar: lunar-bench against a standalone"
+echo "proxy (embedded master, 2 GiB segment), bytes checked. ops/s: Redis's own figure;"
+echo "memc-bench and lunar-bench count ops over the busiest client's time in calls."
+echo "Ratios > 1 mean Lunar is faster."
+echo
+echo "| size | clients | redis SET/s | memcached set/s | lunar put/s | lunar put GB/s | lunar/redis put | lunar/memcached put | redis GET/s | memcached get/s | lunar get/s | lunar get GB/s | lunar/redis get | lunar/memcached get |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+for size in "${SIZES[@]}"; do
+	for c in "${CLIENTS[@]}"; do
+		r=$BL_TMP/redis-$size-$c.out
+		m=$BL_TMP/memc-$size-$c.out
+		l=$BL_TMP/lunar-$size-$c.out
+		rs=$(redis_rps "$r" SET)
+		rg=$(redis_rps "$r" GET)
+		ms=$(bl_kv "$m" set_ops_per_s)
+		mg=$(bl_kv "$m" get_ops_per_s)
+		ls=$(bl_kv "$l" put_ops_per_s)
+		lg=$(bl_kv "$l" get_ops_per_s)
+		echo "| $size | $c | $(bl_fmt "${rs:--}" 0) | $(bl_fmt "$ms" 0) | $(bl_fmt "$ls" 0) |" \
+			"$(bl_fmt "$(bl_kv "$l" put_gb_per_s)" 2) | $(bl_div "$ls" "${rs:--}" 2) |" \
+			"$(bl_div "$ls" "$ms" 2) | $(bl_fmt "${rg:--}" 0) | $(bl_fmt "$mg" 0) |" \
+			"$(bl_fmt "$lg" 0) | $(bl_fmt "$(bl_kv "$l" get_gb_per_s)" 2) |" \
+			"$(bl_div "$lg" "${rg:--}" 2) | $(bl_div "$lg" "$mg" 2) |"
+	done
+done
+echo
+echo "p50 latency per call, µs (SET/put, GET/get):"
+echo
+echo "| size | clients | redis SET | memcached set | lunar put | redis GET | memcached get | lunar get |"
+echo "|---|---|---|---|---|---|---|---|"
+for size in "${SIZES[@]}"; do
+	for c in "${CLIENTS[@]}"; do
+		r=$BL_TMP/redis-$size-$c.out
+		m=$BL_TMP/memc-$size-$c.out
+		l=$BL_TMP/lunar-$size-$c.out
+		echo "| $size | $c | $(redis_p50_us "$r" SET) | $(bl_fmt "$(bl_kv "$m" set_p50_us)" 1) |" \
+			"$(bl_fmt "$(bl_kv "$l" put_p50_us)" 1) | $(redis_p50_us "$r" GET) |" \
+			"$(bl_fmt "$(bl_kv "$m" get_p50_us)" 1) | $(bl_fmt "$(bl_kv "$l" get_p50_us)" 1) |"
+	done
+done
+bl_cmds_flush
+if [ "$BL_FAILED" -gt 0 ]; then
+	echo
+	echo "**$BL_FAILED run(s) failed**; their cells show \`-\`."
+	exit 1
+fi

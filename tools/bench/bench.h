@@ -1,0 +1,70 @@
+/*
+ * bench.h - what lunar-bench's modes share: option parsing, the
+ * deterministic value pattern, latency percentiles and key=value figure
+ * lines (SPEC §12), and the entry points of the master-RPC and trace-replay
+ * modes. Everything here is for the benchmark only; nothing is installed.
+ */
+#ifndef LUNAR_TOOLS_BENCH_BENCH_H
+#define LUNAR_TOOLS_BENCH_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { BENCH_EXIT_OK = 0, BENCH_EXIT_FAIL = 1, BENCH_EXIT_USAGE = 2, BENCH_EXIT_NOCONN = 3 };
+
+#define BENCH_ALIGN 64
+
+/* bench_usage_error - print "lunar-bench: <why>" and the --help hint;
+ * returns BENCH_EXIT_USAGE. */
+__attribute__((format(printf, 1, 2))) int bench_usage_error(const char *fmt, ...);
+
+/*
+ * bench_opt_value - the value of --name VALUE or --name=VALUE at argv[*i]
+ * (advancing *i past a separate value); NULL when argv[*i] is not --name,
+ * or when its value is missing, which sets *missing.
+ */
+const char *bench_opt_value(int argc, char **argv, int *i, const char *name, int *missing);
+
+/* bench_parse_num - a number (is_size: with KiB/MiB/... suffixes) in
+ * [min, max] into *out; BENCH_EXIT_USAGE after printing why otherwise. */
+int bench_parse_num(const char *flag, const char *s, int is_size, uint64_t min, uint64_t max,
+		    uint64_t *out);
+
+uint64_t bench_splitmix64(uint64_t x);
+uint64_t bench_round_up(uint64_t x, uint64_t to);
+
+/*
+ * bench_pattern_alloc - len bytes (rounded up to 8) of one fixed
+ * pseudo-random sequence, the same in every process, so a value can be a
+ * window of it chosen by the object's number and be checked by anyone.
+ * NULL on ENOMEM; free() it.
+ */
+unsigned char *bench_pattern_alloc(uint64_t len);
+
+/* A growable array of latencies in nanoseconds; zeroed = empty. */
+struct bench_lat {
+	uint64_t *v;
+	uint64_t n, cap;
+};
+
+/* bench_lat_add - append one sample; -1 on ENOMEM (the sample is lost). */
+int bench_lat_add(struct bench_lat *l, uint64_t ns);
+void bench_lat_fini(struct bench_lat *l);
+
+/* bench_pct_us - nearest-rank percentile p of sorted v[0..n), in µs. */
+double bench_pct_us(const uint64_t *v, uint64_t n, double p);
+
+/*
+ * bench_print_lat - sort v[0..n) in place and print name_mean_us, _p50_us,
+ * _p90_us, _p99_us, _p999_us and _max_us lines.
+ */
+void bench_print_lat(const char *name, uint64_t *v, uint64_t n);
+
+/* bench_vm_rss_kib - VmRSS of pid from /proc/<pid>/status, or -1. */
+int64_t bench_vm_rss_kib(int pid);
+
+/* The modes; each parses its own argv and returns an exit code. */
+int bench_master_main(int argc, char **argv);
+int bench_trace_main(int argc, char **argv);
+
+#endif /* LUNAR_TOOLS_BENCH_BENCH_H */

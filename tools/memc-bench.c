@@ -1,0 +1,289 @@
+/*
+ * memc-bench.c - set/get throughput and latency of a memcached over its UNIX
+ * socket with the ASCII protocol, for tools/bench-vs-peers.sh: THREADS threads,
+ * one connection each, set COUNT values of SIZE bytes, then get each back and
+ * check every byte. Prints the configuration, then one key=value line per
+ * figure, named as lunar-bench names them (set_ for put).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "parse.h"
+
+#define MB_MAX_THREADS 256
+#define MB_LINE_MAX    256
+
+struct cfg {
+	const char *sock;
+	uint64_t size, count;
+	unsigned threads;
+	unsigned char *pattern; /* size + 8 * count bytes: value i starts at 8 * i */
+	uint64_t *lat;
+};
+
+struct worker {
+	const struct cfg *c;
+	pthread_t tid;
+	int fd, is_get;
+	uint64_t first, n, busy_ns, errors;
+	char *io; /* one request or one reply */
+	size_t io_cap;
+};
+
+static uint64_t splitmix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	const char *b = p;
+
+	while (n) {
+		ssize_t k = write(fd, b, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		b += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+	char *b = p;
+
+	while (n) {
+		ssize_t k = read(fd, b, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		b += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+/* One reply line (without CRLF) into line; a byte at a time is fine for
+ * lines: the values themselves are read in one piece. */
+static int read_line(int fd, char *line, size_t cap)
+{
+	size_t n = 0;
+
+	for (;;) {
+		if (n + 1 >= cap || read_all(fd, line + n, 1))
+			return -1;
+		if (line[n] == '\n') {
+			line[n > 0 && line[n - 1] == '\r' ? n - 1 : n] = '\0';
+			return 0;
+		}
+		n++;
+	}
+}
+
+static int do_set(struct worker *w, uint64_t i)
+{
+	const struct cfg *c = w->c;
+	char line[MB_LINE_MAX];
+	int h = snprintf(w->io, w->io_cap, "set mb-%" PRIu64 " 0 0 %" PRIu64 "\r\n", i, c->size);
+
+	/* Header, value and CRLF in one write, as a client library would. */
+	memcpy(w->io + h, c->pattern + 8 * i, c->size);
+	memcpy(w->io + h + c->size, "\r\n", 2);
+	if (write_all(w->fd, w->io, (size_t)h + c->size + 2) ||
+	    read_line(w->fd, line, sizeof(line)))
+		return -1;
+	return strcmp(line, "STORED") ? -1 : 0;
+}
+
+static int do_get(struct worker *w, uint64_t i)
+{
+	const struct cfg *c = w->c;
+	char line[MB_LINE_MAX], want[MB_LINE_MAX];
+	int h = snprintf(w->io, w->io_cap, "get mb-%" PRIu64 "\r\n", i);
+
+	if (write_all(w->fd, w->io, (size_t)h) || read_line(w->fd, line, sizeof(line)))
+		return -1;
+	snprintf(want, sizeof(want), "VALUE mb-%" PRIu64 " 0 %" PRIu64, i, c->size);
+	if (strcmp(line, want))
+		return -1;
+	if (read_all(w->fd, w->io, c->size + 2) || read_line(w->fd, line, sizeof(line)))
+		return -1;
+	if (strcmp(line, "END") || memcmp(w->io, c->pattern + 8 * i, c->size))
+		return -1;
+	return 0;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t t0, dt;
+
+	for (uint64_t i = w->first; i < w->first + w->n; i++) {
+		t0 = lc_now_ns();
+		int rc = w->is_get ? do_get(w, i) : do_set(w, i);
+
+		dt = lc_now_ns() - t0;
+		w->c->lat[i] = dt;
+		w->busy_ns += dt;
+		if (rc && w->errors++ < 3)
+			fprintf(stderr, "memc-bench: %s mb-%" PRIu64 " failed\n",
+				w->is_get ? "get" : "set", i);
+	}
+	return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double pct_us(const uint64_t *v, uint64_t n, double p)
+{
+	uint64_t rank = (uint64_t)(p / 100.0 * (double)n + 0.999999);
+
+	return n ? (double)v[(rank < 1 ? 1 : rank > n ? n : rank) - 1] / 1e3 : 0.0;
+}
+
+static uint64_t run_phase(struct cfg *c, struct worker *ws, int is_get, const char *name)
+{
+	uint64_t t0 = lc_now_ns(), wall, busy = 0, errors = 0;
+	double s;
+
+	for (unsigned t = 0; t < c->threads; t++) {
+		ws[t].is_get = is_get;
+		ws[t].busy_ns = ws[t].errors = 0;
+		if (pthread_create(&ws[t].tid, NULL, worker_main, &ws[t])) {
+			fprintf(stderr, "memc-bench: cannot start a thread\n");
+			exit(1);
+		}
+	}
+	for (unsigned t = 0; t < c->threads; t++) {
+		pthread_join(ws[t].tid, NULL);
+		errors += ws[t].errors;
+		busy = ws[t].busy_ns > busy ? ws[t].busy_ns : busy;
+	}
+	wall = lc_now_ns() - t0;
+	s = (double)busy / 1e9;
+	qsort(c->lat, c->count, sizeof(*c->lat), cmp_u64);
+	printf("%s_ops=%" PRIu64 "\n%s_errors=%" PRIu64 "\n", name, c->count, name, errors);
+	printf("%s_wall_s=%.6f\n", name, (double)wall / 1e9);
+	printf("%s_ops_per_s=%.1f\n", name, s > 0 ? (double)c->count / s : 0.0);
+	printf("%s_gb_per_s=%.3f\n", name,
+	       s > 0 ? (double)c->count * (double)c->size / s / 1e9 : 0.0);
+	printf("%s_p50_us=%.2f\n%s_p99_us=%.2f\n", name, pct_us(c->lat, c->count, 50), name,
+	       pct_us(c->lat, c->count, 99));
+	fflush(stdout);
+	return errors;
+}
+
+static int connect_unix(const char *path)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || strlen(path) >= sizeof(a.sun_path)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	strcpy(a.sun_path, path);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int parse(struct cfg *c, int argc, char **argv)
+{
+	uint64_t t = 1;
+
+	for (int i = 1; i + 1 < argc; i += 2) {
+		const char *k = argv[i], *v = argv[i + 1];
+		int bad = 0;
+
+		if (!strcmp(k, "--socket"))
+			c->sock = v;
+		else if (!strcmp(k, "--size"))
+			bad = lc_parse_size(v, &c->size) || !c->size || c->size > (1ull << 30);
+		else if (!strcmp(k, "--count"))
+			bad = lc_parse_u64(v, &c->count) || !c->count || c->count > (1ull << 26);
+		else if (!strcmp(k, "--threads"))
+			bad = lc_parse_u64(v, &t) || !t || t > MB_MAX_THREADS;
+		else
+			bad = 1;
+		if (bad) {
+			fprintf(stderr, "memc-bench: bad argument %s %s\n", k, v);
+			return -1;
+		}
+	}
+	if (!c->sock || argc % 2 == 0) {
+		fprintf(stderr, "usage: memc-bench --socket PATH [--size SIZE] [--count N] "
+				"[--threads T]\n");
+		return -1;
+	}
+	c->threads = (unsigned)t;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct cfg c = {.size = 4096, .count = 10000};
+	struct worker *ws;
+	uint64_t words, errors;
+
+	if (parse(&c, argc, argv))
+		return 2;
+	words = (c.size + 8 * c.count + 7) / 8;
+	c.pattern = malloc(words * 8);
+	c.lat = calloc(c.count, sizeof(*c.lat));
+	ws = calloc(c.threads, sizeof(*ws));
+	if (!c.pattern || !c.lat || !ws)
+		return 1;
+	for (uint64_t j = 0; j < words; j++)
+		((uint64_t *)c.pattern)[j] = splitmix64(j);
+	printf("socket=%s\nsize_bytes=%" PRIu64 "\ncount=%" PRIu64 "\nthreads=%u\n", c.sock, c.size,
+	       c.count, c.threads);
+	for (unsigned t = 0; t < c.threads; t++) {
+		ws[t].c = &c;
+		ws[t].first = c.count * t / c.threads;
+		ws[t].n = c.count * (t + 1) / c.threads - ws[t].first;
+		ws[t].io_cap = c.size + MB_LINE_MAX;
+		ws[t].io = malloc(ws[t].io_cap);
+		ws[t].fd = connect_unix(c.sock);
+		if (!ws[t].io || ws[t].fd < 0) {
+			fprintf(stderr, "memc-bench: cannot connect to %s\n", c.sock);
+			return 3;
+		}
+	}
+	errors = run_phase(&c, ws, 0, "set");
+	errors += run_phase(&c, ws, 1, "get");
+	printf("errors=%" PRIu64 "\n", errors);
+	for (unsigned t = 0; t < c.threads; t++) {
+		close(ws[t].fd);
+		free(ws[t].io);
+	}
+	free(ws);
+	free(c.lat);
+	free(c.pattern);
+	return errors ? 1 : 0;
+}
