@@ -12,6 +12,8 @@
 #include <nng/nng.h>
 
 #include "log.h"
+#include "admin_http.h"
+#include "http.h"
 #include "master.h"
 #include "parse.h"
 #include "rpc_server.h"
@@ -20,6 +22,7 @@
 
 struct opts {
 	uint64_t port;
+	uint64_t http_port;
 	const char *listen;
 	uint64_t workers;
 	struct mst_config cfg;
@@ -31,6 +34,7 @@ static void usage(FILE *f)
 		"usage: lunar-master [flags]\n"
 		"  --port PORT                      RPC port, 0 picks a free one (50051)\n"
 		"  --listen ADDR                    address to listen on (0.0.0.0)\n"
+		"  --http-port PORT                 /metrics, /health, /ready, /admin (9003; 0 picks)\n"
 		"  --workers N                      parallel RPC workers (8)\n"
 		"%s"
 		"  --help                           this text\n"
@@ -50,6 +54,8 @@ static int set_flag(struct opts *o, const char *name, const char *val)
 	}
 	if (!strcmp(name, "port"))
 		rc = lc_parse_u64(val, &o->port) || o->port > 65535 ? -EINVAL : 0;
+	else if (!strcmp(name, "http-port"))
+		rc = lc_parse_u64(val, &o->http_port) || o->http_port > 65535 ? -EINVAL : 0;
 	else if (!strcmp(name, "workers"))
 		rc = lc_parse_u64(val, &o->workers) || !o->workers || o->workers > 1024 ? -EINVAL
 											: 0;
@@ -103,6 +109,7 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 {
 	struct mst_master *m = mst_master_create(&o->cfg);
 	struct mst_server *s;
+	struct lc_http *http;
 	char url[300];
 	int sig, rc;
 
@@ -117,10 +124,19 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 		mst_master_destroy(m);
 		return 1;
 	}
-	LC_INFO("lunar-master", "listening on tcp://%s:%u", o->listen,
-		(unsigned)mst_server_port(s));
+	rc = lc_http_start(o->listen, (uint16_t)o->http_port, mst_http_handle, m, &http);
+	if (rc) {
+		LC_ERROR("master", "cannot serve HTTP on %s:%u: %s", o->listen,
+			 (unsigned)o->http_port, strerror(-rc));
+		mst_server_stop(s);
+		mst_master_destroy(m);
+		return 1;
+	}
+	LC_INFO("lunar-master", "listening on tcp://%s:%u; HTTP on http://%s:%u", o->listen,
+		(unsigned)mst_server_port(s), o->listen, (unsigned)lc_http_port(http));
 	sigwait(sigs, &sig);
 	LC_INFO("lunar-master", "signal %d: stopping", sig);
+	lc_http_stop(http);
 	mst_server_stop(s);
 	mst_master_destroy(m);
 	nng_fini(); /* nng's own threads: exit with nothing left running */
@@ -129,7 +145,7 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 
 int main(int argc, char **argv)
 {
-	struct opts o = {.port = 50051, .listen = "0.0.0.0", .workers = 8};
+	struct opts o = {.port = 50051, .http_port = 9003, .listen = "0.0.0.0", .workers = 8};
 	sigset_t sigs;
 	int rc;
 

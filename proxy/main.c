@@ -52,6 +52,10 @@ static int start_data_plane(struct px_proxy *px)
 			return LUNAR_ERR_INTERNAL;
 		}
 	}
+	/* The address lets an operator (or a test) inspect the segment. */
+	if (px->segment)
+		LC_INFO("proxy", "segment of %llu bytes at %p", (unsigned long long)px->cfg.segment_size,
+			px->segment);
 	ec.seg_base = px->segment;
 	ec.seg_size = px->cfg.segment_size;
 	rc = eng_engine_create(&ec, &px->engine);

@@ -528,6 +528,8 @@ struct h_proc *h_start_master(const char *name, int port, ...)
 	argv[n++] = "127.0.0.1";
 	argv[n++] = "--port";
 	argv[n++] = portstr;
+	argv[n++] = "--http-port";
+	argv[n++] = "0";
 	va_start(ap, port);
 	rc = add_args(argv, &n, ap);
 	va_end(ap);
