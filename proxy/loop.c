@@ -108,7 +108,10 @@ static int session_drain(struct px_proxy *px, struct px_session *s)
 		atomic_fetch_add(&s->inflight, 1);
 		px_session_get(s);
 		r->s = s;
-		px_pool_submit(px->pool, r);
+		if (px_req_inline(px, r))
+			px_req_run(px, r);
+		else
+			px_pool_submit(px->pool, r);
 	}
 	s->cons += (uint32_t)n;
 	lc_ring_release(rg->ring, s->cons);

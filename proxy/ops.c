@@ -96,6 +96,29 @@ static int64_t run_remove_many(struct px_proxy *px, struct px_req *r)
 	return rc;
 }
 
+/* Largest value bytes a request may move and still run on the loop. */
+#define PX_INLINE_BYTES (64u * 1024)
+
+int px_req_inline(const struct px_proxy *px, const struct px_req *r)
+{
+	uint64_t bytes = 0;
+
+	if (!px->master || px->cfg.debug_put_delay_ms)
+		return 0;
+	switch (r->sqe.op) {
+	case LC_OP_PUT:
+	case LC_OP_UPSERT:
+	case LC_OP_GET:
+		for (uint32_t i = 0; i < r->count; i++)
+			bytes += r->items[i].total;
+		return bytes <= PX_INLINE_BYTES;
+	case LC_OP_HEALTH:
+		return 1;
+	default:
+		return r->count <= 64;
+	}
+}
+
 void px_req_run(struct px_proxy *px, struct px_req *r)
 {
 	struct px_session *s = r->s;

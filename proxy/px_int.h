@@ -174,6 +174,13 @@ int px_mreg_handle(struct px_session *s, const struct lc_reg_req *q, int fd, con
 void px_mreg_drop_all(struct px_session *s);
 
 /* --- requests (ops_*.c) --- */
+/*
+ * px_req_inline - whether r may run on the event loop itself: only when it
+ * cannot block (embedded master, so no RPC; local memory only; no test
+ * delay) and is small enough not to hold other clients back. Skipping the
+ * hand-off to a worker is what makes a small request cost microseconds.
+ */
+int px_req_inline(const struct px_proxy *px, const struct px_req *r);
 /* px_req_run - execute a decoded request and complete it to the client.
  * Worker thread; blocks on the master and transfers. Frees r. */
 void px_req_run(struct px_proxy *px, struct px_req *r);
