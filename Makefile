@@ -111,6 +111,13 @@ $(BUILD)/bin/lunar-bench: $(call obj,tools/lunar-bench.c $(wildcard tools/bench/
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lnng -lprotobuf-c -lpthread -lm
 
+# lunarctl's admin verbs, HTTP client and JSON reader live in tools/ctl/.
+$(BUILD)/bin/lunarctl: $(call obj,tools/lunarctl.c $(wildcard tools/ctl/*.c)) $(LIBSHM) \
+		$(LIBCOMMON)
+	$(Q)mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lpthread -lm
+
 $(BUILD)/bin/%: $(call obj,tools/%.c) $(LIBSHM) $(LIBCOMMON)
 	$(Q)mkdir -p $(@D)
 	@echo "  LD      $@"

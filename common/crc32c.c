@@ -20,13 +20,11 @@
 #define POLY	  0x82f63b78u
 #define LONG_BLK  8192 /* three of these per round on large buffers */
 #define SHORT_BLK 256  /* then three of these, then single words */
-#ifndef PF_DIST
-#define PF_DIST 512 /* bytes ahead of each chain to prefetch */
-#endif
+#define PF_DIST	  1024 /* bytes ahead of each chain to prefetch */
 
-static uint32_t crc_table[8][256];   /* slice-by-8 */
-static uint32_t crc_long[4][256];    /* append LONG_BLK zero bytes to a raw crc */
-static uint32_t crc_short[4][256];   /* append SHORT_BLK zero bytes */
+static uint32_t crc_table[8][256]; /* slice-by-8 */
+static uint32_t crc_long[4][256];  /* append LONG_BLK zero bytes to a raw crc */
+static uint32_t crc_short[4][256]; /* append SHORT_BLK zero bytes */
 static int crc_use_hw;
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
@@ -94,8 +92,8 @@ static void crc_init(void)
 	}
 	for (uint32_t n = 0; n < 256; n++)
 		for (int k = 1; k < 8; k++)
-			crc_table[k][n] = (crc_table[k - 1][n] >> 8) ^
-					  crc_table[0][crc_table[k - 1][n] & 0xff];
+			crc_table[k][n] =
+			    (crc_table[k - 1][n] >> 8) ^ crc_table[0][crc_table[k - 1][n] & 0xff];
 	zeros_tables(crc_long, LONG_BLK);
 	zeros_tables(crc_short, SHORT_BLK);
 #ifdef LC_CRC_X86
@@ -168,36 +166,18 @@ HW_INLINE static void put64(unsigned char *d, uint64_t w, int mode)
 		memcpy(d, &w, 8);
 }
 
-HW_INLINE static uint64_t step16(uint64_t c, const unsigned char *p, unsigned char *q, int mode)
+/* 16 bytes at p + off into one chain, and to q + off unless only checksumming. */
+HW_INLINE static uint64_t step16(uint64_t c, const unsigned char *p, unsigned char *q, size_t off,
+				 int mode)
 {
-#if VARIANT == 2
-	__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-
-	c = _mm_crc32_u64(c, (uint64_t)_mm_cvtsi128_si64(v));
-	c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(v, 1));
-	if (mode == RUN_STREAM)
-		_mm_stream_si128((__m128i *)(void *)q, v);
-	else if (mode == RUN_COPY)
-		_mm_storeu_si128((__m128i *)(void *)q, v);
-#elif VARIANT == 3
-	c = _mm_crc32_u64(c, ld64(p));
-	c = _mm_crc32_u64(c, ld64(p + 8));
-	if (mode != RUN_CRC) {
-		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-
-		if (mode == RUN_STREAM)
-			_mm_stream_si128((__m128i *)(void *)q, v);
-		else
-			_mm_storeu_si128((__m128i *)(void *)q, v);
-	}
-#else
-	uint64_t w0 = ld64(p), w1 = ld64(p + 8);
+	uint64_t w0 = ld64(p + off), w1 = ld64(p + off + 8);
 
 	c = _mm_crc32_u64(c, w0);
 	c = _mm_crc32_u64(c, w1);
-	put64(q, w0, mode);
-	put64(q + 8, w1, mode);
-#endif
+	if (mode != RUN_CRC) {
+		put64(q + off, w0, mode);
+		put64(q + off + 8, w1, mode);
+	}
 	return c;
 }
 
@@ -207,8 +187,7 @@ HW_INLINE static uint64_t step16(uint64_t c, const unsigned char *p, unsigned ch
  * Advances *d (unless only checksumming), *s and *len.
  */
 HW_INLINE static uint64_t hw_rounds(uint64_t c0, unsigned char **d, const unsigned char **s,
-				    size_t *len, size_t blk, const uint32_t zeros[4][256],
-				    int mode)
+				    size_t *len, size_t blk, const uint32_t zeros[4][256], int mode)
 {
 	const unsigned char *p = *s;
 	unsigned char *q = *d;
@@ -224,9 +203,9 @@ HW_INLINE static uint64_t hw_rounds(uint64_t c0, unsigned char **d, const unsign
 			_mm_prefetch((const char *)p + blk + i + PF_DIST, _MM_HINT_T0);
 			_mm_prefetch((const char *)p + 2 * blk + i + PF_DIST, _MM_HINT_T0);
 			for (size_t j = i; j < i + 64; j += 16) {
-				c0 = step16(c0, p + j, q + j, mode);
-				c1 = step16(c1, p + blk + j, q + blk + j, mode);
-				c2 = step16(c2, p + 2 * blk + j, q + 2 * blk + j, mode);
+				c0 = step16(c0, p, q, j, mode);
+				c1 = step16(c1, p, q, blk + j, mode);
+				c2 = step16(c2, p, q, 2 * blk + j, mode);
 			}
 		}
 		c0 = shift(zeros, (uint32_t)c0) ^ (uint32_t)c1;
@@ -241,8 +220,8 @@ HW_INLINE static uint64_t hw_rounds(uint64_t c0, unsigned char **d, const unsign
 }
 
 /* The whole hardware path on a raw register; mode fixes the stores. */
-HW_INLINE static uint32_t hw_run(uint32_t crc, unsigned char *d, const unsigned char *s,
-				 size_t len, int mode)
+HW_INLINE static uint32_t hw_run(uint32_t crc, unsigned char *d, const unsigned char *s, size_t len,
+				 int mode)
 {
 	uint64_t c = crc;
 

@@ -36,7 +36,7 @@ struct lc_http {
 	lc_http_handler_fn fn;
 	void *arg;
 	pthread_t thread;
-	int64_t last_warn_ms; /* of accept failures, to rate-limit them */
+	int64_t last_warn_ms;		 /* of accept failures, to rate-limit them */
 	char head[LC_HTTP_MAX_HEAD + 1]; /* the connection being served */
 };
 
@@ -53,7 +53,8 @@ static int64_t now_ms(void)
 static int http_wait(struct lc_http *h, int fd, short ev, int64_t deadline)
 {
 	for (;;) {
-		struct pollfd pfd[2] = {{.fd = fd, .events = ev}, {.fd = h->wake[0], .events = POLLIN}};
+		struct pollfd pfd[2] = {{.fd = fd, .events = ev},
+					{.fd = h->wake[0], .events = POLLIN}};
 		int64_t left = deadline - now_ms();
 		int n;
 
@@ -285,8 +286,11 @@ static int dispatch(struct lc_http *h, int fd, const char *method, char *target)
 	if (query)
 		*query++ = '\0';
 	rc = h->fn(h->arg, method, target, query ? query : "", &rep);
-	if (rc < 0 || rep.status < 100 || rep.status > 599 || (rep.len && !rep.body) ||
-	    (rep.body && rep.cap < rep.len)) {
+	if (rc > 0) {
+		free(rep.body);
+		return send_error(h, fd, 404, "");
+	}
+	if (rc < 0 || rep.status < 100 || rep.status > 599 || (rep.len && !rep.body)) {
 		free(rep.body);
 		return send_error(h, fd, 500, "");
 	}

@@ -5,7 +5,8 @@
  * at most LC_HTTP_MAX_HEAD bytes, read within LC_HTTP_TIMEOUT_MS), one
  * handler call, one response with Content-Length and Connection: close.
  * Serial service is plenty for scrapes and probes; a client that stalls
- * delays the next one by at most the timeout.
+ * delays the next one by at most the timeout (plus a 250 ms lingering close).
+ * Request bodies are not read; keep-alive is not offered.
  */
 #ifndef LUNAR_COMMON_HTTP_H
 #define LUNAR_COMMON_HTTP_H
@@ -24,7 +25,7 @@ struct lc_http;
  * point to storage that outlives the reply (a string literal); one holding CR
  * or LF is replaced by the default. body is malloc'd and owned by the server
  * once the handler returns; fill it with lc_http_reply_printf/_append, or set
- * body, len and cap yourself (cap >= len).
+ * body and len yourself (and cap, the allocated size, to append afterwards).
  */
 struct lc_http_reply {
 	int status;
@@ -38,9 +39,10 @@ struct lc_http_reply {
  * A handler, called on the server thread (one call at a time). method is
  * "GET" or "HEAD" (for HEAD the server sends the headers of the reply and no
  * body); path is the raw request path, starting with '/'; query is what
- * followed '?', still encoded, or "". Returns 0, or a negative code to have
- * the server answer 500 and discard the reply. It should not block for long:
- * the next request waits.
+ * followed '?', still encoded, or "". Returns 0 when rep holds the answer,
+ * a positive value when path is not its own (the server answers 404), or a
+ * negative code on failure (500); in both cases the reply is discarded. It
+ * should not block for long: the next request waits.
  */
 typedef int (*lc_http_handler_fn)(void *arg, const char *method, const char *path,
 				  const char *query, struct lc_http_reply *rep);
@@ -65,7 +67,7 @@ void lc_http_stop(struct lc_http *h);
 /* lc_http_reply_printf - append formatted text to rep->body (kept NUL
  * terminated). Returns 0 or -ENOMEM (the body is then left as it was). */
 int lc_http_reply_printf(struct lc_http_reply *rep, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 /* lc_http_reply_append - append len bytes. Returns 0 or -ENOMEM. */
 int lc_http_reply_append(struct lc_http_reply *rep, const void *data, size_t len);
 

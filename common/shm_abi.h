@@ -143,8 +143,14 @@ struct lc_sqe {
 	uint64_t seq;     /* echoed in the completion slot */
 	uint32_t soft_pin_ttl_ms;
 	uint32_t rsvd0;
-	uint64_t rsvd[2];
+	/* put/upsert: preferred segment names, NUL-terminated one after the
+	 * other (at most LC_PREF_MAX names, LC_PREF_BYTES bytes); 0/0 none. */
+	uint64_t pref_off;
+	uint64_t pref_len;
 };
+
+#define LC_PREF_MAX 8
+#define LC_PREF_BYTES 1024
 
 /* One key of a request. The proxy writes result back when done. */
 struct lc_item {

@@ -39,6 +39,13 @@
  * stores at [offset, offset + length) of its segment, then it replies.
  * READ: the server replies, and on status 0 the reply is followed by
  * `length` bytes of the segment.
+ * READ_DISK: offset is the length of the name that follows the request,
+ * "tenant\0key" (no trailing NUL, at most ENG_DISK_NAME_MAX bytes); length
+ * is the most value bytes the client takes (<= ENG_DISK_READ_MAX). The
+ * server reads the value from its disk tier and replies with status 0 and
+ * reply length = the value's length, followed by that many bytes; or with
+ * a disk code (OBJECT_NOT_FOUND, CHECKSUM_MISMATCH, ...) and length 0,
+ * after which the connection stays usable.
  * The server refuses (status != 0) a bad magic, version or op, a length of 0,
  * and a range not inside its segment; after a refusal it closes the
  * connection (a refused WRITE's payload is never read). A client drops a
@@ -54,7 +61,9 @@
 enum eng_wire_op {
 	ENG_OP_READ = 1,
 	ENG_OP_WRITE = 2,
+	ENG_OP_READ_DISK = 3,
 };
+#define ENG_DISK_NAME_MAX (64 + 1 + 4096)
 
 struct eng_wire_req {
 	uint32_t magic;
@@ -137,6 +146,17 @@ int eng_addr_format(char *buf, size_t cap, const char *host, uint16_t port);
 /* eng_sock_nodelay - TCP_NODELAY on fd; returns 0 or -errno. */
 int eng_sock_nodelay(int fd);
 
+/*
+ * eng_disk_serve - answer the READ_DISK request req (decoded, its name not
+ * read yet) on fd: 0 to go on with the next request, < 0 to close. Data-port
+ * thread (disk.c).
+ */
+int eng_disk_serve(struct eng_engine *e, int fd, const struct eng_wire_req *req,
+		   uint64_t deadline_ns);
+/* eng_send_rep - send one reply header; 0 or -errno (server.c). */
+int eng_send_rep(int fd, int32_t status, uint64_t id, uint64_t length, int flags,
+		 uint64_t deadline_ns);
+
 /* The data port: a listener thread and a thread per accepted connection. */
 struct eng_srv_conn;
 struct eng_server {
@@ -204,6 +224,16 @@ struct eng_transport_ops {
 	int (*xfer)(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		    const struct iovec *iov, int iovcnt, uint64_t total, uint32_t *crc);
 };
+
+/*
+ * eng_tcp_run - run one request/reply exchange fn(arg, fd, &replied) on a
+ * pooled connection to endpoint (fn returns 0 when the connection is idle
+ * again, else -errno and whether a reply byte came). A pooled connection
+ * that fails before any reply is retried once on a new one. 0 or -errno.
+ */
+typedef int (*eng_conn_fn)(void *arg, int fd, int *replied);
+int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,
+		void *arg);
 
 extern const struct eng_transport_ops eng_local_ops;
 extern const struct eng_transport_ops eng_tcp_ops;

@@ -19,6 +19,16 @@ struct eng_config {
 	uint64_t seg_size;
 	unsigned io_timeout_ms;  /* per transfer; 0: 5000 */
 	unsigned conns_per_peer; /* pooled connections kept per peer; 0: 8 */
+	/*
+	 * Serves disk reads from peers (eng_xfer_disk): read the value of
+	 * (tenant, key) from this proxy's disk tier into iov (total = the
+	 * peer's capacity); return its length or a negative code. Called on a
+	 * data-port thread, several at once; may block on disk I/O. NULL: such
+	 * requests get OBJECT_NOT_FOUND.
+	 */
+	int64_t (*disk_read)(void *arg, const char *tenant, const char *key, const struct iovec *iov,
+			     int iovcnt);
+	void *disk_arg;
 };
 
 enum eng_dir {
@@ -51,5 +61,21 @@ void eng_engine_destroy(struct eng_engine *e);
  */
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 	     const struct iovec *iov, int iovcnt, uint32_t *crc);
+
+/*
+ * eng_xfer_disk - read the value of (tenant, key) from the disk tier of the
+ * proxy serving endpoint into iov (total = capacity, > 0, at most
+ * ENG_DISK_READ_MAX). The owner reads it from its SSD into a buffer of its
+ * own (verifying its CRC32C there) and sends it on the data port. When
+ * endpoint is ours, the disk_read callback runs on this thread instead.
+ * Synchronous, bounded by io_timeout_ms; any thread. Returns the value's
+ * length (bytes of iov written), or the owner's code (OBJECT_NOT_FOUND,
+ * BUFFER_OVERFLOW, CHECKSUM_MISMATCH, FILE_READ_FAIL) or
+ * LUNAR_ERR_TRANSFER_FAIL. If crc is not NULL, *crc is the CRC32C of the
+ * bytes received (set on success only).
+ */
+#define ENG_DISK_READ_MAX (1ull << 30)
+int64_t eng_xfer_disk(struct eng_engine *e, const char *endpoint, const char *tenant,
+		      const char *key, const struct iovec *iov, int iovcnt, uint32_t *crc);
 
 #endif /* LUNAR_ENGINE_ENGINE_H */

@@ -31,11 +31,17 @@ struct eng_srv_conn {
 static int send_rep(int fd, int32_t status, const struct eng_wire_req *req, int flags,
 		    uint64_t deadline_ns)
 {
+	return eng_send_rep(fd, status, req->id, req->length, flags, deadline_ns);
+}
+
+int eng_send_rep(int fd, int32_t status, uint64_t id, uint64_t length, int flags,
+		 uint64_t deadline_ns)
+{
 	struct eng_wire_rep rep = {
 	    .magic = ENG_WIRE_REP_MAGIC,
 	    .status = status,
-	    .id = req->id,
-	    .length = req->length,
+	    .id = id,
+	    .length = length,
 	};
 	struct iovec v = {&rep, sizeof(rep)};
 	struct eng_iovc c;
@@ -61,6 +67,9 @@ static int serve_one(struct eng_engine *e, int fd)
 		return rc;
 	eng_wire_req_decode(&req);
 	deadline = lc_now_ns() + e->timeout_ns;
+	if (req.magic == ENG_WIRE_REQ_MAGIC && req.version == ENG_WIRE_VERSION &&
+	    req.op == ENG_OP_READ_DISK)
+		return eng_disk_serve(e, fd, &req, deadline);
 	status = eng_wire_req_check(&req, e->cfg.seg_size);
 	if (status) {
 		LC_DEBUG(ENG_LOG, "refused op %u offset %llu length %llu: %d", req.op,

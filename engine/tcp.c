@@ -97,20 +97,36 @@ static int slice_on(const struct tcp_slice *s, int fd, int *replied)
 	return rc;
 }
 
+static int slice_conn(void *arg, int fd, int *replied)
+{
+	return slice_on(arg, fd, replied);
+}
+
 static int slice_run(const struct tcp_slice *s)
 {
-	struct eng_pool *p = &s->e->pool;
+	int rc = eng_tcp_run(s->e, s->endpoint, s->deadline_ns, slice_conn, (void *)s);
+
+	if (rc)
+		LC_DEBUG(ENG_LOG, "transfer of %llu bytes with %s failed: %s",
+			 (unsigned long long)s->len, s->endpoint, strerror(-rc));
+	return rc;
+}
+
+int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,
+		void *arg)
+{
+	struct eng_pool *p = &e->pool;
 	int fd, pooled, replied, rc;
 
 	for (int retried = 0;; retried = 1) {
-		fd = eng_pool_take(p, s->endpoint, s->deadline_ns, &pooled);
+		fd = eng_pool_take(p, endpoint, deadline_ns, &pooled);
 		if (fd < 0) {
 			rc = fd;
 			break;
 		}
-		rc = slice_on(s, fd, &replied);
+		rc = fn(arg, fd, &replied);
 		if (!rc) {
-			eng_pool_give(p, s->endpoint, fd);
+			eng_pool_give(p, endpoint, fd);
 			return 0;
 		}
 		close(fd);
@@ -122,12 +138,9 @@ static int slice_run(const struct tcp_slice *s)
 		 */
 		if (!pooled || replied || rc == -ETIMEDOUT || retried)
 			break;
-		LC_DEBUG(ENG_LOG, "stale connection to %s (%s), retrying", s->endpoint,
-			 strerror(-rc));
-		eng_pool_flush(p, s->endpoint);
+		LC_DEBUG(ENG_LOG, "stale connection to %s (%s), retrying", endpoint, strerror(-rc));
+		eng_pool_flush(p, endpoint);
 	}
-	LC_DEBUG(ENG_LOG, "transfer of %llu bytes with %s failed: %s", (unsigned long long)s->len,
-		 s->endpoint, strerror(-rc));
 	return rc;
 }
 

@@ -142,6 +142,7 @@ void mst_clients_expire(struct mst_master *m)
 	while ((id = take_expired(&m->clients, now - m->cfg.client_ttl_ms))) {
 		LC_WARN("master", "client %016llx silent for %llu ms: dead", (unsigned long long)id,
 			(unsigned long long)m->cfg.client_ttl_ms);
+		mst_offload_drop_client(m, id);
 		mst_segments_drop_client(m, id);
 		mst_objects_drop(m, NULL, id, now);
 	}

@@ -11,7 +11,7 @@
 #include "key.h"
 #include "parse.h"
 
-enum kind { DURATION, RATIO, BOOL, STRATEGY, SIZE, QUOTA };
+enum kind { DURATION, RATIO, BOOL, STRATEGY, SIZE, QUOTA, SWITCH, OFFLOAD, COUNT };
 
 struct flag {
 	const char *name;
@@ -36,6 +36,10 @@ static const struct flag flags[] = {
     F("allocation-strategy", STRATEGY, strategy),
     F("default-tenant-quota", SIZE, default_tenant_quota),
     F("tenant-quota", QUOTA, tenant_quotas),
+    F("enable-offload", SWITCH, enable_offload),
+    F("offload", OFFLOAD, offload),
+    F("offload-force-evict", SWITCH, offload_force_evict),
+    F("offload-queue", COUNT, offload_queue),
 };
 
 static const char *const strategies[] = {
@@ -57,6 +61,8 @@ void mst_config_defaults(struct mst_config *cfg)
 	    .put_start_discard_timeout_ms = 30000,
 	    .put_start_release_timeout_ms = 600000,
 	    .strategy = MST_ALLOC_RANDOM,
+	    .offload = MST_OFFLOAD_ON_EVICT,
+	    .offload_queue = 1024,
 	};
 }
 
@@ -82,6 +88,29 @@ static int parse_strategy(const char *s, enum mst_alloc_strategy *v)
 		}
 	}
 	return -EINVAL;
+}
+
+/* --offload MODE; naming a mode turns offload on. */
+static int parse_offload(struct mst_config *cfg, const char *s)
+{
+	if (!strcmp(s, "on_evict"))
+		cfg->offload = MST_OFFLOAD_ON_EVICT;
+	else if (!strcmp(s, "on_put"))
+		cfg->offload = MST_OFFLOAD_ON_PUT;
+	else
+		return -EINVAL;
+	cfg->enable_offload = 1;
+	return 0;
+}
+
+static int parse_count(const char *s, uint64_t *v)
+{
+	uint64_t x;
+
+	if (lc_parse_u64(s, &x) || !x || x > (1u << 24))
+		return -EINVAL;
+	*v = x;
+	return 0;
 }
 
 /* NAME=SIZE for --tenant-quota: add the tenant, or resize it. */
@@ -125,9 +154,20 @@ int mst_config_set(struct mst_config *cfg, const char *name, const char *value)
 		case STRATEGY: return parse_strategy(value, p);
 		case SIZE: return lc_parse_size(value, p);
 		case QUOTA: return parse_quota(cfg, value);
+		case SWITCH: return parse_bool(value, p);
+		case OFFLOAD: return parse_offload(cfg, value);
+		case COUNT: return parse_count(value, p);
 		}
 	}
 	return -ENOENT;
+}
+
+int mst_config_is_switch(const char *name)
+{
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+		if (!strcmp(name, flags[i].name))
+			return flags[i].kind == SWITCH;
+	return 0;
 }
 
 const char *mst_config_usage(void)
@@ -144,5 +184,11 @@ const char *mst_config_usage(void)
 	       "  --allocation-strategy NAME       random|free_ratio_first|local_first (random)\n"
 	       "  --tenant-quota NAME=SIZE         bytes tenant NAME may store (repeatable)\n"
 	       "  --default-tenant-quota SIZE      bytes any other tenant may store (0: no "
-	       "limit)\n";
+	       "limit)\n"
+	       "  --enable-offload [BOOL]          copy objects to the proxies' SSD tiers (false)\n"
+	       "  --offload MODE                   on_evict|on_put; implies --enable-offload "
+	       "(on_evict)\n"
+	       "  --offload-force-evict [BOOL]     evict even when the offload queue is full "
+	       "(false)\n"
+	       "  --offload-queue N                offload tasks queued per proxy (1024)\n";
 }

@@ -10,8 +10,10 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "clock.h"
 #include "lunar.h"
 #include "mst_int.h"
+#include "mst_obj.h"
 #include "rpc.h"
 
 /* A reply of req's method with status code; NULL on ENOMEM. */
@@ -52,6 +54,9 @@ static int h_ping(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMe
 	if (!r)
 		return -ENOMEM;
 	r->need_remount = fresh == 1;
+	/* tasks lost to ENOMEM go back to the queue after their timeout */
+	if (fresh == 0)
+		mst_offload_take(m, rq->client_id, lc_now_ms(), &r->offload, &r->n_offload);
 	*rep = &r->base;
 	return 0;
 }
@@ -228,6 +233,9 @@ static int call(struct mst_master *m, uint32_t method, const ProtobufCMessage *r
 	case LUNAR__METHOD__BATCH_UPSERT_REVOKE:
 	case LUNAR__METHOD__BATCH_GET_REPLICA_LIST:
 	case LUNAR__METHOD__BATCH_EXIST_KEY: return mst_batch_keys(m, method, req, rep);
+	case LUNAR__METHOD__OFFLOAD_DONE:
+	case LUNAR__METHOD__DISK_REPLICAS_REMOVE:
+	case LUNAR__METHOD__DISK_REPLICAS_ADD: return mst_disk_dispatch(m, method, req, rep);
 	default: return mst_admin_dispatch(m, method, req, rep);
 	}
 }

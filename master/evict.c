@@ -35,12 +35,13 @@ struct census_arg {
 	int soft_too;
 	struct census plain, soft;
 	int nomem;
+	uint64_t queued; /* MEMORY bytes of objects queued for offload: going soon */
 };
 
 static int candidate(const struct mst_object *o, uint64_t now)
 {
 	return o->state == MST_ST_COMPLETE && !o->hard_pin && !mst_obj_busy(o) &&
-	       o->lease_ms <= now && o->nrep > 0;
+	       o->lease_ms <= now && o->nrep > 0 && !o->offload_to;
 }
 
 static int soft_pinned(const struct mst_object *o, uint64_t now)
@@ -109,28 +110,55 @@ static void select_oldest(struct cand *v, size_t n, size_t k)
 	}
 }
 
+/*
+ * What eviction does with the candidate *pp: 1 when its MEMORY went (the
+ * object too, unless it lives on a LOCAL_DISK replica), 0 when it stays:
+ * with --offload on_evict it is queued for its disk copy first, or kept
+ * when the queue is full (unless --offload-force-evict).
+ */
+static int evict_obj(struct mst_master *m, struct mst_shard *s, struct mst_object **pp,
+		     uint64_t *queued)
+{
+	struct mst_object *o = *pp;
+	uint64_t bytes = 0;
+	int rc;
+
+	if (o->ndisk) {
+		mst_obj_drop_memory(m, o);
+		return 1;
+	}
+	if (m->cfg.enable_offload && m->cfg.offload == MST_OFFLOAD_ON_EVICT && !o->offload_failed) {
+		rc = mst_offload_queue(m, o, 1);
+		for (unsigned i = 0; !rc && i < o->nrep; i++)
+			*queued += o->reps[i].len;
+		if (rc == 0 || (rc == -ENOSPC && !m->cfg.offload_force_evict))
+			return 0;
+	}
+	for (unsigned i = 0; i < o->nrep; i++)
+		bytes += o->reps[i].len;
+	mst_obj_erase(m, s, pp);
+	__atomic_fetch_add(&m->ctr.evictions, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&m->ctr.evicted_bytes, bytes, __ATOMIC_RELAXED);
+	return 1;
+}
+
 /* Evict one census entry if it is still there and still a candidate. */
-static uint64_t evict_one(struct mst_master *m, const struct cand *c, uint64_t now)
+static uint64_t evict_one(struct mst_master *m, const struct cand *c, struct census_arg *a)
 {
 	struct mst_shard *s = &m->shards[c->hash % MST_SHARDS];
 	struct mst_object **pp;
-	uint64_t bytes = 0;
+	int n = 0;
 
 	pthread_mutex_lock(&s->lock);
 	pp = mst_obj_find_id(s, c->hash, c->o, c->id);
-	if (pp && candidate(*pp, now)) {
-		for (unsigned i = 0; i < (*pp)->nrep; i++)
-			bytes += (*pp)->reps[i].len;
-		mst_obj_erase(m, s, pp);
-		__atomic_fetch_add(&m->ctr.evictions, 1, __ATOMIC_RELAXED);
-		__atomic_fetch_add(&m->ctr.evicted_bytes, bytes, __ATOMIC_RELAXED);
-	}
+	if (pp && candidate(*pp, a->now))
+		n = evict_obj(m, s, pp, &a->queued);
 	pthread_mutex_unlock(&s->lock);
-	return bytes ? 1 : 0;
+	return (uint64_t)n;
 }
 
 /* Evict the k oldest of c and take them off it; the number evicted. */
-static int64_t evict_oldest(struct mst_master *m, struct census *c, size_t k, uint64_t now)
+static int64_t evict_oldest(struct mst_master *m, struct census *c, size_t k, struct census_arg *a)
 {
 	struct cand *v = c->v + c->off;
 	size_t left = c->n - c->off;
@@ -140,7 +168,7 @@ static int64_t evict_oldest(struct mst_master *m, struct census *c, size_t k, ui
 		k = left;
 	select_oldest(v, left, k);
 	for (size_t i = 0; i < k; i++)
-		n += (int64_t)evict_one(m, &v[i], now);
+		n += (int64_t)evict_one(m, &v[i], a);
 	c->off += k; /* the rest stays for the next chunk */
 	return n;
 }
@@ -148,10 +176,10 @@ static int64_t evict_oldest(struct mst_master *m, struct census *c, size_t k, ui
 /* Up to k more, unpinned first. */
 static int64_t evict_chunk(struct mst_master *m, struct census_arg *a, size_t k)
 {
-	int64_t n = evict_oldest(m, &a->plain, k, a->now);
+	int64_t n = evict_oldest(m, &a->plain, k, a);
 
 	if ((size_t)n < k)
-		n += evict_oldest(m, &a->soft, k - (size_t)n, a->now);
+		n += evict_oldest(m, &a->soft, k - (size_t)n, a);
 	return n;
 }
 
@@ -183,7 +211,7 @@ static int64_t round_locked(struct mst_master *m, uint64_t now, struct census_ar
 	if (!k && total && pressure)
 		k = 1;
 	n = evict_chunk(m, a, k);
-	while (pressure && (double)used(m) > low &&
+	while (pressure && (double)used(m) - (double)a->queued > low &&
 	       a->plain.n - a->plain.off + a->soft.n - a->soft.off)
 		n += evict_chunk(m, a, k);
 	return n;

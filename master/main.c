@@ -93,6 +93,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		snprintf(name, sizeof(name), "%.*s", (int)((eq ? eq : arg + strlen(arg)) - arg - 2),
 			 arg + 2);
 		val = eq ? eq + 1 : NULL;
+		if (!val && mst_config_is_switch(name) && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)))
+			val = "true";
 		if (!val && i + 1 >= argc) {
 			fprintf(stderr, "lunar-master: --%s needs a value\n", name);
 			return 2;

@@ -83,8 +83,10 @@ struct mst_master *mst_master_create(const struct mst_config *cfg)
 		goto err_clients;
 	if (mst_tenants_init(&m->tenants))
 		goto err_deferred;
-	if (pthread_mutex_init(&m->evict_lock, NULL))
+	if (mst_offload_init(&m->offload))
 		goto err_tenants;
+	if (pthread_mutex_init(&m->evict_lock, NULL))
+		goto err_offload;
 	if (stop_init(m))
 		goto err_evict;
 	if (pthread_create(&m->housekeeper, NULL, housekeeper, m))
@@ -95,6 +97,8 @@ err_stop:
 	pthread_cond_destroy(&m->stop_cond);
 err_evict:
 	pthread_mutex_destroy(&m->evict_lock);
+err_offload:
+	mst_offload_fini(&m->offload);
 err_tenants:
 	mst_tenants_fini(&m->tenants);
 err_deferred:
@@ -126,6 +130,7 @@ void mst_master_destroy(struct mst_master *m)
 	mst_segtab_fini(m);
 	mst_clients_fini(&m->clients);
 	mst_tenants_fini(&m->tenants);
+	mst_offload_fini(&m->offload);
 	pthread_mutex_destroy(&m->evict_lock);
 	free(m);
 }

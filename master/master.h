@@ -16,6 +16,12 @@
 
 enum mst_alloc_strategy { MST_ALLOC_RANDOM, MST_ALLOC_FREE_RATIO_FIRST, MST_ALLOC_LOCAL_FIRST };
 
+/* --offload: when objects are copied to a proxy's SSD tier. */
+enum mst_offload_mode {
+	MST_OFFLOAD_ON_EVICT, /* when DRAM eviction picks them: disk copy first */
+	MST_OFFLOAD_ON_PUT,   /* right after PutEnd */
+};
+
 #define MST_TENANT_QUOTAS_MAX 64
 
 /* --tenant-quota NAME=SIZE: the logical value bytes a tenant may store. */
@@ -38,6 +44,10 @@ struct mst_config {
 	uint64_t default_tenant_quota;	       /* --default-tenant-quota 0 (none) */
 	unsigned n_tenant_quotas;	       /* --tenant-quota NAME=SIZE, repeatable */
 	struct mst_tenant_quota tenant_quotas[MST_TENANT_QUOTAS_MAX];
+	int enable_offload;	       /* --enable-offload (also set by --offload) */
+	enum mst_offload_mode offload; /* --offload on_evict */
+	int offload_force_evict;       /* --offload-force-evict: evict when the queue is full */
+	uint64_t offload_queue;	       /* --offload-queue 1024: tasks per proxy */
 };
 
 /* mst_config_defaults - SPEC §10 defaults. */
@@ -50,6 +60,9 @@ void mst_config_defaults(struct mst_config *cfg);
  * --embedded-master, so both accept the same flags.
  */
 int mst_config_set(struct mst_config *cfg, const char *name, const char *value);
+/* mst_config_is_switch - 1 if the master flag name may be given without a
+ * value (it then means "true"), else 0. */
+int mst_config_is_switch(const char *name);
 /* mst_config_usage - one help line per master flag, for --help texts. */
 const char *mst_config_usage(void);
 

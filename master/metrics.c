@@ -5,6 +5,7 @@
  * relaxed atomics; a render is a snapshot, not a consistent cut.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -120,6 +121,29 @@ static void segment_gauges(struct mst_master *m, FILE *f)
 	pthread_rwlock_unlock(&m->segs.lock);
 }
 
+static void offload_counters(struct mst_master *m, FILE *f)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+	} c[] = {
+	    {"queued", offsetof(struct mst_counters, offload_queued)},
+	    {"done", offsetof(struct mst_counters, offload_done)},
+	    {"failed", offsetof(struct mst_counters, offload_failed)},
+	    {"requeued", offsetof(struct mst_counters, offload_requeued)},
+	    {"skipped_queue_full", offsetof(struct mst_counters, offload_skipped)},
+	};
+
+	fprintf(f, "# TYPE lunar_master_offload_tasks_total counter\n");
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
+		fprintf(f, "lunar_master_offload_tasks_total{event=\"%s\"} %llu\n", c[i].name,
+			(unsigned long long)get((uint64_t *)((char *)&m->ctr + c[i].off)));
+	fprintf(f,
+		"# TYPE lunar_master_offload_queue_depth gauge\nlunar_master_offload_queue_depth "
+		"%llu\n",
+		(unsigned long long)mst_offload_depth(m));
+}
+
 static void counters(struct mst_master *m, FILE *f)
 {
 	fprintf(f, "# TYPE lunar_master_calls_total counter\n");
@@ -146,6 +170,7 @@ static void counters(struct mst_master *m, FILE *f)
 		"# TYPE lunar_master_discarded_puts_total counter\n"
 		"lunar_master_discarded_puts_total %llu\n",
 		(unsigned long long)get(&m->ctr.discarded_puts));
+	offload_counters(m, f);
 }
 
 static void histogram(struct mst_master *m, FILE *f)

@@ -7,6 +7,7 @@
  *   segment table rwlock -> client table lock
  *   object shard lock -> tenant table lock
  *   object shard lock -> deferred-free lock -> one segment's lock
+ *   object shard lock -> offload queue lock (a leaf: nothing is taken under it)
  * The hot path (object calls) takes one shard lock, the segment table for
  * reading, and briefly the allocator lock of the segments it touches.
  * Counters in struct mst_master are atomics updated without locks.
@@ -62,6 +63,14 @@ struct mst_clients {
 
 struct mst_shard;
 struct mst_deferred;
+struct mst_oqueue;
+
+/* Offload queues, one per proxy with a disk tier (registered by its first
+ * DiskReplicasAdd); few proxies, so a list. */
+struct mst_offload {
+	pthread_mutex_t lock;
+	struct mst_oqueue *head;
+};
 struct mst_tenant;
 
 /* Ranges whose space is given back later: discarded puts (after
@@ -86,6 +95,7 @@ struct mst_counters {
 	uint64_t calls[MST_METHODS_MAX];
 	uint64_t errors[MST_CODES_MAX];
 	uint64_t evictions, evicted_bytes, discarded_puts, evict_rounds;
+	uint64_t offload_queued, offload_done, offload_failed, offload_requeued, offload_skipped;
 	uint64_t size_hist[MST_HIST_BUCKETS + 1];
 	uint64_t size_sum, size_count;
 };
@@ -97,6 +107,7 @@ struct mst_master {
 	struct mst_clients clients;
 	struct mst_deferred_list deferred;
 	struct mst_tenants tenants;
+	struct mst_offload offload;
 	struct mst_counters ctr;
 	uint64_t n_complete, n_processing; /* atomics */
 	uint64_t capacity, used;	   /* atomics, bytes over all segments */
@@ -218,6 +229,29 @@ void mst_deferred_sweep(struct mst_master *m, uint64_t now);
 void mst_deferred_drop_segment(struct mst_master *m, const struct mst_segment *seg);
 /* mst_deferred_bytes - bytes waiting to be given back. */
 uint64_t mst_deferred_bytes(struct mst_master *m);
+
+/* offload.c */
+int mst_offload_init(struct mst_offload *q);
+void mst_offload_fini(struct mst_offload *q);
+/* mst_offload_register - client has a disk tier: give it a queue. 0 or -ENOMEM. */
+int mst_offload_register(struct mst_master *m, uint64_t client);
+/* mst_offload_take - for client's Ping: tasks in flight for over
+ * MST_OFFLOAD_TIMEOUT_MS go back to the queue, then up to MST_OFFLOAD_BATCH
+ * queued tasks are marked in flight and copied to *out (heap array of heap
+ * messages, *n of them). 0 or -ENOMEM. */
+#define MST_OFFLOAD_BATCH      64
+#define MST_OFFLOAD_TIMEOUT_MS 30000
+int mst_offload_take(struct mst_master *m, uint64_t client, uint64_t now, Lunar__OffloadTask ***out,
+		     size_t *n);
+/* mst_offload_drop_client - forget client's queue (it is dead). */
+void mst_offload_drop_client(struct mst_master *m, uint64_t client);
+/* mst_offload_depth - tasks queued or in flight over all proxies. */
+uint64_t mst_offload_depth(struct mst_master *m);
+
+/* segments.c, for the disk tier */
+/* mst_segment_of_client - heap copies of the name and endpoint of a segment
+ * client has mounted. 0, LUNAR_ERR_SEGMENT_NOT_FOUND or -ENOMEM. */
+int mst_segment_of_client(struct mst_master *m, uint64_t client, char **name, char **endpoint);
 
 /* tenants.c: per-tenant byte counts and quotas (logical value bytes, once
  * per object whatever its replica count). */

@@ -28,6 +28,14 @@ struct mst_upsert {
 	uint64_t soft_pin_ttl_ms;
 };
 
+/* A LOCAL_DISK replica: a record in the SSD tier of the proxy owner. */
+struct mst_disk_replica {
+	uint64_t owner;	   /* client_id of the proxy holding the record */
+	uint64_t location; /* the owner's record id, opaque to the master */
+	char *segment;	   /* the owner's segment name (heap) */
+	char *endpoint;	   /* the owner's data port (heap) */
+};
+
 struct mst_object {
 	struct mst_object *next; /* hash chain */
 	uint64_t hash;
@@ -40,13 +48,18 @@ struct mst_object {
 	uint64_t soft_pin_ms;	   /* soft pin deadline, set at commit */
 	struct mst_tenant *tenant; /* charged with size */
 	struct mst_upsert *up;	   /* NULL unless an upsert is in flight */
-	struct mst_replica *reps;  /* heap, nrep entries */
+	struct mst_replica *reps;  /* heap, nrep entries: MEMORY replicas */
 	unsigned nrep;
+	unsigned ndisk;
+	struct mst_disk_replica *disk; /* heap, ndisk entries: LOCAL_DISK replicas */
+	uint64_t offload_to;	       /* proxy with a task for it queued or in flight; 0 none */
 	uint32_t crc;
 	uint8_t state;
 	uint8_t hard_pin;
-	size_t tlen; /* tenant length + 1: the key starts at kbuf + tlen */
-	size_t klen; /* tenant "\0" key, NUL-terminated after klen */
+	uint8_t offload_evict;	/* that task came from eviction: MEMORY goes once on disk */
+	uint8_t offload_failed; /* a proxy could not write it: eviction drops it */
+	size_t tlen;		/* tenant length + 1: the key starts at kbuf + tlen */
+	size_t klen;		/* tenant "\0" key, NUL-terminated after klen */
 	char kbuf[];
 };
 
@@ -119,5 +132,40 @@ void mst_obj_discard(struct mst_master *m, struct mst_shard *s, struct mst_objec
  * erased. Call with no shard lock held. */
 typedef int (*mst_visit_fn)(struct mst_master *m, struct mst_object *o, void *arg);
 int64_t mst_shard_sweep(struct mst_master *m, size_t i, mst_visit_fn fn, void *arg);
+
+/* mst_obj_insert - link the new COMPLETE object o into shard s and count it. */
+void mst_obj_insert(struct mst_master *m, struct mst_shard *s, struct mst_object *o);
+
+/* disk.c: LOCAL_DISK replicas. */
+/* mst_obj_replicas_pb - heap protobuf copies of o's replicas in state st:
+ * MEMORY first, then LOCAL_DISK. */
+int mst_obj_replicas_pb(const struct mst_object *o, Lunar__ReplicaState st, Lunar__Replica ***out,
+			size_t *nout);
+/* mst_disk_reps_free - free o's LOCAL_DISK replica list (no master state). */
+void mst_disk_reps_free(struct mst_object *o);
+/* mst_obj_drop_memory - give o's MEMORY ranges back now and count an
+ * eviction; o lives on its LOCAL_DISK replicas. */
+void mst_obj_drop_memory(struct mst_master *m, struct mst_object *o);
+/* mst_disk_forget_client - drop o's LOCAL_DISK replica on client and end
+ * an offload task of client for o (the proxy is dead). 1 if a replica went. */
+int mst_disk_forget_client(struct mst_object *o, uint64_t client);
+/* mst_disk_dispatch - OFFLOAD_DONE, DISK_REPLICAS_REMOVE, DISK_REPLICAS_ADD:
+ * per record codes in a BatchCodesReply. LUNAR_ERR_PROTOCOL for another method. */
+int mst_disk_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
+		      ProtobufCMessage **rep);
+
+/* offload.c: per-proxy offload queues (see mst_int.h for the lock). */
+/*
+ * mst_offload_queue - queue a task for o (COMPLETE, shard lock held) with a
+ * proxy that owns one of its MEMORY replicas and has a disk tier; sets
+ * o->offload_to and o->offload_evict = evict. 0, -ENOSPC (such a proxy's
+ * queue is full), -ENOENT (no such proxy) or -ENOMEM.
+ */
+int mst_offload_queue(struct mst_master *m, struct mst_object *o, int evict);
+/* mst_offload_on_commit - with --offload on_put, queue o just committed
+ * (shard lock held); a full queue skips it. */
+void mst_offload_on_commit(struct mst_master *m, struct mst_object *o);
+/* mst_offload_end - forget client's task for the key k (done or failed). */
+void mst_offload_end(struct mst_master *m, uint64_t client, const struct mst_okey *k);
 
 #endif /* LUNAR_MASTER_MST_OBJ_H */

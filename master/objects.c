@@ -85,6 +85,7 @@ static void obj_free(struct mst_object *o)
 		free(o->up->reps);
 	free(o->up);
 	free(o->reps);
+	mst_disk_reps_free(o);
 	free(o);
 }
 
@@ -173,6 +174,12 @@ static void counter_add(struct mst_master *m, int state, int64_t d)
 	uint64_t *c = state == MST_ST_COMPLETE ? &m->n_complete : &m->n_processing;
 
 	__atomic_fetch_add(c, (uint64_t)d, __ATOMIC_RELAXED);
+}
+
+void mst_obj_insert(struct mst_master *m, struct mst_shard *s, struct mst_object *o)
+{
+	shard_insert(s, o);
+	counter_add(m, o->state, 1);
 }
 
 void mst_replicas_free(struct mst_master *m, const struct mst_replica *r, unsigned n)
@@ -405,6 +412,7 @@ int mst_obj_finish(struct mst_master *m, struct mst_shard *s, struct mst_object 
 	counter_add(m, MST_ST_PROCESSING, -1);
 	counter_add(m, MST_ST_COMPLETE, 1);
 	mst_metrics_value_size(m, o->size);
+	mst_offload_on_commit(m, o);
 	return 0;
 }
 
@@ -456,7 +464,7 @@ int mst_obj_get(struct mst_master *m, const char *tenant, const char *key, uint6
 	else if (o->state != MST_ST_COMPLETE)
 		rc = LUNAR_ERR_REPLICA_IS_NOT_READY;
 	else
-		rc = mst_replicas_pb(o->reps, o->nrep, LUNAR__REPLICA_STATE__COMPLETE, reps, n);
+		rc = mst_obj_replicas_pb(o, LUNAR__REPLICA_STATE__COMPLETE, reps, n);
 	if (!rc) {
 		*size = o->size;
 		*crc = o->crc;
@@ -525,7 +533,7 @@ int mst_obj_stat(struct mst_master *m, const char *tenant, const char *key, Luna
 	}
 	r->state = o->state == MST_ST_COMPLETE ? LUNAR__REPLICA_STATE__COMPLETE
 					       : LUNAR__REPLICA_STATE__PROCESSING;
-	rc = mst_replicas_pb(o->reps, o->nrep, r->state, &r->replicas, &r->n_replicas);
+	rc = mst_obj_replicas_pb(o, r->state, &r->replicas, &r->n_replicas);
 	if (rc)
 		goto out_unlock;
 	r->size = o->size;

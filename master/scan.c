@@ -180,17 +180,23 @@ static int drop_on(struct mst_replica *v, unsigned *n, const struct mst_segment 
 static int visit_drop(struct mst_master *m, struct mst_object *o, void *arg)
 {
 	const struct drop_arg *a = arg;
+	int dropped = 0;
 
 	if (a->client && o->state == MST_ST_PROCESSING && o->writer == a->client &&
 	    o->put_start_ms <= a->before_ms)
 		return 1;
 	if (a->client && o->up && o->up->writer == a->client && o->up->start_ms <= a->before_ms)
 		mst_upsert_cancel(m, o);
-	if (!a->seg)
-		return 0;
-	if (o->up && drop_on(o->up->reps, &o->up->nrep, a->seg) && !o->up->nrep)
-		mst_upsert_cancel(m, o);
-	return drop_on(o->reps, &o->nrep, a->seg) && o->nrep == 0;
+	if (a->client)
+		dropped = mst_disk_forget_client(o, a->client); /* its SSD tier is gone too */
+	if (a->seg) {
+		if (o->up && drop_on(o->up->reps, &o->up->nrep, a->seg) && !o->up->nrep)
+			mst_upsert_cancel(m, o);
+		dropped |= drop_on(o->reps, &o->nrep, a->seg);
+		/* disk replicas name their owner's segment: they go with it */
+		dropped |= mst_disk_forget_client(o, a->seg->owner);
+	}
+	return dropped && o->nrep == 0 && o->ndisk == 0;
 }
 
 void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint64_t client,

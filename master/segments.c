@@ -252,6 +252,29 @@ int mst_segments_list(struct mst_master *m, Lunar__ListSegmentsReply *r)
 	return rc;
 }
 
+int mst_segment_of_client(struct mst_master *m, uint64_t client, char **name, char **endpoint)
+{
+	int rc = LUNAR_ERR_SEGMENT_NOT_FOUND;
+
+	*name = *endpoint = NULL;
+	pthread_rwlock_rdlock(&m->segs.lock);
+	for (size_t i = 0; i < m->segs.n; i++) {
+		if (m->segs.v[i]->owner != client)
+			continue;
+		*name = strdup(m->segs.v[i]->name);
+		*endpoint = strdup(m->segs.v[i]->endpoint);
+		rc = *name && *endpoint ? 0 : -ENOMEM;
+		break;
+	}
+	pthread_rwlock_unlock(&m->segs.lock);
+	if (rc) {
+		free(*name);
+		free(*endpoint);
+		*name = *endpoint = NULL;
+	}
+	return rc;
+}
+
 unsigned mst_segments_owned(struct mst_master *m, uint64_t client)
 {
 	unsigned n = 0;

@@ -165,7 +165,13 @@ static void upsert_commit(struct mst_master *m, struct mst_object *o, uint32_t c
 		o->lease_ms = now;
 	free(up);
 	o->up = NULL;
+	/* disk copies hold the old value (the proxies find out when they
+	 * re-register them); a task in flight is refused at OffloadDone */
+	mst_disk_reps_free(o);
+	o->offload_to = 0;
+	o->offload_failed = 0;
 	mst_metrics_value_size(m, o->size);
+	mst_offload_on_commit(m, o);
 }
 
 /* UpsertEnd (commit) or UpsertRevoke by client. */

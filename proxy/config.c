@@ -11,7 +11,7 @@
 #include "proxy/px_int.h"
 #include "uds.h"
 
-enum kind { K_STR, K_SIZE, K_MS, K_U16, K_UINT, K_BOOL, K_UIDS, K_GIDS };
+enum kind { K_STR, K_SIZE, K_MS, K_U16, K_UINT, K_BOOL, K_UIDS, K_GIDS, K_POLICY };
 
 struct flag {
 	const char *name;
@@ -38,6 +38,9 @@ static const struct flag flags[] = {
 	F("ping-interval", K_MS, ping_interval_ms, "DUR   heartbeat to the master (1s)"),
 	F("http-port", K_U16, http_port, "N     metrics/health/admin HTTP port (9300; 0 picks one)"),
 	F("debug-put-delay", K_MS, debug_put_delay_ms, "DUR   test hook: delay before committing a put (0)"),
+	F("disk-dir", K_STR, disk_dir, "DIR   SSD tier directory (none: no SSD tier)"),
+	F("disk-capacity", K_SIZE, disk_capacity, "SIZE  bytes of the SSD tier (16GiB)"),
+	F("disk-eviction", K_POLICY, disk_policy, "NAME  SSD eviction by bucket: fifo|lru (fifo)"),
 };
 #undef F
 
@@ -68,6 +71,7 @@ static void defaults(struct px_config *c)
 	c->workers = 8;
 	c->rpc_timeout_ms = 5000;
 	c->ping_interval_ms = 1000;
+	c->disk_capacity = 16ull << 30;
 }
 
 /* "1000,1001" into ids[]; at most 16. */
@@ -124,6 +128,11 @@ static int set_flag(struct px_config *c, const struct flag *f, const char *v)
 		return parse_ids(v, (uint32_t *)c->allow_uid, &c->n_allow_uid);
 	case K_GIDS:
 		return parse_ids(v, (uint32_t *)c->allow_gid, &c->n_allow_gid);
+	case K_POLICY:
+		if (strcmp(v, "fifo") && strcmp(v, "lru"))
+			return -EINVAL;
+		*(int *)p = !strcmp(v, "lru"); /* DSK_LRU */
+		return 0;
 	}
 	return -EINVAL;
 }
@@ -151,6 +160,7 @@ static int parse_one(struct px_config *c, int argc, char **argv, int *i, const c
 	size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
 	const struct flag *f = find_flag(arg, len);
 	char name[64];
+	int at = *i;
 
 	if (f && f->kind == K_BOOL)
 		return eq ? bad("--%s takes no value", f->name) : set_flag(c, f, "");
@@ -160,6 +170,8 @@ static int parse_one(struct px_config *c, int argc, char **argv, int *i, const c
 	name[len] = '\0';
 	if (eq)
 		v = eq + 1;
+	else if (!f && mst_config_is_switch(name) && (*i + 1 == argc || !strncmp(argv[*i + 1], "--", 2)))
+		v = "true";
 	else if (*i + 1 < argc)
 		v = argv[++*i];
 	else
@@ -168,7 +180,7 @@ static int parse_one(struct px_config *c, int argc, char **argv, int *i, const c
 		return set_flag(c, f, v) ? bad("bad value for --%s", name) : 0;
 	switch (mst_config_set(&c->mcfg, name, v)) {
 	case 0:
-		*mflag = argv[*i - (eq ? 0 : 1)];
+		*mflag = argv[at];
 		return 0;
 	case -ENOENT:
 		return bad("unknown flag '--%s'", name);
@@ -200,5 +212,7 @@ int px_config_parse(struct px_config *c, int argc, char **argv)
 		return bad("%s", "give exactly one of --embedded-master and --master URL");
 	if (mflag && !c->embedded)
 		return bad("'%s' is a master flag: it needs --embedded-master", mflag);
+	if (c->disk_dir && (!c->segment_size || !c->disk_capacity))
+		return bad("%s", "--disk-dir needs a --segment-size and a --disk-capacity above 0");
 	return 0;
 }

@@ -164,6 +164,38 @@ static int decode_pattern(const struct px_region *rg, struct px_req *r, const ch
 	return 0;
 }
 
+/* Preferred segment names of a put: copied, split, each non-empty. */
+static int decode_pref(const struct px_region *rg, struct px_req *r, const char **why)
+{
+	const struct lc_sqe *q = &r->sqe;
+	char *p, *end;
+
+	if (!q->pref_len)
+		return 0;
+	if ((q->op != LC_OP_PUT && q->op != LC_OP_UPSERT) || q->pref_len > LC_PREF_BYTES ||
+	    !in_arena(rg, q->pref_off, q->pref_len)) {
+		*why = "preferred segments outside the arena or on a wrong operation";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	r->pref_buf = malloc(q->pref_len);
+	if (!r->pref_buf)
+		return -ENOMEM;
+	memcpy(r->pref_buf, rg->base + q->pref_off, q->pref_len);
+	end = r->pref_buf + q->pref_len;
+	if (end[-1] != '\0') {
+		*why = "preferred segment names not terminated";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	for (p = r->pref_buf; p < end; p += strlen(p) + 1) {
+		if (!*p || r->npref == LC_PREF_MAX) {
+			*why = "empty or too many preferred segment names";
+			return LUNAR_ERR_PROTOCOL;
+		}
+		r->pref[r->npref++] = p;
+	}
+	return 0;
+}
+
 int px_decode(const struct px_region *rg, const struct lc_sqe *sqe, struct px_req **out,
 	      const char **why)
 {
@@ -182,11 +214,12 @@ int px_decode(const struct px_region *rg, const struct lc_sqe *sqe, struct px_re
 	if (!r)
 		return -ENOMEM;
 	r->sqe = *sqe;
-	if (op_takes_items(sqe->op))
+	rc = decode_pref(rg, r, why);
+	if (!rc && op_takes_items(sqe->op))
 		rc = decode_items(rg, r, why);
-	else if (sqe->op == LC_OP_REMOVE_REGEX)
+	else if (!rc && sqe->op == LC_OP_REMOVE_REGEX)
 		rc = decode_pattern(rg, r, why);
-	else if (sqe->count || sqe->arg_len) {
+	else if (!rc && (sqe->count || sqe->arg_len)) {
 		*why = "arguments given to an operation without any";
 		rc = LUNAR_ERR_PROTOCOL;
 	}
@@ -210,6 +243,7 @@ void px_req_free(struct px_req *r)
 		px_mreg_put(r->held[i]);
 	free(r->items);
 	free(r->pattern);
+	free(r->pref_buf);
 	free(r);
 }
 

@@ -73,6 +73,9 @@ struct px_req {
 	uint32_t count;
 	struct px_item *items;
 	char *pattern;        /* LC_OP_REMOVE_REGEX: private NUL-terminated copy */
+	char *pref_buf;       /* put/upsert: private copy of the preferred names */
+	char *pref[LC_PREF_MAX];
+	unsigned npref;
 	struct px_mreg *held[LC_MAX_REGIONS]; /* registered ranges in use */
 	uint32_t nheld;
 	struct px_req *next;  /* pool queue link */

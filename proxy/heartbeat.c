@@ -40,6 +40,7 @@ int px_master_ping(struct px_proxy *px)
 {
 	Lunar__PingRequest rq = LUNAR__PING_REQUEST__INIT;
 	ProtobufCMessage *rep;
+	const Lunar__PingReply *r;
 	int rc, remount;
 
 	rq.client_id = px->client_id;
@@ -47,18 +48,31 @@ int px_master_ping(struct px_proxy *px)
 	if (rc)
 		return rc;
 	rc = px_mc_code(rep);
-	remount = ((Lunar__PingReply *)rep)->need_remount;
+	r = (const Lunar__PingReply *)rep;
+	remount = r->need_remount;
+	if (!rc && r->n_offload)
+		px_disk_offload(px, r->offload, r->n_offload);
 	protobuf_c_message_free_unpacked(rep, NULL);
 	if (rc)
 		return rc;
-	if (!remount || px->cfg.segment_size == 0)
-		return 0;
-	if (atomic_exchange(&px->mounted, false))
-		LC_WARN("proxy", "master asks for a re-mount");
-	rc = mount_segment(px);
-	if (!rc)
+	if (remount && px->cfg.segment_size) {
+		if (atomic_exchange(&px->mounted, false))
+			LC_WARN("proxy", "master asks for a re-mount");
+		rc = mount_segment(px);
+		if (rc)
+			return rc;
 		atomic_store(&px->mounted, true);
-	return rc;
+	}
+	/* the master learns of our disk records after each (re)mount */
+	return atomic_load(&px->mounted) ? px_disk_register(px, remount) : 0;
+}
+
+void px_heartbeat_kick(struct px_proxy *px)
+{
+	pthread_mutex_lock(&px->hb_lock);
+	atomic_store(&px->hb_kick, true);
+	pthread_cond_broadcast(&px->hb_cond);
+	pthread_mutex_unlock(&px->hb_lock);
 }
 
 static void *heartbeat_main(void *arg)
@@ -86,7 +100,7 @@ static void *heartbeat_main(void *arg)
 		ns = (uint64_t)ts.tv_nsec + px->cfg.ping_interval_ms * 1000000ull;
 		ts.tv_sec += (time_t)(ns / 1000000000ull);
 		ts.tv_nsec = (long)(ns % 1000000000ull);
-		if (!atomic_load(&px->stopping))
+		if (!atomic_load(&px->stopping) && !atomic_exchange(&px->hb_kick, false))
 			pthread_cond_timedwait(&px->hb_cond, &px->hb_lock, &ts);
 	}
 	pthread_mutex_unlock(&px->hb_lock);

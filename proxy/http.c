@@ -77,10 +77,12 @@ static int handle(void *arg, const char *method, const char *path, const char *q
 
 	if (!strcmp(path, "/metrics")) {
 		rep->content_type = "text/plain; version=0.0.4";
-		rc = proxy_metrics(px, rep);
+		rc = proxy_metrics(px, rep) ?: px_disk_metrics(px, rep);
 		if (rc || !px->master)
 			return rc;
 	}
+	if (!strcmp(path, "/disk/status"))
+		return px_disk_status(px, rep);
 	if (!strcmp(path, "/ready")) {
 		int ok = (atomic_load(&px->mounted) || !px->cfg.segment_size) && !px_master_ping(px);
 

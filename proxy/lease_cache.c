@@ -15,7 +15,6 @@
 
 #define SHARDS 64
 #define BUCKETS 256 /* per shard */
-#define RENEW_BATCH 1024
 
 struct entry {
 	struct entry *next;
@@ -259,7 +258,6 @@ void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
 struct due {
 	char *tenant;
 	char *key;
-	int exists;
 };
 
 static int due_cmp(const void *a, const void *b)
@@ -290,7 +288,6 @@ static size_t collect_due(struct px_lease_cache *c, uint64_t limit_ms, struct du
 				}
 				d[n].tenant = strdup(e->name);
 				d[n].key = strdup(e->name + e->tlen + 1);
-				d[n].exists = 0;
 				if (!d[n].tenant || !d[n].key) {
 					free(d[n].tenant);
 					free(d[n].key);
@@ -306,8 +303,8 @@ out:
 	return n;
 }
 
-/* Extend the leases renewed, drop the keys that are gone. */
-static void apply_due(struct px_lease_cache *c, const struct due *d, uint64_t deadline_ms)
+/* Replace a renewed entry with what the master said now, or drop it. */
+static void apply_due(struct px_lease_cache *c, const struct due *d, const struct px_cached *fresh)
 {
 	uint64_t h = name_hash(d->tenant, d->key);
 	struct shard *s = shard_of(c, h);
@@ -316,8 +313,8 @@ static void apply_due(struct px_lease_cache *c, const struct due *d, uint64_t de
 	pthread_mutex_lock(&s->lock);
 	pp = slot_of(s, h, d->tenant, d->key);
 	e = *pp;
-	if (e && d->exists == 1) {
-		e->v.deadline_ms = deadline_ms;
+	if (e && fresh) {
+		e->v = *fresh;
 		e->read = false;
 	} else if (e) {
 		*pp = e->next;
@@ -327,29 +324,38 @@ static void apply_due(struct px_lease_cache *c, const struct due *d, uint64_t de
 	pthread_mutex_unlock(&s->lock);
 }
 
-void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t window_ms,
-			  uint64_t new_deadline_ms, px_lease_renew_fn renew, void *arg)
+/* Renew d[0..k), all of one tenant. */
+static void renew_batch(struct px_lease_cache *c, struct due *d, size_t k, px_lease_renew_fn renew,
+			void *arg, struct px_cached *fresh, int *found)
 {
-	char *keys[RENEW_BATCH];
-	int exists[RENEW_BATCH];
-	struct due *d;
-	size_t n = collect_due(c, now_ms + window_ms, &d), i = 0;
+	char *keys[PX_RENEW_BATCH];
 
+	for (size_t j = 0; j < k; j++)
+		keys[j] = d[j].key;
+	/* Master unreachable: leave the entries to run out their leases. */
+	if (renew(arg, d[0].tenant, keys, k, fresh, found))
+		return;
+	for (size_t j = 0; j < k; j++)
+		apply_due(c, &d[j], found[j] ? &fresh[j] : NULL);
+}
+
+void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t window_ms,
+			  px_lease_renew_fn renew, void *arg)
+{
+	struct px_cached *fresh = malloc(PX_RENEW_BATCH * sizeof(*fresh));
+	int found[PX_RENEW_BATCH];
+	struct due *d = NULL;
+	size_t n = 0, i = 0;
+
+	if (fresh)
+		n = collect_due(c, now_ms + window_ms, &d);
 	qsort(d, n, sizeof(*d), due_cmp);
 	while (i < n) {
-		size_t k = 0;
+		size_t k = 1;
 
-		while (i + k < n && k < RENEW_BATCH && !strcmp(d[i + k].tenant, d[i].tenant)) {
-			keys[k] = d[i + k].key;
+		while (i + k < n && k < PX_RENEW_BATCH && !strcmp(d[i + k].tenant, d[i].tenant))
 			k++;
-		}
-		/* Master unreachable: leave the entries to run out their leases. */
-		if (renew(arg, d[i].tenant, keys, k, exists) == 0) {
-			for (size_t j = 0; j < k; j++) {
-				d[i + j].exists = exists[j];
-				apply_due(c, &d[i + j], new_deadline_ms);
-			}
-		}
+		renew_batch(c, d + i, k, renew, arg, fresh, found);
 		i += k;
 	}
 	for (i = 0; i < n; i++) {
@@ -357,4 +363,5 @@ void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t wi
 		free(d[i].key);
 	}
 	free(d);
+	free(fresh);
 }

@@ -60,13 +60,17 @@ void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant);
 /*
  * px_lease_cache_renew - for every entry read since its last renewal whose
  * lease ends before now_ms + window_ms, call renew(arg, tenant, keys, n,
- * exists) once per tenant with up to 1024 keys; renew sets exists[i] to 1
- * (lease extended to new_deadline_ms) or 0 (drop). Entries not read are left
- * to expire. Heartbeat thread; renew is called without cache locks held.
+ * fresh, found) once per tenant with up to PX_RENEW_BATCH keys; renew asks
+ * the master again and sets found[i] with the new entry in fresh[i] (which
+ * replaces the cached one: an upsert elsewhere is picked up here), or
+ * found[i] = 0 (dropped). A nonzero return (master unreachable) leaves the
+ * entries to run out their leases. Entries not read are left to expire.
+ * Heartbeat thread; renew is called without cache locks held.
  */
+#define PX_RENEW_BATCH 128
 typedef int (*px_lease_renew_fn)(void *arg, const char *tenant, char **keys, size_t n,
-				 int *exists);
+				 struct px_cached *fresh, int *found);
 void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t window_ms,
-			  uint64_t new_deadline_ms, px_lease_renew_fn renew, void *arg);
+			  px_lease_renew_fn renew, void *arg);
 
 #endif /* LUNAR_PROXY_LEASE_CACHE_H */

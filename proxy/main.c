@@ -58,6 +58,11 @@ static int start_data_plane(struct px_proxy *px)
 			px->segment);
 	ec.seg_base = px->segment;
 	ec.seg_size = px->cfg.segment_size;
+	ec.disk_read = px_disk_read;
+	ec.disk_arg = px;
+	rc = px_disk_open(px);
+	if (rc)
+		return rc;
 	rc = eng_engine_create(&ec, &px->engine);
 	if (rc) {
 		LC_ERROR("proxy", "data port %s:%u: %s", px->cfg.host, px->cfg.data_port,
@@ -132,6 +137,7 @@ static void stop(struct px_proxy *px)
 	lc_http_stop(px->http);
 	if (px->heartbeat)
 		px_heartbeat_stop(px);
+	px_disk_stop(px);
 	if (px->listen_fd > 0) {
 		close(px->listen_fd);
 		unlink(px->cfg.socket_path);
@@ -142,6 +148,7 @@ static void stop(struct px_proxy *px)
 	px_mc_destroy(px->mc);
 	px_lease_cache_destroy(px->leases);
 	eng_engine_destroy(px->engine);
+	px_disk_close(px);
 	mst_master_destroy(px->master);
 	if (px->segment)
 		munmap(px->segment, px->cfg.segment_size);

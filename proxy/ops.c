@@ -96,6 +96,28 @@ static int64_t run_remove_many(struct px_proxy *px, struct px_req *r)
 	return rc;
 }
 
+/* Figures of a finished request: failed keys, value bytes moved. */
+static void px_req_count(struct px_proxy *px, const struct px_req *r)
+{
+	uint64_t moved = 0, failed = 0;
+
+	for (uint32_t i = 0; i < r->count; i++) {
+		const struct px_item *it = &r->items[i];
+
+		if (it->result < 0)
+			failed++;
+		else if (r->sqe.op == LC_OP_GET)
+			moved += (uint64_t)it->result;
+		else if (r->sqe.op == LC_OP_PUT || r->sqe.op == LC_OP_UPSERT)
+			moved += it->total;
+	}
+	PX_COUNT(px, key_errors, failed);
+	if (r->sqe.op == LC_OP_GET)
+		PX_COUNT(px, bytes_got, moved);
+	else if (r->sqe.op == LC_OP_PUT || r->sqe.op == LC_OP_UPSERT)
+		PX_COUNT(px, bytes_put, moved);
+}
+
 /* Largest value bytes a request may move and still run on the loop. */
 #define PX_INLINE_BYTES (64u * 1024)
 
@@ -145,6 +167,7 @@ void px_req_run(struct px_proxy *px, struct px_req *r)
 		result = run_remove_many(px, r);
 		break;
 	}
+	px_req_count(px, r);
 	if (!atomic_load(&s->dead))
 		px_complete(&s->rg, r, result);
 	atomic_fetch_sub(&s->inflight, 1);

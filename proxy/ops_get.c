@@ -31,42 +31,76 @@ static int trim_iov(const struct px_item *it, uint64_t size, struct iovec *out)
 	return n;
 }
 
-/* Read one value from the replicas of e (local first). Size or a code. */
-static int64_t read_value(struct px_proxy *px, const struct px_item *it, const struct px_cached *e)
+/*
+ * Read the value from one replica into iov: 0 when its bytes are the
+ * value's (CRC32C as the master recorded), else a code. A local LOCAL_DISK
+ * record is read straight into iov (the store checks its CRC, we check
+ * that it is a copy of this value); a remote one through its owner's data
+ * port.
+ */
+static int read_replica(struct px_proxy *px, const char *tenant, const char *key,
+			const struct px_cached *e, const struct px_cached_replica *rp, int local,
+			const struct iovec *iov, int iovcnt)
+{
+	uint32_t crc = 0;
+	int64_t n;
+
+	if (rp->type == LUNAR__REPLICA_TYPE__MEMORY) {
+		if (eng_xfer(px->engine, rp->endpoint, ENG_READ, rp->offset, iov, iovcnt, &crc))
+			return LUNAR_ERR_TRANSFER_FAIL;
+		return crc == e->crc ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
+	}
+	if (local)
+		n = px_disk_get(px, tenant, key, iov, iovcnt, e->crc);
+	else
+		n = eng_xfer_disk(px->engine, rp->endpoint, tenant, key, iov, iovcnt, &crc);
+	if (n < 0)
+		return (int)n;
+	return n == (int64_t)e->size && (local || crc == e->crc) ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
+}
+
+/* Read one value from the replicas of e: local MEMORY, remote MEMORY, local
+ * LOCAL_DISK, remote LOCAL_DISK. Size or a code; OBJECT_NOT_FOUND when
+ * every replica tried was gone. */
+static int64_t read_value(struct px_proxy *px, const char *tenant, const struct px_item *it,
+			  const struct px_cached *e)
 {
 	struct iovec iov[LUNAR_IOV_MAX];
-	int iovcnt, mismatch = 0;
+	int iovcnt, mismatch = 0, tried = 0, missing = 0;
 
 	if (e->size > it->total)
 		return LUNAR_ERR_BUFFER_OVERFLOW;
 	iovcnt = trim_iov(it, e->size, iov);
-	for (int pass = 0; pass < 2; pass++) {
+	for (int pass = 0; pass < 4; pass++) {
+		int type = pass < 2 ? LUNAR__REPLICA_TYPE__MEMORY : LUNAR__REPLICA_TYPE__LOCAL_DISK;
+
 		for (unsigned k = 0; k < e->nrep; k++) {
 			const struct px_cached_replica *rp = &e->rep[k];
-			int local = !strcmp(rp->endpoint, px->endpoint);
-			uint32_t crc = 0;
+			int local = !strcmp(rp->endpoint, px->endpoint), rc;
 
-			if (local != (pass == 0) || rp->type != LUNAR__REPLICA_TYPE__MEMORY ||
-			    rp->length != e->size)
+			if (local != (pass % 2 == 0) || rp->type != type || rp->length != e->size)
 				continue;
-			if (eng_xfer(px->engine, rp->endpoint, ENG_READ, rp->offset, iov, iovcnt, &crc))
-				continue;
-			if (crc != e->crc) {
+			rc = read_replica(px, tenant, it->key, e, rp, local, iov, iovcnt);
+			tried++;
+			missing += rc == LUNAR_ERR_OBJECT_NOT_FOUND;
+			if (rc == LUNAR_ERR_CHECKSUM_MISMATCH) {
+				PX_COUNT(px, checksum_failures, 1);
 				mismatch = 1;
-				continue;
 			}
-			return lc_now_ms() > e->deadline_ms ? LUNAR_ERR_LEASE_EXPIRED : (int64_t)e->size;
+			if (!rc)
+				return lc_now_ms() > e->deadline_ms ? LUNAR_ERR_LEASE_EXPIRED
+								    : (int64_t)e->size;
 		}
 	}
 	if (mismatch)
 		return LUNAR_ERR_CHECKSUM_MISMATCH;
-	return e->nrep ? LUNAR_ERR_TRANSFER_FAIL : LUNAR_ERR_OBJECT_NOT_FOUND;
+	return tried && missing < tried ? LUNAR_ERR_TRANSFER_FAIL : LUNAR_ERR_OBJECT_NOT_FOUND;
 }
 
 static int64_t serve(struct px_proxy *px, const struct px_req *r, const struct px_item *it,
 		     const struct px_cached *e)
 {
-	return r->sqe.op == LC_OP_GET_SIZE ? (int64_t)e->size : read_value(px, it, e);
+	return r->sqe.op == LC_OP_GET_SIZE ? (int64_t)e->size : read_value(px, r->s->tenant, it, e);
 }
 
 /* Serve what the lease cache can; leave misses (and stale hits) pending. */
@@ -81,8 +115,10 @@ static void get_cached(struct px_proxy *px, struct px_req *r)
 		if (it->result || !px_lease_cache_get(px->leases, r->s->tenant, it->key, now,
 						      px_lease_margin_ms(px), &e))
 			continue;
+		PX_COUNT(px, lease_hits, 1);
 		it->result = serve(px, r, it, &e);
-		if (it->result == LUNAR_ERR_CHECKSUM_MISMATCH || it->result == LUNAR_ERR_TRANSFER_FAIL) {
+		if (it->result == LUNAR_ERR_CHECKSUM_MISMATCH || it->result == LUNAR_ERR_TRANSFER_FAIL ||
+		    it->result == LUNAR_ERR_OBJECT_NOT_FOUND) {
 			px_lease_cache_drop(px->leases, r->s->tenant, it->key);
 			it->result = 0; /* ask the master */
 		}
@@ -103,6 +139,7 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 	}
 	rl = (const Lunar__BatchGetReplicaListReply *)rep;
 	atomic_store(&px->lease_ttl_ms, rl->lease_ttl_ms);
+	PX_COUNT(px, lease_misses, b->n);
 	for (size_t i = 0; i < b->n; i++) {
 		struct px_item *it = &r->items[b->idx[i]];
 		const Lunar__GetReplicaListResult *res = i < rl->n_results ? rl->results[i] : NULL;

@@ -45,6 +45,8 @@ static int put_start(struct px_proxy *px, struct px_req *r, const struct px_batc
 		items[i].hard_pin = (r->sqe.flags & LC_SQE_HARD_PIN) != 0;
 		items[i].soft_pin = (r->sqe.flags & LC_SQE_SOFT_PIN) != 0;
 		items[i].soft_pin_ttl_ms = r->sqe.soft_pin_ttl_ms;
+		items[i].n_preferred_segments = r->npref;
+		items[i].preferred_segments = r->pref;
 		ptrs[i] = &items[i];
 	}
 	rq.client_id = px->client_id;

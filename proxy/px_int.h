@@ -27,6 +27,8 @@
 
 struct eng_engine;
 struct lc_http;
+struct lc_http_reply;
+struct px_disk;
 
 struct px_config {
 	char socket_path[256];
@@ -48,6 +50,9 @@ struct px_config {
 	uint64_t ping_interval_ms;/* --ping-interval */
 	uint64_t debug_put_delay_ms; /* --debug-put-delay: test hook */
 	uint16_t http_port;       /* --http-port: metrics, health, admin */
+	const char *disk_dir;     /* --disk-dir: SSD tier; NULL: none */
+	uint64_t disk_capacity;   /* --disk-capacity */
+	int disk_policy;          /* --disk-eviction: enum dsk_policy */
 };
 
 /* px_config_parse - argv into cfg. Returns 0, 1 after --help/--version was
@@ -134,8 +139,10 @@ struct px_proxy {
 	int stop_efd; /* signalfd: SIGTERM, SIGINT */
 	unsigned nsessions;
 	struct px_session *sessions;
+	struct px_disk *disk; /* the SSD tier, NULL without --disk-dir */
 	atomic_bool mounted;
 	atomic_bool stopping;
+	atomic_bool hb_kick; /* ping again at once (more offload work waits) */
 	pthread_t heartbeat;
 	pthread_mutex_t hb_lock;
 	pthread_cond_t hb_cond;
@@ -212,5 +219,44 @@ void px_heartbeat_stop(struct px_proxy *px);
 int px_http_start(struct px_proxy *px);
 /* px_master_ping - one Ping (and a re-mount if asked). 0 or a code. */
 int px_master_ping(struct px_proxy *px);
+/* px_heartbeat_kick - have the heartbeat ping now rather than at its next
+ * interval. Any thread. */
+void px_heartbeat_kick(struct px_proxy *px);
+
+/* --- SSD tier (disk_tier.c) --- */
+/*
+ * px_disk_open - with --disk-dir: open the store (scan, verify, log what was
+ * dropped) and start the offload worker. Before the engine starts (it
+ * serves px_disk_read). 0 or a code; without --disk-dir 0 and no tier.
+ */
+int px_disk_open(struct px_proxy *px);
+/* px_disk_stop - stop the offload worker (tasks queued are dropped: the
+ * master re-queues them). Before the master client goes. */
+void px_disk_stop(struct px_proxy *px);
+/* px_disk_close - close the store; after the engine is destroyed. */
+void px_disk_close(struct px_proxy *px);
+/* px_disk_register - tell the master about every record (DiskReplicasAdd,
+ * even none: it learns we have a disk tier), unless done already and not
+ * again (after a (re)mount). 0 or a code (try again later). Blocks. */
+int px_disk_register(struct px_proxy *px, int again);
+/* px_disk_offload - hand Ping's offload tasks to the worker; never blocks
+ * on disk. */
+void px_disk_offload(struct px_proxy *px, Lunar__OffloadTask *const *t, size_t n);
+/*
+ * px_disk_read - the value of (tenant, key) from our SSD tier into iov,
+ * CRC-checked: its length or OBJECT_NOT_FOUND, CHECKSUM_MISMATCH,
+ * BUFFER_OVERFLOW, FILE_READ_FAIL. A record found bad is reported to the
+ * master. The engine's disk_read callback (arg: the proxy); any thread.
+ */
+int64_t px_disk_read(void *arg, const char *tenant, const char *key, const struct iovec *iov,
+		     int iovcnt);
+/* px_disk_get - px_disk_read for our own reads: want_crc (the master's
+ * CRC32C of the value) must match the record's, else CHECKSUM_MISMATCH. */
+int64_t px_disk_get(struct px_proxy *px, const char *tenant, const char *key,
+		    const struct iovec *iov, int iovcnt, uint32_t want_crc);
+/* px_disk_metrics, px_disk_status - lunar_proxy_disk_* for /metrics and the
+ * JSON of GET /disk/status. 0 or -ENOMEM. */
+int px_disk_metrics(struct px_proxy *px, struct lc_http_reply *rep);
+int px_disk_status(struct px_proxy *px, struct lc_http_reply *rep);
 
 #endif /* LUNAR_PROXY_PX_INT_H */

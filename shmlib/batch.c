@@ -78,6 +78,10 @@ struct shm_op shm_put_op(uint16_t op, const struct lunar_put_cfg *cfg)
 	o.flags = (uint16_t)((cfg->hard_pin ? LC_SQE_HARD_PIN : 0) |
 			     (cfg->soft_pin ? LC_SQE_SOFT_PIN : 0));
 	o.soft_pin_ttl_ms = cfg->soft_pin_ttl_ms;
+	if (cfg->preferred_segments) {
+		o.pref = cfg->preferred_segments;
+		o.npref = cfg->preferred_count;
+	}
 	return o;
 }
 

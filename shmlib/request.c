@@ -31,6 +31,8 @@ struct shm_layout {
 	uint64_t segs_at;
 	uint64_t keys_at;
 	uint64_t data_at;
+	uint64_t pref_at; /* preferred segment names */
+	uint64_t pref_len;
 	uint64_t total;
 };
 
@@ -57,7 +59,7 @@ static int req_alloc(struct shm_req *r, uint64_t len)
 }
 
 static int64_t req_send(struct shm_req *r, const struct shm_op *op, uint32_t count,
-			uint64_t arg_len)
+			uint64_t arg_len, const struct shm_layout *l)
 {
 	struct lc_sqe sqe = {
 	    .op = op->op,
@@ -67,6 +69,8 @@ static int64_t req_send(struct shm_req *r, const struct shm_op *op, uint32_t cou
 	    .arg_off = arg_len ? r->off : 0,
 	    .arg_len = arg_len,
 	    .soft_pin_ttl_ms = op->soft_pin_ttl_ms,
+	    .pref_off = l && l->pref_len ? r->off + l->pref_at : 0,
+	    .pref_len = l ? l->pref_len : 0,
 	};
 	int64_t result;
 	int rc = shm_submit(r->cn, &sqe, r->deadline_ns, &result);
@@ -109,8 +113,8 @@ static uint32_t item_nseg(const struct shm_item *it)
 	return k;
 }
 
-static int items_layout(const struct shm_req *r, const struct shm_item *items, uint32_t n,
-			struct shm_layout *l)
+static int items_layout(const struct shm_req *r, const struct shm_op *op,
+			const struct shm_item *items, uint32_t n, struct shm_layout *l)
 {
 	const struct shm_conn *cn = r->cn;
 	uint64_t nseg = 0, keys = 0, data = 0;
@@ -130,8 +134,32 @@ static int items_layout(const struct shm_req *r, const struct shm_item *items, u
 	l->segs_at = (uint64_t)n * sizeof(struct lc_item);
 	l->keys_at = l->segs_at + nseg * sizeof(struct lc_seg);
 	l->data_at = (l->keys_at + keys + SHM_STAGE_ALIGN - 1) & ~(uint64_t)(SHM_STAGE_ALIGN - 1);
-	l->total = l->data_at + data;
+	l->pref_at = l->data_at + data;
+	l->pref_len = 0;
+	if (op->npref > LC_PREF_MAX)
+		return LUNAR_ERR_INVALID_PARAMS;
+	for (unsigned i = 0; i < op->npref; i++) {
+		if (!op->pref[i] || !op->pref[i][0])
+			return LUNAR_ERR_INVALID_PARAMS;
+		l->pref_len += strlen(op->pref[i]) + 1;
+	}
+	if (l->pref_len > LC_PREF_BYTES)
+		return LUNAR_ERR_INVALID_PARAMS;
+	l->total = l->pref_at + l->pref_len;
 	return 0;
+}
+
+/* The preferred segment names, one after the other with their NULs. */
+static void pref_fill(const struct shm_req *r, const struct shm_layout *l, const struct shm_op *op)
+{
+	uint8_t *p = r->cn->base + r->off + l->pref_at;
+
+	for (unsigned i = 0; i < op->npref; i++) {
+		size_t n = strlen(op->pref[i]) + 1;
+
+		memcpy(p, op->pref[i], n);
+		p += n;
+	}
 }
 
 /* Write items, segments and keys; stage put values. */
@@ -294,7 +322,7 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 	if (rc)
 		return items_fail(items, n, rc);
 	shm_regs_rdlock(c);
-	rc = items_layout(&r, items, n, &l);
+	rc = items_layout(&r, op, items, n, &l);
 	if (!rc && is_get && may_refit && l.total > lc_ralloc_capacity(r.cn->arena)) {
 		shm_regs_unlock(c);
 		req_end(&r);
@@ -304,7 +332,8 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 		rc = req_alloc(&r, l.total);
 	if (!rc) {
 		items_fill(&r, &l, items, n, is_get);
-		rc = req_send(&r, op, n, (uint64_t)n * sizeof(struct lc_item));
+		pref_fill(&r, &l, op);
+		rc = req_send(&r, op, n, (uint64_t)n * sizeof(struct lc_item), &l);
 		if (rc >= 0)
 			items_collect(&r, &l, items, n, is_get);
 	}
@@ -333,7 +362,7 @@ int64_t shm_run_raw(struct lunar_client *c, const struct shm_op *op, const void 
 			memcpy(r.cn->base + r.off, arg, len);
 	}
 	if (!rc)
-		rc = req_send(&r, op, 0, len);
+		rc = req_send(&r, op, 0, len, NULL);
 	req_end(&r);
 	return rc;
 }

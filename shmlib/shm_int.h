@@ -113,6 +113,8 @@ struct shm_op {
 	uint16_t flags;
 	uint32_t replica_num;
 	uint32_t soft_pin_ttl_ms;
+	const char *const *pref; /* preferred segments (put, upsert) */
+	unsigned npref;
 };
 
 /* --- conn.c: sessions --- */

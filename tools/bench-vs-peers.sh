@@ -44,12 +44,12 @@ wait_sock() {
 
 # redis-benchmark --csv: "test","rps",... ; the rps of test $2 in file $1.
 redis_rps() {
-	sed -n "s/^\"$2\",\"\([0-9.]*\)\".*/\1/p" "$1" | head -n 1
+	sed -n "s/^\"$2\",\"\([0-9.]*\)\".*/\1/p" "$1" 2>/dev/null | head -n 1 || true
 }
 
 # redis-benchmark --csv p50 in ms -> µs.
 redis_p50_us() {
-	awk -F'","' -v t="\"$2" '$1 == t { gsub(/"/, "", $5); printf "%.1f", $5 * 1000 }' "$1"
+	awk -F'","' -v t="\"$2" '$1 == t { gsub(/"/, "", $5); printf "%.1f", $5 * 1000 }' "$1" 2>/dev/null || printf -- '-'
 }
 
 install_peers

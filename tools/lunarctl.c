@@ -1,8 +1,9 @@
 /*
- * lunarctl.c - the admin CLI (SPEC §11): status, put, get, exists and rm
- * against the node's lunar-proxy, through liblunar like any application.
- * Exit codes: 0 ok, 1 operation failed, 2 usage, 3 cannot connect.
- * With -o json every verb prints one JSON object line.
+ * lunarctl.c - the admin CLI (SPEC §11). status, put, get, exists and rm go
+ * to the node's lunar-proxy through liblunar like any application; keys,
+ * stat, segment list, client list, metrics and disk status ask HTTP
+ * endpoints (tools/ctl/admin.c). Exit codes: 0 ok, 1 operation failed,
+ * 2 usage, 3 cannot connect. With -o json every verb prints one JSON object.
  */
 #include "lunar.h"
 #include "parse.h"
@@ -18,39 +19,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NOCONN = 3 };
+#include "tools/ctl/ctl.h"
+#include "tools/ctl/http_get.h"
+#include "tools/ctl/json.h"
 
 /* A value travels through the shared arena; give it room for two in flight. */
 #define CTL_MIN_ARENA	(64ull << 20)
 #define CTL_ARENA_ROUND (1ull << 20)
-#define CTL_MAX_ARGS	2
 /* get_size then get_into races an upsert that grows the value; retry that. */
 #define CTL_GET_TRIES 3
 
-struct ctl {
-	struct lunar_opts opts;
-	int json;
-	int force;
-	unsigned replicas;
-	const char *verb;
-	const char *args[CTL_MAX_ARGS];
-	int nargs;
-	struct lunar_client *c;
-	char socket_shown[PATH_MAX + 32];
-};
-
 static const char usage_short[] =
-    "usage: lunarctl [--socket PATH] [-o text|json] [--timeout-ms N] [--tenant NAME] VERB ...\n"
+    "usage: lunarctl [--socket PATH] [--master HOST:PORT | --http HOST:PORT] [-o text|json]\n"
+    "                [--timeout-ms N] [--tenant NAME] VERB ...\n"
     "verbs: status | put KEY FILE|- [--replicas N] | get KEY [FILE|-] | exists KEY |\n"
-    "       rm [--force] KEY | help\n"
+    "       rm [--force] KEY | rm --regex PATTERN --yes | rm --all --yes |\n"
+    "       keys [PATTERN] [--limit N] [--all-tenants] | stat KEY | segment list |\n"
+    "       client list | metrics | disk status | help\n"
     "Try 'lunarctl --help' for details.\n";
 
 static const char usage_long[] =
-    "lunarctl - admin CLI for the Lunar KV-cache store (talks to the node's lunar-proxy)\n"
+    "lunarctl - admin CLI for the Lunar KV-cache store\n"
     "\n"
     "usage: lunarctl [OPTIONS] VERB [ARGS...]\n"
     "\n"
-    "Verbs:\n"
+    "Data verbs (through the node's lunar-proxy socket, --socket):\n"
     "  status                     is the proxy reachable, and through it the master?\n"
     "                             exit 0 both reachable, 1 master unreachable,\n"
     "                             3 proxy unreachable\n"
@@ -63,6 +56,25 @@ static const char usage_long[] =
     "                             else print 0 and exit 1\n"
     "  rm [--force] KEY           remove KEY; --force removes it even while it is\n"
     "                             leased by a reader\n"
+    "  rm --regex PATTERN --yes   remove every key of the tenant matching PATTERN\n"
+    "                             (POSIX extended regex); prints how many\n"
+    "  rm --all --yes             remove every key of the tenant; prints how many\n"
+    "                             (without --yes both refuse, exit 2; --force also\n"
+    "                             takes leased keys)\n"
+    "\n"
+    "Admin verbs (HTTP: the master's address with --master, else the proxy's HTTP\n"
+    "port --http, which answers /admin/ when it runs an embedded master):\n"
+    "  keys [PATTERN]             list keys (matching the POSIX extended regex\n"
+    "                             PATTERN) of the tenant, one per line with its size\n"
+    "      --limit N              at most N keys (default: the master's, 1000)\n"
+    "      --all-tenants          every tenant's keys, tenant first on each line\n"
+    "  stat KEY                   size, state, checksum, pins and replicas of KEY\n"
+    "  segment list               NAME ENDPOINT SIZE USED% DRAINING of every segment\n"
+    "  client list                ID LAST_PING ALIVE SEGMENTS of every proxy\n"
+    "  metrics                    the Prometheus text of /metrics (the proxy's, with\n"
+    "                             its embedded master's; the master's with --master)\n"
+    "  disk status                the proxy's disk tier (/disk/status on --http,\n"
+    "                             never --master); exit 1 when it has none\n"
     "  help                       this text\n"
     "\n"
     "Options (before or after the verb):\n"
@@ -70,14 +82,21 @@ static const char usage_long[] =
     "                             /run/lunar/proxy.sock as root, else\n"
     "                             $XDG_RUNTIME_DIR/lunar/proxy.sock, else\n"
     "                             /tmp/lunar-$UID/proxy.sock)\n"
+    "  --master HOST:PORT         the master's HTTP address (lunar-master\n"
+    "                             --http-port; port default 9003) for admin verbs\n"
+    "  --http HOST:PORT           the proxy's HTTP address (lunar-proxy --http-port;\n"
+    "                             default 127.0.0.1:9300) for admin verbs\n"
     "  -o, --output text|json     output format; json prints one object per line\n"
-    "                             (for get to stdout the JSON line goes to stderr)\n"
+    "                             (admin verbs pass the master's JSON through; for\n"
+    "                             get to stdout the JSON line goes to stderr)\n"
     "  --timeout-ms N             per-call timeout (default $LUNAR_TIMEOUT_MS, then 30000)\n"
     "  --tenant NAME              tenant the keys belong to (default \"default\")\n"
+    "  -y, --yes                  confirm rm --regex / rm --all\n"
     "  -h, --help                 this text\n"
     "  --                         end of options (for keys starting with '-')\n"
     "\n"
-    "Exit codes: 0 ok, 1 operation failed, 2 usage error, 3 cannot connect to the proxy.\n";
+    "Exit codes: 0 ok, 1 operation failed, 2 usage error, 3 cannot connect (to the\n"
+    "proxy's socket, or to the HTTP address).\n";
 
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
 {
@@ -90,22 +109,6 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
 	fputc('\n', stderr);
 	fputs(usage_short, stderr);
 	return EXIT_USAGE;
-}
-
-/* JSON string body: keys are UTF-8 without control characters, file names
- * may hold anything; escape quotes, backslashes and control bytes. */
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fprintf(f, "\\%c", *p);
-		else if (*p < 0x20 || *p == 0x7f)
-			fprintf(f, "\\u%04x", *p);
-		else
-			fputc(*p, f);
-	}
-	fputc('"', f);
 }
 
 static const char *key_arg(const struct ctl *x)
@@ -124,7 +127,7 @@ static int fail(const struct ctl *x, int code)
 		fputs("{", stdout);
 		if (key_arg(x)) {
 			fputs("\"key\":", stdout);
-			json_str(stdout, key_arg(x));
+			cj_write_str(stdout, key_arg(x));
 			fputs(",", stdout);
 		}
 		printf("\"error\":\"%s\",\"code\":%d}\n", lunar_strerror(code), code);
@@ -138,9 +141,9 @@ static int fail_sys(const struct ctl *x, const char *what, const char *name, int
 	fprintf(stderr, "lunarctl: %s: %s %s: %s\n", x->verb, what, name, strerror(err));
 	if (x->json) {
 		fputs("{\"error\":", stdout);
-		json_str(stdout, strerror(err));
+		cj_write_str(stdout, strerror(err));
 		fputs(",\"file\":", stdout);
-		json_str(stdout, name);
+		cj_write_str(stdout, name);
 		fputs("}\n", stdout);
 	}
 	return EXIT_FAIL;
@@ -191,7 +194,7 @@ static int ctl_connect(struct ctl *x, size_t arena)
 		lunar_strerror(rc), rc);
 	if (x->json) {
 		fputs("{\"socket\":", stdout);
-		json_str(stdout, x->socket_shown);
+		cj_write_str(stdout, x->socket_shown);
 		printf(",\"error\":\"%s\",\"code\":%d}\n", lunar_strerror(rc), rc);
 	}
 	return EXIT_NOCONN;
@@ -209,7 +212,7 @@ static int cmd_status(struct ctl *x)
 		return fail(x, h);
 	if (x->json) {
 		fputs("{\"socket\":", stdout);
-		json_str(stdout, x->socket_shown);
+		cj_write_str(stdout, x->socket_shown);
 		printf(",\"proxy_reachable\":%s,\"master_reachable\":%s", h == 1 ? "false" : "true",
 		       h == 0 ? "true" : "false");
 		if (rc)
@@ -311,7 +314,7 @@ static int cmd_put(struct ctl *x)
 		return fail(x, rc);
 	if (x->json) {
 		fputs("{\"key\":", stdout);
-		json_str(stdout, x->args[0]);
+		cj_write_str(stdout, x->args[0]);
 		printf(",\"bytes\":%zu,\"replicas\":%u,\"ok\":true}\n", len, x->replicas);
 	} else {
 		printf("put %s: %zu bytes\n", x->args[0], len);
@@ -400,9 +403,9 @@ static int cmd_get(struct ctl *x)
 	meta = to_stdout ? stderr : stdout;
 	if (x->json) {
 		fputs("{\"key\":", meta);
-		json_str(meta, x->args[0]);
+		cj_write_str(meta, x->args[0]);
 		fprintf(meta, ",\"bytes\":%zu,\"file\":", len);
-		json_str(meta, path);
+		cj_write_str(meta, path);
 		fputs("}\n", meta);
 	} else if (!to_stdout) {
 		printf("get %s: %zu bytes -> %s\n", x->args[0], len, path);
@@ -421,7 +424,7 @@ static int cmd_exists(struct ctl *x)
 		return fail(x, rc);
 	if (x->json) {
 		fputs("{\"key\":", stdout);
-		json_str(stdout, x->args[0]);
+		cj_write_str(stdout, x->args[0]);
 		printf(",\"exists\":%s}\n", rc ? "true" : "false");
 	} else {
 		printf("%d\n", rc ? 1 : 0);
@@ -429,10 +432,45 @@ static int cmd_exists(struct ctl *x)
 	return rc ? EXIT_OK : EXIT_FAIL;
 }
 
-static int cmd_rm(struct ctl *x)
+/* rm --regex PATTERN / rm --all: check_args made sure --yes was given. */
+static int cmd_rm_many(struct ctl *x)
 {
+	const char *tenant = x->opts.tenant && *x->opts.tenant ? x->opts.tenant : "default";
+	int64_t n;
 	int rc = ctl_connect(x, 0);
 
+	if (rc)
+		return rc;
+	n = x->regex ? lunar_remove_by_regex(x->c, x->regex, x->force)
+		     : lunar_remove_all(x->c, x->force);
+	if (n < 0)
+		return fail(x, (int)n);
+	if (x->json) {
+		fputs("{\"tenant\":", stdout);
+		cj_write_str(stdout, tenant);
+		if (x->regex) {
+			fputs(",\"regex\":", stdout);
+			cj_write_str(stdout, x->regex);
+		}
+		printf(",\"all\":%s,\"removed\":%lld,\"force\":%s}\n", x->regex ? "false" : "true",
+		       (long long)n, x->force ? "true" : "false");
+	} else if (x->regex) {
+		printf("removed %lld key%s matching '%s'\n", (long long)n, n == 1 ? "" : "s",
+		       x->regex);
+	} else {
+		printf("removed %lld key%s (all of tenant '%s')\n", (long long)n, n == 1 ? "" : "s",
+		       tenant);
+	}
+	return EXIT_OK;
+}
+
+static int cmd_rm(struct ctl *x)
+{
+	int rc;
+
+	if (x->regex || x->all)
+		return cmd_rm_many(x);
+	rc = ctl_connect(x, 0);
 	if (rc)
 		return rc;
 	rc = lunar_remove(x->c, x->args[0], x->force);
@@ -440,7 +478,7 @@ static int cmd_rm(struct ctl *x)
 		return fail(x, rc);
 	if (x->json) {
 		fputs("{\"key\":", stdout);
-		json_str(stdout, x->args[0]);
+		cj_write_str(stdout, x->args[0]);
 		printf(",\"removed\":true,\"force\":%s}\n", x->force ? "true" : "false");
 	} else {
 		printf("removed %s\n", x->args[0]);
@@ -448,15 +486,25 @@ static int cmd_rm(struct ctl *x)
 	return EXIT_OK;
 }
 
+/* A verb is a word, or a noun and a verb ("segment list"), named by phrase. */
 struct verb {
-	const char *name;
+	const char *name, *sub, *phrase;
 	int min_args, max_args;
 	int (*run)(struct ctl *x);
 };
 
 static const struct verb verbs[] = {
-    {"status", 0, 0, cmd_status}, {"put", 2, 2, cmd_put}, {"get", 1, 2, cmd_get},
-    {"exists", 1, 1, cmd_exists}, {"rm", 1, 1, cmd_rm},
+    {"status", NULL, "status", 0, 0, cmd_status},
+    {"put", NULL, "put", 2, 2, cmd_put},
+    {"get", NULL, "get", 1, 2, cmd_get},
+    {"exists", NULL, "exists", 1, 1, cmd_exists},
+    {"rm", NULL, "rm", 0, 1, cmd_rm},
+    {"keys", NULL, "keys", 0, 1, ctl_keys},
+    {"stat", NULL, "stat", 1, 1, ctl_stat},
+    {"metrics", NULL, "metrics", 0, 0, ctl_metrics},
+    {"segment", "list", "segment list", 0, 0, ctl_segment_list},
+    {"client", "list", "client list", 0, 0, ctl_client_list},
+    {"disk", "status", "disk status", 0, 0, ctl_disk_status},
 };
 
 /* The value of --name VALUE or --name=VALUE; NULL when argv[*i] is not it. */
@@ -492,6 +540,16 @@ static int parse_uint(const char *s, const char *flag, unsigned min, unsigned *o
 	return EXIT_OK;
 }
 
+static int parse_addr(const char *v, const char *flag, const char **out)
+{
+	char err[200];
+
+	if (ctl_http_addr_ok(v, err, sizeof(err)))
+		return usage_error("bad %s address %s", flag, err);
+	*out = v;
+	return EXIT_OK;
+}
+
 /* One option at argv[*i]; returns EXIT_OK, EXIT_USAGE, or -1 for "not an option". */
 static int parse_opt(struct ctl *x, int argc, char **argv, int *i)
 {
@@ -512,8 +570,23 @@ static int parse_opt(struct ctl *x, int argc, char **argv, int *i)
 		if (strcmp(v, "text") && strcmp(v, "json"))
 			return usage_error("bad output format '%s' (want text or json)", v);
 		x->json = !strcmp(v, "json");
-	} else if (!strcmp(a, "--force") || !strcmp(a, "-f"))
+	} else if ((v = opt_value(argc, argv, i, "--master", &missing)))
+		return parse_addr(v, "--master", &x->master);
+	else if ((v = opt_value(argc, argv, i, "--http", &missing)))
+		return parse_addr(v, "--http", &x->http);
+	else if ((v = opt_value(argc, argv, i, "--limit", &missing))) {
+		x->limit_set = 1;
+		return parse_uint(v, "--limit", 0, &x->limit);
+	} else if ((v = opt_value(argc, argv, i, "--regex", &missing)))
+		x->regex = v;
+	else if (!strcmp(a, "--force") || !strcmp(a, "-f"))
 		x->force = 1;
+	else if (!strcmp(a, "--all"))
+		x->all = 1;
+	else if (!strcmp(a, "--all-tenants"))
+		x->all_tenants = 1;
+	else if (!strcmp(a, "--yes") || !strcmp(a, "-y"))
+		x->yes = 1;
 	else if (missing)
 		return usage_error("option %s needs a value", a);
 	else
@@ -550,7 +623,8 @@ static int parse_args(struct ctl *x, int argc, char **argv)
 	return EXIT_OK;
 }
 
-static int check_args(const struct ctl *x, const struct verb **out)
+/* Find the verb (a noun and its verb take the first argument). */
+static int find_verb(struct ctl *x, const struct verb **out)
 {
 	const struct verb *v = NULL;
 
@@ -559,14 +633,63 @@ static int check_args(const struct ctl *x, const struct verb **out)
 			v = &verbs[i];
 	if (!v)
 		return usage_error("unknown verb '%s'", x->verb);
+	if (v->sub) {
+		if (x->nargs == 0 || strcmp(x->args[0], v->sub))
+			return usage_error("%s: unknown or missing verb%s%s (want '%s')", v->name,
+					   x->nargs ? " " : "", x->nargs ? x->args[0] : "",
+					   v->phrase);
+		for (int i = 1; i < x->nargs; i++)
+			x->args[i - 1] = x->args[i];
+		x->nargs--;
+	}
+	x->verb = v->phrase;
+	*out = v;
+	return EXIT_OK;
+}
+
+/* Options that belong to other verbs, and rm's many-keys forms. */
+static int check_rm(const struct ctl *x)
+{
+	if (x->regex && x->all)
+		return usage_error("rm: --regex and --all are exclusive");
+	if (!x->regex && !x->all)
+		return x->nargs == 1 ? EXIT_OK : usage_error("rm: missing argument");
+	if (x->nargs)
+		return usage_error("rm: give KEY, or --regex PATTERN, or --all; not both");
+	if (x->yes)
+		return EXIT_OK;
+	if (x->regex)
+		fprintf(stderr,
+			"lunarctl: rm --regex removes every key of the tenant matching '%s'; "
+			"add --yes to do it\n",
+			x->regex);
+	else
+		fprintf(stderr, "lunarctl: rm --all removes every key of the tenant; "
+				"add --yes to do it\n");
+	return EXIT_USAGE;
+}
+
+static int check_args(struct ctl *x, const struct verb **out)
+{
+	const struct verb *v = NULL;
+	int rc = find_verb(x, &v);
+
+	if (rc)
+		return rc;
 	if (x->nargs < v->min_args)
-		return usage_error("%s: missing argument", v->name);
+		return usage_error("%s: missing argument", v->phrase);
 	if (x->nargs > v->max_args)
-		return usage_error("%s: too many arguments", v->name);
-	if (x->replicas && strcmp(v->name, "put"))
-		return usage_error("--replicas applies to put only, not %s", v->name);
-	if (x->force && strcmp(v->name, "rm"))
-		return usage_error("--force applies to rm only, not %s", v->name);
+		return usage_error("%s: too many arguments", v->phrase);
+	if (x->replicas && v->run != cmd_put)
+		return usage_error("--replicas applies to put only, not %s", v->phrase);
+	if ((x->force || x->regex || x->all || x->yes) && v->run != cmd_rm)
+		return usage_error("--force, --regex, --all and --yes apply to rm only, not %s",
+				   v->phrase);
+	if ((x->limit_set || x->all_tenants) && v->run != ctl_keys)
+		return usage_error("--limit and --all-tenants apply to keys only, not %s",
+				   v->phrase);
+	if (v->run == cmd_rm && (rc = check_rm(x)))
+		return rc;
 	*out = v;
 	return EXIT_OK;
 }

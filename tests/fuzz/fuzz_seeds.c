@@ -215,7 +215,7 @@ int main(int argc, char **argv)
 		    {.region = 1, .off = 0, .len = 1000},
 		    {.region = LC_MAX_REGIONS, .off = 4000, .len = 96},
 		    {.region = 1, .off = 999, .len = 1},
-		    {.region = 0, .off = FZ_ARENA_OFF + 2048, .len = 16},
+		    {.region = 0, .off = FZ_ARENA_OFF + 512, .len = 16},
 		};
 
 		it = (struct lc_item){.key_len = 4, .nseg = 4};
@@ -225,10 +225,23 @@ int main(int argc, char **argv)
 		q->count = 1;
 		q->arg_len = sizeof(it);
 		q->arg_off = put_bytes(s, &it, sizeof(it));
-		s->used = 4096; /* keep the arena bytes at 2048 inside */
+		s->used = 528; /* past the arena bytes at 512 */
 	}
-	items(s, LC_OP_GET, 2, "mreg-get-", 1, 8);
 	write_seed(dir, "mreg", s);
+
+	/* The smallest: one 16-byte range, one segment ending at its end. */
+	s = fresh();
+	s->in.mreg_id[0] = 5;
+	s->in.mreg_len[0] = 16;
+	seg = (struct lc_seg){.region = 5, .off = 0, .len = 16};
+	it = (struct lc_item){.key_len = 1, .nseg = 1};
+	it.key_off = put_bytes(s, "m", 1);
+	it.seg_off = put_bytes(s, &seg, sizeof(seg));
+	q = next_sqe(s, LC_OP_GET);
+	q->count = 1;
+	q->arg_len = sizeof(it);
+	q->arg_off = put_bytes(s, &it, sizeof(it));
+	write_seed(dir, "mreg-edge", s);
 
 	/* A full batch of one-byte keys. */
 	s = fresh();

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -675,4 +676,104 @@ int64_t h_verify(const void *buf, size_t len, uint64_t seed)
 		}
 	}
 	return -1;
+}
+
+int h_pid_fd_count(pid_t pid)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+int h_pid_maps_count(pid_t pid, const char *needle)
+{
+	char path[64], *line = NULL;
+	size_t cap = 0;
+	FILE *f;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (getline(&line, &cap, f) > 0)
+		if (strstr(line, needle))
+			n++;
+	free(line);
+	fclose(f);
+	return n;
+}
+
+/* utime + stime of a /proc stat file in ms, and the name between the
+ * parentheses (which may hold spaces) into comm; -1 if unreadable. */
+static int64_t stat_cpu_ms(const char *path, char *comm, size_t commlen)
+{
+	unsigned long long ut = 0, st = 0;
+	long tck = sysconf(_SC_CLK_TCK);
+	char buf[1024], *lp, *rp;
+	ssize_t n;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	lp = strchr(buf, '(');
+	rp = strrchr(buf, ')');
+	if (!lp || !rp || rp < lp)
+		return -1;
+	if (comm)
+		snprintf(comm, commlen, "%.*s", (int)(rp - lp - 1), lp + 1);
+	/* After ") " come fields 3 (state) .. 13, then utime and stime. */
+	if (sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	if (tck <= 0)
+		tck = 100;
+	return (int64_t)((ut + st) * 1000ull / (unsigned long long)tck);
+}
+
+int64_t h_pid_cpu_ms(pid_t pid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	return stat_cpu_ms(path, NULL, 0);
+}
+
+void h_pid_dump_threads(pid_t pid)
+{
+	char path[320], comm[64];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		int64_t ms;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
+		ms = stat_cpu_ms(path, comm, sizeof(comm));
+		fprintf(stderr, "  pid %d thread %s (%s): %lld ms CPU\n", (int)pid, e->d_name, comm,
+			(long long)ms);
+	}
+	closedir(d);
 }

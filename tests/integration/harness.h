@@ -123,6 +123,19 @@ int64_t h_verify(const void *buf, size_t len, uint64_t seed);
 /* h_code - lunar_strerror's name for a negative code, "-" otherwise. */
 const char *h_code(int64_t v);
 
+/*
+ * Looking at a running process from outside through /proc (same uid); any
+ * thread. h_pid_fd_count - entries of /proc/<pid>/fd, or -1.
+ * h_pid_maps_count - lines of /proc/<pid>/maps containing needle, or -1.
+ * h_pid_cpu_ms - utime + stime of /proc/<pid>/stat in milliseconds, or -1.
+ * h_pid_dump_threads - print each thread's name and CPU milliseconds to
+ * stderr (to say which thread burned CPU when a test says too much).
+ */
+int h_pid_fd_count(pid_t pid);
+int h_pid_maps_count(pid_t pid, const char *needle);
+int64_t h_pid_cpu_ms(pid_t pid);
+void h_pid_dump_threads(pid_t pid);
+
 /* Called by the assertion macros below: prints the logs once per failure. */
 void h_on_fail(void);
 

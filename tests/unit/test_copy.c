@@ -90,9 +90,9 @@ static void test_copy_large_odd_alignments(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_copy_small_lengths),
-		cmocka_unit_test(test_copy_threshold),
-		cmocka_unit_test(test_copy_large_odd_alignments),
+	    cmocka_unit_test(test_copy_small_lengths),
+	    cmocka_unit_test(test_copy_threshold),
+	    cmocka_unit_test(test_copy_large_odd_alignments),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -39,9 +39,9 @@ static unsigned char *random_buf(size_t len, unsigned seed)
  * neighbours. */
 static size_t next_len(size_t len)
 {
-	static const size_t edges[] = {3 * 256 - 1,  3 * 256,	    3 * 256 + 8,  6 * 256 + 7,
-				       3 * 8192 - 1, 3 * 8192,	    3 * 8192 + 1, 3 * 8192 + 3 * 256,
-				       6 * 8192 + 9, 9 * 8192 + 777};
+	static const size_t edges[] = {
+	    3 * 256 - 1, 3 * 256,      3 * 256 + 8,	   6 * 256 + 7,	 3 * 8192 - 1,
+	    3 * 8192,	 3 * 8192 + 1, 3 * 8192 + 3 * 256, 6 * 8192 + 9, 9 * 8192 + 777};
 
 	if (len < 1100)
 		return len + 1;
@@ -171,9 +171,14 @@ static void test_crc32c_copy_matches_memcpy(void **state)
 static void test_crc32c_copy_streaming_sizes(void **state)
 {
 	static const size_t lens[] = {
-		LC_COPY_CRC32C_NT_MIN - 1,  LC_COPY_CRC32C_NT_MIN,	     LC_COPY_CRC32C_NT_MIN + 1,
-		LC_COPY_CRC32C_NT_MIN + 77, (1u << 20),			     (1u << 20) + 24581,
-		(4u << 20) - 3,		    (4u << 20),
+	    LC_COPY_CRC32C_NT_MIN - 1,
+	    LC_COPY_CRC32C_NT_MIN,
+	    LC_COPY_CRC32C_NT_MIN + 1,
+	    LC_COPY_CRC32C_NT_MIN + 77,
+	    (1u << 20),
+	    (1u << 20) + 24581,
+	    (4u << 20) - 3,
+	    (4u << 20),
 	};
 	size_t max = (4u << 20) + 64;
 	unsigned char *src = random_buf(max, 4);
@@ -191,11 +196,11 @@ static void test_crc32c_copy_streaming_sizes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_crc32c_known_vectors),
-		cmocka_unit_test(test_crc32c_hw_matches_table),
-		cmocka_unit_test(test_crc32c_chaining),
-		cmocka_unit_test(test_crc32c_copy_matches_memcpy),
-		cmocka_unit_test(test_crc32c_copy_streaming_sizes),
+	    cmocka_unit_test(test_crc32c_known_vectors),
+	    cmocka_unit_test(test_crc32c_hw_matches_table),
+	    cmocka_unit_test(test_crc32c_chaining),
+	    cmocka_unit_test(test_crc32c_copy_matches_memcpy),
+	    cmocka_unit_test(test_crc32c_copy_streaming_sizes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -212,6 +212,36 @@ static void test_decode_registered_region(void **state)
 	px_mreg_put(m);
 }
 
+static void test_decode_preferred_segments(void **state)
+{
+	struct fix *f = *state;
+	struct lc_sqe q = one_item(f, LC_OP_PUT, "k", 10);
+	struct px_req *r;
+	const char *why;
+
+	/* Given two names after each other, a put gets them both */
+	q.pref_off = put_bytes(f, "a:1\0bb:2", 9);
+	q.pref_len = 9;
+	assert_int_equal(px_decode(&f->rg, &q, &r, &why), 0);
+	assert_int_equal(r->npref, 2);
+	assert_string_equal(r->pref[0], "a:1");
+	assert_string_equal(r->pref[1], "bb:2");
+	px_req_free(r);
+	/* Unterminated, empty names, too many, or on a get: violations */
+	q.pref_len = 8;
+	expect_violation(f, &q);
+	q.pref_off = put_bytes(f, "\0x\0", 3);
+	q.pref_len = 3;
+	expect_violation(f, &q);
+	q.pref_off = put_bytes(f, "1\0" "2\0" "3\0" "4\0" "5\0" "6\0" "7\0" "8\0" "9", 18);
+	q.pref_len = 18;
+	expect_violation(f, &q);
+	q = one_item(f, LC_OP_GET, "k", 10);
+	q.pref_off = put_bytes(f, "a:1", 4);
+	q.pref_len = 4;
+	expect_violation(f, &q);
+}
+
 static void test_decode_bad_key_is_per_item(void **state)
 {
 	struct fix *f = *state;
@@ -279,6 +309,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_decode_item_array_bounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_key_and_segment_bounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_registered_region, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_decode_preferred_segments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_bad_key_is_per_item, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_no_args_ops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_pattern, setup, teardown),

@@ -54,8 +54,8 @@ static int handler(void *arg, const char *method, const char *path, const char *
 		int n = lc_http_query_get(query, "name", name, sizeof(name));
 
 		rep->content_type = "application/json";
-		return lc_http_reply_printf(rep, "{\"name\":\"%s\",\"rc\":%d}",
-					    n >= 0 ? name : "", n);
+		return lc_http_reply_printf(rep, "{\"name\":\"%s\",\"rc\":%d}", n >= 0 ? name : "",
+					    n);
 	}
 	if (!strcmp(path, "/big")) {
 		for (int i = 0; i < BIG_BODY / 1000; i++)
@@ -71,6 +71,10 @@ static int handler(void *arg, const char *method, const char *path, const char *
 		rep->status = 503;
 		rep->content_type = "text/plain\r\nX-Injected: 1";
 		return lc_http_reply_printf(rep, "not ready\n");
+	}
+	if (!strcmp(path, "/unknown")) {
+		lc_http_reply_printf(rep, "discarded");
+		return 1;
 	}
 	rep->status = 404;
 	return lc_http_reply_printf(rep, "no such page: %s\n", path);
@@ -208,6 +212,11 @@ static void test_http_not_found(void **state)
 	assert_int_equal(status_of(r), 404);
 	assert_string_equal(body_of(r), "no such page: /nope\n");
 	free(r);
+	/* A handler may also decline the path: a positive return. */
+	r = get(f->port, "GET /unknown HTTP/1.1\r\n\r\n");
+	assert_int_equal(status_of(r), 404);
+	assert_null(strstr(r, "discarded"));
+	free(r);
 }
 
 static void test_http_head_has_no_body(void **state)
@@ -330,15 +339,15 @@ static void test_http_oversize_head_rejected(void **state)
 static void test_http_garbage_rejected(void **state)
 {
 	static const char *bad[] = {
-		"\r\n\r\n",
-		"GET\r\n\r\n",
-		"GET /\r\n\r\n",
-		"GET / HTTP/1.1 extra\r\n\r\n",
-		"GET health HTTP/1.1\r\n\r\n",
-		"GET /a b HTTP/1.1\r\n\r\n",
-		"G(T / HTTP/1.1\r\n\r\n",
-		"GET / FTP/1.1\r\n\r\n",
-		" GET / HTTP/1.1\r\n\r\n",
+	    "\r\n\r\n",
+	    "GET\r\n\r\n",
+	    "GET /\r\n\r\n",
+	    "GET / HTTP/1.1 extra\r\n\r\n",
+	    "GET health HTTP/1.1\r\n\r\n",
+	    "GET /a b HTTP/1.1\r\n\r\n",
+	    "G(T / HTTP/1.1\r\n\r\n",
+	    "GET / FTP/1.1\r\n\r\n",
+	    " GET / HTTP/1.1\r\n\r\n",
 	};
 	struct http_fixture *f = *state;
 	unsigned char noise[600];
@@ -451,21 +460,20 @@ static void test_http_reply_printf_grows(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_http_get_text, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_http_not_found, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_http_head_has_no_body, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_http_query_parsed, setup, teardown),
-		cmocka_unit_test(test_http_query_get_decodes),
-		cmocka_unit_test_setup_teardown(test_http_method_not_allowed, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_http_handler_status_and_errors, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_http_big_body, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_http_oversize_head_rejected, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_http_garbage_rejected, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_http_slow_client_timed_out, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_http_stop_joins, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_http_start_errors, setup, teardown),
-		cmocka_unit_test(test_http_reply_printf_grows),
+	    cmocka_unit_test_setup_teardown(test_http_get_text, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_not_found, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_head_has_no_body, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_query_parsed, setup, teardown),
+	    cmocka_unit_test(test_http_query_get_decodes),
+	    cmocka_unit_test_setup_teardown(test_http_method_not_allowed, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_handler_status_and_errors, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_big_body, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_oversize_head_rejected, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_garbage_rejected, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_slow_client_timed_out, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_stop_joins, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_start_errors, setup, teardown),
+	    cmocka_unit_test(test_http_reply_printf_grows),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -98,8 +98,9 @@ bl_start_master() {
 	bl_spawn "$BL_TMP/$name.log" "$BIN/lunar-master" --listen 127.0.0.1 --port 0 \
 		"${extra[@]}" "$@"
 	for _ in $(seq 100); do
+		# The log appears once the background shell has opened it.
 		port=$(sed -n 's/.*listening on tcp:\/\/[^:]*:\([0-9][0-9]*\).*/\1/p' \
-			"$BL_TMP/$name.log" | head -n 1)
+			"$BL_TMP/$name.log" 2>/dev/null | head -n 1 || true)
 		if [ -n "$port" ]; then
 			BL_MASTER_URL=tcp://127.0.0.1:$port
 			return 0
@@ -161,7 +162,7 @@ bl_cmds_flush() {
 # bl_kv FILE KEY - the value of KEY=... in FILE, or "-" when absent.
 bl_kv() {
 	local v
-	v=$(sed -n "s/^$2=//p" "$1" 2>/dev/null | tail -n 1)
+	v=$(sed -n "s/^$2=//p" "$1" 2>/dev/null | tail -n 1 || true)
 	printf '%s' "${v:--}"
 }
 

@@ -1,0 +1,226 @@
+/*
+ * disk.c - reads of a peer's disk tier over the data port (READ_DISK, wire
+ * format in eng_int.h). The owner reads the value through its disk_read
+ * callback into a buffer of its own, then sends it; the client receives it
+ * straight into the caller's iovecs on a pooled connection. A "not found"
+ * or a checksum failure is an answer, not a broken connection.
+ */
+#include "engine/eng_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "crc32c.h"
+#include "log.h"
+#include "lunar.h"
+
+/* Receive the name of a READ_DISK request into name (len bytes + NUL) and
+ * split it; 0, or -EPROTO for a malformed one. */
+static int recv_name(int fd, char *name, uint64_t len, uint64_t deadline, const char **key)
+{
+	struct iovec v = {name, (size_t)len};
+	struct eng_iovc c;
+	size_t tlen;
+	int rc;
+
+	eng_iovc_init(&c, &v, 1, 0, len);
+	rc = eng_io_recv(fd, &c, deadline);
+	if (rc)
+		return rc;
+	name[len] = '\0';
+	tlen = strnlen(name, (size_t)len);
+	if (!tlen || tlen + 1 >= len || strlen(name + tlen + 1) != len - tlen - 1)
+		return -EPROTO;
+	*key = name + tlen + 1;
+	return 0;
+}
+
+/* The value into a heap buffer of cap bytes; its length or a code. */
+static int64_t read_value(struct eng_engine *e, const char *tenant, const char *key, uint64_t cap,
+			  void **buf)
+{
+	struct iovec v;
+	int64_t n;
+
+	if (!e->cfg.disk_read)
+		return LUNAR_ERR_OBJECT_NOT_FOUND;
+	*buf = malloc((size_t)cap);
+	if (!*buf)
+		return LUNAR_ERR_INTERNAL;
+	v.iov_base = *buf;
+	v.iov_len = (size_t)cap;
+	n = e->cfg.disk_read(e->cfg.disk_arg, tenant, key, &v, 1);
+	return n > (int64_t)cap ? LUNAR_ERR_INTERNAL : n;
+}
+
+int eng_disk_serve(struct eng_engine *e, int fd, const struct eng_wire_req *req,
+		   uint64_t deadline_ns)
+{
+	char name[ENG_DISK_NAME_MAX + 1];
+	const char *key;
+	void *buf = NULL;
+	struct iovec v;
+	struct eng_iovc c;
+	int64_t n;
+	int rc;
+
+	if (req->offset < 3 || req->offset > ENG_DISK_NAME_MAX || !req->length ||
+	    req->length > ENG_DISK_READ_MAX) {
+		eng_send_rep(fd, LUNAR_ERR_INVALID_PARAMS, req->id, 0, 0, deadline_ns);
+		return -EPROTO;
+	}
+	rc = recv_name(fd, name, req->offset, deadline_ns, &key);
+	if (rc) {
+		if (rc == -EPROTO)
+			eng_send_rep(fd, LUNAR_ERR_INVALID_KEY, req->id, 0, 0, deadline_ns);
+		return rc;
+	}
+	n = read_value(e, name, key, req->length, &buf);
+	if (n <= 0) {
+		free(buf);
+		return eng_send_rep(fd, n < 0 ? (int32_t)n : LUNAR_ERR_INTERNAL, req->id, 0, 0,
+				    deadline_ns);
+	}
+	rc = eng_send_rep(fd, 0, req->id, (uint64_t)n, MSG_MORE, deadline_ns);
+	v.iov_base = buf;
+	v.iov_len = (size_t)n;
+	eng_iovc_init(&c, &v, 1, 0, (uint64_t)n);
+	if (!rc)
+		rc = eng_io_send(fd, &c, 0, deadline_ns);
+	free(buf);
+	return rc;
+}
+
+/* One READ_DISK exchange, for eng_tcp_run. */
+struct disk_call {
+	uint64_t id;
+	const char *name;
+	uint64_t nlen, cap;
+	const struct iovec *iov;
+	int iovcnt;
+	uint64_t deadline_ns;
+	int64_t result;
+};
+
+static int send_request(const struct disk_call *d, int fd)
+{
+	struct eng_wire_req req = {
+	    .magic = ENG_WIRE_REQ_MAGIC,
+	    .version = ENG_WIRE_VERSION,
+	    .op = ENG_OP_READ_DISK,
+	    .offset = d->nlen,
+	    .length = d->cap,
+	    .id = d->id,
+	};
+	struct iovec v[2] = {{&req, sizeof(req)}, {(void *)d->name, (size_t)d->nlen}};
+	struct eng_iovc c;
+
+	eng_wire_req_encode(&req);
+	eng_iovc_init(&c, v, 2, 0, sizeof(req) + d->nlen);
+	return eng_io_send(fd, &c, 0, d->deadline_ns);
+}
+
+static int disk_conn(void *arg, int fd, int *replied)
+{
+	struct disk_call *d = arg;
+	struct eng_wire_rep rep;
+	struct iovec v = {&rep, sizeof(rep)};
+	struct eng_iovc c;
+	int rc = send_request(d, fd);
+
+	*replied = 0;
+	if (rc)
+		return rc;
+	eng_iovc_init(&c, &v, 1, 0, sizeof(rep));
+	rc = eng_io_recv(fd, &c, d->deadline_ns);
+	*replied = c.left < sizeof(rep);
+	if (rc)
+		return rc;
+	eng_wire_rep_decode(&rep);
+	if (rep.magic != ENG_WIRE_REP_MAGIC || rep.id != d->id || rep.length > d->cap ||
+	    (rep.status && rep.length))
+		return -EPROTO;
+	if (rep.status == LUNAR_ERR_INVALID_PARAMS || rep.status == LUNAR_ERR_INVALID_KEY)
+		return -EPROTO; /* a refusal: the peer closes */
+	d->result = rep.status ? rep.status : (int64_t)rep.length;
+	if (rep.status || !rep.length)
+		return rep.status ? 0 : -EPROTO;
+	eng_iovc_init(&c, d->iov, d->iovcnt, 0, rep.length);
+	return eng_io_recv(fd, &c, d->deadline_ns);
+}
+
+static uint32_t iov_crc(const struct iovec *iov, int iovcnt, uint64_t n)
+{
+	uint32_t crc = 0;
+
+	for (int i = 0; i < iovcnt && n; i++) {
+		size_t len = iov[i].iov_len < n ? iov[i].iov_len : (size_t)n;
+
+		crc = lc_crc32c(crc, iov[i].iov_base, len);
+		n -= len;
+	}
+	return crc;
+}
+
+/* The capacity of iov, 0 when the list is unusable. */
+static uint64_t iov_total(const struct iovec *iov, int iovcnt)
+{
+	uint64_t total = 0;
+
+	if (!iov || iovcnt <= 0)
+		return 0;
+	for (int i = 0; i < iovcnt; i++) {
+		if (iov[i].iov_len > ENG_DISK_READ_MAX - total)
+			return ENG_DISK_READ_MAX;
+		total += iov[i].iov_len;
+	}
+	return total;
+}
+
+static int64_t remote_read(struct eng_engine *e, const char *endpoint, const char *tenant,
+			   const char *key, const struct iovec *iov, int iovcnt, uint64_t cap)
+{
+	size_t tl = strlen(tenant), kl = strlen(key);
+	struct disk_call d = {.nlen = tl + 1 + kl, .cap = cap, .iov = iov, .iovcnt = iovcnt};
+	char *name;
+	int rc;
+
+	if (!tl || !kl || d.nlen > ENG_DISK_NAME_MAX)
+		return LUNAR_ERR_INVALID_PARAMS;
+	name = malloc(d.nlen);
+	if (!name)
+		return LUNAR_ERR_INTERNAL;
+	memcpy(name, tenant, tl + 1);
+	memcpy(name + tl + 1, key, kl);
+	d.name = name;
+	d.id = atomic_fetch_add(&e->next_id, 1);
+	d.deadline_ns = lc_now_ns() + e->timeout_ns;
+	rc = eng_tcp_run(e, endpoint, d.deadline_ns, disk_conn, &d);
+	free(name);
+	if (rc) {
+		LC_DEBUG(ENG_LOG, "disk read of %s from %s failed: %s", key, endpoint,
+			 strerror(-rc));
+		return LUNAR_ERR_TRANSFER_FAIL;
+	}
+	return d.result;
+}
+
+int64_t eng_xfer_disk(struct eng_engine *e, const char *endpoint, const char *tenant,
+		      const char *key, const struct iovec *iov, int iovcnt, uint32_t *crc)
+{
+	uint64_t cap = iov_total(iov, iovcnt);
+	int64_t n;
+
+	if (!e || !endpoint || !tenant || !key || !cap)
+		return LUNAR_ERR_TRANSFER_FAIL;
+	if (!strcmp(endpoint, e->endpoint))
+		n = e->cfg.disk_read ? e->cfg.disk_read(e->cfg.disk_arg, tenant, key, iov, iovcnt)
+				     : LUNAR_ERR_OBJECT_NOT_FOUND;
+	else
+		n = remote_read(e, endpoint, tenant, key, iov, iovcnt, cap);
+	if (n > 0 && crc)
+		*crc = iov_crc(iov, iovcnt, (uint64_t)n);
+	return n;
+}

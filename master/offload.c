@@ -1,0 +1,350 @@
+/*
+ * offload.c - the offload queues: per proxy with an SSD tier, the objects it
+ * should copy from its DRAM segment to its disk. Tasks are queued at commit
+ * (--offload on_put) or by eviction (on_evict), handed out by Ping (up to
+ * MST_OFFLOAD_BATCH at a time, then in flight), and end when the proxy
+ * reports the copy (OffloadDone) or its failure (DiskReplicasRemove). A task
+ * in flight too long goes back to the queue. One lock, a leaf.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "lunar.h"
+#include "mst_int.h"
+#include "mst_obj.h"
+
+struct mst_task {
+	struct mst_task *next;
+	uint64_t sent_ms; /* 0 while queued */
+	uint64_t size;
+	uint32_t crc;
+	uint64_t off, len; /* the source MEMORY replica */
+	char *segment, *endpoint;
+	size_t klen, tlen; /* kbuf: tenant "\0" key */
+	char kbuf[];
+};
+
+struct mst_oqueue {
+	struct mst_oqueue *next;
+	uint64_t client;
+	struct mst_task *queued, **tail; /* FIFO */
+	struct mst_task *inflight;
+	uint64_t n; /* queued + in flight */
+};
+
+int mst_offload_init(struct mst_offload *q)
+{
+	q->head = NULL;
+	return -pthread_mutex_init(&q->lock, NULL);
+}
+
+static void task_free(struct mst_task *t)
+{
+	if (!t)
+		return;
+	free(t->segment);
+	free(t->endpoint);
+	free(t);
+}
+
+static void tasks_free(struct mst_task *t)
+{
+	while (t) {
+		struct mst_task *n = t->next;
+
+		task_free(t);
+		t = n;
+	}
+}
+
+static void oqueue_free(struct mst_oqueue *q)
+{
+	tasks_free(q->queued);
+	tasks_free(q->inflight);
+	free(q);
+}
+
+void mst_offload_fini(struct mst_offload *q)
+{
+	while (q->head) {
+		struct mst_oqueue *n = q->head->next;
+
+		oqueue_free(q->head);
+		q->head = n;
+	}
+	pthread_mutex_destroy(&q->lock);
+}
+
+/* The queue of client, or NULL. Lock held. */
+static struct mst_oqueue **oqueue_find(struct mst_offload *q, uint64_t client)
+{
+	struct mst_oqueue **pp = &q->head;
+
+	while (*pp && (*pp)->client != client)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+int mst_offload_register(struct mst_master *m, uint64_t client)
+{
+	struct mst_oqueue **pp, *q;
+	int rc = 0;
+
+	pthread_mutex_lock(&m->offload.lock);
+	pp = oqueue_find(&m->offload, client);
+	if (!*pp) {
+		q = calloc(1, sizeof(*q));
+		if (q) {
+			q->client = client;
+			q->tail = &q->queued;
+			*pp = q;
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&m->offload.lock);
+	return rc;
+}
+
+void mst_offload_drop_client(struct mst_master *m, uint64_t client)
+{
+	struct mst_oqueue **pp, *q;
+
+	pthread_mutex_lock(&m->offload.lock);
+	pp = oqueue_find(&m->offload, client);
+	q = *pp;
+	if (q)
+		*pp = q->next;
+	pthread_mutex_unlock(&m->offload.lock);
+	if (q)
+		oqueue_free(q);
+}
+
+static void enqueue(struct mst_oqueue *q, struct mst_task *t)
+{
+	t->next = NULL;
+	t->sent_ms = 0;
+	*q->tail = t;
+	q->tail = &t->next;
+}
+
+/* A task copying o from its MEMORY replica r. NULL on ENOMEM. */
+static struct mst_task *task_new(const struct mst_object *o, const struct mst_replica *r)
+{
+	struct mst_task *t = calloc(1, sizeof(*t) + o->klen + 1);
+
+	if (!t)
+		return NULL;
+	t->size = o->size;
+	t->crc = o->crc;
+	t->off = r->off;
+	t->len = r->len;
+	t->segment = strdup(r->seg->name);
+	t->endpoint = strdup(r->seg->endpoint);
+	memcpy(t->kbuf, o->kbuf, o->klen);
+	t->klen = o->klen;
+	t->tlen = o->tlen;
+	if (!t->segment || !t->endpoint) {
+		task_free(t);
+		return NULL;
+	}
+	return t;
+}
+
+/* Queue t on the queue of one of o's replica owners; the code as mst_offload_queue. */
+static int queue_locked(struct mst_master *m, struct mst_object *o, uint64_t *client)
+{
+	int rc = -ENOENT;
+
+	for (unsigned i = 0; i < o->nrep; i++) {
+		struct mst_oqueue *q = *oqueue_find(&m->offload, o->reps[i].seg->owner);
+		struct mst_task *t;
+
+		if (!q)
+			continue;
+		if (q->n >= m->cfg.offload_queue) {
+			rc = -ENOSPC;
+			continue;
+		}
+		t = task_new(o, &o->reps[i]);
+		if (!t)
+			return -ENOMEM;
+		enqueue(q, t);
+		q->n++;
+		*client = q->client;
+		return 0;
+	}
+	return rc;
+}
+
+int mst_offload_queue(struct mst_master *m, struct mst_object *o, int evict)
+{
+	uint64_t client = 0;
+	int rc;
+
+	pthread_mutex_lock(&m->offload.lock);
+	rc = queue_locked(m, o, &client);
+	pthread_mutex_unlock(&m->offload.lock);
+	if (rc) {
+		if (rc == -ENOSPC)
+			__atomic_fetch_add(&m->ctr.offload_skipped, 1, __ATOMIC_RELAXED);
+		return rc;
+	}
+	o->offload_to = client;
+	o->offload_evict = (uint8_t)evict;
+	__atomic_fetch_add(&m->ctr.offload_queued, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+void mst_offload_on_commit(struct mst_master *m, struct mst_object *o)
+{
+	if (m->cfg.enable_offload && m->cfg.offload == MST_OFFLOAD_ON_PUT && !o->offload_to)
+		mst_offload_queue(m, o, 0);
+}
+
+static int task_is(const struct mst_task *t, const struct mst_okey *k)
+{
+	return t->klen == k->len && !memcmp(t->kbuf, k->buf, k->len);
+}
+
+/* Unlink and free the task for k from the list at pp; 1 if found. */
+static int list_remove(struct mst_task **pp, const struct mst_okey *k)
+{
+	for (; *pp; pp = &(*pp)->next) {
+		struct mst_task *t = *pp;
+
+		if (task_is(t, k)) {
+			*pp = t->next;
+			task_free(t);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* The tail pointer of a queue after an unlink anywhere in it. */
+static void fix_tail(struct mst_oqueue *q)
+{
+	q->tail = &q->queued;
+	while (*q->tail)
+		q->tail = &(*q->tail)->next;
+}
+
+void mst_offload_end(struct mst_master *m, uint64_t client, const struct mst_okey *k)
+{
+	struct mst_oqueue *q;
+
+	pthread_mutex_lock(&m->offload.lock);
+	q = *oqueue_find(&m->offload, client);
+	if (q && list_remove(&q->inflight, k))
+		q->n--;
+	else if (q && list_remove(&q->queued, k)) {
+		q->n--;
+		fix_tail(q);
+	}
+	pthread_mutex_unlock(&m->offload.lock);
+}
+
+/* Tasks in flight since before deadline go back to the queue. */
+static void requeue_stale(struct mst_master *m, struct mst_oqueue *q, uint64_t deadline)
+{
+	struct mst_task **pp = &q->inflight;
+
+	while (*pp) {
+		struct mst_task *t = *pp;
+
+		if (t->sent_ms >= deadline) {
+			pp = &t->next;
+			continue;
+		}
+		*pp = t->next;
+		enqueue(q, t);
+		__atomic_fetch_add(&m->ctr.offload_requeued, 1, __ATOMIC_RELAXED);
+	}
+}
+
+static Lunar__OffloadTask *task_pb(const struct mst_task *t)
+{
+	Lunar__OffloadTask *p = malloc(sizeof(*p));
+	Lunar__Replica *r = malloc(sizeof(*r));
+
+	if (!p || !r) {
+		free(p);
+		free(r);
+		return NULL;
+	}
+	lunar__offload_task__init(p);
+	lunar__replica__init(r);
+	p->source = r;
+	p->size = t->size;
+	p->crc32c = t->crc;
+	p->tenant = strdup(t->kbuf);
+	p->key = strdup(t->kbuf + t->tlen);
+	r->type = LUNAR__REPLICA_TYPE__MEMORY;
+	r->state = LUNAR__REPLICA_STATE__COMPLETE;
+	r->offset = t->off;
+	r->length = t->len;
+	r->segment = strdup(t->segment);
+	r->endpoint = strdup(t->endpoint);
+	if (!p->tenant || !p->key || !r->segment || !r->endpoint) {
+		protobuf_c_message_free_unpacked(&p->base, NULL);
+		return NULL;
+	}
+	return p;
+}
+
+/* Move up to MST_OFFLOAD_BATCH queued tasks in flight, copied into v. */
+static int take_locked(struct mst_oqueue *q, uint64_t now, Lunar__OffloadTask **v, size_t *n)
+{
+	while (q->queued && *n < MST_OFFLOAD_BATCH) {
+		struct mst_task *t = q->queued;
+
+		v[*n] = task_pb(t);
+		if (!v[*n])
+			return -ENOMEM;
+		(*n)++;
+		q->queued = t->next;
+		t->sent_ms = now ? now : 1;
+		t->next = q->inflight;
+		q->inflight = t;
+	}
+	if (!q->queued)
+		q->tail = &q->queued;
+	return 0;
+}
+
+int mst_offload_take(struct mst_master *m, uint64_t client, uint64_t now, Lunar__OffloadTask ***out,
+		     size_t *n)
+{
+	Lunar__OffloadTask **v = NULL;
+	struct mst_oqueue *q;
+	int rc = 0;
+
+	*n = 0;
+	pthread_mutex_lock(&m->offload.lock);
+	q = *oqueue_find(&m->offload, client);
+	if (q) {
+		if (now > MST_OFFLOAD_TIMEOUT_MS)
+			requeue_stale(m, q, now - MST_OFFLOAD_TIMEOUT_MS);
+		if (q->queued && !(v = calloc(MST_OFFLOAD_BATCH, sizeof(*v))))
+			rc = -ENOMEM;
+		if (v)
+			rc = take_locked(q, now, v, n);
+	}
+	pthread_mutex_unlock(&m->offload.lock);
+	*out = v;
+	return rc;
+}
+
+uint64_t mst_offload_depth(struct mst_master *m)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&m->offload.lock);
+	for (struct mst_oqueue *q = m->offload.head; q; q = q->next)
+		n += q->n;
+	pthread_mutex_unlock(&m->offload.lock);
+	return n;
+}

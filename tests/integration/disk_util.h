@@ -1,0 +1,186 @@
+/*
+ * disk_util.h - helpers for the disk-tier integration tests (test_disk_*.c):
+ * a tiny HTTP GET against a daemon's HTTP port, the port a proxy logged,
+ * puts that wait out NO_AVAILABLE_HANDLE (offload back-pressure), reads
+ * checked byte for byte, and percentiles. Static, test main thread only.
+ */
+#ifndef LUNAR_TESTS_INTEGRATION_DISK_UTIL_H
+#define LUNAR_TESTS_INTEGRATION_DISK_UTIL_H
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define D_MIB (1024u * 1024u)
+
+/* GET path from 127.0.0.1:port into buf (NUL-terminated body and headers);
+ * the byte count, or -1. */
+static inline ssize_t d_http_get(int port, const char *path, char *buf, size_t cap)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	char req[512];
+	size_t got = 0;
+	ssize_t n;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) || write(fd, req, strlen(req)) < 0) {
+		close(fd);
+		return -1;
+	}
+	while (got + 1 < cap && (n = read(fd, buf + got, cap - 1 - got)) > 0)
+		got += (size_t)n;
+	buf[got] = '\0';
+	close(fd);
+	return (ssize_t)got;
+}
+
+/* The unsigned number after "\"name\":" in a JSON text, or -1. */
+static inline long long d_json_num(const char *json, const char *name)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", name);
+	p = strstr(json, pat);
+	return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* The HTTP port a proxy logged ("HTTP on http://127.0.0.1:PORT"), or -1. */
+static inline int d_proxy_http_port(const struct h_proc *p)
+{
+	static char buf[1 << 16];
+	int fd = open(p->log, O_RDONLY | O_CLOEXEC), port = -1;
+	ssize_t n;
+	const char *s, *last = NULL;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	for (s = buf; (s = strstr(s, "HTTP on http://127.0.0.1:")); s++)
+		last = s;
+	if (last)
+		port = atoi(last + strlen("HTTP on http://127.0.0.1:"));
+	return port;
+}
+
+/* The master's view of key: per replica in the order listed, 'M' for
+ * MEMORY and 'D' for LOCAL_DISK, lower case when its endpoint is mine (may
+ * be NULL); "" when the key is not found. */
+static inline void d_replicas_at(int http_port, const char *key, const char *mine, char *out,
+				 size_t cap)
+{
+	static char buf[1 << 16];
+	char path[256], ep[128];
+	const char *p, *e;
+	size_t n = 0;
+
+	snprintf(path, sizeof(path), "/admin/stat?tenant=default&key=%s", key);
+	out[0] = '\0';
+	if (d_http_get(http_port, path, buf, sizeof(buf)) <= 0 ||
+	    !(p = strstr(buf, "\"replicas\"")))
+		return;
+	while ((p = strstr(p, "\"type\":\"")) && n + 1 < cap) {
+		char t = !strncmp(p + 8, "MEMORY", 6) ? 'M' : 'D';
+
+		p += 8;
+		e = strstr(p, "\"endpoint\":\"");
+		if (e && mine && sscanf(e + 12, "%127[^\"]", ep) == 1 && !strcmp(ep, mine))
+			t = (char)(t - 'A' + 'a');
+		out[n++] = t;
+	}
+	out[n] = '\0';
+}
+
+static inline void d_replicas(int http_port, const char *key, char *out, size_t cap)
+{
+	d_replicas_at(http_port, key, NULL, out, cap);
+}
+
+/* The data endpoint a proxy logged ("data port HOST:PORT;") into out. */
+static inline int d_proxy_endpoint(const struct h_proc *p, char *out, size_t cap)
+{
+	static char buf[1 << 16];
+	int fd = open(p->log, O_RDONLY | O_CLOEXEC);
+	const char *s;
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	s = strstr(buf, "; data port ");
+	if (!s || cap < 2)
+		return -1;
+	snprintf(out, cap, "%.*s", (int)strcspn(s + 12, ";"), s + 12);
+	return 0;
+}
+
+/* Put key (content h_fill(h_seed(key))) retrying NO_AVAILABLE_HANDLE, the
+ * back-pressure of offloads in flight, for up to 30 s. The last code. */
+static inline int d_put(struct lunar_client *c, const char *key, uint8_t *buf, size_t len)
+{
+	uint64_t end = h_now_ms() + 30000;
+	int rc;
+
+	h_fill(buf, len, h_seed(key));
+	while ((rc = lunar_put(c, key, buf, len, NULL)) == LUNAR_ERR_NO_AVAILABLE_HANDLE &&
+	       h_now_ms() < end)
+		h_sleep_ms(20);
+	return rc;
+}
+
+/* Get key and check every byte: its length, or the code (wrong bytes fail
+ * the test). */
+static inline int64_t d_get_exact(struct lunar_client *c, const char *key, uint8_t *buf, size_t cap)
+{
+	int64_t n = lunar_get_into(c, key, buf, cap), bad;
+
+	if (n < 0)
+		return n;
+	bad = h_verify(buf, (size_t)n, h_seed(key));
+	H_ASSERT_MSG(bad < 0, "%s read %lld bytes, wrong at byte %lld", key, (long long)n,
+		     (long long)bad);
+	return n;
+}
+
+static inline int d_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The p-th percentile (0..100) of v[0..n), sorting v. */
+static inline uint64_t d_percentile(uint64_t *v, size_t n, unsigned p)
+{
+	size_t i;
+
+	qsort(v, n, sizeof(*v), d_cmp_u64);
+	i = (n * p + 99) / 100;
+	return v[i ? i - 1 : 0];
+}
+
+static inline uint64_t d_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+#endif /* LUNAR_TESTS_INTEGRATION_DISK_UTIL_H */

@@ -1,0 +1,352 @@
+/*
+ * test_step2_leases.c - Step 2 read leases end to end, on real processes:
+ * the proxy's lease cache serves a hot key with no master call; a cached
+ * replica list made stale by a forced remove on another node is caught by
+ * the CRC32C check and never passes another object's bytes off as the key's;
+ * a lease refuses an unforced remove (and remove_all skips it) until it
+ * expires; remove_by_regex counts only the caller's tenant.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "http_get.h"
+
+#define KIB	  1024u
+#define MIB	  (1024u * 1024u)
+#define TEXT_MAX  (1u << 20)
+#define HOT_GETS  100
+#define BIG_VALUE (MIB + MIB / 2)
+
+static char *text;   /* last HTTP body */
+static uint8_t *buf; /* values written and read */
+/* Processes started by the current case, stopped newest first so that no
+ * proxy outlives its master (a proxy whose master is gone takes its RPC
+ * timeout to stop). */
+static struct h_proc *tracked[8];
+static int ntracked;
+
+static struct h_proc *track(struct h_proc *p)
+{
+	if (p && ntracked < 8)
+		tracked[ntracked++] = p;
+	return p;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	if (h_init() != 0)
+		return -1;
+	text = malloc(TEXT_MAX);
+	buf = malloc(4 * MIB);
+	return text && buf ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	while (ntracked > 0)
+		h_stop(tracked[--ntracked]);
+	free(text);
+	free(buf);
+	text = NULL;
+	buf = NULL;
+	h_cleanup();
+	return 0;
+}
+
+/* The HTTP port p logged; fails the test if it logged none. */
+static int http_port_of(const struct h_proc *p)
+{
+	int port = hg_log_http_port(p->log);
+
+	H_ASSERT_MSG(port > 0, "%s logged no HTTP port", p->name);
+	return port;
+}
+
+/* GET path into text; fails the test unless the status is 200. */
+static void fetch(int port, const char *path)
+{
+	int status = hg_get(port, path, text, TEXT_MAX);
+
+	H_ASSERT_MSG(status == 200, "GET :%d%s = %d", port, path, status);
+}
+
+/* One sample of port's /metrics; fails the test when it is missing. */
+static int64_t metric(int port, const char *sample)
+{
+	int64_t v;
+
+	fetch(port, "/metrics");
+	v = hg_metric(text, sample);
+	H_ASSERT_MSG(v >= 0, "no sample %s on :%d/metrics", sample, port);
+	return v;
+}
+
+static void put_pattern(struct lunar_client *c, const char *key, size_t len)
+{
+	h_fill(buf, len, h_seed(key));
+	H_ASSERT_MSG(lunar_put(c, key, buf, len, NULL) == 0, "put %s (%zu bytes)", key, len);
+}
+
+/* get key through c and check every byte against its pattern. */
+static void check_value(struct lunar_client *c, const char *key, size_t len)
+{
+	int64_t got, bad;
+
+	memset(buf, 0, len);
+	got = lunar_get_into(c, key, buf, 4 * MIB);
+	H_ASSERT_MSG(got == (int64_t)len, "get %s = %lld (%s), expected %zu", key, (long long)got,
+		     h_code(got), len);
+	bad = h_verify(buf, len, h_seed(key));
+	H_ASSERT_MSG(bad < 0, "get %s: wrong byte at %lld", key, (long long)bad);
+}
+
+#define CALLS_BGRL "lunar_master_calls_total{method=\"BatchGetReplicaList\"}"
+#define CALLS_GRL  "lunar_master_calls_total{method=\"GetReplicaList\"}"
+#define CACHE_HITS "lunar_proxy_lease_cache_hits_total"
+#define CACHE_MISS "lunar_proxy_lease_cache_misses_total"
+#define CRC_FAILS  "lunar_proxy_checksum_failures_total"
+
+static void test_leases_hot_key_costs_no_master_call(void **state)
+{
+	const char *sock = h_path("p.sock");
+	struct h_proc *px;
+	struct lunar_client *c;
+	int64_t bgrl0, grl0, hits0, miss0, bgrl1, grl1, hits1, miss1;
+	int port;
+
+	(void)state;
+	/* Given an embedded-master proxy (10 s leases) and a key read once,
+	 * so that the proxy holds its lease and replica list */
+	px = h_start_proxy("proxy", sock, H_EMBEDDED, NULL);
+	H_ASSERT(px != NULL);
+	port = http_port_of(px);
+	c = h_client(sock);
+	put_pattern(c, "hot/key", 64 * KIB);
+	check_value(c, "hot/key", 64 * KIB);
+	bgrl0 = metric(port, CALLS_BGRL);
+	grl0 = metric(port, CALLS_GRL);
+	hits0 = metric(port, CACHE_HITS);
+	miss0 = metric(port, CACHE_MISS);
+	H_ASSERT_MSG(bgrl0 + grl0 >= 1, "the first get asked the master nothing");
+
+	/* When it is read HOT_GETS more times, well inside the lease */
+	for (int i = 0; i < HOT_GETS; i++)
+		check_value(c, "hot/key", 64 * KIB);
+
+	/* Then the master saw no replica-list call, and the proxy counted
+	 * every one of those reads as a lease-cache hit */
+	bgrl1 = metric(port, CALLS_BGRL);
+	grl1 = metric(port, CALLS_GRL);
+	hits1 = metric(port, CACHE_HITS);
+	miss1 = metric(port, CACHE_MISS);
+	print_message("BatchGetReplicaList %lld -> %lld, GetReplicaList %lld -> %lld, "
+		      "cache hits %lld -> %lld, misses %lld -> %lld\n",
+		      (long long)bgrl0, (long long)bgrl1, (long long)grl0, (long long)grl1,
+		      (long long)hits0, (long long)hits1, (long long)miss0, (long long)miss1);
+	H_ASSERT_MSG(bgrl1 == bgrl0 && grl1 == grl0,
+		     "%d cached gets cost %lld BatchGetReplicaList and %lld GetReplicaList calls",
+		     HOT_GETS, (long long)(bgrl1 - bgrl0), (long long)(grl1 - grl0));
+	H_ASSERT_MSG(hits1 - hits0 >= HOT_GETS && hits1 - hits0 <= HOT_GETS + 2,
+		     "%s grew by %lld over %d cached gets", CACHE_HITS, (long long)(hits1 - hits0),
+		     HOT_GETS);
+	H_ASSERT_MSG(miss1 == miss0, "%s grew by %lld over %d cached gets", CACHE_MISS,
+		     (long long)(miss1 - miss0), HOT_GETS);
+	lunar_close(c);
+}
+
+/* The first replica's segment and offset of key, from the master's
+ * /admin/stat. */
+static void replica_of(int port, const char *key, char *segment, size_t cap, int64_t *offset)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/admin/stat?tenant=default&key=%s", key);
+	fetch(port, path);
+	H_ASSERT_MSG(hg_count(text, "\"segment\":\"") == 1, "%s: expected one replica: %s", key,
+		     text);
+	H_ASSERT_MSG(hg_json_str(text, "segment", 0, segment, cap) == 0, "stat %s: %s", key, text);
+	*offset = hg_json_u64(text, "offset", 0);
+	H_ASSERT_MSG(*offset >= 0, "stat %s: no offset: %s", key, text);
+}
+
+static void test_leases_stale_cached_list_is_caught_by_crc(void **state)
+{
+	char sock_a[PATH_MAX], sock_b[PATH_MAX], seg1[128], seg2[128];
+	struct h_proc *master, *pa, *pb;
+	struct lunar_client *ca, *cb;
+	int mport, port_a, mhttp;
+	int64_t off1, off2, got, crc0, crc1;
+
+	(void)state;
+	/* Given a master, a pure client node A and a node B whose 2 MiB
+	 * segment holds one 1.5 MiB value at a time */
+	mport = h_free_port();
+	master = track(h_start_master("master", mport, NULL));
+	H_ASSERT(master != NULL);
+	mhttp = http_port_of(master);
+	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
+	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
+	pa = track(h_start_proxy("proxyA", sock_a, mport, "--segment-size", "0", NULL));
+	H_ASSERT(pa != NULL);
+	pb = track(h_start_proxy("proxyB", sock_b, mport, "--segment-size", "2MiB", NULL));
+	H_ASSERT(pb != NULL);
+	port_a = http_port_of(pa);
+	ca = h_client(sock_a);
+	cb = h_client(sock_b);
+
+	/* and K1 put through A (so it lands on B) and read through A, which
+	 * now caches K1's replica list under its lease */
+	put_pattern(ca, "stale/K1", BIG_VALUE);
+	replica_of(mhttp, "stale/K1", seg1, sizeof(seg1), &off1);
+	check_value(ca, "stale/K1", BIG_VALUE);
+	crc0 = metric(port_a, CRC_FAILS);
+
+	/* When B force-removes K1 and puts K2 of the same size, which can only
+	 * go where K1 was */
+	H_ASSERT_EQ(lunar_remove(cb, "stale/K1", 1), 0);
+	put_pattern(cb, "stale/K2", BIG_VALUE);
+	replica_of(mhttp, "stale/K2", seg2, sizeof(seg2), &off2);
+	H_ASSERT_MSG(!strcmp(seg1, seg2) && off1 == off2,
+		     "precondition: K2 at %s+%lld, K1 was at %s+%lld", seg2, (long long)off2, seg1,
+		     (long long)off1);
+
+	/* Then A's get of K1 says OBJECT_NOT_FOUND: the cached list points at
+	 * K2's bytes, whose CRC32C is not K1's */
+	memset(buf, 0, BIG_VALUE);
+	got = lunar_get_into(ca, "stale/K1", buf, 4 * MIB);
+	if (got == (int64_t)BIG_VALUE)
+		H_ASSERT_MSG(0, "get K1 through A returned %lld bytes (%s) from a stale list",
+			     (long long)got,
+			     h_verify(buf, BIG_VALUE, h_seed("stale/K2")) < 0	? "K2's bytes"
+			     : h_verify(buf, BIG_VALUE, h_seed("stale/K1")) < 0 ? "K1's old bytes"
+										: "a mix");
+	H_ASSERT_EQ(got, LUNAR_ERR_OBJECT_NOT_FOUND);
+	/* and A counted the checksum failure that sent it back to the master */
+	crc1 = metric(port_a, CRC_FAILS);
+	print_message("A: %s %lld -> %lld\n", CRC_FAILS, (long long)crc0, (long long)crc1);
+	H_ASSERT_MSG(crc1 - crc0 >= 1, "%s on A grew by %lld after a stale cached read", CRC_FAILS,
+		     (long long)(crc1 - crc0));
+	/* and K2 reads intact through A */
+	check_value(ca, "stale/K2", BIG_VALUE);
+	lunar_close(ca);
+	lunar_close(cb);
+}
+
+static struct lunar_client *tenant_client(const char *sock, const char *tenant)
+{
+	struct lunar_opts o = {
+	    .socket_path = sock, .tenant = tenant, .timeout_ms = H_CLIENT_TIMEOUT_MS};
+	struct lunar_client *c = NULL;
+	int rc = lunar_connect(&o, &c);
+
+	H_ASSERT_MSG(rc == 0, "connect as tenant %s = %d (%s)", tenant, rc, h_code(rc));
+	return c;
+}
+
+static void test_leases_remove_respects_lease_until_it_expires(void **state)
+{
+	const char *sock = h_path("p.sock");
+	struct lunar_client *c;
+	uint64_t t0;
+
+	(void)state;
+	/* Given an embedded-master proxy granting 1 s leases */
+	H_ASSERT(h_start_proxy("proxy", sock, H_EMBEDDED, "--kv-lease-ttl", "1s", NULL) != NULL);
+	c = h_client(sock);
+
+	/* When K is read, Then an unforced remove is refused, a forced one
+	 * works */
+	put_pattern(c, "lease/K", 4 * KIB);
+	check_value(c, "lease/K", 4 * KIB);
+	H_ASSERT_EQ(lunar_remove(c, "lease/K", 0), LUNAR_ERR_OBJECT_HAS_LEASE);
+	H_ASSERT_EQ(lunar_remove(c, "lease/K", 1), 0);
+	H_ASSERT_EQ(lunar_exists(c, "lease/K"), 0);
+
+	/* When a key was read 1.5 s ago (one lease and a half), Then an
+	 * unforced remove works */
+	put_pattern(c, "lease/K2", 4 * KIB);
+	check_value(c, "lease/K2", 4 * KIB);
+	t0 = h_now_ms();
+	h_sleep_ms(1500);
+	H_ASSERT_EQ(lunar_remove(c, "lease/K2", 0), 0);
+	print_message("remove(K2, 0) worked %llu ms after the get\n",
+		      (unsigned long long)(h_now_ms() - t0));
+
+	/* When one of three keys is leased, Then remove_all(0) takes the two
+	 * others and remove_all(1) the leased one */
+	put_pattern(c, "all/1", 4 * KIB);
+	put_pattern(c, "all/2", 4 * KIB);
+	put_pattern(c, "all/3", 4 * KIB);
+	check_value(c, "all/2", 4 * KIB);
+	H_ASSERT_EQ(lunar_remove_all(c, 0), 2);
+	H_ASSERT_EQ(lunar_exists(c, "all/1"), 0);
+	H_ASSERT_EQ(lunar_exists(c, "all/3"), 0);
+	H_ASSERT_EQ(lunar_exists(c, "all/2"), 1);
+	H_ASSERT_EQ(lunar_remove_all(c, 1), 1);
+	H_ASSERT_EQ(lunar_exists(c, "all/2"), 0);
+	lunar_close(c);
+}
+
+static void test_leases_remove_by_regex_counts_per_tenant(void **state)
+{
+	const char *sock = h_path("p.sock");
+	struct lunar_client *t1, *t2;
+
+	(void)state;
+	/* Given tenants t1 and t2 holding overlapping key names, one leased */
+	H_ASSERT(h_start_proxy("proxy", sock, H_EMBEDDED, "--kv-lease-ttl", "30s", NULL) != NULL);
+	t1 = tenant_client(sock, "t1");
+	t2 = tenant_client(sock, "t2");
+	put_pattern(t1, "rx/a1", 4 * KIB);
+	put_pattern(t1, "rx/a2", 4 * KIB);
+	put_pattern(t1, "rx/a3", 4 * KIB);
+	put_pattern(t1, "rx/b1", 4 * KIB);
+	put_pattern(t2, "rx/a1", 4 * KIB);
+	put_pattern(t2, "rx/a9", 4 * KIB);
+	check_value(t1, "rx/a3", 4 * KIB);
+
+	/* When t1 removes ^rx/a unforced, Then only its two unleased matches
+	 * go; t2's keys of the same names stay */
+	H_ASSERT_EQ(lunar_remove_by_regex(t1, "^rx/a", 0), 2);
+	H_ASSERT_EQ(lunar_exists(t1, "rx/a1"), 0);
+	H_ASSERT_EQ(lunar_exists(t1, "rx/a2"), 0);
+	H_ASSERT_EQ(lunar_exists(t1, "rx/a3"), 1);
+	H_ASSERT_EQ(lunar_exists(t1, "rx/b1"), 1);
+	H_ASSERT_EQ(lunar_exists(t2, "rx/a1"), 1);
+	/* When forced, Then the leased match goes too */
+	H_ASSERT_EQ(lunar_remove_by_regex(t1, "^rx/a", 1), 1);
+	H_ASSERT_EQ(lunar_exists(t1, "rx/a3"), 0);
+	/* When t2 removes the same pattern, Then it counts its own two */
+	H_ASSERT_EQ(lunar_remove_by_regex(t2, "^rx/a", 1), 2);
+	H_ASSERT_EQ(lunar_exists(t1, "rx/b1"), 1);
+	H_ASSERT_EQ(lunar_remove_by_regex(t2, "^rx/", 1), 0);
+	lunar_close(t1);
+	lunar_close(t2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_leases_hot_key_costs_no_master_call, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_leases_stale_cached_list_is_caught_by_crc, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_leases_remove_respects_lease_until_it_expires,
+					    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_leases_remove_by_regex_counts_per_tenant, setup,
+					    teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

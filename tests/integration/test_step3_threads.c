@@ -1,0 +1,256 @@
+/*
+ * test_step3_threads.c - 64 threads on ONE handle (SPEC §4: any number of
+ * threads may have calls in flight on one handle). Each thread runs OPS
+ * mixed calls - put of a new key (64 B..64 KiB, log-uniform), get_into of
+ * one of its live keys with every byte checked, exists of a live key (1) or
+ * of one it removed (0), and a forced remove when its window of live keys is
+ * full - against an embedded-master proxy. Even threads use lunar_alloc
+ * buffers (in place), odd ones malloc buffers (staged), so both paths and the
+ * registration table's lock run concurrently. Must finish within 40 s on two
+ * cores; the time and the call mix are printed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define NTHREADS  64
+#define OPS	  1000
+#define WINDOW	  4
+#define MIN_LEN	  64u
+#define MAX_LEN	  (64u * 1024u)
+#define BUDGET_MS 40000
+
+enum { OP_PUT, OP_GET, OP_EXISTS, OP_EXISTS_GONE, OP_REMOVE, OP_KINDS };
+static const char *const op_name[OP_KINDS] = {"put", "get", "exists", "exists(removed)", "remove"};
+
+static char sock[PATH_MAX];
+static struct lunar_client *cl;
+
+struct worker {
+	int id;
+	uint64_t rng;
+	int next_key;	  /* keys 0..next_key-1 were put */
+	int live[WINDOW]; /* key numbers, oldest first */
+	int nlive;
+	int last_removed; /* -1: none yet */
+	uint64_t counts[OP_KINDS];
+	uint8_t *wbuf, *rbuf;
+	/* The first failure; cmocka is asserted on the main thread only. */
+	int op;
+	int64_t rc;
+	char what[128];
+};
+
+static int setup(void **state)
+{
+	(void)state;
+	if (h_init() != 0)
+		return -1;
+	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
+	if (!h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "128MiB", NULL))
+		return -1;
+	cl = h_client_try(sock, 20000, NULL);
+	return cl ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	lunar_close(cl);
+	cl = NULL;
+	h_cleanup();
+	return 0;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void key_of(const struct worker *w, int k, char *key, size_t len)
+{
+	snprintf(key, len, "step3/threads/t%02d/k%04d", w->id, k);
+}
+
+/* Log-uniform over 64 B..64 KiB, derived from the key so a reader knows. */
+static size_t len_of(const char *key)
+{
+	uint64_t x = h_seed(key);
+	unsigned bits = (unsigned)(x % 11); /* 2^6 .. 2^16 */
+	size_t lo = (size_t)MIN_LEN << bits, span = lo;
+
+	if (lo >= MAX_LEN)
+		return MAX_LEN;
+	return lo + (size_t)((x >> 8) % span);
+}
+
+static int failed(struct worker *w, int op, int64_t rc, const char *key, const char *why)
+{
+	w->op = op;
+	w->rc = rc;
+	snprintf(w->what, sizeof(w->what), "%s %s: %s", op_name[op], key, why);
+	return -1;
+}
+
+static int do_put(struct worker *w)
+{
+	char key[64];
+	size_t len;
+	int64_t rc;
+
+	key_of(w, w->next_key, key, sizeof(key));
+	len = len_of(key);
+	h_fill(w->wbuf, len, h_seed(key));
+	w->counts[OP_PUT]++;
+	if ((rc = lunar_put(cl, key, w->wbuf, len, NULL)) != 0)
+		return failed(w, OP_PUT, rc, key, "not 0");
+	w->live[w->nlive++] = w->next_key++;
+	return 0;
+}
+
+static int do_remove_oldest(struct worker *w)
+{
+	char key[64];
+	int64_t rc;
+
+	key_of(w, w->live[0], key, sizeof(key));
+	w->counts[OP_REMOVE]++;
+	/* Read leases would refuse a plain remove. */
+	if ((rc = lunar_remove(cl, key, 1)) != 0)
+		return failed(w, OP_REMOVE, rc, key, "not 0");
+	w->last_removed = w->live[0];
+	memmove(w->live, w->live + 1, (size_t)(w->nlive - 1) * sizeof(int));
+	w->nlive--;
+	return 0;
+}
+
+static int do_get(struct worker *w, int k)
+{
+	char key[64];
+	size_t len;
+	int64_t rc, bad;
+
+	key_of(w, k, key, sizeof(key));
+	len = len_of(key);
+	memset(w->rbuf, 0, len);
+	w->counts[OP_GET]++;
+	rc = lunar_get_into(cl, key, w->rbuf, MAX_LEN);
+	if (rc != (int64_t)len)
+		return failed(w, OP_GET, rc, key, "not the value's size");
+	if ((bad = h_verify(w->rbuf, len, h_seed(key))) >= 0)
+		return failed(w, OP_GET, bad, key, "wrong byte at the offset in rc");
+	return 0;
+}
+
+static int do_exists(struct worker *w, int k, int op, int want)
+{
+	char key[64];
+	int64_t rc;
+
+	key_of(w, k, key, sizeof(key));
+	w->counts[op]++;
+	if ((rc = lunar_exists(cl, key)) != want)
+		return failed(w, op, rc, key, want ? "expected 1" : "expected 0");
+	return 0;
+}
+
+static int one_op(struct worker *w)
+{
+	uint64_t r = rng_next(&w->rng);
+	unsigned pick = (unsigned)(r % 100);
+	int k = w->nlive ? w->live[(r >> 32) % (unsigned)w->nlive] : -1;
+
+	if (!w->nlive || pick < 30)
+		return w->nlive == WINDOW ? do_remove_oldest(w) : do_put(w);
+	if (pick < 75)
+		return do_get(w, k);
+	if (pick < 95 || w->last_removed < 0)
+		return do_exists(w, k, OP_EXISTS, 1);
+	return do_exists(w, w->last_removed, OP_EXISTS_GONE, 0);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	int zero_copy = w->id % 2 == 0;
+
+	w->wbuf = zero_copy ? lunar_alloc(cl, MAX_LEN) : malloc(MAX_LEN);
+	w->rbuf = zero_copy ? lunar_alloc(cl, MAX_LEN) : malloc(MAX_LEN);
+	if (!w->wbuf || !w->rbuf) {
+		failed(w, OP_PUT, -1, "-", "no buffers");
+	} else {
+		for (int i = 0; i < OPS; i++)
+			if (one_op(w) != 0)
+				break;
+	}
+	if (zero_copy) {
+		lunar_free(cl, w->wbuf);
+		lunar_free(cl, w->rbuf);
+	} else {
+		free(w->wbuf);
+		free(w->rbuf);
+	}
+	return NULL;
+}
+
+static void test_step3_threads_64_on_one_handle(void **state)
+{
+	static struct worker workers[NTHREADS];
+	uint64_t total[OP_KINDS] = {0}, t0, took;
+	pthread_t th[NTHREADS];
+
+	(void)state;
+	memset(workers, 0, sizeof(workers));
+	t0 = h_now_ms();
+	for (int i = 0; i < NTHREADS; i++) {
+		workers[i].id = i;
+		workers[i].rng = h_seed("step3/threads") + (uint64_t)i;
+		workers[i].last_removed = -1;
+		H_ASSERT_EQ(pthread_create(&th[i], NULL, worker_main, &workers[i]), 0);
+	}
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_join(th[i], NULL);
+	took = h_now_ms() - t0;
+	for (int i = 0; i < NTHREADS; i++)
+		for (int k = 0; k < OP_KINDS; k++)
+			total[k] += workers[i].counts[k];
+	print_message("%d threads x %d calls on one handle in %llu ms (%.0f calls/s): put %llu, "
+		      "get %llu, exists %llu, exists(removed) %llu, remove %llu\n",
+		      NTHREADS, OPS, (unsigned long long)took,
+		      (double)NTHREADS * OPS * 1000.0 / (double)(took ? took : 1),
+		      (unsigned long long)total[OP_PUT], (unsigned long long)total[OP_GET],
+		      (unsigned long long)total[OP_EXISTS],
+		      (unsigned long long)total[OP_EXISTS_GONE],
+		      (unsigned long long)total[OP_REMOVE]);
+	for (int i = 0; i < NTHREADS; i++) {
+		struct worker *w = &workers[i];
+
+		H_ASSERT_MSG(w->what[0] == '\0', "thread %d: %s (rc %lld, %s)", w->id, w->what,
+			     (long long)w->rc, h_code(w->rc));
+	}
+	H_ASSERT_MSG(took < BUDGET_MS, "took %llu ms, budget %d ms", (unsigned long long)took,
+		     BUDGET_MS);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_step3_threads_64_on_one_handle),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,338 @@
+/*
+ * test_master_disk.c - the master's side of the disk tier: offload on_put
+ * and on_evict (queued, busy, kept when the queue is full unless forced),
+ * tasks handed out by Ping and re-queued when late, OffloadDone adding
+ * LOCAL_DISK replicas (listed after MEMORY ones), DiskReplicasRemove and
+ * DiskReplicasAdd, and a dead proxy's disk replicas going with it.
+ */
+#include "test_master_util.h"
+
+#include "clock.h"
+#include "master/mst_int.h"
+
+#define SEG_A "seg-a"
+
+/* A DiskRecordsRequest call of one record (or none when key is NULL). */
+static int disk_call(struct mst_master *m, uint32_t method, uint64_t client, const char *key,
+		     uint64_t size, uint32_t crc, uint64_t location, int *code)
+{
+	Lunar__DiskRecordsRequest rq = LUNAR__DISK_RECORDS_REQUEST__INIT;
+	Lunar__DiskRecord rec = LUNAR__DISK_RECORD__INIT, *recs[1] = {&rec};
+	Lunar__BatchCodesReply *r;
+	int st;
+
+	rq.client_id = client;
+	rec.tenant = "default";
+	rec.key = (char *)key;
+	rec.size = size;
+	rec.crc32c = crc;
+	rec.location = location;
+	if (key) {
+		rq.records = recs;
+		rq.n_records = 1;
+	}
+	r = (Lunar__BatchCodesReply *)call(m, method, &rq);
+	st = r->status->code;
+	if (code)
+		*code = r->n_codes ? r->codes[0] : 99;
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return st;
+}
+
+/* Mount seg-a for A and register its (empty) disk tier. */
+static void disk_proxy(struct mst_master *m)
+{
+	assert_int_equal(mount(m, CLIENT_A, SEG_A, 64 * MIB), 0);
+	assert_int_equal(
+	    disk_call(m, LUNAR__METHOD__DISK_REPLICAS_ADD, CLIENT_A, NULL, 0, 0, 0, NULL), 0);
+}
+
+static int put_crc(struct mst_master *m, const char *key, uint64_t size, uint32_t crc)
+{
+	Lunar__PutEndRequest rq = LUNAR__PUT_END_REQUEST__INIT;
+	int code = put_start(m, CLIENT_A, key, size, 1);
+
+	rq.client_id = CLIENT_A;
+	rq.key = (char *)key;
+	rq.crc32c = crc;
+	return code ? code : call_code(m, LUNAR__METHOD__PUT_END, &rq);
+}
+
+/* Ping A; the number of offload tasks, the first one's key into key0. */
+static size_t ping_tasks(struct mst_master *m, char *key0, size_t cap)
+{
+	Lunar__PingRequest rq = LUNAR__PING_REQUEST__INIT;
+	Lunar__PingReply *r;
+	size_t n;
+
+	rq.client_id = CLIENT_A;
+	r = (Lunar__PingReply *)call(m, LUNAR__METHOD__PING, &rq);
+	assert_int_equal(r->status->code, 0);
+	n = r->n_offload;
+	if (n && key0) {
+		snprintf(key0, cap, "%s", r->offload[0]->key);
+		assert_non_null(r->offload[0]->source);
+		assert_int_equal(r->offload[0]->source->type, LUNAR__REPLICA_TYPE__MEMORY);
+		assert_string_equal(r->offload[0]->source->segment, SEG_A);
+	}
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return n;
+}
+
+/* The replica types of key, in order, as "MD" (MEMORY, LOCAL_DISK). */
+static void replica_types(struct mst_master *m, const char *key, char *out)
+{
+	Lunar__GetReplicaListReply *r = get(m, key);
+
+	assert_int_equal(r->status->code, 0);
+	for (size_t i = 0; i < r->n_replicas; i++)
+		out[i] = r->replicas[i]->type == LUNAR__REPLICA_TYPE__MEMORY ? 'M' : 'D';
+	out[r->n_replicas] = 0;
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+static uint64_t used_bytes(struct mst_master *m)
+{
+	struct mst_stats st;
+
+	mst_master_stats(m, &st);
+	return st.used_bytes;
+}
+
+static void test_master_disk_on_put_adds_local_disk(void **state)
+{
+	static const char *const flags[][2] = {{"offload", "on_put"}, {"kv-lease-ttl", "1ms"}};
+	struct mst_master *m = master_with(flags, 2);
+	char key[64], types[8];
+	int code;
+
+	/* Given: a proxy with a disk tier and a committed object */
+	disk_proxy(m);
+	assert_int_equal(put_crc(m, "k", 1000, 0x1234), 0);
+	/* When: its Ping carries the task and it reports the copy */
+	assert_int_equal(ping_tasks(m, key, sizeof(key)), 1);
+	assert_string_equal(key, "k");
+	assert_int_equal(ping_tasks(m, NULL, 0), 0); /* in flight: not sent twice */
+	assert_int_equal(
+	    disk_call(m, LUNAR__METHOD__OFFLOAD_DONE, CLIENT_A, "k", 1000, 0x1234, 77, &code), 0);
+	assert_int_equal(code, 0);
+	/* Then: MEMORY first, then LOCAL_DISK; eviction drops only MEMORY */
+	replica_types(m, "k", types);
+	assert_string_equal(types, "MD");
+	usleep(5000);
+	assert_int_equal(mst_evict_round(m, lc_now_ms() + 60000), 1);
+	replica_types(m, "k", types);
+	assert_string_equal(types, "D");
+	assert_int_equal(used_bytes(m), 0);
+	assert_int_equal(exist(m, NULL, "k"), 1);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_done_checks_value(void **state)
+{
+	static const char *const flags[][2] = {{"offload", "on_put"}};
+	struct mst_master *m = master_with(flags, 1);
+	int code;
+
+	disk_proxy(m);
+	assert_int_equal(put_crc(m, "k", 1000, 0x1234), 0);
+	/* a copy of another value, or of a key that is gone, is refused */
+	disk_call(m, LUNAR__METHOD__OFFLOAD_DONE, CLIENT_A, "k", 1000, 0x9999, 1, &code);
+	assert_int_equal(code, LUNAR_ERR_CHECKSUM_MISMATCH);
+	disk_call(m, LUNAR__METHOD__OFFLOAD_DONE, CLIENT_A, "gone", 1000, 0x1234, 1, &code);
+	assert_int_equal(code, LUNAR_ERR_OBJECT_NOT_FOUND);
+	/* a proxy the master does not know is refused whole */
+	assert_int_equal(
+	    disk_call(m, LUNAR__METHOD__OFFLOAD_DONE, 0x777, "k", 1000, 0x1234, 1, NULL),
+	    LUNAR_ERR_ILLEGAL_CLIENT);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_on_evict_keeps_until_on_disk(void **state)
+{
+	static const char *const flags[][2] = {
+	    {"offload", "on_evict"}, {"kv-lease-ttl", "1ms"}, {"eviction-ratio", "1"}};
+	struct mst_master *m = master_with(flags, 3);
+	char key[64], types[8];
+	int code;
+
+	disk_proxy(m);
+	assert_int_equal(put_crc(m, "k", 1000, 7), 0);
+	usleep(5000);
+	/* When: eviction picks it, it is queued and kept, and busy after */
+	assert_int_equal(mst_evict_round(m, lc_now_ms() + 60000), 0);
+	assert_int_equal(exist(m, NULL, "k"), 1);
+	usleep(5000);
+	assert_int_equal(mst_evict_round(m, lc_now_ms() + 60000), 0);
+	assert_int_equal(ping_tasks(m, key, sizeof(key)), 1);
+	/* Then: once the copy exists its MEMORY goes at once */
+	disk_call(m, LUNAR__METHOD__OFFLOAD_DONE, CLIENT_A, "k", 1000, 7, 5, &code);
+	assert_int_equal(code, 0);
+	assert_int_equal(used_bytes(m), 0);
+	replica_types(m, "k", types);
+	assert_string_equal(types, "D");
+	mst_master_destroy(m);
+}
+
+/* Two objects, queue of one: the second is kept, or evicted when forced. */
+static void queue_full(int force)
+{
+	const char *const flags[][2] = {{"offload", "on_evict"},
+					{"kv-lease-ttl", "1ms"},
+					{"eviction-ratio", "1"},
+					{"offload-queue", "1"},
+					{"offload-force-evict", force ? "true" : "false"}};
+	struct mst_master *m = master_with(flags, 5);
+
+	disk_proxy(m);
+	assert_int_equal(put_crc(m, "a", 1000, 1), 0);
+	assert_int_equal(put_crc(m, "b", 1000, 2), 0);
+	usleep(5000);
+	assert_int_equal(mst_evict_round(m, lc_now_ms() + 60000), force ? 1 : 0);
+	assert_int_equal(exist(m, NULL, "a") + exist(m, NULL, "b"), force ? 1 : 2);
+	assert_int_equal(ping_tasks(m, NULL, 0), 1);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_queue_full_keeps(void **state)
+{
+	queue_full(0);
+}
+
+static void test_master_disk_queue_full_force_evicts(void **state)
+{
+	queue_full(1);
+}
+
+static void test_master_disk_no_disk_tier_evicts(void **state)
+{
+	static const char *const flags[][2] = {
+	    {"offload", "on_evict"}, {"kv-lease-ttl", "1ms"}, {"eviction-ratio", "1"}};
+	struct mst_master *m = master_with(flags, 3);
+
+	/* A's segment, but no disk tier registered: nothing to offload to */
+	assert_int_equal(mount(m, CLIENT_A, SEG_A, 64 * MIB), 0);
+	assert_int_equal(put_crc(m, "k", 1000, 7), 0);
+	usleep(5000);
+	assert_int_equal(mst_evict_round(m, lc_now_ms() + 60000), 1);
+	assert_int_equal(exist(m, NULL, "k"), 0);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_failed_offload_evicts_later(void **state)
+{
+	static const char *const flags[][2] = {
+	    {"offload", "on_evict"}, {"kv-lease-ttl", "1ms"}, {"eviction-ratio", "1"}};
+	struct mst_master *m = master_with(flags, 3);
+	int code;
+
+	disk_proxy(m);
+	assert_int_equal(put_crc(m, "k", 1000, 7), 0);
+	usleep(5000);
+	assert_int_equal(mst_evict_round(m, lc_now_ms() + 60000), 0);
+	assert_int_equal(ping_tasks(m, NULL, 0), 1);
+	/* the proxy could not write it: it says so with DiskReplicasRemove */
+	disk_call(m, LUNAR__METHOD__DISK_REPLICAS_REMOVE, CLIENT_A, "k", 1000, 7, 0, &code);
+	assert_int_equal(code, 0);
+	assert_int_equal(exist(m, NULL, "k"), 1);
+	usleep(5000);
+	assert_int_equal(mst_evict_round(m, lc_now_ms() + 60000), 1);
+	assert_int_equal(exist(m, NULL, "k"), 0);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_task_requeued_when_late(void **state)
+{
+	static const char *const flags[][2] = {{"offload", "on_put"}};
+	struct mst_master *m = master_with(flags, 1);
+	Lunar__OffloadTask **v;
+	size_t n;
+
+	disk_proxy(m);
+	assert_int_equal(put_crc(m, "k", 1000, 7), 0);
+	assert_int_equal(ping_tasks(m, NULL, 0), 1);
+	assert_int_equal(mst_offload_take(m, CLIENT_A, lc_now_ms() + 1000, &v, &n), 0);
+	assert_int_equal(n, 0);
+	free(v);
+	assert_int_equal(
+	    mst_offload_take(m, CLIENT_A, lc_now_ms() + MST_OFFLOAD_TIMEOUT_MS + 1000, &v, &n), 0);
+	assert_int_equal(n, 1);
+	protobuf_c_message_free_unpacked(&v[0]->base, NULL);
+	free(v);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_add_and_remove(void **state)
+{
+	struct mst_master *m = master_new(NULL, NULL);
+	char types[8];
+	int code;
+
+	disk_proxy(m);
+	/* a record found at restart: the object comes back with only it */
+	disk_call(m, LUNAR__METHOD__DISK_REPLICAS_ADD, CLIENT_A, "r", 500, 3, 9, &code);
+	assert_int_equal(code, 0);
+	replica_types(m, "r", types);
+	assert_string_equal(types, "D");
+	/* a record of another value than the master's is refused */
+	assert_int_equal(put_crc(m, "k", 1000, 7), 0);
+	disk_call(m, LUNAR__METHOD__DISK_REPLICAS_ADD, CLIENT_A, "k", 1000, 8, 9, &code);
+	assert_int_equal(code, LUNAR_ERR_OBJECT_ALREADY_EXISTS);
+	/* removing the only replica erases the object; another location is ignored */
+	disk_call(m, LUNAR__METHOD__DISK_REPLICAS_REMOVE, CLIENT_A, "r", 500, 3, 10, &code);
+	assert_int_equal(exist(m, NULL, "r"), 1);
+	disk_call(m, LUNAR__METHOD__DISK_REPLICAS_REMOVE, CLIENT_A, "r", 500, 3, 9, &code);
+	assert_int_equal(code, 0);
+	assert_int_equal(exist(m, NULL, "r"), 0);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_dead_proxy_drops_disk(void **state)
+{
+	static const char *const flags[][2] = {{"client-ttl", "200ms"}};
+	struct mst_master *m = master_with(flags, 1);
+	int code;
+
+	disk_proxy(m);
+	disk_call(m, LUNAR__METHOD__DISK_REPLICAS_ADD, CLIENT_A, "r", 500, 3, 9, &code);
+	assert_int_equal(exist(m, NULL, "r"), 1);
+	usleep(600 * 1000); /* A stops pinging; housekeeping declares it dead */
+	assert_int_equal(exist(m, NULL, "r"), 0);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_flags(void **state)
+{
+	struct mst_config cfg;
+
+	mst_config_defaults(&cfg);
+	assert_int_equal(cfg.enable_offload, 0);
+	assert_int_equal(cfg.offload_queue, 1024);
+	assert_int_equal(mst_config_set(&cfg, "offload", "sometimes"), -EINVAL);
+	assert_int_equal(mst_config_set(&cfg, "offload", "on_put"), 0);
+	assert_int_equal(cfg.enable_offload, 1);
+	assert_int_equal(cfg.offload, MST_OFFLOAD_ON_PUT);
+	assert_int_equal(mst_config_set(&cfg, "offload-queue", "0"), -EINVAL);
+	assert_int_equal(mst_config_is_switch("enable-offload"), 1);
+	assert_int_equal(mst_config_is_switch("offload-force-evict"), 1);
+	assert_int_equal(mst_config_is_switch("offload"), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_master_disk_on_put_adds_local_disk),
+	    cmocka_unit_test(test_master_disk_done_checks_value),
+	    cmocka_unit_test(test_master_disk_on_evict_keeps_until_on_disk),
+	    cmocka_unit_test(test_master_disk_queue_full_keeps),
+	    cmocka_unit_test(test_master_disk_queue_full_force_evicts),
+	    cmocka_unit_test(test_master_disk_no_disk_tier_evicts),
+	    cmocka_unit_test(test_master_disk_failed_offload_evicts_later),
+	    cmocka_unit_test(test_master_disk_task_requeued_when_late),
+	    cmocka_unit_test(test_master_disk_add_and_remove),
+	    cmocka_unit_test(test_master_disk_dead_proxy_drops_disk),
+	    cmocka_unit_test(test_master_disk_flags),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
