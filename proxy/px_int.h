@@ -144,6 +144,8 @@ struct px_proxy {
 	atomic_bool stopping;
 	atomic_bool hb_kick; /* ping again at once (more offload work waits) */
 	pthread_t heartbeat;
+	pthread_t prefault; /* makes the segment resident at start */
+	bool prefault_started;
 	pthread_mutex_t hb_lock;
 	pthread_cond_t hb_cond;
 };

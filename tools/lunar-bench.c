@@ -23,7 +23,8 @@
 #endif
 
 enum { EXIT_OK = BENCH_EXIT_OK, EXIT_FAIL = BENCH_EXIT_FAIL, EXIT_NOCONN = BENCH_EXIT_NOCONN };
-enum phase { PH_PUT, PH_GET, PH_RM };
+enum phase { PH_PUT, PH_EXISTS, PH_GET, PH_RM };
+static const char *const phase_names[] = {"put", "exists", "get", "rm"};
 
 #define BENCH_MIN_ARENA	      (64ull << 20)
 #define BENCH_MAX_THREADS     1024
@@ -44,6 +45,7 @@ struct bench {
 	unsigned threads, replicas;
 	const char *prefix;
 	int keep;
+	int zero_copy; /* values and get buffers in lunar_alloc memory */
 	pid_t pid;
 	struct lunar_client *c;
 	unsigned char *pattern; /* size + span bytes */
@@ -89,6 +91,8 @@ static const char usage_text[] =
     "  --replicas R           replicas per object (default 1)\n"
     "  --prefix STR           key prefix; keys are STR-<pid>-<i> (default lunar-bench)\n"
     "  --keep                 leave the objects in the store\n"
+    "  --zero-copy            values and get buffers in lunar_alloc memory (shared\n"
+    "                         with the proxy: no staging copy)\n"
     "  --timeout-ms N         per-call timeout (default $LUNAR_TIMEOUT_MS, then 30000)\n"
     "  --tenant NAME          tenant (default \"default\")\n"
     "  --baseline-size SIZE   source set for the copy baseline (default 256MiB, well\n"
@@ -96,7 +100,7 @@ static const char usage_text[] =
     "  -h, --help             this text\n"
     "\n"
     "Figures (GB = 1e9 bytes, latencies per call, percentiles nearest-rank):\n"
-    "  {put,get,rm}_ops, _errors, _wall_s, _ops_per_s, _gb_per_s (put/get),\n"
+    "  {put,exists,get,rm}_ops, _errors, _wall_s, _ops_per_s, _gb_per_s (put/get),\n"
     "  _mean_us, _p50_us, _p90_us, _p99_us, _p999_us, _max_us; errors;\n"
     "  memcpy_gb_per_s, nt_copy_gb_per_s (one thread, cold source, same SIZE).\n"
     "  ops_per_s and gb_per_s count time inside liblunar calls: ops divided by the\n"
@@ -189,6 +193,8 @@ static int64_t one_op(struct worker *w, uint64_t i)
 
 	switch (w->phase) {
 	case PH_PUT: return lunar_put(b->c, w->key, pattern_of(b, i), b->size, &cfg);
+	/* Right after the put nothing is leased yet: the full path to the master. */
+	case PH_EXISTS: return lunar_exists(b->c, w->key) == 1 ? 0 : LUNAR_ERR_OBJECT_NOT_FOUND;
 	case PH_GET: return lunar_get_into(b->c, w->key, w->buf, b->size);
 	/* Force: the get phase just leased every object for kv_lease_ttl. */
 	case PH_RM: return lunar_remove(b->c, w->key, 1);
@@ -198,7 +204,6 @@ static int64_t one_op(struct worker *w, uint64_t i)
 
 static void *worker_main(void *arg)
 {
-	static const char *const names[] = {"put", "get", "rm"};
 	struct worker *w = arg;
 	struct bench *b = w->b;
 	uint64_t t0, dt;
@@ -220,7 +225,7 @@ static void *worker_main(void *arg)
 			check_read(w, i, rc);
 		} else if (rc < 0) {
 			snprintf(msg, sizeof(msg), "%s (%d)", lunar_strerror((int)rc), (int)rc);
-			report_error(w, names[w->phase], i, msg);
+			report_error(w, phase_names[w->phase], i, msg);
 		}
 	}
 	return NULL;
@@ -396,6 +401,8 @@ static int parse_one(struct bench *b, int argc, char **argv, int *i)
 		return rc;
 	} else if (!strcmp(a, "--keep"))
 		b->keep = 1;
+	else if (!strcmp(a, "--zero-copy"))
+		b->zero_copy = 1;
 	else if (missing)
 		return bench_usage_error("option %s needs a value", a);
 	else
@@ -433,6 +440,7 @@ static void print_config(struct bench *b)
 	printf("replicas=%u\n", b->replicas);
 	printf("key_prefix=%s-%d-\n", b->prefix, (int)b->pid);
 	printf("keep=%d\n", b->keep);
+	printf("zero_copy=%d\n", b->zero_copy);
 	printf("arena_bytes=%zu\n", b->opts.arena_bytes);
 	printf("baseline_bytes=%llu\n", (unsigned long long)b->baseline_bytes);
 	fflush(stdout);
@@ -472,10 +480,49 @@ static void workers_free(struct bench *b, struct worker *ws)
 	free(ws);
 }
 
-/* put, get (checked), then rm unless --keep; returns the failure count or -1. */
+/*
+ * --zero-copy: move the pattern and the get buffers into memory shared with
+ * the proxy, so puts and gets skip the staging copy through the arena.
+ */
+static int zero_copy_init(struct bench *b, struct worker *ws)
+{
+	uint64_t len = bench_round_up(b->size + b->span_words * 8, 8);
+	unsigned char *p = lunar_alloc(b->c, len);
+
+	if (!p)
+		return -1;
+	memcpy(p, b->pattern, len);
+	free(b->pattern);
+	b->pattern = p;
+	for (unsigned t = 0; t < b->threads; t++) {
+		unsigned char *buf = lunar_alloc(b->c, b->size);
+
+		if (!buf)
+			return -1;
+		memset(buf, 0, b->size);
+		free(ws[t].buf);
+		ws[t].buf = buf;
+	}
+	return 0;
+}
+
+/* Give the shared memory back; the buffers are then owned by no one. */
+static void zero_copy_fini(struct bench *b, struct worker *ws)
+{
+	if (!b->zero_copy)
+		return;
+	for (unsigned t = 0; t < b->threads; t++) {
+		lunar_free(b->c, ws[t].buf);
+		ws[t].buf = NULL;
+	}
+	lunar_free(b->c, b->pattern);
+	b->pattern = NULL;
+}
+
+/* put, exists, get (checked), then rm unless --keep; returns the failure
+ * count or -1. */
 static int64_t run_phases(struct bench *b, struct worker *ws)
 {
-	static const char *const names[] = {"put", "get", "rm"};
 	struct figures f;
 	int64_t errors = 0;
 
@@ -484,7 +531,7 @@ static int64_t run_phases(struct bench *b, struct worker *ws)
 			break;
 		if (run_phase(b, ws, (enum phase)ph, &f))
 			return -1;
-		print_figures(b, names[ph], &f, ph != PH_RM);
+		print_figures(b, phase_names[ph], &f, ph == PH_PUT || ph == PH_GET);
 		errors += (int64_t)f.errors;
 	}
 	return errors;
@@ -535,7 +582,14 @@ int main(int argc, char **argv)
 		rc = EXIT_NOCONN;
 		goto out_free;
 	}
+	if (b.zero_copy && zero_copy_init(&b, ws)) {
+		fprintf(stderr, "lunar-bench: lunar_alloc failed for --zero-copy\n");
+		lunar_close(b.c);
+		rc = EXIT_FAIL;
+		goto out_free;
+	}
 	errors = run_phases(&b, ws);
+	zero_copy_fini(&b, ws);
 	lunar_close(b.c);
 	printf("errors=%lld\n", (long long)(errors < 0 ? 1 : errors));
 	baseline(&b);
