@@ -95,6 +95,7 @@ static void *heartbeat_main(void *arg)
 		else if (!rc && !was_ok)
 			LC_INFO("proxy", "master reachable again");
 		was_ok = !rc;
+		atomic_store(&px->master_ok, !rc);
 		pthread_mutex_lock(&px->hb_lock);
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ns = (uint64_t)ts.tv_nsec + px->cfg.ping_interval_ms * 1000000ull;

@@ -349,7 +349,8 @@ void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t wi
 
 	if (fresh)
 		n = collect_due(c, now_ms + window_ms, &d);
-	qsort(d, n, sizeof(*d), due_cmp);
+	if (n)
+		qsort(d, n, sizeof(*d), due_cmp);
 	while (i < n) {
 		size_t k = 1;
 

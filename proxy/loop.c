@@ -178,6 +178,8 @@ static void handle_event(struct px_proxy *px, struct epoll_event *ev)
 
 	if (ev->data.ptr == &px->listen_fd) {
 		accept_clients(px);
+	} else if (atomic_load(&s->dead)) {
+		/* Closed by an earlier event of this batch; held until its end. */
 	} else if (tag & PX_EFD_TAG) {
 		if (read(s->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			LC_DEBUG("proxy", "eventfd read: %s", strerror(errno));
@@ -196,6 +198,16 @@ static void handle_event(struct px_proxy *px, struct epoll_event *ev)
 	}
 }
 
+static int is_session(struct px_proxy *px, const struct epoll_event *ev)
+{
+	return ev->data.ptr != &px->listen_fd && ev->data.ptr != &px->stop_efd;
+}
+
+static struct px_session *session_of(const struct epoll_event *ev)
+{
+	return (struct px_session *)((uintptr_t)ev->data.ptr & ~PX_EFD_TAG);
+}
+
 int px_loop_run(struct px_proxy *px)
 {
 	struct epoll_event evs[64];
@@ -211,12 +223,21 @@ int px_loop_run(struct px_proxy *px)
 			wake_up(px);
 		if (n < 0 && errno != EINTR)
 			return -errno;
+		/* A session closed by one event of the batch may be named by a
+		 * later one (hang-up, then its eventfd): hold each session the
+		 * batch names until the whole batch is handled. */
+		for (int i = 0; i < n; i++)
+			if (is_session(px, &evs[i]))
+				px_session_get(session_of(&evs[i]));
 		for (int i = 0; i < n; i++) {
 			if (evs[i].data.ptr == &px->stop_efd)
 				atomic_store(&px->stopping, true);
 			else
 				handle_event(px, &evs[i]);
 		}
+		for (int i = 0; i < n; i++)
+			if (is_session(px, &evs[i]))
+				px_session_put(session_of(&evs[i]));
 		if (drain_all(px))
 			last_busy = lc_now_ns();
 		timeout = 0;

@@ -38,6 +38,7 @@ static int make_socket_dir(const char *path)
 }
 
 #define PX_PREFAULT_CHUNK (64ull << 20)
+#define PX_GOODBYE_TIMEOUT_MS 500
 
 /*
  * Make the segment resident, in huge pages where the kernel gives them: a
@@ -161,26 +162,30 @@ static void unmount(struct px_proxy *px)
 		return;
 	rq.client_id = px->client_id;
 	rq.name = (char *)px->endpoint;
-	if (!px_mc_call(px->mc, LUNAR__METHOD__UNMOUNT_SEGMENT, &rq.base, &rep))
+	if (!px_mc_call_timed(px->mc, LUNAR__METHOD__UNMOUNT_SEGMENT, &rq.base, &rep,
+			      PX_GOODBYE_TIMEOUT_MS))
 		protobuf_c_message_free_unpacked(rep, NULL);
 }
 
 static void stop(struct px_proxy *px)
 {
+	atomic_store(&px->stopping, true);
 	lc_http_stop(px->http);
-	if (px->heartbeat)
-		px_heartbeat_stop(px);
-	px_disk_stop(px);
 	if (px->listen_fd > 0) {
 		close(px->listen_fd);
 		unlink(px->cfg.socket_path);
 	}
-	px_pool_destroy(px->pool);
-	if (px->mc)
+	/* Say goodbye while the master answers, then cut the line: nothing
+	 * below may wait out an RPC timeout on a master that is gone. */
+	if (px->mc && atomic_load(&px->master_ok))
 		unmount(px);
+	px_mc_close(px->mc);
+	if (px->heartbeat)
+		px_heartbeat_stop(px);
+	px_disk_stop(px);
+	px_pool_destroy(px->pool);
 	px_mc_destroy(px->mc);
 	px_lease_cache_destroy(px->leases);
-	atomic_store(&px->stopping, true);
 	if (px->prefault_started)
 		pthread_join(px->prefault, NULL);
 	eng_engine_destroy(px->engine);

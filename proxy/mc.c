@@ -4,6 +4,8 @@
  * in flight together; resends are off so no call ever runs twice.
  */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +21,7 @@ struct px_mc {
 	struct mst_master *embedded;
 	nng_socket sock;
 	nng_duration timeout;
+	atomic_bool closed;
 };
 
 int px_mc_create(struct mst_master *m, const char *url, uint64_t timeout_ms, struct px_mc **out)
@@ -55,12 +58,15 @@ err_free:
 	return LUNAR_ERR_INVALID_PARAMS;
 }
 
+void px_mc_close(struct px_mc *mc)
+{
+	if (mc && !mc->embedded && !atomic_exchange(&mc->closed, true))
+		nng_close(mc->sock);
+}
+
 void px_mc_destroy(struct px_mc *mc)
 {
-	if (!mc)
-		return;
-	if (!mc->embedded)
-		nng_close(mc->sock);
+	px_mc_close(mc);
 	free(mc);
 }
 
@@ -70,7 +76,7 @@ static int aio_rc(int rv)
 	return rv == NNG_ETIMEDOUT ? LUNAR_ERR_RPC_TIMEOUT : LUNAR_ERR_RPC_FAIL;
 }
 
-static int mc_exchange(struct px_mc *mc, nng_ctx ctx, nng_msg *msg, nng_msg **reply)
+static int mc_exchange(nng_duration timeout, nng_ctx ctx, nng_msg *msg, nng_msg **reply)
 {
 	nng_aio *aio;
 	int rv;
@@ -79,7 +85,7 @@ static int mc_exchange(struct px_mc *mc, nng_ctx ctx, nng_msg *msg, nng_msg **re
 		nng_msg_free(msg);
 		return LUNAR_ERR_INTERNAL;
 	}
-	nng_aio_set_timeout(aio, mc->timeout);
+	nng_aio_set_timeout(aio, timeout);
 	nng_aio_set_msg(aio, msg);
 	nng_ctx_send(ctx, aio);
 	nng_aio_wait(aio);
@@ -99,7 +105,7 @@ out:
 }
 
 static int mc_remote(struct px_mc *mc, const struct lp_method *mt, const ProtobufCMessage *req,
-		     ProtobufCMessage **rep)
+		     ProtobufCMessage **rep, nng_duration timeout)
 {
 	nng_msg *msg, *reply = NULL;
 	nng_ctx ctx;
@@ -119,7 +125,7 @@ static int mc_remote(struct px_mc *mc, const struct lp_method *mt, const Protobu
 		nng_msg_free(msg);
 		return rc;
 	}
-	rc = mc_exchange(mc, ctx, msg, &reply);
+	rc = mc_exchange(timeout, ctx, msg, &reply);
 	nng_ctx_close(ctx);
 	if (rc)
 		return rc;
@@ -133,8 +139,8 @@ static int mc_remote(struct px_mc *mc, const struct lp_method *mt, const Protobu
 	return LUNAR_ERR_RPC_FAIL;
 }
 
-int px_mc_call(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
-	       ProtobufCMessage **rep)
+int px_mc_call_timed(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
+		     ProtobufCMessage **rep, uint64_t timeout_ms)
 {
 	const struct lp_method *mt = lp_method_find(method);
 
@@ -142,7 +148,13 @@ int px_mc_call(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
 		return LUNAR_ERR_INTERNAL;
 	if (mc->embedded)
 		return mst_dispatch(mc->embedded, method, req, rep) ? LUNAR_ERR_INTERNAL : 0;
-	return mc_remote(mc, mt, req, rep);
+	return mc_remote(mc, mt, req, rep, (nng_duration)timeout_ms);
+}
+
+int px_mc_call(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
+	       ProtobufCMessage **rep)
+{
+	return px_mc_call_timed(mc, method, req, rep, (uint64_t)mc->timeout);
 }
 
 int px_mc_code(const ProtobufCMessage *rep)

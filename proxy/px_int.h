@@ -63,6 +63,9 @@ int px_config_parse(struct px_config *cfg, int argc, char **argv);
 struct px_mc;
 /* px_mc_create - embedded (m != NULL) or remote (url). 0 or a code. */
 int px_mc_create(struct mst_master *m, const char *url, uint64_t timeout_ms, struct px_mc **out);
+/* px_mc_close - fail every call in flight or to come at once (shutdown).
+ * Idempotent; NULL and embedded are no-ops. px_mc_destroy still frees. */
+void px_mc_close(struct px_mc *mc);
 void px_mc_destroy(struct px_mc *mc);
 /*
  * px_mc_call - one control-plane call; blocks up to the RPC timeout. On 0,
@@ -72,6 +75,9 @@ void px_mc_destroy(struct px_mc *mc);
  */
 int px_mc_call(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
 	       ProtobufCMessage **rep);
+/* px_mc_call_timed - px_mc_call with its own timeout. */
+int px_mc_call_timed(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
+		     ProtobufCMessage **rep, uint64_t timeout_ms);
 /* px_mc_code - the status code of a reply (LUNAR_ERR_PROTOCOL if none). */
 int px_mc_code(const ProtobufCMessage *rep);
 
@@ -141,6 +147,7 @@ struct px_proxy {
 	struct px_session *sessions;
 	struct px_disk *disk; /* the SSD tier, NULL without --disk-dir */
 	atomic_bool mounted;
+	atomic_bool master_ok; /* the last heartbeat got an answer */
 	atomic_bool stopping;
 	atomic_bool hb_kick; /* ping again at once (more offload work waits) */
 	pthread_t heartbeat;
