@@ -7,7 +7,9 @@
  * full - against an embedded-master proxy. Even threads use lunar_alloc
  * buffers (in place), odd ones malloc buffers (staged), so both paths and the
  * registration table's lock run concurrently. Must finish within 40 s on two
- * cores; the time and the call mix are printed.
+ * cores; the time and the call mix are printed. A second run, shorter, adds
+ * one thread that registers and unregisters its own memfd over and over and
+ * uses it both ways (in place, then staged) while the 64 are busy.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,10 +18,14 @@
 
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -35,6 +41,8 @@ static const char *const op_name[OP_KINDS] = {"put", "get", "exists", "exists(re
 
 static char sock[PATH_MAX];
 static struct lunar_client *cl;
+static int ops_per_thread = OPS;
+static int run_no; /* keys differ between runs */
 
 struct worker {
 	int id;
@@ -83,7 +91,7 @@ static uint64_t rng_next(uint64_t *s)
 
 static void key_of(const struct worker *w, int k, char *key, size_t len)
 {
-	snprintf(key, len, "step3/threads/t%02d/k%04d", w->id, k);
+	snprintf(key, len, "step3/threads/r%d/t%02d/k%04d", run_no, w->id, k);
 }
 
 /* Log-uniform over 64 B..64 KiB, derived from the key so a reader knows. */
@@ -193,7 +201,7 @@ static void *worker_main(void *arg)
 	if (!w->wbuf || !w->rbuf) {
 		failed(w, OP_PUT, -1, "-", "no buffers");
 	} else {
-		for (int i = 0; i < OPS; i++)
+		for (int i = 0; i < ops_per_thread; i++)
 			if (one_op(w) != 0)
 				break;
 	}
@@ -207,27 +215,46 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static void test_step3_threads_64_on_one_handle(void **state)
+/* Runs the 64 workers; total calls by kind into total, wall time back. */
+static uint64_t run_workers(struct worker *workers, uint64_t *total)
 {
-	static struct worker workers[NTHREADS];
-	uint64_t total[OP_KINDS] = {0}, t0, took;
 	pthread_t th[NTHREADS];
+	uint64_t t0 = h_now_ms();
 
-	(void)state;
-	memset(workers, 0, sizeof(workers));
-	t0 = h_now_ms();
+	memset(workers, 0, NTHREADS * sizeof(*workers));
 	for (int i = 0; i < NTHREADS; i++) {
 		workers[i].id = i;
-		workers[i].rng = h_seed("step3/threads") + (uint64_t)i;
+		workers[i].rng = h_seed("step3/threads") + (uint64_t)i + (uint64_t)run_no * 1000;
 		workers[i].last_removed = -1;
 		H_ASSERT_EQ(pthread_create(&th[i], NULL, worker_main, &workers[i]), 0);
 	}
 	for (int i = 0; i < NTHREADS; i++)
 		pthread_join(th[i], NULL);
-	took = h_now_ms() - t0;
 	for (int i = 0; i < NTHREADS; i++)
 		for (int k = 0; k < OP_KINDS; k++)
 			total[k] += workers[i].counts[k];
+	return h_now_ms() - t0;
+}
+
+static void check_workers(const struct worker *workers)
+{
+	for (int i = 0; i < NTHREADS; i++) {
+		const struct worker *w = &workers[i];
+
+		H_ASSERT_MSG(w->what[0] == '\0', "thread %d: %s (rc %lld, %s)", w->id, w->what,
+			     (long long)w->rc, h_code(w->rc));
+	}
+}
+
+static void test_step3_threads_64_on_one_handle(void **state)
+{
+	static struct worker workers[NTHREADS];
+	uint64_t total[OP_KINDS] = {0}, took;
+
+	(void)state;
+	run_no = 1;
+	ops_per_thread = OPS;
+	took = run_workers(workers, total);
 	print_message("%d threads x %d calls on one handle in %llu ms (%.0f calls/s): put %llu, "
 		      "get %llu, exists %llu, exists(removed) %llu, remove %llu\n",
 		      NTHREADS, OPS, (unsigned long long)took,
@@ -236,20 +263,109 @@ static void test_step3_threads_64_on_one_handle(void **state)
 		      (unsigned long long)total[OP_EXISTS],
 		      (unsigned long long)total[OP_EXISTS_GONE],
 		      (unsigned long long)total[OP_REMOVE]);
-	for (int i = 0; i < NTHREADS; i++) {
-		struct worker *w = &workers[i];
-
-		H_ASSERT_MSG(w->what[0] == '\0', "thread %d: %s (rc %lld, %s)", w->id, w->what,
-			     (long long)w->rc, h_code(w->rc));
-	}
+	check_workers(workers);
 	H_ASSERT_MSG(took < BUDGET_MS, "took %llu ms, budget %d ms", (unsigned long long)took,
 		     BUDGET_MS);
+}
+
+/* --- registering and unregistering while the handle is busy --- */
+
+#define REG_LEN (4u * 1024u * 1024u)
+#define REG_VAL (64u * 1024u + 5)
+#define REG_OPS 300
+#define MIB_OFF (1024u * 1024u)
+
+struct registrar {
+	atomic_int stop;
+	int cycles;
+	int64_t rc;
+	char what[128];
+};
+
+static int reg_failed(struct registrar *r, int64_t rc, const char *what)
+{
+	r->rc = rc;
+	snprintf(r->what, sizeof(r->what), "cycle %d: %s", r->cycles, what);
+	return -1;
+}
+
+/* One cycle: register, put and get in place, unregister, get staged. */
+static int reg_cycle(struct registrar *r, uint8_t *mem)
+{
+	char key[64];
+	int64_t rc;
+
+	snprintf(key, sizeof(key), "step3/threads/registrar/%d", r->cycles);
+	if ((rc = lunar_register(cl, mem, REG_LEN)) != 0)
+		return reg_failed(r, rc, "register");
+	h_fill(mem + 4096 + 7, REG_VAL, h_seed(key));
+	if ((rc = lunar_put(cl, key, mem + 4096 + 7, REG_VAL, NULL)) != 0)
+		return reg_failed(r, rc, "put from registered memory");
+	memset(mem + MIB_OFF, 0, REG_VAL);
+	if ((rc = lunar_get_into(cl, key, mem + MIB_OFF, REG_VAL)) != REG_VAL ||
+	    h_verify(mem + MIB_OFF, REG_VAL, h_seed(key)) >= 0)
+		return reg_failed(r, rc, "get into registered memory");
+	if ((rc = lunar_unregister(cl, mem)) != 0)
+		return reg_failed(r, rc, "unregister");
+	memset(mem + 2 * MIB_OFF, 0, REG_VAL);
+	if ((rc = lunar_get_into(cl, key, mem + 2 * MIB_OFF, REG_VAL)) != REG_VAL ||
+	    h_verify(mem + 2 * MIB_OFF, REG_VAL, h_seed(key)) >= 0)
+		return reg_failed(r, rc, "get into the same memory, unregistered");
+	if ((rc = lunar_remove(cl, key, 1)) != 0)
+		return reg_failed(r, rc, "remove");
+	r->cycles++;
+	return 0;
+}
+
+static void *registrar_main(void *arg)
+{
+	struct registrar *r = arg;
+	int fd = memfd_create("t3-registrar", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	uint8_t *mem = MAP_FAILED;
+
+	if (fd >= 0 && !ftruncate(fd, REG_LEN) && !fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK))
+		mem = mmap(NULL, REG_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (mem == MAP_FAILED) {
+		reg_failed(r, -1, "memfd");
+	} else {
+		while (!atomic_load(&r->stop))
+			if (reg_cycle(r, mem) != 0)
+				break;
+		munmap(mem, REG_LEN);
+	}
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+static void test_step3_threads_register_while_busy(void **state)
+{
+	static struct worker workers[NTHREADS];
+	uint64_t total[OP_KINDS] = {0}, took;
+	struct registrar r = {0};
+	pthread_t th;
+
+	(void)state;
+	run_no = 2;
+	ops_per_thread = REG_OPS;
+	H_ASSERT_EQ(pthread_create(&th, NULL, registrar_main, &r), 0);
+	took = run_workers(workers, total);
+	atomic_store(&r.stop, 1);
+	pthread_join(th, NULL);
+	print_message("%d threads x %d calls in %llu ms while one thread did %d "
+		      "register/put/get/unregister/get cycles\n",
+		      NTHREADS, REG_OPS, (unsigned long long)took, r.cycles);
+	check_workers(workers);
+	H_ASSERT_MSG(r.what[0] == '\0', "registrar: %s = %lld (%s)", r.what, (long long)r.rc,
+		     h_code(r.rc));
+	H_ASSERT_MSG(r.cycles > 0, "the registrar completed no cycle");
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_step3_threads_64_on_one_handle),
+	    cmocka_unit_test(test_step3_threads_register_while_busy),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -5,7 +5,10 @@
  * data port. An app on A puts from its registered memfd; an app on B reads
  * into its registered memfd, and the app on A reads back into lunar_alloc
  * memory (a remote read straight into app memory). Both clients have a 1 MiB
- * arena and the values are larger, so nothing can be staged.
+ * arena and the values are larger, so nothing can be staged. Last, a third
+ * proxy C with its own segment: puts from A naming B or C as the preferred
+ * segment land there - once C is killed, exactly the keys that named C are
+ * gone, while those that named B read byte-exact through B.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +34,8 @@
 #define REGION_LEN (16u * MIB)
 
 static char sock_a[PATH_MAX], sock_b[PATH_MAX];
+static char port_b[16], seg_b[64];
+static int master_port;
 static struct h_proc *proxy_a, *proxy_b;
 static struct lunar_client *ca, *cb;
 static uint8_t *mem_a, *mem_b;
@@ -63,13 +68,17 @@ static int setup(void **state)
 	(void)state;
 	if (h_init() != 0)
 		return -1;
-	port = h_free_port();
+	port = master_port = h_free_port();
 	if (port <= 0 || !h_start_master("master", port, NULL))
 		return -1;
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
+	/* B's data port is chosen here: its segment is named after it. */
+	snprintf(port_b, sizeof(port_b), "%d", h_free_port());
+	snprintf(seg_b, sizeof(seg_b), "127.0.0.1:%s", port_b);
 	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", NULL);
-	proxy_b = h_start_proxy("proxyB", sock_b, port, "--segment-size", "64MiB", NULL);
+	proxy_b = h_start_proxy("proxyB", sock_b, port, "--segment-size", "64MiB", "--data-port",
+				port_b, NULL);
 	if (!proxy_a || !proxy_b)
 		return -1;
 	ca = connect_small_arena(sock_a);
@@ -185,12 +194,71 @@ static void test_step3_zero_copy_cluster_mixed_iovecs(void **state)
 	free(got);
 }
 
+#define NPREF	 6
+#define PREF_LEN (MIB + MIB / 2 + 11)
+
+/* Puts from A's registered memory naming B's or C's segment; then C dies. */
+static void test_step3_zero_copy_cluster_preferred_segment_placement(void **state)
+{
+	char sock_c[PATH_MAX], port_c[16], seg_c[64], key[64];
+	const char *pref_b[1] = {seg_b}, *pref_c[1] = {seg_c};
+	struct lunar_put_cfg on_b = {
+	    .replica_num = 1, .preferred_segments = pref_b, .preferred_count = 1};
+	struct lunar_put_cfg on_c = {
+	    .replica_num = 1, .preferred_segments = pref_c, .preferred_count = 1};
+	struct h_proc *proxy_c;
+	int64_t lost_rc = 0;
+	int lost = 0;
+
+	(void)state;
+	snprintf(sock_c, sizeof(sock_c), "%s", h_path("c.sock"));
+	snprintf(port_c, sizeof(port_c), "%d", h_free_port());
+	snprintf(seg_c, sizeof(seg_c), "127.0.0.1:%s", port_c);
+	proxy_c = h_start_proxy("proxyC", sock_c, master_port, "--segment-size", "64MiB",
+				"--data-port", port_c, NULL);
+	H_ASSERT(proxy_c != NULL);
+	for (int i = 0; i < 2 * NPREF; i++) {
+		uint8_t *src = mem_a + (size_t)(i % 4) * 2 * MIB + 4096 + (size_t)i;
+
+		snprintf(key, sizeof(key), "step3/zcc/pref-%c/%d", i % 2 ? 'c' : 'b', i);
+		h_fill(src, PREF_LEN, h_seed(key));
+		H_ASSERT_EQ(lunar_put(ca, key, src, PREF_LEN, i % 2 ? &on_c : &on_b), 0);
+	}
+	h_kill(proxy_c);
+	for (int i = 0; i < 2 * NPREF; i++) {
+		uint8_t *dst = mem_b + 8 * MIB + (size_t)i;
+		uint64_t t0 = h_now_ms();
+		int64_t got;
+
+		snprintf(key, sizeof(key), "step3/zcc/pref-%c/%d", i % 2 ? 'c' : 'b', i);
+		memset(dst, 0, PREF_LEN);
+		got = lunar_get_into(cb, key, dst, PREF_LEN);
+		if (i % 2) {
+			/* On the dead proxy: an error, quickly, never bytes. */
+			H_ASSERT_MSG(got < 0, "%s, put preferring C, read %lld bytes after C died",
+				     key, (long long)got);
+			H_ASSERT_MSG(h_now_ms() - t0 < 5000, "%s: failing read took %llu ms", key,
+				     (unsigned long long)(h_now_ms() - t0));
+			lost++;
+			lost_rc = got;
+			continue;
+		}
+		H_ASSERT_MSG(got == PREF_LEN, "%s, put preferring B: get = %lld (%s)", key,
+			     (long long)got, h_code(got));
+		H_ASSERT(h_verify(dst, PREF_LEN, h_seed(key)) < 0);
+	}
+	print_message("preferred segments: %d keys on B read back, %d keys on C gone with it "
+		      "(%s)\n",
+		      NPREF, lost, h_code(lost_rc));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_step3_zero_copy_cluster_register_both_sides),
 	    cmocka_unit_test(test_step3_zero_copy_cluster_put_on_a_get_on_b),
 	    cmocka_unit_test(test_step3_zero_copy_cluster_mixed_iovecs),
+	    cmocka_unit_test(test_step3_zero_copy_cluster_preferred_segment_placement),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
