@@ -148,8 +148,9 @@ static int decode_pattern(const struct px_region *rg, struct px_req *r, const ch
 {
 	const struct lc_sqe *q = &r->sqe;
 
-	if (q->arg_len == 0 || q->arg_len > LUNAR_KEY_MAX || !in_arena(rg, q->arg_off, q->arg_len)) {
-		*why = "pattern outside the arena or of bad length";
+	if (q->count || q->arg_len == 0 || q->arg_len > LUNAR_KEY_MAX ||
+	    !in_arena(rg, q->arg_off, q->arg_len)) {
+		*why = "pattern outside the arena, of bad length, or with items";
 		return LUNAR_ERR_PROTOCOL;
 	}
 	r->pattern = malloc(q->arg_len + 1);

@@ -16,7 +16,11 @@
 #include "lunar.h"
 #include "proxy/px_int.h"
 
-#define PX_REG_MAX_BYTES (1ull << 40)
+/* Address space a client may have the proxy map, and all clients together:
+ * registration must not let one client exhaust the proxy's address space
+ * (or vm.max_map_count) for the others. */
+#define PX_REG_SESSION_BYTES (256ull << 30)
+#define PX_REG_PROXY_BYTES (8ull << 40)
 
 static int reg_add(struct px_session *s, const struct lc_reg_req *q, int fd, uint32_t *id)
 {
@@ -29,21 +33,27 @@ static int reg_add(struct px_session *s, const struct lc_reg_req *q, int fd, uin
 
 	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0)
 		return LUNAR_ERR_INVALID_PARAMS;
-	if (q->length == 0 || q->length > PX_REG_MAX_BYTES || q->offset % (uint64_t)page ||
+	if (q->length == 0 || q->length > PX_REG_SESSION_BYTES || q->offset % (uint64_t)page ||
 	    q->offset > (uint64_t)st.st_size || q->length > (uint64_t)st.st_size - q->offset)
 		return LUNAR_ERR_INVALID_PARAMS;
 	for (i = 1; i <= LC_MAX_REGIONS && s->rg.mregs[i]; i++)
 		;
-	if (i > LC_MAX_REGIONS)
+	if (i > LC_MAX_REGIONS || s->reg_bytes + q->length > PX_REG_SESSION_BYTES)
 		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
+	if (atomic_fetch_add(&s->px->reg_bytes, q->length) + q->length > PX_REG_PROXY_BYTES) {
+		atomic_fetch_sub(&s->px->reg_bytes, q->length);
+		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
+	}
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return LUNAR_ERR_INTERNAL;
 	p = mmap(NULL, q->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)q->offset);
 	if (p == MAP_FAILED) {
+		atomic_fetch_sub(&s->px->reg_bytes, q->length);
 		free(m);
 		return LUNAR_ERR_INVALID_PARAMS;
 	}
+	s->reg_bytes += q->length;
 	m->base = p;
 	m->len = q->length;
 	atomic_init(&m->refs, 1);
@@ -56,6 +66,8 @@ static int reg_del(struct px_session *s, uint32_t id)
 {
 	if (id == 0 || id > LC_MAX_REGIONS || !s->rg.mregs[id])
 		return LUNAR_ERR_INVALID_PARAMS;
+	s->reg_bytes -= s->rg.mregs[id]->len;
+	atomic_fetch_sub(&s->px->reg_bytes, s->rg.mregs[id]->len);
 	px_mreg_put(s->rg.mregs[id]);
 	s->rg.mregs[id] = NULL;
 	return 0;

@@ -106,6 +106,7 @@ struct px_session {
 	atomic_int refs;
 	atomic_bool dead;
 	atomic_uint inflight; /* requests queued or running */
+	uint64_t reg_bytes;   /* registered memory mapped; loop thread only */
 	struct px_proxy *px;
 	struct px_session *prev, *next; /* px->sessions; loop thread only */
 };
@@ -148,6 +149,7 @@ struct px_proxy {
 	struct px_disk *disk; /* the SSD tier, NULL without --disk-dir */
 	atomic_bool mounted;
 	atomic_bool master_ok; /* the last heartbeat got an answer */
+	atomic_uint_fast64_t reg_bytes; /* registered memory of all clients */
 	atomic_bool stopping;
 	atomic_bool hb_kick; /* ping again at once (more offload work waits) */
 	pthread_t heartbeat;

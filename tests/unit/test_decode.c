@@ -279,6 +279,9 @@ static void test_decode_pattern(void **state)
 	assert_int_equal(px_decode(&f->rg, &q, &r, &why), 0);
 	assert_string_equal(r->pattern, "^a.*");
 	px_req_free(r);
+	q.count = 1;
+	expect_violation(f, &q);
+	q.count = 0;
 	q.arg_off = put_bytes(f, "a\0b", 3);
 	q.arg_len = 3;
 	expect_violation(f, &q);
