@@ -217,8 +217,8 @@ void eng_pool_give(struct eng_pool *p, const char *endpoint, int fd);
  * One transport: xfer moves total bytes of iov to (ENG_WRITE) or from
  * (ENG_READ) [off, off + total) of the segment served at endpoint, total > 0.
  * Returns 0 or LUNAR_ERR_TRANSFER_FAIL. Any thread, blocks until done or
- * the engine's timeout. eng_xfer picks the transport. crc: as eng_xfer; a
- * transport that cannot fuse it leaves it to eng_xfer (sets *crc_done 0).
+ * the engine's timeout. eng_xfer picks the transport. crc: as eng_xfer (NULL,
+ * or set to the CRC32C of the bytes moved).
  */
 struct eng_transport_ops {
 	int (*xfer)(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,

@@ -84,7 +84,7 @@ static int handle(void *arg, const char *method, const char *path, const char *q
 	if (!strcmp(path, "/disk/status"))
 		return px_disk_status(px, rep);
 	if (!strcmp(path, "/ready")) {
-		int ok = (atomic_load(&px->mounted) || !px->cfg.segment_size) && !px_master_ping(px);
+		int ok = px_segment_ready(px) && !px_master_ping(px);
 
 		rep->status = ok ? 200 : 503;
 		return lc_http_reply_printf(rep, "%s\n", ok ? "ready" : "not ready");

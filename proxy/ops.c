@@ -61,6 +61,11 @@ int px_batch_keys_call(struct px_proxy *px, const char *tenant, uint32_t method,
 	return rc;
 }
 
+int px_segment_ready(struct px_proxy *px)
+{
+	return px->cfg.segment_size == 0 || atomic_load(&px->mounted);
+}
+
 void px_batch_drop_leases(struct px_proxy *px, struct px_req *r, const struct px_batch *b)
 {
 	for (size_t i = 0; i < b->n; i++)
@@ -128,9 +133,12 @@ int px_req_inline(const struct px_proxy *px, const struct px_req *r)
 	if (!px->master || px->cfg.debug_put_delay_ms)
 		return 0;
 	switch (r->sqe.op) {
+	case LC_OP_GET:
+		if (px->disk)
+			return 0; /* may read an SSD copy */
+		/* fall through */
 	case LC_OP_PUT:
 	case LC_OP_UPSERT:
-	case LC_OP_GET:
 		for (uint32_t i = 0; i < r->count; i++)
 			bytes += r->items[i].total;
 		return bytes <= PX_INLINE_BYTES;
@@ -161,7 +169,7 @@ void px_req_run(struct px_proxy *px, struct px_req *r)
 		result = px_run_keys(px, r);
 		break;
 	case LC_OP_HEALTH:
-		result = px_master_ping(px) ? 2 : 0;
+		result = px_master_ping(px) || !px_segment_ready(px) ? 2 : 0;
 		break;
 	default:
 		result = run_remove_many(px, r);

@@ -194,8 +194,9 @@ void px_mreg_drop_all(struct px_session *s);
 /* --- requests (ops_*.c) --- */
 /*
  * px_req_inline - whether r may run on the event loop itself: only when it
- * cannot block (embedded master, so no RPC; local memory only; no test
- * delay) and is small enough not to hold other clients back. Skipping the
+ * cannot block (embedded master, so no RPC; local memory only, no SSD tier
+ * for gets; no test delay) and is small enough not to hold other clients
+ * back. Skipping the
  * hand-off to a worker is what makes a small request cost microseconds.
  */
 int px_req_inline(const struct px_proxy *px, const struct px_req *r);
@@ -228,6 +229,9 @@ void px_heartbeat_stop(struct px_proxy *px);
 /* px_http_start - serve /metrics, /health, /ready (and, with an embedded
  * master, its /admin/ queries) on --http-port. 0 or a code. */
 int px_http_start(struct px_proxy *px);
+/* px_segment_ready - 1 when our segment is mounted (or we have none):
+ * health and readiness report the master unusable until then. */
+int px_segment_ready(struct px_proxy *px);
 /* px_master_ping - one Ping (and a re-mount if asked). 0 or a code. */
 int px_master_ping(struct px_proxy *px);
 /* px_heartbeat_kick - have the heartbeat ping now rather than at its next

