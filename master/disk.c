@@ -236,7 +236,7 @@ static int disk_create(struct mst_master *m, struct mst_shard *s, const struct m
 	o->size = rec->size;
 	o->crc = rec->crc32c;
 	o->writer = w->client;
-	o->put_start_ms = o->lease_ms = now;
+	o->put_start_ms = o->lease_ms = o->used_ms = now;
 	o->tenant = t;
 	o->state = MST_ST_COMPLETE;
 	mst_obj_insert(m, s, o);

@@ -20,7 +20,7 @@
 #include "mst_obj.h"
 
 struct cand {
-	uint64_t lease_ms, id, hash;
+	uint64_t used_ms, id, hash;
 	const void *o; /* identity only: re-found under the shard lock */
 };
 
@@ -60,7 +60,10 @@ static int census_push(struct census *c, const struct mst_object *o)
 		c->v = v;
 		c->cap = cap;
 	}
-	c->v[c->n++] = (struct cand){o->lease_ms, o->id, o->hash, o};
+	/* Least recently used first: with one lease TTL for every read this is
+	 * the oldest lease deadline first, and it also orders commits and
+	 * puts of bytes already stored, which grant no lease. */
+	c->v[c->n++] = (struct cand){o->used_ms, o->id, o->hash, o};
 	return 0;
 }
 
@@ -94,11 +97,11 @@ static void select_oldest(struct cand *v, size_t n, size_t k)
 
 	while (k > lo && k < hi && hi - lo > 1) {
 		size_t p = lo, mid = lo + (hi - lo) / 2;
-		uint64_t pivot = v[mid].lease_ms;
+		uint64_t pivot = v[mid].used_ms;
 
 		swap(&v[mid], &v[hi - 1]);
 		for (size_t i = lo; i < hi - 1; i++)
-			if (v[i].lease_ms < pivot)
+			if (v[i].used_ms < pivot)
 				swap(&v[i], &v[p++]);
 		swap(&v[p], &v[hi - 1]);
 		if (p + 1 == k || p == k)

@@ -43,6 +43,7 @@ struct mst_object {
 	uint64_t size;
 	uint64_t writer;	   /* client_id of the PutStart (or last UpsertEnd) */
 	uint64_t lease_ms;	   /* read lease deadline, monotonic ms; commit time at first */
+	uint64_t used_ms;	   /* last use (commit, read, put again): eviction order */
 	uint64_t put_start_ms;	   /* when PutStart ran */
 	uint64_t soft_pin_ttl_ms;  /* requested TTL, 0 if no soft pin */
 	uint64_t soft_pin_ms;	   /* soft pin deadline, set at commit */

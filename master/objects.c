@@ -344,11 +344,16 @@ static int put_start_try(struct mst_master *m, uint64_t client, const struct mst
 	pthread_mutex_lock(&s->lock);
 	pp = mst_obj_find_key(s, k);
 	o = *pp;
-	if (o && (o->state == MST_ST_COMPLETE ||
-		  lc_now_ms() - o->put_start_ms < m->cfg.put_start_discard_timeout_ms))
+	if (o && o->state == MST_ST_COMPLETE) {
+		/* Someone made these bytes again: the object is in use, so it
+		 * moves to the back of the eviction order (no lease granted). */
+		o->used_ms = lc_now_ms();
 		rc = LUNAR_ERR_OBJECT_ALREADY_EXISTS;
-	else if (o)
+	} else if (o && lc_now_ms() - o->put_start_ms < m->cfg.put_start_discard_timeout_ms) {
+		rc = LUNAR_ERR_OBJECT_ALREADY_EXISTS;
+	} else if (o) {
 		mst_obj_discard(m, s, pp); /* a put abandoned long ago: pre-empt it */
+	}
 	if (!rc)
 		rc = mst_obj_put_locked(m, s, client, k, rq, reps, n);
 	pthread_mutex_unlock(&s->lock);
@@ -407,7 +412,7 @@ int mst_obj_finish(struct mst_master *m, struct mst_shard *s, struct mst_object 
 	now = lc_now_ms();
 	o->state = MST_ST_COMPLETE;
 	o->crc = crc;
-	o->lease_ms = now; /* never read yet: as old as its commit, for near-LRU eviction */
+	o->lease_ms = o->used_ms = now; /* never read yet: as old as its commit */
 	o->soft_pin_ms = o->soft_pin_ttl_ms ? now + o->soft_pin_ttl_ms : 0;
 	counter_add(m, MST_ST_PROCESSING, -1);
 	counter_add(m, MST_ST_COMPLETE, 1);
@@ -443,8 +448,9 @@ int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant
 
 static void lease_grant(struct mst_master *m, struct mst_object *o)
 {
-	uint64_t until = lc_now_ms() + m->cfg.kv_lease_ttl_ms;
+	uint64_t now = lc_now_ms(), until = now + m->cfg.kv_lease_ttl_ms;
 
+	o->used_ms = now;
 	if (until > o->lease_ms)
 		o->lease_ms = until;
 }

@@ -163,6 +163,7 @@ static void upsert_commit(struct mst_master *m, struct mst_object *o, uint32_t c
 	o->soft_pin_ms = up->soft_pin_ttl_ms ? now + up->soft_pin_ttl_ms : 0;
 	if (o->lease_ms < now)
 		o->lease_ms = now;
+	o->used_ms = now;
 	free(up);
 	o->up = NULL;
 	/* disk copies hold the old value (the proxies find out when they

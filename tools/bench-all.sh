@@ -228,8 +228,39 @@ section_c() {
 	bl_cmds_flush
 }
 
+# One replay table: runs tagged $1-<pct> with master flags $2, titled $3.
+d_table() {
+	local tag=$1 flags=$2 title=$3 pct cap seg f sock=$BL_TMP/d.sock
+	for pct in 2 5 10 25; do
+		cap=$(((unique * pct + 50) / 100))
+		seg=$((cap * 65536))
+		# A replay runs far faster than the trace's clock; a short lease lets
+		# eviction take blocks read a moment ago, as real time would.
+		# shellcheck disable=SC2086 # flags are words
+		bl_start_proxy proxy-$tag-$pct "$sock" --embedded-master --segment-size "$seg" \
+			--kv-lease-ttl 100ms $flags
+		bl_run "$BL_TMP/$tag-$pct.out" "$RUN_SECS" "$BIN/lunar-bench" --trace "$TRACE" \
+			--block-size 64KiB --capacity-blocks "$cap" --socket "$sock" || true
+		bl_stop_all
+	done
+	echo "### $title"
+	echo
+	echo "| capacity | blocks | segment MiB | hit ratio | LRU hit ratio | blocks/s | get batch p50 µs | get batch p99 µs | put batch p50 µs | put batch p99 µs | soft put errors | errors |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+	for pct in 2 5 10 25; do
+		f=$BL_TMP/$tag-$pct.out
+		cap=$(((unique * pct + 50) / 100))
+		echo "| $pct % | $cap | $(bl_div "$((cap * 65536))" 1048576 1) | $(bl_kv "$f" hit_ratio) |" \
+			"$(bl_kv "$f" lru_hit_ratio) | $(bl_fmt "$(bl_kv "$f" blocks_per_s)" 0) |" \
+			"$(bl_fmt "$(bl_kv "$f" get_batch_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" get_batch_p99_us)" 1) |" \
+			"$(bl_fmt "$(bl_kv "$f" put_batch_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" put_batch_p99_us)" 1) |" \
+			"$(bl_kv "$f" put_soft_errors) | $(bl_kv "$f" errors) |"
+	done
+	echo
+}
+
 section_d() {
-	local unique pct cap seg f sock=$BL_TMP/d.sock
+	local unique
 	echo
 	echo "## (d) Mooncake trace replay"
 	echo
@@ -249,28 +280,9 @@ section_d() {
 	echo "exact LRU cache of the same capacity in blocks on the same trace with the same"
 	echo "prefix semantics. Soft put errors are puts refused because the store was full."
 	echo
-	for pct in 2 5 10 25; do
-		cap=$(((unique * pct + 50) / 100))
-		seg=$((cap * 65536))
-		# A replay runs far faster than the trace's clock; a short lease lets
-		# eviction take blocks read a moment ago, as real time would.
-		bl_start_proxy proxy-d-$pct "$sock" --embedded-master --segment-size "$seg" \
-			--kv-lease-ttl 100ms
-		bl_run "$BL_TMP/d-$pct.out" "$RUN_SECS" "$BIN/lunar-bench" --trace "$TRACE" \
-			--block-size 64KiB --capacity-blocks "$cap" --socket "$sock" || true
-		bl_stop_all
-	done
-	echo "| capacity | blocks | segment MiB | hit ratio | LRU hit ratio | blocks/s | get batch p50 µs | get batch p99 µs | put batch p50 µs | put batch p99 µs | soft put errors | errors |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-	for pct in 2 5 10 25; do
-		f=$BL_TMP/d-$pct.out
-		cap=$(((unique * pct + 50) / 100))
-		echo "| $pct % | $cap | $(bl_div "$((cap * 65536))" 1048576 1) | $(bl_kv "$f" hit_ratio) |" \
-			"$(bl_kv "$f" lru_hit_ratio) | $(bl_fmt "$(bl_kv "$f" blocks_per_s)" 0) |" \
-			"$(bl_fmt "$(bl_kv "$f" get_batch_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" get_batch_p99_us)" 1) |" \
-			"$(bl_fmt "$(bl_kv "$f" put_batch_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" put_batch_p99_us)" 1) |" \
-			"$(bl_kv "$f" put_soft_errors) | $(bl_kv "$f" errors) |"
-	done
+	d_table d "" "Mooncake's defaults (\`--eviction-high-watermark-ratio 0.90 --eviction-ratio 0.05\`)"
+	d_table dt "--eviction-high-watermark-ratio 1.0 --eviction-ratio 0.01" \
+		"evicting on demand, in small rounds (\`--eviction-high-watermark-ratio 1.0 --eviction-ratio 0.01\`)"
 	bl_cmds_flush
 }
 

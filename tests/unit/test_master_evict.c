@@ -96,6 +96,36 @@ static void test_master_evict_never_protected(void **state)
 	mst_master_destroy(m);
 }
 
+static void test_master_evict_put_again_counts_as_use(void **state)
+{
+	/* Given: 40 objects committed one after another, then the 10 oldest
+	 * put again (the bytes were made again: OBJECT_ALREADY_EXISTS) */
+	const char *const flags[][2] = {{"eviction-ratio", "0.25"}, {"kv-lease-ttl", "0ms"}};
+	struct mst_master *m = master_with(flags, 2);
+	char key[16];
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	for (int i = 0; i < 40; i++) {
+		key_of(key, sizeof(key), "p", i);
+		assert_int_equal(put(m, CLIENT_A, key, 1000, 1), 0);
+		if (i == 9 || i == 19)
+			usleep(3000);
+	}
+	usleep(3000);
+	for (int i = 0; i < 10; i++) {
+		key_of(key, sizeof(key), "p", i);
+		assert_int_equal(put(m, CLIENT_A, key, 1000, 1), LUNAR_ERR_OBJECT_ALREADY_EXISTS);
+	}
+	/* When: a round evicts a quarter; Then: the next oldest go, not those */
+	assert_int_equal(mst_evict_round(m, lc_now_ms() + 1000), 10);
+	for (int i = 0; i < 40; i++) {
+		key_of(key, sizeof(key), "p", i);
+		assert_int_equal(exist(m, NULL, key), i < 10 || i >= 20);
+	}
+	mst_master_destroy(m);
+}
+
 static void soft_pin_scenario(int allow)
 {
 	/* Given: 10 soft-pinned objects with the oldest leases, 10 unpinned
@@ -281,6 +311,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_master_evict_oldest_share),
+	    cmocka_unit_test(test_master_evict_put_again_counts_as_use),
 	    cmocka_unit_test(test_master_evict_never_protected),
 	    cmocka_unit_test(test_master_evict_soft_pinned_last),
 	    cmocka_unit_test(test_master_evict_soft_pinned_kept),
