@@ -239,7 +239,7 @@ int mst_offload_register(struct mst_master *m, uint64_t client);
  * MST_OFFLOAD_TIMEOUT_MS go back to the queue, then up to MST_OFFLOAD_BATCH
  * queued tasks are marked in flight and copied to *out (heap array of heap
  * messages, *n of them). 0 or -ENOMEM. */
-#define MST_OFFLOAD_BATCH      64
+#define MST_OFFLOAD_BATCH      256
 #define MST_OFFLOAD_TIMEOUT_MS 30000
 int mst_offload_take(struct mst_master *m, uint64_t client, uint64_t now, Lunar__OffloadTask ***out,
 		     size_t *n);

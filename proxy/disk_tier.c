@@ -16,7 +16,7 @@
 #include "lunar.h"
 #include "proxy/disk_int.h"
 
-#define OFFLOAD_BATCH 64 /* tasks per worker round, as many as a Ping brings */
+#define OFFLOAD_BATCH 256 /* tasks per worker round, as many as a Ping brings */
 
 /* One offload task, copied out of the Ping reply. */
 struct px_otask {
