@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "engine/engine.h"
 #include "http.h"
 #include "log.h"
@@ -51,6 +52,7 @@ static void *segment_prefault(void *arg)
 	struct px_proxy *px = arg;
 	char *seg = px->segment;
 	long page = sysconf(_SC_PAGESIZE);
+	uint64_t t0 = lc_now_ms();
 
 	for (uint64_t off = 0; off < px->cfg.segment_size && !atomic_load(&px->stopping);
 	     off += PX_PREFAULT_CHUNK) {
@@ -64,6 +66,8 @@ static void *segment_prefault(void *arg)
 		for (uint64_t p = 0; p < n; p += (uint64_t)page)
 			((volatile char *)seg)[off + p] = 0;
 	}
+	if (!atomic_load(&px->stopping))
+		LC_INFO("proxy", "segment resident (%llu ms)", (unsigned long long)(lc_now_ms() - t0));
 	return NULL;
 }
 

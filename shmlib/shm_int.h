@@ -45,6 +45,7 @@ struct shm_conn {
 	uint64_t arena_size;
 	uint64_t seq;	  /* atomic; the handle's request counter for this session */
 	uint32_t spin_ns; /* relaxed; adaptive spin budget before sleeping */
+	uint32_t spinners; /* threads spinning on a completion now (atomic) */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* a slot or arena range was freed, or broken */

@@ -93,9 +93,25 @@ static int ring_push(struct shm_conn *cn, const struct lc_sqe *sqe, uint64_t dea
 	return 0;
 }
 
+/* How many threads of a session may spin at once: one CPU is left to the
+ * proxy, or spinning waiters starve the very thread that completes them. */
+static uint32_t max_spinners(void)
+{
+	static uint32_t n;
+	uint32_t v = LC_READ_ONCE(n);
+
+	if (!v) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+		v = cpus > 2 ? (uint32_t)cpus - 1 : 1;
+		LC_WRITE_ONCE(n, v);
+	}
+	return v;
+}
+
 /* Spin up to the session's current budget; it grows when completions come
  * within it and shrinks when they do not. Returns 1 when DONE was seen. */
-static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot)
+static int slot_spin_budget(struct shm_conn *cn, struct lc_cslot *slot)
 {
 	uint32_t budget = LC_READ_ONCE(cn->spin_ns);
 	uint64_t start = lc_now_ns(), t = 0;
@@ -113,6 +129,17 @@ static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot)
 	if (budget > SHM_SPIN_MIN_NS)
 		LC_WRITE_ONCE(cn->spin_ns, budget / 2);
 	return 0;
+}
+
+/* Spin if few enough threads already do; else go straight to sleep. */
+static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot)
+{
+	int done = 0;
+
+	if (lc_fetch_add(&cn->spinners, 1u) < max_spinners())
+		done = slot_spin_budget(cn, slot);
+	lc_fetch_add(&cn->spinners, (uint32_t)-1);
+	return done;
 }
 
 static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadline_ns)

@@ -70,8 +70,11 @@ bl_start_proxy() {
 	bl_record "$BIN/lunar-proxy" --socket "$sock" --data-port 0 "${extra[@]}" "$@"
 	bl_spawn "$BL_TMP/$name.log" "$BIN/lunar-proxy" --socket "$sock" --data-port 0 \
 		"${extra[@]}" "$@"
-	for _ in $(seq 100); do
-		if "$BIN/lunarctl" --socket "$sock" status >/dev/null 2>&1; then
+	for _ in $(seq 300); do
+		# Ready, and its segment resident (no first-touch faults in a run).
+		if "$BIN/lunarctl" --socket "$sock" status >/dev/null 2>&1 &&
+			{ grep -q "segment resident\|segment-size 0" "$BL_TMP/$name.log" ||
+				[[ " $* " == *" --segment-size 0 "* ]]; }; then
 			return 0
 		fi
 		if ! kill -0 "$BL_PID" 2>/dev/null; then
@@ -81,7 +84,7 @@ bl_start_proxy() {
 		fi
 		sleep 0.1
 	done
-	bl_log "bench: $name was not ready within 10 s"
+	bl_log "bench: $name was not ready within 30 s"
 	tail -n 20 "$BL_TMP/$name.log" >&2
 	return 1
 }
