@@ -54,8 +54,11 @@ static int h_ping(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMe
 	if (!r)
 		return -ENOMEM;
 	r->need_remount = fresh == 1;
-	/* tasks lost to ENOMEM go back to the queue after their timeout */
-	if (fresh == 0)
+	/* Forgets first, tasks only once none are left: a task must not reach
+	 * the proxy before the forget of an older copy of its key, which it
+	 * could otherwise adopt as its own copy just before it goes. Tasks lost
+	 * to ENOMEM go back to the queue after their timeout. */
+	if (fresh == 0 && !mst_offload_forgets_take(m, rq->client_id, &r->forget, &r->n_forget))
 		mst_offload_take(m, rq->client_id, lc_now_ms(), &r->offload, &r->n_offload);
 	*rep = &r->base;
 	return 0;

@@ -132,6 +132,8 @@ static void offload_counters(struct mst_master *m, FILE *f)
 	    {"failed", offsetof(struct mst_counters, offload_failed)},
 	    {"requeued", offsetof(struct mst_counters, offload_requeued)},
 	    {"skipped_queue_full", offsetof(struct mst_counters, offload_skipped)},
+	    {"forget", offsetof(struct mst_counters, forget_queued)},
+	    {"forget_dropped", offsetof(struct mst_counters, forget_dropped)},
 	};
 
 	fprintf(f, "# TYPE lunar_master_offload_tasks_total counter\n");

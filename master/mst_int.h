@@ -96,6 +96,7 @@ struct mst_counters {
 	uint64_t errors[MST_CODES_MAX];
 	uint64_t evictions, evicted_bytes, discarded_puts, evict_rounds;
 	uint64_t offload_queued, offload_done, offload_failed, offload_requeued, offload_skipped;
+	uint64_t forget_queued, forget_dropped; /* disk records a proxy is told to delete */
 	uint64_t size_hist[MST_HIST_BUCKETS + 1];
 	uint64_t size_sum, size_count;
 };
@@ -243,6 +244,15 @@ int mst_offload_register(struct mst_master *m, uint64_t client);
 #define MST_OFFLOAD_TIMEOUT_MS 30000
 int mst_offload_take(struct mst_master *m, uint64_t client, uint64_t now, Lunar__OffloadTask ***out,
 		     size_t *n);
+/* mst_offload_forgets_take - for client's Ping: up to MST_FORGET_BATCH
+ * forget records, removed from its queue (fire and forget), as a heap
+ * array of heap messages in *out (*n of them; NULL when none). On ENOMEM
+ * the records not copied stay queued. 0 when none stay queued, 1 when more
+ * do, or -ENOMEM. */
+#define MST_FORGET_BATCH 256
+#define MST_FORGET_MAX	 65536 /* per proxy; when full the oldest goes */
+int mst_offload_forgets_take(struct mst_master *m, uint64_t client, Lunar__DiskRecord ***out,
+			     size_t *n);
 /* mst_offload_drop_client - forget client's queue (it is dead). */
 void mst_offload_drop_client(struct mst_master *m, uint64_t client);
 /* mst_offload_depth - tasks queued or in flight over all proxies. */

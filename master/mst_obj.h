@@ -99,7 +99,8 @@ void mst_upsert_cancel(struct mst_master *m, struct mst_object *o);
 /* mst_obj_find_id - the slot of the object o with id in shard s (hash is its
  * hash), or NULL when it is gone; o is only compared, never read. */
 struct mst_object **mst_obj_find_id(struct mst_shard *s, uint64_t hash, const void *o, uint64_t id);
-/* mst_obj_erase - unlink *pp, give back its ranges and quota, free it. */
+/* mst_obj_erase - unlink *pp, give back its ranges and quota, free it; the
+ * owners of LOCAL_DISK replicas it still has are told to delete them. */
 void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object **pp);
 /* mst_obj_busy - a COMPLETE object that must not be removed or evicted now
  * (an upsert in flight). */
@@ -166,6 +167,12 @@ int mst_offload_queue(struct mst_master *m, struct mst_object *o, int evict);
 /* mst_offload_on_commit - with --offload on_put, queue o just committed
  * (shard lock held); a full queue skips it. */
 void mst_offload_on_commit(struct mst_master *m, struct mst_object *o);
+/* mst_offload_forget - o's LOCAL_DISK replicas are being dropped while
+ * their owners keep the records (o is removed or its value replaced): queue
+ * a forget record (tenant, key, location) for each owner with a queue, to
+ * go out with its next Ping. Shard lock held; ENOMEM loses a record (the
+ * proxy keeps it until its bucket goes; logged). */
+void mst_offload_forget(struct mst_master *m, const struct mst_object *o);
 /* mst_offload_end - forget client's task for the key k (done or failed). */
 void mst_offload_end(struct mst_master *m, uint64_t client, const struct mst_okey *k);
 

@@ -204,6 +204,7 @@ void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object 
 				 o->up->start_ms + m->cfg.put_start_release_timeout_ms);
 		o->up->reps = NULL;
 	}
+	mst_offload_forget(m, o);
 	obj_free(o);
 }
 

@@ -4,7 +4,9 @@
  * (--offload on_put) or by eviction (on_evict), handed out by Ping (up to
  * MST_OFFLOAD_BATCH at a time, then in flight), and end when the proxy
  * reports the copy (OffloadDone) or its failure (DiskReplicasRemove). A task
- * in flight too long goes back to the queue. One lock, a leaf.
+ * in flight too long goes back to the queue. Beside the tasks, each queue
+ * holds forget records: disk copies of objects removed or replaced, which
+ * the next Ping tells the proxy to delete. One lock, a leaf.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -26,12 +28,22 @@ struct mst_task {
 	char kbuf[];
 };
 
+/* A disk record its owner should delete. */
+struct mst_forget {
+	struct mst_forget *next;
+	uint64_t location;
+	size_t klen, tlen; /* kbuf: tenant "\0" key */
+	char kbuf[];
+};
+
 struct mst_oqueue {
 	struct mst_oqueue *next;
 	uint64_t client;
 	struct mst_task *queued, **tail; /* FIFO */
 	struct mst_task *inflight;
-	uint64_t n; /* queued + in flight */
+	uint64_t n;			    /* queued + in flight */
+	struct mst_forget *forget, **ftail; /* FIFO, nforget <= MST_FORGET_MAX */
+	uint64_t nforget;
 };
 
 int mst_offload_init(struct mst_offload *q)
@@ -63,6 +75,12 @@ static void oqueue_free(struct mst_oqueue *q)
 {
 	tasks_free(q->queued);
 	tasks_free(q->inflight);
+	while (q->forget) {
+		struct mst_forget *f = q->forget;
+
+		q->forget = f->next;
+		free(f);
+	}
 	free(q);
 }
 
@@ -99,6 +117,7 @@ int mst_offload_register(struct mst_master *m, uint64_t client)
 		if (q) {
 			q->client = client;
 			q->tail = &q->queued;
+			q->ftail = &q->forget;
 			*pp = q;
 		} else {
 			rc = -ENOMEM;
@@ -333,6 +352,111 @@ int mst_offload_take(struct mst_master *m, uint64_t client, uint64_t now, Lunar_
 		if (v)
 			rc = take_locked(q, now, v, n);
 	}
+	pthread_mutex_unlock(&m->offload.lock);
+	*out = v;
+	return rc;
+}
+
+/* Queue a forget of o's record at location on q, the oldest going when
+ * full. 0 or -ENOMEM. Lock held. */
+static int forget_push(struct mst_master *m, struct mst_oqueue *q, const struct mst_object *o,
+		       uint64_t location)
+{
+	struct mst_forget *f = malloc(sizeof(*f) + o->klen + 1);
+
+	if (!f)
+		return -ENOMEM;
+	f->next = NULL;
+	f->location = location;
+	f->klen = o->klen;
+	f->tlen = o->tlen;
+	memcpy(f->kbuf, o->kbuf, o->klen);
+	f->kbuf[o->klen] = '\0';
+	if (q->nforget >= MST_FORGET_MAX) {
+		struct mst_forget *old = q->forget;
+
+		q->forget = old->next;
+		if (!q->forget)
+			q->ftail = &q->forget;
+		q->nforget--;
+		free(old);
+		__atomic_fetch_add(&m->ctr.forget_dropped, 1, __ATOMIC_RELAXED);
+	}
+	*q->ftail = f;
+	q->ftail = &f->next;
+	q->nforget++;
+	return 0;
+}
+
+void mst_offload_forget(struct mst_master *m, const struct mst_object *o)
+{
+	unsigned lost = 0;
+
+	if (!o->ndisk)
+		return;
+	pthread_mutex_lock(&m->offload.lock);
+	for (unsigned i = 0; i < o->ndisk; i++) {
+		struct mst_oqueue *q = *oqueue_find(&m->offload, o->disk[i].owner);
+
+		if (!q)
+			continue; /* not a proxy we know a disk tier of any more */
+		if (forget_push(m, q, o, o->disk[i].location))
+			lost++;
+		else
+			__atomic_fetch_add(&m->ctr.forget_queued, 1, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&m->offload.lock);
+	if (lost)
+		LC_WARN("master", "no memory to tell %u proxies to delete their copy of %s", lost,
+			mst_obj_key(o));
+}
+
+static Lunar__DiskRecord *forget_pb(const struct mst_forget *f)
+{
+	Lunar__DiskRecord *p = malloc(sizeof(*p));
+
+	if (!p)
+		return NULL;
+	lunar__disk_record__init(p);
+	p->location = f->location;
+	p->tenant = strdup(f->kbuf);
+	p->key = strdup(f->kbuf + f->tlen);
+	if (!p->tenant || !p->key) {
+		protobuf_c_message_free_unpacked(&p->base, NULL);
+		return NULL;
+	}
+	return p;
+}
+
+int mst_offload_forgets_take(struct mst_master *m, uint64_t client, Lunar__DiskRecord ***out,
+			     size_t *n)
+{
+	Lunar__DiskRecord **v = NULL;
+	struct mst_oqueue *q;
+	int rc = 0;
+
+	*n = 0;
+	pthread_mutex_lock(&m->offload.lock);
+	q = *oqueue_find(&m->offload, client);
+	if (q && q->forget && !(v = calloc(MST_FORGET_BATCH, sizeof(*v))))
+		rc = -ENOMEM;
+	while (v && q->forget && *n < MST_FORGET_BATCH) {
+		struct mst_forget *f = q->forget;
+
+		v[*n] = forget_pb(f);
+		if (!v[*n]) {
+			rc = -ENOMEM;
+			break;
+		}
+		(*n)++;
+		q->forget = f->next;
+		q->nforget--;
+		free(f);
+	}
+	if (q && !q->forget)
+		q->ftail = &q->forget;
+	if (!rc && q && q->forget)
+		rc = 1;
 	pthread_mutex_unlock(&m->offload.lock);
 	*out = v;
 	return rc;

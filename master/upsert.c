@@ -166,8 +166,10 @@ static void upsert_commit(struct mst_master *m, struct mst_object *o, uint32_t c
 	o->used_ms = now;
 	free(up);
 	o->up = NULL;
-	/* disk copies hold the old value (the proxies find out when they
-	 * re-register them); a task in flight is refused at OffloadDone */
+	/* disk copies hold the old value: their owners delete them (and would
+	 * have them refused at re-registration); a task in flight is refused
+	 * at OffloadDone */
+	mst_offload_forget(m, o);
 	mst_disk_reps_free(o);
 	o->offload_to = 0;
 	o->offload_failed = 0;

@@ -3,10 +3,13 @@
  * verifies every record), re-registered with the master after each
  * (re)mount, fed by offload tasks from Ping replies through one worker
  * thread (the heartbeat never waits on disk), and kept consistent with the
- * master: a bucket goes only after the master dropped its replicas, and a
- * record found bad on read is reported. Reads are in disk_read.c.
+ * master: a bucket goes only after the master dropped its replicas, a
+ * record found bad on read is reported, and a record of an object removed
+ * or replaced is deleted when a Ping says so (through the same worker).
+ * Reads are in disk_read.c.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,10 +21,12 @@
 
 #define OFFLOAD_BATCH 256 /* tasks per worker round, as many as a Ping brings */
 
-/* One offload task, copied out of the Ping reply. */
+/* One offload task or forget record, copied out of the Ping reply. */
 struct px_otask {
 	struct px_otask *next;
 	uint64_t size, off, len;
+	uint64_t location; /* a forget: the record to delete */
+	bool forget;
 	uint32_t crc;
 	char *key;   /* after tenant in name[] */
 	char name[]; /* tenant "\0" key "\0" endpoint "\0" */
@@ -151,35 +156,83 @@ int px_disk_register(struct px_proxy *px, int again)
 
 /* --- offload --- */
 
+/* A zeroed task naming (tenant, key) at endpoint; NULL on ENOMEM. */
+static struct px_otask *otask_new(const char *tenant, const char *key, const char *endpoint)
+{
+	size_t tl = strlen(tenant), kl = strlen(key), el = strlen(endpoint);
+	struct px_otask *o = calloc(1, sizeof(*o) + tl + kl + el + 3);
+
+	if (!o)
+		return NULL;
+	memcpy(o->name, tenant, tl + 1);
+	o->key = memcpy(o->name + tl + 1, key, kl + 1);
+	memcpy(o->key + kl + 1, endpoint, el + 1);
+	return o;
+}
+
+static void otask_push(struct px_disk *d, struct px_otask *o)
+{
+	pthread_mutex_lock(&d->lock);
+	*d->tail = o;
+	d->tail = &o->next;
+	d->depth++;
+	pthread_cond_signal(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+}
+
 void px_disk_offload(struct px_proxy *px, Lunar__OffloadTask *const *t, size_t n)
 {
 	struct px_disk *d = px->disk;
 
 	for (size_t i = 0; d && i < n; i++) {
 		const Lunar__OffloadTask *x = t[i];
-		size_t tl, kl, el;
 		struct px_otask *o;
 
 		if (!x->tenant || !x->key || !x->source || !x->source->endpoint)
 			continue;
-		tl = strlen(x->tenant), kl = strlen(x->key), el = strlen(x->source->endpoint);
-		o = malloc(sizeof(*o) + tl + kl + el + 3);
+		o = otask_new(x->tenant, x->key, x->source->endpoint);
 		if (!o)
 			break; /* the master sends it again after its timeout */
-		*o = (struct px_otask){.size = x->size,
-				       .crc = x->crc32c,
-				       .off = x->source->offset,
-				       .len = x->source->length};
-		memcpy(o->name, x->tenant, tl + 1);
-		o->key = memcpy(o->name + tl + 1, x->key, kl + 1);
-		memcpy(o->key + kl + 1, x->source->endpoint, el + 1);
-		pthread_mutex_lock(&d->lock);
-		*d->tail = o;
-		d->tail = &o->next;
-		d->depth++;
-		pthread_cond_signal(&d->cond);
-		pthread_mutex_unlock(&d->lock);
+		o->size = x->size;
+		o->crc = x->crc32c;
+		o->off = x->source->offset;
+		o->len = x->source->length;
+		otask_push(d, o);
 	}
+}
+
+void px_disk_forget(struct px_proxy *px, Lunar__DiskRecord *const *f, size_t n)
+{
+	struct px_disk *d = px->disk;
+
+	for (size_t i = 0; d && i < n; i++) {
+		struct px_otask *o;
+
+		if (!f[i]->tenant || !f[i]->key)
+			continue;
+		o = otask_new(f[i]->tenant, f[i]->key, "");
+		if (!o) {
+			LC_WARN("proxy", "disk tier: no memory to delete %zu removed records",
+				n - i);
+			break; /* they stay until their bucket goes */
+		}
+		o->forget = true;
+		o->location = f[i]->location;
+		otask_push(d, o);
+	}
+}
+
+/* Delete the record of a forget unless (tenant, key) was written again
+ * since (a newer copy lives at another location). */
+static void forget_one(struct px_proxy *px, const struct px_otask *t)
+{
+	struct dsk_store *s = px->disk->store;
+	struct dsk_record rec;
+
+	if (dsk_lookup(s, t->name, t->key, &rec) || rec.location != t->location)
+		return;
+	if (!dsk_remove(s, t->name, t->key))
+		atomic_fetch_add(&px->disk->stale_removed, 1);
 }
 
 /* The task's bytes are in our segment and still the committed value. */
@@ -217,15 +270,21 @@ static int offload_one(struct px_proxy *px, const struct px_otask *t, uint64_t *
 	return dsk_put(s, t->name, t->key, &v, 1, t->crc, loc);
 }
 
-/* Run a batch; done[] and failed[] point into the tasks. */
+/* Run a batch (forgets as they come); done[] and failed[] point into the
+ * tasks. */
 static void offload_batch(struct px_proxy *px, struct px_otask *t, struct dsk_record *done,
 			  size_t *nd, struct dsk_record *failed, size_t *nf)
 {
 	for (; t; t = t->next) {
 		struct dsk_record r = {
 		    .tenant = t->name, .key = t->key, .length = t->size, .crc32c = t->crc};
-		int rc = offload_one(px, t, &r.location);
+		int rc;
 
+		if (t->forget) {
+			forget_one(px, t);
+			continue;
+		}
+		rc = offload_one(px, t, &r.location);
 		if (rc) {
 			atomic_fetch_add(&px->disk->offload_failures, 1);
 			LC_DEBUG("proxy", "offload of %s failed: %s", t->key, lunar_strerror(rc));

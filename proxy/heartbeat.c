@@ -50,6 +50,8 @@ int px_master_ping(struct px_proxy *px)
 	rc = px_mc_code(rep);
 	r = (const Lunar__PingReply *)rep;
 	remount = r->need_remount;
+	if (!rc && r->n_forget)
+		px_disk_forget(px, r->forget, r->n_forget);
 	if (!rc && r->n_offload)
 		px_disk_offload(px, r->offload, r->n_offload);
 	protobuf_c_message_free_unpacked(rep, NULL);

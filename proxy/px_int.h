@@ -257,6 +257,10 @@ int px_disk_register(struct px_proxy *px, int again);
 /* px_disk_offload - hand Ping's offload tasks to the worker; never blocks
  * on disk. */
 void px_disk_offload(struct px_proxy *px, Lunar__OffloadTask *const *t, size_t n);
+/* px_disk_forget - hand Ping's forget records to the same worker: each
+ * record goes if (tenant, key) is still stored at its location (a newer
+ * copy of a key put again stays). Heartbeat thread; never blocks on disk. */
+void px_disk_forget(struct px_proxy *px, Lunar__DiskRecord *const *f, size_t n);
 /*
  * px_disk_read - the value of (tenant, key) from our SSD tier into iov,
  * CRC-checked: its length or OBJECT_NOT_FOUND, CHECKSUM_MISMATCH,

@@ -480,7 +480,7 @@ static void test_master_free_ratio_first(void **state)
 	assert_int_equal(mount(m, CLIENT_B, "seg-b", MIB), 0);
 	/* When/Then: new puts go to the emptier seg-b */
 	for (int i = 0; i < 4; i++) {
-		char key[8];
+		char key[16];
 
 		snprintf(key, sizeof(key), "k%d", i);
 		r = put_start_pref(m, CLIENT_A, key, 1000, 1, NULL);

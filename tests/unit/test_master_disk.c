@@ -3,7 +3,9 @@
  * and on_evict (queued, busy, kept when the queue is full unless forced),
  * tasks handed out by Ping and re-queued when late, OffloadDone adding
  * LOCAL_DISK replicas (listed after MEMORY ones), DiskReplicasRemove and
- * DiskReplicasAdd, and a dead proxy's disk replicas going with it.
+ * DiskReplicasAdd, a dead proxy's disk replicas going with it, and the
+ * forget records a Ping carries when an object with disk copies is removed
+ * or replaced (never when the proxy itself dropped the copy).
  */
 #include "test_master_util.h"
 
@@ -301,6 +303,193 @@ static void test_master_disk_dead_proxy_drops_disk(void **state)
 	mst_master_destroy(m);
 }
 
+/* The offload tasks the last ping_forgets saw. */
+static size_t forget_ping_tasks;
+
+/* Ping A; the number of forget records, their keys joined by ',' and
+ * locations summed into keys and loc (when not NULL). */
+static size_t ping_forgets(struct mst_master *m, char *keys, size_t cap, uint64_t *loc)
+{
+	Lunar__PingRequest rq = LUNAR__PING_REQUEST__INIT;
+	Lunar__PingReply *r;
+	size_t n, at = 0;
+
+	rq.client_id = CLIENT_A;
+	r = (Lunar__PingReply *)call(m, LUNAR__METHOD__PING, &rq);
+	assert_int_equal(r->status->code, 0);
+	n = r->n_forget;
+	forget_ping_tasks = r->n_offload;
+	if (keys)
+		keys[0] = '\0';
+	if (loc)
+		*loc = 0;
+	for (size_t i = 0; i < n; i++) {
+		assert_string_equal(r->forget[i]->tenant, "default");
+		if (keys)
+			at += (size_t)snprintf(keys + at, cap - at, "%s%s", i ? "," : "",
+					       r->forget[i]->key);
+		if (loc)
+			*loc += r->forget[i]->location;
+	}
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return n;
+}
+
+/* A committed object key (crc 7) with A's disk copy at location. */
+static void on_disk(struct mst_master *m, const char *key, uint64_t location)
+{
+	int code;
+
+	assert_int_equal(put_crc(m, key, 1000, 7), 0);
+	disk_call(m, LUNAR__METHOD__OFFLOAD_DONE, CLIENT_A, key, 1000, 7, location, &code);
+	assert_int_equal(code, 0);
+}
+
+static void test_master_disk_remove_forgets(void **state)
+{
+	struct mst_master *m = master_new(NULL, NULL);
+	char keys[64];
+	uint64_t loc;
+
+	/* Given: an object with a LOCAL_DISK replica on A, and one without */
+	disk_proxy(m);
+	on_disk(m, "k", 77);
+	assert_int_equal(put_crc(m, "mem", 1000, 7), 0);
+	assert_int_equal(ping_forgets(m, NULL, 0, NULL), 0);
+	/* When: both are removed */
+	assert_int_equal(remove_key(m, "k", 1), 0);
+	assert_int_equal(remove_key(m, "mem", 1), 0);
+	/* Then: A's next Ping tells it to delete its record, once */
+	assert_int_equal(ping_forgets(m, keys, sizeof(keys), &loc), 1);
+	assert_string_equal(keys, "k");
+	assert_int_equal(loc, 77);
+	assert_int_equal(ping_forgets(m, NULL, 0, NULL), 0);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_batch_remove_forgets(void **state)
+{
+	struct mst_master *m = master_new(NULL, NULL);
+	Lunar__BatchRemoveRequest rq = LUNAR__BATCH_REMOVE_REQUEST__INIT;
+	char *v[] = {"a", "b"}, keys[64];
+	Lunar__BatchCodesReply *r;
+	uint64_t loc;
+
+	disk_proxy(m);
+	on_disk(m, "a", 1);
+	on_disk(m, "b", 2);
+	rq.keys = v;
+	rq.n_keys = 2;
+	rq.force = 1;
+	r = (Lunar__BatchCodesReply *)call(m, LUNAR__METHOD__BATCH_REMOVE, &rq);
+	assert_int_equal(r->status->code, 0);
+	assert_int_equal(r->codes[0] + r->codes[1], 0);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	assert_int_equal(ping_forgets(m, keys, sizeof(keys), &loc), 2);
+	assert_int_equal(loc, 3);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_remove_all_and_regex_forget(void **state)
+{
+	static const char *const flags[][2] = {{"kv-lease-ttl", "1h"}};
+	struct mst_master *m = master_with(flags, 1);
+	char keys[64];
+	uint64_t loc;
+
+	disk_proxy(m);
+	on_disk(m, "re/1", 10);
+	on_disk(m, "re/2", 20);
+	on_disk(m, "other", 100);
+	assert_int_equal(exist(m, NULL, "re/1") + exist(m, NULL, "re/2"), 2); /* leased */
+	/* a regex remove, forced past the leases, forgets only its matches */
+	assert_int_equal(mst_obj_remove_regex(m, "default", "^re/", 1), 2);
+	assert_int_equal(ping_forgets(m, keys, sizeof(keys), &loc), 2);
+	assert_int_equal(loc, 30);
+	/* a forced remove_all forgets the rest */
+	assert_int_equal(remove_all(m, NULL, 1), 1);
+	assert_int_equal(ping_forgets(m, keys, sizeof(keys), &loc), 1);
+	assert_string_equal(keys, "other");
+	assert_int_equal(loc, 100);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_upsert_forgets(void **state)
+{
+	struct mst_master *m = master_new(NULL, NULL);
+	Lunar__PutStartRequest rq = LUNAR__PUT_START_REQUEST__INIT;
+	Lunar__PutEndRequest end = LUNAR__PUT_END_REQUEST__INIT;
+	char types[8], keys[64];
+	uint64_t loc;
+
+	disk_proxy(m);
+	on_disk(m, "k", 5);
+	rq.client_id = end.client_id = CLIENT_A;
+	rq.key = end.key = "k";
+	rq.size = 2000;
+	assert_int_equal(call_code(m, LUNAR__METHOD__UPSERT_START, &rq), 0);
+	assert_int_equal(ping_forgets(m, NULL, 0, NULL), 0); /* not before the commit */
+	end.crc32c = 8;
+	assert_int_equal(call_code(m, LUNAR__METHOD__UPSERT_END, &end), 0);
+	replica_types(m, "k", types);
+	assert_string_equal(types, "M");
+	assert_int_equal(ping_forgets(m, keys, sizeof(keys), &loc), 1);
+	assert_int_equal(loc, 5);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_proxy_remove_no_forget(void **state)
+{
+	struct mst_master *m = master_new(NULL, NULL);
+	int code;
+
+	disk_proxy(m);
+	/* the proxy drops its own copies: of an object kept, and of the last one */
+	on_disk(m, "k", 5);
+	disk_call(m, LUNAR__METHOD__DISK_REPLICAS_REMOVE, CLIENT_A, "k", 1000, 7, 5, &code);
+	assert_int_equal(code, 0);
+	disk_call(m, LUNAR__METHOD__DISK_REPLICAS_ADD, CLIENT_A, "r", 500, 3, 9, &code);
+	disk_call(m, LUNAR__METHOD__DISK_REPLICAS_REMOVE, CLIENT_A, "r", 500, 3, 9, &code);
+	assert_int_equal(code, 0);
+	assert_int_equal(exist(m, NULL, "r"), 0);
+	/* nothing to tell it; removing the object now has no disk copy to forget */
+	assert_int_equal(ping_forgets(m, NULL, 0, NULL), 0);
+	assert_int_equal(remove_key(m, "k", 1), 0);
+	assert_int_equal(ping_forgets(m, NULL, 0, NULL), 0);
+	mst_master_destroy(m);
+}
+
+static void test_master_disk_forget_queue_bounded(void **state)
+{
+	static const char *const flags[][2] = {{"offload", "on_put"}};
+	struct mst_master *m = master_with(flags, 1);
+	size_t total = 0, n;
+	char key[32];
+	uint64_t loc;
+
+	disk_proxy(m);
+	/* more forgets than the queue holds: the oldest go, the rest come in batches */
+	for (unsigned i = 0; i < MST_FORGET_MAX + 3; i++) {
+		snprintf(key, sizeof(key), "k%u", i);
+		disk_call(m, LUNAR__METHOD__DISK_REPLICAS_ADD, CLIENT_A, key, 10, 1, i, NULL);
+		assert_int_equal(remove_key(m, key, 1), 0);
+	}
+	/* k0 put again: its offload task waits until every forget is out */
+	assert_int_equal(put_crc(m, "k0", 10, 1), 0);
+	assert_int_equal(ping_forgets(m, NULL, 0, &loc), MST_FORGET_BATCH);
+	assert_int_equal(forget_ping_tasks, 0);
+	/* the first batch starts at location 3: 0, 1 and 2 were dropped */
+	assert_int_equal(loc, (uint64_t)MST_FORGET_BATCH * (MST_FORGET_BATCH - 1) / 2 +
+				  3 * MST_FORGET_BATCH);
+	total = MST_FORGET_BATCH;
+	while ((n = ping_forgets(m, NULL, 0, NULL))) {
+		total += n;
+		assert_int_equal(forget_ping_tasks, total == MST_FORGET_MAX);
+	}
+	assert_int_equal(total, MST_FORGET_MAX);
+	mst_master_destroy(m);
+}
+
 static void test_master_disk_flags(void **state)
 {
 	struct mst_config cfg;
@@ -331,6 +520,12 @@ int main(void)
 	    cmocka_unit_test(test_master_disk_task_requeued_when_late),
 	    cmocka_unit_test(test_master_disk_add_and_remove),
 	    cmocka_unit_test(test_master_disk_dead_proxy_drops_disk),
+	    cmocka_unit_test(test_master_disk_remove_forgets),
+	    cmocka_unit_test(test_master_disk_batch_remove_forgets),
+	    cmocka_unit_test(test_master_disk_remove_all_and_regex_forget),
+	    cmocka_unit_test(test_master_disk_upsert_forgets),
+	    cmocka_unit_test(test_master_disk_proxy_remove_no_forget),
+	    cmocka_unit_test(test_master_disk_forget_queue_bounded),
 	    cmocka_unit_test(test_master_disk_flags),
 	};
 

@@ -348,7 +348,7 @@ static void test_master_local_first(void **state)
 	assert_int_equal(mount(m, CLIENT_B, "seg-b", MIB), 0);
 	/* When/Then: each proxy's puts land on its own segment */
 	for (int i = 0; i < 8; i++) {
-		char key[8];
+		char key[16];
 		uint64_t c = i % 2 ? CLIENT_B : CLIENT_A;
 		Lunar__PutStartReply *r;
 
@@ -369,7 +369,7 @@ static void test_master_list_keys(void **state)
 
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
 	for (int i = 0; i < 5; i++) {
-		char key[8];
+		char key[16];
 
 		snprintf(key, sizeof(key), "k%d", i);
 		assert_int_equal(put(m, CLIENT_A, key, 10, 1), 0);
