@@ -86,6 +86,19 @@ static inline const char *mst_obj_key(const struct mst_object *o)
 const char *mst_tenant_name(const char *tenant);
 /* mst_okey_make - validate tenant and key; 0 or INVALID_PARAMS/INVALID_KEY. */
 int mst_okey_make(struct mst_okey *k, const char *tenant, const char *key);
+
+/* One attempt at a two-phase write's start for key k, under its shard lock. */
+typedef int (*mst_start_try_fn)(struct mst_master *m, uint64_t client, const struct mst_okey *k,
+				const Lunar__PutStartRequest *rq, Lunar__Replica ***reps,
+				size_t *n);
+/*
+ * mst_obj_start - validate, then try_start; when the store is full, run one
+ * eviction round (no shard lock held) and try once more. PutStart and
+ * UpsertStart differ only in try_start.
+ */
+int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
+		  const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n,
+		  mst_start_try_fn try_start);
 /* mst_obj_lookup - lock the shard of (tenant, key), find its slot. On a bad
  * key nothing is locked and the code is returned. */
 int mst_obj_lookup(struct mst_master *m, const char *tenant, const char *key, struct mst_shard **s,

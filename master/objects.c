@@ -361,8 +361,9 @@ static int put_start_try(struct mst_master *m, uint64_t client, const struct mst
 	return rc;
 }
 
-int mst_obj_put_start(struct mst_master *m, uint64_t client, const char *tenant,
-		      const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n)
+int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
+		  const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n,
+		  mst_start_try_fn try_start)
 {
 	struct mst_okey k;
 	uint64_t gen;
@@ -373,11 +374,17 @@ int mst_obj_put_start(struct mst_master *m, uint64_t client, const char *tenant,
 	if (!rq->size)
 		return LUNAR_ERR_INVALID_PARAMS;
 	gen = __atomic_load_n(&m->evict_gen, __ATOMIC_ACQUIRE);
-	rc = put_start_try(m, client, &k, rq, reps, n);
+	rc = try_start(m, client, &k, rq, reps, n);
 	/* full: evict synchronously (no shard lock held now) and retry once */
 	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && mst_evict_after_failure(m, gen))
-		rc = put_start_try(m, client, &k, rq, reps, n);
+		rc = try_start(m, client, &k, rq, reps, n);
 	return rc;
+}
+
+int mst_obj_put_start(struct mst_master *m, uint64_t client, const char *tenant,
+		      const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n)
+{
+	return mst_obj_start(m, client, tenant, rq, reps, n, put_start_try);
 }
 
 int mst_obj_lookup(struct mst_master *m, const char *tenant, const char *key, struct mst_shard **s,

@@ -115,19 +115,7 @@ static int upsert_start_try(struct mst_master *m, uint64_t client, const struct 
 int mst_obj_upsert_start(struct mst_master *m, uint64_t client, const char *tenant,
 			 const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n)
 {
-	struct mst_okey k;
-	uint64_t gen;
-	int rc = mst_okey_make(&k, tenant, rq->key);
-
-	if (rc)
-		return rc;
-	if (!rq->size)
-		return LUNAR_ERR_INVALID_PARAMS;
-	gen = __atomic_load_n(&m->evict_gen, __ATOMIC_ACQUIRE);
-	rc = upsert_start_try(m, client, &k, rq, reps, n);
-	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && mst_evict_after_failure(m, gen))
-		rc = upsert_start_try(m, client, &k, rq, reps, n);
-	return rc;
+	return mst_obj_start(m, client, tenant, rq, reps, n, upsert_start_try);
 }
 
 void mst_upsert_cancel(struct mst_master *m, struct mst_object *o)
