@@ -106,7 +106,7 @@ $(BUILD)/bin/lunar-proxy: $(call obj,proxy/main.c) $(DAEMON_LIBS)
 
 # lunar-bench also speaks the master's RPC (--master): its modes live in tools/bench/.
 $(BUILD)/bin/lunar-bench: $(call obj,tools/lunar-bench.c $(wildcard tools/bench/*.c)) $(LIBSHM) \
-		$(LIBPROTO) $(LIBCOMMON)
+		$(LIBMASTER) $(LIBPROTO) $(LIBCOMMON)
 	$(Q)mkdir -p $(@D)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lnng -lprotobuf-c -lpthread -lm

@@ -76,6 +76,8 @@ static const char usage_text[] =
     "usage: lunar-bench [OPTIONS]\n"
     "       lunar-bench --master URL [OPTIONS]     (see lunar-bench --master x --help)\n"
     "       lunar-bench --trace FILE --block-size SIZE [OPTIONS]   (likewise)\n"
+    "       lunar-bench --evict-round N   (the master's eviction round at N objects,\n"
+    "                                      in process)\n"
     "\n"
     "Puts COUNT objects of SIZE bytes through the node's lunar-proxy from THREADS\n"
     "threads sharing one client, reads each back with lunar_get_into and checks\n"
@@ -556,6 +558,8 @@ int main(int argc, char **argv)
 			return bench_master_main(argc, argv);
 		if (!strncmp(argv[i], "--trace", 7) && (argv[i][7] == '=' || !argv[i][7]))
 			return bench_trace_main(argc, argv);
+		if (!strncmp(argv[i], "--evict-round", 13) && (argv[i][13] == '=' || !argv[i][13]))
+			return bench_evict_main(argc, argv);
 	}
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {

@@ -66,5 +66,6 @@ int64_t bench_vm_rss_kib(int pid);
 /* The modes; each parses its own argv and returns an exit code. */
 int bench_master_main(int argc, char **argv);
 int bench_trace_main(int argc, char **argv);
+int bench_evict_main(int argc, char **argv);
 
 #endif /* LUNAR_TOOLS_BENCH_BENCH_H */
