@@ -360,8 +360,9 @@ static void *offload_main(void *arg)
 		offload_report(px, done, nd, failed, nf);
 		atomic_store(&px->disk->running, 0);
 		tasks_free(t);
-		/* a full batch: the master likely has more for us now */
-		if (n == OFFLOAD_BATCH && !more)
+		/* Work came: ask for more at once rather than a heartbeat later
+		 * (an empty answer puts us back on the normal cadence). */
+		if (!more)
 			px_heartbeat_kick(px);
 	}
 	return NULL;

@@ -239,14 +239,14 @@ static void damage(const char *how)
 		H_ASSERT_EQ(pwrite(fd, &b, 1, 100), 1);
 		fsync(fd);
 	} else {
-		H_ASSERT_EQ(ftruncate(fd, 8 * D_MIB + 100), 0);
+		H_ASSERT_EQ(ftruncate(fd, D_MIB + 100), 0);
 	}
 	close(fd);
 }
 
 static void test_disk_evict_damaged_bucket(void **state)
 {
-	int before, ok;
+	int before, ok, donly;
 
 	(void)state;
 	before = read_all(ca, "A", 1);
@@ -255,10 +255,14 @@ static void test_disk_evict_damaged_bucket(void **state)
 	print_message("after a flipped byte: %d of %d exact\n", ok, NOBJ);
 	H_ASSERT_EQ(ok, before - 1);
 	H_ASSERT_EQ(read_all(cb, "B", 1), ok);
+	donly = disk_only();
 	damage("truncate");
 	ok = read_all(cb, "B", 1);
-	print_message("after truncating to 8 MiB: %d of %d exact\n", ok, NOBJ);
-	H_ASSERT(ok < before - 1);
+	print_message("after truncating to 1 MiB: %d of %d exact (%d on disk only)\n", ok, NOBJ,
+		      donly);
+	/* Objects still in DRAM read from there; with several on disk only, the
+	 * cut costs more than the flipped one (how many depends on timing). */
+	H_ASSERT(donly < 2 || ok < before - 1);
 	damage("delete");
 	ok = read_all(ca, "A", 1);
 	print_message("after deleting the file: %d of %d exact\n", ok, NOBJ);
