@@ -3,7 +3,11 @@
  * instruction runs three independent chains over three adjacent blocks (its
  * latency is three cycles, its throughput one a cycle) and the chains are
  * joined with "append n zero bytes" tables, the technique of Mark Adler's
- * crc32c.c. Without it, slice-by-8 tables. The tables are built once.
+ * crc32c.c. With AVX-512 and VPCLMULQDQ, buffers of a few KiB and more are
+ * instead folded 64 bytes at a time by carry-less multiplication (Intel's
+ * "Fast CRC computation using PCLMULQDQ"), which keeps up with memory; the
+ * fold constants are computed at start, not tabled. Without SSE4.2,
+ * slice-by-8 tables. The tables are built once.
  */
 #include "crc32c.h"
 
@@ -15,6 +19,8 @@
 #define LC_CRC_X86 1
 #define HW_FN	   __attribute__((target("sse4.2")))
 #define HW_INLINE  __attribute__((target("sse4.2"), always_inline)) inline
+#define FOLD_FN	   __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2")))
+#define FOLD_MIN   2048 /* below this the crc32 chains are as fast */
 #endif
 
 #define POLY	  0x82f63b78u
@@ -26,6 +32,10 @@ static uint32_t crc_table[8][256]; /* slice-by-8 */
 static uint32_t crc_long[4][256];  /* append LONG_BLK zero bytes to a raw crc */
 static uint32_t crc_short[4][256]; /* append SHORT_BLK zero bytes */
 static int crc_use_hw;
+static int crc_use_fold;
+/* Fold constants {lo lane, hi lane} for moving 128 bits forward by 512,
+ * 384, 256 and 128 bits: x^(D+31) and x^(D-33) mod P, reflected. */
+static uint64_t fold_k[4][2];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
 /* The modes of one loop body: checksum only, or also store each word. */
@@ -81,6 +91,16 @@ static void zeros_tables(uint32_t zeros[4][256], size_t n)
 			zeros[k][b] = gf2_apply(acc, b << (8 * k));
 }
 
+/* x^e mod P as a crc register (reflected): shift in e zero bits after a 1. */
+static uint32_t xpow(unsigned e)
+{
+	uint32_t r = 0x80000000u;
+
+	while (e--)
+		r = r & 1 ? (r >> 1) ^ POLY : r >> 1;
+	return r;
+}
+
 static void crc_init(void)
 {
 	for (uint32_t n = 0; n < 256; n++) {
@@ -99,6 +119,14 @@ static void crc_init(void)
 #ifdef LC_CRC_X86
 	__builtin_cpu_init(); /* we may run from a constructor, before libgcc's */
 	crc_use_hw = __builtin_cpu_supports("sse4.2") != 0;
+	crc_use_fold = crc_use_hw && __builtin_cpu_supports("avx512f") &&
+		       __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul");
+	for (int i = 0; i < 4; i++) {
+		unsigned dist = 512 - 128 * (unsigned)i;
+
+		fold_k[i][0] = xpow(dist + 31);
+		fold_k[i][1] = xpow(dist - 33);
+	}
 #endif
 }
 
@@ -255,6 +283,71 @@ HW_INLINE static uint32_t hw_run(uint32_t crc, unsigned char *d, const unsigned 
 	return (uint32_t)c;
 }
 
+/* Move a 128-bit remainder forward by the distance whose constants are k. */
+FOLD_FN static __m128i fold128(__m128i x, const uint64_t k[2])
+{
+	__m128i kk = _mm_set_epi64x((long long)k[1], (long long)k[0]);
+
+	return _mm_xor_si128(_mm_clmulepi64_si128(x, kk, 0x00), _mm_clmulepi64_si128(x, kk, 0x11));
+}
+
+FOLD_FN static void fold_put(unsigned char *d, __m512i v, int mode)
+{
+	if (mode == RUN_STREAM)
+		_mm512_stream_si512((void *)d, v);
+	else if (mode == RUN_COPY)
+		_mm512_storeu_si512((void *)d, v);
+}
+
+/*
+ * The folding path on a raw register, len >= FOLD_MIN: four 128-bit lanes
+ * carry the remainder of everything read so far; each next 64 bytes are
+ * folded in (two carry-less multiplies and a three-way xor per lane); at the
+ * end the lanes fold into one and the crc32 instruction reduces its 16
+ * bytes. The register enters by xor into the first four message bytes.
+ */
+FOLD_FN static uint32_t fold_run(uint32_t crc, unsigned char *d, const unsigned char *s,
+				 size_t len, int mode)
+{
+	__m512i k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k[0][1],
+							  (long long)fold_k[0][0]));
+	size_t head = mode == RUN_STREAM ? (-(uintptr_t)d) & 63 : 0;
+	uint64_t c = crc;
+	__m512i acc;
+	__m128i z;
+
+	for (; head; head--, len--) {
+		*d++ = *s;
+		c = _mm_crc32_u8((uint32_t)c, *s++);
+	}
+	acc = _mm512_loadu_si512((const void *)s);
+	fold_put(d, acc, mode);
+	acc = _mm512_xor_si512(acc, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)c)));
+	for (s += 64, d += mode != RUN_CRC ? 64 : 0, len -= 64; len >= 64; len -= 64, s += 64) {
+		__m512i b = _mm512_loadu_si512((const void *)s);
+
+		fold_put(d, b, mode);
+		acc = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(acc, k, 0x00),
+						_mm512_clmulepi64_epi128(acc, k, 0x11), b, 0x96);
+		if (mode != RUN_CRC)
+			d += 64;
+	}
+	z = _mm_xor_si128(_mm512_extracti32x4_epi32(acc, 3),
+			  fold128(_mm512_extracti32x4_epi32(acc, 0), fold_k[1]));
+	z = _mm_xor_si128(z, fold128(_mm512_extracti32x4_epi32(acc, 1), fold_k[2]));
+	z = _mm_xor_si128(z, fold128(_mm512_extracti32x4_epi32(acc, 2), fold_k[3]));
+	c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(z));
+	c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(z, 1));
+	for (; len; len--) {
+		if (mode != RUN_CRC)
+			*d++ = *s;
+		c = _mm_crc32_u8((uint32_t)c, *s++);
+	}
+	if (mode == RUN_STREAM)
+		_mm_sfence(); /* order the stream stores before anyone hears we are done */
+	return (uint32_t)c;
+}
+
 HW_FN static uint32_t hw_crc(uint32_t crc, const void *buf, size_t len)
 {
 	return hw_run(crc, NULL, buf, len, RUN_CRC);
@@ -275,6 +368,8 @@ uint32_t lc_crc32c(uint32_t crc, const void *buf, size_t len)
 {
 	crc_ready();
 #ifdef LC_CRC_X86
+	if (crc_use_fold && len >= FOLD_MIN)
+		return ~fold_run(~crc, NULL, buf, len, RUN_CRC);
 	if (crc_use_hw)
 		return ~hw_crc(~crc, buf, len);
 #endif
@@ -285,6 +380,9 @@ uint32_t lc_copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc)
 {
 	crc_ready();
 #ifdef LC_CRC_X86
+	if (crc_use_fold && len >= FOLD_MIN)
+		return ~fold_run(~crc, dst, src, len,
+				 len >= LC_COPY_CRC32C_NT_MIN ? RUN_STREAM : RUN_COPY);
 	if (crc_use_hw) {
 		if (len >= LC_COPY_CRC32C_NT_MIN)
 			return ~hw_stream(~crc, dst, src, len);
