@@ -36,6 +36,7 @@ static const struct flag flags[] = {
 	F("workers", K_UINT, workers, "N     request worker threads (8)"),
 	F("rpc-timeout", K_MS, rpc_timeout_ms, "DUR   master call timeout (5s)"),
 	F("ping-interval", K_MS, ping_interval_ms, "DUR   heartbeat to the master (1s)"),
+	F("grace", K_MS, grace_ms, "DUR   on SIGTERM: segment readable, no new data, this long (0)"),
 	F("http-port", K_U16, http_port, "N     metrics/health/admin HTTP port (9300; 0 picks one)"),
 	F("debug-put-delay", K_MS, debug_put_delay_ms, "DUR   test hook: delay before committing a put (0)"),
 	F("disk-dir", K_STR, disk_dir, "DIR   SSD tier directory (none: no SSD tier)"),

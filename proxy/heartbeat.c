@@ -36,6 +36,25 @@ static int mount_segment(struct px_proxy *px)
 	return rc;
 }
 
+int px_segment_unmount(struct px_proxy *px, uint64_t grace_ms, uint64_t timeout_ms)
+{
+	Lunar__UnmountSegmentRequest rq = LUNAR__UNMOUNT_SEGMENT_REQUEST__INIT;
+	ProtobufCMessage *rep;
+	int rc;
+
+	if (!atomic_load(&px->mounted))
+		return 0;
+	rq.client_id = px->client_id;
+	rq.name = (char *)px->endpoint;
+	rq.grace_ms = grace_ms;
+	rc = px_mc_call_timed(px->mc, LUNAR__METHOD__UNMOUNT_SEGMENT, &rq.base, &rep, timeout_ms);
+	if (rc)
+		return rc;
+	rc = px_mc_code(rep);
+	protobuf_c_message_free_unpacked(rep, NULL);
+	return rc;
+}
+
 int px_master_ping(struct px_proxy *px)
 {
 	Lunar__PingRequest rq = LUNAR__PING_REQUEST__INIT;

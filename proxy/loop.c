@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -208,6 +209,31 @@ static struct px_session *session_of(const struct epoll_event *ev)
 	return (struct px_session *)((uintptr_t)ev->data.ptr & ~PX_EFD_TAG);
 }
 
+/*
+ * SIGTERM (or SIGINT): stop now, or with --grace first give the segment back
+ * gracefully and keep serving (reads of what it holds) for that long. A
+ * second signal stops at once.
+ */
+static void stop_requested(struct px_proxy *px)
+{
+	struct signalfd_siginfo si;
+
+	while (read(px->stop_efd, &si, sizeof(si)) == sizeof(si))
+		;
+	if (!px->cfg.grace_ms || px->drain_until_ms || !px->cfg.segment_size) {
+		atomic_store(&px->stopping, true);
+		return;
+	}
+	if (px_segment_unmount(px, px->cfg.grace_ms, px->cfg.rpc_timeout_ms)) {
+		LC_WARN("proxy", "graceful unmount refused; stopping now");
+		atomic_store(&px->stopping, true);
+		return;
+	}
+	px->drain_until_ms = lc_now_ms() + px->cfg.grace_ms;
+	LC_INFO("proxy", "draining: segment readable, no new data, for %llu ms",
+		(unsigned long long)px->cfg.grace_ms);
+}
+
 int px_loop_run(struct px_proxy *px)
 {
 	struct epoll_event evs[64];
@@ -231,10 +257,12 @@ int px_loop_run(struct px_proxy *px)
 				px_session_get(session_of(&evs[i]));
 		for (int i = 0; i < n; i++) {
 			if (evs[i].data.ptr == &px->stop_efd)
-				atomic_store(&px->stopping, true);
+				stop_requested(px);
 			else
 				handle_event(px, &evs[i]);
 		}
+		if (px->drain_until_ms && lc_now_ms() >= px->drain_until_ms)
+			atomic_store(&px->stopping, true);
 		for (int i = 0; i < n; i++)
 			if (is_session(px, &evs[i]))
 				px_session_put(session_of(&evs[i]));
@@ -245,7 +273,8 @@ int px_loop_run(struct px_proxy *px)
 			if (prepare_sleep(px))
 				wake_up(px);
 			else
-				timeout = sweep_handshakes(px) ? PX_HELLO_POLL_MS : -1;
+				timeout = sweep_handshakes(px) || px->drain_until_ms ? PX_HELLO_POLL_MS
+										     : -1;
 		}
 	}
 	while (px->sessions)

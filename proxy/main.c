@@ -157,20 +157,6 @@ static int start_clients(struct px_proxy *px)
 	return px->stop_efd < 0 || px->epfd < 0 ? LUNAR_ERR_INTERNAL : 0;
 }
 
-static void unmount(struct px_proxy *px)
-{
-	Lunar__UnmountSegmentRequest rq = LUNAR__UNMOUNT_SEGMENT_REQUEST__INIT;
-	ProtobufCMessage *rep;
-
-	if (!atomic_load(&px->mounted))
-		return;
-	rq.client_id = px->client_id;
-	rq.name = (char *)px->endpoint;
-	if (!px_mc_call_timed(px->mc, LUNAR__METHOD__UNMOUNT_SEGMENT, &rq.base, &rep,
-			      PX_GOODBYE_TIMEOUT_MS))
-		protobuf_c_message_free_unpacked(rep, NULL);
-}
-
 static void stop(struct px_proxy *px)
 {
 	atomic_store(&px->stopping, true);
@@ -182,7 +168,7 @@ static void stop(struct px_proxy *px)
 	/* Say goodbye while the master answers, then cut the line: nothing
 	 * below may wait out an RPC timeout on a master that is gone. */
 	if (px->mc && atomic_load(&px->master_ok))
-		unmount(px);
+		px_segment_unmount(px, 0, PX_GOODBYE_TIMEOUT_MS);
 	px_mc_close(px->mc);
 	if (px->heartbeat)
 		px_heartbeat_stop(px);

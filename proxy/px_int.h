@@ -50,6 +50,7 @@ struct px_config {
 	uint64_t ping_interval_ms;/* --ping-interval */
 	uint64_t debug_put_delay_ms; /* --debug-put-delay: test hook */
 	uint16_t http_port;       /* --http-port: metrics, health, admin */
+	uint64_t grace_ms;        /* --grace: serve reads this long after SIGTERM */
 	const char *disk_dir;     /* --disk-dir: SSD tier; NULL: none */
 	uint64_t disk_capacity;   /* --disk-capacity */
 	int disk_policy;          /* --disk-eviction: enum dsk_policy */
@@ -151,6 +152,7 @@ struct px_proxy {
 	atomic_bool master_ok; /* the last heartbeat got an answer */
 	atomic_uint_fast64_t reg_bytes; /* registered memory of all clients */
 	atomic_bool stopping;
+	uint64_t drain_until_ms; /* after SIGTERM with --grace; loop thread only */
 	atomic_bool hb_kick; /* ping again at once (more offload work waits) */
 	pthread_t heartbeat;
 	pthread_t prefault; /* makes the segment resident at start */
@@ -232,6 +234,9 @@ int px_http_start(struct px_proxy *px);
 /* px_segment_ready - 1 when our segment is mounted (or we have none):
  * health and readiness report the master unusable until then. */
 int px_segment_ready(struct px_proxy *px);
+/* px_segment_unmount - give our segment back (grace_ms > 0: it stays
+ * readable and takes no new data for that long, then goes). 0 or a code. */
+int px_segment_unmount(struct px_proxy *px, uint64_t grace_ms, uint64_t timeout_ms);
 /* px_master_ping - one Ping (and a re-mount if asked). 0 or a code. */
 int px_master_ping(struct px_proxy *px);
 /* px_heartbeat_kick - have the heartbeat ping now rather than at its next
