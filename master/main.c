@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 
@@ -19,6 +20,7 @@
 #include "rpc_server.h"
 
 #define VERSION "0.1.0"
+#define MST_STOP_BOUND_S 10 /* after this long stopping, SIGALRM ends the process */
 
 struct opts {
 	uint64_t port;
@@ -138,6 +140,8 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 		(unsigned)mst_server_port(s), o->listen, (unsigned)lc_http_port(http));
 	sigwait(sigs, &sig);
 	LC_INFO("lunar-master", "signal %d: stopping", sig);
+	/* Never hang on the way out: nng's close waits on its own threads. */
+	alarm(MST_STOP_BOUND_S);
 	lc_http_stop(http);
 	mst_server_stop(s);
 	mst_master_destroy(m);

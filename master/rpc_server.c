@@ -177,9 +177,14 @@ void mst_server_stop(struct mst_server *s)
 {
 	if (!s)
 		return;
-	for (unsigned i = 0; i < s->n; i++)
+	/* Stop each worker's aio, then close its context, then the socket:
+	 * closing the socket under open contexts can wait forever (nng 1.5). */
+	for (unsigned i = 0; i < s->n; i++) {
 		if (s->w[i].aio)
 			nng_aio_stop(s->w[i].aio);
+		if (nng_ctx_id(s->w[i].ctx) > 0)
+			nng_ctx_close(s->w[i].ctx);
+	}
 	nng_close(s->sock);
 	for (unsigned i = 0; i < s->n; i++)
 		nng_aio_free(s->w[i].aio);
