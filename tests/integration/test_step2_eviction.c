@@ -18,11 +18,10 @@
 #include <string.h>
 
 #include "harness.h"
-#include "http_get.h"
+#include "step2_util.h"
 
 #define KIB	 1024u
 #define MIB	 (1024u * 1024u)
-#define TEXT_MAX (1u << 20)
 
 /* Flood: FLOOD values of 1 MiB into a 16 MiB segment. */
 #define FLOOD	      200
@@ -37,7 +36,6 @@
 #define WRITES	    1000
 #define WRITE_BYTES (64 * KIB)
 
-static char *text;
 
 static int setup(void **state)
 {
@@ -55,31 +53,6 @@ static int teardown(void **state)
 	text = NULL;
 	h_cleanup();
 	return 0;
-}
-
-static int http_port_of(const struct h_proc *p)
-{
-	int port = hg_log_http_port(p->log);
-
-	H_ASSERT_MSG(port > 0, "%s logged no HTTP port", p->name);
-	return port;
-}
-
-static void fetch(int port, const char *path)
-{
-	int status = hg_get(port, path, text, TEXT_MAX);
-
-	H_ASSERT_MSG(status == 200, "GET :%d%s = %d", port, path, status);
-}
-
-static int64_t metric(int port, const char *sample)
-{
-	int64_t v;
-
-	fetch(port, "/metrics");
-	v = hg_metric(text, sample);
-	H_ASSERT_MSG(v >= 0, "no sample %s on :%d/metrics", sample, port);
-	return v;
 }
 
 /* Sum of every lunar_master_segment_used_bytes sample in text. */

@@ -18,15 +18,13 @@
 #include <string.h>
 
 #include "harness.h"
-#include "http_get.h"
+#include "step2_util.h"
 
 #define KIB	  1024u
 #define MIB	  (1024u * 1024u)
-#define TEXT_MAX  (1u << 20)
 #define HOT_GETS  100
 #define BIG_VALUE (MIB + MIB / 2)
 
-static char *text;   /* last HTTP body */
 static uint8_t *buf; /* values written and read */
 /* Processes started by the current case, stopped newest first so that no
  * proxy outlives its master (a proxy whose master is gone takes its RPC
@@ -62,34 +60,6 @@ static int teardown(void **state)
 	buf = NULL;
 	h_cleanup();
 	return 0;
-}
-
-/* The HTTP port p logged; fails the test if it logged none. */
-static int http_port_of(const struct h_proc *p)
-{
-	int port = hg_log_http_port(p->log);
-
-	H_ASSERT_MSG(port > 0, "%s logged no HTTP port", p->name);
-	return port;
-}
-
-/* GET path into text; fails the test unless the status is 200. */
-static void fetch(int port, const char *path)
-{
-	int status = hg_get(port, path, text, TEXT_MAX);
-
-	H_ASSERT_MSG(status == 200, "GET :%d%s = %d", port, path, status);
-}
-
-/* One sample of port's /metrics; fails the test when it is missing. */
-static int64_t metric(int port, const char *sample)
-{
-	int64_t v;
-
-	fetch(port, "/metrics");
-	v = hg_metric(text, sample);
-	H_ASSERT_MSG(v >= 0, "no sample %s on :%d/metrics", sample, port);
-	return v;
 }
 
 static void put_pattern(struct lunar_client *c, const char *key, size_t len)

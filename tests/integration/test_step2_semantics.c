@@ -23,13 +23,11 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "http_get.h"
+#include "step2_util.h"
 
 #define KIB	 1024u
 #define MIB	 (1024u * 1024u)
-#define TEXT_MAX (1u << 20)
 
-static char *text;
 /* Processes started by the current case, stopped newest first so that no
  * proxy outlives its master (a proxy whose master is gone takes its RPC
  * timeout to stop). */
@@ -61,21 +59,6 @@ static int teardown(void **state)
 	text = NULL;
 	h_cleanup();
 	return 0;
-}
-
-static int http_port_of(const struct h_proc *p)
-{
-	int port = hg_log_http_port(p->log);
-
-	H_ASSERT_MSG(port > 0, "%s logged no HTTP port", p->name);
-	return port;
-}
-
-static void fetch(int port, const char *path)
-{
-	int status = hg_get(port, path, text, TEXT_MAX);
-
-	H_ASSERT_MSG(status == 200, "GET :%d%s = %d: %s", port, path, status, text);
 }
 
 /* GET /admin/stat of (tenant, key) into text. */
