@@ -184,7 +184,8 @@ struct lc_cslot {
 	uint32_t rsvd;
 	int64_t result;
 	uint64_t seq;
-	uint64_t pad[5];
+	uint64_t done_ns; /* CLOCK_MONOTONIC at completion: steers the waiter's spin */
+	uint64_t pad[4];
 };
 
 static_assert(sizeof(struct lc_hello) == 88, "lc_hello layout");

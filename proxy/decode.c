@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "atomic.h"
+#include "clock.h"
 #include "futex.h"
 #include "key.h"
 #include "lunar.h"
@@ -261,6 +262,7 @@ void px_complete(const struct px_region *rg, const struct px_req *r, int64_t res
 	}
 	LC_WRITE_ONCE(slot->result, result);
 	LC_WRITE_ONCE(slot->seq, r->sqe.seq);
+	LC_WRITE_ONCE(slot->done_ns, lc_now_ns());
 	/* Pairs with the waiter's acquire load of state: results before DONE. */
 	old = lc_xchg(&slot->state, (uint32_t)LC_SLOT_DONE);
 	if (old == LC_SLOT_WAITING)

@@ -1,8 +1,8 @@
 /*
  * submit.c - one request's trip through the region: take a completion slot,
  * publish the descriptor on the multi-producer ring (waking the proxy only
- * when it asked for it), then wait for the slot to turn DONE: a short
- * adaptive spin, then futex sleeps in slices, checking between slices that
+ * when it asked for it), then wait for the slot to turn DONE: a spin as long
+ * as the session's requests usually take (spin.h), then futex sleeps in slices, checking between slices that
  * the proxy is alive and the deadline has not passed.
  */
 #include "shm_int.h"
@@ -17,9 +17,8 @@
 #include "clock.h"
 #include "futex.h"
 #include "ring.h"
+#include "spin.h"
 
-#define SHM_SPIN_MIN_NS 2000u
-#define SHM_SPIN_MAX_NS 50000u
 #define SHM_SLICE_NS	50000000ull /* how soon a dead proxy is noticed */
 
 int shm_wait_cond(struct shm_conn *cn, uint64_t deadline_ns)
@@ -109,46 +108,34 @@ static uint32_t max_spinners(void)
 	return v;
 }
 
-/* Spin up to the session's current budget; it grows when completions come
- * within it and shrinks when they do not. Returns 1 when DONE was seen. */
-static int slot_spin_budget(struct shm_conn *cn, struct lc_cslot *slot)
+/* Spin up to budget_ns from start; returns 1 when DONE was seen. */
+static int slot_spin_for(struct lc_cslot *slot, uint64_t start, uint32_t budget_ns)
 {
-	uint32_t budget = LC_READ_ONCE(cn->spin_ns);
-	uint64_t start = lc_now_ns(), t = 0;
-
 	do {
 		/* Pairs with the proxy's exchange to DONE after it wrote results. */
-		if (lc_load_acquire(&slot->state) == LC_SLOT_DONE) {
-			if (budget < SHM_SPIN_MAX_NS && 2 * t > budget)
-				LC_WRITE_ONCE(cn->spin_ns, budget + budget / 4);
+		if (lc_load_acquire(&slot->state) == LC_SLOT_DONE)
 			return 1;
-		}
 		lc_cpu_relax();
-		t = lc_now_ns() - start;
-	} while (t < budget);
-	if (budget > SHM_SPIN_MIN_NS)
-		LC_WRITE_ONCE(cn->spin_ns, budget / 2);
+	} while (lc_now_ns() - start < budget_ns);
 	return 0;
 }
 
 /* Spin if few enough threads already do; else go straight to sleep. */
-static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot)
+static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start)
 {
 	int done = 0;
 
 	if (lc_fetch_add(&cn->spinners, 1u) < max_spinners())
-		done = slot_spin_budget(cn, slot);
+		done = slot_spin_for(slot, start, shm_spin_budget(LC_READ_ONCE(cn->lat_ns)));
 	lc_fetch_add(&cn->spinners, (uint32_t)-1);
 	return done;
 }
 
-static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadline_ns)
+static int slot_sleep(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadline_ns)
 {
 	uint32_t st = LC_SLOT_PENDING;
 	int rc;
 
-	if (slot_spin(cn, slot))
-		return 0;
 	/* The proxy wakes the futex only if it sees WAITING when it finishes. */
 	if (lc_cas(&slot->state, &st, (uint32_t)LC_SLOT_WAITING))
 		st = LC_SLOT_WAITING;
@@ -167,6 +154,20 @@ static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadli
 		return 0;
 	shm_conn_break(cn, "completion slot in a bad state");
 	return LUNAR_ERR_PROTOCOL;
+}
+
+static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadline_ns)
+{
+	uint64_t start = lc_now_ns();
+	int rc = 0;
+
+	if (!slot_spin(cn, slot, start))
+		rc = slot_sleep(cn, slot, deadline_ns);
+	/* Racing threads may lose each other's samples: it is only a hint. */
+	if (!rc)
+		LC_WRITE_ONCE(cn->lat_ns, shm_lat_update(LC_READ_ONCE(cn->lat_ns), start,
+							 LC_READ_ONCE(slot->done_ns)));
+	return rc;
 }
 
 int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result)

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "clock.h"
 #include "lunar.h"
 #include "proxy/decode.h"
 
@@ -293,12 +294,17 @@ static void test_decode_complete_writes_results(void **state)
 	struct lc_sqe q = one_item(f, LC_OP_GET_SIZE, "k", 0);
 	struct px_req *r;
 	const char *why;
+	uint64_t before;
 
 	assert_int_equal(px_decode(&f->rg, &q, &r, &why), 0);
 	f->rg.slots[3].state = LC_SLOT_PENDING;
 	r->items[0].result = 1234;
+	before = lc_now_ns();
 	px_complete(&f->rg, r, 0);
 	assert_int_equal(((struct lc_item *)(f->mem + q.arg_off))->result, 1234);
+	/* The stamp the waiter's spin learns from (shmlib/spin.h). */
+	assert_true(f->rg.slots[3].done_ns >= before);
+	assert_true(f->rg.slots[3].done_ns <= lc_now_ns());
 	assert_int_equal(f->rg.slots[3].state, LC_SLOT_DONE);
 	assert_int_equal(f->rg.slots[3].seq, 9);
 	px_req_free(r);
