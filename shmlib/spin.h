@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define SHM_SPIN_MIN_NS 2000u  /* a brief probe */
-#define SHM_SPIN_MAX_NS 50000u /* never spin longer */
+#define SHM_SPIN_MAX_NS 500000u /* never spin longer */
 
 /* Spin for twice the average completion time when that fits under the
  * maximum, else only probe. */

@@ -33,7 +33,7 @@ static void test_spin_follows_fast_requests(void **state)
 
 static void test_spin_probes_only_for_slow_sessions(void **state)
 {
-	uint32_t lat = feed(10000, 64, 300000); /* cluster puts: two RPCs */
+	uint32_t lat = feed(10000, 64, 400000); /* slower than a cluster put (two RPCs) */
 
 	assert_int_equal(shm_spin_budget(lat), SHM_SPIN_MIN_NS);
 }
@@ -42,7 +42,7 @@ static void test_spin_recovers_when_requests_speed_up(void **state)
 {
 	/* Slow, then fast again: each fast request outlasts the probe, so the
 	 * waiter sleeps through it, yet its stamp shows the request was fast. */
-	uint32_t lat = feed(10000, 64, 300000);
+	uint32_t lat = feed(10000, 64, 400000);
 
 	lat = feed(lat, 64, 4000);
 	assert_true(shm_spin_budget(lat) >= 2 * 4000 - 500);
