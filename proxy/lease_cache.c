@@ -1,8 +1,9 @@
 /*
  * lease_cache.c - a sharded hash of leased replica lists; see lease_cache.h.
- * Each shard is a mutex, chained buckets and a count; when a shard is full
- * an insert first drops expired entries, then the entry whose lease ends
- * first.
+ * Each shard is a mutex, chained buckets, and its entries in the order
+ * their leases were granted: a full shard drops the entry leased longest
+ * ago, which under one lease TTL is the one whose lease ends first (or has
+ * ended). Every operation but clear and renew is O(1).
  */
 #include "proxy/lease_cache.h"
 
@@ -11,28 +12,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-
 #define SHARDS 64
-#define BUCKETS 256 /* per shard */
 
 struct entry {
-	struct entry *next;
+	struct entry *next;	     /* bucket chain */
+	struct entry *older, *newer; /* the shard's lease order */
 	uint64_t hash;
-	char *name; /* "tenant\0key" */
 	size_t tlen;
 	bool read;
 	struct px_cached v;
+	char name[]; /* "tenant\0key\0" */
 };
 
 struct shard {
 	pthread_mutex_t lock;
 	unsigned count;
-	struct entry *b[BUCKETS];
+	struct entry *oldest, *newest;
+	struct entry **b;
 };
 
 struct px_lease_cache {
 	unsigned per_shard;
+	unsigned nbuckets; /* per shard, a power of two */
 	struct shard s[SHARDS];
 };
 
@@ -61,13 +62,53 @@ static struct shard *shard_of(struct px_lease_cache *c, uint64_t h)
 	return &c->s[h % SHARDS];
 }
 
-static struct entry **slot_of(struct shard *s, uint64_t h, const char *tenant, const char *key)
+static struct entry **chain_of(const struct px_lease_cache *c, struct shard *s, uint64_t h)
 {
-	struct entry **pp = &s->b[(h / SHARDS) % BUCKETS];
+	return &s->b[(h / SHARDS) & (c->nbuckets - 1)];
+}
+
+static struct entry **slot_of(const struct px_lease_cache *c, struct shard *s, uint64_t h,
+			      const char *tenant, const char *key)
+{
+	struct entry **pp = chain_of(c, s, h);
 
 	while (*pp && !same(*pp, h, tenant, key))
 		pp = &(*pp)->next;
 	return pp;
+}
+
+static void order_unlink(struct shard *s, struct entry *e)
+{
+	if (e->older)
+		e->older->newer = e->newer;
+	else
+		s->oldest = e->newer;
+	if (e->newer)
+		e->newer->older = e->older;
+	else
+		s->newest = e->older;
+}
+
+static void order_append(struct shard *s, struct entry *e)
+{
+	e->newer = NULL;
+	e->older = s->newest;
+	if (s->newest)
+		s->newest->newer = e;
+	else
+		s->oldest = e;
+	s->newest = e;
+}
+
+/* Take the entry *pp names out of its chain and the order, and free it. */
+static void entry_remove(struct shard *s, struct entry **pp)
+{
+	struct entry *e = *pp;
+
+	*pp = e->next;
+	order_unlink(s, e);
+	free(e);
+	s->count--;
 }
 
 struct px_lease_cache *px_lease_cache_create(unsigned capacity)
@@ -77,30 +118,32 @@ struct px_lease_cache *px_lease_cache_create(unsigned capacity)
 	if (!c)
 		return NULL;
 	c->per_shard = capacity / SHARDS ? capacity / SHARDS : 1;
-	for (int i = 0; i < SHARDS; i++)
+	c->nbuckets = 1;
+	while (c->nbuckets < c->per_shard)
+		c->nbuckets *= 2;
+	for (int i = 0; i < SHARDS; i++) {
+		c->s[i].b = calloc(c->nbuckets, sizeof(*c->s[i].b));
+		if (!c->s[i].b) {
+			px_lease_cache_destroy(c);
+			return NULL;
+		}
 		pthread_mutex_init(&c->s[i].lock, NULL);
+	}
 	return c;
-}
-
-static void entry_free(struct entry *e)
-{
-	free(e->name);
-	free(e);
 }
 
 void px_lease_cache_destroy(struct px_lease_cache *c)
 {
 	if (!c)
 		return;
-	for (int i = 0; i < SHARDS; i++) {
-		for (int j = 0; j < BUCKETS; j++) {
-			while (c->s[i].b[j]) {
-				struct entry *e = c->s[i].b[j];
+	for (int i = 0; i < SHARDS && c->s[i].b; i++) {
+		struct entry *e = c->s[i].oldest, *next;
 
-				c->s[i].b[j] = e->next;
-				entry_free(e);
-			}
+		for (; e; e = next) {
+			next = e->newer;
+			free(e);
 		}
+		free(c->s[i].b);
 		pthread_mutex_destroy(&c->s[i].lock);
 	}
 	free(c);
@@ -115,7 +158,7 @@ int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char 
 	int hit = 0;
 
 	pthread_mutex_lock(&s->lock);
-	e = *slot_of(s, h, tenant, key);
+	e = *slot_of(c, s, h, tenant, key);
 	if (e && e->v.deadline_ms > now_ms + margin_ms) {
 		e->read = true;
 		*out = e->v;
@@ -147,39 +190,6 @@ int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadlin
 	return 0;
 }
 
-/* The entry to drop from a full shard: an expired one, else the earliest. */
-static struct entry **find_victim(struct shard *s, uint64_t now)
-{
-	struct entry **victim = NULL;
-
-	for (int j = 0; j < BUCKETS; j++) {
-		for (struct entry **pp = &s->b[j]; *pp; pp = &(*pp)->next) {
-			if ((*pp)->v.deadline_ms <= now)
-				return pp;
-			if (!victim || (*pp)->v.deadline_ms < (*victim)->v.deadline_ms)
-				victim = pp;
-		}
-	}
-	return victim;
-}
-
-static void shard_trim(struct shard *s, unsigned limit)
-{
-	uint64_t now = lc_now_ms();
-
-	while (s->count >= limit) {
-		struct entry **victim = find_victim(s, now);
-		struct entry *e;
-
-		if (!victim)
-			return;
-		e = *victim;
-		*victim = e->next;
-		entry_free(e);
-		s->count--;
-	}
-}
-
 void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char *key,
 			const struct px_cached *v)
 {
@@ -189,24 +199,30 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 	struct entry **pp, *e;
 
 	pthread_mutex_lock(&s->lock);
-	pp = slot_of(s, h, tenant, key);
+	pp = slot_of(c, s, h, tenant, key);
 	if (*pp) {
-		(*pp)->v = *v;
+		e = *pp;
+		e->v = *v;
+		order_unlink(s, e);
+		order_append(s, e);
 		goto out;
 	}
-	shard_trim(s, c->per_shard);
-	e = calloc(1, sizeof(*e));
-	if (!e || !(e->name = malloc(tl + kl + 2))) {
-		free(e);
+	e = malloc(sizeof(*e) + tl + kl + 2);
+	if (!e)
 		goto out;
-	}
+	if (s->count >= c->per_shard)
+		entry_remove(s, slot_of(c, s, s->oldest->hash, s->oldest->name,
+					s->oldest->name + s->oldest->tlen + 1));
 	memcpy(e->name, tenant, tl + 1);
 	memcpy(e->name + tl + 1, key, kl + 1);
 	e->tlen = tl;
 	e->hash = h;
+	e->read = false;
 	e->v = *v;
-	pp = slot_of(s, h, tenant, key); /* trimming may have moved the chain end */
+	pp = chain_of(c, s, h);
+	e->next = *pp;
 	*pp = e;
+	order_append(s, e);
 	s->count++;
 out:
 	pthread_mutex_unlock(&s->lock);
@@ -216,16 +232,12 @@ void px_lease_cache_drop(struct px_lease_cache *c, const char *tenant, const cha
 {
 	uint64_t h = name_hash(tenant, key);
 	struct shard *s = shard_of(c, h);
-	struct entry **pp, *e;
+	struct entry **pp;
 
 	pthread_mutex_lock(&s->lock);
-	pp = slot_of(s, h, tenant, key);
-	e = *pp;
-	if (e) {
-		*pp = e->next;
-		entry_free(e);
-		s->count--;
-	}
+	pp = slot_of(c, s, h, tenant, key);
+	if (*pp)
+		entry_remove(s, pp);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -235,19 +247,14 @@ void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
 		struct shard *s = &c->s[i];
 
 		pthread_mutex_lock(&s->lock);
-		for (int j = 0; j < BUCKETS; j++) {
+		for (unsigned j = 0; j < c->nbuckets; j++) {
 			struct entry **pp = &s->b[j];
 
 			while (*pp) {
-				struct entry *e = *pp;
-
-				if (strcmp(e->name, tenant)) {
-					pp = &e->next;
-					continue;
-				}
-				*pp = e->next;
-				entry_free(e);
-				s->count--;
+				if (strcmp((*pp)->name, tenant))
+					pp = &(*pp)->next;
+				else
+					entry_remove(s, pp);
 			}
 		}
 		pthread_mutex_unlock(&s->lock);
@@ -273,28 +280,26 @@ static size_t collect_due(struct px_lease_cache *c, uint64_t limit_ms, struct du
 
 	for (int i = 0; i < SHARDS; i++) {
 		pthread_mutex_lock(&c->s[i].lock);
-		for (int j = 0; j < BUCKETS; j++) {
-			for (struct entry *e = c->s[i].b[j]; e; e = e->next) {
-				struct due *nd;
+		for (struct entry *e = c->s[i].oldest; e; e = e->newer) {
+			struct due *nd;
 
-				if (!e->read || e->v.deadline_ms > limit_ms)
-					continue;
-				if (n == cap) {
-					cap = cap ? cap * 2 : 64;
-					nd = realloc(d, cap * sizeof(*d));
-					if (!nd)
-						goto out;
-					d = nd;
-				}
-				d[n].tenant = strdup(e->name);
-				d[n].key = strdup(e->name + e->tlen + 1);
-				if (!d[n].tenant || !d[n].key) {
-					free(d[n].tenant);
-					free(d[n].key);
+			if (!e->read || e->v.deadline_ms > limit_ms)
+				continue;
+			if (n == cap) {
+				cap = cap ? cap * 2 : 64;
+				nd = realloc(d, cap * sizeof(*d));
+				if (!nd)
 					goto out;
-				}
-				n++;
+				d = nd;
 			}
+			d[n].tenant = strdup(e->name);
+			d[n].key = strdup(e->name + e->tlen + 1);
+			if (!d[n].tenant || !d[n].key) {
+				free(d[n].tenant);
+				free(d[n].key);
+				goto out;
+			}
+			n++;
 		}
 out:
 		pthread_mutex_unlock(&c->s[i].lock);
@@ -311,15 +316,15 @@ static void apply_due(struct px_lease_cache *c, const struct due *d, const struc
 	struct entry **pp, *e;
 
 	pthread_mutex_lock(&s->lock);
-	pp = slot_of(s, h, d->tenant, d->key);
+	pp = slot_of(c, s, h, d->tenant, d->key);
 	e = *pp;
 	if (e && fresh) {
 		e->v = *fresh;
 		e->read = false;
+		order_unlink(s, e);
+		order_append(s, e);
 	} else if (e) {
-		*pp = e->next;
-		entry_free(e);
-		s->count--;
+		entry_remove(s, pp);
 	}
 	pthread_mutex_unlock(&s->lock);
 }
