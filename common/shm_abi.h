@@ -110,7 +110,10 @@ struct lc_ring_ctl {
 	uint32_t cons_head; /* written by the proxy only */
 	uint8_t pad1[LC_CACHELINE - 4];
 	uint32_t flags; /* LC_RING_NEED_WAKEUP, written by the proxy */
-	uint8_t pad2[LC_CACHELINE - 4];
+	/* Hints from the proxy for how waiters wait (shm-abi.md, Completing). */
+	uint32_t crowded;  /* more clients busy than spare CPUs */
+	uint32_t loop_cpu; /* the CPU its loop last ran on, plus one; 0: unknown */
+	uint8_t pad2[LC_CACHELINE - 12];
 };
 
 enum lc_op {

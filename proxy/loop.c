@@ -6,6 +6,7 @@
  * sleeps it sets NEED_WAKEUP on every ring and looks once more.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -13,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "log.h"
 #include "lunar.h"
@@ -22,6 +24,8 @@
 #define PX_SPIN_NS 50000ull
 #define PX_EFD_TAG 1ul
 #define PX_HELLO_POLL_MS 100
+#define PX_YIELD_NS 3000ull /* polling this long without work: yield between polls */
+#define PX_ACTIVE_NS 1000000ull /* a client with work this recent is busy */
 
 static int watch(struct px_proxy *px, int fd, void *tag)
 {
@@ -122,14 +126,59 @@ static int session_drain(struct px_proxy *px, struct px_session *s)
 static int drain_all(struct px_proxy *px)
 {
 	struct px_session *s, *next;
-	int busy = 0;
+	uint64_t now = 0;
 
 	for (s = px->sessions; s; s = next) {
 		next = s->next;
 		if (session_drain(px, s) > 0)
-			busy = 1;
+			s->active_ns = now ? now : (now = lc_now_ns());
 	}
-	return busy;
+	return now != 0;
+}
+
+static void publish_hints(struct px_proxy *px)
+{
+	for (struct px_session *s = px->sessions; s; s = s->next) {
+		if (s->open) {
+			LC_WRITE_ONCE(s->rg.ring->crowded, px->crowded);
+			LC_WRITE_ONCE(s->rg.ring->loop_cpu, px->loop_cpu);
+		}
+	}
+}
+
+/* Tell the clients where the loop runs: a waiter on the same CPU yields
+ * to it instead of spinning against it. */
+static void publish_cpu(struct px_proxy *px)
+{
+	int cpu = sched_getcpu();
+	uint32_t hint = cpu < 0 ? 0 : (uint32_t)cpu + 1;
+
+	if (hint != px->loop_cpu) {
+		px->loop_cpu = hint;
+		publish_hints(px);
+	}
+}
+
+/*
+ * Tell every client whether more of them are busy (work within the last
+ * PX_ACTIVE_NS) than there are CPUs beside the loop: their waiting threads
+ * then yield the CPU between looks rather than spin, so that spinners of
+ * many processes do not starve the loop that completes them. A client may
+ * overwrite its own copy; that only changes how it waits.
+ */
+static void publish_crowding(struct px_proxy *px, uint64_t now)
+{
+	unsigned active = 0;
+	uint32_t crowded;
+
+	for (struct px_session *s = px->sessions; s; s = s->next)
+		if (s->open && now - s->active_ns < PX_ACTIVE_NS)
+			active++;
+	crowded = active > px->spare_cpus;
+	if (crowded != px->crowded) {
+		px->crowded = crowded;
+		publish_hints(px);
+	}
 }
 
 /* Close connections whose message stalled; 1 if some message is pending. */
@@ -194,6 +243,10 @@ static void handle_event(struct px_proxy *px, struct epoll_event *ev)
 
 		if (rc == 1 && watch(px, s->efd, (void *)((uintptr_t)s | PX_EFD_TAG)))
 			rc = -1;
+		if (rc == 1) {
+			LC_WRITE_ONCE(s->rg.ring->crowded, px->crowded);
+			LC_WRITE_ONCE(s->rg.ring->loop_cpu, px->loop_cpu);
+		}
 		if (rc < 0)
 			session_close(px, s, why);
 	}
@@ -237,7 +290,7 @@ static void stop_requested(struct px_proxy *px)
 int px_loop_run(struct px_proxy *px)
 {
 	struct epoll_event evs[64];
-	uint64_t last_busy = lc_now_ns();
+	uint64_t last_busy = lc_now_ns(), last_crowd_check = 0;
 	int rc, n, timeout = 0;
 
 	if ((rc = watch(px, px->listen_fd, &px->listen_fd)) ||
@@ -266,8 +319,15 @@ int px_loop_run(struct px_proxy *px)
 		for (int i = 0; i < n; i++)
 			if (is_session(px, &evs[i]))
 				px_session_put(session_of(&evs[i]));
+		publish_cpu(px);
 		if (drain_all(px))
 			last_busy = lc_now_ns();
+		else if (!timeout && lc_now_ns() - last_busy > PX_YIELD_NS)
+			sched_yield(); /* polling: a client waiting on this CPU runs first */
+		if (lc_now_ns() - last_crowd_check > PX_ACTIVE_NS / 4) {
+			last_crowd_check = lc_now_ns();
+			publish_crowding(px, last_crowd_check);
+		}
 		timeout = 0;
 		if (lc_now_ns() - last_busy > PX_SPIN_NS) {
 			if (prepare_sleep(px))

@@ -140,6 +140,7 @@ static int start_control_plane(struct px_proxy *px)
 static int start_clients(struct px_proxy *px)
 {
 	sigset_t sigs;
+	long cpus;
 	int rc;
 
 	rc = make_socket_dir(px->cfg.socket_path);
@@ -149,6 +150,8 @@ static int start_clients(struct px_proxy *px)
 		LC_ERROR("proxy", "socket %s: %s", px->cfg.socket_path, strerror(-rc));
 		return LUNAR_ERR_INTERNAL;
 	}
+	cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	px->spare_cpus = cpus > 2 ? (unsigned)cpus - 1 : 1;
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);

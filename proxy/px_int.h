@@ -93,6 +93,7 @@ struct px_session {
 	char tenant[LC_TENANT_MAX];
 	struct px_region rg; /* the proxy's own copy of the layout */
 	uint32_t cons;       /* private consumer index; loop thread only */
+	uint64_t active_ns;  /* when its ring last brought work; loop thread only */
 	/* Socket input, loop thread only: the hello until open, then
 	 * registration messages, gathered without ever blocking the loop. */
 	int open;
@@ -146,6 +147,9 @@ struct px_proxy {
 	int epfd;
 	int stop_efd; /* signalfd: SIGTERM, SIGINT */
 	unsigned nsessions;
+	unsigned spare_cpus; /* CPUs beside the proxy's loop, at least 1 */
+	uint32_t crowded;    /* hints last written to every ring; loop thread only */
+	uint32_t loop_cpu;
 	struct px_session *sessions;
 	struct px_disk *disk; /* the SSD tier, NULL without --disk-dir */
 	atomic_bool mounted;

@@ -36,12 +36,12 @@
 
 #include "atomic.h"
 #include "harness.h"
+#include "harness_raw.h"
 #include "ring.h"
 #include "shm_abi.h"
 #include "uds.h"
 
 #define HANGUP_MS  2000 /* a violator must be cut off within this */
-#define RAW_ARENA  (1u << 20)
 #define B_STALL_MS 1000 /* longest B call tolerated while others misbehave */
 #define B_MAX_LEN  (64u * 1024u)
 #define FD_SLACK   2
@@ -118,95 +118,6 @@ static void *b_main(void *arg)
 	return NULL;
 }
 
-/* --- raw clients: the handshake by hand, then anything at all --- */
-
-struct raw {
-	int sock, memfd, efd;
-	uint8_t *base;
-	uint64_t size;
-	uint64_t client_id;
-	struct lc_shm_hdr h;
-	struct lc_ring_ctl *ring;
-	struct lc_sqe *sqes;
-	struct lc_cslot *slots;
-	uint64_t used; /* arena bump allocator, arena-relative */
-};
-
-static void raw_open(struct raw *c)
-{
-	struct lc_hello hello = {.magic = LC_SHM_MAGIC,
-				 .version = LC_PROTO_VERSION,
-				 .pid = (uint32_t)getpid(),
-				 .arena_bytes = RAW_ARENA};
-	struct lc_welcome w;
-	struct stat st;
-	int fds[2], n;
-
-	memset(c, 0, sizeof(*c));
-	c->sock = lc_uds_connect(sock);
-	H_ASSERT_MSG(c->sock >= 0, "connect: %s", strerror(-c->sock));
-	H_ASSERT_EQ(lc_uds_send(c->sock, &hello, sizeof(hello), NULL, 0), 0);
-	n = lc_uds_recv(c->sock, &w, sizeof(w), fds, 2, 5000);
-	H_ASSERT_MSG(n == 2 && w.code == 0, "welcome: %d fds, code %d", n, n >= 0 ? w.code : 0);
-	c->memfd = fds[0];
-	c->efd = fds[1];
-	c->client_id = w.client_id;
-	H_ASSERT(fstat(c->memfd, &st) == 0 && (uint64_t)st.st_size == w.region_size);
-	c->size = w.region_size;
-	c->base = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
-	H_ASSERT(c->base != MAP_FAILED);
-	memcpy(&c->h, c->base, sizeof(c->h));
-	H_ASSERT(c->h.magic == LC_SHM_MAGIC && c->h.region_size == c->size);
-	H_ASSERT(c->h.arena_off + c->h.arena_size == c->size);
-	c->ring = (struct lc_ring_ctl *)(c->base + c->h.ring_off);
-	c->sqes = (struct lc_sqe *)(c->base + c->h.sqes_off);
-	c->slots = (struct lc_cslot *)(c->base + c->h.slots_off);
-}
-
-static void raw_close(struct raw *c)
-{
-	if (c->base)
-		munmap(c->base, c->size);
-	if (c->memfd >= 0)
-		close(c->memfd);
-	if (c->efd >= 0)
-		close(c->efd);
-	if (c->sock >= 0)
-		close(c->sock);
-	memset(c, 0, sizeof(*c));
-	c->sock = c->memfd = c->efd = -1;
-}
-
-/* Copy n bytes into the arena; returns their region offset (8-aligned). */
-static uint64_t raw_put(struct raw *c, const void *p, size_t n)
-{
-	uint64_t off = c->h.arena_off + c->used;
-
-	H_ASSERT(c->used + n <= c->h.arena_size);
-	memcpy(c->base + off, p, n);
-	c->used = (c->used + n + 7) & ~7ull;
-	return off;
-}
-
-static void raw_kick(struct raw *c)
-{
-	uint64_t one = 1;
-
-	if (write(c->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		fail_msg("eventfd write: %s", strerror(errno));
-}
-
-/* Publish one descriptor the way liblunar does, then wake the proxy. */
-static void raw_submit(struct raw *c, const struct lc_sqe *q)
-{
-	uint32_t head;
-
-	H_ASSERT_EQ(lc_ring_reserve(c->ring, c->h.ring_entries, 1, &head), 0);
-	memcpy(&c->sqes[head & (c->h.ring_entries - 1)], q, sizeof(*q));
-	lc_ring_commit(c->ring, head, 1);
-	raw_kick(c);
-}
-
 /* A well-formed one-item request (key "k", nseg segments at seg_off). */
 static struct lc_sqe raw_item_sqe(struct raw *c, uint16_t op, struct lc_item *it)
 {
@@ -215,18 +126,6 @@ static struct lc_sqe raw_item_sqe(struct raw *c, uint16_t op, struct lc_item *it
 	q.arg_len = sizeof(*it);
 	q.arg_off = raw_put(c, it, sizeof(*it));
 	return q;
-}
-
-static int raw_wait_done(struct raw *c, uint32_t slot, int ms)
-{
-	uint64_t end = h_now_ms() + (uint64_t)ms;
-
-	while (h_now_ms() < end) {
-		if (__atomic_load_n(&c->slots[slot].state, __ATOMIC_ACQUIRE) == LC_SLOT_DONE)
-			return 1;
-		h_sleep_ms(1);
-	}
-	return 0;
 }
 
 /* 1 once the proxy closed its end (EOF or reset), 0 after ms without. */
@@ -644,7 +543,7 @@ static void test_hostile_violations_disconnect(void **state)
 	for (size_t i = 0; i < sizeof(hostiles) / sizeof(hostiles[0]); i++) {
 		struct raw c;
 
-		raw_open(&c);
+		raw_open(&c, sock);
 		hostiles[i].act(&c);
 		expect_cut_off(&c, hostiles[i].what);
 	}
@@ -659,7 +558,7 @@ static void test_hostile_violations_concurrent(void **state)
 
 	(void)state;
 	for (int i = 0; i < N; i++)
-		raw_open(&c[i]);
+		raw_open(&c[i], sock);
 	for (int i = 0; i < N; i++)
 		hostiles[(size_t)i % (sizeof(hostiles) / sizeof(hostiles[0]))].act(&c[i]);
 	for (int i = 0; i < N; i++)
@@ -676,7 +575,7 @@ static void test_hostile_eventfd_flood(void **state)
 	struct raw c;
 
 	(void)state;
-	raw_open(&c);
+	raw_open(&c, sock);
 	b_reset_max();
 	end = h_now_ms() + 1500;
 	while (h_now_ms() < end) {
@@ -714,7 +613,7 @@ static void test_hostile_request_flood(void **state)
 	struct raw c;
 
 	(void)state;
-	raw_open(&c);
+	raw_open(&c, sock);
 	it.key_off = raw_put(&c, "flood/key", 9);
 	q = raw_item_sqe(&c, LC_OP_EXISTS, &it);
 	b_reset_max();
@@ -752,7 +651,7 @@ static void test_hostile_sealed_then_unmapped(void **state)
 	int seals;
 
 	(void)state;
-	raw_open(&c);
+	raw_open(&c, sock);
 	seals = fcntl(c.memfd, F_GET_SEALS);
 	H_ASSERT_MSG(seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
 				       (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
@@ -785,7 +684,7 @@ static void test_hostile_abrupt_close_mid_request(void **state)
 		struct lc_sqe q = {.op = LC_OP_HEALTH, .slot = 0, .seq = 1};
 		struct raw c;
 
-		raw_open(&c);
+		raw_open(&c, sock);
 		c.slots[0].state = LC_SLOT_PENDING;
 		memcpy(&c.sqes[0], &q, sizeof(q));
 		lc_ring_commit(c.ring, 0, 1);
@@ -802,7 +701,7 @@ static void test_hostile_abrupt_close_mid_request(void **state)
 		struct raw c;
 		char key[32];
 
-		raw_open(&c);
+		raw_open(&c, sock);
 		snprintf(key, sizeof(key), "hostile/abrupt/%d", i);
 		it.key_len = (uint32_t)strlen(key);
 		it.key_off = raw_put(&c, key, it.key_len);
@@ -830,7 +729,7 @@ static void test_hostile_socket_garbage(void **state)
 
 	(void)state;
 	memset(junk, 'G', sizeof(junk));
-	raw_open(&c);
+	raw_open(&c, sock);
 	H_ASSERT(send(c.sock, junk, sizeof(junk), MSG_NOSIGNAL) == (ssize_t)sizeof(junk));
 	expect_cut_off(&c, "junk on the socket after hello");
 	expect_b_healthy("after socket garbage");
@@ -893,7 +792,7 @@ static void test_hostile_registrations(void **state)
 	int fd, rc;
 
 	(void)state;
-	raw_open(&c);
+	raw_open(&c, sock);
 	fd = memfd_of(1 << 20, 0);
 	q.length = 1 << 20;
 	rc = raw_register(&c, &q, fd, &region);
@@ -930,12 +829,12 @@ static void test_hostile_registrations(void **state)
 	seg.off = (1 << 20) - 7;
 	submit_seg(&c, LC_OP_GET, &seg, "value past a registered range");
 
-	raw_open(&c);
+	raw_open(&c, sock);
 	seg.region = LC_MAX_REGIONS;
 	seg.off = 0;
 	submit_seg(&c, LC_OP_PUT, &seg, "value in a region never granted");
 
-	raw_open(&c);
+	raw_open(&c, sock);
 	fd = memfd_of(1 << 16, 1);
 	q = (struct lc_reg_req){.magic = LC_REG_MAGIC, .op = LC_REG_ADD, .length = 1 << 16};
 	H_ASSERT_EQ(raw_register(&c, &q, fd, &region), 0);
@@ -944,7 +843,7 @@ static void test_hostile_registrations(void **state)
 	H_ASSERT_EQ(raw_register(&c, &q, -1, &seg.region), 0);
 	submit_seg(&c, LC_OP_GET, &seg, "value in a deleted region");
 
-	raw_open(&c);
+	raw_open(&c, sock);
 	q = (struct lc_reg_req){.magic = LC_REG_MAGIC, .op = 9};
 	H_ASSERT_EQ(lc_uds_send(c.sock, &q, sizeof(q), NULL, 0), 0);
 	expect_cut_off(&c, "registration op 9");

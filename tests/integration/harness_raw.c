@@ -1,0 +1,105 @@
+/*
+ * harness_raw.c - the raw client of harness_raw.h.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "harness_raw.h"
+#include "ring.h"
+#include "uds.h"
+
+void raw_open(struct raw *c, const char *sock_path)
+{
+	struct lc_hello hello = {.magic = LC_SHM_MAGIC,
+				 .version = LC_PROTO_VERSION,
+				 .pid = (uint32_t)getpid(),
+				 .arena_bytes = RAW_ARENA};
+	struct lc_welcome w;
+	struct stat st;
+	int fds[2], n;
+
+	memset(c, 0, sizeof(*c));
+	c->sock = lc_uds_connect(sock_path);
+	H_ASSERT_MSG(c->sock >= 0, "connect: %s", strerror(-c->sock));
+	H_ASSERT_EQ(lc_uds_send(c->sock, &hello, sizeof(hello), NULL, 0), 0);
+	n = lc_uds_recv(c->sock, &w, sizeof(w), fds, 2, 5000);
+	H_ASSERT_MSG(n == 2 && w.code == 0, "welcome: %d fds, code %d", n, n >= 0 ? w.code : 0);
+	c->memfd = fds[0];
+	c->efd = fds[1];
+	c->client_id = w.client_id;
+	H_ASSERT(fstat(c->memfd, &st) == 0 && (uint64_t)st.st_size == w.region_size);
+	c->size = w.region_size;
+	c->base = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
+	H_ASSERT(c->base != MAP_FAILED);
+	memcpy(&c->h, c->base, sizeof(c->h));
+	H_ASSERT(c->h.magic == LC_SHM_MAGIC && c->h.region_size == c->size);
+	H_ASSERT(c->h.arena_off + c->h.arena_size == c->size);
+	c->ring = (struct lc_ring_ctl *)(c->base + c->h.ring_off);
+	c->sqes = (struct lc_sqe *)(c->base + c->h.sqes_off);
+	c->slots = (struct lc_cslot *)(c->base + c->h.slots_off);
+}
+
+void raw_close(struct raw *c)
+{
+	if (c->base)
+		munmap(c->base, c->size);
+	if (c->memfd >= 0)
+		close(c->memfd);
+	if (c->efd >= 0)
+		close(c->efd);
+	if (c->sock >= 0)
+		close(c->sock);
+	memset(c, 0, sizeof(*c));
+	c->sock = c->memfd = c->efd = -1;
+}
+
+uint64_t raw_put(struct raw *c, const void *p, size_t n)
+{
+	uint64_t off = c->h.arena_off + c->used;
+
+	H_ASSERT(c->used + n <= c->h.arena_size);
+	memcpy(c->base + off, p, n);
+	c->used = (c->used + n + 7) & ~7ull;
+	return off;
+}
+
+void raw_kick(struct raw *c)
+{
+	uint64_t one = 1;
+
+	if (write(c->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		fail_msg("eventfd write: %s", strerror(errno));
+}
+
+void raw_submit(struct raw *c, const struct lc_sqe *q)
+{
+	uint32_t head;
+
+	H_ASSERT_EQ(lc_ring_reserve(c->ring, c->h.ring_entries, 1, &head), 0);
+	memcpy(&c->sqes[head & (c->h.ring_entries - 1)], q, sizeof(*q));
+	lc_ring_commit(c->ring, head, 1);
+	raw_kick(c);
+}
+
+int raw_wait_done(struct raw *c, uint32_t slot, int ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)ms;
+
+	while (h_now_ms() < end) {
+		if (__atomic_load_n(&c->slots[slot].state, __ATOMIC_ACQUIRE) == LC_SLOT_DONE)
+			return 1;
+		h_sleep_ms(1);
+	}
+	return 0;
+}

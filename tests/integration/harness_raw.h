@@ -1,0 +1,41 @@
+/*
+ * harness_raw.h - a raw client for integration tests: the handshake by
+ * hand, then the shared region written directly, so a test can send what
+ * liblunar never would (or watch what the proxy writes back).
+ */
+#ifndef LUNAR_TESTS_HARNESS_RAW_H
+#define LUNAR_TESTS_HARNESS_RAW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shm_abi.h"
+
+#define RAW_ARENA (1u << 20)
+
+struct raw {
+	int sock, memfd, efd;
+	uint8_t *base;
+	uint64_t size;
+	uint64_t client_id;
+	struct lc_shm_hdr h;
+	struct lc_ring_ctl *ring;
+	struct lc_sqe *sqes;
+	struct lc_cslot *slots;
+	uint64_t used; /* arena bump allocator, arena-relative */
+};
+
+/* raw_open - connect to the proxy at sock_path, say hello, map the region. */
+void raw_open(struct raw *c, const char *sock_path);
+/* raw_close - unmap and close everything; c may be half open. */
+void raw_close(struct raw *c);
+/* raw_put - copy n bytes into the arena; returns their region offset (8-aligned). */
+uint64_t raw_put(struct raw *c, const void *p, size_t n);
+/* raw_kick - write the eventfd, as a client does when the proxy sleeps. */
+void raw_kick(struct raw *c);
+/* raw_submit - publish one descriptor the way liblunar does, then kick. */
+void raw_submit(struct raw *c, const struct lc_sqe *q);
+/* raw_wait_done - 1 once slot is DONE, 0 after ms without. */
+int raw_wait_done(struct raw *c, uint32_t slot, int ms);
+
+#endif /* LUNAR_TESTS_HARNESS_RAW_H */
