@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 SIZES=(4KiB 64KiB 1MiB)
 CLIENTS=(1 8)
 declare -A BYTES=([4KiB]=4096 [64KiB]=65536 [1MiB]=1048576)
-declare -A COUNT=([4KiB]=20000 [64KiB]=10000 [1MiB]=1000)
+declare -A COUNT=([4KiB]=100000 [64KiB]=25000 [1MiB]=1000)
 CELL_SECS=120
 
 install_peers() {
