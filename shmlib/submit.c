@@ -93,10 +93,7 @@ static int ring_push(struct shm_conn *cn, const struct lc_sqe *sqe, uint64_t dea
 	return 0;
 }
 
-/* How many threads of a session may spin at once (the rest yield): one CPU
- * is left to the proxy, or spinning waiters starve the very thread that
- * completes them. */
-static uint32_t max_spinners(void)
+static uint32_t online_cpus(void)
 {
 	static uint32_t n;
 	uint32_t v = LC_READ_ONCE(n);
@@ -104,27 +101,45 @@ static uint32_t max_spinners(void)
 	if (!v) {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
-		v = cpus > 2 ? (uint32_t)cpus - 1 : 1;
+		v = cpus > 1 ? (uint32_t)cpus : 1;
 		LC_WRITE_ONCE(n, v);
 	}
 	return v;
 }
 
+/* How many threads of a session may spin at once (the rest yield): one CPU
+ * is left to the proxy, or spinning waiters starve the very thread that
+ * completes them. */
+static uint32_t max_spinners(void)
+{
+	return online_cpus() > 2 ? online_cpus() - 1 : 1;
+}
+
+/* 1 when this thread runs on the CPU the proxy's loop last ran on and there
+ * is another: a would-be spinner then sleeps, since a futex wakeup lets the
+ * scheduler place it elsewhere, while spinning starves the loop and
+ * yielding keeps the two sharing one CPU for good. */
+static int beside_loop(const struct shm_conn *cn)
+{
+	uint32_t loop_cpu = LC_READ_ONCE(cn->ring->loop_cpu);
+
+	return online_cpus() > 1 && loop_cpu == (uint32_t)sched_getcpu() + 1;
+}
+
 /*
  * Wait for DONE without sleeping for up to the session's spin budget: by
- * spinning if few enough threads of the session already do, the proxy
- * does not report more busy clients than CPUs and its loop is not on our
- * CPU, else by yielding the CPU between looks. With more waiters than CPUs they then hand the CPU to each
- * other and to the proxy instead of each paying a futex sleep and a wakeup
- * (8 threads on 2 CPUs: about 2x the throughput). Returns 1 when DONE was
- * seen.
+ * spinning if few enough threads of the session already do and the proxy
+ * does not report more busy clients than CPUs (but not beside the loop),
+ * else by yielding the CPU between looks. With more waiters than CPUs they then hand
+ * the CPU to each other and to the proxy instead of each paying a futex
+ * sleep and a wakeup (8 threads on 2 CPUs: about 2x the throughput).
+ * Returns 1 when DONE was seen.
  */
 static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start)
 {
 	uint32_t budget = shm_spin_budget(LC_READ_ONCE(cn->lat_ns));
 	int spin = lc_fetch_add(&cn->spinners, 1u) < max_spinners() &&
 		   !LC_READ_ONCE(cn->ring->crowded);
-	uint32_t loop_cpu = LC_READ_ONCE(cn->ring->loop_cpu);
 	int done = 0;
 
 	do {
@@ -133,10 +148,12 @@ static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start)
 			done = 1;
 			break;
 		}
-		if (spin && loop_cpu != (uint32_t)sched_getcpu() + 1)
-			lc_cpu_relax();
-		else
+		if (!spin)
 			sched_yield();
+		else if (beside_loop(cn))
+			break;
+		else
+			lc_cpu_relax();
 	} while (lc_now_ns() - start < budget);
 	lc_fetch_add(&cn->spinners, (uint32_t)-1);
 	return done;
