@@ -70,6 +70,7 @@ struct worker {
 
 struct figures {
 	uint64_t ops, errors, wall_ns, busy_ns;
+	uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC: comparable across processes */
 };
 
 static const char usage_text[] =
@@ -107,7 +108,8 @@ static const char usage_text[] =
     "  memcpy_gb_per_s, nt_copy_gb_per_s (one thread, cold source, same SIZE).\n"
     "  ops_per_s and gb_per_s count time inside liblunar calls: ops divided by the\n"
     "  busiest thread's summed call time (checking the bytes read is outside it);\n"
-    "  _wall_s is the phase's wall-clock time, checking included.\n"
+    "  _wall_s is the phase's wall-clock time, checking included; _start_ns and\n"
+    "  _end_ns bound it on CLOCK_MONOTONIC (to add up several processes).\n"
     "\n"
     "Exit codes: 0 ok, 1 an operation failed, 2 usage error, 3 cannot connect.\n";
 
@@ -266,7 +268,9 @@ static int run_phase(struct bench *b, struct worker *ws, enum phase ph, struct f
 		if (ws[t].busy_ns > f->busy_ns)
 			f->busy_ns = ws[t].busy_ns;
 	}
-	f->wall_ns = lc_now_ns() - t0;
+	f->start_ns = t0;
+	f->end_ns = lc_now_ns();
+	f->wall_ns = f->end_ns - t0;
 	return started == b->threads ? 0 : -1;
 }
 
@@ -279,6 +283,8 @@ static void print_figures(const struct bench *b, const char *name, const struct 
 	printf("%s_ops=%llu\n", name, (unsigned long long)n);
 	printf("%s_errors=%llu\n", name, (unsigned long long)f->errors);
 	printf("%s_wall_s=%.6f\n", name, (double)f->wall_ns / 1e9);
+	printf("%s_start_ns=%llu\n%s_end_ns=%llu\n", name, (unsigned long long)f->start_ns,
+	       name, (unsigned long long)f->end_ns);
 	printf("%s_ops_per_s=%.1f\n", name, busy_s > 0 ? (double)n / busy_s : 0.0);
 	if (with_bytes)
 		printf("%s_gb_per_s=%.3f\n", name,

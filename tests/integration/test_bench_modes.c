@@ -2,7 +2,9 @@
  * test_bench_modes.c - lunar-bench's measuring modes give their figures:
  * --evict-round evicts exactly ceil(N x 5 %) objects in one round, and
  * --trace --simulate-only counts the trace's unique blocks (skipped without
- * the trace beside the repo).
+ * the trace beside the repo), and two processes against one proxy each
+ * bound their phases on the shared monotonic clock (what bench-procs.sh
+ * adds up), with every byte checked.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,11 +72,60 @@ static void test_bench_modes_trace_simulation(void **state)
 	assert_non_null(strstr(out, "lru_hit_ratio="));
 }
 
+/* The value of key=... in out, or 0 (and a failed assertion) if absent. */
+static unsigned long long figure(const char *out, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\n%s=", key);
+	p = strstr(out, pat);
+	H_ASSERT_MSG(p, "no %s in lunar-bench's output", key);
+	return strtoull(p + strlen(pat), NULL, 10);
+}
+
+static void test_bench_modes_phase_clock(void **state)
+{
+	char sock[PATH_MAX], cmd[PATH_MAX + 256], out[2][8192];
+	unsigned long long before, after;
+	FILE *f[2];
+
+	(void)state;
+	H_ASSERT_EQ(h_init(), 0);
+	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
+	H_ASSERT(h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "64MiB", NULL));
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 60 %s --socket %s --size 4KiB --count 2000 --baseline-size 0",
+		 h_bin("lunar-bench"), sock);
+	before = (unsigned long long)h_now_ms() * 1000000ull;
+	for (int i = 0; i < 2; i++)
+		H_ASSERT((f[i] = popen(cmd, "r")) != NULL);
+	for (int i = 0; i < 2; i++) {
+		size_t n = fread(out[i] + 1, 1, sizeof(out[i]) - 2, f[i]);
+
+		out[i][0] = '\n';
+		out[i][n + 1] = '\0';
+		H_ASSERT_EQ(pclose(f[i]), 0);
+	}
+	after = (unsigned long long)h_now_ms() * 1000000ull + 1000000ull;
+	for (int i = 0; i < 2; i++) {
+		H_ASSERT_EQ(figure(out[i], "errors"), 0);
+		H_ASSERT_EQ(figure(out[i], "get_ops"), 2000);
+		H_ASSERT(figure(out[i], "put_start_ns") >= before);
+		H_ASSERT(figure(out[i], "put_start_ns") <= figure(out[i], "put_end_ns"));
+		H_ASSERT(figure(out[i], "put_end_ns") <= figure(out[i], "get_start_ns"));
+		H_ASSERT(figure(out[i], "get_start_ns") <= figure(out[i], "get_end_ns"));
+		H_ASSERT(figure(out[i], "get_end_ns") <= after);
+	}
+	h_cleanup();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_bench_modes_evict_round),
 	    cmocka_unit_test(test_bench_modes_trace_simulation),
+	    cmocka_unit_test(test_bench_modes_phase_clock),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
