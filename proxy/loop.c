@@ -290,8 +290,8 @@ static void stop_requested(struct px_proxy *px)
 int px_loop_run(struct px_proxy *px)
 {
 	struct epoll_event evs[64];
-	uint64_t last_busy = lc_now_ns(), last_crowd_check = 0;
-	int rc, n, timeout = 0;
+	uint64_t now, last_busy = lc_now_ns(), last_crowd_check = 0;
+	int rc, n, busy, timeout = 0;
 
 	if ((rc = watch(px, px->listen_fd, &px->listen_fd)) ||
 	    (rc = watch(px, px->stop_efd, &px->stop_efd)))
@@ -320,16 +320,18 @@ int px_loop_run(struct px_proxy *px)
 			if (is_session(px, &evs[i]))
 				px_session_put(session_of(&evs[i]));
 		publish_cpu(px);
-		if (drain_all(px))
-			last_busy = lc_now_ns();
-		else if (!timeout && lc_now_ns() - last_busy > PX_YIELD_NS)
+		busy = drain_all(px);
+		now = lc_now_ns();
+		if (busy)
+			last_busy = now;
+		else if (!timeout && now - last_busy > PX_YIELD_NS)
 			sched_yield(); /* polling: a client waiting on this CPU runs first */
-		if (lc_now_ns() - last_crowd_check > PX_ACTIVE_NS / 4) {
-			last_crowd_check = lc_now_ns();
-			publish_crowding(px, last_crowd_check);
+		if (now - last_crowd_check > PX_ACTIVE_NS / 4) {
+			last_crowd_check = now;
+			publish_crowding(px, now);
 		}
 		timeout = 0;
-		if (lc_now_ns() - last_busy > PX_SPIN_NS) {
+		if (now - last_busy > PX_SPIN_NS) {
 			if (prepare_sleep(px))
 				wake_up(px);
 			else

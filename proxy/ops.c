@@ -11,11 +11,15 @@
 int px_batch_collect(struct px_req *r, struct px_batch *b)
 {
 	b->n = 0;
-	b->keys = calloc(r->count ? r->count : 1, sizeof(*b->keys));
-	b->idx = calloc(r->count ? r->count : 1, sizeof(*b->idx));
-	if (!b->keys || !b->idx) {
-		px_batch_fini(b);
-		return -ENOMEM;
+	b->keys = b->keys_in;
+	b->idx = b->idx_in;
+	if (r->count > PX_BATCH_INLINE) {
+		b->keys = calloc(r->count, sizeof(*b->keys));
+		b->idx = calloc(r->count, sizeof(*b->idx));
+		if (!b->keys || !b->idx) {
+			px_batch_fini(b);
+			return -ENOMEM;
+		}
 	}
 	for (uint32_t i = 0; i < r->count; i++) {
 		if (r->items[i].result)
@@ -28,8 +32,10 @@ int px_batch_collect(struct px_req *r, struct px_batch *b)
 
 void px_batch_fini(struct px_batch *b)
 {
-	free(b->keys);
-	free(b->idx);
+	if (b->keys != b->keys_in)
+		free(b->keys);
+	if (b->idx != b->idx_in)
+		free(b->idx);
 	b->keys = NULL;
 	b->idx = NULL;
 }

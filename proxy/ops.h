@@ -10,10 +10,14 @@
 #include "proxy/px_int.h"
 
 /* The items of a request still to do (result == 0), as a batch of keys. */
+#define PX_BATCH_INLINE 8 /* batches up to this size need no allocation */
+
 struct px_batch {
 	size_t n;
 	char **keys;   /* borrowed from the items */
 	uint32_t *idx; /* item index of each key */
+	char *keys_in[PX_BATCH_INLINE];
+	uint32_t idx_in[PX_BATCH_INLINE];
 };
 
 /* px_batch_collect - gather the pending items of r. 0 or -ENOMEM. */

@@ -7,6 +7,7 @@
  * over the Upsert calls.
  */
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "clock.h"
@@ -104,13 +105,12 @@ static void put_commit(struct px_proxy *px, struct px_req *r, const struct px_ba
 	Lunar__BatchPutEndRequest rq = LUNAR__BATCH_PUT_END_REQUEST__INIT;
 	const Lunar__BatchCodesReply *codes;
 	ProtobufCMessage *rep;
-	uint32_t *crcs;
+	uint32_t crcs_in[PX_BATCH_INLINE], *crcs = crcs_in;
 	int rc = LUNAR_ERR_INTERNAL;
 
 	if (!keys->n)
 		return;
-	crcs = calloc(keys->n, sizeof(*crcs));
-	if (!crcs)
+	if (keys->n > PX_BATCH_INLINE && !(crcs = calloc(keys->n, sizeof(*crcs))))
 		goto fail;
 	for (size_t i = 0; i < keys->n; i++)
 		crcs[i] = r->items[keys->idx[i]].crc;
@@ -121,7 +121,8 @@ static void put_commit(struct px_proxy *px, struct px_req *r, const struct px_ba
 	rq.n_crc32c = keys->n;
 	rq.crc32c = crcs;
 	rc = px_mc_call(px->mc, method, &rq.base, &rep);
-	free(crcs);
+	if (crcs != crcs_in)
+		free(crcs);
 	if (!rc && (rc = px_mc_code(rep)) != 0)
 		protobuf_c_message_free_unpacked(rep, NULL);
 	if (rc)
@@ -186,7 +187,7 @@ int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 	const struct put_calls *calls = r->sqe.op == LC_OP_UPSERT ? &upsert_calls : &put_calls;
 	struct px_batch b, commit = { 0 }, revoke = { 0 };
 	ProtobufCMessage *rep = NULL;
-	int *started;
+	int started_in[PX_BATCH_INLINE], *started = started_in;
 	int rc;
 
 	for (uint32_t i = 0; i < r->count; i++)
@@ -196,7 +197,10 @@ int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 		return LUNAR_ERR_INTERNAL;
 	if (!b.n)
 		goto out_batch;
-	started = calloc(b.n, sizeof(*started));
+	if (b.n > PX_BATCH_INLINE)
+		started = calloc(b.n, sizeof(*started));
+	else
+		memset(started_in, 0, sizeof(started_in));
 	if (!started || px_batch_collect(r, &commit) || px_batch_collect(r, &revoke)) {
 		px_batch_fail(r, &b, LUNAR_ERR_INTERNAL);
 		goto out;
@@ -220,7 +224,8 @@ out:
 		protobuf_c_message_free_unpacked(rep, NULL);
 	px_batch_fini(&commit);
 	px_batch_fini(&revoke);
-	free(started);
+	if (started != started_in)
+		free(started);
 out_batch:
 	px_batch_fini(&b);
 	return 0;
