@@ -1,9 +1,11 @@
 /*
  * loop.c - the proxy's event loop: accepts clients, notices hang-ups, and
- * drains submission rings into the worker pool. It never blocks on the
- * master or a transfer. After activity it polls the rings briefly before
- * sleeping, so a busy client makes no system call to wake it; before it
- * sleeps it sets NEED_WAKEUP on every ring and looks once more.
+ * drains submission rings (running small requests itself, handing the rest
+ * to the worker pool). It never blocks on the master or a transfer. After
+ * activity it polls the rings briefly before sleeping, so a busy client
+ * makes no system call to wake it; before it sleeps it sets NEED_WAKEUP on
+ * every ring and looks once more. It also keeps every ring's hints for how
+ * waiters wait (loop_cpu, crowded; shm-abi.md, Completing) current.
  */
 #include <errno.h>
 #include <sched.h>
@@ -136,6 +138,7 @@ static int drain_all(struct px_proxy *px)
 	return now != 0;
 }
 
+/* Write the current hints into every open session's ring. */
 static void publish_hints(struct px_proxy *px)
 {
 	for (struct px_session *s = px->sessions; s; s = s->next) {
@@ -146,8 +149,8 @@ static void publish_hints(struct px_proxy *px)
 	}
 }
 
-/* Tell the clients where the loop runs: a waiter on the same CPU yields
- * to it instead of spinning against it. */
+/* Tell the clients where the loop runs: a waiter on the same CPU sleeps
+ * (and so may be woken elsewhere) instead of spinning against it. */
 static void publish_cpu(struct px_proxy *px)
 {
 	int cpu = sched_getcpu();

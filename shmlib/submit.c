@@ -130,10 +130,10 @@ static int beside_loop(const struct shm_conn *cn)
  * Wait for DONE without sleeping for up to the session's spin budget: by
  * spinning if few enough threads of the session already do and the proxy
  * does not report more busy clients than CPUs (but not beside the loop),
- * else by yielding the CPU between looks. With more waiters than CPUs they then hand
- * the CPU to each other and to the proxy instead of each paying a futex
- * sleep and a wakeup (8 threads on 2 CPUs: about 2x the throughput).
- * Returns 1 when DONE was seen.
+ * else by yielding the CPU between looks. With more waiters than CPUs they
+ * then hand the CPU to each other and to the proxy instead of each paying a
+ * futex sleep and a wakeup (8 threads on 2 CPUs: about 2x the throughput).
+ * Returns 1 when DONE was seen; 0 when the caller should sleep.
  */
 static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start)
 {
