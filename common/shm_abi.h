@@ -178,7 +178,7 @@ enum lc_slot_state {
 	LC_SLOT_IDLE = 0,
 	LC_SLOT_PENDING = 1, /* submitted, the waiter is spinning */
 	LC_SLOT_WAITING = 2, /* submitted, the waiter sleeps on the futex */
-	LC_SLOT_DONE = 3,    /* result and seq are valid */
+	LC_SLOT_DONE = 3,    /* result, seq and done_ns are valid */
 };
 
 /* Completion slot: the futex word the waiting thread watches. */

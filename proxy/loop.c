@@ -167,7 +167,9 @@ static void publish_cpu(struct px_proxy *px)
  * PX_ACTIVE_NS) than there are CPUs beside the loop: their waiting threads
  * then yield the CPU between looks rather than spin, so that spinners of
  * many processes do not starve the loop that completes them. A client may
- * overwrite its own copy; that only changes how it waits.
+ * overwrite its own copy; that only changes how it waits. The hint is
+ * reassessed only while the loop is awake: after a quiet spell the first
+ * requests may still see it set, which costs them a yield, not a spin.
  */
 static void publish_crowding(struct px_proxy *px, uint64_t now)
 {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "cpus.h"
 #include "engine/engine.h"
 #include "http.h"
 #include "log.h"
@@ -140,7 +141,6 @@ static int start_control_plane(struct px_proxy *px)
 static int start_clients(struct px_proxy *px)
 {
 	sigset_t sigs;
-	long cpus;
 	int rc;
 
 	rc = make_socket_dir(px->cfg.socket_path);
@@ -150,8 +150,7 @@ static int start_clients(struct px_proxy *px)
 		LC_ERROR("proxy", "socket %s: %s", px->cfg.socket_path, strerror(-rc));
 		return LUNAR_ERR_INTERNAL;
 	}
-	cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	px->spare_cpus = cpus > 2 ? (unsigned)cpus - 1 : 1;
+	px->spare_cpus = lc_usable_cpus() - 1;
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);

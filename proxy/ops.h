@@ -10,7 +10,7 @@
 #include "proxy/px_int.h"
 
 /* The items of a request still to do (result == 0), as a batch of keys. */
-#define PX_BATCH_INLINE 8 /* batches up to this size need no allocation */
+#define PX_BATCH_INLINE 8 /* up to this many keys, the arrays below are inline */
 
 struct px_batch {
 	size_t n;

@@ -16,6 +16,7 @@
 
 #include "atomic.h"
 #include "clock.h"
+#include "cpus.h"
 #include "futex.h"
 #include "ring.h"
 #include "spin.h"
@@ -93,15 +94,14 @@ static int ring_push(struct shm_conn *cn, const struct lc_sqe *sqe, uint64_t dea
 	return 0;
 }
 
-static uint32_t online_cpus(void)
+/* CPUs this process may use, counted once (its first caller's affinity). */
+static uint32_t usable_cpus(void)
 {
 	static uint32_t n;
 	uint32_t v = LC_READ_ONCE(n);
 
 	if (!v) {
-		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-
-		v = cpus > 1 ? (uint32_t)cpus : 1;
+		v = lc_usable_cpus();
 		LC_WRITE_ONCE(n, v);
 	}
 	return v;
@@ -109,21 +109,21 @@ static uint32_t online_cpus(void)
 
 /* How many threads of a session may spin at once (the rest yield): one CPU
  * is left to the proxy, or spinning waiters starve the very thread that
- * completes them. */
+ * completes them. On one CPU nobody spins. */
 static uint32_t max_spinners(void)
 {
-	return online_cpus() > 2 ? online_cpus() - 1 : 1;
+	return usable_cpus() - 1;
 }
 
-/* 1 when this thread runs on the CPU the proxy's loop last ran on and there
- * is another: a would-be spinner then sleeps, since a futex wakeup lets the
+/* 1 when this thread runs on the CPU the proxy's loop last ran on (known
+ * on both sides): a would-be spinner then sleeps, since a futex wakeup lets the
  * scheduler place it elsewhere, while spinning starves the loop and
  * yielding keeps the two sharing one CPU for good. */
 static int beside_loop(const struct shm_conn *cn)
 {
 	uint32_t loop_cpu = LC_READ_ONCE(cn->ring->loop_cpu);
 
-	return online_cpus() > 1 && loop_cpu == (uint32_t)sched_getcpu() + 1;
+	return loop_cpu && loop_cpu == (uint32_t)sched_getcpu() + 1;
 }
 
 /*

@@ -120,18 +120,24 @@ static uint64_t insert_ns(struct px_lease_cache *c, int first, int n)
 static void test_lease_cache_inserts_stay_constant_time(void **state)
 {
 	/* A complexity check, not a benchmark: inserts into a full cache (each
-	 * one drops an entry) cost about what inserts into a half-empty one
-	 * do. A scan of the shard per drop made them ~13x dearer here. */
-	struct px_lease_cache *c = px_lease_cache_create(65536);
-	uint64_t empty, full;
+	 * one drops an entry) cost about what inserts into a third-full one
+	 * do. A scan of the shard per drop made them ~13x dearer here. Three
+	 * tries, so that a busy machine does not fail it. */
+	int ok = 0;
 
-	empty = insert_ns(c, 0, 20000);
-	insert_ns(c, 20000, 60000);
-	full = insert_ns(c, 80000, 20000);
-	printf("20000 inserts: %.2f ms into a third-full cache, %.2f ms into a full one\n",
-	       (double)empty / 1e6, (double)full / 1e6);
-	assert_true(full < 4 * empty);
-	px_lease_cache_destroy(c);
+	for (int attempt = 0; attempt < 3 && !ok; attempt++) {
+		struct px_lease_cache *c = px_lease_cache_create(65536);
+		uint64_t empty, full;
+
+		empty = insert_ns(c, 0, 20000);
+		insert_ns(c, 20000, 60000);
+		full = insert_ns(c, 80000, 20000);
+		printf("20000 inserts: %.2f ms into a third-full cache, %.2f ms into a full one\n",
+		       (double)empty / 1e6, (double)full / 1e6);
+		ok = full < 4 * empty;
+		px_lease_cache_destroy(c);
+	}
+	assert_true(ok);
 }
 
 struct renew_log {

@@ -1,0 +1,24 @@
+/*
+ * cpus.h - how many CPUs the calling thread may run on: its affinity mask,
+ * which is where a container's cpuset shows, rather than every CPU the
+ * machine has online.
+ */
+#ifndef LUNAR_COMMON_CPUS_H
+#define LUNAR_COMMON_CPUS_H
+
+#include <sched.h>
+#include <unistd.h>
+
+/* lc_usable_cpus - at least 1. */
+static inline unsigned lc_usable_cpus(void)
+{
+	cpu_set_t set;
+	long n;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		return (unsigned)CPU_COUNT(&set);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (unsigned)n : 1;
+}
+
+#endif /* LUNAR_COMMON_CPUS_H */
