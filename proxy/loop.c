@@ -1,10 +1,11 @@
 /*
  * loop.c - the proxy's event loop: accepts clients, notices hang-ups, and
  * drains submission rings (running small requests itself, handing the rest
- * to the worker pool). It never blocks on the master or a transfer. After
- * activity it polls the rings briefly before sleeping, so a busy client
- * makes no system call to wake it; before it sleeps it sets NEED_WAKEUP on
- * every ring and looks once more. It also keeps every ring's hints for how
+ * to the worker pool). It never blocks on the master or a transfer. While
+ * work keeps coming it polls the rings without a system call (the sockets
+ * get a look every 100 µs); after activity it polls briefly before
+ * sleeping, so a busy client makes no system call to wake it; before it
+ * sleeps it sets NEED_WAKEUP on every ring and looks once more. It also keeps every ring's hints for how
  * waiters wait (loop_cpu, crowded; shm-abi.md, Completing) current.
  */
 #include <errno.h>
@@ -27,6 +28,7 @@
 #define PX_EFD_TAG 1ul
 #define PX_HELLO_POLL_MS 100
 #define PX_YIELD_NS 3000ull /* polling this long without work: yield between polls */
+#define PX_EVENTS_NS 100000ull /* look at the sockets at least this often */
 #define PX_ACTIVE_NS 1000000ull /* a client with work this recent is busy */
 
 static int watch(struct px_proxy *px, int fd, void *tag)
@@ -295,7 +297,7 @@ static void stop_requested(struct px_proxy *px)
 int px_loop_run(struct px_proxy *px)
 {
 	struct epoll_event evs[64];
-	uint64_t now, last_busy = lc_now_ns(), last_crowd_check = 0;
+	uint64_t now, polled, last_busy = lc_now_ns(), last_crowd_check = 0;
 	int rc, n, busy, timeout = 0;
 
 	if ((rc = watch(px, px->listen_fd, &px->listen_fd)) ||
@@ -324,12 +326,20 @@ int px_loop_run(struct px_proxy *px)
 		for (int i = 0; i < n; i++)
 			if (is_session(px, &evs[i]))
 				px_session_put(session_of(&evs[i]));
-		publish_cpu(px);
-		busy = drain_all(px);
-		now = lc_now_ns();
-		if (busy)
-			last_busy = now;
-		else if (!timeout && now - last_busy > PX_YIELD_NS)
+		/* While work keeps coming, poll the rings alone: no system call
+		 * until PX_YIELD_NS pass without work, or PX_EVENTS_NS since the
+		 * last look at the sockets. */
+		polled = lc_now_ns();
+		do {
+			publish_cpu(px);
+			busy = drain_all(px);
+			now = lc_now_ns();
+			if (busy)
+				last_busy = now;
+			else
+				lc_cpu_relax();
+		} while (now - last_busy < PX_YIELD_NS && now - polled < PX_EVENTS_NS);
+		if (!busy && !timeout && now - last_busy >= PX_YIELD_NS)
 			sched_yield(); /* polling: a client waiting on this CPU runs first */
 		if (now - last_crowd_check > PX_ACTIVE_NS / 4) {
 			last_crowd_check = now;
