@@ -596,6 +596,29 @@ struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_
 	return p;
 }
 
+struct h_proc *h_embedded_node(const char *segment_size, char sock[PATH_MAX],
+			       struct lunar_client **cl)
+{
+	struct h_proc *p;
+
+	if (h_init() != 0)
+		return NULL;
+	snprintf(sock, PATH_MAX, "%s", h_path("proxy.sock"));
+	p = h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", segment_size, NULL);
+	if (p && cl && !(*cl = h_client_try(sock, H_CLIENT_TIMEOUT_MS, NULL)))
+		return NULL;
+	return p;
+}
+
+void h_embedded_node_stop(struct lunar_client **cl)
+{
+	if (cl && *cl) {
+		lunar_close(*cl);
+		*cl = NULL;
+	}
+	h_cleanup();
+}
+
 struct lunar_client *h_client_try(const char *sockpath, unsigned timeout_ms, int *rc)
 {
 	struct lunar_opts opts = {.socket_path = sockpath, .timeout_ms = timeout_ms};

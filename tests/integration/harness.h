@@ -102,6 +102,17 @@ struct h_proc *h_start_master(const char *name, int port, ...);
  */
 struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_port, ...);
 
+/*
+ * h_embedded_node - for a group setup: h_init, then a proxy with
+ * --embedded-master and a segment of segment_size serving <tmp>/proxy.sock
+ * (its path copied into sock), and, when cl is not NULL, a client of it in
+ * *cl. The proxy, or NULL on any failure. Undo with h_embedded_node_stop.
+ */
+struct h_proc *h_embedded_node(const char *segment_size, char sock[PATH_MAX],
+			       struct lunar_client **cl);
+/* h_embedded_node_stop - close *cl (when cl and *cl), then h_cleanup. */
+void h_embedded_node_stop(struct lunar_client **cl);
+
 /* h_client - connect to sockpath with H_CLIENT_TIMEOUT_MS; fails the
  * current test when it cannot. Close with lunar_close(). */
 struct lunar_client *h_client(const char *sockpath);

@@ -26,21 +26,13 @@ static struct lunar_client *cl;
 static int setup(void **state)
 {
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
-	if (!h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "16MiB", NULL))
-		return -1;
-	cl = h_client_try(sock, H_CLIENT_TIMEOUT_MS, NULL);
-	return cl ? 0 : -1;
+	return h_embedded_node("16MiB", sock, &cl) ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	lunar_close(cl);
-	cl = NULL;
-	h_cleanup();
+	h_embedded_node_stop(&cl);
 	return 0;
 }
 

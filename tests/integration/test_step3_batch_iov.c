@@ -43,12 +43,8 @@ static int reg_fd = -1;
 static int setup(void **state)
 {
 	(void)state;
-	if (h_init() != 0)
+	if (!h_embedded_node("64MiB", sock, &cl))
 		return -1;
-	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
-	if (!h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "64MiB", NULL))
-		return -1;
-	cl = h_client_try(sock, H_CLIENT_TIMEOUT_MS, NULL);
 	reg_fd = memfd_create("t3-batch-reg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (!cl || reg_fd < 0 || ftruncate(reg_fd, REGION_LEN) ||
 	    fcntl(reg_fd, F_ADD_SEALS, F_SEAL_SHRINK))
@@ -63,12 +59,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	lunar_close(cl);
-	cl = NULL;
+	h_embedded_node_stop(&cl);
 	if (reg && reg != MAP_FAILED)
 		munmap(reg, REGION_LEN);
 	close(reg_fd);
-	h_cleanup();
 	return 0;
 }
 
