@@ -546,13 +546,13 @@ struct h_proc *h_start_master(const char *name, int port, ...)
 	return p;
 }
 
-struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_port, ...)
+static struct h_proc *start_proxy_v(const char *name, const char *sockpath, int master_port,
+				    va_list ap)
 {
 	char *argv[H_MAX_ARGS], master[64];
 	const char *bin = h_bin("lunar-proxy");
 	struct h_proc *p;
 	int n = 0, first_extra, rc, has_segment = 0;
-	va_list ap;
 
 	if (check_bin(bin) != 0)
 		return NULL;
@@ -573,9 +573,7 @@ struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_
 	argv[n++] = "--http-port";
 	argv[n++] = "0";
 	first_extra = n;
-	va_start(ap, master_port);
 	rc = add_args(argv, &n, ap);
-	va_end(ap);
 	if (rc != 0 || n + 2 >= H_MAX_ARGS)
 		return NULL;
 	for (int i = first_extra; i < n; i++)
@@ -596,18 +594,44 @@ struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_
 	return p;
 }
 
-struct h_proc *h_embedded_node(const char *segment_size, char sock[PATH_MAX],
-			       struct lunar_client **cl)
+struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_port, ...)
 {
 	struct h_proc *p;
+	va_list ap;
+
+	va_start(ap, master_port);
+	p = start_proxy_v(name, sockpath, master_port, ap);
+	va_end(ap);
+	return p;
+}
+
+struct h_proc *h_embedded_node(char sock[PATH_MAX], struct lunar_client **cl, ...)
+{
+	struct h_proc *p;
+	va_list ap;
 
 	if (h_init() != 0)
 		return NULL;
 	snprintf(sock, PATH_MAX, "%s", h_path("proxy.sock"));
-	p = h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", segment_size, NULL);
+	va_start(ap, cl);
+	p = start_proxy_v("proxy", sock, H_EMBEDDED, ap);
+	va_end(ap);
 	if (p && cl && !(*cl = h_client_try(sock, H_CLIENT_TIMEOUT_MS, NULL)))
 		return NULL;
 	return p;
+}
+
+int h_setup(void **state)
+{
+	(void)state;
+	return h_init();
+}
+
+int h_teardown(void **state)
+{
+	(void)state;
+	h_cleanup();
+	return 0;
 }
 
 void h_embedded_node_stop(struct lunar_client **cl)

@@ -104,14 +104,18 @@ struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_
 
 /*
  * h_embedded_node - for a group setup: h_init, then a proxy with
- * --embedded-master and a segment of segment_size serving <tmp>/proxy.sock
- * (its path copied into sock), and, when cl is not NULL, a client of it in
- * *cl. The proxy, or NULL on any failure. Undo with h_embedded_node_stop.
+ * --embedded-master and the NULL-terminated extra arguments (as for
+ * h_start_proxy) serving <tmp>/proxy.sock (its path copied into sock), and,
+ * when cl is not NULL, a client of it in *cl. The proxy, or NULL on any
+ * failure. Undo with h_embedded_node_stop.
  */
-struct h_proc *h_embedded_node(const char *segment_size, char sock[PATH_MAX],
-			       struct lunar_client **cl);
+struct h_proc *h_embedded_node(char sock[PATH_MAX], struct lunar_client **cl, ...);
 /* h_embedded_node_stop - close *cl (when cl and *cl), then h_cleanup. */
 void h_embedded_node_stop(struct lunar_client **cl);
+/* h_setup, h_teardown - h_init and h_cleanup as cmocka fixtures (group or
+ * test), for tests that start their daemons themselves. */
+int h_setup(void **state);
+int h_teardown(void **state);
 
 /* h_client - connect to sockpath with H_CLIENT_TIMEOUT_MS; fails the
  * current test when it cannot. Close with lunar_close(). */

@@ -31,20 +31,10 @@ static char sock[PATH_MAX];
 static int setup(void **state)
 {
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
-	if (!h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "8MiB", "--debug-put-delay",
-			   "3s", NULL))
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
+	return h_embedded_node(sock, NULL, "--segment-size", "8MiB", "--debug-put-delay", "3s",
+			       NULL)
+		   ? 0
+		   : -1;
 }
 
 /* The doomed writer: its own connection, made after fork. Never returns. */
@@ -152,5 +142,5 @@ int main(void)
 	    cmocka_unit_test(test_client_death_revokes_put_at_once),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, h_teardown);
 }

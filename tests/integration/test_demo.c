@@ -27,19 +27,6 @@
 #define DEMO_TIMEOUT_MS 120000
 #define LOG_MAX		(4u * 1024u * 1024u)
 
-static int setup(void **state)
-{
-	(void)state;
-	return h_init();
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
-}
-
 /* The whole log, NUL-terminated (at most LOG_MAX bytes); free() it. */
 static char *read_log(const char *path)
 {
@@ -106,5 +93,5 @@ int main(void)
 	    cmocka_unit_test(test_demo_runs_and_prints_bench_figures),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -60,13 +60,6 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
-}
-
 static void slurp(const char *path, char *buf)
 {
 	size_t len = 0;
@@ -462,5 +455,5 @@ int main(void)
 	    cmocka_unit_test(test_lunarctl_master_pair),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, h_teardown);
 }

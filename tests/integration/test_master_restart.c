@@ -43,13 +43,6 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
-}
-
 /* Puts key's pattern and reads it back; 0, or the first failing code. */
 static int64_t put_and_read(struct lunar_client *c, const char *key, uint8_t *buf)
 {
@@ -118,5 +111,5 @@ int main(void)
 	    cmocka_unit_test(test_master_restart_proxy_remounts),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, h_teardown);
 }

@@ -31,13 +31,6 @@ static int setup(void **state)
 	return h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "16MiB", NULL) ? 0 : -1;
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
-}
-
 /* A sealed, sparse memfd of len bytes mapped shared; NULL if the machine
  * will not map that much address space. */
 static void *sparse_region(uint64_t len)
@@ -82,7 +75,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_reg_limits_per_client_address_space, setup,
-					    teardown),
+					    h_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

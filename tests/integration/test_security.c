@@ -120,13 +120,6 @@ static int setup(void **state)
 	return h_init();
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
-}
-
 /* (a) --max-clients 2: the third is refused with a code, and a slot frees
  * up again when a client leaves. */
 static void test_security_max_clients(void **state)
@@ -325,5 +318,5 @@ int main(void)
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, h_teardown);
 }

@@ -26,7 +26,7 @@ static struct lunar_client *cl;
 static int setup(void **state)
 {
 	(void)state;
-	return h_embedded_node("16MiB", sock, &cl) ? 0 : -1;
+	return h_embedded_node(sock, &cl, "--segment-size", "16MiB", NULL) ? 0 : -1;
 }
 
 static int teardown(void **state)

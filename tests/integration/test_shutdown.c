@@ -18,19 +18,6 @@
 
 #define STOP_BOUND_MS 2000
 
-static int setup(void **state)
-{
-	(void)state;
-	return h_init();
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
-}
-
 /* SIGTERM p; its exit status, and how long it took in *ms. */
 static int term_and_time(struct h_proc *p, pid_t pid, uint64_t *ms)
 {
@@ -88,8 +75,9 @@ static void test_shutdown_embedded_proxy(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_shutdown_proxy_after_master_died, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shutdown_embedded_proxy, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shutdown_proxy_after_master_died, h_setup,
+					    h_teardown),
+	    cmocka_unit_test_setup_teardown(test_shutdown_embedded_proxy, h_setup, h_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

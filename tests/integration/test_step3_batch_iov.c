@@ -43,7 +43,7 @@ static int reg_fd = -1;
 static int setup(void **state)
 {
 	(void)state;
-	if (!h_embedded_node("64MiB", sock, &cl))
+	if (!h_embedded_node(sock, &cl, "--segment-size", "64MiB", NULL))
 		return -1;
 	reg_fd = memfd_create("t3-batch-reg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (!cl || reg_fd < 0 || ftruncate(reg_fd, REGION_LEN) ||

@@ -114,13 +114,6 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
-}
-
 /* The proxy's descriptors and memfd mappings, once two readings 100 ms
  * apart agree (sessions of the harness's readiness check may still close). */
 static void steady_counts(pid_t pid, int *fds, int *memfds)
@@ -245,5 +238,5 @@ int main(void)
 	    cmocka_unit_test(test_step3_client_death_releases_streaming_regions),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, h_teardown);
 }

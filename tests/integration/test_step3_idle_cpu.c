@@ -38,19 +38,6 @@ static int64_t self_cpu_ms(void)
 	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
 }
 
-static int setup(void **state)
-{
-	(void)state;
-	return h_init();
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
-}
-
 /* CPU of the proxy and of this process over IDLE_MS from now. */
 static void measure(struct h_proc *px, int64_t *proxy_ms, int64_t *self_ms)
 {
@@ -208,5 +195,5 @@ int main(void)
 	    cmocka_unit_test(test_step3_idle_cpu_cluster_proxy_and_master),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -37,19 +37,7 @@ static char sock[PATH_MAX];
 static int setup(void **state)
 {
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
-	if (!h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "256MiB", NULL))
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
+	return h_embedded_node(sock, NULL, "--segment-size", "256MiB", NULL) ? 0 : -1;
 }
 
 static void key_of(int proc, int k, char *key, size_t len)
@@ -234,5 +222,5 @@ int main(void)
 	    cmocka_unit_test(test_step3_multiproc_processes_see_each_other),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, h_teardown);
 }

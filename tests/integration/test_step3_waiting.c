@@ -54,7 +54,8 @@ static void round_of_health(struct raw *c, unsigned n, uint64_t seq)
 		raw_submit(&c[i], &q);
 	}
 	for (unsigned i = 0; i < n; i++)
-		H_ASSERT_MSG(raw_wait_done(&c[i], 0, 5000), "HEALTH on client %u never completed", i);
+		H_ASSERT_MSG(raw_wait_done(&c[i], 0, 5000), "HEALTH on client %u never completed",
+			     i);
 }
 
 /* c's crowded hint once it equals want, or its value after ms: the loop
@@ -188,7 +189,7 @@ static void test_busy_path_makes_no_syscalls(void **state)
 static int setup(void **state)
 {
 	(void)state;
-	proxy = h_embedded_node("16MiB", sock, NULL);
+	proxy = h_embedded_node(sock, NULL, "--segment-size", "16MiB", NULL);
 	return proxy ? 0 : -1;
 }
 
@@ -202,8 +203,8 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_wait_hints),
-		cmocka_unit_test(test_busy_path_makes_no_syscalls),
+	    cmocka_unit_test(test_wait_hints),
+	    cmocka_unit_test(test_busy_path_makes_no_syscalls),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

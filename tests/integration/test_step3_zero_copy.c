@@ -55,13 +55,6 @@ static int setup(void **state)
 	return proxy ? 0 : -1;
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
-}
-
 static int case_setup(void **state)
 {
 	(void)state;
@@ -375,5 +368,5 @@ int main(void)
 					    case_teardown),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, h_teardown);
 }

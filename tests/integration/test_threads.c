@@ -39,7 +39,7 @@ struct worker {
 static int setup(void **state)
 {
 	(void)state;
-	return h_embedded_node("64MiB", sock, &cl) ? 0 : -1;
+	return h_embedded_node(sock, &cl, "--segment-size", "64MiB", NULL) ? 0 : -1;
 }
 
 static int teardown(void **state)

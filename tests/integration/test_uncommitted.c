@@ -47,20 +47,10 @@ static void *writer_main(void *arg)
 static int setup(void **state)
 {
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
-	if (!h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "16MiB",
-			   "--debug-put-delay", "2s", NULL))
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	h_cleanup();
-	return 0;
+	return h_embedded_node(sock, NULL, "--segment-size", "16MiB", "--debug-put-delay", "2s",
+			       NULL)
+		   ? 0
+		   : -1;
 }
 
 static void test_uncommitted_put_invisible_until_committed(void **state)
@@ -117,5 +107,5 @@ int main(void)
 	    cmocka_unit_test(test_uncommitted_put_invisible_until_committed),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, h_teardown);
 }
