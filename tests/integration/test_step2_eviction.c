@@ -20,8 +20,8 @@
 #include "harness.h"
 #include "step2_util.h"
 
-#define KIB	 1024u
-#define MIB	 (1024u * 1024u)
+#define KIB 1024u
+#define MIB (1024u * 1024u)
 
 /* Flood: FLOOD values of 1 MiB into a 16 MiB segment. */
 #define FLOOD	      200
@@ -35,25 +35,6 @@
 #define WRITERS	    4
 #define WRITES	    1000
 #define WRITE_BYTES (64 * KIB)
-
-
-static int setup(void **state)
-{
-	(void)state;
-	if (h_init() != 0)
-		return -1;
-	text = malloc(TEXT_MAX);
-	return text ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	free(text);
-	text = NULL;
-	h_cleanup();
-	return 0;
-}
 
 /* Sum of every lunar_master_segment_used_bytes sample in text. */
 static int64_t segments_used(int *nseg)
@@ -292,9 +273,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_eviction_flood_keeps_newest_pinned_and_leased,
-					    setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_eviction_remove_all_races_writers, setup,
-					    teardown),
+					    s2_setup, s2_teardown),
+	    cmocka_unit_test_setup_teardown(test_eviction_remove_all_races_writers, s2_setup,
+					    s2_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -26,40 +26,19 @@
 #define BIG_VALUE (MIB + MIB / 2)
 
 static uint8_t *buf; /* values written and read */
-/* Processes started by the current case, stopped newest first so that no
- * proxy outlives its master (a proxy whose master is gone takes its RPC
- * timeout to stop). */
-static struct h_proc *tracked[8];
-static int ntracked;
-
-static struct h_proc *track(struct h_proc *p)
-{
-	if (p && ntracked < 8)
-		tracked[ntracked++] = p;
-	return p;
-}
-
 static int setup(void **state)
 {
-	(void)state;
-	if (h_init() != 0)
+	if (s2_setup(state) != 0)
 		return -1;
-	text = malloc(TEXT_MAX);
 	buf = malloc(4 * MIB);
-	return text && buf ? 0 : -1;
+	return buf ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-	(void)state;
-	while (ntracked > 0)
-		h_stop(tracked[--ntracked]);
-	free(text);
 	free(buf);
-	text = NULL;
 	buf = NULL;
-	h_cleanup();
-	return 0;
+	return s2_teardown(state);
 }
 
 static void put_pattern(struct lunar_client *c, const char *key, size_t len)

@@ -25,41 +25,8 @@
 #include "harness.h"
 #include "step2_util.h"
 
-#define KIB	 1024u
-#define MIB	 (1024u * 1024u)
-
-/* Processes started by the current case, stopped newest first so that no
- * proxy outlives its master (a proxy whose master is gone takes its RPC
- * timeout to stop). */
-static struct h_proc *tracked[8];
-static int ntracked;
-
-static struct h_proc *track(struct h_proc *p)
-{
-	if (p && ntracked < 8)
-		tracked[ntracked++] = p;
-	return p;
-}
-
-static int setup(void **state)
-{
-	(void)state;
-	if (h_init() != 0)
-		return -1;
-	text = malloc(TEXT_MAX);
-	return text ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	while (ntracked > 0)
-		h_stop(tracked[--ntracked]);
-	free(text);
-	text = NULL;
-	h_cleanup();
-	return 0;
-}
+#define KIB 1024u
+#define MIB (1024u * 1024u)
 
 /* GET /admin/stat of (tenant, key) into text. */
 static void stat_key(int port, const char *tenant, const char *key)
@@ -534,16 +501,16 @@ static void test_semantics_replicas_distinct_and_preferred_honoured(void **state
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_semantics_flipped_byte_is_checksum_mismatch, setup,
-					    teardown),
-	    cmocka_unit_test_setup_teardown(test_semantics_upsert_readers_see_whole_values, setup,
-					    teardown),
+	    cmocka_unit_test_setup_teardown(test_semantics_flipped_byte_is_checksum_mismatch,
+					    s2_setup, s2_teardown),
+	    cmocka_unit_test_setup_teardown(test_semantics_upsert_readers_see_whole_values,
+					    s2_setup, s2_teardown),
 	    cmocka_unit_test_setup_teardown(test_semantics_upsert_elsewhere_reaches_cached_reader,
-					    setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_semantics_tenants_are_separate_with_quotas, setup,
-					    teardown),
+					    s2_setup, s2_teardown),
+	    cmocka_unit_test_setup_teardown(test_semantics_tenants_are_separate_with_quotas,
+					    s2_setup, s2_teardown),
 	    cmocka_unit_test_setup_teardown(test_semantics_replicas_distinct_and_preferred_honoured,
-					    setup, teardown),
+					    s2_setup, s2_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
