@@ -1,6 +1,7 @@
 /*
  * disk_util.h - helpers for the disk-tier integration tests (test_disk_*.c):
- * a tiny HTTP GET against a daemon's HTTP port, the port a proxy logged,
+ * the master and proxies of the tests that run a cluster, a tiny HTTP GET
+ * against a daemon's HTTP port, the port a proxy logged,
  * puts that wait out NO_AVAILABLE_HANDLE (offload back-pressure), reads
  * checked byte for byte, and percentiles. Static, test main thread only.
  */
@@ -20,6 +21,33 @@
 #include "harness.h"
 
 #define D_MIB (1024u * 1024u)
+
+/* The master of the tests that run one: its RPC and HTTP ports. */
+static int d_master_port, d_master_http;
+
+/* Start that master on free ports with the given offload policy and client
+ * TTL and 200 ms leases; 0 or -1. */
+static inline int d_start_master(const char *offload, const char *client_ttl)
+{
+	char http[16];
+
+	d_master_port = h_free_port();
+	d_master_http = h_free_port();
+	snprintf(http, sizeof(http), "%d", d_master_http);
+	return h_start_master("master", d_master_port, "--http-port", http, "--offload", offload,
+			      "--kv-lease-ttl", "200ms", "--client-ttl", client_ttl, NULL)
+		   ? 0
+		   : -1;
+}
+
+/* A proxy of that master with a 16 MiB segment, an SSD tier of capacity in
+ * dir and a 100 ms heartbeat. */
+static inline struct h_proc *d_start_proxy(const char *name, const char *sock, const char *dir,
+					   const char *capacity)
+{
+	return h_start_proxy(name, sock, d_master_port, "--segment-size", "16MiB", "--disk-dir",
+			     dir, "--disk-capacity", capacity, "--ping-interval", "100ms", NULL);
+}
 
 /* GET path from 127.0.0.1:port into buf (NUL-terminated body and headers);
  * the byte count, or -1. */

@@ -23,8 +23,6 @@
 #define NOBJ 48
 
 static char sock_a[PATH_MAX], sock_b[PATH_MAX], disk_a[PATH_MAX], disk_b[PATH_MAX];
-static char mport[16], mhttp[16];
-static int master_http;
 static struct h_proc *proxy_a, *proxy_b;
 static struct lunar_client *ca, *cb;
 static uint8_t *buf;
@@ -36,23 +34,13 @@ static void key_of(int i, char *key, size_t n)
 
 static struct h_proc *start_proxy(const char *name, const char *sock, const char *dir)
 {
-	return h_start_proxy(name, sock, atoi(mport), "--segment-size", "16MiB", "--disk-dir", dir,
-			     "--disk-capacity", "256MiB", "--ping-interval", "100ms", NULL);
+	return d_start_proxy(name, sock, dir, "256MiB");
 }
 
 static int setup(void **state)
 {
-	int port;
-
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	port = h_free_port();
-	master_http = h_free_port();
-	snprintf(mport, sizeof(mport), "%d", port);
-	snprintf(mhttp, sizeof(mhttp), "%d", master_http);
-	if (!h_start_master("master", port, "--http-port", mhttp, "--offload", "on_evict",
-			    "--kv-lease-ttl", "200ms", "--client-ttl", "2s", NULL))
+	if (h_init() != 0 || d_start_master("on_evict", "2s") != 0)
 		return -1;
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
@@ -100,7 +88,7 @@ static int read_all(struct lunar_client *c, const char *via, int allow_fail)
 		    (n != LUNAR_ERR_CHECKSUM_MISMATCH && n != LUNAR_ERR_OBJECT_NOT_FOUND)) {
 			char types[16];
 
-			d_replicas(master_http, key, types, sizeof(types));
+			d_replicas(d_master_http, key, types, sizeof(types));
 			H_ASSERT_MSG(0, "%s via %s: %lld (%s), replicas %s", key, via, (long long)n,
 				     h_code(n), types);
 		}
@@ -116,7 +104,7 @@ static int disk_only(void)
 
 	for (int i = 0; i < NOBJ; i++) {
 		key_of(i, key, sizeof(key));
-		d_replicas(master_http, key, types, sizeof(types));
+		d_replicas(d_master_http, key, types, sizeof(types));
 		n += types[0] == 'D';
 	}
 	return n;
@@ -131,7 +119,7 @@ static void figures(struct lunar_client *c, const char *via)
 
 	for (int i = 0; i < NOBJ; i++) {
 		key_of(i, key, sizeof(key));
-		d_replicas(master_http, key, types, sizeof(types));
+		d_replicas(d_master_http, key, types, sizeof(types));
 		if (strcmp(types, "D"))
 			continue;
 		t0 = d_now_us();
@@ -173,7 +161,7 @@ static int only_in_a_dram(const char *key, const char *ep_a)
 {
 	char types[16];
 
-	d_replicas_at(master_http, key, ep_a, types, sizeof(types));
+	d_replicas_at(d_master_http, key, ep_a, types, sizeof(types));
 	return types[0] && strspn(types, "m") == strlen(types);
 }
 

@@ -18,8 +18,7 @@
 #define GONE "forget/gone"
 #define KEPT "forget/kept"
 
-static char sock[PATH_MAX], dir[PATH_MAX], mport[16], mhttp[16];
-static int master_http;
+static char sock[PATH_MAX], dir[PATH_MAX];
 static struct h_proc *proxy;
 static struct lunar_client *c;
 static uint8_t *buf;
@@ -27,23 +26,13 @@ static char status[1 << 14];
 
 static struct h_proc *start_proxy(const char *name)
 {
-	return h_start_proxy(name, sock, atoi(mport), "--segment-size", "16MiB", "--disk-dir", dir,
-			     "--disk-capacity", "64MiB", "--ping-interval", "100ms", NULL);
+	return d_start_proxy(name, sock, dir, "64MiB");
 }
 
 static int setup(void **state)
 {
-	int port;
-
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	port = h_free_port();
-	master_http = h_free_port();
-	snprintf(mport, sizeof(mport), "%d", port);
-	snprintf(mhttp, sizeof(mhttp), "%d", master_http);
-	if (!h_start_master("master", port, "--http-port", mhttp, "--offload", "on_put",
-			    "--kv-lease-ttl", "200ms", "--client-ttl", "1s", NULL))
+	if (h_init() != 0 || d_start_master("on_put", "1s") != 0)
 		return -1;
 	snprintf(sock, sizeof(sock), "%s", h_path("p.sock"));
 	snprintf(dir, sizeof(dir), "%s", h_path("disk-p"));
@@ -72,7 +61,7 @@ static void wait_on_disk(const char *key)
 	uint64_t end = h_now_ms() + 15000;
 
 	while (h_now_ms() < end) {
-		d_replicas(master_http, key, types, sizeof(types));
+		d_replicas(d_master_http, key, types, sizeof(types));
 		if (strchr(types, 'D'))
 			return;
 		h_sleep_ms(50);
@@ -124,7 +113,7 @@ static void test_disk_forget_removed_stays_removed(void **state)
 	/* Then: after re-registration the kept key reads exact from disk... */
 	for (end = h_now_ms() + 15000; h_now_ms() < end; h_sleep_ms(200)) {
 		n = d_get_exact(c, KEPT, buf, 2 * D_MIB);
-		d_replicas(master_http, KEPT, types, sizeof(types));
+		d_replicas(d_master_http, KEPT, types, sizeof(types));
 		if (n == D_MIB && !strcmp(types, "D"))
 			break;
 	}
@@ -134,7 +123,7 @@ static void test_disk_forget_removed_stays_removed(void **state)
 	n = lunar_get_into(c, GONE, buf, 2 * D_MIB);
 	H_ASSERT_MSG(n == LUNAR_ERR_OBJECT_NOT_FOUND, "%s after restart: %lld (%s)", GONE,
 		     (long long)n, h_code(n));
-	d_replicas(master_http, GONE, types, sizeof(types));
+	d_replicas(d_master_http, GONE, types, sizeof(types));
 	H_ASSERT_MSG(!types[0], "%s has replicas '%s'", GONE, types);
 }
 
