@@ -19,7 +19,6 @@
 
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -459,24 +458,6 @@ static const struct hostile hostiles[] = {
 
 /* --- fixtures and checks --- */
 
-static int count_fds(pid_t pid)
-{
-	char path[64];
-	struct dirent *e;
-	DIR *d;
-	int n = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 static uint64_t b_reset_max(void)
 {
 	return atomic_exchange(&b.max_ms, 0);
@@ -509,17 +490,11 @@ static void expect_new_client_served(void)
 static int setup(void **state)
 {
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
-	proxy = h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "64MiB", NULL);
-	if (!proxy)
-		return -1;
-	b.c = h_client_try(sock, H_CLIENT_TIMEOUT_MS, NULL);
-	if (!b.c || pthread_create(&b.th, NULL, b_main, NULL) != 0)
+	proxy = h_embedded_node(sock, &b.c, "--segment-size", "64MiB", NULL);
+	if (!proxy || pthread_create(&b.th, NULL, b_main, NULL) != 0)
 		return -1;
 	h_sleep_ms(200);
-	fd_baseline = count_fds(proxy->pid);
+	fd_baseline = h_pid_fd_count(proxy->pid);
 	printf("  proxy pid %d: %d descriptors with client B\n", (int)proxy->pid, fd_baseline);
 	return fd_baseline > 0 ? 0 : -1;
 }
@@ -890,7 +865,7 @@ static void test_hostile_aftermath(void **state)
 	expect_b_healthy("at the end");
 	expect_new_client_served();
 	do {
-		fds = count_fds(proxy->pid);
+		fds = h_pid_fd_count(proxy->pid);
 		if (fds == fd_baseline) /* settle fully if it will; ±FD_SLACK passes */
 			break;
 		h_sleep_ms(50);

@@ -65,10 +65,7 @@ static int setup(void **state)
 	int rc;
 
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
-	proxy = h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "64MiB", NULL);
+	proxy = h_embedded_node(sock, NULL, "--segment-size", "64MiB", NULL);
 	if (!proxy)
 		return -1;
 	o.socket_path = sock;
