@@ -5,8 +5,9 @@
  * work keeps coming it polls the rings without a system call (the sockets
  * get a look every 100 µs); after activity it polls briefly before
  * sleeping, so a busy client makes no system call to wake it; before it
- * sleeps it sets NEED_WAKEUP on every ring and looks once more. It also keeps every ring's hints for how
- * waiters wait (loop_cpu, crowded; shm-abi.md, Completing) current.
+ * sleeps it sets NEED_WAKEUP on every ring and looks once more. It also
+ * keeps every ring's hints for how waiters wait (loop_cpu, crowded;
+ * shm-abi.md, Completing) current.
  */
 #include <errno.h>
 #include <sched.h>

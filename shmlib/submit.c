@@ -115,9 +115,9 @@ static uint32_t max_spinners(void)
 	return usable_cpus() - 1;
 }
 
-/* 1 when this thread runs on the CPU the proxy's loop last ran on (known
- * on both sides): a would-be spinner then sleeps, since a futex wakeup lets the
- * scheduler place it elsewhere, while spinning starves the loop and
+/* 1 when this thread runs on the CPU the proxy's loop last ran on (known on
+ * both sides): a would-be spinner then sleeps, since a futex wakeup lets
+ * the scheduler place it elsewhere, while spinning starves the loop and
  * yielding keeps the two sharing one CPU for good. */
 static int beside_loop(const struct shm_conn *cn)
 {
