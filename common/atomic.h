@@ -20,7 +20,16 @@
 	atomic_compare_exchange_strong_explicit((_Atomic __typeof__(*(p)) *)(p), (expp), (v), \
 						memory_order_acq_rel, memory_order_acquire)
 #define lc_fetch_add(p, v) atomic_fetch_add_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
+#define lc_fetch_or(p, v) atomic_fetch_or_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
+#if defined(__SANITIZE_THREAD__)
+/* ThreadSanitizer does not model fences (gcc refuses them under -Werror):
+ * a sequentially consistent read-modify-write is a full barrier on x86 and
+ * one TSan follows. */
+static _Atomic unsigned lc_fence_word __attribute__((unused));
+#define lc_smp_mb() ((void)atomic_fetch_add_explicit(&lc_fence_word, 0u, memory_order_seq_cst))
+#else
 #define lc_smp_mb() atomic_thread_fence(memory_order_seq_cst)
+#endif
 
 static inline void lc_cpu_relax(void)
 {

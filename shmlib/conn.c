@@ -104,13 +104,13 @@ static int region_map(struct shm_conn *cn, int memfd, const struct lc_welcome *w
 /* Client-private state over the mapped region: free slots and the arena. */
 static int conn_init_local(struct shm_conn *cn)
 {
-	cn->free_slots = malloc(cn->slot_count * sizeof(*cn->free_slots));
+	cn->slot_words = (cn->slot_count + 63) / 64;
+	cn->slot_bits = calloc(cn->slot_words, sizeof(*cn->slot_bits));
 	cn->arena = lc_ralloc_create(cn->arena_size, SHM_ARENA_ALIGN);
-	if (!cn->free_slots || !cn->arena)
+	if (!cn->slot_bits || !cn->arena)
 		return LUNAR_ERR_INTERNAL;
 	for (uint32_t i = 0; i < cn->slot_count; i++)
-		cn->free_slots[i] = cn->slot_count - 1 - i;
-	cn->nfree = cn->slot_count;
+		cn->slot_bits[i / 64] |= 1ull << (i % 64);
 	return 0;
 }
 
@@ -138,7 +138,7 @@ static void conn_free(struct shm_conn *cn)
 	pthread_cond_destroy(&cn->cond);
 	pthread_mutex_destroy(&cn->lock);
 	lc_ralloc_destroy(cn->arena);
-	free(cn->free_slots);
+	free(cn->slot_bits);
 	if (cn->base)
 		munmap(cn->base, cn->size);
 	if (cn->evfd >= 0)

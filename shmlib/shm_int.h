@@ -50,8 +50,9 @@ struct shm_conn {
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* a slot or arena range was freed, or broken */
 	struct lc_ralloc *arena;
-	uint32_t *free_slots;
-	uint32_t nfree;
+	uint64_t *slot_bits;   /* atomic; bit s set: slot s is free */
+	uint32_t slot_words;   /* 64 slots a word */
+	uint32_t slot_waiters; /* atomic; threads waiting for a free slot */
 };
 
 /*
