@@ -156,11 +156,12 @@ demo: all
 	$(Q)BUILD=$(BUILD) bash tools/demo.sh
 
 asan:
-	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+	LUNAR_TEST_SANITIZER=address $(MAKE) BUILD=build-asan \
+		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 		LDFLAGS="-fsanitize=address,undefined" test
 
 tsan:
-	$(MAKE) BUILD=build-tsan CFLAGS="-O1 -g -fsanitize=thread" test
+	LUNAR_TEST_SANITIZER=thread $(MAKE) BUILD=build-tsan CFLAGS="-O1 -g -fsanitize=thread" test
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \

@@ -3,7 +3,9 @@
  * unittest, a real lunar-proxy of their own) as part of `make test`:
  * "python3 -m unittest discover -s python/tests" from the repository root
  * with $BUILD passed on and $LUNAR_LIB pointing at $BUILD/lib/liblunar.so.
- * Exits 77 (skipped) when no usable python3 is found, 1 when a test fails.
+ * Exits 77 (skipped) when no usable python3 is found or liblunar.so has a
+ * sanitizer (LUNAR_TEST_SANITIZER, set by make asan/tsan), 1 when a test
+ * fails.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -98,6 +100,12 @@ int main(void)
 	struct stat st;
 	int rc;
 
+	if (getenv("LUNAR_TEST_SANITIZER")) {
+		printf("SKIP: liblunar.so is built with a sanitizer (%s), which python3 cannot "
+		       "load without its runtime\n",
+		       getenv("LUNAR_TEST_SANITIZER"));
+		return SKIP;
+	}
 	if (!in_path("python3")) {
 		printf("SKIP: python3 is not installed (not in $PATH)\n");
 		return SKIP;
