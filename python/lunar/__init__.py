@@ -173,6 +173,22 @@ def _iov_arrays(bufs_per_key, sizes_per_key, writable):
     return iovs, cnts, keep
 
 
+def _in_slices(n, handle, run):
+    """Per-key results of n keys run in slices of at most BATCH_MAX:
+    run(off, end) gives (rc, results). A slice that fails as a whole gives
+    its code to every key not yet done; no handle gives NOT_SET_UP."""
+    if handle is None:
+        return [NOT_SET_UP] * n
+    out = []
+    for off in range(0, n, _ffi.BATCH_MAX):
+        end = min(n, off + _ffi.BATCH_MAX)
+        rc, res = run(off, end)
+        if rc < 0:
+            return out + [rc] * (n - off)
+        out.extend(res)
+    return out
+
+
 class Store:
     """A connection to the node's lunar-proxy, with Mooncake's
     MooncakeDistributedStore methods. Thread-safe: any number of threads may
@@ -379,27 +395,19 @@ class Store:
                            self._lib.lunar_batch_get_into)
 
     def _batch(self, keys, bufs, sizes, writable, res_type, call):
-        """Run call over keys in slices of BATCH_MAX; per-key results. A slice
-        that fails as a whole gives its code to every key not yet done."""
+        """Run call over keys in slices of BATCH_MAX; per-key results."""
         c = self._c
-        n = len(keys)
-        if c is None:
-            return [NOT_SET_UP] * n
-        out = []
-        for off in range(0, n, _ffi.BATCH_MAX):
-            end = min(n, off + _ffi.BATCH_MAX)
-            m = end - off
-            ks = _keys(keys[off:end])
+
+        def run(off, end):
             iovs, cnts, keep = _iov_arrays(bufs[off:end],
                                            sizes[off:end] if sizes is not None else None,
                                            writable)
-            res = (res_type * m)()
-            rc = call(c, m, ks, iovs, cnts, res)
+            res = (res_type * (end - off))()
+            rc = call(c, end - off, _keys(keys[off:end]), iovs, cnts, res)
             del keep
-            if rc < 0:
-                return out + [rc] * (n - off)
-            out.extend(res)
-        return out
+            return rc, res
+
+        return _in_slices(len(keys), c, run)
 
     # --- queries and removal -------------------------------------------
 
@@ -411,18 +419,12 @@ class Store:
     def batch_is_exist(self, keys):
         """A list of 1, 0 or a code per key."""
         c = self._c
-        n = len(keys)
-        if c is None:
-            return [NOT_SET_UP] * n
-        out = []
-        for off in range(0, n, _ffi.BATCH_MAX):
-            end = min(n, off + _ffi.BATCH_MAX)
+
+        def run(off, end):
             res = (ctypes.c_int * (end - off))()
-            rc = self._lib.lunar_batch_exists(c, end - off, _keys(keys[off:end]), res)
-            if rc < 0:
-                return out + [rc] * (n - off)
-            out.extend(res)
-        return out
+            return self._lib.lunar_batch_exists(c, end - off, _keys(keys[off:end]), res), res
+
+        return _in_slices(len(keys), c, run)
 
     def get_size(self, key):
         """The value's size in bytes, or a code."""
