@@ -4,7 +4,8 @@
  * --trace --simulate-only counts the trace's unique blocks (skipped without
  * the trace beside the repo), and two processes against one proxy each
  * bound their phases on the shared monotonic clock (what bench-procs.sh
- * adds up), with every byte checked.
+ * adds up), with every byte checked, and the copy baselines (cold source and
+ * destination, and memcpy into a cached destination) are all given.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -120,12 +121,33 @@ static void test_bench_modes_phase_clock(void **state)
 	h_cleanup();
 }
 
+static void test_bench_modes_copy_baselines(void **state)
+{
+	char sock[PATH_MAX], cmd[PATH_MAX + 256], out[8192];
+
+	(void)state;
+	H_ASSERT_EQ(h_init(), 0);
+	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
+	H_ASSERT(h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "64MiB", NULL));
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 60 %s --socket %s --size 64KiB --count 16 --baseline-size 32MiB",
+		 h_bin("lunar-bench"), sock);
+	out[0] = '\n';
+	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
+	H_ASSERT_EQ(figure(out, "baseline_src_bytes"), 32ull << 20);
+	H_ASSERT(figure(out, "memcpy_gb_per_s") > 0);
+	H_ASSERT(figure(out, "nt_copy_gb_per_s") > 0);
+	H_ASSERT(figure(out, "memcpy_hot_dst_gb_per_s") > 0);
+	h_cleanup();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_bench_modes_evict_round),
 	    cmocka_unit_test(test_bench_modes_trace_simulation),
 	    cmocka_unit_test(test_bench_modes_phase_clock),
+	    cmocka_unit_test(test_bench_modes_copy_baselines),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
