@@ -376,18 +376,27 @@ uint32_t lc_crc32c(uint32_t crc, const void *buf, size_t len)
 	return ~sw_run(~crc, NULL, buf, len);
 }
 
-uint32_t lc_copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc)
+/* Copy and checksum; stream: write dst with non-temporal stores. */
+static uint32_t copy_crc(void *dst, const void *src, size_t len, uint32_t crc, int stream)
 {
 	crc_ready();
 #ifdef LC_CRC_X86
 	if (crc_use_fold && len >= FOLD_MIN)
-		return ~fold_run(~crc, dst, src, len,
-				 len >= LC_COPY_CRC32C_NT_MIN ? RUN_STREAM : RUN_COPY);
-	if (crc_use_hw) {
-		if (len >= LC_COPY_CRC32C_NT_MIN)
-			return ~hw_stream(~crc, dst, src, len);
-		return ~hw_copy(~crc, dst, src, len);
-	}
+		return ~fold_run(~crc, dst, src, len, stream ? RUN_STREAM : RUN_COPY);
+	if (crc_use_hw)
+		return stream ? ~hw_stream(~crc, dst, src, len) : ~hw_copy(~crc, dst, src, len);
+#else
+	(void)stream;
 #endif
 	return ~sw_run(~crc, dst, src, len);
+}
+
+uint32_t lc_copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc)
+{
+	return copy_crc(dst, src, len, crc, len >= LC_COPY_CRC32C_NT_MIN);
+}
+
+uint32_t lc_copy_crc32c_cached(void *dst, const void *src, size_t len, uint32_t crc)
+{
+	return copy_crc(dst, src, len, crc, 0);
 }

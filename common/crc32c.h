@@ -30,6 +30,14 @@ uint32_t lc_crc32c(uint32_t crc, const void *buf, size_t len);
  */
 uint32_t lc_copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc);
 
+/*
+ * lc_copy_crc32c_cached - lc_copy_crc32c with ordinary stores at every
+ * length: for a dst that is read again at once (a staging buffer the client
+ * copies out of next), which then finds the bytes in the shared cache
+ * instead of in memory.
+ */
+uint32_t lc_copy_crc32c_cached(void *dst, const void *src, size_t len, uint32_t crc);
+
 /* For tests and benchmarks: whether lc_crc32c uses the SSE4.2 instruction,
  * and the table implementation of both functions, which gives identical
  * results on every CPU. */

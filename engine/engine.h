@@ -34,6 +34,9 @@ struct eng_config {
 enum eng_dir {
 	ENG_READ = 0,  /* remote segment -> local iov */
 	ENG_WRITE = 1, /* local iov -> remote segment */
+	/* As ENG_READ, into a buffer that is read again at once (a client's
+	 * staging arena): a local copy keeps the bytes in the cache. */
+	ENG_READ_STAGED = 2,
 };
 
 struct eng_engine;
@@ -57,7 +60,8 @@ void eng_engine_destroy(struct eng_engine *e);
  * short transfer); the connection of a failed transfer is dropped, never
  * reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from 0)
  * of the bytes moved; a local transfer computes it in the same pass as the
- * copy. Large local copies use non-temporal stores (lc_copy).
+ * copy. Large local copies use non-temporal stores (lc_copy), except for
+ * ENG_READ_STAGED.
  */
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 	     const struct iovec *iov, int iovcnt, uint32_t *crc);

@@ -1,8 +1,8 @@
 /*
  * local.c - the local transport: the segment is this engine's own, so a
- * transfer is a copy per iovec (non-temporal for large blocks, checksummed
- * in the same pass when asked), after the same bounds check the data port
- * applies to remote requests.
+ * transfer is a copy per iovec (non-temporal for large blocks unless they go
+ * to a staging buffer, checksummed in the same pass when asked), after the
+ * same bounds check the data port applies to remote requests.
  */
 #include "engine/eng_int.h"
 
@@ -10,11 +10,17 @@
 #include "crc32c.h"
 #include "lunar.h"
 
-/* Copy n bytes, extending *crc over them when crc is not NULL. */
-static void copy(void *dst, const void *src, size_t n, uint32_t *crc)
+#include <string.h>
+
+/* Copy n bytes, extending *crc over them when crc is not NULL; cached: dst
+ * is read again at once, so ordinary stores at every length. */
+static void copy(void *dst, const void *src, size_t n, uint32_t *crc, int cached)
 {
 	if (crc)
-		*crc = lc_copy_crc32c(dst, src, n, *crc);
+		*crc = cached ? lc_copy_crc32c_cached(dst, src, n, *crc)
+			      : lc_copy_crc32c(dst, src, n, *crc);
+	else if (cached)
+		memcpy(dst, src, n);
 	else
 		lc_copy(dst, src, n);
 }
@@ -34,9 +40,9 @@ static int local_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir d
 		if (!iov[i].iov_len)
 			continue; /* its base may be NULL, which memcpy must not see */
 		if (dir == ENG_WRITE)
-			copy(seg, iov[i].iov_base, iov[i].iov_len, crc);
+			copy(seg, iov[i].iov_base, iov[i].iov_len, crc, 0);
 		else
-			copy(iov[i].iov_base, seg, iov[i].iov_len, crc);
+			copy(iov[i].iov_base, seg, iov[i].iov_len, crc, dir == ENG_READ_STAGED);
 		seg += iov[i].iov_len;
 	}
 	return 0;

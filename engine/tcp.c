@@ -92,7 +92,7 @@ static int slice_on(const struct tcp_slice *s, int fd, int *replied)
 		rc = eng_io_send(fd, &data, 0, s->deadline_ns);
 	if (!rc)
 		rc = recv_rep(fd, id, s->len, s->deadline_ns, replied);
-	if (!rc && s->dir == ENG_READ)
+	if (!rc && s->dir != ENG_WRITE)
 		rc = eng_io_recv(fd, &data, s->deadline_ns);
 	return rc;
 }

@@ -77,6 +77,7 @@ static int decode_segs(const struct px_region *rg, struct px_req *r, const struc
 	if (!pi->iov)
 		return -ENOMEM;
 	pi->iovcnt = (int)it->nseg;
+	pi->staged = true;
 	for (uint32_t i = 0; i < it->nseg; i++) {
 		uint8_t *p = seg_base(rg, r, &segs[i]);
 
@@ -86,6 +87,7 @@ static int decode_segs(const struct px_region *rg, struct px_req *r, const struc
 		}
 		pi->iov[i].iov_base = p;
 		pi->iov[i].iov_len = segs[i].len;
+		pi->staged = pi->staged && segs[i].region == 0;
 		pi->total += segs[i].len;
 	}
 	return 0;

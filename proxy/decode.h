@@ -10,6 +10,7 @@
 #define LUNAR_PROXY_DECODE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -65,6 +66,7 @@ struct px_item {
 	int iovcnt;
 	uint64_t total;     /* sum of iov lengths */
 	uint32_t crc;       /* put: CRC32C of the value as written */
+	bool staged;        /* every segment in the arena, none in registered memory */
 };
 
 struct px_req {

@@ -38,7 +38,7 @@ static int trim_iov(const struct px_item *it, uint64_t size, struct iovec *out)
  * that it is a copy of this value); a remote one through its owner's data
  * port.
  */
-static int read_replica(struct px_proxy *px, const char *tenant, const char *key,
+static int read_replica(struct px_proxy *px, const char *tenant, const struct px_item *it,
 			const struct px_cached *e, const struct px_cached_replica *rp, int local,
 			const struct iovec *iov, int iovcnt)
 {
@@ -46,14 +46,16 @@ static int read_replica(struct px_proxy *px, const char *tenant, const char *key
 	int64_t n;
 
 	if (rp->type == LUNAR__REPLICA_TYPE__MEMORY) {
-		if (eng_xfer(px->engine, rp->endpoint, ENG_READ, rp->offset, iov, iovcnt, &crc))
+		/* Staged bytes are copied out by the client next: keep them cached. */
+		if (eng_xfer(px->engine, rp->endpoint, it->staged ? ENG_READ_STAGED : ENG_READ,
+			     rp->offset, iov, iovcnt, &crc))
 			return LUNAR_ERR_TRANSFER_FAIL;
 		return crc == e->crc ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
 	}
 	if (local)
-		n = px_disk_get(px, tenant, key, iov, iovcnt, e->crc);
+		n = px_disk_get(px, tenant, it->key, iov, iovcnt, e->crc);
 	else
-		n = eng_xfer_disk(px->engine, rp->endpoint, tenant, key, iov, iovcnt, &crc);
+		n = eng_xfer_disk(px->engine, rp->endpoint, tenant, it->key, iov, iovcnt, &crc);
 	if (n < 0)
 		return (int)n;
 	return n == (int64_t)e->size && (local || crc == e->crc) ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
@@ -80,7 +82,7 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, const struct 
 
 			if (local != (pass % 2 == 0) || rp->type != type || rp->length != e->size)
 				continue;
-			rc = read_replica(px, tenant, it->key, e, rp, local, iov, iovcnt);
+			rc = read_replica(px, tenant, it, e, rp, local, iov, iovcnt);
 			tried++;
 			missing += rc == LUNAR_ERR_OBJECT_NOT_FOUND;
 			if (rc == LUNAR_ERR_CHECKSUM_MISMATCH) {

@@ -144,7 +144,8 @@ static void test_engine_multi_iov(void **state)
 	node_stop(&b);
 }
 
-/* Both transports report the CRC32C of the bytes they moved. */
+/* Both transports report the CRC32C of the bytes they moved, reads into
+ * staging buffers (ENG_READ_STAGED) included. */
 static void test_engine_checksum(void **state)
 {
 	struct node a = node_start(0, 0), b = node_start(0, 0);
@@ -164,9 +165,17 @@ static void test_engine_checksum(void **state)
 	crc = 1;
 	assert_int_equal(eng_xfer(a.e, self, ENG_WRITE, 64, w, 2, &crc), 0);
 	assert_int_equal(crc, want);
+	for (int i = 0; i < 2; i++) {
+		memset(dst, 0, sizeof(dst));
+		crc = 1;
+		assert_int_equal(eng_xfer(a.e, self, i ? ENG_READ_STAGED : ENG_READ, 64, &r, 1, &crc),
+				 0);
+		assert_int_equal(crc, want);
+		assert_memory_equal(dst, src, sizeof(src));
+	}
 	memset(dst, 0, sizeof(dst));
 	crc = 1;
-	assert_int_equal(eng_xfer(a.e, self, ENG_READ, 64, &r, 1, &crc), 0);
+	assert_int_equal(eng_xfer(a.e, remote, ENG_READ_STAGED, 0, &r, 1, &crc), 0);
 	assert_int_equal(crc, want);
 	assert_memory_equal(dst, src, sizeof(src));
 	node_stop(&a);
@@ -229,6 +238,8 @@ static void test_engine_bad_args(void **state)
 	assert_int_equal(eng_xfer(a.e, self, ENG_READ, 0, &empty, 0, NULL),
 			 LUNAR_ERR_TRANSFER_FAIL);
 	assert_int_equal(eng_xfer(a.e, self, (enum eng_dir)7, 0, &empty, 1, NULL),
+			 LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(xfer1(a.e, self, (enum eng_dir)(ENG_READ_STAGED + 1), 0, &c, 1),
 			 LUNAR_ERR_TRANSFER_FAIL);
 	assert_int_equal(xfer1(a.e, "nonsense", ENG_READ, 0, &c, 1), LUNAR_ERR_TRANSFER_FAIL);
 	assert_int_equal(xfer1(a.e, "127.0.0.1:", ENG_READ, 0, &c, 1), LUNAR_ERR_TRANSFER_FAIL);
