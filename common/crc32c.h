@@ -11,8 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Copies at least this long use non-temporal stores in lc_copy_crc32c. */
-#define LC_COPY_CRC32C_NT_MIN (256u * 1024)
+/* Copies at least this long use non-temporal stores in lc_copy_crc32c, as in
+ * lc_copy: from 64 KiB on they beat a cached copy into a cold destination
+ * (24.5 against 22 GB/s here; registered 64 KiB puts 11.4 -> 13.8 GB/s). */
+#define LC_COPY_CRC32C_NT_MIN (64u * 1024)
 
 /*
  * lc_crc32c - extend crc over len bytes of buf. Start with crc = 0; the
