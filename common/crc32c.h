@@ -1,8 +1,9 @@
 /*
  * crc32c.h - CRC32C (Castagnoli), the checksum every object carries (SPEC §3).
- * The SSE4.2 crc32 instruction over three interleaved streams when the CPU has
- * it (chosen once at run time), a slice-by-8 table otherwise; and a copy that
- * checksums in the same pass, for the get path of every KV block.
+ * Carry-less multiplication (AVX-512 VPCLMULQDQ) when the CPU has it, else
+ * the SSE4.2 crc32 instruction over three interleaved streams, else a
+ * slice-by-8 table (chosen once at run time); and a copy that checksums in
+ * the same pass, for the put and get paths of every KV block.
  * All functions are pure, thread-safe and never block.
  */
 #ifndef LUNAR_COMMON_CRC32C_H
@@ -13,7 +14,7 @@
 
 /* Copies at least this long use non-temporal stores in lc_copy_crc32c, as in
  * lc_copy: from 64 KiB on they beat a cached copy into a cold destination
- * (24.5 against 22 GB/s here; registered 64 KiB puts 11.4 -> 13.8 GB/s). */
+ * (docs/bench.md, the copy baselines). */
 #define LC_COPY_CRC32C_NT_MIN (64u * 1024)
 
 /*

@@ -215,7 +215,8 @@ void eng_pool_give(struct eng_pool *p, const char *endpoint, int fd);
 
 /*
  * One transport: xfer moves total bytes of iov to (ENG_WRITE) or from
- * (ENG_READ) [off, off + total) of the segment served at endpoint, total > 0.
+ * (ENG_READ, ENG_READ_STAGED) [off, off + total) of the segment served at
+ * endpoint, total > 0.
  * Returns 0 or LUNAR_ERR_TRANSFER_FAIL. Any thread, blocks until done or
  * the engine's timeout. eng_xfer picks the transport. crc: as eng_xfer (NULL,
  * or set to the CRC32C of the bytes moved).

@@ -88,7 +88,7 @@ int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint6
 	uint64_t total = 0;
 
 	/* Bad arguments and empty transfers fail like a refused range would. */
-	if (!e || !endpoint || !iov || iovcnt <= 0 || (dir != ENG_READ && dir != ENG_WRITE && dir != ENG_READ_STAGED))
+	if (!e || !endpoint || !iov || iovcnt <= 0 || (unsigned)dir > ENG_READ_STAGED)
 		return LUNAR_ERR_TRANSFER_FAIL;
 	for (int i = 0; i < iovcnt; i++) {
 		if (iov[i].iov_len > UINT64_MAX - total)

@@ -54,14 +54,14 @@ void eng_engine_destroy(struct eng_engine *e);
 /*
  * eng_xfer - move the bytes of iov (in order, total = sum of lengths) to or
  * from [off, off + total) of the segment served at endpoint. When endpoint is
- * this engine's own, a memcpy. Synchronous: blocks the calling thread at most
+ * this engine's own, a copy. Synchronous: blocks the calling thread at most
  * io_timeout_ms; any number of threads at once. Returns 0 or
  * LUNAR_ERR_TRANSFER_FAIL (peer unreachable, refused out of bounds, timeout,
  * short transfer); the connection of a failed transfer is dropped, never
  * reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from 0)
  * of the bytes moved; a local transfer computes it in the same pass as the
- * copy. Large local copies use non-temporal stores (lc_copy), except for
- * ENG_READ_STAGED.
+ * copy. Local copies of 64 KiB and more use non-temporal stores (lc_copy,
+ * lc_copy_crc32c), except for ENG_READ_STAGED.
  */
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 	     const struct iovec *iov, int iovcnt, uint32_t *crc);

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 
+#include "engine/engine.h"
 #include "shm_abi.h"
 
 /*
@@ -66,7 +67,7 @@ struct px_item {
 	int iovcnt;
 	uint64_t total;     /* sum of iov lengths */
 	uint32_t crc;       /* put: CRC32C of the value as written */
-	bool staged;        /* every segment in the arena, none in registered memory */
+	bool staged;        /* get: every segment in the arena (px_item_read_dir) */
 };
 
 struct px_req {
@@ -93,6 +94,17 @@ struct px_req {
  */
 int px_decode(const struct px_region *rg, const struct lc_sqe *sqe, struct px_req **out,
 	      const char **why);
+/*
+ * px_item_read_dir - how a get reads a value into it: ENG_READ_STAGED when
+ * every segment is in the arena, whose bytes liblunar copies out at once and
+ * so should find in the cache; else ENG_READ (registered memory, bound for
+ * the GPU: streamed past the cache).
+ */
+static inline enum eng_dir px_item_read_dir(const struct px_item *it)
+{
+	return it->staged ? ENG_READ_STAGED : ENG_READ;
+}
+
 /* px_req_free - free a request from px_decode. NULL is a no-op. */
 void px_req_free(struct px_req *r);
 /*

@@ -46,9 +46,8 @@ static int read_replica(struct px_proxy *px, const char *tenant, const struct px
 	int64_t n;
 
 	if (rp->type == LUNAR__REPLICA_TYPE__MEMORY) {
-		/* Staged bytes are copied out by the client next: keep them cached. */
-		if (eng_xfer(px->engine, rp->endpoint, it->staged ? ENG_READ_STAGED : ENG_READ,
-			     rp->offset, iov, iovcnt, &crc))
+		if (eng_xfer(px->engine, rp->endpoint, px_item_read_dir(it), rp->offset, iov, iovcnt,
+			     &crc))
 			return LUNAR_ERR_TRANSFER_FAIL;
 		return crc == e->crc ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
 	}

@@ -107,8 +107,8 @@ static const char usage_text[] =
     "  {put,exists,get,rm}_ops, _errors, _wall_s, _ops_per_s, _gb_per_s (put/get),\n"
     "  _mean_us, _p50_us, _p90_us, _p99_us, _p999_us, _max_us; errors;\n"
     "  memcpy_gb_per_s, nt_copy_gb_per_s (one thread, SIZE blocks, cold source\n"
-    "  and destination); memcpy_hot_dst_gb_per_s (the same into one reused,\n"
-    "  cached destination).\n"
+    "  and destination); memcpy_hot_dst_gb_per_s (the same into one reused\n"
+    "  destination, cached when SIZE is below the last-level cache).\n"
     "  ops_per_s and gb_per_s count time inside liblunar calls: ops divided by the\n"
     "  busiest thread's summed call time (checking the bytes read is outside it);\n"
     "  _wall_s is the phase's wall-clock time, checking included; _start_ns and\n"
@@ -330,8 +330,8 @@ static void plain_copy(void *dst, const void *src, size_t n)
 /* Best pass, in GB/s, of copying chunk k of src into chunk k of dst (dst_stride
  * 0: every chunk into the one dst) for every k in turn. */
 static double copy_rate(void (*copy)(void *, const void *, size_t), unsigned char *dst,
-			uint64_t dst_stride, const unsigned char *src, uint64_t chunks, uint64_t stride,
-			uint64_t size)
+			uint64_t dst_stride, const unsigned char *src, uint64_t chunks,
+			uint64_t stride, uint64_t size)
 {
 	uint64_t t0, dt, best = UINT64_MAX, spent = 0;
 
@@ -355,8 +355,8 @@ static double copy_rate(void (*copy)(void *, const void *, size_t), unsigned cha
  * Single-thread copy baselines over source and destination sets larger than
  * the LLC, so each block is cold at both ends, as a stored object is when
  * read and the buffer it goes to (on its way to the GPU). memcpy is also
- * measured into one reused destination, which stays in the cache: the best
- * a copy can do when its destination is hot.
+ * measured into one reused destination, which stays in the cache for sizes
+ * below the LLC: the best a copy can do when its destination is hot.
  */
 static void baseline(const struct bench *b)
 {
@@ -377,11 +377,13 @@ static void baseline(const struct bench *b)
 		free(dst);
 		return;
 	}
-	printf("baseline_src_bytes=%llu\n", (unsigned long long)(chunks * stride));
+	printf("baseline_src_bytes=%llu\nbaseline_dst_bytes=%llu\n",
+	       (unsigned long long)(chunks * stride), (unsigned long long)(chunks * stride));
 	printf("memcpy_gb_per_s=%.3f\n",
 	       copy_rate(plain_copy, dst, stride, src, chunks, stride, b->size));
 #if defined(__SSE2__)
-	printf("nt_copy_gb_per_s=%.3f\n", copy_rate(nt_copy, dst, stride, src, chunks, stride, b->size));
+	printf("nt_copy_gb_per_s=%.3f\n",
+	       copy_rate(nt_copy, dst, stride, src, chunks, stride, b->size));
 #endif
 	printf("memcpy_hot_dst_gb_per_s=%.3f\n",
 	       copy_rate(plain_copy, dst, 0, src, chunks, stride, b->size));

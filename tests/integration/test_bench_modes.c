@@ -135,6 +135,7 @@ static void test_bench_modes_copy_baselines(void **state)
 	out[0] = '\n';
 	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
 	H_ASSERT_EQ(figure(out, "baseline_src_bytes"), 32ull << 20);
+	H_ASSERT_EQ(figure(out, "baseline_dst_bytes"), 32ull << 20);
 	H_ASSERT(figure(out, "memcpy_gb_per_s") > 0);
 	H_ASSERT(figure(out, "nt_copy_gb_per_s") > 0);
 	H_ASSERT(figure(out, "memcpy_hot_dst_gb_per_s") > 0);

@@ -102,7 +102,7 @@ static void test_decode_valid_put(void **state)
 	assert_int_equal(r->items[0].result, 0);
 	assert_int_equal(r->items[0].total, 100);
 	assert_ptr_equal(r->items[0].iov[0].iov_base, f->mem + ARENA_OFF + 4096);
-	assert_true(r->items[0].staged);
+	assert_int_equal(px_item_read_dir(&r->items[0]), ENG_READ_STAGED);
 	px_req_free(r);
 }
 
@@ -199,7 +199,7 @@ static void test_decode_registered_region(void **state)
 	seg->len = 192;
 	assert_int_equal(px_decode(&f->rg, &q, &r, &why), 0);
 	assert_ptr_equal(r->items[0].iov[0].iov_base, m->base + 8000);
-	assert_false(r->items[0].staged); /* the proxy's copy may bypass the cache */
+	assert_int_equal(px_item_read_dir(&r->items[0]), ENG_READ);
 	assert_int_equal(atomic_load(&m->refs), 2);
 	px_req_free(r);
 	assert_int_equal(atomic_load(&m->refs), 1);
@@ -212,6 +212,53 @@ static void test_decode_registered_region(void **state)
 	seg->region = LC_MAX_REGIONS + 1;
 	expect_violation(f, &q);
 	assert_int_equal(atomic_load(&m->refs), 1);
+	px_mreg_put(m);
+}
+
+/* A get of two segments in regions a and b (0: the arena, else registered). */
+static struct lc_sqe two_segs(struct fix *f, uint32_t a, uint32_t b)
+{
+	struct lc_seg segs[2] = {{a, 0, a ? 0 : f->next + 4096, 64},
+				 {b, 0, b ? 64 : f->next + 8192, 64}};
+	struct lc_item it = {.key_len = 3, .nseg = 2};
+	struct lc_sqe q = {.op = LC_OP_GET, .slot = 3, .count = 1, .seq = 9};
+
+	it.key_off = put_bytes(f, "mix", 3);
+	it.seg_off = put_bytes(f, segs, sizeof(segs));
+	q.arg_off = put_bytes(f, &it, sizeof(it));
+	q.arg_len = sizeof(it);
+	return q;
+}
+
+static void test_decode_read_dir(void **state)
+{
+	static const uint32_t cases[][3] = {
+	    /* region of each segment, then 1 if the get may keep its bytes cached */
+	    {0, 0, 1},
+	    {0, 3, 0},
+	    {3, 0, 0},
+	    {3, 3, 0},
+	};
+	struct fix *f = *state;
+	struct px_mreg *m = calloc(1, sizeof(*m));
+
+	/* Given a registered 8 KiB range as region 3 */
+	m->len = 8192;
+	m->base = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	atomic_init(&m->refs, 1);
+	f->rg.mregs[3] = m;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct lc_sqe q = two_segs(f, cases[i][0], cases[i][1]);
+		struct px_req *r;
+		const char *why;
+
+		/* When a get names these segments */
+		assert_int_equal(px_decode(&f->rg, &q, &r, &why), 0);
+		/* Then it reads with cached stores only if all of them are in the arena */
+		assert_int_equal(px_item_read_dir(&r->items[0]),
+				 cases[i][2] ? ENG_READ_STAGED : ENG_READ);
+		px_req_free(r);
+	}
 	px_mreg_put(m);
 }
 
@@ -320,6 +367,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_decode_item_array_bounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_key_and_segment_bounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_registered_region, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_decode_read_dir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_preferred_segments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_bad_key_is_per_item, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_decode_no_args_ops, setup, teardown),

@@ -168,8 +168,8 @@ static void test_engine_checksum(void **state)
 	for (int i = 0; i < 2; i++) {
 		memset(dst, 0, sizeof(dst));
 		crc = 1;
-		assert_int_equal(eng_xfer(a.e, self, i ? ENG_READ_STAGED : ENG_READ, 64, &r, 1, &crc),
-				 0);
+		assert_int_equal(
+		    eng_xfer(a.e, self, i ? ENG_READ_STAGED : ENG_READ, 64, &r, 1, &crc), 0);
 		assert_int_equal(crc, want);
 		assert_memory_equal(dst, src, sizeof(src));
 	}
@@ -193,6 +193,10 @@ static void test_engine_local_memcpy(void **state)
 	assert_int_equal(eng_xfer(a.e, self, ENG_WRITE, SEG_SIZE - sizeof(src), w, 2, NULL), 0);
 	assert_memory_equal(a.seg + SEG_SIZE - sizeof(src), src, sizeof(src));
 	assert_int_equal(xfer1(a.e, self, ENG_READ, SEG_SIZE - sizeof(src), dst, sizeof(dst)), 0);
+	assert_memory_equal(dst, src, sizeof(src));
+	memset(dst, 0, sizeof(dst));
+	assert_int_equal(
+	    xfer1(a.e, self, ENG_READ_STAGED, SEG_SIZE - sizeof(src), dst, sizeof(dst)), 0);
 	assert_memory_equal(dst, src, sizeof(src));
 	/* The local path checks bounds as the data port does. */
 	assert_int_equal(xfer1(a.e, self, ENG_WRITE, SEG_SIZE - 10, src, 11),
