@@ -4,9 +4,14 @@
 # clients. Redis is driven by redis-benchmark, memcached by our memc-bench
 # (ASCII protocol, every byte checked), Lunar by lunar-bench (every byte
 # checked) against a standalone proxy. Prints a markdown table with ops/s and
-# the ratios lunar/redis and lunar/memcached. Installs redis-server, redis-tools
-# and memcached with apt-get when missing and run as root. Each cell ~1-2 s.
-# Run from anywhere: bash tools/bench-vs-peers.sh [> peers.md]. Env: BUILD.
+# the ratios lunar/redis and lunar/memcached. Runs ROUNDS rounds (default 3),
+# each starting every system afresh and driving it through every cell, one
+# system after the other; each figure is the median over the rounds, so one
+# slow spell of a shared machine does not decide a cell. Installs
+# redis-server, redis-tools and memcached with apt-get when missing and run as
+# root. Each cell ~1-2 s, a round ~1 min.
+# Run from anywhere: bash tools/bench-vs-peers.sh [> peers.md]. Env: BUILD,
+# ROUNDS.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -17,6 +22,10 @@ CLIENTS=(1 8)
 declare -A BYTES=([4KiB]=4096 [64KiB]=65536 [1MiB]=1048576)
 declare -A COUNT=([4KiB]=100000 [64KiB]=25000 [1MiB]=1000)
 CELL_SECS=120
+ROUNDS=${ROUNDS:-3}
+case $ROUNDS in
+'' | *[!0-9]* | 0) echo "bench-vs-peers: ROUNDS must be a positive number" >&2; exit 2 ;;
+esac
 
 install_peers() {
 	local missing=()
@@ -52,48 +61,81 @@ redis_p50_us() {
 	awk -F'","' -v t="\"$2" '$1 == t { gsub(/"/, "", $5); printf "%.1f", $5 * 1000 }' "$1" 2>/dev/null || printf -- '-'
 }
 
+# median V... - the median of the numbers given ("-" and empty ones left
+# out; of an even count, the lower middle one), or "-".
+median() {
+	printf '%s\n' "$@" | awk '$1 != "-" && $1 != ""' | sort -g |
+		awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'
+}
+
+# rounds PATTERN FN ARGS... - FN FILE ARGS for each round's FILE (PATTERN with
+# @ for the round number), one result a line.
+rounds() {
+	local pat=$1 fn=$2 r
+	shift 2
+	for r in $(seq "$ROUNDS"); do
+		"$fn" "${pat/@/$r}" "$@"
+		echo
+	done
+}
+
+# One round: each system started afresh and driven through every cell, one
+# system after the other.
+run_round() {
+	local r=$1 size c sock=$BL_TMP/lunar.sock
+	local memc=(memcached -s "$BL_TMP/memc.sock" -m 4096 -I 8m -t 4)
+
+	# Redis: no persistence, UNIX socket only.
+	rm -f "$BL_TMP/redis.sock"
+	bl_spawn "$BL_TMP/redis.log" redis-server --port 0 --unixsocket "$BL_TMP/redis.sock" \
+		--save '' --appendonly no --daemonize no
+	wait_sock "$BL_TMP/redis.sock"
+	bl_record redis-server --port 0 --unixsocket "$BL_TMP/redis.sock" --save "" --appendonly no
+	for size in "${SIZES[@]}"; do
+		for c in "${CLIENTS[@]}"; do
+			bl_run "$BL_TMP/redis-$size-$c-$r.out" "$CELL_SECS" redis-benchmark \
+				-s "$BL_TMP/redis.sock" -t set,get -d "${BYTES[$size]}" -c "$c" \
+				-n "${COUNT[$size]}" -P 1 --csv || true
+		done
+	done
+	bl_stop_all
+
+	# memcached: -I raises the largest item (default 1 MiB, which a 1 MiB
+	# value plus its header would exceed).
+	[ "$(id -u)" -eq 0 ] && memc+=(-u root)
+	rm -f "$BL_TMP/memc.sock"
+	bl_spawn "$BL_TMP/memc.log" "${memc[@]}"
+	wait_sock "$BL_TMP/memc.sock"
+	bl_record "${memc[@]}"
+	for size in "${SIZES[@]}"; do
+		for c in "${CLIENTS[@]}"; do
+			bl_run "$BL_TMP/memc-$size-$c-$r.out" "$CELL_SECS" "$BIN/memc-bench" --socket \
+				"$BL_TMP/memc.sock" --size "$size" --count "${COUNT[$size]}" \
+				--threads "$c" || true
+		done
+	done
+	bl_stop_all
+
+	rm -f "$sock"
+	bl_start_proxy proxy "$sock" --embedded-master --segment-size 2GiB
+	for size in "${SIZES[@]}"; do
+		for c in "${CLIENTS[@]}"; do
+			bl_run "$BL_TMP/lunar-$size-$c-$r.out" "$CELL_SECS" "$BIN/lunar-bench" \
+				--socket "$sock" --size "$size" --count "${COUNT[$size]}" --threads "$c" \
+				--baseline-size 0 || true
+		done
+	done
+	bl_stop_all
+}
+
 install_peers
 make -s BUILD="$BUILD" "$BIN/memc-bench" >&2
 bl_need lunar-bench lunar-proxy lunarctl memc-bench
 bl_init lunar-peers
-
-# Redis: no persistence, UNIX socket only.
-bl_spawn "$BL_TMP/redis.log" redis-server --port 0 --unixsocket "$BL_TMP/redis.sock" \
-	--save '' --appendonly no --daemonize no
-wait_sock "$BL_TMP/redis.sock"
-bl_record redis-server --port 0 --unixsocket "$BL_TMP/redis.sock" --save "" --appendonly no
-for size in "${SIZES[@]}"; do
-	for c in "${CLIENTS[@]}"; do
-		bl_run "$BL_TMP/redis-$size-$c.out" "$CELL_SECS" redis-benchmark -s "$BL_TMP/redis.sock" \
-			-t set,get -d "${BYTES[$size]}" -c "$c" -n "${COUNT[$size]}" -P 1 --csv || true
-	done
+for r in $(seq "$ROUNDS"); do
+	bl_log "bench-vs-peers: round $r of $ROUNDS"
+	run_round "$r"
 done
-bl_stop_all
-
-# memcached: -I raises the largest item (default 1 MiB, which a 1 MiB value
-# plus its header would exceed).
-MEMC=(memcached -s "$BL_TMP/memc.sock" -m 4096 -I 8m -t 4)
-[ "$(id -u)" -eq 0 ] && MEMC+=(-u root)
-bl_spawn "$BL_TMP/memc.log" "${MEMC[@]}"
-wait_sock "$BL_TMP/memc.sock"
-bl_record "${MEMC[@]}"
-for size in "${SIZES[@]}"; do
-	for c in "${CLIENTS[@]}"; do
-		bl_run "$BL_TMP/memc-$size-$c.out" "$CELL_SECS" "$BIN/memc-bench" --socket \
-			"$BL_TMP/memc.sock" --size "$size" --count "${COUNT[$size]}" --threads "$c" || true
-	done
-done
-bl_stop_all
-
-sock=$BL_TMP/lunar.sock
-bl_start_proxy proxy "$sock" --embedded-master --segment-size 2GiB
-for size in "${SIZES[@]}"; do
-	for c in "${CLIENTS[@]}"; do
-		bl_run "$BL_TMP/lunar-$size-$c.out" "$CELL_SECS" "$BIN/lunar-bench" --socket "$sock" \
-			--size "$size" --count "${COUNT[$size]}" --threads "$c" --baseline-size 0 || true
-	done
-done
-bl_stop_all
 
 echo "# Lunar next to Redis and memcached"
 echo
@@ -105,41 +147,47 @@ echo "client) per client. Redis: redis-benchmark (no pipelining, one key). memca
 echo "memc-bench, ASCII set/get, bytes checked. Lunar: lunar-bench against a standalone"
 echo "proxy (embedded master, 2 GiB segment), bytes checked. ops/s: Redis's own figure;"
 echo "memc-bench and lunar-bench count ops over the busiest client's time in calls."
-echo "Ratios > 1 mean Lunar is faster."
+echo "Each figure is the median of $ROUNDS rounds; a round runs Redis, memcached and"
+echo "Lunar one after the other, each started afresh. Ratios are of the medians;"
+echo "> 1 means Lunar is faster."
 echo
 echo "| size | clients | redis SET/s | memcached set/s | lunar put/s | lunar put GB/s | lunar/redis put | lunar/memcached put | redis GET/s | memcached get/s | lunar get/s | lunar get GB/s | lunar/redis get | lunar/memcached get |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for size in "${SIZES[@]}"; do
 	for c in "${CLIENTS[@]}"; do
-		r=$BL_TMP/redis-$size-$c.out
-		m=$BL_TMP/memc-$size-$c.out
-		l=$BL_TMP/lunar-$size-$c.out
-		rs=$(redis_rps "$r" SET)
-		rg=$(redis_rps "$r" GET)
-		ms=$(bl_kv "$m" set_ops_per_s)
-		mg=$(bl_kv "$m" get_ops_per_s)
-		ls=$(bl_kv "$l" put_ops_per_s)
-		lg=$(bl_kv "$l" get_ops_per_s)
-		echo "| $size | $c | $(bl_fmt "${rs:--}" 0) | $(bl_fmt "$ms" 0) | $(bl_fmt "$ls" 0) |" \
-			"$(bl_fmt "$(bl_kv "$l" put_gb_per_s)" 2) | $(bl_div "$ls" "${rs:--}" 2) |" \
-			"$(bl_div "$ls" "$ms" 2) | $(bl_fmt "${rg:--}" 0) | $(bl_fmt "$mg" 0) |" \
-			"$(bl_fmt "$lg" 0) | $(bl_fmt "$(bl_kv "$l" get_gb_per_s)" 2) |" \
-			"$(bl_div "$lg" "${rg:--}" 2) | $(bl_div "$lg" "$mg" 2) |"
+		r=$BL_TMP/redis-$size-$c-@.out
+		m=$BL_TMP/memc-$size-$c-@.out
+		l=$BL_TMP/lunar-$size-$c-@.out
+		rs=$(median $(rounds "$r" redis_rps SET))
+		rg=$(median $(rounds "$r" redis_rps GET))
+		ms=$(median $(rounds "$m" bl_kv set_ops_per_s))
+		mg=$(median $(rounds "$m" bl_kv get_ops_per_s))
+		ls=$(median $(rounds "$l" bl_kv put_ops_per_s))
+		lg=$(median $(rounds "$l" bl_kv get_ops_per_s))
+		echo "| $size | $c | $(bl_fmt "$rs" 0) | $(bl_fmt "$ms" 0) | $(bl_fmt "$ls" 0) |" \
+			"$(bl_fmt "$(median $(rounds "$l" bl_kv put_gb_per_s))" 2) |" \
+			"$(bl_div "$ls" "$rs" 2) | $(bl_div "$ls" "$ms" 2) | $(bl_fmt "$rg" 0) |" \
+			"$(bl_fmt "$mg" 0) | $(bl_fmt "$lg" 0) |" \
+			"$(bl_fmt "$(median $(rounds "$l" bl_kv get_gb_per_s))" 2) |" \
+			"$(bl_div "$lg" "$rg" 2) | $(bl_div "$lg" "$mg" 2) |"
 	done
 done
 echo
-echo "p50 latency per call, µs (SET/put, GET/get):"
+echo "p50 latency per call, µs (SET/put, GET/get; medians over the rounds):"
 echo
 echo "| size | clients | redis SET | memcached set | lunar put | redis GET | memcached get | lunar get |"
 echo "|---|---|---|---|---|---|---|---|"
 for size in "${SIZES[@]}"; do
 	for c in "${CLIENTS[@]}"; do
-		r=$BL_TMP/redis-$size-$c.out
-		m=$BL_TMP/memc-$size-$c.out
-		l=$BL_TMP/lunar-$size-$c.out
-		echo "| $size | $c | $(redis_p50_us "$r" SET) | $(bl_fmt "$(bl_kv "$m" set_p50_us)" 1) |" \
-			"$(bl_fmt "$(bl_kv "$l" put_p50_us)" 1) | $(redis_p50_us "$r" GET) |" \
-			"$(bl_fmt "$(bl_kv "$m" get_p50_us)" 1) | $(bl_fmt "$(bl_kv "$l" get_p50_us)" 1) |"
+		r=$BL_TMP/redis-$size-$c-@.out
+		m=$BL_TMP/memc-$size-$c-@.out
+		l=$BL_TMP/lunar-$size-$c-@.out
+		echo "| $size | $c | $(median $(rounds "$r" redis_p50_us SET)) |" \
+			"$(bl_fmt "$(median $(rounds "$m" bl_kv set_p50_us))" 1) |" \
+			"$(bl_fmt "$(median $(rounds "$l" bl_kv put_p50_us))" 1) |" \
+			"$(median $(rounds "$r" redis_p50_us GET)) |" \
+			"$(bl_fmt "$(median $(rounds "$m" bl_kv get_p50_us))" 1) |" \
+			"$(bl_fmt "$(median $(rounds "$l" bl_kv get_p50_us))" 1) |"
 	done
 done
 bl_cmds_flush

@@ -152,12 +152,13 @@ bl_run() {
 	return "$rc"
 }
 
-# bl_cmds_flush - print the recorded commands as a markdown code block, then forget them.
+# bl_cmds_flush - print the recorded commands as a markdown code block (each
+# once, in the order first recorded), then forget them.
 bl_cmds_flush() {
 	[ "${#BL_CMDS[@]}" -gt 0 ] || return 0
 	echo
 	echo '```sh'
-	printf '%s\n' "${BL_CMDS[@]}"
+	printf '%s\n' "${BL_CMDS[@]}" | awk '!seen[$0]++'
 	echo '```'
 	BL_CMDS=()
 }
