@@ -32,9 +32,9 @@
 #define PX_EVENTS_NS 100000ull /* look at the sockets at least this often */
 #define PX_ACTIVE_NS 1000000ull /* a client with work this recent is busy */
 
-static int watch(struct px_proxy *px, int fd, void *tag)
+static int watch(struct px_proxy *px, int fd, void *tag, uint32_t events)
 {
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.ptr = tag };
+	struct epoll_event ev = { .events = events, .data.ptr = tag };
 
 	return epoll_ctl(px->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
@@ -68,7 +68,7 @@ static void accept_clients(struct px_proxy *px)
 	while ((fd = accept4(px->listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
 		if (px_session_accept(px, fd, &s))
 			continue;
-		if (watch(px, s->sock, s)) {
+		if (watch(px, s->sock, s, EPOLLIN | EPOLLRDHUP)) {
 			px_session_kill(s, "cannot watch its socket");
 			px_session_put(s);
 			continue;
@@ -232,15 +232,13 @@ static void handle_event(struct px_proxy *px, struct epoll_event *ev)
 {
 	uintptr_t tag = (uintptr_t)ev->data.ptr;
 	struct px_session *s = (struct px_session *)(tag & ~PX_EFD_TAG);
-	uint64_t v;
 
 	if (ev->data.ptr == &px->listen_fd) {
 		accept_clients(px);
 	} else if (atomic_load(&s->dead)) {
 		/* Closed by an earlier event of this batch; held until its end. */
 	} else if (tag & PX_EFD_TAG) {
-		if (read(s->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-			LC_DEBUG("proxy", "eventfd read: %s", strerror(errno));
+		/* A wakeup: the rings are polled below. */
 	} else if (ev->events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
 		LC_DEBUG("proxy", "client %llu hung up", (unsigned long long)s->client_id);
 		session_close(px, s, NULL);
@@ -249,7 +247,10 @@ static void handle_event(struct px_proxy *px, struct epoll_event *ev)
 		const char *why = NULL;
 		int rc = px_session_input(px, s, &why);
 
-		if (rc == 1 && watch(px, s->efd, (void *)((uintptr_t)s | PX_EFD_TAG)))
+		/* Edge-triggered and never read: the client shares this
+		 * eventfd's file description and may make it blocking, so a
+		 * read could stall the loop. Each write is a new edge. */
+		if (rc == 1 && watch(px, s->efd, (void *)((uintptr_t)s | PX_EFD_TAG), EPOLLIN | EPOLLET))
 			rc = -1;
 		if (rc == 1) {
 			LC_WRITE_ONCE(s->rg.ring->crowded, px->crowded);
@@ -301,8 +302,8 @@ int px_loop_run(struct px_proxy *px)
 	uint64_t now, polled, last_busy = lc_now_ns(), last_crowd_check = 0;
 	int rc, n, busy, timeout = 0;
 
-	if ((rc = watch(px, px->listen_fd, &px->listen_fd)) ||
-	    (rc = watch(px, px->stop_efd, &px->stop_efd)))
+	if ((rc = watch(px, px->listen_fd, &px->listen_fd, EPOLLIN)) ||
+	    (rc = watch(px, px->stop_efd, &px->stop_efd, EPOLLIN)))
 		return rc;
 	while (!atomic_load(&px->stopping)) {
 		n = epoll_wait(px->epfd, evs, 64, timeout);

@@ -10,7 +10,10 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
+
+#include <linux/magic.h>
 
 #include "log.h"
 #include "lunar.h"
@@ -22,19 +25,35 @@
 #define PX_REG_SESSION_BYTES (256ull << 30)
 #define PX_REG_PROXY_BYTES (8ull << 40)
 
+int px_mreg_fd_check(int fd, uint64_t *size)
+{
+	int seals = fd >= 0 ? fcntl(fd, F_GET_SEALS) : -1;
+	struct statfs fs;
+	struct stat st;
+
+	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 || fstatfs(fd, &fs) < 0)
+		return LUNAR_ERR_INVALID_PARAMS;
+	/* The shrink seal does not stop a hole punched in a hugetlbfs file,
+	 * which gives its huge pages back: with the pool empty, the proxy's
+	 * next touch of the range would be a SIGBUS. */
+	if (fs.f_type == HUGETLBFS_MAGIC)
+		return LUNAR_ERR_INVALID_PARAMS;
+	*size = (uint64_t)st.st_size;
+	return 0;
+}
+
 static int reg_add(struct px_session *s, const struct lc_reg_req *q, int fd, uint32_t *id)
 {
 	long page = sysconf(_SC_PAGESIZE);
 	struct px_mreg *m;
-	struct stat st;
+	uint64_t size;
 	uint32_t i;
 	void *p;
-	int seals = fd >= 0 ? fcntl(fd, F_GET_SEALS) : -1;
 
-	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0)
+	if (px_mreg_fd_check(fd, &size))
 		return LUNAR_ERR_INVALID_PARAMS;
 	if (q->length == 0 || q->length > PX_REG_SESSION_BYTES || q->offset % (uint64_t)page ||
-	    q->offset > (uint64_t)st.st_size || q->length > (uint64_t)st.st_size - q->offset)
+	    q->offset > size || q->length > size - q->offset)
 		return LUNAR_ERR_INVALID_PARAMS;
 	for (i = 1; i <= LC_MAX_REGIONS && s->rg.mregs[i]; i++)
 		;

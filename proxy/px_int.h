@@ -190,6 +190,10 @@ void px_session_put(struct px_session *s);
 void px_session_kill(struct px_session *s, const char *why);
 
 /* --- registered memory (mreg.c); loop thread only --- */
+/* px_mreg_fd_check - 0 and *size (its length in bytes) when fd is memory the
+ * proxy may map for a client: a memfd sealed against shrinking, not on
+ * hugetlbfs; else LUNAR_ERR_INVALID_PARAMS. */
+int px_mreg_fd_check(int fd, uint64_t *size);
 /* px_mreg_handle - act on one registration message (fd: the descriptor
  * that came with it, or -1; always consumed) and reply. 0, or -1 with *why
  * set when s must be closed. */

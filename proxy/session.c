@@ -220,9 +220,32 @@ static int session_open(struct px_proxy *px, struct px_session *s)
 	return 1;
 }
 
+/* Keep the first descriptor a message brings, close any others. Only the
+ * control data of a successful recvmsg is read: after a failed one the
+ * buffer still holds whatever it held before. */
+static void take_fds(struct px_session *s, struct msghdr *msg)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+		int *fd = (int *)CMSG_DATA(c);
+		size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t i = 0; i < nfd; i++) {
+			if (s->rxfd < 0)
+				s->rxfd = fd[i];
+			else
+				close(fd[i]);
+		}
+	}
+}
+
 /* Gather bytes (and at most one descriptor) of the message being received:
- * 1 when it is complete, 0 when more must come, -1 on hang-up or error. */
-static int gather(struct px_session *s, size_t want)
+ * 1 when it is complete, 0 when more must come (a read that found nothing,
+ * as after out-of-band data, takes no descriptor), -1 on hang-up or error,
+ * or with *why set when the message brought more descriptors than the
+ * control buffer holds. */
+static int gather(struct px_session *s, size_t want, const char **why)
 {
 	union {
 		struct cmsghdr align;
@@ -235,23 +258,18 @@ static int gather(struct px_session *s, size_t want)
 	msg.msg_control = ctl.buf;
 	msg.msg_controllen = sizeof(ctl.buf);
 	n = recvmsg(s->sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+	if (n < 0)
+		return errno == EINTR || errno == EAGAIN ? 0 : -1;
+	if (n == 0)
 		return -1;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-		int *fd = (int *)CMSG_DATA(c);
-		size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-
-		for (size_t i = 0; c->cmsg_type == SCM_RIGHTS && i < nfd; i++) {
-			if (s->rxfd < 0)
-				s->rxfd = fd[i];
-			else
-				close(fd[i]);
-		}
+	take_fds(s, &msg);
+	if (msg.msg_flags & MSG_CTRUNC) {
+		*why = "more descriptors than a message carries";
+		return -1;
 	}
-	if (n > 0 && s->rxlen == 0 && s->open)
+	if (s->rxlen == 0 && s->open)
 		s->rx_deadline_ms = lc_now_ms() + PX_HELLO_TIMEOUT_MS;
-	if (n > 0)
-		s->rxlen += (size_t)n;
+	s->rxlen += (size_t)n;
 	return s->rxlen == want;
 }
 
@@ -261,7 +279,7 @@ int px_session_input(struct px_proxy *px, struct px_session *s, const char **why
 	int rc, fd;
 
 	*why = NULL;
-	rc = gather(s, want);
+	rc = gather(s, want, why);
 	if (rc <= 0)
 		return rc;
 	fd = s->rxfd;

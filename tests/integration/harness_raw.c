@@ -19,7 +19,15 @@
 #include "ring.h"
 #include "uds.h"
 
-void raw_open(struct raw *c, const char *sock_path)
+void raw_connect(struct raw *c, const char *sock_path)
+{
+	memset(c, 0, sizeof(*c));
+	c->memfd = c->efd = -1;
+	c->sock = lc_uds_connect(sock_path);
+	H_ASSERT_MSG(c->sock >= 0, "connect: %s", strerror(-c->sock));
+}
+
+void raw_hello(struct raw *c)
 {
 	struct lc_hello hello = {.magic = LC_SHM_MAGIC,
 				 .version = LC_PROTO_VERSION,
@@ -29,9 +37,6 @@ void raw_open(struct raw *c, const char *sock_path)
 	struct stat st;
 	int fds[2], n;
 
-	memset(c, 0, sizeof(*c));
-	c->sock = lc_uds_connect(sock_path);
-	H_ASSERT_MSG(c->sock >= 0, "connect: %s", strerror(-c->sock));
 	H_ASSERT_EQ(lc_uds_send(c->sock, &hello, sizeof(hello), NULL, 0), 0);
 	n = lc_uds_recv(c->sock, &w, sizeof(w), fds, 2, 5000);
 	H_ASSERT_MSG(n == 2 && w.code == 0, "welcome: %d fds, code %d", n, n >= 0 ? w.code : 0);
@@ -48,6 +53,12 @@ void raw_open(struct raw *c, const char *sock_path)
 	c->ring = (struct lc_ring_ctl *)(c->base + c->h.ring_off);
 	c->sqes = (struct lc_sqe *)(c->base + c->h.sqes_off);
 	c->slots = (struct lc_cslot *)(c->base + c->h.slots_off);
+}
+
+void raw_open(struct raw *c, const char *sock_path)
+{
+	raw_connect(c, sock_path);
+	raw_hello(c);
 }
 
 void raw_close(struct raw *c)

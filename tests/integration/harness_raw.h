@@ -27,6 +27,10 @@ struct raw {
 
 /* raw_open - connect to the proxy at sock_path, say hello, map the region. */
 void raw_open(struct raw *c, const char *sock_path);
+/* raw_connect, raw_hello - raw_open in two steps: connect only, then the
+ * hello, the welcome and the mapping. */
+void raw_connect(struct raw *c, const char *sock_path);
+void raw_hello(struct raw *c);
 /* raw_close - unmap and close everything; c may be half open. */
 void raw_close(struct raw *c);
 /* raw_put - copy n bytes into the arena; returns their region offset (8-aligned). */

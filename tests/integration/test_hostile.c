@@ -4,9 +4,10 @@
  * test while raw clients - handshaking by hand, then writing whatever they
  * like into their region - corrupt ring indexes, send descriptors with
  * overflowing offsets, lengths, counts and slot numbers, flood the eventfd
- * or the request queue, try to resize the sealed memfd, unmap it, register
- * memory the proxy could lose, send junk on the socket, say nothing at all,
- * or vanish mid-request. Each violator must see the hang-up within 2 s with
+ * or the request queue, make the shared eventfd blocking and drain it, try
+ * to resize the sealed memfd, unmap it, register memory the proxy could
+ * lose, send junk or too many descriptors on the socket, say nothing at
+ * all, or vanish mid-request. Each violator must see the hang-up within 2 s with
  * a "disconnected:" reason in the proxy's log; B must see no error and no
  * call longer than 1 s; the proxy must still serve new clients and give back
  * every descriptor it took. Run it under `make asan` too: a use-after-free
@@ -31,6 +32,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "atomic.h"
@@ -577,6 +579,82 @@ static void test_hostile_eventfd_flood(void **state)
 	expect_b_healthy("after the eventfd flood");
 }
 
+/* 1 while the proxy's loop (its main thread) sits in read(2). */
+static int loop_in_read(void)
+{
+	char path[64], line[128] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)proxy->pid);
+	f = fopen(path, "r");
+	if (f) {
+		if (!fgets(line, sizeof(line), f))
+			line[0] = '\0';
+		fclose(f);
+	}
+	/* "running", or the number of the system call it is blocked in */
+	return line[0] >= '0' && line[0] <= '9' && strtol(line, NULL, 10) == SYS_read;
+}
+
+static atomic_bool drain_stop;
+
+/* Reads the eventfd the client made blocking, racing the proxy for it. */
+static void *drain_main(void *arg)
+{
+	int fd = *(int *)arg;
+	uint64_t v;
+
+	while (!atomic_load(&drain_stop))
+		if (read(fd, &v, sizeof(v)) < 0 && errno != EINTR)
+			break;
+	return NULL;
+}
+
+/*
+ * The eventfd is one open file shared with the client, which may clear its
+ * O_NONBLOCK and drain it between the proxy's wakeup and any read of the
+ * proxy's: the loop must never block on it. Writes with pauses, stopping
+ * at once if the loop is found in read(2), where it would stay until the
+ * next write.
+ */
+static void test_hostile_blocking_eventfd(void **state)
+{
+	uint64_t end, v = 1, writes = 0, stall;
+	int stuck = 0;
+	pthread_t th;
+	struct raw c;
+
+	(void)state;
+	raw_open(&c, sock);
+	H_ASSERT(fcntl(c.efd, F_SETFL, fcntl(c.efd, F_GETFL) & ~O_NONBLOCK) == 0);
+	atomic_store(&drain_stop, false);
+	H_ASSERT(pthread_create(&th, NULL, drain_main, &c.efd) == 0);
+	b_reset_max();
+	end = h_now_ms() + 1500;
+	while (!stuck && h_now_ms() < end) {
+		H_ASSERT(write(c.efd, &v, sizeof(v)) == sizeof(v));
+		writes++;
+		for (int i = 0; i < 10 && !stuck; i++) {
+			usleep(50);
+			stuck = loop_in_read();
+		}
+	}
+	if (stuck)
+		h_sleep_ms(B_STALL_MS + 200); /* what B suffers until someone writes */
+	stall = b_reset_max();
+	atomic_store(&drain_stop, true);
+	for (int i = 0; i < 4; i++) /* wake the drainer (and a stuck loop) */
+		H_ASSERT(write(c.efd, &v, sizeof(v)) == sizeof(v));
+	pthread_join(th, NULL);
+	printf("  %llu eventfd writes; loop blocked in read: %s; B's longest call %llu ms\n",
+	       (unsigned long long)writes, stuck ? "yes" : "no", (unsigned long long)stall);
+	H_ASSERT_MSG(!stuck, "the proxy's loop blocked reading a client's eventfd");
+	H_ASSERT_MSG(stall < B_STALL_MS, "B stalled %llu ms", (unsigned long long)stall);
+	H_ASSERT(!hung_up(c.sock, 10));
+	raw_close(&c);
+	expect_b_healthy("after a blocking, drained eventfd");
+}
+
 /* A client that submits as fast as the ring takes requests and never waits
  * for one (all on one slot): the proxy bounds what it queues for it (BUSY)
  * and B's calls do not stall behind the flood. */
@@ -739,6 +817,37 @@ static int memfd_of(uint64_t size, int seal)
 	return fd;
 }
 
+/* A message carrying more descriptors than any message of the protocol
+ * (the kernel drops those past the proxy's control buffer): cut off. */
+static void test_hostile_too_many_descriptors(void **state)
+{
+	enum { N = LC_UDS_MAX_FDS + 2 };
+	struct lc_reg_req q = {
+	    .magic = LC_REG_MAGIC, .op = LC_REG_ADD, .length = 1 << 16, .cookie = 8};
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * N)];
+	} ctl;
+	struct iovec iov = {&q, sizeof(q)};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			     .msg_controllen = sizeof(ctl.buf)};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	int fd = memfd_of(1 << 16, 1);
+	struct raw c;
+
+	(void)state;
+	raw_open(&c, sock);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int) * N);
+	for (int i = 0; i < N; i++)
+		memcpy(CMSG_DATA(cm) + i * sizeof(int), &fd, sizeof(int));
+	H_ASSERT(sendmsg(c.sock, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof(q));
+	close(fd);
+	expect_cut_off(&c, "too many descriptors");
+	expect_b_healthy("after too many descriptors");
+}
+
 /* Submit a one-item request whose only segment is seg; expect the cut-off. */
 static void submit_seg(struct raw *c, uint16_t op, const struct lc_seg *seg, const char *what)
 {
@@ -888,10 +997,12 @@ int main(void)
 	    cmocka_unit_test(test_hostile_violations_disconnect),
 	    cmocka_unit_test(test_hostile_violations_concurrent),
 	    cmocka_unit_test(test_hostile_eventfd_flood),
+	    cmocka_unit_test(test_hostile_blocking_eventfd),
 	    cmocka_unit_test(test_hostile_request_flood),
 	    cmocka_unit_test(test_hostile_sealed_then_unmapped),
 	    cmocka_unit_test(test_hostile_abrupt_close_mid_request),
 	    cmocka_unit_test(test_hostile_socket_garbage),
+	    cmocka_unit_test(test_hostile_too_many_descriptors),
 	    cmocka_unit_test(test_hostile_registrations),
 	    cmocka_unit_test(test_hostile_silent_handshake_does_not_stall),
 	    cmocka_unit_test(test_hostile_aftermath),
