@@ -250,7 +250,8 @@ static void handle_event(struct px_proxy *px, struct epoll_event *ev)
 		/* Edge-triggered and never read: the client shares this
 		 * eventfd's file description and may make it blocking, so a
 		 * read could stall the loop. Each write is a new edge. */
-		if (rc == 1 && watch(px, s->efd, (void *)((uintptr_t)s | PX_EFD_TAG), EPOLLIN | EPOLLET))
+		if (rc == 1 &&
+		    watch(px, s->efd, (void *)((uintptr_t)s | PX_EFD_TAG), EPOLLIN | EPOLLET))
 			rc = -1;
 		if (rc == 1) {
 			LC_WRITE_ONCE(s->rg.ring->crowded, px->crowded);

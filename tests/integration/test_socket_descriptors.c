@@ -109,7 +109,7 @@ static void test_socket_descriptors_failed_read_takes_none(void **state)
 	H_ASSERT_EQ(put_page(&c, rep.region, "socket-fds/1"), 0);
 	H_ASSERT_EQ(lunar_get_into(cl, "socket-fds/1", got, sizeof(got)), (int64_t)sizeof(got));
 	H_ASSERT_MSG(!memcmp(got, "MINE", 4),
-		     "the range granted is not the registrant's memfd (it starts %02x %02x %02x %02x)",
+		     "the range granted is not the registrant's memfd (it starts %02x%02x%02x%02x)",
 		     (uint8_t)got[0], (uint8_t)got[1], (uint8_t)got[2], (uint8_t)got[3]);
 	raw_close(&victim);
 	raw_close(&c);
