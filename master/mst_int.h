@@ -147,6 +147,9 @@ int mst_segments_list(struct mst_master *m, Lunar__ListSegmentsReply *r);
 unsigned mst_segments_owned(struct mst_master *m, uint64_t client);
 /* mst_segments_drop_client - unmount every segment owned by client. */
 void mst_segments_drop_client(struct mst_master *m, uint64_t client);
+/* mst_segments_could_hold - 1 if some segment taking new data is at least
+ * len bytes, so that eviction could make room for len there. */
+int mst_segments_could_hold(struct mst_master *m, uint64_t len);
 /*
  * mst_place - allocate len bytes on up to want distinct segments: preferred
  * names first, then by the configured strategy. Fills out[0..) and returns the

@@ -375,8 +375,10 @@ int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
 		return LUNAR_ERR_INVALID_PARAMS;
 	gen = __atomic_load_n(&m->evict_gen, __ATOMIC_ACQUIRE);
 	rc = try_start(m, client, &k, rq, reps, n);
-	/* full: evict synchronously (no shard lock held now) and retry once */
-	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && mst_evict_after_failure(m, gen))
+	/* full: evict synchronously (no shard lock held now) and retry once;
+	 * never for a value no segment could hold, which eviction cannot help */
+	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && mst_segments_could_hold(m, rq->size) &&
+	    mst_evict_after_failure(m, gen))
 		rc = try_start(m, client, &k, rq, reps, n);
 	return rc;
 }

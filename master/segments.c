@@ -402,6 +402,17 @@ static void place_by_strategy(struct placer *p)
 		try_segment(p, (start + j) % n);
 }
 
+int mst_segments_could_hold(struct mst_master *m, uint64_t len)
+{
+	int yes = 0;
+
+	pthread_rwlock_rdlock(&m->segs.lock);
+	for (size_t i = 0; i < m->segs.n && !yes; i++)
+		yes = !m->segs.v[i]->drain_due_ms && m->segs.v[i]->size >= len;
+	pthread_rwlock_unlock(&m->segs.lock);
+	return yes;
+}
+
 int mst_place(struct mst_master *m, uint64_t client, uint64_t len, unsigned want,
 	      char *const *preferred, size_t npreferred, struct mst_replica *out)
 {

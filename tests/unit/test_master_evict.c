@@ -2,7 +2,8 @@
  * test_master_evict.c - memory eviction: which objects a round picks (the
  * oldest lease deadlines, never leased, PROCESSING or hard-pinned ones,
  * soft-pinned ones last), the background trigger at the watermark, filling a
- * store far beyond its capacity, and remove_all racing writers.
+ * store far beyond its capacity, no eviction for a value no segment could
+ * hold, and remove_all racing writers.
  */
 #include "test_master_util.h"
 
@@ -255,6 +256,31 @@ static void test_master_evict_fill_beyond_capacity(void **state)
 	mst_master_destroy(m);
 }
 
+static void test_master_evict_not_for_what_cannot_fit(void **state)
+{
+	/* Given: a 4 MiB store holding 100 objects whose leases have expired */
+	static const char *const flags[][2] = {{"kv-lease-ttl", "1ms"}};
+	struct mst_master *m = master_with(flags, 1);
+	struct mst_stats st;
+	char key[16];
+
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", 4 * MIB), 0);
+	for (int i = 0; i < 100; i++) {
+		key_of(key, sizeof(key), "k", i);
+		assert_int_equal(put(m, CLIENT_A, key, 1000, 1), 0);
+	}
+	usleep(5000);
+	/* When: puts larger than every segment are asked for, again and again */
+	for (int i = 0; i < 50; i++)
+		assert_int_equal(put(m, CLIENT_A, "huge", 5 * MIB, 1), LUNAR_ERR_NO_AVAILABLE_HANDLE);
+	assert_int_equal(put(m, CLIENT_A, "huge", 1ull << 40, 1), LUNAR_ERR_NO_AVAILABLE_HANDLE);
+	/* Then: they are refused and nothing was evicted to make room */
+	mst_master_stats(m, &st);
+	assert_int_equal(st.keys, 100);
+	assert_int_equal(exist(m, NULL, "k000"), 1);
+	mst_master_destroy(m);
+}
+
 struct writer_arg {
 	struct mst_master *m;
 	int id, ok;
@@ -318,6 +344,7 @@ int main(void)
 	    cmocka_unit_test(test_master_evict_soft_pin_expires),
 	    cmocka_unit_test(test_master_evict_watermark_background),
 	    cmocka_unit_test(test_master_evict_fill_beyond_capacity),
+	    cmocka_unit_test(test_master_evict_not_for_what_cannot_fit),
 	    cmocka_unit_test(test_master_remove_all_races_writers),
 	};
 
