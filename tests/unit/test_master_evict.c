@@ -272,7 +272,8 @@ static void test_master_evict_not_for_what_cannot_fit(void **state)
 	usleep(5000);
 	/* When: puts larger than every segment are asked for, again and again */
 	for (int i = 0; i < 50; i++)
-		assert_int_equal(put(m, CLIENT_A, "huge", 5 * MIB, 1), LUNAR_ERR_NO_AVAILABLE_HANDLE);
+		assert_int_equal(put(m, CLIENT_A, "huge", 5 * MIB, 1),
+				 LUNAR_ERR_NO_AVAILABLE_HANDLE);
 	assert_int_equal(put(m, CLIENT_A, "huge", 1ull << 40, 1), LUNAR_ERR_NO_AVAILABLE_HANDLE);
 	/* Then: they are refused and nothing was evicted to make room */
 	mst_master_stats(m, &st);
