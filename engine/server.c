@@ -60,13 +60,20 @@ static int serve_one(struct eng_engine *e, int fd)
 	uint64_t deadline;
 	int status, rc;
 
-	/* An idle pooled connection may sit here for as long as its client likes. */
-	eng_iovc_init(&c, &v, 1, 0, sizeof(req));
+	/* An idle pooled connection may sit here for as long as its client
+	 * likes. Once a request's first byte came, the rest must follow within
+	 * the timeout: else a peer could hold a connection slot, and its
+	 * thread, with a byte apiece. */
+	eng_iovc_init(&c, &v, 1, 0, 1);
 	rc = eng_io_recv(fd, &c, ENG_NO_DEADLINE);
 	if (rc)
 		return rc;
-	eng_wire_req_decode(&req);
 	deadline = lc_now_ns() + e->timeout_ns;
+	eng_iovc_init(&c, &v, 1, 1, sizeof(req) - 1);
+	rc = eng_io_recv(fd, &c, deadline);
+	if (rc)
+		return rc;
+	eng_wire_req_decode(&req);
 	if (req.magic == ENG_WIRE_REQ_MAGIC && req.version == ENG_WIRE_VERSION &&
 	    req.op == ENG_OP_READ_DISK)
 		return eng_disk_serve(e, fd, &req, deadline);

@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <poll.h>
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -300,6 +302,33 @@ static void make_req(unsigned char h[32], uint16_t op, uint64_t off, uint64_t le
 	put_le(h + 24, 42, 8);
 }
 
+/* 1 if the server closed fd (EOF) within ms. */
+static int closed_within(int fd, int ms)
+{
+	struct pollfd p = {fd, POLLIN, 0};
+	char b;
+
+	return poll(&p, 1, ms) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+}
+
+/* A connection may idle between requests for as long as its client likes,
+ * but once a request has begun, the rest of its header must follow within
+ * the timeout: a peer cannot hold the server's connections a byte apiece. */
+static void test_engine_partial_header_times_out(void **state)
+{
+	struct node b = node_start(0, 200);
+	uint16_t port = node_port(&b);
+	int idle = raw_connect(port), started = raw_connect(port);
+
+	(void)state;
+	assert_int_equal(write(started, "L", 1), 1);
+	assert_true(closed_within(started, 3000));
+	assert_false(closed_within(idle, 300));
+	close(started);
+	close(idle);
+	node_stop(&b);
+}
+
 static void test_engine_hostile_peer(void **state)
 {
 	struct node a = node_start(0, 0), b = node_start(0, 0);
@@ -556,6 +585,7 @@ int main(void)
 	    cmocka_unit_test(test_engine_out_of_bounds),
 	    cmocka_unit_test(test_engine_bad_args),
 	    cmocka_unit_test(test_engine_hostile_peer),
+	    cmocka_unit_test(test_engine_partial_header_times_out),
 	    cmocka_unit_test(test_engine_unreachable_fails_fast),
 	    cmocka_unit_test(test_engine_timeout),
 	    cmocka_unit_test(test_engine_peer_restart),
