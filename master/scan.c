@@ -71,6 +71,27 @@ int64_t mst_obj_remove_all(struct mst_master *m, const char *tenant, int force)
 	return rc ? rc : sweep_all(m, visit_remove, &a);
 }
 
+
+/*
+ * Compile a key pattern (POSIX extended, no subexpression reports). Back-
+ * references are refused: matching them can take time exponential in the
+ * key's length, and a match runs under a shard lock.
+ */
+static int pattern_compile(regex_t *re, const char *pattern)
+{
+	for (const char *p = pattern; p && *p; p++) {
+		if (*p != '\\')
+			continue;
+		if (p[1] >= '1' && p[1] <= '9')
+			return LUNAR_ERR_INVALID_PARAMS;
+		if (p[1])
+			p++; /* an escaped character, a backslash included */
+	}
+	if (!pattern || !pattern[0] || regcomp(re, pattern, REG_EXTENDED | REG_NOSUB))
+		return LUNAR_ERR_INVALID_PARAMS;
+	return 0;
+}
+
 int64_t mst_obj_remove_regex(struct mst_master *m, const char *tenant, const char *pattern,
 			     int force)
 {
@@ -81,8 +102,8 @@ int64_t mst_obj_remove_regex(struct mst_master *m, const char *tenant, const cha
 
 	if (rc)
 		return rc;
-	if (!pattern || !pattern[0] || regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB))
-		return LUNAR_ERR_INVALID_PARAMS;
+	if ((rc = pattern_compile(&re, pattern)))
+		return rc;
 	a.re = &re;
 	n = sweep_all(m, visit_remove, &a);
 	regfree(&re);
@@ -144,8 +165,8 @@ int mst_obj_list(struct mst_master *m, const Lunar__ListKeysRequest *rq, Lunar__
 	if (rq->tenant && rq->tenant[0] && (rc = remove_arg_init(&a.match, rq->tenant, 1)))
 		return rc;
 	if (rq->pattern && rq->pattern[0]) {
-		if (regcomp(&re, rq->pattern, REG_EXTENDED | REG_NOSUB))
-			return LUNAR_ERR_INVALID_PARAMS;
+		if ((rc = pattern_compile(&re, rq->pattern)))
+			return rc;
 		a.match.re = &re;
 	}
 	r->keys = calloc(a.limit, sizeof(*r->keys));

@@ -226,9 +226,15 @@ static void test_master_remove_by_regex(void **state)
 	assert_int_equal(remove_regex(m, "default", "^a", 1), 1);
 	assert_int_equal(exist(m, NULL, "b1"), 1);
 	assert_int_equal(exist(m, "t2", "a3"), 1);
-	/* and a bad pattern is refused */
+	/* and a bad pattern is refused, as is a back-reference (matching one
+	 * can take exponential time under a shard lock), but not an escaped
+	 * backslash before a digit */
 	assert_int_equal(remove_regex(m, NULL, "(", 1), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(remove_regex(m, NULL, "", 1), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, "(.*)*(.*)*\\1\\2!", 1),
+			 LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, "^b\\\\1", 1), 0);
+	assert_int_equal(exist(m, NULL, "b1"), 1);
 	mst_master_destroy(m);
 }
 
@@ -395,6 +401,8 @@ static void test_master_list_keys(void **state)
 	assert_true(r->truncated);
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	rq.pattern = "[";
+	assert_int_equal(call_code(m, LUNAR__METHOD__LIST_KEYS, &rq), LUNAR_ERR_INVALID_PARAMS);
+	rq.pattern = "(k)\\1";
 	assert_int_equal(call_code(m, LUNAR__METHOD__LIST_KEYS, &rq), LUNAR_ERR_INVALID_PARAMS);
 	mst_master_destroy(m);
 }
