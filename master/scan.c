@@ -71,7 +71,6 @@ int64_t mst_obj_remove_all(struct mst_master *m, const char *tenant, int force)
 	return rc ? rc : sweep_all(m, visit_remove, &a);
 }
 
-
 /*
  * Compile a key pattern (POSIX extended, no subexpression reports). Back-
  * references are refused: matching them can take time exponential in the
