@@ -140,7 +140,7 @@ static int disk_conn(void *arg, int fd, int *replied)
 		return rc;
 	eng_wire_rep_decode(&rep);
 	if (rep.magic != ENG_WIRE_REP_MAGIC || rep.id != d->id || rep.length > d->cap ||
-	    (rep.status && rep.length))
+	    rep.status > 0 || (rep.status && rep.length))
 		return -EPROTO;
 	if (rep.status == LUNAR_ERR_INVALID_PARAMS || rep.status == LUNAR_ERR_INVALID_KEY)
 		return -EPROTO; /* a refusal: the peer closes */

@@ -445,6 +445,56 @@ static void test_engine_timeout(void **state)
 	node_stop(&a);
 }
 
+/* A disk-read server that answers the one request it gets with status 16
+ * (no code: codes are negative) and no payload. */
+static void *positive_status_server(void *arg)
+{
+	int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+	unsigned char req[32], name[256], rep[24];
+
+	if (fd < 0)
+		return NULL;
+	if (recv(fd, req, sizeof(req), MSG_WAITALL) == sizeof(req) &&
+	    get_le(req + 8, 8) <= sizeof(name) &&
+	    recv(fd, name, get_le(req + 8, 8), MSG_WAITALL) >= 0) {
+		put_le(rep, 0x50524e4cu, 4);
+		put_le(rep + 4, 16, 4);
+		memcpy(rep + 8, req + 24, 8); /* the request's id */
+		put_le(rep + 16, 0, 8);
+		(void)!write(fd, rep, sizeof(rep));
+		(void)!recv(fd, name, 1, 0); /* until the client hangs up */
+	}
+	close(fd);
+	return NULL;
+}
+
+/* A disk-read reply's status is 0 or a code; a positive one is a protocol
+ * error, never a byte count of a value that was not sent. */
+static void test_engine_disk_reply_positive_status(void **state)
+{
+	struct node a = node_start(0, 500);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t len = sizeof(sa);
+	char ep[64], buf[64];
+	struct iovec v = {buf, sizeof(buf)};
+	uint32_t crc = 0;
+	pthread_t th;
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+
+	(void)state;
+	assert_true(lfd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 8), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+	assert_int_equal(pthread_create(&th, NULL, positive_status_server, &lfd), 0);
+	assert_int_equal(eng_xfer_disk(a.e, ep, "t", "k", &v, 1, &crc), LUNAR_ERR_TRANSFER_FAIL);
+	node_stop(&a);
+	pthread_join(th, NULL);
+	close(lfd);
+}
+
 static void check_roundtrip(struct node *a, struct node *b, const char *ep, size_t len,
 			    uint32_t seed)
 {
@@ -586,6 +636,7 @@ int main(void)
 	    cmocka_unit_test(test_engine_bad_args),
 	    cmocka_unit_test(test_engine_hostile_peer),
 	    cmocka_unit_test(test_engine_partial_header_times_out),
+	    cmocka_unit_test(test_engine_disk_reply_positive_status),
 	    cmocka_unit_test(test_engine_unreachable_fails_fast),
 	    cmocka_unit_test(test_engine_timeout),
 	    cmocka_unit_test(test_engine_peer_restart),
