@@ -413,8 +413,12 @@ int mst_obj_finish(struct mst_master *m, struct mst_shard *s, struct mst_object 
 		return LUNAR_ERR_OBJECT_NOT_FOUND;
 	if (o->writer != client)
 		return LUNAR_ERR_ILLEGAL_CLIENT;
+	/* A second PutEnd with the CRC32C committed is a no-op (a retry); with
+	 * another, the bytes committed are not the caller's, and it is told so. */
+	if (o->state == MST_ST_COMPLETE && !commit)
+		return LUNAR_ERR_INVALID_PARAMS;
 	if (o->state == MST_ST_COMPLETE)
-		return commit ? 0 : LUNAR_ERR_INVALID_PARAMS; /* a second PutEnd is a no-op */
+		return crc == o->crc ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
 	if (!commit) {
 		mst_obj_erase(m, s, pp);
 		return 0;

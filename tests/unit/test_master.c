@@ -76,6 +76,18 @@ static void test_master_put_end_commits(void **state)
 	assert_int_equal(put_finish(m, CLIENT_B, "k", 1), LUNAR_ERR_ILLEGAL_CLIENT);
 	assert_int_equal(put_finish(m, CLIENT_B, "k", 0), LUNAR_ERR_ILLEGAL_CLIENT);
 	assert_int_equal(put_finish(m, CLIENT_A, "k", 1), 0);
+	/* A repeated PutEnd (a retry) is a no-op; one naming other bytes (a
+	 * CRC32C not the one committed) is told so rather than OK */
+	assert_int_equal(put_finish(m, CLIENT_A, "k", 1), 0);
+	{
+		Lunar__PutEndRequest rq = LUNAR__PUT_END_REQUEST__INIT;
+
+		rq.client_id = CLIENT_A;
+		rq.key = "k";
+		rq.crc32c = 0x1234;
+		assert_int_equal(call_code(m, LUNAR__METHOD__PUT_END, &rq),
+				 LUNAR_ERR_CHECKSUM_MISMATCH);
+	}
 	/* Then: it is visible with its size, COMPLETE replicas and a lease */
 	assert_int_equal(exist(m, "default", "k"), 1);
 	g = get(m, "k");
