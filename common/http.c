@@ -1,9 +1,11 @@
 /*
  * http.c - the embedded HTTP server: a listener thread that polls the
- * listening socket and a stop pipe, then serves each accepted connection to
- * the end before the next (read head, parse, call the handler, write, close).
+ * listening socket and a stop pipe, and a thread for each accepted
+ * connection (at most HTTP_MAX_CONNS at once) that serves it to the end:
+ * read head, parse, call the handler (one call at a time), write, close.
  * Every wait is a poll on the connection and the stop pipe with a deadline,
- * so a stalled client costs at most LC_HTTP_TIMEOUT_MS and stop is prompt.
+ * so a stalled client holds only its own thread, for at most
+ * LC_HTTP_TIMEOUT_MS, and stop is prompt.
  */
 #include "http.h"
 
@@ -14,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +30,7 @@
 #define HTTP_LINGER_MS	  250	      /* drain the peer after an early answer */
 #define HTTP_LINGER_BYTES (64 * 1024) /* ... at most this much */
 #define HTTP_BACKLOG	  64
+#define HTTP_MAX_CONNS	  16 /* served at once; more wait in the backlog */
 #define HTTP_CT_DEFAULT	  "text/plain; charset=utf-8"
 
 struct lc_http {
@@ -36,8 +40,19 @@ struct lc_http {
 	lc_http_handler_fn fn;
 	void *arg;
 	pthread_t thread;
-	int64_t last_warn_ms;		 /* of accept failures, to rate-limit them */
-	char head[LC_HTTP_MAX_HEAD + 1]; /* the connection being served */
+	int64_t last_warn_ms; /* of accept failures, to rate-limit them */
+	pthread_mutex_t lock; /* live, stopping */
+	pthread_cond_t done;  /* a connection thread ended, or stopping */
+	unsigned live;	      /* connection threads running */
+	bool stopping;
+	pthread_mutex_t fn_lock; /* one handler call at a time */
+};
+
+/* One accepted connection, owned by its thread. */
+struct http_conn {
+	struct lc_http *h;
+	int fd;
+	char head[LC_HTTP_MAX_HEAD + 1];
 };
 
 static int64_t now_ms(void)
@@ -90,7 +105,7 @@ static size_t head_end(const char *buf, size_t len, size_t from)
 
 /* Read until the end of the head: its length, -E2BIG (too long), -ETIMEDOUT,
  * -ECANCELED, or another -errno (the peer went away). */
-static ssize_t read_head(struct lc_http *h, int fd, int64_t deadline)
+static ssize_t read_head(struct lc_http *h, int fd, char *head, int64_t deadline)
 {
 	size_t len = 0, end;
 
@@ -99,14 +114,14 @@ static ssize_t read_head(struct lc_http *h, int fd, int64_t deadline)
 
 		if (len == LC_HTTP_MAX_HEAD)
 			return -E2BIG;
-		n = recv(fd, h->head + len, LC_HTTP_MAX_HEAD - len, MSG_DONTWAIT);
+		n = recv(fd, head + len, LC_HTTP_MAX_HEAD - len, MSG_DONTWAIT);
 		if (n > 0) {
 			size_t from = len >= 3 ? len - 3 : 0;
 
 			len += (size_t)n;
-			end = head_end(h->head, len, from);
+			end = head_end(head, len, from);
 			if (end) {
-				h->head[end] = '\0';
+				head[end] = '\0';
 				return (ssize_t)end;
 			}
 			continue;
@@ -285,7 +300,9 @@ static int dispatch(struct lc_http *h, int fd, const char *method, char *target)
 
 	if (query)
 		*query++ = '\0';
+	pthread_mutex_lock(&h->fn_lock);
 	rc = h->fn(h->arg, method, target, query ? query : "", &rep);
+	pthread_mutex_unlock(&h->fn_lock);
 	if (rc > 0) {
 		free(rep.body);
 		return send_error(h, fd, 404, "");
@@ -303,9 +320,11 @@ static int dispatch(struct lc_http *h, int fd, const char *method, char *target)
 }
 
 /* One connection, from accept to close. */
-static void serve(struct lc_http *h, int fd)
+static void serve(struct http_conn *c)
 {
-	ssize_t len = read_head(h, fd, now_ms() + LC_HTTP_TIMEOUT_MS);
+	struct lc_http *h = c->h;
+	int fd = c->fd;
+	ssize_t len = read_head(h, fd, c->head, now_ms() + LC_HTTP_TIMEOUT_MS);
 	char *method = NULL, *target = NULL;
 	int status;
 
@@ -319,7 +338,7 @@ static void serve(struct lc_http *h, int fd)
 	}
 	if (len < 0) /* gone, or stopping */
 		goto out_close;
-	status = parse_line(h->head, (size_t)len, &method, &target);
+	status = parse_line(c->head, (size_t)len, &method, &target);
 	if (status) {
 		send_error(h, fd, status, "");
 		goto out_linger;
@@ -351,6 +370,64 @@ static void accept_failed(struct lc_http *h, int err)
 	poll(&pfd, 1, 100);
 }
 
+static void *conn_main(void *p)
+{
+	struct http_conn *c = p;
+	struct lc_http *h = c->h;
+
+	serve(c);
+	free(c);
+	pthread_mutex_lock(&h->lock);
+	h->live--;
+	pthread_cond_broadcast(&h->done);
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+/* Serve fd on a thread of its own (it inherits the listener's blocked
+ * signals); on failure, close it unanswered. */
+static void conn_start(struct lc_http *h, int fd)
+{
+	struct http_conn *c = malloc(sizeof(*c));
+	pthread_attr_t attr;
+	pthread_t t;
+	int rc = c ? pthread_attr_init(&attr) : ENOMEM;
+
+	if (!rc) {
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		*c = (struct http_conn){.h = h, .fd = fd};
+		pthread_mutex_lock(&h->lock);
+		h->live++;
+		pthread_mutex_unlock(&h->lock);
+		rc = pthread_create(&t, &attr, conn_main, c);
+		pthread_attr_destroy(&attr);
+		if (rc) {
+			pthread_mutex_lock(&h->lock);
+			h->live--;
+			pthread_mutex_unlock(&h->lock);
+		}
+	}
+	if (rc) {
+		free(c);
+		close(fd);
+		accept_failed(h, rc);
+	}
+}
+
+/* Wait until fewer than HTTP_MAX_CONNS connections are served: 0, or -1
+ * when the server is stopping. */
+static int wait_for_room(struct lc_http *h)
+{
+	int stopping;
+
+	pthread_mutex_lock(&h->lock);
+	while (h->live >= HTTP_MAX_CONNS && !h->stopping)
+		pthread_cond_wait(&h->done, &h->lock);
+	stopping = h->stopping;
+	pthread_mutex_unlock(&h->lock);
+	return stopping ? -1 : 0;
+}
+
 static void *http_main(void *p)
 {
 	struct lc_http *h = p;
@@ -360,6 +437,8 @@ static void *http_main(void *p)
 					{.fd = h->wake[0], .events = POLLIN}};
 		int fd;
 
+		if (wait_for_room(h))
+			break;
 		if (poll(pfd, 2, -1) < 0) {
 			if (errno != EINTR)
 				poll(&pfd[1], 1, 100);
@@ -372,7 +451,7 @@ static void *http_main(void *p)
 			accept_failed(h, errno);
 			continue;
 		}
-		serve(h, fd);
+		conn_start(h, fd);
 	}
 	return NULL;
 }
@@ -424,6 +503,14 @@ static int bound_port(int fd, uint16_t *port)
 	return 0;
 }
 
+static void http_free(struct lc_http *h)
+{
+	pthread_mutex_destroy(&h->fn_lock);
+	pthread_cond_destroy(&h->done);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
 int lc_http_start(const char *host, uint16_t port, lc_http_handler_fn fn, void *arg,
 		  struct lc_http **out)
 {
@@ -438,6 +525,9 @@ int lc_http_start(const char *host, uint16_t port, lc_http_handler_fn fn, void *
 		return -ENOMEM;
 	h->fn = fn;
 	h->arg = arg;
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->done, NULL);
+	pthread_mutex_init(&h->fn_lock, NULL);
 	h->lfd = http_listen(host, port);
 	if (h->lfd < 0) {
 		rc = h->lfd;
@@ -466,7 +556,7 @@ err_pipe:
 err_close:
 	close(h->lfd);
 err_free:
-	free(h);
+	http_free(h);
 	return rc;
 }
 
@@ -481,14 +571,23 @@ void lc_http_stop(struct lc_http *h)
 
 	if (!h)
 		return;
+	/* Every wait of every thread polls the pipe: they all end promptly. */
 	do
 		n = write(h->wake[1], "x", 1);
 	while (n < 0 && errno == EINTR);
+	pthread_mutex_lock(&h->lock);
+	h->stopping = true;
+	pthread_cond_broadcast(&h->done);
+	pthread_mutex_unlock(&h->lock);
 	pthread_join(h->thread, NULL);
+	pthread_mutex_lock(&h->lock);
+	while (h->live)
+		pthread_cond_wait(&h->done, &h->lock);
+	pthread_mutex_unlock(&h->lock);
 	close(h->wake[0]);
 	close(h->wake[1]);
 	close(h->lfd);
-	free(h);
+	http_free(h);
 }
 
 /* Room for extra more bytes and a NUL: 0 or -ENOMEM. */

@@ -1,11 +1,11 @@
 /*
  * http.h - a tiny embedded HTTP/1.0 and 1.1 server for /metrics, /health,
- * /ready and small admin JSON (SPEC §11). One thread polls the listener and
- * serves one connection at a time: a request (GET or HEAD, line and headers
- * at most LC_HTTP_MAX_HEAD bytes, read within LC_HTTP_TIMEOUT_MS), one
- * handler call, one response with Content-Length and Connection: close.
- * Serial service is plenty for scrapes and probes; a client that stalls
- * delays the next one by at most the timeout (plus a 250 ms lingering close).
+ * /ready and small admin JSON (SPEC §11). One thread polls the listener; each
+ * connection (up to 16 at once; more wait in the backlog) is served on a
+ * thread of its own: a request (GET or HEAD, line and headers at most
+ * LC_HTTP_MAX_HEAD bytes, read within LC_HTTP_TIMEOUT_MS), one handler call,
+ * one response with Content-Length and Connection: close. A client that
+ * stalls holds only its own connection, so probes are answered meanwhile.
  * Request bodies are not read; keep-alive is not offered.
  */
 #ifndef LUNAR_COMMON_HTTP_H
@@ -41,8 +41,9 @@ struct lc_http_reply {
  * body); path is the raw request path, starting with '/'; query is what
  * followed '?', still encoded, or "". Returns 0 when rep holds the answer,
  * a positive value when path is not its own (the server answers 404), or a
- * negative code on failure (500); in both cases the reply is discarded. It
- * should not block for long: the next request waits.
+ * negative code on failure (500); in both cases the reply is discarded.
+ * Calls are made one at a time (from any of the server's threads); one
+ * should not block for long, as other requests' calls wait for it.
  */
 typedef int (*lc_http_handler_fn)(void *arg, const char *method, const char *path,
 				  const char *query, struct lc_http_reply *rep);
