@@ -13,6 +13,9 @@
 #include <protobuf-c/protobuf-c.h>
 
 #define MST_SHARDS 1024
+/* Segments one client may have mounted at once (each costs the master the
+ * tables of its allocator, a few hundred KiB). */
+#define MST_SEGMENTS_PER_CLIENT 64
 
 enum mst_alloc_strategy { MST_ALLOC_RANDOM, MST_ALLOC_FREE_RATIO_FIRST, MST_ALLOC_LOCAL_FIRST };
 

@@ -138,6 +138,8 @@ int mst_segtab_init(struct mst_segtab *t);
 /* mst_segtab_fini - free every segment still mounted (no object may refer to
  * them any more). */
 void mst_segtab_fini(struct mst_master *m);
+/* mst_segment_mount - mount (or remount) d for client: 0 or a code;
+ * NO_AVAILABLE_HANDLE past MST_SEGMENTS_PER_CLIENT segments of one client. */
 int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__SegmentDesc *d);
 /* mst_segment_unmount - grace_ms 0: at once; otherwise mark it draining. */
 int mst_segment_unmount(struct mst_master *m, uint64_t client, const char *name, uint64_t grace_ms);

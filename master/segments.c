@@ -108,6 +108,16 @@ static int segtab_add(struct mst_segtab *t, struct mst_segment *s)
 	return 0;
 }
 
+/* Segments of client in the table; with the table lock held. */
+static unsigned owned_locked(struct mst_master *m, uint64_t client)
+{
+	unsigned n = 0;
+
+	for (size_t i = 0; i < m->segs.n; i++)
+		n += m->segs.v[i]->owner == client;
+	return n;
+}
+
 int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__SegmentDesc *d)
 {
 	struct mst_segment *s, *stale = NULL;
@@ -128,6 +138,12 @@ int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__Segmen
 	}
 	if (i >= 0 && mst_client_alive(m, m->segs.v[i]->owner)) {
 		rc = LUNAR_ERR_SEGMENT_ALREADY_EXISTS;
+		goto out_unlock;
+	}
+	/* Each segment costs the master its allocator's tables: one client
+	 * cannot run it out of memory with mounts. */
+	if (owned_locked(m, client) >= MST_SEGMENTS_PER_CLIENT) {
+		rc = LUNAR_ERR_NO_AVAILABLE_HANDLE;
 		goto out_unlock;
 	}
 	if (i >= 0)
@@ -277,11 +293,10 @@ int mst_segment_of_client(struct mst_master *m, uint64_t client, char **name, ch
 
 unsigned mst_segments_owned(struct mst_master *m, uint64_t client)
 {
-	unsigned n = 0;
+	unsigned n;
 
 	pthread_rwlock_rdlock(&m->segs.lock);
-	for (size_t i = 0; i < m->segs.n; i++)
-		n += m->segs.v[i]->owner == client;
+	n = owned_locked(m, client);
 	pthread_rwlock_unlock(&m->segs.lock);
 	return n;
 }

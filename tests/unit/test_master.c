@@ -333,6 +333,18 @@ static void test_master_invalid_params(void **state)
 	assert_int_equal(mount(m, CLIENT_A, "", MIB), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(mount(m, CLIENT_B, "seg-a", MIB), LUNAR_ERR_SEGMENT_ALREADY_EXISTS);
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	/* and one client's mounts are bounded (each costs the master memory),
+	 * while its remounts and another client's mounts still work */
+	for (int i = 1; i < MST_SEGMENTS_PER_CLIENT; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "seg-a%d", i);
+		assert_int_equal(mount(m, CLIENT_A, name, MIB), 0);
+	}
+	assert_int_equal(mount(m, CLIENT_A, "seg-one-too-many", MIB),
+			 LUNAR_ERR_NO_AVAILABLE_HANDLE);
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_int_equal(mount(m, CLIENT_B, "seg-b", MIB), 0);
 	/* and a request of the wrong type or method is a protocol error */
 	assert_int_equal(mst_dispatch(m, LUNAR__METHOD__PING, &ek.base, &rep), LUNAR_ERR_PROTOCOL);
 	assert_int_equal(mst_dispatch(m, 999, &ek.base, &rep), LUNAR_ERR_PROTOCOL);
