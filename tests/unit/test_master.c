@@ -336,7 +336,7 @@ static void test_master_invalid_params(void **state)
 	/* and one client's mounts are bounded (each costs the master memory),
 	 * while its remounts and another client's mounts still work */
 	for (int i = 1; i < MST_SEGMENTS_PER_CLIENT; i++) {
-		char name[16];
+		char name[32];
 
 		snprintf(name, sizeof(name), "seg-a%d", i);
 		assert_int_equal(mount(m, CLIENT_A, name, MIB), 0);
