@@ -421,14 +421,11 @@ static void test_engine_unreachable_fails_fast(void **state)
 	node_stop(&a);
 }
 
-/* A peer that accepts (in the kernel backlog) but never answers. */
-static void test_engine_timeout(void **state)
+/* A socket listening on a free loopback port, its endpoint in ep[64]. */
+static int listen_loopback(char *ep)
 {
-	struct node a = node_start(0, 200);
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t len = sizeof(sa);
-	char ep[64], buf[16] = {0};
-	uint64_t t0, dt;
 	int lfd = socket(AF_INET, SOCK_STREAM, 0);
 
 	assert_true(lfd >= 0);
@@ -436,7 +433,18 @@ static void test_engine_timeout(void **state)
 	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	assert_int_equal(listen(lfd, 8), 0);
 	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
-	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+	snprintf(ep, 64, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+	return lfd;
+}
+
+/* A peer that accepts (in the kernel backlog) but never answers. */
+static void test_engine_timeout(void **state)
+{
+	struct node a = node_start(0, 200);
+	char ep[64], buf[16] = {0};
+	uint64_t t0, dt;
+	int lfd = listen_loopback(ep);
+
 	t0 = lc_now_ms();
 	assert_int_equal(xfer1(a.e, ep, ENG_READ, 0, buf, sizeof(buf)), LUNAR_ERR_TRANSFER_FAIL);
 	dt = lc_now_ms() - t0;
@@ -473,21 +481,13 @@ static void *positive_status_server(void *arg)
 static void test_engine_disk_reply_positive_status(void **state)
 {
 	struct node a = node_start(0, 500);
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t len = sizeof(sa);
 	char ep[64], buf[64];
 	struct iovec v = {buf, sizeof(buf)};
 	uint32_t crc = 0;
 	pthread_t th;
-	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	int lfd = listen_loopback(ep);
 
 	(void)state;
-	assert_true(lfd >= 0);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(listen(lfd, 8), 0);
-	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
-	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
 	assert_int_equal(pthread_create(&th, NULL, positive_status_server, &lfd), 0);
 	assert_int_equal(eng_xfer_disk(a.e, ep, "t", "k", &v, 1, &crc), LUNAR_ERR_TRANSFER_FAIL);
 	node_stop(&a);
