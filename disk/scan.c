@@ -3,7 +3,10 @@
  * (resynchronizing past torn or corrupt records at DSK_META_ALIGN
  * boundaries), apply deletion records, read every object back and check its
  * CRC32C. What verifies goes into the index, newest copy of a key winning;
- * the rest is counted as dropped. Buckets left empty are deleted.
+ * the rest is counted as dropped. Buckets left empty are deleted. Every
+ * number read from a file is bounded before it sizes memory or a loop; a
+ * bucket whose files cannot be opened for another reason than being absent
+ * (out of descriptors, say) is left on disk for a later start.
  */
 #include "disk/dsk_int.h"
 
@@ -17,6 +20,11 @@
 
 #include "log.h"
 #include "lunar.h"
+
+/* Bounds on what a metadata file may claim: record indexes (a bucket is
+ * sealed far below this) and the bytes of the file read at all. */
+#define DSK_SCAN_MAX_INDEX (1u << 20)
+#define DSK_SCAN_MAX_META  (256ull << 20)
 
 struct dsk_scan_ent {
 	uint32_t idx;
@@ -89,18 +97,24 @@ err:
 	return LUNAR_ERR_INTERNAL;
 }
 
-static int dsk_scan_valid(const char *p, size_t left, const struct dsk_meta_hdr *h)
+/* A record's header is whole, in range and checksummed; max_idx bounds the
+ * record index (a bucket never holds more objects than it is sealed at). */
+static int dsk_scan_valid(const char *p, size_t left, const struct dsk_meta_hdr *h,
+			  uint32_t max_idx)
 {
 	static const char zero[4];
 	uint32_t crc;
 
 	if (h->version != DSK_META_VERSION || (h->type != DSK_META_PUT && h->type != DSK_META_DEL))
 		return 0;
+	if (h->index >= max_idx)
+		return 0;
 	if (!h->tenant_len || h->tenant_len > 63 || !h->key_len || h->key_len > 4096)
 		return 0;
 	if (h->rec_len != dsk_meta_size(h->tenant_len, h->key_len) || h->rec_len > left)
 		return 0;
-	if (h->type == DSK_META_PUT && (!h->length || h->offset % DSK_ALIGN))
+	if (h->type == DSK_META_PUT &&
+	    (!h->length || h->offset % DSK_ALIGN || h->length > UINT64_MAX / 2 - h->offset))
 		return 0;
 	crc = lc_crc32c(0, p, 4);
 	crc = lc_crc32c(crc, zero, 4);
@@ -138,7 +152,7 @@ static int dsk_scan_add(struct dsk_scan_meta *m, const char *p, const struct dsk
 }
 
 /* Parse buf[0..size): valid records into m, torn or corrupt ones counted. */
-static int dsk_scan_parse(const char *buf, size_t size, struct dsk_scan_meta *m)
+static int dsk_scan_parse(const char *buf, size_t size, uint32_t max_idx, struct dsk_scan_meta *m)
 {
 	const uint32_t magic = DSK_META_MAGIC;
 	size_t pos = 0;
@@ -157,7 +171,7 @@ static int dsk_scan_parse(const char *buf, size_t size, struct dsk_scan_meta *m)
 			pos += DSK_META_ALIGN; /* a hole or padding: resynchronize */
 			continue;
 		}
-		if (!dsk_scan_valid(buf + pos, left, &h)) {
+		if (!dsk_scan_valid(buf + pos, left, &h, max_idx)) {
 			m->dropped++;
 			pos += DSK_META_ALIGN;
 			continue;
@@ -177,6 +191,8 @@ static int dsk_scan_read_meta(struct dsk_ioctx *c, int fd, char **out, size_t *s
 
 	if (fstat(fd, &st) < 0)
 		return LUNAR_ERR_FILE_READ_FAIL;
+	if ((uint64_t)st.st_size > DSK_SCAN_MAX_META)
+		st.st_size = (off_t)DSK_SCAN_MAX_META; /* no bucket writes that much */
 	buf = malloc((size_t)st.st_size + 1);
 	if (!buf)
 		return LUNAR_ERR_INTERNAL;
@@ -236,8 +252,18 @@ static void dsk_scan_verify(struct dsk_store *s, struct dsk_ioctx *c, struct dsk
 	}
 }
 
-static void dsk_scan_bucket(struct dsk_store *s, struct dsk_ioctx *c, uint32_t id,
-			    struct dsk_scan_stats *st)
+/* The largest record index a metadata file may name. */
+static uint32_t max_index(const struct dsk_store *s)
+{
+	return s->cfg.bucket_objects > DSK_SCAN_MAX_INDEX ? s->cfg.bucket_objects
+							 : DSK_SCAN_MAX_INDEX;
+}
+
+/* Scan bucket id: linked into s, or deleted when unusable. 0, or -errno
+ * when one of its files cannot be opened for another reason than being
+ * absent: then it is left as it is. */
+static int dsk_scan_bucket(struct dsk_store *s, struct dsk_ioctx *c, uint32_t id,
+			   struct dsk_scan_stats *st)
 {
 	struct dsk_scan_meta m = {0};
 	struct dsk_bucket *b;
@@ -247,11 +273,20 @@ static void dsk_scan_bucket(struct dsk_store *s, struct dsk_ioctx *c, uint32_t i
 	int dfd = -1, mfd;
 
 	mfd = dsk_bucket_fd_open(s, id, "meta", 0);
+	if (mfd < 0 && mfd != -ENOENT)
+		return mfd;
 	if (mfd < 0)
 		goto err_unlink; /* data without metadata: unreachable */
-	if (dsk_scan_read_meta(c, mfd, &buf, &size) < 0 || dsk_scan_parse(buf, size, &m) < 0)
+	if (dsk_scan_read_meta(c, mfd, &buf, &size) < 0 ||
+	    dsk_scan_parse(buf, size, max_index(s), &m) < 0)
 		goto err_close;
 	dfd = dsk_bucket_fd_open(s, id, "dat", 0);
+	if (dfd < 0 && dfd != -ENOENT) {
+		close(mfd);
+		free(m.v);
+		free(buf);
+		return dfd;
+	}
 	if (dfd < 0) {
 		for (size_t i = 0; i < m.n; i++)
 			m.dropped += !m.v[i].deleted;
@@ -271,7 +306,7 @@ static void dsk_scan_bucket(struct dsk_store *s, struct dsk_ioctx *c, uint32_t i
 	st->records_dropped += m.dropped;
 	free(m.v);
 	free(buf);
-	return;
+	return 0;
 
 err_close:
 	if (dfd >= 0)
@@ -286,6 +321,7 @@ err_unlink:
 	st->buckets_dropped++;
 	free(m.v);
 	free(buf);
+	return 0;
 }
 
 int dsk_scan(struct dsk_store *s, struct dsk_scan_stats *st)
@@ -300,10 +336,20 @@ int dsk_scan(struct dsk_store *s, struct dsk_scan_stats *st)
 	if (rc < 0)
 		return rc;
 	c = dsk_ctx_get(s);
-	for (size_t i = 0; i < n; i++)
-		dsk_scan_bucket(s, c, ids[i], st);
+	/* New buckets are numbered past every bucket kept (the list's tail,
+	 * ids ascending) or left in place; names of files the scan removed do
+	 * not count, and the numbering never wraps back onto bucket 1. */
+	s->next_id = 1;
+	for (size_t i = 0; i < n; i++) {
+		int err = dsk_scan_bucket(s, c, ids[i], st);
+
+		if (err)
+			LC_WARN(DSK_LOG, "bucket %08x left on disk, unread: %s", ids[i],
+				strerror(-err));
+		if ((err || (s->tail && s->tail->id == ids[i])) && ids[i] != UINT32_MAX)
+			s->next_id = ids[i] + 1;
+	}
 	dsk_ctx_put(c);
-	s->next_id = n ? ids[n - 1] + 1 : 1;
 	free(ids);
 	for (b = s->head; b; b = next) {
 		next = b->next;

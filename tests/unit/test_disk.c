@@ -2,7 +2,8 @@
  * test_disk.c - the SSD bucket store on real files in temp dirs: byte-exact
  * round trips from 1 B to 8 MiB (io_uring and sync backends, O_DIRECT and
  * buffered), restart scans, corruption (flipped byte, truncated or deleted
- * bucket, torn metadata), fifo/lru/watermark eviction with notify, injected
+ * bucket, torn metadata, hostile metadata and stray names, out of
+ * descriptors at restart), fifo/lru/watermark eviction with notify, injected
  * ENOSPC, a read in flight holding off deletion, concurrent use, and a
  * throughput figure for 1 MiB objects (printed, not asserted; only with
  * LUNAR_DISK_BENCH=1).
@@ -22,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -491,6 +494,126 @@ static void test_disk_torn_metadata(void **st)
 	dsk_store_close(s);
 }
 
+/* Give metadata record rec of bucket id another index, with its CRC32C
+ * recomputed: a record that checks out but names an absurd index. */
+static void reindex(uint32_t id, unsigned rec, uint32_t index)
+{
+	static const char zero[4];
+	unsigned char r[512];
+	struct dsk_meta_hdr h;
+	uint32_t crc;
+	char p[400];
+	int fd;
+
+	bucket_file(id, "meta", p, sizeof(p));
+	fd = open(p, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, r, sizeof(r), rec * 512), sizeof(r));
+	memcpy(&h, r, sizeof(h));
+	assert_int_equal(h.rec_len, sizeof(r));
+	h.index = index;
+	memcpy(r, &h, sizeof(h));
+	crc = lc_crc32c(0, r, 4);
+	crc = lc_crc32c(crc, zero, 4);
+	crc = lc_crc32c(crc, r + 8, sizeof(r) - 8);
+	memcpy(r + 4, &crc, 4);
+	assert_int_equal(pwrite(fd, r, sizeof(r), rec * 512), sizeof(r));
+	close(fd);
+}
+
+static void touch(const char *name)
+{
+	char p[400];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	fd = open(p, O_CREAT | O_WRONLY, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "junk", 4), 4);
+	close(fd);
+}
+
+/* A metadata record naming index 2^31 (once: a startup that never ended),
+ * and stray files named as the last bucket ids (once: every later put
+ * failed, the numbering having wrapped onto bucket 1). The record is
+ * dropped, the strays removed, and new buckets keep being made. */
+static void test_disk_hostile_metadata(void **st)
+{
+	struct dsk_config cfg = cfg_base(64 * MIB);
+	struct dsk_scan_stats scan;
+	struct dsk_store *s = open_ok(&cfg, NULL);
+
+	put3(s);
+	dsk_store_close(s);
+	reindex(1, 1, 0x80000000u); /* "b" */
+	touch("bfffffffe.dat");
+	touch("bffffffff.meta");
+	alarm(30); /* a scan that loops fails the test rather than hangs it */
+	cfg.bucket_objects = 1;
+	s = open_ok(&cfg, &scan);
+	alarm(0);
+	assert_int_equal(scan.records_ok, 2);
+	assert_int_equal(get_pat(s, "a", 64 * KIB, 1, 0), 64 * KIB);
+	assert_int_equal(get_pat(s, "b", 64 * KIB, 2, 0), LUNAR_ERR_OBJECT_NOT_FOUND);
+	assert_false(file_exists(0xfffffffeu, "dat"));
+	assert_false(file_exists(0xffffffffu, "meta"));
+	for (int i = 0; i < 4; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "new%d", i);
+		assert_int_equal(put_pat(s, key, 4 * KIB, 10 + (unsigned)i, 0), 0);
+	}
+	dsk_store_close(s);
+}
+
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	assert_non_null(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* Out of descriptors at restart: the buckets that cannot be opened are left
+ * on disk (once: deleted as unusable), and a later start finds them all. */
+static void test_disk_out_of_descriptors_keeps_buckets(void **st)
+{
+	struct dsk_config cfg = cfg_base(64 * MIB);
+	struct dsk_scan_stats scan;
+	struct rlimit old, low;
+	struct dsk_store *s;
+	char key[16];
+
+	cfg.bucket_objects = 1;
+	s = open_ok(&cfg, NULL);
+	for (int i = 0; i < 20; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		assert_int_equal(put_pat(s, key, 4 * KIB, (unsigned)i, 0), 0);
+	}
+	dsk_store_close(s);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = (rlim_t)open_fds() + 16; /* the store, and a few buckets */
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	s = NULL;
+	if (dsk_store_open(&cfg, &s, &scan) == 0) {
+		assert_true(scan.records_ok < 20);
+		dsk_store_close(s);
+	}
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	s = open_ok(&cfg, &scan);
+	assert_int_equal(scan.records_ok, 20);
+	for (int i = 0; i < 20; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		assert_int_equal(get_pat(s, key, 4 * KIB, (unsigned)i, 0), 4 * KIB);
+	}
+	dsk_store_close(s);
+}
+
 /* notify recorder: refuses buckets holding key `refuse` */
 struct notes {
 	pthread_mutex_t mu;
@@ -906,6 +1029,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_disk_truncated_bucket, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_deleted_bucket, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_torn_metadata, setup_var, teardown),
+	    cmocka_unit_test_setup_teardown(test_disk_hostile_metadata, setup_var, teardown),
+	    cmocka_unit_test_setup_teardown(test_disk_out_of_descriptors_keeps_buckets, setup_var,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_fifo_evicts_oldest, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_notify_refusal_keeps_bucket, setup_var,
 					    teardown),
