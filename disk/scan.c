@@ -256,7 +256,7 @@ static void dsk_scan_verify(struct dsk_store *s, struct dsk_ioctx *c, struct dsk
 static uint32_t max_index(const struct dsk_store *s)
 {
 	return s->cfg.bucket_objects > DSK_SCAN_MAX_INDEX ? s->cfg.bucket_objects
-							 : DSK_SCAN_MAX_INDEX;
+							  : DSK_SCAN_MAX_INDEX;
 }
 
 /* Scan bucket id: linked into s, or deleted when unusable. 0, or -errno
