@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "key.h"
 #include "log.h"
 #include "lunar.h"
 
@@ -119,7 +120,12 @@ static int dsk_scan_valid(const char *p, size_t left, const struct dsk_meta_hdr 
 	crc = lc_crc32c(0, p, 4);
 	crc = lc_crc32c(crc, zero, 4);
 	crc = lc_crc32c(crc, p + 8, h->rec_len - 8);
-	return crc == h->crc;
+	if (crc != h->crc)
+		return 0;
+	/* The names go on to the index and the master: what no client could
+	 * have stored is not a record of ours. */
+	p += sizeof(*h);
+	return !lc_tenant_check(p, h->tenant_len) && !lc_key_check(p + h->tenant_len, h->key_len);
 }
 
 static int dsk_scan_add(struct dsk_scan_meta *m, const char *p, const struct dsk_meta_hdr *h)

@@ -494,9 +494,10 @@ static void test_disk_torn_metadata(void **st)
 	dsk_store_close(s);
 }
 
-/* Give metadata record rec of bucket id another index, with its CRC32C
- * recomputed: a record that checks out but names an absurd index. */
-static void reindex(uint32_t id, unsigned rec, uint32_t index)
+/* Write n bytes at offset at of metadata record rec (one 512-byte block)
+ * of bucket id and recompute its CRC32C: a record that checks out but says
+ * something the store never wrote. */
+static void patch_record(uint32_t id, unsigned rec, size_t at, const void *bytes, size_t n)
 {
 	static const char zero[4];
 	unsigned char r[512];
@@ -511,8 +512,7 @@ static void reindex(uint32_t id, unsigned rec, uint32_t index)
 	assert_int_equal(pread(fd, r, sizeof(r), rec * 512), sizeof(r));
 	memcpy(&h, r, sizeof(h));
 	assert_int_equal(h.rec_len, sizeof(r));
-	h.index = index;
-	memcpy(r, &h, sizeof(h));
+	memcpy(r + at, bytes, n);
 	crc = lc_crc32c(0, r, 4);
 	crc = lc_crc32c(crc, zero, 4);
 	crc = lc_crc32c(crc, r + 8, sizeof(r) - 8);
@@ -542,10 +542,11 @@ static void test_disk_hostile_metadata(void **st)
 	struct dsk_config cfg = cfg_base(64 * MIB);
 	struct dsk_scan_stats scan;
 	struct dsk_store *s = open_ok(&cfg, NULL);
+	uint32_t index = 0x80000000u;
 
 	put3(s);
 	dsk_store_close(s);
-	reindex(1, 1, 0x80000000u); /* "b" */
+	patch_record(1, 1, offsetof(struct dsk_meta_hdr, index), &index, sizeof(index)); /* "b" */
 	touch("bfffffffe.dat");
 	touch("bffffffff.meta");
 	alarm(30); /* a scan that loops fails the test rather than hangs it */
@@ -576,6 +577,27 @@ static int open_fds(void)
 		n++;
 	closedir(d);
 	return n;
+}
+
+/* A record whose checksum holds but whose key no client could have stored
+ * (a control character in it) is dropped at the scan, not indexed. */
+static void test_disk_bad_key_in_metadata(void **st)
+{
+	struct dsk_config cfg = cfg_base(64 * MIB);
+	struct dsk_scan_stats scan;
+	struct dsk_store *s = open_ok(&cfg, NULL);
+	const char ctl = '\x01';
+
+	put3(s);
+	dsk_store_close(s);
+	/* record 1 is "b": the tenant "default", then the key */
+	patch_record(1, 1, sizeof(struct dsk_meta_hdr) + strlen(T), &ctl, 1);
+	s = open_ok(&cfg, &scan);
+	assert_int_equal(scan.records_ok, 2);
+	assert_int_equal(scan.records_dropped, 1);
+	assert_int_equal(get_pat(s, "b", 64 * KIB, 2, 0), LUNAR_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(get_pat(s, "c", 64 * KIB, 3, 0), 64 * KIB);
+	dsk_store_close(s);
 }
 
 /* Out of descriptors at restart: the buckets that cannot be opened are left
@@ -1030,6 +1052,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_disk_deleted_bucket, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_torn_metadata, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_hostile_metadata, setup_var, teardown),
+	    cmocka_unit_test_setup_teardown(test_disk_bad_key_in_metadata, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_out_of_descriptors_keeps_buckets, setup_var,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_fifo_evicts_oldest, setup_var, teardown),
