@@ -355,16 +355,15 @@ out_close:
 	close(fd);
 }
 
-/* Out of descriptors or memory, say: back off rather than spin, log rarely. */
-static void accept_failed(struct lc_http *h, int err)
+/* Out of descriptors, memory or threads, say: back off rather than spin,
+ * log rarely. */
+static void back_off(struct lc_http *h, const char *what, int err)
 {
 	struct pollfd pfd = {.fd = h->wake[0], .events = POLLIN};
 	int64_t now = now_ms();
 
-	if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED)
-		return;
 	if (now - h->last_warn_ms >= 10000) {
-		LC_WARN("http", "accept on port %u: %s", (unsigned)h->port, strerror(err));
+		LC_WARN("http", "%s on port %u: %s", what, (unsigned)h->port, strerror(err));
 		h->last_warn_ms = now;
 	}
 	poll(&pfd, 1, 100);
@@ -410,7 +409,7 @@ static void conn_start(struct lc_http *h, int fd)
 	if (rc) {
 		free(c);
 		close(fd);
-		accept_failed(h, rc);
+		back_off(h, "no thread for a connection", rc);
 	}
 }
 
@@ -447,10 +446,11 @@ static void *http_main(void *p)
 		if (pfd[1].revents)
 			break;
 		fd = accept4(h->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			accept_failed(h, errno);
+		if (fd < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+		    errno != ECONNABORTED)
+			back_off(h, "accept", errno);
+		if (fd < 0)
 			continue;
-		}
 		conn_start(h, fd);
 	}
 	return NULL;

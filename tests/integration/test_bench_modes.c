@@ -85,19 +85,27 @@ static unsigned long long figure(const char *out, const char *key)
 	return strtoull(p + strlen(pat), NULL, 10);
 }
 
+/* A fresh node (embedded master, 64 MiB segment) and, in cmd, a bounded
+ * lunar-bench command line against it with args. */
+static void bench_node(char cmd[PATH_MAX + 256], const char *args)
+{
+	char sock[PATH_MAX];
+
+	H_ASSERT_EQ(h_init(), 0);
+	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
+	H_ASSERT(h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "64MiB", NULL));
+	snprintf(cmd, PATH_MAX + 256, "timeout 60 %s --socket %s %s", h_bin("lunar-bench"), sock,
+		 args);
+}
+
 static void test_bench_modes_phase_clock(void **state)
 {
-	char sock[PATH_MAX], cmd[PATH_MAX + 256], out[2][8192];
+	char cmd[PATH_MAX + 256], out[2][8192];
 	unsigned long long before, after;
 	FILE *f[2];
 
 	(void)state;
-	H_ASSERT_EQ(h_init(), 0);
-	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
-	H_ASSERT(h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "64MiB", NULL));
-	snprintf(cmd, sizeof(cmd),
-		 "timeout 60 %s --socket %s --size 4KiB --count 2000 --baseline-size 0",
-		 h_bin("lunar-bench"), sock);
+	bench_node(cmd, "--size 4KiB --count 2000 --baseline-size 0");
 	before = (unsigned long long)h_now_ms() * 1000000ull;
 	for (int i = 0; i < 2; i++)
 		H_ASSERT((f[i] = popen(cmd, "r")) != NULL);
@@ -123,15 +131,10 @@ static void test_bench_modes_phase_clock(void **state)
 
 static void test_bench_modes_copy_baselines(void **state)
 {
-	char sock[PATH_MAX], cmd[PATH_MAX + 256], out[8192];
+	char cmd[PATH_MAX + 256], out[8192];
 
 	(void)state;
-	H_ASSERT_EQ(h_init(), 0);
-	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
-	H_ASSERT(h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "64MiB", NULL));
-	snprintf(cmd, sizeof(cmd),
-		 "timeout 60 %s --socket %s --size 64KiB --count 16 --baseline-size 32MiB",
-		 h_bin("lunar-bench"), sock);
+	bench_node(cmd, "--size 64KiB --count 16 --baseline-size 32MiB");
 	out[0] = '\n';
 	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
 	H_ASSERT_EQ(figure(out, "baseline_src_bytes"), 32ull << 20);
