@@ -96,6 +96,21 @@ void px_heartbeat_kick(struct px_proxy *px)
 	pthread_mutex_unlock(&px->hb_lock);
 }
 
+/* One heartbeat: a Ping (which mounts when needed), then lease renewal. */
+static void beat(struct px_proxy *px, int *was_ok)
+{
+	int rc = px_master_ping(px);
+
+	if (!rc)
+		px_lease_renew(px);
+	if (rc && *was_ok)
+		LC_WARN("proxy", "master unreachable: %s", lunar_strerror(rc));
+	else if (!rc && !*was_ok)
+		LC_INFO("proxy", "master reachable again");
+	*was_ok = !rc;
+	atomic_store(&px->master_ok, !rc);
+}
+
 static void *heartbeat_main(void *arg)
 {
 	struct px_proxy *px = arg;
@@ -105,25 +120,18 @@ static void *heartbeat_main(void *arg)
 	while (!atomic_load(&px->stopping)) {
 		struct timespec ts;
 		uint64_t ns;
-		int rc;
 
-		pthread_mutex_unlock(&px->hb_lock);
-		rc = px_master_ping(px);
-		if (!rc)
-			px_lease_renew(px);
-		if (rc && was_ok)
-			LC_WARN("proxy", "master unreachable: %s", lunar_strerror(rc));
-		else if (!rc && !was_ok)
-			LC_INFO("proxy", "master reachable again");
-		was_ok = !rc;
-		atomic_store(&px->master_ok, !rc);
-		pthread_mutex_lock(&px->hb_lock);
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ns = (uint64_t)ts.tv_nsec + px->cfg.ping_interval_ms * 1000000ull;
 		ts.tv_sec += (time_t)(ns / 1000000000ull);
 		ts.tv_nsec = (long)(ns % 1000000000ull);
-		if (!atomic_load(&px->stopping) && !atomic_exchange(&px->hb_kick, false))
+		if (!atomic_exchange(&px->hb_kick, false))
 			pthread_cond_timedwait(&px->hb_cond, &px->hb_lock, &ts);
+		if (atomic_load(&px->stopping))
+			break;
+		pthread_mutex_unlock(&px->hb_lock);
+		beat(px, &was_ok);
+		pthread_mutex_lock(&px->hb_lock);
 	}
 	pthread_mutex_unlock(&px->hb_lock);
 	return NULL;
@@ -132,12 +140,20 @@ static void *heartbeat_main(void *arg)
 int px_heartbeat_start(struct px_proxy *px)
 {
 	pthread_condattr_t ca;
+	int was_ok = 1;
 
 	pthread_mutex_init(&px->hb_lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&px->hb_cond, &ca);
 	pthread_condattr_destroy(&ca);
+	/* An embedded master always answers: mount before the first client
+	 * is served, or a put racing the thread's first beat finds no segment.
+	 * A remote master may be down; its first beat is the thread's. */
+	if (px->master)
+		beat(px, &was_ok);
+	else
+		atomic_store(&px->hb_kick, true);
 	return pthread_create(&px->heartbeat, NULL, heartbeat_main, px) ? LUNAR_ERR_INTERNAL : 0;
 }
 

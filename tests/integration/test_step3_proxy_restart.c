@@ -10,7 +10,8 @@
  * put for 2 s (--debug-put-delay), is killed under a put from the app's own
  * registered memfd: that call returns PROXY_UNAVAILABLE within a second of
  * the kill, the memory stays usable, and after the restart the same memory
- * is registered again and used in place.
+ * is registered again and used in place. And a put sent the moment a
+ * freshly started proxy answers on its socket finds the segment mounted.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -349,11 +350,54 @@ static void test_step3_proxy_restart_inflight_put_from_registered_memory(void **
 	h_stop(px);
 }
 
+/* --- the first call to a proxy that has just started --- */
+
+#define FIRST_PUT_STARTS 12
+
+/* Connects the moment the socket answers: no harness wait in between. */
+static struct lunar_client *connect_asap(struct h_proc *px, const char *path)
+{
+	uint64_t end = h_now_ms() + 10000;
+	struct lunar_client *c = NULL;
+
+	while (!c && h_alive(px) && h_now_ms() < end)
+		if (!(c = h_client_try(path, 1000, NULL)))
+			h_sleep_ms(1);
+	return c;
+}
+
+static void test_step3_proxy_restart_first_put_finds_segment(void **state)
+{
+	char path[PATH_MAX], *argv[] = {
+		(char *)h_bin("lunar-proxy"), "--socket", path, "--embedded-master", "--host",
+		"127.0.0.1", "--data-port", "0", "--http-port", "0", "--segment-size", "64MiB", NULL};
+	static uint8_t val[4096];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s", h_path("first.sock"));
+	h_fill(val, sizeof(val), h_seed("step3/restart/first"));
+	for (int i = 0; i < FIRST_PUT_STARTS; i++) {
+		struct h_proc *px = h_spawn("first", argv);
+		struct lunar_client *c;
+		int rc;
+
+		H_ASSERT(px != NULL);
+		c = connect_asap(px, path);
+		H_ASSERT_MSG(c != NULL, "start %d: no connection", i);
+		rc = lunar_put(c, "step3/restart/first", val, sizeof(val), NULL);
+		lunar_close(c);
+		h_stop(px);
+		unlink(path);
+		H_ASSERT_MSG(rc == 0, "start %d: the first put got %d (%s)", i, rc, h_code(rc));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_step3_proxy_restart_client_recovers_zero_copy),
 	    cmocka_unit_test(test_step3_proxy_restart_inflight_put_from_registered_memory),
+	    cmocka_unit_test(test_step3_proxy_restart_first_put_finds_segment),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
