@@ -14,14 +14,21 @@
 
 #define SHARDS 64
 
+/* Only the replicas an entry has are stored (most objects have one; a
+ * full px_cached is over 700 bytes), then its name "tenant\0key\0". */
 struct entry {
 	struct entry *next;	     /* bucket chain */
 	struct entry *older, *newer; /* the shard's lease order */
 	uint64_t hash;
+	char *name;
 	size_t tlen;
 	bool read;
-	struct px_cached v;
-	char name[]; /* "tenant\0key\0" */
+	unsigned cap; /* room in rep[] */
+	uint64_t size;
+	uint64_t deadline_ms;
+	uint32_t crc;
+	unsigned nrep;
+	struct px_cached_replica rep[];
 };
 
 struct shard {
@@ -111,6 +118,69 @@ static void entry_remove(struct shard *s, struct entry **pp)
 	s->count--;
 }
 
+/* A new entry for (tenant, key) holding v; NULL on ENOMEM. */
+static struct entry *entry_new(uint64_t h, const char *tenant, const char *key,
+			       const struct px_cached *v)
+{
+	size_t tl = strlen(tenant), kl = strlen(key);
+	struct entry *e = malloc(sizeof(*e) + v->nrep * sizeof(e->rep[0]) + tl + kl + 2);
+
+	if (!e)
+		return NULL;
+	e->name = (char *)&e->rep[v->nrep];
+	memcpy(e->name, tenant, tl + 1);
+	memcpy(e->name + tl + 1, key, kl + 1);
+	e->tlen = tl;
+	e->hash = h;
+	e->read = false;
+	e->cap = v->nrep;
+	return e;
+}
+
+/* Store v in e, which has room for v->nrep replicas. */
+static void entry_set(struct entry *e, const struct px_cached *v)
+{
+	e->size = v->size;
+	e->deadline_ms = v->deadline_ms;
+	e->crc = v->crc;
+	e->nrep = v->nrep;
+	memcpy(e->rep, v->rep, v->nrep * sizeof(e->rep[0]));
+}
+
+static void entry_get(const struct entry *e, struct px_cached *out)
+{
+	out->size = e->size;
+	out->deadline_ms = e->deadline_ms;
+	out->crc = e->crc;
+	out->nrep = e->nrep;
+	memcpy(out->rep, e->rep, e->nrep * sizeof(e->rep[0]));
+}
+
+/* Put v in the entry *pp names, moving it to the newest end of the order;
+ * an entry without room is replaced (dropped if no memory is left). */
+static void entry_update(struct shard *s, struct entry **pp, const struct px_cached *v)
+{
+	struct entry *e = *pp, *n;
+
+	if (e->cap < v->nrep) {
+		n = entry_new(e->hash, e->name, e->name + e->tlen + 1, v);
+		if (!n) {
+			entry_remove(s, pp);
+			return;
+		}
+		n->read = e->read;
+		n->next = e->next;
+		*pp = n;
+		order_unlink(s, e);
+		free(e);
+		e = n;
+	} else {
+		order_unlink(s, e);
+	}
+	entry_set(e, v);
+	order_append(s, e);
+}
+
 struct px_lease_cache *px_lease_cache_create(unsigned capacity)
 {
 	struct px_lease_cache *c = calloc(1, sizeof(*c));
@@ -159,9 +229,9 @@ int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char 
 
 	pthread_mutex_lock(&s->lock);
 	e = *slot_of(c, s, h, tenant, key);
-	if (e && e->v.deadline_ms > now_ms + margin_ms) {
+	if (e && e->deadline_ms > now_ms + margin_ms) {
 		e->read = true;
-		*out = e->v;
+		entry_get(e, out);
 		hit = 1;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -195,30 +265,21 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 {
 	uint64_t h = name_hash(tenant, key);
 	struct shard *s = shard_of(c, h);
-	size_t tl = strlen(tenant), kl = strlen(key);
 	struct entry **pp, *e;
 
 	pthread_mutex_lock(&s->lock);
 	pp = slot_of(c, s, h, tenant, key);
 	if (*pp) {
-		e = *pp;
-		e->v = *v;
-		order_unlink(s, e);
-		order_append(s, e);
+		entry_update(s, pp, v);
 		goto out;
 	}
-	e = malloc(sizeof(*e) + tl + kl + 2);
+	e = entry_new(h, tenant, key, v);
 	if (!e)
 		goto out;
 	if (s->count >= c->per_shard)
 		entry_remove(s, slot_of(c, s, s->oldest->hash, s->oldest->name,
 					s->oldest->name + s->oldest->tlen + 1));
-	memcpy(e->name, tenant, tl + 1);
-	memcpy(e->name + tl + 1, key, kl + 1);
-	e->tlen = tl;
-	e->hash = h;
-	e->read = false;
-	e->v = *v;
+	entry_set(e, v);
 	pp = chain_of(c, s, h);
 	e->next = *pp;
 	*pp = e;
@@ -283,7 +344,7 @@ static size_t collect_due(struct px_lease_cache *c, uint64_t limit_ms, struct du
 		for (struct entry *e = c->s[i].oldest; e; e = e->newer) {
 			struct due *nd;
 
-			if (!e->read || e->v.deadline_ms > limit_ms)
+			if (!e->read || e->deadline_ms > limit_ms)
 				continue;
 			if (n == cap) {
 				cap = cap ? cap * 2 : 64;
@@ -319,10 +380,8 @@ static void apply_due(struct px_lease_cache *c, const struct due *d, const struc
 	pp = slot_of(c, s, h, d->tenant, d->key);
 	e = *pp;
 	if (e && fresh) {
-		e->v = *fresh;
 		e->read = false;
-		order_unlink(s, e);
-		order_append(s, e);
+		entry_update(s, pp, fresh);
 	} else if (e) {
 		entry_remove(s, pp);
 	}

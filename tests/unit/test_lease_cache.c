@@ -2,7 +2,8 @@
  * test_lease_cache.c - the proxy's cache of leased replica lists: hits only
  * while the lease holds past the margin, replacement, drop and clear by
  * tenant, a full cache dropping the entry leased longest ago (in constant
- * time), and renewal of read entries only.
+ * time), renewal of read entries only, and entries that hold just the
+ * replicas they have, growing and shrinking with them.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +25,21 @@ static struct px_cached entry(uint64_t size, uint64_t deadline_ms)
 	snprintf(v.rep[0].endpoint, sizeof(v.rep[0].endpoint), "127.0.0.1:%llu",
 		 (unsigned long long)size);
 	v.rep[0].length = size;
+	return v;
+}
+
+/* An entry of n replicas, replica i at offset 100 * i + size. */
+static struct px_cached entry_of(uint64_t size, unsigned n)
+{
+	struct px_cached v = entry(size, 1000);
+
+	v.nrep = n;
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(v.rep[i].endpoint, sizeof(v.rep[i].endpoint), "node-%u:%llu", i,
+			 (unsigned long long)size);
+		v.rep[i].offset = 100 * i + size;
+		v.rep[i].length = size;
+	}
 	return v;
 }
 
@@ -159,6 +175,19 @@ static int renew_all(void *arg, const char *tenant, char **keys, size_t n,
 	return 0;
 }
 
+static int renew_wide(void *arg, const char *tenant, char **keys, size_t n,
+		      struct px_cached *fresh, int *found)
+{
+	(void)arg;
+	(void)tenant;
+	(void)keys;
+	for (size_t i = 0; i < n; i++) {
+		fresh[i] = entry_of(77, PX_CACHE_MAX_REPLICAS);
+		found[i] = 1;
+	}
+	return 0;
+}
+
 static void test_lease_cache_renews_read_entries_only(void **state)
 {
 	struct px_lease_cache *c = px_lease_cache_create(1024);
@@ -181,6 +210,36 @@ static void test_lease_cache_renews_read_entries_only(void **state)
 	px_lease_cache_destroy(c);
 }
 
+static void test_lease_cache_replicas_grow_and_shrink(void **state)
+{
+	struct px_lease_cache *c = px_lease_cache_create(1024);
+	const unsigned counts[] = {1, PX_CACHE_MAX_REPLICAS, 2, 0, 3};
+	struct px_cached out;
+
+	px_lease_cache_put(c, "t", "other", &(struct px_cached){.nrep = 0, .deadline_ms = 1000});
+	for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+		struct px_cached v = entry_of(10 + k, counts[k]);
+
+		memset(&out, 0xa5, sizeof(out));
+		px_lease_cache_put(c, "t", "k", &v);
+		assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, &out), 1);
+		assert_int_equal(out.size, 10 + k);
+		assert_int_equal(out.nrep, counts[k]);
+		for (unsigned i = 0; i < counts[k]; i++) {
+			assert_string_equal(out.rep[i].endpoint, v.rep[i].endpoint);
+			assert_int_equal(out.rep[i].offset, 100 * i + 10 + k);
+		}
+	}
+	/* A renewal that brings more replicas than the entry had. */
+	px_lease_cache_renew(c, 900, 200, renew_wide, NULL);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, &out), 1);
+	assert_int_equal(out.nrep, PX_CACHE_MAX_REPLICAS);
+	assert_string_equal(out.rep[PX_CACHE_MAX_REPLICAS - 1].endpoint, "node-7:77");
+	assert_int_equal(px_lease_cache_get(c, "t", "other", 0, 0, &out), 1);
+	assert_int_equal(out.nrep, 0);
+	px_lease_cache_destroy(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -189,6 +248,7 @@ int main(void)
 		cmocka_unit_test(test_lease_cache_full_drops_oldest_lease),
 		cmocka_unit_test(test_lease_cache_inserts_stay_constant_time),
 		cmocka_unit_test(test_lease_cache_renews_read_entries_only),
+		cmocka_unit_test(test_lease_cache_replicas_grow_and_shrink),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
