@@ -4,6 +4,7 @@
 #include "key.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #include "lunar.h"
 
@@ -41,6 +42,19 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
 	return len;
 }
 
+#define BYTES(b) (0x0101010101010101ull * (b))
+
+/* Whether all 8 bytes at s are printable ASCII, 0x20..0x7e (word-at-a-time:
+ * a byte below 0x20 borrows into its top bit, one above 0x7e carries into
+ * it or has it set already). */
+static int printable8(const unsigned char *s)
+{
+	uint64_t w;
+
+	memcpy(&w, s, sizeof(w));
+	return !((((w - BYTES(0x20)) & ~w) | ((w + BYTES(0x01)) | w)) & BYTES(0x80));
+}
+
 int lc_key_check(const char *key, size_t len)
 {
 	const unsigned char *s = (const unsigned char *)key;
@@ -49,6 +63,10 @@ int lc_key_check(const char *key, size_t len)
 	if (!key || len == 0 || len > LUNAR_KEY_MAX)
 		return LUNAR_ERR_INVALID_KEY;
 	while (i < len) {
+		if (len - i >= 8 && printable8(s + i)) {
+			i += 8;
+			continue;
+		}
 		if (s[i] < 0x20 || s[i] == 0x7f)
 			return LUNAR_ERR_INVALID_KEY;
 		step = utf8_seq(s + i, len - i);

@@ -58,10 +58,10 @@ static uint8_t *seg_base(const struct px_region *rg, struct px_req *r, const str
 	return m->base + sg->off;
 }
 
-static int decode_segs(const struct px_region *rg, struct px_req *r, const struct lc_item *it,
-		       struct px_item *pi, const char **why)
+/* Check one item's segment list and copy it out (segs holds nseg). */
+static int copy_segs(const struct px_region *rg, const struct lc_item *it, struct lc_seg *segs,
+		     const char **why)
 {
-	struct lc_seg segs[LUNAR_IOV_MAX];
 	uint64_t bytes = (uint64_t)it->nseg * sizeof(struct lc_seg);
 
 	if (it->nseg == 0 || it->nseg > LUNAR_IOV_MAX) {
@@ -73,12 +73,14 @@ static int decode_segs(const struct px_region *rg, struct px_req *r, const struc
 		return LUNAR_ERR_PROTOCOL;
 	}
 	memcpy(segs, rg->base + it->seg_off, bytes);
-	pi->iov = calloc(it->nseg, sizeof(*pi->iov));
-	if (!pi->iov)
-		return -ENOMEM;
-	pi->iovcnt = (int)it->nseg;
+	return 0;
+}
+
+static int resolve_segs(const struct px_region *rg, struct px_req *r, const struct lc_seg *segs,
+			struct px_item *pi, const char **why)
+{
 	pi->staged = true;
-	for (uint32_t i = 0; i < it->nseg; i++) {
+	for (int i = 0; i < pi->iovcnt; i++) {
 		uint8_t *p = seg_base(rg, r, &segs[i]);
 
 		if (!p) {
@@ -93,10 +95,27 @@ static int decode_segs(const struct px_region *rg, struct px_req *r, const struc
 	return 0;
 }
 
+/* One allocation per item: its key, then its iovecs (none: iov NULL). */
+static int item_alloc(struct px_item *pi, uint32_t key_len, uint32_t nseg)
+{
+	size_t key_bytes = ((size_t)key_len + 1 + _Alignof(struct iovec) - 1) &
+			   ~(_Alignof(struct iovec) - 1);
+
+	pi->key = malloc(key_bytes + nseg * sizeof(struct iovec));
+	if (!pi->key)
+		return -ENOMEM;
+	pi->iov = nseg ? (struct iovec *)(void *)(pi->key + key_bytes) : NULL;
+	pi->iovcnt = (int)nseg;
+	return 0;
+}
+
 static int decode_item(const struct px_region *rg, struct px_req *r, uint64_t off,
 		       struct px_item *pi, const char **why)
 {
+	struct lc_seg segs[LUNAR_IOV_MAX];
+	int takes_segs = op_takes_segs(r->sqe.op);
 	struct lc_item it;
+	int rc;
 
 	memcpy(&it, rg->base + off, sizeof(it));
 	pi->item_off = off;
@@ -104,20 +123,20 @@ static int decode_item(const struct px_region *rg, struct px_req *r, uint64_t of
 		*why = "key outside the arena or of bad length";
 		return LUNAR_ERR_PROTOCOL;
 	}
-	pi->key = malloc(it.key_len + 1u);
-	if (!pi->key)
-		return -ENOMEM;
+	if (!takes_segs && it.nseg != 0) {
+		*why = "segments given to an operation without values";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	if (takes_segs && (rc = copy_segs(rg, &it, segs, why)) != 0)
+		return rc;
+	rc = item_alloc(pi, it.key_len, it.nseg);
+	if (rc)
+		return rc;
 	memcpy(pi->key, rg->base + it.key_off, it.key_len);
 	pi->key[it.key_len] = '\0';
 	pi->key_len = it.key_len;
 	pi->result = lc_key_check(pi->key, pi->key_len);
-	if (op_takes_segs(r->sqe.op))
-		return decode_segs(rg, r, &it, pi, why);
-	if (it.nseg != 0) {
-		*why = "segments given to an operation without values";
-		return LUNAR_ERR_PROTOCOL;
-	}
-	return 0;
+	return takes_segs ? resolve_segs(rg, r, segs, pi, why) : 0;
 }
 
 static int decode_items(const struct px_region *rg, struct px_req *r, const char **why)
@@ -134,7 +153,8 @@ static int decode_items(const struct px_region *rg, struct px_req *r, const char
 		*why = "item array outside the arena";
 		return LUNAR_ERR_PROTOCOL;
 	}
-	r->items = calloc(q->count, sizeof(*r->items));
+	/* Most requests name one key: its item lives in the request. */
+	r->items = q->count == 1 ? &r->one : calloc(q->count, sizeof(*r->items));
 	if (!r->items)
 		return -ENOMEM;
 	r->count = q->count;
@@ -214,9 +234,10 @@ int px_decode(const struct px_region *rg, const struct lc_sqe *sqe, struct px_re
 		*why = "unknown operation";
 		return LUNAR_ERR_PROTOCOL;
 	}
-	r = calloc(1, sizeof(*r));
+	r = malloc(sizeof(*r));
 	if (!r)
 		return -ENOMEM;
+	memset(r, 0, offsetof(struct px_req, pref));
 	r->sqe = *sqe;
 	rc = decode_pref(rg, r, why);
 	if (!rc && op_takes_items(sqe->op))
@@ -239,13 +260,12 @@ void px_req_free(struct px_req *r)
 {
 	if (!r)
 		return;
-	for (uint32_t i = 0; i < r->count; i++) {
+	for (uint32_t i = 0; i < r->count; i++)
 		free(r->items[i].key);
-		free(r->items[i].iov);
-	}
 	for (uint32_t i = 0; i < r->nheld; i++)
 		px_mreg_put(r->held[i]);
-	free(r->items);
+	if (r->items != &r->one)
+		free(r->items);
 	free(r->pattern);
 	free(r->pref_buf);
 	free(r);

@@ -59,11 +59,11 @@ struct px_region {
 };
 
 struct px_item {
-	char *key;          /* private NUL-terminated copy */
+	char *key;          /* private NUL-terminated copy; owns iov[] too */
 	uint32_t key_len;
 	int64_t result;     /* written back to the item at item_off */
 	uint64_t item_off;  /* region offset of this item's lc_item */
-	struct iovec *iov;  /* validated pointers into the region */
+	struct iovec *iov;  /* validated pointers into the region, after key */
 	int iovcnt;
 	uint64_t total;     /* sum of iov lengths */
 	uint32_t crc;       /* put: CRC32C of the value as written */
@@ -74,14 +74,16 @@ struct px_req {
 	struct px_session *s; /* holds a reference while queued and running */
 	struct lc_sqe sqe;    /* private copy */
 	uint32_t count;
-	struct px_item *items;
+	struct px_item *items; /* &one when count is 1 */
+	struct px_item one;
 	char *pattern;        /* LC_OP_REMOVE_REGEX: private NUL-terminated copy */
 	char *pref_buf;       /* put/upsert: private copy of the preferred names */
-	char *pref[LC_PREF_MAX];
 	unsigned npref;
-	struct px_mreg *held[LC_MAX_REGIONS]; /* registered ranges in use */
 	uint32_t nheld;
 	struct px_req *next;  /* pool queue link */
+	/* Valid up to npref and nheld; px_decode zeroes only what is above. */
+	char *pref[LC_PREF_MAX];
+	struct px_mreg *held[LC_MAX_REGIONS]; /* registered ranges in use */
 };
 
 /*

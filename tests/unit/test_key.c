@@ -193,10 +193,41 @@ static void test_key_tenant_invalid(void **state)
 	assert_int_equal(lc_tenant_check(t, 65), LUNAR_ERR_INVALID_PARAMS);
 }
 
+/* Every byte lane of the 8-byte fast path: one bad byte anywhere in a
+ * printable ASCII key is found, and a two-byte character across word
+ * boundaries still passes. */
+static void test_key_bad_byte_in_every_lane(void **state)
+{
+	static const unsigned char bad[] = {0x00, 0x01, 0x1f, 0x7f, 0x80, 0xbf, 0xc0, 0xff};
+	static const unsigned char good[] = {0x20, 0x21, 0x7e, 'k'};
+	char key[24];
+
+	for (size_t p = 0; p < sizeof(key); p++) {
+		for (size_t b = 0; b < sizeof(bad); b++) {
+			memset(key, 'k', sizeof(key));
+			key[p] = (char)bad[b];
+			assert_int_equal(lc_key_check(key, sizeof(key)), LUNAR_ERR_INVALID_KEY);
+		}
+		for (size_t g = 0; g < sizeof(good); g++) {
+			memset(key, 'k', sizeof(key));
+			key[p] = (char)good[g];
+			assert_int_equal(lc_key_check(key, sizeof(key)), 0);
+		}
+		if (p + 1 < sizeof(key)) {
+			memset(key, 'k', sizeof(key));
+			memcpy(key + p, "\xc2\xa9", 2);
+			assert_int_equal(lc_key_check(key, sizeof(key)), 0);
+			key[p + 1] = 'k'; /* the lead byte alone */
+			assert_int_equal(lc_key_check(key, sizeof(key)), LUNAR_ERR_INVALID_KEY);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_key_ascii_lengths),
+	    cmocka_unit_test(test_key_bad_byte_in_every_lane),
 	    cmocka_unit_test(test_key_length_bounds),
 	    cmocka_unit_test(test_key_max_length_multibyte),
 	    cmocka_unit_test(test_key_nul_rejected),
