@@ -1,9 +1,12 @@
 /*
  * lease_cache.c - a sharded hash of leased replica lists; see lease_cache.h.
- * Each shard is a mutex, chained buckets, and its entries in the order
- * their leases were granted: a full shard drops the entry leased longest
- * ago, which under one lease TTL is the one whose lease ends first (or has
- * ended). Every operation but clear and renew is O(1).
+ * Each shard is a mutex, an open-addressing table of (hash, entry) slots
+ * probed linearly and kept at most half full (a lookup reads one line of
+ * the table and only the entries whose hash matches; a removal moves the
+ * rest of its probe run back, so there are no tombstones), and its entries
+ * in the order their leases were granted: a full shard drops the entry
+ * leased longest ago, which under one lease TTL is the one whose lease ends
+ * first (or has ended). Every operation but clear and renew is O(1).
  */
 #include "proxy/lease_cache.h"
 
@@ -17,7 +20,6 @@
 /* Only the replicas an entry has are stored (most objects have one; a
  * full px_cached is over 700 bytes), then its name "tenant\0key\0". */
 struct entry {
-	struct entry *next;	     /* bucket chain */
 	struct entry *older, *newer; /* the shard's lease order */
 	uint64_t hash;
 	char *name;
@@ -31,16 +33,21 @@ struct entry {
 	struct px_cached_replica rep[];
 };
 
+struct slot {
+	uint64_t hash;
+	struct entry *e; /* NULL: empty */
+};
+
 struct shard {
 	pthread_mutex_t lock;
 	unsigned count;
 	struct entry *oldest, *newest;
-	struct entry **b;
+	struct slot *tab; /* mask + 1 slots */
 };
 
 struct px_lease_cache {
 	unsigned per_shard;
-	unsigned nbuckets; /* per shard, a power of two */
+	unsigned mask; /* table slots per shard - 1: at least twice per_shard */
 	struct shard s[SHARDS];
 };
 
@@ -59,29 +66,56 @@ static uint64_t name_hash(const char *tenant, const char *key)
 	return h;
 }
 
-static bool same(const struct entry *e, uint64_t h, const char *tenant, const char *key)
-{
-	return e->hash == h && !strcmp(e->name, tenant) && !strcmp(e->name + e->tlen + 1, key);
-}
-
 static struct shard *shard_of(struct px_lease_cache *c, uint64_t h)
 {
 	return &c->s[h % SHARDS];
 }
 
-static struct entry **chain_of(const struct px_lease_cache *c, struct shard *s, uint64_t h)
+static unsigned home(const struct px_lease_cache *c, uint64_t h)
 {
-	return &s->b[(h / SHARDS) & (c->nbuckets - 1)];
+	return (unsigned)(h / SHARDS) & c->mask;
 }
 
-static struct entry **slot_of(const struct px_lease_cache *c, struct shard *s, uint64_t h,
-			      const char *tenant, const char *key)
+/* The slot holding (tenant, key), else the empty slot ending its probe. */
+static unsigned find(const struct px_lease_cache *c, const struct shard *s, uint64_t h,
+		     const char *tenant, const char *key)
 {
-	struct entry **pp = chain_of(c, s, h);
+	unsigned i = home(c, h);
 
-	while (*pp && !same(*pp, h, tenant, key))
-		pp = &(*pp)->next;
-	return pp;
+	for (; s->tab[i].e; i = (i + 1) & c->mask) {
+		const struct entry *e = s->tab[i].e;
+
+		if (s->tab[i].hash == h && !strcmp(e->name, tenant) &&
+		    !strcmp(e->name + e->tlen + 1, key))
+			break;
+	}
+	return i;
+}
+
+/* The slot holding e, which is in the table. */
+static unsigned find_entry(const struct px_lease_cache *c, const struct shard *s,
+			   const struct entry *e)
+{
+	unsigned i = home(c, e->hash);
+
+	while (s->tab[i].e != e)
+		i = (i + 1) & c->mask;
+	return i;
+}
+
+/* Empty slot i, moving back each later slot of the run whose probe from
+ * its home passes i. */
+static void slot_clear(const struct px_lease_cache *c, struct shard *s, unsigned i)
+{
+	for (unsigned j = (i + 1) & c->mask; s->tab[j].e; j = (j + 1) & c->mask) {
+		unsigned k = home(c, s->tab[j].hash);
+
+		if (((j - k) & c->mask) >= ((j - i) & c->mask)) {
+			s->tab[i] = s->tab[j];
+			i = j;
+		}
+	}
+	s->tab[i].e = NULL;
 }
 
 static void order_unlink(struct shard *s, struct entry *e)
@@ -107,12 +141,12 @@ static void order_append(struct shard *s, struct entry *e)
 	s->newest = e;
 }
 
-/* Take the entry *pp names out of its chain and the order, and free it. */
-static void entry_remove(struct shard *s, struct entry **pp)
+/* Take the entry of slot i out of the table and the order, and free it. */
+static void entry_remove(const struct px_lease_cache *c, struct shard *s, unsigned i)
 {
-	struct entry *e = *pp;
+	struct entry *e = s->tab[i].e;
 
-	*pp = e->next;
+	slot_clear(c, s, i);
 	order_unlink(s, e);
 	free(e);
 	s->count--;
@@ -156,21 +190,21 @@ static void entry_get(const struct entry *e, struct px_cached *out)
 	memcpy(out->rep, e->rep, e->nrep * sizeof(e->rep[0]));
 }
 
-/* Put v in the entry *pp names, moving it to the newest end of the order;
+/* Put v in the entry of slot i, moving it to the newest end of the order;
  * an entry without room is replaced (dropped if no memory is left). */
-static void entry_update(struct shard *s, struct entry **pp, const struct px_cached *v)
+static void entry_update(const struct px_lease_cache *c, struct shard *s, unsigned i,
+			 const struct px_cached *v)
 {
-	struct entry *e = *pp, *n;
+	struct entry *e = s->tab[i].e, *n;
 
 	if (e->cap < v->nrep) {
 		n = entry_new(e->hash, e->name, e->name + e->tlen + 1, v);
 		if (!n) {
-			entry_remove(s, pp);
+			entry_remove(c, s, i);
 			return;
 		}
 		n->read = e->read;
-		n->next = e->next;
-		*pp = n;
+		s->tab[i].e = n;
 		order_unlink(s, e);
 		free(e);
 		e = n;
@@ -188,12 +222,12 @@ struct px_lease_cache *px_lease_cache_create(unsigned capacity)
 	if (!c)
 		return NULL;
 	c->per_shard = capacity / SHARDS ? capacity / SHARDS : 1;
-	c->nbuckets = 1;
-	while (c->nbuckets < c->per_shard)
-		c->nbuckets *= 2;
+	c->mask = 1;
+	while (c->mask + 1 < 2 * c->per_shard)
+		c->mask = 2 * c->mask + 1;
 	for (int i = 0; i < SHARDS; i++) {
-		c->s[i].b = calloc(c->nbuckets, sizeof(*c->s[i].b));
-		if (!c->s[i].b) {
+		c->s[i].tab = calloc(c->mask + 1, sizeof(*c->s[i].tab));
+		if (!c->s[i].tab) {
 			px_lease_cache_destroy(c);
 			return NULL;
 		}
@@ -206,14 +240,14 @@ void px_lease_cache_destroy(struct px_lease_cache *c)
 {
 	if (!c)
 		return;
-	for (int i = 0; i < SHARDS && c->s[i].b; i++) {
+	for (int i = 0; i < SHARDS && c->s[i].tab; i++) {
 		struct entry *e = c->s[i].oldest, *next;
 
 		for (; e; e = next) {
 			next = e->newer;
 			free(e);
 		}
-		free(c->s[i].b);
+		free(c->s[i].tab);
 		pthread_mutex_destroy(&c->s[i].lock);
 	}
 	free(c);
@@ -228,7 +262,7 @@ int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char 
 	int hit = 0;
 
 	pthread_mutex_lock(&s->lock);
-	e = *slot_of(c, s, h, tenant, key);
+	e = s->tab[find(c, s, h, tenant, key)].e;
 	if (e && e->deadline_ms > now_ms + margin_ms) {
 		e->read = true;
 		entry_get(e, out);
@@ -265,24 +299,24 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 {
 	uint64_t h = name_hash(tenant, key);
 	struct shard *s = shard_of(c, h);
-	struct entry **pp, *e;
+	struct entry *e;
+	unsigned i;
 
 	pthread_mutex_lock(&s->lock);
-	pp = slot_of(c, s, h, tenant, key);
-	if (*pp) {
-		entry_update(s, pp, v);
+	i = find(c, s, h, tenant, key);
+	if (s->tab[i].e) {
+		entry_update(c, s, i, v);
 		goto out;
 	}
 	e = entry_new(h, tenant, key, v);
 	if (!e)
 		goto out;
-	if (s->count >= c->per_shard)
-		entry_remove(s, slot_of(c, s, s->oldest->hash, s->oldest->name,
-					s->oldest->name + s->oldest->tlen + 1));
+	if (s->count >= c->per_shard) {
+		entry_remove(c, s, find_entry(c, s, s->oldest));
+		i = find(c, s, h, tenant, key); /* the removal may have moved the run */
+	}
 	entry_set(e, v);
-	pp = chain_of(c, s, h);
-	e->next = *pp;
-	*pp = e;
+	s->tab[i] = (struct slot){h, e};
 	order_append(s, e);
 	s->count++;
 out:
@@ -293,12 +327,12 @@ void px_lease_cache_drop(struct px_lease_cache *c, const char *tenant, const cha
 {
 	uint64_t h = name_hash(tenant, key);
 	struct shard *s = shard_of(c, h);
-	struct entry **pp;
+	unsigned i;
 
 	pthread_mutex_lock(&s->lock);
-	pp = slot_of(c, s, h, tenant, key);
-	if (*pp)
-		entry_remove(s, pp);
+	i = find(c, s, h, tenant, key);
+	if (s->tab[i].e)
+		entry_remove(c, s, i);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -306,17 +340,13 @@ void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
 {
 	for (int i = 0; i < SHARDS; i++) {
 		struct shard *s = &c->s[i];
+		struct entry *e, *next;
 
 		pthread_mutex_lock(&s->lock);
-		for (unsigned j = 0; j < c->nbuckets; j++) {
-			struct entry **pp = &s->b[j];
-
-			while (*pp) {
-				if (strcmp((*pp)->name, tenant))
-					pp = &(*pp)->next;
-				else
-					entry_remove(s, pp);
-			}
+		for (e = s->oldest; e; e = next) {
+			next = e->newer;
+			if (!strcmp(e->name, tenant))
+				entry_remove(c, s, find_entry(c, s, e));
 		}
 		pthread_mutex_unlock(&s->lock);
 	}
@@ -374,16 +404,15 @@ static void apply_due(struct px_lease_cache *c, const struct due *d, const struc
 {
 	uint64_t h = name_hash(d->tenant, d->key);
 	struct shard *s = shard_of(c, h);
-	struct entry **pp, *e;
+	unsigned i;
 
 	pthread_mutex_lock(&s->lock);
-	pp = slot_of(c, s, h, d->tenant, d->key);
-	e = *pp;
-	if (e && fresh) {
-		e->read = false;
-		entry_update(s, pp, fresh);
-	} else if (e) {
-		entry_remove(s, pp);
+	i = find(c, s, h, d->tenant, d->key);
+	if (s->tab[i].e && fresh) {
+		s->tab[i].e->read = false;
+		entry_update(c, s, i, fresh);
+	} else if (s->tab[i].e) {
+		entry_remove(c, s, i);
 	}
 	pthread_mutex_unlock(&s->lock);
 }

@@ -3,7 +3,9 @@
  * while the lease holds past the margin, replacement, drop and clear by
  * tenant, a full cache dropping the entry leased longest ago (in constant
  * time), renewal of read entries only, and entries that hold just the
- * replicas they have, growing and shrinking with them.
+ * replicas they have, growing and shrinking with them; and, against a
+ * plain array, a long random run of puts, drops and clears over a small
+ * table (long probe runs, removals that move them back, wrap-arounds).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -240,6 +242,65 @@ static void test_lease_cache_replicas_grow_and_shrink(void **state)
 	px_lease_cache_destroy(c);
 }
 
+#define MODEL_KEYS 300
+
+/* What the cache must say for tenant t, key i: 0 absent, else the size. */
+static uint64_t model[2][MODEL_KEYS];
+
+static void model_check(struct px_lease_cache *c, const char *const *tenants)
+{
+	for (int t = 0; t < 2; t++) {
+		for (int i = 0; i < MODEL_KEYS; i++) {
+			struct px_cached out;
+			char key[16];
+			int hit;
+
+			snprintf(key, sizeof(key), "k%d", i);
+			hit = px_lease_cache_get(c, tenants[t], key, 0, 0, &out);
+			assert_int_equal(hit, model[t][i] != 0);
+			if (hit)
+				assert_int_equal(out.size, model[t][i]);
+		}
+	}
+}
+
+static void test_lease_cache_random_against_model(void **state)
+{
+	/* 16 entries a shard at most, 32 slots: 600 keys over 64 shards stay
+	 * under the bound (so nothing is dropped for room) yet share runs. */
+	static const char *const tenants[] = {"a", "b"};
+	struct px_lease_cache *c = px_lease_cache_create(64 * 16);
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+
+	memset(model, 0, sizeof(model));
+	for (int n = 1; n <= 40000; n++) {
+		int t, i, what;
+		char key[16];
+
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		t = (int)(x & 1);
+		i = (int)((x >> 8) % MODEL_KEYS);
+		what = (int)((x >> 32) % 100);
+		snprintf(key, sizeof(key), "k%d", i);
+		if (what < 55) {
+			struct px_cached v = entry_of(1 + (x >> 40) % 1000, 1 + (unsigned)(x >> 50) % 3);
+
+			px_lease_cache_put(c, tenants[t], key, &v);
+			model[t][i] = v.size;
+		} else if (what < 99) {
+			px_lease_cache_drop(c, tenants[t], key);
+			model[t][i] = 0;
+		} else {
+			px_lease_cache_clear(c, tenants[t]);
+			memset(model[t], 0, sizeof(model[t]));
+		}
+		if (n % 2000 == 0)
+			model_check(c, tenants);
+	}
+	model_check(c, tenants);
+	px_lease_cache_destroy(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -249,6 +310,7 @@ int main(void)
 		cmocka_unit_test(test_lease_cache_inserts_stay_constant_time),
 		cmocka_unit_test(test_lease_cache_renews_read_entries_only),
 		cmocka_unit_test(test_lease_cache_replicas_grow_and_shrink),
+		cmocka_unit_test(test_lease_cache_random_against_model),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
