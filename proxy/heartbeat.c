@@ -4,6 +4,7 @@
  * not know us (first contact, master restarted, or we were declared dead).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <time.h>
 
 #include "clock.h"
@@ -55,12 +56,13 @@ int px_segment_unmount(struct px_proxy *px, uint64_t grace_ms, uint64_t timeout_
 	return rc;
 }
 
-int px_master_ping(struct px_proxy *px)
+/* A Ping, and a (re-)mount when the master asks; *remount says it did. */
+static int ping_and_mount(struct px_proxy *px, int *remount)
 {
 	Lunar__PingRequest rq = LUNAR__PING_REQUEST__INIT;
 	ProtobufCMessage *rep;
 	const Lunar__PingReply *r;
-	int rc, remount;
+	int rc;
 
 	rq.client_id = px->client_id;
 	rc = px_mc_call(px->mc, LUNAR__METHOD__PING, &rq.base, &rep);
@@ -68,7 +70,7 @@ int px_master_ping(struct px_proxy *px)
 		return rc;
 	rc = px_mc_code(rep);
 	r = (const Lunar__PingReply *)rep;
-	remount = r->need_remount;
+	*remount = r->need_remount;
 	if (!rc && r->n_forget)
 		px_disk_forget(px, r->forget, r->n_forget);
 	if (!rc && r->n_offload)
@@ -76,7 +78,7 @@ int px_master_ping(struct px_proxy *px)
 	protobuf_c_message_free_unpacked(rep, NULL);
 	if (rc)
 		return rc;
-	if (remount && px->cfg.segment_size) {
+	if (*remount && px->cfg.segment_size) {
 		if (atomic_exchange(&px->mounted, false))
 			LC_WARN("proxy", "master asks for a re-mount");
 		rc = mount_segment(px);
@@ -84,6 +86,15 @@ int px_master_ping(struct px_proxy *px)
 			return rc;
 		atomic_store(&px->mounted, true);
 	}
+	return 0;
+}
+
+int px_master_ping(struct px_proxy *px)
+{
+	int remount, rc = ping_and_mount(px, &remount);
+
+	if (rc)
+		return rc;
 	/* the master learns of our disk records after each (re)mount */
 	return atomic_load(&px->mounted) ? px_disk_register(px, remount) : 0;
 }
@@ -111,27 +122,35 @@ static void beat(struct px_proxy *px, int *was_ok)
 	atomic_store(&px->master_ok, !rc);
 }
 
+/* Wait on the heartbeat's condition (hb_lock held) for ms, or until a
+ * kick when kickable, or until stop. */
+static void hb_wait(struct px_proxy *px, uint64_t ms, bool kickable)
+{
+	struct timespec ts;
+	uint64_t ns;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ns = (uint64_t)ts.tv_nsec + ms * 1000000ull;
+	ts.tv_sec += (time_t)(ns / 1000000000ull);
+	ts.tv_nsec = (long)(ns % 1000000000ull);
+	while (!atomic_load(&px->stopping) && !(kickable && atomic_exchange(&px->hb_kick, false)))
+		if (pthread_cond_timedwait(&px->hb_cond, &px->hb_lock, &ts) == ETIMEDOUT)
+			break;
+}
+
 static void *heartbeat_main(void *arg)
 {
 	struct px_proxy *px = arg;
 	int was_ok = 1;
 
 	pthread_mutex_lock(&px->hb_lock);
+	if (px->cfg.debug_hb_delay_ms)
+		hb_wait(px, px->cfg.debug_hb_delay_ms, false);
 	while (!atomic_load(&px->stopping)) {
-		struct timespec ts;
-		uint64_t ns;
-
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ns = (uint64_t)ts.tv_nsec + px->cfg.ping_interval_ms * 1000000ull;
-		ts.tv_sec += (time_t)(ns / 1000000000ull);
-		ts.tv_nsec = (long)(ns % 1000000000ull);
-		if (!atomic_exchange(&px->hb_kick, false))
-			pthread_cond_timedwait(&px->hb_cond, &px->hb_lock, &ts);
-		if (atomic_load(&px->stopping))
-			break;
 		pthread_mutex_unlock(&px->hb_lock);
 		beat(px, &was_ok);
 		pthread_mutex_lock(&px->hb_lock);
+		hb_wait(px, px->cfg.ping_interval_ms, true);
 	}
 	pthread_mutex_unlock(&px->hb_lock);
 	return NULL;
@@ -140,7 +159,7 @@ static void *heartbeat_main(void *arg)
 int px_heartbeat_start(struct px_proxy *px)
 {
 	pthread_condattr_t ca;
-	int was_ok = 1;
+	int remount;
 
 	pthread_mutex_init(&px->hb_lock, NULL);
 	pthread_condattr_init(&ca);
@@ -149,11 +168,10 @@ int px_heartbeat_start(struct px_proxy *px)
 	pthread_condattr_destroy(&ca);
 	/* An embedded master always answers: mount before the first client
 	 * is served, or a put racing the thread's first beat finds no segment.
-	 * A remote master may be down; its first beat is the thread's. */
+	 * The disk tier registers on that beat, off the start-up path. A
+	 * remote master may be down: its first contact is the thread's. */
 	if (px->master)
-		beat(px, &was_ok);
-	else
-		atomic_store(&px->hb_kick, true);
+		atomic_store(&px->master_ok, !ping_and_mount(px, &remount));
 	return pthread_create(&px->heartbeat, NULL, heartbeat_main, px) ? LUNAR_ERR_INTERNAL : 0;
 }
 

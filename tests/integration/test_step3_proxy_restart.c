@@ -11,7 +11,8 @@
  * registered memfd: that call returns PROXY_UNAVAILABLE within a second of
  * the kill, the memory stays usable, and after the restart the same memory
  * is registered again and used in place. And a put sent the moment a
- * freshly started proxy answers on its socket finds the segment mounted.
+ * freshly started proxy answers on its socket finds the segment mounted,
+ * even with the heartbeat thread held back (--debug-heartbeat-delay).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -352,7 +353,7 @@ static void test_step3_proxy_restart_inflight_put_from_registered_memory(void **
 
 /* --- the first call to a proxy that has just started --- */
 
-#define FIRST_PUT_STARTS 12
+#define FIRST_PUT_STARTS 3
 
 /* Connects the moment the socket answers: no harness wait in between. */
 static struct lunar_client *connect_asap(struct h_proc *px, const char *path)
@@ -370,7 +371,8 @@ static void test_step3_proxy_restart_first_put_finds_segment(void **state)
 {
 	char path[PATH_MAX], *argv[] = {
 		(char *)h_bin("lunar-proxy"), "--socket", path, "--embedded-master", "--host",
-		"127.0.0.1", "--data-port", "0", "--http-port", "0", "--segment-size", "64MiB", NULL};
+		"127.0.0.1", "--data-port", "0", "--http-port", "0", "--segment-size", "64MiB",
+		"--debug-heartbeat-delay", "10s", NULL};
 	static uint8_t val[4096];
 
 	(void)state;
