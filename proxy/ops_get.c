@@ -98,6 +98,30 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, const struct 
 	return tried && missing < tried ? LUNAR_ERR_TRANSFER_FAIL : LUNAR_ERR_OBJECT_NOT_FOUND;
 }
 
+/* How much of a local value to ask the cache for ahead of its copy; past
+ * this the hardware's own prefetching keeps up. */
+#define PX_PREFETCH_MAX (16u * 1024)
+
+/* Start loading the first bytes of e's replica in our segment, if it has
+ * one: a value read right after its replica list arrives is cold, and the
+ * lease cache is updated meanwhile. */
+static void prefetch_local(const struct px_proxy *px, const struct px_cached *e)
+{
+	for (unsigned k = 0; k < e->nrep; k++) {
+		const struct px_cached_replica *rp = &e->rep[k];
+		const char *p = (const char *)px->segment + rp->offset;
+		uint64_t len = rp->length < PX_PREFETCH_MAX ? rp->length : PX_PREFETCH_MAX;
+
+		if (rp->type != LUNAR__REPLICA_TYPE__MEMORY || !px->segment ||
+		    strcmp(rp->endpoint, px->endpoint) || rp->offset > px->cfg.segment_size ||
+		    rp->length > px->cfg.segment_size - rp->offset)
+			continue;
+		for (uint64_t off = 0; off < len; off += 64)
+			__builtin_prefetch(p + off, 0, 2);
+		return;
+	}
+}
+
 static int64_t serve(struct px_proxy *px, const struct px_req *r, const struct px_item *it,
 		     const struct px_cached *e)
 {
@@ -155,6 +179,8 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 			it->result = LUNAR_ERR_INTERNAL;
 			continue;
 		}
+		if (r->sqe.op == LC_OP_GET)
+			prefetch_local(px, &e);
 		if (rl->lease_ttl_ms)
 			px_lease_cache_put(px->leases, r->s->tenant, it->key, &e);
 		it->result = serve(px, r, it, &e);
