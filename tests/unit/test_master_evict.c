@@ -30,6 +30,17 @@ static void key_of(char *buf, size_t n, const char *prefix, int i)
 	snprintf(buf, n, "%s%03d", prefix, i);
 }
 
+/* Commit n objects of size bytes as CLIENT_A, keys prefix000, prefix001... */
+static void put_many(struct mst_master *m, const char *prefix, int n, uint64_t size)
+{
+	char key[16];
+
+	for (int i = 0; i < n; i++) {
+		key_of(key, sizeof(key), prefix, i);
+		assert_int_equal(put(m, CLIENT_A, key, size, 1), 0);
+	}
+}
+
 static void test_master_evict_oldest_share(void **state)
 {
 	/* Given: 400 COMPLETE objects; 20 of them read first (older leases),
@@ -40,10 +51,7 @@ static void test_master_evict_oldest_share(void **state)
 	char key[16];
 
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", 64 * MIB), 0);
-	for (int i = 0; i < 400; i++) {
-		key_of(key, sizeof(key), "o", i);
-		assert_int_equal(put(m, CLIENT_A, key, 1000, 1), 0);
-	}
+	put_many(m, "o", 400, 1000);
 	for (int i = 0; i < 20; i++) {
 		key_of(key, sizeof(key), "o", i);
 		assert_int_equal(exist(m, NULL, key), 1);
@@ -144,10 +152,7 @@ static void soft_pin_scenario(int allow)
 		assert_int_equal(put_pinned(m, key, 0, 1), 0);
 	}
 	usleep(5000);
-	for (int i = 0; i < 10; i++) {
-		key_of(key, sizeof(key), "u", i);
-		assert_int_equal(put(m, CLIENT_A, key, 1000, 1), 0);
-	}
+	put_many(m, "u", 10, 1000);
 	later = lc_now_ms() + 1000;
 	/* When: a round runs; Then: the 10 unpinned go first, not the older pinned */
 	assert_int_equal(mst_evict_round(m, later), allow ? 10 : 5);
@@ -209,14 +214,10 @@ static void test_master_evict_watermark_background(void **state)
 	static const char *const flags[][2] = {{"eviction-high-watermark-ratio", "0.5"}};
 	struct mst_master *m = master_with(flags, 1);
 	struct mst_stats st;
-	char key[16];
 
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
 	/* When: 80% is filled with unread objects */
-	for (int i = 0; i < 80; i++) {
-		key_of(key, sizeof(key), "w", i);
-		assert_int_equal(put(m, CLIENT_A, key, 10 * 1024, 1), 0);
-	}
+	put_many(m, "w", 80, 10 * 1024);
 	/* Then: housekeeping brings use back under the watermark */
 	usleep(400 * 1000);
 	mst_master_stats(m, &st);
@@ -262,13 +263,9 @@ static void test_master_evict_not_for_what_cannot_fit(void **state)
 	static const char *const flags[][2] = {{"kv-lease-ttl", "1ms"}};
 	struct mst_master *m = master_with(flags, 1);
 	struct mst_stats st;
-	char key[16];
 
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", 4 * MIB), 0);
-	for (int i = 0; i < 100; i++) {
-		key_of(key, sizeof(key), "k", i);
-		assert_int_equal(put(m, CLIENT_A, key, 1000, 1), 0);
-	}
+	put_many(m, "k", 100, 1000);
 	usleep(5000);
 	/* When: puts larger than every segment are asked for, again and again */
 	for (int i = 0; i < 50; i++)
