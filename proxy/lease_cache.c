@@ -152,6 +152,16 @@ static void entry_remove(const struct px_lease_cache *c, struct shard *s, unsign
 	s->count--;
 }
 
+/* Store v in e, which has room for v->nrep replicas. */
+static void entry_set(struct entry *e, const struct px_cached *v)
+{
+	e->size = v->size;
+	e->deadline_ms = v->deadline_ms;
+	e->crc = v->crc;
+	e->nrep = v->nrep;
+	memcpy(e->rep, v->rep, v->nrep * sizeof(e->rep[0]));
+}
+
 /* A new entry for (tenant, key) holding v; NULL on ENOMEM. */
 static struct entry *entry_new(uint64_t h, const char *tenant, const char *key,
 			       const struct px_cached *v)
@@ -168,17 +178,8 @@ static struct entry *entry_new(uint64_t h, const char *tenant, const char *key,
 	e->hash = h;
 	e->read = false;
 	e->cap = v->nrep;
+	entry_set(e, v);
 	return e;
-}
-
-/* Store v in e, which has room for v->nrep replicas. */
-static void entry_set(struct entry *e, const struct px_cached *v)
-{
-	e->size = v->size;
-	e->deadline_ms = v->deadline_ms;
-	e->crc = v->crc;
-	e->nrep = v->nrep;
-	memcpy(e->rep, v->rep, v->nrep * sizeof(e->rep[0]));
 }
 
 static void entry_get(const struct entry *e, struct px_cached *out)
@@ -210,8 +211,8 @@ static void entry_update(const struct px_lease_cache *c, struct shard *s, unsign
 		e = n;
 	} else {
 		order_unlink(s, e);
+		entry_set(e, v);
 	}
-	entry_set(e, v);
 	order_append(s, e);
 }
 
@@ -315,7 +316,6 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 		entry_remove(c, s, find_entry(c, s, s->oldest));
 		i = find(c, s, h, tenant, key); /* the removal may have moved the run */
 	}
-	entry_set(e, v);
 	s->tab[i] = (struct slot){h, e};
 	order_append(s, e);
 	s->count++;
