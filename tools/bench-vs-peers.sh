@@ -3,8 +3,10 @@
 # UNIX sockets: SET/GET (put/get) of 4 KiB, 64 KiB and 1 MiB values from 1 and 8
 # clients. Redis is driven by redis-benchmark, memcached by our memc-bench
 # (ASCII protocol, every byte checked), Lunar by lunar-bench (every byte
-# checked) against a standalone proxy. Prints a markdown table with ops/s and
-# the ratios lunar/redis and lunar/memcached. Runs ROUNDS rounds (default 3),
+# checked) against a standalone proxy, from registered memory (the table with
+# the ratios) and from ordinary memory through the staging arena (a second
+# table). Prints markdown tables with ops/s and the ratios lunar/redis and
+# lunar/memcached. Runs ROUNDS rounds (default 3),
 # each starting every system afresh and driving it through every cell, one
 # system after the other; each figure is the median over the rounds, so one
 # slow spell of a shared machine does not decide a cell. Installs
@@ -122,10 +124,41 @@ run_round() {
 		for c in "${CLIENTS[@]}"; do
 			bl_run "$BL_TMP/lunar-$size-$c-$r.out" "$CELL_SECS" "$BIN/lunar-bench" \
 				--socket "$sock" --size "$size" --count "${COUNT[$size]}" --threads "$c" \
+				--baseline-size 0 --zero-copy || true
+			bl_run "$BL_TMP/staged-$size-$c-$r.out" "$CELL_SECS" "$BIN/lunar-bench" \
+				--socket "$sock" --size "$size" --count "${COUNT[$size]}" --threads "$c" \
 				--baseline-size 0 || true
 		done
 	done
 	bl_stop_all
+}
+
+# ratio_table KIND - the throughput table of Lunar's KIND runs (lunar: from
+# registered memory; staged: through the staging arena) next to the peers.
+ratio_table() {
+	local size c r m l rs rg ms mg ls lg
+
+	echo "| size | clients | redis SET/s | memcached set/s | lunar put/s | lunar put GB/s | lunar/redis put | lunar/memcached put | redis GET/s | memcached get/s | lunar get/s | lunar get GB/s | lunar/redis get | lunar/memcached get |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	for size in "${SIZES[@]}"; do
+		for c in "${CLIENTS[@]}"; do
+			r=$BL_TMP/redis-$size-$c-@.out
+			m=$BL_TMP/memc-$size-$c-@.out
+			l=$BL_TMP/$1-$size-$c-@.out
+			rs=$(median $(rounds "$r" redis_rps SET))
+			rg=$(median $(rounds "$r" redis_rps GET))
+			ms=$(median $(rounds "$m" bl_kv set_ops_per_s))
+			mg=$(median $(rounds "$m" bl_kv get_ops_per_s))
+			ls=$(median $(rounds "$l" bl_kv put_ops_per_s))
+			lg=$(median $(rounds "$l" bl_kv get_ops_per_s))
+			echo "| $size | $c | $(bl_fmt "$rs" 0) | $(bl_fmt "$ms" 0) | $(bl_fmt "$ls" 0) |" \
+				"$(bl_fmt "$(median $(rounds "$l" bl_kv put_gb_per_s))" 2) |" \
+				"$(bl_div "$ls" "$rs" 2) | $(bl_div "$ls" "$ms" 2) | $(bl_fmt "$rg" 0) |" \
+				"$(bl_fmt "$mg" 0) | $(bl_fmt "$lg" 0) |" \
+				"$(bl_fmt "$(median $(rounds "$l" bl_kv get_gb_per_s))" 2) |" \
+				"$(bl_div "$lg" "$rg" 2) | $(bl_div "$lg" "$mg" 2) |"
+		done
+	done
 }
 
 install_peers
@@ -145,35 +178,21 @@ echo
 echo "All three on this node over UNIX sockets, one connection (Lunar: one thread of one"
 echo "client) per client. Redis: redis-benchmark (no pipelining, one key). memcached:"
 echo "memc-bench, ASCII set/get, bytes checked. Lunar: lunar-bench against a standalone"
-echo "proxy (embedded master, 2 GiB segment), bytes checked. ops/s: Redis's own figure;"
+echo "proxy (embedded master, 2 GiB segment), bytes checked, values and get buffers in"
+echo "registered memory (lunar_alloc, --zero-copy; the second table: in ordinary memory,"
+echo "through the staging arena). ops/s: Redis's own figure;"
 echo "memc-bench and lunar-bench count ops over the busiest client's time in calls."
 echo "Each figure is the median of $ROUNDS rounds; a round runs Redis, memcached and"
 echo "Lunar one after the other, each started afresh. Ratios are of the medians;"
 echo "> 1 means Lunar is faster."
 echo
-echo "| size | clients | redis SET/s | memcached set/s | lunar put/s | lunar put GB/s | lunar/redis put | lunar/memcached put | redis GET/s | memcached get/s | lunar get/s | lunar get GB/s | lunar/redis get | lunar/memcached get |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-for size in "${SIZES[@]}"; do
-	for c in "${CLIENTS[@]}"; do
-		r=$BL_TMP/redis-$size-$c-@.out
-		m=$BL_TMP/memc-$size-$c-@.out
-		l=$BL_TMP/lunar-$size-$c-@.out
-		rs=$(median $(rounds "$r" redis_rps SET))
-		rg=$(median $(rounds "$r" redis_rps GET))
-		ms=$(median $(rounds "$m" bl_kv set_ops_per_s))
-		mg=$(median $(rounds "$m" bl_kv get_ops_per_s))
-		ls=$(median $(rounds "$l" bl_kv put_ops_per_s))
-		lg=$(median $(rounds "$l" bl_kv get_ops_per_s))
-		echo "| $size | $c | $(bl_fmt "$rs" 0) | $(bl_fmt "$ms" 0) | $(bl_fmt "$ls" 0) |" \
-			"$(bl_fmt "$(median $(rounds "$l" bl_kv put_gb_per_s))" 2) |" \
-			"$(bl_div "$ls" "$rs" 2) | $(bl_div "$ls" "$ms" 2) | $(bl_fmt "$rg" 0) |" \
-			"$(bl_fmt "$mg" 0) | $(bl_fmt "$lg" 0) |" \
-			"$(bl_fmt "$(median $(rounds "$l" bl_kv get_gb_per_s))" 2) |" \
-			"$(bl_div "$lg" "$rg" 2) | $(bl_div "$lg" "$mg" 2) |"
-	done
-done
+ratio_table lunar
 echo
-echo "p50 latency per call, µs (SET/put, GET/get; medians over the rounds):"
+echo "Lunar from ordinary memory (through the staging arena: one more copy per call):"
+echo
+ratio_table staged
+echo
+echo "p50 latency per call, µs (SET/put, GET/get; medians over the rounds; Lunar registered):"
 echo
 echo "| size | clients | redis SET | memcached set | lunar put | redis GET | memcached get | lunar get |"
 echo "|---|---|---|---|---|---|---|---|"
