@@ -21,12 +21,8 @@
 #include "atomic.h"
 #include "futex.h"
 #include "log.h"
-#include "ralloc.h"
 #include "uds.h"
 
-/* Arena ranges are cache-line aligned: staged values copy fast and two
- * requests never share a line the proxy writes results into. */
-#define SHM_ARENA_ALIGN	 LC_CACHELINE
 #define SHM_LAT_INIT_NS 10000u /* a first guess: spin 20 µs */
 
 static int range_ok(uint64_t off, uint64_t len, uint64_t lo, uint64_t size)
@@ -104,14 +100,9 @@ static int region_map(struct shm_conn *cn, int memfd, const struct lc_welcome *w
 /* Client-private state over the mapped region: free slots and the arena. */
 static int conn_init_local(struct shm_conn *cn)
 {
-	cn->slot_words = (cn->slot_count + 63) / 64;
-	cn->slot_bits = calloc(cn->slot_words, sizeof(*cn->slot_bits));
-	cn->arena = lc_ralloc_create(cn->arena_size, SHM_ARENA_ALIGN);
-	if (!cn->slot_bits || !cn->arena)
+	if (shm_bits_init(&cn->free_slots, cn->slot_count))
 		return LUNAR_ERR_INTERNAL;
-	for (uint32_t i = 0; i < cn->slot_count; i++)
-		cn->slot_bits[i / 64] |= 1ull << (i % 64);
-	return 0;
+	return shm_arena_init(cn);
 }
 
 static struct shm_conn *conn_alloc(void)
@@ -137,8 +128,8 @@ static void conn_free(struct shm_conn *cn)
 {
 	pthread_cond_destroy(&cn->cond);
 	pthread_mutex_destroy(&cn->lock);
-	lc_ralloc_destroy(cn->arena);
-	free(cn->slot_bits);
+	shm_arena_fini(cn);
+	shm_bits_fini(&cn->free_slots);
 	if (cn->base)
 		munmap(cn->base, cn->size);
 	if (cn->evfd >= 0)

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "clock.h"
-#include "ralloc.h"
 
 #define SHM_STAGE_ALIGN 8u
 
@@ -323,7 +322,7 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 		return items_fail(items, n, rc);
 	shm_regs_rdlock(c);
 	rc = items_layout(&r, op, items, n, &l);
-	if (!rc && is_get && may_refit && l.total > lc_ralloc_capacity(r.cn->arena)) {
+	if (!rc && is_get && may_refit && l.total > r.cn->arena_max) {
 		shm_regs_unlock(c);
 		req_end(&r);
 		return get_refit(c, op, items, n);

@@ -27,6 +27,12 @@
 /* One proxy session. Refcounted: the handle holds one reference while the
  * session is current, every call in flight and every registration bound to
  * it one more. The region is unmapped when the last reference goes. */
+/* A set of free things (slots, arena cells): bit i set means i is free. */
+struct shm_bits {
+	uint64_t *w; /* atomic */
+	uint32_t words;
+};
+
 struct shm_conn {
 	int refs;   /* atomic */
 	int broken; /* atomic; once set, never cleared: the region is dropped */
@@ -47,12 +53,17 @@ struct shm_conn {
 	uint32_t lat_ns;  /* relaxed; average completion time (spin.h) */
 	uint32_t spinners; /* threads spinning on a completion now (atomic) */
 
+	struct shm_bits free_slots;
+	/* The arena: SHM_CELL-sized cells at its start, taken without a lock
+	 * by requests that fit one; the rest is cut by a range allocator. */
+	struct shm_bits free_cells;
+	uint64_t cells_end; /* region offset where the cells end */
+	uint64_t arena_max;  /* the largest range a request can get */
+
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* a slot or arena range was freed, or broken */
-	struct lc_ralloc *arena;
-	uint64_t *slot_bits;   /* atomic; bit s set: slot s is free */
-	uint32_t slot_words;   /* 64 slots a word */
-	uint32_t slot_waiters; /* atomic; threads waiting for a free slot */
+	struct lc_ralloc *arena; /* [cells_end, arena_off + arena_size) */
+	uint32_t waiters; /* atomic; threads waiting on cond for a slot or range */
 };
 
 /*
@@ -149,16 +160,41 @@ int shm_conn_hung_up(struct shm_conn *cn);
  */
 int shm_client_acquire(struct lunar_client *c, struct shm_conn **out);
 
+/* --- bits.c: free sets taken without a lock --- */
+
+/* shm_bits_init - n things, all free (n == 0: an empty set). 0 or -ENOMEM. */
+int shm_bits_init(struct shm_bits *b, uint32_t n);
+void shm_bits_fini(struct shm_bits *b);
+/* shm_bits_take - take a free thing with a CAS, starting at a word of the
+ * calling thread's own so that threads rarely meet. 0 and *i, or -1 when
+ * none is free. */
+int shm_bits_take(struct shm_bits *b, uint32_t *i);
+/* shm_bits_give - free thing i (an atomic OR with acquire-release order). */
+void shm_bits_give(struct shm_bits *b, uint32_t i);
+
 /* --- arena.c: the shared arena --- */
 
+/* Arena blocks are cache-line aligned: staged values copy fast and two
+ * requests never share a line the proxy writes results into. */
+#define SHM_ARENA_ALIGN LC_CACHELINE
+#define SHM_CELL (8u * 1024) /* a request whose block fits takes no lock */
+
+/* shm_arena_init - cut [arena_off, arena_off + arena_size) into at most
+ * slot_count cells (an eighth of the arena at most) and the allocator's
+ * space. 0 or a code. shm_arena_fini frees both (NULL members are fine). */
+int shm_arena_init(struct shm_conn *cn);
+void shm_arena_fini(struct shm_conn *cn);
 /*
  * shm_arena_get - allocate len bytes of arena, waiting for space until
- * deadline_ns (CLOCK_MONOTONIC). *off is a region offset. Returns 0,
- * INVALID_PARAMS when len can never fit, BUSY at the deadline, or
- * PROXY_UNAVAILABLE when the session breaks meanwhile. Takes cn->lock.
+ * deadline_ns (CLOCK_MONOTONIC). *off is a region offset. Up to SHM_CELL
+ * bytes come from a free cell without a lock while there is one; else,
+ * and for larger blocks, under cn->lock. Returns 0, INVALID_PARAMS when len
+ * can never fit, BUSY at the deadline, or PROXY_UNAVAILABLE when the
+ * session breaks meanwhile.
  */
 int shm_arena_get(struct shm_conn *cn, uint64_t len, uint64_t deadline_ns, uint64_t *off);
-/* shm_arena_put - free the range at off and wake waiters. Takes cn->lock. */
+/* shm_arena_put - free the block at off and wake waiters (a cell without
+ * a lock unless someone waits; a range under cn->lock). */
 void shm_arena_put(struct shm_conn *cn, uint64_t off);
 
 /* --- region.c: registered memory --- */
@@ -215,12 +251,24 @@ void shm_chunks_fini(struct lunar_client *c);
  * completion until deadline_ns. On 0, *result is the completion result and
  * the argument block may be read. Returns PROXY_UNAVAILABLE (hang-up,
  * deadline: the session is broken), PROTOCOL, or BUSY (no slot in time).
- * Any thread; takes cn->lock briefly.
+ * Any thread; takes cn->lock only when every slot is taken, or to wake
+ * threads that wait for one.
  */
 int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result);
 /* shm_wait_cond - wait on cn->cond (cn->lock held) until deadline_ns;
  * -ETIMEDOUT when it passed. */
 int shm_wait_cond(struct shm_conn *cn, uint64_t deadline_ns);
+/*
+ * Waiting for a slot or an arena block, without losing a wakeup: a waiter
+ * takes cn->lock, counts itself with shm_waiter_enter (which fences), then
+ * looks for a free one before each shm_wait_cond, and leaves with
+ * shm_waiter_leave. A thread that frees one without the lock calls
+ * shm_wake_waiters after: it fences, then wakes them (under the lock) if
+ * any are counted. One of the two always sees the other.
+ */
+void shm_waiter_enter(struct shm_conn *cn);
+void shm_waiter_leave(struct shm_conn *cn);
+void shm_wake_waiters(struct shm_conn *cn);
 
 /* --- request.c: building and running requests --- */
 

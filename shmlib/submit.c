@@ -31,51 +31,44 @@ int shm_wait_cond(struct shm_conn *cn, uint64_t deadline_ns)
 	return pthread_cond_timedwait(&cn->cond, &cn->lock, &ts) == ETIMEDOUT ? -ETIMEDOUT : 0;
 }
 
-/* Claim a free slot without a lock: clear its bit with a CAS, starting at
- * a word of this thread's own so that threads rarely meet. 0 or -1. */
-static int slot_try_take(struct shm_conn *cn, uint32_t *s)
+void shm_waiter_enter(struct shm_conn *cn)
 {
-	static uint32_t threads;
-	static __thread uint32_t start; /* 1 + this thread's number */
-
-	if (!start)
-		start = lc_fetch_add(&threads, 1u) + 1;
-	for (uint32_t i = 0; i < cn->slot_words; i++) {
-		uint32_t w = (start + i) % cn->slot_words;
-		uint64_t v = LC_READ_ONCE(cn->slot_bits[w]);
-
-		while (v) {
-			uint64_t bit = v & (~v + 1);
-
-			if (lc_cas(&cn->slot_bits[w], &v, v & ~bit)) {
-				*s = w * 64 + (uint32_t)__builtin_ctzll(bit);
-				return 0;
-			}
-		}
-	}
-	return -1;
+	lc_fetch_add(&cn->waiters, 1u);
+	lc_smp_mb(); /* pairs with the fence in shm_wake_waiters */
 }
 
-/* A free slot, waiting (on the session's condition) only when all are
- * taken. A thread counts itself a waiter before it looks again under the
- * lock, and slot_give sets its bit before it looks for waiters, each with a
- * full fence between: one of the two always sees the other. */
+void shm_waiter_leave(struct shm_conn *cn)
+{
+	lc_fetch_add(&cn->waiters, (uint32_t)-1);
+}
+
+void shm_wake_waiters(struct shm_conn *cn)
+{
+	lc_smp_mb(); /* pairs with the fence in shm_waiter_enter */
+	if (LC_READ_ONCE(cn->waiters)) {
+		pthread_mutex_lock(&cn->lock);
+		pthread_cond_broadcast(&cn->cond);
+		pthread_mutex_unlock(&cn->lock);
+	}
+}
+
+/* A free slot, taken without a lock; waiting (on the session's condition)
+ * only when all are taken. */
 static int slot_take(struct shm_conn *cn, uint64_t deadline_ns, uint32_t *s)
 {
 	int rc = 0;
 
-	if (!slot_try_take(cn, s))
+	if (!shm_bits_take(&cn->free_slots, s))
 		return 0;
 	pthread_mutex_lock(&cn->lock);
-	lc_fetch_add(&cn->slot_waiters, 1u);
-	lc_smp_mb();
-	while (!rc && slot_try_take(cn, s)) {
+	shm_waiter_enter(cn);
+	while (!rc && shm_bits_take(&cn->free_slots, s)) {
 		if (shm_conn_is_broken(cn))
 			rc = LUNAR_ERR_PROXY_UNAVAILABLE;
 		else if (shm_wait_cond(cn, deadline_ns) == -ETIMEDOUT)
 			rc = LUNAR_ERR_BUSY;
 	}
-	lc_fetch_add(&cn->slot_waiters, (uint32_t)-1);
+	shm_waiter_leave(cn);
 	pthread_mutex_unlock(&cn->lock);
 	return rc;
 }
@@ -83,13 +76,8 @@ static int slot_take(struct shm_conn *cn, uint64_t deadline_ns, uint32_t *s)
 static void slot_give(struct shm_conn *cn, uint32_t s)
 {
 	lc_store_release(&cn->slots[s].state, (uint32_t)LC_SLOT_IDLE);
-	lc_fetch_or(&cn->slot_bits[s / 64], 1ull << (s % 64));
-	lc_smp_mb(); /* pairs with the fence in slot_take */
-	if (LC_READ_ONCE(cn->slot_waiters)) {
-		pthread_mutex_lock(&cn->lock);
-		pthread_cond_broadcast(&cn->cond);
-		pthread_mutex_unlock(&cn->lock);
-	}
+	shm_bits_give(&cn->free_slots, s);
+	shm_wake_waiters(cn);
 }
 
 /* Checks between waits: 0 to keep waiting, else the session is broken. */
