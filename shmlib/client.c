@@ -102,6 +102,7 @@ void lunar_close(struct lunar_client *c)
 	shm_regs_fini(c);
 	shm_chunks_fini(c);
 	shm_conn_put(c->conn);
+	shm_conns_free(c);
 	pthread_mutex_destroy(&c->alloc_lock);
 	pthread_mutex_destroy(&c->lock);
 	free(c);

@@ -124,10 +124,9 @@ static struct shm_conn *conn_alloc(void)
 	return cn;
 }
 
-static void conn_free(struct shm_conn *cn)
+/* The session's resources; the struct stays (see struct shm_conn). */
+static void conn_release(struct shm_conn *cn)
 {
-	pthread_cond_destroy(&cn->cond);
-	pthread_mutex_destroy(&cn->lock);
 	shm_arena_fini(cn);
 	shm_bits_fini(&cn->free_slots);
 	if (cn->base)
@@ -136,6 +135,12 @@ static void conn_free(struct shm_conn *cn)
 		close(cn->evfd);
 	if (cn->sock >= 0)
 		close(cn->sock);
+}
+
+static void conn_free(struct shm_conn *cn)
+{
+	pthread_cond_destroy(&cn->cond);
+	pthread_mutex_destroy(&cn->lock);
 	free(cn);
 }
 
@@ -190,7 +195,7 @@ static int connect_code(int err)
 	return LUNAR_ERR_PROXY_UNAVAILABLE;
 }
 
-int shm_conn_open(const struct lunar_client *c, struct shm_conn **out)
+int shm_conn_open(struct lunar_client *c, struct shm_conn **out)
 {
 	struct lc_welcome w;
 	struct shm_conn *cn;
@@ -220,9 +225,12 @@ int shm_conn_open(const struct lunar_client *c, struct shm_conn **out)
 	LC_DEBUG(SHM_LOG, "session %llu: %llu bytes, %u slots, arena %llu",
 		 (unsigned long long)w.client_id, (unsigned long long)cn->size, cn->slot_count,
 		 (unsigned long long)cn->arena_size);
+	cn->older = c->conns;
+	c->conns = cn;
 	*out = cn;
 	return 0;
 err_free:
+	conn_release(cn);
 	conn_free(cn);
 	return rc;
 }
@@ -232,10 +240,31 @@ void shm_conn_get(struct shm_conn *cn)
 	lc_fetch_add(&cn->refs, 1);
 }
 
+/* A reference unless the last one is gone already: 1, else 0. */
+static int conn_tryget(struct shm_conn *cn)
+{
+	int r = LC_READ_ONCE(cn->refs);
+
+	while (r > 0)
+		if (lc_cas(&cn->refs, &r, r + 1))
+			return 1;
+	return 0;
+}
+
 void shm_conn_put(struct shm_conn *cn)
 {
 	if (cn && lc_fetch_add(&cn->refs, -1) == 1)
+		conn_release(cn);
+}
+
+void shm_conns_free(struct lunar_client *c)
+{
+	while (c->conns) {
+		struct shm_conn *cn = c->conns;
+
+		c->conns = cn->older;
 		conn_free(cn);
+	}
 }
 
 int shm_conn_is_broken(struct shm_conn *cn)
@@ -271,22 +300,40 @@ int shm_conn_hung_up(struct shm_conn *cn)
 	return recv(cn->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+/* c's current session with a reference, if it is up. Any thread. */
+static struct shm_conn *current_get(struct lunar_client *c)
+{
+	struct shm_conn *cn = lc_load_acquire(&c->conn);
+
+	if (!cn || shm_conn_is_broken(cn) || !conn_tryget(cn))
+		return NULL;
+	return cn;
+}
+
 int shm_client_acquire(struct lunar_client *c, struct shm_conn **out)
 {
+	struct shm_conn *cn = current_get(c);
 	int rc = 0;
 
+	if (cn) {
+		*out = cn;
+		return 0;
+	}
 	pthread_mutex_lock(&c->lock);
-	if (!c->conn || shm_conn_is_broken(c->conn)) {
-		shm_conn_put(c->conn);
-		c->conn = NULL;
-		rc = shm_conn_open(c, &c->conn);
+	cn = c->conn;
+	if (!cn || shm_conn_is_broken(cn)) {
+		lc_store_release(&c->conn, (struct shm_conn *)NULL);
+		shm_conn_put(cn);
+		rc = shm_conn_open(c, &cn);
 		/* Registered memory follows the session before any request
 		 * can see it; with no session it is released from the old. */
-		shm_regs_rebind(c, c->conn);
+		shm_regs_rebind(c, rc ? NULL : cn);
+		if (!rc)
+			lc_store_release(&c->conn, cn);
 	}
 	if (!rc) {
-		shm_conn_get(c->conn);
-		*out = c->conn;
+		shm_conn_get(cn);
+		*out = cn;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return rc;

@@ -33,9 +33,17 @@ struct shm_bits {
 	uint32_t words;
 };
 
+/*
+ * One session with the proxy. Its resources (region, descriptors, arena)
+ * live while refs > 0; the struct itself lives until lunar_close, on its
+ * handle's list of sessions, so that a thread that read the handle's
+ * current session just before a reconnect replaced it can still look at
+ * refs (shm_client_acquire takes a reference only while refs > 0).
+ */
 struct shm_conn {
 	int refs;   /* atomic */
 	int broken; /* atomic; once set, never cleared: the region is dropped */
+	struct shm_conn *older; /* the handle's earlier session, or NULL */
 	int sock;   /* liveness: hang-up means the proxy died */
 	int evfd;   /* written to wake the proxy when it sleeps */
 	uint8_t *base;
@@ -97,8 +105,9 @@ struct shm_chunk {
 };
 
 struct lunar_client {
-	pthread_mutex_t lock;
-	struct shm_conn *conn; /* current session, NULL after a break */
+	pthread_mutex_t lock;	/* taken to replace conn */
+	struct shm_conn *conn;	/* atomic; current session, NULL after a failed reconnect */
+	struct shm_conn *conns; /* every session opened, newest first (under lock) */
 	pthread_rwlock_t regs_lock;
 	struct shm_region regs[LC_MAX_REGIONS];
 	uint32_t nregs;
@@ -134,15 +143,21 @@ struct shm_op {
 
 /*
  * shm_conn_open - connect to c's proxy, handshake, map and validate the
- * region. On success *out holds one reference (the caller's). Blocks up to
- * c->timeout_ms. Returns 0 or a LUNAR_ERR_* code (PROXY_UNAVAILABLE when
- * nobody listens, the proxy's refusal code, PROTOCOL for a bad region).
+ * region, and keep the session on c's list. On success *out holds one
+ * reference (the caller's). Blocks up to c->timeout_ms. Caller holds
+ * c->lock, or is lunar_connect. Returns 0 or a LUNAR_ERR_* code
+ * (PROXY_UNAVAILABLE when nobody listens, the proxy's refusal code,
+ * PROTOCOL for a bad region).
  */
-int shm_conn_open(const struct lunar_client *c, struct shm_conn **out);
+int shm_conn_open(struct lunar_client *c, struct shm_conn **out);
 /* shm_conn_get/shm_conn_put - take/drop a reference; the last put unmaps
- * and frees. shm_conn_put accepts NULL. Any thread, no lock needed. */
+ * the region and closes the session's descriptors. shm_conn_put accepts
+ * NULL. Any thread, no lock needed. */
 void shm_conn_get(struct shm_conn *cn);
 void shm_conn_put(struct shm_conn *cn);
+/* shm_conns_free - free every session struct of c (lunar_close, after the
+ * last reference is dropped). */
+void shm_conns_free(struct lunar_client *c);
 /* shm_conn_break - mark the session dead (once; why is logged) and wake
  * every thread waiting on it. Any thread, cn->lock not held. */
 void shm_conn_break(struct shm_conn *cn, const char *why);
@@ -153,10 +168,10 @@ int shm_conn_is_broken(struct shm_conn *cn);
 int shm_conn_hung_up(struct shm_conn *cn);
 /*
  * shm_client_acquire - the handle's current session with a reference for
- * the caller, reconnecting first when there is none or it broke; a new
- * session gets every registered range registered again before it is used.
- * Takes c->lock (then c->regs_lock when reconnecting); blocks for the
- * handshake and the registrations. Returns 0 or a code.
+ * the caller, without a lock while it is up. When there is none or it
+ * broke, reconnects under c->lock (then c->regs_lock): a new session gets
+ * every registered range registered again before it is used; this blocks
+ * for the handshake and the registrations. Returns 0 or a code.
  */
 int shm_client_acquire(struct lunar_client *c, struct shm_conn **out);
 

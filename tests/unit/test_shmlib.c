@@ -29,6 +29,7 @@
 #include "lunar.h"
 #include "ring.h"
 #include "shm_abi.h"
+#include "shmlib/shm_int.h"
 #include "uds.h"
 
 /* cmocka's asserts must not run in the fake's threads. */
@@ -1215,6 +1216,53 @@ static void test_shmlib_threads(void **state)
 	fake_stop(&F);
 }
 
+struct call {
+	struct lunar_client *c;
+	int rc;
+	int done; /* atomic */
+};
+
+static void *call_run(void *arg)
+{
+	struct call *k = arg;
+	uint8_t v[512] = {1}, out[512];
+
+	k->rc = lunar_put(k->c, "nolock", v, sizeof(v), NULL);
+	if (!k->rc)
+		k->rc = lunar_get_into(k->c, "nolock", out, sizeof(out)) == sizeof(v) ? 0 : -1;
+	lc_store_release(&k->done, 1);
+	return NULL;
+}
+
+static void test_shmlib_call_takes_no_lock(void **state)
+{
+	struct call k = {NULL, -1, 0};
+	struct shm_conn *cn;
+	pthread_t th;
+	uint64_t end;
+	int done;
+
+	fake_start(&F);
+	k.c = connect_fake(5000);
+	cn = k.c->conn;
+	/* Another thread holds the handle's lock (a reconnect) and the
+	 * session's (a waiter for a slot or a large arena block): a call
+	 * with its session up and small arguments goes through all the same. */
+	pthread_mutex_lock(&k.c->lock);
+	pthread_mutex_lock(&cn->lock);
+	pthread_create(&th, NULL, call_run, &k);
+	end = lc_now_ms() + 2000;
+	while (!(done = lc_load_acquire(&k.done)) && lc_now_ms() < end)
+		usleep(1000);
+	pthread_mutex_unlock(&cn->lock);
+	pthread_mutex_unlock(&k.c->lock);
+	pthread_join(th, NULL);
+	assert_true(done);
+	assert_int_equal(k.rc, 0);
+	lunar_close(k.c);
+	fake_stop(&F);
+}
+
 static void *killer_run(void *arg)
 {
 	usleep(150 * 1000);
@@ -1311,6 +1359,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_shmlib_reg_timeout, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_arena_full, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_threads, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_call_takes_no_lock, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_proxy_death, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_timeout, setup, teardown),
 	};
