@@ -253,8 +253,10 @@ static int conn_tryget(struct shm_conn *cn)
 
 void shm_conn_put(struct shm_conn *cn)
 {
-	if (cn && lc_fetch_add(&cn->refs, -1) == 1)
+	if (cn && lc_fetch_add(&cn->refs, -1) == 1) {
 		conn_release(cn);
+		lc_store_release(&cn->released, 1);
+	}
 }
 
 void shm_conns_free(struct lunar_client *c)
@@ -303,11 +305,41 @@ int shm_conn_hung_up(struct shm_conn *cn)
 /* c's current session with a reference, if it is up. Any thread. */
 static struct shm_conn *current_get(struct lunar_client *c)
 {
-	struct shm_conn *cn = lc_load_acquire(&c->conn);
+	struct shm_conn *cn;
+	int ok;
 
-	if (!cn || shm_conn_is_broken(cn) || !conn_tryget(cn))
-		return NULL;
-	return cn;
+	lc_fetch_add(&c->readers, 1u);
+	lc_smp_mb(); /* pairs with the fence in conns_reclaim */
+	cn = lc_load_acquire(&c->conn);
+	ok = cn && !shm_conn_is_broken(cn) && conn_tryget(cn);
+	lc_fetch_add(&c->readers, (uint32_t)-1);
+	return ok ? cn : NULL;
+}
+
+/*
+ * Free the structs of replaced sessions that nobody can reach any more:
+ * released (no reference left, and the last one done releasing), and no
+ * reader that may have loaded c->conn before it was replaced. A reader not counted yet loads the new c->conn (a fence
+ * on each side); while one is counted, they wait for the next reconnect.
+ * c->lock held, after c->conn was replaced.
+ */
+static void conns_reclaim(struct lunar_client *c)
+{
+	struct shm_conn **pp = &c->conns;
+
+	lc_smp_mb(); /* pairs with the fence in current_get */
+	if (lc_load_acquire(&c->readers))
+		return;
+	while (*pp) {
+		struct shm_conn *cn = *pp;
+
+		if (cn != c->conn && lc_load_acquire(&cn->released)) {
+			*pp = cn->older;
+			conn_free(cn);
+		} else {
+			pp = &cn->older;
+		}
+	}
 }
 
 int shm_client_acquire(struct lunar_client *c, struct shm_conn **out)
@@ -330,6 +362,7 @@ int shm_client_acquire(struct lunar_client *c, struct shm_conn **out)
 		shm_regs_rebind(c, rc ? NULL : cn);
 		if (!rc)
 			lc_store_release(&c->conn, cn);
+		conns_reclaim(c);
 	}
 	if (!rc) {
 		shm_conn_get(cn);

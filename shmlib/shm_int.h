@@ -35,14 +35,16 @@ struct shm_bits {
 
 /*
  * One session with the proxy. Its resources (region, descriptors, arena)
- * live while refs > 0; the struct itself lives until lunar_close, on its
- * handle's list of sessions, so that a thread that read the handle's
- * current session just before a reconnect replaced it can still look at
- * refs (shm_client_acquire takes a reference only while refs > 0).
+ * live while refs > 0. The struct stays on its handle's list after it is
+ * replaced, since a thread that read the handle's current session just
+ * before a reconnect may still look at refs (shm_client_acquire takes a
+ * reference only while refs > 0); a later reconnect frees it once it is
+ * released and no such thread is counted in the handle's readers.
  */
 struct shm_conn {
 	int refs;   /* atomic */
 	int broken; /* atomic; once set, never cleared: the region is dropped */
+	int released; /* atomic; set once the last reference released the resources */
 	struct shm_conn *older; /* the handle's earlier session, or NULL */
 	int sock;   /* liveness: hang-up means the proxy died */
 	int evfd;   /* written to wake the proxy when it sleeps */
@@ -107,7 +109,8 @@ struct shm_chunk {
 struct lunar_client {
 	pthread_mutex_t lock;	/* taken to replace conn */
 	struct shm_conn *conn;	/* atomic; current session, NULL after a failed reconnect */
-	struct shm_conn *conns; /* every session opened, newest first (under lock) */
+	struct shm_conn *conns; /* every session not yet freed, newest first (under lock) */
+	uint32_t readers;	/* atomic; threads between loading conn and taking a reference */
 	pthread_rwlock_t regs_lock;
 	struct shm_region regs[LC_MAX_REGIONS];
 	uint32_t nregs;
@@ -156,7 +159,7 @@ int shm_conn_open(struct lunar_client *c, struct shm_conn **out);
 void shm_conn_get(struct shm_conn *cn);
 void shm_conn_put(struct shm_conn *cn);
 /* shm_conns_free - free every session struct of c (lunar_close, after the
- * last reference is dropped). */
+ * last reference is dropped; replaced ones go earlier, at reconnects). */
 void shm_conns_free(struct lunar_client *c);
 /* shm_conn_break - mark the session dead (once; why is logged) and wake
  * every thread waiting on it. Any thread, cn->lock not held. */

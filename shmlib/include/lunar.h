@@ -64,6 +64,12 @@ struct lunar_opts {
 	const char *socket_path; /* NULL: $LUNAR_SOCKET, then the default path */
 	const char *tenant;      /* NULL: "default" */
 	unsigned timeout_ms;     /* 0: $LUNAR_TIMEOUT_MS, then 30000 */
+	/* The shared arena, where a call's keys and lists go, and its value
+	 * when that is not in registered memory (lunar_alloc, lunar_register).
+	 * 8 KiB per completion slot of it (at most an eighth; 2 MiB of the
+	 * proxy's default 64 MiB) serve small calls without a lock, so the
+	 * largest value that can be staged is the rest: larger ones fail with
+	 * LUNAR_ERR_INVALID_PARAMS. */
 	size_t arena_bytes;      /* 0: proxy default */
 };
 

@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -800,12 +801,19 @@ static void test_shmlib_put_get(void **state)
 	assert_int_equal(lunar_upsert(c, "obj", "xyz", 3, NULL), 0);
 	assert_int_equal(lunar_get_into(c, "obj", out, sizeof(out)), 3);
 	assert_memory_equal(out, "xyz", 3);
-	/* A value larger than the whole arena can never be staged. */
+	/* The arena's first eighth is cells for small calls (16 of 8 KiB,
+	 * fewer than the 64 slots): a value larger than the rest can never be
+	 * staged, one a little smaller goes through. */
 	{
+		size_t most = FAKE_ARENA - FAKE_ARENA / 8, len = most - 4096;
 		uint8_t *huge = calloc(1, FAKE_ARENA + 1);
 
-		assert_int_equal(lunar_put(c, "huge", huge, FAKE_ARENA + 1, NULL),
+		assert_int_equal(lunar_put(c, "huge", huge, most + 1, NULL),
 				 LUNAR_ERR_INVALID_PARAMS);
+		fill(huge, len, 5);
+		assert_int_equal(lunar_put(c, "big", huge, len, NULL), 0);
+		assert_int_equal(lunar_get_size(c, "big"), (int64_t)len);
+		assert_int_equal(lunar_remove(c, "big", 0), 0);
 		/* A destination larger than the arena still takes a small value. */
 		assert_int_equal(lunar_get_into(c, "obj", huge, FAKE_ARENA + 1), 3);
 		assert_memory_equal(huge, "xyz", 3);
@@ -1263,6 +1271,92 @@ static void test_shmlib_call_takes_no_lock(void **state)
 	fake_stop(&F);
 }
 
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	assert_non_null(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+struct churn {
+	struct lunar_client *c;
+	uint8_t *reg; /* registered: 256 bytes a thread */
+	int stop;     /* atomic */
+	int ok;	      /* atomic */
+};
+
+static void *churn_run(void *arg)
+{
+	static int ids;
+	struct churn *k = arg;
+	int id = lc_fetch_add(&ids, 1);
+	uint8_t *v = k->reg + 256 * (id % 4), out[256];
+	char key[16];
+
+	snprintf(key, sizeof(key), "churn%d", id);
+	while (!lc_load_acquire(&k->stop))
+		if (!lunar_put(k->c, key, v, 256, NULL) &&
+		    lunar_get_into(k->c, key, out, sizeof(out)) == 256)
+			lc_fetch_add(&k->ok, 1);
+	return NULL;
+}
+
+static int sessions_kept(const struct lunar_client *c)
+{
+	int n = 0;
+
+	for (const struct shm_conn *cn = c->conns; cn; cn = cn->older)
+		n++;
+	return n;
+}
+
+static void test_shmlib_reconnect_churn(void **state)
+{
+	struct churn k = {NULL, NULL, 0, 0};
+	pthread_t th[4];
+	int fd, fds;
+
+	fake_start(&F);
+	k.c = connect_fake(2000);
+	k.reg = memfd_map(4096, 1, &fd);
+	assert_int_equal(lunar_register(k.c, k.reg, 4096), 0);
+	assert_int_equal(lunar_health(k.c), 0);
+	fds = open_fds();
+	/* Calls from four threads while the proxy dies and comes back 20
+	 * times: each time some thread reconnects while others call. */
+	for (int i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, churn_run, &k);
+	for (int r = 0; r < 20; r++) {
+		usleep(20 * 1000);
+		fake_stop(&F);
+		usleep(2 * 1000);
+		fake_start(&F);
+	}
+	usleep(20 * 1000);
+	lc_store_release(&k.stop, 1);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	assert_true(lc_load_acquire(&k.ok) > 0);
+	/* One more reconnect with no call in flight frees every replaced
+	 * session: one struct is left, and the descriptors are as before. */
+	fake_stop(&F);
+	fake_start(&F);
+	for (int i = 0; i < 3 && lunar_health(k.c) != 0; i++)
+		;
+	assert_int_equal(lunar_health(k.c), 0);
+	assert_int_equal(sessions_kept(k.c), 1);
+	assert_int_equal(open_fds(), fds);
+	lunar_close(k.c);
+	munmap(k.reg, 4096);
+	close(fd);
+	fake_stop(&F);
+}
+
 static void *killer_run(void *arg)
 {
 	usleep(150 * 1000);
@@ -1360,6 +1454,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_shmlib_arena_full, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_threads, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_call_takes_no_lock, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_reconnect_churn, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_proxy_death, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_timeout, setup, teardown),
 	};
