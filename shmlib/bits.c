@@ -1,5 +1,5 @@
 /*
- * bits.c - sets of free things (completion slots, small arena chunks) that
+ * bits.c - sets of free things (completion slots, the arena's cells) that
  * threads take and give back with one CAS or atomic OR, no lock.
  */
 #include "shm_int.h"
