@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -33,6 +32,7 @@
 #include "disk/disk.h"
 #include "disk/dsk_int.h"
 #include "lunar.h"
+#include "tests/unit/test_fds.h"
 
 #define KIB (1u << 10)
 #define MIB (1u << 20)
@@ -567,18 +567,6 @@ static void test_disk_hostile_metadata(void **st)
 	dsk_store_close(s);
 }
 
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	assert_non_null(d);
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
 /* A record whose checksum holds but whose key no client could have stored
  * (a control character in it) is dropped at the scan, not indexed. */
 static void test_disk_bad_key_in_metadata(void **st)
@@ -619,7 +607,7 @@ static void test_disk_out_of_descriptors_keeps_buckets(void **st)
 	dsk_store_close(s);
 	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
 	low = old;
-	low.rlim_cur = (rlim_t)open_fds() + 16; /* the store, and a few buckets */
+	low.rlim_cur = (rlim_t)test_open_fds() + 16; /* the store, and a few buckets */
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
 	s = NULL;
 	if (dsk_store_open(&cfg, &s, &scan) == 0) {

@@ -26,6 +26,7 @@
 #include "engine/engine.h"
 #include "crc32c.h"
 #include "lunar.h"
+#include "tests/unit/test_fds.h"
 
 #define SEG_SIZE   (20u << 20)
 #define MIB	   (1u << 20)
@@ -535,18 +536,6 @@ static void test_engine_peer_restart(void **state)
 	node_stop(&b);
 }
 
-static int count_fds(void)
-{
-	char path[64];
-	int n = 0;
-
-	for (int fd = 0; fd < 4096; fd++) {
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-		n += access(path, F_OK) == 0;
-	}
-	return n;
-}
-
 static void test_engine_pool_reuses_connections(void **state)
 {
 	struct node a = node_start(0, 0), b = node_start(0, 0);
@@ -555,11 +544,11 @@ static void test_engine_pool_reuses_connections(void **state)
 	int before;
 
 	check_roundtrip(&a, &b, ep, sizeof(buf), 1);
-	before = count_fds();
+	before = test_open_fds();
 	for (int i = 0; i < 200; i++)
 		assert_int_equal(xfer1(a.e, ep, i & 1 ? ENG_READ : ENG_WRITE, 0, buf, sizeof(buf)),
 				 0);
-	assert_int_equal(count_fds(), before);
+	assert_int_equal(test_open_fds(), before);
 	node_stop(&a);
 	node_stop(&b);
 }

@@ -10,7 +10,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -32,6 +31,7 @@
 #include "shm_abi.h"
 #include "shmlib/shm_int.h"
 #include "uds.h"
+#include "tests/unit/test_fds.h"
 
 /* cmocka's asserts must not run in the fake's threads. */
 #define FAKE_CHECK(x)                                                                              \
@@ -1271,18 +1271,6 @@ static void test_shmlib_call_takes_no_lock(void **state)
 	fake_stop(&F);
 }
 
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	assert_non_null(d);
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
 struct churn {
 	struct lunar_client *c;
 	uint8_t *reg; /* registered: 256 bytes a thread */
@@ -1326,7 +1314,7 @@ static void test_shmlib_reconnect_churn(void **state)
 	k.reg = memfd_map(4096, 1, &fd);
 	assert_int_equal(lunar_register(k.c, k.reg, 4096), 0);
 	assert_int_equal(lunar_health(k.c), 0);
-	fds = open_fds();
+	fds = test_open_fds();
 	/* Calls from four threads while the proxy dies and comes back 20
 	 * times: each time some thread reconnects while others call. */
 	for (int i = 0; i < 4; i++)
@@ -1350,7 +1338,7 @@ static void test_shmlib_reconnect_churn(void **state)
 		;
 	assert_int_equal(lunar_health(k.c), 0);
 	assert_int_equal(sessions_kept(k.c), 1);
-	assert_int_equal(open_fds(), fds);
+	assert_int_equal(test_open_fds(), fds);
 	lunar_close(k.c);
 	munmap(k.reg, 4096);
 	close(fd);
