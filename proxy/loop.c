@@ -240,7 +240,8 @@ static void handle_event(struct px_proxy *px, struct epoll_event *ev)
 	} else if (tag & PX_EFD_TAG) {
 		/* A wakeup: the rings are polled below. */
 	} else if (ev->events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
-		LC_DEBUG("proxy", "client %llu hung up", (unsigned long long)s->client_id);
+		LC_INFO("proxy", "client %llu (pid %d) hung up", (unsigned long long)s->client_id,
+			(int)s->pid);
 		session_close(px, s, NULL);
 	} else if (ev->events & EPOLLIN) {
 		/* A client sends its hello, then only registrations. */

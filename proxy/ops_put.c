@@ -12,6 +12,7 @@
 
 #include "clock.h"
 #include "engine/engine.h"
+#include "log.h"
 #include "lunar.h"
 #include "proxy/ops.h"
 
@@ -143,6 +144,9 @@ static void put_revoke(struct px_proxy *px, struct px_req *r, const struct px_ba
 {
 	ProtobufCMessage *rep;
 
+	if (keys->n && atomic_load(&r->s->dead))
+		LC_INFO("proxy", "client %llu gone: revoking %zu put(s)",
+			(unsigned long long)r->s->client_id, keys->n);
 	if (keys->n && !px_batch_keys_call(px, r->s->tenant, method, keys->keys, keys->n, &rep))
 		protobuf_c_message_free_unpacked(rep, NULL);
 }
