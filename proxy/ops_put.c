@@ -166,9 +166,12 @@ static void put_sort(struct px_req *r, const struct px_batch *b, const int *star
 	}
 }
 
-static void put_transfer(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-			 const Lunar__BatchPutStartReply *rep, int *started)
+/* Write the keys the master placed; returns how many it placed. */
+static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+			   const Lunar__BatchPutStartReply *rep, int *started)
 {
+	size_t n = 0;
+
 	for (size_t i = 0; i < b->n; i++) {
 		struct px_item *it = &r->items[b->idx[i]];
 		int code = rep->results[i]->code;
@@ -182,8 +185,10 @@ static void put_transfer(struct px_proxy *px, struct px_req *r, const struct px_
 			continue;
 		}
 		started[i] = 1;
+		n++;
 		it->result = put_write(px, it, rep->results[i]);
 	}
+	return n;
 }
 
 int64_t px_run_put(struct px_proxy *px, struct px_req *r)
@@ -215,8 +220,9 @@ int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 		px_batch_fail(r, &b, rc);
 		goto out;
 	}
-	put_transfer(px, r, &b, (const Lunar__BatchPutStartReply *)rep, started);
-	if (px->cfg.debug_put_delay_ms)
+	/* Nothing placed, nothing to hold back: a put refused for space fails fast. */
+	if (put_transfer(px, r, &b, (const Lunar__BatchPutStartReply *)rep, started) &&
+	    px->cfg.debug_put_delay_ms)
 		debug_delay(px, r->s);
 	put_sort(r, &b, started, &commit, &revoke);
 	put_revoke(px, r, &revoke, calls->revoke);

@@ -3,7 +3,8 @@
  * socket hang-up and its put is revoked at once (SPEC §3, §5.6), not after a
  * TTL. The proxy has an 8 MiB segment and --debug-put-delay 3s: a forked
  * child starts a 6 MiB put and is SIGKILLed inside the delay; the key never
- * appears, and the 6 MiB come back within a second.
+ * appears, and the 6 MiB come back within a second. A put refused for space
+ * is not held back by the delay.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -58,14 +59,15 @@ static void child_put(void)
 	_exit(3);
 }
 
-static int put_pattern(struct lunar_client *c, const char *key, const char *seed_key)
+static int put_pattern(struct lunar_client *c, const char *key, const char *seed_key,
+		       const struct lunar_put_cfg *cfg)
 {
 	void *buf = malloc(OBJ_LEN);
 	int rc;
 
 	H_ASSERT(buf != NULL);
 	h_fill(buf, OBJ_LEN, h_seed(seed_key));
-	rc = lunar_put(c, key, buf, OBJ_LEN, NULL);
+	rc = lunar_put(c, key, buf, OBJ_LEN, cfg);
 	free(buf);
 	return rc;
 }
@@ -113,7 +115,7 @@ static void test_client_death_revokes_put_at_once(void **state)
 	for (;;) {
 		uint64_t attempt = h_now_ms();
 
-		rc = put_pattern(c, OTHER, OTHER);
+		rc = put_pattern(c, OTHER, OTHER, NULL);
 		if (rc == 0) {
 			accepted_at = attempt;
 			break;
@@ -130,9 +132,31 @@ static void test_client_death_revokes_put_at_once(void **state)
 
 	/* Make room, then K itself can be written and read back. */
 	H_ASSERT_EQ(lunar_remove(c, OTHER, 1), 0);
-	H_ASSERT_EQ(put_pattern(c, KEY, KEY), 0);
+	H_ASSERT_EQ(put_pattern(c, KEY, KEY, NULL), 0);
 	H_ASSERT_EQ(lunar_exists(c, KEY), 1);
 	expect_pattern(c, KEY);
+	H_ASSERT_EQ(lunar_remove(c, KEY, 1), 0);
+	lunar_close(c);
+}
+
+/*
+ * The loop above relies on a refused put failing fast: its first attempt
+ * may reach the master just before the dead writer's revoke. The debug delay
+ * holds back commits, so a put with nothing placed must not wait it out.
+ */
+static void test_put_refused_for_space_fails_fast(void **state)
+{
+	struct lunar_put_cfg pinned = {.hard_pin = 1}; /* not evicted to make room */
+	struct lunar_client *c = h_client(sock);
+	uint64_t t0;
+
+	(void)state;
+	H_ASSERT_EQ(put_pattern(c, KEY, KEY, &pinned), 0);
+	t0 = h_now_ms();
+	H_ASSERT_EQ(put_pattern(c, OTHER, OTHER, NULL), LUNAR_ERR_NO_AVAILABLE_HANDLE);
+	H_ASSERT_MSG(h_now_ms() - t0 < 1000, "a put refused for space took %llu ms",
+		     (unsigned long long)(h_now_ms() - t0));
+	H_ASSERT_EQ(lunar_remove(c, KEY, 1), 0);
 	lunar_close(c);
 }
 
@@ -140,6 +164,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_client_death_revokes_put_at_once),
+	    cmocka_unit_test(test_put_refused_for_space_fails_fast),
 	};
 
 	return cmocka_run_group_tests(tests, setup, h_teardown);
