@@ -189,7 +189,8 @@ int mst_obj_exist(struct mst_master *m, const char *tenant, const char *key);
 int mst_obj_remove(struct mst_master *m, const char *tenant, const char *key, int force);
 int64_t mst_obj_remove_all(struct mst_master *m, const char *tenant, int force);
 /* mst_obj_remove_regex - remove the tenant's COMPLETE keys matching a POSIX
- * ERE (leased ones only when forced); the count or INVALID_PARAMS. */
+ * ERE (leased ones only when forced); the count, or INVALID_PARAMS for a
+ * pattern regcomp refuses, a back-reference or one too costly to match. */
 int64_t mst_obj_remove_regex(struct mst_master *m, const char *tenant, const char *pattern,
 			     int force);
 /* Upsert: like put when the key is absent; otherwise new replicas that

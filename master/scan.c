@@ -4,6 +4,7 @@
  * Shards are taken one at a time, never two, so writers on other shards run
  * on while a scan goes.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <regex.h>
 #include <stdlib.h>
@@ -16,6 +17,8 @@
 #include "mst_obj.h"
 
 #define LIST_DEFAULT_LIMIT 1000
+#define PATTERN_COST_MAX 256 /* automaton nodes a key pattern may need */
+#define PATTERN_DEPTH_MAX 32 /* groups a key pattern may nest */
 
 struct remove_arg {
 	const char *tenant; /* with its "\0" */
@@ -71,10 +74,121 @@ int64_t mst_obj_remove_all(struct mst_master *m, const char *tenant, int force)
 	return rc ? rc : sweep_all(m, visit_remove, &a);
 }
 
+/* The end of the bracket expression opening at p ('['), or NULL. */
+static const char *bracket_end(const char *p)
+{
+	p++;
+	if (*p == '^')
+		p++;
+	if (*p == ']')
+		p++; /* a leading ']' is a member */
+	for (; *p && *p != ']'; p++) {
+		if (*p == '[' && (p[1] == ':' || p[1] == '.' || p[1] == '=')) {
+			const char *e = p + 2;
+
+			while (*e && !(e[0] == p[1] && e[1] == ']'))
+				e++;
+			if (!*e)
+				return NULL;
+			p = e + 1;
+		}
+	}
+	return *p ? p : NULL;
+}
+
+/* The end of the interval "{m}", "{m,}" or "{m,n}" opening at p, its
+ * largest count in *max; NULL when p opens none (a literal '{'). */
+static const char *interval_end(const char *p, unsigned long *max)
+{
+	unsigned long m, n;
+	char *e;
+
+	if (!isdigit((unsigned char)p[1]))
+		return NULL;
+	m = n = strtoul(p + 1, &e, 10);
+	if (*e == ',' && isdigit((unsigned char)e[1]))
+		n = strtoul(e + 1, &e, 10);
+	else if (*e == ',')
+		e++;
+	if (*e != '}')
+		return NULL;
+	*max = m > n ? m : n;
+	return e;
+}
+
 /*
- * Compile a key pattern (POSIX extended, no subexpression reports). Back-
- * references are refused: matching them can take time exponential in the
- * key's length, and a match runs under a shard lock.
+ * 1 when pattern's automaton stays within PATTERN_COST_MAX nodes. regcomp
+ * copies a repeated expression once per allowed repetition, so nested
+ * intervals multiply, and regexec works through those nodes for every byte
+ * of a key: "(a{0,64}){0,64}x" took 15 s on one 4000-byte key. The count is
+ * a close upper bound (an atom, an anchor or a group is a node; a
+ * repetition multiplies what it repeats by its count, plus one). A pattern
+ * it cannot follow (an open bracket, a trailing backslash) is one regcomp
+ * refuses.
+ */
+static int pattern_cost_ok(const char *p)
+{
+	uint64_t sum[PATTERN_DEPTH_MAX + 1] = { 0 }, last = 0, times;
+	unsigned depth = 0;
+	unsigned long max;
+	const char *e;
+
+	for (; *p; p++) {
+		times = 0;
+		switch (*p) {
+		case '(':
+			if (depth == PATTERN_DEPTH_MAX)
+				return 0;
+			sum[++depth] = 0;
+			last = 0;
+			continue;
+		case ')':
+			if (!depth) {
+				sum[0] += last = 1; /* unmatched: an ordinary character */
+				break;
+			}
+			last = sum[depth--] + 1;
+			sum[depth] += last;
+			break;
+		case '*':
+		case '+':
+		case '?': times = 2; break;
+		case '{':
+			if ((e = interval_end(p, &max))) {
+				times = (uint64_t)max + 1;
+				p = e;
+			} else {
+				sum[depth] += last = 1;
+			}
+			break;
+		case '[':
+			if (!(e = bracket_end(p)))
+				return 1;
+			p = e;
+			sum[depth] += last = 1;
+			break;
+		case '\\':
+			if (!p[1])
+				return 1;
+			p++;
+			/* fall through */
+		default: sum[depth] += last = 1; break;
+		}
+		if (times) {
+			sum[depth] += last * (times - 1);
+			last *= times;
+		}
+		if (sum[depth] > PATTERN_COST_MAX)
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * Compile a key pattern (POSIX extended, no subexpression reports). Refused:
+ * back-references, whose matching can take time exponential in the key's
+ * length, and patterns whose automaton is too large (pattern_cost_ok); a
+ * match runs under a shard lock.
  */
 static int pattern_compile(regex_t *re, const char *pattern)
 {
@@ -86,7 +200,8 @@ static int pattern_compile(regex_t *re, const char *pattern)
 		if (p[1])
 			p++; /* an escaped character, a backslash included */
 	}
-	if (!pattern || !pattern[0] || regcomp(re, pattern, REG_EXTENDED | REG_NOSUB))
+	if (!pattern || !pattern[0] || !pattern_cost_ok(pattern) ||
+	    regcomp(re, pattern, REG_EXTENDED | REG_NOSUB))
 		return LUNAR_ERR_INVALID_PARAMS;
 	return 0;
 }

@@ -115,7 +115,9 @@ int lunar_exists(struct lunar_client *c, const char *key);
 int lunar_remove(struct lunar_client *c, const char *key, int force);
 /* lunar_remove_all - remove every object of this tenant; returns the count. */
 int64_t lunar_remove_all(struct lunar_client *c, int force);
-/* lunar_remove_by_regex - remove this tenant's keys matching POSIX ERE re. */
+/* lunar_remove_by_regex - remove this tenant's keys matching POSIX ERE re.
+ * INVALID_PARAMS for back-references and for patterns whose nested
+ * repetitions multiply past 256 automaton nodes ("(a{0,64}){0,64}"). */
 int64_t lunar_remove_by_regex(struct lunar_client *c, const char *re, int force);
 
 /*

@@ -238,6 +238,35 @@ static void test_master_remove_by_regex(void **state)
 	mst_master_destroy(m);
 }
 
+static void test_master_remove_by_regex_bounds_its_cost(void **state)
+{
+	/* Given: one long key, on which glibc took 15 s to match the first
+	 * pattern below (its automaton has ~4000 nodes) */
+	struct mst_master *m = master_new(NULL, NULL);
+	char key[4001];
+
+	(void)state;
+	memset(key, 'a', sizeof(key) - 1);
+	key[sizeof(key) - 1] = 0;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_int_equal(put(m, CLIENT_A, key, 10, 1), 0);
+	/* When/Then: nested intervals whose product is large are refused, also
+	 * behind an unmatched ')' or inside deep groups */
+	assert_int_equal(remove_regex(m, NULL, "(a{0,64}){0,64}x", 1), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, "(((a|b){0,20}){0,20}){0,20}x", 1),
+			 LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, ")(a{0,64}){0,64}x", 1), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, "((((((((((((((((((((((((((((((((((a))))))))))))))))))))))))))))))))))", 1),
+			 LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, "a{0,300}x", 1), LUNAR_ERR_INVALID_PARAMS);
+	/* and what keys are usually matched with stays allowed */
+	assert_int_equal(remove_regex(m, NULL, "^req-[0-9a-f]{32}/layer[0-9]{1,3}$", 1), 0);
+	assert_int_equal(remove_regex(m, NULL, "^[]a]{1,8}(x|y)*[[:digit:]]+$", 1), 0);
+	assert_int_equal(remove_regex(m, NULL, "^a{4000}$", 1), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, "^a+$", 1), 1);
+	mst_master_destroy(m);
+}
+
 static void test_master_batch_remove(void **state)
 {
 	/* Given: x, leased y */
@@ -498,6 +527,7 @@ int main(void)
 	    cmocka_unit_test(test_master_upsert_old_or_new),
 	    cmocka_unit_test(test_master_upsert_revoke),
 	    cmocka_unit_test(test_master_remove_by_regex),
+	    cmocka_unit_test(test_master_remove_by_regex_bounds_its_cost),
 	    cmocka_unit_test(test_master_batch_remove),
 	    cmocka_unit_test(test_master_tenant_quota),
 	    cmocka_unit_test(test_master_config_quota_flags),
