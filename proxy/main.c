@@ -129,6 +129,9 @@ static int start_control_plane(struct px_proxy *px)
 	rc = px_mc_create(px->master, px->cfg.master_url, px->cfg.rpc_timeout_ms, &px->mc);
 	if (rc)
 		return rc;
+	rc = px_closer_create(&px->closer);
+	if (rc)
+		return rc;
 	rc = px_pool_create(px, px->cfg.workers, &px->pool);
 	if (rc)
 		return rc;
@@ -176,6 +179,7 @@ static void stop(struct px_proxy *px)
 		px_heartbeat_stop(px);
 	px_disk_stop(px);
 	px_pool_destroy(px->pool);
+	px_closer_destroy(px->closer); /* after the pool: its requests hold sessions */
 	px_mc_destroy(px->mc);
 	px_lease_cache_destroy(px->leases);
 	if (px->prefault_started)

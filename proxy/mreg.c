@@ -99,14 +99,12 @@ int px_mreg_handle(struct px_session *s, const struct lc_reg_req *q, int fd, con
 	if (q->magic != LC_REG_MAGIC || (q->op != LC_REG_ADD && q->op != LC_REG_DEL) ||
 	    (q->op == LC_REG_DEL && fd >= 0)) {
 		*why = "malformed registration message";
-		if (fd >= 0)
-			close(fd);
+		px_closer_close(s->px->closer, fd);
 		return -1;
 	}
 	if (q->op == LC_REG_ADD) {
 		rep.code = reg_add(s, q, fd, &rep.region);
-		if (fd >= 0)
-			close(fd); /* the mapping keeps the memory */
+		px_closer_close(s->px->closer, fd); /* the mapping keeps the memory */
 	} else {
 		rep.code = reg_del(s, q->region);
 		rep.region = q->region;

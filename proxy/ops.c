@@ -152,6 +152,9 @@ int px_req_inline(const struct px_proxy *px, const struct px_req *r)
 		return bytes <= PX_INLINE_BYTES;
 	case LC_OP_HEALTH:
 		return 1;
+	case LC_OP_REMOVE_ALL:
+	case LC_OP_REMOVE_REGEX:
+		return 0; /* visits every object: never on the loop */
 	default:
 		return r->count <= 64;
 	}

@@ -144,6 +144,7 @@ struct px_proxy {
 	const char *endpoint; /* our data port, also our segment's name */
 	void *segment;
 	struct px_pool *pool;
+	struct px_closer *closer;
 	int listen_fd;
 	int epfd;
 	int stop_efd; /* signalfd: SIGTERM, SIGINT */
@@ -224,6 +225,16 @@ int64_t px_run_keys(struct px_proxy *px, struct px_req *r);
 uint64_t px_lease_margin_ms(struct px_proxy *px);
 /* px_lease_renew - renew the leases of cached keys still being read. */
 void px_lease_renew(struct px_proxy *px);
+
+/* --- closing what clients handed us (closer.c) --- */
+struct px_closer;
+int px_closer_create(struct px_closer **out);
+/* px_closer_close - close fd (a client's connection, or a descriptor it
+ * sent) on the closer's thread; ignores fd < 0. Never blocks on the close
+ * itself, which may linger as long as the client chooses. Any thread. */
+void px_closer_close(struct px_closer *c, int fd);
+/* px_closer_destroy - close what is queued, stop and join the thread. */
+void px_closer_destroy(struct px_closer *c);
 
 /* --- workers (pool.c) --- */
 struct px_pool;

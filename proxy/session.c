@@ -185,7 +185,7 @@ int px_session_accept(struct px_proxy *px, int sock, struct px_session **out)
 	return 0;
 err:
 	refuse(sock, rc);
-	close(sock);
+	px_closer_close(px->closer, sock);
 	return rc;
 }
 
@@ -220,36 +220,47 @@ static int session_open(struct px_proxy *px, struct px_session *s)
 	return 1;
 }
 
-/* Keep the first descriptor a message brings, close any others. Only the
- * control data of a successful recvmsg is read: after a failed one the
- * buffer still holds whatever it held before. */
-static void take_fds(struct px_session *s, struct msghdr *msg)
+/* Keep the first descriptor a message brings, close any others; returns
+ * how many it brought. Only the control data of a successful recvmsg is
+ * read: after a failed one the buffer still holds whatever it held before. */
+/* The most descriptors Linux passes in one message (SCM_MAX_FD). */
+#define PX_SCM_MAX_FD 253
+
+static size_t take_fds(struct px_session *s, struct msghdr *msg)
 {
+	size_t n = 0;
+
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
 		int *fd = (int *)CMSG_DATA(c);
 		size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 			continue;
+		n += nfd;
 		for (size_t i = 0; i < nfd; i++) {
 			if (s->rxfd < 0)
 				s->rxfd = fd[i];
 			else
-				close(fd[i]);
+				px_closer_close(s->px->closer, fd[i]);
 		}
 	}
+	return n;
 }
 
-/* Gather bytes (and at most one descriptor) of the message being received:
+/*
+ * Gather bytes (and at most one descriptor) of the message being received:
  * 1 when it is complete, 0 when more must come (a read that found nothing,
  * as after out-of-band data, takes no descriptor), -1 on hang-up or error,
- * or with *why set when the message brought more descriptors than the
- * control buffer holds. */
+ * or with *why set when the message brought more descriptors than a message
+ * of ours carries. The control buffer holds as many as the kernel passes in
+ * one message: descriptors it cannot deliver it closes itself, in this
+ * thread, where such a close may block; ours go to the closer.
+ */
 static int gather(struct px_session *s, size_t want, const char **why)
 {
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * LC_UDS_MAX_FDS)];
+		char buf[CMSG_SPACE(sizeof(int) * PX_SCM_MAX_FD)];
 	} ctl;
 	struct iovec iov = { (char *)&s->rx + s->rxlen, want - s->rxlen };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
@@ -262,8 +273,7 @@ static int gather(struct px_session *s, size_t want, const char **why)
 		return errno == EINTR || errno == EAGAIN ? 0 : -1;
 	if (n == 0)
 		return -1;
-	take_fds(s, &msg);
-	if (msg.msg_flags & MSG_CTRUNC) {
+	if (take_fds(s, &msg) > LC_UDS_MAX_FDS || (msg.msg_flags & MSG_CTRUNC)) {
 		*why = "more descriptors than a message carries";
 		return -1;
 	}
@@ -286,8 +296,7 @@ int px_session_input(struct px_proxy *px, struct px_session *s, const char **why
 	s->rxfd = -1;
 	s->rxlen = 0;
 	if (!s->open) {
-		if (fd >= 0)
-			close(fd);
+		px_closer_close(px->closer, fd);
 		return session_open(px, s);
 	}
 	return px_mreg_handle(s, &s->rx.reg, fd, why);
@@ -313,10 +322,8 @@ void px_session_put(struct px_session *s)
 		close(s->memfd);
 	if (s->efd >= 0)
 		close(s->efd);
-	if (s->rxfd >= 0)
-		close(s->rxfd);
-	if (s->sock >= 0)
-		close(s->sock);
+	px_closer_close(s->px->closer, s->rxfd);
+	px_closer_close(s->px->closer, s->sock);
 	free(s);
 }
 
