@@ -187,8 +187,8 @@ static int pattern_cost_ok(const char *p)
 /*
  * Compile a key pattern (POSIX extended, no subexpression reports). Refused:
  * back-references, whose matching can take time exponential in the key's
- * length, and patterns whose automaton is too large (pattern_cost_ok); a
- * match runs under a shard lock.
+ * length, and patterns whose automaton is too large (pattern_cost_ok): a
+ * remove matches outside the shard locks, but a listing under them.
  */
 static int pattern_compile(regex_t *re, const char *pattern)
 {
@@ -206,22 +206,91 @@ static int pattern_compile(regex_t *re, const char *pattern)
 	return 0;
 }
 
+/* A key one shard could remove, copied out so that it is matched without
+ * the shard's lock; the object is re-found by (pointer, id). */
+struct candidate {
+	const void *o; /* compared only: it may be gone by then */
+	uint64_t id, hash;
+	char *key;
+};
+
+struct collect_arg {
+	const struct remove_arg *match; /* no pattern: it is matched later */
+	struct candidate *v;
+	size_t n, cap;
+	int nomem;
+};
+
+static int visit_collect(struct mst_master *m, struct mst_object *o, void *arg)
+{
+	struct collect_arg *c = arg;
+	struct candidate *v;
+
+	if (!visit_remove(m, o, (void *)c->match))
+		return 0;
+	if (c->n == c->cap) {
+		c->cap = c->cap ? c->cap * 2 : 64;
+		if (!(v = realloc(c->v, c->cap * sizeof(*v)))) {
+			c->nomem = 1;
+			return -1;
+		}
+		c->v = v;
+	}
+	c->v[c->n] = (struct candidate){ .o = o, .id = o->id, .hash = o->hash };
+	if (!(c->v[c->n].key = strdup(mst_obj_key(o)))) {
+		c->nomem = 1;
+		return -1;
+	}
+	c->n++;
+	return 0;
+}
+
+/* Remove shard i's keys that match re, matching outside the shard's lock (a
+ * pattern may cost ~10 ms on a long key); the count or INTERNAL. */
+static int64_t shard_remove_matching(struct mst_master *m, size_t i, const struct remove_arg *a,
+				     const regex_t *re)
+{
+	struct collect_arg c = { .match = a };
+	struct mst_shard *s = &m->shards[i];
+	struct mst_object **pp;
+	int64_t n = 0;
+
+	mst_shard_sweep(m, i, visit_collect, &c);
+	for (size_t k = 0; k < c.n; k++)
+		if (regexec(re, c.v[k].key, 0, NULL, 0))
+			c.v[k].o = NULL;
+	pthread_mutex_lock(&s->lock);
+	for (size_t k = 0; k < c.n && !c.nomem; k++) {
+		if (c.v[k].o && (pp = mst_obj_find_id(s, c.v[k].hash, c.v[k].o, c.v[k].id)) &&
+		    visit_remove(m, *pp, (void *)a)) {
+			mst_obj_erase(m, s, pp);
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	for (size_t k = 0; k < c.n; k++)
+		free(c.v[k].key);
+	free(c.v);
+	return c.nomem ? LUNAR_ERR_INTERNAL : n;
+}
+
 int64_t mst_obj_remove_regex(struct mst_master *m, const char *tenant, const char *pattern,
 			     int force)
 {
 	struct remove_arg a;
 	regex_t re;
-	int64_t n;
+	int64_t n = 0, got = 0;
 	int rc = remove_arg_init(&a, tenant, force);
 
 	if (rc)
 		return rc;
 	if ((rc = pattern_compile(&re, pattern)))
 		return rc;
-	a.re = &re;
-	n = sweep_all(m, visit_remove, &a);
+	for (size_t i = 0; i < MST_SHARDS && got >= 0; i++)
+		if ((got = shard_remove_matching(m, i, &a, &re)) >= 0)
+			n += got;
 	regfree(&re);
-	return n;
+	return got < 0 ? got : n;
 }
 
 struct list_arg {

@@ -5,6 +5,9 @@
  */
 #include "test_master_util.h"
 
+#include "clock.h"
+#include "master/mst_obj.h"
+
 static int put_end_crc(struct mst_master *m, uint32_t method, uint64_t client, const char *key,
 		       uint32_t crc)
 {
@@ -264,6 +267,63 @@ static void test_master_remove_by_regex_bounds_its_cost(void **state)
 	assert_int_equal(remove_regex(m, NULL, "^[]a]{1,8}(x|y)*[[:digit:]]+$", 1), 0);
 	assert_int_equal(remove_regex(m, NULL, "^a{4000}$", 1), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(remove_regex(m, NULL, "^a+$", 1), 1);
+	mst_master_destroy(m);
+}
+
+struct slow_remove {
+	struct mst_master *m;
+	uint64_t ms; /* how long the remove took */
+};
+
+static void *slow_remove_main(void *arg)
+{
+	struct slow_remove *r = arg;
+	uint64_t t0 = lc_now_ms();
+
+	/* Allowed, yet milliseconds per 2000-byte key of 'a's; matches none. */
+	assert_int_equal(remove_regex(r->m, NULL, "(a{0,14}){0,14}z", 1), 0);
+	r->ms = lc_now_ms() - t0;
+	return NULL;
+}
+
+static size_t shard_of(const char *key)
+{
+	struct mst_okey k;
+
+	assert_int_equal(mst_okey_make(&k, "default", key), 0);
+	return k.hash % MST_SHARDS;
+}
+
+static void test_master_remove_by_regex_matches_outside_the_lock(void **state)
+{
+	/* Given: 200 keys of 2000 bytes in the shard of the key "victim" */
+	struct mst_master *m = master_new(NULL, NULL);
+	struct slow_remove r = { .m = m };
+	size_t shard = shard_of("victim");
+	char key[2016];
+	uint64_t t0, ms;
+	pthread_t th;
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_int_equal(put(m, CLIENT_A, "victim", 10, 1), 0);
+	memset(key, 'a', 2000);
+	for (unsigned i = 0, found = 0; found < 200; i++) {
+		snprintf(key + 2000, sizeof(key) - 2000, "-%u", i);
+		if (shard_of(key) == shard && ++found)
+			assert_int_equal(put(m, CLIENT_A, key, 10, 1), 0);
+	}
+	/* When: a remove by a slow pattern runs */
+	assert_int_equal(pthread_create(&th, NULL, slow_remove_main, &r), 0);
+	usleep(50 * 1000);
+	t0 = lc_now_ms();
+	assert_int_equal(exist(m, NULL, "victim"), 1);
+	ms = lc_now_ms() - t0;
+	assert_int_equal(pthread_join(th, NULL), 0);
+	/* Then: a call on that shard did not wait for the matching */
+	printf("remove by regex %llu ms, a call on its shard meanwhile %llu ms\n",
+	       (unsigned long long)r.ms, (unsigned long long)ms);
+	assert_true(ms * 4 < r.ms);
 	mst_master_destroy(m);
 }
 
@@ -528,6 +588,7 @@ int main(void)
 	    cmocka_unit_test(test_master_upsert_revoke),
 	    cmocka_unit_test(test_master_remove_by_regex),
 	    cmocka_unit_test(test_master_remove_by_regex_bounds_its_cost),
+	    cmocka_unit_test(test_master_remove_by_regex_matches_outside_the_lock),
 	    cmocka_unit_test(test_master_batch_remove),
 	    cmocka_unit_test(test_master_tenant_quota),
 	    cmocka_unit_test(test_master_config_quota_flags),
