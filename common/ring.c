@@ -14,39 +14,55 @@ void lc_ring_init(struct lc_ring_ctl *r)
 	memset(r, 0, sizeof(*r));
 }
 
-int lc_ring_reserve(struct lc_ring_ctl *r, uint32_t entries, uint32_t n, uint32_t *head)
+/* Looks at an inconsistent pair of indexes before the ring is called
+ * corrupt: the consumer may be moving cons_head on purpose to keep us here. */
+#define RESERVE_TRIES 1000
+
+int lc_ring_reserve(struct lc_ring_prod *p, uint32_t entries, uint32_t n, uint32_t *head)
 {
-	uint32_t h = LC_READ_ONCE(r->prod_head);
+	uint32_t cons, h, used;
 
-	for (;;) {
-		/* Pairs with the release store in lc_ring_release. */
-		uint32_t cons = lc_load_acquire(&r->cons_head);
-
-		if (n > entries || entries - (h - cons) < n)
+	for (unsigned tries = 1;; tries++) {
+		/* cons_head first: a consumer that keeps to the protocol never
+		 * passes a tail we published, so the head read after it is at
+		 * least cons. Acquire pairs with lc_ring_release. */
+		cons = lc_load_acquire(&p->ctl->cons_head);
+		h = LC_READ_ONCE(p->head);
+		used = h - cons;
+		if (used > entries) {
+			/* Producers may have reserved on a newer cons_head than
+			 * ours: only a pair that holds still is corrupt. */
+			if (tries == RESERVE_TRIES ||
+			    (lc_load_acquire(&p->ctl->cons_head) == cons && LC_READ_ONCE(p->head) == h))
+				return -EPROTO;
+			continue;
+		}
+		if (n > entries || entries - used < n)
 			return -EAGAIN;
-		if (lc_cas(&r->prod_head, &h, h + n))
+		if (lc_cas(&p->head, &h, h + n))
 			break;
 	}
 	*head = h;
 	return 0;
 }
 
-void lc_ring_commit(struct lc_ring_ctl *r, uint32_t head, uint32_t n)
+void lc_ring_commit(struct lc_ring_prod *p, uint32_t head, uint32_t n)
 {
 	unsigned spins = 0;
 
 	/* Earlier reservations publish first, so the tail only moves forward.
-	 * Acquire pairs with the earlier committer's release store of the tail:
-	 * a plain store does not extend its release sequence, so without it the
-	 * consumer's acquire of our tail would not order the earlier slots. */
-	while (lc_load_acquire(&r->prod_tail) != head) {
+	 * Acquire pairs with the earlier committer's release store of our own
+	 * tail, made after its store of the shared one: ours lands after that,
+	 * and the consumer's acquire of ours orders the earlier slots too. */
+	while (lc_load_acquire(&p->tail) != head) {
 		if (++spins < 128)
 			lc_cpu_relax();
 		else
 			sched_yield();
 	}
 	/* Pairs with the acquire load in lc_ring_consumable: slots before tail. */
-	lc_store_release(&r->prod_tail, head + n);
+	lc_store_release(&p->ctl->prod_tail, head + n);
+	lc_store_release(&p->tail, head + n);
 }
 
 int64_t lc_ring_consumable(const struct lc_ring_ctl *r, uint32_t entries, uint32_t cons)

@@ -1,11 +1,14 @@
 /*
  * ring.h - index arithmetic of the multi-producer, single-consumer submission
  * ring in shared memory (DPDK rte_ring style). Indexes are free-running
- * uint32_t, masked by entries - 1; full when prod_head - cons_head == entries.
- * Producers reserve with a CAS on prod_head, fill their slots in place, then
- * publish with lc_ring_commit (in reservation order). The consumer keeps its
- * own copy of cons_head and never trusts prod_tail beyond the bound check.
- * These functions move indexes only; descriptors are copied by the caller.
+ * uint32_t, masked by entries - 1; full when head - cons_head == entries.
+ * Producers (threads of one process) reserve with a CAS on their own head,
+ * fill their slots in place, then publish with lc_ring_commit (in
+ * reservation order). Neither side trusts the other: producers keep their
+ * indexes in their own memory and read only cons_head from the shared
+ * block, which they check; the consumer keeps its own copy of cons_head and
+ * never trusts prod_tail beyond the bound check. These functions move
+ * indexes only; descriptors are copied by the caller.
  */
 #ifndef LUNAR_COMMON_RING_H
 #define LUNAR_COMMON_RING_H
@@ -18,18 +21,32 @@
 void lc_ring_init(struct lc_ring_ctl *r);
 
 /*
+ * The producers' side of a ring: the shared block and the indexes they keep
+ * in their own memory, where the consumer cannot move them. Zero the
+ * indexes (the ring starts at zero) before the first reserve.
+ */
+struct lc_ring_prod {
+	struct lc_ring_ctl *ctl;
+	uint32_t head; /* reserved so far (CAS) */
+	uint32_t tail; /* published so far */
+};
+
+/*
  * lc_ring_reserve - reserve n consecutive entries for a producer. On success
  * returns 0 and sets *head to the first index. Returns -EAGAIN when fewer than
- * n entries are free. Lock-free; any producer thread.
+ * n entries are free, -EPROTO when the shared cons_head is not within
+ * [head - entries, head]: the consumer corrupted the ring. Lock-free; any
+ * producer thread.
  */
-int lc_ring_reserve(struct lc_ring_ctl *r, uint32_t entries, uint32_t n, uint32_t *head);
+int lc_ring_reserve(struct lc_ring_prod *p, uint32_t entries, uint32_t n, uint32_t *head);
 
 /*
  * lc_ring_commit - publish the n entries reserved at head. Waits (spinning,
- * then yielding) for earlier reservations to be published first, then makes
- * the entries visible with one release store.
+ * then yielding) for earlier reservations of these producers to be published
+ * first, then makes the entries visible with one release store. The wait
+ * reads only the producers' own index: the consumer cannot prolong it.
  */
-void lc_ring_commit(struct lc_ring_ctl *r, uint32_t head, uint32_t n);
+void lc_ring_commit(struct lc_ring_prod *p, uint32_t head, uint32_t n);
 
 /*
  * lc_ring_consumable - how many entries the consumer may take from its

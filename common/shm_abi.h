@@ -104,8 +104,8 @@ struct lc_shm_hdr {
 
 /* Ring control: producer, consumer and flag words on separate cache lines. */
 struct lc_ring_ctl {
-	uint32_t prod_head; /* reserved by producers (CAS) */
-	uint32_t prod_tail; /* published to the consumer */
+	uint32_t reserved0; /* 0: producers keep their indexes to themselves */
+	uint32_t prod_tail; /* published to the consumer; producers only store it */
 	uint8_t pad0[LC_CACHELINE - 8];
 	uint32_t cons_head; /* written by the proxy only */
 	uint8_t pad1[LC_CACHELINE - 4];

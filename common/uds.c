@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,8 +53,9 @@ int lc_uds_listen(const char *path, unsigned mode)
 	return fd;
 }
 
-int lc_uds_connect(const char *path)
+int lc_uds_connect(const char *path, unsigned timeout_ms)
 {
+	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
 	struct sockaddr_un sa;
 	int fd, rc;
 
@@ -63,7 +65,8 @@ int lc_uds_connect(const char *path)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	if ((timeout_ms && setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0) ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		rc = -errno;
 		close(fd);
 		return rc;

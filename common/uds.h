@@ -12,8 +12,13 @@
 /* lc_uds_listen - bind and listen on path (an old socket file is replaced),
  * mode applied with chmod. Returns the fd or -errno. */
 int lc_uds_listen(const char *path, unsigned mode);
-/* lc_uds_connect - connect to path; returns the fd (CLOEXEC) or -errno. */
-int lc_uds_connect(const char *path);
+/*
+ * lc_uds_connect - connect to path; returns the fd (CLOEXEC) or -errno.
+ * timeout_ms > 0 bounds the connect (a listener that stopped accepting
+ * blocks it once its backlog is full: -EAGAIN then) and every later send on
+ * the socket; 0 waits without limit.
+ */
+int lc_uds_connect(const char *path, unsigned timeout_ms);
 /*
  * lc_uds_send - send len bytes and nfds descriptors in one sendmsg.
  * Returns 0 or -errno. Blocks.

@@ -86,6 +86,7 @@ static int region_map(struct shm_conn *cn, int memfd, const struct lc_welcome *w
 		return LUNAR_ERR_PROTOCOL;
 	}
 	cn->ring = (struct lc_ring_ctl *)(cn->base + h.ring_off);
+	cn->prod = (struct lc_ring_prod){ .ctl = cn->ring };
 	cn->sqes = (struct lc_sqe *)(cn->base + h.sqes_off);
 	cn->slots = (struct lc_cslot *)(cn->base + h.slots_off);
 	cn->entries = h.ring_entries;
@@ -184,6 +185,23 @@ err_close:
 	return rc;
 }
 
+/*
+ * The eventfd is written by every call that finds the proxy asleep: a
+ * descriptor that is not a non-blocking anonymous file (an eventfd is one;
+ * a pipe or a socket is not) could block that write for good.
+ */
+static int evfd_check(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	struct stat st;
+
+	if (fl < 0 || !(fl & O_NONBLOCK) || fstat(fd, &st) || (st.st_mode & S_IFMT)) {
+		LC_ERROR(SHM_LOG, "handshake: the proxy's wake-up descriptor is no eventfd");
+		return LUNAR_ERR_PROTOCOL;
+	}
+	return 0;
+}
+
 /* The socket's permissions are the proxy's first access check. */
 static int connect_code(int err)
 {
@@ -204,7 +222,7 @@ int shm_conn_open(struct lunar_client *c, struct shm_conn **out)
 	cn = conn_alloc();
 	if (!cn)
 		return LUNAR_ERR_INTERNAL;
-	cn->sock = lc_uds_connect(c->path);
+	cn->sock = lc_uds_connect(c->path, c->timeout_ms);
 	if (cn->sock < 0) {
 		rc = connect_code(cn->sock);
 		LC_DEBUG(SHM_LOG, "connect %s: %s", c->path, strerror(-cn->sock));
@@ -216,7 +234,9 @@ int shm_conn_open(struct lunar_client *c, struct shm_conn **out)
 	if (rc)
 		goto err_free;
 	cn->evfd = fds[1];
-	rc = region_map(cn, fds[0], &w);
+	rc = evfd_check(cn->evfd);
+	if (!rc)
+		rc = region_map(cn, fds[0], &w);
 	close(fds[0]);
 	if (!rc)
 		rc = conn_init_local(cn);

@@ -20,6 +20,7 @@
 #include <sys/un.h>
 
 #include "lunar.h"
+#include "ring.h"
 #include "shm_abi.h"
 
 #define SHM_LOG "shmlib"
@@ -51,6 +52,7 @@ struct shm_conn {
 	uint8_t *base;
 	uint64_t size;
 	struct lc_ring_ctl *ring;
+	struct lc_ring_prod prod; /* our ring indexes, out of the proxy's reach */
 	struct lc_sqe *sqes;
 	struct lc_cslot *slots;
 	uint32_t entries;

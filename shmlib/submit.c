@@ -101,14 +101,18 @@ static int ring_push(struct shm_conn *cn, const struct lc_sqe *sqe, uint64_t dea
 	int rc;
 
 	/* Only when the ring has fewer entries than slots can it be full. */
-	while (lc_ring_reserve(cn->ring, cn->entries, 1, &head)) {
+	while ((rc = lc_ring_reserve(&cn->prod, cn->entries, 1, &head))) {
+		if (rc == -EPROTO) {
+			shm_conn_break(cn, "proxy corrupted the ring's consumer index");
+			return LUNAR_ERR_PROTOCOL;
+		}
 		rc = still_alive(cn, deadline_ns);
 		if (rc)
 			return rc;
 		sched_yield();
 	}
 	memcpy(&cn->sqes[head & (cn->entries - 1)], sqe, sizeof(*sqe));
-	lc_ring_commit(cn->ring, head, 1);
+	lc_ring_commit(&cn->prod, head, 1);
 	if (lc_ring_need_wakeup(cn->ring) && write(cn->evfd, &one, sizeof(one)) < 0 &&
 	    errno != EAGAIN) {
 		shm_conn_break(cn, "eventfd write failed");

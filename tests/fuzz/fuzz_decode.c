@@ -298,7 +298,6 @@ static void region_fill(const struct fz_input *in, const uint8_t *bytes, size_t 
 	region_place(FZ_ARENA_BYTES(in->arena_pages));
 	memset(mem, 0, FZ_REGION_MAX);
 	mregs_add(in);
-	rg.ring->prod_head = tail;
 	rg.ring->prod_tail = tail;
 	rg.ring->cons_head = in->cons;
 	for (uint32_t k = 0; k < FZ_SQES; k++)

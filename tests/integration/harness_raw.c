@@ -23,7 +23,7 @@ void raw_connect(struct raw *c, const char *sock_path)
 {
 	memset(c, 0, sizeof(*c));
 	c->memfd = c->efd = -1;
-	c->sock = lc_uds_connect(sock_path);
+	c->sock = lc_uds_connect(sock_path, 0);
 	H_ASSERT_MSG(c->sock >= 0, "connect: %s", strerror(-c->sock));
 }
 
@@ -51,6 +51,7 @@ void raw_hello(struct raw *c)
 	H_ASSERT(c->h.magic == LC_SHM_MAGIC && c->h.region_size == c->size);
 	H_ASSERT(c->h.arena_off + c->h.arena_size == c->size);
 	c->ring = (struct lc_ring_ctl *)(c->base + c->h.ring_off);
+	c->prod = (struct lc_ring_prod){ .ctl = c->ring };
 	c->sqes = (struct lc_sqe *)(c->base + c->h.sqes_off);
 	c->slots = (struct lc_cslot *)(c->base + c->h.slots_off);
 }
@@ -97,9 +98,9 @@ void raw_submit(struct raw *c, const struct lc_sqe *q)
 {
 	uint32_t head;
 
-	H_ASSERT_EQ(lc_ring_reserve(c->ring, c->h.ring_entries, 1, &head), 0);
+	H_ASSERT_EQ(lc_ring_reserve(&c->prod, c->h.ring_entries, 1, &head), 0);
 	memcpy(&c->sqes[head & (c->h.ring_entries - 1)], q, sizeof(*q));
-	lc_ring_commit(c->ring, head, 1);
+	lc_ring_commit(&c->prod, head, 1);
 	raw_kick(c);
 }
 

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ring.h"
 #include "shm_abi.h"
 
 #define RAW_ARENA (1u << 20)
@@ -20,6 +21,7 @@ struct raw {
 	uint64_t client_id;
 	struct lc_shm_hdr h;
 	struct lc_ring_ctl *ring;
+	struct lc_ring_prod prod; /* producer indexes, as liblunar keeps them */
 	struct lc_sqe *sqes;
 	struct lc_cslot *slots;
 	uint64_t used; /* arena bump allocator, arena-relative */

@@ -421,10 +421,10 @@ static void act_good_then_bad(struct raw *c)
 	uint32_t head;
 
 	c->slots[2].state = LC_SLOT_PENDING;
-	H_ASSERT_EQ(lc_ring_reserve(c->ring, c->h.ring_entries, 2, &head), 0);
+	H_ASSERT_EQ(lc_ring_reserve(&c->prod, c->h.ring_entries, 2, &head), 0);
 	c->sqes[head & (c->h.ring_entries - 1)] = good;
 	c->sqes[(head + 1) & (c->h.ring_entries - 1)] = bad;
-	lc_ring_commit(c->ring, head, 2);
+	lc_ring_commit(&c->prod, head, 2);
 	raw_kick(c);
 }
 
@@ -674,13 +674,13 @@ static void test_hostile_request_flood(void **state)
 	while (h_now_ms() < end) {
 		uint32_t head;
 
-		if (lc_ring_reserve(c.ring, c.h.ring_entries, 1, &head)) {
+		if (lc_ring_reserve(&c.prod, c.h.ring_entries, 1, &head)) {
 			lc_cpu_relax();
 			continue;
 		}
 		q.seq = ++sent;
 		c.sqes[head & (c.h.ring_entries - 1)] = q;
-		lc_ring_commit(c.ring, head, 1);
+		lc_ring_commit(&c.prod, head, 1);
 		if (lc_ring_need_wakeup(c.ring))
 			raw_kick(&c);
 		if (LC_READ_ONCE(c.slots[1].result) == LUNAR_ERR_BUSY)
@@ -740,7 +740,7 @@ static void test_hostile_abrupt_close_mid_request(void **state)
 		raw_open(&c, sock);
 		c.slots[0].state = LC_SLOT_PENDING;
 		memcpy(&c.sqes[0], &q, sizeof(q));
-		lc_ring_commit(c.ring, 0, 1);
+		lc_ring_commit(&c.prod, 0, 1);
 		close(c.sock);
 		c.sock = -1;
 		raw_kick(&c);
@@ -946,7 +946,7 @@ static void test_hostile_silent_handshake_does_not_stall(void **state)
 	h_sleep_ms(100);
 	b_reset_max();
 	for (int i = 0; i < 3; i++) {
-		fds[i] = lc_uds_connect(sock);
+		fds[i] = lc_uds_connect(sock, 0);
 		H_ASSERT(fds[i] >= 0);
 	}
 	H_ASSERT_EQ(lc_uds_send(fds[2], &half, 20, NULL, 0), 0);

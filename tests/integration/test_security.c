@@ -56,7 +56,7 @@ static int raw_hello(const char *path, const struct lc_hello *h, struct lc_welco
 
 	memset(w, 0, sizeof(*w));
 	*closed = 0;
-	sock = lc_uds_connect(path);
+	sock = lc_uds_connect(path, 0);
 	if (sock < 0)
 		return sock;
 	/* A client may take its time between connect and hello; a proxy that
@@ -270,7 +270,7 @@ static void test_security_bad_hellos(void **state)
 	expect_refused(sock, &h, LUNAR_ERR_INVALID_PARAMS, "tenant ../etc");
 
 	/* Half a hello, then gone. */
-	fd = lc_uds_connect(sock);
+	fd = lc_uds_connect(sock, 0);
 	H_ASSERT(fd >= 0);
 	H_ASSERT_EQ(lc_uds_send(fd, &h, 10, NULL, 0), 0);
 	close(fd);

@@ -1,8 +1,9 @@
 /*
  * test_ring.c - the submission ring's index protocol: empty and full, the
- * free-running indexes wrapping at 2^32, a corrupted tail refused with
- * -EPROTO, commits published in reservation order, the NEED_WAKEUP flag, and
- * many producer threads against one consumer.
+ * free-running indexes wrapping at 2^32, a corrupted tail or consumer index
+ * refused with -EPROTO, producers the consumer cannot stall, commits
+ * published in reservation order, the NEED_WAKEUP flag, and many producer
+ * threads against one consumer.
  */
 #include <errno.h>
 #include <poll.h>
@@ -22,13 +23,13 @@
 #include "atomic.h"
 #include "ring.h"
 
-/* Place all three indexes at start, as if the ring had already run that far. */
-static void ring_at(struct lc_ring_ctl *r, uint32_t start)
+/* Place every index at start, as if the ring had already run that far. */
+static void ring_at(struct lc_ring_prod *p, struct lc_ring_ctl *r, uint32_t start)
 {
 	lc_ring_init(r);
-	r->prod_head = start;
 	r->prod_tail = start;
 	r->cons_head = start;
+	*p = (struct lc_ring_prod){ .ctl = r, .head = start, .tail = start };
 }
 
 static void sleep_ms(long ms)
@@ -44,7 +45,7 @@ static void test_ring_init_zeroes(void **state)
 
 	memset(&r, 0xa5, sizeof(r));
 	lc_ring_init(&r);
-	assert_int_equal(r.prod_head, 0);
+	assert_int_equal(r.reserved0, 0);
 	assert_int_equal(r.prod_tail, 0);
 	assert_int_equal(r.cons_head, 0);
 	assert_int_equal(r.flags, 0);
@@ -57,59 +58,61 @@ static void test_ring_empty_full(void **state)
 {
 	const uint32_t entries = 8;
 	struct lc_ring_ctl r;
+	struct lc_ring_prod p = { .ctl = &r };
 	uint32_t head;
 
 	lc_ring_init(&r);
 	assert_int_equal(lc_ring_consumable(&r, entries, 0), 0);
 	for (uint32_t i = 0; i < entries; i++) {
-		assert_int_equal(lc_ring_reserve(&r, entries, 1, &head), 0);
+		assert_int_equal(lc_ring_reserve(&p, entries, 1, &head), 0);
 		assert_int_equal(head, i);
 		/* Reserved is not yet published. */
 		assert_int_equal(lc_ring_consumable(&r, entries, 0), 0);
 	}
 	/* Every entry is reserved: full, whatever the size asked. */
 	head = 12345;
-	assert_int_equal(lc_ring_reserve(&r, entries, 1, &head), -EAGAIN);
-	assert_int_equal(lc_ring_reserve(&r, entries, 8, &head), -EAGAIN);
+	assert_int_equal(lc_ring_reserve(&p, entries, 1, &head), -EAGAIN);
+	assert_int_equal(lc_ring_reserve(&p, entries, 8, &head), -EAGAIN);
 	assert_int_equal(head, 12345);
-	assert_int_equal(r.prod_head, entries);
+	assert_int_equal(p.head, entries);
 
 	for (uint32_t i = 0; i < entries; i++) {
-		lc_ring_commit(&r, i, 1);
+		lc_ring_commit(&p, i, 1);
 		assert_int_equal(lc_ring_consumable(&r, entries, 0), i + 1);
 	}
 	/* Consumed but not released: still full for producers. */
 	assert_int_equal(lc_ring_consumable(&r, entries, 5), 3);
-	assert_int_equal(lc_ring_reserve(&r, entries, 1, &head), -EAGAIN);
+	assert_int_equal(lc_ring_reserve(&p, entries, 1, &head), -EAGAIN);
 
 	lc_ring_release(&r, 3);
-	assert_int_equal(lc_ring_reserve(&r, entries, 4, &head), -EAGAIN);
-	assert_int_equal(lc_ring_reserve(&r, entries, 3, &head), 0);
+	assert_int_equal(lc_ring_reserve(&p, entries, 4, &head), -EAGAIN);
+	assert_int_equal(lc_ring_reserve(&p, entries, 3, &head), 0);
 	assert_int_equal(head, 8);
-	assert_int_equal(lc_ring_reserve(&r, entries, 1, &head), -EAGAIN);
-	lc_ring_commit(&r, 8, 3);
+	assert_int_equal(lc_ring_reserve(&p, entries, 1, &head), -EAGAIN);
+	lc_ring_commit(&p, 8, 3);
 	assert_int_equal(lc_ring_consumable(&r, entries, 3), entries);
 	assert_int_equal(lc_ring_consumable(&r, entries, 11), 0);
 
 	/* Drained and released: empty again, the whole ring free. */
 	lc_ring_release(&r, 11);
-	assert_int_equal(lc_ring_reserve(&r, entries, entries, &head), 0);
+	assert_int_equal(lc_ring_reserve(&p, entries, entries, &head), 0);
 	assert_int_equal(head, 11);
-	lc_ring_commit(&r, 11, entries);
+	lc_ring_commit(&p, 11, entries);
 	assert_int_equal(lc_ring_consumable(&r, entries, 11), entries);
 }
 
 static void test_ring_reserve_more_than_entries(void **state)
 {
 	struct lc_ring_ctl r;
+	struct lc_ring_prod p = { .ctl = &r };
 	uint32_t head = 7;
 
 	lc_ring_init(&r);
-	assert_int_equal(lc_ring_reserve(&r, 8, 9, &head), -EAGAIN);
-	assert_int_equal(lc_ring_reserve(&r, 8, UINT32_MAX, &head), -EAGAIN);
+	assert_int_equal(lc_ring_reserve(&p, 8, 9, &head), -EAGAIN);
+	assert_int_equal(lc_ring_reserve(&p, 8, UINT32_MAX, &head), -EAGAIN);
 	assert_int_equal(head, 7);
-	assert_int_equal(r.prod_head, 0);
-	assert_int_equal(lc_ring_reserve(&r, 8, 8, &head), 0);
+	assert_int_equal(p.head, 0);
+	assert_int_equal(lc_ring_reserve(&p, 8, 8, &head), 0);
 	assert_int_equal(head, 0);
 }
 
@@ -118,20 +121,21 @@ static void test_ring_wraparound(void **state)
 	const uint32_t entries = 8, mask = entries - 1;
 	const uint32_t start = UINT32_MAX - 3;
 	struct lc_ring_ctl r;
+	struct lc_ring_prod p;
 	uint64_t desc[8];
 	uint32_t cons = start, head;
 	uint64_t next_put = 0, next_get = 0;
 
-	ring_at(&r, start);
+	ring_at(&p, &r, start);
 	assert_int_equal(lc_ring_consumable(&r, entries, cons), 0);
 	/* Batches of 3 through 5 full turns, crossing 2^32 in the first. */
 	for (int round = 0; round < 40; round++) {
 		int64_t avail;
 
-		while (lc_ring_reserve(&r, entries, 3, &head) == 0) {
+		while (lc_ring_reserve(&p, entries, 3, &head) == 0) {
 			for (uint32_t i = 0; i < 3; i++)
 				desc[(head + i) & mask] = next_put++;
-			lc_ring_commit(&r, head, 3);
+			lc_ring_commit(&p, head, 3);
 		}
 		avail = lc_ring_consumable(&r, entries, cons);
 		assert_true(avail >= 6 && avail <= entries);
@@ -146,31 +150,32 @@ static void test_ring_wraparound(void **state)
 	/* The indexes really did wrap. */
 	assert_true(cons < start);
 	assert_int_equal(r.prod_tail, cons);
-	assert_int_equal(r.prod_head, cons);
+	assert_int_equal(p.head, cons);
 }
 
 static void test_ring_wraparound_full_across_zero(void **state)
 {
 	const uint32_t entries = 4;
 	struct lc_ring_ctl r;
+	struct lc_ring_prod p;
 	uint32_t head;
 
 	/* Full exactly when the head crosses zero: UINT32_MAX - 1 + 4 = 2. */
-	ring_at(&r, UINT32_MAX - 1);
-	assert_int_equal(lc_ring_reserve(&r, entries, 4, &head), 0);
+	ring_at(&p, &r, UINT32_MAX - 1);
+	assert_int_equal(lc_ring_reserve(&p, entries, 4, &head), 0);
 	assert_int_equal(head, UINT32_MAX - 1);
-	assert_int_equal(r.prod_head, 2);
-	assert_int_equal(lc_ring_reserve(&r, entries, 1, &head), -EAGAIN);
-	lc_ring_commit(&r, UINT32_MAX - 1, 4);
+	assert_int_equal(p.head, 2);
+	assert_int_equal(lc_ring_reserve(&p, entries, 1, &head), -EAGAIN);
+	lc_ring_commit(&p, UINT32_MAX - 1, 4);
 	assert_int_equal(r.prod_tail, 2);
 	assert_int_equal(lc_ring_consumable(&r, entries, UINT32_MAX - 1), 4);
 	assert_int_equal(lc_ring_consumable(&r, entries, UINT32_MAX), 3);
 	assert_int_equal(lc_ring_consumable(&r, entries, 0), 2);
 	assert_int_equal(lc_ring_consumable(&r, entries, 2), 0);
 	lc_ring_release(&r, 0);
-	assert_int_equal(lc_ring_reserve(&r, entries, 2, &head), 0);
+	assert_int_equal(lc_ring_reserve(&p, entries, 2, &head), 0);
 	assert_int_equal(head, 2);
-	assert_int_equal(lc_ring_reserve(&r, entries, 1, &head), -EAGAIN);
+	assert_int_equal(lc_ring_reserve(&p, entries, 1, &head), -EAGAIN);
 }
 
 static void test_ring_corrupt_tail(void **state)
@@ -178,11 +183,12 @@ static void test_ring_corrupt_tail(void **state)
 	const uint32_t entries = 64;
 	static const uint32_t conses[] = {0, 1000, UINT32_MAX - 3, UINT32_MAX, 1u << 31};
 	struct lc_ring_ctl r;
+	struct lc_ring_prod p;
 
 	for (size_t i = 0; i < sizeof(conses) / sizeof(conses[0]); i++) {
 		uint32_t cons = conses[i];
 
-		ring_at(&r, cons);
+		ring_at(&p, &r, cons);
 		/* In bounds: [cons, cons + entries]. */
 		r.prod_tail = cons + entries;
 		assert_int_equal(lc_ring_consumable(&r, entries, cons), entries);
@@ -205,8 +211,53 @@ static void test_ring_corrupt_tail(void **state)
 	}
 }
 
+/* The consumer writes the shared block; whatever it writes there, a producer
+ * neither waits on it nor takes it for its own indexes. */
+static void test_ring_consumer_cannot_stall_producers(void **state)
+{
+	const uint32_t entries = 8;
+	struct lc_ring_ctl r;
+	struct lc_ring_prod p = { .ctl = &r };
+	uint32_t head;
+
+	lc_ring_init(&r);
+	/* A consumer scribbles on the producers' words (prod_head was one). */
+	r.reserved0 = 1;
+	r.prod_tail = 5;
+	assert_int_equal(lc_ring_reserve(&p, entries, 1, &head), 0);
+	assert_int_equal(head, 0);
+	lc_ring_commit(&p, head, 1); /* used to wait for prod_tail == 0: forever */
+	assert_int_equal(r.prod_tail, 1);
+	assert_int_equal(lc_ring_consumable(&r, entries, 0), 1);
+}
+
+/* A cons_head ahead of what was produced, or further behind than the ring
+ * holds, is corruption, not a full ring to wait on. */
+static void test_ring_corrupt_cons_head(void **state)
+{
+	const uint32_t entries = 8;
+	static const uint32_t bad[] = {11, 100, 1, UINT32_MAX - 1, 1u << 31};
+	struct lc_ring_ctl r;
+	struct lc_ring_prod p;
+	uint32_t head;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		/* Given: 10 entries produced, the consumer at 10 */
+		ring_at(&p, &r, 10);
+		r.cons_head = bad[i];
+		assert_int_equal(lc_ring_reserve(&p, entries, 1, &head), -EPROTO);
+		assert_int_equal(p.head, 10);
+	}
+	/* In bounds: [head - entries, head] */
+	ring_at(&p, &r, 10);
+	r.cons_head = 2;
+	assert_int_equal(lc_ring_reserve(&p, entries, 1, &head), -EAGAIN);
+	r.cons_head = 10;
+	assert_int_equal(lc_ring_reserve(&p, entries, 8, &head), 0);
+}
+
 struct commit_arg {
-	struct lc_ring_ctl *r;
+	struct lc_ring_prod *p;
 	uint32_t head, n;
 	int done;
 };
@@ -215,7 +266,7 @@ static void *commit_thread(void *p)
 {
 	struct commit_arg *a = p;
 
-	lc_ring_commit(a->r, a->head, a->n);
+	lc_ring_commit(a->p, a->head, a->n);
 	lc_store_release(&a->done, 1);
 	return NULL;
 }
@@ -224,17 +275,18 @@ static void test_ring_commit_order(void **state)
 {
 	const uint32_t entries = 16;
 	struct lc_ring_ctl r;
+	struct lc_ring_prod p;
 	struct commit_arg later;
 	uint32_t first, second;
 	pthread_t t;
 
-	ring_at(&r, UINT32_MAX - 1);
-	assert_int_equal(lc_ring_reserve(&r, entries, 2, &first), 0);
-	assert_int_equal(lc_ring_reserve(&r, entries, 3, &second), 0);
+	ring_at(&p, &r, UINT32_MAX - 1);
+	assert_int_equal(lc_ring_reserve(&p, entries, 2, &first), 0);
+	assert_int_equal(lc_ring_reserve(&p, entries, 3, &second), 0);
 	assert_int_equal(second, first + 2);
 
 	/* The later reservation commits first: it must wait, unseen. */
-	later = (struct commit_arg){&r, second, 3, 0};
+	later = (struct commit_arg){&p, second, 3, 0};
 	assert_int_equal(pthread_create(&t, NULL, commit_thread, &later), 0);
 	for (int i = 0; i < 20; i++) {
 		sleep_ms(5);
@@ -243,7 +295,7 @@ static void test_ring_commit_order(void **state)
 		assert_int_equal(lc_load_acquire(&r.prod_tail), first);
 	}
 	/* The earlier one publishes; then both are visible, in order. */
-	lc_ring_commit(&r, first, 2);
+	lc_ring_commit(&p, first, 2);
 	assert_int_equal(pthread_join(t, NULL), 0);
 	assert_int_equal(later.done, 1);
 	assert_int_equal(lc_ring_consumable(&r, entries, first), 5);
@@ -253,14 +305,15 @@ static void test_ring_commit_order(void **state)
 static void test_ring_commit_in_order_no_wait(void **state)
 {
 	struct lc_ring_ctl r;
+	struct lc_ring_prod p = { .ctl = &r };
 	uint32_t a, b;
 
 	lc_ring_init(&r);
-	assert_int_equal(lc_ring_reserve(&r, 8, 2, &a), 0);
-	assert_int_equal(lc_ring_reserve(&r, 8, 2, &b), 0);
-	lc_ring_commit(&r, a, 2);
+	assert_int_equal(lc_ring_reserve(&p, 8, 2, &a), 0);
+	assert_int_equal(lc_ring_reserve(&p, 8, 2, &b), 0);
+	lc_ring_commit(&p, a, 2);
 	assert_int_equal(lc_ring_consumable(&r, 8, 0), 2);
-	lc_ring_commit(&r, b, 2);
+	lc_ring_commit(&p, b, 2);
 	assert_int_equal(lc_ring_consumable(&r, 8, 0), 4);
 }
 
@@ -282,7 +335,7 @@ static void test_ring_need_wakeup_flag(void **state)
 	lc_ring_set_sleeping(&r, 0);
 	assert_int_equal(lc_ring_need_wakeup(&r), 0);
 	/* The flag word is separate from the indexes. */
-	assert_int_equal(r.prod_head, 0);
+	assert_int_equal(r.reserved0, 0);
 	assert_int_equal(r.prod_tail, 0);
 	assert_int_equal(r.cons_head, 0);
 }
@@ -294,6 +347,7 @@ static void test_ring_need_wakeup_flag(void **state)
 
 struct mp_ring {
 	struct lc_ring_ctl ctl;
+	struct lc_ring_prod prod;
 	uint64_t desc[MP_ENTRIES];
 	int efd; /* consumer wakeup, when use_wakeup */
 	int use_wakeup;
@@ -319,14 +373,18 @@ static void *mp_produce(void *p)
 
 		if (n > m->per_producer - seq)
 			n = m->per_producer - seq;
-		if (lc_ring_reserve(&m->ctl, MP_ENTRIES, n, &head) != 0) {
+		int rc = lc_ring_reserve(&m->prod, MP_ENTRIES, n, &head);
+
+		if (rc == -EPROTO)
+			return (void *)2; /* a race taken for corruption */
+		if (rc) {
 			pr->full++;
 			sched_yield();
 			continue;
 		}
 		for (uint32_t i = 0; i < n; i++)
 			m->desc[(head + i) & (MP_ENTRIES - 1)] = (uint64_t)pr->id << 32 | (seq + i);
-		lc_ring_commit(&m->ctl, head, n);
+		lc_ring_commit(&m->prod, head, n);
 		seq += n;
 		if (m->use_wakeup && lc_ring_need_wakeup(&m->ctl)) {
 			uint64_t one = 1;
@@ -433,7 +491,7 @@ static void mp_run(struct mp_ring *m, uint32_t start)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	memset(&res, 0, sizeof(res));
 	/* Start below 2^32 so the indexes wrap under contention. */
-	ring_at(&m->ctl, start);
+	ring_at(&m->prod, &m->ctl, start);
 	assert_int_equal(pthread_create(&ct, NULL, mp_consume_thread, &ca), 0);
 	for (uint32_t i = 0; i < MP_PRODUCERS; i++) {
 		prod[i] = (struct mp_producer){m, i, 0};
@@ -457,7 +515,8 @@ static void mp_run(struct mp_ring *m, uint32_t start)
 	for (uint32_t i = 0; i < MP_PRODUCERS; i++)
 		assert_int_equal(res.next[i], m->per_producer);
 	assert_int_equal(lc_ring_consumable(&m->ctl, MP_ENTRIES, m->ctl.cons_head), 0);
-	assert_int_equal(m->ctl.prod_head, m->ctl.prod_tail);
+	assert_int_equal(m->prod.head, m->ctl.prod_tail);
+	assert_int_equal(m->prod.tail, m->ctl.prod_tail);
 	assert_int_equal(m->ctl.prod_tail, start + (uint32_t)ca.total);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	print_message("  %llu values, %llu full-ring retries, %llu wakeups, %ld ms\n",
@@ -498,6 +557,8 @@ int main(void)
 	    cmocka_unit_test(test_ring_wraparound),
 	    cmocka_unit_test(test_ring_wraparound_full_across_zero),
 	    cmocka_unit_test(test_ring_corrupt_tail),
+	    cmocka_unit_test(test_ring_consumer_cannot_stall_producers),
+	    cmocka_unit_test(test_ring_corrupt_cons_head),
 	    cmocka_unit_test(test_ring_commit_order),
 	    cmocka_unit_test(test_ring_commit_in_order_no_wait),
 	    cmocka_unit_test(test_ring_need_wakeup_flag),

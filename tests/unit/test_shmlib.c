@@ -80,6 +80,8 @@ struct fake {
 	int32_t refuse;
 	int bad_magic;
 	int hang; /* atomic: consume requests, never complete them */
+	int ring_scribble; /* 1: write the producers' old prod_head word, 2: cons_head */
+	int bad_evfd;	   /* 1: a blocking pipe for the eventfd, 2: a blocking eventfd */
 	uint32_t entries, slots;
 	/* behaviour, under lock */
 	int delay_ms;	    /* before completing each request */
@@ -322,7 +324,8 @@ static int fake_drain(struct fake_sess *s, uint32_t *cons)
 			fake_complete(s, &e);
 	}
 	*cons += (uint32_t)n;
-	lc_ring_release(ring, *cons);
+	if (s->f->ring_scribble != 2) /* else the bad index stays */
+		lc_ring_release(ring, *cons);
 	return n > 0;
 }
 
@@ -451,6 +454,10 @@ static int fake_region(struct fake_sess *s, int *memfd)
 	FAKE_CHECK(s->base != MAP_FAILED);
 	memcpy(s->base, h, sizeof(*h));
 	lc_ring_init((struct lc_ring_ctl *)(s->base + h->ring_off));
+	if (s->f->ring_scribble == 1)
+		((struct lc_ring_ctl *)(s->base + h->ring_off))->reserved0 = 1;
+	else if (s->f->ring_scribble == 2)
+		((struct lc_ring_ctl *)(s->base + h->ring_off))->cons_head = 1000;
 	return 0;
 }
 
@@ -477,11 +484,23 @@ static void fake_handshake(struct fake *f, int sock)
 	s->sock = sock;
 	s->id_start = f->sess_seq++ * 5 + 3;
 	fake_region(s, &fds[0]);
-	s->evfd = fds[1] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (f->bad_evfd == 1) {
+		int p[2];
+
+		/* The client gets the write end; the fake polls the read end. */
+		FAKE_CHECK(pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0);
+		FAKE_CHECK(fcntl(p[1], F_SETFL, 0) == 0);
+		s->evfd = p[0];
+		fds[1] = p[1];
+	} else {
+		s->evfd = fds[1] = eventfd(0, (f->bad_evfd ? 0 : EFD_NONBLOCK) | EFD_CLOEXEC);
+	}
 	w.client_id = s->h.client_id;
 	w.region_size = s->size;
 	FAKE_CHECK((lc_uds_send(sock, &w, sizeof(w), fds, 2)) == (0));
 	close(fds[0]);
+	if (fds[1] != s->evfd)
+		close(fds[1]);
 	pthread_mutex_lock(&f->lock);
 	FAKE_CHECK(f->nsess < FAKE_SESS_MAX);
 	f->sess[f->nsess++] = s;
@@ -715,6 +734,43 @@ static void test_shmlib_bad_header(void **state)
 	fake_start(&F);
 	assert_int_equal(lunar_connect(&o, &c), LUNAR_ERR_PROTOCOL);
 	fake_stop(&F);
+}
+
+/* What the proxy writes into the ring never stalls a call: the producers'
+ * words are the library's own, and a consumer index out of bounds fails the
+ * call at once (it used to pass; a far-behind one waited out the timeout). */
+static void test_shmlib_ring_scribbled(void **state)
+{
+	struct lunar_client *c;
+
+	F.ring_scribble = 1; /* with prod_head shared, the commit waited forever */
+	fake_start(&F);
+	c = connect_fake(1000);
+	assert_int_equal(lunar_put(c, "k", "v", 1, NULL), 0);
+	assert_int_equal(lunar_exists(c, "k"), 1);
+	lunar_close(c);
+	fake_stop(&F);
+	F.ring_scribble = 2;
+	fake_start(&F);
+	c = connect_fake(1000);
+	assert_int_equal(lunar_put(c, "k", "v", 1, NULL), LUNAR_ERR_PROTOCOL);
+	lunar_close(c);
+	fake_stop(&F);
+}
+
+/* A wake-up descriptor whose write could block (a pipe, a blocking
+ * eventfd) is refused at the handshake. */
+static void test_shmlib_bad_eventfd(void **state)
+{
+	struct lunar_opts o = {.socket_path = F.path, .timeout_ms = 1000};
+	struct lunar_client *c = NULL;
+
+	for (int mode = 1; mode <= 2; mode++) {
+		F.bad_evfd = mode;
+		fake_start(&F);
+		assert_int_equal(lunar_connect(&o, &c), LUNAR_ERR_PROTOCOL);
+		fake_stop(&F);
+	}
 }
 
 static void test_shmlib_arguments(void **state)
@@ -1435,6 +1491,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_shmlib_handshake, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_bad_header, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_ring_scribbled, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shmlib_bad_eventfd, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_arguments, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_put_get, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shmlib_batch_get, setup, teardown),

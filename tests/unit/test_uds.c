@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -85,7 +86,7 @@ static int setup_pair(void **state)
 	f->lfd = lc_uds_listen(f->path, 0600);
 	if (f->lfd < 0)
 		return -1;
-	f->cli = lc_uds_connect(f->path);
+	f->cli = lc_uds_connect(f->path, 0);
 	if (f->cli < 0)
 		return -1;
 	/* The listener is non-blocking; a UNIX connect is queued at once. */
@@ -140,7 +141,7 @@ static void test_uds_listen_replaces_stale(void **state)
 	close(a);
 	b = lc_uds_listen(f->path, 0600);
 	assert_true(b >= 0);
-	c = lc_uds_connect(f->path);
+	c = lc_uds_connect(f->path, 0);
 	assert_true(c >= 0);
 	assert_true(fd_cloexec(c));
 	close(c);
@@ -152,15 +153,43 @@ static void test_uds_connect_errors(void **state)
 	struct uds_fixture *f = *state;
 	char longpath[200];
 
-	assert_int_equal(lc_uds_connect(f->path), -ENOENT);
+	assert_int_equal(lc_uds_connect(f->path, 0), -ENOENT);
 	memset(longpath, 'x', sizeof(longpath) - 1);
 	longpath[0] = '/';
 	longpath[sizeof(longpath) - 1] = '\0';
-	assert_int_equal(lc_uds_connect(longpath), -ENAMETOOLONG);
+	assert_int_equal(lc_uds_connect(longpath, 0), -ENAMETOOLONG);
 	assert_int_equal(lc_uds_listen(longpath, 0600), -ENAMETOOLONG);
 	/* A listener that went away: the file remains, nobody answers. */
 	close(lc_uds_listen(f->path, 0600));
-	assert_int_equal(lc_uds_connect(f->path), -ECONNREFUSED);
+	assert_int_equal(lc_uds_connect(f->path, 0), -ECONNREFUSED);
+}
+
+/* A listener that stopped accepting, its backlog full: a connect with a
+ * timeout gives up (-EAGAIN), it does not block for good. */
+static void test_uds_connect_timeout(void **state)
+{
+	struct uds_fixture *f = *state;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), fds[4], n = 0, rc = 0;
+	struct timespec t0, t1;
+
+	assert_true(l >= 0);
+	assert_true(strlen(f->path) < sizeof(sa.sun_path));
+	memcpy(sa.sun_path, f->path, strlen(f->path) + 1);
+	assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(l, 0), 0);
+	alarm(10); /* without the timeout the connect below never returns */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (n < 4 && (rc = lc_uds_connect(f->path, 200)) >= 0)
+		fds[n++] = rc;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	alarm(0);
+	assert_int_equal(rc, -EAGAIN);
+	assert_true(n >= 1); /* the backlog took some */
+	assert_true(t1.tv_sec - t0.tv_sec < 5);
+	while (n--)
+		close(fds[n]);
+	close(l);
 }
 
 static void test_uds_pass_two_fds(void **state)
@@ -431,6 +460,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_uds_listen_mode, setup_dir, teardown),
 	    cmocka_unit_test_setup_teardown(test_uds_listen_replaces_stale, setup_dir, teardown),
 	    cmocka_unit_test_setup_teardown(test_uds_connect_errors, setup_dir, teardown),
+	    cmocka_unit_test_setup_teardown(test_uds_connect_timeout, setup_dir, teardown),
 	    cmocka_unit_test_setup_teardown(test_uds_pass_two_fds, setup_pair, teardown),
 	    cmocka_unit_test_setup_teardown(test_uds_no_fds, setup_pair, teardown),
 	    cmocka_unit_test_setup_teardown(test_uds_send_bad_count, setup_pair, teardown),
