@@ -103,7 +103,8 @@ int lunar_putv(struct lunar_client *c, const char *key, const struct iovec *iov,
 int lunar_upsert(struct lunar_client *c, const char *key, const void *buf, size_t len,
 		 const struct lunar_put_cfg *cfg);
 /* lunar_get_into - read the value into buf; returns its size, or
- * LUNAR_ERR_BUFFER_OVERFLOW when cap is smaller than the value. */
+ * LUNAR_ERR_BUFFER_OVERFLOW when cap is smaller than the value
+ * (LUNAR_ERR_INVALID_PARAMS when cap is 0 or buf NULL). */
 int64_t lunar_get_into(struct lunar_client *c, const char *key, void *buf, size_t cap);
 /* lunar_getv - as lunar_get_into, into a scatter list filled in order. */
 int64_t lunar_getv(struct lunar_client *c, const char *key, const struct iovec *iov, int iovcnt);
