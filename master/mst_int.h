@@ -89,6 +89,7 @@ struct mst_tenants {
 #define MST_METHODS_MAX	 64 /* method ids counted by mst_dispatch */
 #define MST_CODES_MAX	 32 /* distinct error codes counted */
 #define MST_HIST_BUCKETS 11 /* value size: 1 KiB * 4^i, i < 11 (to 1 GiB), + Inf */
+#define MST_SEGMENT_NAME_MAX 255 /* bytes of a segment name or endpoint */
 
 /* Counters for /metrics: atomics, relaxed. */
 struct mst_counters {

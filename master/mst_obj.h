@@ -16,6 +16,7 @@
 
 #define MST_MAX_REPLICAS 64 /* replica_num above this is clamped (best effort anyway) */
 #define MST_TENANT_MAX	 63
+#define MST_PREFERRED_MAX 64 /* preferred segments a put may name */
 
 enum { MST_ST_PROCESSING, MST_ST_COMPLETE };
 

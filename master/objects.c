@@ -371,7 +371,8 @@ int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
 
 	if (rc)
 		return rc;
-	if (!rq->size)
+	/* Each preferred name is looked up under the shard and segment locks. */
+	if (!rq->size || rq->n_preferred_segments > MST_PREFERRED_MAX)
 		return LUNAR_ERR_INVALID_PARAMS;
 	gen = __atomic_load_n(&m->evict_gen, __ATOMIC_ACQUIRE);
 	rc = try_start(m, client, &k, rq, reps, n);

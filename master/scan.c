@@ -17,6 +17,7 @@
 #include "mst_obj.h"
 
 #define LIST_DEFAULT_LIMIT 1000
+#define LIST_MAX_LIMIT	   10000 /* a larger limit is taken as this */
 #define PATTERN_COST_MAX 256 /* automaton nodes a key pattern may need */
 #define PATTERN_DEPTH_MAX 32 /* groups a key pattern may nest */
 
@@ -341,7 +342,9 @@ static int visit_list(struct mst_master *m, struct mst_object *o, void *arg)
 
 int mst_obj_list(struct mst_master *m, const Lunar__ListKeysRequest *rq, Lunar__ListKeysReply *r)
 {
-	struct list_arg a = {.r = r, .limit = rq->limit ? rq->limit : LIST_DEFAULT_LIMIT};
+	struct list_arg a = {.r = r, .limit = !rq->limit ? LIST_DEFAULT_LIMIT
+					     : rq->limit > LIST_MAX_LIMIT ? LIST_MAX_LIMIT
+									  : rq->limit};
 	regex_t re;
 	int rc = 0;
 

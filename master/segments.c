@@ -124,7 +124,10 @@ int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__Segmen
 	ssize_t i;
 	int rc;
 
-	if (!d || !d->name || !d->name[0] || !d->size)
+	/* Names are copied into every replica of every reply: kept short. */
+	if (!d || !d->name || !d->name[0] || !d->size ||
+	    strnlen(d->name, MST_SEGMENT_NAME_MAX + 1) > MST_SEGMENT_NAME_MAX ||
+	    (d->endpoint && strnlen(d->endpoint, MST_SEGMENT_NAME_MAX + 1) > MST_SEGMENT_NAME_MAX))
 		return LUNAR_ERR_INVALID_PARAMS;
 	s = segment_alloc(client, d);
 	if (!s)

@@ -85,8 +85,36 @@ int lp_request_pack(uint32_t method, const ProtobufCMessage *req, void **buf, si
 	return 0;
 }
 
+/*
+ * Unpacking may cost many times the bytes received: an empty string of a
+ * repeated field is two bytes packed, a pointer and an allocation unpacked.
+ * A request may take this much memory, each allocation counted with its
+ * overhead; the largest a proxy sends (1024 puts with 4 KiB keys and their
+ * preferred segments) unpacks into less than a fifth of it.
+ */
+#define LP_UNPACK_BUDGET (32u << 20)
+#define LP_ALLOC_COST	 16 /* what malloc spends on an allocation beyond its size */
+
+static void *budget_alloc(void *data, size_t size)
+{
+	size_t *left = data, cost = size + LP_ALLOC_COST;
+
+	if (cost > *left)
+		return NULL; /* the unpack fails and frees what it took */
+	*left -= cost;
+	return malloc(size);
+}
+
+static void budget_free(void *data, void *p)
+{
+	(void)data;
+	free(p);
+}
+
 int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m, ProtobufCMessage **req)
 {
+	size_t left = LP_UNPACK_BUDGET;
+	ProtobufCAllocator budget = { budget_alloc, budget_free, &left };
 	const uint8_t *b = buf;
 	const struct lp_method *mt;
 	ProtobufCMessage *msg;
@@ -96,7 +124,8 @@ int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m, P
 	mt = lp_method_find(get_le32(b + 4));
 	if (!mt)
 		return LUNAR_ERR_PROTOCOL;
-	msg = protobuf_c_message_unpack(mt->req, NULL, len - LP_HDR_SIZE, b + LP_HDR_SIZE);
+	/* Freed with the default allocator: both are malloc and free. */
+	msg = protobuf_c_message_unpack(mt->req, &budget, len - LP_HDR_SIZE, b + LP_HDR_SIZE);
 	if (!msg)
 		return LUNAR_ERR_PROTOCOL;
 	*m = mt;

@@ -32,7 +32,8 @@ int lp_request_pack(uint32_t method, const ProtobufCMessage *req, void **buf, si
 /*
  * lp_request_unpack - parse an untrusted request. Returns 0 with the method
  * and an unpacked request (free with protobuf_c_message_free_unpacked), or
- * LUNAR_ERR_PROTOCOL (bad header, unknown method, undecodable body).
+ * LUNAR_ERR_PROTOCOL (bad header, unknown method, undecodable body, or one
+ * whose unpacked form would take more than 32 MiB).
  */
 int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m, ProtobufCMessage **req);
 
