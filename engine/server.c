@@ -3,7 +3,9 @@
  * a thread per connection, which serves READ/WRITE requests (eng_int.h wire
  * format) on this engine's segment until EOF, an error or a refusal. Every
  * range is checked against the segment before a byte moves; payloads go
- * straight between the socket and the segment.
+ * straight between the socket and the segment. When every connection slot
+ * is taken, the connection that has waited longest for a request gives way
+ * to the new one, so idle sockets of one peer cannot lock the others out.
  */
 #include "engine/eng_int.h"
 
@@ -19,6 +21,7 @@
 
 #define ENG_SRV_BACKLOG	  128
 #define ENG_SRV_MAX_CONNS 1024 /* a peer opening sockets forever must not exhaust threads */
+#define ENG_SRV_EVICTED	  UINT64_MAX /* idle_since of a connection the listener took back */
 
 struct eng_srv_conn {
 	struct eng_srv_conn *next;
@@ -26,6 +29,9 @@ struct eng_srv_conn {
 	int fd; /* closed only after the thread is joined: never reused under a shutdown() */
 	pthread_t tid;
 	atomic_int done;
+	/* When it began to wait for a request; 0 while it serves one. A CAS
+	 * decides between the request's first byte and an eviction. */
+	_Atomic uint64_t idle_since;
 };
 
 static int send_rep(int fd, int32_t status, const struct eng_wire_req *req, int flags,
@@ -52,22 +58,26 @@ int eng_send_rep(int fd, int32_t status, uint64_t id, uint64_t length, int flags
 }
 
 /* Serve one request; 0 to go on with the next, or < 0 to close. */
-static int serve_one(struct eng_engine *e, int fd)
+static int serve_one(struct eng_srv_conn *conn)
 {
+	struct eng_engine *e = conn->e;
+	int fd = conn->fd, status, rc;
 	struct eng_wire_req req;
 	struct iovec v = {&req, sizeof(req)};
 	struct eng_iovc c;
-	uint64_t deadline;
-	int status, rc;
+	uint64_t deadline, idle = lc_now_ns();
 
 	/* An idle pooled connection may sit here for as long as its client
-	 * likes. Once a request's first byte came, the rest must follow within
-	 * the timeout: else a peer could hold a connection slot, and its
-	 * thread, with a byte apiece. */
+	 * likes, or until a new connection needs its slot. Once a request's
+	 * first byte came, the rest must follow within the timeout: else a peer
+	 * could hold a connection slot, and its thread, with a byte apiece. */
+	atomic_store(&conn->idle_since, idle);
 	eng_iovc_init(&c, &v, 1, 0, 1);
 	rc = eng_io_recv(fd, &c, ENG_NO_DEADLINE);
 	if (rc)
 		return rc;
+	if (!atomic_compare_exchange_strong(&conn->idle_since, &idle, 0))
+		return -ECONNABORTED; /* evicted as the request came */
 	deadline = lc_now_ns() + e->timeout_ns;
 	eng_iovc_init(&c, &v, 1, 1, sizeof(req) - 1);
 	rc = eng_io_recv(fd, &c, deadline);
@@ -99,12 +109,38 @@ static void *conn_main(void *arg)
 {
 	struct eng_srv_conn *c = arg;
 
-	while (!serve_one(c->e, c->fd))
+	while (!serve_one(c))
 		;
 	/* The peer sees EOF now; the fd itself stays open until the thread is joined. */
 	shutdown(c->fd, SHUT_RDWR);
 	atomic_store(&c->done, 1);
 	return NULL;
+}
+
+/* Make room: shut down the connection that has waited longest for a
+ * request; 0, or -1 when every connection is serving one. Listener only. */
+static int evict_idlest(struct eng_server *s)
+{
+	struct eng_srv_conn *old = NULL;
+	uint64_t since, oldest = ENG_SRV_EVICTED;
+	static uint64_t warned_ns;
+
+	for (struct eng_srv_conn *c = s->conns; c; c = c->next) {
+		since = atomic_load(&c->idle_since);
+		if (since && since < oldest) {
+			oldest = since;
+			old = c;
+		}
+	}
+	if (!old || !atomic_compare_exchange_strong(&old->idle_since, &oldest, ENG_SRV_EVICTED))
+		return -1;
+	shutdown(old->fd, SHUT_RDWR);
+	if (lc_now_ns() - warned_ns > 1000000000ull) {
+		warned_ns = lc_now_ns();
+		LC_WARN(ENG_LOG, "%u data connections open: closing the one idle longest (%llu ms)",
+			ENG_SRV_MAX_CONNS, (unsigned long long)((warned_ns - oldest) / 1000000));
+	}
+	return 0;
 }
 
 /* Join and free the connections whose threads have finished. Listener only. */
@@ -136,8 +172,8 @@ static void start_conn(struct eng_engine *e, int fd)
 	int rc;
 
 	reap_conns(s, &live);
-	if (live >= ENG_SRV_MAX_CONNS) {
-		LC_WARN(ENG_LOG, "%u data connections open, refusing one more", live);
+	if (live >= ENG_SRV_MAX_CONNS && evict_idlest(s)) {
+		LC_WARN(ENG_LOG, "%u data connections busy, refusing one more", live);
 		goto err_close;
 	}
 	c = calloc(1, sizeof(*c));

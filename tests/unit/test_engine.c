@@ -614,6 +614,34 @@ static void test_engine_create_refuses_bad_config(void **state)
 	eng_engine_destroy(NULL);
 }
 
+/* One peer fills every connection slot with sockets that never send: a new
+ * connection takes the slot of the one idle longest, so other peers are
+ * still served (they were refused for as long as the sockets stayed). */
+static void test_engine_idle_connections_give_way(void **state)
+{
+	enum { IDLE = 1024 }; /* the data port's connection limit */
+	struct node a = node_start(0, 2000), b = node_start(0, 2000);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(node_port(&b))};
+	static int fds[IDLE];
+	char buf[64] = "honest", got[64];
+
+	(void)state;
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	for (int i = 0; i < IDLE; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(fds[i] >= 0);
+		assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+	}
+	usleep(500 * 1000); /* the listener accepts them all */
+	assert_int_equal(xfer1(a.e, eng_engine_endpoint(b.e), ENG_WRITE, 0, buf, sizeof(buf)), 0);
+	assert_int_equal(xfer1(a.e, eng_engine_endpoint(b.e), ENG_READ, 0, got, sizeof(got)), 0);
+	assert_memory_equal(got, buf, sizeof(buf));
+	for (int i = 0; i < IDLE; i++)
+		close(fds[i]);
+	node_stop(&a);
+	node_stop(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -632,6 +660,7 @@ int main(void)
 	    cmocka_unit_test(test_engine_pool_reuses_connections),
 	    cmocka_unit_test(test_engine_concurrent_threads),
 	    cmocka_unit_test(test_engine_create_refuses_bad_config),
+	    cmocka_unit_test(test_engine_idle_connections_give_way),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
