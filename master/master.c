@@ -147,6 +147,7 @@ void mst_master_stats(struct mst_master *m, struct mst_stats *out)
 	pthread_mutex_lock(&m->clients.lock);
 	out->clients = m->clients.n;
 	pthread_mutex_unlock(&m->clients.lock);
+	out->tenants = mst_tenants_count(m);
 }
 
 int mst_master_ready(struct mst_master *m)

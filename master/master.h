@@ -98,6 +98,7 @@ struct mst_stats {
 	uint64_t processing; /* PutStart without PutEnd */
 	uint64_t segments;
 	uint64_t clients;
+	uint64_t tenants; /* with bytes stored or being written */
 	uint64_t capacity_bytes;
 	uint64_t used_bytes;
 };

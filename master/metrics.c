@@ -96,6 +96,8 @@ static void gauges(struct mst_master *m, FILE *f)
 		(unsigned long long)st.segments);
 	fprintf(f, "# TYPE lunar_master_clients gauge\nlunar_master_clients %llu\n",
 		(unsigned long long)st.clients);
+	fprintf(f, "# TYPE lunar_master_tenants gauge\nlunar_master_tenants %llu\n",
+		(unsigned long long)st.tenants);
 }
 
 /* Per-segment capacity and use; segment names are [^"\\\n] by convention,

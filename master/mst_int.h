@@ -83,7 +83,7 @@ struct mst_deferred_list {
 
 struct mst_tenants {
 	pthread_mutex_t lock;
-	struct mst_tenant *head; /* few tenants; entries live until destroy */
+	struct mst_tenant *head; /* tenants with bytes charged */
 };
 
 #define MST_METHODS_MAX	 64 /* method ids counted by mst_dispatch */
@@ -278,7 +278,11 @@ void mst_tenants_fini(struct mst_tenants *t);
  * *out, TENANT_QUOTA_EXCEEDED (nothing charged) or -ENOMEM. */
 int mst_tenant_charge(struct mst_master *m, const char *name, uint64_t bytes,
 		      struct mst_tenant **out);
+/* mst_tenant_uncharge - take bytes off t; a tenant left with nothing
+ * charged is freed (t must not be used after its last uncharge). */
 void mst_tenant_uncharge(struct mst_master *m, struct mst_tenant *t, uint64_t bytes);
+/* mst_tenants_count - tenants with bytes stored or being written. */
+uint64_t mst_tenants_count(struct mst_master *m);
 
 /* metrics.c */
 void mst_metrics_count(struct mst_master *m, uint32_t method, int code);

@@ -3,7 +3,9 @@
  * (--tenant-quota NAME=SIZE, --default-tenant-quota SIZE). A tenant is
  * charged the logical size of each value once, whatever its replica count,
  * from PutStart/UpsertStart (a write in flight counts) until the object or
- * the write goes. Few tenants are expected: a list under one leaf lock.
+ * the write goes. A tenant with nothing charged is dropped, so names that
+ * never stored a byte (a put refused for space, a peer making names up) cost
+ * nothing. Few tenants are expected: a list under one leaf lock.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -63,6 +65,17 @@ static struct mst_tenant *tenant_get(struct mst_master *m, const char *name)
 	return x;
 }
 
+/* Unlink and free t, which nothing is charged to any more. Tenant lock held. */
+static void tenant_drop(struct mst_master *m, struct mst_tenant *t)
+{
+	struct mst_tenant **pp = &m->tenants.head;
+
+	while (*pp != t)
+		pp = &(*pp)->next;
+	*pp = t->next;
+	free(t);
+}
+
 int mst_tenant_charge(struct mst_master *m, const char *name, uint64_t bytes,
 		      struct mst_tenant **out)
 {
@@ -77,6 +90,10 @@ int mst_tenant_charge(struct mst_master *m, const char *name, uint64_t bytes,
 		rc = LUNAR_ERR_TENANT_QUOTA_EXCEEDED;
 	else
 		x->used += bytes;
+	if (rc && x && !x->used) {
+		tenant_drop(m, x);
+		x = NULL;
+	}
 	pthread_mutex_unlock(&m->tenants.lock);
 	*out = x;
 	return rc;
@@ -88,5 +105,18 @@ void mst_tenant_uncharge(struct mst_master *m, struct mst_tenant *t, uint64_t by
 		return;
 	pthread_mutex_lock(&m->tenants.lock);
 	t->used -= bytes;
+	if (!t->used)
+		tenant_drop(m, t);
 	pthread_mutex_unlock(&m->tenants.lock);
+}
+
+uint64_t mst_tenants_count(struct mst_master *m)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&m->tenants.lock);
+	for (struct mst_tenant *x = m->tenants.head; x; x = x->next)
+		n++;
+	pthread_mutex_unlock(&m->tenants.lock);
+	return n;
 }

@@ -118,6 +118,54 @@ static void test_master_list_limit_bounded(void **state)
 	mst_master_destroy(m);
 }
 
+static uint64_t tenants(struct mst_master *m)
+{
+	struct mst_stats st;
+
+	mst_master_stats(m, &st);
+	return st.tenants;
+}
+
+static int put_in(struct mst_master *m, const char *tenant, uint64_t size)
+{
+	Lunar__PutStartRequest rq = LUNAR__PUT_START_REQUEST__INIT;
+	Lunar__PutEndRequest end = LUNAR__PUT_END_REQUEST__INIT;
+	int rc;
+
+	rq.client_id = end.client_id = CLIENT_A;
+	rq.tenant = end.tenant = (char *)tenant;
+	rq.key = end.key = "k";
+	rq.size = size;
+	rc = call_code(m, LUNAR__METHOD__PUT_START, &rq);
+	return rc ? rc : call_code(m, LUNAR__METHOD__PUT_END, &end);
+}
+
+static void test_master_tenants_without_bytes_dropped(void **state)
+{
+	/* Every tenant name a put had named was kept for good, and each charge
+	 * walks them all under one lock: 20000 made-up names, 20000 records. */
+	const char *const flags[][2] = {{"default-tenant-quota", "1KiB"}};
+	struct mst_master *m = master_with(flags, 1);
+	char name[32];
+
+	(void)state;
+	/* When: puts refused for space (nothing mounted) name 2000 tenants */
+	for (int i = 0; i < 2000; i++) {
+		snprintf(name, sizeof(name), "made-up-%d", i);
+		assert_int_equal(put_in(m, name, 10), LUNAR_ERR_NO_AVAILABLE_HANDLE);
+	}
+	/* and one is refused by its quota */
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_int_equal(put_in(m, "over", 4096), LUNAR_ERR_TENANT_QUOTA_EXCEEDED);
+	/* Then: none is kept; a tenant is kept while it stores bytes */
+	assert_int_equal(tenants(m), 0);
+	assert_int_equal(put_in(m, "real", 10), 0);
+	assert_int_equal(tenants(m), 1);
+	assert_int_equal(remove_all(m, "real", 1), 1);
+	assert_int_equal(tenants(m), 0);
+	mst_master_destroy(m);
+}
+
 /* A request's bytes with the framing header, packed from req. */
 static uint8_t *framed(uint32_t method, const ProtobufCMessage *req, size_t *len)
 {
@@ -190,6 +238,7 @@ int main(void)
 	    cmocka_unit_test(test_master_segment_names_bounded),
 	    cmocka_unit_test(test_master_preferred_segments_bounded),
 	    cmocka_unit_test(test_master_list_limit_bounded),
+	    cmocka_unit_test(test_master_tenants_without_bytes_dropped),
 	    cmocka_unit_test(test_master_unpack_bounded),
 	};
 
