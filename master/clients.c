@@ -110,42 +110,66 @@ int mst_client_alive(struct mst_master *m, uint64_t client)
 	return alive;
 }
 
-/* Unlink one client silent since before deadline; its id, or 0 if none. */
-static uint64_t take_expired(struct mst_clients *c, uint64_t deadline)
+/* Unlink the clients silent since before deadline; their ids in *out
+ * (malloc'd), how many. Out of memory, the rest waits for the next round. */
+static size_t take_expired(struct mst_clients *c, uint64_t deadline, uint64_t **out)
 {
-	uint64_t id = 0;
+	uint64_t *ids = NULL, *v;
+	size_t n = 0, cap = 0;
 
 	pthread_mutex_lock(&c->lock);
-	for (size_t b = 0; b < c->nbuckets && !id; b++) {
-		for (struct mst_client **pp = &c->buckets[b]; *pp; pp = &(*pp)->next) {
+	for (size_t b = 0; b < c->nbuckets; b++) {
+		for (struct mst_client **pp = &c->buckets[b]; *pp;) {
 			struct mst_client *x = *pp;
 
-			if (x->last_ping_ms >= deadline)
+			if (x->last_ping_ms >= deadline) {
+				pp = &x->next;
 				continue;
-			id = x->id;
+			}
+			if (n == cap) {
+				cap = cap ? 2 * cap : 16;
+				if (!(v = realloc(ids, cap * sizeof(*ids))))
+					goto out;
+				ids = v;
+			}
+			ids[n++] = x->id;
 			*pp = x->next;
 			c->n--;
 			free(x);
-			break;
 		}
 	}
+out:
 	pthread_mutex_unlock(&c->lock);
-	return id;
+	*out = ids;
+	return n;
 }
+
+/* Dead clients named in the log each round; the rest are counted. */
+#define EXPIRED_LOGGED 16
 
 void mst_clients_expire(struct mst_master *m)
 {
-	uint64_t now = lc_now_ms(), id;
+	uint64_t now = lc_now_ms(), *ids;
+	size_t n;
 
 	if (now < m->cfg.client_ttl_ms)
 		return;
-	while ((id = take_expired(&m->clients, now - m->cfg.client_ttl_ms))) {
-		LC_WARN("master", "client %016llx silent for %llu ms: dead", (unsigned long long)id,
-			(unsigned long long)m->cfg.client_ttl_ms);
-		mst_offload_drop_client(m, id);
-		mst_segments_drop_client(m, id);
-		mst_objects_drop(m, NULL, id, now);
+	n = take_expired(&m->clients, now - m->cfg.client_ttl_ms, &ids);
+	for (size_t i = 0; i < n; i++) {
+		if (i < EXPIRED_LOGGED)
+			LC_WARN("master", "client %016llx silent for %llu ms: dead",
+				(unsigned long long)ids[i], (unsigned long long)m->cfg.client_ttl_ms);
+		mst_offload_drop_client(m, ids[i]);
+		mst_segments_drop_client(m, ids[i]);
 	}
+	if (n > EXPIRED_LOGGED)
+		LC_WARN("master", "and %zu more clients silent for %llu ms: dead", n - EXPIRED_LOGGED,
+			(unsigned long long)m->cfg.client_ttl_ms);
+	/* Their unfinished writes, all in one sweep of the objects: client ids
+	 * cost nothing to make up, so a sweep each would cost ids x objects. */
+	if (n)
+		mst_objects_drop(m, NULL, ids, n, now);
+	free(ids);
 }
 
 static Lunar__ClientInfo *client_info(const struct mst_client *x, uint64_t now, uint64_t ttl)

@@ -170,11 +170,12 @@ void mst_objects_fini(struct mst_master *m);
 /*
  * mst_objects_drop - under each shard lock in turn: drop replicas on seg
  * (when seg is not NULL; their space is not freed: the segment is going
- * away), revoke PROCESSING puts and pending upserts of client started at or
- * before before_ms (when client is not 0), erase objects left without
- * replicas.
+ * away); for the n dead clients (the array is sorted in place), revoke
+ * PROCESSING puts and pending upserts started at or before before_ms and
+ * forget their SSD replicas; erase objects left without replicas. One sweep
+ * for all.
  */
-void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint64_t client,
+void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint64_t *dead, size_t n,
 		      uint64_t before_ms);
 
 int mst_obj_put_start(struct mst_master *m, uint64_t client, const char *tenant,

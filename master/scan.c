@@ -367,8 +367,37 @@ int mst_obj_list(struct mst_master *m, const Lunar__ListKeysRequest *rq, Lunar__
 
 struct drop_arg {
 	const struct mst_segment *seg;
-	uint64_t client, before_ms;
+	const uint64_t *dead; /* sorted */
+	size_t n;
+	uint64_t before_ms;
 };
+
+static int cmp_id(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int is_dead(const struct drop_arg *a, uint64_t client)
+{
+	return a->n && bsearch(&client, a->dead, a->n, sizeof(*a->dead), cmp_id);
+}
+
+/* Forget the SSD replicas of dead owners, and a task queued for one. */
+static int forget_dead(const struct drop_arg *a, struct mst_object *o)
+{
+	int dropped = 0;
+
+	if (o->offload_to && is_dead(a, o->offload_to))
+		dropped |= mst_disk_forget_client(o, o->offload_to);
+	for (unsigned i = 0; i < o->ndisk;)
+		if (is_dead(a, o->disk[i].owner) && mst_disk_forget_client(o, o->disk[i].owner))
+			dropped = 1; /* entry i is gone: look at i again */
+		else
+			i++;
+	return dropped;
+}
 
 /* Keep the replicas of v[0..*n) not on seg; 1 if any went. */
 static int drop_on(struct mst_replica *v, unsigned *n, const struct mst_segment *seg)
@@ -389,13 +418,13 @@ static int visit_drop(struct mst_master *m, struct mst_object *o, void *arg)
 	const struct drop_arg *a = arg;
 	int dropped = 0;
 
-	if (a->client && o->state == MST_ST_PROCESSING && o->writer == a->client &&
-	    o->put_start_ms <= a->before_ms)
+	if (o->state == MST_ST_PROCESSING && o->put_start_ms <= a->before_ms &&
+	    is_dead(a, o->writer))
 		return 1;
-	if (a->client && o->up && o->up->writer == a->client && o->up->start_ms <= a->before_ms)
+	if (o->up && o->up->start_ms <= a->before_ms && is_dead(a, o->up->writer))
 		mst_upsert_cancel(m, o);
-	if (a->client)
-		dropped = mst_disk_forget_client(o, a->client); /* its SSD tier is gone too */
+	if (a->n)
+		dropped = forget_dead(a, o); /* their SSD tiers are gone too */
 	if (a->seg) {
 		if (o->up && drop_on(o->up->reps, &o->up->nrep, a->seg) && !o->up->nrep)
 			mst_upsert_cancel(m, o);
@@ -406,10 +435,12 @@ static int visit_drop(struct mst_master *m, struct mst_object *o, void *arg)
 	return dropped && o->nrep == 0 && o->ndisk == 0;
 }
 
-void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint64_t client,
+void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint64_t *dead, size_t n,
 		      uint64_t before_ms)
 {
-	struct drop_arg a = {.seg = seg, .client = client, .before_ms = before_ms};
+	struct drop_arg a = {.seg = seg, .dead = dead, .n = n, .before_ms = before_ms};
 
+	if (n)
+		qsort(dead, n, sizeof(*dead), cmp_id);
 	sweep_all(m, visit_drop, &a);
 }

@@ -85,7 +85,7 @@ static struct mst_segment *segtab_take(struct mst_master *m, size_t i)
  * objects left without any, then free it. */
 static void segment_retire(struct mst_master *m, struct mst_segment *s)
 {
-	mst_objects_drop(m, s, 0, 0);
+	mst_objects_drop(m, s, NULL, 0, 0);
 	mst_deferred_drop_segment(m, s); /* after the objects: see deferred.c */
 	__atomic_fetch_sub(&m->capacity, s->size, __ATOMIC_RELAXED);
 	__atomic_fetch_sub(&m->used, s->used, __ATOMIC_RELAXED);

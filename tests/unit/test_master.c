@@ -299,6 +299,45 @@ static void test_master_client_ttl_expiry(void **state)
 	mst_master_destroy(m);
 }
 
+static void test_master_clients_expire_together(void **state)
+{
+	/* Given: A and C each with an unfinished put on B's segment, and 2000
+	 * made-up client ids pinged once (each used to cost a sweep of every
+	 * object when it expired) */
+	struct mst_master *m = master_new("client-ttl", "200ms");
+	Lunar__PutStartReply *r;
+	struct mst_stats st;
+	char key[32];
+
+	assert_int_equal(mount(m, CLIENT_B, "seg-b", MIB), 0);
+	r = put_start_pref(m, CLIENT_A, "za", 1000, 1, "seg-b");
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	r = put_start_pref(m, 0xc3, "zc", 1000, 1, "seg-b");
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	r = put_start_pref(m, CLIENT_B, "w", 1000, 1, "seg-b");
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	for (int i = 0; i < 100; i++) {
+		snprintf(key, sizeof(key), "kept-%d", i);
+		assert_int_equal(put(m, CLIENT_B, key, 64, 1), 0);
+	}
+	ping(m, CLIENT_A);
+	ping(m, 0xc3);
+	for (uint64_t id = 0xf00000; id < 0xf00000 + 2000; id++)
+		ping(m, id);
+	/* When: all but B fall silent past the TTL */
+	wait_keeping_b(m, 600);
+	/* Then: both unfinished puts are revoked in the same round, B's stays,
+	 * and only B is left */
+	assert_int_equal(get_code(m, "za"), LUNAR_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(get_code(m, "zc"), LUNAR_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(get_code(m, "w"), LUNAR_ERR_REPLICA_IS_NOT_READY);
+	mst_master_stats(m, &st);
+	assert_int_equal(st.clients, 1);
+	assert_int_equal(st.keys, 100);
+	assert_int_equal(st.processing, 1);
+	mst_master_destroy(m);
+}
+
 static void test_master_ping_unknown_client(void **state)
 {
 	/* Given: a fresh master */
@@ -579,6 +618,7 @@ int main(void)
 	    cmocka_unit_test(test_master_remove_unleased),
 	    cmocka_unit_test(test_master_remove_all_counts),
 	    cmocka_unit_test(test_master_client_ttl_expiry),
+	    cmocka_unit_test(test_master_clients_expire_together),
 	    cmocka_unit_test(test_master_ping_unknown_client),
 	    cmocka_unit_test(test_master_invalid_params),
 	    cmocka_unit_test(test_master_unmount_drops_replicas),
