@@ -88,12 +88,15 @@ int lp_request_pack(uint32_t method, const ProtobufCMessage *req, void **buf, si
 /*
  * Unpacking may cost many times the bytes received: an empty string of a
  * repeated field is two bytes packed, a pointer and an allocation unpacked.
- * A request may take this much memory, each allocation counted with its
- * overhead; the largest a proxy sends (1024 puts with 4 KiB keys and their
- * preferred segments) unpacks into less than a fifth of it.
+ * A message may take this much memory, each allocation counted with its
+ * overhead. The largest request a proxy sends (1024 puts with 4 KiB keys and
+ * their preferred segments) unpacks into less than a fifth of the request
+ * budget; the largest reply (replica lists of 1024 keys, 64 replicas each,
+ * with 255-byte names) into about a third of the reply budget.
  */
-#define LP_UNPACK_BUDGET (32u << 20)
-#define LP_ALLOC_COST	 16 /* what malloc spends on an allocation beyond its size */
+#define LP_REQUEST_BUDGET (32u << 20)
+#define LP_REPLY_BUDGET	  (128u << 20)
+#define LP_ALLOC_COST	  16 /* what malloc spends on an allocation beyond its size */
 
 static void *budget_alloc(void *data, size_t size)
 {
@@ -111,10 +114,23 @@ static void budget_free(void *data, void *p)
 	free(p);
 }
 
+/* Unpack within budget bytes; free the result with the default allocator
+ * (both are malloc and free). NULL if undecodable or over budget. */
+static ProtobufCMessage *unpack(const ProtobufCMessageDescriptor *d, size_t budget,
+				const uint8_t *buf, size_t len)
+{
+	ProtobufCAllocator a = { budget_alloc, budget_free, &budget };
+
+	return protobuf_c_message_unpack(d, &a, len, buf);
+}
+
+ProtobufCMessage *lp_reply_unpack(const struct lp_method *mt, const void *buf, size_t len)
+{
+	return len > LP_MAX_MSG ? NULL : unpack(mt->rep, LP_REPLY_BUDGET, buf, len);
+}
+
 int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m, ProtobufCMessage **req)
 {
-	size_t left = LP_UNPACK_BUDGET;
-	ProtobufCAllocator budget = { budget_alloc, budget_free, &left };
 	const uint8_t *b = buf;
 	const struct lp_method *mt;
 	ProtobufCMessage *msg;
@@ -124,8 +140,7 @@ int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m, P
 	mt = lp_method_find(get_le32(b + 4));
 	if (!mt)
 		return LUNAR_ERR_PROTOCOL;
-	/* Freed with the default allocator: both are malloc and free. */
-	msg = protobuf_c_message_unpack(mt->req, &budget, len - LP_HDR_SIZE, b + LP_HDR_SIZE);
+	msg = unpack(mt->req, LP_REQUEST_BUDGET, b + LP_HDR_SIZE, len - LP_HDR_SIZE);
 	if (!msg)
 		return LUNAR_ERR_PROTOCOL;
 	*m = mt;

@@ -36,6 +36,12 @@ int lp_request_pack(uint32_t method, const ProtobufCMessage *req, void **buf, si
  * whose unpacked form would take more than 32 MiB).
  */
 int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m, ProtobufCMessage **req);
+/*
+ * lp_reply_unpack - parse an untrusted reply to method mt; free it with
+ * protobuf_c_message_free_unpacked(rep, NULL). NULL when it is over 64 MiB,
+ * undecodable, or its unpacked form would take more than 128 MiB.
+ */
+ProtobufCMessage *lp_reply_unpack(const struct lp_method *mt, const void *buf, size_t len);
 
 /* lp_status - the Status (field 1) of any reply message, or NULL if unset. */
 Lunar__Status *lp_status(const ProtobufCMessage *rep);

@@ -129,7 +129,7 @@ static int mc_remote(struct px_mc *mc, const struct lp_method *mt, const Protobu
 	nng_ctx_close(ctx);
 	if (rc)
 		return rc;
-	*rep = protobuf_c_message_unpack(mt->rep, NULL, nng_msg_len(reply), nng_msg_body(reply));
+	*rep = lp_reply_unpack(mt, nng_msg_body(reply), nng_msg_len(reply));
 	nng_msg_free(reply);
 	if (*rep && lp_status(*rep))
 		return 0;

@@ -231,6 +231,57 @@ static void test_master_unpack_bounded(void **state)
 	free(keys.keys);
 }
 
+static void test_master_reply_unpack_bounded(void **state)
+{
+	/* Given: the largest legitimate reply: replica lists of 1024 keys, 64
+	 * replicas each, with 255-byte segment names and endpoints */
+	const struct lp_method *mt = lp_method_find(LUNAR__METHOD__BATCH_GET_REPLICA_LIST);
+	Lunar__BatchGetReplicaListReply big = LUNAR__BATCH_GET_REPLICA_LIST_REPLY__INIT;
+	Lunar__GetReplicaListResult res = LUNAR__GET_REPLICA_LIST_RESULT__INIT, *results[1024];
+	Lunar__Replica rep = LUNAR__REPLICA__INIT, *reps[64];
+	Lunar__Status st = LUNAR__STATUS__INIT;
+	char name[256];
+	ProtobufCMessage *got;
+	size_t len;
+	uint8_t *b;
+
+	(void)state;
+	memset(name, 'n', 255);
+	name[255] = 0;
+	rep.segment = rep.endpoint = name;
+	for (size_t i = 0; i < 64; i++)
+		reps[i] = &rep;
+	res.replicas = reps;
+	res.n_replicas = 64;
+	for (size_t i = 0; i < 1024; i++)
+		results[i] = &res;
+	big.status = &st;
+	big.results = results;
+	big.n_results = 1024;
+	len = protobuf_c_message_get_packed_size(&big.base);
+	b = malloc(len);
+	assert_non_null(b);
+	protobuf_c_message_pack(&big.base, b);
+	/* Then: it unpacks */
+	got = lp_reply_unpack(mt, b, len);
+	assert_non_null(got);
+	assert_int_equal(((Lunar__BatchGetReplicaListReply *)got)->n_results, 1024);
+	protobuf_c_message_free_unpacked(got, NULL);
+	free(b);
+	/* When: 64 MiB of empty results, two bytes each packed (a struct and an
+	 * allocation each unpacked: ~2 GiB) */
+	len = LP_MAX_MSG;
+	b = malloc(len);
+	assert_non_null(b);
+	for (size_t i = 0; i < len; i += 2) {
+		b[i] = (2 << 3) | 2; /* results = 2, length-delimited */
+		b[i + 1] = 0;
+	}
+	/* Then: refused before it takes more than its budget */
+	assert_null(lp_reply_unpack(mt, b, len));
+	free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -240,6 +291,7 @@ int main(void)
 	    cmocka_unit_test(test_master_list_limit_bounded),
 	    cmocka_unit_test(test_master_tenants_without_bytes_dropped),
 	    cmocka_unit_test(test_master_unpack_bounded),
+	    cmocka_unit_test(test_master_reply_unpack_bounded),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

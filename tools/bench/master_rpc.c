@@ -157,7 +157,7 @@ static int mb_call(nng_ctx ctx, nng_aio *aio, uint32_t method, const ProtobufCMe
 	if (rv)
 		return nng_code(rv);
 	msg = nng_aio_get_msg(aio);
-	*rep = protobuf_c_message_unpack(mt->rep, NULL, nng_msg_len(msg), nng_msg_body(msg));
+	*rep = lp_reply_unpack(mt, nng_msg_body(msg), nng_msg_len(msg));
 	nng_msg_free(msg);
 	if (*rep && lp_status(*rep))
 		return lp_status(*rep)->code;
