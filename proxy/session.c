@@ -220,12 +220,12 @@ static int session_open(struct px_proxy *px, struct px_session *s)
 	return 1;
 }
 
-/* Keep the first descriptor a message brings, close any others; returns
- * how many it brought. Only the control data of a successful recvmsg is
- * read: after a failed one the buffer still holds whatever it held before. */
 /* The most descriptors Linux passes in one message (SCM_MAX_FD). */
 #define PX_SCM_MAX_FD 253
 
+/* Keep the first descriptor a message brings, close any others; returns
+ * how many it brought. Only the control data of a successful recvmsg is
+ * read: after a failed one the buffer still holds whatever it held before. */
 static size_t take_fds(struct px_session *s, struct msghdr *msg)
 {
 	size_t n = 0;
