@@ -5,6 +5,7 @@
  */
 #include "master/admin_http.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,11 +17,21 @@
 
 #define ARG_MAX 4097
 
-/* A query parameter, or "" when absent or malformed. */
-static void query_arg(const char *query, const char *name, char *buf)
+/* A query parameter into buf, "" when absent; -1 when it is malformed (a
+ * bad escape, a NUL, too long), which must not widen the query to all. */
+static int query_arg(const char *query, const char *name, char *buf)
 {
-	if (lc_http_query_get(query, name, buf, ARG_MAX) < 0)
+	int n = lc_http_query_get(query, name, buf, ARG_MAX);
+
+	if (n == -ENOENT)
 		buf[0] = '\0';
+	return n < 0 && n != -ENOENT ? -1 : 0;
+}
+
+static int bad_query(struct lc_http_reply *rep)
+{
+	rep->status = 400;
+	return lc_http_reply_printf(rep, "malformed query parameter\n");
 }
 
 static int answer(struct mst_master *m, uint32_t method, const ProtobufCMessage *rq,
@@ -47,8 +58,10 @@ static int admin_keys(struct mst_master *m, const char *query, struct lc_http_re
 
 	if (!tenant || !pattern)
 		goto out;
-	query_arg(query, "tenant", tenant);
-	query_arg(query, "pattern", pattern);
+	if (query_arg(query, "tenant", tenant) || query_arg(query, "pattern", pattern)) {
+		rc = bad_query(rep);
+		goto out;
+	}
 	if (lc_http_query_get(query, "limit", limit, sizeof(limit)) > 0)
 		rq.limit = (uint32_t)strtoul(limit, NULL, 10);
 	rq.tenant = tenant;
@@ -68,8 +81,10 @@ static int admin_stat(struct mst_master *m, const char *query, struct lc_http_re
 
 	if (!tenant || !key)
 		goto out;
-	query_arg(query, "tenant", tenant);
-	query_arg(query, "key", key);
+	if (query_arg(query, "tenant", tenant) || query_arg(query, "key", key)) {
+		rc = bad_query(rep);
+		goto out;
+	}
 	rq.tenant = tenant;
 	rq.key = key;
 	rc = answer(m, LUNAR__METHOD__STAT_KEY, &rq.base, rep);

@@ -97,24 +97,30 @@ static const char *bracket_end(const char *p)
 	return *p ? p : NULL;
 }
 
-/* The end of the interval "{m}", "{m,}" or "{m,n}" opening at p, its
- * largest count in *max; NULL when p opens none (a literal '{'). */
+/* The end of the interval opening at p, its largest count in *max: "{m}",
+ * "{m,}", "{m,n}", and glibc's "{,n}" (as "{0,n}") and "{,}". NULL when p
+ * opens none: a literal '{'. */
 static const char *interval_end(const char *p, unsigned long *max)
 {
-	unsigned long m, n;
+	const char *q = p + 1;
+	unsigned long m = 0, n;
 	char *e;
 
-	if (!isdigit((unsigned char)p[1]))
+	if (isdigit((unsigned char)*q)) {
+		m = strtoul(q, &e, 10);
+		q = e;
+	} else if (*q != ',') {
 		return NULL;
-	m = n = strtoul(p + 1, &e, 10);
-	if (*e == ',' && isdigit((unsigned char)e[1]))
-		n = strtoul(e + 1, &e, 10);
-	else if (*e == ',')
-		e++;
-	if (*e != '}')
+	}
+	n = m;
+	if (*q == ',' && isdigit((unsigned char)*++q)) {
+		n = strtoul(q, &e, 10);
+		q = e;
+	}
+	if (*q != '}')
 		return NULL;
 	*max = m > n ? m : n;
-	return e;
+	return q;
 }
 
 /*
@@ -156,6 +162,8 @@ static int pattern_cost_ok(const char *p)
 		case '?': times = 2; break;
 		case '{':
 			if ((e = interval_end(p, &max))) {
+				if (max >= PATTERN_COST_MAX)
+					return 0; /* also a count strtoul clamped */
 				times = (uint64_t)max + 1;
 				p = e;
 			} else {

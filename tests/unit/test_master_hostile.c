@@ -5,6 +5,9 @@
  */
 #include "test_master_util.h"
 
+#include "http.h"
+#include "master/admin_http.h"
+
 /* Leave a non-NULL pattern on the stack, as earlier calls on a worker
  * thread would, so that a read of an unset local shows. */
 static __attribute__((noinline)) void dirty_stack(void)
@@ -282,6 +285,34 @@ static void test_master_reply_unpack_bounded(void **state)
 	free(b);
 }
 
+/* The HTTP status of GET /admin/keys?query on m. */
+static int admin_keys_status(struct mst_master *m, const char *query)
+{
+	struct lc_http_reply rep = {.status = 200};
+
+	assert_int_equal(mst_http_handle(m, "GET", "/admin/keys", query, &rep), 0);
+	free(rep.body);
+	return rep.status;
+}
+
+static void test_master_admin_keys_refuses_bad_queries(void **state)
+{
+	/* A malformed tenant read as "" listed every tenant's keys, and
+	 * "{,n}" slipped past the pattern's cost check (5.9 s on one key, the
+	 * shard and the HTTP handler held) */
+	struct mst_master *m = master_new(NULL, NULL);
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_int_equal(put_in(m, "real", 10), 0);
+	assert_int_equal(admin_keys_status(m, "tenant=real"), 200);
+	assert_int_equal(admin_keys_status(m, "tenant=%zz"), 400);
+	assert_int_equal(admin_keys_status(m, "tenant=%00"), 400);
+	assert_int_equal(admin_keys_status(m, "tenant=real&pattern=%zz"), 400);
+	assert_int_equal(admin_keys_status(m, "pattern=(a%7B,64%7D)%7B,64%7Dx"), 400);
+	mst_master_destroy(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -292,6 +323,7 @@ int main(void)
 	    cmocka_unit_test(test_master_tenants_without_bytes_dropped),
 	    cmocka_unit_test(test_master_unpack_bounded),
 	    cmocka_unit_test(test_master_reply_unpack_bounded),
+	    cmocka_unit_test(test_master_admin_keys_refuses_bad_queries),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -262,9 +262,16 @@ static void test_master_remove_by_regex_bounds_its_cost(void **state)
 	assert_int_equal(remove_regex(m, NULL, "((((((((((((((((((((((((((((((((((a))))))))))))))))))))))))))))))))))", 1),
 			 LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(remove_regex(m, NULL, "a{0,300}x", 1), LUNAR_ERR_INVALID_PARAMS);
+	/* glibc reads "{,n}" as "{0,n}" (it took 5.9 s on a 1000-byte key) */
+	assert_int_equal(remove_regex(m, NULL, "(a{,64}){,64}x", 1), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, "((a{,40}){,40}){,40}x", 1), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, "a{,300}x", 1), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, "a{99999999999999999999999}x", 1),
+			 LUNAR_ERR_INVALID_PARAMS);
 	/* and what keys are usually matched with stays allowed */
 	assert_int_equal(remove_regex(m, NULL, "^req-[0-9a-f]{32}/layer[0-9]{1,3}$", 1), 0);
 	assert_int_equal(remove_regex(m, NULL, "^[]a]{1,8}(x|y)*[[:digit:]]+$", 1), 0);
+	assert_int_equal(remove_regex(m, NULL, "^a{,8}b{,}c$", 1), 0);
 	assert_int_equal(remove_regex(m, NULL, "^a{4000}$", 1), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(remove_regex(m, NULL, "^a+$", 1), 1);
 	mst_master_destroy(m);
