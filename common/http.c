@@ -30,7 +30,7 @@
 #define HTTP_LINGER_MS	  250	      /* drain the peer after an early answer */
 #define HTTP_LINGER_BYTES (64 * 1024) /* ... at most this much */
 #define HTTP_BACKLOG	  64
-#define HTTP_MAX_CONNS	  16 /* served at once; more wait in the backlog */
+#define HTTP_MAX_CONNS	  16 /* served at once; then the slowest sender gives way */
 #define HTTP_CT_DEFAULT	  "text/plain; charset=utf-8"
 
 struct lc_http {
@@ -41,9 +41,10 @@ struct lc_http {
 	void *arg;
 	pthread_t thread;
 	int64_t last_warn_ms; /* of accept failures, to rate-limit them */
-	pthread_mutex_t lock; /* live, stopping */
+	pthread_mutex_t lock; /* live, conns, stopping */
 	pthread_cond_t done;  /* a connection thread ended, or stopping */
 	unsigned live;	      /* connection threads running */
+	struct http_conn *conns; /* theirs */
 	bool stopping;
 	pthread_mutex_t fn_lock; /* one handler call at a time */
 };
@@ -52,6 +53,11 @@ struct lc_http {
 struct http_conn {
 	struct lc_http *h;
 	int fd;
+	struct http_conn *next; /* in h->conns */
+	/* Under h->lock: when it began to read its head (0 once read, and
+	 * before fd may close), and whether the listener took its slot. */
+	int64_t head_since_ms;
+	bool evicted;
 	char head[LC_HTTP_MAX_HEAD + 1];
 };
 
@@ -326,8 +332,15 @@ static void serve(struct http_conn *c)
 	int fd = c->fd;
 	ssize_t len = read_head(h, fd, c->head, now_ms() + LC_HTTP_TIMEOUT_MS);
 	char *method = NULL, *target = NULL;
+	bool evicted;
 	int status;
 
+	pthread_mutex_lock(&h->lock);
+	c->head_since_ms = 0;
+	evicted = c->evicted;
+	pthread_mutex_unlock(&h->lock);
+	if (evicted)
+		goto out_close;
 	if (len == -E2BIG) {
 		send_error(h, fd, 431, "");
 		goto out_linger;
@@ -375,8 +388,14 @@ static void *conn_main(void *p)
 	struct lc_http *h = c->h;
 
 	serve(c);
-	free(c);
 	pthread_mutex_lock(&h->lock);
+	for (struct http_conn **pp = &h->conns; *pp; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	free(c);
 	h->live--;
 	pthread_cond_broadcast(&h->done);
 	pthread_mutex_unlock(&h->lock);
@@ -394,9 +413,11 @@ static void conn_start(struct lc_http *h, int fd)
 
 	if (!rc) {
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		*c = (struct http_conn){.h = h, .fd = fd};
+		*c = (struct http_conn){.h = h, .fd = fd, .head_since_ms = now_ms()};
 		pthread_mutex_lock(&h->lock);
 		h->live++;
+		c->next = h->conns;
+		h->conns = c;
 		pthread_mutex_unlock(&h->lock);
 		rc = pthread_create(&t, &attr, conn_main, c);
 		pthread_attr_destroy(&attr);
@@ -413,15 +434,36 @@ static void conn_start(struct lc_http *h, int fd)
 	}
 }
 
-/* Wait until fewer than HTTP_MAX_CONNS connections are served: 0, or -1
- * when the server is stopping. */
+/* Shut down the connection that has waited longest for the rest of its
+ * head (unless one is already on its way out), so that sockets that send
+ * nothing cannot keep a waiting client out. h->lock held. */
+static void evict_slowest(struct lc_http *h)
+{
+	struct http_conn *slow = NULL;
+
+	for (struct http_conn *c = h->conns; c; c = c->next) {
+		if (c->evicted)
+			return;
+		if (c->head_since_ms && (!slow || c->head_since_ms < slow->head_since_ms))
+			slow = c;
+	}
+	if (!slow)
+		return; /* every one has its head: wait for one to finish */
+	slow->evicted = true;
+	shutdown(slow->fd, SHUT_RDWR); /* its thread sees the end of input */
+}
+
+/* A connection waits: make room for it, wait until fewer than
+ * HTTP_MAX_CONNS connections are served. 0, or -1 when stopping. */
 static int wait_for_room(struct lc_http *h)
 {
 	int stopping;
 
 	pthread_mutex_lock(&h->lock);
-	while (h->live >= HTTP_MAX_CONNS && !h->stopping)
+	while (h->live >= HTTP_MAX_CONNS && !h->stopping) {
+		evict_slowest(h);
 		pthread_cond_wait(&h->done, &h->lock);
+	}
 	stopping = h->stopping;
 	pthread_mutex_unlock(&h->lock);
 	return stopping ? -1 : 0;
@@ -436,14 +478,12 @@ static void *http_main(void *p)
 					{.fd = h->wake[0], .events = POLLIN}};
 		int fd;
 
-		if (wait_for_room(h))
-			break;
 		if (poll(pfd, 2, -1) < 0) {
 			if (errno != EINTR)
 				poll(&pfd[1], 1, 100);
 			continue;
 		}
-		if (pfd[1].revents)
+		if (pfd[1].revents || wait_for_room(h))
 			break;
 		fd = accept4(h->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&

@@ -418,6 +418,32 @@ static void test_http_slow_clients_do_not_delay_others(void **state)
 	assert_int_equal(f->calls, 1);
 }
 
+/* More silent sockets than the server serves at once: a new request takes
+ * the slot of the one silent longest (it waited out their 2 s timeout). */
+static void test_http_silent_sockets_give_way(void **state)
+{
+	enum { SILENT = 20 };
+	struct http_fixture *f = *state;
+	int silent[SILENT];
+	int64_t t0, waited;
+	char *r;
+
+	for (int i = 0; i < SILENT; i++) {
+		silent[i] = connect_port(f->port);
+		assert_true(silent[i] >= 0);
+	}
+	usleep(100 * 1000); /* the server holds as many as it serves */
+	t0 = now_ms();
+	r = get(f->port, "GET /health HTTP/1.1\r\n\r\n");
+	waited = now_ms() - t0;
+	assert_int_equal(status_of(r), 200);
+	assert_true(waited < LC_HTTP_TIMEOUT_MS / 2);
+	free(r);
+	for (int i = 0; i < SILENT; i++)
+		close(silent[i]);
+	assert_int_equal(f->calls, 1);
+}
+
 static void test_http_stop_joins(void **state)
 {
 	struct http_fixture *f = *state;
@@ -480,6 +506,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_http_oversize_head_rejected, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_http_garbage_rejected, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_http_slow_clients_do_not_delay_others, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_silent_sockets_give_way, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_http_stop_joins, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_http_start_errors, setup, teardown),
 	    cmocka_unit_test(test_http_reply_printf_grows),
