@@ -389,14 +389,24 @@ static void test_http_garbage_rejected(void **state)
 /* Clients that stall mid-request hold only their own connections: a probe
  * is answered meanwhile (serially it would wait 10 x 2 s), and each staller
  * gets 408 after the timeout. */
+/* How long a /health request took to be answered (200), in ms. */
+static int64_t health_ms(uint16_t port)
+{
+	int64_t t0 = now_ms();
+	char *r = get(port, "GET /health HTTP/1.1\r\n\r\n");
+	int64_t waited = now_ms() - t0;
+
+	assert_int_equal(status_of(r), 200);
+	free(r);
+	return waited;
+}
+
 static void test_http_slow_clients_do_not_delay_others(void **state)
 {
 	enum { SLOW = 10 };
 	struct http_fixture *f = *state;
 	int slow[SLOW];
-	int64_t t0, waited;
 	char buf[512];
-	char *r;
 
 	for (int i = 0; i < SLOW; i++) {
 		slow[i] = connect_port(f->port);
@@ -404,12 +414,7 @@ static void test_http_slow_clients_do_not_delay_others(void **state)
 		send_str(slow[i], "GET /health HTTP/1.1\r\nHost: x\r\n", 31);
 	}
 	usleep(100 * 1000); /* the server is now reading the slow ones */
-	t0 = now_ms();
-	r = get(f->port, "GET /health HTTP/1.1\r\n\r\n");
-	waited = now_ms() - t0;
-	assert_int_equal(status_of(r), 200);
-	assert_true(waited < LC_HTTP_TIMEOUT_MS / 2);
-	free(r);
+	assert_true(health_ms(f->port) < LC_HTTP_TIMEOUT_MS / 2);
 	for (int i = 0; i < SLOW; i++) {
 		read_all(slow[i], buf, sizeof(buf));
 		assert_int_equal(status_of(buf), 408);
@@ -425,20 +430,13 @@ static void test_http_silent_sockets_give_way(void **state)
 	enum { SILENT = 20 };
 	struct http_fixture *f = *state;
 	int silent[SILENT];
-	int64_t t0, waited;
-	char *r;
 
 	for (int i = 0; i < SILENT; i++) {
 		silent[i] = connect_port(f->port);
 		assert_true(silent[i] >= 0);
 	}
 	usleep(100 * 1000); /* the server holds as many as it serves */
-	t0 = now_ms();
-	r = get(f->port, "GET /health HTTP/1.1\r\n\r\n");
-	waited = now_ms() - t0;
-	assert_int_equal(status_of(r), 200);
-	assert_true(waited < LC_HTTP_TIMEOUT_MS / 2);
-	free(r);
+	assert_true(health_ms(f->port) < LC_HTTP_TIMEOUT_MS / 2);
 	for (int i = 0; i < SILENT; i++)
 		close(silent[i]);
 	assert_int_equal(f->calls, 1);
