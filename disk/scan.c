@@ -114,8 +114,8 @@ static int dsk_scan_valid(const char *p, size_t left, const struct dsk_meta_hdr 
 		return 0;
 	if (h->rec_len != dsk_meta_size(h->tenant_len, h->key_len) || h->rec_len > left)
 		return 0;
-	if (h->type == DSK_META_PUT &&
-	    (!h->length || h->offset % DSK_ALIGN || h->length > UINT64_MAX / 2 - h->offset))
+	if (h->type == DSK_META_PUT && (!h->length || h->offset % DSK_ALIGN || h->offset > UINT64_MAX / 2 ||
+					h->length > UINT64_MAX / 2 - h->offset))
 		return 0;
 	crc = lc_crc32c(0, p, 4);
 	crc = lc_crc32c(crc, zero, 4);
@@ -216,10 +216,17 @@ static int dsk_scan_read_meta(struct dsk_ioctx *c, int fd, char **out, size_t *s
 	return 0;
 }
 
-/* Turn verified entries into live records of b. */
+/*
+ * Turn verified entries into live records of b, whose data file holds
+ * data_bytes: a record past it, or larger than the store, is not read (a
+ * crafted length could have the scan read a sparse terabyte). Only verified
+ * records count towards the bucket's size.
+ */
 static void dsk_scan_verify(struct dsk_store *s, struct dsk_ioctx *c, struct dsk_bucket *b,
-			    struct dsk_scan_meta *m)
+			    struct dsk_scan_meta *m, uint64_t data_bytes)
 {
+	uint64_t limit = data_bytes < s->cfg.capacity ? data_bytes : s->cfg.capacity;
+
 	for (size_t i = 0; i < m->n; i++) {
 		struct dsk_scan_ent *e = &m->v[i];
 		const char *key = e->tenant + e->tlen;
@@ -228,14 +235,15 @@ static void dsk_scan_verify(struct dsk_store *s, struct dsk_ioctx *c, struct dsk
 
 		if (e->idx + 1 > b->count)
 			b->count = e->idx + 1;
-		if (DSK_PAD(e->off + e->len, DSK_ALIGN) > b->data_end)
-			b->data_end = DSK_PAD(e->off + e->len, DSK_ALIGN);
 		if (e->deleted || (e->idx < b->recs_cap && b->recs[e->idx]))
 			continue;
-		if (dsk_read_crc(c, b->dfd, e->off, e->len, NULL, 0, &crc) < 0 || crc != e->crc) {
+		if (e->off > limit || e->len > limit - e->off ||
+		    dsk_read_crc(c, b->dfd, e->off, e->len, NULL, 0, &crc) < 0 || crc != e->crc) {
 			m->dropped++;
 			continue;
 		}
+		if (DSK_PAD(e->off + e->len, DSK_ALIGN) > b->data_end)
+			b->data_end = DSK_PAD(e->off + e->len, DSK_ALIGN);
 		r = dsk_rec_alloc(e->tenant, e->tlen, key, e->klen);
 		if (!r) {
 			m->dropped++;
@@ -276,6 +284,7 @@ static int dsk_scan_bucket(struct dsk_store *s, struct dsk_ioctx *c, uint32_t id
 	struct stat sb;
 	char *buf = NULL;
 	size_t size = 0;
+	uint64_t data_bytes;
 	int dfd = -1, mfd;
 
 	mfd = dsk_bucket_fd_open(s, id, "meta", 0);
@@ -301,9 +310,15 @@ static int dsk_scan_bucket(struct dsk_store *s, struct dsk_ioctx *c, uint32_t id
 	b = dsk_bucket_alloc(id, dfd, mfd);
 	if (!b)
 		goto err_close;
-	dsk_scan_verify(s, c, b, &m);
-	if (fstat(dfd, &sb) == 0 && DSK_PAD((uint64_t)sb.st_size, DSK_ALIGN) > b->data_end)
-		b->data_end = DSK_PAD((uint64_t)sb.st_size, DSK_ALIGN);
+	if (fstat(dfd, &sb))
+		sb.st_size = sb.st_blocks = 0;
+	dsk_scan_verify(s, c, b, &m, (uint64_t)sb.st_size);
+	/* What the data file takes on disk: its size, but not its holes. */
+	data_bytes = (uint64_t)sb.st_size;
+	if (data_bytes > (uint64_t)sb.st_blocks * 512)
+		data_bytes = (uint64_t)sb.st_blocks * 512;
+	if (DSK_PAD(data_bytes, DSK_ALIGN) > b->data_end)
+		b->data_end = DSK_PAD(data_bytes, DSK_ALIGN);
 	b->meta_end = DSK_PAD(size, DSK_META_ALIGN);
 	b->sealed = 1;
 	b->last_use = ++s->tick;

@@ -588,6 +588,73 @@ static void test_disk_bad_key_in_metadata(void **st)
 	dsk_store_close(s);
 }
 
+/* Grow bucket id's data file to size bytes, as a sparse file. */
+static void sparse_dat(uint32_t id, uint64_t size)
+{
+	char p[400];
+
+	bucket_file(id, "dat", p, sizeof(p));
+	assert_int_equal(truncate(p, (off_t)size), 0);
+}
+
+/* What the store takes of its capacity, after a restart. */
+static uint64_t used_of(struct dsk_store *s)
+{
+	struct dsk_stats stt;
+
+	dsk_stats(s, &stt);
+	return stt.used;
+}
+
+/* A record whose metadata checksum holds but whose length runs 1 TiB into a
+ * sparse data file: the scan read all of it before comparing its checksum,
+ * and the start-up never ended. Now it is dropped unread. */
+static void test_disk_huge_length_not_read(void **st)
+{
+	struct dsk_config cfg = cfg_base(64 * MIB);
+	struct dsk_scan_stats scan;
+	struct dsk_store *s = open_ok(&cfg, NULL);
+	uint64_t len = (1ull << 40) - 64 * KIB;
+
+	put3(s);
+	dsk_store_close(s);
+	sparse_dat(1, 1ull << 40);
+	patch_record(1, 1, offsetof(struct dsk_meta_hdr, length), &len, sizeof(len)); /* "b" */
+	alarm(20); /* the old scan: hours */
+	s = open_ok(&cfg, &scan);
+	alarm(0);
+	assert_int_equal(scan.records_ok, 2);
+	assert_int_equal(scan.records_dropped, 1);
+	/* and the holes do not count as used: a put evicts nothing */
+	assert_true(used_of(s) < cfg.capacity);
+	assert_int_equal(put_pat(s, "d", 4 * KIB, 4, 0), 0);
+	assert_int_equal(get_pat(s, "a", 64 * KIB, 1, 0), 64 * KIB);
+	dsk_store_close(s);
+}
+
+/* A dropped record (past the data file) near 2^63 set the bucket's size:
+ * used jumped past the capacity, the next put evicted the good records and
+ * still failed. Only verified records count now. */
+static void test_disk_dropped_record_not_counted(void **st)
+{
+	struct dsk_config cfg = cfg_base(64 * MIB);
+	struct dsk_scan_stats scan;
+	struct dsk_store *s = open_ok(&cfg, NULL);
+	uint64_t off = 0x7ffffffffffff000ull, len = 0xfff;
+
+	put3(s);
+	dsk_store_close(s);
+	patch_record(1, 1, offsetof(struct dsk_meta_hdr, offset), &off, sizeof(off)); /* "b" */
+	patch_record(1, 1, offsetof(struct dsk_meta_hdr, length), &len, sizeof(len));
+	s = open_ok(&cfg, &scan);
+	assert_int_equal(scan.records_dropped, 1);
+	assert_true(used_of(s) < cfg.capacity);
+	assert_int_equal(put_pat(s, "d", 4 * KIB, 4, 0), 0);
+	assert_int_equal(get_pat(s, "a", 64 * KIB, 1, 0), 64 * KIB);
+	assert_int_equal(get_pat(s, "c", 64 * KIB, 3, 0), 64 * KIB);
+	dsk_store_close(s);
+}
+
 /* Out of descriptors at restart: the buckets that cannot be opened are left
  * on disk (once: deleted as unusable), and a later start finds them all. */
 static void test_disk_out_of_descriptors_keeps_buckets(void **st)
@@ -1041,6 +1108,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_disk_torn_metadata, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_hostile_metadata, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_bad_key_in_metadata, setup_var, teardown),
+	    cmocka_unit_test_setup_teardown(test_disk_huge_length_not_read, setup_var, teardown),
+	    cmocka_unit_test_setup_teardown(test_disk_dropped_record_not_counted, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_out_of_descriptors_keeps_buckets, setup_var,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_fifo_evicts_oldest, setup_var, teardown),
