@@ -37,9 +37,17 @@ struct dsk_scan_ent {
 	int deleted;
 };
 
+/* A DEL record: it deletes the PUTs of idx among the first `before` entries. */
+struct dsk_scan_del {
+	uint32_t idx;
+	size_t before;
+};
+
 struct dsk_scan_meta {
 	struct dsk_scan_ent *v;
 	size_t n, cap;
+	struct dsk_scan_del *del;
+	size_t ndel, del_cap;
 	uint64_t dropped;
 };
 
@@ -48,6 +56,21 @@ static int dsk_scan_cmp(const void *a, const void *b)
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
 
 	return x < y ? -1 : x > y;
+}
+
+/* Grow *v (of *cap elements of size each) to hold one more than n. */
+static int dsk_scan_grow(void **v, size_t *cap, size_t n, size_t size)
+{
+	void *p;
+
+	if (n < *cap)
+		return 0;
+	p = realloc(*v, (*cap ? *cap * 2 : 64) * size);
+	if (!p)
+		return LUNAR_ERR_INTERNAL;
+	*v = p;
+	*cap = *cap ? *cap * 2 : 64;
+	return 0;
 }
 
 /* Bucket ids present in the directory, sorted, without duplicates. */
@@ -71,14 +94,8 @@ static int dsk_scan_ids(struct dsk_store *s, uint32_t **out, size_t *n)
 		    strlen(de->d_name) != (size_t)used ||
 		    (strcmp(ext, "dat") && strcmp(ext, "meta")))
 			continue;
-		if (*n == cap) {
-			uint32_t *v = realloc(ids, (cap ? cap * 2 : 64) * sizeof(*v));
-
-			if (!v)
-				goto err;
-			ids = v;
-			cap = cap ? cap * 2 : 64;
-		}
+		if (dsk_scan_grow((void **)&ids, &cap, *n, sizeof(*ids)))
+			goto err;
 		ids[(*n)++] = id;
 	}
 	closedir(d);
@@ -131,20 +148,13 @@ static int dsk_scan_valid(const char *p, size_t left, const struct dsk_meta_hdr 
 static int dsk_scan_add(struct dsk_scan_meta *m, const char *p, const struct dsk_meta_hdr *h)
 {
 	if (h->type == DSK_META_DEL) {
-		for (size_t i = m->n; i-- > 0;)
-			if (m->v[i].idx == h->index)
-				m->v[i].deleted = 1;
+		if (dsk_scan_grow((void **)&m->del, &m->del_cap, m->ndel, sizeof(*m->del)))
+			return LUNAR_ERR_INTERNAL;
+		m->del[m->ndel++] = (struct dsk_scan_del){.idx = h->index, .before = m->n};
 		return 0;
 	}
-	if (m->n == m->cap) {
-		size_t cap = m->cap ? m->cap * 2 : 64;
-		struct dsk_scan_ent *v = realloc(m->v, cap * sizeof(*v));
-
-		if (!v)
-			return LUNAR_ERR_INTERNAL;
-		m->v = v;
-		m->cap = cap;
-	}
+	if (dsk_scan_grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)))
+		return LUNAR_ERR_INTERNAL;
 	m->v[m->n++] = (struct dsk_scan_ent){
 	    .idx = h->index,
 	    .crc = h->data_crc,
@@ -157,11 +167,43 @@ static int dsk_scan_add(struct dsk_scan_meta *m, const char *p, const struct dsk
 	return 0;
 }
 
-/* Parse buf[0..size): valid records into m, torn or corrupt ones counted. */
+/*
+ * Mark the entries the DEL records delete: a DEL deletes the PUTs of its
+ * index written before it. Sorted by index, with the last DEL of each index
+ * kept, each entry costs one binary search (a file of n PUTs and n DELs is
+ * O(n log n), not O(n^2)).
+ */
+static void dsk_scan_apply_dels(struct dsk_scan_meta *m)
+{
+	size_t k = 0;
+
+	if (!m->ndel)
+		return;
+	qsort(m->del, m->ndel, sizeof(*m->del), dsk_scan_cmp);
+	for (size_t i = 0; i < m->ndel; i++) {
+		if (k && m->del[k - 1].idx == m->del[i].idx) {
+			if (m->del[i].before > m->del[k - 1].before)
+				m->del[k - 1].before = m->del[i].before;
+		} else {
+			m->del[k++] = m->del[i];
+		}
+	}
+	m->ndel = k;
+	for (size_t i = 0; i < m->n; i++) {
+		const struct dsk_scan_del *d =
+		    bsearch(&m->v[i].idx, m->del, m->ndel, sizeof(*m->del), dsk_scan_cmp);
+
+		m->v[i].deleted = d && i < d->before;
+	}
+}
+
+/* Parse buf[0..size): valid PUT records into m, marked deleted as the DEL
+ * records say; torn or corrupt ones counted. */
 static int dsk_scan_parse(const char *buf, size_t size, uint32_t max_idx, struct dsk_scan_meta *m)
 {
 	const uint32_t magic = DSK_META_MAGIC;
 	size_t pos = 0;
+	int rc = 0;
 
 	while (pos < size) {
 		struct dsk_meta_hdr h;
@@ -182,11 +224,17 @@ static int dsk_scan_parse(const char *buf, size_t size, uint32_t max_idx, struct
 			pos += DSK_META_ALIGN;
 			continue;
 		}
-		if (dsk_scan_add(m, buf + pos, &h) < 0)
-			return LUNAR_ERR_INTERNAL;
+		rc = dsk_scan_add(m, buf + pos, &h);
+		if (rc < 0)
+			break;
 		pos += h.rec_len;
 	}
-	return 0;
+	if (!rc)
+		dsk_scan_apply_dels(m);
+	free(m->del);
+	m->del = NULL;
+	m->ndel = m->del_cap = 0;
+	return rc;
 }
 
 static int dsk_scan_read_meta(struct dsk_ioctx *c, int fd, char **out, size_t *size)

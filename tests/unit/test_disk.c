@@ -655,6 +655,62 @@ static void test_disk_dropped_record_not_counted(void **st)
 	dsk_store_close(s);
 }
 
+/* Append one record to fd: index idx naming key, and for a PUT the data
+ * [0, len) with checksum crc. */
+static void meta_append(int fd, enum dsk_meta_type type, uint32_t idx, const char *key,
+			uint64_t len, uint32_t crc)
+{
+	unsigned char r[512];
+	uint32_t n = dsk_meta_size(strlen(T), strlen(key));
+
+	assert_true(n <= sizeof(r));
+	dsk_meta_encode(r, type, idx, 0, len, crc, T, strlen(T), key, strlen(key));
+	assert_int_equal(write(fd, r, n), (ssize_t)n);
+}
+
+/* A metadata file of many PUT records, each later deleted: the scan matched
+ * every DEL against every record before it (160k of each: ~10^10 steps,
+ * tens of seconds; a full 256 MiB file, hours). A PUT after the deletions
+ * stays live, and the deleted records count as neither kept nor dropped. */
+static void test_disk_many_deletions_scan_fast(void **st)
+{
+	enum { N = 160000 };
+	struct dsk_config cfg = cfg_base(64 * MIB);
+	struct dsk_scan_stats scan;
+	struct dsk_store *s;
+	unsigned char data[4 * KIB];
+	char p[400], key[16];
+	int mfd, dfd;
+
+	cfg.bucket_objects = 1u << 20;
+	dsk_store_close(open_ok(&cfg, NULL)); /* makes the directory */
+	fill(data, sizeof(data), 7);
+	bucket_file(1, "dat", p, sizeof(p));
+	dfd = open(p, O_CREAT | O_WRONLY, 0644);
+	assert_true(dfd >= 0);
+	assert_int_equal(write(dfd, data, sizeof(data)), (ssize_t)sizeof(data));
+	close(dfd);
+	bucket_file(1, "meta", p, sizeof(p));
+	mfd = open(p, O_CREAT | O_WRONLY, 0644);
+	assert_true(mfd >= 0);
+	for (uint32_t i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "k%u", i);
+		meta_append(mfd, DSK_META_PUT, i, key, sizeof(data), lc_crc32c(0, data, sizeof(data)));
+	}
+	for (uint32_t i = 0; i < N; i++)
+		meta_append(mfd, DSK_META_DEL, i, "k", 0, 0);
+	meta_append(mfd, DSK_META_PUT, N, "live", sizeof(data), lc_crc32c(0, data, sizeof(data)));
+	close(mfd);
+	alarm(10);
+	s = open_ok(&cfg, &scan);
+	alarm(0);
+	assert_int_equal(scan.records_ok, 1);
+	assert_int_equal(scan.records_dropped, 0);
+	assert_int_equal(get_pat(s, "k0", 4 * KIB, 7, 0), LUNAR_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(get_pat(s, "live", 4 * KIB, 7, 0), 4 * KIB);
+	dsk_store_close(s);
+}
+
 /* Out of descriptors at restart: the buckets that cannot be opened are left
  * on disk (once: deleted as unusable), and a later start finds them all. */
 static void test_disk_out_of_descriptors_keeps_buckets(void **st)
@@ -1110,6 +1166,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_disk_bad_key_in_metadata, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_huge_length_not_read, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_dropped_record_not_counted, setup_var, teardown),
+	    cmocka_unit_test_setup_teardown(test_disk_many_deletions_scan_fast, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_out_of_descriptors_keeps_buckets, setup_var,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_fifo_evicts_oldest, setup_var, teardown),
