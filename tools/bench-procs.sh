@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench-procs.sh - many application processes on one standalone proxy: for
 # each size and process count, that many lunar-bench processes (one thread
-# each, their own keys) start together; every byte read back is checked.
+# each, their own keys) start every phase together (--sync-file); every
+# byte read back is checked.
 # Prints a markdown table: aggregate put and get ops/s = all operations of
 # the cell / the span from the first process's phase start to the last
 # one's phase end (gets include checking the bytes), and the median of the
@@ -44,12 +45,13 @@ for size in "${SIZES[@]}"; do
 		count=$((TOTAL[$size] / n))
 		mkdir -p "$dir"
 		bl_record "$BIN/lunar-bench" --socket "$sock" --size "$size" --count "$count" \
-			--threads 1 --baseline-size 0
-		BL_CMDS[-1]+="   # x $n processes at once"
+			--threads 1 --baseline-size 0 --sync-file "$dir/sync" --sync-procs "$n"
+		BL_CMDS[-1]+="   # x $n processes"
 		pids=()
 		for i in $(seq "$n"); do
 			timeout --kill-after=5 "$CELL_SECS" "$BIN/lunar-bench" --socket "$sock" \
 				--size "$size" --count "$count" --threads 1 --baseline-size 0 \
+				--sync-file "$dir/sync" --sync-procs "$n" \
 				>"$dir/p$i.out" 2>"$dir/p$i.err" &
 			pids+=($!)
 		done
@@ -68,10 +70,11 @@ echo
 bl_machine
 echo
 echo "One standalone proxy (embedded master, 2 GiB segment); N lunar-bench processes of"
-echo "one thread each start together, each with its share of the objects and its own"
-echo "keys. ops/s: all operations of the cell over the span from the first process's"
-echo "phase start to the last one's phase end (a get phase includes checking every"
-echo "byte); p50: the median of the processes' p50 latencies."
+echo "one thread each, each with its share of the objects and its own keys, start"
+echo "every phase together (a barrier in a shared file: --sync-file). ops/s: all"
+echo "operations of the cell over the span from the first process's phase start to"
+echo "the last one's phase end (a get phase includes checking every byte); p50: the"
+echo "median of the processes' p50 latencies."
 echo
 echo "| size | processes | objects | put ops/s | get ops/s | put p50 µs | get p50 µs | errors |"
 echo "|---|---|---|---|---|---|---|---|"

@@ -33,6 +33,7 @@ static const char *const phase_names[] = {"put", "exists", "get", "rm"};
 #define BENCH_ERR_SHOWN	      5		   /* failures printed in full; the rest are counted */
 #define BENCH_BASELINE_PASSES 8
 #define BENCH_BASELINE_NS     300000000ull
+#define BENCH_SYNC_MS	      60000 /* --sync-file: how long to wait for the others */
 /* Each value is a window of one pseudo-random pattern, at offset 8*i for
  * object i: no fill cost on the put path, and distinct windows for up to
  * PAT_SPAN_MAX/8 objects, so a read returning another object's bytes is caught. */
@@ -46,6 +47,9 @@ struct bench {
 	const char *prefix;
 	int keep;
 	int zero_copy; /* values and get buffers in lunar_alloc memory */
+	const char *sync_path; /* --sync-file: phases start with other processes */
+	unsigned sync_procs;
+	struct bench_sync sync;
 	pid_t pid;
 	struct lunar_client *c;
 	unsigned char *pattern; /* size + span bytes */
@@ -101,6 +105,10 @@ static const char usage_text[] =
     "  --baseline-size SIZE   source (and destination) set for the copy baseline\n"
     "                         (default 256MiB each, well beyond the last-level cache\n"
     "                         so both ends are cold; 0 skips it)\n"
+    "  --sync-file PATH       start every phase together with the other processes\n"
+    "  --sync-procs N         given the same PATH, N of them in all (a new path per\n"
+    "                         run; it is created as zeros); a process gives up when\n"
+    "                         the others have not come within 60 s\n"
     "  -h, --help             this text\n"
     "\n"
     "Figures (GB = 1e9 bytes, latencies per call, percentiles nearest-rank):\n"
@@ -403,6 +411,13 @@ static int parse_one(struct bench *b, int argc, char **argv, int *i)
 		b->opts.tenant = v;
 	else if ((v = bench_opt_value(argc, argv, i, "--prefix", &missing)))
 		b->prefix = v;
+	else if ((v = bench_opt_value(argc, argv, i, "--sync-file", &missing)))
+		b->sync_path = v;
+	else if ((v = bench_opt_value(argc, argv, i, "--sync-procs", &missing))) {
+		rc = bench_parse_num("--sync-procs", v, 0, 1, 1000000, &x);
+		b->sync_procs = (unsigned)x;
+		return rc;
+	}
 	else if ((v = bench_opt_value(argc, argv, i, "--size", &missing)))
 		return bench_parse_num("--size", v, 1, 1, BENCH_MAX_SIZE, &b->size);
 	else if ((v = bench_opt_value(argc, argv, i, "--count", &missing)))
@@ -442,6 +457,8 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		if (rc)
 			return rc;
 	}
+	if (!b->sync_path != !b->sync_procs)
+		return bench_usage_error("--sync-file and --sync-procs go together");
 	if (strlen(b->prefix) + BENCH_KEY_ROOM > LUNAR_KEY_MAX)
 		return bench_usage_error("--prefix is longer than %d bytes",
 					 LUNAR_KEY_MAX - BENCH_KEY_ROOM);
@@ -464,6 +481,7 @@ static void print_config(struct bench *b)
 	printf("key_prefix=%s-%d-\n", b->prefix, (int)b->pid);
 	printf("keep=%d\n", b->keep);
 	printf("zero_copy=%d\n", b->zero_copy);
+	printf("sync_procs=%u\n", b->sync_procs);
 	printf("arena_bytes=%zu\n", b->opts.arena_bytes);
 	printf("baseline_bytes=%llu\n", (unsigned long long)b->baseline_bytes);
 	fflush(stdout);
@@ -552,6 +570,8 @@ static int64_t run_phases(struct bench *b, struct worker *ws)
 	for (int ph = PH_PUT; ph <= PH_RM; ph++) {
 		if (ph == PH_RM && b->keep)
 			break;
+		if (b->sync_path && bench_sync_wait(&b->sync, (unsigned)ph, BENCH_SYNC_MS))
+			return -1;
 		if (run_phase(b, ws, (enum phase)ph, &f))
 			return -1;
 		print_figures(b, phase_names[ph], &f, ph == PH_PUT || ph == PH_GET);
@@ -607,6 +627,11 @@ int main(int argc, char **argv)
 		rc = EXIT_NOCONN;
 		goto out_free;
 	}
+	if (b.sync_path && bench_sync_open(&b.sync, b.sync_path, b.sync_procs)) {
+		lunar_close(b.c);
+		rc = EXIT_FAIL;
+		goto out_free;
+	}
 	if (b.zero_copy && zero_copy_init(&b, ws)) {
 		fprintf(stderr, "lunar-bench: lunar_alloc failed for --zero-copy\n");
 		lunar_close(b.c);
@@ -620,6 +645,7 @@ int main(int argc, char **argv)
 	baseline(&b);
 	rc = errors == 0 ? EXIT_OK : EXIT_FAIL;
 out_free:
+	bench_sync_close(&b.sync);
 	workers_free(&b, ws);
 	free(b.pattern);
 	free(b.lat);

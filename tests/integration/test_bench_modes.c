@@ -4,7 +4,8 @@
  * --trace --simulate-only counts the trace's unique blocks (skipped without
  * the trace beside the repo), and two processes against one proxy each
  * bound their phases on the shared monotonic clock (what bench-procs.sh
- * adds up), with every byte checked, and the copy baselines (cold source and
+ * adds up), with every byte checked, --sync-file starts their phases
+ * together, and the copy baselines (cold source and
  * destination, and memcpy into a cached destination) are all given.
  */
 #include <setjmp.h>
@@ -129,6 +130,44 @@ static void test_bench_modes_phase_clock(void **state)
 	h_cleanup();
 }
 
+/* --sync-file: a process waits at each phase for the others. The first one
+ * starts its puts only once the second, started 1 s later, is there, and
+ * its gets only once the second has done its exists. A used file, or one
+ * flag without the other, is refused. */
+static void test_bench_modes_sync_file(void **state)
+{
+	char cmd[PATH_MAX + 256], args[PATH_MAX + 128], out[2][8192];
+	unsigned long long second;
+	FILE *f[2];
+
+	(void)state;
+	bench_node(cmd, "--size 4KiB --count 500 --baseline-size 0");
+	snprintf(cmd + strlen(cmd), PATH_MAX + 256 - strlen(cmd), " --sync-file %s --sync-procs 2",
+		 h_path("sync"));
+	H_ASSERT((f[0] = popen(cmd, "r")) != NULL);
+	usleep(1000000);
+	second = (unsigned long long)h_now_ms() * 1000000ull;
+	H_ASSERT((f[1] = popen(cmd, "r")) != NULL);
+	for (int i = 0; i < 2; i++) {
+		size_t n = fread(out[i] + 1, 1, sizeof(out[i]) - 2, f[i]);
+
+		out[i][0] = '\n';
+		out[i][n + 1] = '\0';
+		H_ASSERT_EQ(pclose(f[i]), 0);
+		H_ASSERT_EQ(figure(out[i], "errors"), 0);
+	}
+	H_ASSERT(figure(out[0], "put_start_ns") >= second);
+	H_ASSERT(figure(out[0], "get_start_ns") >= figure(out[1], "exists_end_ns"));
+	H_ASSERT(figure(out[1], "get_start_ns") >= figure(out[0], "exists_end_ns"));
+	/* the file has seen its two processes: a third is told so */
+	H_ASSERT_EQ(run(cmd, out[0], sizeof(out[0])), 1);
+	strcat(cmd, " --sync-procs 0");
+	H_ASSERT_EQ(run(cmd, out[0], sizeof(out[0])), 2);
+	snprintf(args, sizeof(args), "%s --sync-file x 2>/dev/null", h_bin("lunar-bench"));
+	H_ASSERT_EQ(run(args, out[0], sizeof(out[0])), 2);
+	h_cleanup();
+}
+
 static void test_bench_modes_copy_baselines(void **state)
 {
 	char cmd[PATH_MAX + 256], out[8192];
@@ -151,6 +190,7 @@ int main(void)
 	    cmocka_unit_test(test_bench_modes_evict_round),
 	    cmocka_unit_test(test_bench_modes_trace_simulation),
 	    cmocka_unit_test(test_bench_modes_phase_clock),
+	    cmocka_unit_test(test_bench_modes_sync_file),
 	    cmocka_unit_test(test_bench_modes_copy_baselines),
 	};
 

@@ -63,6 +63,22 @@ void bench_print_lat(const char *name, uint64_t *v, uint64_t n);
 /* bench_vm_rss_kib - VmRSS of pid from /proc/<pid>/status, or -1. */
 int64_t bench_vm_rss_kib(int pid);
 
+/* A barrier across processes that map one file: each phase starts once
+ * every process reached it (lunar-bench --sync-file). */
+struct bench_sync {
+	uint32_t *count; /* arrivals per barrier, in the shared mapping */
+	unsigned procs;
+};
+
+/* bench_sync_open - map path (created as zeros if absent: a fresh path per
+ * run), shared by procs processes. 0, or -1 after printing why. */
+int bench_sync_open(struct bench_sync *s, const char *path, unsigned procs);
+/* bench_sync_wait - arrive at barrier k (< 1024) and sleep until all procs
+ * have: 0; -1 after printing why when they have not within timeout_ms, or
+ * more arrived than procs (a file used before). */
+int bench_sync_wait(struct bench_sync *s, unsigned k, unsigned timeout_ms);
+void bench_sync_close(struct bench_sync *s);
+
 /* The modes; each parses its own argv and returns an exit code. */
 int bench_master_main(int argc, char **argv);
 int bench_trace_main(int argc, char **argv);
