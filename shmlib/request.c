@@ -309,6 +309,29 @@ static int64_t get_refit(struct lunar_client *c, const struct shm_op *op, struct
 	return rc;
 }
 
+/*
+ * A batch too large to stage at once, though each value may fit: run it as
+ * two requests, halving again as needed, so values are never refused for
+ * their sum. The first whole-request failure ends the call and becomes the
+ * result of the keys not yet sent. A prefix match stops after a half that
+ * is not present throughout, and counts across the halves.
+ */
+static int64_t run_split(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
+			 uint32_t n, int may_refit)
+{
+	uint32_t h = n / 2;
+	int prefix = op->op == LC_OP_PREFIX_MATCH;
+	int64_t rc, rc2;
+
+	rc = run_items(c, op, items, h, may_refit);
+	if (rc < 0)
+		return items_fail(items + h, n - h, rc);
+	if (prefix && rc < h)
+		return rc;
+	rc2 = run_items(c, op, items + h, n - h, may_refit);
+	return rc2 < 0 || !prefix ? rc2 : rc + rc2;
+}
+
 static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
 			 uint32_t n, int may_refit)
 {
@@ -322,10 +345,12 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 		return items_fail(items, n, rc);
 	shm_regs_rdlock(c);
 	rc = items_layout(&r, op, items, n, &l);
-	if (!rc && is_get && may_refit && l.total > r.cn->arena_max) {
+	if (!rc && l.total > r.cn->arena_max && ((is_get && may_refit) || n > 1)) {
 		shm_regs_unlock(c);
 		req_end(&r);
-		return get_refit(c, op, items, n);
+		/* A get first learns the sizes: its destinations may be far larger. */
+		return is_get && may_refit ? get_refit(c, op, items, n)
+					   : run_split(c, op, items, n, may_refit);
 	}
 	if (!rc)
 		rc = req_alloc(&r, l.total);

@@ -257,6 +257,90 @@ static void test_semantics_batch_bad_key_in_middle(void **state)
 	free(bad);
 }
 
+/*
+ * A batch of malloc'd values that each fit the shared arena but together do
+ * not (a 1 MiB arena, 8 x 200 KiB) still stages: the arguments are valid,
+ * so the call returns 0 with every key stored and read back.
+ */
+static void test_semantics_batch_larger_than_arena(void **state)
+{
+	enum { N = 8, LEN = 200 * 1024 };
+	const struct lunar_opts opts = {
+	    .socket_path = sock, .timeout_ms = H_CLIENT_TIMEOUT_MS, .arena_bytes = MIB};
+	struct lunar_client *small;
+	char names[N][32];
+	const char *keys[N];
+	struct iovec iov[N];
+	const struct iovec *iovs[N];
+	int cnts[N], results[N];
+	int64_t gresults[N];
+
+	(void)state;
+	H_ASSERT_EQ(lunar_connect(&opts, &small), 0);
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "sem/arena%d", i);
+		keys[i] = names[i];
+		iov[i].iov_base = malloc(LEN);
+		H_ASSERT(iov[i].iov_base != NULL);
+		iov[i].iov_len = LEN;
+		iovs[i] = &iov[i];
+		cnts[i] = 1;
+		h_fill(iov[i].iov_base, LEN, h_seed(keys[i]));
+	}
+	H_ASSERT_EQ(lunar_batch_put(small, N, keys, iovs, cnts, NULL, results), 0);
+	for (int i = 0; i < N; i++)
+		H_ASSERT_EQ(results[i], 0);
+	for (int i = 0; i < N; i++)
+		memset(iov[i].iov_base, 0, LEN);
+	H_ASSERT_EQ(lunar_batch_get_into(small, N, keys, iovs, cnts, gresults), 0);
+	for (int i = 0; i < N; i++) {
+		H_ASSERT_EQ(gresults[i], LEN);
+		H_ASSERT(h_verify(iov[i].iov_base, LEN, h_seed(keys[i])) < 0);
+		free(iov[i].iov_base);
+	}
+	lunar_close(small);
+}
+
+/* Keys alone can outgrow a 1 MiB arena: 300 keys of 4000 bytes. A prefix
+ * match over them still counts across the whole list. */
+static void test_semantics_prefix_match_larger_than_arena(void **state)
+{
+	enum { N = 300, KLEN = 4000, GAP = 200 };
+	const struct lunar_opts opts = {
+	    .socket_path = sock, .timeout_ms = H_CLIENT_TIMEOUT_MS, .arena_bytes = MIB};
+	struct lunar_client *small;
+	const char *keys[N];
+	uint64_t vals[N];
+	struct iovec iov[N];
+	const struct iovec *iovs[N];
+	int cnts[N], results[N];
+
+	(void)state;
+	H_ASSERT_EQ(lunar_connect(&opts, &small), 0);
+	for (int i = 0; i < N; i++) {
+		char *k = long_key(KLEN);
+
+		snprintf(k, 16, "sem/pm%04d", i);
+		k[10] = '-';
+		keys[i] = k;
+		vals[i] = (uint64_t)i;
+		iov[i] = (struct iovec){&vals[i], sizeof(vals[i])};
+		iovs[i] = &iov[i];
+		cnts[i] = 1;
+	}
+	/* Every key but GAP is stored. */
+	H_ASSERT_EQ(lunar_batch_put(small, GAP, keys, iovs, cnts, NULL, results), 0);
+	H_ASSERT_EQ(lunar_batch_put(small, N - GAP - 1, keys + GAP + 1, iovs, cnts, NULL, results),
+		    0);
+	H_ASSERT_EQ(lunar_prefix_match(small, N, keys), GAP);
+	H_ASSERT_EQ(lunar_batch_exists(small, N, keys, results), 0);
+	for (int i = 0; i < N; i++)
+		H_ASSERT_EQ(results[i], i != GAP);
+	for (int i = 0; i < N; i++)
+		free((char *)keys[i]);
+	lunar_close(small);
+}
+
 static void test_semantics_remove_all_counts(void **state)
 {
 	char key[64];
@@ -334,6 +418,8 @@ int main(void)
 	    cmocka_unit_test(test_semantics_leased_remove_needs_force),
 	    cmocka_unit_test(test_semantics_putv_getv_roundtrip),
 	    cmocka_unit_test(test_semantics_batch_bad_key_in_middle),
+	    cmocka_unit_test(test_semantics_batch_larger_than_arena),
+	    cmocka_unit_test(test_semantics_prefix_match_larger_than_arena),
 	    cmocka_unit_test(test_semantics_remove_all_counts),
 	    cmocka_unit_test(test_semantics_store_full_no_available_handle),
 	};
