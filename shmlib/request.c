@@ -238,8 +238,14 @@ static int64_t items_fail(struct shm_item *items, uint32_t n, int64_t rc)
 	return rc;
 }
 
+/* What run_items may do with a request too large for the arena. */
+enum {
+	SHM_RUN_REFIT = 1u << 0,  /* a get: learn the sizes, trim the destinations */
+	SHM_RUN_BOUNCE = 1u << 1, /* one value: through lunar_alloc memory */
+};
+
 static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
-			 uint32_t n, int may_refit);
+			 uint32_t n, unsigned how);
 
 /* Trim a destination to its first size bytes into out; the count of
  * iovecs, or 0 when size does not fit in it. */
@@ -300,7 +306,7 @@ static int64_t get_refit(struct lunar_client *c, const struct shm_op *op, struct
 		v += k;
 	}
 	if (rc >= 0 && m)
-		rc = run_items(c, op, fit, m, 0);
+		rc = run_items(c, op, fit, m, SHM_RUN_BOUNCE);
 	if (rc < 0)
 		items_fail(items, n, rc);
 	for (uint32_t k = 0; k < m && rc >= 0; k++)
@@ -317,23 +323,65 @@ static int64_t get_refit(struct lunar_client *c, const struct shm_op *op, struct
  * is not present throughout, and counts across the halves.
  */
 static int64_t run_split(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
-			 uint32_t n, int may_refit)
+			 uint32_t n, unsigned how)
 {
 	uint32_t h = n / 2;
 	int prefix = op->op == LC_OP_PREFIX_MATCH;
 	int64_t rc, rc2;
 
-	rc = run_items(c, op, items, h, may_refit);
+	rc = run_items(c, op, items, h, how);
 	if (rc < 0)
 		return items_fail(items + h, n - h, rc);
 	if (prefix && rc < h)
 		return rc;
-	rc2 = run_items(c, op, items + h, n - h, may_refit);
+	rc2 = run_items(c, op, items + h, n - h, how);
 	return rc2 < 0 || !prefix ? rc2 : rc + rc2;
 }
 
+/*
+ * One value too large to stage (a put from, or a get into, memory the
+ * proxy cannot reach): bounce it through lunar_alloc memory, which the
+ * proxy reads or writes in place, so it costs the one copy staging would.
+ * The block goes back after the call; its chunk stays to serve later
+ * blocks, as lunar_alloc's chunks do.
+ */
+static int64_t run_bounce(struct lunar_client *c, const struct shm_op *op, struct shm_item *it)
+{
+	int is_get = op->op == LC_OP_GET;
+	struct shm_item b = *it;
+	uint64_t total = 0, off = 0;
+	struct iovec v;
+	uint8_t *p;
+	int64_t rc;
+
+	for (int j = 0; j < it->iovcnt; j++)
+		total += it->iov[j].iov_len;
+	p = lunar_alloc(c, total);
+	if (!p)
+		return items_fail(it, 1, LUNAR_ERR_INVALID_PARAMS);
+	for (int j = 0; j < it->iovcnt && !is_get; j++) {
+		memcpy(p + off, it->iov[j].iov_base, it->iov[j].iov_len);
+		off += it->iov[j].iov_len;
+	}
+	v = (struct iovec){p, total};
+	b.iov = &v;
+	b.iovcnt = 1;
+	rc = run_items(c, op, &b, 1, 0);
+	it->result = b.result;
+	for (int j = 0; j < it->iovcnt && is_get && b.result > 0 && off < (uint64_t)b.result; j++) {
+		uint64_t piece = (uint64_t)b.result - off;
+
+		if (piece > it->iov[j].iov_len)
+			piece = it->iov[j].iov_len;
+		memcpy(it->iov[j].iov_base, p + off, piece);
+		off += piece;
+	}
+	lunar_free(c, p);
+	return rc;
+}
+
 static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
-			 uint32_t n, int may_refit)
+			 uint32_t n, unsigned how)
 {
 	int is_get = op->op == LC_OP_GET;
 	struct shm_layout l;
@@ -345,12 +393,14 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 		return items_fail(items, n, rc);
 	shm_regs_rdlock(c);
 	rc = items_layout(&r, op, items, n, &l);
-	if (!rc && l.total > r.cn->arena_max && ((is_get && may_refit) || n > 1)) {
+	if (!rc && l.total > r.cn->arena_max &&
+	    ((is_get && (how & SHM_RUN_REFIT)) || n > 1 || (how & SHM_RUN_BOUNCE))) {
 		shm_regs_unlock(c);
 		req_end(&r);
 		/* A get first learns the sizes: its destinations may be far larger. */
-		return is_get && may_refit ? get_refit(c, op, items, n)
-					   : run_split(c, op, items, n, may_refit);
+		if (is_get && (how & SHM_RUN_REFIT))
+			return get_refit(c, op, items, n);
+		return n > 1 ? run_split(c, op, items, n, how) : run_bounce(c, op, items);
 	}
 	if (!rc)
 		rc = req_alloc(&r, l.total);
@@ -369,7 +419,7 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 int64_t shm_run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
 		      uint32_t n)
 {
-	return run_items(c, op, items, n, 1);
+	return run_items(c, op, items, n, SHM_RUN_REFIT | SHM_RUN_BOUNCE);
 }
 
 int64_t shm_run_raw(struct lunar_client *c, const struct shm_op *op, const void *arg, size_t len)

@@ -298,9 +298,11 @@ uint64_t shm_deadline(const struct lunar_client *c);
  * shm_run_items - one request of n >= 1 items (already validated) for op:
  * keys and scatter lists into the arena, buffers inside registered memory
  * referenced in place and any other staged through the arena; wait, copy
- * staged GET bytes back. Fills items[i].result. Returns the completion
- * result (>= 0) or a code for the whole request (items' results then hold
- * the same code). Blocks up to the handle's timeout.
+ * staged GET bytes back. Items too large to stage together run as several
+ * requests, and a value too large to stage alone goes through lunar_alloc
+ * memory. Fills items[i].result. Returns the completion result (>= 0) or a
+ * code for the whole request (items' results then hold the same code).
+ * Blocks up to the handle's timeout for each request.
  */
 int64_t shm_run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
 		      uint32_t n);

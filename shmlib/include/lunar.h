@@ -68,8 +68,9 @@ struct lunar_opts {
 	 * when that is not in registered memory (lunar_alloc, lunar_register).
 	 * 8 KiB per completion slot of it (at most an eighth; 2 MiB of the
 	 * proxy's default 64 MiB) serve small calls without a lock, so the
-	 * largest value that can be staged is the rest: larger ones fail with
-	 * LUNAR_ERR_INVALID_PARAMS. */
+	 * largest value that can be staged is the rest: larger ones go through
+	 * lunar_alloc memory instead (its chunks stay until lunar_close), and
+	 * a batch larger than the rest goes as several requests. */
 	size_t arena_bytes;      /* 0: proxy default */
 };
 

@@ -301,6 +301,44 @@ static void test_semantics_batch_larger_than_arena(void **state)
 	lunar_close(small);
 }
 
+/*
+ * A value larger than the whole arena (3 MiB on a 1 MiB arena) from and
+ * into malloc'd memory: staged buffers always work (SPEC 4), so the put,
+ * a get into a larger buffer, a scattered get and a short buffer all give
+ * what they would with a large arena.
+ */
+static void test_semantics_value_larger_than_arena(void **state)
+{
+	enum { LEN = 3 * MIB };
+	const struct lunar_opts opts = {
+	    .socket_path = sock, .timeout_ms = H_CLIENT_TIMEOUT_MS, .arena_bytes = MIB};
+	const char *key = "sem/huge";
+	struct lunar_client *small;
+	uint8_t *src = malloc(LEN), *dst = malloc(LEN + MIB);
+	struct iovec giov[3];
+
+	(void)state;
+	H_ASSERT(src && dst);
+	H_ASSERT_EQ(lunar_connect(&opts, &small), 0);
+	h_fill(src, LEN, h_seed(key));
+	H_ASSERT_EQ(lunar_put(small, key, src, LEN, NULL), 0);
+	H_ASSERT_EQ(lunar_get_size(small, key), LEN);
+	memset(dst, 0, LEN + MIB);
+	H_ASSERT_EQ(lunar_get_into(small, key, dst, LEN + MIB), LEN);
+	H_ASSERT(h_verify(dst, LEN, h_seed(key)) < 0);
+	/* Scattered: MIB, 0, the rest plus room to spare. */
+	memset(dst, 0, LEN + MIB);
+	giov[0] = (struct iovec){dst, MIB};
+	giov[1] = (struct iovec){NULL, 0};
+	giov[2] = (struct iovec){dst + MIB, LEN};
+	H_ASSERT_EQ(lunar_getv(small, key, giov, 3), LEN);
+	H_ASSERT(h_verify(dst, LEN, h_seed(key)) < 0);
+	H_ASSERT_EQ(lunar_get_into(small, key, dst, LEN - 1), LUNAR_ERR_BUFFER_OVERFLOW);
+	lunar_close(small);
+	free(src);
+	free(dst);
+}
+
 /* Keys alone can outgrow a 1 MiB arena: 300 keys of 4000 bytes. A prefix
  * match over them still counts across the whole list. */
 static void test_semantics_prefix_match_larger_than_arena(void **state)
@@ -420,6 +458,7 @@ int main(void)
 	    cmocka_unit_test(test_semantics_batch_bad_key_in_middle),
 	    cmocka_unit_test(test_semantics_batch_larger_than_arena),
 	    cmocka_unit_test(test_semantics_prefix_match_larger_than_arena),
+	    cmocka_unit_test(test_semantics_value_larger_than_arena),
 	    cmocka_unit_test(test_semantics_remove_all_counts),
 	    cmocka_unit_test(test_semantics_store_full_no_available_handle),
 	};
