@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "lunar.h"
 #include "proxy/ops.h"
@@ -76,6 +77,24 @@ void px_batch_drop_leases(struct px_proxy *px, struct px_req *r, const struct px
 {
 	for (size_t i = 0; i < b->n; i++)
 		px_lease_cache_drop(px->leases, r->s->tenant, b->keys[i]);
+}
+
+int px_down_has(const struct px_down *d, const char *endpoint)
+{
+	if (d->n == PX_DOWN_MAX)
+		return 1;
+	for (unsigned i = 0; i < d->n; i++)
+		if (!strcmp(d->ep[i], endpoint))
+			return 1;
+	return 0;
+}
+
+void px_down_add(struct px_down *d, const char *endpoint)
+{
+	/* The master keeps endpoints shorter; a longer one is only not remembered. */
+	if (px_down_has(d, endpoint) || strlen(endpoint) >= PX_DOWN_EP)
+		return;
+	strcpy(d->ep[d->n++], endpoint);
 }
 
 /* Remove-all and remove-by-regex: the count removed, or a code. */

@@ -35,4 +35,26 @@ int px_batch_keys_call(struct px_proxy *px, const char *tenant, uint32_t method,
 /* px_batch_drop_leases - forget cached leases of b's keys (we changed them). */
 void px_batch_drop_leases(struct px_proxy *px, struct px_req *r, const struct px_batch *b);
 
+/*
+ * The peers one request has given up on. A transfer to a peer that stopped
+ * answering fails only when the engine's timeout runs out; once one did, the
+ * request moves no more bytes with that peer, so a batch of keys there (or a
+ * leased key asked again through the master) waits one timeout, not one per
+ * key and attempt. Past PX_DOWN_MAX such peers it tries no remote peer at
+ * all, which keeps a request within PX_DOWN_MAX timeouts. On the worker's
+ * stack, for one request; zero-initialised.
+ */
+#define PX_DOWN_MAX 4
+#define PX_DOWN_EP  256 /* bytes of an endpoint kept, NUL included */
+
+struct px_down {
+	unsigned n;
+	char ep[PX_DOWN_MAX][PX_DOWN_EP];
+};
+
+/* px_down_has - 1 if the request gave up on the peer at endpoint. */
+int px_down_has(const struct px_down *d, const char *endpoint);
+/* px_down_add - give up on the peer at endpoint for the rest of the request. */
+void px_down_add(struct px_down *d, const char *endpoint);
+
 #endif /* LUNAR_PROXY_OPS_H */

@@ -61,10 +61,11 @@ static int read_replica(struct px_proxy *px, const char *tenant, const struct px
 }
 
 /* Read one value from the replicas of e: local MEMORY, remote MEMORY, local
- * LOCAL_DISK, remote LOCAL_DISK. Size or a code; OBJECT_NOT_FOUND when
- * every replica tried was gone. */
+ * LOCAL_DISK, remote LOCAL_DISK, skipping peers the request gave up on (a
+ * transfer there failed). Size or a code; OBJECT_NOT_FOUND when every
+ * replica tried was gone. */
 static int64_t read_value(struct px_proxy *px, const char *tenant, const struct px_item *it,
-			  const struct px_cached *e)
+			  const struct px_cached *e, struct px_down *down)
 {
 	struct iovec iov[LUNAR_IOV_MAX];
 	int iovcnt, mismatch = 0, tried = 0, missing = 0;
@@ -81,8 +82,12 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, const struct 
 
 			if (local != (pass % 2 == 0) || rp->type != type || rp->length != e->size)
 				continue;
-			rc = read_replica(px, tenant, it, e, rp, local, iov, iovcnt);
 			tried++;
+			if (!local && px_down_has(down, rp->endpoint))
+				continue;
+			rc = read_replica(px, tenant, it, e, rp, local, iov, iovcnt);
+			if (rc == LUNAR_ERR_TRANSFER_FAIL && !local)
+				px_down_add(down, rp->endpoint);
 			missing += rc == LUNAR_ERR_OBJECT_NOT_FOUND;
 			if (rc == LUNAR_ERR_CHECKSUM_MISMATCH) {
 				PX_COUNT(px, checksum_failures, 1);
@@ -123,13 +128,14 @@ static void prefetch_local(const struct px_proxy *px, const struct px_cached *e)
 }
 
 static int64_t serve(struct px_proxy *px, const struct px_req *r, const struct px_item *it,
-		     const struct px_cached *e)
+		     const struct px_cached *e, struct px_down *down)
 {
-	return r->sqe.op == LC_OP_GET_SIZE ? (int64_t)e->size : read_value(px, r->s->tenant, it, e);
+	return r->sqe.op == LC_OP_GET_SIZE ? (int64_t)e->size
+					   : read_value(px, r->s->tenant, it, e, down);
 }
 
 /* Serve what the lease cache can; leave misses (and stale hits) pending. */
-static void get_cached(struct px_proxy *px, struct px_req *r)
+static void get_cached(struct px_proxy *px, struct px_req *r, struct px_down *down)
 {
 	uint64_t now = lc_now_ms();
 	struct px_cached e;
@@ -141,7 +147,7 @@ static void get_cached(struct px_proxy *px, struct px_req *r)
 						      px_lease_margin_ms(px), &e))
 			continue;
 		PX_COUNT(px, lease_hits, 1);
-		it->result = serve(px, r, it, &e);
+		it->result = serve(px, r, it, &e, down);
 		if (it->result == LUNAR_ERR_CHECKSUM_MISMATCH || it->result == LUNAR_ERR_TRANSFER_FAIL ||
 		    it->result == LUNAR_ERR_OBJECT_NOT_FOUND) {
 			px_lease_cache_drop(px->leases, r->s->tenant, it->key);
@@ -150,7 +156,8 @@ static void get_cached(struct px_proxy *px, struct px_req *r)
 	}
 }
 
-static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_batch *b)
+static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+		      struct px_down *down)
 {
 	const Lunar__BatchGetReplicaListReply *rl;
 	uint64_t sent = lc_now_ms();
@@ -183,20 +190,21 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 			prefetch_local(px, &e);
 		if (rl->lease_ttl_ms)
 			px_lease_cache_put(px->leases, r->s->tenant, it->key, &e);
-		it->result = serve(px, r, it, &e);
+		it->result = serve(px, r, it, &e, down);
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
 }
 
 int64_t px_run_get(struct px_proxy *px, struct px_req *r)
 {
+	struct px_down down = {0};
 	struct px_batch b;
 
-	get_cached(px, r);
+	get_cached(px, r, &down);
 	if (px_batch_collect(r, &b))
 		return LUNAR_ERR_INTERNAL;
 	if (b.n)
-		get_fresh(px, r, &b);
+		get_fresh(px, r, &b, &down);
 	px_batch_fini(&b);
 	return 0;
 }

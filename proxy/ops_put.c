@@ -72,19 +72,25 @@ out:
 }
 
 /* Write the item's bytes to every replica, checksumming them on the way
- * into the first; 0 or TRANSFER_FAIL. */
-static int put_write(struct px_proxy *px, struct px_item *it, const Lunar__PutStartResult *res)
+ * into the first; 0 or TRANSFER_FAIL, at once for a peer the request gave
+ * up on. */
+static int put_write(struct px_proxy *px, struct px_item *it, const Lunar__PutStartResult *res,
+		     struct px_down *down)
 {
 	if (res->n_replicas == 0)
 		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
 	for (size_t k = 0; k < res->n_replicas; k++) {
 		const Lunar__Replica *rp = res->replicas[k];
+		int remote = strcmp(rp->endpoint, px->endpoint) != 0;
 
-		if (rp->length != it->total)
+		if (rp->length != it->total || (remote && px_down_has(down, rp->endpoint)))
 			return LUNAR_ERR_TRANSFER_FAIL;
 		if (eng_xfer(px->engine, rp->endpoint, ENG_WRITE, rp->offset, it->iov, it->iovcnt,
-			     k == 0 ? &it->crc : NULL))
+			     k == 0 ? &it->crc : NULL)) {
+			if (remote)
+				px_down_add(down, rp->endpoint);
 			return LUNAR_ERR_TRANSFER_FAIL;
+		}
 	}
 	return 0;
 }
@@ -170,6 +176,7 @@ static void put_sort(struct px_req *r, const struct px_batch *b, const int *star
 static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
 			   const Lunar__BatchPutStartReply *rep, int *started)
 {
+	struct px_down down = { 0 };
 	size_t n = 0;
 
 	for (size_t i = 0; i < b->n; i++) {
@@ -186,7 +193,7 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 		}
 		started[i] = 1;
 		n++;
-		it->result = put_write(px, it, rep->results[i]);
+		it->result = put_write(px, it, rep->results[i], &down);
 	}
 	return n;
 }

@@ -1,0 +1,226 @@
+/*
+ * test_peer_stop.c - a peer proxy that stops answering on its data port
+ * (SIGSTOP: the kernel still accepts its connections and buffers requests,
+ * nobody serves them). Master, proxies A and B; values written through A
+ * live only on B's segment. With B stopped, a read of them through A must
+ * fail within about one transfer timeout, whatever the number of keys in
+ * the request and whether A holds their leases, never after one timeout per
+ * key or per attempt. The same holds for a batch put placed on B.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define NKEYS	6
+#define VAL_LEN (64u * 1024u + 13u)
+/* The engine's transfer timeout (ENG_DEFAULT_TIMEOUT_MS), and how long a
+ * request touching the stopped peer may take: one timeout plus slack. */
+#define XFER_TIMEOUT_MS 5000
+#define STOPPED_MAX_MS	(XFER_TIMEOUT_MS + 2500)
+/* A's client waits far longer, so the proxy's own time is what is seen. */
+#define A_CLIENT_TIMEOUT_MS 120000
+
+static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[64];
+static struct h_proc *proxy_a, *proxy_b;
+static struct lunar_client *ca;
+static int b_stopped;
+
+static int setup(void **state)
+{
+	char port_b[16];
+	int port;
+
+	(void)state;
+	if (h_init() != 0)
+		return -1;
+	port = h_free_port();
+	if (port <= 0 || !h_start_master("master", port, "--client-ttl", "60s", NULL))
+		return -1;
+	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
+	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
+	/* B's segment is named after its data port, chosen here. */
+	snprintf(port_b, sizeof(port_b), "%d", h_free_port());
+	snprintf(seg_b, sizeof(seg_b), "127.0.0.1:%s", port_b);
+	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "16MiB", NULL);
+	proxy_b = h_start_proxy("proxyB", sock_b, port, "--segment-size", "16MiB", "--data-port",
+				port_b, NULL);
+	if (!proxy_a || !proxy_b)
+		return -1;
+	ca = h_client_try(sock_a, A_CLIENT_TIMEOUT_MS, NULL);
+	return ca ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (b_stopped && proxy_b && proxy_b->running)
+		kill(-proxy_b->pid, SIGCONT);
+	lunar_close(ca);
+	ca = NULL;
+	h_stop(proxy_a);
+	h_stop(proxy_b);
+	h_cleanup();
+	return 0;
+}
+
+static void stop_b(int stop)
+{
+	H_ASSERT(proxy_b->running);
+	H_ASSERT_EQ(kill(-proxy_b->pid, stop ? SIGSTOP : SIGCONT), 0);
+	b_stopped = stop;
+}
+
+static void key_of(const char *what, int i, char *key, size_t len)
+{
+	snprintf(key, len, "peer-stop/%s-%d", what, i);
+}
+
+/* Put NKEYS values through A, each with its one replica on B; read them
+ * back through A so that A holds their leases. */
+static void put_on_b(const char *what, uint8_t *buf)
+{
+	const char *pref[1] = {seg_b};
+	const struct lunar_put_cfg on_b = {
+	    .replica_num = 1, .preferred_segments = pref, .preferred_count = 1};
+	char key[64];
+
+	for (int i = 0; i < NKEYS; i++) {
+		key_of(what, i, key, sizeof(key));
+		h_fill(buf, VAL_LEN, h_seed(key));
+		H_ASSERT_EQ(lunar_put(ca, key, buf, VAL_LEN, &on_b), 0);
+		H_ASSERT_EQ(lunar_get_into(ca, key, buf, VAL_LEN), VAL_LEN);
+	}
+}
+
+/* One batch get of every key of B, B stopped: all fail, in time. */
+static void test_peer_stop_batch_get_fails_in_one_timeout(void **state)
+{
+	uint8_t *bufs = malloc((size_t)NKEYS * VAL_LEN);
+	char names[NKEYS][64];
+	const char *keys[NKEYS];
+	struct iovec v[NKEYS];
+	const struct iovec *iovs[NKEYS];
+	int iovcnts[NKEYS];
+	int64_t results[NKEYS];
+	uint64_t t0, took;
+	int rc;
+
+	(void)state;
+	H_ASSERT(bufs != NULL);
+	put_on_b("batch", bufs);
+	for (int i = 0; i < NKEYS; i++) {
+		key_of("batch", i, names[i], sizeof(names[i]));
+		keys[i] = names[i];
+		v[i] = (struct iovec){bufs + (size_t)i * VAL_LEN, VAL_LEN};
+		iovs[i] = &v[i];
+		iovcnts[i] = 1;
+	}
+	stop_b(1);
+	t0 = h_now_ms();
+	rc = lunar_batch_get_into(ca, NKEYS, keys, iovs, iovcnts, results);
+	took = h_now_ms() - t0;
+	stop_b(0);
+	print_message("batch get of %d keys on a stopped peer: rc %d, %llu ms\n", NKEYS, rc,
+		      (unsigned long long)took);
+	H_ASSERT_EQ(rc, 0);
+	for (int i = 0; i < NKEYS; i++)
+		H_ASSERT_MSG(results[i] < 0, "key %d read %lld bytes from a stopped peer", i,
+			     (long long)results[i]);
+	H_ASSERT_MSG(took <= STOPPED_MAX_MS, "batch get took %llu ms, more than %u",
+		     (unsigned long long)took, STOPPED_MAX_MS);
+	free(bufs);
+}
+
+/* One get of a leased key, B stopped: fails after one timeout, not two. */
+static void test_peer_stop_leased_get_fails_in_one_timeout(void **state)
+{
+	uint8_t *buf = malloc(VAL_LEN);
+	char key[64];
+	uint64_t t0, took;
+	int64_t got;
+
+	(void)state;
+	H_ASSERT(buf != NULL);
+	put_on_b("leased", buf);
+	key_of("leased", 0, key, sizeof(key));
+	stop_b(1);
+	t0 = h_now_ms();
+	got = lunar_get_into(ca, key, buf, VAL_LEN);
+	took = h_now_ms() - t0;
+	stop_b(0);
+	print_message("get of a leased key on a stopped peer: %lld (%s), %llu ms\n", (long long)got,
+		      h_code(got), (unsigned long long)took);
+	H_ASSERT_MSG(got < 0, "read %lld bytes from a stopped peer", (long long)got);
+	H_ASSERT_MSG(took <= STOPPED_MAX_MS, "get took %llu ms, more than %u",
+		     (unsigned long long)took, STOPPED_MAX_MS);
+	free(buf);
+}
+
+/* One batch put of keys placed on B, B stopped: all fail (and are revoked)
+ * in time; once B is back, the same keys can be put and read. */
+static void test_peer_stop_batch_put_fails_in_one_timeout(void **state)
+{
+	const char *pref[1] = {seg_b};
+	const struct lunar_put_cfg on_b = {
+	    .replica_num = 1, .preferred_segments = pref, .preferred_count = 1};
+	uint8_t *bufs = malloc((size_t)NKEYS * VAL_LEN);
+	char names[NKEYS][64];
+	const char *keys[NKEYS];
+	struct iovec v[NKEYS];
+	const struct iovec *iovs[NKEYS];
+	int iovcnts[NKEYS], results[NKEYS];
+	uint64_t t0, took;
+	int rc;
+
+	(void)state;
+	H_ASSERT(bufs != NULL);
+	for (int i = 0; i < NKEYS; i++) {
+		key_of("put", i, names[i], sizeof(names[i]));
+		keys[i] = names[i];
+		h_fill(bufs + (size_t)i * VAL_LEN, VAL_LEN, h_seed(names[i]));
+		v[i] = (struct iovec){bufs + (size_t)i * VAL_LEN, VAL_LEN};
+		iovs[i] = &v[i];
+		iovcnts[i] = 1;
+	}
+	stop_b(1);
+	t0 = h_now_ms();
+	rc = lunar_batch_put(ca, NKEYS, keys, iovs, iovcnts, &on_b, results);
+	took = h_now_ms() - t0;
+	stop_b(0);
+	print_message("batch put of %d keys on a stopped peer: rc %d, %llu ms\n", NKEYS, rc,
+		      (unsigned long long)took);
+	H_ASSERT_EQ(rc, 0);
+	for (int i = 0; i < NKEYS; i++)
+		H_ASSERT_EQ(results[i], LUNAR_ERR_TRANSFER_FAIL);
+	H_ASSERT_MSG(took <= STOPPED_MAX_MS, "batch put took %llu ms, more than %u",
+		     (unsigned long long)took, STOPPED_MAX_MS);
+	/* Revoked, not left PROCESSING: put again and read back. */
+	for (int i = 0; i < NKEYS; i++) {
+		H_ASSERT_EQ(lunar_put(ca, keys[i], v[i].iov_base, VAL_LEN, &on_b), 0);
+		memset(v[i].iov_base, 0, VAL_LEN);
+		H_ASSERT_EQ(lunar_get_into(ca, keys[i], v[i].iov_base, VAL_LEN), VAL_LEN);
+		H_ASSERT(h_verify(v[i].iov_base, VAL_LEN, h_seed(keys[i])) < 0);
+	}
+	free(bufs);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_peer_stop_batch_put_fails_in_one_timeout),
+	    cmocka_unit_test(test_peer_stop_leased_get_fails_in_one_timeout),
+	    cmocka_unit_test(test_peer_stop_batch_get_fails_in_one_timeout),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
