@@ -108,8 +108,12 @@ int mst_obj_lookup(struct mst_master *m, const char *tenant, const char *key, st
  * the end of its chain. */
 struct mst_object **mst_obj_find_key(struct mst_shard *s, const struct mst_okey *k);
 /* mst_upsert_cancel - end o's upsert without effect, its ranges given back
- * now (revoked, or its writer is dead). */
+ * now (revoked: its writer is done with them). */
 void mst_upsert_cancel(struct mst_master *m, struct mst_object *o);
+/* mst_upsert_abandon - as mst_upsert_cancel for an upsert whose writer was
+ * declared dead: it may only be asleep and write on when it wakes, so its
+ * ranges go back after put_start_release_timeout. */
+void mst_upsert_abandon(struct mst_master *m, struct mst_object *o);
 /* mst_obj_find_id - the slot of the object o with id in shard s (hash is its
  * hash), or NULL when it is gone; o is only compared, never read. */
 struct mst_object **mst_obj_find_id(struct mst_shard *s, uint64_t hash, const void *o, uint64_t id);
@@ -142,6 +146,10 @@ int mst_obj_finish(struct mst_master *m, struct mst_shard *s, struct mst_object 
 /* mst_obj_discard - a stale PROCESSING put pre-empted: its ranges are given
  * back after put_start_release_timeout, the object goes now. */
 void mst_obj_discard(struct mst_master *m, struct mst_shard *s, struct mst_object **pp);
+/* mst_obj_release_late - hand the ranges of the PROCESSING object o to the
+ * deferred list, due put_start_release_timeout after its PutStart: its
+ * writer may still be writing there. o keeps no replica. */
+void mst_obj_release_late(struct mst_master *m, struct mst_object *o);
 
 /* mst_shard_sweep - apply fn to every object of shard i under its lock; fn
  * returns 1 to erase the object, -1 to stop the sweep. Returns the number

@@ -208,14 +208,17 @@ void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object 
 	obj_free(o);
 }
 
-void mst_obj_discard(struct mst_master *m, struct mst_shard *s, struct mst_object **pp)
+void mst_obj_release_late(struct mst_master *m, struct mst_object *o)
 {
-	struct mst_object *o = *pp;
-
 	mst_deferred_add(m, o->reps, o->nrep,
 			 o->put_start_ms + m->cfg.put_start_release_timeout_ms);
 	o->reps = NULL;
 	o->nrep = 0;
+}
+
+void mst_obj_discard(struct mst_master *m, struct mst_shard *s, struct mst_object **pp)
+{
+	mst_obj_release_late(m, *pp);
 	__atomic_fetch_add(&m->ctr.discarded_puts, 1, __ATOMIC_RELAXED);
 	mst_obj_erase(m, s, pp);
 }

@@ -426,11 +426,16 @@ static int visit_drop(struct mst_master *m, struct mst_object *o, void *arg)
 	const struct drop_arg *a = arg;
 	int dropped = 0;
 
+	/* A writer declared dead may only be asleep (SIGSTOP, a hung host) and
+	 * send the rest of its bytes when it wakes: its ranges go back late,
+	 * like a discarded put's, not to the next writer at once. */
 	if (o->state == MST_ST_PROCESSING && o->put_start_ms <= a->before_ms &&
-	    is_dead(a, o->writer))
+	    is_dead(a, o->writer)) {
+		mst_obj_release_late(m, o);
 		return 1;
+	}
 	if (o->up && o->up->start_ms <= a->before_ms && is_dead(a, o->up->writer))
-		mst_upsert_cancel(m, o);
+		mst_upsert_abandon(m, o);
 	if (a->n)
 		dropped = forget_dead(a, o); /* their SSD tiers are gone too */
 	if (a->seg) {

@@ -118,6 +118,15 @@ int mst_obj_upsert_start(struct mst_master *m, uint64_t client, const char *tena
 	return mst_obj_start(m, client, tenant, rq, reps, n, upsert_start_try);
 }
 
+void mst_upsert_abandon(struct mst_master *m, struct mst_object *o)
+{
+	mst_deferred_add(m, o->up->reps, o->up->nrep,
+			 o->up->start_ms + m->cfg.put_start_release_timeout_ms);
+	o->up->reps = NULL;
+	o->up->nrep = 0;
+	mst_upsert_cancel(m, o);
+}
+
 void mst_upsert_cancel(struct mst_master *m, struct mst_object *o)
 {
 	/* nobody has read the new ranges and their writer is done with them */

@@ -1,0 +1,172 @@
+/*
+ * test_stopped_writer.c - a proxy stopped (SIGSTOP) in the middle of a put
+ * to a peer's segment is declared dead by the master, but wakes up later and
+ * sends the rest of its bytes. Master with --client-ttl 1s; proxy A (no
+ * segment) writes a large value to B's segment; A is stopped half-way and
+ * the master drops its put. A value put through B meanwhile must not share
+ * its bytes with the range A is still writing: once A has woken and given
+ * up, it reads byte-exact. The same for an upsert A was writing.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define MIB (1024u * 1024u)
+/* Larger than what the sockets between A and B buffer while B sleeps,
+ * so A is stopped with bytes still to send. */
+#define VAL_LEN	       (40u * MIB + 4096u + 8u)
+#define CLIENT_TTL_MS  1000
+#define CLIENT_TIMEOUT 30000
+
+static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[64];
+static struct h_proc *proxy_a, *proxy_b;
+static struct lunar_client *ca, *cb;
+
+static int setup(void **state)
+{
+	char port_b[16];
+	int port;
+
+	(void)state;
+	if (h_init() != 0)
+		return -1;
+	port = h_free_port();
+	if (port <= 0 || !h_start_master("master", port, "--client-ttl", "1s", NULL))
+		return -1;
+	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
+	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
+	snprintf(port_b, sizeof(port_b), "%d", h_free_port());
+	snprintf(seg_b, sizeof(seg_b), "127.0.0.1:%s", port_b);
+	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", "--ping-interval",
+				"100ms", "--arena-size", "64MiB", NULL);
+	proxy_b = h_start_proxy("proxyB", sock_b, port, "--segment-size", "128MiB", "--data-port",
+				port_b, "--ping-interval", "100ms", "--arena-size", "64MiB", NULL);
+	if (!proxy_a || !proxy_b)
+		return -1;
+	ca = h_client_try(sock_a, CLIENT_TIMEOUT, NULL);
+	cb = h_client_try(sock_b, CLIENT_TIMEOUT, NULL);
+	return ca && cb ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (proxy_a && proxy_a->running)
+		kill(-proxy_a->pid, SIGCONT);
+	if (proxy_b && proxy_b->running)
+		kill(-proxy_b->pid, SIGCONT);
+	lunar_close(ca);
+	lunar_close(cb);
+	ca = cb = NULL;
+	h_stop(proxy_a);
+	h_stop(proxy_b);
+	h_cleanup();
+	return 0;
+}
+
+/* The write through A, on a thread of its own: A will sleep in the middle. */
+struct write_job {
+	const char *key;
+	const uint8_t *buf;
+	int upsert;
+	int rc;
+};
+
+static void *write_main(void *arg)
+{
+	struct write_job *j = arg;
+	const char *pref[1] = {seg_b};
+	const struct lunar_put_cfg on_b = {
+	    .replica_num = 1, .preferred_segments = pref, .preferred_count = 1};
+
+	j->rc = j->upsert ? lunar_upsert(ca, j->key, j->buf, VAL_LEN, &on_b)
+			  : lunar_put(ca, j->key, j->buf, VAL_LEN, &on_b);
+	return NULL;
+}
+
+static void signal_group(struct h_proc *p, int sig)
+{
+	H_ASSERT(p->running);
+	H_ASSERT_EQ(kill(-p->pid, sig), 0);
+}
+
+/*
+ * A writes old_key (a put, or an upsert of a value already there) and is
+ * stopped half-way until the master has declared it dead; new_key is put
+ * through B meanwhile, then A wakes. new_key must read byte-exact.
+ */
+static void check_stopped_writer(const char *old_key, const char *new_key, int upsert)
+{
+	const char *pref[1] = {seg_b};
+	const struct lunar_put_cfg on_b = {
+	    .replica_num = 1, .preferred_segments = pref, .preferred_count = 1};
+	uint8_t *old = malloc(VAL_LEN), *val = malloc(VAL_LEN);
+	struct write_job job = {.key = old_key, .buf = old, .upsert = upsert, .rc = 1};
+	pthread_t th;
+	int64_t got, bad;
+
+	H_ASSERT(old && val);
+	h_fill(old, VAL_LEN, h_seed(old_key));
+	h_fill(val, VAL_LEN, h_seed(new_key));
+	if (upsert)
+		H_ASSERT_EQ(lunar_put(ca, old_key, "small", 5, &on_b), 0);
+	/* B sleeps: A's write starts and fills the socket buffers, then A
+	 * sleeps too, with most of the value still to send. */
+	signal_group(proxy_b, SIGSTOP);
+	H_ASSERT_EQ(pthread_create(&th, NULL, write_main, &job), 0);
+	h_sleep_ms(600);
+	signal_group(proxy_a, SIGSTOP);
+	signal_group(proxy_b, SIGCONT);
+	/* The master declares A dead and drops its write. */
+	h_sleep_ms(CLIENT_TTL_MS + 800);
+	H_ASSERT_EQ(lunar_put(cb, new_key, val, VAL_LEN, &on_b), 0);
+	/* A wakes, sends what it had left, and fails its write. */
+	signal_group(proxy_a, SIGCONT);
+	pthread_join(th, NULL);
+	print_message("the stopped writer's %s: %d (%s)\n", upsert ? "upsert" : "put", job.rc,
+		      h_code(job.rc));
+	H_ASSERT_MSG(job.rc != 0, "a write dropped by the master was committed");
+	memset(val, 0, VAL_LEN);
+	got = lunar_get_into(cb, new_key, val, VAL_LEN);
+	H_ASSERT_MSG(got == VAL_LEN, "get %s = %lld (%s) after the stopped writer woke", new_key,
+		     (long long)got, h_code(got));
+	bad = h_verify(val, VAL_LEN, h_seed(new_key));
+	H_ASSERT_MSG(bad < 0, "%s wrong at byte %lld", new_key, (long long)bad);
+	/* Room for the next case: the dropped write's range stays taken. */
+	H_ASSERT_EQ(lunar_remove(cb, new_key, 1), 0);
+	free(old);
+	free(val);
+}
+
+static void test_stopped_writer_put_bytes_do_not_land_on_a_new_value(void **state)
+{
+	(void)state;
+	check_stopped_writer("stopped-writer/put", "stopped-writer/after-put", 0);
+}
+
+static void test_stopped_writer_upsert_bytes_do_not_land_on_a_new_value(void **state)
+{
+	(void)state;
+	check_stopped_writer("stopped-writer/upsert", "stopped-writer/after-upsert", 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_stopped_writer_put_bytes_do_not_land_on_a_new_value),
+	    cmocka_unit_test(test_stopped_writer_upsert_bytes_do_not_land_on_a_new_value),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
