@@ -161,6 +161,7 @@ int eng_send_rep(int fd, int32_t status, uint64_t id, uint64_t length, int flags
 struct eng_srv_conn;
 struct eng_server {
 	int lfd;
+	int done_fd; /* eventfd: a connection thread finished, the listener joins it */
 	pthread_t listener;
 	atomic_int stopping;
 	struct eng_srv_conn *conns; /* only the listener thread touches it while running */

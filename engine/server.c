@@ -6,6 +6,8 @@
  * straight between the socket and the segment. When every connection slot
  * is taken, the connection that has waited longest for a request gives way
  * to the new one, so idle sockets of one peer cannot lock the others out.
+ * A connection thread that ends tells the listener (an eventfd), which
+ * joins it and closes its descriptor then.
  */
 #include "engine/eng_int.h"
 
@@ -14,6 +16,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -108,12 +111,15 @@ static int serve_one(struct eng_srv_conn *conn)
 static void *conn_main(void *arg)
 {
 	struct eng_srv_conn *c = arg;
+	uint64_t one = 1;
 
 	while (!serve_one(c))
 		;
-	/* The peer sees EOF now; the fd itself stays open until the thread is joined. */
+	/* The peer sees EOF now; the fd itself stays open until the thread is
+	 * joined, which the listener does when told, not at its next accept. */
 	shutdown(c->fd, SHUT_RDWR);
 	atomic_store(&c->done, 1);
+	(void)!write(c->e->srv.done_fd, &one, sizeof(one));
 	return NULL;
 }
 
@@ -201,10 +207,26 @@ static void *listen_main(void *arg)
 {
 	struct eng_engine *e = arg;
 	struct eng_server *s = &e->srv;
+	struct pollfd pfd[2] = {{.fd = s->lfd, .events = POLLIN},
+				{.fd = s->done_fd, .events = POLLIN}};
+	unsigned live;
+	uint64_t n;
+	int fd;
 
 	for (;;) {
-		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-
+		/* shutdown() of lfd wakes the poll too (then accept fails). */
+		if (poll(pfd, 2, -1) < 0) {
+			if (errno != EINTR)
+				poll(NULL, 0, 100); /* ENOMEM: back off */
+			continue;
+		}
+		/* Joined at once, not at the next accept: a finished thread
+		 * keeps its descriptor and its stack until then. */
+		if (pfd[1].revents && read(s->done_fd, &n, sizeof(n)) == sizeof(n))
+			reap_conns(s, &live);
+		if (!pfd[0].revents && !atomic_load(&s->stopping))
+			continue;
+		fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (atomic_load(&s->stopping)) {
 			if (fd >= 0)
 				close(fd);
@@ -263,20 +285,26 @@ int eng_server_start(struct eng_engine *e)
 
 	atomic_init(&s->stopping, 0);
 	s->conns = NULL;
+	s->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->done_fd < 0)
+		return -errno;
 	s->lfd = listen_on(e, &port);
-	if (s->lfd < 0)
-		return s->lfd;
-	rc = -eng_addr_format(e->endpoint, sizeof(e->endpoint), e->host, port);
-	if (rc)
-		goto err_close;
-	rc = pthread_create(&s->listener, NULL, listen_main, e);
+	if (s->lfd < 0) {
+		rc = s->lfd;
+		goto err_done;
+	}
+	rc = eng_addr_format(e->endpoint, sizeof(e->endpoint), e->host, port);
+	if (!rc)
+		rc = -pthread_create(&s->listener, NULL, listen_main, e);
 	if (rc)
 		goto err_close;
 	return 0;
 
 err_close:
 	close(s->lfd);
-	return -rc;
+err_done:
+	close(s->done_fd);
+	return rc;
 }
 
 void eng_server_stop(struct eng_engine *e)
@@ -298,4 +326,5 @@ void eng_server_stop(struct eng_engine *e)
 	}
 	s->conns = NULL;
 	close(s->lfd);
+	close(s->done_fd);
 }

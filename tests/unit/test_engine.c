@@ -642,6 +642,31 @@ static void test_engine_idle_connections_give_way(void **state)
 	node_stop(&b);
 }
 
+/* Connections a peer opened and closed give back their descriptors (and
+ * threads) by themselves, not only when the next connection comes. */
+static void test_engine_closed_connections_released(void **state)
+{
+	enum { N = 64 };
+	struct node b = node_start(0, 2000);
+	int fds[N], before, after = 0;
+
+	(void)state;
+	before = test_open_fds();
+	for (int i = 0; i < N; i++)
+		fds[i] = raw_connect(node_port(&b));
+	usleep(300 * 1000); /* the listener accepts them all */
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	for (int t = 0; t < 40; t++) {
+		usleep(100 * 1000);
+		after = test_open_fds();
+		if (after <= before)
+			break;
+	}
+	assert_int_equal(after, before);
+	node_stop(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -661,6 +686,7 @@ int main(void)
 	    cmocka_unit_test(test_engine_concurrent_threads),
 	    cmocka_unit_test(test_engine_create_refuses_bad_config),
 	    cmocka_unit_test(test_engine_idle_connections_give_way),
+	    cmocka_unit_test(test_engine_closed_connections_released),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
