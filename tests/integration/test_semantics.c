@@ -355,10 +355,10 @@ static void test_semantics_prefix_match_larger_than_arena(void **state)
 
 	(void)state;
 	H_ASSERT_EQ(lunar_connect(&opts, &small), 0);
-	for (int i = 0; i < N; i++) {
+	for (unsigned i = 0; i < N; i++) {
 		char *k = long_key(KLEN);
 
-		snprintf(k, 16, "sem/pm%04d", i);
+		snprintf(k, 16, "sem/pm%04u", i % 10000);
 		k[10] = '-';
 		keys[i] = k;
 		vals[i] = (uint64_t)i;
