@@ -546,10 +546,11 @@ struct h_proc *h_start_master(const char *name, int port, ...)
 	return p;
 }
 
+/* data_port 0: the kernel picks it. */
 static struct h_proc *start_proxy_v(const char *name, const char *sockpath, int master_port,
-				    va_list ap)
+				    int data_port, va_list ap)
 {
-	char *argv[H_MAX_ARGS], master[64];
+	char *argv[H_MAX_ARGS], master[64], port[16];
 	const char *bin = h_bin("lunar-proxy");
 	struct h_proc *p;
 	int n = 0, first_extra, rc, has_segment = 0;
@@ -568,8 +569,9 @@ static struct h_proc *start_proxy_v(const char *name, const char *sockpath, int 
 	}
 	argv[n++] = "--host";
 	argv[n++] = "127.0.0.1";
+	snprintf(port, sizeof(port), "%d", data_port);
 	argv[n++] = "--data-port";
-	argv[n++] = "0";
+	argv[n++] = port;
 	argv[n++] = "--http-port";
 	argv[n++] = "0";
 	first_extra = n;
@@ -600,7 +602,23 @@ struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_
 	va_list ap;
 
 	va_start(ap, master_port);
-	p = start_proxy_v(name, sockpath, master_port, ap);
+	p = start_proxy_v(name, sockpath, master_port, 0, ap);
+	va_end(ap);
+	return p;
+}
+
+struct h_proc *h_start_peer(const char *name, const char *sockpath, int master_port,
+			    char seg[H_SEG_NAME], ...)
+{
+	struct h_proc *p;
+	int port = h_free_port();
+	va_list ap;
+
+	if (port <= 0)
+		return NULL;
+	snprintf(seg, H_SEG_NAME, "127.0.0.1:%d", port);
+	va_start(ap, seg);
+	p = start_proxy_v(name, sockpath, master_port, port, ap);
 	va_end(ap);
 	return p;
 }
@@ -614,7 +632,7 @@ struct h_proc *h_embedded_node(char sock[PATH_MAX], struct lunar_client **cl, ..
 		return NULL;
 	snprintf(sock, PATH_MAX, "%s", h_path("proxy.sock"));
 	va_start(ap, cl);
-	p = start_proxy_v("proxy", sock, H_EMBEDDED, ap);
+	p = start_proxy_v("proxy", sock, H_EMBEDDED, 0, ap);
 	va_end(ap);
 	if (p && cl && !(*cl = h_client_try(sock, H_CLIENT_TIMEOUT_MS, NULL)))
 		return NULL;

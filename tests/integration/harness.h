@@ -101,6 +101,15 @@ struct h_proc *h_start_master(const char *name, int port, ...);
  * the extras name a segment size), and wait until it serves clients.
  */
 struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_port, ...);
+/* A segment's name: "127.0.0.1:<data port>". */
+#define H_SEG_NAME 32
+/*
+ * h_start_peer - h_start_proxy on a data port chosen here, so that the name
+ * of the proxy's segment, copied into seg, is known to the test up front
+ * (for preferred_segments). The extras must not name a data port.
+ */
+struct h_proc *h_start_peer(const char *name, const char *sockpath, int master_port,
+			    char seg[H_SEG_NAME], ...);
 
 /*
  * h_embedded_node - for a group setup: h_init, then a proxy with

@@ -30,14 +30,13 @@
 /* A's client waits far longer, so the proxy's own time is what is seen. */
 #define A_CLIENT_TIMEOUT_MS 120000
 
-static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[64];
+static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[H_SEG_NAME];
 static struct h_proc *proxy_a, *proxy_b;
 static struct lunar_client *ca;
 static int b_stopped;
 
 static int setup(void **state)
 {
-	char port_b[16];
 	int port;
 
 	(void)state;
@@ -48,12 +47,8 @@ static int setup(void **state)
 		return -1;
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
-	/* B's segment is named after its data port, chosen here. */
-	snprintf(port_b, sizeof(port_b), "%d", h_free_port());
-	snprintf(seg_b, sizeof(seg_b), "127.0.0.1:%s", port_b);
 	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "16MiB", NULL);
-	proxy_b = h_start_proxy("proxyB", sock_b, port, "--segment-size", "16MiB", "--data-port",
-				port_b, NULL);
+	proxy_b = h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", "16MiB", NULL);
 	if (!proxy_a || !proxy_b)
 		return -1;
 	ca = h_client_try(sock_a, A_CLIENT_TIMEOUT_MS, NULL);

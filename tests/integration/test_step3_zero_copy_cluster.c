@@ -34,7 +34,7 @@
 #define REGION_LEN (16u * MIB)
 
 static char sock_a[PATH_MAX], sock_b[PATH_MAX];
-static char port_b[16], seg_b[64];
+static char seg_b[H_SEG_NAME];
 static int master_port;
 static struct h_proc *proxy_a, *proxy_b;
 static struct lunar_client *ca, *cb;
@@ -73,12 +73,8 @@ static int setup(void **state)
 		return -1;
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
-	/* B's data port is chosen here: its segment is named after it. */
-	snprintf(port_b, sizeof(port_b), "%d", h_free_port());
-	snprintf(seg_b, sizeof(seg_b), "127.0.0.1:%s", port_b);
 	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", NULL);
-	proxy_b = h_start_proxy("proxyB", sock_b, port, "--segment-size", "64MiB", "--data-port",
-				port_b, NULL);
+	proxy_b = h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", "64MiB", NULL);
 	if (!proxy_a || !proxy_b)
 		return -1;
 	ca = connect_small_arena(sock_a);
@@ -200,7 +196,7 @@ static void test_step3_zero_copy_cluster_mixed_iovecs(void **state)
 /* Puts from A's registered memory naming B's or C's segment; then C dies. */
 static void test_step3_zero_copy_cluster_preferred_segment_placement(void **state)
 {
-	char sock_c[PATH_MAX], port_c[16], seg_c[64], key[64];
+	char sock_c[PATH_MAX], seg_c[H_SEG_NAME], key[64];
 	const char *pref_b[1] = {seg_b}, *pref_c[1] = {seg_c};
 	struct lunar_put_cfg on_b = {
 	    .replica_num = 1, .preferred_segments = pref_b, .preferred_count = 1};
@@ -212,10 +208,7 @@ static void test_step3_zero_copy_cluster_preferred_segment_placement(void **stat
 
 	(void)state;
 	snprintf(sock_c, sizeof(sock_c), "%s", h_path("c.sock"));
-	snprintf(port_c, sizeof(port_c), "%d", h_free_port());
-	snprintf(seg_c, sizeof(seg_c), "127.0.0.1:%s", port_c);
-	proxy_c = h_start_proxy("proxyC", sock_c, master_port, "--segment-size", "64MiB",
-				"--data-port", port_c, NULL);
+	proxy_c = h_start_peer("proxyC", sock_c, master_port, seg_c, "--segment-size", "64MiB", NULL);
 	H_ASSERT(proxy_c != NULL);
 	for (int i = 0; i < 2 * NPREF; i++) {
 		uint8_t *src = mem_a + (size_t)(i % 4) * 2 * MIB + 4096 + (size_t)i;

@@ -26,16 +26,19 @@
 /* Larger than what the sockets between A and B buffer while B sleeps,
  * so A is stopped with bytes still to send. */
 #define VAL_LEN	       (40u * MIB + 4096u + 8u)
+/* The dropped writes' ranges stay taken for put_start_release_timeout
+ * (600 s): B's segment holds three values with room to spare, so the
+ * master never evicts the value under test (watermark 0.90). */
+#define SEG_B	       "256MiB"
 #define CLIENT_TTL_MS  1000
 #define CLIENT_TIMEOUT 30000
 
-static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[64];
+static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[H_SEG_NAME];
 static struct h_proc *proxy_a, *proxy_b;
 static struct lunar_client *ca, *cb;
 
 static int setup(void **state)
 {
-	char port_b[16];
 	int port;
 
 	(void)state;
@@ -46,12 +49,10 @@ static int setup(void **state)
 		return -1;
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
-	snprintf(port_b, sizeof(port_b), "%d", h_free_port());
-	snprintf(seg_b, sizeof(seg_b), "127.0.0.1:%s", port_b);
 	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", "--ping-interval",
 				"100ms", "--arena-size", "64MiB", NULL);
-	proxy_b = h_start_proxy("proxyB", sock_b, port, "--segment-size", "128MiB", "--data-port",
-				port_b, "--ping-interval", "100ms", "--arena-size", "64MiB", NULL);
+	proxy_b = h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", SEG_B,
+			       "--ping-interval", "100ms", "--arena-size", "64MiB", NULL);
 	if (!proxy_a || !proxy_b)
 		return -1;
 	ca = h_client_try(sock_a, CLIENT_TIMEOUT, NULL);
