@@ -58,7 +58,7 @@ err:
 	for (size_t i = 0; i < r->n_results; i++)
 		if (r->results[i]->code == 0)
 			(upsert ? mst_obj_upsert_revoke : mst_obj_put_revoke)(
-			    m, rq->client_id, rq->tenant, rq->items[i]->key);
+			    m, rq->client_id, rq->tenant, rq->items[i]->key, 0);
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	return -ENOMEM;
 }
@@ -123,9 +123,9 @@ static int32_t code_one(struct mst_master *m, uint32_t method, const Lunar__Batc
 {
 	switch (method) {
 	case LUNAR__METHOD__BATCH_PUT_REVOKE:
-		return mst_obj_put_revoke(m, rq->client_id, rq->tenant, key);
+		return mst_obj_put_revoke(m, rq->client_id, rq->tenant, key, rq->late);
 	case LUNAR__METHOD__BATCH_UPSERT_REVOKE:
-		return mst_obj_upsert_revoke(m, rq->client_id, rq->tenant, key);
+		return mst_obj_upsert_revoke(m, rq->client_id, rq->tenant, key, rq->late);
 	default: return mst_obj_exist(m, rq->tenant, key);
 	}
 }

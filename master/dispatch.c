@@ -79,7 +79,7 @@ static int start(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMes
 	if (!r) {
 		if (!rc)
 			(upsert ? mst_obj_upsert_revoke : mst_obj_put_revoke)(m, rq->client_id,
-									      rq->tenant, rq->key);
+									      rq->tenant, rq->key, 0);
 		for (size_t i = 0; i < n; i++)
 			protobuf_c_message_free_unpacked(&reps[i]->base, NULL);
 		free(reps);
@@ -120,7 +120,7 @@ static int h_upsert_end(struct mst_master *m, const ProtobufCMessage *req, Proto
 static int h_put_revoke(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
 {
 	const Lunar__PutRevokeRequest *rq = (const void *)req;
-	int rc = mst_obj_put_revoke(m, rq->client_id, rq->tenant, rq->key);
+	int rc = mst_obj_put_revoke(m, rq->client_id, rq->tenant, rq->key, rq->late);
 
 	return status_only(&lunar__put_revoke_reply__descriptor, rc, rep);
 }
@@ -129,7 +129,7 @@ static int h_upsert_revoke(struct mst_master *m, const ProtobufCMessage *req,
 			   ProtobufCMessage **rep)
 {
 	const Lunar__PutRevokeRequest *rq = (const void *)req;
-	int rc = mst_obj_upsert_revoke(m, rq->client_id, rq->tenant, rq->key);
+	int rc = mst_obj_upsert_revoke(m, rq->client_id, rq->tenant, rq->key, rq->late);
 
 	return status_only(&lunar__put_revoke_reply__descriptor, rc, rep);
 }

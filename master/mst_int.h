@@ -182,7 +182,11 @@ int mst_obj_put_start(struct mst_master *m, uint64_t client, const char *tenant,
 		      const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n);
 int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		    uint32_t crc);
-int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant, const char *key);
+/* mst_obj_put_revoke - drop the PROCESSING put; late: its writer gave up on
+ * a transfer whose bytes may still land, so its ranges go back only
+ * put_start_release_timeout after its PutStart (as a discarded put's). */
+int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
+		       int late);
 /* mst_obj_get - size, crc and heap copies of the replicas of a COMPLETE
  * object; grants a read lease. */
 int mst_obj_get(struct mst_master *m, const char *tenant, const char *key, uint64_t *size,
@@ -202,7 +206,7 @@ int mst_obj_upsert_start(struct mst_master *m, uint64_t client, const char *tena
 int mst_obj_upsert_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		       uint32_t crc);
 int mst_obj_upsert_revoke(struct mst_master *m, uint64_t client, const char *tenant,
-			  const char *key);
+			  const char *key, int late);
 /* Admin queries (scan.c, objects.c): fill the reply messages. */
 int mst_obj_list(struct mst_master *m, const Lunar__ListKeysRequest *rq, Lunar__ListKeysReply *r);
 int mst_obj_stat(struct mst_master *m, const char *tenant, const char *key, Lunar__StatKeyReply *r);

@@ -139,10 +139,16 @@ uint64_t mst_soft_pin_ttl(const struct mst_master *m, int soft_pin, uint64_t ttl
 int mst_obj_put_locked(struct mst_master *m, struct mst_shard *s, uint64_t client,
 		       const struct mst_okey *k, const Lunar__PutStartRequest *rq,
 		       Lunar__Replica ***reps, size_t *n);
-/* mst_obj_finish - PutEnd (commit) or PutRevoke of the PROCESSING object
- * *pp by client; the shard lock stays held. */
+/* How a two-phase write ends. */
+enum mst_end {
+	MST_END_REVOKE,
+	MST_END_REVOKE_LATE, /* its bytes may still land: ranges given back late */
+	MST_END_COMMIT,
+};
+/* mst_obj_finish - PutEnd or PutRevoke of the PROCESSING object *pp by
+ * client; the shard lock stays held. */
 int mst_obj_finish(struct mst_master *m, struct mst_shard *s, struct mst_object **pp,
-		   uint64_t client, int commit, uint32_t crc);
+		   uint64_t client, enum mst_end how, uint32_t crc);
 /* mst_obj_discard - a stale PROCESSING put pre-empted: its ranges are given
  * back after put_start_release_timeout, the object goes now. */
 void mst_obj_discard(struct mst_master *m, struct mst_shard *s, struct mst_object **pp);

@@ -408,9 +408,10 @@ int mst_obj_lookup(struct mst_master *m, const char *tenant, const char *key, st
 }
 
 int mst_obj_finish(struct mst_master *m, struct mst_shard *s, struct mst_object **pp,
-		   uint64_t client, int commit, uint32_t crc)
+		   uint64_t client, enum mst_end how, uint32_t crc)
 {
 	struct mst_object *o = *pp;
+	int commit = how == MST_END_COMMIT;
 	uint64_t now;
 
 	if (!o)
@@ -424,6 +425,8 @@ int mst_obj_finish(struct mst_master *m, struct mst_shard *s, struct mst_object 
 	if (o->state == MST_ST_COMPLETE)
 		return crc == o->crc ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
 	if (!commit) {
+		if (how == MST_END_REVOKE_LATE)
+			mst_obj_release_late(m, o);
 		mst_obj_erase(m, s, pp);
 		return 0;
 	}
@@ -440,7 +443,7 @@ int mst_obj_finish(struct mst_master *m, struct mst_shard *s, struct mst_object 
 }
 
 static int finish(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
-		  int commit, uint32_t crc)
+		  enum mst_end how, uint32_t crc)
 {
 	struct mst_shard *s;
 	struct mst_object **pp;
@@ -448,7 +451,7 @@ static int finish(struct mst_master *m, uint64_t client, const char *tenant, con
 
 	if (rc)
 		return rc;
-	rc = mst_obj_finish(m, s, pp, client, commit, crc);
+	rc = mst_obj_finish(m, s, pp, client, how, crc);
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
@@ -456,12 +459,13 @@ static int finish(struct mst_master *m, uint64_t client, const char *tenant, con
 int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		    uint32_t crc)
 {
-	return finish(m, client, tenant, key, 1, crc);
+	return finish(m, client, tenant, key, MST_END_COMMIT, crc);
 }
 
-int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant, const char *key)
+int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
+		       int late)
 {
-	return finish(m, client, tenant, key, 0, 0);
+	return finish(m, client, tenant, key, late ? MST_END_REVOKE_LATE : MST_END_REVOKE, 0);
 }
 
 static void lease_grant(struct mst_master *m, struct mst_object *o)

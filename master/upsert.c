@@ -176,7 +176,7 @@ static void upsert_commit(struct mst_master *m, struct mst_object *o, uint32_t c
 
 /* UpsertEnd (commit) or UpsertRevoke by client. */
 static int upsert_finish(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
-			 int commit, uint32_t crc)
+			 enum mst_end how, uint32_t crc)
 {
 	struct mst_shard *s;
 	struct mst_object **pp, *o;
@@ -186,11 +186,13 @@ static int upsert_finish(struct mst_master *m, uint64_t client, const char *tena
 		return rc;
 	o = *pp;
 	if (!o || !o->up)
-		rc = mst_obj_finish(m, s, pp, client, commit, crc); /* an upsert that was a put */
+		rc = mst_obj_finish(m, s, pp, client, how, crc); /* an upsert that was a put */
 	else if (o->up->writer != client)
 		rc = LUNAR_ERR_ILLEGAL_CLIENT;
-	else if (commit)
+	else if (how == MST_END_COMMIT)
 		upsert_commit(m, o, crc);
+	else if (how == MST_END_REVOKE_LATE)
+		mst_upsert_abandon(m, o);
 	else
 		mst_upsert_cancel(m, o);
 	pthread_mutex_unlock(&s->lock);
@@ -200,11 +202,12 @@ static int upsert_finish(struct mst_master *m, uint64_t client, const char *tena
 int mst_obj_upsert_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		       uint32_t crc)
 {
-	return upsert_finish(m, client, tenant, key, 1, crc);
+	return upsert_finish(m, client, tenant, key, MST_END_COMMIT, crc);
 }
 
 int mst_obj_upsert_revoke(struct mst_master *m, uint64_t client, const char *tenant,
-			  const char *key)
+			  const char *key, int late)
 {
-	return upsert_finish(m, client, tenant, key, 0, 0);
+	return upsert_finish(m, client, tenant, key, late ? MST_END_REVOKE_LATE : MST_END_REVOKE,
+			     0);
 }

@@ -27,7 +27,8 @@ static int renew_tenant(void *arg, const char *tenant, char **keys, size_t n,
 	ProtobufCMessage *rep;
 	int rc;
 
-	rc = px_batch_keys_call(px, tenant, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, keys, n, &rep);
+	rc = px_batch_keys_call(px, tenant, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, keys, n, 0,
+				&rep);
 	if (rc)
 		return rc;
 	rl = (const Lunar__BatchGetReplicaListReply *)rep;

@@ -47,8 +47,9 @@ static void session_close(struct px_proxy *px, struct px_session *s, const char 
 	epoll_ctl(px->epfd, EPOLL_CTL_DEL, s->sock, NULL);
 	if (s->efd >= 0)
 		epoll_ctl(px->epfd, EPOLL_CTL_DEL, s->efd, NULL);
-	/* The client sees the hang-up now, even while workers still hold refs. */
-	shutdown(s->sock, SHUT_RDWR);
+	/* Not shut down here: the socket closes with the last reference, when
+	 * no worker touches the client's memory any more, and the client's
+	 * fence (after it gave up on a request) waits for just that. */
 	if (s->prev)
 		s->prev->next = s->next;
 	else

@@ -164,7 +164,8 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 	ProtobufCMessage *rep;
 	int rc;
 
-	rc = px_batch_keys_call(px, r->s->tenant, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, b->keys, b->n, &rep);
+	rc = px_batch_keys_call(px, r->s->tenant, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, b->keys,
+				b->n, 0, &rep);
 	if (rc) {
 		px_batch_fail(r, b, rc);
 		return;

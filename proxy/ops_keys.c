@@ -28,7 +28,7 @@ static void exists_fresh(struct px_proxy *px, struct px_req *r, const struct px_
 	ProtobufCMessage *rep;
 	int rc;
 
-	rc = px_batch_keys_call(px, r->s->tenant, LUNAR__METHOD__BATCH_EXIST_KEY, b->keys, b->n,
+	rc = px_batch_keys_call(px, r->s->tenant, LUNAR__METHOD__BATCH_EXIST_KEY, b->keys, b->n, 0,
 				&rep);
 	if (rc) {
 		px_batch_fail(r, b, rc);

@@ -71,12 +71,16 @@ out:
 	return rc;
 }
 
+/* How far a placed key's write went (put_transfer's started[]). */
+enum { PUT_UNPLACED, PUT_PLACED, PUT_IN_FLIGHT /* a peer may still write bytes of it */ };
+
 /* Write the item's bytes to every replica, checksumming them on the way
- * into the first; 0 or TRANSFER_FAIL, at once for a peer the request gave
- * up on. */
+ * into the first; PUT_PLACED or PUT_IN_FLIGHT in *how. 0 or TRANSFER_FAIL,
+ * at once for a peer the request gave up on. */
 static int put_write(struct px_proxy *px, struct px_item *it, const Lunar__PutStartResult *res,
-		     struct px_down *down)
+		     struct px_down *down, int *how)
 {
+	*how = PUT_PLACED;
 	if (res->n_replicas == 0)
 		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
 	for (size_t k = 0; k < res->n_replicas; k++) {
@@ -87,8 +91,10 @@ static int put_write(struct px_proxy *px, struct px_item *it, const Lunar__PutSt
 			return LUNAR_ERR_TRANSFER_FAIL;
 		if (eng_xfer(px->engine, rp->endpoint, ENG_WRITE, rp->offset, it->iov, it->iovcnt,
 			     k == 0 ? &it->crc : NULL)) {
-			if (remote)
+			if (remote) {
 				px_down_add(down, rp->endpoint);
+				*how = PUT_IN_FLIGHT; /* sent in part, or queued */
+			}
 			return LUNAR_ERR_TRANSFER_FAIL;
 		}
 	}
@@ -144,29 +150,34 @@ fail:
 }
 
 /* Revoke keys whose write failed or whose client died; best effort (the
- * master also discards puts left PROCESSING). */
+ * master also discards puts left PROCESSING). late: their bytes may still
+ * land, so the master must not hand their space out again yet. */
 static void put_revoke(struct px_proxy *px, struct px_req *r, const struct px_batch *keys,
-		       uint32_t method)
+		       uint32_t method, int late)
 {
 	ProtobufCMessage *rep;
 
 	if (keys->n && atomic_load(&r->s->dead))
 		LC_INFO("proxy", "client %llu gone: revoking %zu put(s)",
 			(unsigned long long)r->s->client_id, keys->n);
-	if (keys->n && !px_batch_keys_call(px, r->s->tenant, method, keys->keys, keys->n, &rep))
+	if (keys->n &&
+	    !px_batch_keys_call(px, r->s->tenant, method, keys->keys, keys->n, late, &rep))
 		protobuf_c_message_free_unpacked(rep, NULL);
 }
 
-/* Split the started keys into those to commit and those to revoke. */
+/* Split the started keys into those to commit, to revoke, and to revoke
+ * late (revoke[1]). */
 static void put_sort(struct px_req *r, const struct px_batch *b, const int *started,
-		     struct px_batch *commit, struct px_batch *revoke)
+		     struct px_batch *commit, struct px_batch revoke[2])
 {
 	for (size_t i = 0; i < b->n; i++) {
 		struct px_batch *to;
 
-		if (!started[i])
+		if (started[i] == PUT_UNPLACED)
 			continue;
-		to = r->items[b->idx[i]].result || atomic_load(&r->s->dead) ? revoke : commit;
+		to = r->items[b->idx[i]].result || atomic_load(&r->s->dead)
+			 ? &revoke[started[i] == PUT_IN_FLIGHT]
+			 : commit;
 		to->keys[to->n] = b->keys[i];
 		to->idx[to->n++] = b->idx[i];
 	}
@@ -191,9 +202,8 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 			it->result = code;
 			continue;
 		}
-		started[i] = 1;
 		n++;
-		it->result = put_write(px, it, rep->results[i], &down);
+		it->result = put_write(px, it, rep->results[i], &down, &started[i]);
 	}
 	return n;
 }
@@ -201,7 +211,7 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 {
 	const struct put_calls *calls = r->sqe.op == LC_OP_UPSERT ? &upsert_calls : &put_calls;
-	struct px_batch b, commit = { 0 }, revoke = { 0 };
+	struct px_batch b, commit = { 0 }, revoke[2] = { { 0 } };
 	ProtobufCMessage *rep = NULL;
 	int started_in[PX_BATCH_INLINE], *started = started_in;
 	int rc;
@@ -217,11 +227,12 @@ int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 		started = calloc(b.n, sizeof(*started));
 	else
 		memset(started_in, 0, sizeof(started_in));
-	if (!started || px_batch_collect(r, &commit) || px_batch_collect(r, &revoke)) {
+	if (!started || px_batch_collect(r, &commit) || px_batch_collect(r, &revoke[0]) ||
+	    px_batch_collect(r, &revoke[1])) {
 		px_batch_fail(r, &b, LUNAR_ERR_INTERNAL);
 		goto out;
 	}
-	commit.n = revoke.n = 0;
+	commit.n = revoke[0].n = revoke[1].n = 0;
 	rc = put_start(px, r, &b, calls->start, &rep);
 	if (rc) {
 		px_batch_fail(r, &b, rc);
@@ -231,8 +242,9 @@ int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 	if (put_transfer(px, r, &b, (const Lunar__BatchPutStartReply *)rep, started) &&
 	    px->cfg.debug_put_delay_ms)
 		debug_delay(px, r->s);
-	put_sort(r, &b, started, &commit, &revoke);
-	put_revoke(px, r, &revoke, calls->revoke);
+	put_sort(r, &b, started, &commit, revoke);
+	put_revoke(px, r, &revoke[0], calls->revoke, 0);
+	put_revoke(px, r, &revoke[1], calls->revoke, 1);
 	put_commit(px, r, &commit, calls->end);
 	if (r->sqe.op == LC_OP_UPSERT)
 		px_batch_drop_leases(px, r, &commit);
@@ -240,7 +252,8 @@ out:
 	if (rep)
 		protobuf_c_message_free_unpacked(rep, NULL);
 	px_batch_fini(&commit);
-	px_batch_fini(&revoke);
+	px_batch_fini(&revoke[0]);
+	px_batch_fini(&revoke[1]);
 	if (started != started_in)
 		free(started);
 out_batch:

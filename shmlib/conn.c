@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "atomic.h"
+#include "clock.h"
 #include "futex.h"
 #include "log.h"
 #include "uds.h"
@@ -222,6 +223,7 @@ int shm_conn_open(struct lunar_client *c, struct shm_conn **out)
 	cn = conn_alloc();
 	if (!cn)
 		return LUNAR_ERR_INTERNAL;
+	cn->timeout_ms = c->timeout_ms;
 	cn->sock = lc_uds_connect(c->path, c->timeout_ms);
 	if (cn->sock < 0) {
 		rc = connect_code(cn->sock);
@@ -305,6 +307,31 @@ void shm_conn_break(struct shm_conn *cn, const char *why)
 	/* Sleepers on completion words recheck broken when woken. */
 	for (uint32_t i = 0; i < cn->slot_count; i++)
 		lc_futex_wake(&cn->slots[i].state, INT_MAX);
+}
+
+void shm_conn_fence(struct shm_conn *cn)
+{
+	uint64_t end = lc_now_ms() + (lc_load_acquire(&cn->fence_failed) ? 0 : cn->timeout_ms);
+	/* POLLHUP comes once both halves are shut: ours now, the proxy's
+	 * when it closes the socket with the session's last reference. */
+	struct pollfd p = {cn->sock, 0, 0};
+
+	shutdown(cn->sock, SHUT_WR);
+	for (;;) {
+		uint64_t now = lc_now_ms();
+		int n = poll(&p, 1, now < end ? (int)(end - now) : 0);
+
+		if (n > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL)))
+			return;
+		if (n < 0 && errno != EINTR)
+			break;
+		if (now >= end)
+			break;
+	}
+	if (!lc_xchg(&cn->fence_failed, 1))
+		LC_ERROR(SHM_LOG, "the proxy did not finish this session's requests in %u ms: "
+				  "it may still touch registered memory they named",
+			 cn->timeout_ms);
 }
 
 int shm_conn_hung_up(struct shm_conn *cn)

@@ -47,7 +47,9 @@ struct shm_conn {
 	int broken; /* atomic; once set, never cleared: the region is dropped */
 	int released; /* atomic; set once the last reference released the resources */
 	struct shm_conn *older; /* the handle's earlier session, or NULL */
-	int sock;   /* liveness: hang-up means the proxy died */
+	int sock;   /* liveness: hang-up means the proxy died, or is done with us */
+	unsigned timeout_ms; /* the handle's, for shm_conn_fence */
+	int fence_failed;    /* atomic; a fence timed out: later ones do not wait */
 	int evfd;   /* written to wake the proxy when it sleeps */
 	uint8_t *base;
 	uint64_t size;
@@ -166,6 +168,17 @@ void shm_conns_free(struct lunar_client *c);
 /* shm_conn_break - mark the session dead (once; why is logged) and wake
  * every thread waiting on it. Any thread, cn->lock not held. */
 void shm_conn_break(struct shm_conn *cn, const char *why);
+/*
+ * shm_conn_fence - for a thread giving up on a request that reached the
+ * proxy, before the request's memory goes back to the application: the
+ * proxy may still be reading or writing it (registered memory, which the
+ * application keeps using). Closes our half of the socket, so that the
+ * proxy drops the session, and waits up to the handle's timeout for the
+ * proxy to close its end, which it does once no request of the session
+ * runs any more (or when it dies). A proxy that does not (stopped, hung)
+ * is logged once; the session's later fences do not wait again.
+ */
+void shm_conn_fence(struct shm_conn *cn);
 /* shm_conn_is_broken - 1 once broken. */
 int shm_conn_is_broken(struct shm_conn *cn);
 /* shm_conn_hung_up - 1 if the proxy closed its end of the socket. Never

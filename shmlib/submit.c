@@ -97,7 +97,6 @@ static int still_alive(struct shm_conn *cn, uint64_t deadline_ns)
 static int ring_push(struct shm_conn *cn, const struct lc_sqe *sqe, uint64_t deadline_ns)
 {
 	uint32_t head;
-	uint64_t one = 1;
 	int rc;
 
 	/* Only when the ring has fewer entries than slots can it be full. */
@@ -113,6 +112,14 @@ static int ring_push(struct shm_conn *cn, const struct lc_sqe *sqe, uint64_t dea
 	}
 	memcpy(&cn->sqes[head & (cn->entries - 1)], sqe, sizeof(*sqe));
 	lc_ring_commit(&cn->prod, head, 1);
+	return 0;
+}
+
+/* After a push: wake the proxy if it sleeps. */
+static int ring_kick(struct shm_conn *cn)
+{
+	uint64_t one = 1;
+
 	if (lc_ring_need_wakeup(cn->ring) && write(cn->evfd, &one, sizeof(one)) < 0 &&
 	    errno != EAGAIN) {
 		shm_conn_break(cn, "eventfd write failed");
@@ -242,13 +249,20 @@ int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, in
 	sqe->slot = s;
 	sqe->seq = lc_fetch_add(&cn->seq, 1) + 1;
 	rc = ring_push(cn, sqe, deadline_ns);
+	if (rc) {
+		slot_give(cn, s);
+		return rc;
+	}
+	rc = ring_kick(cn);
 	if (!rc)
 		rc = slot_wait(cn, slot, deadline_ns);
 	if (!rc && LC_READ_ONCE(slot->seq) != sqe->seq) {
 		shm_conn_break(cn, "completion for another request");
 		rc = LUNAR_ERR_PROTOCOL;
 	}
-	if (!rc)
+	if (rc)
+		shm_conn_fence(cn); /* the request is in the proxy's hands */
+	else
 		*result = LC_READ_ONCE(slot->result);
 	slot_give(cn, s);
 	return rc;

@@ -63,6 +63,8 @@ struct lunar_client; /* opaque */
 struct lunar_opts {
 	const char *socket_path; /* NULL: $LUNAR_SOCKET, then the default path */
 	const char *tenant;      /* NULL: "default" */
+	/* A call that times out returns PROXY_UNAVAILABLE once the proxy is
+	 * done with its memory, waiting up to the timeout again for that. */
 	unsigned timeout_ms;     /* 0: $LUNAR_TIMEOUT_MS, then 30000 */
 	/* The shared arena, where a call's keys and lists go, and its value
 	 * when that is not in registered memory (lunar_alloc, lunar_register).

@@ -5,7 +5,9 @@
  * live only on B's segment. With B stopped, a read of them through A must
  * fail within about one transfer timeout, whatever the number of keys in
  * the request and whether A holds their leases, never after one timeout per
- * key or per attempt. The same holds for a batch put placed on B.
+ * key or per attempt. The same holds for a batch put placed on B. A client
+ * that gives up on a read first never has the value land in its memory
+ * after its call returned.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,12 +16,14 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "http_get.h"
 
 #define NKEYS	6
 #define VAL_LEN (64u * 1024u + 13u)
@@ -31,7 +35,7 @@
 #define A_CLIENT_TIMEOUT_MS 120000
 
 static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[H_SEG_NAME];
-static struct h_proc *proxy_a, *proxy_b;
+static struct h_proc *master, *proxy_a, *proxy_b;
 static struct lunar_client *ca;
 static int b_stopped;
 
@@ -43,7 +47,7 @@ static int setup(void **state)
 	if (h_init() != 0)
 		return -1;
 	port = h_free_port();
-	if (port <= 0 || !h_start_master("master", port, "--client-ttl", "60s", NULL))
+	if (port <= 0 || !(master = h_start_master("master", port, "--client-ttl", "60s", NULL)))
 		return -1;
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
@@ -161,8 +165,22 @@ static void test_peer_stop_leased_get_fails_in_one_timeout(void **state)
 	free(buf);
 }
 
+/* The bytes of B's segment the master counts as taken, or -1. */
+static int64_t b_used_bytes(void)
+{
+	static char text[1 << 16];
+	char sample[128];
+
+	if (hg_get(hg_log_http_port(master->log), "/metrics", text, sizeof(text)) != 200)
+		return -1;
+	snprintf(sample, sizeof(sample), "lunar_master_segment_used_bytes{segment=\"%s\"}", seg_b);
+	return hg_metric(text, sample);
+}
+
 /* One batch put of keys placed on B, B stopped: all fail (and are revoked)
- * in time; once B is back, the same keys can be put and read. */
+ * in time. The first key's bytes may still reach B when it wakes, so its
+ * range stays taken; the others were never sent. Once B is back, the same
+ * keys can be put and read. */
 static void test_peer_stop_batch_put_fails_in_one_timeout(void **state)
 {
 	const char *pref[1] = {seg_b};
@@ -175,10 +193,12 @@ static void test_peer_stop_batch_put_fails_in_one_timeout(void **state)
 	const struct iovec *iovs[NKEYS];
 	int iovcnts[NKEYS], results[NKEYS];
 	uint64_t t0, took;
+	int64_t used;
 	int rc;
 
 	(void)state;
 	H_ASSERT(bufs != NULL);
+	H_ASSERT_EQ(b_used_bytes(), 0);
 	for (int i = 0; i < NKEYS; i++) {
 		key_of("put", i, names[i], sizeof(names[i]));
 		keys[i] = names[i];
@@ -199,6 +219,10 @@ static void test_peer_stop_batch_put_fails_in_one_timeout(void **state)
 		H_ASSERT_EQ(results[i], LUNAR_ERR_TRANSFER_FAIL);
 	H_ASSERT_MSG(took <= STOPPED_MAX_MS, "batch put took %llu ms, more than %u",
 		     (unsigned long long)took, STOPPED_MAX_MS);
+	used = b_used_bytes();
+	print_message("B's segment after the revokes: %lld bytes taken\n", (long long)used);
+	H_ASSERT_MSG(used >= VAL_LEN && used < 2 * VAL_LEN,
+		     "%lld bytes of B taken: want the one range written in part", (long long)used);
 	/* Revoked, not left PROCESSING: put again and read back. */
 	for (int i = 0; i < NKEYS; i++) {
 		H_ASSERT_EQ(lunar_put(ca, keys[i], v[i].iov_base, VAL_LEN, &on_b), 0);
@@ -209,12 +233,78 @@ static void test_peer_stop_batch_put_fails_in_one_timeout(void **state)
 	free(bufs);
 }
 
+/* The late get: a client with a short timeout gets a key of stopped B into
+ * memory from lunar_alloc; B wakes after the client's timeout. */
+#define SHORT_TIMEOUT_MS 1000
+#define B_WAKES_MS	 1500
+
+struct late_get {
+	struct lunar_client *c;
+	const char *key;
+	uint8_t *buf;
+	int64_t got;
+	uint64_t took;
+};
+
+static void *late_get_main(void *arg)
+{
+	struct late_get *g = arg;
+	uint64_t t0 = h_now_ms();
+
+	g->got = lunar_get_into(g->c, g->key, g->buf, VAL_LEN);
+	g->took = h_now_ms() - t0;
+	/* The call is over: the application uses its memory for other things. */
+	memset(g->buf, 0xee, VAL_LEN);
+	return NULL;
+}
+
+/*
+ * A get into registered memory that times out while A still waits on B:
+ * once the call has returned, nothing of the value may land in that memory
+ * (the application has moved on). The call waits for A to finish the
+ * request instead, a bounded time.
+ */
+static void test_peer_stop_timed_out_get_leaves_registered_memory_alone(void **state)
+{
+	uint8_t *tmp = malloc(VAL_LEN);
+	char key[64];
+	struct late_get g = {.key = key};
+	pthread_t th;
+
+	(void)state;
+	H_ASSERT(tmp != NULL);
+	put_on_b("late", tmp);
+	key_of("late", 0, key, sizeof(key));
+	g.c = h_client_try(sock_a, SHORT_TIMEOUT_MS, NULL);
+	H_ASSERT(g.c != NULL);
+	g.buf = lunar_alloc(g.c, VAL_LEN);
+	H_ASSERT(g.buf != NULL);
+	stop_b(1);
+	H_ASSERT_EQ(pthread_create(&th, NULL, late_get_main, &g), 0);
+	h_sleep_ms(B_WAKES_MS);
+	stop_b(0);
+	pthread_join(th, NULL);
+	/* Room for a late write to land, were one still coming. */
+	h_sleep_ms(500);
+	print_message("get timed out: %lld (%s) after %llu ms\n", (long long)g.got, h_code(g.got),
+		      (unsigned long long)g.took);
+	H_ASSERT_MSG(g.got < 0, "the get succeeded: %lld", (long long)g.got);
+	for (size_t i = 0; i < VAL_LEN; i++)
+		H_ASSERT_MSG(g.buf[i] == 0xee, "byte %zu written after the call returned", i);
+	H_ASSERT_MSG(g.took <= 2u * SHORT_TIMEOUT_MS + 500u, "the get took %llu ms",
+		     (unsigned long long)g.took);
+	lunar_free(g.c, g.buf);
+	lunar_close(g.c);
+	free(tmp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_peer_stop_batch_put_fails_in_one_timeout),
 	    cmocka_unit_test(test_peer_stop_leased_get_fails_in_one_timeout),
 	    cmocka_unit_test(test_peer_stop_batch_get_fails_in_one_timeout),
+	    cmocka_unit_test(test_peer_stop_timed_out_get_leaves_registered_memory_alone),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -213,6 +213,56 @@ static void test_master_upsert_revoke(void **state)
 	mst_master_destroy(m);
 }
 
+/* BatchPutRevoke or BatchUpsertRevoke of one key by client; its code. */
+static int revoke_one(struct mst_master *m, uint32_t method, uint64_t client, const char *key,
+		      int late)
+{
+	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
+	char *keys[1] = {(char *)key};
+	Lunar__BatchCodesReply *r;
+	int code;
+
+	rq.client_id = client;
+	rq.keys = keys;
+	rq.n_keys = 1;
+	rq.late = late;
+	r = (Lunar__BatchCodesReply *)call(m, method, &rq);
+	code = r->status->code ? r->status->code : r->codes[0];
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return code;
+}
+
+static void test_master_late_revoke_holds_space(void **state)
+{
+	/* Given: a release timeout of 300ms, k committed (1 KiB), an upsert
+	 * of k (300 KiB) and a put of p (400 KiB), each by a writer that gave
+	 * up on a transfer whose bytes may still land */
+	static const char *flags[][2] = {{"put-start-release-timeout", "300ms"}};
+	struct mst_master *m = master_with(flags, 1);
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_int_equal(put(m, CLIENT_A, "k", 1000, 1), 0);
+	assert_int_equal(upsert_start_code(m, CLIENT_B, "k", 300 * 1024), 0);
+	assert_int_equal(put_start(m, CLIENT_B, "p", 400 * 1024, 1), 0);
+	/* When: both are revoked late */
+	assert_int_equal(revoke_one(m, LUNAR__METHOD__BATCH_UPSERT_REVOKE, CLIENT_B, "k", 1), 0);
+	assert_int_equal(revoke_one(m, LUNAR__METHOD__BATCH_PUT_REVOKE, CLIENT_B, "p", 1), 0);
+	/* Then: the keys are as before the writes, but no new value gets
+	 * their ranges until the release timeout */
+	assert_int_equal(get_code(m, "k"), 0);
+	assert_int_equal(get_code(m, "p"), LUNAR_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(used_bytes(m), 1024 + 700 * 1024);
+	assert_int_equal(put_start(m, CLIENT_A, "q", 600 * 1024, 1), LUNAR_ERR_NO_AVAILABLE_HANDLE);
+	usleep(600 * 1000);
+	assert_int_equal(used_bytes(m), 1024);
+	assert_int_equal(put_start(m, CLIENT_A, "q", 600 * 1024, 1), 0);
+	/* and a plain revoke still gives the space back at once */
+	assert_int_equal(revoke_one(m, LUNAR__METHOD__BATCH_PUT_REVOKE, CLIENT_A, "q", 0), 0);
+	assert_int_equal(used_bytes(m), 1024);
+	mst_master_destroy(m);
+}
+
 static void test_master_remove_by_regex(void **state)
 {
 	/* Given: a1, a2 (leased), b1 in default; a3 in t2 */
@@ -593,6 +643,7 @@ int main(void)
 	    cmocka_unit_test(test_master_upsert_absent_is_put),
 	    cmocka_unit_test(test_master_upsert_old_or_new),
 	    cmocka_unit_test(test_master_upsert_revoke),
+	    cmocka_unit_test(test_master_late_revoke_holds_space),
 	    cmocka_unit_test(test_master_remove_by_regex),
 	    cmocka_unit_test(test_master_remove_by_regex_bounds_its_cost),
 	    cmocka_unit_test(test_master_remove_by_regex_matches_outside_the_lock),
