@@ -162,6 +162,14 @@ int mst_config_set(struct mst_config *cfg, const char *name, const char *value)
 	return -ENOENT;
 }
 
+int mst_config_has(const char *name)
+{
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+		if (!strcmp(name, flags[i].name))
+			return 1;
+	return 0;
+}
+
 int mst_config_is_switch(const char *name)
 {
 	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)

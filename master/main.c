@@ -45,6 +45,16 @@ static void usage(FILE *f)
 		mst_config_usage());
 }
 
+static int known(const char *name)
+{
+	static const char *const own[] = {"listen", "port", "http-port", "workers"};
+
+	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+		if (!strcmp(name, own[i]))
+			return 1;
+	return mst_config_has(name);
+}
+
 /* One flag and its value; 0, or 2 after printing why. */
 static int set_flag(struct opts *o, const char *name, const char *val)
 {
@@ -63,9 +73,7 @@ static int set_flag(struct opts *o, const char *name, const char *val)
 											: 0;
 	else
 		rc = mst_config_set(&o->cfg, name, val);
-	if (rc == -ENOENT)
-		fprintf(stderr, "lunar-master: unknown flag --%s (see --help)\n", name);
-	else if (rc)
+	if (rc)
 		fprintf(stderr, "lunar-master: bad value '%s' for --%s\n", val, name);
 	return rc ? 2 : 0;
 }
@@ -95,6 +103,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		snprintf(name, sizeof(name), "%.*s", (int)((eq ? eq : arg + strlen(arg)) - arg - 2),
 			 arg + 2);
 		val = eq ? eq + 1 : NULL;
+		if (!known(name)) {
+			fprintf(stderr, "lunar-master: unknown flag --%s (see --help)\n", name);
+			return 2;
+		}
 		if (!val && mst_config_is_switch(name) && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)))
 			val = "true";
 		if (!val && i + 1 >= argc) {

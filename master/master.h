@@ -63,6 +63,8 @@ void mst_config_defaults(struct mst_config *cfg);
  * --embedded-master, so both accept the same flags.
  */
 int mst_config_set(struct mst_config *cfg, const char *name, const char *value);
+/* mst_config_has - 1 if name is a master flag (without the dashes). */
+int mst_config_has(const char *name);
 /* mst_config_is_switch - 1 if the master flag name may be given without a
  * value (it then means "true"), else 0. */
 int mst_config_is_switch(const char *name);

@@ -22,7 +22,8 @@ struct flag {
 
 #define F(n, k, field, h) { n, k, offsetof(struct px_config, field), h }
 static const struct flag flags[] = {
-	F("socket", K_STR, socket_path, "PATH  client socket (default per SPEC: /run/lunar/proxy.sock as root)"),
+	F("socket", K_STR, socket_path, "PATH  client socket (/run/lunar/proxy.sock as root, else\n"
+	  "                             $XDG_RUNTIME_DIR/lunar/proxy.sock or /tmp/lunar-UID/proxy.sock)"),
 	F("master", K_STR, master_url, "URL   master to use, tcp://host:50051"),
 	F("embedded-master", K_BOOL, embedded, "      run the master inside this proxy (single node)"),
 	F("host", K_STR, host, "ADDR  address of the data port, advertised to peers (127.0.0.1)"),
@@ -55,8 +56,9 @@ static void usage(FILE *out)
 		     "Flags (--name VALUE or --name=VALUE; sizes take KiB/MiB/GiB, durations ms/s/m/h):\n");
 	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
 		fprintf(out, "  --%-18s %s\n", flags[i].name, flags[i].help);
-	fprintf(out, "  --%-18s       this text\n\nWith --embedded-master, master flags too:\n%s",
-		"help", mst_config_usage());
+	fprintf(out, "  --%-18s       this text\n  --%-18s       print the version\n\n"
+		     "With --embedded-master, master flags too:\n%s",
+		"help", "version", mst_config_usage());
 }
 
 static void defaults(struct px_config *c)
@@ -171,6 +173,8 @@ static int parse_one(struct px_config *c, int argc, char **argv, int *i, const c
 		return bad("unknown flag '%s'", argv[*i]);
 	memcpy(name, arg, len);
 	name[len] = '\0';
+	if (!f && !mst_config_has(name))
+		return bad("unknown flag '--%s'", name);
 	if (eq)
 		v = eq + 1;
 	else if (!f && mst_config_is_switch(name) && (*i + 1 == argc || !strncmp(argv[*i + 1], "--", 2)))
@@ -185,8 +189,6 @@ static int parse_one(struct px_config *c, int argc, char **argv, int *i, const c
 	case 0:
 		*mflag = argv[at];
 		return 0;
-	case -ENOENT:
-		return bad("unknown flag '--%s'", name);
 	default:
 		return bad("bad value for --%s", name);
 	}
