@@ -4,7 +4,8 @@
  * One memfd per client session, created, sized and sealed by the proxy and
  * mapped MAP_SHARED by both. It holds offsets, never pointers. The proxy
  * treats every byte of it as hostile: it copies, validates, then acts.
- * docs/shm-abi.md explains the rules; the static_asserts below pin the sizes.
+ * docs/shm-abi.md explains the rules; the static_asserts below pin the sizes
+ * and offsets.
  *
  *   0            header (struct lc_shm_hdr, one page)
  *   ring_off     ring control (struct lc_ring_ctl, three cache lines)
@@ -16,6 +17,7 @@
 #define LUNAR_COMMON_SHM_ABI_H
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define LC_SHM_MAGIC 0x524e554cu /* "LUNR" little-endian */
@@ -202,5 +204,88 @@ static_assert(sizeof(struct lc_sqe) == 64, "lc_sqe layout");
 static_assert(sizeof(struct lc_item) == 32, "lc_item layout");
 static_assert(sizeof(struct lc_seg) == 24, "lc_seg layout");
 static_assert(sizeof(struct lc_cslot) == 64, "lc_cslot layout");
+
+/* Every field's offset, as docs/shm-abi.md gives it: a change here is a
+ * change of LC_PROTO_VERSION. */
+#define LC_AT(type, field, off) \
+	static_assert(offsetof(struct type, field) == (off), #type "." #field " offset")
+LC_AT(lc_hello, magic, 0);
+LC_AT(lc_hello, version, 4);
+LC_AT(lc_hello, flags, 6);
+LC_AT(lc_hello, pid, 8);
+LC_AT(lc_hello, rsvd, 12);
+LC_AT(lc_hello, arena_bytes, 16);
+LC_AT(lc_hello, tenant, 24);
+LC_AT(lc_welcome, magic, 0);
+LC_AT(lc_welcome, version, 4);
+LC_AT(lc_welcome, rsvd, 6);
+LC_AT(lc_welcome, code, 8);
+LC_AT(lc_welcome, rsvd2, 12);
+LC_AT(lc_welcome, client_id, 16);
+LC_AT(lc_welcome, region_size, 24);
+LC_AT(lc_reg_req, magic, 0);
+LC_AT(lc_reg_req, op, 4);
+LC_AT(lc_reg_req, rsvd, 6);
+LC_AT(lc_reg_req, region, 8);
+LC_AT(lc_reg_req, rsvd2, 12);
+LC_AT(lc_reg_req, offset, 16);
+LC_AT(lc_reg_req, length, 24);
+LC_AT(lc_reg_req, cookie, 32);
+LC_AT(lc_reg_rep, magic, 0);
+LC_AT(lc_reg_rep, code, 4);
+LC_AT(lc_reg_rep, region, 8);
+LC_AT(lc_reg_rep, rsvd, 12);
+LC_AT(lc_reg_rep, cookie, 16);
+LC_AT(lc_shm_hdr, magic, 0);
+LC_AT(lc_shm_hdr, version, 4);
+LC_AT(lc_shm_hdr, hdr_size, 6);
+LC_AT(lc_shm_hdr, region_size, 8);
+LC_AT(lc_shm_hdr, client_id, 16);
+LC_AT(lc_shm_hdr, ring_off, 24);
+LC_AT(lc_shm_hdr, ring_entries, 28);
+LC_AT(lc_shm_hdr, sqes_off, 32);
+LC_AT(lc_shm_hdr, slots_off, 36);
+LC_AT(lc_shm_hdr, slot_count, 40);
+LC_AT(lc_shm_hdr, rsvd0, 44);
+LC_AT(lc_shm_hdr, arena_off, 48);
+LC_AT(lc_shm_hdr, arena_size, 56);
+LC_AT(lc_shm_hdr, max_batch, 64);
+LC_AT(lc_shm_hdr, max_segs, 68);
+LC_AT(lc_shm_hdr, key_max, 72);
+LC_AT(lc_shm_hdr, rsvd1, 76);
+LC_AT(lc_shm_hdr, reserved, 80);
+LC_AT(lc_ring_ctl, reserved0, 0);
+LC_AT(lc_ring_ctl, prod_tail, 4);
+LC_AT(lc_ring_ctl, cons_head, 64);
+LC_AT(lc_ring_ctl, flags, 128);
+LC_AT(lc_ring_ctl, crowded, 132);
+LC_AT(lc_ring_ctl, loop_cpu, 136);
+LC_AT(lc_sqe, op, 0);
+LC_AT(lc_sqe, flags, 2);
+LC_AT(lc_sqe, slot, 4);
+LC_AT(lc_sqe, count, 8);
+LC_AT(lc_sqe, replica_num, 12);
+LC_AT(lc_sqe, arg_off, 16);
+LC_AT(lc_sqe, arg_len, 24);
+LC_AT(lc_sqe, seq, 32);
+LC_AT(lc_sqe, soft_pin_ttl_ms, 40);
+LC_AT(lc_sqe, rsvd0, 44);
+LC_AT(lc_sqe, pref_off, 48);
+LC_AT(lc_sqe, pref_len, 56);
+LC_AT(lc_item, key_off, 0);
+LC_AT(lc_item, key_len, 8);
+LC_AT(lc_item, nseg, 12);
+LC_AT(lc_item, seg_off, 16);
+LC_AT(lc_item, result, 24);
+LC_AT(lc_seg, region, 0);
+LC_AT(lc_seg, rsvd, 4);
+LC_AT(lc_seg, off, 8);
+LC_AT(lc_seg, len, 16);
+LC_AT(lc_cslot, state, 0);
+LC_AT(lc_cslot, rsvd, 4);
+LC_AT(lc_cslot, result, 8);
+LC_AT(lc_cslot, seq, 16);
+LC_AT(lc_cslot, done_ns, 24);
+#undef LC_AT
 
 #endif /* LUNAR_COMMON_SHM_ABI_H */
