@@ -18,6 +18,7 @@
 #include "master.h"
 #include "parse.h"
 #include "rpc_server.h"
+#include "sdnotify.h"
 
 #define VERSION "0.1.0"
 #define MST_STOP_BOUND_S 10 /* after this long stopping, SIGALRM ends the process */
@@ -150,8 +151,10 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 	}
 	LC_INFO("lunar-master", "listening on tcp://%s:%u; HTTP on http://%s:%u", o->listen,
 		(unsigned)mst_server_port(s), o->listen, (unsigned)lc_http_port(http));
+	lc_sd_notify("READY=1");
 	sigwait(sigs, &sig);
 	LC_INFO("lunar-master", "signal %d: stopping", sig);
+	lc_sd_notify("STOPPING=1");
 	/* Never hang on the way out: nng's close waits on its own threads. */
 	alarm(MST_STOP_BOUND_S);
 	lc_http_stop(http);

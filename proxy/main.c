@@ -23,6 +23,7 @@
 #include "log.h"
 #include "lunar.h"
 #include "proxy/px_int.h"
+#include "sdnotify.h"
 #include "uds.h"
 
 #define PX_LEASE_CACHE_KEYS 65536
@@ -219,10 +220,12 @@ int main(int argc, char **argv)
 		LC_INFO("proxy", "serving %s; data port %s; segment %llu bytes; master %s",
 			px.cfg.socket_path, px.endpoint, (unsigned long long)px.cfg.segment_size,
 			px.cfg.embedded ? "embedded" : px.cfg.master_url);
+		lc_sd_notify("READY=1");
 		rc = px_loop_run(&px);
 		if (rc)
 			LC_ERROR("proxy", "event loop: %s", strerror(-rc));
 	}
+	lc_sd_notify("STOPPING=1");
 	stop(&px);
 	LC_INFO("proxy", "stopped");
 	return rc ? 1 : 0;
