@@ -17,6 +17,7 @@
 #include "http.h"
 #include "master.h"
 #include "parse.h"
+#include "conf.h"
 #include "rpc_server.h"
 #include "sdnotify.h"
 
@@ -29,6 +30,7 @@ struct opts {
 	const char *listen;
 	uint64_t workers;
 	struct mst_config cfg;
+	struct lc_conf conf; /* --config's settings; cfg may point into them */
 };
 
 static void usage(FILE *f)
@@ -40,6 +42,8 @@ static void usage(FILE *f)
 		"  --http-port PORT                 /metrics, /health, /ready, /admin (9003; 0 picks)\n"
 		"  --workers N                      parallel RPC workers (8)\n"
 		"%s"
+		"  --config FILE                    settings from FILE, one 'name = value' a line,\n"
+		"                                   under the command line's\n"
 		"  --help                           this text\n"
 		"  --version                        print the version\n"
 		"Flags take --name value or --name=value. DURATION: 250ms, 10s, 30m, 1h.\n",
@@ -48,7 +52,7 @@ static void usage(FILE *f)
 
 static int known(const char *name)
 {
-	static const char *const own[] = {"listen", "port", "http-port", "workers"};
+	static const char *const own[] = {"listen", "port", "http-port", "workers", "config"};
 
 	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
 		if (!strcmp(name, own[i]))
@@ -65,6 +69,8 @@ static int set_flag(struct opts *o, const char *name, const char *val)
 		o->listen = val;
 		return 0;
 	}
+	if (!strcmp(name, "config"))
+		return 0; /* read before the command line */
 	if (!strcmp(name, "port"))
 		rc = lc_parse_u64(val, &o->port) || o->port > 65535 ? -EINVAL : 0;
 	else if (!strcmp(name, "http-port"))
@@ -79,46 +85,85 @@ static int set_flag(struct opts *o, const char *name, const char *val)
 	return rc ? 2 : 0;
 }
 
+/* The flag at argv[*i] (its value may be the next argument: *i moves on);
+ * 0, or 2 after printing why. */
+static int parse_one(struct opts *o, int argc, char **argv, int *i)
+{
+	const char *arg = argv[*i], *eq = strchr(arg, '='), *val;
+	size_t len = (size_t)((eq ? eq : arg + strlen(arg)) - arg);
+	char name[64];
+
+	if (strncmp(arg, "--", 2) || len >= sizeof(name)) {
+		fprintf(stderr, "lunar-master: unexpected argument '%s' (see --help)\n", arg);
+		return 2;
+	}
+	snprintf(name, sizeof(name), "%.*s", (int)len - 2, arg + 2);
+	val = eq ? eq + 1 : NULL;
+	if (!known(name)) {
+		fprintf(stderr, "lunar-master: unknown flag --%s (see --help)\n", name);
+		return 2;
+	}
+	if (!val && mst_config_is_switch(name) && (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2)))
+		val = "true";
+	if (!val && *i + 1 >= argc) {
+		fprintf(stderr, "lunar-master: --%s needs a value\n", name);
+		return 2;
+	}
+	if (!val)
+		val = argv[++*i];
+	return set_flag(o, name, val);
+}
+
+/* --config's settings, taken before the command line so that it wins. */
+static int parse_file(struct opts *o, int argc, char **argv)
+{
+	int missing;
+	const char *path = lc_conf_path(argc, argv, &missing);
+	char err[512];
+
+	if (missing) {
+		fprintf(stderr, "lunar-master: --config needs a value\n");
+		return 2;
+	}
+	if (!path)
+		return 0;
+	if (lc_conf_read(path, &o->conf, err, sizeof(err))) {
+		fprintf(stderr, "lunar-master: %s\n", err);
+		return 2;
+	}
+	for (size_t k = 0; k < o->conf.n; k++) {
+		char **arg = &o->conf.args[k];
+		int i = 0, nested = !strcmp(*arg, "--config") || !strncmp(*arg, "--config=", 9);
+
+		if (nested)
+			fprintf(stderr, "lunar-master: config files do not nest\n");
+		if (nested || parse_one(o, 1, arg, &i)) {
+			fprintf(stderr, "lunar-master: (config file %s, line %u)\n", path,
+				o->conf.lines[k]);
+			return 2;
+		}
+	}
+	return 0;
+}
+
 /* Parse argv; 0 to run, 1 to exit 0 (--help, --version), 2 on bad usage. */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	for (int i = 1; i < argc; i++) {
-		char name[64];
-		const char *arg = argv[i], *eq, *val;
-
-		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
 			return 1;
 		}
-		if (!strcmp(arg, "--version")) {
+		if (!strcmp(argv[i], "--version")) {
 			printf("lunar-master %s\n", VERSION);
 			return 1;
 		}
-		eq = strchr(arg, '=');
-		if (strncmp(arg, "--", 2) ||
-		    (size_t)((eq ? eq : arg + strlen(arg)) - arg) >= sizeof(name)) {
-			fprintf(stderr, "lunar-master: unexpected argument '%s' (see --help)\n",
-				arg);
-			return 2;
-		}
-		snprintf(name, sizeof(name), "%.*s", (int)((eq ? eq : arg + strlen(arg)) - arg - 2),
-			 arg + 2);
-		val = eq ? eq + 1 : NULL;
-		if (!known(name)) {
-			fprintf(stderr, "lunar-master: unknown flag --%s (see --help)\n", name);
-			return 2;
-		}
-		if (!val && mst_config_is_switch(name) && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)))
-			val = "true";
-		if (!val && i + 1 >= argc) {
-			fprintf(stderr, "lunar-master: --%s needs a value\n", name);
-			return 2;
-		}
-		if (!val)
-			val = argv[++i];
-		if (set_flag(o, name, val))
-			return 2;
 	}
+	if (parse_file(o, argc, argv))
+		return 2;
+	for (int i = 1; i < argc; i++)
+		if (parse_one(o, argc, argv, &i))
+			return 2;
 	return 0;
 }
 
@@ -172,13 +217,17 @@ int main(int argc, char **argv)
 
 	mst_config_defaults(&o.cfg);
 	rc = parse_args(argc, argv, &o);
-	if (rc)
+	if (rc) {
+		lc_conf_free(&o.conf);
 		return rc == 1 ? 0 : 2;
+	}
 	/* block before any thread starts so every thread inherits the mask */
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	return serve(&o, &sigs);
+	rc = serve(&o, &sigs);
+	lc_conf_free(&o.conf);
+	return rc;
 }

@@ -45,6 +45,8 @@ static const struct flag flags[] = {
 	F("disk-dir", K_STR, disk_dir, "DIR   SSD tier directory (none: no SSD tier)"),
 	F("disk-capacity", K_SIZE, disk_capacity, "SIZE  bytes of the SSD tier (16GiB)"),
 	F("disk-eviction", K_POLICY, disk_policy, "NAME  SSD eviction by bucket: fifo|lru (fifo)"),
+	F("config", K_STR, config_path,
+	  "FILE  settings from FILE, one 'name = value' a line, under the command line's"),
 };
 #undef F
 
@@ -194,6 +196,34 @@ static int parse_one(struct px_config *c, int argc, char **argv, int *i, const c
 	}
 }
 
+/* --config's settings, taken before the command line so that it wins. */
+static int parse_file(struct px_config *c, int argc, char **argv, const char **mflag)
+{
+	int missing;
+	const char *path = lc_conf_path(argc, argv, &missing);
+	char err[512];
+
+	if (missing)
+		return bad("%s", "--config needs a value");
+	if (!path)
+		return 0;
+	if (lc_conf_read(path, &c->conf, err, sizeof(err)))
+		return bad("%s", err);
+	for (size_t k = 0; k < c->conf.n; k++) {
+		char **arg = &c->conf.args[k];
+		int i = 0, nested = !strcmp(*arg, "--config") || !strncmp(*arg, "--config=", 9);
+
+		if (nested)
+			fprintf(stderr, "lunar-proxy: config files do not nest\n");
+		if (nested || parse_one(c, 1, arg, &i, mflag)) {
+			fprintf(stderr, "lunar-proxy: (config file %s, line %u)\n", path,
+				c->conf.lines[k]);
+			return 2;
+		}
+	}
+	return 0;
+}
+
 int px_config_parse(struct px_config *c, int argc, char **argv)
 {
 	const char *mflag = NULL;
@@ -208,6 +238,10 @@ int px_config_parse(struct px_config *c, int argc, char **argv)
 			printf("lunar-proxy 0.1.0 (shm protocol %d)\n", LC_PROTO_VERSION);
 			return 1;
 		}
+	}
+	if (parse_file(c, argc, argv, &mflag))
+		return 2;
+	for (int i = 1; i < argc; i++) {
 		if (strncmp(argv[i], "--", 2))
 			return bad("unexpected argument '%s'", argv[i]);
 		if (parse_one(c, argc, argv, &i, &mflag))

@@ -227,6 +227,7 @@ int main(int argc, char **argv)
 	}
 	lc_sd_notify("STOPPING=1");
 	stop(&px);
+	lc_conf_free(&px.cfg.conf);
 	LC_INFO("proxy", "stopped");
 	return rc ? 1 : 0;
 }

@@ -19,6 +19,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "conf.h"
 #include "lunar.pb-c.h"
 #include "master/master.h"
 #include "proxy/decode.h"
@@ -55,6 +56,8 @@ struct px_config {
 	const char *disk_dir;     /* --disk-dir: SSD tier; NULL: none */
 	uint64_t disk_capacity;   /* --disk-capacity */
 	int disk_policy;          /* --disk-eviction: enum dsk_policy */
+	const char *config_path;  /* --config */
+	struct lc_conf conf;      /* its settings; fields above may point into them */
 };
 
 /* px_config_parse - argv into cfg. Returns 0, 1 after --help/--version was

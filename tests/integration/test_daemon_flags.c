@@ -3,7 +3,9 @@
  * --help names every flag a user may need (--version too), --version
  * answers, and a bad command line exits 2 with a message that names the
  * real fault (an unknown flag is called unknown wherever it stands, even
- * last, where it once read as a known flag short of its value).
+ * last, where it once read as a known flag short of its value). --config
+ * FILE takes the same settings from a file, under the command line's, and
+ * names the file's line at fault.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -98,11 +100,103 @@ static void test_daemon_flags_proxy(void **state)
 	EXPECT_IN(out, "XDG_RUNTIME_DIR");
 }
 
+/* Write text to the config file name in the test's directory; its path. */
+static const char *conf(const char *name, const char *text)
+{
+	const char *path = h_path(name);
+	FILE *f = fopen(path, "w");
+
+	H_ASSERT(f != NULL);
+	H_ASSERT(fputs(text, f) >= 0);
+	H_ASSERT_EQ(fclose(f), 0);
+	return path;
+}
+
+/* Malformed files and settings: exit 2, the file and its line named. */
+static void check_config_errors(const char *bin)
+{
+	static char out[1 << 16];
+	const char *c;
+
+	c = conf("unknown.conf", "# ok\n\nclient-ttl = 1s\nno-such-flag = 3\n");
+	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
+	EXPECT_IN(out, "no-such-flag");
+	EXPECT_IN(out, "line 4");
+	c = conf("badvalue.conf", "client-ttl soon\n");
+	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
+	EXPECT_IN(out, "client-ttl");
+	EXPECT_IN(out, "line 1");
+	c = conf("syntax.conf", "client-ttl 1s\n--client-ttl 2s\n");
+	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
+	EXPECT_IN(out, "line 2");
+	c = conf("quote.conf", "listen \"127.0.0.1\n");
+	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
+	EXPECT_IN(out, "closing quote");
+	c = conf("nested.conf", "config = /etc/other.conf\n");
+	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
+	EXPECT_IN(out, "do not nest");
+	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", h_path("absent.conf"), NULL), 2);
+	EXPECT_IN(out, "absent.conf");
+	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", NULL), 2);
+	EXPECT_IN(out, "--config needs a value");
+}
+
+/* The master listens where its file says, unless the command line says
+ * otherwise. */
+static void test_daemon_flags_master_config(void **state)
+{
+	char text[128], portstr[16];
+	int file_port = h_free_port(), cli_port = h_free_port();
+	const char *c;
+	struct h_proc *m;
+
+	(void)state;
+	H_ASSERT(file_port > 0 && cli_port > 0 && file_port != cli_port);
+	snprintf(text, sizeof(text), "listen = 127.0.0.1\nport %d\nhttp-port=0\n", file_port);
+	c = conf("master.conf", text);
+	m = h_spawn("master-conf", (char *[]){(char *)h_bin("lunar-master"), "--config", (char *)c,
+					      NULL});
+	H_ASSERT(m != NULL);
+	H_ASSERT_EQ(h_wait_tcp(m, file_port, H_READY_TIMEOUT_MS), 0);
+	H_ASSERT(h_stop(m) == 0);
+	snprintf(portstr, sizeof(portstr), "%d", cli_port);
+	m = h_spawn("master-cli", (char *[]){(char *)h_bin("lunar-master"), "--port", portstr,
+					     "--config", (char *)c, NULL});
+	H_ASSERT(m != NULL);
+	H_ASSERT_EQ(h_wait_tcp(m, cli_port, H_READY_TIMEOUT_MS), 0);
+	H_ASSERT(h_stop(m) == 0);
+	check_config_errors("lunar-master");
+}
+
+/* A proxy set up entirely from its file, a quoted path with a blank in it. */
+static void test_daemon_flags_proxy_config(void **state)
+{
+	char text[PATH_MAX + 256], sock[PATH_MAX];
+	struct h_proc *p;
+	const char *c;
+
+	(void)state;
+	snprintf(sock, sizeof(sock), "%s", h_path("a proxy.sock"));
+	snprintf(text, sizeof(text),
+		 "# a single node\nembedded-master\nsegment-size = 16MiB\nsocket \"%s\"\n"
+		 "host 127.0.0.1\ndata-port 0\nhttp-port = 0\nclient-ttl 5s\n",
+		 sock);
+	c = conf("proxy.conf", text);
+	p = h_spawn("proxy-conf", (char *[]){(char *)h_bin("lunar-proxy"), "--config", (char *)c,
+					     NULL});
+	H_ASSERT(p != NULL);
+	H_ASSERT_EQ(h_wait_proxy(p, sock, H_READY_TIMEOUT_MS), 0);
+	H_ASSERT(h_stop(p) == 0);
+	check_config_errors("lunar-proxy");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_daemon_flags_master),
 	    cmocka_unit_test(test_daemon_flags_proxy),
+	    cmocka_unit_test(test_daemon_flags_master_config),
+	    cmocka_unit_test(test_daemon_flags_proxy_config),
 	};
 
 	return cmocka_run_group_tests(tests, h_setup, h_teardown);
