@@ -58,6 +58,7 @@ static void session_close(struct px_proxy *px, struct px_session *s, const char 
 		s->next->prev = s->prev;
 	px->nsessions--;
 	px_mreg_drop_all(s);
+	px_pool_drop(px->pool, s);
 	px_session_put(s);
 }
 

@@ -185,6 +185,13 @@ void px_req_run(struct px_proxy *px, struct px_req *r)
 	struct px_session *s = r->s;
 	int64_t result;
 
+	/* A client that gave up (or was cut off) waits for its session to
+	 * close, and then uses its memory for other things: a request it left
+	 * queued must not touch that memory any more, nor keep it waiting. */
+	if (atomic_load(&s->dead)) {
+		px_req_drop(r);
+		return;
+	}
 	switch (r->sqe.op) {
 	case LC_OP_PUT:
 	case LC_OP_UPSERT:
@@ -209,6 +216,13 @@ void px_req_run(struct px_proxy *px, struct px_req *r)
 	px_req_count(px, r);
 	if (!atomic_load(&s->dead))
 		px_complete(&s->rg, r, result);
+	px_req_drop(r);
+}
+
+void px_req_drop(struct px_req *r)
+{
+	struct px_session *s = r->s;
+
 	atomic_fetch_sub(&s->inflight, 1);
 	px_session_put(s);
 	px_req_free(r);

@@ -78,6 +78,31 @@ void px_pool_submit(struct px_pool *p, struct px_req *r)
 	pthread_mutex_unlock(&p->lock);
 }
 
+void px_pool_drop(struct px_pool *p, struct px_session *s)
+{
+	struct px_req *dropped = NULL, **pp, *r;
+
+	pthread_mutex_lock(&p->lock);
+	p->tail = NULL;
+	for (pp = &p->head; (r = *pp);) {
+		if (r->s == s) {
+			*pp = r->next;
+			r->next = dropped;
+			dropped = r;
+		} else {
+			p->tail = r;
+			pp = &r->next;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	/* Not under the lock: the last reference unmaps and hands descriptors
+	 * to the closer. */
+	while ((r = dropped)) {
+		dropped = r->next;
+		px_req_drop(r);
+	}
+}
+
 void px_pool_destroy(struct px_pool *p)
 {
 	if (!p)

@@ -215,9 +215,13 @@ void px_mreg_drop_all(struct px_session *s);
  * hand-off to a worker is what makes a small request cost microseconds.
  */
 int px_req_inline(const struct px_proxy *px, const struct px_req *r);
-/* px_req_run - execute a decoded request and complete it to the client.
- * Worker thread; blocks on the master and transfers. Frees r. */
+/* px_req_run - execute a decoded request and complete it to the client
+ * (px_req_drop when its session is dead by then). Worker thread; blocks on
+ * the master and transfers. Frees r. */
 void px_req_run(struct px_proxy *px, struct px_req *r);
+/* px_req_drop - give up r, a request of a dead session not run: its
+ * session's reference and in-flight count go, r is freed. Any thread. */
+void px_req_drop(struct px_req *r);
 /* Executors set per-item results and return the completion's result. */
 int64_t px_run_put(struct px_proxy *px, struct px_req *r);
 int64_t px_run_get(struct px_proxy *px, struct px_req *r);
@@ -244,6 +248,10 @@ struct px_pool;
 int px_pool_create(struct px_proxy *px, unsigned nthreads, struct px_pool **out);
 /* px_pool_submit - queue r (the pool owns it). Never blocks. */
 void px_pool_submit(struct px_pool *p, struct px_req *r);
+/* px_pool_drop - px_req_drop every request of the dead session s still
+ * queued, so that its last reference goes as soon as the running ones end.
+ * Loop thread. */
+void px_pool_drop(struct px_pool *p, struct px_session *s);
 /* px_pool_destroy - run what is queued, stop and join the threads. */
 void px_pool_destroy(struct px_pool *p);
 

@@ -323,6 +323,9 @@ void px_session_put(struct px_session *s)
 	if (s->efd >= 0)
 		close(s->efd);
 	px_closer_close(s->px->closer, s->rxfd);
+	/* The client's hang-up, now: the close itself may wait in the closer's
+	 * queue behind a slow one, and a fencing client waits for this. */
+	shutdown(s->sock, SHUT_RDWR);
 	px_closer_close(s->px->closer, s->sock);
 	free(s);
 }

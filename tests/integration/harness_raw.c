@@ -8,8 +8,12 @@
 
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -114,4 +118,46 @@ int raw_wait_done(struct raw *c, uint32_t slot, int ms)
 		h_sleep_ms(1);
 	}
 	return 0;
+}
+
+int raw_close_blocker(int secs, int *peer)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct linger lg = {.l_onoff = 1, .l_linger = secs};
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0);
+	int small = 4096;
+	static char buf[65536];
+
+	H_ASSERT(l >= 0 && c >= 0);
+	H_ASSERT(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) == 0);
+	H_ASSERT(bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0);
+	H_ASSERT(getsockname(l, (struct sockaddr *)&a, &al) == 0);
+	H_ASSERT(connect(c, (struct sockaddr *)&a, sizeof(a)) == 0);
+	*peer = accept(l, NULL, NULL);
+	H_ASSERT(*peer >= 0);
+	close(l);
+	H_ASSERT(fcntl(c, F_SETFL, O_NONBLOCK) == 0);
+	/* Fill the peer's window and our send queue until it stays full: the
+	 * window may still open a little after the first EAGAIN. */
+	for (int k = 0; k < 5; k++) {
+		while (send(c, buf, sizeof(buf), MSG_NOSIGNAL) > 0)
+			;
+		h_sleep_ms(50);
+	}
+	H_ASSERT(setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) == 0);
+	return c;
+}
+
+void raw_register_blocker(struct raw *c, int secs, int *peer)
+{
+	struct lc_reg_req q = {.magic = LC_REG_MAGIC, .op = LC_REG_ADD, .length = 4096, .cookie = 1};
+	int s = raw_close_blocker(secs, peer);
+
+	/* The proxy's close must be the last one, or ours blocks instead: the
+	 * descriptor goes with the message's first byte, and the rest, which
+	 * the proxy waits for before it acts, only once our copy is closed. */
+	H_ASSERT_EQ(lc_uds_send(c->sock, &q, 1, &s, 1), 0);
+	close(s);
+	H_ASSERT_EQ(lc_uds_send(c->sock, (const char *)&q + 1, sizeof(q) - 1, NULL, 0), 0);
 }

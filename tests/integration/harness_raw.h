@@ -43,5 +43,17 @@ void raw_kick(struct raw *c);
 void raw_submit(struct raw *c, const struct lc_sqe *q);
 /* raw_wait_done - 1 once slot is DONE, 0 after ms without. */
 int raw_wait_done(struct raw *c, uint32_t slot, int ms);
+/*
+ * raw_close_blocker - a descriptor whose last close blocks for about secs:
+ * a connected loopback TCP socket whose send queue is full (the peer never
+ * reads), with SO_LINGER {1, secs}. *peer keeps the other end open; closing
+ * it ends the block. Sent to the proxy as "memory" to register, it is the
+ * proxy that closes it.
+ */
+int raw_close_blocker(int secs, int *peer);
+/* raw_register_blocker - send c's proxy a raw_close_blocker to register
+ * and drop our copy first, so that the proxy's close of it (the refusal's)
+ * is the last and blocks; *peer as above. */
+void raw_register_blocker(struct raw *c, int secs, int *peer);
 
 #endif /* LUNAR_TESTS_HARNESS_RAW_H */

@@ -13,20 +13,15 @@
 
 #include <cmocka.h>
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness.h"
 #include "harness_raw.h"
-#include "uds.h"
 
 #define VICTIM	    "stalls/victim"
 #define STALL_MS    1000 /* another client's call must take less */
@@ -53,48 +48,19 @@ static void victim_get(struct lunar_client *b, const char *what)
 		     (unsigned long long)ms, what);
 }
 
-/* A connected loopback TCP socket whose send queue is full (the peer never
- * reads), with SO_LINGER {1, secs}; *peer keeps the other end open. */
-static int lingering_socket(int secs, int *peer)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	struct linger lg = { .l_onoff = 1, .l_linger = secs };
-	socklen_t al = sizeof(a);
-	int l = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0);
-	int small = 4096;
-	static char buf[65536];
-
-	H_ASSERT(l >= 0 && c >= 0);
-	H_ASSERT(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) == 0);
-	H_ASSERT(bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0);
-	H_ASSERT(getsockname(l, (struct sockaddr *)&a, &al) == 0);
-	H_ASSERT(connect(c, (struct sockaddr *)&a, sizeof(a)) == 0);
-	*peer = accept(l, NULL, NULL);
-	H_ASSERT(*peer >= 0);
-	close(l);
-	H_ASSERT(fcntl(c, F_SETFL, O_NONBLOCK) == 0);
-	while (send(c, buf, sizeof(buf), MSG_NOSIGNAL) > 0)
-		;
-	H_ASSERT(setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) == 0);
-	return c;
-}
-
 static void test_lingering_descriptor_closed_off_the_loop(void **state)
 {
-	struct lc_reg_req q = { .magic = LC_REG_MAGIC, .op = LC_REG_ADD, .length = 4096, .cookie = 1 };
 	struct lunar_client *b = h_client(sock);
 	char v[64] = "victim";
 	struct raw evil;
-	int peer, s;
+	int peer;
 
 	(void)state;
 	H_ASSERT_EQ(lunar_put(b, VICTIM, v, sizeof(v), NULL), 0);
 	/* Given: a client registers "memory" that is a lingering socket, and
 	 * drops its own copy, so the proxy's close is the last one */
 	raw_open(&evil, sock);
-	s = lingering_socket(10, &peer);
-	H_ASSERT_EQ(lc_uds_send(evil.sock, &q, sizeof(q), &s, 1), 0);
-	close(s);
+	raw_register_blocker(&evil, 10, &peer);
 	h_sleep_ms(200);
 	/* Then: the registration was refused and another client is served */
 	victim_get(b, "the proxy closed a lingering socket");
