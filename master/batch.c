@@ -186,3 +186,19 @@ int mst_batch_keys(struct mst_master *m, uint32_t method, const ProtobufCMessage
 		return batch_get(m, rq, rep);
 	return batch_codes(m, method, rq, rep);
 }
+
+int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+{
+	const Lunar__ReMountSegmentRequest *rq = (const void *)req;
+	int bad = rq->n_segments > MST_SEGMENTS_PER_CLIENT ? LUNAR_ERR_INVALID_PARAMS : 0;
+	Lunar__BatchCodesReply *r = codes_reply(rq->n_segments, bad);
+	int rc;
+
+	if (!r)
+		return -ENOMEM;
+	rc = bad ? 0 : mst_client_touch(m, rq->client_id);
+	for (size_t i = 0; i < r->n_codes; i++)
+		r->codes[i] = mst_code(rc < 0 ? rc : mst_segment_mount(m, rq->client_id, rq->segments[i]));
+	*rep = &r->base;
+	return 0;
+}

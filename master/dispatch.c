@@ -215,6 +215,7 @@ static int call(struct mst_master *m, uint32_t method, const ProtobufCMessage *r
 	switch (method) {
 	case LUNAR__METHOD__MOUNT_SEGMENT: return h_mount(m, req, rep);
 	case LUNAR__METHOD__UNMOUNT_SEGMENT: return h_unmount(m, req, rep);
+	case LUNAR__METHOD__REMOUNT_SEGMENT: return mst_batch_remount(m, req, rep);
 	case LUNAR__METHOD__PING: return h_ping(m, req, rep);
 	case LUNAR__METHOD__PUT_START: return h_put_start(m, req, rep);
 	case LUNAR__METHOD__PUT_END: return h_put_end(m, req, rep);

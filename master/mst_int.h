@@ -305,6 +305,9 @@ int mst_batch_keys(struct mst_master *m, uint32_t method, const ProtobufCMessage
 int mst_batch_put_end(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 		      ProtobufCMessage **rep);
 int mst_batch_remove(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
+/* mst_batch_remount - ReMountSegment: MountSegment of each segment, in
+ * order (INVALID_PARAMS for more than MST_SEGMENTS_PER_CLIENT). */
+int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
 
 /* clients.c */
 int mst_clients_init(struct mst_clients *c);

@@ -12,23 +12,57 @@
 #include "lunar.h"
 #include "proxy/px_int.h"
 
-static int mount_segment(struct px_proxy *px)
+/* The ReMountSegment of our one segment; its code. */
+static int remount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 {
-	Lunar__MountSegmentRequest rq = LUNAR__MOUNT_SEGMENT_REQUEST__INIT;
-	Lunar__SegmentDesc seg = LUNAR__SEGMENT_DESC__INIT;
+	Lunar__ReMountSegmentRequest rq = LUNAR__RE_MOUNT_SEGMENT_REQUEST__INIT;
+	const Lunar__BatchCodesReply *codes;
 	ProtobufCMessage *rep;
 	int rc;
 
-	seg.name = (char *)px->endpoint;
-	seg.endpoint = (char *)px->endpoint;
-	seg.size = px->cfg.segment_size;
 	rq.client_id = px->client_id;
-	rq.segment = &seg;
+	rq.n_segments = 1;
+	rq.segments = &seg;
+	rc = px_mc_call(px->mc, LUNAR__METHOD__REMOUNT_SEGMENT, &rq.base, &rep);
+	if (rc)
+		return rc;
+	codes = (const Lunar__BatchCodesReply *)rep;
+	rc = px_mc_code(rep);
+	if (!rc)
+		rc = codes->n_codes == 1 ? codes->codes[0] : LUNAR_ERR_PROTOCOL;
+	protobuf_c_message_free_unpacked(rep, NULL);
+	return rc;
+}
+
+/* The MountSegment of our segment; its code. */
+static int mount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
+{
+	Lunar__MountSegmentRequest rq = LUNAR__MOUNT_SEGMENT_REQUEST__INIT;
+	ProtobufCMessage *rep;
+	int rc;
+
+	rq.client_id = px->client_id;
+	rq.segment = seg;
 	rc = px_mc_call(px->mc, LUNAR__METHOD__MOUNT_SEGMENT, &rq.base, &rep);
 	if (rc)
 		return rc;
 	rc = px_mc_code(rep);
 	protobuf_c_message_free_unpacked(rep, NULL);
+	return rc;
+}
+
+/* Mount our segment: MountSegment at first contact, ReMountSegment when the
+ * master forgot us (it restarted, or declared us dead), as Mooncake's
+ * clients do. */
+static int mount_segment(struct px_proxy *px, bool again)
+{
+	Lunar__SegmentDesc seg = LUNAR__SEGMENT_DESC__INIT;
+	int rc;
+
+	seg.name = (char *)px->endpoint;
+	seg.endpoint = (char *)px->endpoint;
+	seg.size = px->cfg.segment_size;
+	rc = again ? remount_call(px, &seg) : mount_call(px, &seg);
 	if (rc)
 		LC_WARN("proxy", "mounting segment %s: %s", px->endpoint, lunar_strerror(rc));
 	else
@@ -79,9 +113,11 @@ static int ping_and_mount(struct px_proxy *px, int *remount)
 	if (rc)
 		return rc;
 	if (*remount && px->cfg.segment_size) {
-		if (atomic_exchange(&px->mounted, false))
+		bool again = atomic_exchange(&px->mounted, false);
+
+		if (again)
 			LC_WARN("proxy", "master asks for a re-mount");
-		rc = mount_segment(px);
+		rc = mount_segment(px, again);
 		if (rc)
 			return rc;
 		atomic_store(&px->mounted, true);

@@ -3,7 +3,8 @@
  * proxy told NEED_REMOUNT re-mounts its segments). One lunar-master and one
  * lunar-proxy; the master is SIGKILLed and restarted on the same port with no
  * memory of the segment. Within 10 s, with nobody touching the proxy, new puts
- * succeed and read back: the proxy re-mounted by itself.
+ * succeed and read back: the proxy re-mounted by itself, with ReMountSegment
+ * (Mooncake's call for that), where its first contact used MountSegment.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "http_get.h"
 
 #define OBJ_LEN	   (128u * 1024u)
 #define RECOVER_MS 10000
@@ -61,6 +63,17 @@ static int64_t put_and_read(struct lunar_client *c, const char *key, uint8_t *bu
 	return 0;
 }
 
+/* How many calls of method the running master served. */
+static int64_t calls(const char *method)
+{
+	static char text[1 << 16];
+	char sample[128];
+
+	H_ASSERT_EQ(hg_get(hg_log_http_port(master->log), "/metrics", text, sizeof(text)), 200);
+	snprintf(sample, sizeof(sample), "lunar_master_calls_total{method=\"%s\"}", method);
+	return hg_metric(text, sample);
+}
+
 static void test_master_restart_proxy_remounts(void **state)
 {
 	uint8_t *buf = malloc(OBJ_LEN);
@@ -75,6 +88,7 @@ static void test_master_restart_proxy_remounts(void **state)
 	c = h_client_try(sock, CLIENT_TIMEOUT_MS, NULL);
 	H_ASSERT(c != NULL);
 	H_ASSERT_EQ(put_and_read(c, "master-restart/before", buf), 0);
+	H_ASSERT(calls("MountSegment") >= 1);
 
 	h_kill(master);
 	master = h_start_master("master-2", port, "--client-ttl", "2s", NULL);
@@ -101,6 +115,7 @@ static void test_master_restart_proxy_remounts(void **state)
 		H_ASSERT_EQ(put_and_read(c, key, buf), 0);
 	}
 	H_ASSERT_EQ(lunar_health(c), 0);
+	H_ASSERT(calls("ReMountSegment") >= 1);
 	lunar_close(c);
 	free(buf);
 }

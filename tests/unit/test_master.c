@@ -169,6 +169,68 @@ static void test_master_revoke_frees_space(void **state)
 	mst_master_destroy(m);
 }
 
+/* ReMountSegment of n segments "<prefix>-<i>" of 1 MiB by client: the reply
+ * (caller frees). */
+static Lunar__BatchCodesReply *remount(struct mst_master *m, uint64_t client, const char *prefix,
+				       size_t n)
+{
+	Lunar__ReMountSegmentRequest rq = LUNAR__RE_MOUNT_SEGMENT_REQUEST__INIT;
+	Lunar__SegmentDesc d[MST_SEGMENTS_PER_CLIENT + 1], *dp[MST_SEGMENTS_PER_CLIENT + 1];
+	char names[MST_SEGMENTS_PER_CLIENT + 1][32];
+	Lunar__BatchCodesReply *r;
+
+	assert_true(n <= MST_SEGMENTS_PER_CLIENT + 1);
+	for (size_t i = 0; i < n; i++) {
+		lunar__segment_desc__init(&d[i]);
+		snprintf(names[i], sizeof(names[i]), "%s-%zu", prefix, i);
+		d[i].name = names[i];
+		d[i].endpoint = "127.0.0.1:12345";
+		d[i].size = MIB;
+		dp[i] = &d[i];
+	}
+	rq.client_id = client;
+	rq.segments = dp;
+	rq.n_segments = n;
+	r = (Lunar__BatchCodesReply *)call(m, LUNAR__METHOD__REMOUNT_SEGMENT, &rq);
+	assert_non_null(r);
+	return r;
+}
+
+static void test_master_remount_segments(void **state)
+{
+	/* Given: B holds "b-0" */
+	struct mst_master *m = master_new(NULL, NULL);
+	Lunar__BatchCodesReply *r;
+	struct mst_stats st;
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_B, "b-0", MIB), 0);
+	/* When: A re-mounts two segments, twice; Then: both are mounted, the
+	 * second time as a no-op */
+	for (int round = 0; round < 2; round++) {
+		r = remount(m, CLIENT_A, "a", 2);
+		assert_int_equal(r->status->code, 0);
+		assert_int_equal(r->n_codes, 2);
+		assert_int_equal(r->codes[0], 0);
+		assert_int_equal(r->codes[1], 0);
+		protobuf_c_message_free_unpacked(&r->base, NULL);
+	}
+	mst_master_stats(m, &st);
+	assert_int_equal(st.segments, 3);
+	assert_int_equal(st.capacity_bytes, 3 * MIB);
+	/* and a segment another live client holds is refused, per segment */
+	r = remount(m, CLIENT_A, "b", 2);
+	assert_int_equal(r->codes[0], LUNAR_ERR_SEGMENT_ALREADY_EXISTS);
+	assert_int_equal(r->codes[1], 0);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	/* and more segments than a client may hold, as a whole */
+	r = remount(m, CLIENT_A, "c", MST_SEGMENTS_PER_CLIENT + 1);
+	assert_int_equal(r->status->code, LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(r->n_codes, 0);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	mst_master_destroy(m);
+}
+
 static void test_master_no_segments(void **state)
 {
 	/* Given: no segment at all; Then: a put is back-pressured */
@@ -615,6 +677,7 @@ int main(void)
 	    cmocka_unit_test(test_master_put_existing),
 	    cmocka_unit_test(test_master_put_discards_stale_start),
 	    cmocka_unit_test(test_master_revoke_frees_space),
+	    cmocka_unit_test(test_master_remount_segments),
 	    cmocka_unit_test(test_master_no_segments),
 	    cmocka_unit_test(test_master_remove_lease),
 	    cmocka_unit_test(test_master_remove_unleased),
