@@ -47,9 +47,10 @@ static void session_close(struct px_proxy *px, struct px_session *s, const char 
 	epoll_ctl(px->epfd, EPOLL_CTL_DEL, s->sock, NULL);
 	if (s->efd >= 0)
 		epoll_ctl(px->epfd, EPOLL_CTL_DEL, s->efd, NULL);
-	/* Not shut down here: the socket closes with the last reference, when
-	 * no worker touches the client's memory any more, and the client's
-	 * fence (after it gave up on a request) waits for just that. */
+	/* Not shut down here but with the last reference (px_session_put),
+	 * when no worker touches the client's memory any more: the client's
+	 * fence (after it gave up on a request) waits for just that. Queued
+	 * requests are dropped, so only running ones hold it back. */
 	if (s->prev)
 		s->prev->next = s->next;
 	else
