@@ -63,11 +63,15 @@ static int mount_segment(struct px_proxy *px, bool again)
 	seg.endpoint = (char *)px->endpoint;
 	seg.size = px->cfg.segment_size;
 	rc = again ? remount_call(px, &seg) : mount_call(px, &seg);
-	if (rc)
-		LC_WARN("proxy", "mounting segment %s: %s", px->endpoint, lunar_strerror(rc));
-	else
+	/* Tried again at every ping: each reason is logged once. */
+	if (rc && atomic_exchange(&px->mount_err, rc) != rc)
+		LC_WARN("proxy", "mounting segment %s: %s (trying again at each ping)",
+			px->endpoint, lunar_strerror(rc));
+	else if (!rc)
 		LC_INFO("proxy", "segment %s mounted (%llu bytes)", px->endpoint,
 			(unsigned long long)px->cfg.segment_size);
+	if (!rc)
+		atomic_store(&px->mount_err, 0);
 	return rc;
 }
 
@@ -90,12 +94,15 @@ int px_segment_unmount(struct px_proxy *px, uint64_t grace_ms, uint64_t timeout_
 	return rc;
 }
 
-/* A Ping, and a (re-)mount when the master asks; *remount says it did. */
-static int ping_and_mount(struct px_proxy *px, int *remount)
+/* A Ping, and a (re-)mount when the master asks or our last mount failed
+ * (the master asks only once); *mounted says a mount succeeded. The Ping's
+ * code. */
+static int ping_and_mount(struct px_proxy *px, int *mounted)
 {
 	Lunar__PingRequest rq = LUNAR__PING_REQUEST__INIT;
 	ProtobufCMessage *rep;
 	const Lunar__PingReply *r;
+	bool remount;
 	int rc;
 
 	rq.client_id = px->client_id;
@@ -104,7 +111,8 @@ static int ping_and_mount(struct px_proxy *px, int *remount)
 		return rc;
 	rc = px_mc_code(rep);
 	r = (const Lunar__PingReply *)rep;
-	*remount = r->need_remount;
+	remount = r->need_remount;
+	*mounted = 0;
 	if (!rc && r->n_forget)
 		px_disk_forget(px, r->forget, r->n_forget);
 	if (!rc && r->n_offload)
@@ -112,27 +120,28 @@ static int ping_and_mount(struct px_proxy *px, int *remount)
 	protobuf_c_message_free_unpacked(rep, NULL);
 	if (rc)
 		return rc;
-	if (*remount && px->cfg.segment_size) {
+	if (px->cfg.segment_size && (remount || !atomic_load(&px->mounted))) {
 		bool again = atomic_exchange(&px->mounted, false);
 
 		if (again)
 			LC_WARN("proxy", "master asks for a re-mount");
-		rc = mount_segment(px, again);
-		if (rc)
-			return rc;
-		atomic_store(&px->mounted, true);
+		/* A failed mount is no failed ping: leases are still renewed,
+		 * and /ready and health say the segment is not mounted. */
+		*mounted = !mount_segment(px, again);
+		if (*mounted)
+			atomic_store(&px->mounted, true);
 	}
 	return 0;
 }
 
 int px_master_ping(struct px_proxy *px)
 {
-	int remount, rc = ping_and_mount(px, &remount);
+	int mounted, rc = ping_and_mount(px, &mounted);
 
 	if (rc)
 		return rc;
 	/* the master learns of our disk records after each (re)mount */
-	return atomic_load(&px->mounted) ? px_disk_register(px, remount) : 0;
+	return atomic_load(&px->mounted) ? px_disk_register(px, mounted) : 0;
 }
 
 void px_heartbeat_kick(struct px_proxy *px)

@@ -158,6 +158,7 @@ struct px_proxy {
 	struct px_session *sessions;
 	struct px_disk *disk; /* the SSD tier, NULL without --disk-dir */
 	atomic_bool mounted;
+	atomic_int mount_err; /* the last mount's failure code, logged once */
 	atomic_bool master_ok; /* the last heartbeat got an answer */
 	atomic_uint_fast64_t reg_bytes; /* registered memory of all clients */
 	atomic_bool stopping;

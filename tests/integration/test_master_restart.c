@@ -120,10 +120,45 @@ static void test_master_restart_proxy_remounts(void **state)
 	free(buf);
 }
 
+/*
+ * A mount the master refuses is tried again. A proxy killed and started
+ * again at once on the same data port finds its segment's name still held
+ * by its dead self, which the master declares dead only after --client-ttl:
+ * its first MountSegment is refused. Once the master has dropped the old
+ * segment, a later ping's mount succeeds, and the proxy serves (its health
+ * needs the segment mounted). It used to mount only when the master asked,
+ * which it does once.
+ */
+static void test_master_restart_refused_mount_tried_again(void **state)
+{
+	char seg[H_SEG_NAME], sock_old[PATH_MAX], sock_new[PATH_MAX], line[256];
+	struct h_proc *old, *again;
+	const char *data_port;
+	uint64_t t0;
+
+	(void)state;
+	snprintf(sock_old, sizeof(sock_old), "%s", h_path("old.sock"));
+	snprintf(sock_new, sizeof(sock_new), "%s", h_path("new.sock"));
+	old = h_start_peer("old", sock_old, port, seg, "--segment-size", "16MiB", NULL);
+	H_ASSERT(old != NULL);
+	data_port = strrchr(seg, ':') + 1;
+	h_kill(old);
+	t0 = h_now_ms();
+	again = h_start_proxy("again", sock_new, port, "--segment-size", "16MiB", "--data-port",
+			      data_port, NULL);
+	H_ASSERT_MSG(again != NULL, "the proxy never mounted its segment");
+	print_message("segment %s mounted again %llu ms after the old proxy died\n", seg,
+		      (unsigned long long)(h_now_ms() - t0));
+	H_ASSERT_MSG(hg_log_find(again->log, "SEGMENT_ALREADY_EXISTS", line, sizeof(line)) == 0,
+		     "the first mount was not refused: no test");
+	h_stop(again);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_master_restart_proxy_remounts),
+	    cmocka_unit_test(test_master_restart_refused_mount_tried_again),
 	};
 
 	return cmocka_run_group_tests(tests, setup, h_teardown);
