@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static char *trim(char *s)
 {
@@ -26,7 +27,7 @@ static char *trim(char *s)
 static const char *line_arg(char *line, char **arg)
 {
 	char *s = trim(line), *name = s, *v;
-	int quoted = 0;
+	int valued = 0;
 	size_t n;
 
 	*arg = NULL;
@@ -38,10 +39,12 @@ static const char *line_arg(char *line, char **arg)
 		s++;
 	n = (size_t)(s - name);
 	v = trim(s);
-	if (*v == '=')
+	if (*v == '=') {
 		v = trim(v + 1);
-	else if (v == s && *s)
+		valued = 1; /* "name =" sets an empty value, refused as such */
+	} else if (v == s && *s) {
 		return "a flag's name is letters, digits and dashes";
+	}
 	if (*v == '"') {
 		size_t len = strlen(v);
 
@@ -49,9 +52,9 @@ static const char *line_arg(char *line, char **arg)
 			return "a quoted value needs its closing quote";
 		v[len - 1] = '\0';
 		v++;
-		quoted = 1;
+		valued = 1;
 	}
-	if (asprintf(arg, *v || quoted ? "--%.*s=%s" : "--%.*s", (int)n, name, v) < 0) {
+	if (asprintf(arg, *v || valued ? "--%.*s=%s" : "--%.*s", (int)n, name, v) < 0) {
 		*arg = NULL;
 		return "out of memory";
 	}
@@ -74,35 +77,49 @@ static int add(struct lc_conf *c, char *arg, unsigned line)
 	return 0;
 }
 
+/* The reason path (open as f) cannot be a config file, or NULL. */
+static const char *file_refused(FILE *f)
+{
+	struct stat st;
+
+	if (fstat(fileno(f), &st))
+		return strerror(errno);
+	if (!S_ISREG(st.st_mode))
+		return "not a regular file";
+	if (st.st_size > (off_t)LC_CONF_MAX_BYTES)
+		return "larger than 1 MiB";
+	return NULL;
+}
+
 int lc_conf_read(const char *path, struct lc_conf *c, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "re");
-	char buf[4096], *arg;
 	const char *why = NULL;
+	char *buf = NULL, *arg;
+	size_t cap = 0, total = 0;
 	unsigned line = 0;
-	long size;
+	ssize_t n;
 
 	*c = (struct lc_conf){0};
-	if (!f) {
-		snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
+	if (!f || (why = file_refused(f))) {
+		snprintf(err, errlen, "config file %s: %s", path, f ? why : strerror(errno));
+		if (f)
+			fclose(f);
 		return -1;
 	}
-	if (fseek(f, 0, SEEK_END) || (size = ftell(f)) < 0 || size > (long)LC_CONF_MAX_BYTES ||
-	    fseek(f, 0, SEEK_SET)) {
-		snprintf(err, errlen, "config file %s: not a file of at most %u bytes", path,
-			 LC_CONF_MAX_BYTES);
-		fclose(f);
-		return -1;
-	}
-	while (!why && fgets(buf, sizeof(buf), f)) {
+	while (!why && (n = getline(&buf, &cap, f)) > 0) {
 		line++;
-		if (!strchr(buf, '\n') && !feof(f))
-			why = "line longer than 4095 bytes";
+		total += (size_t)n;
+		if (total > LC_CONF_MAX_BYTES)
+			why = "the file grew past 1 MiB";
+		else if (strlen(buf) != (size_t)n)
+			why = "a NUL byte";
 		else if (!(why = line_arg(buf, &arg)) && arg && add(c, arg, line)) {
 			free(arg);
 			why = "out of memory";
 		}
 	}
+	free(buf);
 	if (!why && ferror(f))
 		why = "read error";
 	fclose(f);
@@ -122,18 +139,26 @@ void lc_conf_free(struct lc_conf *c)
 	*c = (struct lc_conf){0};
 }
 
-const char *lc_conf_path(int argc, char **argv, int *bad)
+const char *lc_conf_path(int argc, char **argv, const char **why)
 {
-	*bad = 0;
+	const char *path = NULL;
+
+	*why = NULL;
 	for (int i = 1; i < argc; i++) {
+		const char *p = NULL;
+
 		if (!strncmp(argv[i], "--config=", 9))
-			return argv[i] + 9;
-		if (!strcmp(argv[i], "--config")) {
-			if (i + 1 < argc)
-				return argv[i + 1];
-			*bad = 1;
+			p = argv[i] + 9;
+		else if (!strcmp(argv[i], "--config") && i + 1 == argc)
+			*why = "--config needs a value";
+		else if (!strcmp(argv[i], "--config"))
+			p = argv[++i];
+		if (p && path)
+			*why = "--config given twice";
+		if (*why)
 			return NULL;
-		}
+		if (p)
+			path = p;
 	}
-	return NULL;
+	return path;
 }

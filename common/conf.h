@@ -33,10 +33,10 @@ struct lc_conf {
 int lc_conf_read(const char *path, struct lc_conf *c, char *err, size_t errlen);
 void lc_conf_free(struct lc_conf *c);
 /*
- * lc_conf_path - the value of the first "--config PATH" or "--config=PATH"
- * in argv[1..argc), or NULL; *bad is set when --config is last, without
- * its value.
+ * lc_conf_path - the value of "--config PATH" or "--config=PATH" in
+ * argv[1..argc), or NULL. *why is set (and NULL returned) when --config is
+ * last without its value, or given twice.
  */
-const char *lc_conf_path(int argc, char **argv, int *bad);
+const char *lc_conf_path(int argc, char **argv, const char **why);
 
 #endif /* LUNAR_COMMON_CONF_H */

@@ -117,12 +117,11 @@ static int parse_one(struct opts *o, int argc, char **argv, int *i)
 /* --config's settings, taken before the command line so that it wins. */
 static int parse_file(struct opts *o, int argc, char **argv)
 {
-	int missing;
-	const char *path = lc_conf_path(argc, argv, &missing);
+	const char *why, *path = lc_conf_path(argc, argv, &why);
 	char err[512];
 
-	if (missing) {
-		fprintf(stderr, "lunar-master: --config needs a value\n");
+	if (why) {
+		fprintf(stderr, "lunar-master: %s\n", why);
 		return 2;
 	}
 	if (!path)

@@ -199,12 +199,11 @@ static int parse_one(struct px_config *c, int argc, char **argv, int *i, const c
 /* --config's settings, taken before the command line so that it wins. */
 static int parse_file(struct px_config *c, int argc, char **argv, const char **mflag)
 {
-	int missing;
-	const char *path = lc_conf_path(argc, argv, &missing);
+	const char *why, *path = lc_conf_path(argc, argv, &why);
 	char err[512];
 
-	if (missing)
-		return bad("%s", "--config needs a value");
+	if (why)
+		return bad("%s", why);
 	if (!path)
 		return 0;
 	if (lc_conf_read(path, &c->conf, err, sizeof(err)))

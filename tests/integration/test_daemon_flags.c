@@ -135,10 +135,26 @@ static void check_config_errors(const char *bin)
 	c = conf("nested.conf", "config = /etc/other.conf\n");
 	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
 	EXPECT_IN(out, "do not nest");
+	c = conf("empty.conf", "client-ttl =\n");
+	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
+	EXPECT_IN(out, "client-ttl");
+	c = conf("nul.conf", "client-ttl 1s");
+	{
+		FILE *f = fopen(c, "a");
+
+		H_ASSERT(f && fputc('\0', f) == 0 && fputs("x\n", f) >= 0 && fclose(f) == 0);
+	}
+	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
+	EXPECT_IN(out, "a NUL byte");
+	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", h_tmpdir(), NULL), 2);
+	EXPECT_IN(out, "not a regular file");
 	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", h_path("absent.conf"), NULL), 2);
 	EXPECT_IN(out, "absent.conf");
 	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", NULL), 2);
 	EXPECT_IN(out, "--config needs a value");
+	c = conf("ok.conf", "client-ttl 1s\n");
+	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, "--config", c, NULL), 2);
+	EXPECT_IN(out, "--config given twice");
 }
 
 /* The master listens where its file says, unless the command line says
