@@ -15,6 +15,7 @@
 #include "log.h"
 #include "lunar.h"
 #include "master.h"
+#include "mst_int.h"
 #include "rpc.h"
 
 enum wstate { W_RECV, W_SEND };
@@ -44,10 +45,14 @@ static int serve(struct mst_master *m, nng_msg *msg)
 	size_t n;
 	int rc = lp_request_unpack(nng_msg_body(msg), nng_msg_len(msg), &mt, &req);
 
-	if (rc)
-		return rc;
-	rc = mst_dispatch(m, mt->id, req, &rep);
-	protobuf_c_message_free_unpacked(req, NULL);
+	/* A newer caller's method: told so at once, not left to time out. */
+	if (rc == -ENOSYS) {
+		rep = lp_reply_new(&lunar__status_reply__descriptor, LUNAR_ERR_PROTOCOL, MST_VIEW);
+		rc = rep ? 0 : -ENOMEM;
+	} else if (!rc) {
+		rc = mst_dispatch(m, mt->id, req, &rep);
+		protobuf_c_message_free_unpacked(req, NULL);
+	}
 	if (rc)
 		return rc;
 	n = protobuf_c_message_get_packed_size(rep);

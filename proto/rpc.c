@@ -140,7 +140,7 @@ int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m, P
 		return LUNAR_ERR_PROTOCOL;
 	mt = lp_method_find(get_le32(b + 4));
 	if (!mt)
-		return LUNAR_ERR_PROTOCOL;
+		return -ENOSYS;
 	msg = unpack(mt->req, LP_REQUEST_BUDGET, b + LP_HDR_SIZE, len - LP_HDR_SIZE);
 	if (!msg)
 		return LUNAR_ERR_PROTOCOL;

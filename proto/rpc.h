@@ -31,9 +31,10 @@ const struct lp_method *lp_method_find(uint32_t id);
 int lp_request_pack(uint32_t method, const ProtobufCMessage *req, void **buf, size_t *len);
 /*
  * lp_request_unpack - parse an untrusted request. Returns 0 with the method
- * and an unpacked request (free with protobuf_c_message_free_unpacked), or
- * LUNAR_ERR_PROTOCOL (bad header, unknown method, undecodable body, or one
- * whose unpacked form would take more than 32 MiB).
+ * and an unpacked request (free with protobuf_c_message_free_unpacked),
+ * -ENOSYS for a well-framed request of a method this build does not know,
+ * or LUNAR_ERR_PROTOCOL (bad header, undecodable body, or one whose unpacked
+ * form would take more than 32 MiB).
  */
 int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m, ProtobufCMessage **req);
 /*
