@@ -513,13 +513,12 @@ static int check_bin(const char *path)
 	return -1;
 }
 
-struct h_proc *h_start_master(const char *name, int port, ...)
+static struct h_proc *start_master_v(const char *name, int port, va_list ap)
 {
 	char *argv[H_MAX_ARGS], portstr[16];
 	const char *bin = h_bin("lunar-master");
 	struct h_proc *p;
-	va_list ap;
-	int n = 0, rc;
+	int n = 0;
 
 	if (check_bin(bin) != 0)
 		return NULL;
@@ -531,10 +530,7 @@ struct h_proc *h_start_master(const char *name, int port, ...)
 	argv[n++] = portstr;
 	argv[n++] = "--http-port";
 	argv[n++] = "0";
-	va_start(ap, port);
-	rc = add_args(argv, &n, ap);
-	va_end(ap);
-	if (rc != 0)
+	if (add_args(argv, &n, ap) != 0)
 		return NULL;
 	p = h_spawn(name, argv);
 	if (!p)
@@ -543,6 +539,30 @@ struct h_proc *h_start_master(const char *name, int port, ...)
 		h_kill(p);
 		return NULL;
 	}
+	return p;
+}
+
+struct h_proc *h_start_master(const char *name, int port, ...)
+{
+	struct h_proc *p;
+	va_list ap;
+
+	va_start(ap, port);
+	p = start_master_v(name, port, ap);
+	va_end(ap);
+	return p;
+}
+
+struct h_proc *h_cluster_master(int *port, ...)
+{
+	struct h_proc *p;
+	va_list ap;
+
+	if (h_init() != 0 || (*port = h_free_port()) <= 0)
+		return NULL;
+	va_start(ap, port);
+	p = start_master_v("master", *port, ap);
+	va_end(ap);
 	return p;
 }
 

@@ -95,6 +95,12 @@ int h_wait_proxy(struct h_proc *p, const char *sockpath, int timeout_ms);
  */
 struct h_proc *h_start_master(const char *name, int port, ...);
 /*
+ * h_cluster_master - for a group setup: h_init, then h_start_master("master")
+ * on a free port (copied to *port) with the NULL-terminated extra
+ * arguments. The master, or NULL on any failure.
+ */
+struct h_proc *h_cluster_master(int *port, ...);
+/*
  * h_start_proxy - start lunar-proxy serving sockpath, joined to the master on
  * master_port, or with --embedded-master when master_port is H_EMBEDDED, plus
  * the NULL-terminated extra arguments ("--segment-size 64MiB" is added unless

@@ -62,10 +62,7 @@ static int setup(void **state)
 	int port;
 
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	port = h_free_port();
-	if (port <= 0 || !h_start_master("master", port, "--client-ttl", "2s", NULL))
+	if (!h_cluster_master(&port, "--client-ttl", "2s", NULL))
 		return -1;
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));

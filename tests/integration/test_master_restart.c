@@ -33,10 +33,7 @@ static struct h_proc *master;
 static int setup(void **state)
 {
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	port = h_free_port();
-	master = port > 0 ? h_start_master("master", port, "--client-ttl", "2s", NULL) : NULL;
+	master = h_cluster_master(&port, "--client-ttl", "2s", NULL);
 	if (!master)
 		return -1;
 	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));

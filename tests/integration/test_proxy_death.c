@@ -38,10 +38,7 @@ static uint64_t killed_at;
 static int setup(void **state)
 {
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	master_port = h_free_port();
-	if (master_port <= 0 || !h_start_master("master", master_port, "--client-ttl", "2s", NULL))
+	if (!h_cluster_master(&master_port, "--client-ttl", "2s", NULL))
 		return -1;
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));

@@ -63,18 +63,13 @@ static uint8_t *app_memfd(const char *name, size_t len, int *fd)
 
 static int setup(void **state)
 {
-	int port;
-
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	port = master_port = h_free_port();
-	if (port <= 0 || !h_start_master("master", port, NULL))
+	if (!h_cluster_master(&master_port, NULL))
 		return -1;
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
-	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", NULL);
-	proxy_b = h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", "64MiB", NULL);
+	proxy_a = h_start_proxy("proxyA", sock_a, master_port, "--segment-size", "0", NULL);
+	proxy_b = h_start_peer("proxyB", sock_b, master_port, seg_b, "--segment-size", "64MiB", NULL);
 	if (!proxy_a || !proxy_b)
 		return -1;
 	ca = connect_small_arena(sock_a);
