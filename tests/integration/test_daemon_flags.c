@@ -115,29 +115,25 @@ static const char *conf(const char *name, const char *text)
 /* Malformed files and settings: exit 2, the file and its line named. */
 static void check_config_errors(const char *bin)
 {
+	static const struct {
+		const char *file, *text, *says[2];
+	} bad[] = {
+	    {"unknown.conf", "# ok\n\nclient-ttl = 1s\nno-such-flag = 3\n", {"no-such-flag", "line 4"}},
+	    {"badvalue.conf", "client-ttl soon\n", {"client-ttl", "line 1"}},
+	    {"syntax.conf", "client-ttl 1s\n--client-ttl 2s\n", {"line 2"}},
+	    {"quote.conf", "listen \"127.0.0.1\n", {"closing quote"}},
+	    {"nested.conf", "config = /etc/other.conf\n", {"do not nest"}},
+	    {"empty.conf", "client-ttl =\n", {"client-ttl"}},
+	};
 	static char out[1 << 16];
 	const char *c;
 
-	c = conf("unknown.conf", "# ok\n\nclient-ttl = 1s\nno-such-flag = 3\n");
-	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
-	EXPECT_IN(out, "no-such-flag");
-	EXPECT_IN(out, "line 4");
-	c = conf("badvalue.conf", "client-ttl soon\n");
-	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
-	EXPECT_IN(out, "client-ttl");
-	EXPECT_IN(out, "line 1");
-	c = conf("syntax.conf", "client-ttl 1s\n--client-ttl 2s\n");
-	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
-	EXPECT_IN(out, "line 2");
-	c = conf("quote.conf", "listen \"127.0.0.1\n");
-	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
-	EXPECT_IN(out, "closing quote");
-	c = conf("nested.conf", "config = /etc/other.conf\n");
-	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
-	EXPECT_IN(out, "do not nest");
-	c = conf("empty.conf", "client-ttl =\n");
-	H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
-	EXPECT_IN(out, "client-ttl");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		c = conf(bad[i].file, bad[i].text);
+		H_ASSERT_EQ(run(bin, out, sizeof(out), "--config", c, NULL), 2);
+		for (int k = 0; k < 2 && bad[i].says[k]; k++)
+			EXPECT_IN(out, bad[i].says[k]);
+	}
 	c = conf("nul.conf", "client-ttl 1s");
 	{
 		FILE *f = fopen(c, "a");
