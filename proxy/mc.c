@@ -12,6 +12,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include "clock.h"
 #include "log.h"
 #include "lunar.h"
 #include "proxy/px_int.h"
@@ -76,8 +77,12 @@ static int aio_rc(int rv)
 	return rv == NNG_ETIMEDOUT ? LUNAR_ERR_RPC_TIMEOUT : LUNAR_ERR_RPC_FAIL;
 }
 
+/* The whole exchange, send and receive, within one timeout: a send that
+ * waited for the master to come up leaves the receive only what is left. */
 static int mc_exchange(nng_duration timeout, nng_ctx ctx, nng_msg *msg, nng_msg **reply)
 {
+	uint64_t deadline = lc_now_ms() + (uint64_t)timeout;
+	uint64_t now;
 	nng_aio *aio;
 	int rv;
 
@@ -94,6 +99,8 @@ static int mc_exchange(nng_duration timeout, nng_ctx ctx, nng_msg *msg, nng_msg 
 		nng_msg_free(nng_aio_get_msg(aio));
 		goto out;
 	}
+	now = lc_now_ms();
+	nng_aio_set_timeout(aio, now < deadline ? (nng_duration)(deadline - now) : 0);
 	nng_ctx_recv(ctx, aio);
 	nng_aio_wait(aio);
 	rv = nng_aio_result(aio);
