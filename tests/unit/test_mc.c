@@ -31,7 +31,7 @@ struct late_master {
 	unsigned listen_ms;
 	unsigned reply_ms;
 	uint64_t got_ms; /* when the request arrived, 0 if it did not */
-	int served;      /* 1 once the reply was sent */
+	int served;	 /* 1 once the reply was sent */
 	pthread_t thr;
 };
 
@@ -136,9 +136,10 @@ static void test_mc_send_and_receive_share_one_timeout(void **state)
 	late_master_start(&lm, 200, 1850);
 	rc = ping(lm.url, &ms, &t0);
 	pthread_join(lm.thr, NULL);
-	print_message("request reached the master at %lld ms; call: %s after %llu ms (timeout %u ms)\n",
-		      lm.got_ms ? (long long)(lm.got_ms - t0) : -1LL, lunar_strerror(rc),
-		      (unsigned long long)ms, CALL_TIMEOUT_MS);
+	print_message(
+	    "request reached the master at %lld ms; call: %s after %llu ms (timeout %u ms)\n",
+	    lm.got_ms ? (long long)(lm.got_ms - t0) : -1LL, lunar_strerror(rc),
+	    (unsigned long long)ms, CALL_TIMEOUT_MS);
 	assert_true(lm.got_ms); /* else the case was not made: the master never heard */
 	assert_int_equal(rc, LUNAR_ERR_RPC_TIMEOUT);
 	assert_true(ms >= CALL_TIMEOUT_MS - 10);
@@ -161,9 +162,9 @@ static void test_mc_no_master_times_out(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_mc_prompt_master_answers),
-		cmocka_unit_test(test_mc_send_and_receive_share_one_timeout),
-		cmocka_unit_test(test_mc_no_master_times_out),
+	    cmocka_unit_test(test_mc_prompt_master_answers),
+	    cmocka_unit_test(test_mc_send_and_receive_share_one_timeout),
+	    cmocka_unit_test(test_mc_no_master_times_out),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
