@@ -5,7 +5,9 @@
  * range is checked against the segment before a byte moves; payloads go
  * straight between the socket and the segment. When every connection slot
  * is taken, the connection that has waited longest for a request gives way
- * to the new one, so idle sockets of one peer cannot lock the others out.
+ * to the new one, so idle sockets of one peer cannot lock the others out;
+ * and one address holds at most a quarter of the slots, so neither can
+ * sockets that each began a request and stalled (held to the I/O timeout).
  * A connection thread that ends tells the listener (an eventfd), which
  * joins it and closes its descriptor then.
  */
@@ -24,12 +26,14 @@
 
 #define ENG_SRV_BACKLOG	  128
 #define ENG_SRV_MAX_CONNS 1024 /* a peer opening sockets forever must not exhaust threads */
+#define ENG_SRV_MAX_PER_ADDR (ENG_SRV_MAX_CONNS / 4) /* far above a peer's pool and slices */
 #define ENG_SRV_EVICTED	  UINT64_MAX /* idle_since of a connection the listener took back */
 
 struct eng_srv_conn {
 	struct eng_srv_conn *next;
 	struct eng_engine *e;
 	int fd; /* closed only after the thread is joined: never reused under a shutdown() */
+	uint8_t addr[16]; /* the peer's address, IPv4 as ::ffff:a.b.c.d */
 	pthread_t tid;
 	atomic_int done;
 	/* When it began to wait for a request; 0 while it serves one. A CAS
@@ -123,15 +127,40 @@ static void *conn_main(void *arg)
 	return NULL;
 }
 
+/* The peer address of an accepted socket, as 16 bytes (IPv4 mapped). */
+static void peer_addr(const struct sockaddr_storage *ss, uint8_t out[16])
+{
+	memset(out, 0, 16);
+	if (ss->ss_family == AF_INET6) {
+		memcpy(out, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+	} else if (ss->ss_family == AF_INET) {
+		out[10] = out[11] = 0xff;
+		memcpy(out + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	}
+}
+
+/* Live connections from addr. Listener only. */
+static unsigned conns_from(const struct eng_server *s, const uint8_t addr[16])
+{
+	unsigned n = 0;
+
+	for (const struct eng_srv_conn *c = s->conns; c; c = c->next)
+		n += !atomic_load(&c->done) && !memcmp(c->addr, addr, 16);
+	return n;
+}
+
 /* Make room: shut down the connection that has waited longest for a
- * request; 0, or -1 when every connection is serving one. Listener only. */
-static int evict_idlest(struct eng_server *s)
+ * request (of addr only, when addr is not NULL); 0, or -1 when every such
+ * connection is serving one. Listener only. */
+static int evict_idlest(struct eng_server *s, const uint8_t *addr)
 {
 	struct eng_srv_conn *old = NULL;
 	uint64_t since, oldest = ENG_SRV_EVICTED;
 	static uint64_t warned_ns;
 
 	for (struct eng_srv_conn *c = s->conns; c; c = c->next) {
+		if (addr && memcmp(c->addr, addr, 16))
+			continue;
 		since = atomic_load(&c->idle_since);
 		if (since && since < oldest) {
 			oldest = since;
@@ -143,8 +172,9 @@ static int evict_idlest(struct eng_server *s)
 	shutdown(old->fd, SHUT_RDWR);
 	if (lc_now_ns() - warned_ns > 1000000000ull) {
 		warned_ns = lc_now_ns();
-		LC_WARN(ENG_LOG, "%u data connections open: closing the one idle longest (%llu ms)",
-			ENG_SRV_MAX_CONNS, (unsigned long long)((warned_ns - oldest) / 1000000));
+		LC_WARN(ENG_LOG, "%u data connections open%s: closing the one idle longest (%llu ms)",
+			addr ? ENG_SRV_MAX_PER_ADDR : ENG_SRV_MAX_CONNS, addr ? " from one address" : "",
+			(unsigned long long)((warned_ns - oldest) / 1000000));
 	}
 	return 0;
 }
@@ -170,23 +200,46 @@ static void reap_conns(struct eng_server *s, unsigned *live)
 	}
 }
 
-static void start_conn(struct eng_engine *e, int fd)
+/* Take a slot for a new connection from addr: 0, or -1 to refuse it. */
+static int make_room(struct eng_server *s, const uint8_t addr[16])
+{
+	static uint64_t warned_ns;
+	const char *busy = NULL;
+	unsigned live;
+
+	reap_conns(s, &live);
+	if (conns_from(s, addr) >= ENG_SRV_MAX_PER_ADDR) {
+		if (evict_idlest(s, addr))
+			busy = "of one address";
+	} else if (live >= ENG_SRV_MAX_CONNS && evict_idlest(s, NULL)) {
+		busy = "of all";
+	}
+	if (!busy)
+		return 0;
+	if (lc_now_ns() - warned_ns > 1000000000ull) {
+		warned_ns = lc_now_ns();
+		LC_WARN(ENG_LOG, "every data connection slot %s is serving a request: refusing more",
+			busy);
+	}
+	return -1;
+}
+
+static void start_conn(struct eng_engine *e, int fd, const struct sockaddr_storage *ss)
 {
 	struct eng_server *s = &e->srv;
 	struct eng_srv_conn *c;
-	unsigned live;
+	uint8_t addr[16];
 	int rc;
 
-	reap_conns(s, &live);
-	if (live >= ENG_SRV_MAX_CONNS && evict_idlest(s)) {
-		LC_WARN(ENG_LOG, "%u data connections busy, refusing one more", live);
+	peer_addr(ss, addr);
+	if (make_room(s, addr))
 		goto err_close;
-	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		goto err_close;
 	c->e = e;
 	c->fd = fd;
+	memcpy(c->addr, addr, sizeof(addr));
 	eng_sock_nodelay(fd);
 	rc = pthread_create(&c->tid, NULL, conn_main, c);
 	if (rc) {
@@ -209,6 +262,8 @@ static void *listen_main(void *arg)
 	struct eng_server *s = &e->srv;
 	struct pollfd pfd[2] = {{.fd = s->lfd, .events = POLLIN},
 				{.fd = s->done_fd, .events = POLLIN}};
+	struct sockaddr_storage ss;
+	socklen_t sslen;
 	unsigned live;
 	uint64_t n;
 	int fd;
@@ -226,14 +281,15 @@ static void *listen_main(void *arg)
 			reap_conns(s, &live);
 		if (!pfd[0].revents && !atomic_load(&s->stopping))
 			continue;
-		fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		sslen = sizeof(ss);
+		fd = accept4(s->lfd, (struct sockaddr *)&ss, &sslen, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (atomic_load(&s->stopping)) {
 			if (fd >= 0)
 				close(fd);
 			return NULL;
 		}
 		if (fd >= 0) {
-			start_conn(e, fd);
+			start_conn(e, fd, &ss);
 			continue;
 		}
 		if (errno == EINTR || errno == ECONNABORTED)

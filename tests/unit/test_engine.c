@@ -642,6 +642,49 @@ static void test_engine_idle_connections_give_way(void **state)
 	node_stop(&b);
 }
 
+/* A peer at 127.0.0.2 opens more connections than the data port has slots
+ * and begins a request on each, then stalls: such a connection is held to
+ * the I/O timeout, and none of them is idle to give way. One address gets a
+ * quarter of the slots, the rest are refused at once, and a peer at
+ * another address is still served (it was refused while the stalled
+ * sockets held every slot). */
+static void test_engine_stalled_peer_holds_a_quarter(void **state)
+{
+	enum { SLOTS = 1024, TRIES = SLOTS + 64 }; /* the data port's limit */
+	struct node a = node_start(0, 3000), b = node_start(0, 3000);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(node_port(&b))};
+	struct sockaddr_in from = {.sin_family = AF_INET};
+	static int fds[TRIES];
+	char buf[64] = "honest", got[64];
+	int held = 0;
+
+	(void)state;
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
+	for (int i = 0; i < TRIES; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(fds[i] >= 0);
+		assert_int_equal(bind(fds[i], (struct sockaddr *)&from, sizeof(from)), 0);
+		assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+		assert_int_equal(write(fds[i], "L", 1), 1); /* a request begun */
+	}
+	usleep(500 * 1000); /* the listener accepts them all */
+	for (int i = 0; i < TRIES; i++) {
+		struct pollfd p = {fds[i], POLLIN, 0};
+
+		held += poll(&p, 1, 0) == 0; /* a refused one has EOF or a reset */
+	}
+	print_message("stalled connections held: %d of %d\n", held, TRIES);
+	assert_int_equal(held, SLOTS / 4);
+	assert_int_equal(xfer1(a.e, eng_engine_endpoint(b.e), ENG_WRITE, 0, buf, sizeof(buf)), 0);
+	assert_int_equal(xfer1(a.e, eng_engine_endpoint(b.e), ENG_READ, 0, got, sizeof(got)), 0);
+	assert_memory_equal(got, buf, sizeof(buf));
+	for (int i = 0; i < TRIES; i++)
+		close(fds[i]);
+	node_stop(&a);
+	node_stop(&b);
+}
+
 /* Connections a peer opened and closed give back their descriptors (and
  * threads) by themselves, not only when the next connection comes. */
 static void test_engine_closed_connections_released(void **state)
@@ -686,6 +729,7 @@ int main(void)
 	    cmocka_unit_test(test_engine_concurrent_threads),
 	    cmocka_unit_test(test_engine_create_refuses_bad_config),
 	    cmocka_unit_test(test_engine_idle_connections_give_way),
+	    cmocka_unit_test(test_engine_stalled_peer_holds_a_quarter),
 	    cmocka_unit_test(test_engine_closed_connections_released),
 	};
 
