@@ -24,10 +24,10 @@
 #include "clock.h"
 #include "log.h"
 
-#define ENG_SRV_BACKLOG	  128
-#define ENG_SRV_MAX_CONNS 1024 /* a peer opening sockets forever must not exhaust threads */
+#define ENG_SRV_BACKLOG	     128
+#define ENG_SRV_MAX_CONNS    1024 /* a peer opening sockets forever must not exhaust threads */
 #define ENG_SRV_MAX_PER_ADDR (ENG_SRV_MAX_CONNS / 4) /* far above a peer's pool and slices */
-#define ENG_SRV_EVICTED	  UINT64_MAX /* idle_since of a connection the listener took back */
+#define ENG_SRV_EVICTED	     UINT64_MAX /* idle_since of a connection the listener took back */
 
 struct eng_srv_conn {
 	struct eng_srv_conn *next;
@@ -172,8 +172,10 @@ static int evict_idlest(struct eng_server *s, const uint8_t *addr)
 	shutdown(old->fd, SHUT_RDWR);
 	if (lc_now_ns() - warned_ns > 1000000000ull) {
 		warned_ns = lc_now_ns();
-		LC_WARN(ENG_LOG, "%u data connections open%s: closing the one idle longest (%llu ms)",
-			addr ? ENG_SRV_MAX_PER_ADDR : ENG_SRV_MAX_CONNS, addr ? " from one address" : "",
+		LC_WARN(ENG_LOG,
+			"%u data connections open%s: closing the one idle longest (%llu ms)",
+			addr ? ENG_SRV_MAX_PER_ADDR : ENG_SRV_MAX_CONNS,
+			addr ? " from one address" : "",
 			(unsigned long long)((warned_ns - oldest) / 1000000));
 	}
 	return 0;
@@ -218,8 +220,8 @@ static int make_room(struct eng_server *s, const uint8_t addr[16])
 		return 0;
 	if (lc_now_ns() - warned_ns > 1000000000ull) {
 		warned_ns = lc_now_ns();
-		LC_WARN(ENG_LOG, "every data connection slot %s is serving a request: refusing more",
-			busy);
+		LC_WARN(ENG_LOG,
+			"every data connection slot %s is serving a request: refusing more", busy);
 	}
 	return -1;
 }
