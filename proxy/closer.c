@@ -1,14 +1,24 @@
 /*
- * closer.c - closes, on a thread of its own, the descriptors a client had a
- * hand in: its connection and the files it sent. Such a close can block for
- * as long as the client likes: a TCP socket with SO_LINGER and unsent data,
- * a FUSE file whose flush waits on its daemon, or a socket whose queue still
- * holds such files (the last close of each runs in the closing thread). The
- * loop only queues them, so one client's close never stalls the others.
+ * closer.c - closes, off the loop, the descriptors a client had a hand in:
+ * its connection and the files it sent. Such a close can block for as long
+ * as the client likes: a FUSE file whose flush waits on its daemon, or a
+ * socket whose queue still holds such files (the last close of each runs in
+ * the closing thread). A socket a client sent directly is disarmed when it
+ * arrives (px_closer_disarm), but those cannot be.
+ *
+ * So the closing is done by a few threads: when a descriptor is queued and
+ * no closer is free, another one starts, up to PX_CLOSERS_MAX. One client's
+ * stuck close then holds one thread, not every later close; it takes
+ * PX_CLOSERS_MAX of them at once to delay the rest. Threads beyond the
+ * first end after PX_CLOSER_IDLE_MS without work.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -16,17 +26,30 @@
 #include "lunar.h"
 #include "proxy/px_int.h"
 
-/* A close slower than this is logged: some client made it linger. */
-#define PX_CLOSE_SLOW_MS 1000
+#define PX_CLOSE_SLOW_MS  1000 /* a close this slow is logged: a client made it linger */
+#define PX_CLOSERS_MAX	  16
+#define PX_CLOSER_IDLE_MS 2000
+#define PX_CLOSER_STOP_MS 1000 /* how long stopping waits for a stuck close */
 
 struct px_closer {
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int *fds; /* queued, oldest first */
-	size_t n, cap;
+	pthread_cond_t work; /* a descriptor was queued, or stopping */
+	pthread_cond_t gone; /* a thread ended */
+	int *fds;	     /* queued, oldest first from head */
+	size_t head, n, cap;
+	unsigned threads, idle;
 	bool stopping;
-	pthread_t thread;
 };
+
+void px_closer_disarm(int fd)
+{
+	struct linger now = {.l_onoff = 1, .l_linger = 0};
+	struct stat st;
+
+	/* Lingering is the sender's choice; an abortive close never waits. */
+	if (!fstat(fd, &st) && S_ISSOCK(st.st_mode))
+		(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+}
 
 static void close_timed(int fd)
 {
@@ -39,59 +62,103 @@ static void close_timed(int fd)
 			(unsigned long long)ms);
 }
 
+/* Wait on cond until end_ms (lc_now_ms); false on timeout. Lock held. */
+static bool wait_until(struct px_closer *c, pthread_cond_t *cond, uint64_t end_ms)
+{
+	struct timespec ts = {(time_t)(end_ms / 1000), (long)(end_ms % 1000) * 1000000L};
+
+	return pthread_cond_timedwait(cond, &c->lock, &ts) != ETIMEDOUT;
+}
+
 static void *closer_main(void *arg)
 {
 	struct px_closer *c = arg;
 
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
-		int *batch;
-		size_t n;
+		int fd;
 
+		c->idle++;
 		while (!c->n && !c->stopping)
-			pthread_cond_wait(&c->cond, &c->lock);
+			if (!wait_until(c, &c->work, lc_now_ms() + PX_CLOSER_IDLE_MS) && !c->n &&
+			    c->threads > 1)
+				break;
+		c->idle--;
 		if (!c->n)
 			break;
-		batch = c->fds;
-		n = c->n;
-		c->fds = NULL;
-		c->n = c->cap = 0;
+		fd = c->fds[c->head++];
+		if (--c->n == 0)
+			c->head = 0;
 		pthread_mutex_unlock(&c->lock);
-		for (size_t i = 0; i < n; i++)
-			close_timed(batch[i]);
-		free(batch);
+		close_timed(fd);
 		pthread_mutex_lock(&c->lock);
 	}
+	c->threads--;
+	pthread_cond_broadcast(&c->gone);
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
+}
+
+/* One more closing thread (detached: stopping waits on the count). Lock held. */
+static int add_thread(struct px_closer *c)
+{
+	pthread_attr_t a;
+	pthread_t t;
+	int rc;
+
+	if (pthread_attr_init(&a))
+		return -1;
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&t, &a, closer_main, c);
+	pthread_attr_destroy(&a);
+	if (rc)
+		return -1;
+	c->threads++;
+	return 0;
 }
 
 int px_closer_create(struct px_closer **out)
 {
 	struct px_closer *c = calloc(1, sizeof(*c));
+	pthread_condattr_t ca;
 
 	if (!c)
 		return LUNAR_ERR_INTERNAL;
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
-	if (pthread_create(&c->thread, NULL, closer_main, c)) {
-		pthread_cond_destroy(&c->cond);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* lc_now_ms's clock */
+	pthread_cond_init(&c->work, &ca);
+	pthread_cond_init(&c->gone, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_lock(&c->lock);
+	if (add_thread(c)) {
+		pthread_mutex_unlock(&c->lock);
+		pthread_cond_destroy(&c->gone);
+		pthread_cond_destroy(&c->work);
 		pthread_mutex_destroy(&c->lock);
 		free(c);
 		return LUNAR_ERR_INTERNAL;
 	}
+	pthread_mutex_unlock(&c->lock);
 	*out = c;
 	return 0;
 }
 
-/* Room for one more descriptor; 0, or -1 when memory ran out. */
+/* Room for one more descriptor; 0, or -1 when memory ran out. Lock held. */
 static int grow(struct px_closer *c)
 {
 	size_t cap = c->cap ? c->cap * 2 : 16;
 	int *v;
 
-	if (c->n < c->cap)
+	if (c->head + c->n < c->cap)
 		return 0;
+	if (c->head) { /* slide the queue to the front first */
+		for (size_t i = 0; i < c->n; i++)
+			c->fds[i] = c->fds[c->head + i];
+		c->head = 0;
+		if (c->n < c->cap)
+			return 0;
+	}
 	v = realloc(c->fds, cap * sizeof(*v));
 	if (!v)
 		return -1;
@@ -107,8 +174,11 @@ void px_closer_close(struct px_closer *c, int fd)
 	if (c) {
 		pthread_mutex_lock(&c->lock);
 		if (!c->stopping && !grow(c)) {
-			c->fds[c->n++] = fd;
-			pthread_cond_signal(&c->cond);
+			c->fds[c->head + c->n++] = fd;
+			/* Every thread is in a close, maybe one that never ends. */
+			if (c->idle < c->n && c->threads < PX_CLOSERS_MAX && add_thread(c))
+				LC_WARN("proxy", "cannot start another closing thread");
+			pthread_cond_signal(&c->work);
 			pthread_mutex_unlock(&c->lock);
 			return;
 		}
@@ -119,15 +189,27 @@ void px_closer_close(struct px_closer *c, int fd)
 
 void px_closer_destroy(struct px_closer *c)
 {
+	uint64_t end;
+
 	if (!c)
 		return;
 	pthread_mutex_lock(&c->lock);
 	c->stopping = true;
-	pthread_cond_signal(&c->cond);
+	pthread_cond_broadcast(&c->work);
+	end = lc_now_ms() + PX_CLOSER_STOP_MS;
+	while (c->threads && wait_until(c, &c->gone, end))
+		;
+	if (c->threads) {
+		/* Stuck in a client's close: leave them (and c) to the exit. */
+		LC_WARN("proxy", "%u descriptor close(s) still stuck at stop; not waiting",
+			c->threads);
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
 	pthread_mutex_unlock(&c->lock);
-	pthread_join(c->thread, NULL);
 	free(c->fds);
-	pthread_cond_destroy(&c->cond);
+	pthread_cond_destroy(&c->gone);
+	pthread_cond_destroy(&c->work);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }

@@ -238,10 +238,15 @@ void px_lease_renew(struct px_proxy *px);
 struct px_closer;
 int px_closer_create(struct px_closer **out);
 /* px_closer_close - close fd (a client's connection, or a descriptor it
- * sent) on the closer's thread; ignores fd < 0. Never blocks on the close
- * itself, which may linger as long as the client chooses. Any thread. */
+ * sent) on a closing thread; ignores fd < 0. Never blocks on the close
+ * itself, which may last as long as the client chooses, and one such close
+ * does not hold up the others. Any thread. */
 void px_closer_close(struct px_closer *c, int fd);
-/* px_closer_destroy - close what is queued, stop and join the thread. */
+/* px_closer_disarm - for each descriptor a client sends, as it arrives: a
+ * socket is set to close at once (SO_LINGER 0) whatever its sender chose. */
+void px_closer_disarm(int fd);
+/* px_closer_destroy - close what is queued and stop; waits a second for a
+ * close that is stuck, then leaves it (and the closer) to the exit. */
 void px_closer_destroy(struct px_closer *c);
 
 /* --- workers (pool.c) --- */

@@ -55,7 +55,7 @@ void raw_hello(struct raw *c)
 	H_ASSERT(c->h.magic == LC_SHM_MAGIC && c->h.region_size == c->size);
 	H_ASSERT(c->h.arena_off + c->h.arena_size == c->size);
 	c->ring = (struct lc_ring_ctl *)(c->base + c->h.ring_off);
-	c->prod = (struct lc_ring_prod){ .ctl = c->ring };
+	c->prod = (struct lc_ring_prod){.ctl = c->ring};
 	c->sqes = (struct lc_sqe *)(c->base + c->h.sqes_off);
 	c->slots = (struct lc_cslot *)(c->base + c->h.slots_off);
 }
@@ -149,15 +149,33 @@ int raw_close_blocker(int secs, int *peer)
 	return c;
 }
 
-void raw_register_blocker(struct raw *c, int secs, int *peer)
+int raw_nested_blocker(int secs, int *peer)
 {
-	struct lc_reg_req q = {.magic = LC_REG_MAGIC, .op = LC_REG_ADD, .length = 4096, .cookie = 1};
-	int s = raw_close_blocker(secs, peer);
+	int tcp = raw_close_blocker(secs, peer), sp[2];
+
+	/* The socket rides in the queue of sp[0]: whoever closes sp[0] last
+	 * makes the last close of the socket, which lingers. */
+	H_ASSERT(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+	H_ASSERT_EQ(lc_uds_send(sp[1], "x", 1, &tcp, 1), 0);
+	close(tcp);
+	close(sp[1]);
+	return sp[0];
+}
+
+void raw_register_last(struct raw *c, int fd)
+{
+	struct lc_reg_req q = {
+	    .magic = LC_REG_MAGIC, .op = LC_REG_ADD, .length = 4096, .cookie = 1};
 
 	/* The proxy's close must be the last one, or ours blocks instead: the
 	 * descriptor goes with the message's first byte, and the rest, which
 	 * the proxy waits for before it acts, only once our copy is closed. */
-	H_ASSERT_EQ(lc_uds_send(c->sock, &q, 1, &s, 1), 0);
-	close(s);
+	H_ASSERT_EQ(lc_uds_send(c->sock, &q, 1, &fd, 1), 0);
+	close(fd);
 	H_ASSERT_EQ(lc_uds_send(c->sock, (const char *)&q + 1, sizeof(q) - 1, NULL, 0), 0);
+}
+
+void raw_register_blocker(struct raw *c, int secs, int *peer)
+{
+	raw_register_last(c, raw_nested_blocker(secs, peer));
 }

@@ -47,13 +47,17 @@ int raw_wait_done(struct raw *c, uint32_t slot, int ms);
  * raw_close_blocker - a descriptor whose last close blocks for about secs:
  * a connected loopback TCP socket whose send queue is full (the peer never
  * reads), with SO_LINGER {1, secs}. *peer keeps the other end open; closing
- * it ends the block. Sent to the proxy as "memory" to register, it is the
- * proxy that closes it.
+ * it ends the block. The proxy disarms such a socket when it arrives.
  */
 int raw_close_blocker(int secs, int *peer);
-/* raw_register_blocker - send c's proxy a raw_close_blocker to register
- * and drop our copy first, so that the proxy's close of it (the refusal's)
- * is the last and blocks; *peer as above. */
+/* raw_nested_blocker - a UNIX socket whose queue holds a raw_close_blocker:
+ * its last close blocks the same way, and no option on it changes that. */
+int raw_nested_blocker(int secs, int *peer);
+/* raw_register_last - send c's proxy fd as memory to register, dropping our
+ * copy first, so that the proxy's close of it (the refusal's) is the last. */
+void raw_register_last(struct raw *c, int fd);
+/* raw_register_blocker - raw_register_last of a raw_nested_blocker; *peer
+ * as above. */
 void raw_register_blocker(struct raw *c, int secs, int *peer);
 
 #endif /* LUNAR_TESTS_HARNESS_RAW_H */

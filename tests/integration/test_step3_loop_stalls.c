@@ -4,6 +4,9 @@
  * misbehaving client never hurts another).
  * - A descriptor a client sends is closed off the loop: a TCP socket with
  *   SO_LINGER and unsent data blocks its last close for the linger time.
+ *   The proxy disarms such a socket as it arrives; one nested in a UNIX
+ *   socket's queue it cannot, and that close holds one closing thread, not
+ *   the closes of other clients' descriptors, nor the proxy's stop.
  * - A remove by regex, which visits every key, runs off the loop.
  */
 #include <setjmp.h>
@@ -13,7 +16,9 @@
 
 #include <cmocka.h>
 
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -28,12 +33,17 @@
 #define LONG_KEYS   600
 #define LONG_KEY_AS 3990
 
+#define BLOCK_S	 60 /* a blocker's close lingers this long */
+#define SESSIONS 40 /* client sessions opened and closed behind it */
+
 static char sock[PATH_MAX];
+static struct h_proc *proxy;
 
 static int setup(void **state)
 {
 	(void)state;
-	return h_embedded_node(sock, NULL, "--segment-size", "16MiB", NULL) ? 0 : -1;
+	proxy = h_embedded_node(sock, NULL, "--segment-size", "16MiB", NULL);
+	return proxy ? 0 : -1;
 }
 
 /* The victim's get, timed; fails the test when it was held up. */
@@ -70,6 +80,80 @@ static void test_lingering_descriptor_closed_off_the_loop(void **state)
 	lunar_close(b);
 }
 
+/* A TCP socket sent to the proxy, lingering with unsent data: the proxy's
+ * close is abortive, so its peer sees the reset at once, not after the
+ * sender's linger time. */
+static void test_sent_socket_disarmed(void **state)
+{
+	struct raw evil;
+	struct pollfd p = {.events = 0}; /* unread data is there: wait for the reset alone */
+	int peer;
+
+	(void)state;
+	raw_open(&evil, sock);
+	raw_register_last(&evil, raw_close_blocker(BLOCK_S, &peer));
+	p.fd = peer;
+	H_ASSERT_MSG(poll(&p, 1, 2000) == 1 && (p.revents & (POLLERR | POLLHUP)),
+		     "no reset within 2 s (revents %#x): the close lingers", (unsigned)p.revents);
+	close(peer);
+	raw_close(&evil);
+}
+
+/* Sessions opened and closed after one client's stuck close: the proxy's
+ * descriptors for them are closed all the same. */
+static void test_stuck_close_holds_one_thread(void **state)
+{
+	struct raw evil;
+	int peer, base, now = -1;
+
+	(void)state;
+	raw_open(&evil, sock);
+	h_sleep_ms(100);
+	base = h_pid_fd_count(proxy->pid);
+	raw_register_blocker(&evil, BLOCK_S, &peer);
+	for (int i = 0; i < SESSIONS; i++) {
+		struct lunar_client *c = h_client(sock);
+
+		H_ASSERT_EQ(lunar_put(c, "stalls/cycle", "v", 1, NULL), 0);
+		lunar_close(c);
+	}
+	for (int t = 0; t < 30 && (now = h_pid_fd_count(proxy->pid)) > base; t++)
+		h_sleep_ms(100);
+	print_message("proxy descriptors: %d before, %d after %d sessions behind a stuck close\n",
+		      base, now, SESSIONS);
+	H_ASSERT_MSG(now <= base, "%d descriptors left open behind a stuck close", now - base);
+	close(peer);
+	raw_close(&evil);
+}
+
+/* A stop does not wait for a client's stuck close (it used to wait for
+ * the closer thread, as long as the close lasted). */
+static void test_stop_past_a_stuck_close(void **state)
+{
+	struct h_proc *p;
+	char s2[PATH_MAX];
+	struct raw evil;
+	uint64_t t0, ms;
+	int peer, st;
+
+	(void)state;
+	snprintf(s2, sizeof(s2), "%s", h_path("stop.sock"));
+	p = h_start_proxy("stop", s2, H_EMBEDDED, "--segment-size", "16MiB", NULL);
+	H_ASSERT(p != NULL);
+	raw_open(&evil, s2);
+	raw_register_blocker(&evil, BLOCK_S, &peer);
+	h_sleep_ms(300);
+	t0 = h_now_ms();
+	H_ASSERT(kill(p->pid, SIGTERM) == 0);
+	st = h_wait_exit(p, 10000);
+	ms = h_now_ms() - t0;
+	print_message("stopped in %llu ms with a close stuck\n", (unsigned long long)ms);
+	H_ASSERT_MSG(st != -1 && ms < 5000, "the proxy took %llu ms to stop (status %d)",
+		     (unsigned long long)ms, st);
+	close(peer);
+	raw_close(&evil);
+}
+
 struct regex_call {
 	struct lunar_client *c;
 	int64_t rc;
@@ -89,7 +173,7 @@ static void *remove_regex(void *arg)
 static void test_remove_by_regex_runs_off_the_loop(void **state)
 {
 	struct lunar_client *a = h_client(sock), *b = h_client(sock);
-	struct regex_call rx = { .c = a, .rc = -1, .done = false };
+	struct regex_call rx = {.c = a, .rc = -1, .done = false};
 	char v[64] = "victim", key[LONG_KEY_AS + 16];
 	pthread_t th;
 
@@ -118,6 +202,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_lingering_descriptor_closed_off_the_loop),
+	    cmocka_unit_test(test_sent_socket_disarmed),
+	    cmocka_unit_test(test_stuck_close_holds_one_thread),
+	    cmocka_unit_test(test_stop_past_a_stuck_close),
 	    cmocka_unit_test(test_remove_by_regex_runs_off_the_loop),
 	};
 
