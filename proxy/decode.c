@@ -271,22 +271,39 @@ void px_req_free(struct px_req *r)
 	free(r);
 }
 
-void px_complete(const struct px_region *rg, const struct px_req *r, int64_t result)
+/* Stamp the slot of sqe (in range) with result, then DONE; wake its waiter. */
+static void complete_slot(const struct px_region *rg, const struct lc_sqe *sqe, int64_t result)
 {
-	struct lc_cslot *slot = &rg->slots[r->sqe.slot];
+	struct lc_cslot *slot = &rg->slots[sqe->slot];
 	uint32_t old;
 
-	for (uint32_t i = 0; i < r->count; i++) {
-		int64_t *res = (int64_t *)(rg->base + r->items[i].item_off +
-					   offsetof(struct lc_item, result));
-
-		LC_WRITE_ONCE(*res, r->items[i].result);
-	}
 	LC_WRITE_ONCE(slot->result, result);
-	LC_WRITE_ONCE(slot->seq, r->sqe.seq);
+	LC_WRITE_ONCE(slot->seq, sqe->seq);
 	LC_WRITE_ONCE(slot->done_ns, lc_now_ns());
 	/* Pairs with the waiter's acquire load of state: results before DONE. */
 	old = lc_xchg(&slot->state, (uint32_t)LC_SLOT_DONE);
 	if (old == LC_SLOT_WAITING)
 		lc_futex_wake(&slot->state, 1);
+}
+
+int px_refuse(const struct px_region *rg, const struct lc_sqe *sqe, int64_t result,
+	      const char **why)
+{
+	if (sqe->slot >= rg->slot_count) {
+		*why = "completion slot out of range";
+		return LUNAR_ERR_PROTOCOL;
+	}
+	complete_slot(rg, sqe, result);
+	return 0;
+}
+
+void px_complete(const struct px_region *rg, const struct px_req *r, int64_t result)
+{
+	for (uint32_t i = 0; i < r->count; i++) {
+		int64_t *res =
+		    (int64_t *)(rg->base + r->items[i].item_off + offsetof(struct lc_item, result));
+
+		LC_WRITE_ONCE(*res, r->items[i].result);
+	}
+	complete_slot(rg, &r->sqe, result);
 }

@@ -114,5 +114,12 @@ void px_req_free(struct px_req *r);
  * and wake the waiter if it sleeps. result is the completion's result.
  */
 void px_complete(const struct px_region *rg, const struct px_req *r, int64_t result);
+/*
+ * px_refuse - complete the copied descriptor sqe with result without
+ * decoding it (BUSY: its request is never looked at). LUNAR_ERR_PROTOCOL with
+ * *why when its completion slot is out of range, else 0.
+ */
+int px_refuse(const struct px_region *rg, const struct lc_sqe *sqe, int64_t result,
+	      const char **why);
 
 #endif /* LUNAR_PROXY_DECODE_H */

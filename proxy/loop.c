@@ -25,16 +25,18 @@
 #include "proxy/px_int.h"
 #include "ring.h"
 
-#define PX_SPIN_NS 50000ull
-#define PX_EFD_TAG 1ul
-#define PX_HELLO_POLL_MS 100
-#define PX_YIELD_NS 3000ull /* polling this long without work: yield between polls */
-#define PX_EVENTS_NS 100000ull /* look at the sockets at least this often */
-#define PX_ACTIVE_NS 1000000ull /* a client with work this recent is busy */
+#define PX_SPIN_NS	  50000ull
+#define PX_EFD_TAG	  1ul
+#define PX_HELLO_POLL_MS  100
+#define PX_YIELD_NS	  3000ull    /* polling this long without work: yield between polls */
+#define PX_EVENTS_NS	  100000ull  /* look at the sockets at least this often */
+#define PX_ACTIVE_NS	  1000000ull /* a client with work this recent is busy */
+#define PX_DRAIN_ITEMS	  1024	     /* keys one session may have decoded per round */
+#define PX_INFLIGHT_ITEMS 8192	     /* keys one session may have in flight */
 
 static int watch(struct px_proxy *px, int fd, void *tag, uint32_t events)
 {
-	struct epoll_event ev = { .events = events, .data.ptr = tag };
+	struct epoll_event ev = {.events = events, .data.ptr = tag};
 
 	return epoll_ctl(px->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
@@ -85,12 +87,29 @@ static void accept_clients(struct px_proxy *px)
 	}
 }
 
-/* Take every published descriptor of s; returns how many, or -1 if s died. */
+/* Whether s may have one more request naming items keys in flight. The
+ * keys bound the memory its decoded requests take (a key is up to 4 KiB);
+ * a request alone is always let in (at most LUNAR_BATCH_MAX keys). */
+static bool admit(const struct px_proxy *px, struct px_session *s, uint32_t items)
+{
+	uint32_t queued = atomic_load(&s->inflight_items);
+
+	return atomic_load(&s->inflight) < px->cfg.max_inflight &&
+	       (!queued || (uint64_t)queued + items <= PX_INFLIGHT_ITEMS);
+}
+
+/*
+ * Take published descriptors of s, decoding at most PX_DRAIN_ITEMS keys
+ * (but at least one request) before the next session's turn: a client that
+ * keeps its ring full of the largest batches holds the loop for one batch a
+ * round. A request that is not admitted is answered BUSY without being
+ * decoded. Returns how many descriptors it took, or -1 if s died.
+ */
 static int session_drain(struct px_proxy *px, struct px_session *s)
 {
 	const struct px_region *rg = &s->rg;
 	const char *why = NULL;
-	int64_t n;
+	int64_t n, i, budget = PX_DRAIN_ITEMS;
 
 	if (!s->open)
 		return 0;
@@ -99,26 +118,34 @@ static int session_drain(struct px_proxy *px, struct px_session *s)
 		session_close(px, s, "submission ring indexes corrupted");
 		return -1;
 	}
-	for (int64_t i = 0; i < n; i++) {
+	for (i = 0; i < n && budget > 0; i++) {
 		struct lc_sqe sqe;
 		struct px_req *r;
 		int rc;
 
 		/* Copy once; px_decode validates the copy, never the shared slot. */
 		memcpy(&sqe, &rg->sqes[(s->cons + (uint32_t)i) & (rg->entries - 1)], sizeof(sqe));
+		if (!admit(px, s, sqe.count)) {
+			if (sqe.op && sqe.op < LC_OP_MAX)
+				PX_COUNT(px, requests[sqe.op], 1);
+			PX_COUNT(px, busy, 1);
+			budget--;
+			rc = px_refuse(rg, &sqe, LUNAR_ERR_BUSY, &why);
+			if (rc) {
+				session_close(px, s, why);
+				return -1;
+			}
+			continue;
+		}
 		rc = px_decode(rg, &sqe, &r, &why);
 		if (rc) {
 			session_close(px, s, rc == -ENOMEM ? "out of memory" : why);
 			return -1;
 		}
 		PX_COUNT(px, requests[sqe.op], 1);
-		if (atomic_load(&s->inflight) >= px->cfg.max_inflight) {
-			PX_COUNT(px, busy, 1);
-			px_complete(rg, r, LUNAR_ERR_BUSY);
-			px_req_free(r);
-			continue;
-		}
+		budget -= r->count ? r->count : 1;
 		atomic_fetch_add(&s->inflight, 1);
+		atomic_fetch_add(&s->inflight_items, r->count);
 		px_session_get(s);
 		r->s = s;
 		if (px_req_inline(px, r))
@@ -126,9 +153,9 @@ static int session_drain(struct px_proxy *px, struct px_session *s)
 		else
 			px_pool_submit(px->pool, r);
 	}
-	s->cons += (uint32_t)n;
+	s->cons += (uint32_t)i;
 	lc_ring_release(rg->ring, s->cons);
-	return (int)n;
+	return (int)i;
 }
 
 static int drain_all(struct px_proxy *px)
@@ -357,8 +384,9 @@ int px_loop_run(struct px_proxy *px)
 			if (prepare_sleep(px))
 				wake_up(px);
 			else
-				timeout = sweep_handshakes(px) || px->drain_until_ms ? PX_HELLO_POLL_MS
-										     : -1;
+				timeout = sweep_handshakes(px) || px->drain_until_ms
+					      ? PX_HELLO_POLL_MS
+					      : -1;
 		}
 	}
 	while (px->sessions)

@@ -224,6 +224,7 @@ void px_req_drop(struct px_req *r)
 	struct px_session *s = r->s;
 
 	atomic_fetch_sub(&s->inflight, 1);
+	atomic_fetch_sub(&s->inflight_items, r->count);
 	px_session_put(s);
 	px_req_free(r);
 }

@@ -112,6 +112,7 @@ struct px_session {
 	atomic_int refs;
 	atomic_bool dead;
 	atomic_uint inflight; /* requests queued or running */
+	atomic_uint inflight_items; /* and the keys they name */
 	uint64_t reg_bytes;   /* registered memory mapped; loop thread only */
 	struct px_proxy *px;
 	struct px_session *prev, *next; /* px->sessions; loop thread only */

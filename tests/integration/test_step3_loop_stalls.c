@@ -8,6 +8,10 @@
  *   socket's queue it cannot, and that close holds one closing thread, not
  *   the closes of other clients' descriptors, nor the proxy's stop.
  * - A remove by regex, which visits every key, runs off the loop.
+ * - A client that keeps its ring full of the largest batches (1024 keys of
+ *   4 KiB) gets one decoded a round, and BUSY without decoding once it has
+ *   8192 keys in flight: another client's calls go on, and the proxy's
+ *   memory stays bounded.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,8 +29,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "atomic.h"
 #include "harness.h"
 #include "harness_raw.h"
+#include "ring.h"
 
 #define VICTIM	    "stalls/victim"
 #define STALL_MS    1000 /* another client's call must take less */
@@ -154,6 +160,102 @@ static void test_stop_past_a_stuck_close(void **state)
 	raw_close(&evil);
 }
 
+struct victim {
+	struct lunar_client *c;
+	atomic_bool stop;
+	uint64_t calls, longest_ms;
+};
+
+/* Another client's exists, over and over, each timed. */
+static void *victim_loop(void *arg)
+{
+	struct victim *v = arg;
+
+	while (!atomic_load(&v->stop)) {
+		uint64_t t0 = h_now_ms(), ms;
+
+		H_ASSERT_EQ(lunar_exists(v->c, VICTIM), 1);
+		ms = h_now_ms() - t0;
+		v->longest_ms = ms > v->longest_ms ? ms : v->longest_ms;
+		v->calls++;
+		h_sleep_ms(1);
+	}
+	return NULL;
+}
+
+/* The proxy's peak resident memory, KiB. */
+static long proxy_hwm_kib(void)
+{
+	char path[64], line[128];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)proxy->pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kib;
+}
+
+static void test_ring_full_of_largest_batches(void **state)
+{
+	enum { KEYS = 1024, FLOOD_MS = 2000 };
+	static char key[4096];
+	static struct lc_item items[KEYS];
+	struct victim v = {.c = h_client(sock)};
+	uint64_t koff, aoff, end, pushed = 0;
+	uint32_t tail = 0;
+	long hwm0, hwm;
+	struct raw evil;
+	pthread_t th;
+
+	(void)state;
+	H_ASSERT_EQ(lunar_put(v.c, VICTIM, "v", 1, NULL), 0);
+	/* Given: every ring entry names the same 1024 keys of 4 KiB */
+	raw_open(&evil, sock);
+	memset(key, 'a', sizeof(key));
+	koff = raw_put(&evil, key, sizeof(key));
+	for (int i = 0; i < KEYS; i++)
+		items[i] = (struct lc_item){.key_off = koff, .key_len = sizeof(key)};
+	aoff = raw_put(&evil, items, sizeof(items));
+	for (uint32_t e = 0; e < evil.h.ring_entries; e++)
+		evil.sqes[e] = (struct lc_sqe){.op = LC_OP_EXISTS,
+					       .slot = e % evil.h.slot_count,
+					       .count = KEYS,
+					       .arg_off = aoff,
+					       .arg_len = sizeof(items),
+					       .seq = e};
+	hwm0 = proxy_hwm_kib();
+	H_ASSERT(pthread_create(&th, NULL, victim_loop, &v) == 0);
+	/* When: it publishes them all again whenever the proxy took them */
+	for (end = h_now_ms() + FLOOD_MS; h_now_ms() < end;) {
+		if (LC_READ_ONCE(evil.ring->cons_head) != tail) {
+			h_sleep_ms(0);
+			continue;
+		}
+		tail += evil.h.ring_entries;
+		pushed += evil.h.ring_entries;
+		lc_store_release(&evil.ring->prod_tail, tail);
+		raw_kick(&evil);
+	}
+	atomic_store(&v.stop, true);
+	H_ASSERT(pthread_join(th, NULL) == 0);
+	hwm = proxy_hwm_kib();
+	print_message("%llu batches published; victim: %llu calls, longest %llu ms; proxy peak "
+		      "memory %ld -> %ld KiB\n",
+		      (unsigned long long)pushed, (unsigned long long)v.calls,
+		      (unsigned long long)v.longest_ms, hwm0, hwm);
+	/* Then: the other client was served all along, and memory stayed bounded */
+	H_ASSERT_MSG(v.longest_ms < 300, "another client's exists took %llu ms",
+		     (unsigned long long)v.longest_ms);
+	H_ASSERT_MSG(hwm - hwm0 < 256 * 1024, "the proxy grew by %ld KiB", hwm - hwm0);
+	raw_close(&evil);
+	lunar_close(v.c);
+}
+
 struct regex_call {
 	struct lunar_client *c;
 	int64_t rc;
@@ -205,6 +307,7 @@ int main(void)
 	    cmocka_unit_test(test_sent_socket_disarmed),
 	    cmocka_unit_test(test_stuck_close_holds_one_thread),
 	    cmocka_unit_test(test_stop_past_a_stuck_close),
+	    cmocka_unit_test(test_ring_full_of_largest_batches),
 	    cmocka_unit_test(test_remove_by_regex_runs_off_the_loop),
 	};
 
