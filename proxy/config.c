@@ -32,6 +32,9 @@ static const struct flag flags[] = {
 	F("arena-size", K_SIZE, arena_size, "SIZE  default shared arena per client (64MiB)"),
 	F("max-clients", K_UINT, max_clients, "N     most clients at once (1024)"),
 	F("max-inflight", K_UINT, max_inflight, "N     requests in flight per client; more get BUSY (256)"),
+	F("max-registrations", K_UINT, max_registrations,
+	  "N     registered memory ranges of all clients, of one uid half\n"
+	  "                             (what vm.max_map_count leaves the clients)"),
 	F("allow-uid", K_UIDS, allow_uid, "UIDS  comma-separated uids allowed besides ours and root"),
 	F("allow-gid", K_GIDS, allow_gid, "GIDS  comma-separated gids allowed besides our group"),
 	F("workers", K_UINT, workers, "N     request worker threads (8)"),
@@ -252,5 +255,7 @@ int px_config_parse(struct px_config *c, int argc, char **argv)
 		return bad("'%s' is a master flag: it needs --embedded-master", mflag);
 	if (c->disk_dir && (!c->segment_size || !c->disk_capacity))
 		return bad("%s", "--disk-dir needs a --segment-size and a --disk-capacity above 0");
+	if (!c->max_registrations)
+		c->max_registrations = px_mreg_default_max(c->max_clients);
 	return 0;
 }

@@ -188,6 +188,7 @@ static void stop(struct px_proxy *px)
 	eng_engine_destroy(px->engine);
 	px_disk_close(px);
 	mst_master_destroy(px->master);
+	free(px->reg_owners);
 	if (px->segment)
 		munmap(px->segment, px->cfg.segment_size);
 	if (px->epfd > 0)
@@ -220,6 +221,9 @@ int main(int argc, char **argv)
 		LC_INFO("proxy", "serving %s; data port %s; segment %llu bytes; master %s",
 			px.cfg.socket_path, px.endpoint, (unsigned long long)px.cfg.segment_size,
 			px.cfg.embedded ? "embedded" : px.cfg.master_url);
+		LC_INFO("proxy", "up to %u clients, %u registered ranges (%u a uid)",
+			px.cfg.max_clients, px.cfg.max_registrations,
+			(px.cfg.max_registrations + 1) / 2);
 		lc_sd_notify("READY=1");
 		rc = px_loop_run(&px);
 		if (rc)

@@ -42,6 +42,7 @@ struct px_config {
 	uint64_t arena_size;      /* --arena-size: per-client default */
 	unsigned max_clients;     /* --max-clients */
 	unsigned max_inflight;    /* --max-inflight: requests per client */
+	unsigned max_registrations; /* --max-registrations: ranges of all clients */
 	uid_t allow_uid[16];      /* --allow-uid: besides our own uid and root */
 	unsigned n_allow_uid;
 	gid_t allow_gid[16];      /* --allow-gid: besides the socket's group */
@@ -162,6 +163,9 @@ struct px_proxy {
 	atomic_int mount_err; /* the last mount's failure code, logged once */
 	atomic_bool master_ok; /* the last heartbeat got an answer */
 	atomic_uint_fast64_t reg_bytes; /* registered memory of all clients */
+	uint32_t reg_ranges;            /* and its ranges; loop thread only */
+	struct px_reg_owner *reg_owners; /* the same by uid; loop thread only */
+	size_t n_reg_owners;
 	atomic_bool stopping;
 	uint64_t drain_until_ms; /* after SIGTERM with --grace; loop thread only */
 	atomic_bool hb_kick; /* ping again at once (more offload work waits) */
@@ -197,6 +201,16 @@ void px_session_put(struct px_session *s);
 void px_session_kill(struct px_session *s, const char *why);
 
 /* --- registered memory (mreg.c); loop thread only --- */
+/* What the clients of one uid have registered (the budget: mreg.c). */
+struct px_reg_owner {
+	uid_t uid;
+	uint32_t ranges;
+	uint64_t bytes;
+};
+/* px_mreg_default_max - --max-registrations unless given: what
+ * vm.max_map_count leaves beside the proxy's own mappings and max_clients
+ * regions, in LC_MAX_REGIONS..65536. Any thread. */
+unsigned px_mreg_default_max(unsigned max_clients);
 /* px_mreg_fd_check - 0 and *size (its length in bytes) when fd is memory the
  * proxy may map for a client: a memfd sealed against shrinking, not on
  * hugetlbfs; else LUNAR_ERR_INVALID_PARAMS. */

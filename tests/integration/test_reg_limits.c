@@ -3,6 +3,9 @@
  * cannot make the proxy map unbounded address space (a sparse sealed memfd
  * costs it nothing) and starve the others. Past 256 GiB its registrations
  * are refused with NO_AVAILABLE_HANDLE while other clients keep working.
+ * Ranges are bounded for all clients together (--max-registrations, by
+ * default what vm.max_map_count leaves), and the clients of one uid get at
+ * most half: another user's still register.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,13 +15,19 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <grp.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
 
-#define GIB (1ull << 30)
+#define GIB	 (1ull << 30)
+#define NOBODY	 65534
+#define MAX_REGS 8 /* --max-registrations: 4 a uid */
 
 static char sock[PATH_MAX];
 
@@ -71,11 +80,161 @@ static void test_reg_limits_per_client_address_space(void **state)
 	lunar_close(b);
 }
 
+/* A page of sealed memfd memory, mapped shared. Its descriptor stays
+ * open: without CAP_SYS_ADMIN liblunar finds the memfd only that way. */
+static void *page_region(void)
+{
+	int fd = memfd_create("lunar-test-page", MFD_ALLOW_SEALING);
+	void *p = MAP_FAILED;
+
+	if (fd >= 0 && !ftruncate(fd, 4096) && !fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK))
+		p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	H_ASSERT(p != MAP_FAILED);
+	return p;
+}
+
+/* Register fresh pages until one is refused: how many were taken, and
+ * that the refusal said NO_AVAILABLE_HANDLE (else -1). */
+static int register_until_refused(struct lunar_client *c)
+{
+	for (int n = 0; n <= MAX_REGS; n++) {
+		int rc = lunar_register(c, page_region(), 4096);
+
+		if (rc && rc != LUNAR_ERR_NO_AVAILABLE_HANDLE)
+			fprintf(stderr, "registration %d: %s\n", n, h_code(rc));
+		if (rc)
+			return rc == LUNAR_ERR_NO_AVAILABLE_HANDLE ? n : -1;
+	}
+	return -1;
+}
+
+/* In a child as uid nobody (in our group, so let in): exits with how many
+ * ranges it could register (100 + n), or 1 on any other failure. */
+static int nobody_registers(const char *sk)
+{
+	struct lunar_opts o = {.socket_path = sk, .timeout_ms = 5000};
+	struct lunar_client *c = NULL;
+	int status = 0;
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	H_ASSERT(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) || setgid(getegid()) || setuid(NOBODY) ||
+		    lunar_connect(&o, &c))
+			_exit(1);
+		_exit(100 + register_until_refused(c));
+	}
+	H_ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) - 100 : -1;
+}
+
+static void test_reg_limits_ranges_half_a_uid(void **state)
+{
+	struct lunar_client *a, *b;
+	char sk[PATH_MAX];
+	void *first;
+	int n;
+
+	(void)state;
+	H_ASSERT(h_init() == 0);
+	H_ASSERT(chmod(h_tmpdir(), 0755) == 0); /* for the other user's client */
+	snprintf(sk, sizeof(sk), "%s", h_path("ranges.sock"));
+	H_ASSERT(h_start_proxy("ranges", sk, H_EMBEDDED, "--segment-size", "16MiB",
+			       "--max-registrations", "8", NULL) != NULL);
+	H_ASSERT(chmod(sk, 0666) == 0);
+	a = h_client(sk);
+	b = h_client(sk);
+	/* Given: one client of ours registers what it can: half the ranges */
+	first = page_region();
+	H_ASSERT_EQ(lunar_register(a, first, 4096), 0);
+	n = register_until_refused(a);
+	H_ASSERT_EQ(n + 1, MAX_REGS / 2);
+	/* Then: another client of our uid gets none, but is served */
+	H_ASSERT_EQ(register_until_refused(b), 0);
+	H_ASSERT_EQ(lunar_put(b, "reg-limits/ranges", "v", 1, NULL), 0);
+	/* and another user's client gets the other half */
+	if (geteuid() == 0) {
+		n = nobody_registers(sk);
+		print_message("uid %d registered %d ranges\n", NOBODY, n);
+		H_ASSERT_EQ(n, MAX_REGS / 2);
+	} else {
+		print_message("not root: the other user's half is not tried\n");
+	}
+	/* and a range given back can be taken again */
+	H_ASSERT_EQ(lunar_unregister(a, first), 0);
+	H_ASSERT_EQ(register_until_refused(b), 1);
+	lunar_close(a);
+	lunar_close(b);
+	h_stop_all();
+}
+
+/* The clients of one uid map at most 4 TiB together (half of the proxy's
+ * 8 TiB): sixteen of them at 256 GiB each, the seventeenth is refused. */
+static void test_reg_limits_bytes_half_a_uid(void **state)
+{
+	enum { N = 16 };
+	struct lunar_client *c[N + 1];
+	void *big = sparse_region(256 * GIB);
+
+	(void)state;
+	if (!big) {
+		printf("skipped: cannot map 256 GiB of address space here\n");
+		skip();
+	}
+	for (int i = 0; i <= N; i++)
+		c[i] = h_client(sock);
+	for (int i = 0; i < N; i++)
+		H_ASSERT_EQ(lunar_register(c[i], big, 256 * GIB), 0);
+	H_ASSERT_EQ(lunar_register(c[N], big, 256 * GIB), LUNAR_ERR_NO_AVAILABLE_HANDLE);
+	H_ASSERT_EQ(lunar_register(c[N], page_region(), 4096), LUNAR_ERR_NO_AVAILABLE_HANDLE);
+	H_ASSERT_EQ(lunar_put(c[N], "reg-limits/bytes", "v", 1, NULL), 0);
+	lunar_close(c[0]);
+	H_ASSERT_EQ(lunar_register(c[N], big, 256 * GIB), 0);
+	for (int i = 1; i <= N; i++)
+		lunar_close(c[i]);
+	munmap(big, 256 * GIB);
+}
+
+/* Without the flag, the bound is what vm.max_map_count leaves. */
+static void test_reg_limits_ranges_default(void **state)
+{
+	unsigned long long maps;
+	long long want;
+	char sk[PATH_MAX], line[256], expect[128];
+	struct h_proc *p;
+	int found = 0;
+	FILE *f;
+
+	(void)state;
+	f = fopen("/proc/sys/vm/max_map_count", "r");
+	H_ASSERT(f && fscanf(f, "%llu", &maps) == 1);
+	fclose(f);
+	want = (long long)maps - 8192 - 1024;
+	want = want < 64 ? 64 : want > 65536 ? 65536 : want;
+	H_ASSERT(h_init() == 0);
+	snprintf(sk, sizeof(sk), "%s", h_path("default.sock"));
+	p = h_start_proxy("default", sk, H_EMBEDDED, "--segment-size", "16MiB", NULL);
+	H_ASSERT(p != NULL);
+	snprintf(expect, sizeof(expect), "up to 1024 clients, %lld registered ranges", want);
+	f = fopen(p->log, "r");
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, expect) != NULL;
+	if (f)
+		fclose(f);
+	H_ASSERT_MSG(found, "no '%s' in the proxy's log", expect);
+	h_stop_all();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_reg_limits_per_client_address_space, setup,
 					    h_teardown),
+	    cmocka_unit_test_setup_teardown(test_reg_limits_bytes_half_a_uid, setup, h_teardown),
+	    cmocka_unit_test(test_reg_limits_ranges_half_a_uid),
+	    cmocka_unit_test(test_reg_limits_ranges_default),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
