@@ -12,6 +12,7 @@
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -142,11 +143,39 @@ static int start_control_plane(struct px_proxy *px)
 	return px_http_start(px);
 }
 
+#define PX_FDS_PER_CLIENT 4 /* socket, region memfd, eventfd, one in passing */
+#define PX_FDS_OWN	  256 /* the proxy's own: data port, master, disk, ... */
+
+/*
+ * Every client holds a few of the proxy's descriptors, so the usual soft
+ * limit of 1024 serves fewer clients than --max-clients allows: take the
+ * hard limit, and say so when even that is short.
+ */
+static void raise_open_files(const struct px_proxy *px)
+{
+	rlim_t need = (rlim_t)px->cfg.max_clients * PX_FDS_PER_CLIENT + PX_FDS_OWN;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < need)
+		LC_WARN("proxy", "open files limited to %llu: %u clients need about %llu "
+			"(raise LimitNOFILE or ulimit -n, or lower --max-clients)",
+			(unsigned long long)rl.rlim_cur, px->cfg.max_clients,
+			(unsigned long long)need);
+}
+
 static int start_clients(struct px_proxy *px)
 {
 	sigset_t sigs;
 	int rc;
 
+	raise_open_files(px);
 	rc = make_socket_dir(px->cfg.socket_path);
 	if (rc == 0)
 		rc = px->listen_fd = lc_uds_listen(px->cfg.socket_path, 0660);

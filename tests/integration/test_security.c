@@ -3,7 +3,8 @@
  * shared (SPEC §5.1): the client limit, the peer's credentials (SO_PEERCRED),
  * the hello's magic, version and tenant, and the modes of the socket and of
  * the directory the proxy creates for it. Refusals carry a code and no
- * descriptors, then the socket closes.
+ * descriptors, then the socket closes. And the proxy has the descriptors
+ * --max-clients clients need.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,11 +21,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "http_get.h"
 #include "shm_abi.h"
 #include "uds.h"
 
@@ -308,6 +311,81 @@ static void test_security_socket_modes(void **state)
 	H_ASSERT_MSG(access(sock, F_OK) != 0, "the socket file outlived the proxy");
 }
 
+/* The "Max open files" soft and hard limits of pid. */
+static void open_files_limit(pid_t pid, unsigned long long *soft, unsigned long long *hard)
+{
+	char path[64], line[256];
+	FILE *f;
+
+	*soft = *hard = 0;
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Max open files %llu %llu", soft, hard) == 2)
+			break;
+	if (f)
+		fclose(f);
+}
+
+/* A proxy started with the soft limit of open files at soft. */
+static struct h_proc *start_with_files(const char *name, char *sock, size_t cap, rlim_t soft)
+{
+	struct rlimit old, rl;
+	struct h_proc *p;
+
+	H_ASSERT(getrlimit(RLIMIT_NOFILE, &old) == 0);
+	rl = (struct rlimit){soft, old.rlim_max};
+	H_ASSERT(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	p = start(name, sock, cap);
+	H_ASSERT(setrlimit(RLIMIT_NOFILE, &old) == 0);
+	return p;
+}
+
+/*
+ * (e) Each client holds a few of the proxy's descriptors, so the usual soft
+ * limit of open files (1024) would serve fewer clients than --max-clients
+ * allows: the proxy takes the hard limit, and warns when even that is
+ * short for --max-clients.
+ */
+static void test_security_open_files_raised(void **state)
+{
+	unsigned long long soft, hard;
+	struct rlimit now;
+	char sock[PATH_MAX], line[256];
+	struct h_proc *p;
+
+	(void)state;
+	H_ASSERT(getrlimit(RLIMIT_NOFILE, &now) == 0);
+	if (now.rlim_max == RLIM_INFINITY || now.rlim_max < 512) {
+		printf("  skipped: the hard limit of open files here is %llu\n",
+		       (unsigned long long)now.rlim_max);
+		skip();
+	}
+	p = start_with_files("nofile", sock, sizeof(sock), 256);
+	open_files_limit(p->pid, &soft, &hard);
+	print_message("started with 256 of %llu open files: runs with %llu\n",
+		      (unsigned long long)now.rlim_max, soft);
+	H_ASSERT_EQ(soft, (unsigned long long)now.rlim_max);
+	H_ASSERT_EQ(hard, (unsigned long long)now.rlim_max);
+	h_stop(p);
+	/* --max-clients 2 needs about 264: a hard limit of 200 is warned of
+	 * (set by prlimit(1), which then runs the proxy as itself) */
+	snprintf(sock, sizeof(sock), "%s", h_path("nofile-low.sock"));
+	{
+		char *argv[] = {"prlimit", "--nofile=100:200", (char *)h_bin("lunar-proxy"),
+				"--socket", sock, "--embedded-master", "--data-port", "0",
+				"--http-port", "0", "--segment-size", "16MiB", "--max-clients", "2",
+				NULL};
+
+		p = h_spawn("nofile-low", argv);
+	}
+	H_ASSERT(p != NULL && h_wait_proxy(p, sock, 10000) == 0);
+	H_ASSERT_EQ(hg_log_find(p->log, "open files limited to 200: 2 clients need about 264",
+				line, sizeof(line)),
+		    0);
+	h_stop(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -315,6 +393,7 @@ int main(void)
 	    cmocka_unit_test(test_security_unauthorized_uid),
 	    cmocka_unit_test(test_security_bad_hellos),
 	    cmocka_unit_test(test_security_socket_modes),
+	    cmocka_unit_test(test_security_open_files_raised),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
