@@ -359,8 +359,10 @@ static int64_t run_bounce(struct lunar_client *c, const struct shm_op *op, struc
 	p = lunar_alloc(c, total);
 	if (!p)
 		return items_fail(it, 1, LUNAR_ERR_INVALID_PARAMS);
+	/* An empty piece may have a NULL base, which memcpy may not be given. */
 	for (int j = 0; j < it->iovcnt && !is_get; j++) {
-		memcpy(p + off, it->iov[j].iov_base, it->iov[j].iov_len);
+		if (it->iov[j].iov_len)
+			memcpy(p + off, it->iov[j].iov_base, it->iov[j].iov_len);
 		off += it->iov[j].iov_len;
 	}
 	v = (struct iovec){p, total};
@@ -373,7 +375,8 @@ static int64_t run_bounce(struct lunar_client *c, const struct shm_op *op, struc
 
 		if (piece > it->iov[j].iov_len)
 			piece = it->iov[j].iov_len;
-		memcpy(it->iov[j].iov_base, p + off, piece);
+		if (piece)
+			memcpy(it->iov[j].iov_base, p + off, piece);
 		off += piece;
 	}
 	lunar_free(c, p);

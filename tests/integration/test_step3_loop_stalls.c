@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -251,7 +252,12 @@ static void test_ring_full_of_largest_batches(void **state)
 	/* Then: the other client was served all along, and memory stayed bounded */
 	H_ASSERT_MSG(v.longest_ms < 300, "another client's exists took %llu ms",
 		     (unsigned long long)v.longest_ms);
-	H_ASSERT_MSG(hwm - hwm0 < 256 * 1024, "the proxy grew by %ld KiB", hwm - hwm0);
+	/* A sanitizer's allocator keeps freed memory for a while (quarantine). */
+	if (getenv("LUNAR_TEST_SANITIZER"))
+		print_message("the proxy's growth is not checked under %s\n",
+			      getenv("LUNAR_TEST_SANITIZER"));
+	else
+		H_ASSERT_MSG(hwm - hwm0 < 256 * 1024, "the proxy grew by %ld KiB", hwm - hwm0);
 	raw_close(&evil);
 	lunar_close(v.c);
 }
