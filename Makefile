@@ -157,7 +157,7 @@ demo: all
 
 asan:
 	LUNAR_TEST_SANITIZER=address $(MAKE) BUILD=build-asan \
-		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 		LDFLAGS="-fsanitize=address,undefined" test
 
 tsan:
