@@ -186,13 +186,27 @@ static void test_reg_limits_bytes_half_a_uid(void **state)
 	}
 	for (int i = 0; i <= N; i++)
 		c[i] = h_client(sock);
-	for (int i = 0; i < N; i++)
-		H_ASSERT_EQ(lunar_register(c[i], big, 256 * GIB), 0);
+	for (int i = 0; i < N; i++) {
+		int rc = lunar_register(c[i], big, 256 * GIB);
+
+		/* The proxy's mmap failed: TSan, say, leaves no 4 TiB to map. */
+		if (rc == LUNAR_ERR_INVALID_PARAMS) {
+			printf("skipped: the proxy cannot map %d x 256 GiB here\n", i + 1);
+			for (int j = 0; j <= N; j++)
+				lunar_close(c[j]);
+			munmap(big, 256 * GIB);
+			skip();
+		}
+		H_ASSERT_EQ(rc, 0);
+	}
 	H_ASSERT_EQ(lunar_register(c[N], big, 256 * GIB), LUNAR_ERR_NO_AVAILABLE_HANDLE);
 	H_ASSERT_EQ(lunar_register(c[N], page_region(), 4096), LUNAR_ERR_NO_AVAILABLE_HANDLE);
 	H_ASSERT_EQ(lunar_put(c[N], "reg-limits/bytes", "v", 1, NULL), 0);
+	/* The proxy drops a closed client's ranges when it sees the hang-up. */
 	lunar_close(c[0]);
-	H_ASSERT_EQ(lunar_register(c[N], big, 256 * GIB), 0);
+	for (int t = 0; t < 40 && lunar_register(c[N], big, 256 * GIB); t++)
+		h_sleep_ms(50);
+	H_ASSERT_EQ(lunar_unregister(c[N], big), 0);
 	for (int i = 1; i <= N; i++)
 		lunar_close(c[i]);
 	munmap(big, 256 * GIB);
