@@ -180,6 +180,13 @@ int px_req_inline(const struct px_proxy *px, const struct px_req *r)
 	}
 }
 
+/* Take r out of its session's in-flight counts (admission, loop.c). */
+static void req_uncount(struct px_req *r)
+{
+	atomic_fetch_sub(&r->s->inflight, 1);
+	atomic_fetch_sub(&r->s->inflight_items, r->count);
+}
+
 void px_req_run(struct px_proxy *px, struct px_req *r)
 {
 	struct px_session *s = r->s;
@@ -214,17 +221,20 @@ void px_req_run(struct px_proxy *px, struct px_req *r)
 		break;
 	}
 	px_req_count(px, r);
+	/* Out of the client's in-flight counts before DONE: the request its
+	 * thread sends as it wakes must find the room this one leaves. */
+	req_uncount(r);
 	if (!atomic_load(&s->dead))
 		px_complete(&s->rg, r, result);
-	px_req_drop(r);
+	px_session_put(s);
+	px_req_free(r);
 }
 
 void px_req_drop(struct px_req *r)
 {
 	struct px_session *s = r->s;
 
-	atomic_fetch_sub(&s->inflight, 1);
-	atomic_fetch_sub(&s->inflight_items, r->count);
+	req_uncount(r);
 	px_session_put(s);
 	px_req_free(r);
 }

@@ -9,7 +9,9 @@
  * registration table's lock run concurrently. Must finish within 40 s on two
  * cores; the time and the call mix are printed. A second run, shorter, adds
  * one thread that registers and unregisters its own memfd over and over and
- * uses it both ways (in place, then staged) while the 64 are busy.
+ * uses it both ways (in place, then staged) while the 64 are busy. And
+ * eight threads with a batch of 1024 keys each in flight (8192, the
+ * proxy's bound) are never told BUSY.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -361,11 +363,69 @@ static void test_step3_threads_register_while_busy(void **state)
 	H_ASSERT_MSG(r.cycles > 0, "the registrar completed no cycle");
 }
 
+#define BATCH_THREADS 8
+#define BATCH_KEYS    1024
+#define BATCH_ROUNDS  150
+
+struct batcher {
+	int id;
+	long busy, failed;
+};
+
+/* Rounds of one batch exists of BATCH_KEYS keys, counting refusals. */
+static void *batcher_main(void *arg)
+{
+	static __thread char names[BATCH_KEYS][32];
+	struct batcher *b = arg;
+	const char *keys[BATCH_KEYS];
+	int res[BATCH_KEYS];
+
+	for (int i = 0; i < BATCH_KEYS; i++) {
+		snprintf(names[i], sizeof(names[i]), "batch/%d-%d", b->id, i);
+		keys[i] = names[i];
+	}
+	for (int r = 0; r < BATCH_ROUNDS; r++) {
+		int rc = lunar_batch_exists(cl, BATCH_KEYS, keys, res);
+
+		if (rc == LUNAR_ERR_BUSY || (rc == 0 && res[0] == LUNAR_ERR_BUSY))
+			b->busy++;
+		else if (rc || res[0] != 0)
+			b->failed++;
+	}
+	return NULL;
+}
+
+/* The bound counts a request out before its client sees it done, so the
+ * batch a thread sends as it wakes is let in (it was refused when the
+ * worker had not yet counted the last one out). */
+static void test_step3_threads_batches_at_the_bound(void **state)
+{
+	struct batcher b[BATCH_THREADS];
+	pthread_t th[BATCH_THREADS];
+	long busy = 0, failed = 0;
+
+	(void)state;
+	for (int i = 0; i < BATCH_THREADS; i++) {
+		b[i] = (struct batcher){.id = i};
+		H_ASSERT_EQ(pthread_create(&th[i], NULL, batcher_main, &b[i]), 0);
+	}
+	for (int i = 0; i < BATCH_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		busy += b[i].busy;
+		failed += b[i].failed;
+	}
+	print_message("%d threads x %d batches of %d keys: %ld BUSY, %ld failed\n",
+		      BATCH_THREADS, BATCH_ROUNDS, BATCH_KEYS, busy, failed);
+	H_ASSERT_EQ(busy, 0);
+	H_ASSERT_EQ(failed, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_step3_threads_64_on_one_handle),
 	    cmocka_unit_test(test_step3_threads_register_while_busy),
+	    cmocka_unit_test(test_step3_threads_batches_at_the_bound),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
