@@ -231,7 +231,8 @@ struct eng_transport_ops {
  * eng_tcp_run - run one request/reply exchange fn(arg, fd, &replied) on a
  * pooled connection to endpoint (fn returns 0 when the connection is idle
  * again, else -errno and whether a reply byte came). A pooled connection
- * that fails before any reply is retried once on a new one. 0 or -errno.
+ * that fails before any reply is retried once on a new one. 0 or -errno;
+ * -ENOTCONN when no connection could be made, so fn never ran.
  */
 typedef int (*eng_conn_fn)(void *arg, int fd, int *replied);
 int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,

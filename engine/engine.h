@@ -52,13 +52,20 @@ const char *eng_engine_endpoint(const struct eng_engine *e);
 void eng_engine_destroy(struct eng_engine *e);
 
 /*
+ * eng_xfer's failure when no byte of the request left this process: no
+ * connection to the peer could be made (refused, unreachable, connect timed
+ * out), so none of it can reach the peer later. A TRANSFER_FAIL otherwise.
+ */
+#define ENG_XFER_UNSENT (-8000)
+
+/*
  * eng_xfer - move the bytes of iov (in order, total = sum of lengths) to or
  * from [off, off + total) of the segment served at endpoint. When endpoint is
  * this engine's own, a copy. Synchronous: blocks the calling thread at most
- * io_timeout_ms; any number of threads at once. Returns 0 or
- * LUNAR_ERR_TRANSFER_FAIL (peer unreachable, refused out of bounds, timeout,
- * short transfer); the connection of a failed transfer is dropped, never
- * reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from 0)
+ * io_timeout_ms; any number of threads at once. Returns 0,
+ * ENG_XFER_UNSENT, or LUNAR_ERR_TRANSFER_FAIL (refused out of bounds,
+ * timeout, short transfer, a connection lost); the connection of a failed
+ * transfer is dropped, never reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from 0)
  * of the bytes moved; a local transfer computes it in the same pass as the
  * copy. Local copies of 64 KiB and more use non-temporal stores (lc_copy,
  * lc_copy_crc32c), except for ENG_READ_STAGED.

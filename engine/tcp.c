@@ -121,7 +121,7 @@ int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns
 	for (int retried = 0;; retried = 1) {
 		fd = eng_pool_take(p, endpoint, deadline_ns, &pooled);
 		if (fd < 0) {
-			rc = fd;
+			rc = retried ? fd : -ENOTCONN;
 			break;
 		}
 		rc = fn(arg, fd, &replied);
@@ -158,7 +158,7 @@ static int tcp_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir
 	struct tcp_slice s[ENG_SLICE_MAX];
 	uint64_t n = (total + ENG_SLICE_MIN - 1) / ENG_SLICE_MIN;
 	uint64_t chunk, deadline = lc_now_ns() + e->timeout_ns;
-	int nslices, rc = 0;
+	int nslices, unsent = 0, rc = 0;
 
 	nslices = n > ENG_SLICE_MAX ? ENG_SLICE_MAX : (int)n;
 	chunk = (total + (uint64_t)nslices - 1) / (uint64_t)nslices;
@@ -182,9 +182,12 @@ static int tcp_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir
 			pthread_join(s[i].tid, NULL);
 		else
 			s[i].rc = slice_run(&s[i]);
+		unsent += s[i].rc == -ENOTCONN;
 		if (s[i].rc)
 			rc = LUNAR_ERR_TRANSFER_FAIL;
 	}
+	if (unsent == nslices)
+		return ENG_XFER_UNSENT; /* no slice got a connection */
 	/* Sockets cannot checksum on the way: one pass over the local bytes. */
 	if (!rc && crc) {
 		*crc = 0;

@@ -85,16 +85,18 @@ static int put_write(struct px_proxy *px, struct px_item *it, const Lunar__PutSt
 		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
 	for (size_t k = 0; k < res->n_replicas; k++) {
 		const Lunar__Replica *rp = res->replicas[k];
-		int remote = strcmp(rp->endpoint, px->endpoint) != 0;
+		int remote = strcmp(rp->endpoint, px->endpoint) != 0, rc;
 
 		if (rp->length != it->total || (remote && px_down_has(down, rp->endpoint)))
 			return LUNAR_ERR_TRANSFER_FAIL;
-		if (eng_xfer(px->engine, rp->endpoint, ENG_WRITE, rp->offset, it->iov, it->iovcnt,
-			     k == 0 ? &it->crc : NULL)) {
-			if (remote) {
+		rc = eng_xfer(px->engine, rp->endpoint, ENG_WRITE, rp->offset, it->iov, it->iovcnt,
+			      k == 0 ? &it->crc : NULL);
+		if (rc) {
+			if (remote)
 				px_down_add(down, rp->endpoint);
-				*how = PUT_IN_FLIGHT; /* sent in part, or queued */
-			}
+			/* Sent in part, or queued: its bytes may still land. */
+			if (remote && rc != ENG_XFER_UNSENT)
+				*how = PUT_IN_FLIGHT;
 			return LUNAR_ERR_TRANSFER_FAIL;
 		}
 	}
