@@ -1,19 +1,23 @@
 /*
  * closer.c - closes, off the loop, the descriptors a client had a hand in:
  * its connection and the files it sent. Such a close can block for as long
- * as the client likes: a FUSE file whose flush waits on its daemon, or a
- * socket whose queue still holds such files (the last close of each runs in
- * the closing thread). A socket a client sent directly is disarmed when it
- * arrives (px_closer_disarm), but those cannot be.
+ * as the client likes: a socket set to linger with unsent data, a UNIX
+ * socket whose queue holds such a socket (the last close of each runs in
+ * the closing thread), a FUSE file whose flush waits on its daemon.
  *
- * So the closing is done by a few threads: when a descriptor is queued and
- * no closer is free, another one starts, up to PX_CLOSERS_MAX. One client's
- * stuck close then holds one thread, not every later close; it takes
- * PX_CLOSERS_MAX of them at once to delay the rest. Threads beyond the
- * first end after PX_CLOSER_IDLE_MS without work.
+ * A socket a client sends is disarmed as it arrives and again just before
+ * its close (SO_LINGER 0: the client keeps its own descriptor of the same
+ * socket and could arm it again). A close that still lasts longer than
+ * PX_CLOSE_INTERRUPT_MS is interrupted with a signal, which ends a linger
+ * wait however deep in nested sockets it is. The closing is done by a few
+ * threads: when a descriptor is queued and no closer is free, another one
+ * starts, up to PX_CLOSERS_MAX, so a close nothing interrupts (a FUSE
+ * flush) holds one thread, not every later close. Threads beyond the first
+ * end after PX_CLOSER_IDLE_MS without work.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -30,6 +34,7 @@
 #define PX_CLOSERS_MAX	  16
 #define PX_CLOSER_IDLE_MS 2000
 #define PX_CLOSER_STOP_MS 1000 /* how long stopping waits for a stuck close */
+#define PX_CLOSE_INTERRUPT_MS 500 /* a close this long is interrupted (again) */
 
 struct px_closer {
 	pthread_mutex_t lock;
@@ -39,7 +44,20 @@ struct px_closer {
 	size_t head, n, cap;
 	unsigned threads, idle;
 	bool stopping;
+	/* The closes in progress: one slot per busy thread (since_ms 0: free). */
+	struct {
+		pthread_t tid;
+		uint64_t since_ms;
+	} busy[PX_CLOSERS_MAX];
 };
+
+/* The signal that interrupts a close; it does nothing else. */
+#define PX_CLOSER_SIGNAL SIGRTMIN
+
+static void on_interrupt(int sig)
+{
+	(void)sig;
+}
 
 void px_closer_disarm(int fd)
 {
@@ -55,11 +73,43 @@ static void close_timed(int fd)
 {
 	uint64_t t0 = lc_now_ms(), ms;
 
+	px_closer_disarm(fd);
 	close(fd);
 	ms = lc_now_ms() - t0;
 	if (ms >= PX_CLOSE_SLOW_MS)
 		LC_WARN("proxy", "closing a client's descriptor took %llu ms",
 			(unsigned long long)ms);
+}
+
+/* Signal every thread whose close has lasted PX_CLOSE_INTERRUPT_MS. Lock
+ * held, so no thread leaves its slot (or ends) meanwhile. */
+static void interrupt_stuck(struct px_closer *c)
+{
+	uint64_t now = lc_now_ms();
+
+	for (int i = 0; i < PX_CLOSERS_MAX; i++)
+		if (c->busy[i].since_ms && now - c->busy[i].since_ms >= PX_CLOSE_INTERRUPT_MS)
+			pthread_kill(c->busy[i].tid, PX_CLOSER_SIGNAL);
+}
+
+static bool any_busy(const struct px_closer *c)
+{
+	for (int i = 0; i < PX_CLOSERS_MAX; i++)
+		if (c->busy[i].since_ms)
+			return true;
+	return false;
+}
+
+/* A free slot for this thread's close (there is one per thread). Lock held. */
+static int take_slot(struct px_closer *c)
+{
+	int i = 0;
+
+	while (c->busy[i].since_ms)
+		i++;
+	c->busy[i].tid = pthread_self();
+	c->busy[i].since_ms = lc_now_ms();
+	return i;
 }
 
 /* Wait on cond until end_ms (lc_now_ms); false on timeout. Lock held. */
@@ -76,22 +126,32 @@ static void *closer_main(void *arg)
 
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
-		int fd;
+		uint64_t idle_end = lc_now_ms() + PX_CLOSER_IDLE_MS;
+		int fd, slot;
 
+		/* Idle threads look after the busy ones' closes meanwhile. */
 		c->idle++;
-		while (!c->n && !c->stopping)
-			if (!wait_until(c, &c->work, lc_now_ms() + PX_CLOSER_IDLE_MS) && !c->n &&
-			    c->threads > 1)
+		while (!c->n && !c->stopping) {
+			bool busy = any_busy(c);
+			uint64_t end = busy ? lc_now_ms() + PX_CLOSE_INTERRUPT_MS / 2 : idle_end;
+
+			if (wait_until(c, &c->work, end))
+				continue;
+			interrupt_stuck(c);
+			if (!busy && !c->n && c->threads > 1)
 				break;
+		}
 		c->idle--;
 		if (!c->n)
 			break;
 		fd = c->fds[c->head++];
 		if (--c->n == 0)
 			c->head = 0;
+		slot = take_slot(c);
 		pthread_mutex_unlock(&c->lock);
 		close_timed(fd);
 		pthread_mutex_lock(&c->lock);
+		c->busy[slot].since_ms = 0;
 	}
 	c->threads--;
 	pthread_cond_broadcast(&c->gone);
@@ -119,11 +179,14 @@ static int add_thread(struct px_closer *c)
 
 int px_closer_create(struct px_closer **out)
 {
+	struct sigaction sa = {.sa_handler = on_interrupt, .sa_flags = SA_RESTART};
 	struct px_closer *c = calloc(1, sizeof(*c));
 	pthread_condattr_t ca;
 
-	if (!c)
+	if (!c || sigaction(PX_CLOSER_SIGNAL, &sa, NULL)) {
+		free(c);
 		return LUNAR_ERR_INTERNAL;
+	}
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* lc_now_ms's clock */
@@ -175,6 +238,7 @@ void px_closer_close(struct px_closer *c, int fd)
 		pthread_mutex_lock(&c->lock);
 		if (!c->stopping && !grow(c)) {
 			c->fds[c->head + c->n++] = fd;
+			interrupt_stuck(c);
 			/* Every thread is in a close, maybe one that never ends. */
 			if (c->idle < c->n && c->threads < PX_CLOSERS_MAX && add_thread(c))
 				LC_WARN("proxy", "cannot start another closing thread");
@@ -197,8 +261,10 @@ void px_closer_destroy(struct px_closer *c)
 	c->stopping = true;
 	pthread_cond_broadcast(&c->work);
 	end = lc_now_ms() + PX_CLOSER_STOP_MS;
-	while (c->threads && wait_until(c, &c->gone, end))
-		;
+	while (c->threads && lc_now_ms() < end) {
+		interrupt_stuck(c);
+		wait_until(c, &c->gone, lc_now_ms() + PX_CLOSE_INTERRUPT_MS / 2);
+	}
 	if (c->threads) {
 		/* Stuck in a client's close: leave them (and c) to the exit. */
 		LC_WARN("proxy", "%u descriptor close(s) still stuck at stop; not waiting",

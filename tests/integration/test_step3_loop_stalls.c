@@ -5,8 +5,9 @@
  * - A descriptor a client sends is closed off the loop: a TCP socket with
  *   SO_LINGER and unsent data blocks its last close for the linger time.
  *   The proxy disarms such a socket as it arrives; one nested in a UNIX
- *   socket's queue it cannot, and that close holds one closing thread, not
- *   the closes of other clients' descriptors, nor the proxy's stop.
+ *   socket's queue it cannot, and it interrupts that close: sixteen of them
+ *   hold up neither the closes of other clients' descriptors, nor the
+ *   proxy's stop.
  * - A remove by regex, which visits every key, runs off the loop.
  * - A client that keeps its ring full of the largest batches (1024 keys of
  *   4 KiB) gets one decoded a round, and BUSY without decoding once it has
@@ -28,12 +29,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "atomic.h"
 #include "harness.h"
 #include "harness_raw.h"
 #include "ring.h"
+#include "uds.h"
 
 #define VICTIM	    "stalls/victim"
 #define STALL_MS    1000 /* another client's call must take less */
@@ -42,6 +45,7 @@
 
 #define BLOCK_S	 60 /* a blocker's close lingers this long */
 #define SESSIONS 40 /* client sessions opened and closed behind it */
+#define BLOCKERS 16 /* as many as the proxy has closing threads */
 
 static char sock[PATH_MAX];
 static struct h_proc *proxy;
@@ -106,18 +110,46 @@ static void test_sent_socket_disarmed(void **state)
 	raw_close(&evil);
 }
 
-/* Sessions opened and closed after one client's stuck close: the proxy's
- * descriptors for them are closed all the same. */
-static void test_stuck_close_holds_one_thread(void **state)
+/* The same socket, armed again by its sender (on its own descriptor of
+ * it) after the proxy disarmed it on arrival, and only then handed over
+ * for good: the proxy disarms it again as it closes it. */
+static void test_sent_socket_rearmed(void **state)
+{
+	struct lc_reg_req q = {.magic = LC_REG_MAGIC, .op = LC_REG_ADD, .length = 4096, .cookie = 1};
+	struct linger lg = {.l_onoff = 1, .l_linger = BLOCK_S};
+	struct pollfd p = {.events = 0};
+	struct raw evil;
+	int peer, fd;
+
+	(void)state;
+	raw_open(&evil, sock);
+	fd = raw_close_blocker(BLOCK_S, &peer);
+	H_ASSERT_EQ(lc_uds_send(evil.sock, &q, 1, &fd, 1), 0);
+	h_sleep_ms(200); /* the proxy has taken the descriptor and disarmed it */
+	H_ASSERT(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) == 0);
+	close(fd);
+	H_ASSERT_EQ(lc_uds_send(evil.sock, (const char *)&q + 1, sizeof(q) - 1, NULL, 0), 0);
+	p.fd = peer;
+	H_ASSERT_MSG(poll(&p, 1, 2000) == 1 && (p.revents & (POLLERR | POLLHUP)),
+		     "no reset within 2 s (revents %#x): the close lingers", (unsigned)p.revents);
+	close(peer);
+	raw_close(&evil);
+}
+
+/* Sessions opened and closed after one client sent as many blocking
+ * descriptors as the proxy has closing threads: the proxy's descriptors for
+ * them are closed all the same (the blocked closes are interrupted). */
+static void test_stuck_closes_interrupted(void **state)
 {
 	struct raw evil;
-	int peer, base, now = -1;
+	int peers[BLOCKERS], base, now = -1;
 
 	(void)state;
 	raw_open(&evil, sock);
 	h_sleep_ms(100);
 	base = h_pid_fd_count(proxy->pid);
-	raw_register_blocker(&evil, BLOCK_S, &peer);
+	for (int i = 0; i < BLOCKERS; i++)
+		raw_register_blocker(&evil, BLOCK_S, &peers[i]);
 	for (int i = 0; i < SESSIONS; i++) {
 		struct lunar_client *c = h_client(sock);
 
@@ -126,10 +158,11 @@ static void test_stuck_close_holds_one_thread(void **state)
 	}
 	for (int t = 0; t < 30 && (now = h_pid_fd_count(proxy->pid)) > base; t++)
 		h_sleep_ms(100);
-	print_message("proxy descriptors: %d before, %d after %d sessions behind a stuck close\n",
-		      base, now, SESSIONS);
-	H_ASSERT_MSG(now <= base, "%d descriptors left open behind a stuck close", now - base);
-	close(peer);
+	print_message("proxy descriptors: %d before, %d after %d sessions behind %d stuck closes\n",
+		      base, now, SESSIONS, BLOCKERS);
+	H_ASSERT_MSG(now <= base, "%d descriptors left open behind stuck closes", now - base);
+	for (int i = 0; i < BLOCKERS; i++)
+		close(peers[i]);
 	raw_close(&evil);
 }
 
@@ -311,7 +344,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_lingering_descriptor_closed_off_the_loop),
 	    cmocka_unit_test(test_sent_socket_disarmed),
-	    cmocka_unit_test(test_stuck_close_holds_one_thread),
+	    cmocka_unit_test(test_sent_socket_rearmed),
+	    cmocka_unit_test(test_stuck_closes_interrupted),
 	    cmocka_unit_test(test_stop_past_a_stuck_close),
 	    cmocka_unit_test(test_ring_full_of_largest_batches),
 	    cmocka_unit_test(test_remove_by_regex_runs_off_the_loop),
