@@ -30,11 +30,11 @@
 #include "lunar.h"
 #include "proxy/px_int.h"
 
-#define PX_CLOSE_SLOW_MS  1000 /* a close this slow is logged: a client made it linger */
-#define PX_CLOSERS_MAX	  16
-#define PX_CLOSER_IDLE_MS 2000
-#define PX_CLOSER_STOP_MS 1000 /* how long stopping waits for a stuck close */
-#define PX_CLOSE_INTERRUPT_MS 500 /* a close this long is interrupted (again) */
+#define PX_CLOSE_SLOW_MS      1000 /* a close this slow is logged: a client made it linger */
+#define PX_CLOSERS_MAX	      16
+#define PX_CLOSER_IDLE_MS     2000
+#define PX_CLOSER_STOP_MS     1000 /* how long stopping waits for a stuck close */
+#define PX_CLOSE_INTERRUPT_MS 500  /* a close this long is interrupted (again) */
 
 struct px_closer {
 	pthread_mutex_t lock;
