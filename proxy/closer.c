@@ -126,20 +126,21 @@ static void *closer_main(void *arg)
 
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
-		uint64_t idle_end = lc_now_ms() + PX_CLOSER_IDLE_MS;
+		uint64_t idle_since = lc_now_ms();
 		int fd, slot;
 
-		/* Idle threads look after the busy ones' closes meanwhile. */
+		/* Idle threads look after the busy ones' closes meanwhile; one
+		 * idle for PX_CLOSER_IDLE_MS ends, unless it is the last. */
 		c->idle++;
 		while (!c->n && !c->stopping) {
 			bool busy = any_busy(c);
-			uint64_t end = busy ? lc_now_ms() + PX_CLOSE_INTERRUPT_MS / 2 : idle_end;
+			uint64_t now = lc_now_ms();
 
-			if (wait_until(c, &c->work, end))
-				continue;
-			interrupt_stuck(c);
-			if (!busy && !c->n && c->threads > 1)
+			if (!busy && c->threads > 1 && now - idle_since >= PX_CLOSER_IDLE_MS)
 				break;
+			wait_until(c, &c->work,
+				   now + (busy ? PX_CLOSE_INTERRUPT_MS / 2 : PX_CLOSER_IDLE_MS));
+			interrupt_stuck(c);
 		}
 		c->idle--;
 		if (!c->n)
