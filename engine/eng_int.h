@@ -232,11 +232,12 @@ struct eng_transport_ops {
  * pooled connection to endpoint (fn returns 0 when the connection is idle
  * again, else -errno and whether a reply byte came). A pooled connection
  * that fails before any reply is retried once on a new one. 0 or -errno;
- * -ENOTCONN when no connection could be made, so fn never ran.
+ * *ran (if not NULL) tells whether fn ran at all: when it did not, no
+ * connection could be made and nothing was sent.
  */
 typedef int (*eng_conn_fn)(void *arg, int fd, int *replied);
 int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,
-		void *arg);
+		void *arg, int *ran);
 
 extern const struct eng_transport_ops eng_local_ops;
 extern const struct eng_transport_ops eng_tcp_ops;

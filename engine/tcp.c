@@ -30,6 +30,7 @@ struct tcp_slice {
 	uint64_t len;
 	uint64_t deadline_ns;
 	int rc;
+	int ran;      /* a connection was made: bytes may have gone out */
 	int threaded; /* runs on tid, else on the caller */
 	pthread_t tid;
 };
@@ -102,9 +103,9 @@ static int slice_conn(void *arg, int fd, int *replied)
 	return slice_on(arg, fd, replied);
 }
 
-static int slice_run(const struct tcp_slice *s)
+static int slice_run(struct tcp_slice *s)
 {
-	int rc = eng_tcp_run(s->e, s->endpoint, s->deadline_ns, slice_conn, (void *)s);
+	int rc = eng_tcp_run(s->e, s->endpoint, s->deadline_ns, slice_conn, s, &s->ran);
 
 	if (rc)
 		LC_DEBUG(ENG_LOG, "transfer of %llu bytes with %s failed: %s",
@@ -113,17 +114,21 @@ static int slice_run(const struct tcp_slice *s)
 }
 
 int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,
-		void *arg)
+		void *arg, int *ran)
 {
 	struct eng_pool *p = &e->pool;
 	int fd, pooled, replied, rc;
 
+	if (ran)
+		*ran = 0;
 	for (int retried = 0;; retried = 1) {
 		fd = eng_pool_take(p, endpoint, deadline_ns, &pooled);
 		if (fd < 0) {
-			rc = retried ? fd : -ENOTCONN;
+			rc = fd;
 			break;
 		}
+		if (ran)
+			*ran = 1;
 		rc = fn(arg, fd, &replied);
 		if (!rc) {
 			eng_pool_give(p, endpoint, fd);
@@ -182,7 +187,7 @@ static int tcp_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir
 			pthread_join(s[i].tid, NULL);
 		else
 			s[i].rc = slice_run(&s[i]);
-		unsent += s[i].rc == -ENOTCONN;
+		unsent += s[i].rc && !s[i].ran;
 		if (s[i].rc)
 			rc = LUNAR_ERR_TRANSFER_FAIL;
 	}

@@ -8,8 +8,10 @@
  * A socket a client sends is disarmed as it arrives and again just before
  * its close (SO_LINGER 0: the client keeps its own descriptor of the same
  * socket and could arm it again). A close that still lasts longer than
- * PX_CLOSE_INTERRUPT_MS is interrupted with a signal, which ends a linger
- * wait however deep in nested sockets it is. The closing is done by a few
+ * PX_CLOSE_INTERRUPT_MS is interrupted, and again each PX_CLOSE_INTERRUPT_MS
+ * after, by a timer of the closing thread's own that sends it SIGURG (a
+ * standard signal: never more than one pending); that ends a linger wait
+ * however deep in nested sockets it is. The closing is done by a few
  * threads: when a descriptor is queued and no closer is free, another one
  * starts, up to PX_CLOSERS_MAX, so a close nothing interrupts (a FUSE
  * flush) holds one thread, not every later close. Threads beyond the first
@@ -20,6 +22,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -44,15 +47,10 @@ struct px_closer {
 	size_t head, n, cap;
 	unsigned threads, idle;
 	bool stopping;
-	/* The closes in progress: one slot per busy thread (since_ms 0: free). */
-	struct {
-		pthread_t tid;
-		uint64_t since_ms;
-	} busy[PX_CLOSERS_MAX];
 };
 
-/* The signal that interrupts a close; it does nothing else. */
-#define PX_CLOSER_SIGNAL SIGRTMIN
+/* The signal that interrupts a close; its handler does nothing. */
+#define PX_CLOSER_SIGNAL SIGURG
 
 static void on_interrupt(int sig)
 {
@@ -69,47 +67,40 @@ void px_closer_disarm(int fd)
 		(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
 }
 
-static void close_timed(int fd)
+/* A timer that sends this thread PX_CLOSER_SIGNAL; false if none. */
+static bool interrupt_timer(timer_t *t)
+{
+	struct sigevent ev = {.sigev_notify = SIGEV_THREAD_ID, .sigev_signo = PX_CLOSER_SIGNAL};
+
+	ev._sigev_un._tid = gettid();
+	return !timer_create(CLOCK_MONOTONIC, &ev, t);
+}
+
+/* Start (on) or stop the interrupts of a close on timer t. */
+static void interrupts(timer_t t, bool on)
+{
+	const struct timespec every = {0, PX_CLOSE_INTERRUPT_MS * 1000000L};
+	struct itimerspec its = {0};
+
+	if (on)
+		its.it_value = its.it_interval = every;
+	timer_settime(t, 0, &its, NULL);
+}
+
+static void close_timed(int fd, const timer_t *t)
 {
 	uint64_t t0 = lc_now_ms(), ms;
 
 	px_closer_disarm(fd);
+	if (t)
+		interrupts(*t, true);
 	close(fd);
+	if (t)
+		interrupts(*t, false);
 	ms = lc_now_ms() - t0;
 	if (ms >= PX_CLOSE_SLOW_MS)
 		LC_WARN("proxy", "closing a client's descriptor took %llu ms",
 			(unsigned long long)ms);
-}
-
-/* Signal every thread whose close has lasted PX_CLOSE_INTERRUPT_MS. Lock
- * held, so no thread leaves its slot (or ends) meanwhile. */
-static void interrupt_stuck(struct px_closer *c)
-{
-	uint64_t now = lc_now_ms();
-
-	for (int i = 0; i < PX_CLOSERS_MAX; i++)
-		if (c->busy[i].since_ms && now - c->busy[i].since_ms >= PX_CLOSE_INTERRUPT_MS)
-			pthread_kill(c->busy[i].tid, PX_CLOSER_SIGNAL);
-}
-
-static bool any_busy(const struct px_closer *c)
-{
-	for (int i = 0; i < PX_CLOSERS_MAX; i++)
-		if (c->busy[i].since_ms)
-			return true;
-	return false;
-}
-
-/* A free slot for this thread's close (there is one per thread). Lock held. */
-static int take_slot(struct px_closer *c)
-{
-	int i = 0;
-
-	while (c->busy[i].since_ms)
-		i++;
-	c->busy[i].tid = pthread_self();
-	c->busy[i].since_ms = lc_now_ms();
-	return i;
 }
 
 /* Wait on cond until end_ms (lc_now_ms); false on timeout. Lock held. */
@@ -123,40 +114,35 @@ static bool wait_until(struct px_closer *c, pthread_cond_t *cond, uint64_t end_m
 static void *closer_main(void *arg)
 {
 	struct px_closer *c = arg;
+	timer_t timer;
+	bool timed = interrupt_timer(&timer);
 
+	if (!timed)
+		LC_WARN("proxy", "closing thread without an interrupt timer: %s", strerror(errno));
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
-		uint64_t idle_since = lc_now_ms();
-		int fd, slot;
+		int fd;
 
-		/* Idle threads look after the busy ones' closes meanwhile; one
-		 * idle for PX_CLOSER_IDLE_MS ends, unless it is the last. */
 		c->idle++;
-		while (!c->n && !c->stopping) {
-			bool busy = any_busy(c);
-			uint64_t now = lc_now_ms();
-
-			if (!busy && c->threads > 1 && now - idle_since >= PX_CLOSER_IDLE_MS)
+		while (!c->n && !c->stopping)
+			if (!wait_until(c, &c->work, lc_now_ms() + PX_CLOSER_IDLE_MS) && !c->n &&
+			    c->threads > 1)
 				break;
-			wait_until(c, &c->work,
-				   now + (busy ? PX_CLOSE_INTERRUPT_MS / 2 : PX_CLOSER_IDLE_MS));
-			interrupt_stuck(c);
-		}
 		c->idle--;
 		if (!c->n)
 			break;
 		fd = c->fds[c->head++];
 		if (--c->n == 0)
 			c->head = 0;
-		slot = take_slot(c);
 		pthread_mutex_unlock(&c->lock);
-		close_timed(fd);
+		close_timed(fd, timed ? &timer : NULL);
 		pthread_mutex_lock(&c->lock);
-		c->busy[slot].since_ms = 0;
 	}
 	c->threads--;
 	pthread_cond_broadcast(&c->gone);
 	pthread_mutex_unlock(&c->lock);
+	if (timed)
+		timer_delete(timer);
 	return NULL;
 }
 
@@ -239,7 +225,6 @@ void px_closer_close(struct px_closer *c, int fd)
 		pthread_mutex_lock(&c->lock);
 		if (!c->stopping && !grow(c)) {
 			c->fds[c->head + c->n++] = fd;
-			interrupt_stuck(c);
 			/* Every thread is in a close, maybe one that never ends. */
 			if (c->idle < c->n && c->threads < PX_CLOSERS_MAX && add_thread(c))
 				LC_WARN("proxy", "cannot start another closing thread");
@@ -249,7 +234,7 @@ void px_closer_close(struct px_closer *c, int fd)
 		}
 		pthread_mutex_unlock(&c->lock);
 	}
-	close_timed(fd); /* no closer, or no memory: here, as a last resort */
+	close_timed(fd, NULL); /* no closer, or no memory: here, as a last resort */
 }
 
 void px_closer_destroy(struct px_closer *c)
@@ -262,10 +247,8 @@ void px_closer_destroy(struct px_closer *c)
 	c->stopping = true;
 	pthread_cond_broadcast(&c->work);
 	end = lc_now_ms() + PX_CLOSER_STOP_MS;
-	while (c->threads && lc_now_ms() < end) {
-		interrupt_stuck(c);
-		wait_until(c, &c->gone, lc_now_ms() + PX_CLOSE_INTERRUPT_MS / 2);
-	}
+	while (c->threads && wait_until(c, &c->gone, end))
+		;
 	if (c->threads) {
 		/* Stuck in a client's close: leave them (and c) to the exit. */
 		LC_WARN("proxy", "%u descriptor close(s) still stuck at stop; not waiting",

@@ -35,6 +35,7 @@
 #include "atomic.h"
 #include "harness.h"
 #include "harness_raw.h"
+#include "http_get.h"
 #include "ring.h"
 #include "uds.h"
 
@@ -164,6 +165,31 @@ static void test_stuck_closes_interrupted(void **state)
 	for (int i = 0; i < BLOCKERS; i++)
 		close(peers[i]);
 	raw_close(&evil);
+}
+
+/* One stuck close on a quiet proxy, its only closing thread's: interrupted
+ * all the same (the thread's own timer), so it does not last the client's
+ * linger time (3 s here, which the proxy would log). */
+static void test_lone_stuck_close_interrupted(void **state)
+{
+	struct h_proc *p;
+	char s2[PATH_MAX], line[256];
+	struct raw evil;
+	int peer;
+
+	(void)state;
+	snprintf(s2, sizeof(s2), "%s", h_path("lone.sock"));
+	p = h_start_proxy("lone", s2, H_EMBEDDED, "--segment-size", "16MiB", NULL);
+	H_ASSERT(p != NULL);
+	raw_open(&evil, s2);
+	raw_register_blocker(&evil, 3, &peer);
+	h_sleep_ms(3500);
+	H_ASSERT_MSG(hg_log_find(p->log, "closing a client's descriptor took", line,
+				 sizeof(line)) != 0,
+		     "the close lasted the linger time:%s", line);
+	close(peer);
+	raw_close(&evil);
+	h_stop(p);
 }
 
 /* A stop does not wait for a client's stuck close (it used to wait for
@@ -346,6 +372,7 @@ int main(void)
 	    cmocka_unit_test(test_sent_socket_disarmed),
 	    cmocka_unit_test(test_sent_socket_rearmed),
 	    cmocka_unit_test(test_stuck_closes_interrupted),
+	    cmocka_unit_test(test_lone_stuck_close_interrupted),
 	    cmocka_unit_test(test_stop_past_a_stuck_close),
 	    cmocka_unit_test(test_ring_full_of_largest_batches),
 	    cmocka_unit_test(test_remove_by_regex_runs_off_the_loop),
