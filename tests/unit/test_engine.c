@@ -255,15 +255,27 @@ static void test_engine_bad_args(void **state)
 	node_stop(&a);
 }
 
-static int raw_connect(uint16_t port)
+/* A socket connected to 127.0.0.1:port, from the loopback address from
+ * (NULL: the kernel's choice, 127.0.0.1). */
+static int raw_connect_from(uint16_t port, const char *from)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in me = {.sin_family = AF_INET};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	assert_true(fd >= 0);
+	if (from) {
+		assert_int_equal(inet_pton(AF_INET, from, &me.sin_addr), 1);
+		assert_int_equal(bind(fd, (struct sockaddr *)&me, sizeof(me)), 0);
+	}
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	return fd;
+}
+
+static int raw_connect(uint16_t port)
+{
+	return raw_connect_from(port, NULL);
 }
 
 /* Read until EOF (or error); returns how many bytes came. */
@@ -618,6 +630,16 @@ static void test_engine_create_refuses_bad_config(void **state)
 	eng_engine_destroy(NULL);
 }
 
+/* a writes a value into b's segment and reads it back: b serves it. */
+static void honest_round_trip(const struct node *a, const struct node *b)
+{
+	char buf[64] = "honest", got[64];
+
+	assert_int_equal(xfer1(a->e, eng_engine_endpoint(b->e), ENG_WRITE, 0, buf, sizeof(buf)), 0);
+	assert_int_equal(xfer1(a->e, eng_engine_endpoint(b->e), ENG_READ, 0, got, sizeof(got)), 0);
+	assert_memory_equal(got, buf, sizeof(buf));
+}
+
 /* One peer fills every connection slot with sockets that never send: a new
  * connection takes the slot of the one idle longest, so other peers are
  * still served (they were refused for as long as the sockets stayed). */
@@ -625,21 +647,13 @@ static void test_engine_idle_connections_give_way(void **state)
 {
 	enum { IDLE = 1024 }; /* the data port's connection limit */
 	struct node a = node_start(0, 2000), b = node_start(0, 2000);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(node_port(&b))};
 	static int fds[IDLE];
-	char buf[64] = "honest", got[64];
 
 	(void)state;
-	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	for (int i = 0; i < IDLE; i++) {
-		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		assert_true(fds[i] >= 0);
-		assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
-	}
+	for (int i = 0; i < IDLE; i++)
+		fds[i] = raw_connect(node_port(&b));
 	usleep(500 * 1000); /* the listener accepts them all */
-	assert_int_equal(xfer1(a.e, eng_engine_endpoint(b.e), ENG_WRITE, 0, buf, sizeof(buf)), 0);
-	assert_int_equal(xfer1(a.e, eng_engine_endpoint(b.e), ENG_READ, 0, got, sizeof(got)), 0);
-	assert_memory_equal(got, buf, sizeof(buf));
+	honest_round_trip(&a, &b);
 	for (int i = 0; i < IDLE; i++)
 		close(fds[i]);
 	node_stop(&a);
@@ -657,20 +671,12 @@ static void test_engine_stalled_peer_holds_a_quarter(void **state)
 	enum { SLOTS = 1024, TRIES = SLOTS + 64 }; /* the data port's limit */
 	/* No stalled request times out while the test runs, even under TSan. */
 	struct node a = node_start(0, 30000), b = node_start(0, 30000);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(node_port(&b))};
-	struct sockaddr_in from = {.sin_family = AF_INET};
 	static int fds[TRIES];
-	char buf[64] = "honest", got[64];
 	int held = 0;
 
 	(void)state;
-	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
 	for (int i = 0; i < TRIES; i++) {
-		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		assert_true(fds[i] >= 0);
-		assert_int_equal(bind(fds[i], (struct sockaddr *)&from, sizeof(from)), 0);
-		assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+		fds[i] = raw_connect_from(node_port(&b), "127.0.0.2");
 		assert_int_equal(write(fds[i], "L", 1), 1); /* a request begun */
 	}
 	/* Until the listener has taken them all: one not accepted yet looks held. */
@@ -685,9 +691,7 @@ static void test_engine_stalled_peer_holds_a_quarter(void **state)
 	}
 	print_message("stalled connections held: %d of %d\n", held, TRIES);
 	assert_int_equal(held, SLOTS / 4);
-	assert_int_equal(xfer1(a.e, eng_engine_endpoint(b.e), ENG_WRITE, 0, buf, sizeof(buf)), 0);
-	assert_int_equal(xfer1(a.e, eng_engine_endpoint(b.e), ENG_READ, 0, got, sizeof(got)), 0);
-	assert_memory_equal(got, buf, sizeof(buf));
+	honest_round_trip(&a, &b);
 	for (int i = 0; i < TRIES; i++)
 		close(fds[i]);
 	node_stop(&a);
