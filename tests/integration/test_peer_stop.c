@@ -81,6 +81,33 @@ static void key_of(const char *what, int i, char *key, size_t len)
 	snprintf(key, len, "peer-stop/%s-%d", what, i);
 }
 
+/* Print the master's view of key and of the segments. */
+static void show_replicas(const char *key)
+{
+	static char text[65536];
+	char path[256];
+	int port = hg_log_http_port(master->log);
+
+	snprintf(path, sizeof(path), "/admin/stat?tenant=default&key=%s", key);
+	if (port > 0 && hg_get(port, path, text, sizeof(text)) >= 0)
+		print_message("master, %s: %s\n", path, text);
+	if (port > 0 && hg_get(port, "/admin/segments", text, sizeof(text)) >= 0)
+		print_message("master, /admin/segments: %s\n", text);
+	print_message("B (%s) is %s\n", seg_b, b_stopped ? "stopped" : "running");
+}
+
+/* Whether the master has key's replica on B. */
+static int placed_on_b(const char *key)
+{
+	static char text[65536];
+	char path[256], want[H_SEG_NAME + 16];
+
+	snprintf(path, sizeof(path), "/admin/stat?tenant=default&key=%s", key);
+	snprintf(want, sizeof(want), "\"segment\":\"%s\"", seg_b);
+	return hg_get(hg_log_http_port(master->log), path, text, sizeof(text)) == 200 &&
+	       strstr(text, want) != NULL;
+}
+
 /* Put NKEYS values through A, each with its one replica on B; read them
  * back through A so that A holds their leases. */
 static void put_on_b(const char *what, uint8_t *buf)
@@ -93,7 +120,19 @@ static void put_on_b(const char *what, uint8_t *buf)
 	for (int i = 0; i < NKEYS; i++) {
 		key_of(what, i, key, sizeof(key));
 		h_fill(buf, VAL_LEN, h_seed(key));
-		H_ASSERT_EQ(lunar_put(ca, key, buf, VAL_LEN, &on_b), 0);
+		/* A preferred segment is a preference: the master may place the
+		 * value elsewhere (seen twice in full runs, right after B was
+		 * stopped, not understood). Such a value would be read from A
+		 * while B is stopped, so it is put again. */
+		for (int tries = 0;; tries++) {
+			H_ASSERT_EQ(lunar_put(ca, key, buf, VAL_LEN, &on_b), 0);
+			if (placed_on_b(key))
+				break;
+			print_message("%s placed off B (try %d)\n", key, tries + 1);
+			show_replicas(key);
+			H_ASSERT(tries < 3);
+			H_ASSERT_EQ(lunar_remove(ca, key, 1), 0);
+		}
 		H_ASSERT_EQ(lunar_get_into(ca, key, buf, VAL_LEN), VAL_LEN);
 	}
 }
@@ -130,26 +169,14 @@ static void test_peer_stop_batch_get_fails_in_one_timeout(void **state)
 		      (unsigned long long)took);
 	H_ASSERT_EQ(rc, 0);
 	for (int i = 0; i < NKEYS; i++)
+		if (results[i] >= 0) /* seen once, not understood: where from? */
+			show_replicas(keys[i]);
+	for (int i = 0; i < NKEYS; i++)
 		H_ASSERT_MSG(results[i] < 0, "key %d read %lld bytes from a stopped peer", i,
 			     (long long)results[i]);
 	H_ASSERT_MSG(took <= STOPPED_MAX_MS, "batch get took %llu ms, more than %u",
 		     (unsigned long long)took, STOPPED_MAX_MS);
 	free(bufs);
-}
-
-/* Print the master's view of key and of the segments. */
-static void show_replicas(const char *key)
-{
-	static char text[65536];
-	char path[256];
-	int port = hg_log_http_port(master->log);
-
-	snprintf(path, sizeof(path), "/admin/stat?tenant=default&key=%s", key);
-	if (port > 0 && hg_get(port, path, text, sizeof(text)) >= 0)
-		print_message("master, %s: %s\n", path, text);
-	if (port > 0 && hg_get(port, "/admin/segments", text, sizeof(text)) >= 0)
-		print_message("master, /admin/segments: %s\n", text);
-	print_message("B (%s) is %s\n", seg_b, b_stopped ? "stopped" : "running");
 }
 
 /* One get of a leased key, B stopped: fails after one timeout, not two. */
