@@ -5,9 +5,9 @@
  * socket whose queue holds such a socket (the last close of each runs in
  * the closing thread), a FUSE file whose flush waits on its daemon.
  *
- * A socket a client sends is disarmed as it arrives and again just before
- * its close (SO_LINGER 0: the client keeps its own descriptor of the same
- * socket and could arm it again). A close that still lasts longer than
+ * A socket is disarmed just before its close (SO_LINGER 0; not earlier: the
+ * client keeps its own descriptor of the same socket and could arm it
+ * again). A close that still lasts longer than
  * PX_CLOSE_INTERRUPT_MS is interrupted, and again each PX_CLOSE_INTERRUPT_MS
  * after, by a timer of the closing thread's own that sends it SIGURG (a
  * standard signal: never more than one pending); that ends a linger wait
@@ -57,7 +57,8 @@ static void on_interrupt(int sig)
 	(void)sig;
 }
 
-void px_closer_disarm(int fd)
+/* A socket closes at once (SO_LINGER 0), whatever its sender chose. */
+static void disarm(int fd)
 {
 	struct linger now = {.l_onoff = 1, .l_linger = 0};
 	struct stat st;
@@ -91,7 +92,7 @@ static void close_timed(int fd, const timer_t *t)
 {
 	uint64_t t0 = lc_now_ms(), ms;
 
-	px_closer_disarm(fd);
+	disarm(fd);
 	if (t)
 		interrupts(*t, true);
 	close(fd);

@@ -257,9 +257,6 @@ int px_closer_create(struct px_closer **out);
  * itself, which may last as long as the client chooses, and one such close
  * does not hold up the others. Any thread. */
 void px_closer_close(struct px_closer *c, int fd);
-/* px_closer_disarm - for each descriptor a client sends, as it arrives: a
- * socket is set to close at once (SO_LINGER 0) whatever its sender chose. */
-void px_closer_disarm(int fd);
 /* px_closer_destroy - close what is queued and stop; waits a second for a
  * close that is stuck, then leaves it (and the closer) to the exit. */
 void px_closer_destroy(struct px_closer *c);

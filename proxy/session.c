@@ -238,7 +238,6 @@ static size_t take_fds(struct px_session *s, struct msghdr *msg)
 			continue;
 		n += nfd;
 		for (size_t i = 0; i < nfd; i++) {
-			px_closer_disarm(fd[i]);
 			if (s->rxfd < 0)
 				s->rxfd = fd[i];
 			else

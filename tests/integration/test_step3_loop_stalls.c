@@ -4,7 +4,7 @@
  * misbehaving client never hurts another).
  * - A descriptor a client sends is closed off the loop: a TCP socket with
  *   SO_LINGER and unsent data blocks its last close for the linger time.
- *   The proxy disarms such a socket as it arrives; one nested in a UNIX
+ *   The proxy disarms such a socket as it closes it; one nested in a UNIX
  *   socket's queue it cannot, and it interrupts that close: sixteen of them
  *   hold up neither the closes of other clients' descriptors, nor the
  *   proxy's stop.
@@ -112,8 +112,8 @@ static void test_sent_socket_disarmed(void **state)
 }
 
 /* The same socket, armed again by its sender (on its own descriptor of
- * it) after the proxy disarmed it on arrival, and only then handed over
- * for good: the proxy disarms it again as it closes it. */
+ * it) while the proxy holds it, and only then handed over
+ * for good: the proxy disarms it only as it closes it. */
 static void test_sent_socket_rearmed(void **state)
 {
 	struct lc_reg_req q = {.magic = LC_REG_MAGIC, .op = LC_REG_ADD, .length = 4096, .cookie = 1};
