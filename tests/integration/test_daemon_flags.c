@@ -153,6 +153,16 @@ static void check_config_errors(const char *bin)
 	EXPECT_IN(out, "--config given twice");
 }
 
+/* Start argv as name, see it listen on port, stop it cleanly. */
+static void master_serves_on(const char *name, char *const argv[], int port)
+{
+	struct h_proc *m = h_spawn(name, argv);
+
+	H_ASSERT(m != NULL);
+	H_ASSERT_EQ(h_wait_tcp(m, port, H_READY_TIMEOUT_MS), 0);
+	H_ASSERT(h_stop(m) == 0);
+}
+
 /* The master listens where its file says, unless the command line says
  * otherwise. */
 static void test_daemon_flags_master_config(void **state)
@@ -160,23 +170,18 @@ static void test_daemon_flags_master_config(void **state)
 	char text[128], portstr[16];
 	int file_port = h_free_port(), cli_port = h_free_port();
 	const char *c;
-	struct h_proc *m;
 
 	(void)state;
 	H_ASSERT(file_port > 0 && cli_port > 0 && file_port != cli_port);
 	snprintf(text, sizeof(text), "listen = 127.0.0.1\nport %d\nhttp-port=0\n", file_port);
 	c = conf("master.conf", text);
-	m = h_spawn("master-conf", (char *[]){(char *)h_bin("lunar-master"), "--config", (char *)c,
-					      NULL});
-	H_ASSERT(m != NULL);
-	H_ASSERT_EQ(h_wait_tcp(m, file_port, H_READY_TIMEOUT_MS), 0);
-	H_ASSERT(h_stop(m) == 0);
+	master_serves_on("master-conf", (char *[]){(char *)h_bin("lunar-master"), "--config",
+						   (char *)c, NULL},
+			 file_port);
 	snprintf(portstr, sizeof(portstr), "%d", cli_port);
-	m = h_spawn("master-cli", (char *[]){(char *)h_bin("lunar-master"), "--port", portstr,
-					     "--config", (char *)c, NULL});
-	H_ASSERT(m != NULL);
-	H_ASSERT_EQ(h_wait_tcp(m, cli_port, H_READY_TIMEOUT_MS), 0);
-	H_ASSERT(h_stop(m) == 0);
+	master_serves_on("master-cli", (char *[]){(char *)h_bin("lunar-master"), "--port", portstr,
+						  "--config", (char *)c, NULL},
+			 cli_port);
 	check_config_errors("lunar-master");
 }
 
