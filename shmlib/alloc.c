@@ -103,8 +103,9 @@ void *lunar_alloc(struct lunar_client *c, size_t len)
 	struct shm_chunk *ch;
 	uint64_t off;
 	void *p = NULL;
+	int cancel;
 
-	if (!c || !len)
+	if (!c || !len || shm_call_begin(c, &cancel))
 		return NULL;
 	pthread_mutex_lock(&c->alloc_lock);
 	for (ch = c->chunks; ch; ch = ch->next)
@@ -119,15 +120,16 @@ void *lunar_alloc(struct lunar_client *c, size_t len)
 	if (ch)
 		p = ch->base + off;
 	pthread_mutex_unlock(&c->alloc_lock);
+	shm_call_end(cancel);
 	return p;
 }
 
 void lunar_free(struct lunar_client *c, void *p)
 {
 	struct shm_chunk *ch;
-	int rc = -1;
+	int rc = -1, cancel;
 
-	if (!c || !p)
+	if (!c || !p || shm_call_begin(c, &cancel))
 		return;
 	pthread_mutex_lock(&c->alloc_lock);
 	for (ch = c->chunks; ch; ch = ch->next) {
@@ -137,6 +139,7 @@ void lunar_free(struct lunar_client *c, void *p)
 		}
 	}
 	pthread_mutex_unlock(&c->alloc_lock);
+	shm_call_end(cancel);
 	if (rc)
 		LC_DEBUG(SHM_LOG, "lunar_free(%p): not from lunar_alloc, ignored", p);
 }

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "key.h"
 #include "log.h"
@@ -65,7 +66,7 @@ static int client_config(struct lunar_client *c, const struct lunar_opts *opts)
 int lunar_connect(const struct lunar_opts *opts, struct lunar_client **out)
 {
 	struct lunar_client *c;
-	int rc;
+	int rc, cancel;
 
 	if (!out)
 		return LUNAR_ERR_INVALID_PARAMS;
@@ -73,13 +74,18 @@ int lunar_connect(const struct lunar_opts *opts, struct lunar_client **out)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return LUNAR_ERR_INTERNAL;
+	c->fork_gen = shm_fork_generation();
 	rc = client_config(c, opts);
 	if (rc)
 		goto err_free;
 	rc = shm_regs_init(c);
 	if (rc)
 		goto err_free;
-	rc = shm_conn_open(c, &c->conn);
+	rc = shm_call_begin(c, &cancel);
+	if (!rc) {
+		rc = shm_conn_open(c, &c->conn);
+		shm_call_end(cancel);
+	}
 	if (rc)
 		goto err_regs;
 	pthread_mutex_init(&c->lock, NULL);
@@ -93,10 +99,27 @@ err_free:
 	return rc;
 }
 
+/* An inherited handle in a forked child: the parent's threads may have held
+ * its locks at the fork, so only this process's copies of the memory go. */
+static void client_forget(struct lunar_client *c)
+{
+	for (uint32_t i = 0; i < c->nregs; i++)
+		close(c->regs[i].fd);
+	shm_chunks_fini(c);
+	shm_conns_forget(c);
+	free(c);
+}
+
 void lunar_close(struct lunar_client *c)
 {
+	int cancel;
+
 	if (!c)
 		return;
+	if (shm_call_begin(c, &cancel)) {
+		client_forget(c);
+		return;
+	}
 	/* The proxy frees its side, registered regions included, when it
 	 * sees the socket close: nothing is unregistered one by one. */
 	shm_regs_fini(c);
@@ -106,6 +129,7 @@ void lunar_close(struct lunar_client *c)
 	pthread_mutex_destroy(&c->alloc_lock);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
+	shm_call_end(cancel);
 }
 
 int lunar_health(struct lunar_client *c)

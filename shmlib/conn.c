@@ -129,6 +129,7 @@ static struct shm_conn *conn_alloc(void)
 /* The session's resources; the struct stays (see struct shm_conn). */
 static void conn_release(struct shm_conn *cn)
 {
+	shm_fork_untrack(cn);
 	shm_arena_fini(cn);
 	shm_bits_fini(&cn->free_slots);
 	if (cn->base)
@@ -236,6 +237,7 @@ int shm_conn_open(struct lunar_client *c, struct shm_conn **out)
 	if (rc)
 		goto err_free;
 	cn->evfd = fds[1];
+	shm_fork_track(cn);
 	rc = evfd_check(cn->evfd);
 	if (!rc)
 		rc = region_map(cn, fds[0], &w);
@@ -278,6 +280,23 @@ void shm_conn_put(struct shm_conn *cn)
 	if (cn && lc_fetch_add(&cn->refs, -1) == 1) {
 		conn_release(cn);
 		lc_store_release(&cn->released, 1);
+	}
+}
+
+/* In a forked child: other threads of the parent may have held the
+ * sessions' locks and condition variables at the fork, so they are left
+ * alone (destroying a condition variable waits for its waiters). */
+void shm_conns_forget(struct lunar_client *c)
+{
+	while (c->conns) {
+		struct shm_conn *cn = c->conns;
+
+		c->conns = cn->older;
+		shm_arena_fini(cn);
+		shm_bits_fini(&cn->free_slots);
+		if (cn->base)
+			munmap(cn->base, cn->size);
+		free(cn);
 	}
 }
 

@@ -239,26 +239,34 @@ int shm_regs_find(const struct lunar_client *c, const struct shm_conn *cn, const
 int lunar_register(struct lunar_client *c, void *p, size_t len)
 {
 	struct shm_region rg;
-	int rc;
+	int rc, cancel;
 
 	if (!c || !p || !len || (uintptr_t)p + len < (uintptr_t)p)
 		return LUNAR_ERR_INVALID_PARAMS;
-	rc = shm_memfd_span(p, len, &rg);
+	rc = shm_call_begin(c, &cancel);
 	if (rc)
 		return rc;
-	rc = shm_regs_add(c, &rg);
-	if (rc)
-		close(rg.fd);
+	rc = shm_memfd_span(p, len, &rg);
+	if (!rc) {
+		rc = shm_regs_add(c, &rg);
+		if (rc)
+			close(rg.fd);
+	}
+	shm_call_end(cancel);
 	return rc < 0 ? rc : 0;
 }
 
 /* Calls in flight keep the table read-locked, so this waits for them. */
 int lunar_unregister(struct lunar_client *c, void *p)
 {
-	int rc = LUNAR_ERR_INVALID_PARAMS;
+	int rc = LUNAR_ERR_INVALID_PARAMS, cancel;
 
 	if (!c || !p)
 		return rc;
+	rc = shm_call_begin(c, &cancel);
+	if (rc)
+		return rc;
+	rc = LUNAR_ERR_INVALID_PARAMS;
 	pthread_rwlock_wrlock(&c->regs_lock);
 	for (uint32_t i = 0; i < c->nregs; i++) {
 		struct shm_region *r = &c->regs[i];
@@ -277,5 +285,6 @@ int lunar_unregister(struct lunar_client *c, void *p)
 		break;
 	}
 	pthread_rwlock_unlock(&c->regs_lock);
+	shm_call_end(cancel);
 	return rc;
 }

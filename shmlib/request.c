@@ -23,6 +23,7 @@ struct shm_req {
 	uint64_t deadline_ns;
 	uint64_t off;
 	uint64_t len;
+	int cancel; /* the thread's cancellation state before the call */
 };
 
 /* Where the pieces of an item request go, as offsets from the range. */
@@ -40,12 +41,20 @@ uint64_t shm_deadline(const struct lunar_client *c)
 	return lc_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
 }
 
+/* On success the request holds a session reference; req_end drops it. */
 static int req_begin(struct lunar_client *c, struct shm_req *r)
 {
+	int rc = shm_call_begin(c, &r->cancel);
+
+	if (rc)
+		return rc;
 	r->c = c;
 	r->deadline_ns = shm_deadline(c);
 	r->len = 0;
-	return shm_client_acquire(c, &r->cn);
+	rc = shm_client_acquire(c, &r->cn);
+	if (rc)
+		shm_call_end(r->cancel);
+	return rc;
 }
 
 static int req_alloc(struct shm_req *r, uint64_t len)
@@ -82,6 +91,7 @@ static void req_end(struct shm_req *r)
 	if (r->len)
 		shm_arena_put(r->cn, r->off);
 	shm_conn_put(r->cn);
+	shm_call_end(r->cancel);
 }
 
 /*

@@ -78,6 +78,10 @@ struct shm_conn {
 	pthread_cond_t cond; /* a slot or arena range was freed, or broken */
 	struct lc_ralloc *arena; /* [cells_end, arena_off + arena_size) */
 	uint32_t waiters; /* atomic; threads waiting on cond for a slot or range */
+
+	/* On fork.c's list while its descriptors are open (under its lock). */
+	struct shm_conn *open_next, *open_prev;
+	uint32_t open_gen; /* the fork generation it was listed in, + 1; 0 off the list */
 };
 
 /*
@@ -125,6 +129,7 @@ struct lunar_client {
 	char tenant[LC_TENANT_MAX];
 	uint64_t arena_bytes;
 	unsigned timeout_ms;
+	uint32_t fork_gen; /* shm_fork_generation() at connect */
 };
 
 /* One key of a request, as the caller gave it; result is written back. */
@@ -165,6 +170,10 @@ void shm_conn_put(struct shm_conn *cn);
 /* shm_conns_free - free every session struct of c (lunar_close, after the
  * last reference is dropped; replaced ones go earlier, at reconnects). */
 void shm_conns_free(struct lunar_client *c);
+/* shm_conns_forget - the same in a forked child, where the parent's locks
+ * are untouchable: unmap and free, nothing else (fork.c closed the
+ * descriptors). */
+void shm_conns_forget(struct lunar_client *c);
 /* shm_conn_break - mark the session dead (once; why is logged) and wake
  * every thread waiting on it. Any thread, cn->lock not held. */
 void shm_conn_break(struct shm_conn *cn, const char *why);
@@ -192,6 +201,39 @@ int shm_conn_hung_up(struct shm_conn *cn);
  * for the handshake and the registrations. Returns 0 or a code.
  */
 int shm_client_acquire(struct lunar_client *c, struct shm_conn **out);
+
+/* --- fork.c: a handle belongs to the process that opened it --- */
+
+/* shm_fork_generation - how many forks this process descends from (since
+ * liblunar was first used); installs the fork handler on first use. */
+uint32_t shm_fork_generation(void);
+/* shm_forked - 1 in a child forked after c was opened: c must not be used. */
+int shm_forked(const struct lunar_client *c);
+/* shm_fork_track/untrack - list a session whose descriptors are open, so a
+ * forked child closes its copies; unlist it before they are closed. */
+void shm_fork_track(struct shm_conn *cn);
+void shm_fork_untrack(struct shm_conn *cn);
+
+/*
+ * shm_call_begin - every public call on c starts here: ILLEGAL_CLIENT in a
+ * forked child (nothing shared is touched), else 0 with the thread's
+ * cancellation held off until shm_call_end. A call is no cancellation point:
+ * a thread cancelled inside one would leave locks, slots and session
+ * references held and hang the handle's other threads; the request pending
+ * acts at the thread's next cancellation point after the call.
+ */
+static inline int shm_call_begin(const struct lunar_client *c, int *cancel_state)
+{
+	if (shm_forked(c))
+		return LUNAR_ERR_ILLEGAL_CLIENT;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, cancel_state);
+	return 0;
+}
+
+static inline void shm_call_end(int cancel_state)
+{
+	pthread_setcancelstate(cancel_state, NULL);
+}
 
 /* --- bits.c: free sets taken without a lock --- */
 

@@ -4,7 +4,10 @@
  * An application links liblunar and talks to the node's lunar-proxy through a
  * sealed shared-memory region and a UNIX socket; it never touches the network.
  * Every call returns >= 0 on success and a negative LUNAR_* code on failure.
- * All calls are thread-safe on one handle.
+ * All calls are thread-safe on one handle, and none is a cancellation point
+ * (a cancel acts after the call). A handle belongs to the process that
+ * opened it: in a forked child every call on an inherited handle returns
+ * LUNAR_ERR_ILLEGAL_CLIENT; the child connects afresh.
  */
 #ifndef LUNAR_H
 #define LUNAR_H

@@ -8,7 +8,10 @@
  * "memfd:" mappings than then: the session region and every registered
  * range are unmapped. Once with a proxy holding each put for 5 s before
  * commit (the puts are surely in flight, and their workers still hold the
- * regions when the child dies), once with a plain proxy and a stream of puts.
+ * regions when the child dies), once with a plain proxy and a stream of puts,
+ * and once more held, with an idle grandchild the dying child forked while
+ * its puts ran: the grandchild's inherited copy of the session socket must
+ * not hold the session open (liblunar closes it in every forked child).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -61,8 +64,9 @@ static void *writer_main(void *arg)
 	return NULL;
 }
 
-/* The doomed client: never returns. Reports readiness with one byte. */
-static void child_main(int ready_fd, const char *mode)
+/* The doomed client: never returns. Reports readiness with one byte, then
+ * the pid of the idle grandchild when fork_idle. */
+static void child_main(int ready_fd, const char *mode, int fork_idle)
 {
 	static struct writer w[NWRITERS];
 	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 10000};
@@ -101,6 +105,17 @@ static void child_main(int ready_fd, const char *mode)
 	h_sleep_ms(100);
 	if (write(ready_fd, "R", 1) != 1)
 		_exit(6);
+	if (fork_idle) {
+		pid_t idle = fork();
+
+		if (idle == 0) {
+			alarm(30); /* bounded, should the test not kill it */
+			for (;;)
+				pause();
+		}
+		if (write(ready_fd, &idle, sizeof(idle)) != sizeof(idle))
+			_exit(7);
+	}
 	for (;;)
 		pause();
 }
@@ -133,14 +148,14 @@ static void steady_counts(pid_t pid, int *fds, int *memfds)
 	*memfds = m;
 }
 
-static void run_death(const char *mode, int delayed)
+static void run_death(const char *mode, int delayed, int fork_idle)
 {
 	int base_fds, base_memfds, fds = -1, memfds = -1, dying = -1, p[2], status = 0;
 	struct pollfd pf;
 	uint64_t killed, took;
 	struct lunar_client *c;
+	pid_t pid, idle = 0;
 	char b = 0;
-	pid_t pid;
 
 	if (delayed)
 		proxy = h_start_proxy(mode, sock, H_EMBEDDED, "--segment-size", "64MiB",
@@ -158,11 +173,13 @@ static void run_death(const char *mode, int delayed)
 	H_ASSERT(pid >= 0);
 	if (pid == 0) {
 		close(p[0]);
-		child_main(p[1], mode);
+		child_main(p[1], mode, fork_idle);
 	}
 	close(p[1]);
 	pf = (struct pollfd){p[0], POLLIN, 0};
-	if (poll(&pf, 1, 10000) != 1 || read(p[0], &b, 1) != 1 || b != 'R') {
+	if (poll(&pf, 1, 10000) != 1 || read(p[0], &b, 1) != 1 || b != 'R' ||
+	    (fork_idle && (poll(&pf, 1, 10000) != 1 ||
+			   read(p[0], &idle, sizeof(idle)) != sizeof(idle) || idle <= 0))) {
 		kill(pid, SIGKILL);
 		waitpid(pid, &status, 0);
 		close(p[0]);
@@ -193,6 +210,10 @@ static void run_death(const char *mode, int delayed)
 		h_sleep_ms(10);
 	} while (h_now_ms() - killed < RELEASE_MS);
 	took = h_now_ms() - killed;
+	if (idle > 0) {
+		H_ASSERT_MSG(kill(idle, 0) == 0, "%s: the idle grandchild is gone already", mode);
+		kill(idle, SIGKILL);
+	}
 	print_message("%s: %llu ms after the kill: %d fds (baseline %d), %d memfd maps "
 		      "(baseline %d), %d of the child's memfd\n",
 		      mode, (unsigned long long)took, fds, base_fds, memfds, base_memfds, dying);
@@ -222,13 +243,19 @@ static void run_death(const char *mode, int delayed)
 static void test_step3_client_death_releases_held_regions(void **state)
 {
 	(void)state;
-	run_death("held", 1);
+	run_death("held", 1, 0);
+}
+
+static void test_step3_client_death_not_held_by_forked_child(void **state)
+{
+	(void)state;
+	run_death("forked", 1, 1);
 }
 
 static void test_step3_client_death_releases_streaming_regions(void **state)
 {
 	(void)state;
-	run_death("streaming", 0);
+	run_death("streaming", 0, 0);
 }
 
 int main(void)
@@ -236,6 +263,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_step3_client_death_releases_held_regions),
 	    cmocka_unit_test(test_step3_client_death_releases_streaming_regions),
+	    cmocka_unit_test(test_step3_client_death_not_held_by_forked_child),
 	};
 
 	return cmocka_run_group_tests(tests, setup, h_teardown);
