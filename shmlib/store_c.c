@@ -353,20 +353,31 @@ int64_t mooncake_store_remove_all(mooncake_store_t store, int force)
 	return lunar_remove_all(c, force);
 }
 
+/*
+ * Mooncake registers any memory with its transfer engine. Only sealed memfd
+ * memory can be shared with the proxy; other memory (LUNAR_ERR_INVALID_PARAMS
+ * from lunar_register) still works, staged through the arena, so it is
+ * accepted as Mooncake accepts it: a program that checks the result runs
+ * unchanged. Unregistering such memory succeeds likewise.
+ */
 int mooncake_store_register_buffer(mooncake_store_t store, void *buffer, size_t size)
 {
 	struct lunar_client *c = store_client(store);
+	int rc;
 
 	if (!c || !buffer || !size)
 		return STORE_EINVAL;
-	return lunar_register(c, buffer, size);
+	rc = lunar_register(c, buffer, size);
+	return rc == LUNAR_ERR_INVALID_PARAMS ? 0 : rc;
 }
 
 int mooncake_store_unregister_buffer(mooncake_store_t store, void *buffer)
 {
 	struct lunar_client *c = store_client(store);
+	int rc;
 
 	if (!c || !buffer)
 		return STORE_EINVAL;
-	return lunar_unregister(c, buffer);
+	rc = lunar_unregister(c, buffer);
+	return rc == LUNAR_ERR_INVALID_PARAMS ? 0 : rc;
 }

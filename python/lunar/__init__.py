@@ -451,21 +451,26 @@ class Store:
     # --- memory ----------------------------------------------------------
 
     def register_buffer(self, buffer_ptr, size=None):
-        """Share caller memory with the proxy for zero-copy calls; 0 or a code."""
+        """Share caller memory with the proxy for zero-copy calls; 0 or a code.
+
+        Only sealed memfd memory can be shared; other memory is accepted as
+        Mooncake accepts it (0) and works through the staging arena."""
         c = self._c
         if c is None:
             return NOT_SET_UP
         addr, n, keep = _buffer(buffer_ptr, size, writable=True)
         rc = self._lib.lunar_register(c, addr, n)
         del keep
-        return rc
+        return 0 if rc == INVALID_PARAMS else rc
 
     def unregister_buffer(self, buffer_ptr):
+        """Stop sharing memory given to register_buffer; 0 or a code."""
         c = self._c
         if c is None:
             return NOT_SET_UP
         addr = buffer_ptr if isinstance(buffer_ptr, int) else address_of(buffer_ptr)
-        return self._lib.lunar_unregister(c, addr)
+        rc = self._lib.lunar_unregister(c, addr)
+        return 0 if rc == INVALID_PARAMS else rc
 
     def alloc(self, size):
         """size bytes of memory shared with the proxy (puts and gets through
