@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "atomic.h"
@@ -408,28 +409,87 @@ static void conns_reclaim(struct lunar_client *c)
 	}
 }
 
-int shm_client_acquire(struct lunar_client *c, struct shm_conn **out)
+#if defined(__SANITIZE_THREAD__)
+/* gcc 12's ThreadSanitizer does not intercept pthread_mutex_clocklock, and
+ * would then take the mutex for never locked: under it, the same wait on
+ * the wall clock, which it does intercept. */
+static int mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns)
+{
+	uint64_t now = lc_now_ns(), left = deadline_ns > now ? deadline_ns - now : 0;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	left += (uint64_t)ts.tv_nsec;
+	ts.tv_sec += (time_t)(left / 1000000000ull);
+	ts.tv_nsec = (long)(left % 1000000000ull);
+	return pthread_mutex_timedlock(m, &ts);
+}
+#else
+static int mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns)
+{
+	struct timespec ts = {(time_t)(deadline_ns / 1000000000ull),
+			      (long)(deadline_ns % 1000000000ull)};
+
+	return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+}
+#endif
+
+/* c->lock, waited for until deadline_ns at most: a reconnect holds it for
+ * up to the timeout, and a caller queued behind it must not wait past its
+ * own. 0, or PROXY_UNAVAILABLE at the deadline. */
+static int client_lock(struct lunar_client *c, uint64_t deadline_ns)
+{
+	int rc = mutex_lock_until(&c->lock, deadline_ns);
+
+	LC_ASSERT(rc == 0 || rc == ETIMEDOUT);
+	return rc ? LUNAR_ERR_PROXY_UNAVAILABLE : 0;
+}
+
+/* Replace c's broken or missing session, registered memory with it; the
+ * attempt's code is kept for the threads that waited for it. On 0 *out is
+ * the new session (the handle's reference). c->lock held. */
+static int client_reconnect(struct lunar_client *c, struct shm_conn **out)
+{
+	struct shm_conn *cn = c->conn;
+	int rc;
+
+	lc_store_release(&c->conn, (struct shm_conn *)NULL);
+	shm_conn_put(cn);
+	rc = shm_conn_open(c, &cn);
+	/* Registered memory follows the session before any request can see
+	 * it; with no session it is released from the old. */
+	shm_regs_rebind(c, rc ? NULL : cn);
+	if (!rc) {
+		lc_store_release(&c->conn, cn);
+		*out = cn;
+	}
+	conns_reclaim(c);
+	c->attempt_rc = rc;
+	LC_WRITE_ONCE(c->attempts, c->attempts + 1);
+	return rc;
+}
+
+int shm_client_acquire(struct lunar_client *c, uint64_t deadline_ns, struct shm_conn **out)
 {
 	struct shm_conn *cn = current_get(c);
-	int rc = 0;
+	uint32_t seen;
+	int rc;
 
 	if (cn) {
 		*out = cn;
 		return 0;
 	}
-	pthread_mutex_lock(&c->lock);
+	/* Read before waiting: an attempt that ends after this was made for
+	 * this call too. */
+	seen = LC_READ_ONCE(c->attempts);
+	rc = client_lock(c, deadline_ns);
+	if (rc)
+		return rc;
 	cn = c->conn;
-	if (!cn || shm_conn_is_broken(cn)) {
-		lc_store_release(&c->conn, (struct shm_conn *)NULL);
-		shm_conn_put(cn);
-		rc = shm_conn_open(c, &cn);
-		/* Registered memory follows the session before any request
-		 * can see it; with no session it is released from the old. */
-		shm_regs_rebind(c, rc ? NULL : cn);
-		if (!rc)
-			lc_store_release(&c->conn, cn);
-		conns_reclaim(c);
-	}
+	if (!cn && c->attempts != seen)
+		rc = c->attempt_rc; /* one failed while we waited: not one more */
+	else if (!cn || shm_conn_is_broken(cn))
+		rc = client_reconnect(c, &cn);
 	if (!rc) {
 		shm_conn_get(cn);
 		*out = cn;

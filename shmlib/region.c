@@ -179,11 +179,12 @@ static int regs_insert(struct lunar_client *c, struct shm_conn *cn, const struct
 
 int shm_regs_add(struct lunar_client *c, const struct shm_region *rg)
 {
+	uint64_t deadline_ns = shm_deadline(c);
 	struct shm_conn *cn;
 	int rc, stale;
 
 	for (int tries = 0;; tries++) {
-		rc = shm_client_acquire(c, &cn);
+		rc = shm_client_acquire(c, deadline_ns, &cn);
 		if (rc)
 			return rc;
 		pthread_rwlock_wrlock(&c->regs_lock);

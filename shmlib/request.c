@@ -51,7 +51,7 @@ static int req_begin(struct lunar_client *c, struct shm_req *r)
 	r->c = c;
 	r->deadline_ns = shm_deadline(c);
 	r->len = 0;
-	rc = shm_client_acquire(c, &r->cn);
+	rc = shm_client_acquire(c, r->deadline_ns, &r->cn);
 	if (rc)
 		shm_call_end(r->cancel);
 	return rc;

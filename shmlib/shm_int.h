@@ -115,10 +115,16 @@ struct shm_chunk {
 };
 
 struct lunar_client {
-	pthread_mutex_t lock;	/* taken to replace conn */
+	pthread_mutex_t lock;	/* taken to replace conn, until the caller's deadline */
 	struct shm_conn *conn;	/* atomic; current session, NULL after a failed reconnect */
 	struct shm_conn *conns; /* every session not yet freed, newest first (under lock) */
 	uint32_t readers;	/* atomic; threads between loading conn and taking a reference */
+	/* Reconnect attempts finished, written under lock: a thread reads it
+	 * before waiting for lock, and one that then finds conn NULL and the
+	 * count moved returns attempt_rc (under lock) instead of trying again,
+	 * so threads queued behind a hung proxy do not each wait a timeout. */
+	uint32_t attempts;
+	int attempt_rc;
 	pthread_rwlock_t regs_lock;
 	struct shm_region regs[LC_MAX_REGIONS];
 	uint32_t nregs;
@@ -198,9 +204,14 @@ int shm_conn_hung_up(struct shm_conn *cn);
  * the caller, without a lock while it is up. When there is none or it
  * broke, reconnects under c->lock (then c->regs_lock): a new session gets
  * every registered range registered again before it is used; this blocks
- * for the handshake and the registrations. Returns 0 or a code.
+ * for the handshake and the registrations (up to the handle's timeout
+ * each). Waits for c->lock, held by another thread's attempt, only until
+ * deadline_ns (CLOCK_MONOTONIC), and makes no attempt of its own when one
+ * failed while it waited: it returns that attempt's code. Any thread,
+ * c->lock and c->regs_lock not held. Returns 0, PROXY_UNAVAILABLE at the
+ * deadline, or the attempt's code.
  */
-int shm_client_acquire(struct lunar_client *c, struct shm_conn **out);
+int shm_client_acquire(struct lunar_client *c, uint64_t deadline_ns, struct shm_conn **out);
 
 /* --- fork.c: a handle belongs to the process that opened it --- */
 

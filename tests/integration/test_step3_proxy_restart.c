@@ -13,6 +13,10 @@
  * is registered again and used in place. And a put sent the moment a
  * freshly started proxy answers on its socket finds the segment mounted,
  * even with the heartbeat thread held back (--debug-heartbeat-delay).
+ * Last, a hung proxy (SIGSTOPped: its socket still takes connections into
+ * the backlog, nobody answers): threads of one handle that all find the
+ * session broken fail within about their own timeout, not one reconnect
+ * attempt after another.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +27,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -394,12 +399,106 @@ static void test_step3_proxy_restart_first_put_finds_segment(void **state)
 	}
 }
 
+/* --- many threads reconnecting to a hung proxy --- */
+
+#define HUNG_THREADS	8
+#define HUNG_TIMEOUT_MS 1000
+/* A call may wait its timeout for the reply and again for the fence
+ * (docs/shm-abi.md), plus slack for a loaded host. */
+#define HUNG_MAX_MS	2500
+#define HUNG_RECOVER_MS 5000
+
+struct hung_call {
+	struct lunar_client *c;
+	int rc[2];
+	uint64_t took[2];
+};
+
+/* The main thread and the callers start each round together. Static: a
+ * test that fails to start a thread leaves the others waiting on it. */
+static pthread_barrier_t hung_go;
+
+/* Two calls, each started with every other thread's: the first times out
+ * on the hung session, the second finds it broken and reconnects. */
+static void *hung_calls(void *arg)
+{
+	struct hung_call *h = arg;
+
+	for (int i = 0; i < 2; i++) {
+		uint64_t t0;
+
+		pthread_barrier_wait(&hung_go);
+		t0 = h_now_ms();
+		h->rc[i] = lunar_exists(h->c, "step3/restart/hung");
+		h->took[i] = h_now_ms() - t0;
+	}
+	return NULL;
+}
+
+static void test_step3_proxy_restart_hung_proxy_reconnects_bounded(void **state)
+{
+	struct hung_call calls[HUNG_THREADS];
+	pthread_t th[HUNG_THREADS];
+	struct lunar_client *c;
+	char path[PATH_MAX];
+	struct h_proc *px;
+	uint64_t slowest = 0, end;
+	int bad = -1, rc;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s", h_path("hung.sock"));
+	px = h_start_proxy("hung", path, H_EMBEDDED, NULL);
+	H_ASSERT(px != NULL);
+	c = h_client_try(path, HUNG_TIMEOUT_MS, &rc);
+	H_ASSERT_MSG(c != NULL, "connect: %d (%s)", rc, h_code(rc));
+	H_ASSERT_EQ(lunar_exists(c, "step3/restart/hung"), 0);
+	H_ASSERT_EQ(pthread_barrier_init(&hung_go, NULL, HUNG_THREADS + 1), 0);
+	for (int i = 0; i < HUNG_THREADS; i++) {
+		calls[i] = (struct hung_call){.c = c};
+		H_ASSERT_EQ(pthread_create(&th[i], NULL, hung_calls, &calls[i]), 0);
+	}
+
+	H_ASSERT_EQ(kill(-px->pid, SIGSTOP), 0);
+	/* No assertion until SIGCONT: a failing one would leave it stopped. */
+	pthread_barrier_wait(&hung_go);
+	pthread_barrier_wait(&hung_go);
+	for (int i = 0; i < HUNG_THREADS; i++)
+		pthread_join(th[i], NULL);
+	kill(-px->pid, SIGCONT);
+	pthread_barrier_destroy(&hung_go);
+
+	for (int i = 0; i < HUNG_THREADS; i++) {
+		print_message("thread %d: %d (%s) in %llu ms, then %d (%s) in %llu ms\n", i,
+			      calls[i].rc[0], h_code(calls[i].rc[0]),
+			      (unsigned long long)calls[i].took[0], calls[i].rc[1],
+			      h_code(calls[i].rc[1]), (unsigned long long)calls[i].took[1]);
+		if (calls[i].took[1] > slowest)
+			slowest = calls[i].took[1];
+		if (bad < 0 && (calls[i].rc[0] != LUNAR_ERR_PROXY_UNAVAILABLE ||
+				calls[i].rc[1] != LUNAR_ERR_PROXY_UNAVAILABLE))
+			bad = i;
+	}
+	H_ASSERT_MSG(bad < 0, "thread %d: not PROXY_UNAVAILABLE from a stopped proxy", bad);
+	H_ASSERT_MSG(slowest <= HUNG_MAX_MS,
+		     "the slowest second call took %llu ms with a %u ms timeout",
+		     (unsigned long long)slowest, HUNG_TIMEOUT_MS);
+
+	/* Once the proxy runs again, the handle reconnects by itself. */
+	for (end = h_now_ms() + HUNG_RECOVER_MS; h_now_ms() < end; h_sleep_ms(50))
+		if ((rc = lunar_exists(c, "step3/restart/hung")) == 0)
+			break;
+	H_ASSERT_EQ(rc, 0);
+	lunar_close(c);
+	h_stop(px);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_step3_proxy_restart_client_recovers_zero_copy),
 	    cmocka_unit_test(test_step3_proxy_restart_inflight_put_from_registered_memory),
 	    cmocka_unit_test(test_step3_proxy_restart_first_put_finds_segment),
+	    cmocka_unit_test(test_step3_proxy_restart_hung_proxy_reconnects_bounded),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
