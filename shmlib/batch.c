@@ -1,7 +1,8 @@
 /*
  * batch.c - the keyed path every object call takes (a single-key call is a
- * batch of one): per-key checks, one request for the keys that passed, and
- * results scattered back index-aligned. Also the public batch calls.
+ * batch of one): per-key checks on private copies of the caller's scatter
+ * lists, one request for the keys that passed, and results scattered back
+ * index-aligned. Also the public batch calls.
  *
  * A batch whose request fails as a whole (proxy gone, arena too small)
  * returns that code and also stores it as every key's result.
@@ -11,53 +12,102 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "key.h"
 
-static int key_check(const char *key)
+/* The key's length, from the one bounded read the key check needs. */
+static int key_check(const char *key, size_t *len)
 {
-	return key ? lc_key_check(key, strnlen(key, LUNAR_KEY_MAX + 1)) : LUNAR_ERR_INVALID_KEY;
+	if (!key)
+		return LUNAR_ERR_INVALID_KEY;
+	*len = strnlen(key, LUNAR_KEY_MAX + 1);
+	return lc_key_check(key, *len);
 }
 
-/* A value or a destination: at least one byte (values are never empty,
- * and the protocol has no item without segments for put or get). */
-static int iov_check(const struct iovec *iov, int iovcnt)
+/*
+ * Each of the caller's counts, read once into cnt[i] (0 when out of range,
+ * which iov_snap refuses); returns their sum, the room the snapshots need.
+ */
+static size_t iov_counts(const int *iovcnts, size_t n, size_t *cnt)
+{
+	size_t sum = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		int k = LC_READ_ONCE(iovcnts[i]);
+
+		cnt[i] = k > 0 && k <= LUNAR_IOV_MAX ? (size_t)k : 0;
+		sum += cnt[i];
+	}
+	return sum;
+}
+
+/*
+ * Copy the caller's scatter list of cnt pieces to out, then check the copy:
+ * another thread of the application may change its iovecs while the call
+ * runs, and layout, staging and copy-back must all see the same lengths. A
+ * value or a destination has at least one byte (values are never empty, and
+ * the protocol has no item without segments for put or get).
+ */
+static int iov_snap(const struct iovec *iov, size_t cnt, struct iovec *out)
 {
 	size_t total = 0;
 
-	if (!iov || iovcnt <= 0 || iovcnt > LUNAR_IOV_MAX)
+	if (!iov || !cnt)
 		return LUNAR_ERR_INVALID_PARAMS;
-	for (int j = 0; j < iovcnt; j++) {
-		if ((!iov[j].iov_base && iov[j].iov_len) || total + iov[j].iov_len < total)
+	memcpy(out, iov, cnt * sizeof(*out));
+	for (size_t j = 0; j < cnt; j++) {
+		if ((!out[j].iov_base && out[j].iov_len) || total + out[j].iov_len < total)
 			return LUNAR_ERR_INVALID_PARAMS;
-		total += iov[j].iov_len;
+		total += out[j].iov_len;
 	}
 	return total ? 0 : LUNAR_ERR_INVALID_PARAMS;
 }
 
+/*
+ * One allocation: the items, idx (each item's index in the call), and the
+ * snapshots of the accepted items' scatter lists. The snapshots' room
+ * depends on the counts, so idx holds the counts until it is filled in.
+ */
 int64_t shm_batch_run(struct lunar_client *c, const struct shm_op *op, size_t n,
 		      const char *const *keys, const struct iovec *const *iovs, const int *iovcnts,
 		      int64_t *results)
 {
-	struct shm_item *items = malloc(n * (sizeof(*items) + sizeof(size_t)));
-	size_t *idx = (size_t *)(items + n);
+	size_t head = n * (sizeof(struct shm_item) + sizeof(size_t));
+	struct shm_item *items = malloc(head), *grown;
+	struct iovec *v;
+	size_t *idx;
 	uint32_t m = 0;
 	int64_t rc = 0;
 
 	if (!items)
 		return LUNAR_ERR_INTERNAL;
+	if (iovs) {
+		size_t nv = iov_counts(iovcnts, n, (size_t *)(items + n));
+
+		grown = realloc(items, head + nv * sizeof(*v));
+		if (!grown) {
+			free(items);
+			return LUNAR_ERR_INTERNAL;
+		}
+		items = grown;
+	}
+	idx = (size_t *)(items + n);
+	v = (struct iovec *)(idx + n);
+	/* idx[m] is written only after idx[i >= m] is read. */
 	for (size_t i = 0; i < n; i++) {
-		int bad = key_check(keys[i]);
+		size_t cnt = iovs ? idx[i] : 0, key_len = 0;
+		int bad = key_check(keys[i], &key_len);
 
 		if (!bad && iovs)
-			bad = iov_check(iovs[i], iovcnts[i]);
+			bad = iov_snap(iovs[i], cnt, v);
 		if (bad) {
 			if (results)
 				results[i] = bad;
 			continue;
 		}
-		items[m] = (struct shm_item){keys[i], strlen(keys[i]), iovs ? iovs[i] : NULL,
-					     iovs ? iovcnts[i] : 0, 0};
+		items[m] = (struct shm_item){keys[i], key_len, iovs ? v : NULL, (int)cnt, 0};
 		idx[m++] = i;
+		v += cnt;
 	}
 	if (m)
 		rc = shm_run_items(c, op, items, m);
@@ -153,13 +203,13 @@ int lunar_batch_exists(struct lunar_client *c, size_t n, const char *const *keys
 int64_t lunar_prefix_match(struct lunar_client *c, size_t n, const char *const *keys)
 {
 	struct shm_op op = {.op = LC_OP_PREFIX_MATCH};
-	size_t valid = 0;
+	size_t valid = 0, len;
 	int64_t rc;
 
 	rc = batch_args(c, n, keys != NULL);
 	if (rc)
 		return rc > 0 ? 0 : rc;
-	while (valid < n && !key_check(keys[valid]))
+	while (valid < n && !key_check(keys[valid], &len))
 		valid++;
 	if (!valid)
 		return 0;

@@ -4,8 +4,9 @@
  * values]. A user buffer wholly inside registered memory (lunar_register,
  * lunar_alloc) shared with this session is referenced in place by region
  * and offset; any other buffer is staged: copied in for a put, copied back
- * out after a get. The registration table stays read-locked from layout to
- * copy-back, so every walk over the pieces places them alike.
+ * out after a get. Every walk over the pieces places them alike: the
+ * registration table stays read-locked from layout to copy-back, and the
+ * scatter lists and preferred names are private copies, not the caller's.
  */
 #include "shm_int.h"
 
@@ -34,6 +35,7 @@ struct shm_layout {
 	uint64_t pref_at; /* preferred segment names */
 	uint64_t pref_len;
 	uint64_t total;
+	char pref[LC_PREF_BYTES]; /* the names, NUL-separated, read once from the caller */
 };
 
 uint64_t shm_deadline(const struct lunar_client *c)
@@ -122,12 +124,40 @@ static uint32_t item_nseg(const struct shm_item *it)
 	return k;
 }
 
+/*
+ * Copy the preferred segment names into l->pref, one after the other with
+ * their NULs: the caller may change them while the call runs, and the
+ * block is sized and filled from this copy. Each strnlen bounds its memcpy,
+ * so a name changed meanwhile can change bytes of the copy (which the proxy
+ * checks), never its size.
+ */
+static int pref_snap(const struct shm_op *op, struct shm_layout *l)
+{
+	l->pref_len = 0;
+	if (op->npref > LC_PREF_MAX)
+		return LUNAR_ERR_INVALID_PARAMS;
+	for (unsigned i = 0; i < op->npref; i++) {
+		const char *name = op->pref[i];
+		size_t room = LC_PREF_BYTES - l->pref_len, len;
+
+		if (!name)
+			return LUNAR_ERR_INVALID_PARAMS;
+		len = strnlen(name, room);
+		if (!len || len == room)
+			return LUNAR_ERR_INVALID_PARAMS;
+		memcpy(l->pref + l->pref_len, name, len);
+		l->pref[l->pref_len + len] = '\0';
+		l->pref_len += len + 1;
+	}
+	return 0;
+}
+
 static int items_layout(const struct shm_req *r, const struct shm_op *op,
 			const struct shm_item *items, uint32_t n, struct shm_layout *l)
 {
 	const struct shm_conn *cn = r->cn;
 	uint64_t nseg = 0, keys = 0, data = 0;
-	int staged;
+	int staged, rc;
 
 	if (n > cn->max_batch)
 		return LUNAR_ERR_INVALID_PARAMS;
@@ -144,31 +174,15 @@ static int items_layout(const struct shm_req *r, const struct shm_op *op,
 	l->keys_at = l->segs_at + nseg * sizeof(struct lc_seg);
 	l->data_at = (l->keys_at + keys + SHM_STAGE_ALIGN - 1) & ~(uint64_t)(SHM_STAGE_ALIGN - 1);
 	l->pref_at = l->data_at + data;
-	l->pref_len = 0;
-	if (op->npref > LC_PREF_MAX)
-		return LUNAR_ERR_INVALID_PARAMS;
-	for (unsigned i = 0; i < op->npref; i++) {
-		if (!op->pref[i] || !op->pref[i][0])
-			return LUNAR_ERR_INVALID_PARAMS;
-		l->pref_len += strlen(op->pref[i]) + 1;
-	}
-	if (l->pref_len > LC_PREF_BYTES)
-		return LUNAR_ERR_INVALID_PARAMS;
+	rc = pref_snap(op, l);
 	l->total = l->pref_at + l->pref_len;
-	return 0;
+	return rc;
 }
 
-/* The preferred segment names, one after the other with their NULs. */
-static void pref_fill(const struct shm_req *r, const struct shm_layout *l, const struct shm_op *op)
+/* The preferred segment names, as items_layout copied them. */
+static void pref_fill(const struct shm_req *r, const struct shm_layout *l)
 {
-	uint8_t *p = r->cn->base + r->off + l->pref_at;
-
-	for (unsigned i = 0; i < op->npref; i++) {
-		size_t n = strlen(op->pref[i]) + 1;
-
-		memcpy(p, op->pref[i], n);
-		p += n;
-	}
+	memcpy(r->cn->base + r->off + l->pref_at, l->pref, l->pref_len);
 }
 
 /* Write items, segments and keys; stage put values. */
@@ -419,7 +433,7 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 		rc = req_alloc(&r, l.total);
 	if (!rc) {
 		items_fill(&r, &l, items, n, is_get);
-		pref_fill(&r, &l, op);
+		pref_fill(&r, &l);
 		rc = req_send(&r, op, n, (uint64_t)n * sizeof(struct lc_item), &l);
 		if (rc >= 0)
 			items_collect(&r, &l, items, n, is_get);

@@ -138,7 +138,13 @@ struct lunar_client {
 	uint32_t fork_gen; /* shm_fork_generation() at connect */
 };
 
-/* One key of a request, as the caller gave it; result is written back. */
+/*
+ * One key of a request; result is written back. key is the caller's, read
+ * only for its key_len bytes (measured once, when checked). iov is a private
+ * copy of the caller's scatter list, never the caller's array: the request
+ * reads the lengths several times (layout, staging, copy-back), and another
+ * thread of the application may change its iovecs meanwhile.
+ */
 struct shm_item {
 	const char *key;
 	size_t key_len;
@@ -153,7 +159,9 @@ struct shm_op {
 	uint16_t flags;
 	uint32_t replica_num;
 	uint32_t soft_pin_ttl_ms;
-	const char *const *pref; /* preferred segments (put, upsert) */
+	/* Preferred segments (put, upsert): the caller's, copied once per
+	 * request when it is laid out. */
+	const char *const *pref;
 	unsigned npref;
 };
 
@@ -361,14 +369,15 @@ void shm_wake_waiters(struct shm_conn *cn);
 /* shm_deadline - now + the handle's timeout, in CLOCK_MONOTONIC ns. */
 uint64_t shm_deadline(const struct lunar_client *c);
 /*
- * shm_run_items - one request of n >= 1 items (already validated) for op:
- * keys and scatter lists into the arena, buffers inside registered memory
- * referenced in place and any other staged through the arena; wait, copy
- * staged GET bytes back. Items too large to stage together run as several
- * requests, and a value too large to stage alone goes through lunar_alloc
- * memory. Fills items[i].result. Returns the completion result (>= 0) or a
- * code for the whole request (items' results then hold the same code).
- * Blocks up to the handle's timeout for each request.
+ * shm_run_items - one request of n >= 1 items (already validated, their
+ * scatter lists private copies: see struct shm_item) for op: keys and
+ * scatter lists into the arena, buffers inside registered memory referenced
+ * in place and any other staged through the arena; wait, copy staged GET
+ * bytes back. Items too large to stage together run as several requests,
+ * and a value too large to stage alone goes through lunar_alloc memory.
+ * Fills items[i].result. Returns the completion result (>= 0) or a code for
+ * the whole request (items' results then hold the same code). Blocks up to
+ * the handle's timeout for each request.
  */
 int64_t shm_run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
 		      uint32_t n);
@@ -379,11 +388,12 @@ int64_t shm_run_raw(struct lunar_client *c, const struct shm_op *op, const void 
 /* --- batch.c: argument checks --- */
 
 /*
- * shm_batch_run - the common path of every keyed call: check each key and
- * scatter list (bad ones get their code in results and are left out), run
- * the rest as one request, scatter results back index-aligned. iovs and
- * iovcnts may be NULL for ops without values. Returns the completion result
- * or a code for the whole call.
+ * shm_batch_run - the common path of every keyed call: copy each key's
+ * count and scatter list once, then check the key and the copy (bad ones get
+ * their code in results and are left out), run the rest as one request,
+ * scatter results back index-aligned. iovs and iovcnts may be NULL for ops
+ * without values. Returns the completion result or a code for the whole
+ * call.
  */
 int64_t shm_batch_run(struct lunar_client *c, const struct shm_op *op, size_t n,
 		      const char *const *keys, const struct iovec *const *iovs, const int *iovcnts,

@@ -7,7 +7,8 @@
  * invalid key in the middle gets INVALID_KEY in both calls, a key put with no
  * pieces INVALID_PARAMS and then OBJECT_NOT_FOUND, a destination one byte
  * short BUFFER_OVERFLOW, and every other key its bytes, checked piece by
- * piece.
+ * piece. A getv whose iovecs the application changes while the call waits
+ * still uses the lengths it was called with.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +19,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +38,8 @@
 #define SHORT_DST  45 /* get destination one byte short */
 
 static char sock[PATH_MAX];
+static struct h_proc *proxy;
+static int proxy_stopped;
 static struct lunar_client *cl;
 static uint8_t *reg, *blk;
 static size_t reg_used, blk_used;
@@ -43,7 +48,7 @@ static int reg_fd = -1;
 static int setup(void **state)
 {
 	(void)state;
-	if (!h_embedded_node(sock, &cl, "--segment-size", "64MiB", NULL))
+	if (!(proxy = h_embedded_node(sock, &cl, "--segment-size", "64MiB", NULL)))
 		return -1;
 	reg_fd = memfd_create("t3-batch-reg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (!cl || reg_fd < 0 || ftruncate(reg_fd, REGION_LEN) ||
@@ -59,6 +64,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
+	if (proxy_stopped)
+		kill(-proxy->pid, SIGCONT);
 	h_embedded_node_stop(&cl);
 	if (reg && reg != MAP_FAILED)
 		munmap(reg, REGION_LEN);
@@ -244,11 +251,111 @@ static void test_step3_batch_iov_getv_same_shape(void **state)
 	shape_fini(&out);
 }
 
+/* The first i where p[i] != q[i], or -1. */
+static int first_diff(const uint8_t *p, const uint8_t *q, int len)
+{
+	for (int i = 0; i < len; i++)
+		if (p[i] != q[i])
+			return i;
+	return -1;
+}
+
+struct getv_call {
+	const char *key;
+	struct iovec *iov;
+	int entered; /* atomic; set just before the call */
+	int64_t got;
+};
+
+static void *getv_thread(void *arg)
+{
+	struct getv_call *g = arg;
+
+	__atomic_store_n(&g->entered, 1, __ATOMIC_RELEASE);
+	g->got = lunar_getv(cl, g->key, g->iov, 2);
+	return NULL;
+}
+
+/* Wait, up to 5 s, until the thread is about to call. */
+static void wait_entered(struct getv_call *g)
+{
+	for (int t = 0; t < 5000 && !__atomic_load_n(&g->entered, __ATOMIC_ACQUIRE); t++)
+		h_sleep_ms(1);
+}
+
+/* Stop or continue the proxy's process group; 0 or -1. */
+static int proxy_signal(int sig)
+{
+	if (kill(-proxy->pid, sig))
+		return -1;
+	proxy_stopped = sig == SIGSTOP;
+	return 0;
+}
+
+/*
+ * Another thread shrinks the first iovec while a getv waits for the proxy
+ * (stopped, so the call is surely waiting): the library must copy the value
+ * back by the lengths it was called with. It used to read them again after
+ * the completion, so the staging cursor moved by the new length and B got
+ * the wrong bytes. B has room to spare, so the shrunk list still holds the
+ * value and the library copies instead of refusing. TSan would rightly
+ * report the unsynchronized write the test makes on purpose.
+ */
+static void test_step3_batch_iov_getv_iov_changed_meanwhile(void **state)
+{
+	uint8_t val[200], *a, *b;
+	struct iovec iov[2];
+	struct getv_call g = {"step3/batch/iov-changed", iov, 0, 0};
+	int started = 0, bad_a, bad_b;
+	pthread_t th;
+
+	(void)state;
+#ifdef __SANITIZE_THREAD__
+	printf("skipped: the test races with the library on purpose, which TSan reports\n");
+	skip();
+#endif
+	a = malloc(100);
+	b = malloc(150);
+	H_ASSERT(a && b);
+	iov[0] = (struct iovec){a, 100};
+	iov[1] = (struct iovec){b, 150};
+	for (size_t i = 0; i < sizeof(val); i++)
+		val[i] = (uint8_t)i;
+	memset(a, 0xee, 100);
+	memset(b, 0xee, 150);
+	H_ASSERT_EQ(lunar_put(cl, g.key, val, sizeof(val), NULL), 0);
+
+	/* Nothing may fail the test between SIGSTOP and SIGCONT. */
+	if (!proxy_signal(SIGSTOP)) {
+		started = !pthread_create(&th, NULL, getv_thread, &g);
+		if (started) {
+			/* The call takes its lengths at once: 200 ms later it waits. */
+			wait_entered(&g);
+			h_sleep_ms(200);
+			iov[0].iov_len = 50;
+		}
+		proxy_signal(SIGCONT);
+	}
+	if (started)
+		pthread_join(th, NULL);
+	H_ASSERT(started && !proxy_stopped);
+	H_ASSERT_EQ(g.got, sizeof(val));
+	bad_a = first_diff(a, val, 100);
+	bad_b = first_diff(b, val + 100, 100);
+	H_ASSERT_MSG(bad_a < 0 && bad_b < 0,
+		     "A (bytes 0..99) wrong from A[%d], B (bytes 100..199) from B[%d]: "
+		     "B[0..3] = %u %u %u %u",
+		     bad_a, bad_b, (unsigned)b[0], (unsigned)b[1], (unsigned)b[2], (unsigned)b[3]);
+	free(a);
+	free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_step3_batch_iov_multi_piece_round_trip),
 	    cmocka_unit_test(test_step3_batch_iov_getv_same_shape),
+	    cmocka_unit_test(test_step3_batch_iov_getv_iov_changed_meanwhile),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
