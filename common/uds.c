@@ -53,21 +53,35 @@ int lc_uds_listen(const char *path, unsigned mode)
 	return fd;
 }
 
-int lc_uds_connect(const char *path, unsigned timeout_ms)
+int lc_uds_socket(void)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	return fd < 0 ? -errno : fd;
+}
+
+int lc_uds_connect_fd(int fd, const char *path, unsigned timeout_ms)
 {
 	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
 	struct sockaddr_un sa;
-	int fd, rc;
+	int rc = fill_addr(&sa, path);
 
-	rc = fill_addr(&sa, path);
 	if (rc)
 		return rc;
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
 	if ((timeout_ms && setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0) ||
-	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		rc = -errno;
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return -errno;
+	return 0;
+}
+
+int lc_uds_connect(const char *path, unsigned timeout_ms)
+{
+	int fd = lc_uds_socket(), rc;
+
+	if (fd < 0)
+		return fd;
+	rc = lc_uds_connect_fd(fd, path, timeout_ms);
+	if (rc) {
 		close(fd);
 		return rc;
 	}

@@ -19,6 +19,11 @@ int lc_uds_listen(const char *path, unsigned mode);
  * the socket; 0 waits without limit.
  */
 int lc_uds_connect(const char *path, unsigned timeout_ms);
+/* The two steps of lc_uds_connect, for a caller that must record the socket
+ * before it connects: lc_uds_socket returns a new socket (CLOEXEC) or -errno;
+ * lc_uds_connect_fd connects it (0 or -errno; fd stays open either way). */
+int lc_uds_socket(void);
+int lc_uds_connect_fd(int fd, const char *path, unsigned timeout_ms);
 /*
  * lc_uds_send - send len bytes and nfds descriptors in one sendmsg.
  * Returns 0 or -errno. Blocks.

@@ -36,6 +36,7 @@ int shm_arena_init(struct shm_conn *cn)
 void shm_arena_fini(struct shm_conn *cn)
 {
 	lc_ralloc_destroy(cn->arena);
+	cn->arena = NULL;
 	shm_bits_fini(&cn->free_cells);
 }
 

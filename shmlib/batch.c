@@ -96,7 +96,8 @@ int64_t shm_batch_run(struct lunar_client *c, const struct shm_op *op, size_t n,
 	/* idx[m] is written only after idx[i >= m] is read. */
 	for (size_t i = 0; i < n; i++) {
 		size_t cnt = iovs ? idx[i] : 0, key_len = 0;
-		int bad = key_check(keys[i], &key_len);
+		const char *key = LC_READ_ONCE(keys[i]);
+		int bad = key_check(key, &key_len);
 
 		if (!bad && iovs)
 			bad = iov_snap(iovs[i], cnt, v);
@@ -105,7 +106,7 @@ int64_t shm_batch_run(struct lunar_client *c, const struct shm_op *op, size_t n,
 				results[i] = bad;
 			continue;
 		}
-		items[m] = (struct shm_item){keys[i], key_len, iovs ? v : NULL, (int)cnt, 0};
+		items[m] = (struct shm_item){key, key_len, iovs ? v : NULL, (int)cnt, 0};
 		idx[m++] = i;
 		v += cnt;
 	}

@@ -63,15 +63,11 @@ static int client_config(struct lunar_client *c, const struct lunar_opts *opts)
 	return 0;
 }
 
-int lunar_connect(const struct lunar_opts *opts, struct lunar_client **out)
+static int client_open(const struct lunar_opts *opts, struct lunar_client **out)
 {
-	struct lunar_client *c;
-	int rc, cancel;
+	struct lunar_client *c = calloc(1, sizeof(*c));
+	int rc;
 
-	if (!out)
-		return LUNAR_ERR_INVALID_PARAMS;
-	*out = NULL;
-	c = calloc(1, sizeof(*c));
 	if (!c)
 		return LUNAR_ERR_INTERNAL;
 	c->fork_gen = shm_fork_generation();
@@ -81,11 +77,7 @@ int lunar_connect(const struct lunar_opts *opts, struct lunar_client **out)
 	rc = shm_regs_init(c);
 	if (rc)
 		goto err_free;
-	rc = shm_call_begin(c, &cancel);
-	if (!rc) {
-		rc = shm_conn_open(c, &c->conn);
-		shm_call_end(cancel);
-	}
+	rc = shm_conn_open(c, &c->conn);
 	if (rc)
 		goto err_regs;
 	pthread_mutex_init(&c->lock, NULL);
@@ -96,6 +88,21 @@ err_regs:
 	shm_regs_fini(c);
 err_free:
 	free(c);
+	return rc;
+}
+
+/* Not a cancellation point either (see shm_call_begin): a cancel in the
+ * handshake or a log line would leak the handle and its session. */
+int lunar_connect(const struct lunar_opts *opts, struct lunar_client **out)
+{
+	int rc, cancel;
+
+	if (!out)
+		return LUNAR_ERR_INVALID_PARAMS;
+	*out = NULL;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	rc = client_open(opts, out);
+	pthread_setcancelstate(cancel, NULL);
 	return rc;
 }
 

@@ -127,18 +127,21 @@ static struct shm_conn *conn_alloc(void)
 	return cn;
 }
 
-/* The session's resources; the struct stays (see struct shm_conn). */
-static void conn_release(struct shm_conn *cn)
+/* The session's memory: the region and what tracks it here. Idempotent. */
+static void conn_unmap(struct shm_conn *cn)
 {
-	shm_fork_untrack(cn);
 	shm_arena_fini(cn);
 	shm_bits_fini(&cn->free_slots);
 	if (cn->base)
 		munmap(cn->base, cn->size);
-	if (cn->evfd >= 0)
-		close(cn->evfd);
-	if (cn->sock >= 0)
-		close(cn->sock);
+	cn->base = NULL;
+}
+
+/* The session's resources; the struct stays (see struct shm_conn). */
+static void conn_release(struct shm_conn *cn)
+{
+	shm_fork_close(cn);
+	conn_unmap(cn);
 }
 
 static void conn_free(struct shm_conn *cn)
@@ -226,10 +229,12 @@ int shm_conn_open(struct lunar_client *c, struct shm_conn **out)
 	if (!cn)
 		return LUNAR_ERR_INTERNAL;
 	cn->timeout_ms = c->timeout_ms;
-	cn->sock = lc_uds_connect(c->path, c->timeout_ms);
-	if (cn->sock < 0) {
-		rc = connect_code(cn->sock);
-		LC_DEBUG(SHM_LOG, "connect %s: %s", c->path, strerror(-cn->sock));
+	rc = shm_fork_socket(cn);
+	if (!rc)
+		rc = lc_uds_connect_fd(cn->sock, c->path, c->timeout_ms);
+	if (rc) {
+		LC_DEBUG(SHM_LOG, "connect %s: %s", c->path, strerror(-rc));
+		rc = connect_code(rc);
 		goto err_free;
 	}
 	rc = hello_send(c, cn->sock);
@@ -238,7 +243,6 @@ int shm_conn_open(struct lunar_client *c, struct shm_conn **out)
 	if (rc)
 		goto err_free;
 	cn->evfd = fds[1];
-	shm_fork_track(cn);
 	rc = evfd_check(cn->evfd);
 	if (!rc)
 		rc = region_map(cn, fds[0], &w);
@@ -293,10 +297,7 @@ void shm_conns_forget(struct lunar_client *c)
 		struct shm_conn *cn = c->conns;
 
 		c->conns = cn->older;
-		shm_arena_fini(cn);
-		shm_bits_fini(&cn->free_slots);
-		if (cn->base)
-			munmap(cn->base, cn->size);
+		conn_unmap(cn); /* a no-op for one released already */
 		free(cn);
 	}
 }

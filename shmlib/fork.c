@@ -15,11 +15,21 @@
 #include <unistd.h>
 
 #include "atomic.h"
+#include "uds.h"
 
 static pthread_once_t watch_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_conn *open_conns; /* under open_lock */
 static uint32_t generation;	    /* atomic; bumped in each child */
+
+static void close_fds(struct shm_conn *cn)
+{
+	if (cn->sock >= 0)
+		close(cn->sock);
+	if (cn->evfd >= 0)
+		close(cn->evfd);
+	cn->sock = cn->evfd = -1;
+}
 
 static void before_fork(void)
 {
@@ -34,11 +44,8 @@ static void in_parent(void)
 /* The forking thread is the child's only one, and holds open_lock. */
 static void in_child(void)
 {
-	for (struct shm_conn *cn = open_conns; cn; cn = cn->open_next) {
-		close(cn->sock);
-		close(cn->evfd);
-		cn->sock = cn->evfd = -1;
-	}
+	for (struct shm_conn *cn = open_conns; cn; cn = cn->open_next)
+		close_fds(cn);
 	open_conns = NULL;
 	lc_fetch_add(&generation, 1u);
 	pthread_mutex_unlock(&open_lock);
@@ -60,9 +67,17 @@ int shm_forked(const struct lunar_client *c)
 	return c->fork_gen != lc_load_acquire(&generation);
 }
 
-void shm_fork_track(struct shm_conn *cn)
+int shm_fork_socket(struct shm_conn *cn)
 {
+	int fd;
+
 	pthread_mutex_lock(&open_lock);
+	fd = lc_uds_socket();
+	if (fd < 0) {
+		pthread_mutex_unlock(&open_lock);
+		return fd;
+	}
+	cn->sock = fd;
 	cn->open_prev = NULL;
 	cn->open_next = open_conns;
 	if (open_conns)
@@ -70,9 +85,10 @@ void shm_fork_track(struct shm_conn *cn)
 	open_conns = cn;
 	cn->open_gen = lc_load_acquire(&generation) + 1;
 	pthread_mutex_unlock(&open_lock);
+	return 0;
 }
 
-void shm_fork_untrack(struct shm_conn *cn)
+void shm_fork_close(struct shm_conn *cn)
 {
 	pthread_mutex_lock(&open_lock);
 	/* A child emptied the list it inherited: only a session tracked in
@@ -86,5 +102,6 @@ void shm_fork_untrack(struct shm_conn *cn)
 			cn->open_next->open_prev = cn->open_prev;
 	}
 	cn->open_gen = 0;
+	close_fds(cn); /* under the lock: no child inherits them unlisted */
 	pthread_mutex_unlock(&open_lock);
 }

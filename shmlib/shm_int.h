@@ -185,8 +185,8 @@ void shm_conn_put(struct shm_conn *cn);
  * last reference is dropped; replaced ones go earlier, at reconnects). */
 void shm_conns_free(struct lunar_client *c);
 /* shm_conns_forget - the same in a forked child, where the parent's locks
- * are untouchable: unmap and free, nothing else (fork.c closed the
- * descriptors). */
+ * are untouchable: unmap (unless released already) and free, nothing else
+ * (fork.c closed the descriptors). */
 void shm_conns_forget(struct lunar_client *c);
 /* shm_conn_break - mark the session dead (once; why is logged) and wake
  * every thread waiting on it. Any thread, cn->lock not held. */
@@ -228,10 +228,12 @@ int shm_client_acquire(struct lunar_client *c, uint64_t deadline_ns, struct shm_
 uint32_t shm_fork_generation(void);
 /* shm_forked - 1 in a child forked after c was opened: c must not be used. */
 int shm_forked(const struct lunar_client *c);
-/* shm_fork_track/untrack - list a session whose descriptors are open, so a
- * forked child closes its copies; unlist it before they are closed. */
-void shm_fork_track(struct shm_conn *cn);
-void shm_fork_untrack(struct shm_conn *cn);
+/* shm_fork_socket - create the session's socket (cn->sock) and list the
+ * session in the same step against fork, so a forked child closes its
+ * copies of the socket and the eventfd. 0 or -errno.
+ * shm_fork_close - unlist it and close both, again as one step. */
+int shm_fork_socket(struct shm_conn *cn);
+void shm_fork_close(struct shm_conn *cn);
 
 /*
  * shm_call_begin - every public call on c starts here: ILLEGAL_CLIENT in a
@@ -275,7 +277,7 @@ void shm_bits_give(struct shm_bits *b, uint32_t i);
 
 /* shm_arena_init - cut [arena_off, arena_off + arena_size) into at most
  * slot_count cells (an eighth of the arena at most) and the allocator's
- * space. 0 or a code. shm_arena_fini frees both (NULL members are fine). */
+ * space. 0 or a code. shm_arena_fini frees both; a second call does nothing. */
 int shm_arena_init(struct shm_conn *cn);
 void shm_arena_fini(struct shm_conn *cn);
 /*

@@ -63,12 +63,15 @@ void mooncake_store_destroy(mooncake_store_t store)
 }
 
 /* Connect once; a second setup on a connected handle is a no-op, as the
- * proxy it would reach is the same node's. */
+ * proxy it would reach is the same node's. Not a cancellation point, as
+ * liblunar's calls are not: a cancel at the log line would leave h->lock
+ * held for good. */
 static int store_connect(struct store_handle *h)
 {
 	struct lunar_client *c;
-	int rc = 0;
+	int rc = 0, cancel;
 
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&h->lock);
 	if (h->client)
 		goto out_unlock;
@@ -80,6 +83,7 @@ static int store_connect(struct store_handle *h)
 	lc_store_release(&h->client, c);
 out_unlock:
 	pthread_mutex_unlock(&h->lock);
+	pthread_setcancelstate(cancel, NULL);
 	return rc;
 }
 

@@ -15,6 +15,13 @@
  * and the handle's other threads (lunar_alloc of a new chunk, which takes
  * the registration table for writing, then exists, put and get) go on.
  * (Before, the cancelled thread left the table read-locked and both hung.)
+ * mooncake_store_setup is no cancellation point either: one cancelled while
+ * the proxy hangs must not leave the store's lock held.
+ *
+ * A child forked while another thread opens sessions holds no session
+ * socket (before, a child forked inside a handshake kept one unlisted), and
+ * lunar_close in a child whose handle lists a session released after a
+ * failed reconnect frees it once (before, twice: the child crashed).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,17 +30,23 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <inttypes.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "shmlib/shm_int.h"
+#include "store_c.h"
 
 #define VAL_LEN	 4096u
 #define CHUNK	 (48u << 20) /* more than any chunk made so far: lunar_alloc makes one */
@@ -41,13 +54,17 @@
 
 static char sock[PATH_MAX];
 
-static int setup(void **state)
+/* Each test's proxy serves a socket of its own, so that one a failed test
+ * left running does not answer the next test's calls. */
+static struct h_proc *start_proxy(const char *name, const char *extra)
 {
-	(void)state;
-	if (h_init() != 0)
-		return -1;
-	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
-	return 0;
+	char file[64];
+
+	snprintf(file, sizeof(file), "%s.sock", name);
+	snprintf(sock, sizeof(sock), "%s", h_path(file));
+	if (extra)
+		return h_start_proxy(name, sock, H_EMBEDDED, extra, "1s", NULL);
+	return h_start_proxy(name, sock, H_EMBEDDED, NULL);
 }
 
 /* Wait up to timeout_ms for pid; its exit code, or -1 (then it is killed). */
@@ -98,7 +115,7 @@ static int child_main(struct lunar_client *inherited)
 
 static void test_step3_fork_child_cannot_use_the_parents_handle(void **state)
 {
-	struct h_proc *proxy = h_start_proxy("fork", sock, H_EMBEDDED, NULL);
+	struct h_proc *proxy = start_proxy("fork", NULL);
 	struct lunar_client *c;
 	uint8_t v[VAL_LEN], back[VAL_LEN];
 	int code;
@@ -184,8 +201,7 @@ static int join_within(pthread_t t, unsigned timeout_ms)
 
 static void test_step3_cancelled_thread_leaves_the_handle_usable(void **state)
 {
-	struct h_proc *proxy = h_start_proxy("cancel", sock, H_EMBEDDED, "--debug-put-delay", "1s",
-					     NULL);
+	struct h_proc *proxy = start_proxy("cancel", "--debug-put-delay");
 	struct lunar_client *c;
 	struct call victim = {0}, other = {0};
 	pthread_t tv, tb;
@@ -210,12 +226,204 @@ static void test_step3_cancelled_thread_leaves_the_handle_usable(void **state)
 	h_stop(proxy);
 }
 
+/* Sessions opened and closed as fast as they go, until stop. */
+struct churn {
+	int stop; /* atomic */
+	int opened;
+};
+
+static void *churn_main(void *arg)
+{
+	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 5000};
+	struct churn *k = arg;
+
+	while (!__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE)) {
+		struct lunar_client *c;
+
+		if (!lunar_connect(&o, &c)) {
+			k->opened++;
+			lunar_close(c);
+		}
+	}
+	return NULL;
+}
+
+/* The sockets this process holds. */
+static int count_sockets(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	char path[300], link[64];
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		ssize_t len;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len > 0 && (link[len] = 0, !strncmp(link, "socket:", 7)))
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static void test_step3_forked_child_holds_no_session_socket(void **state)
+{
+	struct h_proc *proxy = start_proxy("forkfd", NULL);
+	struct churn k = {0};
+	int before = count_sockets(), held = 0, forks = 0;
+	uint64_t end;
+	pthread_t t;
+
+	(void)state;
+	H_ASSERT(proxy != NULL && before >= 0);
+	H_ASSERT_EQ(pthread_create(&t, NULL, churn_main, &k), 0);
+	end = h_now_ms() + 3000;
+	while (h_now_ms() < end) {
+		pid_t pid = fork();
+
+		H_ASSERT(pid >= 0);
+		if (pid == 0)
+			_exit(count_sockets() != before);
+		forks++;
+		held += child_exit_code(pid, 5000) != 0;
+	}
+	__atomic_store_n(&k.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	print_message("%d of %d children forked beside %d session opens held a session socket\n",
+		      held, forks, k.opened);
+	H_ASSERT(forks > 100 && k.opened > 100);
+	H_ASSERT_MSG(held == 0, "%d of %d forked children held a session socket", held, forks);
+	h_stop(proxy);
+}
+
+/* The start and length of this process's one mapping named name, or 0. */
+static uintptr_t find_mapping(const char *name, size_t *len)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	uintptr_t lo = 0, hi = 0, got = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, name) && sscanf(line, "%" SCNxPTR "-%" SCNxPTR, &lo, &hi) == 2) {
+			got = lo;
+			*len = hi - lo;
+		}
+	if (f)
+		fclose(f);
+	return got;
+}
+
+/* 1 when [p, p + len) is mapped here. */
+static int mapped(uintptr_t p, size_t len)
+{
+	return msync((void *)p, len, MS_ASYNC) == 0;
+}
+
+/*
+ * A session released after the reconnect that replaced it: while a call
+ * still holds it, a reconnect leaves it on the handle's list, and the call's
+ * release then unmaps it. (The reference is taken here directly: a real
+ * call in flight holds the registration table's read lock, which a
+ * reconnect waits for, so the order cannot be arranged from outside.) A
+ * child's lunar_close must not unmap its region a second time: a sentinel
+ * mapped in its place must survive.
+ */
+static void test_step3_forked_close_after_failed_reconnect(void **state)
+{
+	struct h_proc *proxy = start_proxy("forget", NULL);
+	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 1000};
+	struct lunar_client *c = NULL;
+	char moved[PATH_MAX + 8];
+	struct shm_conn *old;
+	int code, exists;
+	uintptr_t region;
+	size_t len = 0;
+	pid_t pid;
+
+	(void)state;
+	H_ASSERT(proxy != NULL);
+	H_ASSERT_EQ(lunar_connect(&o, &c), 0);
+	H_ASSERT_EQ(lunar_exists(c, "forget/none"), 0);
+	region = find_mapping("lunar-session", &len);
+	H_ASSERT_MSG(region && len, "no lunar-session mapping in /proc/self/maps");
+	old = c->conn;
+	shm_conn_get(old); /* a call in flight */
+	shm_conn_break(old, "test: proxy gone");
+	snprintf(moved, sizeof(moved), "%s.moved", sock);
+	H_ASSERT(rename(sock, moved) == 0);
+	exists = lunar_exists(c, "forget/none"); /* the reconnect fails */
+	H_ASSERT(rename(moved, sock) == 0);
+	shm_conn_put(old); /* the call ends: the region goes */
+	H_ASSERT_EQ(exists, LUNAR_ERR_PROXY_UNAVAILABLE);
+	H_ASSERT_MSG(!mapped(region, len), "the released session's region is still mapped");
+	H_ASSERT(mmap((void *)region, len, PROT_READ,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == (void *)region);
+	pid = fork();
+	if (pid == 0) {
+		lunar_close(c); /* the inherited handle, with the released session */
+		_exit(mapped(region, len) ? 0 : 3);
+	}
+	code = pid > 0 ? child_exit_code(pid, 10000) : -2;
+	munmap((void *)region, len);
+	H_ASSERT_MSG(code == 0,
+		     "the child's lunar_close of the inherited handle failed (%d; 3: it unmapped "
+		     "the released session's region again)",
+		     code);
+	/* The parent's handle reconnects. */
+	H_ASSERT_EQ(lunar_health(c), 0);
+	lunar_close(c);
+	h_stop(proxy);
+}
+
+static void *store_setup(void *arg)
+{
+	mooncake_store_t st = arg;
+
+	return (void *)(intptr_t)mooncake_store_setup(st, "", "", 0, 0, "tcp", "", "");
+}
+
+static void test_step3_cancelled_store_setup_leaves_it_usable(void **state)
+{
+	struct h_proc *proxy = start_proxy("storecancel", NULL);
+	mooncake_store_t st = mooncake_store_create();
+	pthread_t t;
+	void *ret = NULL;
+
+	(void)state;
+	H_ASSERT(proxy != NULL && st != NULL);
+	setenv("LUNAR_SOCKET", sock, 1);
+	setenv("LUNAR_TIMEOUT_MS", "800", 1);
+	kill(proxy->pid, SIGSTOP);
+	if (pthread_create(&t, NULL, store_setup, st)) {
+		kill(proxy->pid, SIGCONT);
+		H_ASSERT_MSG(0, "pthread_create failed");
+	}
+	h_sleep_ms(300); /* in the handshake with the stopped proxy */
+	pthread_cancel(t);
+	pthread_join(t, &ret);
+	kill(proxy->pid, SIGCONT);
+	H_ASSERT_MSG(ret != PTHREAD_CANCELED, "the setup was cancelled inside the call");
+	H_ASSERT_EQ(pthread_create(&t, NULL, store_setup, st), 0);
+	H_ASSERT_MSG(join_within(t, 5000) == 0, "a second setup hangs after the cancel");
+	unsetenv("LUNAR_TIMEOUT_MS");
+	H_ASSERT_EQ(mooncake_store_health_check(st), 0);
+	mooncake_store_destroy(st);
+	h_stop(proxy);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_step3_fork_child_cannot_use_the_parents_handle),
 	    cmocka_unit_test(test_step3_cancelled_thread_leaves_the_handle_usable),
+	    cmocka_unit_test(test_step3_cancelled_store_setup_leaves_it_usable),
+	    cmocka_unit_test(test_step3_forked_child_holds_no_session_socket),
+	    cmocka_unit_test(test_step3_forked_close_after_failed_reconnect),
 	};
 
-	return cmocka_run_group_tests(tests, setup, h_teardown);
+	return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }
