@@ -179,6 +179,14 @@ const char *h_path(const char *name)
 	return b;
 }
 
+void h_named_sock(char sock[PATH_MAX], const char *name)
+{
+	char file[64];
+
+	snprintf(file, sizeof(file), "%s.sock", name);
+	snprintf(sock, PATH_MAX, "%s", h_path(file));
+}
+
 const char *h_bin(const char *name)
 {
 	static char bufs[4][PATH_MAX];

@@ -50,6 +50,9 @@ const char *h_tmpdir(void);
  * round-robin; copy it to keep it long. */
 #define H_PATHS 16
 const char *h_path(const char *name);
+/* h_named_sock - "<tmpdir>/<name>.sock" into sock: a socket per test, so a
+ * proxy that a failed test left running answers no later test. */
+void h_named_sock(char sock[PATH_MAX], const char *name);
 /* h_bin - "$BUILD/bin/<name>" ($BUILD defaults to "build"), static buffer. */
 const char *h_bin(const char *name);
 

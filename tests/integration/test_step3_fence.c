@@ -42,10 +42,7 @@ static char sock[PATH_MAX];
  * the loop. */
 static struct h_proc *node(const char *name, const char *put_delay)
 {
-	char file[64];
-
-	snprintf(file, sizeof(file), "%s.sock", name);
-	snprintf(sock, sizeof(sock), "%s", h_path(file));
+	h_named_sock(sock, name);
 	return h_start_proxy(name, sock, H_EMBEDDED, "--segment-size", "16MiB", "--workers", "1",
 			     "--debug-put-delay", put_delay, NULL);
 }

@@ -54,16 +54,13 @@
 
 static char sock[PATH_MAX];
 
-/* Each test's proxy serves a socket of its own, so that one a failed test
- * left running does not answer the next test's calls. */
-static struct h_proc *start_proxy(const char *name, const char *extra)
+/* An embedded node on a socket of this test's own; put_delay (a test hook)
+ * holds every put before its commit. */
+static struct h_proc *start_proxy(const char *name, const char *put_delay)
 {
-	char file[64];
-
-	snprintf(file, sizeof(file), "%s.sock", name);
-	snprintf(sock, sizeof(sock), "%s", h_path(file));
-	if (extra)
-		return h_start_proxy(name, sock, H_EMBEDDED, extra, "1s", NULL);
+	h_named_sock(sock, name);
+	if (put_delay)
+		return h_start_proxy(name, sock, H_EMBEDDED, "--debug-put-delay", put_delay, NULL);
 	return h_start_proxy(name, sock, H_EMBEDDED, NULL);
 }
 
@@ -201,7 +198,7 @@ static int join_within(pthread_t t, unsigned timeout_ms)
 
 static void test_step3_cancelled_thread_leaves_the_handle_usable(void **state)
 {
-	struct h_proc *proxy = start_proxy("cancel", "--debug-put-delay");
+	struct h_proc *proxy = start_proxy("cancel", "1s");
 	struct lunar_client *c;
 	struct call victim = {0}, other = {0};
 	pthread_t tv, tb;
