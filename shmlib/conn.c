@@ -297,7 +297,10 @@ void shm_conns_forget(struct lunar_client *c)
 		struct shm_conn *cn = c->conns;
 
 		c->conns = cn->older;
-		conn_unmap(cn); /* a no-op for one released already */
+		/* One the parent had begun to release (unlisted) may be half
+		 * unmapped in this copy: it is left, this process's copy leaks. */
+		if (cn->open_gen)
+			conn_unmap(cn);
 		free(cn);
 	}
 }

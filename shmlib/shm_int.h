@@ -185,8 +185,9 @@ void shm_conn_put(struct shm_conn *cn);
  * last reference is dropped; replaced ones go earlier, at reconnects). */
 void shm_conns_free(struct lunar_client *c);
 /* shm_conns_forget - the same in a forked child, where the parent's locks
- * are untouchable: unmap (unless released already) and free, nothing else
- * (fork.c closed the descriptors). */
+ * are untouchable: unmap the sessions still listed at the fork (the rest
+ * were being released, maybe half unmapped: this process's copies are
+ * left) and free, nothing else (fork.c closed the descriptors). */
 void shm_conns_forget(struct lunar_client *c);
 /* shm_conn_break - mark the session dead (once; why is logged) and wake
  * every thread waiting on it. Any thread, cn->lock not held. */

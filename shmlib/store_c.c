@@ -63,15 +63,14 @@ void mooncake_store_destroy(mooncake_store_t store)
 }
 
 /* Connect once; a second setup on a connected handle is a no-op, as the
- * proxy it would reach is the same node's. Not a cancellation point, as
- * liblunar's calls are not: a cancel at the log line would leave h->lock
+ * proxy it would reach is the same node's. The callers hold cancellation
+ * off, as liblunar's calls do: a cancel at the log line would leave h->lock
  * held for good. */
 static int store_connect(struct store_handle *h)
 {
 	struct lunar_client *c;
-	int rc = 0, cancel;
+	int rc = 0;
 
-	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&h->lock);
 	if (h->client)
 		goto out_unlock;
@@ -83,7 +82,6 @@ static int store_connect(struct store_handle *h)
 	lc_store_release(&h->client, c);
 out_unlock:
 	pthread_mutex_unlock(&h->lock);
-	pthread_setcancelstate(cancel, NULL);
 	return rc;
 }
 
@@ -92,8 +90,11 @@ int mooncake_store_setup(mooncake_store_t store, const char *local_hostname,
 			 uint64_t local_buffer_size, const char *protocol, const char *device_name,
 			 const char *master_server_addr)
 {
+	int rc, cancel;
+
 	if (!store)
 		return STORE_EINVAL;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	LC_INFO(STORE_LOG,
 		"setup: local_hostname=%s metadata_server=%s global_segment_size=%llu "
 		"local_buffer_size=%llu protocol=%s device=%s master=%s are lunar-proxy "
@@ -101,19 +102,26 @@ int mooncake_store_setup(mooncake_store_t store, const char *local_hostname,
 		str_or(local_hostname), str_or(metadata_server),
 		(unsigned long long)global_segment_size, (unsigned long long)local_buffer_size,
 		str_or(protocol), str_or(device_name), str_or(master_server_addr));
-	return store_connect(store);
+	rc = store_connect(store);
+	pthread_setcancelstate(cancel, NULL);
+	return rc;
 }
 
 int mooncake_store_init_all(mooncake_store_t store, const char *protocol, const char *device_name,
 			    uint64_t mount_segment_size)
 {
+	int rc, cancel;
+
 	if (!store)
 		return STORE_EINVAL;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	LC_INFO(STORE_LOG,
 		"init_all: protocol=%s device=%s mount_segment_size=%llu are lunar-proxy "
 		"settings; ignored here",
 		str_or(protocol), str_or(device_name), (unsigned long long)mount_segment_size);
-	return store_connect(store);
+	rc = store_connect(store);
+	pthread_setcancelstate(cancel, NULL);
+	return rc;
 }
 
 int mooncake_store_health_check(mooncake_store_t store)
