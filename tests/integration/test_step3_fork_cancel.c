@@ -304,6 +304,25 @@ static int mapped(uintptr_t p, size_t len)
 	return msync((void *)p, len, MS_ASYNC) == 0;
 }
 
+/* A node with a handle on it whose session a call in flight holds (the
+ * reference is taken here) and a dying proxy broke; its region in *region. */
+static struct h_proc *held_broken_session(const char *name, struct lunar_client **c,
+					  struct shm_conn **held, uintptr_t *region, size_t *len)
+{
+	struct h_proc *proxy = start_proxy(name, NULL);
+	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 1000};
+
+	H_ASSERT(proxy != NULL);
+	H_ASSERT_EQ(lunar_connect(&o, c), 0);
+	H_ASSERT_EQ(lunar_exists(*c, "held/none"), 0);
+	*held = (*c)->conn;
+	*region = (uintptr_t)(*held)->base;
+	*len = (*held)->size;
+	shm_conn_get(*held);
+	shm_conn_break(*held, "test: proxy gone");
+	return proxy;
+}
+
 /*
  * A session released after the reconnect that replaced it: while a call
  * still holds it, a reconnect leaves it on the handle's list, and the call's
@@ -315,28 +334,19 @@ static int mapped(uintptr_t p, size_t len)
  */
 static void test_step3_forked_close_after_failed_reconnect(void **state)
 {
-	struct h_proc *proxy = start_proxy("forget", NULL);
-	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 1000};
 	struct lunar_client *c = NULL;
 	char moved[PATH_MAX + 8];
 	struct shm_conn *old;
 	int code, exists;
 	uintptr_t region;
 	size_t len = 0;
+	struct h_proc *proxy = held_broken_session("forget", &c, &old, &region, &len);
 	pid_t pid;
 
 	(void)state;
-	H_ASSERT(proxy != NULL);
-	H_ASSERT_EQ(lunar_connect(&o, &c), 0);
-	H_ASSERT_EQ(lunar_exists(c, "forget/none"), 0);
-	old = c->conn;
-	region = (uintptr_t)old->base;
-	len = old->size;
-	shm_conn_get(old); /* a call in flight */
-	shm_conn_break(old, "test: proxy gone");
 	snprintf(moved, sizeof(moved), "%s.moved", sock);
 	H_ASSERT(rename(sock, moved) == 0);
-	exists = lunar_exists(c, "forget/none"); /* the reconnect fails */
+	exists = lunar_exists(c, "held/none"); /* the reconnect fails */
 	H_ASSERT(rename(moved, sock) == 0);
 	shm_conn_put(old); /* the call ends: the region goes */
 	H_ASSERT_EQ(exists, LUNAR_ERR_PROXY_UNAVAILABLE);
@@ -369,25 +379,16 @@ static void test_step3_forked_close_after_failed_reconnect(void **state)
  */
 static void test_step3_forked_close_during_release(void **state)
 {
-	struct h_proc *proxy = start_proxy("halfgone", NULL);
-	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 1000};
 	struct lunar_client *c = NULL;
 	struct shm_conn *old;
 	uintptr_t region;
 	size_t len = 0;
+	struct h_proc *proxy = held_broken_session("halfgone", &c, &old, &region, &len);
 	int code;
 	pid_t pid;
 
 	(void)state;
-	H_ASSERT(proxy != NULL);
-	H_ASSERT_EQ(lunar_connect(&o, &c), 0);
-	H_ASSERT_EQ(lunar_exists(c, "halfgone/none"), 0);
-	old = c->conn;
-	region = (uintptr_t)old->base;
-	len = old->size;
-	shm_conn_get(old); /* a call in flight */
-	shm_conn_break(old, "test: proxy gone");
-	H_ASSERT_EQ(lunar_exists(c, "halfgone/none"), 0); /* reconnected */
+	H_ASSERT_EQ(lunar_exists(c, "held/none"), 0); /* reconnected */
 	shm_fork_close(old); /* the call's release has begun */
 	pid = fork();
 	if (pid == 0) {
