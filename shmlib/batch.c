@@ -63,58 +63,62 @@ static int iov_snap(const struct iovec *iov, size_t cnt, struct iovec *out)
 	return total ? 0 : LUNAR_ERR_INVALID_PARAMS;
 }
 
+/* Batches up to this many keys count their scatter lists on the stack: a
+ * single-key call then makes one allocation. */
+#define SHM_COUNTS_ON_STACK 16
+
 /*
  * One allocation: the items, idx (each item's index in the call), and the
- * snapshots of the accepted items' scatter lists. The snapshots' room
- * depends on the counts, so idx holds the counts until it is filled in.
+ * snapshots of the accepted items' scatter lists, whose room the counts,
+ * read once first, give.
  */
 int64_t shm_batch_run(struct lunar_client *c, const struct shm_op *op, size_t n,
 		      const char *const *keys, const struct iovec *const *iovs, const int *iovcnts,
 		      int64_t *results)
 {
-	size_t head = n * (sizeof(struct shm_item) + sizeof(size_t));
-	struct shm_item *items = malloc(head), *grown;
+	size_t on_stack[SHM_COUNTS_ON_STACK], *cnt = on_stack, nv = 0;
+	struct shm_item *items;
 	struct iovec *v;
 	size_t *idx;
 	uint32_t m = 0;
 	int64_t rc = 0;
 
-	if (!items)
-		return LUNAR_ERR_INTERNAL;
 	if (iovs) {
-		size_t nv = iov_counts(iovcnts, n, (size_t *)(items + n));
-
-		grown = realloc(items, head + nv * sizeof(*v));
-		if (!grown) {
-			free(items);
+		if (n > SHM_COUNTS_ON_STACK && !(cnt = malloc(n * sizeof(*cnt))))
 			return LUNAR_ERR_INTERNAL;
-		}
-		items = grown;
+		nv = iov_counts(iovcnts, n, cnt);
+	}
+	items = malloc(n * (sizeof(*items) + sizeof(*idx)) + nv * sizeof(*v));
+	if (!items) {
+		rc = LUNAR_ERR_INTERNAL;
+		goto out;
 	}
 	idx = (size_t *)(items + n);
 	v = (struct iovec *)(idx + n);
-	/* idx[m] is written only after idx[i >= m] is read. */
 	for (size_t i = 0; i < n; i++) {
-		size_t cnt = iovs ? idx[i] : 0, key_len = 0;
+		size_t k = iovs ? cnt[i] : 0, key_len = 0;
 		const char *key = LC_READ_ONCE(keys[i]);
 		int bad = key_check(key, &key_len);
 
 		if (!bad && iovs)
-			bad = iov_snap(iovs[i], cnt, v);
+			bad = iov_snap(iovs[i], k, v);
 		if (bad) {
 			if (results)
 				results[i] = bad;
 			continue;
 		}
-		items[m] = (struct shm_item){key, key_len, iovs ? v : NULL, (int)cnt, 0};
+		items[m] = (struct shm_item){key, key_len, iovs ? v : NULL, (int)k, 0};
 		idx[m++] = i;
-		v += cnt;
+		v += k;
 	}
 	if (m)
 		rc = shm_run_items(c, op, items, m);
 	for (uint32_t k = 0; k < m && results; k++)
 		results[idx[k]] = items[k].result;
 	free(items);
+out:
+	if (cnt != on_stack)
+		free(cnt);
 	return rc;
 }
 
