@@ -140,8 +140,10 @@ static int h_get(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMes
 	Lunar__Replica **reps = NULL;
 	size_t n = 0;
 	uint64_t size = 0;
+	uint64_t seq;
 	uint32_t crc = 0;
-	int rc = mst_obj_get(m, rq->tenant, rq->key, &size, &crc, &reps, &n);
+	/* No client_id in this request: a lease nobody can release early. */
+	int rc = mst_obj_get(m, 0, rq->tenant, rq->key, &size, &crc, &reps, &n, &seq);
 	Lunar__GetReplicaListReply *r =
 	    REPLY(Lunar__GetReplicaListReply, lunar__get_replica_list_reply__descriptor, rc);
 
@@ -163,7 +165,7 @@ static int h_get(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMes
 static int h_exist(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
 {
 	const Lunar__ExistKeyRequest *rq = (const void *)req;
-	int rc = mst_obj_exist(m, rq->tenant, rq->key);
+	int rc = mst_obj_exist(m, 0, rq->tenant, rq->key);
 	Lunar__ExistKeyReply *r =
 	    REPLY(Lunar__ExistKeyReply, lunar__exist_key_reply__descriptor, rc < 0 ? rc : 0);
 
@@ -237,6 +239,7 @@ static int call(struct mst_master *m, uint32_t method, const ProtobufCMessage *r
 	case LUNAR__METHOD__BATCH_UPSERT_REVOKE:
 	case LUNAR__METHOD__BATCH_GET_REPLICA_LIST:
 	case LUNAR__METHOD__BATCH_EXIST_KEY: return mst_batch_keys(m, method, req, rep);
+	case LUNAR__METHOD__BATCH_LEASE_RELEASE: return mst_batch_lease_release(m, req, rep);
 	case LUNAR__METHOD__OFFLOAD_DONE:
 	case LUNAR__METHOD__DISK_REPLICAS_REMOVE:
 	case LUNAR__METHOD__DISK_REPLICAS_ADD: return mst_disk_dispatch(m, method, req, rep);

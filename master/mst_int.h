@@ -188,10 +188,22 @@ int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, c
 int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		       int late);
 /* mst_obj_get - size, crc and heap copies of the replicas of a COMPLETE
- * object; grants a read lease. */
-int mst_obj_get(struct mst_master *m, const char *tenant, const char *key, uint64_t *size,
-		uint32_t *crc, Lunar__Replica ***reps, size_t *n);
-int mst_obj_exist(struct mst_master *m, const char *tenant, const char *key);
+ * object; grants a read lease to holder (a caller's client_id, 0 if it
+ * gave none) and stores the object's lease_seq after it in *seq. */
+int mst_obj_get(struct mst_master *m, uint64_t holder, const char *tenant, const char *key,
+		uint64_t *size, uint32_t *crc, Lunar__Replica ***reps, size_t *n, uint64_t *seq);
+/* mst_obj_exist - 1 for a COMPLETE object (granting holder a read lease), 0
+ * for none, or a code. */
+int mst_obj_exist(struct mst_master *m, uint64_t holder, const char *tenant, const char *key);
+/*
+ * mst_obj_lease_release - end the lease holder was granted, if nobody was
+ * granted one since: the object's lease_seq is still seq and its latest
+ * grants all went to holder. The lease then falls back to what the grants
+ * to other callers need. 0 when released; OBJECT_HAS_LEASE when kept;
+ * OBJECT_NOT_FOUND; INVALID_PARAMS for holder 0.
+ */
+int mst_obj_lease_release(struct mst_master *m, uint64_t holder, const char *tenant,
+			  const char *key, uint64_t seq);
 int mst_obj_remove(struct mst_master *m, const char *tenant, const char *key, int force);
 int64_t mst_obj_remove_all(struct mst_master *m, const char *tenant, int force);
 /* mst_obj_remove_regex - remove the tenant's COMPLETE keys matching a POSIX
@@ -305,6 +317,10 @@ int mst_batch_keys(struct mst_master *m, uint32_t method, const ProtobufCMessage
 int mst_batch_put_end(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 		      ProtobufCMessage **rep);
 int mst_batch_remove(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
+/* mst_batch_lease_release - BatchLeaseRelease: mst_obj_lease_release of each
+ * key (INVALID_PARAMS unless there is one lease_seq per key). */
+int mst_batch_lease_release(struct mst_master *m, const ProtobufCMessage *req,
+			    ProtobufCMessage **rep);
 /* mst_batch_remount - ReMountSegment: MountSegment of each segment, in
  * order (INVALID_PARAMS for more than MST_SEGMENTS_PER_CLIENT). */
 int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);

@@ -468,17 +468,25 @@ int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant
 	return finish(m, client, tenant, key, late ? MST_END_REVOKE_LATE : MST_END_REVOKE, 0);
 }
 
-static void lease_grant(struct mst_master *m, struct mst_object *o)
+/* A read lease for holder. Grants to one holder in a row form its run;
+ * the deadline before the run began covers every other holder's grants. */
+static uint32_t lease_grant(struct mst_master *m, struct mst_object *o, uint64_t holder)
 {
 	uint64_t now = lc_now_ms(), until = now + m->cfg.kv_lease_ttl_ms;
 
 	o->used_ms = now;
+	if (holder != o->lease_holder) {
+		if (o->lease_ms > o->lease_prior_ms)
+			o->lease_prior_ms = o->lease_ms;
+		o->lease_holder = holder;
+	}
 	if (until > o->lease_ms)
 		o->lease_ms = until;
+	return ++o->lease_seq;
 }
 
-int mst_obj_get(struct mst_master *m, const char *tenant, const char *key, uint64_t *size,
-		uint32_t *crc, Lunar__Replica ***reps, size_t *n)
+int mst_obj_get(struct mst_master *m, uint64_t holder, const char *tenant, const char *key,
+		uint64_t *size, uint32_t *crc, Lunar__Replica ***reps, size_t *n, uint64_t *seq)
 {
 	struct mst_shard *s;
 	struct mst_object **pp, *o;
@@ -496,13 +504,13 @@ int mst_obj_get(struct mst_master *m, const char *tenant, const char *key, uint6
 	if (!rc) {
 		*size = o->size;
 		*crc = o->crc;
-		lease_grant(m, o);
+		*seq = lease_grant(m, o, holder);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
 
-int mst_obj_exist(struct mst_master *m, const char *tenant, const char *key)
+int mst_obj_exist(struct mst_master *m, uint64_t holder, const char *tenant, const char *key)
 {
 	struct mst_shard *s;
 	struct mst_object **pp, *o;
@@ -512,8 +520,33 @@ int mst_obj_exist(struct mst_master *m, const char *tenant, const char *key)
 		return rc;
 	o = *pp;
 	if (o && o->state == MST_ST_COMPLETE) {
-		lease_grant(m, o);
+		lease_grant(m, o, holder);
 		rc = 1;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+int mst_obj_lease_release(struct mst_master *m, uint64_t holder, const char *tenant,
+			  const char *key, uint64_t seq)
+{
+	struct mst_shard *s;
+	struct mst_object **pp, *o;
+	int rc;
+
+	if (!holder)
+		return LUNAR_ERR_INVALID_PARAMS;
+	rc = mst_obj_lookup(m, tenant, key, &s, &pp);
+	if (rc)
+		return rc;
+	o = *pp;
+	if (!o) {
+		rc = LUNAR_ERR_OBJECT_NOT_FOUND;
+	} else if (o->lease_holder != holder || o->lease_seq != seq) {
+		rc = LUNAR_ERR_OBJECT_HAS_LEASE;
+	} else {
+		o->lease_ms = o->lease_prior_ms;
+		o->lease_holder = 0;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;

@@ -157,8 +157,10 @@ static void beat(struct px_proxy *px, int *was_ok)
 {
 	int rc = px_master_ping(px);
 
-	if (!rc)
+	if (!rc) {
+		px_lease_release_gone(px);
 		px_lease_renew(px);
+	}
 	if (rc && *was_ok)
 		LC_WARN("proxy", "master unreachable: %s", lunar_strerror(rc));
 	else if (!rc && !*was_ok)
@@ -227,6 +229,6 @@ void px_heartbeat_stop(struct px_proxy *px)
 	pthread_cond_broadcast(&px->hb_cond);
 	pthread_mutex_unlock(&px->hb_lock);
 	pthread_join(px->heartbeat, NULL);
-	pthread_mutex_destroy(&px->hb_lock);
-	pthread_cond_destroy(&px->hb_cond);
+	/* hb_lock and hb_cond stay: the pool, wound down after this, may drop
+	 * a session's last reference (px_lease_reader_gone takes hb_lock). */
 }

@@ -46,6 +46,9 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 			   "Keys served from a held lease, no master call.", LOAD(st->lease_hits));
 	rc = rc ?: counter(rep, "lunar_proxy_lease_cache_misses_total",
 			   "Keys that needed the master.", LOAD(st->lease_misses));
+	rc = rc ?: counter(rep, "lunar_proxy_leases_released_total",
+			   "Leases given back when the only client reading them closed.",
+			   LOAD(st->leases_released));
 	rc = rc ?: counter(rep, "lunar_proxy_checksum_failures_total",
 			   "Replica reads whose CRC32C did not match.", LOAD(st->checksum_failures));
 	rc = rc ?: counter(rep, "lunar_proxy_put_bytes_total", "Value bytes stored.",

@@ -6,7 +6,8 @@
  * rest of its probe run back, so there are no tombstones), and its entries
  * in the order their leases were granted: a full shard drops the entry
  * leased longest ago, which under one lease TTL is the one whose lease ends
- * first (or has ended). Every operation but clear and renew is O(1).
+ * first (or has ended). Every operation but clear, renew and orphan is
+ * O(1).
  */
 #include "proxy/lease_cache.h"
 
@@ -28,6 +29,10 @@ struct entry {
 	unsigned cap; /* room in rep[] */
 	uint64_t size;
 	uint64_t deadline_ms;
+	uint64_t seq;
+	uint64_t reader;	  /* the latest reader; 0 none */
+	uint64_t reader_until_ms; /* what its reads need */
+	uint64_t others_ms;	  /* what every other reader's reads need */
 	uint32_t crc;
 	unsigned nrep;
 	struct px_cached_replica rep[];
@@ -41,6 +46,7 @@ struct slot {
 struct shard {
 	pthread_mutex_t lock;
 	unsigned count;
+	uint64_t lost_ms; /* what reads of entries dropped from it needed */
 	struct entry *oldest, *newest;
 	struct slot *tab; /* mask + 1 slots */
 };
@@ -141,11 +147,20 @@ static void order_append(struct shard *s, struct entry *e)
 	s->newest = e;
 }
 
-/* Take the entry of slot i out of the table and the order, and free it. */
+static void max_into(uint64_t *dst, uint64_t v)
+{
+	if (v > *dst)
+		*dst = v;
+}
+
+/* Take the entry of slot i out of the table and the order, and free it;
+ * what its reads still need stays with the shard. */
 static void entry_remove(const struct px_lease_cache *c, struct shard *s, unsigned i)
 {
 	struct entry *e = s->tab[i].e;
 
+	max_into(&s->lost_ms, e->reader_until_ms);
+	max_into(&s->lost_ms, e->others_ms);
 	slot_clear(c, s, i);
 	order_unlink(s, e);
 	free(e);
@@ -157,6 +172,7 @@ static void entry_set(struct entry *e, const struct px_cached *v)
 {
 	e->size = v->size;
 	e->deadline_ms = v->deadline_ms;
+	e->seq = v->lease_seq;
 	e->crc = v->crc;
 	e->nrep = v->nrep;
 	memcpy(e->rep, v->rep, v->nrep * sizeof(e->rep[0]));
@@ -177,15 +193,30 @@ static struct entry *entry_new(uint64_t h, const char *tenant, const char *key,
 	e->tlen = tl;
 	e->hash = h;
 	e->read = false;
+	e->reader = e->reader_until_ms = e->others_ms = 0;
 	e->cap = v->nrep;
 	entry_set(e, v);
 	return e;
+}
+
+/* Note the read rd of e (none: a renewal). */
+static void note_read(struct entry *e, const struct px_read *rd)
+{
+	if (!rd)
+		return;
+	if (e->reader != rd->reader) {
+		max_into(&e->others_ms, e->reader_until_ms);
+		e->reader = rd->reader;
+		e->reader_until_ms = 0;
+	}
+	max_into(&e->reader_until_ms, rd->until_ms);
 }
 
 static void entry_get(const struct entry *e, struct px_cached *out)
 {
 	out->size = e->size;
 	out->deadline_ms = e->deadline_ms;
+	out->lease_seq = e->seq;
 	out->crc = e->crc;
 	out->nrep = e->nrep;
 	memcpy(out->rep, e->rep, e->nrep * sizeof(e->rep[0]));
@@ -205,6 +236,9 @@ static void entry_update(const struct px_lease_cache *c, struct shard *s, unsign
 			return;
 		}
 		n->read = e->read;
+		n->reader = e->reader;
+		n->reader_until_ms = e->reader_until_ms;
+		n->others_ms = e->others_ms;
 		s->tab[i].e = n;
 		order_unlink(s, e);
 		free(e);
@@ -255,7 +289,8 @@ void px_lease_cache_destroy(struct px_lease_cache *c)
 }
 
 int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char *key,
-		       uint64_t now_ms, uint64_t margin_ms, struct px_cached *out)
+		       uint64_t now_ms, uint64_t margin_ms, const struct px_read *rd,
+		       struct px_cached *out)
 {
 	uint64_t h = name_hash(tenant, key);
 	struct shard *s = shard_of(c, h);
@@ -266,6 +301,7 @@ int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char 
 	e = s->tab[find(c, s, h, tenant, key)].e;
 	if (e && e->deadline_ms > now_ms + margin_ms) {
 		e->read = true;
+		note_read(e, rd);
 		entry_get(e, out);
 		hit = 1;
 	}
@@ -281,6 +317,7 @@ int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadlin
 	out->size = res->size;
 	out->crc = res->crc32c;
 	out->deadline_ms = deadline_ms;
+	out->lease_seq = res->lease_seq;
 	out->nrep = (unsigned)res->n_replicas;
 	for (size_t i = 0; i < res->n_replicas; i++) {
 		const Lunar__Replica *rp = res->replicas[i];
@@ -296,7 +333,7 @@ int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadlin
 }
 
 void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char *key,
-			const struct px_cached *v)
+			const struct px_cached *v, const struct px_read *rd)
 {
 	uint64_t h = name_hash(tenant, key);
 	struct shard *s = shard_of(c, h);
@@ -307,6 +344,9 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 	i = find(c, s, h, tenant, key);
 	if (s->tab[i].e) {
 		entry_update(c, s, i, v);
+		i = find(c, s, h, tenant, key); /* without memory, it was dropped */
+		if (s->tab[i].e)
+			note_read(s->tab[i].e, rd);
 		goto out;
 	}
 	e = entry_new(h, tenant, key, v);
@@ -316,6 +356,8 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 		entry_remove(c, s, find_entry(c, s, s->oldest));
 		i = find(c, s, h, tenant, key); /* the removal may have moved the run */
 	}
+	e->others_ms = s->lost_ms; /* the key may have had an entry, and readers */
+	note_read(e, rd);
 	s->tab[i] = (struct slot){h, e};
 	order_append(s, e);
 	s->count++;
@@ -352,55 +394,95 @@ void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
 	}
 }
 
-/* A due entry, copied out of the cache for renewal. */
-struct due {
+/* A key copied out of the cache, with the lease_seq it was cached with. */
+struct lkey {
 	char *tenant;
 	char *key;
+	uint64_t seq;
 };
 
-static int due_cmp(const void *a, const void *b)
+/* A growing list of keys copied out of the cache. */
+struct key_list {
+	struct lkey *v;
+	size_t n, cap;
+};
+
+static void key_list_free(struct key_list *l)
 {
-	return strcmp(((const struct due *)a)->tenant, ((const struct due *)b)->tenant);
+	for (size_t i = 0; i < l->n; i++) {
+		free(l->v[i].tenant);
+		free(l->v[i].key);
+	}
+	free(l->v);
 }
 
-/* Copy out the entries read since their last renewal and ending soon. */
-static size_t collect_due(struct px_lease_cache *c, uint64_t limit_ms, struct due **out)
+/* Append a copy of e's name; 0, or -1 on ENOMEM (the list is unchanged). */
+static int key_list_add(struct key_list *l, const struct entry *e)
 {
-	size_t n = 0, cap = 0;
-	struct due *d = NULL;
+	struct lkey *k;
 
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+
+		k = realloc(l->v, cap * sizeof(*k));
+		if (!k)
+			return -1;
+		l->v = k;
+		l->cap = cap;
+	}
+	k = &l->v[l->n];
+	k->tenant = strdup(e->name);
+	k->key = strdup(e->name + e->tlen + 1);
+	k->seq = e->seq;
+	if (!k->tenant || !k->key) {
+		free(k->tenant);
+		free(k->key);
+		return -1;
+	}
+	l->n++;
+	return 0;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct lkey *)a)->tenant, ((const struct lkey *)b)->tenant);
+}
+
+/* Call fn(arg, run, k) for each run of up to PX_RENEW_BATCH keys of l of
+ * one tenant, then free l. */
+static void key_list_batches(struct key_list *l, void (*fn)(void *, struct lkey *, size_t),
+			     void *arg)
+{
+	size_t i = 0;
+
+	if (l->n)
+		qsort(l->v, l->n, sizeof(*l->v), key_cmp);
+	while (i < l->n) {
+		size_t k = 1;
+
+		while (i + k < l->n && k < PX_RENEW_BATCH &&
+		       !strcmp(l->v[i + k].tenant, l->v[i].tenant))
+			k++;
+		fn(arg, l->v + i, k);
+		i += k;
+	}
+	key_list_free(l);
+}
+
+/* The entries read since their last renewal and ending before limit_ms. */
+static void collect_due(struct px_lease_cache *c, uint64_t limit_ms, struct key_list *l)
+{
 	for (int i = 0; i < SHARDS; i++) {
 		pthread_mutex_lock(&c->s[i].lock);
-		for (struct entry *e = c->s[i].oldest; e; e = e->newer) {
-			struct due *nd;
-
-			if (!e->read || e->deadline_ms > limit_ms)
-				continue;
-			if (n == cap) {
-				cap = cap ? cap * 2 : 64;
-				nd = realloc(d, cap * sizeof(*d));
-				if (!nd)
-					goto out;
-				d = nd;
-			}
-			d[n].tenant = strdup(e->name);
-			d[n].key = strdup(e->name + e->tlen + 1);
-			if (!d[n].tenant || !d[n].key) {
-				free(d[n].tenant);
-				free(d[n].key);
-				goto out;
-			}
-			n++;
-		}
-out:
+		for (struct entry *e = c->s[i].oldest; e; e = e->newer)
+			if (e->read && e->deadline_ms <= limit_ms && key_list_add(l, e))
+				break;
 		pthread_mutex_unlock(&c->s[i].lock);
 	}
-	*out = d;
-	return n;
 }
 
 /* Replace a renewed entry with what the master said now, or drop it. */
-static void apply_due(struct px_lease_cache *c, const struct due *d, const struct px_cached *fresh)
+static void apply_due(struct px_lease_cache *c, const struct lkey *d, const struct px_cached *fresh)
 {
 	uint64_t h = name_hash(d->tenant, d->key);
 	struct shard *s = shard_of(c, h);
@@ -417,45 +499,89 @@ static void apply_due(struct px_lease_cache *c, const struct due *d, const struc
 	pthread_mutex_unlock(&s->lock);
 }
 
+struct renewal {
+	struct px_lease_cache *c;
+	px_lease_renew_fn renew;
+	void *arg;
+	struct px_cached *fresh; /* PX_RENEW_BATCH */
+	int found[PX_RENEW_BATCH];
+};
+
 /* Renew d[0..k), all of one tenant. */
-static void renew_batch(struct px_lease_cache *c, struct due *d, size_t k, px_lease_renew_fn renew,
-			void *arg, struct px_cached *fresh, int *found)
+static void renew_batch(void *arg, struct lkey *d, size_t k)
 {
+	struct renewal *rn = arg;
 	char *keys[PX_RENEW_BATCH];
 
 	for (size_t j = 0; j < k; j++)
 		keys[j] = d[j].key;
 	/* Master unreachable: leave the entries to run out their leases. */
-	if (renew(arg, d[0].tenant, keys, k, fresh, found))
+	if (rn->renew(rn->arg, d[0].tenant, keys, k, rn->fresh, rn->found))
 		return;
 	for (size_t j = 0; j < k; j++)
-		apply_due(c, &d[j], found[j] ? &fresh[j] : NULL);
+		apply_due(rn->c, &d[j], rn->found[j] ? &rn->fresh[j] : NULL);
 }
 
 void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t window_ms,
 			  px_lease_renew_fn renew, void *arg)
 {
-	struct px_cached *fresh = malloc(PX_RENEW_BATCH * sizeof(*fresh));
-	int found[PX_RENEW_BATCH];
-	struct due *d = NULL;
-	size_t n = 0, i = 0;
+	struct renewal rn = {c, renew, arg, malloc(PX_RENEW_BATCH * sizeof(*rn.fresh)), {0}};
+	struct key_list l = {0};
 
-	if (fresh)
-		n = collect_due(c, now_ms + window_ms, &d);
-	if (n)
-		qsort(d, n, sizeof(*d), due_cmp);
-	while (i < n) {
-		size_t k = 1;
+	if (rn.fresh)
+		collect_due(c, now_ms + window_ms, &l);
+	key_list_batches(&l, renew_batch, &rn);
+	free(rn.fresh);
+}
 
-		while (i + k < n && k < PX_RENEW_BATCH && !strcmp(d[i + k].tenant, d[i].tenant))
-			k++;
-		renew_batch(c, d + i, k, renew, arg, fresh, found);
-		i += k;
+static bool is_gone(const uint64_t *gone, size_t n, uint64_t reader)
+{
+	for (size_t i = 0; i < n; i++)
+		if (gone[i] == reader)
+			return true;
+	return false;
+}
+
+struct release {
+	px_lease_release_fn release;
+	void *arg;
+};
+
+static void release_batch(void *arg, struct lkey *d, size_t k)
+{
+	struct release *rl = arg;
+	char *keys[PX_RENEW_BATCH];
+	uint64_t seqs[PX_RENEW_BATCH];
+
+	for (size_t j = 0; j < k; j++) {
+		keys[j] = d[j].key;
+		seqs[j] = d[j].seq;
 	}
-	for (i = 0; i < n; i++) {
-		free(d[i].tenant);
-		free(d[i].key);
+	rl->release(rl->arg, d[0].tenant, keys, seqs, k);
+}
+
+void px_lease_cache_orphan(struct px_lease_cache *c, const uint64_t *gone, size_t n,
+			   uint64_t now_ms, px_lease_release_fn release, void *arg)
+{
+	struct release rl = {release, arg};
+	struct key_list l = {0};
+
+	for (int i = 0; i < SHARDS; i++) {
+		struct shard *s = &c->s[i];
+		struct entry *e, *next;
+
+		pthread_mutex_lock(&s->lock);
+		for (e = s->oldest; e; e = next) {
+			next = e->newer;
+			if (!e->reader || !is_gone(gone, n, e->reader))
+				continue;
+			e->reader = e->reader_until_ms = 0;
+			if (!e->seq || e->others_ms > now_ms || key_list_add(&l, e))
+				continue;
+			e->others_ms = 0; /* nothing left for the shard to keep */
+			entry_remove(c, s, find_entry(c, s, e));
+		}
+		pthread_mutex_unlock(&s->lock);
 	}
-	free(d);
-	free(fresh);
+	key_list_batches(&l, release_batch, &rl);
 }

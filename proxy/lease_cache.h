@@ -28,6 +28,7 @@ struct px_cached {
 	uint64_t size;
 	uint32_t crc;
 	uint64_t deadline_ms; /* lease deadline on our monotonic clock */
+	uint64_t lease_seq;   /* the master's count of grants of the object; 0 unknown */
 	unsigned nrep;
 	struct px_cached_replica rep[PX_CACHE_MAX_REPLICAS];
 };
@@ -39,19 +40,35 @@ struct px_lease_cache *px_lease_cache_create(unsigned capacity);
 void px_lease_cache_destroy(struct px_lease_cache *c);
 
 /*
+ * A read by one of the proxy's clients: who (the session's id, never 0) and
+ * until when the lease must hold for it (the read's time plus the lease
+ * TTL). An entry remembers its latest reader and, folded into one deadline,
+ * what the reads of every other reader need: when a reader is gone and no
+ * other needs the lease any more, the proxy can give it back at once
+ * (px_lease_cache_orphan). An entry dropped while a read still needed it
+ * leaves that need to the next entry of its shard (the key may come back).
+ */
+struct px_read {
+	uint64_t reader;
+	uint64_t until_ms;
+};
+
+/*
  * px_lease_cache_get - copy the entry of (tenant, key) into *out if its
- * lease holds past now_ms + margin_ms, and mark it read (so the heartbeat
- * renews it). Returns 1 on a hit, 0 on a miss. Any thread.
+ * lease holds past now_ms + margin_ms, and note the read rd (so the
+ * heartbeat renews it). Returns 1 on a hit, 0 on a miss. Any thread.
  */
 int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char *key,
-		       uint64_t now_ms, uint64_t margin_ms, struct px_cached *out);
+		       uint64_t now_ms, uint64_t margin_ms, const struct px_read *rd,
+		       struct px_cached *out);
 /* px_lease_cache_fill - convert a master result into *out (0), or -1 if it
  * cannot be cached (too many replicas, long endpoint). */
 int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadline_ms,
 			struct px_cached *out);
-/* px_lease_cache_put - insert or replace the entry of (tenant, key). */
+/* px_lease_cache_put - insert or replace the entry of (tenant, key), which
+ * the master just gave for the read rd. */
 void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char *key,
-			const struct px_cached *e);
+			const struct px_cached *e, const struct px_read *rd);
 /* px_lease_cache_drop - forget (tenant, key). */
 void px_lease_cache_drop(struct px_lease_cache *c, const char *tenant, const char *key);
 /* px_lease_cache_clear - forget every key of tenant. */
@@ -72,5 +89,18 @@ typedef int (*px_lease_renew_fn)(void *arg, const char *tenant, char **keys, siz
 				 struct px_cached *fresh, int *found);
 void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t window_ms,
 			  px_lease_renew_fn renew, void *arg);
+
+/*
+ * px_lease_cache_orphan - the readers gone[0..n) will read no more: forget
+ * their reads. Each entry one of them read last whose lease no other read
+ * needs after now_ms leaves the cache, and release(arg, tenant, keys,
+ * seqs, k) is called once per tenant with up to PX_RENEW_BATCH of them and
+ * the lease_seq each was cached with, so the caller can give those leases
+ * back. Heartbeat thread; release is called without cache locks held.
+ */
+typedef void (*px_lease_release_fn)(void *arg, const char *tenant, char **keys,
+				    uint64_t *seqs, size_t n);
+void px_lease_cache_orphan(struct px_lease_cache *c, const uint64_t *gone, size_t n,
+			   uint64_t now_ms, px_lease_release_fn release, void *arg);
 
 #endif /* LUNAR_PROXY_LEASE_CACHE_H */

@@ -1,9 +1,13 @@
 /*
- * leases.c - how the proxy uses its lease cache: the safety margin, and the
+ * leases.c - how the proxy uses its lease cache: the safety margin, the
  * heartbeat's renewal of leases on keys that are still being read (one
  * BatchGetReplicaList per tenant: new leases, and the current replica lists,
- * so a value upserted elsewhere replaces the cached one).
+ * so a value upserted elsewhere replaces the cached one), and giving back
+ * at once the leases only a closed client's reads needed (one
+ * BatchLeaseRelease per tenant).
  */
+
+#include <string.h>
 
 #include "clock.h"
 #include "lunar.h"
@@ -51,4 +55,58 @@ void px_lease_renew(struct px_proxy *px)
 	/* Renew what would fall out of use before the next heartbeat. */
 	px_lease_cache_renew(px->leases, lc_now_ms(),
 			     px_lease_margin_ms(px) + 2 * px->cfg.ping_interval_ms, renew_tenant, px);
+}
+
+struct px_read px_read_by(struct px_proxy *px, const struct px_session *s, uint64_t now_ms)
+{
+	return (struct px_read){s->client_id, now_ms + atomic_load(&px->lease_ttl_ms)};
+}
+
+void px_lease_reader_gone(struct px_proxy *px, const struct px_session *s)
+{
+	if (atomic_load(&px->stopping))
+		return; /* the heartbeat is done; the leases run out */
+	pthread_mutex_lock(&px->hb_lock);
+	if (px->ngone < PX_GONE_MAX)
+		px->gone[px->ngone++] = s->client_id;
+	pthread_mutex_unlock(&px->hb_lock);
+	px_heartbeat_kick(px);
+}
+
+/* One BatchLeaseRelease; a key the master keeps (another read since) or a
+ * failed call leaves its lease to run out. */
+static void release_tenant(void *arg, const char *tenant, char **keys, uint64_t *seqs, size_t n)
+{
+	Lunar__LeaseReleaseRequest rq = LUNAR__LEASE_RELEASE_REQUEST__INIT;
+	const Lunar__BatchCodesReply *codes;
+	struct px_proxy *px = arg;
+	ProtobufCMessage *rep;
+	uint64_t released = 0;
+
+	rq.client_id = px->client_id;
+	rq.tenant = (char *)tenant;
+	rq.n_keys = rq.n_lease_seqs = n;
+	rq.keys = keys;
+	rq.lease_seqs = seqs;
+	if (px_mc_call(px->mc, LUNAR__METHOD__BATCH_LEASE_RELEASE, &rq.base, &rep))
+		return;
+	codes = (const Lunar__BatchCodesReply *)rep;
+	for (size_t i = 0; !px_mc_code(rep) && i < codes->n_codes; i++)
+		released += codes->codes[i] == 0;
+	protobuf_c_message_free_unpacked(rep, NULL);
+	PX_COUNT(px, leases_released, released);
+}
+
+void px_lease_release_gone(struct px_proxy *px)
+{
+	uint64_t gone[PX_GONE_MAX];
+	unsigned n;
+
+	pthread_mutex_lock(&px->hb_lock);
+	n = px->ngone;
+	memcpy(gone, px->gone, n * sizeof(gone[0]));
+	px->ngone = 0;
+	pthread_mutex_unlock(&px->hb_lock);
+	if (n)
+		px_lease_cache_orphan(px->leases, gone, n, lc_now_ms(), release_tenant, px);
 }

@@ -206,12 +206,12 @@ void px_req_run(struct px_proxy *px, struct px_req *r)
 		break;
 	case LC_OP_GET:
 	case LC_OP_GET_SIZE:
+	case LC_OP_EXISTS:
+	case LC_OP_PREFIX_MATCH:
 		result = px_run_get(px, r);
 		break;
-	case LC_OP_EXISTS:
 	case LC_OP_REMOVE:
-	case LC_OP_PREFIX_MATCH:
-		result = px_run_keys(px, r);
+		result = px_run_remove(px, r);
 		break;
 	case LC_OP_HEALTH:
 		result = px_master_ping(px) || !px_segment_ready(px) ? 2 : 0;

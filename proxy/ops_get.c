@@ -1,12 +1,15 @@
 /*
- * ops_get.c - get and get-size. A key whose lease the proxy still holds is
+ * ops_get.c - the lookups: get, get-size, exists and prefix match, each of
+ * which takes a read lease. A key whose lease the proxy still holds is
  * served from the lease cache with no master call; the others take one
- * BatchGetReplicaList for the whole request. Each value is read from its
- * best replica (our own segment first) straight into the client's memory,
- * checksummed on the way, and reported only if its CRC32C matches and the
- * lease still held when the transfer ended. A mismatch through a cached
- * list drops the entry and asks the master again.
+ * BatchGetReplicaList for the whole request, whose lists (and leases) the
+ * cache keeps for the next lookup, whichever kind it is. Each value is read
+ * from its best replica (our own segment first) straight into the client's
+ * memory, checksummed on the way, and reported only if its CRC32C matches
+ * and the lease still held when the transfer ended. A mismatch through a
+ * cached list drops the entry and asks the master again.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,21 +133,41 @@ static void prefetch_local(const struct px_proxy *px, const struct px_cached *e)
 static int64_t serve(struct px_proxy *px, const struct px_req *r, const struct px_item *it,
 		     const struct px_cached *e, struct px_down *down)
 {
-	return r->sqe.op == LC_OP_GET_SIZE ? (int64_t)e->size
-					   : read_value(px, r->s->tenant, it, e, down);
+	switch (r->sqe.op) {
+	case LC_OP_GET: return read_value(px, r->s->tenant, it, e, down);
+	case LC_OP_GET_SIZE: return (int64_t)e->size;
+	default: return 1; /* exists, prefix match */
+	}
+}
+
+/* Exists and prefix match only ask whether each key is there to read. */
+static bool asks_existence(const struct px_req *r)
+{
+	return r->sqe.op == LC_OP_EXISTS || r->sqe.op == LC_OP_PREFIX_MATCH;
+}
+
+/* The result of a key the master has no list of: for a question of
+ * existence, no object ready to read is a plain no. */
+static int64_t unlisted(const struct px_req *r, int code)
+{
+	if (asks_existence(r) &&
+	    (code == LUNAR_ERR_OBJECT_NOT_FOUND || code == LUNAR_ERR_REPLICA_IS_NOT_READY))
+		return 0;
+	return code;
 }
 
 /* Serve what the lease cache can; leave misses (and stale hits) pending. */
 static void get_cached(struct px_proxy *px, struct px_req *r, struct px_down *down)
 {
 	uint64_t now = lc_now_ms();
+	struct px_read rd = px_read_by(px, r->s, now);
 	struct px_cached e;
 
 	for (uint32_t i = 0; i < r->count; i++) {
 		struct px_item *it = &r->items[i];
 
 		if (it->result || !px_lease_cache_get(px->leases, r->s->tenant, it->key, now,
-						      px_lease_margin_ms(px), &e))
+						      px_lease_margin_ms(px), &rd, &e))
 			continue;
 		PX_COUNT(px, lease_hits, 1);
 		it->result = serve(px, r, it, &e, down);
@@ -161,6 +184,7 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 {
 	const Lunar__BatchGetReplicaListReply *rl;
 	uint64_t sent = lc_now_ms();
+	struct px_read rd;
 	ProtobufCMessage *rep;
 	int rc;
 
@@ -172,6 +196,7 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 	}
 	rl = (const Lunar__BatchGetReplicaListReply *)rep;
 	atomic_store(&px->lease_ttl_ms, rl->lease_ttl_ms);
+	rd = px_read_by(px, r->s, sent);
 	PX_COUNT(px, lease_misses, b->n);
 	for (size_t i = 0; i < b->n; i++) {
 		struct px_item *it = &r->items[b->idx[i]];
@@ -179,18 +204,19 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 		struct px_cached e;
 
 		if (!res || res->code) {
-			it->result = res ? res->code : LUNAR_ERR_PROTOCOL;
+			it->result = res ? unlisted(r, res->code) : LUNAR_ERR_PROTOCOL;
 			continue;
 		}
-		/* The lease runs from when we asked, not from when we heard. */
+		/* The lease runs from when we asked, not from when we heard. A
+		 * list the cache cannot hold still answers whether it exists. */
 		if (px_lease_cache_fill(res, sent + rl->lease_ttl_ms, &e)) {
-			it->result = LUNAR_ERR_INTERNAL;
+			it->result = asks_existence(r) ? 1 : LUNAR_ERR_INTERNAL;
 			continue;
 		}
 		if (r->sqe.op == LC_OP_GET)
 			prefetch_local(px, &e);
 		if (rl->lease_ttl_ms)
-			px_lease_cache_put(px->leases, r->s->tenant, it->key, &e);
+			px_lease_cache_put(px->leases, r->s->tenant, it->key, &e, &rd);
 		it->result = serve(px, r, it, &e, down);
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
@@ -200,6 +226,7 @@ int64_t px_run_get(struct px_proxy *px, struct px_req *r)
 {
 	struct px_down down = {0};
 	struct px_batch b;
+	int64_t leading = 0;
 
 	get_cached(px, r, &down);
 	if (px_batch_collect(r, &b))
@@ -207,5 +234,9 @@ int64_t px_run_get(struct px_proxy *px, struct px_req *r)
 	if (b.n)
 		get_fresh(px, r, &b, &down);
 	px_batch_fini(&b);
-	return 0;
+	if (r->sqe.op != LC_OP_PREFIX_MATCH)
+		return 0;
+	while (leading < r->count && r->items[leading].result == 1)
+		leading++;
+	return leading;
 }

@@ -119,12 +119,17 @@ struct px_session {
 	struct px_session *prev, *next; /* px->sessions; loop thread only */
 };
 
+/* Closed clients whose leases wait for the heartbeat to give them back;
+ * past this many between two heartbeats, the rest run out on their own. */
+#define PX_GONE_MAX 256
+
 /* Figures for /metrics; relaxed atomics, any thread. */
 struct px_stats {
 	atomic_uint_fast64_t requests[LC_OP_MAX]; /* by enum lc_op */
 	atomic_uint_fast64_t key_errors;          /* per-key results < 0 */
 	atomic_uint_fast64_t lease_hits;          /* served without the master */
 	atomic_uint_fast64_t lease_misses;
+	atomic_uint_fast64_t leases_released;     /* given back when their reader closed */
 	atomic_uint_fast64_t checksum_failures;
 	atomic_uint_fast64_t bytes_put;
 	atomic_uint_fast64_t bytes_got;
@@ -174,6 +179,9 @@ struct px_proxy {
 	bool prefault_started;
 	pthread_mutex_t hb_lock;
 	pthread_cond_t hb_cond;
+	/* Clients closed since the last heartbeat (hb_lock): their leases go. */
+	uint64_t gone[PX_GONE_MAX];
+	unsigned ngone;
 };
 
 /*
@@ -240,14 +248,23 @@ void px_req_run(struct px_proxy *px, struct px_req *r);
 void px_req_drop(struct px_req *r);
 /* Executors set per-item results and return the completion's result. */
 int64_t px_run_put(struct px_proxy *px, struct px_req *r);
-int64_t px_run_get(struct px_proxy *px, struct px_req *r);
-int64_t px_run_keys(struct px_proxy *px, struct px_req *r);
+int64_t px_run_get(struct px_proxy *px, struct px_req *r); /* and exists, prefix match */
+int64_t px_run_remove(struct px_proxy *px, struct px_req *r);
 
 /* px_lease_margin_ms - how long before its deadline a cached lease is no
  * longer used: a read must end inside the lease. */
 uint64_t px_lease_margin_ms(struct px_proxy *px);
+/* px_read_by - a read by client s at now_ms, for the lease cache. */
+struct px_read px_read_by(struct px_proxy *px, const struct px_session *s, uint64_t now_ms);
 /* px_lease_renew - renew the leases of cached keys still being read. */
 void px_lease_renew(struct px_proxy *px);
+/* px_lease_reader_gone - client s closed: the heartbeat gives back at once
+ * the leases only its reads needed (SPEC: a dead client's leases drop).
+ * Any thread. */
+void px_lease_reader_gone(struct px_proxy *px, const struct px_session *s);
+/* px_lease_release_gone - the heartbeat's part of px_lease_reader_gone:
+ * BatchLeaseRelease of those leases. */
+void px_lease_release_gone(struct px_proxy *px);
 
 /* --- closing what clients handed us (closer.c) --- */
 struct px_closer;

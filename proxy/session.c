@@ -316,6 +316,8 @@ void px_session_put(struct px_session *s)
 {
 	if (atomic_fetch_sub(&s->refs, 1) != 1)
 		return;
+	if (s->open) /* none of its requests runs any more */
+		px_lease_reader_gone(s->px, s);
 	if (s->rg.base)
 		munmap(s->rg.base, s->rg.size);
 	if (s->memfd >= 0)

@@ -99,7 +99,8 @@ say "Asking whether demo-key exists (1 = yes)"
 ctl exists demo-key
 
 say "Removing demo-key, and checking it is gone"
-# The read above holds a lease on the object for a few seconds; --force removes it anyway.
+# The reads above leased the object; each lunarctl run is a client of its own,
+# whose leases the proxy gives back as it exits. --force need not wait for that.
 ctl rm --force demo-key
 gone=$(ctl exists demo-key || true)
 if [ "$gone" != 0 ]; then

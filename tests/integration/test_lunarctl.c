@@ -178,6 +178,7 @@ static void put_small(const char *key, const char *tenant)
 static void test_lunarctl_put_get_exists_rm(void **state)
 {
 	char in[PATH_MAX], back[PATH_MAX], cmp[2 * PATH_MAX + 16];
+	struct lunar_client *reader;
 
 	(void)state;
 	snprintf(in, sizeof(in), "%s", value_file("rt.bin", 300000));
@@ -194,12 +195,16 @@ static void test_lunarctl_put_get_exists_rm(void **state)
 	EXPECT_IN(R.out, "1");
 	CTL("-o", "json", "exists", "rt-key");
 	EXPECT_IN(R.out, "\"exists\":true");
-	/* get and exists took a read lease: a plain rm refuses, --force removes. */
+	/* A live reader holds a read lease: a plain rm refuses, --force
+	 * removes. (The leases lunarctl's own reads took went when it exited.) */
+	reader = h_client(sock);
+	H_ASSERT_EQ(lunar_exists(reader, "rt-key"), 1);
 	CTL("rm", "rt-key");
 	EXPECT_RC(1);
 	EXPECT_IN(R.err, "--force");
 	CTL("rm", "--force", "rt-key");
 	EXPECT_RC(0);
+	lunar_close(reader);
 	CTL("exists", "rt-key");
 	EXPECT_RC(1);
 	EXPECT_IN(R.out, "0");

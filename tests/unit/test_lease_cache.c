@@ -51,14 +51,14 @@ static void test_lease_cache_hit_until_margin(void **state)
 	struct px_lease_cache *c = px_lease_cache_create(1024);
 	struct px_cached v = entry(42, 1000), out;
 
-	px_lease_cache_put(c, "t", "k", &v);
-	assert_int_equal(px_lease_cache_get(c, "t", "k", 100, 10, &out), 1);
+	px_lease_cache_put(c, "t", "k", &v, NULL);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 100, 10, NULL, &out), 1);
 	assert_int_equal(out.size, 42);
 	assert_string_equal(out.rep[0].endpoint, "127.0.0.1:42");
 	/* Too close to the deadline, another tenant, another key: misses. */
-	assert_int_equal(px_lease_cache_get(c, "t", "k", 995, 10, &out), 0);
-	assert_int_equal(px_lease_cache_get(c, "u", "k", 100, 10, &out), 0);
-	assert_int_equal(px_lease_cache_get(c, "t", "kk", 100, 10, &out), 0);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 995, 10, NULL, &out), 0);
+	assert_int_equal(px_lease_cache_get(c, "u", "k", 100, 10, NULL, &out), 0);
+	assert_int_equal(px_lease_cache_get(c, "t", "kk", 100, 10, NULL, &out), 0);
 	px_lease_cache_destroy(c);
 }
 
@@ -67,23 +67,23 @@ static void test_lease_cache_replace_drop_clear(void **state)
 	struct px_lease_cache *c = px_lease_cache_create(1024);
 	struct px_cached v = entry(1, 1000), w = entry(2, 2000), out;
 
-	px_lease_cache_put(c, "t", "k", &v);
-	px_lease_cache_put(c, "t", "k", &w);
-	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, &out), 1);
+	px_lease_cache_put(c, "t", "k", &v, NULL);
+	px_lease_cache_put(c, "t", "k", &w, NULL);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 1);
 	assert_int_equal(out.size, 2);
 	px_lease_cache_drop(c, "t", "k");
-	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, &out), 0);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 0);
 
 	for (int i = 0; i < 300; i++) {
 		char key[16];
 
 		snprintf(key, sizeof(key), "k%d", i);
-		px_lease_cache_put(c, i % 2 ? "odd" : "even", key, &v);
+		px_lease_cache_put(c, i % 2 ? "odd" : "even", key, &v, NULL);
 	}
 	px_lease_cache_clear(c, "odd");
-	assert_int_equal(px_lease_cache_get(c, "odd", "k1", 0, 0, &out), 0);
-	assert_int_equal(px_lease_cache_get(c, "even", "k0", 0, 0, &out), 1);
-	assert_int_equal(px_lease_cache_get(c, "even", "k298", 0, 0, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "odd", "k1", 0, 0, NULL, &out), 0);
+	assert_int_equal(px_lease_cache_get(c, "even", "k0", 0, 0, NULL, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "even", "k298", 0, 0, NULL, &out), 1);
 	px_lease_cache_destroy(c);
 }
 
@@ -103,19 +103,19 @@ static void test_lease_cache_full_drops_oldest_lease(void **state)
 		char key[16];
 
 		snprintf(key, sizeof(key), "k%d", i);
-		px_lease_cache_put(c, "t", key, &v);
-		px_lease_cache_put(c, "t", "hot", &h);
+		px_lease_cache_put(c, "t", key, &v, NULL);
+		px_lease_cache_put(c, "t", "hot", &h, NULL);
 	}
 	for (int i = 0; i < 6400; i++) {
 		char key[16];
 		int hit;
 
 		snprintf(key, sizeof(key), "k%d", i);
-		hit = px_lease_cache_get(c, "t", key, 0, 0, &out);
+		hit = px_lease_cache_get(c, "t", key, 0, 0, NULL, &out);
 		kept += hit;
 		early += hit && i < 3200;
 	}
-	assert_int_equal(px_lease_cache_get(c, "t", "hot", 0, 0, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "t", "hot", 0, 0, NULL, &out), 1);
 	assert_true(kept <= 128);
 	assert_int_equal(early, 0);
 	px_lease_cache_destroy(c);
@@ -131,7 +131,7 @@ static uint64_t insert_ns(struct px_lease_cache *c, int first, int n)
 		char key[24];
 
 		snprintf(key, sizeof(key), "key-%d", i);
-		px_lease_cache_put(c, "default", key, &v);
+		px_lease_cache_put(c, "default", key, &v, NULL);
 	}
 	return lc_now_ns() - t0;
 }
@@ -197,19 +197,110 @@ static void test_lease_cache_renews_read_entries_only(void **state)
 	struct px_cached v = entry(1, 1000), out;
 	struct renew_log log = {0};
 
-	px_lease_cache_put(c, "t", "read", &v);
-	px_lease_cache_put(c, "t", "gone", &v);
-	px_lease_cache_put(c, "t", "unread", &v);
-	assert_int_equal(px_lease_cache_get(c, "t", "read", 0, 0, &out), 1);
-	assert_int_equal(px_lease_cache_get(c, "t", "gone", 0, 0, &out), 1);
+	px_lease_cache_put(c, "t", "read", &v, NULL);
+	px_lease_cache_put(c, "t", "gone", &v, NULL);
+	px_lease_cache_put(c, "t", "unread", &v, NULL);
+	assert_int_equal(px_lease_cache_get(c, "t", "read", 0, 0, NULL, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "t", "gone", 0, 0, NULL, &out), 1);
 	px_lease_cache_renew(c, 900, 200, renew_all, &log);
 	assert_int_equal(log.calls, 1);
 	assert_int_equal(log.keys, 2);
-	assert_int_equal(px_lease_cache_get(c, "t", "read", 50000, 0, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "t", "read", 50000, 0, NULL, &out), 1);
 	assert_int_equal(out.size, 99);
-	assert_int_equal(px_lease_cache_get(c, "t", "gone", 0, 0, &out), 0);
-	assert_int_equal(px_lease_cache_get(c, "t", "unread", 0, 0, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "t", "gone", 0, 0, NULL, &out), 0);
+	assert_int_equal(px_lease_cache_get(c, "t", "unread", 0, 0, NULL, &out), 1);
 	assert_int_equal(out.size, 1);
+	px_lease_cache_destroy(c);
+}
+
+/* What px_lease_cache_orphan gave back: "tenant/key@seq " per key, and
+ * the number of calls. */
+struct release_log {
+	int calls;
+	char text[256];
+};
+
+static void release_log(void *arg, const char *tenant, char **keys, uint64_t *seqs, size_t n)
+{
+	struct release_log *log = arg;
+
+	log->calls++;
+	for (size_t i = 0; i < n; i++)
+		snprintf(log->text + strlen(log->text), sizeof(log->text) - strlen(log->text),
+			 "%s/%s@%llu ", tenant, keys[i], (unsigned long long)seqs[i]);
+}
+
+/* Put (tenant, key) with lease_seq seq, as the master gave it for a read by
+ * reader needing the lease until until_ms. */
+static void put_read(struct px_lease_cache *c, const char *tenant, const char *key,
+		     uint64_t seq, uint64_t reader, uint64_t until_ms)
+{
+	struct px_cached v = entry(1, 100000);
+
+	v.lease_seq = seq;
+	px_lease_cache_put(c, tenant, key, &v, &(struct px_read){reader, until_ms});
+}
+
+static void test_lease_cache_orphan_gives_back_only_unneeded(void **state)
+{
+	struct px_lease_cache *c = px_lease_cache_create(1024);
+	struct release_log log = {0};
+	const uint64_t one = 1, two = 2;
+	struct px_cached out;
+
+	/* Given: keys read by reader 1 alone, in two tenants, one with no
+	 * lease_seq from the master; a key read by 1 after 2; one by 2 after 1 */
+	put_read(c, "t", "only1", 7, 1, 500);
+	put_read(c, "u", "only1", 8, 1, 500);
+	put_read(c, "t", "noseq", 0, 1, 500);
+	put_read(c, "t", "2then1", 9, 2, 600);
+	assert_int_equal(px_lease_cache_get(c, "t", "2then1", 0, 0,
+					    &(struct px_read){1, 700}, &out), 1);
+	put_read(c, "t", "1then2", 10, 1, 700);
+	put_read(c, "t", "1then2", 11, 2, 600);
+	put_read(c, "t", "1then2b", 12, 1, 800);
+	put_read(c, "t", "1then2b", 13, 2, 600);
+	/* When: reader 1 is gone at 100 */
+	px_lease_cache_orphan(c, &one, 1, 100, release_log, &log);
+	/* Then: only the keys nobody else read are given back, one call per
+	 * tenant, with the sequence each was cached with; they leave the cache */
+	assert_int_equal(log.calls, 2);
+	assert_string_equal(log.text, "t/only1@7 u/only1@8 ");
+	assert_int_equal(px_lease_cache_get(c, "t", "only1", 0, 0, NULL, &out), 0);
+	assert_int_equal(px_lease_cache_get(c, "t", "noseq", 0, 0, NULL, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "t", "2then1", 0, 0, NULL, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "t", "1then2", 0, 0, NULL, &out), 1);
+	/* When: 2 is gone too, at 750: Then: of the keys 2 read last, the one
+	 * whose earlier read by 1 needed its lease until 700 goes; the one
+	 * whose earlier read needs it until 800 stays (1's going does not
+	 * shorten what was folded in) */
+	memset(&log, 0, sizeof(log));
+	px_lease_cache_orphan(c, &two, 1, 750, release_log, &log);
+	assert_string_equal(log.text, "t/1then2@11 ");
+	assert_int_equal(px_lease_cache_get(c, "t", "1then2b", 0, 0, NULL, &out), 1);
+	/* ... and a key 2 read before 1 is not 2's to give back */
+	assert_int_equal(px_lease_cache_get(c, "t", "2then1", 0, 0, NULL, &out), 1);
+	px_lease_cache_destroy(c);
+}
+
+static void test_lease_cache_orphan_keeps_dropped_reads(void **state)
+{
+	struct px_lease_cache *c = px_lease_cache_create(64); /* one entry a shard */
+	struct release_log log = {0};
+	const uint64_t one = 1;
+
+	/* Given: a key 2 read, dropped from the cache while 2's read needs its
+	 * lease (a remove through us), then read again by 1 alone */
+	put_read(c, "t", "k", 5, 2, 600);
+	px_lease_cache_drop(c, "t", "k");
+	put_read(c, "t", "k", 6, 1, 700);
+	/* When: 1 is gone before 2's read ends; Then: the lease stays */
+	px_lease_cache_orphan(c, &one, 1, 100, release_log, &log);
+	assert_int_equal(log.calls, 0);
+	/* Given: the same after 2's read ended; Then: it goes */
+	put_read(c, "t", "k", 7, 1, 700);
+	px_lease_cache_orphan(c, &one, 1, 650, release_log, &log);
+	assert_string_equal(log.text, "t/k@7 ");
 	px_lease_cache_destroy(c);
 }
 
@@ -219,13 +310,13 @@ static void test_lease_cache_replicas_grow_and_shrink(void **state)
 	const unsigned counts[] = {1, PX_CACHE_MAX_REPLICAS, 2, 0, 3};
 	struct px_cached out;
 
-	px_lease_cache_put(c, "t", "other", &(struct px_cached){.nrep = 0, .deadline_ms = 1000});
+	px_lease_cache_put(c, "t", "other", &(struct px_cached){.nrep = 0, .deadline_ms = 1000}, NULL);
 	for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
 		struct px_cached v = entry_of(10 + k, counts[k]);
 
 		memset(&out, 0xa5, sizeof(out));
-		px_lease_cache_put(c, "t", "k", &v);
-		assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, &out), 1);
+		px_lease_cache_put(c, "t", "k", &v, NULL);
+		assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 1);
 		assert_int_equal(out.size, 10 + k);
 		assert_int_equal(out.nrep, counts[k]);
 		for (unsigned i = 0; i < counts[k]; i++) {
@@ -235,10 +326,10 @@ static void test_lease_cache_replicas_grow_and_shrink(void **state)
 	}
 	/* A renewal that brings more replicas than the entry had. */
 	px_lease_cache_renew(c, 900, 200, renew_wide, NULL);
-	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 1);
 	assert_int_equal(out.nrep, PX_CACHE_MAX_REPLICAS);
 	assert_string_equal(out.rep[PX_CACHE_MAX_REPLICAS - 1].endpoint, "node-7:77");
-	assert_int_equal(px_lease_cache_get(c, "t", "other", 0, 0, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "t", "other", 0, 0, NULL, &out), 1);
 	assert_int_equal(out.nrep, 0);
 	px_lease_cache_destroy(c);
 }
@@ -257,7 +348,7 @@ static void model_check(struct px_lease_cache *c, const char *const *tenants)
 			int hit;
 
 			snprintf(key, sizeof(key), "k%d", i);
-			hit = px_lease_cache_get(c, tenants[t], key, 0, 0, &out);
+			hit = px_lease_cache_get(c, tenants[t], key, 0, 0, NULL, &out);
 			assert_int_equal(hit, model[t][i] != 0);
 			if (hit)
 				assert_int_equal(out.size, model[t][i]);
@@ -288,7 +379,7 @@ static void test_lease_cache_random_against_model(void **state)
 		if (what < 55) {
 			struct px_cached v = entry_of(1 + (x >> 40) % 1000, 1 + (unsigned)(x >> 50) % 3);
 
-			px_lease_cache_put(c, tenants[t], key, &v);
+			px_lease_cache_put(c, tenants[t], key, &v, NULL);
 			model[t][i] = v.size;
 		} else if (what < 99) {
 			px_lease_cache_drop(c, tenants[t], key);
@@ -318,15 +409,15 @@ static void test_lease_cache_drop_for_room(void **state)
 		char key[16];
 
 		snprintf(key, sizeof(key), "k%d", i);
-		px_lease_cache_put(c, "t", key, &v);
-		assert_int_equal(px_lease_cache_get(c, "t", key, 0, 0, &out), 1);
+		px_lease_cache_put(c, "t", key, &v, NULL);
+		assert_int_equal(px_lease_cache_get(c, "t", key, 0, 0, NULL, &out), 1);
 		assert_int_equal(out.size, 1 + (uint64_t)i);
 	}
 	for (int i = 0; i < 2000; i++) {
 		char key[16];
 
 		snprintf(key, sizeof(key), "k%d", i);
-		kept += px_lease_cache_get(c, "t", key, 0, 0, &out);
+		kept += px_lease_cache_get(c, "t", key, 0, 0, NULL, &out);
 	}
 	assert_true(kept <= 64);
 	px_lease_cache_destroy(c);
@@ -340,6 +431,8 @@ int main(void)
 		cmocka_unit_test(test_lease_cache_full_drops_oldest_lease),
 		cmocka_unit_test(test_lease_cache_inserts_stay_constant_time),
 		cmocka_unit_test(test_lease_cache_renews_read_entries_only),
+		cmocka_unit_test(test_lease_cache_orphan_gives_back_only_unneeded),
+		cmocka_unit_test(test_lease_cache_orphan_keeps_dropped_reads),
 		cmocka_unit_test(test_lease_cache_replicas_grow_and_shrink),
 		cmocka_unit_test(test_lease_cache_random_against_model),
 		cmocka_unit_test(test_lease_cache_drop_for_room),

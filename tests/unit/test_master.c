@@ -271,6 +271,118 @@ static void test_master_remove_unleased(void **state)
 	mst_master_destroy(m);
 }
 
+/* BatchGetReplicaList of one key by client: its lease_seq (0 on a miss). */
+static uint64_t lease_get(struct mst_master *m, uint64_t client, const char *key)
+{
+	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
+	Lunar__BatchGetReplicaListReply *r;
+	char *keys[1] = {(char *)key};
+	uint64_t seq;
+
+	rq.client_id = client;
+	rq.keys = keys;
+	rq.n_keys = 1;
+	r = (Lunar__BatchGetReplicaListReply *)call(m, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, &rq);
+	assert_int_equal(r->n_results, 1);
+	seq = r->results[0]->code ? 0 : r->results[0]->lease_seq;
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return seq;
+}
+
+/* BatchExistKey of one key by client. */
+static int lease_exist(struct mst_master *m, uint64_t client, const char *key)
+{
+	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
+	Lunar__BatchCodesReply *r;
+	char *keys[1] = {(char *)key};
+	int code;
+
+	rq.client_id = client;
+	rq.keys = keys;
+	rq.n_keys = 1;
+	r = (Lunar__BatchCodesReply *)call(m, LUNAR__METHOD__BATCH_EXIST_KEY, &rq);
+	code = r->codes[0];
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return code;
+}
+
+/* BatchLeaseRelease of one key by client: the key's code. */
+static int lease_release(struct mst_master *m, uint64_t client, const char *key, uint64_t seq)
+{
+	Lunar__LeaseReleaseRequest rq = LUNAR__LEASE_RELEASE_REQUEST__INIT;
+	Lunar__BatchCodesReply *r;
+	char *keys[1] = {(char *)key};
+	int code;
+
+	rq.client_id = client;
+	rq.keys = keys;
+	rq.n_keys = 1;
+	rq.lease_seqs = &seq;
+	rq.n_lease_seqs = 1;
+	r = (Lunar__BatchCodesReply *)call(m, LUNAR__METHOD__BATCH_LEASE_RELEASE, &rq);
+	assert_int_equal(r->status->code, 0);
+	assert_int_equal(r->n_codes, 1);
+	code = r->codes[0];
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return code;
+}
+
+static void test_master_lease_release(void **state)
+{
+	/* Given: keys committed by A */
+	struct mst_master *m = master_new(NULL, NULL);
+	Lunar__LeaseReleaseRequest bad = LUNAR__LEASE_RELEASE_REQUEST__INIT;
+	char *keys[2] = {"k1", "k2"};
+	uint64_t s1, s2;
+
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(put(m, CLIENT_A, keys[i], 100, 1), 0);
+	/* When: A's read lease is released; Then: an unforced remove works */
+	s1 = lease_get(m, CLIENT_A, "k1");
+	assert_true(s1 > 0);
+	assert_int_equal(remove_key(m, "k1", 0), LUNAR_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(lease_release(m, CLIENT_A, "k1", s1), 0);
+	assert_int_equal(remove_key(m, "k1", 0), 0);
+	assert_int_equal(lease_release(m, CLIENT_A, "k1", s1), LUNAR_ERR_OBJECT_NOT_FOUND);
+
+	/* A grant since (A's own again): the older sequence releases nothing */
+	s1 = lease_get(m, CLIENT_A, "k2");
+	s2 = lease_get(m, CLIENT_A, "k2");
+	assert_true(s2 > s1);
+	assert_int_equal(lease_release(m, CLIENT_A, "k2", s1), LUNAR_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(lease_release(m, CLIENT_A, "k2", s2), 0);
+	assert_int_equal(remove_key(m, "k2", 0), 0);
+
+	/* Another caller's lease after A's: A cannot release it */
+	assert_int_equal(put(m, CLIENT_A, "k2", 100, 1), 0);
+	s1 = lease_get(m, CLIENT_A, "k2");
+	assert_int_equal(lease_exist(m, CLIENT_B, "k2"), 1);
+	assert_int_equal(lease_release(m, CLIENT_A, "k2", s1), LUNAR_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(remove_key(m, "k2", 0), LUNAR_ERR_OBJECT_HAS_LEASE);
+	/* ... nor one before A's: releasing A's leaves B's */
+	s2 = lease_get(m, CLIENT_A, "k2");
+	assert_int_equal(lease_release(m, CLIENT_A, "k2", s2), 0);
+	assert_int_equal(remove_key(m, "k2", 0), LUNAR_ERR_OBJECT_HAS_LEASE);
+	/* ... nor a caller without a client_id (ExistKey) */
+	assert_int_equal(remove_key(m, "k2", 1), 0);
+	assert_int_equal(put(m, CLIENT_A, "k2", 100, 1), 0);
+	s1 = lease_get(m, CLIENT_A, "k2");
+	assert_int_equal(exist(m, NULL, "k2"), 1);
+	assert_int_equal(lease_release(m, CLIENT_A, "k2", s1), LUNAR_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(lease_release(m, 0, "k2", 0), LUNAR_ERR_INVALID_PARAMS);
+
+	/* A batch without one sequence per key is refused whole */
+	bad.client_id = CLIENT_A;
+	bad.keys = keys;
+	bad.n_keys = 2;
+	bad.lease_seqs = &s1;
+	bad.n_lease_seqs = 1;
+	assert_int_equal(call_code(m, LUNAR__METHOD__BATCH_LEASE_RELEASE, &bad),
+			 LUNAR_ERR_INVALID_PARAMS);
+	mst_master_destroy(m);
+}
+
 static void test_master_remove_all_counts(void **state)
 {
 	/* Given: three committed keys (one leased), one unfinished, one in tenant t2 */
@@ -681,6 +793,7 @@ int main(void)
 	    cmocka_unit_test(test_master_no_segments),
 	    cmocka_unit_test(test_master_remove_lease),
 	    cmocka_unit_test(test_master_remove_unleased),
+	    cmocka_unit_test(test_master_lease_release),
 	    cmocka_unit_test(test_master_remove_all_counts),
 	    cmocka_unit_test(test_master_client_ttl_expiry),
 	    cmocka_unit_test(test_master_clients_expire_together),

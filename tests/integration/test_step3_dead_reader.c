@@ -1,0 +1,163 @@
+/*
+ * test_step3_dead_reader.c - a client that dies has its leases dropped at
+ * once, not after the lease TTL (SPEC §5.6). The master's lease TTL is the
+ * default 10 s. A forked child gets one key and asks whether a second
+ * exists (each read takes a lease), and also gets a third key the parent
+ * read first. While the child lives, an unforced remove of its keys is
+ * refused (OBJECT_HAS_LEASE). Once it is SIGKILLed, the remove of its own
+ * two keys succeeds within 3 s, while the third key stays leased for the
+ * parent, who is alive and read it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define VAL_LEN	    4096
+#define RELEASE_MS  3000 /* well inside the 10 s lease */
+#define ALIVE_MS    1500 /* over a heartbeat: a live reader's leases stay */
+
+static char sock[PATH_MAX];
+static struct lunar_client *cl;
+
+static int setup(void **state)
+{
+	(void)state;
+	return h_embedded_node(sock, &cl, NULL) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	h_embedded_node_stop(&cl);
+	return 0;
+}
+
+/* The child: read its keys on a connection of its own, say so, then wait
+ * to be killed. */
+static void reader_main(int ready_fd)
+{
+	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 10000};
+	static uint8_t buf[VAL_LEN];
+	struct lunar_client *c = NULL;
+	int64_t got1, got2;
+	int rc, ex;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	alarm(30); /* bounded, should the test not kill it */
+	rc = lunar_connect(&o, &c);
+	if (rc) {
+		fprintf(stderr, "reader: connect: %s\n", h_code(rc));
+		_exit(2);
+	}
+	got1 = lunar_get_into(c, "mine-got", buf, sizeof(buf));
+	ex = lunar_exists(c, "mine-asked");
+	got2 = lunar_get_into(c, "shared", buf, sizeof(buf));
+	if (got1 != VAL_LEN || ex != 1 || got2 != VAL_LEN) {
+		fprintf(stderr, "reader: get %s, exists %s, get %s\n", h_code(got1), h_code(ex),
+			h_code(got2));
+		_exit(3);
+	}
+	if (write(ready_fd, "R", 1) != 1)
+		_exit(4);
+	for (;;)
+		pause();
+}
+
+/* Fork the reader and wait until it has read its keys. */
+static pid_t start_reader(void)
+{
+	struct pollfd pf;
+	int p[2], status = 0;
+	pid_t pid;
+	char b = 0;
+
+	H_ASSERT(pipe2(p, O_CLOEXEC) == 0);
+	fflush(NULL);
+	pid = fork();
+	H_ASSERT(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		reader_main(p[1]);
+	}
+	close(p[1]);
+	pf = (struct pollfd){p[0], POLLIN, 0};
+	if (poll(&pf, 1, 10000) != 1 || read(p[0], &b, 1) != 1 || b != 'R') {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		close(p[0]);
+		H_ASSERT_MSG(0, "the reader never read its keys (status 0x%x)", status);
+	}
+	close(p[0]);
+	return pid;
+}
+
+static void test_step3_dead_reader_leases_dropped(void **state)
+{
+	static const char *const keys[] = {"mine-got", "mine-asked", "shared"};
+	static uint8_t val[VAL_LEN];
+	uint64_t read_at, killed, took;
+	int status = 0, rc1 = -1, rc2 = -1; /* not yet removed */
+	pid_t pid;
+
+	(void)state;
+	/* Given: three keys, the last of them read by us */
+	h_fill(val, sizeof(val), 1);
+	for (int i = 0; i < 3; i++)
+		H_ASSERT_EQ(lunar_put(cl, keys[i], val, sizeof(val), NULL), 0);
+	H_ASSERT_EQ(lunar_exists(cl, "shared"), 1);
+	/* When: the reader reads them all and stays alive */
+	pid = start_reader();
+	read_at = h_now_ms();
+	/* Then: its leases hold over a heartbeat */
+	while (h_now_ms() - read_at < ALIVE_MS) {
+		H_ASSERT_EQ(lunar_remove(cl, "mine-got", 0), LUNAR_ERR_OBJECT_HAS_LEASE);
+		H_ASSERT_EQ(lunar_remove(cl, "mine-asked", 0), LUNAR_ERR_OBJECT_HAS_LEASE);
+		h_sleep_ms(100);
+	}
+	/* When: it dies */
+	kill(pid, SIGKILL);
+	H_ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	killed = h_now_ms();
+	/* Then: the leases only its reads took go at once */
+	do {
+		if (rc1 != 0)
+			rc1 = lunar_remove(cl, "mine-got", 0);
+		if (rc2 != 0)
+			rc2 = lunar_remove(cl, "mine-asked", 0);
+		if (!rc1 && !rc2)
+			break;
+		h_sleep_ms(20);
+	} while (h_now_ms() - killed < RELEASE_MS);
+	took = h_now_ms() - killed;
+	print_message("removable %llu ms after the reader's death (%llu ms after its reads)\n",
+		      (unsigned long long)took, (unsigned long long)(h_now_ms() - read_at));
+	H_ASSERT_MSG(!rc1 && !rc2, "remove after the reader died: %s, %s (lease TTL 10 s)",
+		     h_code(rc1), h_code(rc2));
+	/* ... and the key we read stays leased for us */
+	H_ASSERT_EQ(lunar_remove(cl, "shared", 0), LUNAR_ERR_OBJECT_HAS_LEASE);
+	H_ASSERT_EQ(lunar_remove(cl, "shared", 1), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_step3_dead_reader_leases_dropped),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
