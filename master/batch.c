@@ -126,7 +126,8 @@ static int32_t code_one(struct mst_master *m, uint32_t method, const Lunar__Batc
 		return mst_obj_put_revoke(m, rq->client_id, rq->tenant, key, rq->late);
 	case LUNAR__METHOD__BATCH_UPSERT_REVOKE:
 		return mst_obj_upsert_revoke(m, rq->client_id, rq->tenant, key, rq->late);
-	default: return mst_obj_exist(m, rq->client_id, rq->tenant, key);
+	default: return mst_obj_exist(m, &(struct mst_lessee){rq->client_id, rq->reader}, rq->tenant,
+				      key);
 	}
 }
 
@@ -166,9 +167,9 @@ static int batch_get(struct mst_master *m, const Lunar__BatchKeysRequest *rq,
 		lunar__get_replica_list_result__init(res);
 		r->results[i] = res;
 		r->n_results = i + 1;
-		res->code = mst_code(mst_obj_get(m, rq->client_id, rq->tenant, rq->keys[i],
-						 &res->size, &res->crc32c, &res->replicas,
-						 &res->n_replicas, &res->lease_seq));
+		res->code = mst_code(mst_obj_get(m, &(struct mst_lessee){rq->client_id, rq->reader},
+						 rq->tenant, rq->keys[i], &res->size, &res->crc32c,
+						 &res->replicas, &res->n_replicas, &res->lease_seq));
 	}
 	r->lease_ttl_ms = m->cfg.kv_lease_ttl_ms;
 	*rep = &r->base;
@@ -192,7 +193,8 @@ int mst_batch_lease_release(struct mst_master *m, const ProtobufCMessage *req,
 			    ProtobufCMessage **rep)
 {
 	const Lunar__LeaseReleaseRequest *rq = (const void *)req;
-	int bad = rq->n_keys > LUNAR_BATCH_MAX || rq->n_lease_seqs != rq->n_keys
+	int bad = rq->n_keys > LUNAR_BATCH_MAX || rq->n_lease_seqs != rq->n_keys ||
+			  rq->n_readers != rq->n_keys
 		      ? LUNAR_ERR_INVALID_PARAMS
 		      : 0;
 	Lunar__BatchCodesReply *r = codes_reply(rq->n_keys, bad);
@@ -200,8 +202,9 @@ int mst_batch_lease_release(struct mst_master *m, const ProtobufCMessage *req,
 	if (!r)
 		return -ENOMEM;
 	for (size_t i = 0; i < r->n_codes; i++)
-		r->codes[i] = mst_code(mst_obj_lease_release(m, rq->client_id, rq->tenant,
-							     rq->keys[i], rq->lease_seqs[i]));
+		r->codes[i] = mst_code(mst_obj_lease_release(
+		    m, &(struct mst_lessee){rq->client_id, rq->readers[i]}, rq->tenant, rq->keys[i],
+		    rq->lease_seqs[i]));
 	*rep = &r->base;
 	return 0;
 }

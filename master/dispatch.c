@@ -143,7 +143,8 @@ static int h_get(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMes
 	uint64_t seq;
 	uint32_t crc = 0;
 	/* No client_id in this request: a lease nobody can release early. */
-	int rc = mst_obj_get(m, 0, rq->tenant, rq->key, &size, &crc, &reps, &n, &seq);
+	int rc = mst_obj_get(m, &(struct mst_lessee){0, 0}, rq->tenant, rq->key, &size, &crc,
+			     &reps, &n, &seq);
 	Lunar__GetReplicaListReply *r =
 	    REPLY(Lunar__GetReplicaListReply, lunar__get_replica_list_reply__descriptor, rc);
 
@@ -165,7 +166,7 @@ static int h_get(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMes
 static int h_exist(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
 {
 	const Lunar__ExistKeyRequest *rq = (const void *)req;
-	int rc = mst_obj_exist(m, 0, rq->tenant, rq->key);
+	int rc = mst_obj_exist(m, &(struct mst_lessee){0, 0}, rq->tenant, rq->key);
 	Lunar__ExistKeyReply *r =
 	    REPLY(Lunar__ExistKeyReply, lunar__exist_key_reply__descriptor, rc < 0 ? rc : 0);
 

@@ -114,6 +114,7 @@ struct mst_master {
 	uint64_t n_complete, n_processing; /* atomics */
 	uint64_t capacity, used;	   /* atomics, bytes over all segments */
 	uint64_t next_obj_id;		   /* atomic */
+	uint64_t next_lease_seq;	   /* atomic */
 	pthread_mutex_t evict_lock;	   /* one eviction round at a time */
 	uint64_t evict_gen;		   /* atomic: rounds completed */
 	int alloc_failed;		   /* atomic: an allocation failed since the last round */
@@ -187,22 +188,30 @@ int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, c
  * put_start_release_timeout after its PutStart (as a discarded put's). */
 int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		       int late);
+/* Who a read lease goes to: a caller's client_id (0 if it gave none) and
+ * which of its own clients the read is for (0: the caller itself). */
+struct mst_lessee {
+	uint64_t holder;
+	uint64_t reader;
+};
+
 /* mst_obj_get - size, crc and heap copies of the replicas of a COMPLETE
- * object; grants a read lease to holder (a caller's client_id, 0 if it
- * gave none) and stores the object's lease_seq after it in *seq. */
-int mst_obj_get(struct mst_master *m, uint64_t holder, const char *tenant, const char *key,
-		uint64_t *size, uint32_t *crc, Lunar__Replica ***reps, size_t *n, uint64_t *seq);
-/* mst_obj_exist - 1 for a COMPLETE object (granting holder a read lease), 0
+ * object; grants a read lease to *who and stores its number (unique in
+ * the master's life) in *seq. */
+int mst_obj_get(struct mst_master *m, const struct mst_lessee *who, const char *tenant,
+		const char *key, uint64_t *size, uint32_t *crc, Lunar__Replica ***reps, size_t *n,
+		uint64_t *seq);
+/* mst_obj_exist - 1 for a COMPLETE object (granting *who a read lease), 0
  * for none, or a code. */
-int mst_obj_exist(struct mst_master *m, uint64_t holder, const char *tenant, const char *key);
+int mst_obj_exist(struct mst_master *m, const struct mst_lessee *who, const char *tenant,
+		  const char *key);
 /*
- * mst_obj_lease_release - end the lease holder was granted, if nobody was
- * granted one since: the object's lease_seq is still seq and its latest
- * grants all went to holder. The lease then falls back to what the grants
- * to other callers need. 0 when released; OBJECT_HAS_LEASE when kept;
- * OBJECT_NOT_FOUND; INVALID_PARAMS for holder 0.
+ * mst_obj_lease_release - end the lease granted to *who numbered seq, if it
+ * is the object's latest grant. The lease then falls back to what the
+ * grants to every other (holder, reader) need. 0 when released;
+ * OBJECT_HAS_LEASE when kept; OBJECT_NOT_FOUND; INVALID_PARAMS for holder 0.
  */
-int mst_obj_lease_release(struct mst_master *m, uint64_t holder, const char *tenant,
+int mst_obj_lease_release(struct mst_master *m, const struct mst_lessee *who, const char *tenant,
 			  const char *key, uint64_t seq);
 int mst_obj_remove(struct mst_master *m, const char *tenant, const char *key, int force);
 int64_t mst_obj_remove_all(struct mst_master *m, const char *tenant, int force);
@@ -318,7 +327,7 @@ int mst_batch_put_end(struct mst_master *m, uint32_t method, const ProtobufCMess
 		      ProtobufCMessage **rep);
 int mst_batch_remove(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
 /* mst_batch_lease_release - BatchLeaseRelease: mst_obj_lease_release of each
- * key (INVALID_PARAMS unless there is one lease_seq per key). */
+ * key (INVALID_PARAMS unless there is one lease_seq and one reader per key). */
 int mst_batch_lease_release(struct mst_master *m, const ProtobufCMessage *req,
 			    ProtobufCMessage **rep);
 /* mst_batch_remount - ReMountSegment: MountSegment of each segment, in

@@ -45,7 +45,9 @@ struct mst_object {
 	uint64_t writer;	   /* client_id of the PutStart (or last UpsertEnd) */
 	uint64_t lease_ms;	   /* read lease deadline, monotonic ms; commit time at first */
 	uint64_t lease_holder;	   /* client_id of the latest grant's caller; 0 none */
-	uint64_t lease_prior_ms;   /* covers every grant to a caller other than lease_holder */
+	uint64_t lease_reader;	   /* and the reader it named */
+	uint64_t lease_prior_ms;   /* covers every grant to another (holder, reader) */
+	uint64_t lease_seq;	   /* the latest grant's number */
 	uint64_t used_ms;	   /* last use (commit, read, put again): eviction order */
 	uint64_t put_start_ms;	   /* when PutStart ran */
 	uint64_t soft_pin_ttl_ms;  /* requested TTL, 0 if no soft pin */
@@ -58,7 +60,6 @@ struct mst_object {
 	struct mst_disk_replica *disk; /* heap, ndisk entries: LOCAL_DISK replicas */
 	uint64_t offload_to;	       /* proxy with a task for it queued or in flight; 0 none */
 	uint32_t crc;
-	uint32_t lease_seq; /* lease grants so far */
 	uint8_t state;
 	uint8_t hard_pin;
 	uint8_t offload_evict;	/* that task came from eviction: MEMORY goes once on disk */

@@ -468,25 +468,29 @@ int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant
 	return finish(m, client, tenant, key, late ? MST_END_REVOKE_LATE : MST_END_REVOKE, 0);
 }
 
-/* A read lease for holder. Grants to one holder in a row form its run;
- * the deadline before the run began covers every other holder's grants. */
-static uint32_t lease_grant(struct mst_master *m, struct mst_object *o, uint64_t holder)
+/* A read lease for who; its number. Grants to one lessee in a row form its
+ * run; the deadline before the run began covers every other lessee's. */
+static uint64_t lease_grant(struct mst_master *m, struct mst_object *o,
+			    const struct mst_lessee *who)
 {
 	uint64_t now = lc_now_ms(), until = now + m->cfg.kv_lease_ttl_ms;
 
 	o->used_ms = now;
-	if (holder != o->lease_holder) {
+	if (who->holder != o->lease_holder || who->reader != o->lease_reader) {
 		if (o->lease_ms > o->lease_prior_ms)
 			o->lease_prior_ms = o->lease_ms;
-		o->lease_holder = holder;
+		o->lease_holder = who->holder;
+		o->lease_reader = who->reader;
 	}
 	if (until > o->lease_ms)
 		o->lease_ms = until;
-	return ++o->lease_seq;
+	o->lease_seq = __atomic_add_fetch(&m->next_lease_seq, 1, __ATOMIC_RELAXED);
+	return o->lease_seq;
 }
 
-int mst_obj_get(struct mst_master *m, uint64_t holder, const char *tenant, const char *key,
-		uint64_t *size, uint32_t *crc, Lunar__Replica ***reps, size_t *n, uint64_t *seq)
+int mst_obj_get(struct mst_master *m, const struct mst_lessee *who, const char *tenant,
+		const char *key, uint64_t *size, uint32_t *crc, Lunar__Replica ***reps, size_t *n,
+		uint64_t *seq)
 {
 	struct mst_shard *s;
 	struct mst_object **pp, *o;
@@ -504,13 +508,14 @@ int mst_obj_get(struct mst_master *m, uint64_t holder, const char *tenant, const
 	if (!rc) {
 		*size = o->size;
 		*crc = o->crc;
-		*seq = lease_grant(m, o, holder);
+		*seq = lease_grant(m, o, who);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
 
-int mst_obj_exist(struct mst_master *m, uint64_t holder, const char *tenant, const char *key)
+int mst_obj_exist(struct mst_master *m, const struct mst_lessee *who, const char *tenant,
+		  const char *key)
 {
 	struct mst_shard *s;
 	struct mst_object **pp, *o;
@@ -520,21 +525,21 @@ int mst_obj_exist(struct mst_master *m, uint64_t holder, const char *tenant, con
 		return rc;
 	o = *pp;
 	if (o && o->state == MST_ST_COMPLETE) {
-		lease_grant(m, o, holder);
+		lease_grant(m, o, who);
 		rc = 1;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
 
-int mst_obj_lease_release(struct mst_master *m, uint64_t holder, const char *tenant,
+int mst_obj_lease_release(struct mst_master *m, const struct mst_lessee *who, const char *tenant,
 			  const char *key, uint64_t seq)
 {
 	struct mst_shard *s;
 	struct mst_object **pp, *o;
 	int rc;
 
-	if (!holder)
+	if (!who->holder)
 		return LUNAR_ERR_INVALID_PARAMS;
 	rc = mst_obj_lookup(m, tenant, key, &s, &pp);
 	if (rc)
@@ -542,11 +547,12 @@ int mst_obj_lease_release(struct mst_master *m, uint64_t holder, const char *ten
 	o = *pp;
 	if (!o) {
 		rc = LUNAR_ERR_OBJECT_NOT_FOUND;
-	} else if (o->lease_holder != holder || o->lease_seq != seq) {
+	} else if (o->lease_holder != who->holder || o->lease_reader != who->reader ||
+		   o->lease_seq != seq) {
 		rc = LUNAR_ERR_OBJECT_HAS_LEASE;
 	} else {
 		o->lease_ms = o->lease_prior_ms;
-		o->lease_holder = 0;
+		o->lease_holder = o->lease_reader = 0;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;

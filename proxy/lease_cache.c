@@ -347,11 +347,16 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 		i = find(c, s, h, tenant, key); /* without memory, it was dropped */
 		if (s->tab[i].e)
 			note_read(s->tab[i].e, rd);
+		else if (rd)
+			max_into(&s->lost_ms, rd->until_ms);
 		goto out;
 	}
 	e = entry_new(h, tenant, key, v);
-	if (!e)
+	if (!e) {
+		if (rd)
+			max_into(&s->lost_ms, rd->until_ms);
 		goto out;
+	}
 	if (s->count >= c->per_shard) {
 		entry_remove(c, s, find_entry(c, s, s->oldest));
 		i = find(c, s, h, tenant, key); /* the removal may have moved the run */
@@ -394,11 +399,13 @@ void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
 	}
 }
 
-/* A key copied out of the cache, with the lease_seq it was cached with. */
+/* A key copied out of the cache, with the lease_seq it was cached with and
+ * its reader. */
 struct lkey {
 	char *tenant;
 	char *key;
 	uint64_t seq;
+	uint64_t reader;
 };
 
 /* A growing list of keys copied out of the cache. */
@@ -434,6 +441,7 @@ static int key_list_add(struct key_list *l, const struct entry *e)
 	k->tenant = strdup(e->name);
 	k->key = strdup(e->name + e->tlen + 1);
 	k->seq = e->seq;
+	k->reader = e->reader;
 	if (!k->tenant || !k->key) {
 		free(k->tenant);
 		free(k->key);
@@ -551,13 +559,14 @@ static void release_batch(void *arg, struct lkey *d, size_t k)
 {
 	struct release *rl = arg;
 	char *keys[PX_RENEW_BATCH];
-	uint64_t seqs[PX_RENEW_BATCH];
+	uint64_t seqs[PX_RENEW_BATCH], readers[PX_RENEW_BATCH];
 
 	for (size_t j = 0; j < k; j++) {
 		keys[j] = d[j].key;
 		seqs[j] = d[j].seq;
+		readers[j] = d[j].reader;
 	}
-	rl->release(rl->arg, d[0].tenant, keys, seqs, k);
+	rl->release(rl->arg, d[0].tenant, keys, seqs, readers, k);
 }
 
 void px_lease_cache_orphan(struct px_lease_cache *c, const uint64_t *gone, size_t n,
@@ -575,11 +584,13 @@ void px_lease_cache_orphan(struct px_lease_cache *c, const uint64_t *gone, size_
 			next = e->newer;
 			if (!e->reader || !is_gone(gone, n, e->reader))
 				continue;
-			e->reader = e->reader_until_ms = 0;
-			if (!e->seq || e->others_ms > now_ms || key_list_add(&l, e))
-				continue;
-			e->others_ms = 0; /* nothing left for the shard to keep */
-			entry_remove(c, s, find_entry(c, s, e));
+			if (e->seq && e->deadline_ms > now_ms && e->others_ms <= now_ms &&
+			    !key_list_add(&l, e)) {
+				e->reader_until_ms = e->others_ms = 0; /* nothing left to keep */
+				entry_remove(c, s, find_entry(c, s, e));
+			} else {
+				e->reader = e->reader_until_ms = 0;
+			}
 		}
 		pthread_mutex_unlock(&s->lock);
 	}

@@ -47,6 +47,9 @@ void px_lease_cache_destroy(struct px_lease_cache *c);
  * other needs the lease any more, the proxy can give it back at once
  * (px_lease_cache_orphan). An entry dropped while a read still needed it
  * leaves that need to the next entry of its shard (the key may come back).
+ * Leases from the master are per reader too (its lookups name the session),
+ * so one reader's lookup still in flight keeps its own lease whatever the
+ * cache holds.
  */
 struct px_read {
 	uint64_t reader;
@@ -92,14 +95,15 @@ void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t wi
 
 /*
  * px_lease_cache_orphan - the readers gone[0..n) will read no more: forget
- * their reads. Each entry one of them read last whose lease no other read
- * needs after now_ms leaves the cache, and release(arg, tenant, keys,
- * seqs, k) is called once per tenant with up to PX_RENEW_BATCH of them and
- * the lease_seq each was cached with, so the caller can give those leases
- * back. Heartbeat thread; release is called without cache locks held.
+ * their reads. Each entry one of them read last whose lease still runs
+ * after now_ms and no other read needs leaves the cache, and release(arg,
+ * tenant, keys, seqs, readers, k) is called once per tenant with up to
+ * PX_RENEW_BATCH of them, the lease_seq each was cached with and the
+ * reader, so the caller can give those leases back. Heartbeat thread;
+ * release is called without cache locks held.
  */
 typedef void (*px_lease_release_fn)(void *arg, const char *tenant, char **keys,
-				    uint64_t *seqs, size_t n);
+				    uint64_t *seqs, uint64_t *readers, size_t n);
 void px_lease_cache_orphan(struct px_lease_cache *c, const uint64_t *gone, size_t n,
 			   uint64_t now_ms, px_lease_release_fn release, void *arg);
 

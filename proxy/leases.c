@@ -31,7 +31,7 @@ static int renew_tenant(void *arg, const char *tenant, char **keys, size_t n,
 	ProtobufCMessage *rep;
 	int rc;
 
-	rc = px_batch_keys_call(px, tenant, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, keys, n, 0,
+	rc = px_batch_keys_call(px, tenant, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, keys, n, 0, 0,
 				&rep);
 	if (rc)
 		return rc;
@@ -57,8 +57,10 @@ void px_lease_renew(struct px_proxy *px)
 			     px_lease_margin_ms(px) + 2 * px->cfg.ping_interval_ms, renew_tenant, px);
 }
 
-struct px_read px_read_by(struct px_proxy *px, const struct px_session *s, uint64_t now_ms)
+struct px_read px_read_by(struct px_proxy *px, struct px_session *s, uint64_t now_ms)
 {
+	if (!atomic_load_explicit(&s->leased, memory_order_relaxed))
+		atomic_store_explicit(&s->leased, true, memory_order_relaxed);
 	return (struct px_read){s->client_id, now_ms + atomic_load(&px->lease_ttl_ms)};
 }
 
@@ -75,7 +77,8 @@ void px_lease_reader_gone(struct px_proxy *px, const struct px_session *s)
 
 /* One BatchLeaseRelease; a key the master keeps (another read since) or a
  * failed call leaves its lease to run out. */
-static void release_tenant(void *arg, const char *tenant, char **keys, uint64_t *seqs, size_t n)
+static void release_tenant(void *arg, const char *tenant, char **keys, uint64_t *seqs,
+			   uint64_t *readers, size_t n)
 {
 	Lunar__LeaseReleaseRequest rq = LUNAR__LEASE_RELEASE_REQUEST__INIT;
 	const Lunar__BatchCodesReply *codes;
@@ -85,9 +88,10 @@ static void release_tenant(void *arg, const char *tenant, char **keys, uint64_t 
 
 	rq.client_id = px->client_id;
 	rq.tenant = (char *)tenant;
-	rq.n_keys = rq.n_lease_seqs = n;
+	rq.n_keys = rq.n_lease_seqs = rq.n_readers = n;
 	rq.keys = keys;
 	rq.lease_seqs = seqs;
+	rq.readers = readers;
 	if (px_mc_call(px->mc, LUNAR__METHOD__BATCH_LEASE_RELEASE, &rq.base, &rep))
 		return;
 	codes = (const Lunar__BatchCodesReply *)rep;

@@ -189,7 +189,7 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 	int rc;
 
 	rc = px_batch_keys_call(px, r->s->tenant, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, b->keys,
-				b->n, 0, &rep);
+				b->n, 0, r->s->client_id, &rep);
 	if (rc) {
 		px_batch_fail(r, b, rc);
 		return;

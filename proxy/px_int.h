@@ -112,6 +112,7 @@ struct px_session {
 	int rxfd; /* a descriptor that came with the message being gathered */
 	atomic_int refs;
 	atomic_bool dead;
+	atomic_bool leased; /* it looked keys up: leases may be held for it */
 	atomic_uint inflight; /* requests queued or running */
 	atomic_uint inflight_items; /* and the keys they name */
 	uint64_t reg_bytes;   /* registered memory mapped; loop thread only */
@@ -254,8 +255,9 @@ int64_t px_run_remove(struct px_proxy *px, struct px_req *r);
 /* px_lease_margin_ms - how long before its deadline a cached lease is no
  * longer used: a read must end inside the lease. */
 uint64_t px_lease_margin_ms(struct px_proxy *px);
-/* px_read_by - a read by client s at now_ms, for the lease cache. */
-struct px_read px_read_by(struct px_proxy *px, const struct px_session *s, uint64_t now_ms);
+/* px_read_by - a read by client s at now_ms, for the lease cache (and s
+ * is marked as holding leases). */
+struct px_read px_read_by(struct px_proxy *px, struct px_session *s, uint64_t now_ms);
 /* px_lease_renew - renew the leases of cached keys still being read. */
 void px_lease_renew(struct px_proxy *px);
 /* px_lease_reader_gone - client s closed: the heartbeat gives back at once

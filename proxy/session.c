@@ -316,7 +316,7 @@ void px_session_put(struct px_session *s)
 {
 	if (atomic_fetch_sub(&s->refs, 1) != 1)
 		return;
-	if (s->open) /* none of its requests runs any more */
+	if (atomic_load(&s->leased)) /* none of its requests runs any more */
 		px_lease_reader_gone(s->px, s);
 	if (s->rg.base)
 		munmap(s->rg.base, s->rg.size);

@@ -213,21 +213,23 @@ static void test_lease_cache_renews_read_entries_only(void **state)
 	px_lease_cache_destroy(c);
 }
 
-/* What px_lease_cache_orphan gave back: "tenant/key@seq " per key, and
- * the number of calls. */
+/* What px_lease_cache_orphan gave back: "tenant/key@seq:reader " per key,
+ * and the number of calls. */
 struct release_log {
 	int calls;
 	char text[256];
 };
 
-static void release_log(void *arg, const char *tenant, char **keys, uint64_t *seqs, size_t n)
+static void release_log(void *arg, const char *tenant, char **keys, uint64_t *seqs,
+			uint64_t *readers, size_t n)
 {
 	struct release_log *log = arg;
 
 	log->calls++;
 	for (size_t i = 0; i < n; i++)
 		snprintf(log->text + strlen(log->text), sizeof(log->text) - strlen(log->text),
-			 "%s/%s@%llu ", tenant, keys[i], (unsigned long long)seqs[i]);
+			 "%s/%s@%llu:%llu ", tenant, keys[i], (unsigned long long)seqs[i],
+			 (unsigned long long)readers[i]);
 }
 
 /* Put (tenant, key) with lease_seq seq, as the master gave it for a read by
@@ -265,7 +267,7 @@ static void test_lease_cache_orphan_gives_back_only_unneeded(void **state)
 	/* Then: only the keys nobody else read are given back, one call per
 	 * tenant, with the sequence each was cached with; they leave the cache */
 	assert_int_equal(log.calls, 2);
-	assert_string_equal(log.text, "t/only1@7 u/only1@8 ");
+	assert_string_equal(log.text, "t/only1@7:1 u/only1@8:1 ");
 	assert_int_equal(px_lease_cache_get(c, "t", "only1", 0, 0, NULL, &out), 0);
 	assert_int_equal(px_lease_cache_get(c, "t", "noseq", 0, 0, NULL, &out), 1);
 	assert_int_equal(px_lease_cache_get(c, "t", "2then1", 0, 0, NULL, &out), 1);
@@ -276,7 +278,7 @@ static void test_lease_cache_orphan_gives_back_only_unneeded(void **state)
 	 * shorten what was folded in) */
 	memset(&log, 0, sizeof(log));
 	px_lease_cache_orphan(c, &two, 1, 750, release_log, &log);
-	assert_string_equal(log.text, "t/1then2@11 ");
+	assert_string_equal(log.text, "t/1then2@11:2 ");
 	assert_int_equal(px_lease_cache_get(c, "t", "1then2b", 0, 0, NULL, &out), 1);
 	/* ... and a key 2 read before 1 is not 2's to give back */
 	assert_int_equal(px_lease_cache_get(c, "t", "2then1", 0, 0, NULL, &out), 1);
@@ -300,7 +302,13 @@ static void test_lease_cache_orphan_keeps_dropped_reads(void **state)
 	/* Given: the same after 2's read ended; Then: it goes */
 	put_read(c, "t", "k", 7, 1, 700);
 	px_lease_cache_orphan(c, &one, 1, 650, release_log, &log);
-	assert_string_equal(log.text, "t/k@7 ");
+	assert_string_equal(log.text, "t/k@7:1 ");
+	/* Given: a lease that has run out (deadline 100000); Then: nothing to
+	 * give back */
+	put_read(c, "t", "k", 8, 1, 700);
+	memset(&log, 0, sizeof(log));
+	px_lease_cache_orphan(c, &one, 1, 100000, release_log, &log);
+	assert_int_equal(log.calls, 0);
 	px_lease_cache_destroy(c);
 }
 

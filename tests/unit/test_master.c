@@ -271,8 +271,10 @@ static void test_master_remove_unleased(void **state)
 	mst_master_destroy(m);
 }
 
-/* BatchGetReplicaList of one key by client: its lease_seq (0 on a miss). */
-static uint64_t lease_get(struct mst_master *m, uint64_t client, const char *key)
+/* BatchGetReplicaList of one key by client for reader: its lease_seq (0 on
+ * a miss). */
+static uint64_t lease_get_for(struct mst_master *m, uint64_t client, uint64_t reader,
+			      const char *key)
 {
 	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
 	Lunar__BatchGetReplicaListReply *r;
@@ -280,6 +282,7 @@ static uint64_t lease_get(struct mst_master *m, uint64_t client, const char *key
 	uint64_t seq;
 
 	rq.client_id = client;
+	rq.reader = reader;
 	rq.keys = keys;
 	rq.n_keys = 1;
 	r = (Lunar__BatchGetReplicaListReply *)call(m, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, &rq);
@@ -287,6 +290,11 @@ static uint64_t lease_get(struct mst_master *m, uint64_t client, const char *key
 	seq = r->results[0]->code ? 0 : r->results[0]->lease_seq;
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	return seq;
+}
+
+static uint64_t lease_get(struct mst_master *m, uint64_t client, const char *key)
+{
+	return lease_get_for(m, client, 0, key);
 }
 
 /* BatchExistKey of one key by client. */
@@ -306,8 +314,9 @@ static int lease_exist(struct mst_master *m, uint64_t client, const char *key)
 	return code;
 }
 
-/* BatchLeaseRelease of one key by client: the key's code. */
-static int lease_release(struct mst_master *m, uint64_t client, const char *key, uint64_t seq)
+/* BatchLeaseRelease of one key by client for reader: the key's code. */
+static int lease_release_for(struct mst_master *m, uint64_t client, uint64_t reader,
+			     const char *key, uint64_t seq)
 {
 	Lunar__LeaseReleaseRequest rq = LUNAR__LEASE_RELEASE_REQUEST__INIT;
 	Lunar__BatchCodesReply *r;
@@ -319,12 +328,19 @@ static int lease_release(struct mst_master *m, uint64_t client, const char *key,
 	rq.n_keys = 1;
 	rq.lease_seqs = &seq;
 	rq.n_lease_seqs = 1;
+	rq.readers = &reader;
+	rq.n_readers = 1;
 	r = (Lunar__BatchCodesReply *)call(m, LUNAR__METHOD__BATCH_LEASE_RELEASE, &rq);
 	assert_int_equal(r->status->code, 0);
 	assert_int_equal(r->n_codes, 1);
 	code = r->codes[0];
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	return code;
+}
+
+static int lease_release(struct mst_master *m, uint64_t client, const char *key, uint64_t seq)
+{
+	return lease_release_for(m, client, 0, key, seq);
 }
 
 static void test_master_lease_release(void **state)
@@ -345,6 +361,11 @@ static void test_master_lease_release(void **state)
 	assert_int_equal(lease_release(m, CLIENT_A, "k1", s1), 0);
 	assert_int_equal(remove_key(m, "k1", 0), 0);
 	assert_int_equal(lease_release(m, CLIENT_A, "k1", s1), LUNAR_ERR_OBJECT_NOT_FOUND);
+
+	/* A key removed and put again: its old lease number releases nothing */
+	assert_int_equal(put(m, CLIENT_A, "k1", 100, 1), 0);
+	assert_true(lease_get(m, CLIENT_A, "k1") > s1);
+	assert_int_equal(lease_release(m, CLIENT_A, "k1", s1), LUNAR_ERR_OBJECT_HAS_LEASE);
 
 	/* A grant since (A's own again): the older sequence releases nothing */
 	s1 = lease_get(m, CLIENT_A, "k2");
@@ -372,7 +393,18 @@ static void test_master_lease_release(void **state)
 	assert_int_equal(lease_release(m, CLIENT_A, "k2", s1), LUNAR_ERR_OBJECT_HAS_LEASE);
 	assert_int_equal(lease_release(m, 0, "k2", 0), LUNAR_ERR_INVALID_PARAMS);
 
-	/* A batch without one sequence per key is refused whole */
+	/* Two readers of one caller: each lease is its own. Reader 2's lookup
+	 * granted before reader 1's stays when reader 1's is released */
+	assert_int_equal(remove_key(m, "k2", 1), 0);
+	assert_int_equal(put(m, CLIENT_A, "k2", 100, 1), 0);
+	s1 = lease_get_for(m, CLIENT_A, 2, "k2");
+	s2 = lease_get_for(m, CLIENT_A, 1, "k2");
+	assert_int_equal(lease_release_for(m, CLIENT_A, 2, "k2", s1), LUNAR_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(lease_release_for(m, CLIENT_A, 2, "k2", s2), LUNAR_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(lease_release_for(m, CLIENT_A, 1, "k2", s2), 0);
+	assert_int_equal(remove_key(m, "k2", 0), LUNAR_ERR_OBJECT_HAS_LEASE);
+
+	/* A batch without one sequence and one reader per key is refused whole */
 	bad.client_id = CLIENT_A;
 	bad.keys = keys;
 	bad.n_keys = 2;
