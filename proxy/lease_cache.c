@@ -383,7 +383,11 @@ void px_lease_cache_drop(struct px_lease_cache *c, const char *tenant, const cha
 	pthread_mutex_unlock(&s->lock);
 }
 
-void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
+typedef void (*visit_fn)(struct px_lease_cache *c, struct shard *s, struct entry *e, void *arg);
+
+/* Call visit for every entry, shard by shard under its lock; visit may
+ * remove the entry it is given. */
+static void sweep(struct px_lease_cache *c, visit_fn visit, void *arg)
 {
 	for (int i = 0; i < SHARDS; i++) {
 		struct shard *s = &c->s[i];
@@ -392,11 +396,21 @@ void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
 		pthread_mutex_lock(&s->lock);
 		for (e = s->oldest; e; e = next) {
 			next = e->newer;
-			if (!strcmp(e->name, tenant))
-				entry_remove(c, s, find_entry(c, s, e));
+			visit(c, s, e, arg);
 		}
 		pthread_mutex_unlock(&s->lock);
 	}
+}
+
+static void clear_visit(struct px_lease_cache *c, struct shard *s, struct entry *e, void *tenant)
+{
+	if (!strcmp(e->name, tenant))
+		entry_remove(c, s, find_entry(c, s, e));
+}
+
+void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
+{
+	sweep(c, clear_visit, (void *)tenant);
 }
 
 /* A key copied out of the cache, with the lease_seq it was cached with and
@@ -569,30 +583,36 @@ static void release_batch(void *arg, struct lkey *d, size_t k)
 	rl->release(rl->arg, d[0].tenant, keys, seqs, readers, k);
 }
 
+struct orphan {
+	const uint64_t *gone;
+	size_t n;
+	uint64_t now_ms;
+	struct key_list l;
+};
+
+/* Forget a gone reader's reads of e; list and drop e if its lease runs
+ * and nobody else needs it. */
+static void orphan_visit(struct px_lease_cache *c, struct shard *s, struct entry *e, void *arg)
+{
+	struct orphan *o = arg;
+
+	if (!e->reader || !is_gone(o->gone, o->n, e->reader))
+		return;
+	if (e->seq && e->deadline_ms > o->now_ms && e->others_ms <= o->now_ms &&
+	    !key_list_add(&o->l, e)) {
+		e->reader_until_ms = e->others_ms = 0; /* nothing left to keep */
+		entry_remove(c, s, find_entry(c, s, e));
+	} else {
+		e->reader = e->reader_until_ms = 0;
+	}
+}
+
 void px_lease_cache_orphan(struct px_lease_cache *c, const uint64_t *gone, size_t n,
 			   uint64_t now_ms, px_lease_release_fn release, void *arg)
 {
 	struct release rl = {release, arg};
-	struct key_list l = {0};
+	struct orphan o = {gone, n, now_ms, {0}};
 
-	for (int i = 0; i < SHARDS; i++) {
-		struct shard *s = &c->s[i];
-		struct entry *e, *next;
-
-		pthread_mutex_lock(&s->lock);
-		for (e = s->oldest; e; e = next) {
-			next = e->newer;
-			if (!e->reader || !is_gone(gone, n, e->reader))
-				continue;
-			if (e->seq && e->deadline_ms > now_ms && e->others_ms <= now_ms &&
-			    !key_list_add(&l, e)) {
-				e->reader_until_ms = e->others_ms = 0; /* nothing left to keep */
-				entry_remove(c, s, find_entry(c, s, e));
-			} else {
-				e->reader = e->reader_until_ms = 0;
-			}
-		}
-		pthread_mutex_unlock(&s->lock);
-	}
-	key_list_batches(&l, release_batch, &rl);
+	sweep(c, orphan_visit, &o);
+	key_list_batches(&o.l, release_batch, &rl);
 }
