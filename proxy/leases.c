@@ -3,8 +3,8 @@
  * heartbeat's renewal of leases on keys that are still being read (one
  * BatchGetReplicaList per tenant: new leases, and the current replica lists,
  * so a value upserted elsewhere replaces the cached one), and giving back
- * at once the leases only a closed client's reads needed (one
- * BatchLeaseRelease per tenant).
+ * the leases only a closed client's reads needed, on the beat its close
+ * triggers (one BatchLeaseRelease per tenant).
  */
 
 #include <string.h>

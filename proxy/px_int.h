@@ -260,9 +260,9 @@ uint64_t px_lease_margin_ms(struct px_proxy *px);
 struct px_read px_read_by(struct px_proxy *px, struct px_session *s, uint64_t now_ms);
 /* px_lease_renew - renew the leases of cached keys still being read. */
 void px_lease_renew(struct px_proxy *px);
-/* px_lease_reader_gone - client s closed: the heartbeat gives back at once
- * the leases only its reads needed (SPEC: a dead client's leases drop).
- * Any thread. */
+/* px_lease_reader_gone - client s closed: the heartbeat, woken now, gives
+ * back the leases only its reads needed (SPEC: a dead client's leases
+ * drop). Any thread. */
 void px_lease_reader_gone(struct px_proxy *px, const struct px_session *s);
 /* px_lease_release_gone - the heartbeat's part of px_lease_reader_gone:
  * BatchLeaseRelease of those leases. */

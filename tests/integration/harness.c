@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -869,4 +870,40 @@ void h_pid_dump_threads(pid_t pid)
 			(long long)ms);
 	}
 	closedir(d);
+}
+
+pid_t h_fork_ready(void (*child)(int ready_fd, void *arg), void *arg, int *rd)
+{
+	struct pollfd pf;
+	int p[2], status = 0;
+	pid_t pid;
+	char b = 0;
+
+	if (pipe2(p, O_CLOEXEC))
+		return -1;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		child(p[1], arg);
+		_exit(127);
+	}
+	close(p[1]);
+	pf = (struct pollfd){p[0], POLLIN, 0};
+	if (pid < 0 || poll(&pf, 1, H_READY_TIMEOUT_MS) != 1 || read(p[0], &b, 1) != 1 ||
+	    b != 'R') {
+		if (pid > 0) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			fprintf(stderr, "harness: child %d never got ready (status 0x%x)\n",
+				(int)pid, status);
+		}
+		close(p[0]);
+		return -1;
+	}
+	if (rd)
+		*rd = p[0];
+	else
+		close(p[0]);
+	return pid;
 }

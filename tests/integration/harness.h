@@ -169,6 +169,15 @@ int h_pid_maps_count(pid_t pid, const char *needle);
 int64_t h_pid_cpu_ms(pid_t pid);
 void h_pid_dump_threads(pid_t pid);
 
+/*
+ * h_fork_ready - fork a child that runs child(ready_fd, arg), which must not
+ * return, and wait up to H_READY_TIMEOUT_MS for it to write 'R' to
+ * ready_fd. Returns the child's pid, with the pipe's read end in *rd (the
+ * child may send more on it) or closed when rd is NULL; or -1, the child
+ * killed and reaped and its status printed.
+ */
+pid_t h_fork_ready(void (*child)(int ready_fd, void *arg), void *arg, int *rd);
+
 /* Called by the assertion macros below: prints the logs once per failure. */
 void h_on_fail(void);
 

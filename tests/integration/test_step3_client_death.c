@@ -64,10 +64,20 @@ static void *writer_main(void *arg)
 	return NULL;
 }
 
+/* What the doomed client does: its mode's name, and whether it forks an
+ * idle grandchild. */
+struct doomed {
+	const char *mode;
+	int fork_idle;
+};
+
 /* The doomed client: never returns. Reports readiness with one byte, then
  * the pid of the idle grandchild when fork_idle. */
-static void child_main(int ready_fd, const char *mode, int fork_idle)
+static void child_main(int ready_fd, void *arg)
 {
+	const struct doomed *d = arg;
+	const char *mode = d->mode;
+	int fork_idle = d->fork_idle;
 	static struct writer w[NWRITERS];
 	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 10000};
 	struct lunar_client *c = NULL;
@@ -150,12 +160,12 @@ static void steady_counts(pid_t pid, int *fds, int *memfds)
 
 static void run_death(const char *mode, int delayed, int fork_idle)
 {
-	int base_fds, base_memfds, fds = -1, memfds = -1, dying = -1, p[2], status = 0;
+	int base_fds, base_memfds, fds = -1, memfds = -1, dying = -1, rd = -1, status = 0;
+	struct doomed d = {mode, fork_idle};
 	struct pollfd pf;
 	uint64_t killed, took;
 	struct lunar_client *c;
 	pid_t pid, idle = 0;
-	char b = 0;
 
 	if (delayed)
 		proxy = h_start_proxy(mode, sock, H_EMBEDDED, "--segment-size", "64MiB",
@@ -167,26 +177,18 @@ static void run_death(const char *mode, int delayed, int fork_idle)
 	print_message("%s: baseline %d fds, %d memfd maps\n", mode, base_fds, base_memfds);
 	H_ASSERT(base_fds > 0 && base_memfds >= 0);
 
-	H_ASSERT(pipe2(p, O_CLOEXEC) == 0);
-	fflush(NULL);
-	pid = fork();
-	H_ASSERT(pid >= 0);
-	if (pid == 0) {
-		close(p[0]);
-		child_main(p[1], mode, fork_idle);
-	}
-	close(p[1]);
-	pf = (struct pollfd){p[0], POLLIN, 0};
-	if (poll(&pf, 1, 10000) != 1 || read(p[0], &b, 1) != 1 || b != 'R' ||
-	    (fork_idle && (poll(&pf, 1, 10000) != 1 ||
-			   read(p[0], &idle, sizeof(idle)) != sizeof(idle) || idle <= 0))) {
+	pid = h_fork_ready(child_main, &d, &rd);
+	H_ASSERT_MSG(pid > 0, "%s: the child never got its puts going", mode);
+	pf = (struct pollfd){rd, POLLIN, 0};
+	if (fork_idle && (poll(&pf, 1, 10000) != 1 ||
+			  read(rd, &idle, sizeof(idle)) != sizeof(idle) || idle <= 0)) {
 		kill(pid, SIGKILL);
 		waitpid(pid, &status, 0);
-		close(p[0]);
-		H_ASSERT_MSG(0, "%s: the child never got its puts going (status 0x%x)", mode,
+		close(rd);
+		H_ASSERT_MSG(0, "%s: the child never said its grandchild's pid (status 0x%x)", mode,
 			     status);
 	}
-	close(p[0]);
+	close(rd);
 	h_sleep_ms(300); /* puts in flight */
 	fds = h_pid_fd_count(proxy->pid);
 	dying = h_pid_maps_count(proxy->pid, "memfd:t3-dying-reg");

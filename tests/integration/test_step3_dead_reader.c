@@ -15,8 +15,6 @@
 
 #include <cmocka.h>
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +47,7 @@ static int teardown(void **state)
 
 /* The child: read its keys on a connection of its own, say so, then wait
  * to be killed. */
-static void reader_main(int ready_fd)
+static void reader_main(int ready_fd, void *arg)
 {
 	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 10000};
 	static uint8_t buf[VAL_LEN];
@@ -57,6 +55,7 @@ static void reader_main(int ready_fd)
 	int64_t got1, got2;
 	int rc, ex;
 
+	(void)arg;
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	alarm(30); /* bounded, should the test not kill it */
 	rc = lunar_connect(&o, &c);
@@ -78,34 +77,6 @@ static void reader_main(int ready_fd)
 		pause();
 }
 
-/* Fork the reader and wait until it has read its keys. */
-static pid_t start_reader(void)
-{
-	struct pollfd pf;
-	int p[2], status = 0;
-	pid_t pid;
-	char b = 0;
-
-	H_ASSERT(pipe2(p, O_CLOEXEC) == 0);
-	fflush(NULL);
-	pid = fork();
-	H_ASSERT(pid >= 0);
-	if (pid == 0) {
-		close(p[0]);
-		reader_main(p[1]);
-	}
-	close(p[1]);
-	pf = (struct pollfd){p[0], POLLIN, 0};
-	if (poll(&pf, 1, 10000) != 1 || read(p[0], &b, 1) != 1 || b != 'R') {
-		kill(pid, SIGKILL);
-		waitpid(pid, &status, 0);
-		close(p[0]);
-		H_ASSERT_MSG(0, "the reader never read its keys (status 0x%x)", status);
-	}
-	close(p[0]);
-	return pid;
-}
-
 static void test_step3_dead_reader_leases_dropped(void **state)
 {
 	static const char *const keys[] = {"mine-got", "mine-asked", "shared"};
@@ -121,7 +92,8 @@ static void test_step3_dead_reader_leases_dropped(void **state)
 		H_ASSERT_EQ(lunar_put(cl, keys[i], val, sizeof(val), NULL), 0);
 	H_ASSERT_EQ(lunar_exists(cl, "shared"), 1);
 	/* When: the reader reads them all and stays alive */
-	pid = start_reader();
+	pid = h_fork_ready(reader_main, NULL, NULL);
+	H_ASSERT_MSG(pid > 0, "the reader never read its keys");
 	read_at = h_now_ms();
 	/* Then: its leases hold over a heartbeat */
 	while (h_now_ms() - read_at < ALIVE_MS) {

@@ -271,20 +271,41 @@ static void test_master_remove_unleased(void **state)
 	mst_master_destroy(m);
 }
 
+/* A BatchKeysRequest of client for reader naming the one key *key. */
+static Lunar__BatchKeysRequest one_key(uint64_t client, uint64_t reader, char **key)
+{
+	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
+
+	rq.client_id = client;
+	rq.reader = reader;
+	rq.keys = key;
+	rq.n_keys = 1;
+	return rq;
+}
+
+/* Dispatch a one-key request answered in BatchCodesReply: the key's code. */
+static int one_code(struct mst_master *m, uint32_t method, const void *rq)
+{
+	Lunar__BatchCodesReply *r = (Lunar__BatchCodesReply *)call(m, method, rq);
+	int code;
+
+	assert_int_equal(r->status->code, 0);
+	assert_int_equal(r->n_codes, 1);
+	code = r->codes[0];
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return code;
+}
+
 /* BatchGetReplicaList of one key by client for reader: its lease_seq (0 on
  * a miss). */
 static uint64_t lease_get_for(struct mst_master *m, uint64_t client, uint64_t reader,
 			      const char *key)
 {
-	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
+	char *k = (char *)key;
+	Lunar__BatchKeysRequest rq = one_key(client, reader, &k);
 	Lunar__BatchGetReplicaListReply *r;
-	char *keys[1] = {(char *)key};
 	uint64_t seq;
 
-	rq.client_id = client;
-	rq.reader = reader;
-	rq.keys = keys;
-	rq.n_keys = 1;
 	r = (Lunar__BatchGetReplicaListReply *)call(m, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, &rq);
 	assert_int_equal(r->n_results, 1);
 	seq = r->results[0]->code ? 0 : r->results[0]->lease_seq;
@@ -300,18 +321,10 @@ static uint64_t lease_get(struct mst_master *m, uint64_t client, const char *key
 /* BatchExistKey of one key by client. */
 static int lease_exist(struct mst_master *m, uint64_t client, const char *key)
 {
-	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
-	Lunar__BatchCodesReply *r;
-	char *keys[1] = {(char *)key};
-	int code;
+	char *k = (char *)key;
+	Lunar__BatchKeysRequest rq = one_key(client, 0, &k);
 
-	rq.client_id = client;
-	rq.keys = keys;
-	rq.n_keys = 1;
-	r = (Lunar__BatchCodesReply *)call(m, LUNAR__METHOD__BATCH_EXIST_KEY, &rq);
-	code = r->codes[0];
-	protobuf_c_message_free_unpacked(&r->base, NULL);
-	return code;
+	return one_code(m, LUNAR__METHOD__BATCH_EXIST_KEY, &rq);
 }
 
 /* BatchLeaseRelease of one key by client for reader: the key's code. */
@@ -319,23 +332,14 @@ static int lease_release_for(struct mst_master *m, uint64_t client, uint64_t rea
 			     const char *key, uint64_t seq)
 {
 	Lunar__LeaseReleaseRequest rq = LUNAR__LEASE_RELEASE_REQUEST__INIT;
-	Lunar__BatchCodesReply *r;
-	char *keys[1] = {(char *)key};
-	int code;
+	char *k = (char *)key;
 
 	rq.client_id = client;
-	rq.keys = keys;
-	rq.n_keys = 1;
+	rq.keys = &k;
+	rq.n_keys = rq.n_lease_seqs = rq.n_readers = 1;
 	rq.lease_seqs = &seq;
-	rq.n_lease_seqs = 1;
 	rq.readers = &reader;
-	rq.n_readers = 1;
-	r = (Lunar__BatchCodesReply *)call(m, LUNAR__METHOD__BATCH_LEASE_RELEASE, &rq);
-	assert_int_equal(r->status->code, 0);
-	assert_int_equal(r->n_codes, 1);
-	code = r->codes[0];
-	protobuf_c_message_free_unpacked(&r->base, NULL);
-	return code;
+	return one_code(m, LUNAR__METHOD__BATCH_LEASE_RELEASE, &rq);
 }
 
 static int lease_release(struct mst_master *m, uint64_t client, const char *key, uint64_t seq)
