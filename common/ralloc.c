@@ -259,6 +259,11 @@ static struct blk *find_fit(struct lc_ralloc *a, uint64_t len)
 	return bin_best(a, i, len, 1);
 }
 
+uint64_t lc_ralloc_round(const struct lc_ralloc *a, uint64_t len)
+{
+	return (len + a->align - 1) & ~(a->align - 1);
+}
+
 int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off)
 {
 	struct blk *b, *rest;
@@ -266,7 +271,7 @@ int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off)
 
 	if (!len || len > a->capacity)
 		return -ENOSPC;
-	len = (len + a->align - 1) & ~(a->align - 1);
+	len = lc_ralloc_round(a, len);
 	if (a->nalloc >= a->hmask && hash_grow(a))
 		return -ENOMEM;
 	b = find_fit(a, len);
@@ -289,8 +294,9 @@ int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off)
 		b->len = len;
 		free_insert(a, rest);
 	}
-	slot = hash_find(a, b->off);
-	b->fnext = NULL;
+	/* A free range is never in the table: no need to walk the chain. */
+	slot = &a->hash[hash_slot(a, b->off)];
+	b->fnext = *slot;
 	*slot = b;
 	a->nalloc++;
 	a->used += b->len;
@@ -310,13 +316,15 @@ static void absorb_next(struct lc_ralloc *a, struct blk *b)
 	blk_release(a, n);
 }
 
-int lc_ralloc_put(struct lc_ralloc *a, uint64_t off)
+int lc_ralloc_put(struct lc_ralloc *a, uint64_t off, uint64_t *freed)
 {
 	struct blk **slot = hash_find(a, off);
 	struct blk *b = *slot;
 
 	if (!b)
 		return -ENOENT;
+	if (freed)
+		*freed = b->len;
 	*slot = b->fnext;
 	a->nalloc--;
 	a->used -= b->len;
@@ -333,13 +341,6 @@ int lc_ralloc_put(struct lc_ralloc *a, uint64_t off)
 	}
 	free_insert(a, b);
 	return 0;
-}
-
-uint64_t lc_ralloc_size(const struct lc_ralloc *a, uint64_t off)
-{
-	struct blk *b = *hash_find(a, off);
-
-	return b ? b->len : 0;
 }
 
 uint64_t lc_ralloc_used(const struct lc_ralloc *a)

@@ -17,15 +17,15 @@ struct lc_ralloc;
 struct lc_ralloc *lc_ralloc_create(uint64_t size, uint64_t align);
 /* lc_ralloc_destroy - free the allocator (not the space). NULL is a no-op. */
 void lc_ralloc_destroy(struct lc_ralloc *a);
-/* lc_ralloc_get - allocate len bytes (len > 0); 0 and *off, or -ENOSPC, or
- * -ENOMEM when bookkeeping memory runs out. */
+/* lc_ralloc_get - allocate len bytes (len > 0), rounded up to the alignment;
+ * 0 and *off, or -ENOSPC, or -ENOMEM when bookkeeping memory runs out. */
 int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off);
-/* lc_ralloc_put - free the range that lc_ralloc_get returned at off.
- * Returns 0, or -ENOENT if no allocated range starts at off. */
-int lc_ralloc_put(struct lc_ralloc *a, uint64_t off);
-/* lc_ralloc_size - the allocated length (after rounding) of the range at off,
- * or 0 if none starts there. */
-uint64_t lc_ralloc_size(const struct lc_ralloc *a, uint64_t off);
+/* lc_ralloc_round - len rounded up to the alignment, as lc_ralloc_get takes it. */
+uint64_t lc_ralloc_round(const struct lc_ralloc *a, uint64_t len);
+/* lc_ralloc_put - free the range that lc_ralloc_get returned at off, and
+ * give its allocated length in *freed (if not NULL). Returns 0, or -ENOENT
+ * if no allocated range starts at off. */
+int lc_ralloc_put(struct lc_ralloc *a, uint64_t off, uint64_t *freed);
 /* Figures: bytes in use, total size, largest free range. */
 uint64_t lc_ralloc_used(const struct lc_ralloc *a);
 uint64_t lc_ralloc_capacity(const struct lc_ralloc *a);

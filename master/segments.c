@@ -314,7 +314,7 @@ static int segment_get(struct mst_master *m, struct mst_segment *s, uint64_t len
 	pthread_mutex_lock(&s->lock);
 	rc = lc_ralloc_get(s->ra, len, &r->off);
 	if (!rc) {
-		got = lc_ralloc_size(s->ra, r->off);
+		got = lc_ralloc_round(s->ra, len);
 		__atomic_store_n(&s->used, s->used + got, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -332,8 +332,7 @@ void mst_replica_free(struct mst_master *m, const struct mst_replica *r)
 	uint64_t len;
 
 	pthread_mutex_lock(&s->lock);
-	len = lc_ralloc_size(s->ra, r->off);
-	LC_ASSERT(len && lc_ralloc_put(s->ra, r->off) == 0);
+	LC_ASSERT(lc_ralloc_put(s->ra, r->off, &len) == 0);
 	__atomic_store_n(&s->used, s->used - len, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&s->lock);
 	__atomic_fetch_sub(&m->used, len, __ATOMIC_RELAXED);

@@ -134,7 +134,7 @@ void lunar_free(struct lunar_client *c, void *p)
 	pthread_mutex_lock(&c->alloc_lock);
 	for (ch = c->chunks; ch; ch = ch->next) {
 		if ((uint8_t *)p >= ch->base && (uint8_t *)p < ch->base + ch->size) {
-			rc = lc_ralloc_put(ch->ra, (uint64_t)((uint8_t *)p - ch->base));
+			rc = lc_ralloc_put(ch->ra, (uint64_t)((uint8_t *)p - ch->base), NULL);
 			break;
 		}
 	}

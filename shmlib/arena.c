@@ -103,7 +103,7 @@ void shm_arena_put(struct shm_conn *cn, uint64_t off)
 		return;
 	}
 	pthread_mutex_lock(&cn->lock);
-	if (lc_ralloc_put(cn->arena, off - cn->cells_end))
+	if (lc_ralloc_put(cn->arena, off - cn->cells_end, NULL))
 		LC_ERROR(SHM_LOG, "arena: no range at %llu", (unsigned long long)off);
 	if (LC_READ_ONCE(cn->waiters))
 		pthread_cond_broadcast(&cn->cond);

@@ -35,7 +35,7 @@ static void test_ralloc_fragmentation(void **state)
 		assert_int_equal(lc_ralloc_get(a, 128, &off[i]), 0);
 	/* When: every other range is freed */
 	for (int i = 0; i < 8; i += 2)
-		assert_int_equal(lc_ralloc_put(a, off[i]), 0);
+		assert_int_equal(lc_ralloc_put(a, off[i], NULL), 0);
 	/* Then: 512 bytes are free but no 256-byte range fits; 128 does */
 	assert_int_equal(lc_ralloc_used(a), 512);
 	assert_int_equal(lc_ralloc_largest_free(a), 128);
@@ -57,9 +57,9 @@ static void test_ralloc_coalescing(void **state)
 		n++;
 	/* When: they are freed in an order that merges left, right and both */
 	for (int i = 1; i < n; i += 2)
-		assert_int_equal(lc_ralloc_put(a, off[i]), 0);
+		assert_int_equal(lc_ralloc_put(a, off[i], NULL), 0);
 	for (int i = n - 1 - (n - 1) % 2; i >= 0; i -= 2)
-		assert_int_equal(lc_ralloc_put(a, off[i]), 0);
+		assert_int_equal(lc_ralloc_put(a, off[i], NULL), 0);
 	/* Then: the space is one range again */
 	assert_int_equal(lc_ralloc_used(a), 0);
 	assert_int_equal(lc_ralloc_largest_free(a), 1 << 20);
@@ -95,10 +95,17 @@ static void test_ralloc_alignment(void **state)
 	assert_int_equal(lc_ralloc_capacity(a), 1 << 20);
 	/* When: odd lengths are allocated */
 	for (uint64_t len = 1; len < 20000; len += 3333) {
+		uint64_t used = lc_ralloc_used(a), freed = 0;
+
 		assert_int_equal(lc_ralloc_get(a, len, &off), 0);
-		/* Then: offsets are aligned and lengths rounded up */
+		/* Then: offsets are aligned and lengths rounded up, as
+		 * lc_ralloc_round says and lc_ralloc_put gives back */
 		assert_int_equal(off % 4096, 0);
-		assert_int_equal(lc_ralloc_size(a, off), (len + 4095) / 4096 * 4096);
+		assert_int_equal(lc_ralloc_round(a, len), (len + 4095) / 4096 * 4096);
+		assert_int_equal(lc_ralloc_used(a) - used, lc_ralloc_round(a, len));
+		assert_int_equal(lc_ralloc_put(a, off, &freed), 0);
+		assert_int_equal(freed, lc_ralloc_round(a, len));
+		assert_int_equal(lc_ralloc_get(a, len, &off), 0);
 	}
 	lc_ralloc_destroy(a);
 }
@@ -112,11 +119,10 @@ static void test_ralloc_free_unknown(void **state)
 	assert_non_null(a);
 	assert_int_equal(lc_ralloc_get(a, 100, &off), 0);
 	/* When/Then: frees of other offsets, and a double free, are refused */
-	assert_int_equal(lc_ralloc_put(a, off + 16), -ENOENT);
-	assert_int_equal(lc_ralloc_put(a, 4000), -ENOENT);
-	assert_int_equal(lc_ralloc_size(a, off + 16), 0);
-	assert_int_equal(lc_ralloc_put(a, off), 0);
-	assert_int_equal(lc_ralloc_put(a, off), -ENOENT);
+	assert_int_equal(lc_ralloc_put(a, off + 16, NULL), -ENOENT);
+	assert_int_equal(lc_ralloc_put(a, 4000, NULL), -ENOENT);
+	assert_int_equal(lc_ralloc_put(a, off, NULL), 0);
+	assert_int_equal(lc_ralloc_put(a, off, NULL), -ENOENT);
 	lc_ralloc_destroy(a);
 }
 
@@ -145,7 +151,7 @@ static void model_step(struct lc_ralloc *a, unsigned char *map, struct model_ran
 	if (*n && rand() % 2) {
 		size_t i = (size_t)rand() % *n;
 
-		assert_int_equal(lc_ralloc_put(a, live[i].off), 0);
+		assert_int_equal(lc_ralloc_put(a, live[i].off, NULL), 0);
 		memset(map + live[i].off, 0, live[i].len);
 		live[i] = live[--*n];
 	} else {
@@ -182,7 +188,7 @@ static void test_ralloc_random_against_model(void **state)
 	for (int step = 0; step < 20000; step++)
 		model_step(a, map, live, &n);
 	while (n)
-		assert_int_equal(lc_ralloc_put(a, live[--n].off), 0);
+		assert_int_equal(lc_ralloc_put(a, live[--n].off, NULL), 0);
 	assert_int_equal(lc_ralloc_largest_free(a), MODEL_SIZE);
 	free(live);
 	free(map);
@@ -203,7 +209,7 @@ static void test_ralloc_million(void **state)
 		assert_int_equal(lc_ralloc_get(a, 64, &off[i]), 0);
 	assert_int_equal(lc_ralloc_used(a), n * 64);
 	for (uint64_t i = 0; i < n; i++)
-		assert_int_equal(lc_ralloc_put(a, off[(i * 7919) % n]), 0);
+		assert_int_equal(lc_ralloc_put(a, off[(i * 7919) % n], NULL), 0);
 	/* Then: one free range again */
 	assert_int_equal(lc_ralloc_largest_free(a), n * 64);
 	free(off);
