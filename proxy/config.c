@@ -11,7 +11,7 @@
 #include "proxy/px_int.h"
 #include "uds.h"
 
-enum kind { K_STR, K_SIZE, K_MS, K_U16, K_UINT, K_BOOL, K_UIDS, K_GIDS, K_POLICY };
+enum kind { K_STR, K_SIZE, K_MS, K_U16, K_UINT, K_KEYS, K_BOOL, K_UIDS, K_GIDS, K_POLICY };
 
 struct flag {
 	const char *name;
@@ -35,6 +35,9 @@ static const struct flag flags[] = {
 	F("max-registrations", K_UINT, max_registrations,
 	  "N     registered memory ranges of all clients, of one uid half\n"
 	  "                             (what vm.max_map_count leaves the clients)"),
+	F("lease-cache-keys", K_KEYS, lease_cache_keys,
+	  "N     replica lists kept while their leases hold, 64..4194304\n"
+	  "                             (one per 16KiB of segment, at least 65536)"),
 	F("allow-uid", K_UIDS, allow_uid, "UIDS  comma-separated uids allowed besides ours and root"),
 	F("allow-gid", K_GIDS, allow_gid, "GIDS  comma-separated gids allowed besides our group"),
 	F("workers", K_UINT, workers, "N     request worker threads (8)"),
@@ -128,6 +131,11 @@ static int set_flag(struct px_config *c, const struct flag *f, const char *v)
 		return 0;
 	case K_UINT:
 		if (lc_parse_u64(v, &x) || x == 0 || x > 65536)
+			return -EINVAL;
+		*(unsigned *)p = (unsigned)x;
+		return 0;
+	case K_KEYS:
+		if (lc_parse_u64(v, &x) || x < 64 || x > PX_LEASE_KEYS_MAX)
 			return -EINVAL;
 		*(unsigned *)p = (unsigned)x;
 		return 0;
@@ -255,6 +263,8 @@ int px_config_parse(struct px_config *c, int argc, char **argv)
 		return bad("'%s' is a master flag: it needs --embedded-master", mflag);
 	if (c->disk_dir && (!c->segment_size || !c->disk_capacity))
 		return bad("%s", "--disk-dir needs a --segment-size and a --disk-capacity above 0");
+	if (!c->lease_cache_keys)
+		c->lease_cache_keys = px_lease_cache_default_keys(c->segment_size);
 	if (!c->max_registrations)
 		c->max_registrations = px_mreg_default_max(c->max_clients);
 	return 0;

@@ -250,6 +250,15 @@ static void entry_update(const struct px_lease_cache *c, struct shard *s, unsign
 	order_append(s, e);
 }
 
+unsigned px_lease_cache_default_keys(uint64_t segment_size)
+{
+	uint64_t n = segment_size / PX_LEASE_BYTES_PER_KEY;
+
+	return n < PX_LEASE_KEYS_MIN ? PX_LEASE_KEYS_MIN
+	       : n > PX_LEASE_KEYS_MAX ? PX_LEASE_KEYS_MAX
+				       : (unsigned)n;
+}
+
 struct px_lease_cache *px_lease_cache_create(unsigned capacity)
 {
 	struct px_lease_cache *c = calloc(1, sizeof(*c));

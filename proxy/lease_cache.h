@@ -35,6 +35,15 @@ struct px_cached {
 
 struct px_lease_cache;
 
+/* One entry per this many bytes of the proxy's segment, so that a segment
+ * full of small objects can have all of them read from the cache; within
+ * [PX_LEASE_KEYS_MIN, PX_LEASE_KEYS_MAX]. An entry with one replica takes
+ * about 250 bytes: at most 1.5 % of the segment. */
+#define PX_LEASE_BYTES_PER_KEY (16u << 10)
+#define PX_LEASE_KEYS_MIN      65536u
+#define PX_LEASE_KEYS_MAX      (4u << 20)
+/* px_lease_cache_default_keys - the capacity for a segment of that size. */
+unsigned px_lease_cache_default_keys(uint64_t segment_size);
 /* px_lease_cache_create - room for about capacity keys. NULL on ENOMEM. */
 struct px_lease_cache *px_lease_cache_create(unsigned capacity);
 void px_lease_cache_destroy(struct px_lease_cache *c);

@@ -27,8 +27,6 @@
 #include "sdnotify.h"
 #include "uds.h"
 
-#define PX_LEASE_CACHE_KEYS 65536
-
 static int make_socket_dir(const char *path)
 {
 	char buf[sizeof(((struct px_config *)0)->socket_path)];
@@ -125,7 +123,7 @@ static int start_control_plane(struct px_proxy *px)
 		if (!px->master)
 			return LUNAR_ERR_INTERNAL;
 	}
-	px->leases = px_lease_cache_create(PX_LEASE_CACHE_KEYS);
+	px->leases = px_lease_cache_create(px->cfg.lease_cache_keys);
 	if (!px->leases)
 		return LUNAR_ERR_INTERNAL;
 	rc = px_mc_create(px->master, px->cfg.master_url, px->cfg.rpc_timeout_ms, &px->mc);
@@ -250,9 +248,9 @@ int main(int argc, char **argv)
 		LC_INFO("proxy", "serving %s; data port %s; segment %llu bytes; master %s",
 			px.cfg.socket_path, px.endpoint, (unsigned long long)px.cfg.segment_size,
 			px.cfg.embedded ? "embedded" : px.cfg.master_url);
-		LC_INFO("proxy", "up to %u clients, %u registered ranges (%u a uid)",
+		LC_INFO("proxy", "up to %u clients, %u registered ranges (%u a uid), %u leased keys",
 			px.cfg.max_clients, px.cfg.max_registrations,
-			(px.cfg.max_registrations + 1) / 2);
+			(px.cfg.max_registrations + 1) / 2, px.cfg.lease_cache_keys);
 		lc_sd_notify("READY=1");
 		rc = px_loop_run(&px);
 		if (rc)

@@ -43,6 +43,7 @@ struct px_config {
 	unsigned max_clients;     /* --max-clients */
 	unsigned max_inflight;    /* --max-inflight: requests per client */
 	unsigned max_registrations; /* --max-registrations: ranges of all clients */
+	unsigned lease_cache_keys; /* --lease-cache-keys: replica lists kept */
 	uid_t allow_uid[16];      /* --allow-uid: besides our own uid and root */
 	unsigned n_allow_uid;
 	gid_t allow_gid[16];      /* --allow-gid: besides the socket's group */

@@ -98,6 +98,13 @@ static void test_daemon_flags_proxy(void **state)
 	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--help", NULL), 0);
 	EXPECT_IN(out, "/run/lunar/proxy.sock");
 	EXPECT_IN(out, "XDG_RUNTIME_DIR");
+	/* the lease cache: one key a shard at least, 4 Mi keys at most */
+	EXPECT_IN(out, "--lease-cache-keys");
+	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--lease-cache-keys", "63", NULL), 2);
+	EXPECT_IN(out, "lease-cache-keys");
+	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--lease-cache-keys", "4194305", NULL),
+		    2);
+	EXPECT_IN(out, "lease-cache-keys");
 }
 
 /* Write text to the config file name in the test's directory; its path. */

@@ -1,6 +1,7 @@
 /*
  * test_step2_leases.c - Step 2 read leases end to end, on real processes:
- * the proxy's lease cache serves a hot key with no master call; a cached
+ * the proxy's lease cache serves a hot key with no master call, and holds
+ * as many keys as --lease-cache-keys says; a cached
  * replica list made stale by a forced remove on another node is caught by
  * the CRC32C check and never passes another object's bytes off as the key's;
  * a lease refuses an unforced remove (and remove_all skips it) until it
@@ -112,6 +113,55 @@ static void test_leases_hot_key_costs_no_master_call(void **state)
 	H_ASSERT_MSG(miss1 == miss0, "%s grew by %lld over %d cached gets", CACHE_MISS,
 		     (long long)(miss1 - miss0), HOT_GETS);
 	lunar_close(c);
+}
+
+#define WIDE_KEYS 400
+
+/* Read WIDE_KEYS keys twice through a proxy keeping lease_keys replica
+ * lists; the lease-cache misses of the second round. */
+static int64_t second_round_misses(const char *lease_keys)
+{
+	char name[24], key[40];
+	const char *sock;
+	struct h_proc *px;
+	struct lunar_client *c;
+	int64_t miss0;
+	int port;
+
+	/* A name of its own: the test reads the proxy's port from its log */
+	snprintf(name, sizeof(name), "wide-%s", lease_keys);
+	snprintf(key, sizeof(key), "%s.sock", name);
+	sock = h_path(key);
+	px = h_start_proxy(name, sock, H_EMBEDDED, "--lease-cache-keys", lease_keys, NULL);
+	H_ASSERT(px != NULL);
+	port = http_port_of(px);
+	c = h_client(sock);
+	for (int i = 0; i < WIDE_KEYS; i++) {
+		snprintf(key, sizeof(key), "wide/%d", i);
+		put_pattern(c, key, KIB);
+		check_value(c, key, KIB);
+	}
+	miss0 = metric(port, CACHE_MISS);
+	for (int i = 0; i < WIDE_KEYS; i++) {
+		snprintf(key, sizeof(key), "wide/%d", i);
+		check_value(c, key, KIB);
+	}
+	miss0 = metric(port, CACHE_MISS) - miss0;
+	lunar_close(c);
+	H_ASSERT_EQ(h_stop(px), 0);
+	print_message("--lease-cache-keys %s: %lld of %d second reads missed\n", lease_keys,
+		      (long long)miss0, WIDE_KEYS);
+	return miss0;
+}
+
+static void test_leases_cache_holds_as_many_keys_as_told(void **state)
+{
+	(void)state;
+	/* Given WIDE_KEYS keys read once, When they are read again, Then a
+	 * cache of one key a shard has lost most of them, and one with room
+	 * for all serves every read */
+	H_ASSERT(second_round_misses("64") > WIDE_KEYS / 2);
+	H_ASSERT_EQ(second_round_misses("4096"), 0);
 }
 
 /* The first replica's segment and offset of key, from the master's
@@ -288,6 +338,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_leases_hot_key_costs_no_master_call, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_leases_cache_holds_as_many_keys_as_told, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_leases_stale_cached_list_is_caught_by_crc, setup,
 					    teardown),

@@ -431,6 +431,21 @@ static void test_lease_cache_drop_for_room(void **state)
 	px_lease_cache_destroy(c);
 }
 
+static void test_lease_cache_default_keys_follow_the_segment(void **state)
+{
+	(void)state;
+	/* A pure client node and small segments get the floor */
+	assert_int_equal(px_lease_cache_default_keys(0), PX_LEASE_KEYS_MIN);
+	assert_int_equal(px_lease_cache_default_keys(1ull << 30), PX_LEASE_KEYS_MIN);
+	/* One key per 16 KiB in between: 2 GiB of 4 KiB objects, read by
+	 * lunar-bench, mostly stay cached */
+	assert_int_equal(px_lease_cache_default_keys(2ull << 30), 131072);
+	assert_int_equal(px_lease_cache_default_keys(4ull << 30), 262144);
+	/* And a ceiling, whatever the segment */
+	assert_int_equal(px_lease_cache_default_keys(1ull << 40), PX_LEASE_KEYS_MAX);
+	assert_int_equal(px_lease_cache_default_keys(UINT64_MAX), PX_LEASE_KEYS_MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -444,6 +459,7 @@ int main(void)
 		cmocka_unit_test(test_lease_cache_replicas_grow_and_shrink),
 		cmocka_unit_test(test_lease_cache_random_against_model),
 		cmocka_unit_test(test_lease_cache_drop_for_room),
+		cmocka_unit_test(test_lease_cache_default_keys_follow_the_segment),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
