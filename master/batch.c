@@ -148,9 +148,12 @@ static int batch_codes(struct mst_master *m, uint32_t method, const Lunar__Batch
 static int batch_get(struct mst_master *m, const Lunar__BatchKeysRequest *rq,
 		     ProtobufCMessage **rep)
 {
-	int bad = rq->n_keys > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0;
+	int bad = rq->n_keys > LUNAR_BATCH_MAX || (rq->n_readers && rq->n_readers != rq->n_keys)
+		      ? LUNAR_ERR_INVALID_PARAMS
+		      : 0;
 	Lunar__BatchGetReplicaListReply *r =
 	    (void *)lp_reply_new(&lunar__batch_get_replica_list_reply__descriptor, bad, MST_VIEW);
+	struct mst_lessee who = {rq->client_id, rq->reader};
 
 	if (!r)
 		return -ENOMEM;
@@ -167,9 +170,10 @@ static int batch_get(struct mst_master *m, const Lunar__BatchKeysRequest *rq,
 		lunar__get_replica_list_result__init(res);
 		r->results[i] = res;
 		r->n_results = i + 1;
-		res->code = mst_code(mst_obj_get(m, &(struct mst_lessee){rq->client_id, rq->reader},
-						 rq->tenant, rq->keys[i], &res->size, &res->crc32c,
-						 &res->replicas, &res->n_replicas, &res->lease_seq));
+		who.reader = rq->n_readers ? rq->readers[i] : rq->reader;
+		res->code = mst_code(mst_obj_get(m, &who, rq->tenant, rq->keys[i], &res->size,
+						 &res->crc32c, &res->replicas, &res->n_replicas,
+						 &res->lease_seq));
 	}
 	r->lease_ttl_ms = m->cfg.kv_lease_ttl_ms;
 	*rep = &r->base;

@@ -6,8 +6,9 @@
  * rest of its probe run back, so there are no tombstones), and its entries
  * in the order their leases were granted: a full shard drops the entry
  * leased longest ago, which under one lease TTL is the one whose lease ends
- * first (or has ended). Every operation but clear, renew and orphan is
- * O(1).
+ * first (or has ended), also when its entries' bytes pass the shard's
+ * budget. Every operation but clear, renew and orphan is O(1); renew and
+ * orphan visit only the entries they may act on.
  */
 #include "proxy/lease_cache.h"
 
@@ -25,11 +26,13 @@ struct entry {
 	uint64_t hash;
 	char *name;
 	size_t tlen;
+	size_t bytes; /* as allocated */
 	bool read;
 	unsigned cap; /* room in rep[] */
 	uint64_t size;
 	uint64_t deadline_ms;
-	uint64_t seq;
+	uint64_t seq;		  /* the number of the grant it holds */
+	uint64_t lessee;	  /* the reader that grant named */
 	uint64_t reader;	  /* the latest reader; 0 none */
 	uint64_t reader_until_ms; /* what its reads need */
 	uint64_t others_ms;	  /* what every other reader's reads need */
@@ -46,6 +49,7 @@ struct slot {
 struct shard {
 	pthread_mutex_t lock;
 	unsigned count;
+	size_t bytes; /* of its entries */
 	uint64_t lost_ms; /* what reads of entries dropped from it needed */
 	struct entry *oldest, *newest;
 	struct slot *tab; /* mask + 1 slots */
@@ -53,6 +57,7 @@ struct shard {
 
 struct px_lease_cache {
 	unsigned per_shard;
+	size_t shard_bytes; /* the budget of a shard's entries */
 	unsigned mask; /* table slots per shard - 1: at least twice per_shard */
 	struct shard s[SHARDS];
 };
@@ -163,8 +168,19 @@ static void entry_remove(const struct px_lease_cache *c, struct shard *s, unsign
 	max_into(&s->lost_ms, e->others_ms);
 	slot_clear(c, s, i);
 	order_unlink(s, e);
+	s->bytes -= e->bytes;
 	free(e);
 	s->count--;
+}
+
+/* Drop the entries leased longest ago, but not keep, until the shard holds
+ * no more than it may with extra more bytes and one more entry (keep: 0). */
+static void make_room(const struct px_lease_cache *c, struct shard *s, size_t extra,
+		      unsigned more, const struct entry *keep)
+{
+	while (s->oldest && s->oldest != keep &&
+	       (s->count + more > c->per_shard || s->bytes + extra > c->shard_bytes))
+		entry_remove(c, s, find_entry(c, s, s->oldest));
 }
 
 /* Store v in e, which has room for v->nrep replicas. */
@@ -173,6 +189,7 @@ static void entry_set(struct entry *e, const struct px_cached *v)
 	e->size = v->size;
 	e->deadline_ms = v->deadline_ms;
 	e->seq = v->lease_seq;
+	e->lessee = v->lessee;
 	e->crc = v->crc;
 	e->nrep = v->nrep;
 	memcpy(e->rep, v->rep, v->nrep * sizeof(e->rep[0]));
@@ -183,10 +200,12 @@ static struct entry *entry_new(uint64_t h, const char *tenant, const char *key,
 			       const struct px_cached *v)
 {
 	size_t tl = strlen(tenant), kl = strlen(key);
-	struct entry *e = malloc(sizeof(*e) + v->nrep * sizeof(e->rep[0]) + tl + kl + 2);
+	size_t bytes = sizeof(struct entry) + v->nrep * sizeof(struct px_cached_replica) + tl + kl + 2;
+	struct entry *e = malloc(bytes);
 
 	if (!e)
 		return NULL;
+	e->bytes = bytes;
 	e->name = (char *)&e->rep[v->nrep];
 	memcpy(e->name, tenant, tl + 1);
 	memcpy(e->name + tl + 1, key, kl + 1);
@@ -241,6 +260,7 @@ static void entry_update(const struct px_lease_cache *c, struct shard *s, unsign
 		n->others_ms = e->others_ms;
 		s->tab[i].e = n;
 		order_unlink(s, e);
+		s->bytes += n->bytes - e->bytes;
 		free(e);
 		e = n;
 	} else {
@@ -248,6 +268,7 @@ static void entry_update(const struct px_lease_cache *c, struct shard *s, unsign
 		entry_set(e, v);
 	}
 	order_append(s, e);
+	make_room(c, s, 0, 0, e); /* it may have grown */
 }
 
 unsigned px_lease_cache_default_keys(uint64_t segment_size)
@@ -266,6 +287,7 @@ struct px_lease_cache *px_lease_cache_create(unsigned capacity)
 	if (!c)
 		return NULL;
 	c->per_shard = capacity / SHARDS ? capacity / SHARDS : 1;
+	c->shard_bytes = (size_t)c->per_shard * PX_LEASE_ENTRY_BYTES;
 	c->mask = 1;
 	while (c->mask + 1 < 2 * c->per_shard)
 		c->mask = 2 * c->mask + 1;
@@ -319,7 +341,7 @@ int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char 
 }
 
 int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadline_ms,
-			struct px_cached *out)
+			uint64_t lessee, struct px_cached *out)
 {
 	if (res->n_replicas > PX_CACHE_MAX_REPLICAS)
 		return -1;
@@ -327,6 +349,7 @@ int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadlin
 	out->crc = res->crc32c;
 	out->deadline_ms = deadline_ms;
 	out->lease_seq = res->lease_seq;
+	out->lessee = lessee;
 	out->nrep = (unsigned)res->n_replicas;
 	for (size_t i = 0; i < res->n_replicas; i++) {
 		const Lunar__Replica *rp = res->replicas[i];
@@ -366,15 +389,16 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 			max_into(&s->lost_ms, rd->until_ms);
 		goto out;
 	}
-	if (s->count >= c->per_shard) {
-		entry_remove(c, s, find_entry(c, s, s->oldest));
-		i = find(c, s, h, tenant, key); /* the removal may have moved the run */
+	if (s->count >= c->per_shard || s->bytes + e->bytes > c->shard_bytes) {
+		make_room(c, s, e->bytes, 1, NULL);
+		i = find(c, s, h, tenant, key); /* the removals may have moved the run */
 	}
 	e->others_ms = s->lost_ms; /* the key may have had an entry, and readers */
 	note_read(e, rd);
 	s->tab[i] = (struct slot){h, e};
 	order_append(s, e);
 	s->count++;
+	s->bytes += e->bytes;
 out:
 	pthread_mutex_unlock(&s->lock);
 }
@@ -394,17 +418,19 @@ void px_lease_cache_drop(struct px_lease_cache *c, const char *tenant, const cha
 
 typedef void (*visit_fn)(struct px_lease_cache *c, struct shard *s, struct entry *e, void *arg);
 
-/* Call visit for every entry, shard by shard under its lock; visit may
- * remove the entry it is given. */
-static void sweep(struct px_lease_cache *c, visit_fn visit, void *arg)
+/* Call visit for the entries whose lease ends at from_ms or later, shard
+ * by shard under its lock, newest grant first, up to the first that ends
+ * before (with one lease TTL, every older one does too); visit may remove
+ * the entry it is given. */
+static void sweep(struct px_lease_cache *c, uint64_t from_ms, visit_fn visit, void *arg)
 {
 	for (int i = 0; i < SHARDS; i++) {
 		struct shard *s = &c->s[i];
-		struct entry *e, *next;
+		struct entry *e, *older;
 
 		pthread_mutex_lock(&s->lock);
-		for (e = s->oldest; e; e = next) {
-			next = e->newer;
+		for (e = s->newest; e && e->deadline_ms >= from_ms; e = older) {
+			older = e->older;
 			visit(c, s, e, arg);
 		}
 		pthread_mutex_unlock(&s->lock);
@@ -419,11 +445,11 @@ static void clear_visit(struct px_lease_cache *c, struct shard *s, struct entry 
 
 void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
 {
-	sweep(c, clear_visit, (void *)tenant);
+	sweep(c, 0, clear_visit, (void *)tenant);
 }
 
 /* A key copied out of the cache, with the lease_seq it was cached with and
- * its reader. */
+ * a reader (for renewal its latest reader, for release its grant's). */
 struct lkey {
 	char *tenant;
 	char *key;
@@ -446,8 +472,9 @@ static void key_list_free(struct key_list *l)
 	free(l->v);
 }
 
-/* Append a copy of e's name; 0, or -1 on ENOMEM (the list is unchanged). */
-static int key_list_add(struct key_list *l, const struct entry *e)
+/* Append a copy of e's name, with reader; 0, or -1 on ENOMEM (the list is
+ * unchanged). */
+static int key_list_add(struct key_list *l, const struct entry *e, uint64_t reader)
 {
 	struct lkey *k;
 
@@ -464,7 +491,7 @@ static int key_list_add(struct key_list *l, const struct entry *e)
 	k->tenant = strdup(e->name);
 	k->key = strdup(e->name + e->tlen + 1);
 	k->seq = e->seq;
-	k->reader = e->reader;
+	k->reader = reader;
 	if (!k->tenant || !k->key) {
 		free(k->tenant);
 		free(k->key);
@@ -500,13 +527,15 @@ static void key_list_batches(struct key_list *l, void (*fn)(void *, struct lkey 
 	key_list_free(l);
 }
 
-/* The entries read since their last renewal and ending before limit_ms. */
+/* The entries read since their last renewal and ending before limit_ms, in
+ * the order of their grants up to the first that ends later. */
 static void collect_due(struct px_lease_cache *c, uint64_t limit_ms, struct key_list *l)
 {
 	for (int i = 0; i < SHARDS; i++) {
 		pthread_mutex_lock(&c->s[i].lock);
-		for (struct entry *e = c->s[i].oldest; e; e = e->newer)
-			if (e->read && e->deadline_ms <= limit_ms && key_list_add(l, e))
+		for (struct entry *e = c->s[i].oldest; e && e->deadline_ms <= limit_ms;
+		     e = e->newer)
+			if (e->read && key_list_add(l, e, e->reader))
 				break;
 		pthread_mutex_unlock(&c->s[i].lock);
 	}
@@ -543,11 +572,14 @@ static void renew_batch(void *arg, struct lkey *d, size_t k)
 {
 	struct renewal *rn = arg;
 	char *keys[PX_RENEW_BATCH];
+	uint64_t readers[PX_RENEW_BATCH] = {0};
 
-	for (size_t j = 0; j < k; j++)
+	for (size_t j = 0; j < k; j++) {
 		keys[j] = d[j].key;
+		readers[j] = d[j].reader;
+	}
 	/* Master unreachable: leave the entries to run out their leases. */
-	if (rn->renew(rn->arg, d[0].tenant, keys, k, rn->fresh, rn->found))
+	if (rn->renew(rn->arg, d[0].tenant, keys, readers, k, rn->fresh, rn->found))
 		return;
 	for (size_t j = 0; j < k; j++)
 		apply_due(rn->c, &d[j], rn->found[j] ? &rn->fresh[j] : NULL);
@@ -565,12 +597,11 @@ void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t wi
 	free(rn.fresh);
 }
 
-static bool is_gone(const uint64_t *gone, size_t n, uint64_t reader)
+static int u64_cmp(const void *a, const void *b)
 {
-	for (size_t i = 0; i < n; i++)
-		if (gone[i] == reader)
-			return true;
-	return false;
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
 }
 
 struct release {
@@ -593,22 +624,21 @@ static void release_batch(void *arg, struct lkey *d, size_t k)
 }
 
 struct orphan {
-	const uint64_t *gone;
+	uint64_t *gone; /* sorted */
 	size_t n;
 	uint64_t now_ms;
 	struct key_list l;
 };
 
-/* Forget a gone reader's reads of e; list and drop e if its lease runs
- * and nobody else needs it. */
+/* Forget a gone reader's reads of e, whose lease runs; list and drop e if
+ * nobody else needs it. */
 static void orphan_visit(struct px_lease_cache *c, struct shard *s, struct entry *e, void *arg)
 {
 	struct orphan *o = arg;
 
-	if (!e->reader || !is_gone(o->gone, o->n, e->reader))
+	if (!e->reader || !bsearch(&e->reader, o->gone, o->n, sizeof(*o->gone), u64_cmp))
 		return;
-	if (e->seq && e->deadline_ms > o->now_ms && e->others_ms <= o->now_ms &&
-	    !key_list_add(&o->l, e)) {
+	if (e->seq && e->others_ms <= o->now_ms && !key_list_add(&o->l, e, e->lessee)) {
 		e->reader_until_ms = e->others_ms = 0; /* nothing left to keep */
 		entry_remove(c, s, find_entry(c, s, e));
 	} else {
@@ -620,8 +650,13 @@ void px_lease_cache_orphan(struct px_lease_cache *c, const uint64_t *gone, size_
 			   uint64_t now_ms, px_lease_release_fn release, void *arg)
 {
 	struct release rl = {release, arg};
-	struct orphan o = {gone, n, now_ms, {0}};
+	struct orphan o = {malloc(n * sizeof(*gone)), n, now_ms, {0}};
 
-	sweep(c, orphan_visit, &o);
+	if (!o.gone)
+		return; /* the leases run out */
+	memcpy(o.gone, gone, n * sizeof(*gone));
+	qsort(o.gone, n, sizeof(*gone), u64_cmp);
+	sweep(c, now_ms + 1, orphan_visit, &o);
+	free(o.gone);
 	key_list_batches(&o.l, release_batch, &rl);
 }

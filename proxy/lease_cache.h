@@ -28,7 +28,8 @@ struct px_cached {
 	uint64_t size;
 	uint32_t crc;
 	uint64_t deadline_ms; /* lease deadline on our monotonic clock */
-	uint64_t lease_seq;   /* the master's count of grants of the object; 0 unknown */
+	uint64_t lease_seq;   /* the number of the master's grant; 0 unknown */
+	uint64_t lessee;      /* the reader that grant named */
 	unsigned nrep;
 	struct px_cached_replica rep[PX_CACHE_MAX_REPLICAS];
 };
@@ -37,14 +38,18 @@ struct px_lease_cache;
 
 /* One entry per this many bytes of the proxy's segment, so that a segment
  * full of small objects can have all of them read from the cache; within
- * [PX_LEASE_KEYS_MIN, PX_LEASE_KEYS_MAX]. An entry with one replica takes
- * about 250 bytes: at most 1.5 % of the segment. */
+ * [PX_LEASE_KEYS_MIN, PX_LEASE_KEYS_MAX]. Entries also take at most
+ * PX_LEASE_ENTRY_BYTES each on average (one replica and a 40-byte key take
+ * about 240): long keys or many replicas make room for fewer. So the cache
+ * takes at most 1.6 % of the segment, and 1 GiB at the most keys. */
 #define PX_LEASE_BYTES_PER_KEY (16u << 10)
 #define PX_LEASE_KEYS_MIN      65536u
 #define PX_LEASE_KEYS_MAX      (4u << 20)
+#define PX_LEASE_ENTRY_BYTES   256u
 /* px_lease_cache_default_keys - the capacity for a segment of that size. */
 unsigned px_lease_cache_default_keys(uint64_t segment_size);
-/* px_lease_cache_create - room for about capacity keys. NULL on ENOMEM. */
+/* px_lease_cache_create - room for about capacity keys, and entries of
+ * capacity * PX_LEASE_ENTRY_BYTES bytes in all. NULL on ENOMEM. */
 struct px_lease_cache *px_lease_cache_create(unsigned capacity);
 void px_lease_cache_destroy(struct px_lease_cache *c);
 
@@ -73,10 +78,10 @@ struct px_read {
 int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char *key,
 		       uint64_t now_ms, uint64_t margin_ms, const struct px_read *rd,
 		       struct px_cached *out);
-/* px_lease_cache_fill - convert a master result into *out (0), or -1 if it
- * cannot be cached (too many replicas, long endpoint). */
+/* px_lease_cache_fill - convert a master result, granted to lessee, into
+ * *out (0), or -1 if it cannot be cached (too many replicas, long endpoint). */
 int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadline_ms,
-			struct px_cached *out);
+			uint64_t lessee, struct px_cached *out);
 /* px_lease_cache_put - insert or replace the entry of (tenant, key), which
  * the master just gave for the read rd. */
 void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char *key,
@@ -88,17 +93,22 @@ void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant);
 
 /*
  * px_lease_cache_renew - for every entry read since its last renewal whose
- * lease ends before now_ms + window_ms, call renew(arg, tenant, keys, n,
- * fresh, found) once per tenant with up to PX_RENEW_BATCH keys; renew asks
- * the master again and sets found[i] with the new entry in fresh[i] (which
- * replaces the cached one: an upsert elsewhere is picked up here), or
- * found[i] = 0 (dropped). A nonzero return (master unreachable) leaves the
- * entries to run out their leases. Entries not read are left to expire.
- * Heartbeat thread; renew is called without cache locks held.
+ * lease ends before now_ms + window_ms, call renew(arg, tenant, keys,
+ * readers, n, fresh, found) once per tenant with up to PX_RENEW_BATCH keys
+ * and the latest reader of each (the lease is renewed in its name, so that
+ * it goes back with that reader's others); renew asks the master again and
+ * sets found[i] with the new entry in fresh[i] (which replaces the cached
+ * one: an upsert elsewhere is picked up here), or found[i] = 0 (dropped).
+ * A nonzero return (master unreachable) leaves the entries to run out their
+ * leases. Entries not read are left to expire. Entries are visited in the
+ * order of their grants, up to the first whose lease ends after the window
+ * (with one lease TTL, all later ones do too). Heartbeat thread; renew is
+ * called without cache locks held.
  */
 #define PX_RENEW_BATCH 128
-typedef int (*px_lease_renew_fn)(void *arg, const char *tenant, char **keys, size_t n,
-				 struct px_cached *fresh, int *found);
+typedef int (*px_lease_renew_fn)(void *arg, const char *tenant, char **keys,
+				 const uint64_t *readers, size_t n, struct px_cached *fresh,
+				 int *found);
 void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t window_ms,
 			  px_lease_renew_fn renew, void *arg);
 
@@ -108,8 +118,10 @@ void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t wi
  * after now_ms and no other read needs leaves the cache, and release(arg,
  * tenant, keys, seqs, readers, k) is called once per tenant with up to
  * PX_RENEW_BATCH of them, the lease_seq each was cached with and the
- * reader, so the caller can give those leases back. Heartbeat thread;
- * release is called without cache locks held.
+ * lessee of that grant, so the caller can give those leases back. Only
+ * entries whose lease still runs are visited (newest grant first, up to
+ * the first that has ended): the others have nothing to give back.
+ * Heartbeat thread; release is called without cache locks held.
  */
 typedef void (*px_lease_release_fn)(void *arg, const char *tenant, char **keys,
 				    uint64_t *seqs, uint64_t *readers, size_t n);

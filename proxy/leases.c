@@ -21,9 +21,10 @@ uint64_t px_lease_margin_ms(struct px_proxy *px)
 	return ttl / 4 < 2000 ? ttl / 4 : 2000;
 }
 
-/* One BatchGetReplicaList for keys: new leases and the current lists. */
-static int renew_tenant(void *arg, const char *tenant, char **keys, size_t n,
-			struct px_cached *fresh, int *found)
+/* One BatchGetReplicaList for keys: new leases, each in the name of the
+ * key's latest reader, and the current lists. */
+static int renew_tenant(void *arg, const char *tenant, char **keys, const uint64_t *readers,
+			size_t n, struct px_cached *fresh, int *found)
 {
 	const Lunar__BatchGetReplicaListReply *rl;
 	struct px_proxy *px = arg;
@@ -32,7 +33,7 @@ static int renew_tenant(void *arg, const char *tenant, char **keys, size_t n,
 	int rc;
 
 	rc = px_batch_keys_call(px, tenant, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, keys, n, 0, 0,
-				&rep);
+				readers, &rep);
 	if (rc)
 		return rc;
 	rl = (const Lunar__BatchGetReplicaListReply *)rep;
@@ -40,7 +41,7 @@ static int renew_tenant(void *arg, const char *tenant, char **keys, size_t n,
 		const Lunar__GetReplicaListResult *res = i < rl->n_results ? rl->results[i] : NULL;
 
 		found[i] = res && !res->code &&
-			   !px_lease_cache_fill(res, sent + rl->lease_ttl_ms, &fresh[i]);
+			   !px_lease_cache_fill(res, sent + rl->lease_ttl_ms, readers[i], &fresh[i]);
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return 0;

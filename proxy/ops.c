@@ -48,13 +48,16 @@ void px_batch_fail(struct px_req *r, const struct px_batch *b, int code)
 }
 
 int px_batch_keys_call(struct px_proxy *px, const char *tenant, uint32_t method, char **keys,
-		       size_t n, int late, uint64_t reader, ProtobufCMessage **rep)
+		       size_t n, int late, uint64_t reader, const uint64_t *readers,
+		       ProtobufCMessage **rep)
 {
 	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
 	int rc;
 
 	rq.late = late != 0;
 	rq.reader = reader;
+	rq.n_readers = readers ? n : 0;
+	rq.readers = (uint64_t *)readers;
 	rq.client_id = px->client_id;
 	rq.tenant = (char *)tenant;
 	rq.n_keys = n;

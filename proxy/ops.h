@@ -29,11 +29,13 @@ void px_batch_fail(struct px_req *r, const struct px_batch *b, int code);
  * px_batch_keys_call - a BatchKeysRequest method (BATCH_PUT_REVOKE,
  * BATCH_UPSERT_REVOKE, BATCH_GET_REPLICA_LIST) over keys[0..n); late is
  * the request's flag of that name (revokes only), reader the client a
- * lookup is for (its session's client_id; 0 for the proxy's own).
+ * lookup is for (its session's client_id; 0 for the proxy's own), or
+ * readers[0..n) one per key (NULL: reader for all).
  * Returns 0 and the reply, or a code (RPC failure, or the reply's status).
  */
 int px_batch_keys_call(struct px_proxy *px, const char *tenant, uint32_t method, char **keys,
-		       size_t n, int late, uint64_t reader, ProtobufCMessage **rep);
+		       size_t n, int late, uint64_t reader, const uint64_t *readers,
+		       ProtobufCMessage **rep);
 /* px_batch_drop_leases - forget cached leases of b's keys (we changed them). */
 void px_batch_drop_leases(struct px_proxy *px, struct px_req *r, const struct px_batch *b);
 

@@ -189,7 +189,7 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 	int rc;
 
 	rc = px_batch_keys_call(px, r->s->tenant, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, b->keys,
-				b->n, 0, r->s->client_id, &rep);
+				b->n, 0, r->s->client_id, NULL, &rep);
 	if (rc) {
 		px_batch_fail(r, b, rc);
 		return;
@@ -209,7 +209,7 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 		}
 		/* The lease runs from when we asked, not from when we heard. A
 		 * list the cache cannot hold still answers whether it exists. */
-		if (px_lease_cache_fill(res, sent + rl->lease_ttl_ms, &e)) {
+		if (px_lease_cache_fill(res, sent + rl->lease_ttl_ms, r->s->client_id, &e)) {
 			it->result = asks_existence(r) ? 1 : LUNAR_ERR_INTERNAL;
 			continue;
 		}

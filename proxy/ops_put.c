@@ -163,7 +163,8 @@ static void put_revoke(struct px_proxy *px, struct px_req *r, const struct px_ba
 		LC_INFO("proxy", "client %llu gone: revoking %zu put(s)",
 			(unsigned long long)r->s->client_id, keys->n);
 	if (keys->n &&
-	    !px_batch_keys_call(px, r->s->tenant, method, keys->keys, keys->n, late, 0, &rep))
+	    !px_batch_keys_call(px, r->s->tenant, method, keys->keys, keys->n, late, 0, NULL,
+				&rep))
 		protobuf_c_message_free_unpacked(rep, NULL);
 }
 

@@ -1,12 +1,18 @@
 /*
  * test_step3_dead_reader.c - a client that dies has its leases dropped at
- * once, not after the lease TTL (SPEC §5.6). The master's lease TTL is the
- * default 10 s. A forked child gets one key and asks whether a second
- * exists (each read takes a lease), and also gets a third key the parent
- * read first. While the child lives, an unforced remove of its keys is
- * refused (OBJECT_HAS_LEASE). Once it is SIGKILLed, the remove of its own
+ * once, not after the lease TTL (SPEC §5.6).
+ *
+ * With the default 10 s lease: a forked child gets one key and asks whether
+ * a second exists (each read takes a lease), and also gets a third key the
+ * parent read first. While the child lives, an unforced remove of its keys
+ * is refused (OBJECT_HAS_LEASE). Once it is SIGKILLed, the remove of its own
  * two keys succeeds within 3 s, while the third key stays leased for the
  * parent, who is alive and read it.
+ *
+ * With a 3 s lease: a child reads a key twice, so that the proxy's
+ * heartbeat renews the lease (the master grants a renewal to the proxy, not
+ * to the child). Once the renewal is seen and the child is killed, the
+ * remove succeeds within 1.5 s, long before the renewed lease would end.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,18 +30,32 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "http_get.h"
 
-#define VAL_LEN	    4096
-#define RELEASE_MS  3000 /* well inside the 10 s lease */
-#define ALIVE_MS    1500 /* over a heartbeat: a live reader's leases stay */
+#define VAL_LEN	      4096
+#define RELEASE_MS    3000 /* well inside the 10 s lease */
+#define ALIVE_MS      1500 /* over a heartbeat: a live reader's leases stay */
+#define SHORT_TTL     "3s"
+#define RENEW_WAIT_MS 5000 /* for the heartbeat to renew a 3 s lease */
+#define RENEWED_MS    1500 /* well inside a renewed 3 s lease */
+#define CALLS_BGRL    "lunar_master_calls_total{method=\"BatchGetReplicaList\"}"
 
 static char sock[PATH_MAX];
 static struct lunar_client *cl;
+static struct h_proc *node;
 
 static int setup(void **state)
 {
 	(void)state;
-	return h_embedded_node(sock, &cl, NULL) ? 0 : -1;
+	node = h_embedded_node(sock, &cl, NULL);
+	return node ? 0 : -1;
+}
+
+static int setup_short_lease(void **state)
+{
+	(void)state;
+	node = h_embedded_node(sock, &cl, "--kv-lease-ttl", SHORT_TTL, NULL);
+	return node ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -125,11 +145,86 @@ static void test_step3_dead_reader_leases_dropped(void **state)
 	H_ASSERT_EQ(lunar_remove(cl, "shared", 1), 0);
 }
 
+/* The child of the renewal case: read "renewed" twice (a miss, then a hit
+ * the heartbeat renews), say so, then wait to be killed. */
+static void rereader_main(int ready_fd, void *arg)
+{
+	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 10000};
+	static uint8_t buf[VAL_LEN];
+	struct lunar_client *c = NULL;
+	int64_t got1, got2;
+
+	(void)arg;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	alarm(30);
+	if (lunar_connect(&o, &c))
+		_exit(2);
+	got1 = lunar_get_into(c, "renewed", buf, sizeof(buf));
+	got2 = lunar_get_into(c, "renewed", buf, sizeof(buf));
+	if (got1 != VAL_LEN || got2 != VAL_LEN) {
+		fprintf(stderr, "rereader: get %s, %s\n", h_code(got1), h_code(got2));
+		_exit(3);
+	}
+	if (write(ready_fd, "R", 1) != 1)
+		_exit(4);
+	for (;;)
+		pause();
+}
+
+/* The master's BatchGetReplicaList calls so far (lookups and renewals). */
+static int64_t bgrl_calls(int port)
+{
+	static char text[1 << 16];
+
+	H_ASSERT_EQ(hg_get(port, "/metrics", text, sizeof(text)), 200);
+	return hg_metric(text, CALLS_BGRL);
+}
+
+static void test_step3_dead_reader_renewed_lease_dropped(void **state)
+{
+	static uint8_t val[VAL_LEN];
+	int port = hg_log_http_port(node->log);
+	int64_t calls0;
+	uint64_t ready_at, killed, took;
+	int status = 0, rc = -1;
+	pid_t pid;
+
+	(void)state;
+	H_ASSERT(port > 0);
+	/* Given: a key the reader read twice, and the heartbeat's renewal of
+	 * its lease since (one more BatchGetReplicaList, from the proxy) */
+	h_fill(val, sizeof(val), 2);
+	H_ASSERT_EQ(lunar_put(cl, "renewed", val, sizeof(val), NULL), 0);
+	pid = h_fork_ready(rereader_main, NULL, NULL);
+	H_ASSERT_MSG(pid > 0, "the reader never read its key");
+	ready_at = h_now_ms();
+	calls0 = bgrl_calls(port);
+	while (bgrl_calls(port) == calls0 && h_now_ms() - ready_at < RENEW_WAIT_MS)
+		h_sleep_ms(50);
+	H_ASSERT_MSG(bgrl_calls(port) > calls0, "no renewal in %d ms", RENEW_WAIT_MS);
+	H_ASSERT_EQ(lunar_remove(cl, "renewed", 0), LUNAR_ERR_OBJECT_HAS_LEASE);
+	/* When: the reader dies */
+	kill(pid, SIGKILL);
+	H_ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	killed = h_now_ms();
+	/* Then: the renewed lease goes too, long before it would end */
+	while ((rc = lunar_remove(cl, "renewed", 0)) != 0 && h_now_ms() - killed < RENEWED_MS)
+		h_sleep_ms(20);
+	took = h_now_ms() - killed;
+	print_message("renewed %llu ms after the reads; removable %llu ms after the death\n",
+		      (unsigned long long)(killed - ready_at), (unsigned long long)took);
+	H_ASSERT_MSG(rc == 0, "remove after the reader died: %s (lease TTL %s, renewed)",
+		     h_code(rc), SHORT_TTL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_step3_dead_reader_leases_dropped),
+	    cmocka_unit_test_setup_teardown(test_step3_dead_reader_leases_dropped, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_step3_dead_reader_renewed_lease_dropped,
+					    setup_short_lease, teardown),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }

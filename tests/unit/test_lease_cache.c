@@ -6,7 +6,9 @@
  * replicas they have, growing and shrinking with them; and, against a
  * plain array, a long random run of puts, drops and clears over a small
  * table (long probe runs, removals that move them back, wrap-arounds);
- * with room for one entry a shard, every put drops one and is still found.
+ * with room for one entry a shard, every put drops one and is still found;
+ * the entries' bytes stay within the budget; renewals are in each key's
+ * latest reader's name and go back with it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -164,8 +166,8 @@ struct renew_log {
 	int keys;
 };
 
-static int renew_all(void *arg, const char *tenant, char **keys, size_t n,
-		     struct px_cached *fresh, int *found)
+static int renew_all(void *arg, const char *tenant, char **keys, const uint64_t *readers,
+		     size_t n, struct px_cached *fresh, int *found)
 {
 	struct renew_log *log = arg;
 
@@ -178,8 +180,8 @@ static int renew_all(void *arg, const char *tenant, char **keys, size_t n,
 	return 0;
 }
 
-static int renew_wide(void *arg, const char *tenant, char **keys, size_t n,
-		      struct px_cached *fresh, int *found)
+static int renew_wide(void *arg, const char *tenant, char **keys, const uint64_t *readers,
+		      size_t n, struct px_cached *fresh, int *found)
 {
 	(void)arg;
 	(void)tenant;
@@ -240,7 +242,47 @@ static void put_read(struct px_lease_cache *c, const char *tenant, const char *k
 	struct px_cached v = entry(1, 100000);
 
 	v.lease_seq = seq;
+	v.lessee = reader;
 	px_lease_cache_put(c, tenant, key, &v, &(struct px_read){reader, until_ms});
+}
+
+/* A renewal as the proxy makes it: grant 40 + the key's last digit, to
+ * the key's latest reader, who must be reader 1. */
+static int renew_for_readers(void *arg, const char *tenant, char **keys,
+			     const uint64_t *readers, size_t n, struct px_cached *fresh,
+			     int *found)
+{
+	(void)arg;
+	(void)tenant;
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(readers[i], 1);
+		fresh[i] = entry(1, 100000);
+		fresh[i].lease_seq = 40 + (uint64_t)(keys[i][strlen(keys[i]) - 1] - '0');
+		fresh[i].lessee = readers[i];
+		found[i] = 1;
+	}
+	return 0;
+}
+
+static void test_lease_cache_orphan_gives_back_a_renewed_lease(void **state)
+{
+	struct px_lease_cache *c = px_lease_cache_create(1024);
+	struct release_log log = {0};
+	const uint64_t one = 1;
+	struct px_cached out;
+
+	/* Given: keys read by reader 1 alone, k1 read again since, so that the
+	 * heartbeat renewed its lease, in reader 1's name */
+	put_read(c, "t", "k1", 7, 1, 500);
+	put_read(c, "t", "k2", 8, 1, 500);
+	assert_int_equal(px_lease_cache_get(c, "t", "k1", 0, 0,
+					    &(struct px_read){1, 600}, &out), 1);
+	px_lease_cache_renew(c, 99990, 100, renew_for_readers, NULL);
+	/* When: reader 1 is gone; Then: each lease goes back under the grant
+	 * that holds it, k1's the renewal's */
+	px_lease_cache_orphan(c, &one, 1, 100, release_log, &log);
+	assert_string_equal(log.text, "t/k1@41:1 t/k2@8:1 ");
+	px_lease_cache_destroy(c);
 }
 
 static void test_lease_cache_orphan_gives_back_only_unneeded(void **state)
@@ -431,6 +473,52 @@ static void test_lease_cache_drop_for_room(void **state)
 	px_lease_cache_destroy(c);
 }
 
+/* How many of keys "w0".."w<n-1>" of tenant t the cache still has. */
+static int count_kept(struct px_lease_cache *c, const char *t, int n)
+{
+	struct px_cached out;
+	char key[16];
+	int kept = 0;
+
+	for (int i = 0; i < n; i++) {
+		snprintf(key, sizeof(key), "w%d", i);
+		kept += px_lease_cache_get(c, t, key, 0, 0, NULL, &out);
+	}
+	return kept;
+}
+
+static void test_lease_cache_bytes_are_bounded(void **state)
+{
+	/* Room for 6400 keys, and 6400 * PX_LEASE_ENTRY_BYTES bytes of entries */
+	struct px_lease_cache *c = px_lease_cache_create(6400);
+	struct px_cached small = entry(1, 1000), big = entry_of(1, PX_CACHE_MAX_REPLICAS);
+	const size_t big_bytes = PX_CACHE_MAX_REPLICAS * sizeof(struct px_cached_replica);
+	char key[16];
+	int kept;
+
+	(void)state;
+	/* When: 3000 one-replica entries go in; Then: they all stay */
+	for (int i = 0; i < 3000; i++) {
+		snprintf(key, sizeof(key), "w%d", i);
+		px_lease_cache_put(c, "s", key, &small, NULL);
+	}
+	assert_int_equal(count_kept(c, "s", 3000), 3000);
+	/* When: 3000 entries of the most replicas go in (each over 3 times the
+	 * budget of an entry); Then: at most the bytes allowed stay, each shard
+	 * keeping at least its newest */
+	for (int i = 0; i < 3000; i++) {
+		snprintf(key, sizeof(key), "w%d", i);
+		px_lease_cache_put(c, "b", key, &big, NULL);
+	}
+	kept = count_kept(c, "b", 3000);
+	print_message("%d of 3000 entries of %zu replica bytes kept\n", kept, big_bytes);
+	assert_true(kept >= 64);
+	assert_true((size_t)kept * big_bytes <= 6400 * PX_LEASE_ENTRY_BYTES + 64 * big_bytes);
+	/* ... and the small ones, granted earlier, went first */
+	assert_true(count_kept(c, "s", 3000) < 3000);
+	px_lease_cache_destroy(c);
+}
+
 static void test_lease_cache_default_keys_follow_the_segment(void **state)
 {
 	(void)state;
@@ -456,10 +544,12 @@ int main(void)
 		cmocka_unit_test(test_lease_cache_renews_read_entries_only),
 		cmocka_unit_test(test_lease_cache_orphan_gives_back_only_unneeded),
 		cmocka_unit_test(test_lease_cache_orphan_keeps_dropped_reads),
+		cmocka_unit_test(test_lease_cache_orphan_gives_back_a_renewed_lease),
 		cmocka_unit_test(test_lease_cache_replicas_grow_and_shrink),
 		cmocka_unit_test(test_lease_cache_random_against_model),
 		cmocka_unit_test(test_lease_cache_drop_for_room),
 		cmocka_unit_test(test_lease_cache_default_keys_follow_the_segment),
+		cmocka_unit_test(test_lease_cache_bytes_are_bounded),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -408,6 +408,43 @@ static void test_master_lease_release(void **state)
 	assert_int_equal(lease_release_for(m, CLIENT_A, 1, "k2", s2), 0);
 	assert_int_equal(remove_key(m, "k2", 0), LUNAR_ERR_OBJECT_HAS_LEASE);
 
+	/* Lookups for several readers at once (a proxy's renewals): each key's
+	 * lease goes to its own reader, and that reader's release ends it */
+	{
+		Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
+		Lunar__BatchGetReplicaListReply *r;
+		uint64_t readers[2] = {7, 8};
+
+		for (int i = 0; i < 2; i++) {
+			assert_int_equal(remove_key(m, keys[i], 1), 0);
+			assert_int_equal(put(m, CLIENT_A, keys[i], 100, 1), 0);
+		}
+		rq.client_id = CLIENT_A;
+		rq.reader = 9; /* the per-key readers win */
+		rq.keys = keys;
+		rq.n_keys = 2;
+		rq.readers = readers;
+		rq.n_readers = 2;
+		r = (Lunar__BatchGetReplicaListReply *)call(m, LUNAR__METHOD__BATCH_GET_REPLICA_LIST,
+							    &rq);
+		assert_int_equal(r->n_results, 2);
+		s1 = r->results[0]->lease_seq;
+		s2 = r->results[1]->lease_seq;
+		protobuf_c_message_free_unpacked(&r->base, NULL);
+		assert_int_equal(lease_release_for(m, CLIENT_A, 9, "k1", s1),
+				 LUNAR_ERR_OBJECT_HAS_LEASE);
+		assert_int_equal(lease_release_for(m, CLIENT_A, 7, "k1", s1), 0);
+		assert_int_equal(lease_release_for(m, CLIENT_A, 7, "k2", s2),
+				 LUNAR_ERR_OBJECT_HAS_LEASE);
+		assert_int_equal(lease_release_for(m, CLIENT_A, 8, "k2", s2), 0);
+		assert_int_equal(remove_key(m, "k1", 0), 0);
+		assert_int_equal(remove_key(m, "k2", 0), 0);
+		/* ... and not one reader for some of the keys */
+		rq.n_readers = 1;
+		assert_int_equal(call_code(m, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, &rq),
+				 LUNAR_ERR_INVALID_PARAMS);
+	}
+
 	/* A batch without one sequence and one reader per key is refused whole */
 	bad.client_id = CLIENT_A;
 	bad.keys = keys;
