@@ -65,13 +65,11 @@ static int set_flag(struct opts *o, const char *name, const char *val)
 {
 	int rc;
 
-	if (!strcmp(name, "listen")) {
-		o->listen = val;
-		return 0;
-	}
 	if (!strcmp(name, "config"))
 		return 0; /* read before the command line */
-	if (!strcmp(name, "port"))
+	if (!strcmp(name, "listen"))
+		rc = *(o->listen = val) ? 0 : -EINVAL; /* empty is no address */
+	else if (!strcmp(name, "port"))
 		rc = lc_parse_u64(val, &o->port) || o->port > 65535 ? -EINVAL : 0;
 	else if (!strcmp(name, "http-port"))
 		rc = lc_parse_u64(val, &o->http_port) || o->http_port > 65535 ? -EINVAL : 0;

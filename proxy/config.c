@@ -26,7 +26,8 @@ static const struct flag flags[] = {
 	  "                             $XDG_RUNTIME_DIR/lunar/proxy.sock or /tmp/lunar-UID/proxy.sock)"),
 	F("master", K_STR, master_url, "URL   master to use, tcp://host:50051"),
 	F("embedded-master", K_BOOL, embedded, "      run the master inside this proxy (single node)"),
-	F("host", K_STR, host, "ADDR  address of the data port, advertised to peers (127.0.0.1)"),
+	F("host", K_STR, host, "ADDR  address of the data and HTTP ports, advertised to peers\n"
+	  "                             (127.0.0.1)"),
 	F("data-port", K_U16, data_port, "N     data port for peers (12345; 0 picks a free one)"),
 	F("segment-size", K_SIZE, segment_size, "SIZE  DRAM contributed to the cluster (4GiB; 0 = none)"),
 	F("arena-size", K_SIZE, arena_size, "SIZE  default shared arena per client (64MiB)"),
@@ -112,8 +113,10 @@ static int set_flag(struct px_config *c, const struct flag *f, const char *v)
 
 	switch (f->kind) {
 	case K_STR:
+		if (!*v)
+			return -EINVAL; /* no flag names an empty path or address */
 		if (f->off == offsetof(struct px_config, socket_path)) {
-			if (!*v || strlen(v) >= sizeof(c->socket_path))
+			if (strlen(v) >= sizeof(c->socket_path))
 				return -EINVAL;
 			strcpy(c->socket_path, v);
 		} else {

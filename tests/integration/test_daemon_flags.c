@@ -82,10 +82,26 @@ static void check_daemon(const char *bin, const char *known_flag)
 	EXPECT_IN(out, "client-ttl");
 }
 
+/* An empty path or address is refused like any bad value, not taken as
+ * "none" or "any". */
+static void check_empty_values(const char *bin, const char *const *flags)
+{
+	static char out[1 << 16];
+
+	for (; *flags; flags++) {
+		char arg[64];
+
+		snprintf(arg, sizeof(arg), "%s=", *flags);
+		H_ASSERT_EQ(run(bin, out, sizeof(out), arg, NULL), 2);
+		EXPECT_IN(out, *flags + 2);
+	}
+}
+
 static void test_daemon_flags_master(void **state)
 {
 	(void)state;
 	check_daemon("lunar-master", "--eviction-high-watermark-ratio");
+	check_empty_values("lunar-master", (const char *const[]){"--listen", NULL});
 }
 
 static void test_daemon_flags_proxy(void **state)
@@ -94,6 +110,9 @@ static void test_daemon_flags_proxy(void **state)
 
 	(void)state;
 	check_daemon("lunar-proxy", "--segment-size");
+	check_empty_values("lunar-proxy",
+			   (const char *const[]){"--socket", "--master", "--host", "--disk-dir",
+						 "--config", NULL});
 	/* where the socket goes when --socket is not given */
 	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--help", NULL), 0);
 	EXPECT_IN(out, "/run/lunar/proxy.sock");
