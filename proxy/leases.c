@@ -7,7 +7,7 @@
  * triggers (one BatchLeaseRelease per tenant).
  */
 
-#include <string.h>
+#include <stdlib.h>
 
 #include "clock.h"
 #include "lunar.h"
@@ -70,7 +70,16 @@ void px_lease_reader_gone(struct px_proxy *px, const struct px_session *s)
 	if (atomic_load(&px->stopping))
 		return; /* the heartbeat is done; the leases run out */
 	pthread_mutex_lock(&px->hb_lock);
-	if (px->ngone < PX_GONE_MAX)
+	if (px->ngone == px->gone_cap && px->gone_cap < PX_GONE_MAX) {
+		size_t cap = px->gone_cap ? 2 * px->gone_cap : 64;
+		uint64_t *v = realloc(px->gone, cap * sizeof(*v));
+
+		if (v) {
+			px->gone = v;
+			px->gone_cap = cap;
+		}
+	}
+	if (px->ngone < px->gone_cap)
 		px->gone[px->ngone++] = s->client_id;
 	pthread_mutex_unlock(&px->hb_lock);
 	px_heartbeat_kick(px);
@@ -104,14 +113,16 @@ static void release_tenant(void *arg, const char *tenant, char **keys, uint64_t 
 
 void px_lease_release_gone(struct px_proxy *px)
 {
-	uint64_t gone[PX_GONE_MAX];
-	unsigned n;
+	uint64_t *gone;
+	size_t n;
 
 	pthread_mutex_lock(&px->hb_lock);
+	gone = px->gone;
 	n = px->ngone;
-	memcpy(gone, px->gone, n * sizeof(gone[0]));
-	px->ngone = 0;
+	px->gone = NULL;
+	px->ngone = px->gone_cap = 0;
 	pthread_mutex_unlock(&px->hb_lock);
 	if (n)
 		px_lease_cache_orphan(px->leases, gone, n, lc_now_ms(), release_tenant, px);
+	free(gone);
 }

@@ -210,6 +210,7 @@ static void stop(struct px_proxy *px)
 	px_closer_destroy(px->closer); /* after the pool: its requests hold sessions */
 	px_mc_destroy(px->mc);
 	px_lease_cache_destroy(px->leases);
+	free(px->gone); /* ids no beat took: stopping, their leases run out */
 	if (px->prefault_started)
 		pthread_join(px->prefault, NULL);
 	eng_engine_destroy(px->engine);

@@ -121,9 +121,10 @@ struct px_session {
 	struct px_session *prev, *next; /* px->sessions; loop thread only */
 };
 
-/* Closed clients whose leases wait for the heartbeat to give them back;
- * past this many between two heartbeats, the rest run out on their own. */
-#define PX_GONE_MAX 256
+/* Closed clients whose leases wait for the heartbeat to give them back
+ * (one successful Ping each time); past this many, as while the master is
+ * unreachable, the rest run out on their own. */
+#define PX_GONE_MAX 65536
 
 /* Figures for /metrics; relaxed atomics, any thread. */
 struct px_stats {
@@ -181,9 +182,10 @@ struct px_proxy {
 	bool prefault_started;
 	pthread_mutex_t hb_lock;
 	pthread_cond_t hb_cond;
-	/* Clients closed since the last heartbeat (hb_lock): their leases go. */
-	uint64_t gone[PX_GONE_MAX];
-	unsigned ngone;
+	/* Clients closed since the last heartbeat (hb_lock): their leases go.
+	 * The heartbeat takes the array; it grows as needed. */
+	uint64_t *gone;
+	size_t ngone, gone_cap;
 };
 
 /*

@@ -13,6 +13,10 @@
  * heartbeat renews the lease (the master grants a renewal to the proxy, not
  * to the child). Once the renewal is seen and the child is killed, the
  * remove succeeds within 1.5 s, long before the renewed lease would end.
+ *
+ * With the heartbeat held back for 6 s: 300 clients each read a key and
+ * close before the first beat. Every one of their leases goes back on that
+ * beat, long before the 10 s lease would end.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -39,6 +43,9 @@
 #define RENEW_WAIT_MS 5000 /* for the heartbeat to renew a 3 s lease */
 #define RENEWED_MS    1500 /* well inside a renewed 3 s lease */
 #define CALLS_BGRL    "lunar_master_calls_total{method=\"BatchGetReplicaList\"}"
+#define HB_HOLD	      "6s"
+#define MANY	      300  /* closed clients before one beat: more than one batch */
+#define MANY_MS	      8000 /* from the last read: well inside its 10 s lease */
 
 static char sock[PATH_MAX];
 static struct lunar_client *cl;
@@ -48,6 +55,13 @@ static int setup(void **state)
 {
 	(void)state;
 	node = h_embedded_node(sock, &cl, NULL);
+	return node ? 0 : -1;
+}
+
+static int setup_held_heartbeat(void **state)
+{
+	(void)state;
+	node = h_embedded_node(sock, &cl, "--debug-heartbeat-delay", HB_HOLD, NULL);
 	return node ? 0 : -1;
 }
 
@@ -217,6 +231,50 @@ static void test_step3_dead_reader_renewed_lease_dropped(void **state)
 		     h_code(rc), SHORT_TTL);
 }
 
+static void test_step3_dead_reader_many_closed_before_a_beat(void **state)
+{
+	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 10000};
+	static uint8_t val[VAL_LEN];
+	int left = MANY, rc;
+	uint64_t read_at;
+	char key[32];
+
+	(void)state;
+	/* Given: MANY keys, each read by a client of its own that then closed,
+	 * all before the proxy's first heartbeat */
+	h_fill(val, sizeof(val), 3);
+	for (int i = 0; i < MANY; i++) {
+		snprintf(key, sizeof(key), "many-%d", i);
+		H_ASSERT_EQ(lunar_put(cl, key, val, sizeof(val), NULL), 0);
+	}
+	for (int i = 0; i < MANY; i++) {
+		struct lunar_client *c = NULL;
+
+		snprintf(key, sizeof(key), "many-%d", i);
+		H_ASSERT_EQ(lunar_connect(&o, &c), 0);
+		H_ASSERT_EQ(lunar_get_into(c, key, val, sizeof(val)), VAL_LEN);
+		lunar_close(c);
+	}
+	read_at = h_now_ms();
+	/* When: the heartbeat beats; Then: every one of their leases goes */
+	do {
+		left = 0;
+		for (int i = 0; i < MANY; i++) {
+			snprintf(key, sizeof(key), "many-%d", i);
+			rc = lunar_remove(cl, key, 0);
+			left += rc == LUNAR_ERR_OBJECT_HAS_LEASE;
+			H_ASSERT_MSG(rc == 0 || rc == LUNAR_ERR_OBJECT_HAS_LEASE ||
+					 rc == LUNAR_ERR_OBJECT_NOT_FOUND,
+				     "remove %s: %s", key, h_code(rc));
+		}
+		if (left)
+			h_sleep_ms(100);
+	} while (left && h_now_ms() - read_at < MANY_MS);
+	print_message("%d of %d keys still leased %llu ms after the last read\n", left, MANY,
+		      (unsigned long long)(h_now_ms() - read_at));
+	H_ASSERT_EQ(left, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -224,6 +282,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_step3_dead_reader_renewed_lease_dropped,
 					    setup_short_lease, teardown),
+	    cmocka_unit_test_setup_teardown(test_step3_dead_reader_many_closed_before_a_beat,
+					    setup_held_heartbeat, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
