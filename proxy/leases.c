@@ -1,10 +1,11 @@
 /*
  * leases.c - how the proxy uses its lease cache: the safety margin, the
  * heartbeat's renewal of leases on keys that are still being read (one
- * BatchGetReplicaList per tenant: new leases, and the current replica lists,
- * so a value upserted elsewhere replaces the cached one), and giving back
- * the leases only a closed client's reads needed, on the beat its close
- * triggers (one BatchLeaseRelease per tenant).
+ * BatchGetReplicaList per tenant and 128 keys: new leases, each in the name
+ * of the key's latest reader, and the current replica lists, so a value
+ * upserted elsewhere replaces the cached one), and giving back the leases
+ * only a closed client's reads needed, on the beat its close triggers (one
+ * BatchLeaseRelease per tenant and 128 keys).
  */
 
 #include <stdlib.h>
