@@ -527,18 +527,21 @@ static void key_list_batches(struct key_list *l, void (*fn)(void *, struct lkey 
 	key_list_free(l);
 }
 
-/* The entries read since their last renewal and ending before limit_ms, in
- * the order of their grants up to the first that ends later. */
-static void collect_due(struct px_lease_cache *c, uint64_t limit_ms, struct key_list *l)
+struct due {
+	uint64_t limit_ms;
+	struct key_list l;
+};
+
+/* List e, whose lease runs, if it was read since its last renewal and its
+ * lease ends before the limit; without memory it runs out its lease. */
+static void due_visit(struct px_lease_cache *c, struct shard *s, struct entry *e, void *arg)
 {
-	for (int i = 0; i < SHARDS; i++) {
-		pthread_mutex_lock(&c->s[i].lock);
-		for (struct entry *e = c->s[i].oldest; e && e->deadline_ms <= limit_ms;
-		     e = e->newer)
-			if (e->read && key_list_add(l, e, e->reader))
-				break;
-		pthread_mutex_unlock(&c->s[i].lock);
-	}
+	struct due *d = arg;
+
+	(void)c;
+	(void)s;
+	if (e->read && e->deadline_ms <= d->limit_ms)
+		key_list_add(&d->l, e, e->reader);
 }
 
 /* Replace a renewed entry with what the master said now, or drop it. */
@@ -589,11 +592,11 @@ void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t wi
 			  px_lease_renew_fn renew, void *arg)
 {
 	struct renewal rn = {c, renew, arg, malloc(PX_RENEW_BATCH * sizeof(*rn.fresh)), {0}};
-	struct key_list l = {0};
+	struct due d = {now_ms + window_ms, {0}};
 
 	if (rn.fresh)
-		collect_due(c, now_ms + window_ms, &l);
-	key_list_batches(&l, renew_batch, &rn);
+		sweep(c, now_ms + 1, due_visit, &d);
+	key_list_batches(&d.l, renew_batch, &rn);
 	free(rn.fresh);
 }
 
@@ -624,21 +627,24 @@ static void release_batch(void *arg, struct lkey *d, size_t k)
 }
 
 struct orphan {
-	uint64_t *gone; /* sorted */
+	const uint64_t *gone; /* sorted */
 	size_t n;
 	uint64_t now_ms;
 	struct key_list l;
 };
 
 /* Forget a gone reader's reads of e, whose lease runs; list and drop e if
- * nobody else needs it. */
+ * nobody else needs it and its grant was the gone reader's own. A grant to
+ * another reader is kept: ending it would end that reader's run of grants
+ * at the master, lookups of it still in flight included. */
 static void orphan_visit(struct px_lease_cache *c, struct shard *s, struct entry *e, void *arg)
 {
 	struct orphan *o = arg;
 
 	if (!e->reader || !bsearch(&e->reader, o->gone, o->n, sizeof(*o->gone), u64_cmp))
 		return;
-	if (e->seq && e->others_ms <= o->now_ms && !key_list_add(&o->l, e, e->lessee)) {
+	if (e->seq && e->lessee == e->reader && e->others_ms <= o->now_ms &&
+	    !key_list_add(&o->l, e, e->lessee)) {
 		e->reader_until_ms = e->others_ms = 0; /* nothing left to keep */
 		entry_remove(c, s, find_entry(c, s, e));
 	} else {
@@ -646,17 +652,13 @@ static void orphan_visit(struct px_lease_cache *c, struct shard *s, struct entry
 	}
 }
 
-void px_lease_cache_orphan(struct px_lease_cache *c, const uint64_t *gone, size_t n,
-			   uint64_t now_ms, px_lease_release_fn release, void *arg)
+void px_lease_cache_orphan(struct px_lease_cache *c, uint64_t *gone, size_t n, uint64_t now_ms,
+			   px_lease_release_fn release, void *arg)
 {
 	struct release rl = {release, arg};
-	struct orphan o = {malloc(n * sizeof(*gone)), n, now_ms, {0}};
+	struct orphan o = {gone, n, now_ms, {0}};
 
-	if (!o.gone)
-		return; /* the leases run out */
-	memcpy(o.gone, gone, n * sizeof(*gone));
-	qsort(o.gone, n, sizeof(*gone), u64_cmp);
+	qsort(gone, n, sizeof(*gone), u64_cmp);
 	sweep(c, now_ms + 1, orphan_visit, &o);
-	free(o.gone);
 	key_list_batches(&o.l, release_batch, &rl);
 }

@@ -39,13 +39,14 @@ struct px_lease_cache;
 /* One entry per this many bytes of the proxy's segment, so that a segment
  * full of small objects can have all of them read from the cache; within
  * [PX_LEASE_KEYS_MIN, PX_LEASE_KEYS_MAX]. Entries also take at most
- * PX_LEASE_ENTRY_BYTES each on average (one replica and a 40-byte key take
- * about 240): long keys or many replicas make room for fewer. So the cache
- * takes at most 1.6 % of the segment, and 1 GiB at the most keys. */
+ * PX_LEASE_ENTRY_BYTES each on average (one replica and a 40-byte key of
+ * tenant "default" take about 270): long keys or many replicas make room
+ * for fewer. So the cache takes at most 2 % of the segment, and 1.25 GiB at
+ * the most keys. */
 #define PX_LEASE_BYTES_PER_KEY (16u << 10)
 #define PX_LEASE_KEYS_MIN      65536u
 #define PX_LEASE_KEYS_MAX      (4u << 20)
-#define PX_LEASE_ENTRY_BYTES   256u
+#define PX_LEASE_ENTRY_BYTES   320u
 /* px_lease_cache_default_keys - the capacity for a segment of that size. */
 unsigned px_lease_cache_default_keys(uint64_t segment_size);
 /* px_lease_cache_create - room for about capacity keys, and entries of
@@ -100,9 +101,9 @@ void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant);
  * sets found[i] with the new entry in fresh[i] (which replaces the cached
  * one: an upsert elsewhere is picked up here), or found[i] = 0 (dropped).
  * A nonzero return (master unreachable) leaves the entries to run out their
- * leases. Entries not read are left to expire. Entries are visited in the
- * order of their grants, up to the first whose lease ends after the window
- * (with one lease TTL, all later ones do too). Heartbeat thread; renew is
+ * leases. Entries not read are left to expire, and so are those whose
+ * lease has ended: only entries whose lease still runs are visited (newest
+ * grant first, up to the first that has ended). Heartbeat thread; renew is
  * called without cache locks held.
  */
 #define PX_RENEW_BATCH 128
@@ -113,19 +114,22 @@ void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t wi
 			  px_lease_renew_fn renew, void *arg);
 
 /*
- * px_lease_cache_orphan - the readers gone[0..n) will read no more: forget
- * their reads. Each entry one of them read last whose lease still runs
- * after now_ms and no other read needs leaves the cache, and release(arg,
- * tenant, keys, seqs, readers, k) is called once per tenant with up to
- * PX_RENEW_BATCH of them, the lease_seq each was cached with and the
- * lessee of that grant, so the caller can give those leases back. Only
- * entries whose lease still runs are visited (newest grant first, up to
- * the first that has ended): the others have nothing to give back.
- * Heartbeat thread; release is called without cache locks held.
+ * px_lease_cache_orphan - the readers gone[0..n) (sorted here, in place)
+ * will read no more: forget their reads. Each entry one of them read last
+ * whose lease still runs after now_ms, granted to that reader itself, and
+ * no other read needs leaves the cache, and release(arg, tenant, keys,
+ * seqs, readers, k) is called once per tenant with up to PX_RENEW_BATCH of
+ * them, the lease_seq each was cached with and its reader, so the caller
+ * can give those leases back. A grant to another reader is never given
+ * back for a gone one: at the master it continues that reader's run, whose
+ * lookups may be in flight. Only entries whose lease still runs are
+ * visited (newest grant first, up to the first that has ended): the others
+ * have nothing to give back. Heartbeat thread; release is called without
+ * cache locks held.
  */
 typedef void (*px_lease_release_fn)(void *arg, const char *tenant, char **keys,
 				    uint64_t *seqs, uint64_t *readers, size_t n);
-void px_lease_cache_orphan(struct px_lease_cache *c, const uint64_t *gone, size_t n,
-			   uint64_t now_ms, px_lease_release_fn release, void *arg);
+void px_lease_cache_orphan(struct px_lease_cache *c, uint64_t *gone, size_t n, uint64_t now_ms,
+			   px_lease_release_fn release, void *arg);
 
 #endif /* LUNAR_PROXY_LEASE_CACHE_H */

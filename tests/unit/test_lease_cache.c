@@ -199,11 +199,16 @@ static void test_lease_cache_renews_read_entries_only(void **state)
 	struct px_cached v = entry(1, 1000), out;
 	struct renew_log log = {0};
 
+	struct px_cached ended = entry(1, 800);
+
+	px_lease_cache_put(c, "t", "ended", &ended, NULL);
 	px_lease_cache_put(c, "t", "read", &v, NULL);
 	px_lease_cache_put(c, "t", "gone", &v, NULL);
 	px_lease_cache_put(c, "t", "unread", &v, NULL);
+	assert_int_equal(px_lease_cache_get(c, "t", "ended", 0, 0, NULL, &out), 1);
 	assert_int_equal(px_lease_cache_get(c, "t", "read", 0, 0, NULL, &out), 1);
 	assert_int_equal(px_lease_cache_get(c, "t", "gone", 0, 0, NULL, &out), 1);
+	/* a read entry whose lease has ended by now (900) is not renewed */
 	px_lease_cache_renew(c, 900, 200, renew_all, &log);
 	assert_int_equal(log.calls, 1);
 	assert_int_equal(log.keys, 2);
@@ -268,7 +273,7 @@ static void test_lease_cache_orphan_gives_back_a_renewed_lease(void **state)
 {
 	struct px_lease_cache *c = px_lease_cache_create(1024);
 	struct release_log log = {0};
-	const uint64_t one = 1;
+	uint64_t one = 1;
 	struct px_cached out;
 
 	/* Given: keys read by reader 1 alone, k1 read again since, so that the
@@ -289,7 +294,7 @@ static void test_lease_cache_orphan_gives_back_only_unneeded(void **state)
 {
 	struct px_lease_cache *c = px_lease_cache_create(1024);
 	struct release_log log = {0};
-	const uint64_t one = 1, two = 2;
+	uint64_t one = 1, two = 2;
 	struct px_cached out;
 
 	/* Given: keys read by reader 1 alone, in two tenants, one with no
@@ -327,11 +332,31 @@ static void test_lease_cache_orphan_gives_back_only_unneeded(void **state)
 	px_lease_cache_destroy(c);
 }
 
+static void test_lease_cache_orphan_keeps_another_readers_grant(void **state)
+{
+	struct px_lease_cache *c = px_lease_cache_create(1024);
+	struct release_log log = {0};
+	uint64_t one = 1;
+	struct px_cached out;
+
+	/* Given: a key reader 2's lookup was granted, read since from the cache
+	 * by reader 1 alone, after 2's read ended (2 may be looking it up again:
+	 * at the master such a lookup continues the grant's run) */
+	put_read(c, "t", "k", 5, 2, 100);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0,
+					    &(struct px_read){1, 200}, &out), 1);
+	/* When: reader 1 is gone; Then: 2's grant is not given back */
+	px_lease_cache_orphan(c, &one, 1, 300, release_log, &log);
+	assert_int_equal(log.calls, 0);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 1);
+	px_lease_cache_destroy(c);
+}
+
 static void test_lease_cache_orphan_keeps_dropped_reads(void **state)
 {
 	struct px_lease_cache *c = px_lease_cache_create(64); /* one entry a shard */
 	struct release_log log = {0};
-	const uint64_t one = 1;
+	uint64_t one = 1;
 
 	/* Given: a key 2 read, dropped from the cache while 2's read needs its
 	 * lease (a remove through us), then read again by 1 alone */
@@ -544,6 +569,7 @@ int main(void)
 		cmocka_unit_test(test_lease_cache_renews_read_entries_only),
 		cmocka_unit_test(test_lease_cache_orphan_gives_back_only_unneeded),
 		cmocka_unit_test(test_lease_cache_orphan_keeps_dropped_reads),
+		cmocka_unit_test(test_lease_cache_orphan_keeps_another_readers_grant),
 		cmocka_unit_test(test_lease_cache_orphan_gives_back_a_renewed_lease),
 		cmocka_unit_test(test_lease_cache_replicas_grow_and_shrink),
 		cmocka_unit_test(test_lease_cache_random_against_model),
