@@ -103,11 +103,13 @@ static int put_write(struct px_proxy *px, struct px_item *it, const Lunar__PutSt
 	return 0;
 }
 
-/* Test hook (--debug-put-delay): hold the commit back, but not past death. */
+/* Test hook (--debug-put-delay): hold the commit back, but not past death
+ * (looked at every 50 ms: the hook must stay idle enough for the idle-CPU
+ * test, also under the sanitizers). */
 static void debug_delay(struct px_proxy *px, struct px_session *s)
 {
 	uint64_t end = lc_now_ms() + px->cfg.debug_put_delay_ms;
-	struct timespec ts = { 0, 10 * 1000 * 1000 };
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
 
 	while (lc_now_ms() < end && !atomic_load(&s->dead))
 		nanosleep(&ts, NULL);
