@@ -251,6 +251,18 @@ static void put_read(struct px_lease_cache *c, const char *tenant, const char *k
 	px_lease_cache_put(c, tenant, key, &v, &(struct px_read){reader, until_ms});
 }
 
+/* A read of (t, key) served from the cache for reader, needing the lease
+ * until until_ms. */
+static void read_hit(struct px_lease_cache *c, const char *key, uint64_t reader,
+		     uint64_t until_ms)
+{
+	struct px_cached out;
+
+	assert_int_equal(px_lease_cache_get(c, "t", key, 0, 0, &(struct px_read){reader, until_ms},
+					    &out),
+			 1);
+}
+
 /* A renewal as the proxy makes it: grant 40 + the key's last digit, to
  * the key's latest reader, who must be reader 1. */
 static int renew_for_readers(void *arg, const char *tenant, char **keys,
@@ -274,14 +286,12 @@ static void test_lease_cache_orphan_gives_back_a_renewed_lease(void **state)
 	struct px_lease_cache *c = px_lease_cache_create(1024);
 	struct release_log log = {0};
 	uint64_t one = 1;
-	struct px_cached out;
 
 	/* Given: keys read by reader 1 alone, k1 read again since, so that the
 	 * heartbeat renewed its lease, in reader 1's name */
 	put_read(c, "t", "k1", 7, 1, 500);
 	put_read(c, "t", "k2", 8, 1, 500);
-	assert_int_equal(px_lease_cache_get(c, "t", "k1", 0, 0,
-					    &(struct px_read){1, 600}, &out), 1);
+	read_hit(c, "k1", 1, 600);
 	px_lease_cache_renew(c, 99990, 100, renew_for_readers, NULL);
 	/* When: reader 1 is gone; Then: each lease goes back under the grant
 	 * that holds it, k1's the renewal's */
@@ -303,8 +313,7 @@ static void test_lease_cache_orphan_gives_back_only_unneeded(void **state)
 	put_read(c, "u", "only1", 8, 1, 500);
 	put_read(c, "t", "noseq", 0, 1, 500);
 	put_read(c, "t", "2then1", 9, 2, 600);
-	assert_int_equal(px_lease_cache_get(c, "t", "2then1", 0, 0,
-					    &(struct px_read){1, 700}, &out), 1);
+	read_hit(c, "2then1", 1, 700);
 	put_read(c, "t", "1then2", 10, 1, 700);
 	put_read(c, "t", "1then2", 11, 2, 600);
 	put_read(c, "t", "1then2b", 12, 1, 800);
@@ -343,8 +352,7 @@ static void test_lease_cache_orphan_keeps_another_readers_grant(void **state)
 	 * by reader 1 alone, after 2's read ended (2 may be looking it up again:
 	 * at the master such a lookup continues the grant's run) */
 	put_read(c, "t", "k", 5, 2, 100);
-	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0,
-					    &(struct px_read){1, 200}, &out), 1);
+	read_hit(c, "k", 1, 200);
 	/* When: reader 1 is gone; Then: 2's grant is not given back */
 	px_lease_cache_orphan(c, &one, 1, 300, release_log, &log);
 	assert_int_equal(log.calls, 0);
