@@ -118,7 +118,8 @@ static struct shm_conn *conn_alloc(void)
 	cn->refs = 1;
 	cn->sock = -1;
 	cn->evfd = -1;
-	cn->lat_ns = SHM_LAT_INIT_NS;
+	for (size_t op = 0; op < LC_OP_MAX; op++)
+		cn->lat_ns[op] = SHM_LAT_INIT_NS;
 	pthread_mutex_init(&cn->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

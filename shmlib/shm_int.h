@@ -64,7 +64,7 @@ struct shm_conn {
 	uint64_t arena_off;
 	uint64_t arena_size;
 	uint64_t seq;	  /* atomic; the handle's request counter for this session */
-	uint32_t lat_ns;  /* relaxed; average completion time (spin.h) */
+	uint32_t lat_ns[LC_OP_MAX]; /* relaxed; average completion time by op (spin.h) */
 	uint32_t spinners; /* threads spinning on a completion now (atomic) */
 
 	struct shm_bits free_slots;

@@ -1,6 +1,6 @@
 /*
  * spin.h - how long a waiting thread spins before it sleeps, learnt from
- * how long the session's requests take.
+ * how long the session's requests of its kind (op) take.
  *
  * The proxy stamps every completion with CLOCK_MONOTONIC (lc_cslot.done_ns).
  * The time from submit to that stamp feeds a running average, also for
@@ -14,8 +14,17 @@
 
 #include <stdint.h>
 
+#include "shm_abi.h"
+
 #define SHM_SPIN_MIN_NS 2000u  /* a brief probe */
 #define SHM_SPIN_MAX_NS 500000u /* never spin longer */
+/* Requests completing on average sooner than this are spun for by every
+ * waiter: about what a sched_yield that switches threads costs a waiter on
+ * a virtual machine (1.4 us alone, 2.3 us under load on the one measured,
+ * bench.md), so spinning costs less than the switch a yield would pay.
+ * Below it there, 4 KiB gets and exists (~1.2 us); above, puts (~2.2 us),
+ * which the proxy runs faster in the batches yielding waiters let build. */
+#define SHM_SHORT_WAIT_NS 1800u
 
 /* Spin for twice the average completion time when that fits under the
  * maximum, else only probe. */
@@ -24,6 +33,32 @@ static inline uint32_t shm_spin_budget(uint32_t lat_ns)
 	if (lat_ns > SHM_SPIN_MAX_NS / 2)
 		return SHM_SPIN_MIN_NS;
 	return lat_ns < SHM_SPIN_MIN_NS / 2 ? SHM_SPIN_MIN_NS : 2 * lat_ns;
+}
+
+/*
+ * Whether a waiter spins (1) or yields between looks (0) within its budget.
+ * It spins while the session has a CPU to spare for it: fewer than
+ * spare_cpus (the CPUs it may use, minus one left to the proxy) of its
+ * threads spin already, and the proxy does not report more busy clients
+ * than CPUs (crowded). Beyond that it also spins when the session's
+ * requests complete within SHM_SHORT_WAIT_NS: with more waiters than CPUs,
+ * each then finishes its request and submits the next on its own time
+ * slice, where yielding would cost every request a thread switch. With no
+ * CPU to spare (one CPU) nobody spins: the proxy needs that CPU.
+ */
+static inline int shm_spin_or_yield(uint32_t spinning, uint32_t spare_cpus, int crowded,
+				    uint32_t lat_ns)
+{
+	if (!spare_cpus)
+		return 0;
+	return (spinning < spare_cpus && !crowded) || lat_ns < SHM_SHORT_WAIT_NS;
+}
+
+/* The average of requests of kind op in lat (one per op: LC_OP_MAX); an op
+ * out of range shares slot 0, which no request uses. */
+static inline uint32_t *shm_lat_of(uint32_t *lat, uint16_t op)
+{
+	return &lat[op < LC_OP_MAX ? op : 0];
 }
 
 /* The average after one request submitted at start_ns and stamped done_ns

@@ -141,13 +141,6 @@ static uint32_t usable_cpus(void)
 	return v;
 }
 
-/* How many threads of a session may spin at once (the rest yield): one CPU
- * is left to the proxy, or spinning waiters starve the very thread that
- * completes them. On one CPU nobody spins. */
-static uint32_t max_spinners(void)
-{
-	return usable_cpus() - 1;
-}
 
 /* 1 when this thread runs on the CPU the proxy's loop last ran on (known on
  * both sides): a would-be spinner then sleeps, since a futex wakeup lets
@@ -162,18 +155,19 @@ static int beside_loop(const struct shm_conn *cn)
 
 /*
  * Wait for DONE without sleeping for up to the session's spin budget: by
- * spinning if few enough threads of the session already do and the proxy
- * does not report more busy clients than CPUs (but not beside the loop),
- * else by yielding the CPU between looks. With more waiters than CPUs they
- * then hand the CPU to each other and to the proxy instead of each paying a
- * futex sleep and a wakeup (8 threads on 2 CPUs: about 2x the throughput).
- * Returns 1 when DONE was seen; 0 when the caller should sleep.
+ * spinning where shm_spin_or_yield says so (but not beside the loop), else
+ * by yielding the CPU between looks. With more waiters than CPUs and
+ * requests slower than a switch they then hand the CPU to each other and
+ * to the proxy instead of each paying a futex sleep and a wakeup (8
+ * threads on 2 CPUs: about 2x the throughput). One CPU is left to the
+ * proxy, or spinning waiters would starve the very thread that completes
+ * them. Returns 1 when DONE was seen; 0 when the caller should sleep.
  */
-static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start)
+static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start, uint32_t lat)
 {
-	uint32_t budget = shm_spin_budget(LC_READ_ONCE(cn->lat_ns));
-	int spin = lc_fetch_add(&cn->spinners, 1u) < max_spinners() &&
-		   !LC_READ_ONCE(cn->ring->crowded);
+	uint32_t budget = shm_spin_budget(lat);
+	int spin = shm_spin_or_yield(lc_fetch_add(&cn->spinners, 1u), usable_cpus() - 1,
+				     LC_READ_ONCE(cn->ring->crowded) != 0, lat);
 	int done = 0;
 
 	do {
@@ -218,17 +212,20 @@ static int slot_sleep(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadl
 	return LUNAR_ERR_PROTOCOL;
 }
 
-static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadline_ns)
+/* Wait for the slot of a request of kind op: spin or yield, then sleep. */
+static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint16_t op,
+		     uint64_t deadline_ns)
 {
+	uint32_t *lat = shm_lat_of(cn->lat_ns, op);
 	uint64_t start = lc_now_ns();
 	int rc = 0;
 
-	if (!slot_spin(cn, slot, start))
+	if (!slot_spin(cn, slot, start, LC_READ_ONCE(*lat)))
 		rc = slot_sleep(cn, slot, deadline_ns);
 	/* Racing threads may lose each other's samples: it is only a hint. */
 	if (!rc)
-		LC_WRITE_ONCE(cn->lat_ns, shm_lat_update(LC_READ_ONCE(cn->lat_ns), start,
-							 LC_READ_ONCE(slot->done_ns)));
+		LC_WRITE_ONCE(*lat, shm_lat_update(LC_READ_ONCE(*lat), start,
+						   LC_READ_ONCE(slot->done_ns)));
 	return rc;
 }
 
@@ -255,7 +252,7 @@ int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, in
 	}
 	rc = ring_kick(cn);
 	if (!rc)
-		rc = slot_wait(cn, slot, deadline_ns);
+		rc = slot_wait(cn, slot, sqe->op, deadline_ns);
 	if (!rc && LC_READ_ONCE(slot->seq) != sqe->seq) {
 		shm_conn_break(cn, "completion for another request");
 		rc = LUNAR_ERR_PROTOCOL;

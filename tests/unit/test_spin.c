@@ -2,7 +2,8 @@
  * test_spin.c - the waiter's spin budget (shmlib/spin.h): it follows how
  * long the session's requests take by the proxy's completion stamps, stops
  * spinning for slow sessions, and spins again once requests are fast again,
- * also when every sample in between came while the waiter slept.
+ * also when every sample in between came while the waiter slept; and
+ * whether a waiter spins or yields (shm_spin_or_yield).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -67,6 +68,47 @@ static void test_spin_stamp_is_only_a_hint(void **state)
 			 UINT32_MAX - UINT32_MAX / 8 + UINT32_MAX / 8);
 }
 
+static void test_spin_while_a_cpu_is_spare(void **state)
+{
+	/* Slow requests: spin only on a spare CPU the proxy leaves free. */
+	assert_true(shm_spin_or_yield(0, 1, 0, 50000));
+	assert_false(shm_spin_or_yield(1, 1, 0, 50000));
+	assert_true(shm_spin_or_yield(2, 3, 0, 50000));
+	assert_false(shm_spin_or_yield(0, 1, 1, 50000)); /* crowded */
+}
+
+static void test_spin_for_short_requests_however_many_wait(void **state)
+{
+	/* Requests faster than a thread switch: every waiter spins, also past
+	 * the spare CPUs and when crowded; from the threshold on they yield. */
+	assert_true(shm_spin_or_yield(7, 1, 0, 1200));
+	assert_true(shm_spin_or_yield(63, 1, 1, SHM_SHORT_WAIT_NS - 1));
+	assert_false(shm_spin_or_yield(7, 1, 0, SHM_SHORT_WAIT_NS));
+	assert_false(shm_spin_or_yield(7, 1, 1, 5000));
+}
+
+static void test_nobody_spins_without_a_spare_cpu(void **state)
+{
+	/* One CPU: the proxy needs it, however fast its requests are. */
+	assert_false(shm_spin_or_yield(0, 0, 0, 0));
+	assert_false(shm_spin_or_yield(0, 0, 0, 50000));
+}
+
+static void test_spin_learns_each_op_apart(void **state)
+{
+	/* Slow puts do not stop fast gets from spinning, nor the reverse. */
+	uint32_t lat[LC_OP_MAX] = {0};
+	uint32_t *put = shm_lat_of(lat, LC_OP_PUT), *get = shm_lat_of(lat, LC_OP_GET);
+
+	assert_ptr_not_equal(put, get);
+	*put = feed(*put, 64, 40000);
+	*get = feed(*get, 64, 1000);
+	assert_false(shm_spin_or_yield(7, 1, 0, *put));
+	assert_true(shm_spin_or_yield(7, 1, 0, *get));
+	assert_ptr_equal(shm_lat_of(lat, LC_OP_MAX), &lat[0]);
+	assert_ptr_equal(shm_lat_of(lat, UINT16_MAX), &lat[0]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -75,6 +117,10 @@ int main(void)
 		cmocka_unit_test(test_spin_recovers_when_requests_speed_up),
 		cmocka_unit_test(test_spin_budget_bounds),
 		cmocka_unit_test(test_spin_stamp_is_only_a_hint),
+		cmocka_unit_test(test_spin_while_a_cpu_is_spare),
+		cmocka_unit_test(test_spin_for_short_requests_however_many_wait),
+		cmocka_unit_test(test_nobody_spins_without_a_spare_cpu),
+		cmocka_unit_test(test_spin_learns_each_op_apart),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
