@@ -41,10 +41,11 @@ static inline uint32_t shm_spin_budget(uint32_t lat_ns)
  * spare_cpus (the CPUs it may use, minus one left to the proxy) of its
  * threads spin already, and the proxy does not report more busy clients
  * than CPUs (crowded). Beyond that it also spins when the session's
- * requests complete within SHM_SHORT_WAIT_NS: with more waiters than CPUs,
- * each then finishes its request and submits the next on its own time
- * slice, where yielding would cost every request a thread switch. With no
- * CPU to spare (one CPU) nobody spins: the proxy needs that CPU.
+ * requests of its kind complete within SHM_SHORT_WAIT_NS on average
+ * (lat_ns): with more waiters than CPUs, each then finishes its request and
+ * submits the next on its own time slice, where yielding would cost every
+ * request a thread switch. With no CPU to spare (one CPU) nobody spins:
+ * the proxy needs that CPU.
  */
 static inline int shm_spin_or_yield(uint32_t spinning, uint32_t spare_cpus, int crowded,
 				    uint32_t lat_ns)

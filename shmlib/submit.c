@@ -141,7 +141,6 @@ static uint32_t usable_cpus(void)
 	return v;
 }
 
-
 /* 1 when this thread runs on the CPU the proxy's loop last ran on (known on
  * both sides): a would-be spinner then sleeps, since a futex wakeup lets
  * the scheduler place it elsewhere, while spinning starves the loop and
