@@ -198,8 +198,9 @@ static void publish_cpu(struct px_proxy *px)
 /*
  * Tell every client whether more of them are busy (work within the last
  * PX_ACTIVE_NS) than there are CPUs beside the loop: their waiting threads
- * then yield the CPU between looks rather than spin, so that spinners of
- * many processes do not starve the loop that completes them. A client may
+ * then yield the CPU between looks rather than spin (unless their requests
+ * take under 1.8 us, whose spins are that short), so that spinners of many
+ * processes do not starve the loop that completes them. A client may
  * overwrite its own copy; that only changes how it waits. The hint is
  * reassessed only while the loop is awake: after a quiet spell the first
  * requests may still see it set, which costs them a yield, not a spin.

@@ -65,7 +65,7 @@ struct shm_conn {
 	uint64_t arena_size;
 	uint64_t seq;	  /* atomic; the handle's request counter for this session */
 	uint32_t lat_ns[LC_OP_MAX]; /* relaxed; average completion time by op (spin.h) */
-	uint32_t spinners; /* threads spinning on a completion now (atomic) */
+	uint32_t watching; /* threads watching a completion without sleeping (atomic) */
 
 	struct shm_bits free_slots;
 	/* The arena: SHM_CELL-sized cells at its start, taken without a lock

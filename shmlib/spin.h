@@ -21,7 +21,8 @@
 /* Requests completing on average sooner than this are spun for by every
  * waiter: about what a sched_yield that switches threads costs a waiter on
  * a virtual machine (1.4 us alone, 2.3 us under load on the one measured,
- * bench.md), so spinning costs less than the switch a yield would pay.
+ * bench.md), so spinning costs less than the switch a yield would pay;
+ * on bare metal a switch costs less, and this is generous.
  * Below it there, 4 KiB gets and exists (~1.2 us); above, puts (~2.2 us),
  * which the proxy runs faster in the batches yielding waiters let build. */
 #define SHM_SHORT_WAIT_NS 1800u
@@ -35,28 +36,35 @@ static inline uint32_t shm_spin_budget(uint32_t lat_ns)
 	return lat_ns < SHM_SPIN_MIN_NS / 2 ? SHM_SPIN_MIN_NS : 2 * lat_ns;
 }
 
+/* What a waiter knows of the others when it starts to wait. */
+struct shm_waiters {
+	uint32_t watching;   /* the session's threads watching a completion, not asleep */
+	uint32_t spare_cpus; /* CPUs this process may use, minus one for the proxy */
+	int crowded;	     /* the proxy reports more busy clients than CPUs beside it */
+};
+
 /*
- * Whether a waiter spins (1) or yields between looks (0) within its budget.
- * It spins while the session has a CPU to spare for it: fewer than
- * spare_cpus (the CPUs it may use, minus one left to the proxy) of its
- * threads spin already, and the proxy does not report more busy clients
- * than CPUs (crowded). Beyond that it also spins when the session's
- * requests of its kind complete within SHM_SHORT_WAIT_NS on average
- * (lat_ns): with more waiters than CPUs, each then finishes its request and
- * submits the next on its own time slice, where yielding would cost every
- * request a thread switch. With no CPU to spare (one CPU) nobody spins:
- * the proxy needs that CPU.
+ * shm_should_spin - 1 if a waiter spins within its budget, 0 if it yields
+ * between looks. It spins while a CPU is spare for it: fewer than
+ * spare_cpus of the session's threads watch already, and not crowded. It
+ * also spins, however many watch and even when crowded, while requests of
+ * its kind complete under SHM_SHORT_WAIT_NS on average (lat_ns): with more
+ * waiters than CPUs each then finishes its request and sends the next on
+ * its own time slice, where yielding would cost every request a thread
+ * switch; its spin then lasts at most 2 * SHM_SHORT_WAIT_NS (the budget),
+ * and a slow request lifts the average past the line. With no spare CPU
+ * (one CPU) nobody spins: the proxy needs that CPU.
  */
-static inline int shm_spin_or_yield(uint32_t spinning, uint32_t spare_cpus, int crowded,
-				    uint32_t lat_ns)
+static inline int shm_should_spin(struct shm_waiters w, uint32_t lat_ns)
 {
-	if (!spare_cpus)
+	if (!w.spare_cpus)
 		return 0;
-	return (spinning < spare_cpus && !crowded) || lat_ns < SHM_SHORT_WAIT_NS;
+	return (w.watching < w.spare_cpus && !w.crowded) || lat_ns < SHM_SHORT_WAIT_NS;
 }
 
-/* The average of requests of kind op in lat (one per op: LC_OP_MAX); an op
- * out of range shares slot 0, which no request uses. */
+/* The average of requests of kind op in lat (one per op: LC_OP_MAX). Ops
+ * come only from the library's own descriptors; one out of range would
+ * share slot 0, which no request uses. */
 static inline uint32_t *shm_lat_of(uint32_t *lat, uint16_t op)
 {
 	return &lat[op < LC_OP_MAX ? op : 0];

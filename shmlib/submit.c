@@ -153,20 +153,24 @@ static int beside_loop(const struct shm_conn *cn)
 }
 
 /*
- * Wait for DONE without sleeping for up to the session's spin budget: by
- * spinning where shm_spin_or_yield says so (but not beside the loop), else
- * by yielding the CPU between looks. With more waiters than CPUs and
- * requests slower than a switch they then hand the CPU to each other and
- * to the proxy instead of each paying a futex sleep and a wakeup (8
- * threads on 2 CPUs: about 2x the throughput). One CPU is left to the
- * proxy, or spinning waiters would starve the very thread that completes
- * them. Returns 1 when DONE was seen; 0 when the caller should sleep.
+ * Wait for DONE without sleeping for up to the budget of requests that
+ * take lat: by spinning where shm_should_spin says so, else by yielding
+ * the CPU between looks. With more waiters than CPUs and requests slower
+ * than a switch they then hand the CPU to each other and to the proxy
+ * instead of each paying a futex sleep and a wakeup (8 threads on 2 CPUs:
+ * about 2x the throughput); spinning is kept to one CPU fewer than the
+ * process has, or to short budgets, so that spinners do not starve the
+ * loop that completes them. A would-be spinner on the loop's CPU sleeps at
+ * once instead (the loop then pays a FUTEX_WAKE). Returns 1 when DONE was
+ * seen; 0 when the caller should sleep.
  */
 static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start, uint32_t lat)
 {
 	uint32_t budget = shm_spin_budget(lat);
-	int spin = shm_spin_or_yield(lc_fetch_add(&cn->spinners, 1u), usable_cpus() - 1,
-				     LC_READ_ONCE(cn->ring->crowded) != 0, lat);
+	struct shm_waiters w = {.watching = lc_fetch_add(&cn->watching, 1u),
+				.spare_cpus = usable_cpus() - 1,
+				.crowded = LC_READ_ONCE(cn->ring->crowded) != 0};
+	int spin = shm_should_spin(w, lat);
 	int done = 0;
 
 	do {
@@ -182,7 +186,7 @@ static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start,
 		else
 			lc_cpu_relax();
 	} while (lc_now_ns() - start < budget);
-	lc_fetch_add(&cn->spinners, (uint32_t)-1);
+	lc_fetch_add(&cn->watching, (uint32_t)-1);
 	return done;
 }
 
@@ -211,26 +215,27 @@ static int slot_sleep(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadl
 	return LUNAR_ERR_PROTOCOL;
 }
 
-/* Wait for the slot of a request of kind op: spin or yield, then sleep. */
-static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint16_t op,
+/* Wait for the slot of a request of kind op submitted at start: spin or
+ * yield, then sleep. */
+static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint16_t op, uint64_t start,
 		     uint64_t deadline_ns)
 {
 	uint32_t *lat = shm_lat_of(cn->lat_ns, op);
-	uint64_t start = lc_now_ns();
 	int rc = 0;
 
 	if (!slot_spin(cn, slot, start, LC_READ_ONCE(*lat)))
 		rc = slot_sleep(cn, slot, deadline_ns);
 	/* Racing threads may lose each other's samples: it is only a hint. */
 	if (!rc)
-		LC_WRITE_ONCE(*lat, shm_lat_update(LC_READ_ONCE(*lat), start,
-						   LC_READ_ONCE(slot->done_ns)));
+		LC_WRITE_ONCE(*lat,
+			      shm_lat_update(LC_READ_ONCE(*lat), start, LC_READ_ONCE(slot->done_ns)));
 	return rc;
 }
 
 int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result)
 {
 	struct lc_cslot *slot;
+	uint64_t start;
 	uint32_t s;
 	int rc;
 
@@ -244,6 +249,8 @@ int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, in
 	lc_store_release(&slot->state, (uint32_t)LC_SLOT_PENDING);
 	sqe->slot = s;
 	sqe->seq = lc_fetch_add(&cn->seq, 1) + 1;
+	/* Before the push: a waiter preempted after it still counts its wait. */
+	start = lc_now_ns();
 	rc = ring_push(cn, sqe, deadline_ns);
 	if (rc) {
 		slot_give(cn, s);
@@ -251,7 +258,7 @@ int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, in
 	}
 	rc = ring_kick(cn);
 	if (!rc)
-		rc = slot_wait(cn, slot, sqe->op, deadline_ns);
+		rc = slot_wait(cn, slot, sqe->op, start, deadline_ns);
 	if (!rc && LC_READ_ONCE(slot->seq) != sqe->seq) {
 		shm_conn_break(cn, "completion for another request");
 		rc = LUNAR_ERR_PROTOCOL;

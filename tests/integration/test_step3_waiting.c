@@ -6,8 +6,8 @@
  *  - loop_cpu names the CPU the loop runs on (plus one), so a would-be
  *    spinner on that CPU sleeps (and may be woken elsewhere) instead;
  *  - crowded turns on while more clients are busy than there are CPUs
- *    beside the loop (each waiter then yields between looks), and off when
- *    they go quiet;
+ *    beside the loop (each waiter then yields between looks, unless its
+ *    requests take under 1.8 us), and off when they go quiet;
  *  - a client that overwrites its own hints is still served, and never
  *    changes what another client is told; the proxy never reads them.
  *

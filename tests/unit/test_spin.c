@@ -3,7 +3,7 @@
  * long the session's requests take by the proxy's completion stamps, stops
  * spinning for slow sessions, and spins again once requests are fast again,
  * also when every sample in between came while the waiter slept; and
- * whether a waiter spins or yields (shm_spin_or_yield).
+ * whether a waiter spins or yields (shm_should_spin).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -68,30 +68,47 @@ static void test_spin_stamp_is_only_a_hint(void **state)
 			 UINT32_MAX - UINT32_MAX / 8 + UINT32_MAX / 8);
 }
 
+/* shm_should_spin for watching threads of a session with spare CPUs. */
+static int spins(uint32_t watching, uint32_t spare_cpus, int crowded, uint32_t lat_ns)
+{
+	struct shm_waiters w = {.watching = watching, .spare_cpus = spare_cpus, .crowded = crowded};
+
+	return shm_should_spin(w, lat_ns);
+}
+
 static void test_spin_while_a_cpu_is_spare(void **state)
 {
 	/* Slow requests: spin only on a spare CPU the proxy leaves free. */
-	assert_true(shm_spin_or_yield(0, 1, 0, 50000));
-	assert_false(shm_spin_or_yield(1, 1, 0, 50000));
-	assert_true(shm_spin_or_yield(2, 3, 0, 50000));
-	assert_false(shm_spin_or_yield(0, 1, 1, 50000)); /* crowded */
+	assert_true(spins(0, 1, 0, 50000));
+	assert_false(spins(1, 1, 0, 50000));
+	assert_true(spins(2, 3, 0, 50000));
+	assert_false(spins(3, 3, 0, 50000));
+	assert_false(spins(0, 1, 1, 50000)); /* crowded */
 }
 
-static void test_spin_for_short_requests_however_many_wait(void **state)
+static void test_spin_for_short_requests_however_many_watch(void **state)
 {
 	/* Requests faster than a thread switch: every waiter spins, also past
 	 * the spare CPUs and when crowded; from the threshold on they yield. */
-	assert_true(shm_spin_or_yield(7, 1, 0, 1200));
-	assert_true(shm_spin_or_yield(63, 1, 1, SHM_SHORT_WAIT_NS - 1));
-	assert_false(shm_spin_or_yield(7, 1, 0, SHM_SHORT_WAIT_NS));
-	assert_false(shm_spin_or_yield(7, 1, 1, 5000));
+	assert_true(spins(7, 1, 0, 1200));
+	assert_true(spins(63, 1, 1, SHM_SHORT_WAIT_NS - 1));
+	assert_false(spins(7, 1, 0, SHM_SHORT_WAIT_NS));
+	assert_false(spins(7, 1, 1, 5000));
 }
 
-static void test_nobody_spins_without_a_spare_cpu(void **state)
+static void test_spin_short_requests_keep_short_budgets(void **state)
+{
+	/* Spinning past the spare CPUs is safe only because such spins are
+	 * short: a budget of at most twice the threshold. */
+	assert_true(shm_spin_budget(SHM_SHORT_WAIT_NS - 1) <= 2 * SHM_SHORT_WAIT_NS);
+	assert_true(shm_spin_budget(0) <= 2 * SHM_SHORT_WAIT_NS);
+}
+
+static void test_spin_none_without_a_spare_cpu(void **state)
 {
 	/* One CPU: the proxy needs it, however fast its requests are. */
-	assert_false(shm_spin_or_yield(0, 0, 0, 0));
-	assert_false(shm_spin_or_yield(0, 0, 0, 50000));
+	assert_false(spins(0, 0, 0, 0));
+	assert_false(spins(0, 0, 0, 50000));
 }
 
 static void test_spin_learns_each_op_apart(void **state)
@@ -103,8 +120,8 @@ static void test_spin_learns_each_op_apart(void **state)
 	assert_ptr_not_equal(put, get);
 	*put = feed(*put, 64, 40000);
 	*get = feed(*get, 64, 1000);
-	assert_false(shm_spin_or_yield(7, 1, 0, *put));
-	assert_true(shm_spin_or_yield(7, 1, 0, *get));
+	assert_false(spins(7, 1, 0, *put));
+	assert_true(spins(7, 1, 0, *get));
 	assert_ptr_equal(shm_lat_of(lat, LC_OP_MAX), &lat[0]);
 	assert_ptr_equal(shm_lat_of(lat, UINT16_MAX), &lat[0]);
 }
@@ -118,8 +135,9 @@ int main(void)
 		cmocka_unit_test(test_spin_budget_bounds),
 		cmocka_unit_test(test_spin_stamp_is_only_a_hint),
 		cmocka_unit_test(test_spin_while_a_cpu_is_spare),
-		cmocka_unit_test(test_spin_for_short_requests_however_many_wait),
-		cmocka_unit_test(test_nobody_spins_without_a_spare_cpu),
+		cmocka_unit_test(test_spin_for_short_requests_however_many_watch),
+		cmocka_unit_test(test_spin_short_requests_keep_short_budgets),
+		cmocka_unit_test(test_spin_none_without_a_spare_cpu),
 		cmocka_unit_test(test_spin_learns_each_op_apart),
 	};
 
