@@ -217,7 +217,9 @@ static int disk_create(struct mst_master *m, struct mst_shard *s, const struct m
 
 	if (!rec->size)
 		return LUNAR_ERR_INVALID_PARAMS;
-	rc = mst_tenant_charge(m, k->buf, rec->size, &t);
+	rc = mst_obj_room(s);
+	if (!rc)
+		rc = mst_tenant_charge(m, k->buf, rec->size, &t);
 	if (rc)
 		return rc;
 	o = calloc(1, sizeof(*o) + k->len + 1);

@@ -38,7 +38,6 @@ struct mst_disk_replica {
 };
 
 struct mst_object {
-	struct mst_object *next; /* hash chain */
 	uint64_t hash;
 	uint64_t id; /* unique for the master's life: eviction re-finds by (pointer, id) */
 	uint64_t size;
@@ -69,10 +68,20 @@ struct mst_object {
 	char kbuf[];
 };
 
+/* A slot of a shard's table. A lookup compares hashes here and reads an
+ * object only on a match, so a miss touches no object at all. */
+struct mst_slot {
+	struct mst_object *o; /* first: a slot is handed out as &slot->o */
+	uint64_t hash;	      /* o->hash; unused while o is NULL */
+};
+
+/* Open addressing with linear probing from (hash / MST_SHARDS) & (cap - 1),
+ * at most half full; erasing shifts the rest of the run back, so there are
+ * no tombstones and a lookup stops at the first empty slot. */
 struct mst_shard {
 	pthread_mutex_t lock;
-	struct mst_object **buckets;
-	size_t nbuckets, n;
+	struct mst_slot *slots;
+	size_t cap, n; /* cap a power of two */
 };
 
 /* A lookup key: tenant "\0" key and its hash. */
@@ -108,8 +117,9 @@ int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
  * key nothing is locked and the code is returned. */
 int mst_obj_lookup(struct mst_master *m, const char *tenant, const char *key, struct mst_shard **s,
 		   struct mst_object ***pp);
-/* mst_obj_find_key - the slot of k in shard s: the object, or the NULL at
- * the end of its chain. */
+/* mst_obj_find_key - the slot of k in shard s: the object, or the empty
+ * slot where its probe ended. A slot stays valid until the shard changes
+ * (an insert or an erase). */
 struct mst_object **mst_obj_find_key(struct mst_shard *s, const struct mst_okey *k);
 /* mst_upsert_cancel - end o's upsert without effect, its ranges given back
  * now (revoked: its writer is done with them). */
@@ -121,8 +131,9 @@ void mst_upsert_abandon(struct mst_master *m, struct mst_object *o);
 /* mst_obj_find_id - the slot of the object o with id in shard s (hash is its
  * hash), or NULL when it is gone; o is only compared, never read. */
 struct mst_object **mst_obj_find_id(struct mst_shard *s, uint64_t hash, const void *o, uint64_t id);
-/* mst_obj_erase - unlink *pp, give back its ranges and quota, free it; the
- * owners of LOCAL_DISK replicas it still has are told to delete them. */
+/* mst_obj_erase - take *pp out of the table (the next object of its probe
+ * run, if any, moves into *pp), give back its ranges and quota, free it;
+ * the owners of LOCAL_DISK replicas it still has are told to delete them. */
 void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object **pp);
 /* mst_obj_busy - a COMPLETE object that must not be removed or evicted now
  * (an upsert in flight). */
@@ -138,8 +149,9 @@ void mst_replicas_free(struct mst_master *m, const struct mst_replica *r, unsign
 /* mst_soft_pin_ttl - the soft pin TTL a request gets, 0 if none. */
 uint64_t mst_soft_pin_ttl(const struct mst_master *m, int soft_pin, uint64_t ttl_ms);
 
-/* mst_obj_put_locked - PutStart under the held shard lock, on the free slot
- * pp: charge the tenant, place, insert. 0 with the reply replicas, or a code. */
+/* mst_obj_put_locked - PutStart of k, which s does not hold, under the
+ * shard lock: make room, charge the tenant, place, insert. 0 with the reply
+ * replicas, or a code. */
 int mst_obj_put_locked(struct mst_master *m, struct mst_shard *s, uint64_t client,
 		       const struct mst_okey *k, const Lunar__PutStartRequest *rq,
 		       Lunar__Replica ***reps, size_t *n);
@@ -161,13 +173,18 @@ void mst_obj_discard(struct mst_master *m, struct mst_shard *s, struct mst_objec
  * writer may still be writing there. o keeps no replica. */
 void mst_obj_release_late(struct mst_master *m, struct mst_object *o);
 
-/* mst_shard_sweep - apply fn to every object of shard i under its lock; fn
- * returns 1 to erase the object, -1 to stop the sweep. Returns the number
- * erased. Call with no shard lock held. */
+/* mst_shard_sweep - apply fn to every object of shard i under its lock,
+ * once each; fn returns 1 to erase the object, -1 to stop the sweep, and
+ * must not change the shard itself. Returns the number erased. Call with
+ * no shard lock held. */
 typedef int (*mst_visit_fn)(struct mst_master *m, struct mst_object *o, void *arg);
 int64_t mst_shard_sweep(struct mst_master *m, size_t i, mst_visit_fn fn, void *arg);
 
-/* mst_obj_insert - link the new COMPLETE object o into shard s and count it. */
+/* mst_obj_room - make room in shard s for one more object; 0, or -ENOMEM
+ * (then nothing may be inserted). */
+int mst_obj_room(struct mst_shard *s);
+/* mst_obj_insert - put the new COMPLETE object o into shard s, which
+ * mst_obj_room made room in, and count it. */
 void mst_obj_insert(struct mst_master *m, struct mst_shard *s, struct mst_object *o);
 
 /* disk.c: LOCAL_DISK replicas. */

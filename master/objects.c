@@ -1,8 +1,9 @@
 /*
- * objects.c - object metadata: MST_SHARDS shards, each a mutex and a chained
- * hash table keyed by tenant "\0" key, and the per-key calls: the two-phase
- * put, get, exists, remove, stat. One call touches one shard, so calls on
- * different keys rarely contend; scans are in scan.c, upsert in upsert.c.
+ * objects.c - object metadata: MST_SHARDS shards, each a mutex and an
+ * open-addressing table keyed by tenant "\0" key (mst_obj.h), and the
+ * per-key calls: the two-phase put, get, exists, remove, stat. One call
+ * touches one shard, so calls on different keys rarely contend; scans are
+ * in scan.c, upsert in upsert.c.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -51,6 +52,8 @@ int mst_okey_make(struct mst_okey *k, const char *tenant, const char *key)
 	return 0;
 }
 
+#define SHARD_MIN_SLOTS 16
+
 int mst_objects_init(struct mst_master *m)
 {
 	size_t i;
@@ -61,10 +64,10 @@ int mst_objects_init(struct mst_master *m)
 	for (i = 0; i < MST_SHARDS; i++) {
 		struct mst_shard *s = &m->shards[i];
 
-		s->nbuckets = 16;
-		s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
-		if (!s->buckets || pthread_mutex_init(&s->lock, NULL)) {
-			free(s->buckets);
+		s->cap = SHARD_MIN_SLOTS;
+		s->slots = calloc(s->cap, sizeof(*s->slots));
+		if (!s->slots || pthread_mutex_init(&s->lock, NULL)) {
+			free(s->slots);
 			goto err;
 		}
 	}
@@ -72,7 +75,7 @@ int mst_objects_init(struct mst_master *m)
 err:
 	while (i--) {
 		pthread_mutex_destroy(&m->shards[i].lock);
-		free(m->shards[i].buckets);
+		free(m->shards[i].slots);
 	}
 	free(m->shards);
 	m->shards = NULL;
@@ -96,77 +99,113 @@ void mst_objects_fini(struct mst_master *m)
 	for (size_t i = 0; i < MST_SHARDS; i++) {
 		struct mst_shard *s = &m->shards[i];
 
-		for (size_t b = 0; b < s->nbuckets; b++) {
-			struct mst_object *o, *n;
-
-			for (o = s->buckets[b]; o; o = n) {
-				n = o->next;
-				obj_free(o);
-			}
-		}
-		free(s->buckets);
+		for (size_t j = 0; j < s->cap; j++)
+			if (s->slots[j].o)
+				obj_free(s->slots[j].o);
+		free(s->slots);
 		pthread_mutex_destroy(&s->lock);
 	}
 	free(m->shards);
 }
 
-static struct mst_object **bucket_of(struct mst_shard *s, uint64_t hash)
+/* Where the probe for hash starts in a table of cap slots (the low bits
+ * chose the shard). */
+static size_t home_of(uint64_t hash, size_t cap)
 {
-	return &s->buckets[(hash / MST_SHARDS) & (s->nbuckets - 1)];
+	return (size_t)(hash / MST_SHARDS) & (cap - 1);
+}
+
+/* The slot pointer a caller holds: &slot->o. */
+static struct mst_slot *slot_of(struct mst_object **pp)
+{
+	return (struct mst_slot *)(void *)pp;
 }
 
 struct mst_object **mst_obj_find_key(struct mst_shard *s, const struct mst_okey *k)
 {
-	struct mst_object **pp = bucket_of(s, k->hash);
+	size_t mask = s->cap - 1, i = home_of(k->hash, s->cap);
+	struct mst_slot *v = s->slots;
 
-	for (; *pp; pp = &(*pp)->next)
-		if ((*pp)->hash == k->hash && (*pp)->klen == k->len &&
-		    !memcmp((*pp)->kbuf, k->buf, k->len))
+	for (; v[i].o; i = (i + 1) & mask)
+		if (v[i].hash == k->hash && v[i].o->klen == k->len &&
+		    !memcmp(v[i].o->kbuf, k->buf, k->len))
 			break;
-	return pp;
-}
-
-/* Double the buckets when the shard is full; failure only costs speed. */
-static void shard_grow(struct mst_shard *s)
-{
-	size_t nb = s->nbuckets * 2;
-	struct mst_object **v = calloc(nb, sizeof(*v));
-
-	if (!v)
-		return;
-	for (size_t b = 0; b < s->nbuckets; b++) {
-		struct mst_object *o, *n;
-
-		for (o = s->buckets[b]; o; o = n) {
-			struct mst_object **head = &v[(o->hash / MST_SHARDS) & (nb - 1)];
-
-			n = o->next;
-			o->next = *head;
-			*head = o;
-		}
-	}
-	free(s->buckets);
-	s->buckets = v;
-	s->nbuckets = nb;
+	return &v[i].o;
 }
 
 struct mst_object **mst_obj_find_id(struct mst_shard *s, uint64_t hash, const void *o, uint64_t id)
 {
-	struct mst_object **pp = bucket_of(s, hash);
+	size_t mask = s->cap - 1, i = home_of(hash, s->cap);
+	struct mst_slot *v = s->slots;
 
-	while (*pp && (*pp != o || (*pp)->id != id))
-		pp = &(*pp)->next;
-	return *pp ? pp : NULL;
+	for (; v[i].o; i = (i + 1) & mask)
+		if (v[i].o == o && v[i].o->id == id)
+			return &v[i].o;
+	return NULL;
+}
+
+/* Put o in the first empty slot of its probe; the table has one. */
+static void slot_put(struct mst_slot *v, size_t cap, struct mst_object *o)
+{
+	size_t i = home_of(o->hash, cap);
+
+	while (v[i].o)
+		i = (i + 1) & (cap - 1);
+	v[i].o = o;
+	v[i].hash = o->hash;
+}
+
+/* Double the slots; 0 or -ENOMEM. */
+static int shard_grow(struct mst_shard *s)
+{
+	size_t cap = s->cap * 2;
+	struct mst_slot *v = calloc(cap, sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	for (size_t j = 0; j < s->cap; j++)
+		if (s->slots[j].o)
+			slot_put(v, cap, s->slots[j].o);
+	free(s->slots);
+	s->slots = v;
+	s->cap = cap;
+	return 0;
+}
+
+int mst_obj_room(struct mst_shard *s)
+{
+	/* Past half full the table doubles; when it cannot, it fills on, but
+	 * always keeps an empty slot to end every probe. */
+	if (s->n + 1 > s->cap / 2 && shard_grow(s) && s->n + 2 > s->cap)
+		return -ENOMEM;
+	return 0;
 }
 
 static void shard_insert(struct mst_shard *s, struct mst_object *o)
 {
-	struct mst_object **head = bucket_of(s, o->hash);
+	slot_put(s->slots, s->cap, o);
+	s->n++;
+}
 
-	o->next = *head;
-	*head = o;
-	if (++s->n > s->nbuckets)
-		shard_grow(s);
+/* Empty the slot at i, then move back each later object of the run whose
+ * probe starts at or before the hole, so every probe still reaches its
+ * object before an empty slot. */
+static void shard_remove(struct mst_shard *s, size_t i)
+{
+	size_t mask = s->cap - 1, j = i;
+
+	for (;;) {
+		j = (j + 1) & mask;
+		if (!s->slots[j].o)
+			break;
+		/* movable unless its home lies cyclically in (i, j] */
+		if (((j - home_of(s->slots[j].hash, s->cap)) & mask) >= ((j - i) & mask)) {
+			s->slots[i] = s->slots[j];
+			i = j;
+		}
+	}
+	s->slots[i].o = NULL;
+	s->n--;
 }
 
 static void counter_add(struct mst_master *m, int state, int64_t d)
@@ -192,8 +231,7 @@ void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object 
 {
 	struct mst_object *o = *pp;
 
-	*pp = o->next;
-	s->n--;
+	shard_remove(s, (size_t)(slot_of(pp) - s->slots));
 	counter_add(m, o->state, -1);
 	mst_tenant_uncharge(m, o->tenant, o->size);
 	mst_replicas_free(m, o->reps, o->nrep);
@@ -316,8 +354,10 @@ int mst_obj_put_locked(struct mst_master *m, struct mst_shard *s, uint64_t clien
 {
 	struct mst_tenant *t;
 	struct mst_object *o;
-	int rc = mst_tenant_charge(m, k->buf, rq->size, &t);
+	int rc = mst_obj_room(s);
 
+	if (!rc)
+		rc = mst_tenant_charge(m, k->buf, rq->size, &t);
 	if (rc)
 		return rc;
 	rc = obj_create(m, client, k, rq, &o);
@@ -615,23 +655,26 @@ out_unlock:
 	return rc;
 }
 
+/* The walk starts just after an empty slot: no run then wraps past its
+ * start, so the objects an erase moves back come from slots not yet
+ * visited, and the slot erased is looked at again. */
 int64_t mst_shard_sweep(struct mst_master *m, size_t i, mst_visit_fn fn, void *arg)
 {
 	struct mst_shard *s = &m->shards[i];
 	int64_t erased = 0;
+	size_t start = 0, mask;
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	for (size_t b = 0; b < s->nbuckets && rc >= 0; b++) {
-		struct mst_object **pp = &s->buckets[b];
+	mask = s->cap - 1;
+	while (s->slots[start].o)
+		start++;
+	for (size_t k = 1; k <= s->cap && rc >= 0; k++) {
+		struct mst_object **pp = &s->slots[(start + k) & mask].o;
 
-		while (*pp && (rc = fn(m, *pp, arg)) >= 0) {
-			if (rc == 1) {
-				mst_obj_erase(m, s, pp);
-				erased++;
-			} else {
-				pp = &(*pp)->next;
-			}
+		while (*pp && (rc = fn(m, *pp, arg)) == 1) {
+			mst_obj_erase(m, s, pp);
+			erased++;
 		}
 	}
 	pthread_mutex_unlock(&s->lock);

@@ -1,0 +1,164 @@
+/*
+ * test_master_table.c - the master's object table (objects.c): open
+ * addressing with linear probing, erase by shifting the run back. Keys are
+ * chosen so that thousands land in one shard, where probe runs are long and
+ * wrap around the end of the table; every key must stay findable through
+ * removes in any order, and a sweep that erases must visit every object
+ * exactly once.
+ */
+#include "test_master_util.h"
+
+#include "master/mst_obj.h"
+
+#define SHARD  7    /* the shard every key of these tests lands in */
+#define NKEYS  3000 /* a table of 8192 slots at most half full */
+
+struct keys {
+	char name[NKEYS][32];
+	int present[NKEYS];
+};
+
+/* NKEYS keys of one shard, found by trying names in turn. */
+static struct keys *keys_of_one_shard(void)
+{
+	struct keys *k = calloc(1, sizeof(*k));
+	struct mst_okey ok;
+	char name[32];
+
+	assert_non_null(k);
+	for (unsigned i = 0, n = 0; n < NKEYS; i++) {
+		snprintf(name, sizeof(name), "table-%u", i);
+		assert_int_equal(mst_okey_make(&ok, NULL, name), 0);
+		if (ok.hash % MST_SHARDS == SHARD)
+			memcpy(k->name[n++], name, sizeof(name));
+	}
+	return k;
+}
+
+static struct mst_shard *shard(struct mst_master *m)
+{
+	return &m->shards[SHARD];
+}
+
+static struct mst_master *filled(struct keys *k)
+{
+	struct mst_master *m = master_new(NULL, NULL);
+
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", 64 * MIB), 0);
+	for (int i = 0; i < NKEYS; i++) {
+		assert_int_equal(put(m, CLIENT_A, k->name[i], 1024, 1), 0);
+		k->present[i] = 1;
+	}
+	return m;
+}
+
+/* Every key is found exactly when present, and the shard counts them. */
+static void check_all(struct mst_master *m, const struct keys *k)
+{
+	struct mst_shard *s;
+	size_t n = 0, in_table = 0;
+
+	for (int i = 0; i < NKEYS; i++) {
+		assert_int_equal(exist(m, NULL, k->name[i]), k->present[i]);
+		n += (size_t)k->present[i];
+	}
+	s = shard(m);
+	pthread_mutex_lock(&s->lock);
+	for (size_t j = 0; j < s->cap; j++)
+		in_table += s->slots[j].o != NULL;
+	assert_int_equal(s->n, n);
+	assert_int_equal(in_table, n);
+	assert_true(s->n < s->cap);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Removes in a scattered order, then the rest from the far end first. */
+static void test_table_remove_keeps_every_probe(void **state)
+{
+	struct keys *k = keys_of_one_shard();
+	struct mst_master *m = filled(k);
+
+	(void)state;
+	assert_true(shard(m)->cap >= 2 * NKEYS);
+	check_all(m, k);
+	for (int i = 0; i < NKEYS; i += 3) {
+		assert_int_equal(remove_key(m, k->name[(i * 7) % NKEYS], 1), 0);
+		k->present[(i * 7) % NKEYS] = 0;
+	}
+	check_all(m, k);
+	for (int i = NKEYS - 1; i >= 0; i--) {
+		if (!k->present[i] || i % 2)
+			continue;
+		assert_int_equal(remove_key(m, k->name[i], 1), 0);
+		k->present[i] = 0;
+	}
+	check_all(m, k);
+	/* what was removed goes in again, into the shifted runs */
+	for (int i = 0; i < NKEYS; i++) {
+		if (k->present[i])
+			continue;
+		assert_int_equal(put(m, CLIENT_A, k->name[i], 1024, 1), 0);
+		k->present[i] = 1;
+	}
+	check_all(m, k);
+	mst_master_destroy(m);
+	free(k);
+}
+
+static int visit_count(struct mst_master *m, struct mst_object *o, void *arg)
+{
+	(void)m;
+	(void)o;
+	++*(size_t *)arg;
+	return 0;
+}
+
+/* Erase every other object a sweep meets: with the shifts, each object is
+ * still visited once. */
+static int visit_erase_odd(struct mst_master *m, struct mst_object *o, void *arg)
+{
+	size_t *seen = arg;
+
+	(void)m;
+	(void)o;
+	return (int)(++*seen % 2);
+}
+
+static void test_table_sweep_visits_each_once(void **state)
+{
+	struct keys *k = keys_of_one_shard();
+	struct mst_master *m = filled(k);
+	size_t seen = 0;
+	int64_t erased;
+
+	(void)state;
+	assert_int_equal(mst_shard_sweep(m, SHARD, visit_count, &seen), 0);
+	assert_int_equal(seen, NKEYS);
+	seen = 0;
+	erased = mst_shard_sweep(m, SHARD, visit_erase_odd, &seen);
+	assert_int_equal(seen, NKEYS);
+	assert_int_equal(erased, (NKEYS + 1) / 2);
+	seen = 0;
+	assert_int_equal(mst_shard_sweep(m, SHARD, visit_count, &seen), 0);
+	assert_int_equal(seen, NKEYS - erased);
+	assert_int_equal(shard(m)->n, NKEYS - erased);
+	/* the objects left are exactly those still found by key */
+	seen = 0;
+	for (int i = 0; i < NKEYS; i++)
+		seen += exist(m, NULL, k->name[i]) == 1;
+	assert_int_equal(seen, NKEYS - erased);
+	assert_int_equal(remove_all(m, NULL, 1), NKEYS - erased);
+	assert_int_equal(shard(m)->n, 0);
+	mst_master_destroy(m);
+	free(k);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_table_remove_keeps_every_probe),
+	    cmocka_unit_test(test_table_sweep_visits_each_once),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
