@@ -131,8 +131,8 @@ void mst_upsert_abandon(struct mst_master *m, struct mst_object *o);
 /* mst_obj_find_id - the slot of the object o with id in shard s (hash is its
  * hash), or NULL when it is gone; o is only compared, never read. */
 struct mst_object **mst_obj_find_id(struct mst_shard *s, uint64_t hash, const void *o, uint64_t id);
-/* mst_obj_erase - take *pp out of the table (the next object of its probe
- * run, if any, moves into *pp), give back its ranges and quota, free it;
+/* mst_obj_erase - take *pp out of the table (a later object of its probe
+ * run may move into *pp), give back its ranges and quota, free it;
  * the owners of LOCAL_DISK replicas it still has are told to delete them. */
 void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object **pp);
 /* mst_obj_busy - a COMPLETE object that must not be removed or evicted now

@@ -1,10 +1,10 @@
 /*
  * test_master_table.c - the master's object table (objects.c): open
  * addressing with linear probing, erase by shifting the run back. Keys are
- * chosen so that thousands land in one shard, where probe runs are long and
- * wrap around the end of the table; every key must stay findable through
- * removes in any order, and a sweep that erases must visit every object
- * exactly once.
+ * chosen so that thousands land in one shard, where probe runs are long,
+ * or so that a few form one run that wraps past the end of a fresh 16-slot
+ * table; every key must stay findable through removes in any order, and a
+ * sweep that erases must visit every object exactly once.
  */
 #include "test_master_util.h"
 
@@ -153,11 +153,119 @@ static void test_table_sweep_visits_each_once(void **state)
 	free(k);
 }
 
+/* Keys of SHARD whose probes start at the given slots of a 16-slot table. */
+#define NWRAP 7
+static const unsigned wrap_homes[NWRAP] = {13, 14, 14, 15, 15, 0, 0};
+
+static void keys_wrapping(char names[NWRAP][32])
+{
+	int taken[NWRAP] = {0};
+	struct mst_okey ok;
+	char name[32];
+
+	for (unsigned i = 0, n = 0; n < NWRAP; i++) {
+		snprintf(name, sizeof(name), "wrap-%u", i);
+		assert_int_equal(mst_okey_make(&ok, NULL, name), 0);
+		if (ok.hash % MST_SHARDS != SHARD)
+			continue;
+		for (int j = 0; j < NWRAP; j++) {
+			if (!taken[j] && wrap_homes[j] == ((ok.hash / MST_SHARDS) & 15)) {
+				taken[j] = 1;
+				memcpy(names[j], name, sizeof(name));
+				n++;
+				break;
+			}
+		}
+	}
+}
+
+/* A fresh master with the wrapping keys: one run over slots 13..15, 0..3. */
+static struct mst_master *wrapped(char names[NWRAP][32])
+{
+	struct mst_master *m = master_new(NULL, NULL);
+	struct mst_shard *s;
+
+	keys_wrapping(names);
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", 64 * MIB), 0);
+	for (int i = 0; i < NWRAP; i++)
+		assert_int_equal(put(m, CLIENT_A, names[i], 1024, 1), 0);
+	s = shard(m);
+	assert_int_equal(s->cap, 16);
+	assert_non_null(s->slots[15].o);
+	assert_non_null(s->slots[0].o);
+	assert_non_null(s->slots[3].o);
+	assert_null(s->slots[4].o);
+	return m;
+}
+
+/* Remove from the front of the wrapping run: the keys homed at 0 move back
+ * across the end of the table, and stay found. */
+static void test_table_remove_across_the_end(void **state)
+{
+	static const int order[NWRAP] = {0, 3, 1, 6, 2, 5, 4};
+	char names[NWRAP][32];
+	struct mst_master *m = wrapped(names);
+
+	(void)state;
+	for (int r = 0; r < NWRAP; r++) {
+		assert_int_equal(remove_key(m, names[order[r]], 1), 0);
+		for (int k = 0; k < NWRAP; k++) {
+			int gone = 0;
+
+			for (int q = 0; q <= r; q++)
+				gone |= order[q] == k;
+			assert_int_equal(exist(m, NULL, names[k]), !gone);
+		}
+		assert_int_equal(shard(m)->n, NWRAP - 1 - r);
+	}
+	mst_master_destroy(m);
+}
+
+struct seen {
+	char (*names)[32];
+	int times[NWRAP];
+};
+
+/* Count each object and erase the ones at even positions of names. */
+static int visit_erase_even(struct mst_master *m, struct mst_object *o, void *arg)
+{
+	struct seen *v = arg;
+
+	(void)m;
+	for (int i = 0; i < NWRAP; i++) {
+		if (!strcmp(mst_obj_key(o), v->names[i])) {
+			v->times[i]++;
+			return i % 2 == 0;
+		}
+	}
+	fail_msg("swept an object of no test key: %s", mst_obj_key(o));
+	return 0;
+}
+
+/* A sweep over the wrapping run visits each object once while it erases. */
+static void test_table_sweep_across_the_end(void **state)
+{
+	char names[NWRAP][32];
+	struct mst_master *m = wrapped(names);
+	struct seen v = {names, {0}};
+
+	(void)state;
+	assert_int_equal(mst_shard_sweep(m, SHARD, visit_erase_even, &v), (NWRAP + 1) / 2);
+	for (int i = 0; i < NWRAP; i++) {
+		assert_int_equal(v.times[i], 1);
+		assert_int_equal(exist(m, NULL, names[i]), i % 2);
+	}
+	assert_int_equal(shard(m)->n, NWRAP / 2);
+	mst_master_destroy(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_table_remove_keeps_every_probe),
 	    cmocka_unit_test(test_table_sweep_visits_each_once),
+	    cmocka_unit_test(test_table_remove_across_the_end),
+	    cmocka_unit_test(test_table_sweep_across_the_end),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
