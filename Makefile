@@ -124,10 +124,13 @@ $(BUILD)/bin/%: $(call obj,tools/%.c) $(LIBSHM) $(LIBCOMMON)
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lpthread -lm
 
 # Unit tests link every internal library; the linker takes what each needs.
+# LINK_<test> adds a test's own link flags.
+LINK_test_master_table := -Wl,--wrap=calloc
+
 $(BUILD)/tests/unit/%: $(call obj,tests/unit/%.c) $(DAEMON_LIBS) $(LIBSHM)
 	$(Q)mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LIBCOMMON) $(LDLIBS_DAEMON) $(CMOCKA_LIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LIBCOMMON) $(LDLIBS_DAEMON) $(CMOCKA_LIBS) $(LINK_$(*F))
 
 $(BUILD)/tests/integration/%: $(call obj,tests/integration/%.c $(HARNESS_SRC)) $(LIBSHM) $(LIBCOMMON)
 	$(Q)mkdir -p $(@D)

@@ -11,6 +11,19 @@
 #include "master/mst_obj.h"
 
 #define SHARD  7    /* the shard every key of these tests lands in */
+
+/* Linked with --wrap=calloc (Makefile): while fail_slots is set, a slot
+ * array cannot be allocated, so a table cannot grow. */
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+static int fail_slots;
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+	if (fail_slots && size == sizeof(struct mst_slot))
+		return NULL;
+	return __real_calloc(n, size);
+}
 #define NKEYS  3000 /* a table of 8192 slots at most half full */
 
 struct keys {
@@ -259,6 +272,36 @@ static void test_table_sweep_across_the_end(void **state)
 	mst_master_destroy(m);
 }
 
+/* A table that cannot grow fills on, up to one empty slot that ends every
+ * probe; a put past that is refused, and the table grows once it can. */
+static void test_table_full_without_memory(void **state)
+{
+	struct keys *k = keys_of_one_shard();
+	struct mst_master *m = master_new(NULL, NULL);
+	struct mst_shard *s = shard(m);
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", 64 * MIB), 0);
+	assert_int_equal(s->cap, 16);
+	fail_slots = 1;
+	for (int i = 0; i < 15; i++)
+		assert_int_equal(put(m, CLIENT_A, k->name[i], 1024, 1), 0);
+	assert_int_equal(s->cap, 16);
+	assert_int_equal(put(m, CLIENT_A, k->name[15], 1024, 1), LUNAR_ERR_INTERNAL);
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(exist(m, NULL, k->name[i]), i < 15);
+	assert_int_equal(remove_key(m, k->name[3], 1), 0);
+	assert_int_equal(put(m, CLIENT_A, k->name[15], 1024, 1), 0);
+	assert_int_equal(exist(m, NULL, k->name[3]), 0);
+	fail_slots = 0;
+	assert_int_equal(put(m, CLIENT_A, k->name[3], 1024, 1), 0);
+	assert_int_equal(s->cap, 32);
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(exist(m, NULL, k->name[i]), 1);
+	mst_master_destroy(m);
+	free(k);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -266,6 +309,7 @@ int main(void)
 	    cmocka_unit_test(test_table_sweep_visits_each_once),
 	    cmocka_unit_test(test_table_remove_across_the_end),
 	    cmocka_unit_test(test_table_sweep_across_the_end),
+	    cmocka_unit_test(test_table_full_without_memory),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
