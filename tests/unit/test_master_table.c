@@ -11,6 +11,7 @@
 #include "master/mst_obj.h"
 
 #define SHARD  7    /* the shard every key of these tests lands in */
+#define NKEYS  3000 /* a table of 8192 slots at most half full */
 
 /* Linked with --wrap=calloc (Makefile): while fail_slots is set, a slot
  * array cannot be allocated, so a table cannot grow. */
@@ -24,7 +25,15 @@ void *__wrap_calloc(size_t n, size_t size)
 		return NULL;
 	return __real_calloc(n, size);
 }
-#define NKEYS  3000 /* a table of 8192 slots at most half full */
+
+/* Where name's probe starts in a 16-slot table of SHARD; -1 in another shard. */
+static int home16(const char *name)
+{
+	struct mst_okey ok;
+
+	assert_int_equal(mst_okey_make(&ok, NULL, name), 0);
+	return ok.hash % MST_SHARDS == SHARD ? (int)((ok.hash / MST_SHARDS) & 15) : -1;
+}
 
 struct keys {
 	char name[NKEYS][32];
@@ -35,14 +44,12 @@ struct keys {
 static struct keys *keys_of_one_shard(void)
 {
 	struct keys *k = calloc(1, sizeof(*k));
-	struct mst_okey ok;
 	char name[32];
 
 	assert_non_null(k);
 	for (unsigned i = 0, n = 0; n < NKEYS; i++) {
 		snprintf(name, sizeof(name), "table-%u", i);
-		assert_int_equal(mst_okey_make(&ok, NULL, name), 0);
-		if (ok.hash % MST_SHARDS == SHARD)
+		if (home16(name) >= 0)
 			memcpy(k->name[n++], name, sizeof(name));
 	}
 	return k;
@@ -173,16 +180,15 @@ static const unsigned wrap_homes[NWRAP] = {13, 14, 14, 15, 15, 0, 0};
 static void keys_wrapping(char names[NWRAP][32])
 {
 	int taken[NWRAP] = {0};
-	struct mst_okey ok;
 	char name[32];
 
 	for (unsigned i = 0, n = 0; n < NWRAP; i++) {
+		int home;
+
 		snprintf(name, sizeof(name), "wrap-%u", i);
-		assert_int_equal(mst_okey_make(&ok, NULL, name), 0);
-		if (ok.hash % MST_SHARDS != SHARD)
-			continue;
-		for (int j = 0; j < NWRAP; j++) {
-			if (!taken[j] && wrap_homes[j] == ((ok.hash / MST_SHARDS) & 15)) {
+		home = home16(name);
+		for (int j = 0; home >= 0 && j < NWRAP; j++) {
+			if (!taken[j] && (int)wrap_homes[j] == home) {
 				taken[j] = 1;
 				memcpy(names[j], name, sizeof(name));
 				n++;
