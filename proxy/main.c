@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -225,6 +226,26 @@ static void stop(struct px_proxy *px)
 		close(px->stop_efd);
 }
 
+/*
+ * Clients of our uid could otherwise open /proc/<proxy>/mem, or another
+ * client's memfd through /proc/<proxy>/fd, and read or write every client's
+ * memory. Not dumpable, /proc/<proxy> is root's and ptrace needs
+ * CAP_SYS_PTRACE. It also means no core dump: --dumpable for debugging.
+ */
+static int keep_out_peers(const struct px_config *cfg)
+{
+	if (cfg->dumpable) {
+		LC_WARN("proxy", "--dumpable: processes of uid %u can read and write every "
+			"client's memory through this proxy", (unsigned)geteuid());
+		return 0;
+	}
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) {
+		LC_ERROR("proxy", "cannot make the proxy non-dumpable: %s", strerror(errno));
+		return LUNAR_ERR_INTERNAL;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static struct px_proxy px;
@@ -240,7 +261,9 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	rc = start_data_plane(&px);
+	rc = keep_out_peers(&px.cfg);
+	if (!rc)
+		rc = start_data_plane(&px);
 	if (!rc)
 		rc = start_clients(&px);
 	if (!rc)

@@ -58,6 +58,7 @@ struct px_config {
 	const char *disk_dir;     /* --disk-dir: SSD tier; NULL: none */
 	uint64_t disk_capacity;   /* --disk-capacity */
 	int disk_policy;          /* --disk-eviction: enum dsk_policy */
+	int dumpable;             /* --dumpable: ptrace and core dumps allowed */
 	const char *config_path;  /* --config */
 	struct lc_conf conf;      /* its settings; fields above may point into them */
 };

@@ -605,7 +605,7 @@ static struct h_proc *start_proxy_v(const char *name, const char *sockpath, int 
 	argv[n++] = "0";
 	first_extra = n;
 	rc = add_args(argv, &n, ap);
-	if (rc != 0 || n + 2 >= H_MAX_ARGS)
+	if (rc != 0 || n + 3 >= H_MAX_ARGS)
 		return NULL;
 	for (int i = first_extra; i < n; i++)
 		if (strcmp(argv[i], "--segment-size") == 0)
@@ -613,8 +613,12 @@ static struct h_proc *start_proxy_v(const char *name, const char *sockpath, int 
 	if (!has_segment) {
 		argv[n++] = "--segment-size";
 		argv[n++] = "64MiB";
-		argv[n] = NULL;
 	}
+	/* Tests read the proxy's /proc/<pid>/fd and maps, which a proxy that is
+	 * not dumpable keeps from a test without CAP_SYS_PTRACE. */
+	if (geteuid() != 0)
+		argv[n++] = "--dumpable";
+	argv[n] = NULL;
 	p = h_spawn(name, argv);
 	if (!p)
 		return NULL;

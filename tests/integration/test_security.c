@@ -3,8 +3,9 @@
  * shared (SPEC §5.1): the client limit, the peer's credentials (SO_PEERCRED),
  * the hello's magic, version and tenant, and the modes of the socket and of
  * the directory the proxy creates for it. Refusals carry a code and no
- * descriptors, then the socket closes. And the proxy has the descriptors
- * --max-clients clients need.
+ * descriptors, then the socket closes. The proxy has the descriptors
+ * --max-clients clients need, and keeps clients of its own uid out of its
+ * memory.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,11 +16,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -386,6 +389,125 @@ static void test_security_open_files_raised(void **state)
 	h_stop(p);
 }
 
+/* Ways into the proxy pid a process of its uid finds: its memory, and the
+ * descriptors it holds (among them every client's memfd). */
+static int ways_in(pid_t pid)
+{
+	char path[64];
+	int ways = 0, fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ways++;
+		close(fd);
+	}
+	for (int n = 0; n < 64; n++) {
+		snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, n);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			ways++;
+			close(fd);
+		}
+	}
+	return ways;
+}
+
+/* In a child, as uid (no capabilities): how many ways into pid. */
+static int probe_as(uid_t uid, pid_t pid)
+{
+	int status = 0;
+	pid_t child;
+
+	fflush(NULL);
+	child = fork();
+	H_ASSERT(child >= 0);
+	if (child == 0) {
+		if (getuid() != uid && (setgroups(0, NULL) || setgid(uid) || setuid(uid)))
+			_exit(255);
+		_exit(ways_in(pid) > 100 ? 100 : ways_in(pid));
+	}
+	H_ASSERT_EQ(waitpid(child, &status, 0), child);
+	H_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 255,
+		     "the probe could not run as uid %u", (unsigned)uid);
+	return WEXITSTATUS(status);
+}
+
+/* A proxy run as uid (through setpriv when that is not ours, as root), with
+ * extra (or NULL) on its command line and a client holding a region in it:
+ * *cl. */
+static struct h_proc *start_as(const char *name, uid_t uid, char *extra, struct lunar_client **cl)
+{
+	char dir[PATH_MAX], sock[PATH_MAX], reuid[32], regid[32];
+	char *argv[24];
+	struct h_proc *p;
+	void *mem;
+	int n = 0;
+
+	snprintf(dir, sizeof(dir), "%s", h_path(name));
+	H_ASSERT(mkdir(dir, 0750) == 0 && chown(dir, uid, uid) == 0);
+	H_ASSERT(strlen(dir) + sizeof("/proxy.sock") <= sizeof(sock));
+	strcat(strcpy(sock, dir), "/proxy.sock");
+	if (uid != geteuid()) {
+		snprintf(reuid, sizeof(reuid), "--reuid=%u", (unsigned)uid);
+		snprintf(regid, sizeof(regid), "--regid=%u", (unsigned)uid);
+		argv[n++] = "setpriv";
+		argv[n++] = reuid;
+		argv[n++] = regid;
+		argv[n++] = "--clear-groups";
+	}
+	argv[n++] = (char *)h_bin("lunar-proxy");
+	argv[n++] = "--socket";
+	argv[n++] = sock;
+	argv[n++] = "--embedded-master";
+	argv[n++] = "--data-port=0";
+	argv[n++] = "--http-port=0";
+	argv[n++] = "--segment-size=16MiB";
+	argv[n++] = extra;
+	argv[n] = NULL;
+	p = h_spawn(name, argv);
+	H_ASSERT(p != NULL && h_wait_proxy(p, sock, 10000) == 0);
+	*cl = h_client(sock);
+	mem = lunar_alloc(*cl, 1 << 20);
+	H_ASSERT(mem != NULL);
+	memset(mem, 0x5a, 1 << 20);
+	H_ASSERT_EQ(lunar_put(*cl, "kept-out", mem, 1 << 20, NULL), 0);
+	return p;
+}
+
+/*
+ * (f) A client of the proxy's own uid cannot reach the other clients'
+ * memory through the proxy: /proc/<proxy>/mem and the proxy's descriptors
+ * (each client's memfd among them) are closed to it. As root, proxy and
+ * probe run as nobody: root's CAP_SYS_PTRACE would pass everything. The
+ * same probe gets into a proxy run with --dumpable, so it can fail.
+ */
+static void test_security_same_uid_kept_out(void **state)
+{
+	uid_t uid = geteuid() == 0 ? NOBODY : geteuid();
+	struct lunar_client *c1, *c2;
+	struct h_proc *p1, *p2;
+	int ways;
+
+	(void)state;
+	H_ASSERT(chmod(h_tmpdir(), 0755) == 0);
+	p1 = start_as("kept", uid, NULL, &c1);
+	p2 = start_as("open", uid, "--dumpable", &c2);
+	ways = probe_as(uid, p1->pid);
+	H_ASSERT_MSG(ways == 0, "a process of uid %u found %d ways into the proxy", (unsigned)uid,
+		     ways);
+	ways = probe_as(uid, p2->pid);
+	print_message("uid %u: 0 ways into the proxy, %d into a --dumpable one\n", (unsigned)uid,
+		      ways);
+	H_ASSERT_MSG(ways >= 2, "only %d ways into a --dumpable proxy: the probe is blind", ways);
+	H_ASSERT_EQ(lunar_health(c1), 0);
+	lunar_close(c1);
+	lunar_close(c2);
+	H_ASSERT(chmod(h_tmpdir(), 0700) == 0);
+	h_stop(p1);
+	h_stop(p2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -394,6 +516,7 @@ int main(void)
 	    cmocka_unit_test(test_security_bad_hellos),
 	    cmocka_unit_test(test_security_socket_modes),
 	    cmocka_unit_test(test_security_open_files_raised),
+	    cmocka_unit_test(test_security_same_uid_kept_out),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
