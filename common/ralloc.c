@@ -5,8 +5,9 @@
  * that a freed block finds its neighbours in O(1) and merges with them. Free
  * blocks also sit on one of NBINS size-segregated lists (TLSF-style: log2
  * class split into SL_COUNT linear sub-bins) indexed by a two-level bitmap;
- * allocated blocks sit in a hash table keyed by offset. Blocks come from a
- * pool, so a steady stream of get/put does not touch malloc.
+ * blocks from lc_ralloc_get sit in a hash table keyed by offset, those from
+ * lc_ralloc_take are their own handle. Blocks come from a pool, so a steady
+ * stream of get/put does not touch malloc.
  */
 #include "ralloc.h"
 
@@ -21,26 +22,27 @@
 #define POOL_CHUNK 4096
 #define SCAN_LIMIT 16 /* blocks of the request's own bin tried before larger bins */
 
-struct blk {
+struct lc_range {
 	uint64_t off, len;
-	struct blk *prev, *next;   /* address order */
-	struct blk *fprev, *fnext; /* free list of its bin, or hash chain (fnext) */
+	struct lc_range *prev, *next;	/* address order */
+	struct lc_range *fprev, *fnext; /* free list of its bin, or hash chain (fnext) */
 	int free;
 };
 
 struct chunk {
 	struct chunk *next;
-	struct blk blks[POOL_CHUNK];
+	struct lc_range blks[POOL_CHUNK];
 };
 
 struct lc_ralloc {
 	uint64_t capacity, align, used;
-	struct blk *bins[NBINS];
+	unsigned align_shift;
+	struct lc_range *bins[NBINS];
 	uint64_t bitmap[NWORDS];
 	uint64_t summary; /* bit w: bitmap[w] != 0 */
-	struct blk **hash;
+	struct lc_range **hash;
 	uint64_t hmask, nalloc;
-	struct blk *spare; /* pooled unused blocks, linked by next */
+	struct lc_range *spare; /* pooled unused blocks, linked by next */
 	struct chunk *chunks;
 };
 
@@ -85,7 +87,7 @@ static unsigned bin_next(const struct lc_ralloc *a, unsigned b)
 	return w * 64 + (unsigned)__builtin_ctzll(a->bitmap[w]);
 }
 
-static void free_insert(struct lc_ralloc *a, struct blk *b)
+static void free_insert(struct lc_ralloc *a, struct lc_range *b)
 {
 	unsigned i = bin_of(b->len);
 
@@ -98,7 +100,7 @@ static void free_insert(struct lc_ralloc *a, struct blk *b)
 	bit_set(a, i);
 }
 
-static void free_remove(struct lc_ralloc *a, struct blk *b)
+static void free_remove(struct lc_ralloc *a, struct lc_range *b)
 {
 	unsigned i = bin_of(b->len);
 
@@ -113,9 +115,9 @@ static void free_remove(struct lc_ralloc *a, struct blk *b)
 	b->free = 0;
 }
 
-static struct blk *blk_new(struct lc_ralloc *a)
+static struct lc_range *blk_new(struct lc_ralloc *a)
 {
-	struct blk *b;
+	struct lc_range *b;
 
 	if (!a->spare) {
 		struct chunk *c = malloc(sizeof(*c));
@@ -135,7 +137,7 @@ static struct blk *blk_new(struct lc_ralloc *a)
 	return b;
 }
 
-static void blk_release(struct lc_ralloc *a, struct blk *b)
+static void blk_release(struct lc_ralloc *a, struct lc_range *b)
 {
 	b->next = a->spare;
 	a->spare = b;
@@ -143,14 +145,14 @@ static void blk_release(struct lc_ralloc *a, struct blk *b)
 
 static uint64_t hash_slot(const struct lc_ralloc *a, uint64_t off)
 {
-	return ((off / a->align) * 0x9e3779b97f4a7c15ull >> 17) & a->hmask;
+	return ((off >> a->align_shift) * 0x9e3779b97f4a7c15ull >> 17) & a->hmask;
 }
 
 static int hash_grow(struct lc_ralloc *a)
 {
 	uint64_t nmask = a->hmask * 2 + 1;
-	struct blk **nh = calloc(nmask + 1, sizeof(*nh));
-	struct blk **old = a->hash;
+	struct lc_range **nh = calloc(nmask + 1, sizeof(*nh));
+	struct lc_range **old = a->hash;
 	uint64_t omask = a->hmask;
 
 	if (!nh)
@@ -158,7 +160,7 @@ static int hash_grow(struct lc_ralloc *a)
 	a->hash = nh;
 	a->hmask = nmask;
 	for (uint64_t i = 0; i <= omask; i++) {
-		struct blk *b = old[i], *n;
+		struct lc_range *b = old[i], *n;
 
 		for (; b; b = n) {
 			uint64_t s = hash_slot(a, b->off);
@@ -172,9 +174,9 @@ static int hash_grow(struct lc_ralloc *a)
 	return 0;
 }
 
-static struct blk **hash_find(const struct lc_ralloc *a, uint64_t off)
+static struct lc_range **hash_find(const struct lc_ralloc *a, uint64_t off)
 {
-	struct blk **pp = &a->hash[hash_slot(a, off)];
+	struct lc_range **pp = &a->hash[hash_slot(a, off)];
 
 	while (*pp && (*pp)->off != off)
 		pp = &(*pp)->fnext;
@@ -184,7 +186,7 @@ static struct blk **hash_find(const struct lc_ralloc *a, uint64_t off)
 struct lc_ralloc *lc_ralloc_create(uint64_t size, uint64_t align)
 {
 	struct lc_ralloc *a;
-	struct blk *b;
+	struct lc_range *b;
 
 	if (!align || (align & (align - 1)) || size < align)
 		return NULL;
@@ -192,6 +194,7 @@ struct lc_ralloc *lc_ralloc_create(uint64_t size, uint64_t align)
 	if (!a)
 		return NULL;
 	a->align = align;
+	a->align_shift = (unsigned)__builtin_ctzll(align);
 	a->capacity = size & ~(align - 1);
 	a->hmask = 1023;
 	a->hash = calloc(a->hmask + 1, sizeof(*a->hash));
@@ -226,12 +229,12 @@ void lc_ralloc_destroy(struct lc_ralloc *a)
 
 /* Best fit among the first SCAN_LIMIT blocks of bin i that hold len (all of
  * them when exhaustive), NULL if none. */
-static struct blk *bin_best(struct lc_ralloc *a, unsigned i, uint64_t len, int exhaustive)
+static struct lc_range *bin_best(struct lc_ralloc *a, unsigned i, uint64_t len, int exhaustive)
 {
-	struct blk *best = NULL;
+	struct lc_range *best = NULL;
 	unsigned seen = 0;
 
-	for (struct blk *b = a->bins[i]; b; b = b->fnext) {
+	for (struct lc_range *b = a->bins[i]; b; b = b->fnext) {
 		if (b->len >= len && (!best || b->len < best->len)) {
 			best = b;
 			if (b->len == len)
@@ -246,10 +249,10 @@ static struct blk *bin_best(struct lc_ralloc *a, unsigned i, uint64_t len, int e
 /* A free block holding len: a close fit from len's own bin, else the head of
  * the next non-empty bin (every block there holds len), else a full scan of
  * the own bin. */
-static struct blk *find_fit(struct lc_ralloc *a, uint64_t len)
+static struct lc_range *find_fit(struct lc_ralloc *a, uint64_t len)
 {
 	unsigned i = bin_of(len), j;
-	struct blk *b = bin_best(a, i, len, 0);
+	struct lc_range *b = bin_best(a, i, len, 0);
 
 	if (b)
 		return b;
@@ -264,25 +267,26 @@ uint64_t lc_ralloc_round(const struct lc_ralloc *a, uint64_t len)
 	return (len + a->align - 1) & ~(a->align - 1);
 }
 
-int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off)
+/* Allocate a block of len bytes; NULL and *err if none (else *err untouched). */
+static struct lc_range *carve(struct lc_ralloc *a, uint64_t len, int *err)
 {
-	struct blk *b, *rest;
-	struct blk **slot;
+	struct lc_range *b = NULL, *rest;
 
-	if (!len || len > a->capacity)
-		return -ENOSPC;
-	len = lc_ralloc_round(a, len);
-	if (a->nalloc >= a->hmask && hash_grow(a))
-		return -ENOMEM;
-	b = find_fit(a, len);
-	if (!b)
-		return -ENOSPC;
+	if (len && len <= a->capacity) {
+		len = lc_ralloc_round(a, len);
+		b = find_fit(a, len);
+	}
+	if (!b) {
+		*err = -ENOSPC;
+		return NULL;
+	}
 	free_remove(a, b);
 	if (b->len > len) {
 		rest = blk_new(a);
 		if (!rest) {
 			free_insert(a, b);
-			return -ENOMEM;
+			*err = -ENOMEM;
+			return NULL;
 		}
 		rest->off = b->off + len;
 		rest->len = b->len - len;
@@ -294,20 +298,42 @@ int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off)
 		b->len = len;
 		free_insert(a, rest);
 	}
+	a->used += b->len;
+	return b;
+}
+
+int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off)
+{
+	struct lc_range **slot, *b;
+	int err;
+
+	if (a->nalloc >= a->hmask && hash_grow(a))
+		return -ENOMEM;
+	b = carve(a, len, &err);
+	if (!b)
+		return err;
 	/* A free range is never in the table: no need to walk the chain. */
 	slot = &a->hash[hash_slot(a, b->off)];
 	b->fnext = *slot;
 	*slot = b;
 	a->nalloc++;
-	a->used += b->len;
 	*off = b->off;
 	return 0;
 }
 
-/* Merge b's successor into b; the successor is free and off its bin. */
-static void absorb_next(struct lc_ralloc *a, struct blk *b)
+struct lc_range *lc_ralloc_take(struct lc_ralloc *a, uint64_t len, uint64_t *off, int *err)
 {
-	struct blk *n = b->next;
+	struct lc_range *b = carve(a, len, err);
+
+	if (b)
+		*off = b->off;
+	return b;
+}
+
+/* Merge b's successor into b; the successor is free and off its bin. */
+static void absorb_next(struct lc_ralloc *a, struct lc_range *b)
+{
+	struct lc_range *n = b->next;
 
 	b->len += n->len;
 	b->next = n->next;
@@ -316,10 +342,28 @@ static void absorb_next(struct lc_ralloc *a, struct blk *b)
 	blk_release(a, n);
 }
 
+/* Free the allocated block b, merging it with free neighbours. */
+static void release(struct lc_ralloc *a, struct lc_range *b)
+{
+	a->used -= b->len;
+	if (b->next && b->next->free) {
+		free_remove(a, b->next);
+		absorb_next(a, b);
+	}
+	if (b->prev && b->prev->free) {
+		struct lc_range *p = b->prev;
+
+		free_remove(a, p);
+		absorb_next(a, p);
+		b = p;
+	}
+	free_insert(a, b);
+}
+
 int lc_ralloc_put(struct lc_ralloc *a, uint64_t off, uint64_t *freed)
 {
-	struct blk **slot = hash_find(a, off);
-	struct blk *b = *slot;
+	struct lc_range **slot = hash_find(a, off);
+	struct lc_range *b = *slot;
 
 	if (!b)
 		return -ENOENT;
@@ -327,20 +371,16 @@ int lc_ralloc_put(struct lc_ralloc *a, uint64_t off, uint64_t *freed)
 		*freed = b->len;
 	*slot = b->fnext;
 	a->nalloc--;
-	a->used -= b->len;
-	if (b->next && b->next->free) {
-		free_remove(a, b->next);
-		absorb_next(a, b);
-	}
-	if (b->prev && b->prev->free) {
-		struct blk *p = b->prev;
-
-		free_remove(a, p);
-		absorb_next(a, p);
-		b = p;
-	}
-	free_insert(a, b);
+	release(a, b);
 	return 0;
+}
+
+uint64_t lc_ralloc_give(struct lc_ralloc *a, struct lc_range *r)
+{
+	uint64_t len = r->len;
+
+	release(a, r);
+	return len;
 }
 
 uint64_t lc_ralloc_used(const struct lc_ralloc *a)
@@ -363,7 +403,7 @@ uint64_t lc_ralloc_largest_free(const struct lc_ralloc *a)
 		if (!a->bitmap[w])
 			continue;
 		i = (unsigned)w * 64 + 63u - (unsigned)__builtin_clzll(a->bitmap[w]);
-		for (struct blk *b = a->bins[i]; b; b = b->fnext)
+		for (struct lc_range *b = a->bins[i]; b; b = b->fnext)
 			if (b->len > best)
 				best = b->len;
 		break;

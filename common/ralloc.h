@@ -20,6 +20,18 @@ void lc_ralloc_destroy(struct lc_ralloc *a);
 /* lc_ralloc_get - allocate len bytes (len > 0), rounded up to the alignment;
  * 0 and *off, or -ENOSPC, or -ENOMEM when bookkeeping memory runs out. */
 int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off);
+/*
+ * lc_ralloc_take - allocate like lc_ralloc_get, but known by the handle it
+ * returns rather than by offset: only lc_ralloc_give frees it, and
+ * lc_ralloc_put does not find it. It skips lc_ralloc_get's entry in a table
+ * of offsets, a cache miss once the table is large. *off is the range's
+ * offset. NULL with *err -ENOSPC or -ENOMEM (else *err is left alone).
+ */
+struct lc_range;
+struct lc_range *lc_ralloc_take(struct lc_ralloc *a, uint64_t len, uint64_t *off, int *err);
+/* lc_ralloc_give - free a range from lc_ralloc_take; returns the length it
+ * had allocated (len rounded up). */
+uint64_t lc_ralloc_give(struct lc_ralloc *a, struct lc_range *r);
 /* lc_ralloc_round - len rounded up to the alignment, as lc_ralloc_get takes it. */
 uint64_t lc_ralloc_round(const struct lc_ralloc *a, uint64_t len);
 /* lc_ralloc_put - free the range that lc_ralloc_get returned at off, and

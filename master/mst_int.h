@@ -40,6 +40,7 @@ struct mst_segment {
 /* A chosen range: where one replica lives. */
 struct mst_replica {
 	struct mst_segment *seg;
+	struct lc_range *range; /* the segment allocator's handle */
 	uint64_t off, len;
 };
 

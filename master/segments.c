@@ -309,16 +309,16 @@ static int segment_get(struct mst_master *m, struct mst_segment *s, uint64_t len
 		       struct mst_replica *r)
 {
 	uint64_t got = 0;
-	int rc;
+	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	rc = lc_ralloc_get(s->ra, len, &r->off);
-	if (!rc) {
+	r->range = lc_ralloc_take(s->ra, len, &r->off, &rc);
+	if (r->range) {
 		got = lc_ralloc_round(s->ra, len);
 		__atomic_store_n(&s->used, s->used + got, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (rc)
+	if (!r->range)
 		return rc;
 	r->seg = s;
 	r->len = len; /* the object's bytes; the rounding stays in the allocator */
@@ -332,7 +332,7 @@ void mst_replica_free(struct mst_master *m, const struct mst_replica *r)
 	uint64_t len;
 
 	pthread_mutex_lock(&s->lock);
-	LC_ASSERT(lc_ralloc_put(s->ra, r->off, &len) == 0);
+	len = lc_ralloc_give(s->ra, r->range);
 	__atomic_store_n(&s->used, s->used - len, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&s->lock);
 	__atomic_fetch_sub(&m->used, len, __ATOMIC_RELAXED);

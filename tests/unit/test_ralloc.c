@@ -126,11 +126,49 @@ static void test_ralloc_free_unknown(void **state)
 	lc_ralloc_destroy(a);
 }
 
+static void test_ralloc_take_give(void **state)
+{
+	/* Given: 16-byte alignment, a range taken and one got */
+	struct lc_ralloc *a = lc_ralloc_create(4096, 16);
+	struct lc_range *h;
+	uint64_t off, got;
+	int rc = 1;
+
+	assert_non_null(a);
+	h = lc_ralloc_take(a, 100, &off, &rc);
+	assert_non_null(h);
+	assert_int_equal(lc_ralloc_get(a, 100, &got), 0);
+	assert_int_equal(lc_ralloc_used(a), 224);
+	/* Then: the taken range is unknown by offset, and a give frees it,
+	 * saying its rounded length */
+	assert_int_equal(lc_ralloc_put(a, off, NULL), -ENOENT);
+	assert_int_equal(lc_ralloc_give(a, h), 112);
+	assert_int_equal(lc_ralloc_used(a), 112);
+	/* And: a take that cannot fit says why */
+	assert_null(lc_ralloc_take(a, 4096, &off, &rc));
+	assert_int_equal(rc, -ENOSPC);
+	assert_int_equal(lc_ralloc_put(a, got, NULL), 0);
+	assert_int_equal(lc_ralloc_largest_free(a), 4096);
+	lc_ralloc_destroy(a);
+}
+
 /* The model: a byte map of the space, 1 where allocated. */
 #define MODEL_SIZE 65536
 struct model_range {
 	uint64_t off, len;
+	struct lc_range *h; /* from lc_ralloc_take; NULL from lc_ralloc_get */
 };
+
+/* Free r the way it was allocated; a taken range is not found by offset. */
+static void model_free(struct lc_ralloc *a, const struct model_range *r)
+{
+	if (!r->h) {
+		assert_int_equal(lc_ralloc_put(a, r->off, NULL), 0);
+		return;
+	}
+	assert_int_equal(lc_ralloc_put(a, r->off, NULL), -ENOENT);
+	assert_int_equal(lc_ralloc_give(a, r->h), r->len);
+}
 
 static int model_has_gap(const unsigned char *map, uint64_t len)
 {
@@ -151,17 +189,24 @@ static void model_step(struct lc_ralloc *a, unsigned char *map, struct model_ran
 	if (*n && rand() % 2) {
 		size_t i = (size_t)rand() % *n;
 
-		assert_int_equal(lc_ralloc_put(a, live[i].off, NULL), 0);
+		model_free(a, &live[i]);
 		memset(map + live[i].off, 0, live[i].len);
 		live[i] = live[--*n];
 	} else {
+		struct lc_range *h = NULL;
+		int rc = 0;
+
 		len = (uint64_t)rand() % 3000 + 1;
-		if (lc_ralloc_get(a, len, &off) == 0) {
+		if (rand() % 2)
+			rc = lc_ralloc_get(a, len, &off);
+		else if (!(h = lc_ralloc_take(a, len, &off, &rc)))
+			assert_int_not_equal(rc, 0);
+		if (rc == 0) {
 			assert_true(off + len <= MODEL_SIZE);
 			for (uint64_t i = off; i < off + len; i++)
 				assert_int_equal(map[i], 0);
 			memset(map + off, 1, len);
-			live[(*n)++] = (struct model_range){off, len};
+			live[(*n)++] = (struct model_range){off, len, h};
 		} else {
 			/* a failure is only allowed when no gap could hold len */
 			assert_false(model_has_gap(map, len));
@@ -184,11 +229,12 @@ static void test_ralloc_random_against_model(void **state)
 	assert_non_null(map);
 	assert_non_null(live);
 	srand(12345);
-	/* When: random gets and puts; Then: no overlap, exact use, no false ENOSPC */
+	/* When: random gets and takes, puts and gives; Then: no overlap, exact
+	 * use, no false ENOSPC, and neighbours of either kind merge again */
 	for (int step = 0; step < 20000; step++)
 		model_step(a, map, live, &n);
 	while (n)
-		assert_int_equal(lc_ralloc_put(a, live[--n].off, NULL), 0);
+		model_free(a, &live[--n]);
 	assert_int_equal(lc_ralloc_largest_free(a), MODEL_SIZE);
 	free(live);
 	free(map);
@@ -225,6 +271,7 @@ int main(void)
 	    cmocka_unit_test(test_ralloc_exhaustion),
 	    cmocka_unit_test(test_ralloc_alignment),
 	    cmocka_unit_test(test_ralloc_free_unknown),
+	    cmocka_unit_test(test_ralloc_take_give),
 	    cmocka_unit_test(test_ralloc_random_against_model),
 	    cmocka_unit_test(test_ralloc_million),
 	};
