@@ -16,15 +16,6 @@
 #include "mst_int.h"
 #include "mst_obj.h"
 
-static uint64_t fnv1a(const char *s, size_t n)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-	return h ^ (h >> 29);
-}
-
 const char *mst_tenant_name(const char *tenant)
 {
 	return tenant && tenant[0] ? tenant : "default";
@@ -48,7 +39,7 @@ int mst_okey_make(struct mst_okey *k, const char *tenant, const char *key)
 	memcpy(k->buf + tl + 1, key, kl);
 	k->tlen = tl + 1;
 	k->len = tl + 1 + kl;
-	k->hash = fnv1a(k->buf, k->len);
+	k->hash = lc_name_hash(tenant, tl, key, kl);
 	return 0;
 }
 

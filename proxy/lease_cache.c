@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "key.h"
+
 #define SHARDS 64
 
 /* Only the replicas an entry has are stored (most objects have one; a
@@ -62,19 +64,9 @@ struct px_lease_cache {
 	struct shard s[SHARDS];
 };
 
-/* FNV-1a over tenant, a NUL, then key. */
 static uint64_t name_hash(const char *tenant, const char *key)
 {
-	uint64_t h = 1469598103934665603ull;
-
-	for (const char *p = tenant;; p++) {
-		h = (h ^ (unsigned char)*p) * 1099511628211ull;
-		if (!*p)
-			break;
-	}
-	for (const char *p = key; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ull;
-	return h;
+	return lc_name_hash(tenant, strlen(tenant), key, strlen(key));
 }
 
 static struct shard *shard_of(struct px_lease_cache *c, uint64_t h)

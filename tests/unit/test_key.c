@@ -1,7 +1,7 @@
 /*
  * test_key.c - key validation (SPEC §3: 1..4096 bytes of well-formed UTF-8
  * without NUL or control characters, else INVALID_KEY) and tenant names
- * (1..63 bytes of [A-Za-z0-9_.-], else INVALID_PARAMS).
+ * (1..63 bytes of [A-Za-z0-9_.-], else INVALID_PARAMS), and the name hash.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -223,6 +223,18 @@ static void test_key_bad_byte_in_every_lane(void **state)
 	}
 }
 
+static void test_name_hash(void **state)
+{
+	(void)state;
+	/* Then: a name always hashes alike, and only the lengths given count */
+	assert_true(lc_name_hash("default", 7, "k-1", 3) == lc_name_hash("default", 7, "k-1", 3));
+	assert_true(lc_name_hash("default", 7, "k-1", 3) == lc_name_hash("default!", 7, "k-12", 3));
+	/* And: tenant and key are told apart, where they split included */
+	assert_true(lc_name_hash("default", 7, "k-1", 3) != lc_name_hash("default", 7, "k-2", 3));
+	assert_true(lc_name_hash("default", 7, "k-1", 3) != lc_name_hash("other", 5, "k-1", 3));
+	assert_true(lc_name_hash("ab", 2, "c", 1) != lc_name_hash("a", 1, "bc", 2));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -241,6 +253,7 @@ int main(void)
 	    cmocka_unit_test(test_key_utf8_beyond_max_rejected),
 	    cmocka_unit_test(test_key_tenant_valid),
 	    cmocka_unit_test(test_key_tenant_invalid),
+	    cmocka_unit_test(test_name_hash),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
