@@ -1,12 +1,17 @@
 /*
  * key.c - key and tenant validation and hashing; see key.h. The hash is
  * xxHash's XXH3 (libxxhash-dev), inlined here: twice as fast as FNV-1a on
- * keys of about 30 bytes, and better mixed.
+ * keys of about 30 bytes, and better mixed. Its seed is random per process,
+ * so that no client can choose keys that pile up in one slot of a table.
  */
 #include "key.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -96,7 +101,27 @@ int lc_tenant_check(const char *tenant, size_t len)
 	return 0;
 }
 
+static _Atomic uint64_t name_seed; /* 0 until the first hash */
+
+/* The process's seed: random, never 0; the first thread to set it wins. */
+static uint64_t seed_init(void)
+{
+	uint64_t s = 0, old = 0;
+	struct timespec t;
+
+	if (getrandom(&s, sizeof(s), GRND_NONBLOCK) != sizeof(s)) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		s = XXH3_64bits_withSeed(&t, sizeof(t), (uint64_t)getpid());
+	}
+	s |= 1;
+	return atomic_compare_exchange_strong(&name_seed, &old, s) ? s : old;
+}
+
 uint64_t lc_name_hash(const char *tenant, size_t tlen, const char *key, size_t klen)
 {
-	return XXH3_64bits_withSeed(key, klen, XXH3_64bits(tenant, tlen));
+	uint64_t seed = atomic_load_explicit(&name_seed, memory_order_relaxed);
+
+	if (!seed)
+		seed = seed_init();
+	return XXH3_64bits_withSeed(key, klen, XXH3_64bits_withSeed(tenant, tlen, seed));
 }

@@ -16,7 +16,8 @@ int lc_key_check(const char *key, size_t len);
  * else LUNAR_ERR_INVALID_PARAMS. */
 int lc_tenant_check(const char *tenant, size_t len);
 /* lc_name_hash - a well-mixed 64-bit hash of the object name (tenant[0..tlen),
- * key[0..klen)), for in-memory tables only: it is not kept anywhere. */
+ * key[0..klen)), seeded at random per process: for in-memory tables only,
+ * never kept or sent. Thread-safe. */
 uint64_t lc_name_hash(const char *tenant, size_t tlen, const char *key, size_t klen);
 
 #endif /* LUNAR_COMMON_KEY_H */

@@ -26,7 +26,7 @@ struct lc_range {
 	uint64_t off, len;
 	struct lc_range *prev, *next;	/* address order */
 	struct lc_range *fprev, *fnext; /* free list of its bin, or hash chain (fnext) */
-	int free;
+	int free;			/* 0 allocated, 1 free, 2 in the pool (no range) */
 };
 
 struct chunk {
@@ -139,6 +139,7 @@ static struct lc_range *blk_new(struct lc_ralloc *a)
 
 static void blk_release(struct lc_ralloc *a, struct lc_range *b)
 {
+	b->free = 2;
 	b->next = a->spare;
 	a->spare = b;
 }
@@ -267,6 +268,36 @@ uint64_t lc_ralloc_round(const struct lc_ralloc *a, uint64_t len)
 	return (len + a->align - 1) & ~(a->align - 1);
 }
 
+/* Merge b's successor into b; the successor is free and off its bin. */
+static void absorb_next(struct lc_ralloc *a, struct lc_range *b)
+{
+	struct lc_range *n = b->next;
+
+	b->len += n->len;
+	b->next = n->next;
+	if (n->next)
+		n->next->prev = b;
+	blk_release(a, n);
+}
+
+/* Free the allocated block b, merging it with free neighbours. */
+static void release(struct lc_ralloc *a, struct lc_range *b)
+{
+	a->used -= b->len;
+	if (b->next && b->next->free) {
+		free_remove(a, b->next);
+		absorb_next(a, b);
+	}
+	if (b->prev && b->prev->free) {
+		struct lc_range *p = b->prev;
+
+		free_remove(a, p);
+		absorb_next(a, p);
+		b = p;
+	}
+	free_insert(a, b);
+}
+
 /* Allocate a block of len bytes; NULL and *err if none (else *err untouched). */
 static struct lc_range *carve(struct lc_ralloc *a, uint64_t len, int *err)
 {
@@ -307,11 +338,13 @@ int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off)
 	struct lc_range **slot, *b;
 	int err;
 
-	if (a->nalloc >= a->hmask && hash_grow(a))
-		return -ENOMEM;
 	b = carve(a, len, &err);
 	if (!b)
 		return err;
+	if (a->nalloc >= a->hmask && hash_grow(a)) {
+		release(a, b);
+		return -ENOMEM;
+	}
 	/* A free range is never in the table: no need to walk the chain. */
 	slot = &a->hash[hash_slot(a, b->off)];
 	b->fnext = *slot;
@@ -330,36 +363,6 @@ struct lc_range *lc_ralloc_take(struct lc_ralloc *a, uint64_t len, uint64_t *off
 	return b;
 }
 
-/* Merge b's successor into b; the successor is free and off its bin. */
-static void absorb_next(struct lc_ralloc *a, struct lc_range *b)
-{
-	struct lc_range *n = b->next;
-
-	b->len += n->len;
-	b->next = n->next;
-	if (n->next)
-		n->next->prev = b;
-	blk_release(a, n);
-}
-
-/* Free the allocated block b, merging it with free neighbours. */
-static void release(struct lc_ralloc *a, struct lc_range *b)
-{
-	a->used -= b->len;
-	if (b->next && b->next->free) {
-		free_remove(a, b->next);
-		absorb_next(a, b);
-	}
-	if (b->prev && b->prev->free) {
-		struct lc_range *p = b->prev;
-
-		free_remove(a, p);
-		absorb_next(a, p);
-		b = p;
-	}
-	free_insert(a, b);
-}
-
 int lc_ralloc_put(struct lc_ralloc *a, uint64_t off, uint64_t *freed)
 {
 	struct lc_range **slot = hash_find(a, off);
@@ -375,12 +378,14 @@ int lc_ralloc_put(struct lc_ralloc *a, uint64_t off, uint64_t *freed)
 	return 0;
 }
 
-uint64_t lc_ralloc_give(struct lc_ralloc *a, struct lc_range *r)
+int lc_ralloc_give(struct lc_ralloc *a, struct lc_range *r, uint64_t *freed)
 {
-	uint64_t len = r->len;
-
+	if (r->free)
+		return -EINVAL;
+	if (freed)
+		*freed = r->len;
 	release(a, r);
-	return len;
+	return 0;
 }
 
 uint64_t lc_ralloc_used(const struct lc_ralloc *a)

@@ -29,9 +29,12 @@ int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off);
  */
 struct lc_range;
 struct lc_range *lc_ralloc_take(struct lc_ralloc *a, uint64_t len, uint64_t *off, int *err);
-/* lc_ralloc_give - free a range from lc_ralloc_take; returns the length it
- * had allocated (len rounded up). */
-uint64_t lc_ralloc_give(struct lc_ralloc *a, struct lc_range *r);
+/* lc_ralloc_give - free a range r of a's from lc_ralloc_take, and give the
+ * length it had allocated (len rounded up) in *freed (if not NULL). Returns
+ * 0, or -EINVAL if r is not allocated: a range given twice is caught unless
+ * its bookkeeping has been reused since. r is invalid after the give, and
+ * after lc_ralloc_destroy. */
+int lc_ralloc_give(struct lc_ralloc *a, struct lc_range *r, uint64_t *freed);
 /* lc_ralloc_round - len rounded up to the alignment, as lc_ralloc_get takes it. */
 uint64_t lc_ralloc_round(const struct lc_ralloc *a, uint64_t len);
 /* lc_ralloc_put - free the range that lc_ralloc_get returned at off, and

@@ -332,7 +332,7 @@ void mst_replica_free(struct mst_master *m, const struct mst_replica *r)
 	uint64_t len;
 
 	pthread_mutex_lock(&s->lock);
-	len = lc_ralloc_give(s->ra, r->range);
+	LC_ASSERT(lc_ralloc_give(s->ra, r->range, &len) == 0);
 	__atomic_store_n(&s->used, s->used - len, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&s->lock);
 	__atomic_fetch_sub(&m->used, len, __ATOMIC_RELAXED);

@@ -576,6 +576,22 @@ struct h_proc *h_cluster_master(int *port, ...)
 }
 
 /* data_port 0: the kernel picks it. */
+/* Whether this process has CAP_SYS_PTRACE, which reads any process's /proc. */
+static int can_ptrace_any(void)
+{
+	unsigned long long caps = 0;
+	char line[256];
+	FILE *f = fopen("/proc/self/status", "re");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "CapEff: %llx", &caps) == 1)
+			break;
+	fclose(f);
+	return (caps >> 19) & 1; /* CAP_SYS_PTRACE */
+}
+
 static struct h_proc *start_proxy_v(const char *name, const char *sockpath, int master_port,
 				    int data_port, va_list ap)
 {
@@ -614,9 +630,9 @@ static struct h_proc *start_proxy_v(const char *name, const char *sockpath, int 
 		argv[n++] = "--segment-size";
 		argv[n++] = "64MiB";
 	}
-	/* Tests read the proxy's /proc/<pid>/fd and maps, which a proxy that is
-	 * not dumpable keeps from a test without CAP_SYS_PTRACE. */
-	if (geteuid() != 0)
+	/* Tests read the proxy's /proc/<pid>/fd, maps, mem and syscall, which a
+	 * proxy that is not dumpable keeps from a test without CAP_SYS_PTRACE. */
+	if (!can_ptrace_any())
 		argv[n++] = "--dumpable";
 	argv[n] = NULL;
 	p = h_spawn(name, argv);

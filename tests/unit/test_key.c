@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -223,20 +225,48 @@ static void test_key_bad_byte_in_every_lane(void **state)
 	}
 }
 
-static void test_name_hash(void **state)
+static void test_key_name_hash(void **state)
 {
+	uint64_t here = lc_name_hash("default", 7, "k-1", 3), there = here;
+	int fds[2], status;
+	pid_t pid;
+
 	(void)state;
 	/* Then: a name always hashes alike, and only the lengths given count */
-	assert_true(lc_name_hash("default", 7, "k-1", 3) == lc_name_hash("default", 7, "k-1", 3));
-	assert_true(lc_name_hash("default", 7, "k-1", 3) == lc_name_hash("default!", 7, "k-12", 3));
+	assert_true(lc_name_hash("default", 7, "k-1", 3) == here);
+	assert_true(lc_name_hash("default!", 7, "k-12", 3) == here);
 	/* And: tenant and key are told apart, where they split included */
-	assert_true(lc_name_hash("default", 7, "k-1", 3) != lc_name_hash("default", 7, "k-2", 3));
-	assert_true(lc_name_hash("default", 7, "k-1", 3) != lc_name_hash("other", 5, "k-1", 3));
+	assert_true(lc_name_hash("default", 7, "k-2", 3) != here);
+	assert_true(lc_name_hash("other", 5, "k-1", 3) != here);
 	assert_true(lc_name_hash("ab", 2, "c", 1) != lc_name_hash("a", 1, "bc", 2));
+	/* And: another process hashes it otherwise (its own random seed), so
+	 * keys cannot be chosen to collide */
+	assert_int_equal(pipe(fds), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char *argv[] = {"/proc/self/exe", "--hash", NULL};
+
+		dup2(fds[1], STDOUT_FILENO);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(fds[1]);
+	assert_int_equal(read(fds[0], &there, sizeof(there)), sizeof(there));
+	close(fds[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_true(there != here);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	/* As the child of test_key_name_hash: a fresh process's hash of a name. */
+	if (argc == 2 && !strcmp(argv[1], "--hash")) {
+		uint64_t h = lc_name_hash("default", 7, "k-1", 3);
+
+		return write(STDOUT_FILENO, &h, sizeof(h)) == sizeof(h) ? 0 : 1;
+	}
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_key_ascii_lengths),
 	    cmocka_unit_test(test_key_bad_byte_in_every_lane),
@@ -253,7 +283,7 @@ int main(void)
 	    cmocka_unit_test(test_key_utf8_beyond_max_rejected),
 	    cmocka_unit_test(test_key_tenant_valid),
 	    cmocka_unit_test(test_key_tenant_invalid),
-	    cmocka_unit_test(test_name_hash),
+	    cmocka_unit_test(test_key_name_hash),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -134,15 +134,20 @@ static void test_ralloc_take_give(void **state)
 	uint64_t off, got;
 	int rc = 1;
 
+	uint64_t freed = 0;
+
 	assert_non_null(a);
 	h = lc_ralloc_take(a, 100, &off, &rc);
 	assert_non_null(h);
+	assert_int_equal(rc, 1); /* left alone on success */
 	assert_int_equal(lc_ralloc_get(a, 100, &got), 0);
 	assert_int_equal(lc_ralloc_used(a), 224);
 	/* Then: the taken range is unknown by offset, and a give frees it,
-	 * saying its rounded length */
+	 * saying its rounded length; a second give is refused */
 	assert_int_equal(lc_ralloc_put(a, off, NULL), -ENOENT);
-	assert_int_equal(lc_ralloc_give(a, h), 112);
+	assert_int_equal(lc_ralloc_give(a, h, &freed), 0);
+	assert_int_equal(freed, 112);
+	assert_int_equal(lc_ralloc_give(a, h, NULL), -EINVAL);
 	assert_int_equal(lc_ralloc_used(a), 112);
 	/* And: a take that cannot fit says why */
 	assert_null(lc_ralloc_take(a, 4096, &off, &rc));
@@ -162,12 +167,15 @@ struct model_range {
 /* Free r the way it was allocated; a taken range is not found by offset. */
 static void model_free(struct lc_ralloc *a, const struct model_range *r)
 {
+	uint64_t freed = 0;
+
 	if (!r->h) {
 		assert_int_equal(lc_ralloc_put(a, r->off, NULL), 0);
 		return;
 	}
 	assert_int_equal(lc_ralloc_put(a, r->off, NULL), -ENOENT);
-	assert_int_equal(lc_ralloc_give(a, r->h), r->len);
+	assert_int_equal(lc_ralloc_give(a, r->h, &freed), 0);
+	assert_int_equal(freed, r->len);
 }
 
 static int model_has_gap(const unsigned char *map, uint64_t len)
