@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -890,6 +891,31 @@ void h_pid_dump_threads(pid_t pid)
 			(long long)ms);
 	}
 	closedir(d);
+}
+
+int h_run_as(uid_t uid, gid_t gid, int (*fn)(void *arg), void *arg)
+{
+	int status = 0, rc;
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		if ((getuid() != uid || getgid() != gid) &&
+		    (setgroups(0, NULL) || setgid(gid) || setuid(uid))) {
+			fprintf(stderr, "harness: cannot become %u:%u: %s\n", (unsigned)uid,
+				(unsigned)gid, strerror(errno));
+			_exit(255);
+		}
+		rc = fn(arg);
+		fflush(NULL);
+		_exit(rc < 0 || rc > 254 ? 254 : rc);
+	}
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) == 255)
+		return -1;
+	return WEXITSTATUS(status);
 }
 
 pid_t h_fork_ready(void (*child)(int ready_fd, void *arg), void *arg, int *rd)

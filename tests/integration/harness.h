@@ -178,6 +178,14 @@ void h_pid_dump_threads(pid_t pid);
  */
 pid_t h_fork_ready(void (*child)(int ready_fd, void *arg), void *arg, int *rd);
 
+/*
+ * h_run_as - run fn(arg) in a forked child as uid:gid, without supplementary
+ * groups (as it is when uid:gid is ours already), and return what fn
+ * returned (0..254, the child's exit status). -1 if the child could not
+ * become uid:gid (said on stderr) or died of a signal.
+ */
+int h_run_as(uid_t uid, gid_t gid, int (*fn)(void *arg), void *arg);
+
 /* Called by the assertion macros below: prints the logs once per failure. */
 void h_on_fail(void);
 

@@ -15,12 +15,10 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
-#include <grp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -109,26 +107,16 @@ static int register_until_refused(struct lunar_client *c)
 	return -1;
 }
 
-/* In a child as uid nobody (in our group, so let in): exits with how many
- * ranges it could register (100 + n), or 1 on any other failure. */
-static int nobody_registers(const char *sk)
+/* As uid nobody in our group, so let in (h_run_as): 100 + how many ranges
+ * it could register, or 1 on any other failure. */
+static int nobody_registers(void *arg)
 {
-	struct lunar_opts o = {.socket_path = sk, .timeout_ms = 5000};
+	struct lunar_opts o = {.socket_path = arg, .timeout_ms = 5000};
 	struct lunar_client *c = NULL;
-	int status = 0;
-	pid_t pid;
 
-	fflush(NULL);
-	pid = fork();
-	H_ASSERT(pid >= 0);
-	if (pid == 0) {
-		if (setgroups(0, NULL) || setgid(getegid()) || setuid(NOBODY) ||
-		    lunar_connect(&o, &c))
-			_exit(1);
-		_exit(100 + register_until_refused(c));
-	}
-	H_ASSERT_EQ(waitpid(pid, &status, 0), pid);
-	return WIFEXITED(status) ? WEXITSTATUS(status) - 100 : -1;
+	if (lunar_connect(&o, &c))
+		return 1;
+	return 100 + register_until_refused(c);
 }
 
 static void test_reg_limits_ranges_half_a_uid(void **state)
@@ -157,7 +145,7 @@ static void test_reg_limits_ranges_half_a_uid(void **state)
 	H_ASSERT_EQ(lunar_put(b, "reg-limits/ranges", "v", 1, NULL), 0);
 	/* and another user's client gets the other half */
 	if (geteuid() == 0) {
-		n = nobody_registers(sk);
+		n = h_run_as(NOBODY, getegid(), nobody_registers, sk) - 100;
 		print_message("uid %d registered %d ranges\n", NOBODY, n);
 		H_ASSERT_EQ(n, MAX_REGS / 2);
 	} else {

@@ -17,16 +17,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -161,59 +158,54 @@ static void test_security_max_clients(void **state)
 	h_stop(p);
 }
 
+struct connect_want {
+	const char *sock;
+	int want;
+};
+
 /*
- * Runs in a forked child as uid/gid: lunar_connect must return want, and a
- * raw hello must bring back that code and no descriptor. Exit status 0 when
- * it all held, else 1 with the reason on stderr.
+ * In a child of another uid (h_run_as): lunar_connect must return want, and
+ * a raw hello must bring back that code and no descriptor. 0 when it all
+ * held, else 1 with the reason on stderr.
  */
-static void child_connect(const char *sock, uid_t uid, gid_t gid, int want)
+static int connect_as(void *arg)
 {
-	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 5000};
+	const struct connect_want *cw = arg;
+	struct lunar_opts o = {.socket_path = cw->sock, .timeout_ms = 5000};
 	struct lunar_client *c = NULL;
 	struct lc_hello h = good_hello();
 	struct lc_welcome w;
 	int rc, n, before, closed;
 
-	if (setgroups(0, NULL) || setgid(gid) || setuid(uid) || getuid() != uid) {
-		fprintf(stderr, "child: cannot become %u:%u: %s\n", (unsigned)uid, (unsigned)gid,
-			strerror(errno));
-		_exit(2);
-	}
 	before = open_fds();
 	rc = lunar_connect(&o, &c);
-	if (rc != want) {
+	if (rc != cw->want) {
 		fprintf(stderr, "child %u:%u: lunar_connect = %d (%s), expected %d (%s)\n",
-			(unsigned)uid, (unsigned)gid, rc, h_code(rc), want, h_code(want));
-		_exit(1);
+			(unsigned)getuid(), (unsigned)getgid(), rc, h_code(rc), cw->want,
+			h_code(cw->want));
+		return 1;
 	}
 	if (c) {
 		lunar_close(c);
-		_exit(0);
+		return 0;
 	}
-	n = raw_hello(sock, &h, &w, &closed);
-	if (n != 0 || w.code != want || !closed || open_fds() != before) {
+	n = raw_hello(cw->sock, &h, &w, &closed);
+	if (n != 0 || w.code != cw->want || !closed || open_fds() != before) {
 		fprintf(
 		    stderr,
 		    "child %u:%u: raw hello got %d fds, code %d (%s), closed %d; fds %d -> %d\n",
-		    (unsigned)uid, (unsigned)gid, n, w.code, h_code(w.code), closed, before,
-		    open_fds());
-		_exit(1);
+		    (unsigned)getuid(), (unsigned)getgid(), n, w.code, h_code(w.code), closed,
+		    before, open_fds());
+		return 1;
 	}
-	_exit(0);
+	return 0;
 }
 
 static int run_child(const char *sock, uid_t uid, gid_t gid, int want)
 {
-	int status = 0;
-	pid_t pid;
+	struct connect_want cw = {sock, want};
 
-	fflush(NULL);
-	pid = fork();
-	H_ASSERT(pid >= 0);
-	if (pid == 0)
-		child_connect(sock, uid, gid, want);
-	H_ASSERT_EQ(waitpid(pid, &status, 0), pid);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	return h_run_as(uid, gid, connect_as, &cw);
 }
 
 /*
@@ -413,24 +405,12 @@ static int ways_in(pid_t pid)
 	return ways;
 }
 
-/* In a child, as uid (no capabilities): how many ways into pid. */
-static int probe_as(uid_t uid, gid_t gid, pid_t pid)
+/* In a child of the proxy's uid (h_run_as): the ways into pid, at most 100. */
+static int probe(void *arg)
 {
-	int status = 0;
-	pid_t child;
+	int ways = ways_in(*(pid_t *)arg);
 
-	fflush(NULL);
-	child = fork();
-	H_ASSERT(child >= 0);
-	if (child == 0) {
-		if (getuid() != uid && (setgroups(0, NULL) || setgid(gid) || setuid(uid)))
-			_exit(255);
-		_exit(ways_in(pid) > 100 ? 100 : ways_in(pid));
-	}
-	H_ASSERT_EQ(waitpid(child, &status, 0), child);
-	H_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 255,
-		     "the probe could not run as uid %u", (unsigned)uid);
-	return WEXITSTATUS(status);
+	return ways > 100 ? 100 : ways;
 }
 
 /* A proxy run as uid (through setpriv when that is not ours, as root), with
@@ -500,10 +480,11 @@ static void test_security_same_uid_kept_out(void **state)
 	H_ASSERT(chmod(h_tmpdir(), 0755) == 0);
 	p1 = start_as("kept", uid, gid, NULL, &c1);
 	p2 = start_as("open", uid, gid, "--dumpable", &c2);
-	ways = probe_as(uid, gid, p1->pid);
+	ways = h_run_as(uid, gid, probe, &p1->pid);
+	H_ASSERT_MSG(ways >= 0, "the probe could not run as uid %u", (unsigned)uid);
 	H_ASSERT_MSG(ways == 0, "a process of uid %u found %d ways into the proxy", (unsigned)uid,
 		     ways);
-	ways = probe_as(uid, gid, p2->pid);
+	ways = h_run_as(uid, gid, probe, &p2->pid);
 	print_message("uid %u: 0 ways into the proxy, %d into a --dumpable one\n", (unsigned)uid,
 		      ways);
 	H_ASSERT_MSG(ways >= 2, "only %d ways into a --dumpable proxy: the probe is blind", ways);
