@@ -224,7 +224,7 @@ static void test_lease_cache_renews_read_entries_only(void **state)
  * and the number of calls. */
 struct release_log {
 	int calls;
-	char text[256];
+	char text[256]; /* "tenant/key@seq:reader " each, sorted */
 };
 
 static void release_log(void *arg, const char *tenant, char **keys, uint64_t *seqs,
@@ -233,10 +233,18 @@ static void release_log(void *arg, const char *tenant, char **keys, uint64_t *se
 	struct release_log *log = arg;
 
 	log->calls++;
-	for (size_t i = 0; i < n; i++)
-		snprintf(log->text + strlen(log->text), sizeof(log->text) - strlen(log->text),
-			 "%s/%s@%llu:%llu ", tenant, keys[i], (unsigned long long)seqs[i],
-			 (unsigned long long)readers[i]);
+	for (size_t i = 0; i < n; i++) {
+		char tok[96], *at = log->text;
+
+		snprintf(tok, sizeof(tok), "%s/%s@%llu:%llu ", tenant, keys[i],
+			 (unsigned long long)seqs[i], (unsigned long long)readers[i]);
+		/* in sorted order: the cache's order follows the hash's seed */
+		while (*at && strncmp(at, tok, strcspn(at, " ") + 1) < 0)
+			at += strcspn(at, " ") + 1;
+		assert_true(strlen(log->text) + strlen(tok) < sizeof(log->text));
+		memmove(at + strlen(tok), at, strlen(at) + 1);
+		memcpy(at, tok, strlen(tok));
+	}
 }
 
 /* Put (tenant, key) with lease_seq seq, as the master gave it for a read by
