@@ -170,8 +170,11 @@ static int64_t evict_oldest(struct mst_master *m, struct census *c, size_t k, st
 	if (k > left)
 		k = left;
 	select_oldest(v, left, k);
-	for (size_t i = 0; i < k; i++)
+	for (size_t i = 0; i < k; i++) {
+		if (i + MST_PREFETCH_AHEAD < k)
+			mst_obj_prefetch(v[i + MST_PREFETCH_AHEAD].o);
 		n += (int64_t)evict_one(m, &v[i], a);
+	}
 	c->off += k; /* the rest stays for the next chunk */
 	return n;
 }

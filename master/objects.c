@@ -663,6 +663,7 @@ int64_t mst_shard_sweep(struct mst_master *m, size_t i, mst_visit_fn fn, void *a
 	for (size_t k = 1; k <= s->cap && rc >= 0; k++) {
 		struct mst_object **pp = &s->slots[(start + k) & mask].o;
 
+		mst_obj_prefetch(s->slots[(start + k + MST_PREFETCH_AHEAD) & mask].o);
 		while (*pp && (rc = fn(m, *pp, arg)) == 1) {
 			mst_obj_erase(m, s, pp);
 			erased++;
