@@ -1,14 +1,23 @@
 /*
  * evict.c - memory eviction. A round takes a census of the candidates shard
  * by shard (one shard lock at a time, no global lock), then evicts the
- * ceil(candidates * eviction_ratio) with the oldest lease deadlines (near
- * LRU: a read pushes the deadline forward), picked by quickselect rather than
+ * ceil(candidates * eviction_ratio) least recently used (a read, a commit
+ * or a put of the same bytes is a use), picked by quickselect rather than
  * a full sort. Soft-pinned objects (within their TTL) are taken only when
  * the unpinned candidates run out, and only with allow_evict_soft_pinned.
  * Under pressure (memory above the watermark, or an allocation failed) the
  * round goes on, chunk by chunk, until use falls below
  * (1 - eviction_ratio) * watermark, as Mooncake's second pass does.
  * Candidates: COMPLETE, lease expired, not hard-pinned, not busy.
+ *
+ * A census costs a visit of every object, so its oldest candidates (a few
+ * rounds' worth) are kept for the rounds after it. What becomes a candidate
+ * later has been used since the census or within a lease TTL before it
+ * (its lease ran out since), so kept candidates used before that are still
+ * the least recently used of all (but for an object whose soft pin or
+ * offload ended meanwhile): later rounds take those, in order, and take a
+ * new census when none is left or the census is a second old. A kept
+ * candidate used since the census is passed over.
  */
 #include <errno.h>
 #include <math.h>
@@ -19,21 +28,14 @@
 #include "mst_int.h"
 #include "mst_obj.h"
 
-struct cand {
-	uint64_t used_ms, id, hash;
-	const void *o; /* identity only: re-found under the shard lock */
-};
-
-struct census {
-	struct cand *v;
-	size_t n, cap;
-	size_t off; /* v[0..off) already taken */
-};
+#define CENSUS_KEEP_ROUNDS 4    /* a census is trimmed to this many rounds' worth */
+#define CENSUS_KEEP_MIN	   4096 /* ... but no fewer candidates */
+#define CENSUS_MAX_AGE_MS  1000 /* kept no longer (soft pins run out meanwhile) */
 
 struct census_arg {
 	uint64_t now;
 	int soft_too;
-	struct census plain, soft;
+	struct mst_census *cs;
 	int nomem;
 	uint64_t queued; /* MEMORY bytes of objects queued for offload: going soon */
 };
@@ -49,30 +51,28 @@ static int soft_pinned(const struct mst_object *o, uint64_t now)
 	return o->soft_pin_ms > now;
 }
 
-static int census_push(struct census *c, const struct mst_object *o)
+static int census_push(struct mst_cand_list *c, const struct mst_object *o)
 {
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? c->cap * 2 : 1024;
-		struct cand *v = realloc(c->v, cap * sizeof(*v));
+		struct mst_cand *v = realloc(c->v, cap * sizeof(*v));
 
 		if (!v)
 			return -ENOMEM;
 		c->v = v;
 		c->cap = cap;
 	}
-	/* Least recently used first: with one lease TTL for every read this is
-	 * the oldest lease deadline first, and it also orders commits and
-	 * puts of bytes already stored, which grant no lease. */
-	c->v[c->n++] = (struct cand){o->used_ms, o->id, o->hash, o};
+	c->v[c->n++] = (struct mst_cand){o->used_ms, o->id, o->hash, o};
 	return 0;
 }
 
 static int visit_census(struct mst_master *m, struct mst_object *o, void *arg)
 {
 	struct census_arg *a = arg;
-	struct census *c = soft_pinned(o, a->now) ? &a->soft : &a->plain;
+	struct mst_cand_list *c = soft_pinned(o, a->now) ? &a->cs->soft : &a->cs->plain;
 
-	if (!candidate(o, a->now) || (c == &a->soft && !a->soft_too))
+	(void)m;
+	if (!candidate(o, a->now) || (c == &a->cs->soft && !a->soft_too))
 		return 0;
 	if (census_push(c, o)) {
 		a->nomem = 1;
@@ -81,9 +81,9 @@ static int visit_census(struct mst_master *m, struct mst_object *o, void *arg)
 	return 0;
 }
 
-static void swap(struct cand *a, struct cand *b)
+static void swap(struct mst_cand *a, struct mst_cand *b)
 {
-	struct cand t = *a;
+	struct mst_cand t = *a;
 
 	*a = *b;
 	*b = t;
@@ -91,7 +91,7 @@ static void swap(struct cand *a, struct cand *b)
 
 /* Reorder v so that v[0..k) hold the k oldest lease deadlines (quickselect,
  * Lomuto partition around a middle pivot; expected O(n)). */
-static void select_oldest(struct cand *v, size_t n, size_t k)
+static void select_oldest(struct mst_cand *v, size_t n, size_t k)
 {
 	size_t lo = 0, hi = n;
 
@@ -145,8 +145,9 @@ static int evict_obj(struct mst_master *m, struct mst_shard *s, struct mst_objec
 	return 1;
 }
 
-/* Evict one census entry if it is still there and still a candidate. */
-static uint64_t evict_one(struct mst_master *m, const struct cand *c, struct census_arg *a)
+/* Evict one census entry if it is still there, still a candidate and not
+ * used since the census. */
+static uint64_t evict_one(struct mst_master *m, const struct mst_cand *c, struct census_arg *a)
 {
 	struct mst_shard *s = &m->shards[c->hash % MST_SHARDS];
 	struct mst_object **pp;
@@ -154,18 +155,22 @@ static uint64_t evict_one(struct mst_master *m, const struct cand *c, struct cen
 
 	pthread_mutex_lock(&s->lock);
 	pp = mst_obj_find_id(s, c->hash, c->o, c->id);
-	if (pp && candidate(*pp, a->now))
+	if (pp && (*pp)->used_ms == c->used_ms && candidate(*pp, a->now))
 		n = evict_obj(m, s, pp, &a->queued);
 	pthread_mutex_unlock(&s->lock);
 	return (uint64_t)n;
 }
 
-/* Evict the k oldest of c and take them off it; the number evicted. */
-static int64_t evict_oldest(struct mst_master *m, struct census *c, size_t k, struct census_arg *a)
+/* Evict the k oldest of c used before limit_ms and take them off it; the
+ * number evicted. A candidate at or past the limit ends c: the rest are
+ * no older. */
+static int64_t evict_oldest(struct mst_master *m, struct mst_cand_list *c, size_t k,
+			    uint64_t limit_ms, struct census_arg *a)
 {
-	struct cand *v = c->v + c->off;
+	struct mst_cand *v = c->v + c->off;
 	size_t left = c->n - c->off;
 	int64_t n = 0;
+	int ended = 0;
 
 	if (k > left)
 		k = left;
@@ -173,19 +178,81 @@ static int64_t evict_oldest(struct mst_master *m, struct census *c, size_t k, st
 	for (size_t i = 0; i < k; i++) {
 		if (i + MST_PREFETCH_AHEAD < k)
 			mst_obj_prefetch(v[i + MST_PREFETCH_AHEAD].o);
-		n += (int64_t)evict_one(m, &v[i], a);
+		if (v[i].used_ms >= limit_ms)
+			ended = 1;
+		else
+			n += (int64_t)evict_one(m, &v[i], a);
 	}
-	c->off += k; /* the rest stays for the next chunk */
+	c->off = ended ? c->n : c->off + k; /* the rest stays for the next chunk */
 	return n;
 }
 
-/* Up to k more, unpinned first. */
-static int64_t evict_chunk(struct mst_master *m, struct census_arg *a, size_t k)
+static size_t left(const struct mst_census *cs)
 {
-	int64_t n = evict_oldest(m, &a->plain, k, a);
+	return cs->plain.n - cs->plain.off + cs->soft.n - cs->soft.off;
+}
 
-	if ((size_t)n < k)
-		n += evict_oldest(m, &a->soft, k - (size_t)n, a);
+/* A new census at a->now, trimmed to what later rounds may use. */
+static void take_census(struct mst_master *m, struct census_arg *a)
+{
+	struct mst_census *cs = a->cs;
+	size_t total, keep;
+
+	cs->plain.n = cs->plain.off = cs->soft.n = cs->soft.off = 0;
+	a->nomem = 0;
+	__atomic_fetch_add(&m->ctr.evict_censuses, 1, __ATOMIC_RELAXED);
+	for (size_t i = 0; i < MST_SHARDS && !a->nomem; i++)
+		mst_shard_sweep(m, i, visit_census, a);
+	if (a->nomem)
+		LC_WARN("master", "eviction census out of memory: partial round");
+	total = cs->plain.n + cs->soft.n;
+	cs->k = (size_t)ceil((double)total * m->cfg.eviction_ratio);
+	cs->taken_ms = a->now;
+	keep = CENSUS_KEEP_ROUNDS * cs->k > CENSUS_KEEP_MIN ? CENSUS_KEEP_ROUNDS * cs->k
+							   : CENSUS_KEEP_MIN;
+	if (cs->plain.n > keep) {
+		struct mst_cand *v;
+
+		select_oldest(cs->plain.v, cs->plain.n, keep);
+		cs->plain.n = keep;
+		v = realloc(cs->plain.v, keep * sizeof(*v)); /* the rest is not kept */
+		if (v) {
+			cs->plain.v = v;
+			cs->plain.cap = keep;
+		}
+	}
+}
+
+/* Whether the kept census may serve a round at now. */
+static int census_kept(const struct mst_census *cs, uint64_t now)
+{
+	return cs->taken_ms && now >= cs->taken_ms && now - cs->taken_ms < CENSUS_MAX_AGE_MS &&
+	       left(cs);
+}
+
+/* Up to k more, unpinned first; from the kept census while it has
+ * candidates used a lease TTL before it, then from a new one (one a round). */
+static int64_t evict_chunk(struct mst_master *m, struct census_arg *a, size_t k, int *fresh)
+{
+	struct mst_census *cs = a->cs;
+	uint64_t ttl = m->cfg.kv_lease_ttl_ms;
+	int64_t n = 0;
+
+	while ((size_t)n < k) {
+		struct mst_cand_list *c = cs->plain.off < cs->plain.n ? &cs->plain
+					  : cs->soft.off < cs->soft.n	? &cs->soft
+									: NULL;
+		uint64_t limit = *fresh ? UINT64_MAX : cs->taken_ms > ttl ? cs->taken_ms - ttl : 0;
+
+		if (c) {
+			n += evict_oldest(m, c, k - (size_t)n, limit, a);
+		} else if (!*fresh) {
+			take_census(m, a);
+			*fresh = 1;
+		} else {
+			break;
+		}
+	}
 	return n;
 }
 
@@ -200,39 +267,36 @@ static double watermark(struct mst_master *m)
 	       (double)__atomic_load_n(&m->capacity, __ATOMIC_RELAXED);
 }
 
-static int64_t round_locked(struct mst_master *m, uint64_t now, struct census_arg *a)
+static int64_t round_locked(struct mst_master *m, struct census_arg *a)
 {
 	int pressure = __atomic_exchange_n(&m->alloc_failed, 0, __ATOMIC_RELAXED) ||
 		       (double)used(m) > watermark(m);
 	double low = (1.0 - m->cfg.eviction_ratio) * watermark(m);
-	size_t total, k;
+	int fresh = !census_kept(a->cs, a->now);
+	size_t k;
 	int64_t n;
 
-	for (size_t i = 0; i < MST_SHARDS && !a->nomem; i++)
-		mst_shard_sweep(m, i, visit_census, a);
-	if (a->nomem)
-		LC_WARN("master", "eviction census out of memory: partial round");
-	total = a->plain.n + a->soft.n;
-	k = (size_t)ceil((double)total * m->cfg.eviction_ratio);
-	if (!k && total && pressure)
+	if (fresh)
+		take_census(m, a);
+	k = a->cs->k;
+	if (!k && left(a->cs) && pressure)
 		k = 1;
-	n = evict_chunk(m, a, k);
-	while (pressure && (double)used(m) - (double)a->queued > low &&
-	       a->plain.n - a->plain.off + a->soft.n - a->soft.off)
-		n += evict_chunk(m, a, k);
+	n = evict_chunk(m, a, k, &fresh);
+	while (pressure && (double)used(m) - (double)a->queued > low && (left(a->cs) || !fresh))
+		n += evict_chunk(m, a, k, &fresh);
 	return n;
 }
 
 /* A whole round; the eviction lock held. */
 static int64_t evict_round_locked(struct mst_master *m, uint64_t now)
 {
-	struct census_arg a = {.now = now, .soft_too = m->cfg.allow_evict_soft_pinned};
-	int64_t n = round_locked(m, now, &a);
+	struct census_arg a = {.now = now,
+			       .soft_too = m->cfg.allow_evict_soft_pinned,
+			       .cs = &m->census};
+	int64_t n = round_locked(m, &a);
 
 	__atomic_fetch_add(&m->evict_gen, 1, __ATOMIC_RELEASE);
 	__atomic_fetch_add(&m->ctr.evict_rounds, 1, __ATOMIC_RELAXED);
-	free(a.plain.v);
-	free(a.soft.v);
 	if (n)
 		LC_DEBUG("master", "eviction round: %lld objects", (long long)n);
 	return n;
@@ -268,4 +332,10 @@ int mst_evict_after_failure(struct mst_master *m, uint64_t gen)
 		again = evict_round_locked(m, lc_now_ms()) > 0;
 	pthread_mutex_unlock(&m->evict_lock);
 	return again;
+}
+
+void mst_evict_fini(struct mst_master *m)
+{
+	free(m->census.plain.v);
+	free(m->census.soft.v);
 }

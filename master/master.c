@@ -131,6 +131,7 @@ void mst_master_destroy(struct mst_master *m)
 	mst_clients_fini(&m->clients);
 	mst_tenants_fini(&m->tenants);
 	mst_offload_fini(&m->offload);
+	mst_evict_fini(m);
 	pthread_mutex_destroy(&m->evict_lock);
 	free(m);
 }

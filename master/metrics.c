@@ -167,6 +167,13 @@ static void counters(struct mst_master *m, FILE *f)
 		"# TYPE lunar_master_evictions_total counter\nlunar_master_evictions_total %llu\n",
 		(unsigned long long)get(&m->ctr.evictions));
 	fprintf(f,
+		"# TYPE lunar_master_eviction_rounds_total counter\n"
+		"lunar_master_eviction_rounds_total %llu\n"
+		"# TYPE lunar_master_eviction_censuses_total counter\n"
+		"lunar_master_eviction_censuses_total %llu\n",
+		(unsigned long long)get(&m->ctr.evict_rounds),
+		(unsigned long long)get(&m->ctr.evict_censuses));
+	fprintf(f,
 		"# TYPE lunar_master_evicted_bytes_total counter\n"
 		"lunar_master_evicted_bytes_total %llu\n",
 		(unsigned long long)get(&m->ctr.evicted_bytes));

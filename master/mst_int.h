@@ -96,11 +96,30 @@ struct mst_tenants {
 struct mst_counters {
 	uint64_t calls[MST_METHODS_MAX];
 	uint64_t errors[MST_CODES_MAX];
-	uint64_t evictions, evicted_bytes, discarded_puts, evict_rounds;
+	uint64_t evictions, evicted_bytes, discarded_puts, evict_rounds, evict_censuses;
 	uint64_t offload_queued, offload_done, offload_failed, offload_requeued, offload_skipped;
 	uint64_t forget_queued, forget_dropped; /* disk records a proxy is told to delete */
 	uint64_t size_hist[MST_HIST_BUCKETS + 1];
 	uint64_t size_sum, size_count;
+};
+
+/* Eviction candidates (evict.c): a census of objects that may go, kept
+ * from one round to the next under the eviction lock. */
+struct mst_cand {
+	uint64_t used_ms, id, hash;
+	const void *o; /* identity only: re-found under the shard lock */
+};
+
+struct mst_cand_list {
+	struct mst_cand *v;
+	size_t n, cap;
+	size_t off; /* v[0..off) already taken */
+};
+
+struct mst_census {
+	struct mst_cand_list plain, soft; /* soft-pinned ones apart */
+	uint64_t taken_ms;		  /* the round time it was taken at; 0 none */
+	size_t k;			  /* a round's share: ceil(candidates * ratio) */
 };
 
 struct mst_master {
@@ -117,6 +136,7 @@ struct mst_master {
 	uint64_t next_obj_id;		   /* atomic */
 	uint64_t next_lease_seq;	   /* atomic */
 	pthread_mutex_t evict_lock;	   /* one eviction round at a time */
+	struct mst_census census;	   /* under evict_lock */
 	uint64_t evict_gen;		   /* atomic: rounds completed */
 	int alloc_failed;		   /* atomic: an allocation failed since the last round */
 	pthread_t housekeeper;
@@ -235,12 +255,13 @@ int mst_obj_stat(struct mst_master *m, const char *tenant, const char *key, Luna
 
 /* evict.c */
 /*
- * mst_evict_round - one eviction round at time now (monotonic ms): a census
- * of candidates shard by shard, then the ceil(candidates * eviction_ratio)
- * with the oldest lease deadlines go (soft-pinned ones last), more while
- * memory stays above the low mark after a failed allocation or above the
- * watermark. Returns the number of objects evicted. Takes the eviction lock
- * and, one at a time, the shard locks: call with no master lock held.
+ * mst_evict_round - one eviction round at time now (monotonic ms): the
+ * ceil(candidates * eviction_ratio) least recently used go (soft-pinned
+ * ones last), from a census of the candidates shard by shard or the one an
+ * earlier round kept (evict.c), more while memory stays above the low mark
+ * after a failed allocation or above the watermark. Returns the number of
+ * objects evicted. Takes the eviction lock and, one at a time, the shard
+ * locks: call with no master lock held.
  */
 int64_t mst_evict_round(struct mst_master *m, uint64_t now);
 /* mst_evict_maybe - a round if memory use is above the watermark or an
@@ -250,6 +271,8 @@ void mst_evict_maybe(struct mst_master *m);
  * run a round unless another one completed meanwhile. Returns 1 if a retry
  * may succeed. No lock held. */
 int mst_evict_after_failure(struct mst_master *m, uint64_t gen);
+/* mst_evict_fini - free the kept census (the master is going). */
+void mst_evict_fini(struct mst_master *m);
 
 /* deferred.c */
 int mst_deferred_init(struct mst_deferred_list *d);

@@ -1,9 +1,11 @@
 /*
  * test_master_evict.c - memory eviction: which objects a round picks (the
  * oldest lease deadlines, never leased, PROCESSING or hard-pinned ones,
- * soft-pinned ones last), the background trigger at the watermark, filling a
- * store far beyond its capacity, no eviction for a value no segment could
- * hold, and remove_all racing writers.
+ * soft-pinned ones last), a census kept for later rounds (which pass over
+ * what was used since, and never take what a lease that ran out since could
+ * undercut), the background trigger at the watermark, filling a store far
+ * beyond its capacity, no eviction for a value no segment could hold, and
+ * remove_all racing writers.
  */
 #include "test_master_util.h"
 
@@ -208,6 +210,114 @@ static void test_master_evict_soft_pin_expires(void **state)
 	mst_master_destroy(m);
 }
 
+/* Commit 40 objects in 4 groups of 10, each group used after the one before. */
+static void put_four_groups(struct mst_master *m)
+{
+	char key[16];
+
+	for (int i = 0; i < 40; i++) {
+		key_of(key, sizeof(key), "g", i);
+		assert_int_equal(put(m, CLIENT_A, key, 1000, 1), 0);
+		if (i % 10 == 9)
+			usleep(3000);
+	}
+}
+
+static uint64_t censuses(struct mst_master *m)
+{
+	return __atomic_load_n(&m->ctr.evict_censuses, __ATOMIC_RELAXED);
+}
+
+static void test_master_evict_census_serves_later_rounds(void **state)
+{
+	/* Given: 40 objects in 4 groups by age; eviction ratio 0.25 */
+	const char *const flags[][2] = {{"eviction-ratio", "0.25"}, {"kv-lease-ttl", "0ms"}};
+	struct mst_master *m = master_with(flags, 2);
+	uint64_t later, before;
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	put_four_groups(m);
+	later = lc_now_ms() + 10;
+	before = censuses(m);
+	/* When: four rounds run; Then: each takes the oldest group left, and
+	 * only the first counts every object */
+	for (int r = 1; r <= 4; r++) {
+		assert_int_equal(mst_evict_round(m, later), 10);
+		assert_int_equal(censuses(m), before + 1);
+	}
+	for (int i = 0; i < 40; i++) {
+		char key[16];
+
+		key_of(key, sizeof(key), "g", i);
+		assert_int_equal(exist(m, NULL, key), 0);
+	}
+	/* And: with the kept candidates gone the next round counts again */
+	assert_int_equal(mst_evict_round(m, later), 0);
+	assert_int_equal(censuses(m), before + 2);
+	mst_master_destroy(m);
+}
+
+static void test_master_evict_kept_census_passes_over_used(void **state)
+{
+	/* Given: 40 objects in 4 groups by age; a round took the oldest */
+	const char *const flags[][2] = {{"eviction-ratio", "0.25"}, {"kv-lease-ttl", "0ms"}};
+	struct mst_master *m = master_with(flags, 2);
+	uint64_t later;
+	char key[16];
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	put_four_groups(m);
+	later = lc_now_ms() + 100;
+	assert_int_equal(mst_evict_round(m, later), 10);
+	/* When: the second group is read, then a round runs on the kept census */
+	usleep(3000);
+	for (int i = 10; i < 20; i++) {
+		key_of(key, sizeof(key), "g", i);
+		assert_int_equal(exist(m, NULL, key), 1);
+	}
+	assert_int_equal(mst_evict_round(m, later), 10);
+	/* Then: the third group went in its place */
+	for (int i = 0; i < 40; i++) {
+		key_of(key, sizeof(key), "g", i);
+		assert_int_equal(exist(m, NULL, key), (i >= 10 && i < 20) || i >= 30);
+	}
+	mst_master_destroy(m);
+}
+
+static void test_master_evict_kept_census_not_undercut(void **state)
+{
+	/* Given: leases of 300 ms; "x" read (leased, so no candidate), then 4
+	 * newer objects, the oldest of which a round (ratio 0.25) took */
+	const char *const flags[][2] = {{"eviction-ratio", "0.25"}, {"kv-lease-ttl", "300ms"}};
+	struct mst_master *m = master_with(flags, 2);
+	char key[16];
+	int left = 0;
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_int_equal(put(m, CLIENT_A, "x", 1000, 1), 0);
+	assert_int_equal(exist(m, NULL, "x"), 1);
+	usleep(5000);
+	for (int i = 0; i < 4; i++) {
+		key_of(key, sizeof(key), "y", i);
+		assert_int_equal(put(m, CLIENT_A, key, 1000, 1), 0);
+	}
+	assert_int_equal(mst_evict_round(m, lc_now_ms()), 1);
+	/* When: x's lease runs out, and a round runs well within a second */
+	usleep(400 * 1000);
+	assert_int_equal(mst_evict_round(m, lc_now_ms()), 1);
+	/* Then: x went, the least recently used, not one the census kept */
+	assert_int_equal(exist(m, NULL, "x"), 0);
+	for (int i = 0; i < 4; i++) {
+		key_of(key, sizeof(key), "y", i);
+		left += exist(m, NULL, key);
+	}
+	assert_int_equal(left, 3);
+	mst_master_destroy(m);
+}
+
 static void test_master_evict_watermark_background(void **state)
 {
 	/* Given: a 1 MiB store, watermark 0.5 */
@@ -340,6 +450,9 @@ int main(void)
 	    cmocka_unit_test(test_master_evict_soft_pinned_last),
 	    cmocka_unit_test(test_master_evict_soft_pinned_kept),
 	    cmocka_unit_test(test_master_evict_soft_pin_expires),
+	    cmocka_unit_test(test_master_evict_census_serves_later_rounds),
+	    cmocka_unit_test(test_master_evict_kept_census_passes_over_used),
+	    cmocka_unit_test(test_master_evict_kept_census_not_undercut),
 	    cmocka_unit_test(test_master_evict_watermark_background),
 	    cmocka_unit_test(test_master_evict_fill_beyond_capacity),
 	    cmocka_unit_test(test_master_evict_not_for_what_cannot_fit),
