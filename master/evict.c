@@ -10,32 +10,36 @@
  * (1 - eviction_ratio) * watermark, as Mooncake's second pass does.
  * Candidates: COMPLETE, lease expired, not hard-pinned, not busy.
  *
- * A census costs a visit of every object, so its oldest candidates (a few
- * rounds' worth) are kept for the rounds after it. What becomes a candidate
- * later has been used since the census or within a lease TTL before it
+ * A census costs a visit of every object, so at the end of the round that
+ * took it its oldest unpinned candidates left (a few rounds' worth) are
+ * kept for the rounds of the next second. What becomes a candidate later
+ * has mostly been used since the census or within a lease TTL before it
  * (its lease ran out since), so kept candidates used before that are still
- * the least recently used of all (but for an object whose soft pin or
- * offload ended meanwhile): later rounds take those, in order, and take a
- * new census when none is left or the census is a second old. A kept
- * candidate used since the census is passed over.
+ * the least recently used: later rounds take those, in order, and take a
+ * new census (soft-pinned candidates and all) when none is left. A kept
+ * candidate used since the census is passed over. The exceptions, each late
+ * by at most that second: an object whose soft pin ends, whose offload
+ * task ends, or whose upsert is revoked, which keeps its old last use.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "clock.h"
 #include "log.h"
 #include "mst_int.h"
 #include "mst_obj.h"
 
-#define CENSUS_KEEP_ROUNDS 4    /* a census is trimmed to this many rounds' worth */
+#define CENSUS_KEEP_ROUNDS 4	/* a census is kept for this many rounds' worth */
 #define CENSUS_KEEP_MIN	   4096 /* ... but no fewer candidates */
-#define CENSUS_MAX_AGE_MS  1000 /* kept no longer (soft pins run out meanwhile) */
+#define CENSUS_MAX_AGE_MS  1000 /* and no longer */
 
 struct census_arg {
 	uint64_t now;
 	int soft_too;
 	struct mst_census *cs;
+	int fresh; /* cs was taken in this round */
 	int nomem;
 	uint64_t queued; /* MEMORY bytes of objects queued for offload: going soon */
 };
@@ -89,7 +93,7 @@ static void swap(struct mst_cand *a, struct mst_cand *b)
 	*b = t;
 }
 
-/* Reorder v so that v[0..k) hold the k oldest lease deadlines (quickselect,
+/* Reorder v so that v[0..k) hold the k least recently used (quickselect,
  * Lomuto partition around a middle pivot; expected O(n)). */
 static void select_oldest(struct mst_cand *v, size_t n, size_t k)
 {
@@ -196,9 +200,10 @@ static size_t left(const struct mst_census *cs)
 static void take_census(struct mst_master *m, struct census_arg *a)
 {
 	struct mst_census *cs = a->cs;
-	size_t total, keep;
+	size_t total;
 
 	cs->plain.n = cs->plain.off = cs->soft.n = cs->soft.off = 0;
+	a->fresh = 1;
 	a->nomem = 0;
 	__atomic_fetch_add(&m->ctr.evict_censuses, 1, __ATOMIC_RELAXED);
 	for (size_t i = 0; i < MST_SHARDS && !a->nomem; i++)
@@ -207,32 +212,47 @@ static void take_census(struct mst_master *m, struct census_arg *a)
 		LC_WARN("master", "eviction census out of memory: partial round");
 	total = cs->plain.n + cs->soft.n;
 	cs->k = (size_t)ceil((double)total * m->cfg.eviction_ratio);
-	cs->taken_ms = a->now;
-	keep = CENSUS_KEEP_ROUNDS * cs->k > CENSUS_KEEP_MIN ? CENSUS_KEEP_ROUNDS * cs->k
-							   : CENSUS_KEEP_MIN;
-	if (cs->plain.n > keep) {
-		struct mst_cand *v;
+	cs->taken_ms = a->nomem ? 0 : a->now; /* a partial census is not kept */
+}
 
-		select_oldest(cs->plain.v, cs->plain.n, keep);
-		cs->plain.n = keep;
-		v = realloc(cs->plain.v, keep * sizeof(*v)); /* the rest is not kept */
-		if (v) {
-			cs->plain.v = v;
-			cs->plain.cap = keep;
-		}
+/* At the end of the round that took it: keep the census's oldest unpinned
+ * candidates left for later rounds, and nothing else. */
+static void keep_census(struct mst_census *cs)
+{
+	size_t keep = CENSUS_KEEP_ROUNDS * cs->k > CENSUS_KEEP_MIN ? CENSUS_KEEP_ROUNDS * cs->k
+								   : CENSUS_KEEP_MIN;
+	struct mst_cand_list *c = &cs->plain;
+	struct mst_cand *v;
+
+	free(cs->soft.v);
+	cs->soft = (struct mst_cand_list){0};
+	c->n -= c->off;
+	if (c->n)
+		memmove(c->v, c->v + c->off, c->n * sizeof(*c->v));
+	c->off = 0;
+	if (c->n > keep) {
+		select_oldest(c->v, c->n, keep);
+		c->n = keep;
+	}
+	v = c->n < c->cap / 2 ? realloc(c->v, (c->n ? c->n : 1) * sizeof(*v)) : NULL;
+	if (v) {
+		c->v = v;
+		c->cap = c->n ? c->n : 1;
 	}
 }
 
-/* Whether the kept census may serve a round at now. */
+/* Whether the kept census may serve a round at now (which may be a little
+ * behind the time it was taken at: a round reads the clock before it waits
+ * for the one that took it). */
 static int census_kept(const struct mst_census *cs, uint64_t now)
 {
-	return cs->taken_ms && now >= cs->taken_ms && now - cs->taken_ms < CENSUS_MAX_AGE_MS &&
+	return cs->taken_ms && (now <= cs->taken_ms || now - cs->taken_ms < CENSUS_MAX_AGE_MS) &&
 	       left(cs);
 }
 
-/* Up to k more, unpinned first; from the kept census while it has
- * candidates used a lease TTL before it, then from a new one (one a round). */
-static int64_t evict_chunk(struct mst_master *m, struct census_arg *a, size_t k, int *fresh)
+/* Up to k more: from the kept census while it has candidates used a lease
+ * TTL before it, then from a new one (one a round), unpinned first. */
+static int64_t evict_chunk(struct mst_master *m, struct census_arg *a, size_t k)
 {
 	struct mst_census *cs = a->cs;
 	uint64_t ttl = m->cfg.kv_lease_ttl_ms;
@@ -242,13 +262,12 @@ static int64_t evict_chunk(struct mst_master *m, struct census_arg *a, size_t k,
 		struct mst_cand_list *c = cs->plain.off < cs->plain.n ? &cs->plain
 					  : cs->soft.off < cs->soft.n	? &cs->soft
 									: NULL;
-		uint64_t limit = *fresh ? UINT64_MAX : cs->taken_ms > ttl ? cs->taken_ms - ttl : 0;
+		uint64_t limit = a->fresh ? UINT64_MAX : cs->taken_ms > ttl ? cs->taken_ms - ttl : 0;
 
 		if (c) {
 			n += evict_oldest(m, c, k - (size_t)n, limit, a);
-		} else if (!*fresh) {
+		} else if (!a->fresh) {
 			take_census(m, a);
-			*fresh = 1;
 		} else {
 			break;
 		}
@@ -272,18 +291,17 @@ static int64_t round_locked(struct mst_master *m, struct census_arg *a)
 	int pressure = __atomic_exchange_n(&m->alloc_failed, 0, __ATOMIC_RELAXED) ||
 		       (double)used(m) > watermark(m);
 	double low = (1.0 - m->cfg.eviction_ratio) * watermark(m);
-	int fresh = !census_kept(a->cs, a->now);
 	size_t k;
 	int64_t n;
 
-	if (fresh)
+	if (!census_kept(a->cs, a->now))
 		take_census(m, a);
 	k = a->cs->k;
 	if (!k && left(a->cs) && pressure)
 		k = 1;
-	n = evict_chunk(m, a, k, &fresh);
-	while (pressure && (double)used(m) - (double)a->queued > low && (left(a->cs) || !fresh))
-		n += evict_chunk(m, a, k, &fresh);
+	n = evict_chunk(m, a, k);
+	while (pressure && (double)used(m) - (double)a->queued > low && (left(a->cs) || !a->fresh))
+		n += evict_chunk(m, a, k);
 	return n;
 }
 
@@ -295,6 +313,8 @@ static int64_t evict_round_locked(struct mst_master *m, uint64_t now)
 			       .cs = &m->census};
 	int64_t n = round_locked(m, &a);
 
+	if (a.fresh)
+		keep_census(&m->census);
 	__atomic_fetch_add(&m->evict_gen, 1, __ATOMIC_RELEASE);
 	__atomic_fetch_add(&m->ctr.evict_rounds, 1, __ATOMIC_RELAXED);
 	if (n)

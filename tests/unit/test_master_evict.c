@@ -11,6 +11,7 @@
 
 #include "clock.h"
 #include "master/mst_int.h"
+#include "master/mst_obj.h"
 
 /* PutStart + PutEnd with pins. */
 static int put_pinned(struct mst_master *m, const char *key, int hard, int soft)
@@ -223,6 +224,19 @@ static void put_four_groups(struct mst_master *m)
 	}
 }
 
+/* Whether key is stored, without using it (a get would count as a use). */
+static int stored(struct mst_master *m, const char *key)
+{
+	struct mst_shard *s;
+	struct mst_object **pp;
+	int found;
+
+	assert_int_equal(mst_obj_lookup(m, NULL, key, &s, &pp), 0);
+	found = *pp != NULL;
+	pthread_mutex_unlock(&s->lock);
+	return found;
+}
+
 static uint64_t censuses(struct mst_master *m)
 {
 	return __atomic_load_n(&m->ctr.evict_censuses, __ATOMIC_RELAXED);
@@ -245,12 +259,12 @@ static void test_master_evict_census_serves_later_rounds(void **state)
 	for (int r = 1; r <= 4; r++) {
 		assert_int_equal(mst_evict_round(m, later), 10);
 		assert_int_equal(censuses(m), before + 1);
-	}
-	for (int i = 0; i < 40; i++) {
-		char key[16];
+		for (int i = 10 * (r - 1); i < 40; i += 9) {
+			char key[16];
 
-		key_of(key, sizeof(key), "g", i);
-		assert_int_equal(exist(m, NULL, key), 0);
+			key_of(key, sizeof(key), "g", i);
+			assert_int_equal(stored(m, key), i >= 10 * r);
+		}
 	}
 	/* And: with the kept candidates gone the next round counts again */
 	assert_int_equal(mst_evict_round(m, later), 0);
@@ -315,6 +329,47 @@ static void test_master_evict_kept_census_not_undercut(void **state)
 		left += exist(m, NULL, key);
 	}
 	assert_int_equal(left, 3);
+	mst_master_destroy(m);
+}
+
+static void test_master_evict_kept_census_spares_soft_pins(void **state)
+{
+	/* Given: 10 soft-pinned objects, then 10 newer unpinned ones; a round
+	 * (ratio 0.25, soft-pinned ones allowed last) took 5 unpinned */
+	const char *const flags[][2] = {{"eviction-ratio", "0.25"},
+					{"kv-lease-ttl", "0ms"},
+					{"allow-evict-soft-pinned", "true"}};
+	struct mst_master *m = master_with(flags, 3);
+	uint64_t later;
+	char key[16];
+	int unpinned = 0;
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	for (int i = 0; i < 10; i++) {
+		key_of(key, sizeof(key), "s", i);
+		assert_int_equal(put_pinned(m, key, 0, 1), 0);
+	}
+	usleep(3000);
+	put_many(m, "u", 10, 1000);
+	later = lc_now_ms() + 10;
+	assert_int_equal(mst_evict_round(m, later), 5);
+	/* When: the 5 unpinned left are read, and a round runs */
+	usleep(3000);
+	for (int i = 0; i < 10; i++) {
+		key_of(key, sizeof(key), "u", i);
+		if (stored(m, key))
+			assert_int_equal(exist(m, NULL, key), 1);
+	}
+	assert_true(mst_evict_round(m, later) > 0);
+	/* Then: unpinned ones went, recently read or not, before any pinned */
+	for (int i = 0; i < 10; i++) {
+		key_of(key, sizeof(key), "s", i);
+		assert_true(stored(m, key));
+		key_of(key, sizeof(key), "u", i);
+		unpinned += stored(m, key);
+	}
+	assert_true(unpinned < 5);
 	mst_master_destroy(m);
 }
 
@@ -453,6 +508,7 @@ int main(void)
 	    cmocka_unit_test(test_master_evict_census_serves_later_rounds),
 	    cmocka_unit_test(test_master_evict_kept_census_passes_over_used),
 	    cmocka_unit_test(test_master_evict_kept_census_not_undercut),
+	    cmocka_unit_test(test_master_evict_kept_census_spares_soft_pins),
 	    cmocka_unit_test(test_master_evict_watermark_background),
 	    cmocka_unit_test(test_master_evict_fill_beyond_capacity),
 	    cmocka_unit_test(test_master_evict_not_for_what_cannot_fit),
