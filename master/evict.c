@@ -10,16 +10,16 @@
  * (1 - eviction_ratio) * watermark, as Mooncake's second pass does.
  * Candidates: COMPLETE, lease expired, not hard-pinned, not busy.
  *
- * A census costs a visit of every object, so at the end of the round that
- * took it its oldest unpinned candidates left (a few rounds' worth) are
- * kept for the rounds of the next second. What becomes a candidate later
- * has mostly been used since the census or within a lease TTL before it
- * (its lease ran out since), so kept candidates used before that are still
- * the least recently used: later rounds take those, in order, and take a
- * new census (soft-pinned candidates and all) when none is left. A kept
- * candidate used since the census is passed over. The exceptions, each late
- * by at most that second: an object whose soft pin ends, whose offload
- * task ends, or whose upsert is revoked, which keeps its old last use.
+ * A census costs a visit of every object, so the round that took it keeps
+ * some of its candidates left for the rounds of the next second. What
+ * becomes a candidate later has mostly been used since the census or
+ * within a lease TTL before it (its lease ran out since), so the unpinned
+ * candidates used before that are still the least recently used: those are
+ * kept (the oldest few rounds' worth), later rounds take them in order,
+ * passing over any used since, and take a new census (soft-pinned
+ * candidates and all) when none is left. The exceptions, each late by at
+ * most that second: an object whose soft pin ends, whose offload task ends,
+ * or whose upsert is revoked, which keeps its old last use.
  */
 #include <errno.h>
 #include <math.h>
@@ -165,16 +165,13 @@ static uint64_t evict_one(struct mst_master *m, const struct mst_cand *c, struct
 	return (uint64_t)n;
 }
 
-/* Evict the k oldest of c used before limit_ms and take them off it; the
- * number evicted. A candidate at or past the limit ends c: the rest are
- * no older. */
+/* Evict the k oldest of c and take them off it; the number evicted. */
 static int64_t evict_oldest(struct mst_master *m, struct mst_cand_list *c, size_t k,
-			    uint64_t limit_ms, struct census_arg *a)
+			    struct census_arg *a)
 {
 	struct mst_cand *v = c->v + c->off;
 	size_t left = c->n - c->off;
 	int64_t n = 0;
-	int ended = 0;
 
 	if (k > left)
 		k = left;
@@ -182,12 +179,9 @@ static int64_t evict_oldest(struct mst_master *m, struct mst_cand_list *c, size_
 	for (size_t i = 0; i < k; i++) {
 		if (i + MST_PREFETCH_AHEAD < k)
 			mst_obj_prefetch(v[i + MST_PREFETCH_AHEAD].o);
-		if (v[i].used_ms >= limit_ms)
-			ended = 1;
-		else
-			n += (int64_t)evict_one(m, &v[i], a);
+		n += (int64_t)evict_one(m, &v[i], a);
 	}
-	c->off = ended ? c->n : c->off + k; /* the rest stays for the next chunk */
+	c->off += k; /* the rest stays for the next chunk */
 	return n;
 }
 
@@ -196,7 +190,7 @@ static size_t left(const struct mst_census *cs)
 	return cs->plain.n - cs->plain.off + cs->soft.n - cs->soft.off;
 }
 
-/* A new census at a->now, trimmed to what later rounds may use. */
+/* A new census at a->now. */
 static void take_census(struct mst_master *m, struct census_arg *a)
 {
 	struct mst_census *cs = a->cs;
@@ -215,29 +209,35 @@ static void take_census(struct mst_master *m, struct census_arg *a)
 	cs->taken_ms = a->nomem ? 0 : a->now; /* a partial census is not kept */
 }
 
-/* At the end of the round that took it: keep the census's oldest unpinned
- * candidates left for later rounds, and nothing else. */
-static void keep_census(struct mst_census *cs)
+/*
+ * At the end of the round that took it: keep, of the census's unpinned
+ * candidates left, those used a lease TTL before it (the oldest few rounds'
+ * worth), and nothing else. None may be left: then later rounds take a
+ * census of their own, as they would without keeping.
+ */
+static void keep_census(struct mst_master *m, struct mst_census *cs)
 {
 	size_t keep = CENSUS_KEEP_ROUNDS * cs->k > CENSUS_KEEP_MIN ? CENSUS_KEEP_ROUNDS * cs->k
 								   : CENSUS_KEEP_MIN;
+	uint64_t ttl = m->cfg.kv_lease_ttl_ms;
+	uint64_t before = cs->taken_ms > ttl ? cs->taken_ms - ttl : 0;
 	struct mst_cand_list *c = &cs->plain;
-	struct mst_cand *v;
+	size_t n = 0;
 
 	free(cs->soft.v);
 	cs->soft = (struct mst_cand_list){0};
-	c->n -= c->off;
-	if (c->n)
-		memmove(c->v, c->v + c->off, c->n * sizeof(*c->v));
+	for (size_t i = c->off; i < c->n; i++)
+		if (c->v[i].used_ms < before)
+			c->v[n++] = c->v[i];
 	c->off = 0;
-	if (c->n > keep) {
-		select_oldest(c->v, c->n, keep);
+	c->n = n;
+	if (n > keep) {
+		select_oldest(c->v, n, keep);
 		c->n = keep;
 	}
-	v = c->n < c->cap / 2 ? realloc(c->v, (c->n ? c->n : 1) * sizeof(*v)) : NULL;
-	if (v) {
-		c->v = v;
-		c->cap = c->n ? c->n : 1;
+	if (!c->n) {
+		free(c->v);
+		*c = (struct mst_cand_list){0};
 	}
 }
 
@@ -250,22 +250,20 @@ static int census_kept(const struct mst_census *cs, uint64_t now)
 	       left(cs);
 }
 
-/* Up to k more: from the kept census while it has candidates used a lease
- * TTL before it, then from a new one (one a round), unpinned first. */
+/* Up to k more: from the kept census while it has any, then from a new one
+ * (one a round), unpinned first. */
 static int64_t evict_chunk(struct mst_master *m, struct census_arg *a, size_t k)
 {
 	struct mst_census *cs = a->cs;
-	uint64_t ttl = m->cfg.kv_lease_ttl_ms;
 	int64_t n = 0;
 
 	while ((size_t)n < k) {
 		struct mst_cand_list *c = cs->plain.off < cs->plain.n ? &cs->plain
 					  : cs->soft.off < cs->soft.n	? &cs->soft
 									: NULL;
-		uint64_t limit = a->fresh ? UINT64_MAX : cs->taken_ms > ttl ? cs->taken_ms - ttl : 0;
 
 		if (c) {
-			n += evict_oldest(m, c, k - (size_t)n, limit, a);
+			n += evict_oldest(m, c, k - (size_t)n, a);
 		} else if (!a->fresh) {
 			take_census(m, a);
 		} else {
@@ -314,7 +312,7 @@ static int64_t evict_round_locked(struct mst_master *m, uint64_t now)
 	int64_t n = round_locked(m, &a);
 
 	if (a.fresh)
-		keep_census(&m->census);
+		keep_census(m, &m->census);
 	__atomic_fetch_add(&m->evict_gen, 1, __ATOMIC_RELEASE);
 	__atomic_fetch_add(&m->ctr.evict_rounds, 1, __ATOMIC_RELAXED);
 	if (n)
