@@ -138,6 +138,19 @@ static void test_master_evict_put_again_counts_as_use(void **state)
 	mst_master_destroy(m);
 }
 
+/* Commit s000..s009 soft-pinned, then, a few ms later, u000..u009 unpinned. */
+static void put_pinned_then_plain(struct mst_master *m)
+{
+	char key[16];
+
+	for (int i = 0; i < 10; i++) {
+		key_of(key, sizeof(key), "s", i);
+		assert_int_equal(put_pinned(m, key, 0, 1), 0);
+	}
+	usleep(5000);
+	put_many(m, "u", 10, 1000);
+}
+
 static void soft_pin_scenario(int allow)
 {
 	/* Given: 10 soft-pinned objects with the oldest leases, 10 unpinned
@@ -150,12 +163,7 @@ static void soft_pin_scenario(int allow)
 	char key[16];
 
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
-	for (int i = 0; i < 10; i++) {
-		key_of(key, sizeof(key), "s", i);
-		assert_int_equal(put_pinned(m, key, 0, 1), 0);
-	}
-	usleep(5000);
-	put_many(m, "u", 10, 1000);
+	put_pinned_then_plain(m);
 	later = lc_now_ms() + 1000;
 	/* When: a round runs; Then: the 10 unpinned go first, not the older pinned */
 	assert_int_equal(mst_evict_round(m, later), allow ? 10 : 5);
@@ -346,12 +354,7 @@ static void test_master_evict_kept_census_spares_soft_pins(void **state)
 
 	(void)state;
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
-	for (int i = 0; i < 10; i++) {
-		key_of(key, sizeof(key), "s", i);
-		assert_int_equal(put_pinned(m, key, 0, 1), 0);
-	}
-	usleep(3000);
-	put_many(m, "u", 10, 1000);
+	put_pinned_then_plain(m);
 	later = lc_now_ms() + 10;
 	assert_int_equal(mst_evict_round(m, later), 5);
 	/* When: the 5 unpinned left are read, and a round runs */
