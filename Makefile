@@ -111,6 +111,12 @@ $(BUILD)/bin/lunar-bench: $(call obj,tools/lunar-bench.c $(wildcard tools/bench/
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lnng -lprotobuf-c -lpthread -lm
 
+# memc-bench shares lunar-bench's pattern, percentiles and byte checks.
+$(BUILD)/bin/memc-bench: $(call obj,tools/memc-bench.c tools/bench/util.c) $(LIBCOMMON)
+	$(Q)mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lpthread -lm
+
 # lunarctl's admin verbs, HTTP client and JSON reader live in tools/ctl/.
 $(BUILD)/bin/lunarctl: $(call obj,tools/lunarctl.c $(wildcard tools/ctl/*.c)) $(LIBSHM) \
 		$(LIBCOMMON)
@@ -126,6 +132,8 @@ $(BUILD)/bin/%: $(call obj,tools/%.c) $(LIBSHM) $(LIBCOMMON)
 # Unit tests link every internal library; the linker takes what each needs.
 # LINK_<test> adds a test's own link flags.
 LINK_test_master_table := -Wl,--wrap=calloc
+# test_bench_util tests the benchmarks' own helpers.
+$(BUILD)/tests/unit/test_bench_util: $(call obj,tools/bench/util.c)
 
 $(BUILD)/tests/unit/%: $(call obj,tests/unit/%.c) $(DAEMON_LIBS) $(LIBSHM)
 	$(Q)mkdir -p $(@D)

@@ -2,10 +2,13 @@
 # bench-vs-peers.sh - Lunar next to Redis and memcached on this node, all over
 # UNIX sockets: SET/GET (put/get) of 4 KiB, 64 KiB and 1 MiB values from 1 and 8
 # clients. Redis is driven by redis-benchmark, memcached by our memc-bench
-# (ASCII protocol, every byte checked), Lunar by lunar-bench (every byte
-# checked) against a standalone proxy, from registered memory (the table with
-# the ratios) and from ordinary memory through the staging arena (a second
-# table). Prints markdown tables with ops/s and the ratios lunar/redis and
+# (ASCII protocol), Lunar by lunar-bench against a standalone proxy, from
+# registered memory (the table with the ratios) and from ordinary memory
+# through the staging arena (a second table). redis-benchmark checks no value
+# it reads; memc-bench and lunar-bench run with --check sampled: their timed
+# gets compare a few words of each value, and a verify phase after them gets
+# every value again and compares every byte (its rates: a third table).
+# Prints markdown tables with ops/s and the ratios lunar/redis and
 # lunar/memcached. Runs ROUNDS rounds (default 3),
 # each starting every system afresh and driving it through every cell, one
 # system after the other; each figure is the median over the rounds, so one
@@ -113,7 +116,7 @@ run_round() {
 		for c in "${CLIENTS[@]}"; do
 			bl_run "$BL_TMP/memc-$size-$c-$r.out" "$CELL_SECS" "$BIN/memc-bench" --socket \
 				"$BL_TMP/memc.sock" --size "$size" --count "${COUNT[$size]}" \
-				--threads "$c" || true
+				--threads "$c" --check sampled || true
 		done
 	done
 	bl_stop_all
@@ -124,10 +127,10 @@ run_round() {
 		for c in "${CLIENTS[@]}"; do
 			bl_run "$BL_TMP/lunar-$size-$c-$r.out" "$CELL_SECS" "$BIN/lunar-bench" \
 				--socket "$sock" --size "$size" --count "${COUNT[$size]}" --threads "$c" \
-				--baseline-size 0 --zero-copy || true
+				--baseline-size 0 --zero-copy --check sampled || true
 			bl_run "$BL_TMP/staged-$size-$c-$r.out" "$CELL_SECS" "$BIN/lunar-bench" \
 				--socket "$sock" --size "$size" --count "${COUNT[$size]}" --threads "$c" \
-				--baseline-size 0 || true
+				--baseline-size 0 --check sampled || true
 		done
 	done
 	bl_stop_all
@@ -161,6 +164,28 @@ ratio_table() {
 	done
 }
 
+# verify_table - gets with every byte compared inside the timed loop (the
+# verify phases of memc-bench and of Lunar's registered runs) next to Redis's
+# GET, which compares none.
+verify_table() {
+	local size c r m l rg mv lv
+
+	echo "| size | clients | redis GET/s | memcached get/s, checked | lunar get/s, checked | lunar/redis get | lunar/memcached get |"
+	echo "|---|---|---|---|---|---|---|"
+	for size in "${SIZES[@]}"; do
+		for c in "${CLIENTS[@]}"; do
+			r=$BL_TMP/redis-$size-$c-@.out
+			m=$BL_TMP/memc-$size-$c-@.out
+			l=$BL_TMP/lunar-$size-$c-@.out
+			rg=$(median $(rounds "$r" redis_rps GET))
+			mv=$(median $(rounds "$m" bl_kv verify_ops_per_s))
+			lv=$(median $(rounds "$l" bl_kv verify_ops_per_s))
+			echo "| $size | $c | $(bl_fmt "$rg" 0) | $(bl_fmt "$mv" 0) | $(bl_fmt "$lv" 0) |" \
+				"$(bl_div "$lv" "$rg" 2) | $(bl_div "$lv" "$mv" 2) |"
+		done
+	done
+}
+
 install_peers
 make -s BUILD="$BUILD" "$BIN/memc-bench" >&2
 bl_need lunar-bench lunar-proxy lunarctl memc-bench
@@ -177,11 +202,14 @@ echo "- $(redis-server --version | cut -d' ' -f1-3), memcached $(memcached -V | 
 echo
 echo "All three on this node over UNIX sockets, one connection (Lunar: one thread of one"
 echo "client) per client. Redis: redis-benchmark (no pipelining, one key). memcached:"
-echo "memc-bench, ASCII set/get, bytes checked. Lunar: lunar-bench against a standalone"
-echo "proxy (embedded master, 2 GiB segment), bytes checked, values and get buffers in"
-echo "registered memory (lunar_alloc, --zero-copy; the second table: in ordinary memory,"
-echo "through the staging arena). ops/s: Redis's own figure;"
-echo "memc-bench and lunar-bench count ops over the busiest client's time in calls."
+echo "memc-bench, ASCII set/get. Lunar: lunar-bench against a standalone proxy"
+echo "(embedded master, 2 GiB segment), values and get buffers in registered memory"
+echo "(lunar_alloc, --zero-copy; the second table: in ordinary memory, through the"
+echo "staging arena). redis-benchmark checks no value it reads; memc-bench and"
+echo "lunar-bench (--check sampled) compare a few words of each value read in their"
+echo "timed gets, then get every value again comparing every byte (the third table)."
+echo "ops/s: Redis's own figure; memc-bench and lunar-bench count ops over the"
+echo "busiest client's time in calls."
 echo "Each figure is the median of $ROUNDS rounds; a round runs Redis, memcached and"
 echo "Lunar one after the other, each started afresh. Ratios are of the medians;"
 echo "> 1 means Lunar is faster."
@@ -191,6 +219,11 @@ echo
 echo "Lunar from ordinary memory (through the staging arena: one more copy per call):"
 echo
 ratio_table staged
+echo
+echo "Gets with every byte compared inside the timed loop (the verify phases;"
+echo "Lunar registered), next to Redis's GET, which compares none:"
+echo
+verify_table
 echo
 echo "p50 latency per call, µs (SET/put, GET/get; medians over the rounds; Lunar registered):"
 echo

@@ -23,8 +23,10 @@
 #endif
 
 enum { EXIT_OK = BENCH_EXIT_OK, EXIT_FAIL = BENCH_EXIT_FAIL, EXIT_NOCONN = BENCH_EXIT_NOCONN };
-enum phase { PH_PUT, PH_EXISTS, PH_GET, PH_RM };
-static const char *const phase_names[] = {"put", "exists", "get", "rm"};
+/* PH_VERIFY runs only with --check sampled: a get of every object again,
+ * every byte compared. */
+enum phase { PH_PUT, PH_EXISTS, PH_GET, PH_VERIFY, PH_RM };
+static const char *const phase_names[] = {"put", "exists", "get", "verify", "rm"};
 
 #define BENCH_MIN_ARENA	      (64ull << 20)
 #define BENCH_MAX_THREADS     1024
@@ -47,6 +49,7 @@ struct bench {
 	const char *prefix;
 	int keep;
 	int zero_copy; /* values and get buffers in lunar_alloc memory */
+	enum bench_check check;
 	const char *sync_path; /* --sync-file: phases start with other processes */
 	unsigned sync_procs;
 	struct bench_sync sync;
@@ -86,9 +89,9 @@ static const char usage_text[] =
     "\n"
     "Puts COUNT objects of SIZE bytes through the node's lunar-proxy from THREADS\n"
     "threads sharing one client, reads each back with lunar_get_into and checks\n"
-    "every byte, then removes them (unless --keep). Prints the configuration and\n"
-    "then one key=value line per figure; exit 1 if any operation failed or any\n"
-    "byte read back was wrong.\n"
+    "every byte (see --check), then removes them (unless --keep). Prints the\n"
+    "configuration and then one key=value line per figure; exit 1 if any\n"
+    "operation failed or any byte read back was wrong.\n"
     "\n"
     "Options:\n"
     "  --socket PATH          proxy socket (default $LUNAR_SOCKET, then the default path)\n"
@@ -100,6 +103,12 @@ static const char usage_text[] =
     "  --keep                 leave the objects in the store\n"
     "  --zero-copy            values and get buffers in lunar_alloc memory (shared\n"
     "                         with the proxy: no staging copy)\n"
+    "  --check full|sampled   full (default): the get phase compares every byte;\n"
+    "                         sampled: it compares the first word of every 4 KiB\n"
+    "                         and the last word (another object's bytes or an\n"
+    "                         unwritten page are caught), as redis-benchmark\n"
+    "                         checks nothing, and a verify phase then gets every\n"
+    "                         object again and compares every byte\n"
     "  --timeout-ms N         per-call timeout (default $LUNAR_TIMEOUT_MS, then 30000)\n"
     "  --tenant NAME          tenant (default \"default\")\n"
     "  --baseline-size SIZE   source (and destination) set for the copy baseline\n"
@@ -112,7 +121,8 @@ static const char usage_text[] =
     "  -h, --help             this text\n"
     "\n"
     "Figures (GB = 1e9 bytes, latencies per call, percentiles nearest-rank):\n"
-    "  {put,exists,get,rm}_ops, _errors, _wall_s, _ops_per_s, _gb_per_s (put/get),\n"
+    "  {put,exists,get,verify,rm}_ops, _errors, _wall_s, _ops_per_s, _gb_per_s\n"
+    "  (put/get/verify),\n"
     "  _mean_us, _p50_us, _p90_us, _p99_us, _p999_us, _max_us; errors;\n"
     "  memcpy_gb_per_s, nt_copy_gb_per_s (one thread, SIZE blocks, cold source\n"
     "  and destination); memcpy_hot_dst_gb_per_s (the same into one reused\n"
@@ -178,7 +188,9 @@ static void report_error(struct worker *w, const char *what, uint64_t i, const c
 		fprintf(stderr, "lunar-bench: further failures are counted, not shown\n");
 }
 
-static void check_read(struct worker *w, uint64_t i, int64_t got)
+/* Report a get of object i that returned got, or bytes other than its
+ * own: every byte compared when full, else a sample (bench_sampled_equal). */
+static void check_read(struct worker *w, uint64_t i, int64_t got, int full)
 {
 	const struct bench *b = w->b;
 	const unsigned char *want = pattern_of(b, i);
@@ -186,18 +198,19 @@ static void check_read(struct worker *w, uint64_t i, int64_t got)
 
 	if (got < 0) {
 		snprintf(msg, sizeof(msg), "%s (%d)", lunar_strerror((int)got), (int)got);
-		report_error(w, "get", i, msg);
+		report_error(w, phase_names[w->phase], i, msg);
 	} else if ((uint64_t)got != b->size) {
 		snprintf(msg, sizeof(msg), "%lld bytes, want %llu", (long long)got,
 			 (unsigned long long)b->size);
-		report_error(w, "get", i, msg);
-	} else if (memcmp(w->buf, want, b->size)) {
+		report_error(w, phase_names[w->phase], i, msg);
+	} else if (full ? memcmp(w->buf, want, b->size) != 0
+			: !bench_sampled_equal(w->buf, want, b->size)) {
 		uint64_t at = 0;
 
 		while (w->buf[at] == want[at])
 			at++;
 		snprintf(msg, sizeof(msg), "wrong bytes from offset %llu", (unsigned long long)at);
-		report_error(w, "get", i, msg);
+		report_error(w, phase_names[w->phase], i, msg);
 	}
 }
 
@@ -210,7 +223,8 @@ static int64_t one_op(struct worker *w, uint64_t i)
 	case PH_PUT: return lunar_put(b->c, w->key, pattern_of(b, i), b->size, &cfg);
 	/* Right after the put nothing is leased yet: the full path to the master. */
 	case PH_EXISTS: return lunar_exists(b->c, w->key) == 1 ? 0 : LUNAR_ERR_OBJECT_NOT_FOUND;
-	case PH_GET: return lunar_get_into(b->c, w->key, w->buf, b->size);
+	case PH_GET:
+	case PH_VERIFY: return lunar_get_into(b->c, w->key, w->buf, b->size);
 	/* Force: the get phase just leased every object for kv_lease_ttl. */
 	case PH_RM: return lunar_remove(b->c, w->key, 1);
 	}
@@ -236,8 +250,8 @@ static void *worker_main(void *arg)
 		dt = lc_now_ns() - t0;
 		b->lat[i] = dt;
 		w->busy_ns += dt;
-		if (w->phase == PH_GET) {
-			check_read(w, i, rc);
+		if (w->phase == PH_GET || w->phase == PH_VERIFY) {
+			check_read(w, i, rc, w->phase == PH_VERIFY || b->check == BENCH_CHECK_FULL);
 		} else if (rc < 0) {
 			snprintf(msg, sizeof(msg), "%s (%d)", lunar_strerror((int)rc), (int)rc);
 			report_error(w, phase_names[w->phase], i, msg);
@@ -441,7 +455,10 @@ static int parse_one(struct bench *b, int argc, char **argv, int *i)
 		b->keep = 1;
 	else if (!strcmp(a, "--zero-copy"))
 		b->zero_copy = 1;
-	else if (missing)
+	else if ((v = bench_opt_value(argc, argv, i, "--check", &missing))) {
+		if (bench_parse_check(v, &b->check))
+			return bench_usage_error("--check is full or sampled, not '%s'", v);
+	} else if (missing)
 		return bench_usage_error("option %s needs a value", a);
 	else
 		return bench_usage_error("unknown argument '%s'", a);
@@ -481,6 +498,7 @@ static void print_config(struct bench *b)
 	printf("key_prefix=%s-%d-\n", b->prefix, (int)b->pid);
 	printf("keep=%d\n", b->keep);
 	printf("zero_copy=%d\n", b->zero_copy);
+	printf("check=%s\n", b->check == BENCH_CHECK_FULL ? "full" : "sampled");
 	printf("sync_procs=%u\n", b->sync_procs);
 	printf("arena_bytes=%zu\n", b->opts.arena_bytes);
 	printf("baseline_bytes=%llu\n", (unsigned long long)b->baseline_bytes);
@@ -560,8 +578,8 @@ static void zero_copy_fini(struct bench *b, struct worker *ws)
 	b->pattern = NULL;
 }
 
-/* put, exists, get (checked), then rm unless --keep; returns the failure
- * count or -1. */
+/* put, exists, get (checked), verify with --check sampled, then rm unless
+ * --keep; returns the failure count or -1. */
 static int64_t run_phases(struct bench *b, struct worker *ws)
 {
 	struct figures f;
@@ -570,11 +588,13 @@ static int64_t run_phases(struct bench *b, struct worker *ws)
 	for (int ph = PH_PUT; ph <= PH_RM; ph++) {
 		if (ph == PH_RM && b->keep)
 			break;
+		if (ph == PH_VERIFY && b->check == BENCH_CHECK_FULL)
+			continue;
 		if (b->sync_path && bench_sync_wait(&b->sync, (unsigned)ph, BENCH_SYNC_MS))
 			return -1;
 		if (run_phase(b, ws, (enum phase)ph, &f))
 			return -1;
-		print_figures(b, phase_names[ph], &f, ph == PH_PUT || ph == PH_GET);
+		print_figures(b, phase_names[ph], &f, ph != PH_EXISTS && ph != PH_RM);
 		errors += (int64_t)f.errors;
 	}
 	return errors;

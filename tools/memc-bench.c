@@ -2,8 +2,10 @@
  * memc-bench.c - set/get throughput and latency of a memcached over its UNIX
  * socket with the ASCII protocol, for tools/bench-vs-peers.sh: THREADS threads,
  * one connection each, set COUNT values of SIZE bytes, then get each back and
- * check every byte. Prints the configuration, then one key=value line per
- * figure, named as lunar-bench names them (set_ for put).
+ * check every byte (--check as lunar-bench's: with sampled, a sample in the
+ * get phase and every byte in a verify phase after it). Prints the
+ * configuration, then one key=value line per figure, named as lunar-bench
+ * names them (set_ for put).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,6 +19,7 @@
 
 #include "clock.h"
 #include "parse.h"
+#include "tools/bench/bench.h"
 
 #define MB_MAX_THREADS 256
 #define MB_LINE_MAX    256
@@ -25,26 +28,23 @@ struct cfg {
 	const char *sock;
 	uint64_t size, count;
 	unsigned threads;
+	enum bench_check check;
 	unsigned char *pattern; /* size + 8 * count bytes: value i starts at 8 * i */
 	uint64_t *lat;
 };
 
+enum mb_phase { MB_SET, MB_GET, MB_VERIFY };
+static const char *const mb_phase_names[] = {"set", "get", "verify"};
+
 struct worker {
 	const struct cfg *c;
 	pthread_t tid;
-	int fd, is_get;
+	int fd;
+	enum mb_phase phase;
 	uint64_t first, n, busy_ns, errors;
 	char *io; /* one request or one reply */
 	size_t io_cap;
 };
-
-static uint64_t splitmix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
 
 static int write_all(int fd, const void *p, size_t n)
 {
@@ -112,7 +112,8 @@ static int do_set(struct worker *w, uint64_t i)
 	return strcmp(line, "STORED") ? -1 : 0;
 }
 
-static int do_get(struct worker *w, uint64_t i)
+/* Get value i and compare it: every byte when full, else a sample. */
+static int do_get(struct worker *w, uint64_t i, int full)
 {
 	const struct cfg *c = w->c;
 	char line[MB_LINE_MAX], want[MB_LINE_MAX];
@@ -125,7 +126,10 @@ static int do_get(struct worker *w, uint64_t i)
 		return -1;
 	if (read_all(w->fd, w->io, c->size + 2) || read_line(w->fd, line, sizeof(line)))
 		return -1;
-	if (strcmp(line, "END") || memcmp(w->io, c->pattern + 8 * i, c->size))
+	if (strcmp(line, "END"))
+		return -1;
+	if (full ? memcmp(w->io, c->pattern + 8 * i, c->size) != 0
+		 : !bench_sampled_equal(w->io, c->pattern + 8 * i, c->size))
 		return -1;
 	return 0;
 }
@@ -137,14 +141,16 @@ static void *worker_main(void *arg)
 
 	for (uint64_t i = w->first; i < w->first + w->n; i++) {
 		t0 = lc_now_ns();
-		int rc = w->is_get ? do_get(w, i) : do_set(w, i);
+		int rc = w->phase == MB_SET ? do_set(w, i)
+					    : do_get(w, i, w->phase == MB_VERIFY ||
+								w->c->check == BENCH_CHECK_FULL);
 
 		dt = lc_now_ns() - t0;
 		w->c->lat[i] = dt;
 		w->busy_ns += dt;
 		if (rc && w->errors++ < 3)
 			fprintf(stderr, "memc-bench: %s mb-%" PRIu64 " failed\n",
-				w->is_get ? "get" : "set", i);
+				mb_phase_names[w->phase], i);
 	}
 	return NULL;
 }
@@ -156,20 +162,14 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static double pct_us(const uint64_t *v, uint64_t n, double p)
+static uint64_t run_phase(struct cfg *c, struct worker *ws, enum mb_phase ph)
 {
-	uint64_t rank = (uint64_t)(p / 100.0 * (double)n + 0.999999);
-
-	return n ? (double)v[(rank < 1 ? 1 : rank > n ? n : rank) - 1] / 1e3 : 0.0;
-}
-
-static uint64_t run_phase(struct cfg *c, struct worker *ws, int is_get, const char *name)
-{
+	const char *name = mb_phase_names[ph];
 	uint64_t t0 = lc_now_ns(), wall, busy = 0, errors = 0;
 	double s;
 
 	for (unsigned t = 0; t < c->threads; t++) {
-		ws[t].is_get = is_get;
+		ws[t].phase = ph;
 		ws[t].busy_ns = ws[t].errors = 0;
 		if (pthread_create(&ws[t].tid, NULL, worker_main, &ws[t])) {
 			fprintf(stderr, "memc-bench: cannot start a thread\n");
@@ -189,8 +189,8 @@ static uint64_t run_phase(struct cfg *c, struct worker *ws, int is_get, const ch
 	printf("%s_ops_per_s=%.1f\n", name, s > 0 ? (double)c->count / s : 0.0);
 	printf("%s_gb_per_s=%.3f\n", name,
 	       s > 0 ? (double)c->count * (double)c->size / s / 1e9 : 0.0);
-	printf("%s_p50_us=%.2f\n%s_p99_us=%.2f\n", name, pct_us(c->lat, c->count, 50), name,
-	       pct_us(c->lat, c->count, 99));
+	printf("%s_p50_us=%.2f\n%s_p99_us=%.2f\n", name, bench_pct_us(c->lat, c->count, 50),
+	       name, bench_pct_us(c->lat, c->count, 99));
 	fflush(stdout);
 	return errors;
 }
@@ -229,6 +229,8 @@ static int parse(struct cfg *c, int argc, char **argv)
 			bad = lc_parse_u64(v, &c->count) || !c->count || c->count > (1ull << 26);
 		else if (!strcmp(k, "--threads"))
 			bad = lc_parse_u64(v, &t) || !t || t > MB_MAX_THREADS;
+		else if (!strcmp(k, "--check"))
+			bad = bench_parse_check(v, &c->check);
 		else
 			bad = 1;
 		if (bad) {
@@ -238,7 +240,7 @@ static int parse(struct cfg *c, int argc, char **argv)
 	}
 	if (!c->sock || argc % 2 == 0) {
 		fprintf(stderr, "usage: memc-bench --socket PATH [--size SIZE] [--count N] "
-				"[--threads T]\n");
+				"[--threads T] [--check full|sampled]\n");
 		return -1;
 	}
 	c->threads = (unsigned)t;
@@ -249,20 +251,18 @@ int main(int argc, char **argv)
 {
 	struct cfg c = {.size = 4096, .count = 10000};
 	struct worker *ws;
-	uint64_t words, errors;
+	uint64_t errors;
 
 	if (parse(&c, argc, argv))
 		return 2;
-	words = (c.size + 8 * c.count + 7) / 8;
-	c.pattern = malloc(words * 8);
+	c.pattern = bench_pattern_alloc(c.size + 8 * c.count);
 	c.lat = calloc(c.count, sizeof(*c.lat));
 	ws = calloc(c.threads, sizeof(*ws));
 	if (!c.pattern || !c.lat || !ws)
 		return 1;
-	for (uint64_t j = 0; j < words; j++)
-		((uint64_t *)c.pattern)[j] = splitmix64(j);
-	printf("socket=%s\nsize_bytes=%" PRIu64 "\ncount=%" PRIu64 "\nthreads=%u\n", c.sock, c.size,
-	       c.count, c.threads);
+	printf("socket=%s\nsize_bytes=%" PRIu64 "\ncount=%" PRIu64 "\nthreads=%u\ncheck=%s\n",
+	       c.sock, c.size, c.count, c.threads,
+	       c.check == BENCH_CHECK_FULL ? "full" : "sampled");
 	for (unsigned t = 0; t < c.threads; t++) {
 		ws[t].c = &c;
 		ws[t].first = c.count * t / c.threads;
@@ -275,8 +275,10 @@ int main(int argc, char **argv)
 			return 3;
 		}
 	}
-	errors = run_phase(&c, ws, 0, "set");
-	errors += run_phase(&c, ws, 1, "get");
+	errors = run_phase(&c, ws, MB_SET);
+	errors += run_phase(&c, ws, MB_GET);
+	if (c.check == BENCH_CHECK_SAMPLED)
+		errors += run_phase(&c, ws, MB_VERIFY);
 	printf("errors=%" PRIu64 "\n", errors);
 	for (unsigned t = 0; t < c.threads; t++) {
 		close(ws[t].fd);

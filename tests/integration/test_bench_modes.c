@@ -5,8 +5,9 @@
  * the trace beside the repo), and two processes against one proxy each
  * bound their phases on the shared monotonic clock (what bench-procs.sh
  * adds up), with every byte checked, --sync-file starts their phases
- * together, and the copy baselines (cold source and
- * destination, and memcpy into a cached destination) are all given.
+ * together, --check sampled adds a verify phase after the gets, and the
+ * copy baselines (cold source and destination, and memcpy into a cached
+ * destination) are all given.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -168,6 +169,30 @@ static void test_bench_modes_sync_file(void **state)
 	h_cleanup();
 }
 
+/* --check sampled: the get phase is followed by a verify phase that gets
+ * every object again (its every byte compared); a bad value is refused. */
+static void test_bench_modes_sampled_check(void **state)
+{
+	char cmd[PATH_MAX + 256], out[8192];
+
+	(void)state;
+	bench_node(cmd, "--size 64KiB --count 300 --threads 2 --zero-copy --baseline-size 0 "
+			"--check sampled");
+	out[0] = '\n';
+	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
+	H_ASSERT(strstr(out, "\ncheck=sampled\n") != NULL);
+	H_ASSERT_EQ(figure(out, "get_ops"), 300);
+	H_ASSERT_EQ(figure(out, "verify_ops"), 300);
+	H_ASSERT_EQ(figure(out, "verify_errors"), 0);
+	H_ASSERT(strstr(out, "\nverify_gb_per_s=") != NULL);
+	H_ASSERT(figure(out, "get_end_ns") <= figure(out, "verify_start_ns"));
+	H_ASSERT(figure(out, "verify_end_ns") <= figure(out, "rm_start_ns"));
+	H_ASSERT_EQ(figure(out, "errors"), 0);
+	strcat(cmd, " --check some 2>/dev/null");
+	H_ASSERT_EQ(run(cmd, out, sizeof(out)), 2);
+	h_cleanup();
+}
+
 static void test_bench_modes_copy_baselines(void **state)
 {
 	char cmd[PATH_MAX + 256], out[8192];
@@ -191,6 +216,7 @@ int main(void)
 	    cmocka_unit_test(test_bench_modes_trace_simulation),
 	    cmocka_unit_test(test_bench_modes_phase_clock),
 	    cmocka_unit_test(test_bench_modes_sync_file),
+	    cmocka_unit_test(test_bench_modes_sampled_check),
 	    cmocka_unit_test(test_bench_modes_copy_baselines),
 	};
 

@@ -41,6 +41,26 @@ uint64_t bench_round_up(uint64_t x, uint64_t to);
  */
 unsigned char *bench_pattern_alloc(uint64_t len);
 
+/*
+ * How a get phase checks the bytes it read. FULL compares every byte of
+ * every value in the timed loop. SAMPLED compares a few words per value
+ * there (bench_sampled_equal), as redis-benchmark checks none, and then runs
+ * a verify phase that reads every object again and compares every byte.
+ */
+enum bench_check { BENCH_CHECK_FULL, BENCH_CHECK_SAMPLED };
+
+/* bench_parse_check - "full" or "sampled" into *out: 0, or -1. */
+int bench_parse_check(const char *s, enum bench_check *out);
+
+/*
+ * bench_sampled_equal - whether got and want (len bytes each) agree on the
+ * 8 bytes at the start of every 4 KiB and on the last 8. A value is a window
+ * of the pattern chosen by its object's number, so another object's bytes,
+ * a stale buffer or a page left unwritten fail it; any other wrong byte is
+ * left to the verify phase.
+ */
+int bench_sampled_equal(const void *got, const void *want, uint64_t len);
+
 /* A growable array of latencies in nanoseconds; zeroed = empty. */
 struct bench_lat {
 	uint64_t *v;

@@ -79,6 +79,30 @@ unsigned char *bench_pattern_alloc(uint64_t len)
 	return p;
 }
 
+int bench_parse_check(const char *s, enum bench_check *out)
+{
+	if (!strcmp(s, "full"))
+		*out = BENCH_CHECK_FULL;
+	else if (!strcmp(s, "sampled"))
+		*out = BENCH_CHECK_SAMPLED;
+	else
+		return -1;
+	return 0;
+}
+
+#define BENCH_SAMPLE_STRIDE 4096
+
+int bench_sampled_equal(const void *got, const void *want, uint64_t len)
+{
+	const unsigned char *g = got, *w = want;
+	uint64_t tail = len < 8 ? len : 8;
+
+	for (uint64_t at = 0; at + 8 <= len; at += BENCH_SAMPLE_STRIDE)
+		if (memcmp(g + at, w + at, 8))
+			return 0;
+	return !memcmp(g + len - tail, w + len - tail, tail);
+}
+
 int bench_lat_add(struct bench_lat *l, uint64_t ns)
 {
 	if (l->n == l->cap) {
