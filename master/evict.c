@@ -336,6 +336,12 @@ void mst_evict_maybe(struct mst_master *m)
 		mst_evict_round(m, lc_now_ms());
 }
 
+int mst_put_may_wait(struct mst_master *m, uint64_t len)
+{
+	return __atomic_load_n(&m->alloc_failed, __ATOMIC_RELAXED) ||
+	       (double)used(m) + (double)len > watermark(m);
+}
+
 int mst_evict_after_failure(struct mst_master *m, uint64_t gen)
 {
 	int again;

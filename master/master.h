@@ -94,6 +94,15 @@ void mst_master_destroy(struct mst_master *m);
 int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 		 ProtobufCMessage **rep);
 
+/*
+ * mst_put_may_wait - whether a put of len bytes may wait in mst_dispatch
+ * for an eviction round (which takes a census of every object): memory in
+ * use is within len of the eviction watermark, or an allocation failed
+ * since the last round. A hint for a caller choosing a thread that may
+ * block: two atomic loads, stale by the time it returns.
+ */
+int mst_put_may_wait(struct mst_master *m, uint64_t len);
+
 /* Figures for logs, lunarctl and /metrics. Thread-safe snapshots. */
 struct mst_stats {
 	uint64_t keys;	     /* COMPLETE objects */

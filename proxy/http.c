@@ -40,6 +40,9 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 	for (int op = 1; !rc && op < LC_OP_MAX; op++)
 		rc = lc_http_reply_printf(rep, "lunar_proxy_requests_total{op=\"%s\"} %llu\n",
 					  op_names[op], LOAD(st->requests[op]));
+	rc = rc ?: counter(rep, "lunar_proxy_requests_inline_total",
+			   "Requests run on the event loop itself; the rest went to workers.",
+			   LOAD(st->requests_inline));
 	rc = rc ?: counter(rep, "lunar_proxy_key_errors_total", "Per-key results that were errors.",
 			   LOAD(st->key_errors));
 	rc = rc ?: counter(rep, "lunar_proxy_lease_cache_hits_total",

@@ -148,9 +148,10 @@ static int session_drain(struct px_proxy *px, struct px_session *s)
 		atomic_fetch_add(&s->inflight_items, r->count);
 		px_session_get(s);
 		r->s = s;
-		if (px_req_inline(px, r))
+		if (px_req_inline(px, r)) {
+			PX_COUNT(px, requests_inline, 1);
 			px_req_run(px, r);
-		else
+		} else
 			px_pool_submit(px->pool, r);
 	}
 	s->cons += (uint32_t)i;

@@ -173,7 +173,10 @@ int px_req_inline(const struct px_proxy *px, const struct px_req *r)
 	case LC_OP_UPSERT:
 		for (uint32_t i = 0; i < r->count; i++)
 			bytes += r->items[i].total;
-		return bytes <= PX_INLINE_BYTES;
+		if (bytes > PX_INLINE_BYTES)
+			return 0;
+		/* near the watermark a put may wait for an eviction round */
+		return r->sqe.op == LC_OP_GET || !mst_put_may_wait(px->master, bytes);
 	case LC_OP_HEALTH:
 		return 1;
 	case LC_OP_REMOVE_ALL:

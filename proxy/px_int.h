@@ -130,6 +130,7 @@ struct px_session {
 /* Figures for /metrics; relaxed atomics, any thread. */
 struct px_stats {
 	atomic_uint_fast64_t requests[LC_OP_MAX]; /* by enum lc_op */
+	atomic_uint_fast64_t requests_inline;     /* run on the event loop itself */
 	atomic_uint_fast64_t key_errors;          /* per-key results < 0 */
 	atomic_uint_fast64_t lease_hits;          /* served without the master */
 	atomic_uint_fast64_t lease_misses;
@@ -239,8 +240,8 @@ void px_mreg_drop_all(struct px_session *s);
 /*
  * px_req_inline - whether r may run on the event loop itself: only when it
  * cannot block (embedded master, so no RPC; local memory only, no SSD tier
- * for gets; no test delay) and is small enough not to hold other clients
- * back. Skipping the
+ * for gets; no put that may wait for an eviction round; no test delay) and
+ * is small enough not to hold other clients back. Skipping the
  * hand-off to a worker is what makes a small request cost microseconds.
  */
 int px_req_inline(const struct px_proxy *px, const struct px_req *r);

@@ -3,7 +3,8 @@
  * oldest lease deadlines, never leased, PROCESSING or hard-pinned ones,
  * soft-pinned ones last), a census kept for later rounds (which pass over
  * what was used since, and never take what a lease that ran out since could
- * undercut), the background trigger at the watermark, filling a store far
+ * undercut), the background trigger at the watermark, when a put may wait
+ * for a round (mst_put_may_wait), filling a store far
  * beyond its capacity, no eviction for a value no segment could hold, and
  * remove_all racing writers.
  */
@@ -394,6 +395,27 @@ static void test_master_evict_watermark_background(void **state)
 	mst_master_destroy(m);
 }
 
+static void test_master_evict_put_may_wait(void **state)
+{
+	/* Given: a 1 MiB store, watermark 1.0, 1000 KiB in use (ranges of 1 KiB) */
+	static const char *const flags[][2] = {{"eviction-high-watermark-ratio", "1.0"}};
+	struct mst_master *m = master_with(flags, 1);
+
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_false(mst_put_may_wait(m, MIB));
+	assert_true(mst_put_may_wait(m, MIB + 1));
+	put_many(m, "p", 1000, 1000);
+	/* Then: a put may wait for a round exactly when it would go past the
+	 * watermark, or while an allocation failure awaits its round */
+	assert_false(mst_put_may_wait(m, 24 * 1024));
+	assert_true(mst_put_may_wait(m, 24 * 1024 + 1));
+	__atomic_store_n(&m->alloc_failed, 1, __ATOMIC_RELAXED);
+	assert_true(mst_put_may_wait(m, 1));
+	mst_evict_round(m, lc_now_ms());
+	assert_false(mst_put_may_wait(m, 1));
+	mst_master_destroy(m);
+}
+
 static void test_master_evict_fill_beyond_capacity(void **state)
 {
 	/* Given: a 4 MiB store */
@@ -513,6 +535,7 @@ int main(void)
 	    cmocka_unit_test(test_master_evict_kept_census_not_undercut),
 	    cmocka_unit_test(test_master_evict_kept_census_spares_soft_pins),
 	    cmocka_unit_test(test_master_evict_watermark_background),
+	    cmocka_unit_test(test_master_evict_put_may_wait),
 	    cmocka_unit_test(test_master_evict_fill_beyond_capacity),
 	    cmocka_unit_test(test_master_evict_not_for_what_cannot_fit),
 	    cmocka_unit_test(test_master_remove_all_races_writers),
