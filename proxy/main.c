@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <libgen.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +247,15 @@ static int keep_out_peers(const struct px_config *cfg)
 	return 0;
 }
 
+/*
+ * Metadata churns: every put allocates (the master's object with an
+ * embedded master, lease cache entries, requests) and every remove or
+ * eviction frees. glibc gives the freed top of a heap back to the kernel
+ * above 128 KiB, so each fill after a drain faults it back a page at a time
+ * on the put path (6k faults a 100k-object refill); keep up to this much.
+ */
+#define PX_HEAP_KEEP (64 << 20)
+
 int main(int argc, char **argv)
 {
 	static struct px_proxy px;
@@ -261,6 +271,7 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	mallopt(M_TRIM_THRESHOLD, PX_HEAP_KEEP);
 	rc = keep_out_peers(&px.cfg);
 	if (!rc)
 		rc = start_data_plane(&px);

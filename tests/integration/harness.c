@@ -831,10 +831,11 @@ int h_pid_maps_count(pid_t pid, const char *needle)
 }
 
 /* utime + stime of a /proc stat file in ms, and the name between the
- * parentheses (which may hold spaces) into comm; -1 if unreadable. */
-static int64_t stat_cpu_ms(const char *path, char *comm, size_t commlen)
+ * parentheses (which may hold spaces) into comm, and its minor faults into
+ * *minflt (when not NULL); -1 if unreadable. */
+static int64_t stat_cpu_ms(const char *path, char *comm, size_t commlen, int64_t *minflt)
 {
-	unsigned long long ut = 0, st = 0;
+	unsigned long long ut = 0, st = 0, mf = 0;
 	long tck = sysconf(_SC_CLK_TCK);
 	char buf[1024], *lp, *rp;
 	ssize_t n;
@@ -854,9 +855,13 @@ static int64_t stat_cpu_ms(const char *path, char *comm, size_t commlen)
 		return -1;
 	if (comm)
 		snprintf(comm, commlen, "%.*s", (int)(rp - lp - 1), lp + 1);
-	/* After ") " come fields 3 (state) .. 13, then utime and stime. */
-	if (sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+	/* After ") " come fields 3 (state) .. 13 (minflt is 10), then utime
+	 * and stime. */
+	if (sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %llu %*u %*u %*u %llu %llu", &mf, &ut,
+		   &st) != 3)
 		return -1;
+	if (minflt)
+		*minflt = (int64_t)mf;
 	if (tck <= 0)
 		tck = 100;
 	return (int64_t)((ut + st) * 1000ull / (unsigned long long)tck);
@@ -867,7 +872,16 @@ int64_t h_pid_cpu_ms(pid_t pid)
 	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	return stat_cpu_ms(path, NULL, 0);
+	return stat_cpu_ms(path, NULL, 0, NULL);
+}
+
+int64_t h_pid_minor_faults(pid_t pid)
+{
+	char path[64];
+	int64_t n = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	return stat_cpu_ms(path, NULL, 0, &n) < 0 ? -1 : n;
 }
 
 void h_pid_dump_threads(pid_t pid)
@@ -886,7 +900,7 @@ void h_pid_dump_threads(pid_t pid)
 		if (e->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
-		ms = stat_cpu_ms(path, comm, sizeof(comm));
+		ms = stat_cpu_ms(path, comm, sizeof(comm), NULL);
 		fprintf(stderr, "  pid %d thread %s (%s): %lld ms CPU\n", (int)pid, e->d_name, comm,
 			(long long)ms);
 	}

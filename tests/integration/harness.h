@@ -161,12 +161,14 @@ const char *h_code(int64_t v);
  * thread. h_pid_fd_count - entries of /proc/<pid>/fd, or -1.
  * h_pid_maps_count - lines of /proc/<pid>/maps containing needle, or -1.
  * h_pid_cpu_ms - utime + stime of /proc/<pid>/stat in milliseconds, or -1.
+ * h_pid_minor_faults - minor page faults of /proc/<pid>/stat, or -1.
  * h_pid_dump_threads - print each thread's name and CPU milliseconds to
  * stderr (to say which thread burned CPU when a test says too much).
  */
 int h_pid_fd_count(pid_t pid);
 int h_pid_maps_count(pid_t pid, const char *needle);
 int64_t h_pid_cpu_ms(pid_t pid);
+int64_t h_pid_minor_faults(pid_t pid);
 void h_pid_dump_threads(pid_t pid);
 
 /*
