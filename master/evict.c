@@ -339,7 +339,7 @@ void mst_evict_maybe(struct mst_master *m)
 int mst_put_may_wait(struct mst_master *m, uint64_t len)
 {
 	return __atomic_load_n(&m->alloc_failed, __ATOMIC_RELAXED) ||
-	       (double)used(m) + (double)len > watermark(m);
+	       used(m) + len > __atomic_load_n(&m->capacity, __ATOMIC_RELAXED);
 }
 
 int mst_evict_after_failure(struct mst_master *m, uint64_t gen)

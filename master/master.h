@@ -96,10 +96,12 @@ int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *
 
 /*
  * mst_put_may_wait - whether a put of len bytes may wait in mst_dispatch
- * for an eviction round (which takes a census of every object): memory in
- * use is within len of the eviction watermark, or an allocation failed
- * since the last round. A hint for a caller choosing a thread that may
- * block: two atomic loads, stale by the time it returns.
+ * for an eviction round (which may take a census of every object): only a
+ * put whose allocation fails runs one, so when len no longer fits in the
+ * memory left, or an allocation failed and its round has not started yet.
+ * A put may still fail on a fragmented segment short of that. A hint for a
+ * caller choosing a thread that may block: three atomic loads, stale by
+ * the time it returns.
  */
 int mst_put_may_wait(struct mst_master *m, uint64_t len);
 

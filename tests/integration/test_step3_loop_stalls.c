@@ -10,8 +10,8 @@
  *   proxy's stop.
  * - A remove by regex, which visits every key, runs off the loop.
  * - With an embedded master, a put that may wait for an eviction round
- *   (memory above the watermark) runs off the loop, while gets stay on it;
- *   below the watermark puts run on the loop again.
+ *   (it cannot fit in the memory left) runs off the loop, while gets stay
+ *   on it; with room again, puts run on the loop again.
  * - A client that keeps its ring full of the largest batches (1024 keys of
  *   4 KiB) gets one decoded a round, and BUSY without decoding once it has
  *   8192 keys in flight: another client's calls go on, and the proxy's
@@ -377,10 +377,10 @@ static int64_t inline_runs(int port)
 	return hg_metric(text, "lunar_proxy_requests_inline_total");
 }
 
-#define PINNED	    80 /* x 64 KiB: 5 MiB, over half of the 8 MiB segment */
 #define PINNED_SIZE (64u << 10)
+#define PINNED_MAX  200 /* more than the 8 MiB segment holds */
 
-static void test_put_near_watermark_runs_off_the_loop(void **state)
+static void test_put_that_cannot_fit_runs_off_the_loop(void **state)
 {
 	static unsigned char v[PINNED_SIZE];
 	struct lunar_put_cfg pin = {.replica_num = 1, .hard_pin = 1};
@@ -388,37 +388,41 @@ static void test_put_near_watermark_runs_off_the_loop(void **state)
 	struct lunar_client *c;
 	struct h_proc *node;
 	int64_t n;
-	int port;
+	int port, pinned;
 
 	(void)state;
 	snprintf(node_sock, sizeof(node_sock), "%s", h_path("watermark.sock"));
 	node = h_start_proxy("watermark", node_sock, H_EMBEDDED, "--segment-size", "8MiB",
-			     "--eviction-high-watermark-ratio", "0.5", NULL);
+			     "--eviction-high-watermark-ratio", "1.0", NULL);
 	H_ASSERT(node != NULL);
 	port = hg_log_http_port(node->log);
 	c = h_client(node_sock);
 	n = inline_runs(port);
 	H_ASSERT_EQ(lunar_put(c, "small-0", v, 4096, NULL), 0);
 	H_ASSERT_EQ(inline_runs(port), n + 1);
-	/* Given: hard-pinned values over the watermark, which no round evicts */
-	for (int i = 0; i < PINNED; i++) {
-		snprintf(key, sizeof(key), "pinned-%d", i);
-		H_ASSERT_EQ(lunar_put(c, key, v, sizeof(v), &pin), 0);
+	H_ASSERT_EQ(lunar_remove(c, "small-0", 1), 0);
+	/* Given: a segment full of hard-pinned values, which no round evicts
+	 * (less than one value's room left) */
+	for (pinned = 0; pinned < PINNED_MAX; pinned++) {
+		snprintf(key, sizeof(key), "pinned-%d", pinned);
+		if (lunar_put(c, key, v, sizeof(v), &pin))
+			break;
 	}
-	/* When: a small put */
+	H_ASSERT(pinned > 0 && pinned < PINNED_MAX);
+	/* When: a put that cannot fit, which runs an eviction round */
 	n = inline_runs(port);
-	H_ASSERT_EQ(lunar_put(c, "small-1", v, 4096, NULL), 0);
+	H_ASSERT(lunar_put(c, "over", v, sizeof(v), NULL) < 0);
 	/* Then: a worker ran it, and a get still runs on the loop */
 	H_ASSERT_EQ(inline_runs(port), n);
-	H_ASSERT_EQ(lunar_get_into(c, "small-1", v, 4096), 4096);
+	H_ASSERT_EQ(lunar_get_into(c, "pinned-0", v, sizeof(v)), (int64_t)sizeof(v));
 	H_ASSERT_EQ(inline_runs(port), n + 1);
-	/* Below the watermark again, puts run on the loop again */
-	for (int i = 0; i < PINNED; i++) {
+	/* With room again, puts run on the loop again */
+	for (int i = 0; i < 4; i++) {
 		snprintf(key, sizeof(key), "pinned-%d", i);
 		H_ASSERT_EQ(lunar_remove(c, key, 1), 0);
 	}
 	n = inline_runs(port);
-	H_ASSERT_EQ(lunar_put(c, "small-2", v, 4096, NULL), 0);
+	H_ASSERT_EQ(lunar_put(c, "small-1", v, 4096, NULL), 0);
 	H_ASSERT_EQ(inline_runs(port), n + 1);
 	lunar_close(c);
 	H_ASSERT_EQ(h_stop(node), 0);
@@ -435,7 +439,7 @@ int main(void)
 	    cmocka_unit_test(test_stop_past_a_stuck_close),
 	    cmocka_unit_test(test_ring_full_of_largest_batches),
 	    cmocka_unit_test(test_remove_by_regex_runs_off_the_loop),
-	    cmocka_unit_test(test_put_near_watermark_runs_off_the_loop),
+	    cmocka_unit_test(test_put_that_cannot_fit_runs_off_the_loop),
 	};
 
 	return cmocka_run_group_tests(tests, setup, h_teardown);

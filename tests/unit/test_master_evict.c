@@ -397,16 +397,22 @@ static void test_master_evict_watermark_background(void **state)
 
 static void test_master_evict_put_may_wait(void **state)
 {
-	/* Given: a 1 MiB store, watermark 1.0, 1000 KiB in use (ranges of 1 KiB) */
-	static const char *const flags[][2] = {{"eviction-high-watermark-ratio", "1.0"}};
+	/* Given: a 1 MiB store, watermark 0.5, 1000 KiB of hard-pinned objects
+	 * (ranges of 1 KiB), which no background round can evict */
+	static const char *const flags[][2] = {{"eviction-high-watermark-ratio", "0.5"}};
 	struct mst_master *m = master_with(flags, 1);
+	char key[16];
 
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
 	assert_false(mst_put_may_wait(m, MIB));
 	assert_true(mst_put_may_wait(m, MIB + 1));
-	put_many(m, "p", 1000, 1000);
-	/* Then: a put may wait for a round exactly when it would go past the
-	 * watermark, or while an allocation failure awaits its round */
+	for (int i = 0; i < 1000; i++) {
+		key_of(key, sizeof(key), "p", i);
+		assert_int_equal(put_pinned(m, key, 1, 0), 0);
+	}
+	/* Then: a put may wait for a round exactly when it no longer fits (not
+	 * merely past the watermark), or while an allocation failure awaits
+	 * its round */
 	assert_false(mst_put_may_wait(m, 24 * 1024));
 	assert_true(mst_put_may_wait(m, 24 * 1024 + 1));
 	__atomic_store_n(&m->alloc_failed, 1, __ATOMIC_RELAXED);
