@@ -151,8 +151,9 @@ static int session_drain(struct px_proxy *px, struct px_session *s)
 		if (px_req_inline(px, r)) {
 			PX_COUNT(px, requests_inline, 1);
 			px_req_run(px, r);
-		} else
+		} else {
 			px_pool_submit(px->pool, r);
+		}
 	}
 	s->cons += (uint32_t)i;
 	lc_ring_release(rg->ring, s->cons);

@@ -252,7 +252,10 @@ static int keep_out_peers(const struct px_config *cfg)
  * embedded master, lease cache entries, requests) and every remove or
  * eviction frees. glibc gives the freed top of a heap back to the kernel
  * above 128 KiB, so each fill after a drain faults it back a page at a time
- * on the put path (6k faults a 100k-object refill); keep up to this much.
+ * on the put path (6k faults a 100k-object refill). Trimming only above
+ * PX_HEAP_KEEP, and then down to PX_HEAP_KEEP (the pad), keeps that much.
+ * Setting the threshold also fixes glibc's mmap threshold at 128 KiB,
+ * above any per-request allocation.
  */
 #define PX_HEAP_KEEP (64 << 20)
 
@@ -272,6 +275,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	mallopt(M_TRIM_THRESHOLD, PX_HEAP_KEEP);
+	mallopt(M_TOP_PAD, PX_HEAP_KEEP);
 	rc = keep_out_peers(&px.cfg);
 	if (!rc)
 		rc = start_data_plane(&px);

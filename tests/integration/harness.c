@@ -830,10 +830,10 @@ int h_pid_maps_count(pid_t pid, const char *needle)
 	return n;
 }
 
-/* utime + stime of a /proc stat file in ms, and the name between the
- * parentheses (which may hold spaces) into comm, and its minor faults into
- * *minflt (when not NULL); -1 if unreadable. */
-static int64_t stat_cpu_ms(const char *path, char *comm, size_t commlen, int64_t *minflt)
+/* Read a /proc stat file: utime + stime in ms (returned), the name
+ * between the parentheses (which may hold spaces) into comm, and the minor
+ * faults into *minflt (when not NULL); -1 if unreadable. */
+static int64_t read_stat(const char *path, char *comm, size_t commlen, int64_t *minflt)
 {
 	unsigned long long ut = 0, st = 0, mf = 0;
 	long tck = sysconf(_SC_CLK_TCK);
@@ -872,7 +872,7 @@ int64_t h_pid_cpu_ms(pid_t pid)
 	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	return stat_cpu_ms(path, NULL, 0, NULL);
+	return read_stat(path, NULL, 0, NULL);
 }
 
 int64_t h_pid_minor_faults(pid_t pid)
@@ -881,7 +881,7 @@ int64_t h_pid_minor_faults(pid_t pid)
 	int64_t n = -1;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	return stat_cpu_ms(path, NULL, 0, &n) < 0 ? -1 : n;
+	return read_stat(path, NULL, 0, &n) < 0 ? -1 : n;
 }
 
 void h_pid_dump_threads(pid_t pid)
@@ -900,7 +900,7 @@ void h_pid_dump_threads(pid_t pid)
 		if (e->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
-		ms = stat_cpu_ms(path, comm, sizeof(comm), NULL);
+		ms = read_stat(path, comm, sizeof(comm), NULL);
 		fprintf(stderr, "  pid %d thread %s (%s): %lld ms CPU\n", (int)pid, e->d_name, comm,
 			(long long)ms);
 	}
