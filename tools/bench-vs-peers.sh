@@ -5,9 +5,10 @@
 # (ASCII protocol), Lunar by lunar-bench against a standalone proxy, from
 # registered memory (the table with the ratios) and from ordinary memory
 # through the staging arena (a second table). redis-benchmark checks no value
-# it reads; memc-bench and lunar-bench run with --check sampled: their timed
-# gets compare a few words of each value, and a verify phase after them gets
-# every value again and compares every byte (its rates: a third table).
+# it reads; memc-bench and lunar-bench run with --check sampled: their get
+# phases compare a few words of each value, and a verify phase after them
+# gets every value again and compares every byte (its rates: a third
+# table). Both count only the time in calls, never the compares.
 # Prints markdown tables with ops/s and the ratios lunar/redis and
 # lunar/memcached. Runs ROUNDS rounds (default 3),
 # each starting every system afresh and driving it through every cell, one
@@ -164,7 +165,7 @@ ratio_table() {
 	done
 }
 
-# verify_table - gets with every byte compared inside the timed loop (the
+# verify_table - gets with every byte compared after each call (the
 # verify phases of memc-bench and of Lunar's registered runs) next to Redis's
 # GET, which compares none.
 verify_table() {
@@ -207,9 +208,9 @@ echo "(embedded master, 2 GiB segment), values and get buffers in registered mem
 echo "(lunar_alloc, --zero-copy; the second table: in ordinary memory, through the"
 echo "staging arena). redis-benchmark checks no value it reads; memc-bench and"
 echo "lunar-bench (--check sampled) compare a few words of each value read in their"
-echo "timed gets, then get every value again comparing every byte (the third table)."
+echo "get phase, then get every value again comparing every byte (the third table)."
 echo "ops/s: Redis's own figure; memc-bench and lunar-bench count ops over the"
-echo "busiest client's time in calls."
+echo "busiest client's time in calls (the compares are outside it)."
 echo "Each figure is the median of $ROUNDS rounds; a round runs Redis, memcached and"
 echo "Lunar one after the other, each started afresh. Ratios are of the medians;"
 echo "> 1 means Lunar is faster."
@@ -220,8 +221,8 @@ echo "Lunar from ordinary memory (through the staging arena: one more copy per c
 echo
 ratio_table staged
 echo
-echo "Gets with every byte compared inside the timed loop (the verify phases;"
-echo "Lunar registered), next to Redis's GET, which compares none:"
+echo "Gets with every byte compared after each call (the verify phases; Lunar"
+echo "registered), next to Redis's GET, which compares none:"
 echo
 verify_table
 echo

@@ -245,6 +245,8 @@ static void *worker_main(void *arg)
 	pthread_mutex_unlock(&b->gate_lock);
 	for (uint64_t i = w->first; i < w->first + w->n; i++) {
 		key_of(w, i);
+		if (w->phase == PH_GET || w->phase == PH_VERIFY)
+			bench_poison_samples(w->buf, pattern_of(b, i), b->size);
 		t0 = lc_now_ns();
 		rc = one_op(w, i);
 		dt = lc_now_ns() - t0;

@@ -3,9 +3,10 @@
  * socket with the ASCII protocol, for tools/bench-vs-peers.sh: THREADS threads,
  * one connection each, set COUNT values of SIZE bytes, then get each back and
  * check every byte (--check as lunar-bench's: with sampled, a sample in the
- * get phase and every byte in a verify phase after it). Prints the
- * configuration, then one key=value line per figure, named as lunar-bench
- * names them (set_ for put).
+ * get phase and every byte in a verify phase after it; the compares are
+ * outside the time counted, as in lunar-bench). Prints the configuration,
+ * then one key=value line per figure, named as lunar-bench names them (set_
+ * for put).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -112,8 +113,8 @@ static int do_set(struct worker *w, uint64_t i)
 	return strcmp(line, "STORED") ? -1 : 0;
 }
 
-/* Get value i and compare it: every byte when full, else a sample. */
-static int do_get(struct worker *w, uint64_t i, int full)
+/* Get value i into w->io. */
+static int do_get(struct worker *w, uint64_t i)
 {
 	const struct cfg *c = w->c;
 	char line[MB_LINE_MAX], want[MB_LINE_MAX];
@@ -126,12 +127,19 @@ static int do_get(struct worker *w, uint64_t i, int full)
 		return -1;
 	if (read_all(w->fd, w->io, c->size + 2) || read_line(w->fd, line, sizeof(line)))
 		return -1;
-	if (strcmp(line, "END"))
-		return -1;
-	if (full ? memcmp(w->io, c->pattern + 8 * i, c->size) != 0
-		 : !bench_sampled_equal(w->io, c->pattern + 8 * i, c->size))
-		return -1;
-	return 0;
+	return strcmp(line, "END") ? -1 : 0;
+}
+
+/* Compare the value read for i: every byte when full, else a sample. */
+static int check_get(const struct worker *w, uint64_t i, int full)
+{
+	const struct cfg *c = w->c;
+	const unsigned char *want = c->pattern + 8 * i;
+
+	return (full ? memcmp(w->io, want, c->size) != 0
+		     : !bench_sampled_equal(w->io, want, c->size))
+		       ? -1
+		       : 0;
 }
 
 static void *worker_main(void *arg)
@@ -140,14 +148,18 @@ static void *worker_main(void *arg)
 	uint64_t t0, dt;
 
 	for (uint64_t i = w->first; i < w->first + w->n; i++) {
-		t0 = lc_now_ns();
-		int rc = w->phase == MB_SET ? do_set(w, i)
-					    : do_get(w, i, w->phase == MB_VERIFY ||
-								w->c->check == BENCH_CHECK_FULL);
+		int get = w->phase != MB_SET, rc;
 
+		if (get)
+			bench_poison_samples(w->io, w->c->pattern + 8 * i, w->c->size);
+		t0 = lc_now_ns();
+		rc = get ? do_get(w, i) : do_set(w, i);
 		dt = lc_now_ns() - t0;
 		w->c->lat[i] = dt;
 		w->busy_ns += dt;
+		/* Compared outside the timing, as lunar-bench does. */
+		if (!rc && get)
+			rc = check_get(w, i, w->phase == MB_VERIFY || w->c->check == BENCH_CHECK_FULL);
 		if (rc && w->errors++ < 3)
 			fprintf(stderr, "memc-bench: %s mb-%" PRIu64 " failed\n",
 				mb_phase_names[w->phase], i);

@@ -5,7 +5,8 @@
  * the trace beside the repo), and two processes against one proxy each
  * bound their phases on the shared monotonic clock (what bench-procs.sh
  * adds up), with every byte checked, --sync-file starts their phases
- * together, --check sampled adds a verify phase after the gets, and the
+ * together, --check sampled adds a verify phase after the gets (also in
+ * memc-bench, against memcached when there is one), and the
  * copy baselines (cold source and destination, and memcpy into a cached
  * destination) are all given.
  */
@@ -122,6 +123,7 @@ static void test_bench_modes_phase_clock(void **state)
 	for (int i = 0; i < 2; i++) {
 		H_ASSERT_EQ(figure(out[i], "errors"), 0);
 		H_ASSERT_EQ(figure(out[i], "get_ops"), 2000);
+		H_ASSERT(strstr(out[i], "\nverify_ops=") == NULL); /* --check full */
 		H_ASSERT(figure(out[i], "put_start_ns") >= before);
 		H_ASSERT(figure(out[i], "put_start_ns") <= figure(out[i], "put_end_ns"));
 		H_ASSERT(figure(out[i], "put_end_ns") <= figure(out[i], "get_start_ns"));
@@ -166,6 +168,44 @@ static void test_bench_modes_sync_file(void **state)
 	H_ASSERT_EQ(run(cmd, out[0], sizeof(out[0])), 2);
 	snprintf(args, sizeof(args), "%s --sync-file x 2>/dev/null", h_bin("lunar-bench"));
 	H_ASSERT_EQ(run(args, out[0], sizeof(out[0])), 2);
+	h_cleanup();
+}
+
+/* memc-bench against a real memcached on a UNIX socket (skipped without
+ * one): --check sampled adds its verify phase, and every value comes back
+ * right. */
+static void test_bench_modes_memc_sampled_check(void **state)
+{
+	char cmd[PATH_MAX + 256], msock[PATH_MAX], out[4096];
+	char *argv[] = {"memcached", "-s", msock, "-m", "64", "-u", "root", NULL};
+	struct h_proc *mc;
+
+	(void)state;
+	if (system("command -v memcached >/dev/null 2>&1")) {
+		printf("skipped: no memcached on PATH (apt-get install memcached)\n");
+		skip();
+	}
+	H_ASSERT_EQ(h_init(), 0);
+	snprintf(msock, sizeof(msock), "%s", h_path("memc.sock"));
+	if (geteuid() != 0)
+		argv[5] = NULL; /* -u only for root, which memcached refuses to be */
+	mc = h_spawn("memcached", argv);
+	H_ASSERT(mc != NULL);
+	for (int i = 0; i < 100 && access(msock, F_OK); i++)
+		usleep(50000);
+	H_ASSERT_MSG(!access(msock, F_OK), "memcached did not open %s", msock);
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 60 %s --socket %s --size 64KiB --count 200 --threads 2 --check sampled",
+		 h_bin("memc-bench"), msock);
+	out[0] = '\n';
+	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
+	H_ASSERT(strstr(out, "\ncheck=sampled\n") != NULL);
+	H_ASSERT_EQ(figure(out, "get_errors"), 0);
+	H_ASSERT_EQ(figure(out, "verify_ops"), 200);
+	H_ASSERT_EQ(figure(out, "verify_errors"), 0);
+	H_ASSERT_EQ(figure(out, "errors"), 0);
+	strcat(cmd, " --check some 2>/dev/null");
+	H_ASSERT_EQ(run(cmd, out, sizeof(out)), 2);
 	h_cleanup();
 }
 
@@ -217,6 +257,7 @@ int main(void)
 	    cmocka_unit_test(test_bench_modes_phase_clock),
 	    cmocka_unit_test(test_bench_modes_sync_file),
 	    cmocka_unit_test(test_bench_modes_sampled_check),
+	    cmocka_unit_test(test_bench_modes_memc_sampled_check),
 	    cmocka_unit_test(test_bench_modes_copy_baselines),
 	};
 

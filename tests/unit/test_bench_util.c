@@ -3,7 +3,8 @@
  * sampled only, and a sampled comparison catches what it promises (a
  * differing first word of any 4 KiB, or last word) at any size, and lets a
  * byte between the samples through, which only the verify phase's full
- * comparison is there to catch.
+ * comparison is there to catch; poisoning a buffer spoils every sample and
+ * nothing else.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -70,6 +71,40 @@ static void test_bench_util_sampled_equal(void **state)
 	sampled_at(65536 + 3);
 }
 
+/* Poisoning a buffer that holds the right value makes every sampled word
+ * wrong and leaves the rest alone, at any size. */
+static void poisoned_at(uint64_t len)
+{
+	unsigned char *want = bench_pattern_alloc(len), *got = malloc(len);
+
+	assert_non_null(want);
+	assert_non_null(got);
+	memcpy(got, want, len);
+	bench_poison_samples(got, want, len);
+	assert_false(bench_sampled_equal(got, want, len));
+	for (uint64_t at = 0; at + 8 <= len; at += 4096) {
+		memcpy(got + at, want + at, 8);
+		if (at + 8 < len - 8)
+			assert_false(bench_sampled_equal(got, want, len));
+	}
+	memcpy(got + len - (len < 8 ? len : 8), want + len - (len < 8 ? len : 8),
+	       len < 8 ? len : 8);
+	assert_true(bench_sampled_equal(got, want, len));
+	assert_memory_equal(got, want, len);
+	free(want);
+	free(got);
+}
+
+static void test_bench_util_poison_samples(void **state)
+{
+	(void)state;
+	poisoned_at(1);
+	poisoned_at(8);
+	poisoned_at(4096);
+	poisoned_at(4097 + 8);
+	poisoned_at(65536 + 3);
+}
+
 /* Another object's value (the pattern's window 8 bytes on) fails even when
  * only one word per page is looked at. */
 static void test_bench_util_sampled_other_object(void **state)
@@ -88,6 +123,7 @@ int main(void)
 	    cmocka_unit_test(test_bench_util_parse_check),
 	    cmocka_unit_test(test_bench_util_sampled_equal),
 	    cmocka_unit_test(test_bench_util_sampled_other_object),
+	    cmocka_unit_test(test_bench_util_poison_samples),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

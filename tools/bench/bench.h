@@ -61,6 +61,13 @@ int bench_parse_check(const char *s, enum bench_check *out);
  */
 int bench_sampled_equal(const void *got, const void *want, uint64_t len);
 
+/*
+ * bench_poison_samples - write into buf (len bytes) the complement of want
+ * at every word bench_sampled_equal looks at, so that a read which leaves
+ * any of them unwritten fails even when buf held this very value before.
+ */
+void bench_poison_samples(void *buf, const void *want, uint64_t len);
+
 /* A growable array of latencies in nanoseconds; zeroed = empty. */
 struct bench_lat {
 	uint64_t *v;

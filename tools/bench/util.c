@@ -103,6 +103,24 @@ int bench_sampled_equal(const void *got, const void *want, uint64_t len)
 	return !memcmp(g + len - tail, w + len - tail, tail);
 }
 
+/* Complement n bytes of want into buf. */
+static void poison(unsigned char *buf, const unsigned char *want, uint64_t n)
+{
+	for (uint64_t k = 0; k < n; k++)
+		buf[k] = (unsigned char)~want[k];
+}
+
+void bench_poison_samples(void *buf, const void *want, uint64_t len)
+{
+	unsigned char *b = buf;
+	const unsigned char *w = want;
+	uint64_t tail = len < 8 ? len : 8;
+
+	for (uint64_t at = 0; at + 8 <= len; at += BENCH_SAMPLE_STRIDE)
+		poison(b + at, w + at, 8);
+	poison(b + len - tail, w + len - tail, tail);
+}
+
 int bench_lat_add(struct bench_lat *l, uint64_t ns)
 {
 	if (l->n == l->cap) {
