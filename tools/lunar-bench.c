@@ -73,6 +73,7 @@ struct worker {
 	unsigned char *buf; /* this thread's get buffer */
 	uint64_t busy_ns, errors;
 	char *key;
+	size_t key_head; /* bytes of "<prefix>-<pid>-" at the start of key */
 };
 
 struct figures {
@@ -166,12 +167,20 @@ static int pattern_init(struct bench *b)
 	return 0;
 }
 
-static void key_of(const struct worker *w, uint64_t i)
+/* Object i's key: the worker's "<prefix>-<pid>-", then i in decimal. No
+ * printf per call: it took 5 % of 8 client threads' CPU on 4 KiB puts, and
+ * redis-benchmark formats no key per request either. */
+static void key_of(struct worker *w, uint64_t i)
 {
-	const struct bench *b = w->b;
+	char digits[20], *p = w->key + w->key_head;
+	int n = 0;
 
-	snprintf(w->key, strlen(b->prefix) + BENCH_KEY_ROOM, "%s-%d-%llu", b->prefix, (int)b->pid,
-		 (unsigned long long)i);
+	do
+		digits[n++] = (char)('0' + i % 10);
+	while ((i /= 10));
+	while (n)
+		*p++ = digits[--n];
+	*p = '\0';
 }
 
 static void report_error(struct worker *w, const char *what, uint64_t i, const char *detail)
@@ -520,6 +529,9 @@ static struct worker *workers_alloc(struct bench *b)
 		ws[t].n = b->count * (t + 1) / b->threads - ws[t].first;
 		ws[t].buf = alloc_touched(b->size, 0);
 		ws[t].key = malloc(strlen(b->prefix) + BENCH_KEY_ROOM);
+		if (ws[t].key)
+			ws[t].key_head = (size_t)snprintf(ws[t].key, strlen(b->prefix) + BENCH_KEY_ROOM,
+							  "%s-%d-", b->prefix, (int)b->pid);
 		if (!ws[t].buf || !ws[t].key) {
 			for (unsigned u = 0; u <= t; u++) {
 				free(ws[u].buf);
