@@ -137,54 +137,65 @@ run_round() {
 	bl_stop_all
 }
 
-# ratio_table KIND - the throughput table of Lunar's KIND runs (lunar: from
-# registered memory; staged: through the staging arena) next to the peers.
-ratio_table() {
-	local size c r m l rs rg ms mg ls lg
+# each_cell FN KIND - FN SIZE CLIENTS R M L for every cell: R, M and L the
+# round-file patterns (for rounds) of Redis, memcached and Lunar's KIND runs
+# (lunar: from registered memory; staged: through the staging arena).
+each_cell() {
+	local size c
 
-	echo "| size | clients | redis SET/s | memcached set/s | lunar put/s | lunar put GB/s | lunar/redis put | lunar/memcached put | redis GET/s | memcached get/s | lunar get/s | lunar get GB/s | lunar/redis get | lunar/memcached get |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for size in "${SIZES[@]}"; do
 		for c in "${CLIENTS[@]}"; do
-			r=$BL_TMP/redis-$size-$c-@.out
-			m=$BL_TMP/memc-$size-$c-@.out
-			l=$BL_TMP/$1-$size-$c-@.out
-			rs=$(median $(rounds "$r" redis_rps SET))
-			rg=$(median $(rounds "$r" redis_rps GET))
-			ms=$(median $(rounds "$m" bl_kv set_ops_per_s))
-			mg=$(median $(rounds "$m" bl_kv get_ops_per_s))
-			ls=$(median $(rounds "$l" bl_kv put_ops_per_s))
-			lg=$(median $(rounds "$l" bl_kv get_ops_per_s))
-			echo "| $size | $c | $(bl_fmt "$rs" 0) | $(bl_fmt "$ms" 0) | $(bl_fmt "$ls" 0) |" \
-				"$(bl_fmt "$(median $(rounds "$l" bl_kv put_gb_per_s))" 2) |" \
-				"$(bl_div "$ls" "$rs" 2) | $(bl_div "$ls" "$ms" 2) | $(bl_fmt "$rg" 0) |" \
-				"$(bl_fmt "$mg" 0) | $(bl_fmt "$lg" 0) |" \
-				"$(bl_fmt "$(median $(rounds "$l" bl_kv get_gb_per_s))" 2) |" \
-				"$(bl_div "$lg" "$rg" 2) | $(bl_div "$lg" "$mg" 2) |"
+			"$1" "$size" "$c" "$BL_TMP/redis-$size-$c-@.out" \
+				"$BL_TMP/memc-$size-$c-@.out" "$BL_TMP/$2-$size-$c-@.out"
 		done
 	done
 }
 
-# verify_table - gets with every byte compared after each call (the
-# verify phases of memc-bench and of Lunar's registered runs) next to Redis's
-# GET, which compares none.
-verify_table() {
-	local size c r m l rg mv lv
+# ratio_row SIZE CLIENTS R M L - throughput next to the peers.
+ratio_row() {
+	local r=$3 m=$4 l=$5 rs rg ms mg ls lg
 
-	echo "| size | clients | redis GET/s | memcached get/s, checked | lunar get/s, checked | lunar/redis get | lunar/memcached get |"
-	echo "|---|---|---|---|---|---|---|"
-	for size in "${SIZES[@]}"; do
-		for c in "${CLIENTS[@]}"; do
-			r=$BL_TMP/redis-$size-$c-@.out
-			m=$BL_TMP/memc-$size-$c-@.out
-			l=$BL_TMP/lunar-$size-$c-@.out
-			rg=$(median $(rounds "$r" redis_rps GET))
-			mv=$(median $(rounds "$m" bl_kv verify_ops_per_s))
-			lv=$(median $(rounds "$l" bl_kv verify_ops_per_s))
-			echo "| $size | $c | $(bl_fmt "$rg" 0) | $(bl_fmt "$mv" 0) | $(bl_fmt "$lv" 0) |" \
-				"$(bl_div "$lv" "$rg" 2) | $(bl_div "$lv" "$mv" 2) |"
-		done
-	done
+	rs=$(median $(rounds "$r" redis_rps SET))
+	rg=$(median $(rounds "$r" redis_rps GET))
+	ms=$(median $(rounds "$m" bl_kv set_ops_per_s))
+	mg=$(median $(rounds "$m" bl_kv get_ops_per_s))
+	ls=$(median $(rounds "$l" bl_kv put_ops_per_s))
+	lg=$(median $(rounds "$l" bl_kv get_ops_per_s))
+	echo "| $1 | $2 | $(bl_fmt "$rs" 0) | $(bl_fmt "$ms" 0) | $(bl_fmt "$ls" 0) |" \
+		"$(bl_fmt "$(median $(rounds "$l" bl_kv put_gb_per_s))" 2) |" \
+		"$(bl_div "$ls" "$rs" 2) | $(bl_div "$ls" "$ms" 2) | $(bl_fmt "$rg" 0) |" \
+		"$(bl_fmt "$mg" 0) | $(bl_fmt "$lg" 0) |" \
+		"$(bl_fmt "$(median $(rounds "$l" bl_kv get_gb_per_s))" 2) |" \
+		"$(bl_div "$lg" "$rg" 2) | $(bl_div "$lg" "$mg" 2) |"
+}
+
+# ratio_table KIND - the throughput table of Lunar's KIND runs.
+ratio_table() {
+	echo "| size | clients | redis SET/s | memcached set/s | lunar put/s | lunar put GB/s | lunar/redis put | lunar/memcached put | redis GET/s | memcached get/s | lunar get/s | lunar get GB/s | lunar/redis get | lunar/memcached get |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	each_cell ratio_row "$1"
+}
+
+# verify_row SIZE CLIENTS R M L - gets with every byte compared after each
+# call (the verify phases) next to Redis's GET, which compares none.
+verify_row() {
+	local rg mv lv
+
+	rg=$(median $(rounds "$3" redis_rps GET))
+	mv=$(median $(rounds "$4" bl_kv verify_ops_per_s))
+	lv=$(median $(rounds "$5" bl_kv verify_ops_per_s))
+	echo "| $1 | $2 | $(bl_fmt "$rg" 0) | $(bl_fmt "$mv" 0) | $(bl_fmt "$lv" 0) |" \
+		"$(bl_div "$lv" "$rg" 2) | $(bl_div "$lv" "$mv" 2) |"
+}
+
+# p50_row SIZE CLIENTS R M L - p50 latency per call.
+p50_row() {
+	echo "| $1 | $2 | $(median $(rounds "$3" redis_p50_us SET)) |" \
+		"$(bl_fmt "$(median $(rounds "$4" bl_kv set_p50_us))" 1) |" \
+		"$(bl_fmt "$(median $(rounds "$5" bl_kv put_p50_us))" 1) |" \
+		"$(median $(rounds "$3" redis_p50_us GET)) |" \
+		"$(bl_fmt "$(median $(rounds "$4" bl_kv get_p50_us))" 1) |" \
+		"$(bl_fmt "$(median $(rounds "$5" bl_kv get_p50_us))" 1) |"
 }
 
 install_peers
@@ -224,25 +235,15 @@ echo
 echo "Gets with every byte compared after each call (the verify phases; Lunar"
 echo "registered), next to Redis's GET, which compares none:"
 echo
-verify_table
+echo "| size | clients | redis GET/s | memcached get/s, checked | lunar get/s, checked | lunar/redis get | lunar/memcached get |"
+echo "|---|---|---|---|---|---|---|"
+each_cell verify_row lunar
 echo
 echo "p50 latency per call, µs (SET/put, GET/get; medians over the rounds; Lunar registered):"
 echo
 echo "| size | clients | redis SET | memcached set | lunar put | redis GET | memcached get | lunar get |"
 echo "|---|---|---|---|---|---|---|---|"
-for size in "${SIZES[@]}"; do
-	for c in "${CLIENTS[@]}"; do
-		r=$BL_TMP/redis-$size-$c-@.out
-		m=$BL_TMP/memc-$size-$c-@.out
-		l=$BL_TMP/lunar-$size-$c-@.out
-		echo "| $size | $c | $(median $(rounds "$r" redis_p50_us SET)) |" \
-			"$(bl_fmt "$(median $(rounds "$m" bl_kv set_p50_us))" 1) |" \
-			"$(bl_fmt "$(median $(rounds "$l" bl_kv put_p50_us))" 1) |" \
-			"$(median $(rounds "$r" redis_p50_us GET)) |" \
-			"$(bl_fmt "$(median $(rounds "$m" bl_kv get_p50_us))" 1) |" \
-			"$(bl_fmt "$(median $(rounds "$l" bl_kv get_p50_us))" 1) |"
-	done
-done
+each_cell p50_row lunar
 bl_cmds_flush
 if [ "$BL_FAILED" -gt 0 ]; then
 	echo
