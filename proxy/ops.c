@@ -175,7 +175,7 @@ int px_req_inline(const struct px_proxy *px, const struct px_req *r)
 			bytes += r->items[i].total;
 		if (bytes > PX_INLINE_BYTES)
 			return 0;
-		/* near the watermark a put may wait for an eviction round */
+		/* a put that cannot fit waits for an eviction round */
 		return r->sqe.op == LC_OP_GET || !mst_put_may_wait(px->master, bytes);
 	case LC_OP_HEALTH:
 		return 1;
