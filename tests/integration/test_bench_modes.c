@@ -171,6 +171,30 @@ static void test_bench_modes_sync_file(void **state)
 	h_cleanup();
 }
 
+/*
+ * Run cmd (a --check sampled run of n objects) into out, with a leading
+ * newline for figure(): it passes, with a verify phase of n objects and no
+ * error; cmd with a bad --check value exits 2 (cmd is changed).
+ */
+static void sampled_run(char *cmd, char *out, size_t cap, unsigned long long n)
+{
+	out[0] = '\n';
+	H_ASSERT_EQ(run(cmd, out + 1, cap - 1), 0);
+	H_ASSERT(strstr(out, "\ncheck=sampled\n") != NULL);
+	H_ASSERT_EQ(figure(out, "verify_ops"), n);
+	H_ASSERT_EQ(figure(out, "verify_errors"), 0);
+	H_ASSERT_EQ(figure(out, "errors"), 0);
+}
+
+/* cmd with --check some: a usage error (cmd is changed). */
+static void bad_check_refused(char *cmd)
+{
+	char out[256];
+
+	strcat(cmd, " --check some 2>/dev/null");
+	H_ASSERT_EQ(run(cmd, out, sizeof(out)), 2);
+}
+
 /* memc-bench against a real memcached on a UNIX socket (skipped without
  * one): --check sampled adds its verify phase, and every value comes back
  * right. */
@@ -197,15 +221,9 @@ static void test_bench_modes_memc_sampled_check(void **state)
 	snprintf(cmd, sizeof(cmd),
 		 "timeout 60 %s --socket %s --size 64KiB --count 200 --threads 2 --check sampled",
 		 h_bin("memc-bench"), msock);
-	out[0] = '\n';
-	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
-	H_ASSERT(strstr(out, "\ncheck=sampled\n") != NULL);
+	sampled_run(cmd, out, sizeof(out), 200);
 	H_ASSERT_EQ(figure(out, "get_errors"), 0);
-	H_ASSERT_EQ(figure(out, "verify_ops"), 200);
-	H_ASSERT_EQ(figure(out, "verify_errors"), 0);
-	H_ASSERT_EQ(figure(out, "errors"), 0);
-	strcat(cmd, " --check some 2>/dev/null");
-	H_ASSERT_EQ(run(cmd, out, sizeof(out)), 2);
+	bad_check_refused(cmd);
 	h_cleanup();
 }
 
@@ -218,18 +236,12 @@ static void test_bench_modes_sampled_check(void **state)
 	(void)state;
 	bench_node(cmd, "--size 64KiB --count 300 --threads 2 --zero-copy --baseline-size 0 "
 			"--check sampled");
-	out[0] = '\n';
-	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
-	H_ASSERT(strstr(out, "\ncheck=sampled\n") != NULL);
+	sampled_run(cmd, out, sizeof(out), 300);
 	H_ASSERT_EQ(figure(out, "get_ops"), 300);
-	H_ASSERT_EQ(figure(out, "verify_ops"), 300);
-	H_ASSERT_EQ(figure(out, "verify_errors"), 0);
 	H_ASSERT(strstr(out, "\nverify_gb_per_s=") != NULL);
 	H_ASSERT(figure(out, "get_end_ns") <= figure(out, "verify_start_ns"));
 	H_ASSERT(figure(out, "verify_end_ns") <= figure(out, "rm_start_ns"));
-	H_ASSERT_EQ(figure(out, "errors"), 0);
-	strcat(cmd, " --check some 2>/dev/null");
-	H_ASSERT_EQ(run(cmd, out, sizeof(out)), 2);
+	bad_check_refused(cmd);
 	h_cleanup();
 }
 
