@@ -1,7 +1,7 @@
 /*
  * cpus.h - how many CPUs the calling thread may run on: its affinity mask,
  * which is where a container's cpuset shows, rather than every CPU the
- * machine has online.
+ * machine has online; and how many are online.
  */
 #ifndef LUNAR_COMMON_CPUS_H
 #define LUNAR_COMMON_CPUS_H
@@ -9,16 +9,22 @@
 #include <sched.h>
 #include <unistd.h>
 
+/* lc_online_cpus - at least 1. */
+static inline unsigned lc_online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (unsigned)n : 1;
+}
+
 /* lc_usable_cpus - at least 1. */
 static inline unsigned lc_usable_cpus(void)
 {
 	cpu_set_t set;
-	long n;
 
 	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
 		return (unsigned)CPU_COUNT(&set);
-	n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (unsigned)n : 1;
+	return lc_online_cpus();
 }
 
 #endif /* LUNAR_COMMON_CPUS_H */

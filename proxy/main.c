@@ -170,6 +170,16 @@ static void raise_open_files(const struct px_proxy *px)
 			(unsigned long long)need);
 }
 
+/* CPUs its clients may busy beside the loop (the crowding hint): the
+ * proxy's own but the loop's; for a proxy confined to one CPU, whose
+ * clients run elsewhere, the machine's others. */
+static unsigned spare_cpus(void)
+{
+	unsigned ours = lc_usable_cpus();
+
+	return (ours > 1 ? ours : lc_online_cpus()) - 1;
+}
+
 static int start_clients(struct px_proxy *px)
 {
 	sigset_t sigs;
@@ -183,7 +193,7 @@ static int start_clients(struct px_proxy *px)
 		LC_ERROR("proxy", "socket %s: %s", px->cfg.socket_path, strerror(-rc));
 		return LUNAR_ERR_INTERNAL;
 	}
-	px->spare_cpus = lc_usable_cpus() - 1;
+	px->spare_cpus = spare_cpus();
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);

@@ -12,6 +12,7 @@
 #ifndef LUNAR_SHMLIB_SPIN_H
 #define LUNAR_SHMLIB_SPIN_H
 
+#include <sched.h>
 #include <stdint.h>
 
 #include "shm_abi.h"
@@ -36,10 +37,25 @@ static inline uint32_t shm_spin_budget(uint32_t lat_ns)
 	return lat_ns < SHM_SPIN_MIN_NS / 2 ? SHM_SPIN_MIN_NS : 2 * lat_ns;
 }
 
+/*
+ * shm_spare_cpus - the CPUs a waiter's process may use beside the proxy's
+ * loop: the count CPUs of its affinity set, less the loop's own when the
+ * loop runs on one of them. loop_cpu is the ring's hint (the CPU plus one);
+ * 0, unknown, counts as one of ours. A proxy given CPUs of its own
+ * (taskset, systemd's CPUAffinity=) leaves every CPU of its clients spare,
+ * however few they have.
+ */
+static inline uint32_t shm_spare_cpus(const cpu_set_t *set, uint32_t count, uint32_t loop_cpu)
+{
+	int ours = !loop_cpu || loop_cpu > CPU_SETSIZE || CPU_ISSET(loop_cpu - 1, set);
+
+	return ours && count ? count - 1 : count;
+}
+
 /* What a waiter knows of the others when it starts to wait. */
 struct shm_waiters {
 	uint32_t watching;   /* the session's threads watching a completion, not asleep */
-	uint32_t spare_cpus; /* CPUs this process may use, minus one for the proxy */
+	uint32_t spare_cpus; /* shm_spare_cpus */
 	int crowded;	     /* the proxy reports more busy clients than CPUs beside it */
 };
 
@@ -53,7 +69,7 @@ struct shm_waiters {
  * its own time slice, where yielding would cost every request a thread
  * switch; its spin then lasts at most 2 * SHM_SHORT_WAIT_NS (the budget),
  * and a slow request lifts the average past the line. With no spare CPU
- * (one CPU) nobody spins: the proxy needs that CPU.
+ * (only the loop's) nobody spins: the proxy needs that CPU.
  */
 static inline int shm_should_spin(struct shm_waiters w, uint32_t lat_ns)
 {

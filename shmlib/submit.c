@@ -128,17 +128,27 @@ static int ring_kick(struct shm_conn *cn)
 	return 0;
 }
 
-/* CPUs this process may use, counted once (its first caller's affinity). */
-static uint32_t usable_cpus(void)
-{
-	static uint32_t n;
-	uint32_t v = LC_READ_ONCE(n);
+/* The CPUs the calling thread may use, read at its first wait. */
+struct usable {
+	cpu_set_t set;
+	uint32_t count; /* 0: not read yet */
+};
 
-	if (!v) {
-		v = lc_usable_cpus();
-		LC_WRITE_ONCE(n, v);
+static __thread struct usable usable;
+
+/* The thread's CPUs beside the proxy's loop (shm_spare_cpus). */
+static uint32_t spare_cpus(const struct shm_conn *cn)
+{
+	if (!usable.count) {
+		if (sched_getaffinity(0, sizeof(usable.set), &usable.set) == 0 &&
+		    CPU_COUNT(&usable.set) > 0) {
+			usable.count = (uint32_t)CPU_COUNT(&usable.set);
+		} else {
+			memset(&usable.set, 0xff, sizeof(usable.set)); /* the loop may be on any */
+			usable.count = lc_online_cpus();
+		}
 	}
-	return v;
+	return shm_spare_cpus(&usable.set, usable.count, LC_READ_ONCE(cn->ring->loop_cpu));
 }
 
 /* 1 when this thread runs on the CPU the proxy's loop last ran on (known on
@@ -158,8 +168,8 @@ static int beside_loop(const struct shm_conn *cn)
  * the CPU between looks. With more waiters than CPUs and requests slower
  * than a switch they then hand the CPU to each other and to the proxy
  * instead of each paying a futex sleep and a wakeup (8 threads on 2 CPUs:
- * about 2x the throughput); spinning is kept to one CPU fewer than the
- * process has, or to short budgets, so that spinners do not starve the
+ * about 2x the throughput); spinning is kept to the thread's CPUs other
+ * than the loop's, or to short budgets, so that spinners do not starve the
  * loop that completes them. A would-be spinner on the loop's CPU sleeps at
  * once instead (the loop then pays a FUTEX_WAKE). Returns 1 when DONE was
  * seen; 0 when the caller should sleep.
@@ -168,7 +178,7 @@ static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start,
 {
 	uint32_t budget = shm_spin_budget(lat);
 	struct shm_waiters w = {.watching = lc_fetch_add(&cn->watching, 1u),
-				.spare_cpus = usable_cpus() - 1,
+				.spare_cpus = spare_cpus(cn),
 				.crowded = LC_READ_ONCE(cn->ring->crowded) != 0};
 	int spin = shm_should_spin(w, lat);
 	int done = 0;

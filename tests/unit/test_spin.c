@@ -2,8 +2,9 @@
  * test_spin.c - the waiter's spin budget (shmlib/spin.h): it follows how
  * long the session's requests take by the proxy's completion stamps, stops
  * spinning for slow sessions, and spins again once requests are fast again,
- * also when every sample in between came while the waiter slept; and
- * whether a waiter spins or yields (shm_should_spin).
+ * also when every sample in between came while the waiter slept;
+ * whether a waiter spins or yields (shm_should_spin); and how many of its
+ * CPUs the proxy's loop leaves it (shm_spare_cpus).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -111,6 +112,40 @@ static void test_spin_none_without_a_spare_cpu(void **state)
 	assert_false(spins(0, 0, 0, 50000));
 }
 
+/* shm_spare_cpus for a thread allowed the n CPUs first..first+n-1. */
+static uint32_t spare(int first, int n, uint32_t loop_cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	for (int i = first; i < first + n; i++)
+		CPU_SET(i, &set);
+	return shm_spare_cpus(&set, (uint32_t)n, loop_cpu);
+}
+
+static void test_spin_spare_cpus_beside_the_loop(void **state)
+{
+	/* The loop on one of the thread's CPUs (hint: CPU + 1) takes one. */
+	assert_int_equal(spare(0, 2, 1), 1);
+	assert_int_equal(spare(0, 2, 2), 1);
+	assert_int_equal(spare(0, 1, 1), 0);
+	/* A loop on a CPU of its own leaves every one of the thread's. */
+	assert_int_equal(spare(0, 1, 2), 1);
+	assert_int_equal(spare(4, 4, 1), 4);
+	assert_int_equal(spare(0, 4, 9), 4);
+}
+
+static void test_spin_spare_cpus_unknown_loop_is_ours(void **state)
+{
+	/* No hint, or one no CPU set holds (a client scribbling over its own
+	 * ring): the loop may be on any of ours. */
+	assert_int_equal(spare(0, 2, 0), 1);
+	assert_int_equal(spare(0, 1, 0), 0);
+	assert_int_equal(spare(0, 2, CPU_SETSIZE + 1), 1);
+	assert_int_equal(spare(0, 2, UINT32_MAX), 1);
+	assert_int_equal(spare(0, 0, 0), 0);
+}
+
 static void test_spin_learns_each_op_apart(void **state)
 {
 	/* Slow puts do not stop fast gets from spinning, nor the reverse. */
@@ -138,6 +173,8 @@ int main(void)
 		cmocka_unit_test(test_spin_for_short_requests_however_many_watch),
 		cmocka_unit_test(test_spin_short_requests_keep_short_budgets),
 		cmocka_unit_test(test_spin_none_without_a_spare_cpu),
+		cmocka_unit_test(test_spin_spare_cpus_beside_the_loop),
+		cmocka_unit_test(test_spin_spare_cpus_unknown_loop_is_ours),
 		cmocka_unit_test(test_spin_learns_each_op_apart),
 	};
 
