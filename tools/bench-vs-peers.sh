@@ -13,11 +13,17 @@
 # lunar/memcached. Runs ROUNDS rounds (default 3),
 # each starting every system afresh and driving it through every cell, one
 # system after the other; each figure is the median over the rounds, so one
-# slow spell of a shared machine does not decide a cell. Installs
-# redis-server, redis-tools and memcached with apt-get when missing and run as
-# root. Each cell ~1-2 s, a round ~1 min.
+# slow spell of a shared machine does not decide a cell.
+# Every system runs in each placement of PLACEMENTS (default "shared own";
+# "shared" alone on one CPU): shared, server and clients wherever the
+# scheduler puts them; own, the server confined to the last CPU and its
+# clients to the others (a sidecar given a CPU of its own). The first
+# tables take, for each system and cell, the better of its placements; the
+# tables of each placement follow. Installs redis-server, redis-tools and
+# memcached with apt-get when missing and run as root. Each cell ~1-2 s, a
+# round ~1 min per placement.
 # Run from anywhere: bash tools/bench-vs-peers.sh [> peers.md]. Env: BUILD,
-# ROUNDS.
+# ROUNDS, PLACEMENTS.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -32,6 +38,21 @@ ROUNDS=${ROUNDS:-3}
 case $ROUNDS in
 '' | *[!0-9]* | 0) echo "bench-vs-peers: ROUNDS must be a positive number" >&2; exit 2 ;;
 esac
+# The CPUs this script may use, in order (taskset's list expanded).
+mapfile -t CPUS < <(taskset -pc $$ | sed 's/.*: //' | tr ',' '\n' |
+	awk -F- '{ for (c = $1; c <= ($2 == "" ? $1 : $2); c++) print c }')
+if [ "${#CPUS[@]}" -ge 2 ]; then
+	read -r -a PLACEMENTS <<<"${PLACEMENTS:-shared own}"
+else
+	read -r -a PLACEMENTS <<<"${PLACEMENTS:-shared}"
+fi
+for p in "${PLACEMENTS[@]}"; do
+	case $p in
+	shared) ;;
+	own) [ "${#CPUS[@]}" -ge 2 ] || { echo "bench-vs-peers: own needs 2 CPUs" >&2; exit 2; } ;;
+	*) echo "bench-vs-peers: PLACEMENTS: shared and/or own, not $p" >&2; exit 2 ;;
+	esac
+done
 
 install_peers() {
 	local missing=()
@@ -85,10 +106,21 @@ rounds() {
 	done
 }
 
-# One round: each system started afresh and driven through every cell, one
-# system after the other.
+# place P - run what follows in placement P (BL_SERVER_CPUS, BL_CLIENT_CPUS).
+place() {
+	local rest=("${CPUS[@]:0:${#CPUS[@]}-1}")
+
+	BL_SERVER_CPUS= BL_CLIENT_CPUS=
+	if [ "$1" = own ]; then
+		BL_SERVER_CPUS=${CPUS[-1]}
+		BL_CLIENT_CPUS=$(IFS=,; echo "${rest[*]}")
+	fi
+}
+
+# One round in placement P: each system started afresh and driven through
+# every cell, one system after the other; files $P-SYSTEM-SIZE-CLIENTS-R.out.
 run_round() {
-	local r=$1 size c sock=$BL_TMP/lunar.sock
+	local r=$1 p=$2 size c sock=$BL_TMP/lunar.sock
 	local memc=(memcached -s "$BL_TMP/memc.sock" -m 4096 -I 8m -t 4)
 
 	# Redis: no persistence, UNIX socket only.
@@ -96,10 +128,9 @@ run_round() {
 	bl_spawn "$BL_TMP/redis.log" redis-server --port 0 --unixsocket "$BL_TMP/redis.sock" \
 		--save '' --appendonly no --daemonize no
 	wait_sock "$BL_TMP/redis.sock"
-	bl_record redis-server --port 0 --unixsocket "$BL_TMP/redis.sock" --save "" --appendonly no
 	for size in "${SIZES[@]}"; do
 		for c in "${CLIENTS[@]}"; do
-			bl_run "$BL_TMP/redis-$size-$c-$r.out" "$CELL_SECS" redis-benchmark \
+			bl_run "$BL_TMP/$p-redis-$size-$c-$r.out" "$CELL_SECS" redis-benchmark \
 				-s "$BL_TMP/redis.sock" -t set,get -d "${BYTES[$size]}" -c "$c" \
 				-n "${COUNT[$size]}" -P 1 --csv || true
 		done
@@ -112,10 +143,9 @@ run_round() {
 	rm -f "$BL_TMP/memc.sock"
 	bl_spawn "$BL_TMP/memc.log" "${memc[@]}"
 	wait_sock "$BL_TMP/memc.sock"
-	bl_record "${memc[@]}"
 	for size in "${SIZES[@]}"; do
 		for c in "${CLIENTS[@]}"; do
-			bl_run "$BL_TMP/memc-$size-$c-$r.out" "$CELL_SECS" "$BIN/memc-bench" --socket \
+			bl_run "$BL_TMP/$p-memc-$size-$c-$r.out" "$CELL_SECS" "$BIN/memc-bench" --socket \
 				"$BL_TMP/memc.sock" --size "$size" --count "${COUNT[$size]}" \
 				--threads "$c" --check sampled || true
 		done
@@ -126,10 +156,10 @@ run_round() {
 	bl_start_proxy proxy "$sock" --embedded-master --segment-size 2GiB
 	for size in "${SIZES[@]}"; do
 		for c in "${CLIENTS[@]}"; do
-			bl_run "$BL_TMP/lunar-$size-$c-$r.out" "$CELL_SECS" "$BIN/lunar-bench" \
+			bl_run "$BL_TMP/$p-lunar-$size-$c-$r.out" "$CELL_SECS" "$BIN/lunar-bench" \
 				--socket "$sock" --size "$size" --count "${COUNT[$size]}" --threads "$c" \
 				--baseline-size 0 --zero-copy --check sampled || true
-			bl_run "$BL_TMP/staged-$size-$c-$r.out" "$CELL_SECS" "$BIN/lunar-bench" \
+			bl_run "$BL_TMP/$p-staged-$size-$c-$r.out" "$CELL_SECS" "$BIN/lunar-bench" \
 				--socket "$sock" --size "$size" --count "${COUNT[$size]}" --threads "$c" \
 				--baseline-size 0 --check sampled || true
 		done
@@ -137,16 +167,39 @@ run_round() {
 	bl_stop_all
 }
 
+# max A B - the larger number, "-" counting as none.
+max() {
+	LC_ALL=C awk -v a="$1" -v b="$2" \
+		'BEGIN { if (a == "-") print b; else if (b == "-" || a + 0 >= b + 0) print a; else print b }'
+}
+
+# fig PATTERN FN ARGS... - the figure FN FILE ARGS over the rounds of
+# PATTERN's runs (PLACE in it standing for the placement): the median of
+# the rounds in placement PICK, or with PICK=best the highest such median
+# over PLACEMENTS.
+fig() {
+	local pat=$1 p best=-
+	shift
+	if [ "$PICK" != best ]; then
+		median $(rounds "${pat/PLACE/$PICK}" "$@")
+		return
+	fi
+	for p in "${PLACEMENTS[@]}"; do
+		best=$(max "$best" "$(median $(rounds "${pat/PLACE/$p}" "$@"))")
+	done
+	echo "$best"
+}
+
 # each_cell FN KIND - FN SIZE CLIENTS R M L for every cell: R, M and L the
-# round-file patterns (for rounds) of Redis, memcached and Lunar's KIND runs
-# (lunar: from registered memory; staged: through the staging arena).
+# file patterns (for fig) of Redis, memcached and Lunar's KIND runs (lunar:
+# from registered memory; staged: through the staging arena).
 each_cell() {
 	local size c
 
 	for size in "${SIZES[@]}"; do
 		for c in "${CLIENTS[@]}"; do
-			"$1" "$size" "$c" "$BL_TMP/redis-$size-$c-@.out" \
-				"$BL_TMP/memc-$size-$c-@.out" "$BL_TMP/$2-$size-$c-@.out"
+			"$1" "$size" "$c" "$BL_TMP/PLACE-redis-$size-$c-@.out" \
+				"$BL_TMP/PLACE-memc-$size-$c-@.out" "$BL_TMP/PLACE-$2-$size-$c-@.out"
 		done
 	done
 }
@@ -155,17 +208,17 @@ each_cell() {
 ratio_row() {
 	local r=$3 m=$4 l=$5 rs rg ms mg ls lg
 
-	rs=$(median $(rounds "$r" redis_rps SET))
-	rg=$(median $(rounds "$r" redis_rps GET))
-	ms=$(median $(rounds "$m" bl_kv set_ops_per_s))
-	mg=$(median $(rounds "$m" bl_kv get_ops_per_s))
-	ls=$(median $(rounds "$l" bl_kv put_ops_per_s))
-	lg=$(median $(rounds "$l" bl_kv get_ops_per_s))
+	rs=$(fig "$r" redis_rps SET)
+	rg=$(fig "$r" redis_rps GET)
+	ms=$(fig "$m" bl_kv set_ops_per_s)
+	mg=$(fig "$m" bl_kv get_ops_per_s)
+	ls=$(fig "$l" bl_kv put_ops_per_s)
+	lg=$(fig "$l" bl_kv get_ops_per_s)
 	echo "| $1 | $2 | $(bl_fmt "$rs" 0) | $(bl_fmt "$ms" 0) | $(bl_fmt "$ls" 0) |" \
-		"$(bl_fmt "$(median $(rounds "$l" bl_kv put_gb_per_s))" 2) |" \
+		"$(bl_fmt "$(fig "$l" bl_kv put_gb_per_s)" 2) |" \
 		"$(bl_div "$ls" "$rs" 2) | $(bl_div "$ls" "$ms" 2) | $(bl_fmt "$rg" 0) |" \
 		"$(bl_fmt "$mg" 0) | $(bl_fmt "$lg" 0) |" \
-		"$(bl_fmt "$(median $(rounds "$l" bl_kv get_gb_per_s))" 2) |" \
+		"$(bl_fmt "$(fig "$l" bl_kv get_gb_per_s)" 2) |" \
 		"$(bl_div "$lg" "$rg" 2) | $(bl_div "$lg" "$mg" 2) |"
 }
 
@@ -181,21 +234,41 @@ ratio_table() {
 verify_row() {
 	local rg mv lv
 
-	rg=$(median $(rounds "$3" redis_rps GET))
-	mv=$(median $(rounds "$4" bl_kv verify_ops_per_s))
-	lv=$(median $(rounds "$5" bl_kv verify_ops_per_s))
+	rg=$(fig "$3" redis_rps GET)
+	mv=$(fig "$4" bl_kv verify_ops_per_s)
+	lv=$(fig "$5" bl_kv verify_ops_per_s)
 	echo "| $1 | $2 | $(bl_fmt "$rg" 0) | $(bl_fmt "$mv" 0) | $(bl_fmt "$lv" 0) |" \
 		"$(bl_div "$lv" "$rg" 2) | $(bl_div "$lv" "$mv" 2) |"
 }
 
-# p50_row SIZE CLIENTS R M L - p50 latency per call.
+verify_table() {
+	echo "| size | clients | redis GET/s | memcached get/s, checked | lunar get/s, checked | lunar/redis get | lunar/memcached get |"
+	echo "|---|---|---|---|---|---|---|"
+	each_cell verify_row lunar
+}
+
+# p50_row SIZE CLIENTS R M L - p50 latency per call (one placement).
 p50_row() {
-	echo "| $1 | $2 | $(median $(rounds "$3" redis_p50_us SET)) |" \
-		"$(bl_fmt "$(median $(rounds "$4" bl_kv set_p50_us))" 1) |" \
-		"$(bl_fmt "$(median $(rounds "$5" bl_kv put_p50_us))" 1) |" \
-		"$(median $(rounds "$3" redis_p50_us GET)) |" \
-		"$(bl_fmt "$(median $(rounds "$4" bl_kv get_p50_us))" 1) |" \
-		"$(bl_fmt "$(median $(rounds "$5" bl_kv get_p50_us))" 1) |"
+	echo "| $1 | $2 | $(fig "$3" redis_p50_us SET) |" \
+		"$(bl_fmt "$(fig "$4" bl_kv set_p50_us)" 1) |" \
+		"$(bl_fmt "$(fig "$5" bl_kv put_p50_us)" 1) |" \
+		"$(fig "$3" redis_p50_us GET) |" \
+		"$(bl_fmt "$(fig "$4" bl_kv get_p50_us)" 1) |" \
+		"$(bl_fmt "$(fig "$5" bl_kv get_p50_us)" 1) |"
+}
+
+p50_table() {
+	echo "| size | clients | redis SET | memcached set | lunar put | redis GET | memcached get | lunar get |"
+	echo "|---|---|---|---|---|---|---|---|"
+	each_cell p50_row lunar
+}
+
+# placement_name P - how placement P is described in headings.
+placement_name() {
+	case $1 in
+	shared) echo "shared: servers and clients wherever the scheduler puts them" ;;
+	own) echo "own: each server confined to CPU ${CPUS[-1]}, its clients to the others" ;;
+	esac
 }
 
 install_peers
@@ -203,8 +276,11 @@ make -s BUILD="$BUILD" "$BIN/memc-bench" >&2
 bl_need lunar-bench lunar-proxy lunarctl memc-bench
 bl_init lunar-peers
 for r in $(seq "$ROUNDS"); do
-	bl_log "bench-vs-peers: round $r of $ROUNDS"
-	run_round "$r"
+	for p in "${PLACEMENTS[@]}"; do
+		bl_log "bench-vs-peers: round $r of $ROUNDS, placement $p"
+		place "$p"
+		run_round "$r" "$p"
+	done
 done
 
 echo "# Lunar next to Redis and memcached"
@@ -223,8 +299,22 @@ echo "get phase, then get every value again comparing every byte (the third tabl
 echo "ops/s: Redis's own figure; memc-bench and lunar-bench count ops over the"
 echo "busiest client's time in calls (the compares are outside it)."
 echo "Each figure is the median of $ROUNDS rounds; a round runs Redis, memcached and"
-echo "Lunar one after the other, each started afresh. Ratios are of the medians;"
-echo "> 1 means Lunar is faster."
+echo "Lunar one after the other, each started afresh, in each placement in turn:"
+for p in "${PLACEMENTS[@]}"; do
+	echo "- $(placement_name "$p")."
+done
+echo "Ratios are of the medians; > 1 means Lunar is faster."
+echo
+PICK=best
+if [ "${#PLACEMENTS[@]}" -gt 1 ]; then
+	echo "## Each system in its better placement"
+	echo
+	echo "For each system and cell, the better median of its placements (the tables"
+	echo "of each placement follow)."
+else
+	PICK=${PLACEMENTS[0]}
+	echo "## Placement $(placement_name "$PICK")"
+fi
 echo
 ratio_table lunar
 echo
@@ -235,15 +325,19 @@ echo
 echo "Gets with every byte compared after each call (the verify phases; Lunar"
 echo "registered), next to Redis's GET, which compares none:"
 echo
-echo "| size | clients | redis GET/s | memcached get/s, checked | lunar get/s, checked | lunar/redis get | lunar/memcached get |"
-echo "|---|---|---|---|---|---|---|"
-each_cell verify_row lunar
-echo
-echo "p50 latency per call, µs (SET/put, GET/get; medians over the rounds; Lunar registered):"
-echo
-echo "| size | clients | redis SET | memcached set | lunar put | redis GET | memcached get | lunar get |"
-echo "|---|---|---|---|---|---|---|---|"
-each_cell p50_row lunar
+verify_table
+for PICK in "${PLACEMENTS[@]}"; do
+	echo
+	if [ "${#PLACEMENTS[@]}" -gt 1 ]; then
+		echo "## Placement $(placement_name "$PICK")"
+		echo
+		ratio_table lunar
+		echo
+	fi
+	echo "p50 latency per call, µs (SET/put, GET/get; medians over the rounds; Lunar registered):"
+	echo
+	p50_table
+done
 bl_cmds_flush
 if [ "$BL_FAILED" -gt 0 ]; then
 	echo

@@ -52,11 +52,29 @@ bl_on_exit() {
 	exit "$rc"
 }
 
-# bl_spawn LOG CMD... - start CMD in the background, output to LOG; sets BL_PID.
+# Placement: daemons started by bl_spawn run on the CPUs BL_SERVER_CPUS,
+# commands run by bl_run on BL_CLIENT_CPUS (taskset lists); empty,
+# wherever the scheduler puts them.
+BL_SERVER_CPUS=
+BL_CLIENT_CPUS=
+
+# bl_placed CPUS CMD... - sets BL_CMD to CMD, confined to CPUS by taskset
+# when CPUS is not empty.
+bl_placed() {
+	local cpus=$1
+	shift
+	BL_CMD=("$@")
+	[ -z "$cpus" ] || BL_CMD=(taskset -c "$cpus" "$@")
+}
+
+# bl_spawn LOG CMD... - start CMD in the background (on BL_SERVER_CPUS),
+# output to LOG; records the command line (bl_record); sets BL_PID.
 bl_spawn() {
 	local log=$1
 	shift
-	"$@" >"$log" 2>&1 </dev/null &
+	bl_placed "$BL_SERVER_CPUS" "$@"
+	bl_record "${BL_CMD[@]}"
+	"${BL_CMD[@]}" >"$log" 2>&1 </dev/null &
 	BL_PID=$!
 	BL_PIDS+=("$BL_PID")
 }
@@ -67,7 +85,6 @@ bl_start_proxy() {
 	local name=$1 sock=$2 extra
 	shift 2
 	mapfile -t extra < <(bl_port_flags "$BIN/lunar-proxy")
-	bl_record "$BIN/lunar-proxy" --socket "$sock" --data-port 0 "${extra[@]}" "$@"
 	bl_spawn "$BL_TMP/$name.log" "$BIN/lunar-proxy" --socket "$sock" --data-port 0 \
 		"${extra[@]}" "$@"
 	for _ in $(seq 300); do
@@ -96,10 +113,9 @@ bl_start_master() {
 	shift
 	mapfile -t extra < <(bl_port_flags "$BIN/lunar-master")
 	BL_MASTER_URL=
-	bl_record "$BIN/lunar-master" --listen 127.0.0.1 --port 0 "${extra[@]}" "$@"
-	BL_CMDS[-1]+="   # its URL: \$MASTER, its pid: \$MASTER_PID"
 	bl_spawn "$BL_TMP/$name.log" "$BIN/lunar-master" --listen 127.0.0.1 --port 0 \
 		"${extra[@]}" "$@"
+	BL_CMDS[-1]+="   # its URL: \$MASTER, its pid: \$MASTER_PID"
 	for _ in $(seq 100); do
 		# The log appears once the background shell has opened it.
 		port=$(sed -n 's/.*listening on tcp:\/\/[^:]*:\([0-9][0-9]*\).*/\1/p' \
@@ -135,15 +151,17 @@ bl_port_flags() {
 	fi
 }
 
-# bl_run OUT SECS CMD... - run CMD bounded by SECS, stdout to OUT, stderr to
-# OUT.err; records the command line (temporary paths shown as $TMP) in
-# BL_CMDS. Returns CMD's status; a failure is also counted in BL_FAILED.
+# bl_run OUT SECS CMD... - run CMD (on BL_CLIENT_CPUS) bounded by SECS,
+# stdout to OUT, stderr to OUT.err; records the command line (temporary
+# paths shown as $TMP) in BL_CMDS. Returns CMD's status; a failure is also
+# counted in BL_FAILED.
 BL_CMDS=()
 bl_run() {
 	local out=$1 secs=$2 rc=0
 	shift 2
-	bl_record "$@"
-	timeout --kill-after=5 "$secs" "$@" >"$out" 2>"$out.err" || rc=$?
+	bl_placed "$BL_CLIENT_CPUS" "$@"
+	bl_record "${BL_CMD[@]}"
+	timeout --kill-after=5 "$secs" "${BL_CMD[@]}" >"$out" 2>"$out.err" || rc=$?
 	if [ "$rc" -ne 0 ]; then
 		BL_FAILED=$((BL_FAILED + 1))
 		bl_log "bench: FAILED (exit $rc): $*"
