@@ -1,19 +1,27 @@
 /*
- * cpus.h - how many CPUs the calling thread may run on: its affinity mask,
- * which is where a container's cpuset shows, rather than every CPU the
- * machine has online; and how many are online.
+ * cpus.h - the CPUs the calling thread may run on: its affinity mask, which
+ * is where a container's cpuset shows, rather than every CPU the machine
+ * has online.
  */
 #ifndef LUNAR_COMMON_CPUS_H
 #define LUNAR_COMMON_CPUS_H
 
 #include <sched.h>
+#include <string.h>
 #include <unistd.h>
 
-/* lc_online_cpus - at least 1. */
-static inline unsigned lc_online_cpus(void)
+/*
+ * lc_usable_set - the thread's affinity into set; their count, at least 1.
+ * When it cannot be read: every CPU in set, and the count of those online.
+ */
+static inline unsigned lc_usable_set(cpu_set_t *set)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	long n;
 
+	if (sched_getaffinity(0, sizeof(*set), set) == 0 && CPU_COUNT(set) > 0)
+		return (unsigned)CPU_COUNT(set);
+	memset(set, 0xff, sizeof(*set));
+	n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (unsigned)n : 1;
 }
 
@@ -22,9 +30,7 @@ static inline unsigned lc_usable_cpus(void)
 {
 	cpu_set_t set;
 
-	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-		return (unsigned)CPU_COUNT(&set);
-	return lc_online_cpus();
+	return lc_usable_set(&set);
 }
 
 #endif /* LUNAR_COMMON_CPUS_H */

@@ -171,13 +171,19 @@ static void raise_open_files(const struct px_proxy *px)
 }
 
 /* CPUs its clients may busy beside the loop (the crowding hint): the
- * proxy's own but the loop's; for a proxy confined to one CPU, whose
- * clients run elsewhere, the machine's others. */
+ * proxy's own but the loop's; for a proxy confined to one CPU, the
+ * machine's others online, where its clients then run. Clients that share
+ * that one CPU (a one-CPU container) never spin, whatever the hint says:
+ * they have no CPU beside the loop (shm_spare_cpus). */
 static unsigned spare_cpus(void)
 {
 	unsigned ours = lc_usable_cpus();
+	long online;
 
-	return (ours > 1 ? ours : lc_online_cpus()) - 1;
+	if (ours > 1)
+		return ours - 1;
+	online = sysconf(_SC_NPROCESSORS_ONLN);
+	return online > 1 ? (unsigned)online - 1 : 0;
 }
 
 static int start_clients(struct px_proxy *px)

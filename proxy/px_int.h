@@ -164,7 +164,7 @@ struct px_proxy {
 	int epfd;
 	int stop_efd; /* signalfd: SIGTERM, SIGINT */
 	unsigned nsessions;
-	unsigned spare_cpus; /* CPUs clients may busy beside the loop (0 on one CPU) */
+	unsigned spare_cpus; /* CPUs clients may busy beside the loop (main.c) */
 	uint32_t crowded;    /* hints last written to every ring; loop thread only */
 	uint32_t loop_cpu;
 	struct px_session *sessions;

@@ -38,12 +38,13 @@ static inline uint32_t shm_spin_budget(uint32_t lat_ns)
 }
 
 /*
- * shm_spare_cpus - the CPUs a waiter's process may use beside the proxy's
- * loop: the count CPUs of its affinity set, less the loop's own when the
- * loop runs on one of them. loop_cpu is the ring's hint (the CPU plus one);
- * 0, unknown, counts as one of ours. A proxy given CPUs of its own
- * (taskset, systemd's CPUAffinity=) leaves every CPU of its clients spare,
- * however few they have.
+ * shm_spare_cpus - how many CPUs a waiter's process may use beside the
+ * proxy's loop: count (those in its affinity set; when that could not be
+ * read, set holds every CPU and count those online), less one when the
+ * loop runs on one of set's CPUs. loop_cpu is the ring's hint, the CPU
+ * plus one; 0 (unknown) or a value past CPU_SETSIZE counts as in set. A
+ * proxy given CPUs of its own (taskset, systemd's CPUAffinity=) leaves
+ * every CPU of its clients spare, however few they have.
  */
 static inline uint32_t shm_spare_cpus(const cpu_set_t *set, uint32_t count, uint32_t loop_cpu)
 {

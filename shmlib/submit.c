@@ -128,26 +128,23 @@ static int ring_kick(struct shm_conn *cn)
 	return 0;
 }
 
-/* The CPUs the calling thread may use, read at its first wait. */
-struct usable {
+/* The CPUs this process may use: its first waiter's affinity, read once
+ * (a later change of affinity is not seen). */
+static struct {
+	pthread_once_t once;
 	cpu_set_t set;
-	uint32_t count; /* 0: not read yet */
-};
+	uint32_t count;
+} usable = {PTHREAD_ONCE_INIT};
 
-static __thread struct usable usable;
+static void usable_read(void)
+{
+	usable.count = lc_usable_set(&usable.set);
+}
 
-/* The thread's CPUs beside the proxy's loop (shm_spare_cpus). */
+/* This process's CPUs beside the proxy's loop (shm_spare_cpus). */
 static uint32_t spare_cpus(const struct shm_conn *cn)
 {
-	if (!usable.count) {
-		if (sched_getaffinity(0, sizeof(usable.set), &usable.set) == 0 &&
-		    CPU_COUNT(&usable.set) > 0) {
-			usable.count = (uint32_t)CPU_COUNT(&usable.set);
-		} else {
-			memset(&usable.set, 0xff, sizeof(usable.set)); /* the loop may be on any */
-			usable.count = lc_online_cpus();
-		}
-	}
+	pthread_once(&usable.once, usable_read);
 	return shm_spare_cpus(&usable.set, usable.count, LC_READ_ONCE(cn->ring->loop_cpu));
 }
 
@@ -168,7 +165,7 @@ static int beside_loop(const struct shm_conn *cn)
  * the CPU between looks. With more waiters than CPUs and requests slower
  * than a switch they then hand the CPU to each other and to the proxy
  * instead of each paying a futex sleep and a wakeup (8 threads on 2 CPUs:
- * about 2x the throughput); spinning is kept to the thread's CPUs other
+ * about 2x the throughput); spinning is kept to the process's CPUs other
  * than the loop's, or to short budgets, so that spinners do not starve the
  * loop that completes them. A would-be spinner on the loop's CPU sleeps at
  * once instead (the loop then pays a FUTEX_WAKE). Returns 1 when DONE was

@@ -38,18 +38,22 @@ ROUNDS=${ROUNDS:-3}
 case $ROUNDS in
 '' | *[!0-9]* | 0) echo "bench-vs-peers: ROUNDS must be a positive number" >&2; exit 2 ;;
 esac
-# The CPUs this script may use, in order (taskset's list expanded).
-mapfile -t CPUS < <(taskset -pc $$ | sed 's/.*: //' | tr ',' '\n' |
-	awk -F- '{ for (c = $1; c <= ($2 == "" ? $1 : $2); c++) print c }')
-if [ "${#CPUS[@]}" -ge 2 ]; then
+# The CPUs this script may use, in order (its Cpus_allowed_list expanded).
+mapfile -t CPUS < <(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status |
+	tr ',' '\n' | awk -F- '{ for (c = $1; c <= ($2 == "" ? $1 : $2); c++) print c }')
+if [ "${#CPUS[@]}" -ge 2 ] && command -v taskset >/dev/null; then
 	read -r -a PLACEMENTS <<<"${PLACEMENTS:-shared own}"
 else
 	read -r -a PLACEMENTS <<<"${PLACEMENTS:-shared}"
 fi
+[ "${#PLACEMENTS[@]}" -gt 0 ] || { echo "bench-vs-peers: PLACEMENTS is empty" >&2; exit 2; }
 for p in "${PLACEMENTS[@]}"; do
 	case $p in
 	shared) ;;
-	own) [ "${#CPUS[@]}" -ge 2 ] || { echo "bench-vs-peers: own needs 2 CPUs" >&2; exit 2; } ;;
+	own)
+		[ "${#CPUS[@]}" -ge 2 ] || { echo "bench-vs-peers: own needs 2 CPUs" >&2; exit 2; }
+		command -v taskset >/dev/null || { echo "bench-vs-peers: own needs taskset" >&2; exit 2; }
+		;;
 	*) echo "bench-vs-peers: PLACEMENTS: shared and/or own, not $p" >&2; exit 2 ;;
 	esac
 done
@@ -106,12 +110,15 @@ rounds() {
 	done
 }
 
-# place P - run what follows in placement P (BL_SERVER_CPUS, BL_CLIENT_CPUS).
+# place P - run what follows in placement P (BL_SERVER_CPUS, BL_CLIENT_CPUS):
+# own, the server on the last CPU (on an SMT machine perhaps a sibling of a
+# client's), its clients on the others.
 place() {
-	local rest=("${CPUS[@]:0:${#CPUS[@]}-1}")
+	local rest
 
 	BL_SERVER_CPUS= BL_CLIENT_CPUS=
 	if [ "$1" = own ]; then
+		rest=("${CPUS[@]:0:${#CPUS[@]}-1}")
 		BL_SERVER_CPUS=${CPUS[-1]}
 		BL_CLIENT_CPUS=$(IFS=,; echo "${rest[*]}")
 	fi

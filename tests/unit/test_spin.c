@@ -142,6 +142,7 @@ static void test_spin_spare_cpus_unknown_loop_is_ours(void **state)
 	assert_int_equal(spare(0, 2, 0), 1);
 	assert_int_equal(spare(0, 1, 0), 0);
 	assert_int_equal(spare(0, 2, CPU_SETSIZE + 1), 1);
+	assert_int_equal(spare(0, 2, CPU_SETSIZE), 2); /* the last CPU a set holds */
 	assert_int_equal(spare(0, 2, UINT32_MAX), 1);
 	assert_int_equal(spare(0, 0, 0), 0);
 }

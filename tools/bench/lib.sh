@@ -54,9 +54,10 @@ bl_on_exit() {
 
 # Placement: daemons started by bl_spawn run on the CPUs BL_SERVER_CPUS,
 # commands run by bl_run on BL_CLIENT_CPUS (taskset lists); empty,
-# wherever the scheduler puts them.
+# wherever the scheduler puts them. BL_CMD: bl_placed's result.
 BL_SERVER_CPUS=
 BL_CLIENT_CPUS=
+BL_CMD=()
 
 # bl_placed CPUS CMD... - sets BL_CMD to CMD, confined to CPUS by taskset
 # when CPUS is not empty.
