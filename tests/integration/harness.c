@@ -831,11 +831,14 @@ int h_pid_maps_count(pid_t pid, const char *needle)
 }
 
 /* Read a /proc stat file: utime + stime in ms (returned), the name
- * between the parentheses (which may hold spaces) into comm, and the minor
- * faults into *minflt (when not NULL); -1 if unreadable. */
-static int64_t read_stat(const char *path, char *comm, size_t commlen, int64_t *minflt)
+ * between the parentheses (which may hold spaces) into comm, the minor
+ * faults into *minflt and the state letter into *state (each when not
+ * NULL); -1 if unreadable. */
+static int64_t read_stat(const char *path, char *comm, size_t commlen, int64_t *minflt,
+			 char *state)
 {
 	unsigned long long ut = 0, st = 0, mf = 0;
+	char s = 0;
 	long tck = sysconf(_SC_CLK_TCK);
 	char buf[1024], *lp, *rp;
 	ssize_t n;
@@ -857,11 +860,13 @@ static int64_t read_stat(const char *path, char *comm, size_t commlen, int64_t *
 		snprintf(comm, commlen, "%.*s", (int)(rp - lp - 1), lp + 1);
 	/* After ") " come fields 3 (state) .. 13 (minflt is 10), then utime
 	 * and stime. */
-	if (sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %llu %*u %*u %*u %llu %llu", &mf, &ut,
-		   &st) != 3)
+	if (sscanf(rp + 2, "%c %*d %*d %*d %*d %*d %*u %llu %*u %*u %*u %llu %llu", &s, &mf, &ut,
+		   &st) != 4)
 		return -1;
 	if (minflt)
 		*minflt = (int64_t)mf;
+	if (state)
+		*state = s;
 	if (tck <= 0)
 		tck = 100;
 	return (int64_t)((ut + st) * 1000ull / (unsigned long long)tck);
@@ -872,7 +877,7 @@ int64_t h_pid_cpu_ms(pid_t pid)
 	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	return read_stat(path, NULL, 0, NULL);
+	return read_stat(path, NULL, 0, NULL, NULL);
 }
 
 int64_t h_pid_minor_faults(pid_t pid)
@@ -881,7 +886,7 @@ int64_t h_pid_minor_faults(pid_t pid)
 	int64_t n = -1;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	return read_stat(path, NULL, 0, &n) < 0 ? -1 : n;
+	return read_stat(path, NULL, 0, &n, NULL) < 0 ? -1 : n;
 }
 
 void h_pid_dump_threads(pid_t pid)
@@ -900,11 +905,47 @@ void h_pid_dump_threads(pid_t pid)
 		if (e->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
-		ms = read_stat(path, comm, sizeof(comm), NULL);
+		ms = read_stat(path, comm, sizeof(comm), NULL, NULL);
 		fprintf(stderr, "  pid %d thread %s (%s): %lld ms CPU\n", (int)pid, e->d_name, comm,
 			(long long)ms);
 	}
 	closedir(d);
+}
+
+/* 1 when every thread of pid is stopped (state T or t), 0 when one is
+ * not, -1 if its threads cannot be read. */
+static int pid_stopped(pid_t pid)
+{
+	char path[320], state;
+	struct dirent *e;
+	int stopped = 1;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while (stopped == 1 && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
+		if (read_stat(path, NULL, 0, NULL, &state) >= 0 && state != 'T' && state != 't')
+			stopped = 0;
+	}
+	closedir(d);
+	return stopped;
+}
+
+int h_stop_group(struct h_proc *p)
+{
+	uint64_t end = h_now_ms() + H_STOP_WAIT_MS;
+	int rc;
+
+	if (!p->running || kill(-p->pid, SIGSTOP))
+		return -1;
+	while ((rc = pid_stopped(p->pid)) == 0 && h_now_ms() < end)
+		h_sleep_ms(1);
+	return rc == 1 ? 0 : -1;
 }
 
 int h_run_as(uid_t uid, gid_t gid, int (*fn)(void *arg), void *arg)

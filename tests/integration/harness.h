@@ -168,6 +168,14 @@ const char *h_code(int64_t v);
 int h_pid_fd_count(pid_t pid);
 int h_pid_maps_count(pid_t pid, const char *needle);
 int64_t h_pid_cpu_ms(pid_t pid);
+/*
+ * h_stop_group - SIGSTOP p's process group, then wait up to H_STOP_WAIT_MS
+ * until every thread of p is stopped: kill returns before the signal takes
+ * effect, and a thread that has not yet stopped may still serve a request.
+ * 0, or -1 (p not running, or not stopped in time).
+ */
+#define H_STOP_WAIT_MS 2000
+int h_stop_group(struct h_proc *p);
 int64_t h_pid_minor_faults(pid_t pid);
 void h_pid_dump_threads(pid_t pid);
 

@@ -69,10 +69,15 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* Stop B (every thread of it, before returning: a thread the signal has
+ * not stopped yet may still serve a read), or let it go on. */
 static void stop_b(int stop)
 {
 	H_ASSERT(proxy_b->running);
-	H_ASSERT_EQ(kill(-proxy_b->pid, stop ? SIGSTOP : SIGCONT), 0);
+	if (stop)
+		H_ASSERT_EQ(h_stop_group(proxy_b), 0);
+	else
+		H_ASSERT_EQ(kill(-proxy_b->pid, SIGCONT), 0);
 	b_stopped = stop;
 }
 
@@ -169,7 +174,7 @@ static void test_peer_stop_batch_get_fails_in_one_timeout(void **state)
 		      (unsigned long long)took);
 	H_ASSERT_EQ(rc, 0);
 	for (int i = 0; i < NKEYS; i++)
-		if (results[i] >= 0) /* seen once, not understood: where from? */
+		if (results[i] >= 0) /* seen twice (one in CI at 8a5b2ad), not understood */
 			show_replicas(keys[i]);
 	for (int i = 0; i < NKEYS; i++)
 		H_ASSERT_MSG(results[i] < 0, "key %d read %lld bytes from a stopped peer", i,
