@@ -10,19 +10,24 @@
 #include <string.h>
 #include <unistd.h>
 
+/* lc_online_cpus - the CPUs the machine has online, at least 1. */
+static inline unsigned lc_online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (unsigned)n : 1;
+}
+
 /*
  * lc_usable_set - the thread's affinity into set; their count, at least 1.
- * When it cannot be read: every CPU in set, and the count of those online.
+ * When it cannot be read: every CPU in set, and lc_online_cpus.
  */
 static inline unsigned lc_usable_set(cpu_set_t *set)
 {
-	long n;
-
 	if (sched_getaffinity(0, sizeof(*set), set) == 0 && CPU_COUNT(set) > 0)
 		return (unsigned)CPU_COUNT(set);
 	memset(set, 0xff, sizeof(*set));
-	n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (unsigned)n : 1;
+	return lc_online_cpus();
 }
 
 /* lc_usable_cpus - at least 1. */

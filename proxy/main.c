@@ -178,12 +178,8 @@ static void raise_open_files(const struct px_proxy *px)
 static unsigned spare_cpus(void)
 {
 	unsigned ours = lc_usable_cpus();
-	long online;
 
-	if (ours > 1)
-		return ours - 1;
-	online = sysconf(_SC_NPROCESSORS_ONLN);
-	return online > 1 ? (unsigned)online - 1 : 0;
+	return (ours > 1 ? ours : lc_online_cpus()) - 1;
 }
 
 static int start_clients(struct px_proxy *px)

@@ -80,11 +80,8 @@ static uint32_t crowded_within(const struct raw *c, uint32_t want, unsigned ms)
 static unsigned proxy_spare_cpus(void)
 {
 	unsigned ours = lc_usable_cpus();
-	long online = sysconf(_SC_NPROCESSORS_ONLN);
 
-	if (ours > 1)
-		return ours - 1;
-	return online > 1 ? (unsigned)online - 1 : 0;
+	return (ours > 1 ? ours : lc_online_cpus()) - 1;
 }
 
 static void test_wait_hints(void **state)
