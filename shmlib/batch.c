@@ -15,8 +15,7 @@
 #include "atomic.h"
 #include "key.h"
 
-/* The key's length, from the one bounded read the key check needs. */
-static int key_check(const char *key, size_t *len)
+int shm_key_check(const char *key, size_t *len)
 {
 	if (!key)
 		return LUNAR_ERR_INVALID_KEY;
@@ -98,7 +97,7 @@ int64_t shm_batch_run(struct lunar_client *c, const struct shm_op *op, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		size_t k = iovs ? cnt[i] : 0, key_len = 0;
 		const char *key = LC_READ_ONCE(keys[i]);
-		int bad = key_check(key, &key_len);
+		int bad = shm_key_check(key, &key_len);
 
 		if (!bad && iovs)
 			bad = iov_snap(iovs[i], k, v);
@@ -214,7 +213,7 @@ int64_t lunar_prefix_match(struct lunar_client *c, size_t n, const char *const *
 	rc = batch_args(c, n, keys != NULL);
 	if (rc)
 		return rc > 0 ? 0 : rc;
-	while (valid < n && !key_check(keys[valid], &len))
+	while (valid < n && !shm_key_check(keys[valid], &len))
 		valid++;
 	if (!valid)
 		return 0;

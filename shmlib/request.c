@@ -13,19 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "clock.h"
 
 #define SHM_STAGE_ALIGN 8u
-
-/* One request in flight: its handle, session, deadline and arena range. */
-struct shm_req {
-	struct lunar_client *c;
-	struct shm_conn *cn;
-	uint64_t deadline_ns;
-	uint64_t off;
-	uint64_t len;
-	int cancel; /* the thread's cancellation state before the call */
-};
 
 /* Where the pieces of an item request go, as offsets from the range. */
 struct shm_layout {
@@ -68,10 +59,12 @@ static int req_alloc(struct shm_req *r, uint64_t len)
 	return rc;
 }
 
-static int64_t req_send(struct shm_req *r, const struct shm_op *op, uint32_t count,
-			uint64_t arg_len, const struct shm_layout *l)
+/* The descriptor of r's request: count items (or raw bytes) in arg_len
+ * bytes at the start of its range. */
+static struct lc_sqe req_sqe(const struct shm_req *r, const struct shm_op *op, uint32_t count,
+			     uint64_t arg_len, const struct shm_layout *l)
 {
-	struct lc_sqe sqe = {
+	return (struct lc_sqe){
 	    .op = op->op,
 	    .flags = op->flags,
 	    .count = count,
@@ -82,6 +75,12 @@ static int64_t req_send(struct shm_req *r, const struct shm_op *op, uint32_t cou
 	    .pref_off = l && l->pref_len ? r->off + l->pref_at : 0,
 	    .pref_len = l ? l->pref_len : 0,
 	};
+}
+
+static int64_t req_send(struct shm_req *r, const struct shm_op *op, uint32_t count,
+			uint64_t arg_len, const struct shm_layout *l)
+{
+	struct lc_sqe sqe = req_sqe(r, op, count, arg_len, l);
 	int64_t result;
 	int rc = shm_submit(r->cn, &sqe, r->deadline_ns, &result);
 
@@ -447,6 +446,79 @@ int64_t shm_run_items(struct lunar_client *c, const struct shm_op *op, struct sh
 		      uint32_t n)
 {
 	return run_items(c, op, items, n, SHM_RUN_REFIT | SHM_RUN_BOUNCE);
+}
+
+/* A single-key call's result: the whole request's code, else the key's. */
+static int64_t one_result(int64_t rc, const struct shm_item *it)
+{
+	return rc < 0 ? rc : it->result;
+}
+
+int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_pending *p)
+{
+	struct shm_req *r = &p->r;
+	struct shm_layout l;
+	struct lc_sqe sqe;
+	uint64_t in_place;
+	uint32_t region;
+	int rc;
+
+	rc = req_begin(c, r);
+	if (rc)
+		return rc;
+	shm_regs_rdlock(c);
+	rc = items_layout(r, op, &p->it, 1, &l);
+	if (!rc && l.total > r->cn->arena_max) {
+		shm_regs_unlock(c);
+		req_end(r);
+		p->result = one_result(shm_run_items(c, op, &p->it, 1), &p->it);
+		p->done = 1;
+		return 0;
+	}
+	if (!rc)
+		rc = req_alloc(r, l.total);
+	if (!rc) {
+		items_fill(r, &l, &p->it, 1, p->op == LC_OP_GET);
+		pref_fill(r, &l);
+		p->staged = !shm_regs_find(c, r->cn, p->v.iov_base, p->v.iov_len, &region,
+					   &in_place);
+		p->stage_off = r->off + l.data_at;
+		sqe = req_sqe(r, op, 1, sizeof(struct lc_item), &l);
+		rc = shm_send(r->cn, &sqe, r->deadline_ns, &p->t);
+	}
+	shm_regs_unlock(c);
+	if (rc) {
+		req_end(r);
+		return rc;
+	}
+	shm_call_end(r->cancel);
+	return 0;
+}
+
+int64_t shm_finish_one(struct lunar_pending *p)
+{
+	struct shm_req *r = &p->r;
+	const struct lc_item *li;
+	int64_t rc, res;
+
+	if (p->done)
+		return p->result;
+	rc = shm_call_begin(r->c, &r->cancel);
+	if (rc)
+		return rc; /* a forked child: the session is the parent's */
+	rc = shm_complete(r->cn, &p->t, r->deadline_ns, &res);
+	if (!rc && res < 0)
+		rc = res;
+	if (!rc) {
+		li = (const struct lc_item *)(r->cn->base + r->off);
+		rc = LC_READ_ONCE(li->result);
+		if (p->op == LC_OP_GET && rc > (int64_t)p->v.iov_len)
+			rc = LUNAR_ERR_PROTOCOL;
+		else if (p->op == LC_OP_GET && rc > 0 && p->staged)
+			memcpy(p->v.iov_base, r->cn->base + p->stage_off, (size_t)rc);
+	}
+	req_end(r);
+	return rc;
 }
 
 int64_t shm_run_raw(struct lunar_client *c, const struct shm_op *op, const void *arg, size_t len)

@@ -352,6 +352,28 @@ void shm_chunks_fini(struct lunar_client *c);
  * threads that wait for one.
  */
 int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result);
+
+/* A request sent and not yet completed: its slot, and what waiting needs. */
+struct shm_ticket {
+	uint32_t slot;
+	uint16_t op;
+	uint64_t seq;
+	uint64_t start_ns;
+};
+
+/*
+ * shm_submit in two halves, for a caller that does other work between.
+ * shm_send - take a slot (waiting until deadline_ns when all are taken),
+ * publish sqe and wake the proxy; on 0, t names the request, which the
+ * caller must complete with shm_complete. On a code nothing is left to
+ * complete. shm_complete - wait for t's completion until deadline_ns and
+ * give its slot back; codes and *result as shm_submit's.
+ * shm_ticket_done - 1 when shm_complete would not wait. Never blocks.
+ */
+int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, struct shm_ticket *t);
+int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns,
+		 int64_t *result);
+int shm_ticket_done(const struct shm_conn *cn, const struct shm_ticket *t);
 /* shm_wait_cond - wait on cn->cond (cn->lock held) until deadline_ns;
  * -ETIMEDOUT when it passed. */
 int shm_wait_cond(struct shm_conn *cn, uint64_t deadline_ns);
@@ -369,6 +391,35 @@ void shm_wake_waiters(struct shm_conn *cn);
 
 /* --- request.c: building and running requests --- */
 
+/* One request in flight: its handle, session, deadline and arena range. */
+struct shm_req {
+	struct lunar_client *c;
+	struct shm_conn *cn;
+	uint64_t deadline_ns;
+	uint64_t off;
+	uint64_t len;
+	int cancel; /* the thread's cancellation state before the call */
+};
+
+/*
+ * An asynchronous single-key put or get (async.c), between its start and
+ * lunar_wait: the request holds a session reference, its arena range and
+ * its completion slot. Whether the value went through the arena, and
+ * where, is decided once at the start, so a registration changed before the
+ * wait cannot change the copy-back.
+ */
+struct lunar_pending {
+	struct shm_req r;
+	struct shm_ticket t;
+	struct shm_item it; /* it.iov is &v */
+	struct iovec v;	    /* the value, or the destination */
+	uint16_t op;
+	int staged;	    /* v is staged at stage_off in the arena */
+	uint64_t stage_off;
+	int done; /* it ran at the start (too large to stage): result is final */
+	int64_t result;
+};
+
 /* shm_deadline - now + the handle's timeout, in CLOCK_MONOTONIC ns. */
 uint64_t shm_deadline(const struct lunar_client *c);
 /*
@@ -384,6 +435,18 @@ uint64_t shm_deadline(const struct lunar_client *c);
  */
 int64_t shm_run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
 		      uint32_t n);
+/*
+ * shm_start_one - start p's request (p->it, p->v and p->op filled in and
+ * checked) for op: laid out, filled and sent as shm_run_items would, then
+ * return without waiting; a value too large to stage runs to its end here
+ * instead (p->done). On 0, p must be finished with shm_finish_one; on a
+ * code nothing was sent, or what was is over.
+ * shm_finish_one - wait for p (until the handle's timeout from its start),
+ * copy a staged get's bytes out, and release what p holds. Returns what the
+ * synchronous call returns.
+ */
+int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_pending *p);
+int64_t shm_finish_one(struct lunar_pending *p);
 /* shm_run_raw - a request whose argument is len raw bytes (len may be 0).
  * Returns the completion result or a code. */
 int64_t shm_run_raw(struct lunar_client *c, const struct shm_op *op, const void *arg, size_t len);
@@ -401,6 +464,9 @@ int64_t shm_run_raw(struct lunar_client *c, const struct shm_op *op, const void 
 int64_t shm_batch_run(struct lunar_client *c, const struct shm_op *op, size_t n,
 		      const char *const *keys, const struct iovec *const *iovs, const int *iovcnts,
 		      int64_t *results);
+/* shm_key_check - 0 and the key's length, from the one bounded read the
+ * check needs, or INVALID_KEY. */
+int shm_key_check(const char *key, size_t *len);
 /* shm_put_op - the descriptor fields of a put/upsert from cfg (NULL ok). */
 struct shm_op shm_put_op(uint16_t op, const struct lunar_put_cfg *cfg);
 

@@ -4,7 +4,8 @@
  * when it asked for it), then wait for the slot to turn DONE: a spin (or
  * sched_yield loop) as long as the session's requests usually take
  * (spin.h), then futex sleeps in slices, checking between slices that
- * the proxy is alive and the deadline has not passed.
+ * the proxy is alive and the deadline has not passed. shm_send and
+ * shm_complete are the two halves, which an asynchronous call runs apart.
  */
 #include "shm_int.h"
 
@@ -239,34 +240,47 @@ static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint16_t op, ui
 	return rc;
 }
 
-int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result)
+int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, struct shm_ticket *t)
 {
-	struct lc_cslot *slot;
-	uint64_t start;
-	uint32_t s;
 	int rc;
 
 	if (shm_conn_is_broken(cn))
 		return LUNAR_ERR_PROXY_UNAVAILABLE;
-	rc = slot_take(cn, deadline_ns, &s);
+	rc = slot_take(cn, deadline_ns, &t->slot);
 	if (rc)
 		return rc;
-	slot = &cn->slots[s];
 	/* Pairs with the proxy's acquire of the descriptor via the ring tail. */
-	lc_store_release(&slot->state, (uint32_t)LC_SLOT_PENDING);
-	sqe->slot = s;
-	sqe->seq = lc_fetch_add(&cn->seq, 1) + 1;
+	lc_store_release(&cn->slots[t->slot].state, (uint32_t)LC_SLOT_PENDING);
+	sqe->slot = t->slot;
+	sqe->seq = t->seq = lc_fetch_add(&cn->seq, 1) + 1;
+	t->op = sqe->op;
 	/* Before the push: a waiter preempted after it still counts its wait. */
-	start = lc_now_ns();
+	t->start_ns = lc_now_ns();
 	rc = ring_push(cn, sqe, deadline_ns);
 	if (rc) {
-		slot_give(cn, s);
+		slot_give(cn, t->slot);
 		return rc;
 	}
 	rc = ring_kick(cn);
-	if (!rc)
-		rc = slot_wait(cn, slot, sqe->op, start, deadline_ns);
-	if (!rc && LC_READ_ONCE(slot->seq) != sqe->seq) {
+	if (rc) {
+		shm_conn_fence(cn); /* the request is in the proxy's hands */
+		slot_give(cn, t->slot);
+	}
+	return rc;
+}
+
+int shm_ticket_done(const struct shm_conn *cn, const struct shm_ticket *t)
+{
+	return lc_load_acquire(&cn->slots[t->slot].state) == LC_SLOT_DONE;
+}
+
+int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns,
+		 int64_t *result)
+{
+	struct lc_cslot *slot = &cn->slots[t->slot];
+	int rc = slot_wait(cn, slot, t->op, t->start_ns, deadline_ns);
+
+	if (!rc && LC_READ_ONCE(slot->seq) != t->seq) {
 		shm_conn_break(cn, "completion for another request");
 		rc = LUNAR_ERR_PROTOCOL;
 	}
@@ -274,6 +288,14 @@ int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, in
 		shm_conn_fence(cn); /* the request is in the proxy's hands */
 	else
 		*result = LC_READ_ONCE(slot->result);
-	slot_give(cn, s);
+	slot_give(cn, t->slot);
 	return rc;
+}
+
+int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result)
+{
+	struct shm_ticket t;
+	int rc = shm_send(cn, sqe, deadline_ns, &t);
+
+	return rc ? rc : shm_complete(cn, &t, deadline_ns, result);
 }

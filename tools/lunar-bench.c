@@ -30,6 +30,7 @@ static const char *const phase_names[] = {"put", "exists", "get", "verify", "rm"
 
 #define BENCH_MIN_ARENA	      (64ull << 20)
 #define BENCH_MAX_THREADS     1024
+#define BENCH_MAX_DEPTH	      256 /* a session's completion slots */
 #define BENCH_MAX_SIZE	      (1ull << 40) /* the largest value (SPEC §3) */
 #define BENCH_KEY_ROOM	      64	   /* "-<pid>-<index>" after the prefix */
 #define BENCH_ERR_SHOWN	      5		   /* failures printed in full; the rest are counted */
@@ -46,6 +47,7 @@ struct bench {
 	struct lunar_opts opts;
 	uint64_t size, count, baseline_bytes;
 	unsigned threads, replicas;
+	unsigned depth; /* calls each thread keeps in flight in put and get */
 	const char *prefix;
 	int keep;
 	int zero_copy; /* values and get buffers in lunar_alloc memory */
@@ -70,7 +72,7 @@ struct worker {
 	pthread_t tid;
 	enum phase phase;
 	uint64_t first, n;
-	unsigned char *buf; /* this thread's get buffer */
+	unsigned char *buf; /* this thread's get buffers: depth of size bytes */
 	uint64_t busy_ns, errors;
 	char *key;
 	size_t key_head; /* bytes of "<prefix>-<pid>-" at the start of key */
@@ -99,6 +101,10 @@ static const char usage_text[] =
     "  --size SIZE            object size, e.g. 4KiB, 1MiB (default 4KiB)\n"
     "  --count N              number of objects (default 10000)\n"
     "  --threads T            threads, each with its share of the objects (default 1)\n"
+    "  --depth D              each thread keeps D puts, then D gets, in flight\n"
+    "                         (lunar_put_async, lunar_get_async; default 1: the\n"
+    "                         synchronous calls); exists, verify and rm stay\n"
+    "                         synchronous\n"
     "  --replicas R           replicas per object (default 1)\n"
     "  --prefix STR           key prefix; keys are STR-<pid>-<i> (default lunar-bench)\n"
     "  --keep                 leave the objects in the store\n"
@@ -129,7 +135,9 @@ static const char usage_text[] =
     "  and destination); memcpy_hot_dst_gb_per_s (the same into one reused\n"
     "  destination, cached when SIZE is below the last-level cache).\n"
     "  ops_per_s and gb_per_s count time inside liblunar calls: ops divided by the\n"
-    "  busiest thread's summed call time (checking the bytes read is outside it);\n"
+    "  busiest thread's summed call time (checking the bytes read is outside it;\n"
+    "  with --depth, a call's time is its start's and its lunar_wait's, and its\n"
+    "  latency runs from its start to the end of its lunar_wait);\n"
     "  _wall_s is the phase's wall-clock time, checking included; _start_ns and\n"
     "  _end_ns bound it on CLOCK_MONOTONIC (to add up several processes).\n"
     "\n"
@@ -199,7 +207,8 @@ static void report_error(struct worker *w, const char *what, uint64_t i, const c
 
 /* Report a get of object i that returned got, or bytes other than its
  * own: every byte compared when full, else a sample (bench_sampled_equal). */
-static void check_read(struct worker *w, uint64_t i, int64_t got, int full)
+static void check_read(struct worker *w, const unsigned char *buf, uint64_t i, int64_t got,
+		       int full)
 {
 	const struct bench *b = w->b;
 	const unsigned char *want = pattern_of(b, i);
@@ -212,11 +221,11 @@ static void check_read(struct worker *w, uint64_t i, int64_t got, int full)
 		snprintf(msg, sizeof(msg), "%lld bytes, want %llu", (long long)got,
 			 (unsigned long long)b->size);
 		report_error(w, phase_names[w->phase], i, msg);
-	} else if (full ? memcmp(w->buf, want, b->size) != 0
-			: !bench_sampled_equal(w->buf, want, b->size)) {
+	} else if (full ? memcmp(buf, want, b->size) != 0
+			: !bench_sampled_equal(buf, want, b->size)) {
 		uint64_t at = 0;
 
-		while (w->buf[at] == want[at])
+		while (buf[at] == want[at])
 			at++;
 		snprintf(msg, sizeof(msg), "wrong bytes from offset %llu", (unsigned long long)at);
 		report_error(w, phase_names[w->phase], i, msg);
@@ -240,34 +249,121 @@ static int64_t one_op(struct worker *w, uint64_t i)
 	return LUNAR_ERR_INTERNAL;
 }
 
-static void *worker_main(void *arg)
+static int is_read(const struct worker *w)
 {
-	struct worker *w = arg;
+	return w->phase == PH_GET || w->phase == PH_VERIFY;
+}
+
+static void report_rc(struct worker *w, uint64_t i, int64_t rc)
+{
+	char msg[96];
+
+	snprintf(msg, sizeof(msg), "%s (%d)", lunar_strerror((int)rc), (int)rc);
+	report_error(w, phase_names[w->phase], i, msg);
+}
+
+/* The result rc of object i's call (its bytes in buf for a read). */
+static void op_done(struct worker *w, const unsigned char *buf, uint64_t i, int64_t rc)
+{
+	if (is_read(w))
+		check_read(w, buf, i, rc, w->phase == PH_VERIFY || w->b->check == BENCH_CHECK_FULL);
+	else if (rc < 0)
+		report_rc(w, i, rc);
+}
+
+static void run_sync(struct worker *w)
+{
 	struct bench *b = w->b;
 	uint64_t t0, dt;
 	int64_t rc;
-	char msg[96];
 
-	pthread_mutex_lock(&b->gate_lock);
-	while (!b->gate_open)
-		pthread_cond_wait(&b->gate_cond, &b->gate_lock);
-	pthread_mutex_unlock(&b->gate_lock);
 	for (uint64_t i = w->first; i < w->first + w->n; i++) {
 		key_of(w, i);
-		if (w->phase == PH_GET || w->phase == PH_VERIFY)
+		if (is_read(w))
 			bench_poison_samples(w->buf, pattern_of(b, i), b->size);
 		t0 = lc_now_ns();
 		rc = one_op(w, i);
 		dt = lc_now_ns() - t0;
 		b->lat[i] = dt;
 		w->busy_ns += dt;
-		if (w->phase == PH_GET || w->phase == PH_VERIFY) {
-			check_read(w, i, rc, w->phase == PH_VERIFY || b->check == BENCH_CHECK_FULL);
-		} else if (rc < 0) {
-			snprintf(msg, sizeof(msg), "%s (%d)", lunar_strerror((int)rc), (int)rc);
-			report_error(w, phase_names[w->phase], i, msg);
-		}
+		op_done(w, w->buf, i, rc);
 	}
+}
+
+/* One of the calls --depth keeps in flight. */
+struct flight {
+	struct lunar_pending *p;
+	uint64_t i, t0;
+};
+
+/* Start object i's put or get into buf; a call that cannot start is done. */
+static void flight_start(struct worker *w, struct flight *f, unsigned char *buf, uint64_t i)
+{
+	struct bench *b = w->b;
+	struct lunar_put_cfg cfg = {.replica_num = b->replicas};
+	uint64_t t1;
+	int rc;
+
+	key_of(w, i);
+	if (is_read(w))
+		bench_poison_samples(buf, pattern_of(b, i), b->size);
+	f->i = i;
+	f->t0 = lc_now_ns();
+	rc = w->phase == PH_PUT
+		 ? lunar_put_async(b->c, w->key, pattern_of(b, i), b->size, &cfg, &f->p)
+		 : lunar_get_async(b->c, w->key, buf, b->size, &f->p);
+	t1 = lc_now_ns();
+	w->busy_ns += t1 - f->t0;
+	if (rc) {
+		b->lat[i] = t1 - f->t0;
+		op_done(w, buf, i, rc);
+	}
+}
+
+static void flight_wait(struct worker *w, struct flight *f, const unsigned char *buf)
+{
+	uint64_t t1 = lc_now_ns(), t2;
+	int64_t rc = lunar_wait(f->p);
+
+	t2 = lc_now_ns();
+	f->p = NULL;
+	w->busy_ns += t2 - t1;
+	w->b->lat[f->i] = t2 - f->t0;
+	op_done(w, buf, f->i, rc);
+}
+
+/* --depth: the oldest call is waited for, and its place takes the next. */
+static void run_async(struct worker *w)
+{
+	struct bench *b = w->b;
+	struct flight fl[BENCH_MAX_DEPTH] = {0};
+	uint64_t i = w->first, end = w->first + w->n;
+
+	for (unsigned k = 0;; k = (k + 1) % b->depth) {
+		unsigned char *buf = w->buf + (uint64_t)k * b->size;
+
+		if (fl[k].p)
+			flight_wait(w, &fl[k], buf);
+		else if (i == end)
+			break; /* the oldest place is empty: so are all */
+		if (i < end)
+			flight_start(w, &fl[k], buf, i++);
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct bench *b = w->b;
+
+	pthread_mutex_lock(&b->gate_lock);
+	while (!b->gate_open)
+		pthread_cond_wait(&b->gate_cond, &b->gate_lock);
+	pthread_mutex_unlock(&b->gate_lock);
+	if (b->depth > 1 && (w->phase == PH_PUT || w->phase == PH_GET))
+		run_async(w);
+	else
+		run_sync(w);
 	return NULL;
 }
 
@@ -454,6 +550,10 @@ static int parse_one(struct bench *b, int argc, char **argv, int *i)
 		rc = bench_parse_num("--threads", v, 0, 1, BENCH_MAX_THREADS, &x);
 		b->threads = (unsigned)x;
 		return rc;
+	} else if ((v = bench_opt_value(argc, argv, i, "--depth", &missing))) {
+		rc = bench_parse_num("--depth", v, 0, 1, BENCH_MAX_DEPTH, &x);
+		b->depth = (unsigned)x;
+		return rc;
 	} else if ((v = bench_opt_value(argc, argv, i, "--replicas", &missing))) {
 		rc = bench_parse_num("--replicas", v, 0, 1, UINT_MAX, &x);
 		b->replicas = (unsigned)x;
@@ -495,9 +595,10 @@ static int parse_args(struct bench *b, int argc, char **argv)
 
 static void print_config(struct bench *b)
 {
-	uint64_t arena = bench_round_up((uint64_t)b->threads * b->size * 2, 1ull << 20);
+	uint64_t arena =
+	    bench_round_up((uint64_t)b->threads * b->depth * b->size * 2, 1ull << 20);
 
-	/* Every thread may have one value staged in the arena each way. */
+	/* Every call in flight may have one value staged in the arena each way. */
 	b->opts.arena_bytes = arena < BENCH_MIN_ARENA ? BENCH_MIN_ARENA : (size_t)arena;
 	printf("socket=%s\n", b->opts.socket_path      ? b->opts.socket_path
 			      : getenv("LUNAR_SOCKET") ? getenv("LUNAR_SOCKET")
@@ -505,6 +606,7 @@ static void print_config(struct bench *b)
 	printf("size_bytes=%llu\n", (unsigned long long)b->size);
 	printf("count=%llu\n", (unsigned long long)b->count);
 	printf("threads=%u\n", b->threads);
+	printf("depth=%u\n", b->depth);
 	printf("replicas=%u\n", b->replicas);
 	printf("key_prefix=%s-%d-\n", b->prefix, (int)b->pid);
 	printf("keep=%d\n", b->keep);
@@ -527,7 +629,7 @@ static struct worker *workers_alloc(struct bench *b)
 		ws[t].b = b;
 		ws[t].first = b->count * t / b->threads;
 		ws[t].n = b->count * (t + 1) / b->threads - ws[t].first;
-		ws[t].buf = alloc_touched(b->size, 0);
+		ws[t].buf = alloc_touched(b->size * b->depth, 0);
 		ws[t].key = malloc(strlen(b->prefix) + BENCH_KEY_ROOM);
 		if (ws[t].key)
 			ws[t].key_head = (size_t)snprintf(ws[t].key, strlen(b->prefix) + BENCH_KEY_ROOM,
@@ -568,11 +670,11 @@ static int zero_copy_init(struct bench *b, struct worker *ws)
 	free(b->pattern);
 	b->pattern = p;
 	for (unsigned t = 0; t < b->threads; t++) {
-		unsigned char *buf = lunar_alloc(b->c, b->size);
+		unsigned char *buf = lunar_alloc(b->c, b->size * b->depth);
 
 		if (!buf)
 			return -1;
-		memset(buf, 0, b->size);
+		memset(buf, 0, b->size * b->depth);
 		free(ws[t].buf);
 		ws[t].buf = buf;
 	}
@@ -619,6 +721,7 @@ int main(int argc, char **argv)
 	struct bench b = {.size = 4096,
 			  .count = 10000,
 			  .threads = 1,
+			  .depth = 1,
 			  .replicas = 1,
 			  .prefix = "lunar-bench",
 			  .baseline_bytes = 256ull << 20,

@@ -141,6 +141,34 @@ int lunar_batch_exists(struct lunar_client *c, size_t n, const char *const *keys
 /* lunar_prefix_match - how many leading keys all exist; one round trip. */
 int64_t lunar_prefix_match(struct lunar_client *c, size_t n, const char *const *keys);
 
+/*
+ * Asynchronous single-key calls: lunar_put_async and lunar_get_async start
+ * what lunar_put and lunar_get_into do and return without waiting for the
+ * proxy; lunar_wait then returns what that call returns. One thread can
+ * so keep several requests in flight (as an event loop keeps several
+ * connections busy) instead of switching between threads for each.
+ *
+ * On 0, *out is a pending call that exactly one lunar_wait must finish (it
+ * frees it), on any thread, before lunar_close; it is not usable in a
+ * forked child. A code means nothing was started (*out is NULL): bad
+ * arguments as for the synchronous call, PROXY_UNAVAILABLE, or BUSY when no
+ * completion slot (256 per session) frees up within the timeout. buf must
+ * stay valid, unchanged for a put and unread for a get, until lunar_wait
+ * returns. A value too large to go through the arena is stored or read
+ * before lunar_*_async returns. The timeout counts from the start.
+ */
+struct lunar_pending; /* opaque */
+int lunar_put_async(struct lunar_client *c, const char *key, const void *buf, size_t len,
+		    const struct lunar_put_cfg *cfg, struct lunar_pending **out);
+int lunar_get_async(struct lunar_client *c, const char *key, void *buf, size_t cap,
+		    struct lunar_pending **out);
+/* lunar_ready - 1 when lunar_wait(p) would return at once, else 0. Never
+ * blocks; p NULL counts as ready. */
+int lunar_ready(const struct lunar_pending *p);
+/* lunar_wait - wait for p and return its result; frees p (NULL:
+ * INVALID_PARAMS). */
+int64_t lunar_wait(struct lunar_pending *p);
+
 /* Zero-copy memory shared with the proxy (NULL on failure). */
 void *lunar_alloc(struct lunar_client *c, size_t len);
 void lunar_free(struct lunar_client *c, void *p);

@@ -6,7 +6,8 @@
  * bound their phases on the shared monotonic clock (what bench-procs.sh
  * adds up), with every byte checked, --sync-file starts their phases
  * together, --check sampled adds a verify phase after the gets (also in
- * memc-bench, against memcached when there is one), and the
+ * memc-bench, against memcached when there is one), --depth keeps puts
+ * and gets in flight with every byte still checked, and the
  * copy baselines (cold source and destination, and memcpy into a cached
  * destination) are all given.
  */
@@ -245,6 +246,35 @@ static void test_bench_modes_sampled_check(void **state)
 	h_cleanup();
 }
 
+/* --depth: puts and gets kept in flight with the asynchronous calls, from
+ * ordinary and from registered memory, every byte compared; depths of 0
+ * and past a session's 256 slots are refused. */
+static void test_bench_modes_depth(void **state)
+{
+	static const char *const runs[] = {
+	    "--size 4KiB --count 1001 --threads 2 --depth 8 --baseline-size 0",
+	    "--size 64KiB --count 301 --threads 1 --depth 5 --zero-copy --baseline-size 0"};
+	static const char *const bad[] = {"0", "257"};
+	char cmd[PATH_MAX + 256], bad_cmd[PATH_MAX + 300], out[8192];
+
+	(void)state;
+	for (size_t i = 0; i < 2; i++) {
+		bench_node(cmd, runs[i]);
+		out[0] = '\n';
+		H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
+		H_ASSERT(strstr(out, i ? "\ndepth=5\n" : "\ndepth=8\n") != NULL);
+		H_ASSERT_EQ(figure(out, "get_ops"), i ? 301 : 1001);
+		H_ASSERT_EQ(figure(out, "put_errors"), 0);
+		H_ASSERT_EQ(figure(out, "get_errors"), 0);
+		H_ASSERT_EQ(figure(out, "errors"), 0);
+		for (size_t j = 0; j < 2 && !i; j++) {
+			snprintf(bad_cmd, sizeof(bad_cmd), "%s --depth %s 2>/dev/null", cmd, bad[j]);
+			H_ASSERT_EQ(run(bad_cmd, out, sizeof(out)), 2);
+		}
+		h_cleanup();
+	}
+}
+
 static void test_bench_modes_copy_baselines(void **state)
 {
 	char cmd[PATH_MAX + 256], out[8192];
@@ -270,6 +300,7 @@ int main(void)
 	    cmocka_unit_test(test_bench_modes_sync_file),
 	    cmocka_unit_test(test_bench_modes_sampled_check),
 	    cmocka_unit_test(test_bench_modes_memc_sampled_check),
+	    cmocka_unit_test(test_bench_modes_depth),
 	    cmocka_unit_test(test_bench_modes_copy_baselines),
 	};
 
