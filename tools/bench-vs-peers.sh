@@ -4,7 +4,12 @@
 # clients. Redis is driven by redis-benchmark, memcached by our memc-bench
 # (ASCII protocol), Lunar by lunar-bench against a standalone proxy, from
 # registered memory (the table with the ratios) and from ordinary memory
-# through the staging arena (a second table). redis-benchmark checks no value
+# through the staging arena (a second table). Lunar's C clients are C
+# threads of one client, each with one call in flight, and, for C > 1, also
+# one thread keeping C calls in flight (lunar-bench --depth C, the
+# asynchronous calls: redis-benchmark likewise drives its C connections from
+# one thread); the ratios take the better of the two (a table shows both).
+# redis-benchmark checks no value
 # it reads; memc-bench and lunar-bench run with --check sampled: their get
 # phases compare a few words of each value, and a verify phase after them
 # gets every value again and compares every byte (its rates: a third
@@ -169,6 +174,10 @@ run_round() {
 			bl_run "$BL_TMP/$p-staged-$size-$c-$r.out" "$CELL_SECS" "$BIN/lunar-bench" \
 				--socket "$sock" --size "$size" --count "${COUNT[$size]}" --threads "$c" \
 				--baseline-size 0 --check sampled || true
+			[ "$c" -gt 1 ] || continue
+			bl_run "$BL_TMP/$p-inflight-$size-$c-$r.out" "$CELL_SECS" "$BIN/lunar-bench" \
+				--socket "$sock" --size "$size" --count "${COUNT[$size]}" --threads 1 \
+				--depth "$c" --baseline-size 0 --zero-copy --check sampled || true
 		done
 	done
 	bl_stop_all
@@ -197,43 +206,83 @@ fig() {
 	echo "$best"
 }
 
-# each_cell FN KIND - FN SIZE CLIENTS R M L for every cell: R, M and L the
-# file patterns (for fig) of Redis, memcached and Lunar's KIND runs (lunar:
-# from registered memory; staged: through the staging arena).
+# each_cell FN KIND... - FN SIZE CLIENTS R M L... for every cell: R, M and
+# L... the file patterns (for fig) of Redis, memcached and Lunar's runs of
+# each KIND (lunar: from registered memory, a call in flight per thread;
+# inflight: from registered memory, one thread with CLIENTS in flight;
+# staged: through the staging arena).
 each_cell() {
-	local size c
+	local fn=$1 size c k l
+	shift
 
 	for size in "${SIZES[@]}"; do
 		for c in "${CLIENTS[@]}"; do
-			"$1" "$size" "$c" "$BL_TMP/PLACE-redis-$size-$c-@.out" \
-				"$BL_TMP/PLACE-memc-$size-$c-@.out" "$BL_TMP/PLACE-$2-$size-$c-@.out"
+			l=()
+			for k in "$@"; do
+				l+=("$BL_TMP/PLACE-$k-$size-$c-@.out")
+			done
+			"$fn" "$size" "$c" "$BL_TMP/PLACE-redis-$size-$c-@.out" \
+				"$BL_TMP/PLACE-memc-$size-$c-@.out" "${l[@]}"
 		done
 	done
 }
 
-# ratio_row SIZE CLIENTS R M L - throughput next to the peers.
+# figs KEY L... - the better of fig L bl_kv KEY over the patterns L.
+figs() {
+	local key=$1 l best=-
+	shift
+	for l in "$@"; do
+		best=$(max "$best" "$(fig "$l" bl_kv "$key")")
+	done
+	echo "$best"
+}
+
+# gbps OPS SIZE - OPS values of SIZE a second, in GB/s.
+gbps() {
+	bl_div "$(LC_ALL=C awk -v n="$1" -v b="${BYTES[$2]}" \
+		'BEGIN { if (n == "-") print "-"; else print n * b }')" 1000000000 2
+}
+
+# ratio_row SIZE CLIENTS R M L... - throughput next to the peers, Lunar's
+# the better of its runs L...
 ratio_row() {
-	local r=$3 m=$4 l=$5 rs rg ms mg ls lg
+	local r=$3 m=$4 rs rg ms mg ls lg
 
 	rs=$(fig "$r" redis_rps SET)
 	rg=$(fig "$r" redis_rps GET)
 	ms=$(fig "$m" bl_kv set_ops_per_s)
 	mg=$(fig "$m" bl_kv get_ops_per_s)
-	ls=$(fig "$l" bl_kv put_ops_per_s)
-	lg=$(fig "$l" bl_kv get_ops_per_s)
+	ls=$(figs put_ops_per_s "${@:5}")
+	lg=$(figs get_ops_per_s "${@:5}")
 	echo "| $1 | $2 | $(bl_fmt "$rs" 0) | $(bl_fmt "$ms" 0) | $(bl_fmt "$ls" 0) |" \
-		"$(bl_fmt "$(fig "$l" bl_kv put_gb_per_s)" 2) |" \
+		"$(gbps "$ls" "$1") |" \
 		"$(bl_div "$ls" "$rs" 2) | $(bl_div "$ls" "$ms" 2) | $(bl_fmt "$rg" 0) |" \
 		"$(bl_fmt "$mg" 0) | $(bl_fmt "$lg" 0) |" \
-		"$(bl_fmt "$(fig "$l" bl_kv get_gb_per_s)" 2) |" \
+		"$(gbps "$lg" "$1") |" \
 		"$(bl_div "$lg" "$rg" 2) | $(bl_div "$lg" "$mg" 2) |"
 }
 
-# ratio_table KIND - the throughput table of Lunar's KIND runs.
+# forms_row SIZE CLIENTS R M L A - Lunar's two ways of keeping CLIENTS
+# calls in flight: L, a thread each; A, one thread (clients > 1 only).
+forms_row() {
+	[ "$2" -gt 1 ] || return 0
+	echo "| $1 | $2 | $(bl_fmt "$(fig "$5" bl_kv put_ops_per_s)" 0) |" \
+		"$(bl_fmt "$(fig "$6" bl_kv put_ops_per_s)" 0) |" \
+		"$(bl_fmt "$(fig "$5" bl_kv get_ops_per_s)" 0) |" \
+		"$(bl_fmt "$(fig "$6" bl_kv get_ops_per_s)" 0) |"
+}
+
+forms_table() {
+	echo "| size | clients | put/s, a thread each | put/s, one thread | get/s, a thread each | get/s, one thread |"
+	echo "|---|---|---|---|---|---|"
+	each_cell forms_row lunar inflight
+}
+
+# ratio_table KIND... - the throughput table of Lunar's runs of the better KIND.
 ratio_table() {
 	echo "| size | clients | redis SET/s | memcached set/s | lunar put/s | lunar put GB/s | lunar/redis put | lunar/memcached put | redis GET/s | memcached get/s | lunar get/s | lunar get GB/s | lunar/redis get | lunar/memcached get |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-	each_cell ratio_row "$1"
+	each_cell ratio_row "$@"
 }
 
 # verify_row SIZE CLIENTS R M L - gets with every byte compared after each
@@ -295,12 +344,16 @@ echo
 bl_machine
 echo "- $(redis-server --version | cut -d' ' -f1-3), memcached $(memcached -V | cut -d' ' -f2)"
 echo
-echo "All three on this node over UNIX sockets, one connection (Lunar: one thread of one"
-echo "client) per client. Redis: redis-benchmark (no pipelining, one key). memcached:"
-echo "memc-bench, ASCII set/get. Lunar: lunar-bench against a standalone proxy"
-echo "(embedded master, 2 GiB segment), values and get buffers in registered memory"
-echo "(lunar_alloc, --zero-copy; the second table: in ordinary memory, through the"
-echo "staging arena). redis-benchmark checks no value it reads; memc-bench and"
+echo "All three on this node over UNIX sockets. Redis: redis-benchmark (no pipelining,"
+echo "one key; one thread drives its C connections). memcached: memc-bench, ASCII"
+echo "set/get, a thread and a connection per client. Lunar: lunar-bench against a"
+echo "standalone proxy, one client (session) whose C clients are C threads with a"
+echo "call in flight each or, for C > 1, one thread with C calls in flight"
+echo "(--depth C: lunar_put_async, lunar_get_async); the better of the two counts,"
+echo "and a table shows both. The proxy has an embedded master and a 2 GiB segment;"
+echo "values and get buffers are in registered memory (lunar_alloc, --zero-copy;"
+echo "the staged table: in ordinary memory, through the staging arena, a thread per"
+echo "client). redis-benchmark checks no value it reads; memc-bench and"
 echo "lunar-bench (--check sampled) compare a few words of each value read in their"
 echo "get phase, then get every value again comparing every byte (the third table)."
 echo "ops/s: Redis's own figure; memc-bench and lunar-bench count ops over the"
@@ -323,9 +376,15 @@ else
 	echo "## Placement $(placement_name "$PICK")"
 fi
 echo
-ratio_table lunar
+ratio_table lunar inflight
 echo
-echo "Lunar from ordinary memory (through the staging arena: one more copy per call):"
+echo "Lunar's two forms of C clients (registered memory): C threads with a call"
+echo "in flight each, one thread with C calls in flight:"
+echo
+forms_table
+echo
+echo "Lunar from ordinary memory (through the staging arena: one more copy per call;"
+echo "a thread per client):"
 echo
 ratio_table staged
 echo
@@ -338,7 +397,9 @@ for PICK in "${PLACEMENTS[@]}"; do
 	if [ "${#PLACEMENTS[@]}" -gt 1 ]; then
 		echo "## Placement $(placement_name "$PICK")"
 		echo
-		ratio_table lunar
+		ratio_table lunar inflight
+		echo
+		forms_table
 		echo
 	fi
 	echo "p50 latency per call, µs (SET/put, GET/get; medians over the rounds; Lunar registered):"
