@@ -29,7 +29,6 @@ static int start(struct lunar_client *c, const struct shm_op *op, const char *ke
 		return LUNAR_ERR_INTERNAL;
 	p->v = (struct iovec){buf, len};
 	p->it = (struct shm_item){key, key_len, &p->v, 1, 0};
-	p->op = op->op;
 	rc = shm_start_one(c, op, p);
 	if (rc)
 		free(p);
@@ -54,9 +53,9 @@ int lunar_get_async(struct lunar_client *c, const char *key, void *buf, size_t c
 	return start(c, &op, key, buf, cap, out);
 }
 
-int lunar_ready(const struct lunar_pending *p)
+int lunar_ready(struct lunar_pending *p)
 {
-	return !p || p->done || shm_ticket_done(p->r.cn, &p->t);
+	return !p || shm_pending_ready(p);
 }
 
 int64_t lunar_wait(struct lunar_pending *p)

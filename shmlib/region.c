@@ -9,8 +9,11 @@
 #include "shm_int.h"
 
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "atomic.h"
+#include "clock.h"
 #include "log.h"
 #include "uds.h"
 
@@ -257,35 +260,64 @@ int lunar_register(struct lunar_client *c, void *p, size_t len)
 	return rc < 0 ? rc : 0;
 }
 
-/* Calls in flight keep the table read-locked, so this waits for them. */
+/*
+ * The caller's range at p, with the table write-locked (which calls in
+ * flight hold read-locked, so it waits for them) and no asynchronous call
+ * pending in place (a pending call's memory is not in the table's keeping:
+ * it is waited for, table unlocked, up to the handle's timeout). Returns
+ * its index; -1 when p starts no range of the caller's (the table still
+ * locked); or BUSY (unlocked) when the wait ran out.
+ */
+static int reg_hold(struct lunar_client *c, void *p)
+{
+	uint64_t deadline_ns = shm_deadline(c);
+	struct timespec ms = {0, 1000000};
+
+	for (;;) {
+		int found = -1;
+
+		pthread_rwlock_wrlock(&c->regs_lock);
+		for (uint32_t i = 0; i < c->nregs && found < 0; i++)
+			if (!c->regs[i].chunk && c->regs[i].base == p)
+				found = (int)i;
+		if (found < 0 || !LC_READ_ONCE(c->in_place))
+			return found;
+		pthread_rwlock_unlock(&c->regs_lock);
+		if (lc_now_ns() >= deadline_ns)
+			return LUNAR_ERR_BUSY;
+		nanosleep(&ms, NULL);
+	}
+}
+
 int lunar_unregister(struct lunar_client *c, void *p)
 {
-	int rc = LUNAR_ERR_INVALID_PARAMS, cancel;
+	int rc = LUNAR_ERR_INVALID_PARAMS, cancel, i;
 
 	if (!c || !p)
 		return rc;
 	rc = shm_call_begin(c, &cancel);
 	if (rc)
 		return rc;
-	rc = LUNAR_ERR_INVALID_PARAMS;
-	pthread_rwlock_wrlock(&c->regs_lock);
-	for (uint32_t i = 0; i < c->nregs; i++) {
+	i = reg_hold(c, p);
+	if (i >= 0) {
 		struct shm_region *r = &c->regs[i];
 
-		/* lunar_alloc memory stays shared until lunar_free. */
-		if (r->chunk && (uint8_t *)p >= r->base && (uint8_t *)p < r->base + r->len) {
-			rc = 0;
-			break;
-		}
-		if (r->chunk || r->base != p)
-			continue;
 		reg_del(c, r);
 		close(r->fd);
 		*r = c->regs[--c->nregs];
 		rc = 0;
-		break;
+	} else if (i == -1) {
+		rc = LUNAR_ERR_INVALID_PARAMS;
+		/* lunar_alloc memory stays shared until lunar_free. */
+		for (uint32_t k = 0; k < c->nregs; k++)
+			if (c->regs[k].chunk && (uint8_t *)p >= c->regs[k].base &&
+			    (uint8_t *)p < c->regs[k].base + c->regs[k].len)
+				rc = 0;
+	} else {
+		rc = i;
 	}
-	pthread_rwlock_unlock(&c->regs_lock);
+	if (i != LUNAR_ERR_BUSY)
+		pthread_rwlock_unlock(&c->regs_lock);
 	shm_call_end(cancel);
 	return rc;
 }

@@ -7,6 +7,8 @@
  * out after a get. Every walk over the pieces places them alike: the
  * registration table stays read-locked from layout to copy-back, and the
  * scatter lists and preferred names are private copies, not the caller's.
+ * An asynchronous request (one key, one piece) is built and sent the same
+ * way, and keeps where its piece went for its copy-back instead.
  */
 #include "shm_int.h"
 
@@ -50,9 +52,10 @@ static int req_begin(struct lunar_client *c, struct shm_req *r)
 	return rc;
 }
 
-static int req_alloc(struct shm_req *r, uint64_t len)
+/* len bytes of arena for r, waiting for space until by_ns (0: not at all). */
+static int req_alloc(struct shm_req *r, uint64_t len, uint64_t by_ns)
 {
-	int rc = shm_arena_get(r->cn, len, r->deadline_ns, &r->off);
+	int rc = shm_arena_get(r->cn, len, by_ns, &r->off);
 
 	if (!rc)
 		r->len = len;
@@ -234,20 +237,28 @@ static void item_copy_back(const struct shm_req *r, const struct shm_item *it, u
 	}
 }
 
+/* Item i's result as the proxy wrote it, read once: a get's size past the
+ * destination's cap is the proxy's error, never a length to copy. */
+static int64_t item_result(const struct shm_req *r, uint32_t i, uint64_t cap, int is_get)
+{
+	const struct lc_item *li = (const struct lc_item *)(r->cn->base + r->off);
+	int64_t res = LC_READ_ONCE(li[i].result);
+
+	return is_get && res > (int64_t)cap ? LUNAR_ERR_PROTOCOL : res;
+}
+
 static void items_collect(const struct shm_req *r, const struct shm_layout *l,
 			  struct shm_item *items, uint32_t n, int is_get)
 {
-	const struct lc_item *li = (const struct lc_item *)(r->cn->base + r->off);
 	uint64_t data = r->off + l->data_at;
 
 	for (uint32_t i = 0; i < n; i++) {
-		int64_t res = li[i].result;
 		uint64_t cap = 0;
+		int64_t res;
 
 		for (int j = 0; j < items[i].iovcnt; j++)
 			cap += items[i].iov[j].iov_len;
-		if (is_get && res > (int64_t)cap)
-			res = LUNAR_ERR_PROTOCOL;
+		res = item_result(r, i, cap, is_get);
 		/* Walk every item, so staging offsets of later ones stay right. */
 		item_copy_back(r, &items[i], is_get && res > 0 ? (uint64_t)res : 0, &data);
 		items[i].result = res;
@@ -429,7 +440,7 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 		return n > 1 ? run_split(c, op, items, n, how) : run_bounce(c, op, items);
 	}
 	if (!rc)
-		rc = req_alloc(&r, l.total);
+		rc = req_alloc(&r, l.total, r.deadline_ns);
 	if (!rc) {
 		items_fill(&r, &l, items, n, is_get);
 		pref_fill(&r, &l);
@@ -454,6 +465,17 @@ static int64_t one_result(int64_t rc, const struct shm_item *it)
 	return rc < 0 ? rc : it->result;
 }
 
+/* p no longer references registered memory in place (async.c's count,
+ * which lunar_unregister waits on). */
+static void in_place_done(struct lunar_pending *p)
+{
+	if (p->in_place)
+		lc_fetch_add(&p->r.c->in_place, (uint32_t)-1);
+	p->in_place = 0;
+}
+
+/* Neither a slot nor arena space is waited for: the caller's own pending
+ * calls may hold them all, and only its lunar_wait frees them. */
 int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_pending *p)
 {
 	struct shm_req *r = &p->r;
@@ -476,18 +498,23 @@ int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_
 		return 0;
 	}
 	if (!rc)
-		rc = req_alloc(r, l.total);
+		rc = req_alloc(r, l.total, 0);
 	if (!rc) {
-		items_fill(r, &l, &p->it, 1, p->op == LC_OP_GET);
+		items_fill(r, &l, &p->it, 1, op->op == LC_OP_GET);
 		pref_fill(r, &l);
 		p->staged = !shm_regs_find(c, r->cn, p->v.iov_base, p->v.iov_len, &region,
 					   &in_place);
 		p->stage_off = r->off + l.data_at;
+		/* Counted before the table is let go: an unregister then waits. */
+		p->in_place = !p->staged;
+		if (p->in_place)
+			lc_fetch_add(&c->in_place, 1u);
 		sqe = req_sqe(r, op, 1, sizeof(struct lc_item), &l);
-		rc = shm_send(r->cn, &sqe, r->deadline_ns, &p->t);
+		rc = shm_send(r->cn, &sqe, 0, r->deadline_ns, &p->t);
 	}
 	shm_regs_unlock(c);
 	if (rc) {
+		in_place_done(p);
 		req_end(r);
 		return rc;
 	}
@@ -495,10 +522,17 @@ int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_
 	return 0;
 }
 
+int shm_pending_ready(struct lunar_pending *p)
+{
+	if (p->done || shm_forked(p->r.c))
+		return 1;
+	return shm_ticket_ready(p->r.cn, &p->t, p->r.deadline_ns);
+}
+
 int64_t shm_finish_one(struct lunar_pending *p)
 {
 	struct shm_req *r = &p->r;
-	const struct lc_item *li;
+	int is_get = p->t.op == LC_OP_GET;
 	int64_t rc, res;
 
 	if (p->done)
@@ -506,15 +540,14 @@ int64_t shm_finish_one(struct lunar_pending *p)
 	rc = shm_call_begin(r->c, &r->cancel);
 	if (rc)
 		return rc; /* a forked child: the session is the parent's */
+	/* On an error the proxy is done with our memory when this returns. */
 	rc = shm_complete(r->cn, &p->t, r->deadline_ns, &res);
+	in_place_done(p);
 	if (!rc && res < 0)
 		rc = res;
 	if (!rc) {
-		li = (const struct lc_item *)(r->cn->base + r->off);
-		rc = LC_READ_ONCE(li->result);
-		if (p->op == LC_OP_GET && rc > (int64_t)p->v.iov_len)
-			rc = LUNAR_ERR_PROTOCOL;
-		else if (p->op == LC_OP_GET && rc > 0 && p->staged)
+		rc = item_result(r, 0, p->v.iov_len, is_get);
+		if (is_get && rc > 0 && p->staged)
 			memcpy(p->v.iov_base, r->cn->base + p->stage_off, (size_t)rc);
 	}
 	req_end(r);
@@ -530,7 +563,7 @@ int64_t shm_run_raw(struct lunar_client *c, const struct shm_op *op, const void 
 	if (rc)
 		return rc;
 	if (len) {
-		rc = req_alloc(&r, len);
+		rc = req_alloc(&r, len, r.deadline_ns);
 		if (!rc)
 			memcpy(r.cn->base + r.off, arg, len);
 	}

@@ -6,9 +6,10 @@
  *
  * Locks, in the order they nest: lunar_client.alloc_lock (lunar_alloc
  * chunks) -> lunar_client.lock (the session pointer; reconnecting) ->
- * lunar_client.regs_lock (the registration table, a rwlock: requests read
- * it, register traffic on the socket writes it) -> shm_conn.lock (slot free
- * list and arena).
+ * lunar_client.regs_lock (the registration table, a rwlock: synchronous
+ * requests read it for their whole run, asynchronous ones while they are
+ * built, register traffic on the socket writes it) -> shm_conn.lock (slot
+ * free list and arena).
  */
 #ifndef LUNAR_SHMLIB_SHM_INT_H
 #define LUNAR_SHMLIB_SHM_INT_H
@@ -136,6 +137,9 @@ struct lunar_client {
 	uint64_t arena_bytes;
 	unsigned timeout_ms;
 	uint32_t fork_gen; /* shm_fork_generation() at connect */
+	/* Asynchronous calls pending that reference registered memory in
+	 * place (atomic); lunar_unregister waits for none. */
+	uint32_t in_place;
 };
 
 /*
@@ -363,17 +367,21 @@ struct shm_ticket {
 
 /*
  * shm_submit in two halves, for a caller that does other work between.
- * shm_send - take a slot (waiting until deadline_ns when all are taken),
- * publish sqe and wake the proxy; on 0, t names the request, which the
- * caller must complete with shm_complete. On a code nothing is left to
- * complete. shm_complete - wait for t's completion until deadline_ns and
- * give its slot back; codes and *result as shm_submit's.
- * shm_ticket_done - 1 when shm_complete would not wait. Never blocks.
+ * shm_send - take a slot (waiting for one until take_by_ns when all are
+ * taken: BUSY then; 0 does not wait), publish sqe and wake the proxy; on 0,
+ * t names the request, which the caller must complete with shm_complete
+ * before deadline_ns. On a code nothing is left to complete.
+ * shm_complete - wait for t's completion until deadline_ns and give its
+ * slot back; codes and *result as shm_submit's.
+ * shm_ticket_ready - 1 when shm_complete would not wait: t is done, or the
+ * session broke, hung up (which breaks it) or passed deadline_ns. Never
+ * blocks; makes one system call (a poll) while t is not done.
  */
-int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, struct shm_ticket *t);
+int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t take_by_ns, uint64_t deadline_ns,
+	     struct shm_ticket *t);
 int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns,
 		 int64_t *result);
-int shm_ticket_done(const struct shm_conn *cn, const struct shm_ticket *t);
+int shm_ticket_ready(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns);
 /* shm_wait_cond - wait on cn->cond (cn->lock held) until deadline_ns;
  * -ETIMEDOUT when it passed. */
 int shm_wait_cond(struct shm_conn *cn, uint64_t deadline_ns);
@@ -413,8 +421,8 @@ struct lunar_pending {
 	struct shm_ticket t;
 	struct shm_item it; /* it.iov is &v */
 	struct iovec v;	    /* the value, or the destination */
-	uint16_t op;
 	int staged;	    /* v is staged at stage_off in the arena */
+	int in_place;	    /* v is registered memory, counted in c->in_place */
 	uint64_t stage_off;
 	int done; /* it ran at the start (too large to stage): result is final */
 	int64_t result;
@@ -436,16 +444,19 @@ uint64_t shm_deadline(const struct lunar_client *c);
 int64_t shm_run_items(struct lunar_client *c, const struct shm_op *op, struct shm_item *items,
 		      uint32_t n);
 /*
- * shm_start_one - start p's request (p->it, p->v and p->op filled in and
- * checked) for op: laid out, filled and sent as shm_run_items would, then
- * return without waiting; a value too large to stage runs to its end here
- * instead (p->done). On 0, p must be finished with shm_finish_one; on a
- * code nothing was sent, or what was is over.
+ * shm_start_one - start p's request (p->it and p->v filled in and checked)
+ * for op: laid out, filled and sent as shm_run_items would, then return
+ * without waiting; a value too large to stage runs to its end here instead
+ * (p->done). BUSY at once when no completion slot or arena space is free.
+ * On 0, p must be finished with shm_finish_one; on a code nothing is
+ * pending.
+ * shm_pending_ready - 1 when shm_finish_one would not wait. Never blocks.
  * shm_finish_one - wait for p (until the handle's timeout from its start),
  * copy a staged get's bytes out, and release what p holds. Returns what the
  * synchronous call returns.
  */
 int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_pending *p);
+int shm_pending_ready(struct lunar_pending *p);
 int64_t shm_finish_one(struct lunar_pending *p);
 /* shm_run_raw - a request whose argument is len raw bytes (len may be 0).
  * Returns the completion result or a code. */

@@ -240,13 +240,14 @@ static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint16_t op, ui
 	return rc;
 }
 
-int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, struct shm_ticket *t)
+int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t take_by_ns, uint64_t deadline_ns,
+	     struct shm_ticket *t)
 {
 	int rc;
 
 	if (shm_conn_is_broken(cn))
 		return LUNAR_ERR_PROXY_UNAVAILABLE;
-	rc = slot_take(cn, deadline_ns, &t->slot);
+	rc = slot_take(cn, take_by_ns, &t->slot);
 	if (rc)
 		return rc;
 	/* Pairs with the proxy's acquire of the descriptor via the ring tail. */
@@ -269,9 +270,10 @@ int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, stru
 	return rc;
 }
 
-int shm_ticket_done(const struct shm_conn *cn, const struct shm_ticket *t)
+int shm_ticket_ready(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns)
 {
-	return lc_load_acquire(&cn->slots[t->slot].state) == LC_SLOT_DONE;
+	return lc_load_acquire(&cn->slots[t->slot].state) == LC_SLOT_DONE ||
+	       still_alive(cn, deadline_ns) != 0;
 }
 
 int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns,
@@ -295,7 +297,7 @@ int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadl
 int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result)
 {
 	struct shm_ticket t;
-	int rc = shm_send(cn, sqe, deadline_ns, &t);
+	int rc = shm_send(cn, sqe, deadline_ns, deadline_ns, &t);
 
 	return rc ? rc : shm_complete(cn, &t, deadline_ns, result);
 }

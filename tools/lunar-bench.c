@@ -104,7 +104,7 @@ static const char usage_text[] =
     "  --depth D              each thread keeps D puts, then D gets, in flight\n"
     "                         (lunar_put_async, lunar_get_async; default 1: the\n"
     "                         synchronous calls); exists, verify and rm stay\n"
-    "                         synchronous\n"
+    "                         synchronous. THREADS x D is at most 256\n"
     "  --replicas R           replicas per object (default 1)\n"
     "  --prefix STR           key prefix; keys are STR-<pid>-<i> (default lunar-bench)\n"
     "  --keep                 leave the objects in the store\n"
@@ -332,22 +332,26 @@ static void flight_wait(struct worker *w, struct flight *f, const unsigned char 
 	op_done(w, buf, f->i, rc);
 }
 
-/* --depth: the oldest call is waited for, and its place takes the next. */
+/* --depth: the oldest call is waited for, and its place takes the next
+ * (a call that could not start leaves its place empty). */
 static void run_async(struct worker *w)
 {
 	struct bench *b = w->b;
 	struct flight fl[BENCH_MAX_DEPTH] = {0};
 	uint64_t i = w->first, end = w->first + w->n;
+	unsigned pending = 0;
 
-	for (unsigned k = 0;; k = (k + 1) % b->depth) {
+	for (unsigned k = 0; i < end || pending; k = (k + 1) % b->depth) {
 		unsigned char *buf = w->buf + (uint64_t)k * b->size;
 
-		if (fl[k].p)
+		if (fl[k].p) {
 			flight_wait(w, &fl[k], buf);
-		else if (i == end)
-			break; /* the oldest place is empty: so are all */
-		if (i < end)
+			pending--;
+		}
+		if (i < end) {
 			flight_start(w, &fl[k], buf, i++);
+			pending += fl[k].p != NULL;
+		}
 	}
 }
 
@@ -587,6 +591,11 @@ static int parse_args(struct bench *b, int argc, char **argv)
 	}
 	if (!b->sync_path != !b->sync_procs)
 		return bench_usage_error("--sync-file and --sync-procs go together");
+	/* The threads share one session: each may hold depth slots at once. */
+	if ((uint64_t)b->threads * b->depth > BENCH_MAX_DEPTH)
+		return bench_usage_error("--threads x --depth is more than %d, a session's "
+					 "completion slots",
+					 BENCH_MAX_DEPTH);
 	if (strlen(b->prefix) + BENCH_KEY_ROOM > LUNAR_KEY_MAX)
 		return bench_usage_error("--prefix is longer than %d bytes",
 					 LUNAR_KEY_MAX - BENCH_KEY_ROOM);

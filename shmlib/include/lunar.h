@@ -149,22 +149,30 @@ int64_t lunar_prefix_match(struct lunar_client *c, size_t n, const char *const *
  * connections busy) instead of switching between threads for each.
  *
  * On 0, *out is a pending call that exactly one lunar_wait must finish (it
- * frees it), on any thread, before lunar_close; it is not usable in a
- * forked child. A code means nothing was started (*out is NULL): bad
- * arguments as for the synchronous call, PROXY_UNAVAILABLE, or BUSY when no
- * completion slot (256 per session) frees up within the timeout. buf must
- * stay valid, unchanged for a put and unread for a get, until lunar_wait
- * returns. A value too large to go through the arena is stored or read
- * before lunar_*_async returns. The timeout counts from the start.
+ * frees it), on any thread, before lunar_close; a thread cancelled with
+ * calls pending must finish them too (pthread_cleanup_push). It is not
+ * usable in a forked child. A code means nothing is pending (*out is
+ * NULL): bad arguments as for the synchronous call, PROXY_UNAVAILABLE, or
+ * BUSY at once when the session has no completion slot (256) or no arena
+ * space free; then finish a pending call and start again. key and cfg are
+ * read only before the start returns; buf must stay valid, unchanged for a
+ * put and unread for a get, until lunar_wait returns, and registered while
+ * the call is pending (lunar_unregister waits for such calls). A value,
+ * or for a get a cap, too large for the arena runs to its end before the
+ * start returns, as the synchronous call would (for a get of a smaller
+ * value into a larger buffer, two round trips); else the timeout counts
+ * from the start.
  */
 struct lunar_pending; /* opaque */
 int lunar_put_async(struct lunar_client *c, const char *key, const void *buf, size_t len,
 		    const struct lunar_put_cfg *cfg, struct lunar_pending **out);
 int lunar_get_async(struct lunar_client *c, const char *key, void *buf, size_t cap,
 		    struct lunar_pending **out);
-/* lunar_ready - 1 when lunar_wait(p) would return at once, else 0. Never
- * blocks; p NULL counts as ready. */
-int lunar_ready(const struct lunar_pending *p);
+/* lunar_ready - 1 when lunar_wait(p) would return at once: p is done, or
+ * its session broke, lost the proxy or passed p's deadline; else 0. Never
+ * blocks; makes one system call while p is not done. p NULL counts as
+ * ready. */
+int lunar_ready(struct lunar_pending *p);
 /* lunar_wait - wait for p and return its result; frees p (NULL:
  * INVALID_PARAMS). */
 int64_t lunar_wait(struct lunar_pending *p);
@@ -173,6 +181,9 @@ int64_t lunar_wait(struct lunar_pending *p);
 void *lunar_alloc(struct lunar_client *c, size_t len);
 void lunar_free(struct lunar_client *c, void *p);
 int lunar_register(struct lunar_client *c, void *p, size_t len);
+/* lunar_unregister - stop sharing the range lunar_register was given at p,
+ * once no call uses registered memory (asynchronous calls pending in it
+ * are waited for up to the timeout: BUSY then). */
 int lunar_unregister(struct lunar_client *c, void *p);
 
 /* lunar_health - 0 ok, 1 proxy unreachable, 2 master unreachable. */

@@ -247,14 +247,14 @@ static void test_bench_modes_sampled_check(void **state)
 }
 
 /* --depth: puts and gets kept in flight with the asynchronous calls, from
- * ordinary and from registered memory, every byte compared; depths of 0
- * and past a session's 256 slots are refused. */
+ * ordinary and from registered memory, every byte compared; a depth of 0,
+ * and threads x depth past a session's 256 slots, are refused. */
 static void test_bench_modes_depth(void **state)
 {
 	static const char *const runs[] = {
 	    "--size 4KiB --count 1001 --threads 2 --depth 8 --baseline-size 0",
 	    "--size 64KiB --count 301 --threads 1 --depth 5 --zero-copy --baseline-size 0"};
-	static const char *const bad[] = {"0", "257"};
+	static const char *const bad[] = {"--depth 0", "--depth 257", "--depth 129"};
 	char cmd[PATH_MAX + 256], bad_cmd[PATH_MAX + 300], out[8192];
 
 	(void)state;
@@ -267,8 +267,8 @@ static void test_bench_modes_depth(void **state)
 		H_ASSERT_EQ(figure(out, "put_errors"), 0);
 		H_ASSERT_EQ(figure(out, "get_errors"), 0);
 		H_ASSERT_EQ(figure(out, "errors"), 0);
-		for (size_t j = 0; j < 2 && !i; j++) {
-			snprintf(bad_cmd, sizeof(bad_cmd), "%s --depth %s 2>/dev/null", cmd, bad[j]);
+		for (size_t j = 0; j < 3 && !i; j++) {
+			snprintf(bad_cmd, sizeof(bad_cmd), "%s %s 2>/dev/null", cmd, bad[j]);
 			H_ASSERT_EQ(run(bad_cmd, out, sizeof(out)), 2);
 		}
 		h_cleanup();
