@@ -481,7 +481,7 @@ int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_
 	struct shm_req *r = &p->r;
 	struct shm_layout l;
 	struct lc_sqe sqe;
-	uint64_t in_place;
+	uint64_t reg_off;
 	uint32_t region;
 	int rc;
 
@@ -503,7 +503,7 @@ int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_
 		items_fill(r, &l, &p->it, 1, op->op == LC_OP_GET);
 		pref_fill(r, &l);
 		p->staged = !shm_regs_find(c, r->cn, p->v.iov_base, p->v.iov_len, &region,
-					   &in_place);
+					   &reg_off);
 		p->stage_off = r->off + l.data_at;
 		/* Counted before the table is let go: an unregister then waits. */
 		p->in_place = !p->staged;
