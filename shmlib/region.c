@@ -8,6 +8,7 @@
  */
 #include "shm_int.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +50,7 @@ void shm_regs_fini(struct lunar_client *c)
 	for (uint32_t i = 0; i < c->nregs; i++) {
 		reg_unbind(&c->regs[i]);
 		close(c->regs[i].fd);
+		free(c->regs[i].pending);
 	}
 	c->nregs = 0;
 	pthread_rwlock_destroy(&c->regs_lock);
@@ -174,8 +176,13 @@ static int regs_insert(struct lunar_client *c, struct shm_conn *cn, const struct
 	*r = *rg;
 	r->conn = NULL;
 	r->id = 0;
+	r->pending = calloc(1, sizeof(*r->pending));
+	if (!r->pending)
+		return LUNAR_ERR_INTERNAL;
 	rc = reg_add(c, cn, r);
-	if (!rc)
+	if (rc)
+		free(r->pending);
+	else
 		c->nregs++;
 	return rc;
 }
@@ -223,7 +230,7 @@ void shm_regs_rebind(struct lunar_client *c, struct shm_conn *cn)
 }
 
 int shm_regs_find(const struct lunar_client *c, const struct shm_conn *cn, const void *p,
-		  size_t len, uint32_t *region, uint64_t *off)
+		  size_t len, uint32_t *region, uint64_t *off, uint32_t **pending)
 {
 	uintptr_t a = (uintptr_t)p;
 
@@ -235,6 +242,8 @@ int shm_regs_find(const struct lunar_client *c, const struct shm_conn *cn, const
 			continue;
 		*region = r->id;
 		*off = a - (uintptr_t)r->span;
+		if (pending)
+			*pending = r->pending;
 		return 1;
 	}
 	return 0;
@@ -263,10 +272,10 @@ int lunar_register(struct lunar_client *c, void *p, size_t len)
 /*
  * The caller's range at p, with the table write-locked (which calls in
  * flight hold read-locked, so it waits for them) and no asynchronous call
- * pending in place (a pending call's memory is not in the table's keeping:
- * it is waited for, table unlocked, up to the handle's timeout). Returns
- * its index; -1 when p starts no range of the caller's (the table still
- * locked); or BUSY (unlocked) when the wait ran out.
+ * pending in it (such a call does not hold the table: it is waited for,
+ * table unlocked, up to the handle's timeout). Returns its index; -1 when
+ * p starts no range of the caller's (the table still locked); or BUSY
+ * (unlocked) when the wait ran out.
  */
 static int reg_hold(struct lunar_client *c, void *p)
 {
@@ -280,7 +289,7 @@ static int reg_hold(struct lunar_client *c, void *p)
 		for (uint32_t i = 0; i < c->nregs && found < 0; i++)
 			if (!c->regs[i].chunk && c->regs[i].base == p)
 				found = (int)i;
-		if (found < 0 || !LC_READ_ONCE(c->in_place))
+		if (found < 0 || !LC_READ_ONCE(*c->regs[found].pending))
 			return found;
 		pthread_rwlock_unlock(&c->regs_lock);
 		if (lc_now_ns() >= deadline_ns)
@@ -304,6 +313,7 @@ int lunar_unregister(struct lunar_client *c, void *p)
 
 		reg_del(c, r);
 		close(r->fd);
+		free(r->pending);
 		*r = c->regs[--c->nregs];
 		rc = 0;
 	} else if (i == -1) {

@@ -109,7 +109,7 @@ static struct lc_seg piece_place(const struct shm_req *r, const struct iovec *v,
 {
 	struct lc_seg s = {0, 0, 0, v->iov_len};
 
-	*staged = !shm_regs_find(r->c, r->cn, v->iov_base, v->iov_len, &s.region, &s.off);
+	*staged = !shm_regs_find(r->c, r->cn, v->iov_base, v->iov_len, &s.region, &s.off, NULL);
 	if (*staged) {
 		s.off = *cursor;
 		*cursor += (v->iov_len + SHM_STAGE_ALIGN - 1) & ~(uint64_t)(SHM_STAGE_ALIGN - 1);
@@ -465,13 +465,13 @@ static int64_t one_result(int64_t rc, const struct shm_item *it)
 	return rc < 0 ? rc : it->result;
 }
 
-/* p no longer references registered memory in place (async.c's count,
+/* p no longer references registered memory in place (its range's count,
  * which lunar_unregister waits on). */
 static void in_place_done(struct lunar_pending *p)
 {
 	if (p->in_place)
-		lc_fetch_add(&p->r.c->in_place, (uint32_t)-1);
-	p->in_place = 0;
+		lc_fetch_add(p->in_place, (uint32_t)-1);
+	p->in_place = NULL;
 }
 
 /* Neither a slot nor arena space is waited for: the caller's own pending
@@ -502,13 +502,12 @@ int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_
 	if (!rc) {
 		items_fill(r, &l, &p->it, 1, op->op == LC_OP_GET);
 		pref_fill(r, &l);
-		p->staged = !shm_regs_find(c, r->cn, p->v.iov_base, p->v.iov_len, &region,
-					   &reg_off);
+		p->staged = !shm_regs_find(c, r->cn, p->v.iov_base, p->v.iov_len, &region, &reg_off,
+					   &p->in_place);
 		p->stage_off = r->off + l.data_at;
 		/* Counted before the table is let go: an unregister then waits. */
-		p->in_place = !p->staged;
 		if (p->in_place)
-			lc_fetch_add(&c->in_place, 1u);
+			lc_fetch_add(p->in_place, 1u);
 		sqe = req_sqe(r, op, 1, sizeof(struct lc_item), &l);
 		rc = shm_send(r->cn, &sqe, 0, r->deadline_ns, &p->t);
 	}
@@ -524,9 +523,13 @@ int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_
 
 int shm_pending_ready(struct lunar_pending *p)
 {
-	if (p->done || shm_forked(p->r.c))
-		return 1;
-	return shm_ticket_ready(p->r.cn, &p->t, p->r.deadline_ns);
+	int cancel, ready;
+
+	if (p->done || shm_call_begin(p->r.c, &cancel))
+		return 1; /* or a forked child's: lunar_wait says so at once */
+	ready = shm_ticket_ready(p->r.cn, &p->t, p->r.deadline_ns);
+	shm_call_end(cancel);
+	return ready;
 }
 
 int64_t shm_finish_one(struct lunar_pending *p)

@@ -104,6 +104,10 @@ struct shm_region {
 	int chunk; /* a lunar_alloc chunk, not the caller's memory */
 	struct shm_conn *conn;
 	uint32_t id;
+	/* Asynchronous calls pending that reference the range in place
+	 * (atomic; on the heap, as rows move when one is deleted):
+	 * lunar_unregister waits for none. */
+	uint32_t *pending;
 };
 
 /* A lunar_alloc chunk: a sealed memfd mapped here and registered; blocks are
@@ -137,9 +141,6 @@ struct lunar_client {
 	uint64_t arena_bytes;
 	unsigned timeout_ms;
 	uint32_t fork_gen; /* shm_fork_generation() at connect */
-	/* Asynchronous calls pending that reference registered memory in
-	 * place (atomic); lunar_unregister waits for none. */
-	uint32_t in_place;
 };
 
 /*
@@ -326,10 +327,11 @@ void shm_regs_rebind(struct lunar_client *c, struct shm_conn *cn);
 void shm_regs_rdlock(struct lunar_client *c);
 void shm_regs_unlock(struct lunar_client *c);
 /* shm_regs_find - if p[0..len) lies inside a range shared with session cn,
- * its region id and its offset from that region's start; else 0. Read lock
- * held. */
+ * its region id and its offset from that region's start, and when pending
+ * is not NULL the range's count of asynchronous calls pending in it; else
+ * 0. Read lock held. */
 int shm_regs_find(const struct lunar_client *c, const struct shm_conn *cn, const void *p,
-		  size_t len, uint32_t *region, uint64_t *off);
+		  size_t len, uint32_t *region, uint64_t *off, uint32_t **pending);
 /*
  * shm_memfd_span - describe the memfd mapping p[0..len) lies in, for
  * shm_regs_add: on 0 rg->fd is a new descriptor of the memfd (CLOEXEC, the
@@ -422,7 +424,7 @@ struct lunar_pending {
 	struct shm_item it; /* it.iov is &v */
 	struct iovec v;	    /* the value, or the destination */
 	int staged;	    /* v is staged at stage_off in the arena */
-	int in_place;	    /* v is registered memory, counted in c->in_place */
+	uint32_t *in_place; /* else the count of v's range it is counted in */
 	uint64_t stage_off;
 	int done; /* it ran at the start (too large to stage): result is final */
 	int64_t result;

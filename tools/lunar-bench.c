@@ -30,7 +30,7 @@ static const char *const phase_names[] = {"put", "exists", "get", "verify", "rm"
 
 #define BENCH_MIN_ARENA	      (64ull << 20)
 #define BENCH_MAX_THREADS     1024
-#define BENCH_MAX_DEPTH	      256 /* a session's completion slots */
+#define BENCH_MAX_DEPTH	      256	   /* a session's completion slots */
 #define BENCH_MAX_SIZE	      (1ull << 40) /* the largest value (SPEC §3) */
 #define BENCH_KEY_ROOM	      64	   /* "-<pid>-<index>" after the prefix */
 #define BENCH_ERR_SHOWN	      5		   /* failures printed in full; the rest are counted */
@@ -104,7 +104,7 @@ static const char usage_text[] =
     "  --depth D              each thread keeps D puts, then D gets, in flight\n"
     "                         (lunar_put_async, lunar_get_async; default 1: the\n"
     "                         synchronous calls); exists, verify and rm stay\n"
-    "                         synchronous. THREADS x D is at most 256\n"
+    "                         synchronous. With D > 1, THREADS x D is at most 256\n"
     "  --replicas R           replicas per object (default 1)\n"
     "  --prefix STR           key prefix; keys are STR-<pid>-<i> (default lunar-bench)\n"
     "  --keep                 leave the objects in the store\n"
@@ -419,8 +419,8 @@ static void print_figures(const struct bench *b, const char *name, const struct 
 	printf("%s_ops=%llu\n", name, (unsigned long long)n);
 	printf("%s_errors=%llu\n", name, (unsigned long long)f->errors);
 	printf("%s_wall_s=%.6f\n", name, (double)f->wall_ns / 1e9);
-	printf("%s_start_ns=%llu\n%s_end_ns=%llu\n", name, (unsigned long long)f->start_ns,
-	       name, (unsigned long long)f->end_ns);
+	printf("%s_start_ns=%llu\n%s_end_ns=%llu\n", name, (unsigned long long)f->start_ns, name,
+	       (unsigned long long)f->end_ns);
 	printf("%s_ops_per_s=%.1f\n", name, busy_s > 0 ? (double)n / busy_s : 0.0);
 	if (with_bytes)
 		printf("%s_gb_per_s=%.3f\n", name,
@@ -542,8 +542,7 @@ static int parse_one(struct bench *b, int argc, char **argv, int *i)
 		rc = bench_parse_num("--sync-procs", v, 0, 1, 1000000, &x);
 		b->sync_procs = (unsigned)x;
 		return rc;
-	}
-	else if ((v = bench_opt_value(argc, argv, i, "--size", &missing)))
+	} else if ((v = bench_opt_value(argc, argv, i, "--size", &missing)))
 		return bench_parse_num("--size", v, 1, 1, BENCH_MAX_SIZE, &b->size);
 	else if ((v = bench_opt_value(argc, argv, i, "--count", &missing)))
 		return bench_parse_num("--count", v, 0, 1, UINT32_MAX, &b->count);
@@ -592,7 +591,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 	if (!b->sync_path != !b->sync_procs)
 		return bench_usage_error("--sync-file and --sync-procs go together");
 	/* The threads share one session: each may hold depth slots at once. */
-	if ((uint64_t)b->threads * b->depth > BENCH_MAX_DEPTH)
+	if (b->depth > 1 && (uint64_t)b->threads * b->depth > BENCH_MAX_DEPTH)
 		return bench_usage_error("--threads x --depth is more than %d, a session's "
 					 "completion slots",
 					 BENCH_MAX_DEPTH);
@@ -604,8 +603,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 
 static void print_config(struct bench *b)
 {
-	uint64_t arena =
-	    bench_round_up((uint64_t)b->threads * b->depth * b->size * 2, 1ull << 20);
+	uint64_t arena = bench_round_up((uint64_t)b->threads * b->depth * b->size * 2, 1ull << 20);
 
 	/* Every call in flight may have one value staged in the arena each way. */
 	b->opts.arena_bytes = arena < BENCH_MIN_ARENA ? BENCH_MIN_ARENA : (size_t)arena;
@@ -641,8 +639,9 @@ static struct worker *workers_alloc(struct bench *b)
 		ws[t].buf = alloc_touched(b->size * b->depth, 0);
 		ws[t].key = malloc(strlen(b->prefix) + BENCH_KEY_ROOM);
 		if (ws[t].key)
-			ws[t].key_head = (size_t)snprintf(ws[t].key, strlen(b->prefix) + BENCH_KEY_ROOM,
-							  "%s-%d-", b->prefix, (int)b->pid);
+			ws[t].key_head =
+			    (size_t)snprintf(ws[t].key, strlen(b->prefix) + BENCH_KEY_ROOM,
+					     "%s-%d-", b->prefix, (int)b->pid);
 		if (!ws[t].buf || !ws[t].key) {
 			for (unsigned u = 0; u <= t; u++) {
 				free(ws[u].buf);

@@ -170,11 +170,11 @@ int lunar_get_async(struct lunar_client *c, const char *key, void *buf, size_t c
 		    struct lunar_pending **out);
 /* lunar_ready - 1 when lunar_wait(p) would return at once: p is done, or
  * its session broke, lost the proxy or passed p's deadline; else 0. Never
- * blocks; makes one system call while p is not done. p NULL counts as
- * ready. */
+ * blocks; while p is not done it looks at the session's socket (a poll).
+ * p NULL counts as ready. */
 int lunar_ready(struct lunar_pending *p);
 /* lunar_wait - wait for p and return its result; frees p (NULL:
- * INVALID_PARAMS). */
+ * INVALID_PARAMS). Once it is called, no thread may use p again. */
 int64_t lunar_wait(struct lunar_pending *p);
 
 /* Zero-copy memory shared with the proxy (NULL on failure). */
@@ -182,8 +182,8 @@ void *lunar_alloc(struct lunar_client *c, size_t len);
 void lunar_free(struct lunar_client *c, void *p);
 int lunar_register(struct lunar_client *c, void *p, size_t len);
 /* lunar_unregister - stop sharing the range lunar_register was given at p,
- * once no call uses registered memory (asynchronous calls pending in it
- * are waited for up to the timeout: BUSY then). */
+ * once no call uses it (asynchronous calls pending in it are waited for up
+ * to the timeout: BUSY then). */
 int lunar_unregister(struct lunar_client *c, void *p);
 
 /* lunar_health - 0 ok, 1 proxy unreachable, 2 master unreachable. */

@@ -28,15 +28,15 @@
 
 #include "harness.h"
 
-#define KIB	 1024u
-#define MIB	 (1024u * 1024u)
-#define ARENA	 MIB /* the proxy's minimum: a 3 MiB value cannot be staged */
-#define DEPTH	 32
-#define ROUNDS	 8
-#define VAL_LEN	 (4u * KIB + 13)
-#define BIG	 (3u * MIB + 777)
-#define SLOTS	 256 /* a session's completion slots (docs/shm-abi.md) */
-#define KILL_MS	 2000
+#define KIB	1024u
+#define MIB	(1024u * 1024u)
+#define ARENA	MIB /* the proxy's minimum: a 3 MiB value cannot be staged */
+#define DEPTH	32
+#define ROUNDS	8
+#define VAL_LEN (4u * KIB + 13)
+#define BIG	(3u * MIB + 777)
+#define SLOTS	256 /* a session's completion slots (docs/shm-abi.md) */
+#define KILL_MS 2000
 
 static char sock[PATH_MAX];
 static struct h_proc *proxy;
@@ -77,6 +77,21 @@ static int case_teardown(void **state)
 	return 0;
 }
 
+/* An app-owned memfd of len bytes, sealed against shrinking, mapped shared;
+ * *fd stays open. */
+static uint8_t *app_memfd(const char *name, size_t len, int *fd)
+{
+	uint8_t *p;
+
+	*fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	H_ASSERT_MSG(*fd >= 0, "memfd_create: %s", strerror(errno));
+	H_ASSERT(ftruncate(*fd, (off_t)len) == 0);
+	H_ASSERT(fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+	H_ASSERT(p != MAP_FAILED);
+	return p;
+}
+
 static void key_of(char *key, size_t len, const char *what, int i)
 {
 	snprintf(key, len, "async/%s/%d", what, i);
@@ -103,8 +118,8 @@ static void round_trip(const char *what, uint8_t *vals, uint8_t *dst)
 			continue;
 		key_of(key, sizeof(key), what, i);
 		h_fill(vals + (size_t)k * VAL_LEN, VAL_LEN, h_seed(key));
-		H_ASSERT_EQ(lunar_put_async(cl, key, vals + (size_t)k * VAL_LEN, VAL_LEN, NULL, &p[k]),
-			    0);
+		H_ASSERT_EQ(
+		    lunar_put_async(cl, key, vals + (size_t)k * VAL_LEN, VAL_LEN, NULL, &p[k]), 0);
 		H_ASSERT(p[k] != NULL);
 	}
 	for (int i = 0; i < n + DEPTH; i++) {
@@ -114,7 +129,8 @@ static void round_trip(const char *what, uint8_t *vals, uint8_t *dst)
 		if (p[k]) {
 			H_ASSERT_EQ(lunar_wait(p[k]), VAL_LEN);
 			key_of(key, sizeof(key), what, i - DEPTH);
-			H_ASSERT_MSG(h_verify(at, VAL_LEN, h_seed(key)) < 0, "%s: wrong bytes", key);
+			H_ASSERT_MSG(h_verify(at, VAL_LEN, h_seed(key)) < 0, "%s: wrong bytes",
+				     key);
 		}
 		p[k] = NULL;
 		if (i >= n)
@@ -228,10 +244,7 @@ static void test_step3_async_register_between_start_and_wait(void **state)
 	(void)state;
 	h_fill(val, sizeof(val), h_seed("async/reg"));
 	H_ASSERT_EQ(lunar_put(cl, "async/reg", val, sizeof(val), NULL), 0);
-	fd = memfd_create("async-reg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	H_ASSERT(fd >= 0 && ftruncate(fd, MIB) == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
-	mem = mmap(NULL, MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	H_ASSERT(mem != MAP_FAILED);
+	mem = app_memfd("async-reg", MIB, &fd);
 	H_ASSERT_EQ(lunar_get_async(cl, "async/reg", mem + 64, sizeof(val), &p), 0);
 	H_ASSERT_EQ(lunar_register(cl, mem, MIB), 0);
 	H_ASSERT_EQ(lunar_wait(p), sizeof(val));
@@ -243,28 +256,34 @@ static void test_step3_async_register_between_start_and_wait(void **state)
 }
 
 /*
- * A put pending from a registered memfd: unregistering the range waits for
+ * A put pending from a registered memfd: unregistering that range waits for
  * it (only this thread's lunar_wait ends it, so here until the handle's
- * timeout: BUSY), and the put is stored whole; once it is waited for, the
- * unregister goes through.
+ * timeout: BUSY), while another range, with nothing pending, goes at once;
+ * the put is stored whole, and once it is waited for its range goes too.
  */
 static void test_step3_async_unregister_waits_for_pending(void **state)
 {
 	struct lunar_client *c = connect_to(sock, 300);
 	struct lunar_pending *p;
 	char back[VAL_LEN];
-	uint8_t *mem;
+	uint8_t *mem, *other;
 	uint64_t t0;
-	int fd;
+	int fd, other_fd;
 
 	(void)state;
-	fd = memfd_create("async-unreg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	H_ASSERT(fd >= 0 && ftruncate(fd, MIB) == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
-	mem = mmap(NULL, MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	H_ASSERT(mem != MAP_FAILED);
+	mem = app_memfd("async-unreg", MIB, &fd);
+	other = app_memfd("async-other", MIB, &other_fd);
 	H_ASSERT_EQ(lunar_register(c, mem, MIB), 0);
+	H_ASSERT_EQ(lunar_register(c, other, MIB), 0);
 	h_fill(mem + 128, VAL_LEN, h_seed("async/unreg"));
 	H_ASSERT_EQ(lunar_put_async(c, "async/unreg", mem + 128, VAL_LEN, NULL, &p), 0);
+	/* Done at the proxy (within its 300 ms), so the wait below succeeds. */
+	while (!lunar_ready(p))
+		h_sleep_ms(1);
+	t0 = h_now_ms();
+	H_ASSERT_EQ(lunar_unregister(c, other), 0);
+	H_ASSERT_MSG(h_now_ms() - t0 < 250, "an idle range took %llu ms",
+		     (unsigned long long)(h_now_ms() - t0));
 	t0 = h_now_ms();
 	H_ASSERT_EQ(lunar_unregister(c, mem), LUNAR_ERR_BUSY);
 	H_ASSERT(h_now_ms() - t0 >= 250);
@@ -274,34 +293,50 @@ static void test_step3_async_unregister_waits_for_pending(void **state)
 	H_ASSERT(h_verify(back, VAL_LEN, h_seed("async/unreg")) < 0);
 	lunar_close(c);
 	munmap(mem, MIB);
+	munmap(other, MIB);
 	close(fd);
+	close(other_fd);
 }
 
-/* Every completion slot held by a call not yet waited for: the next start
- * reports BUSY at once (only a wait frees one); after a wait it starts. */
+/*
+ * Every completion slot held by a call not yet waited for: the next start
+ * (into a registered range) reports BUSY at once, only a wait freeing one,
+ * and leaves nothing counted on its range, which unregisters at once while
+ * the other calls (staged) are still pending; after a wait it starts.
+ */
 static void test_step3_async_slots_bound_pending_calls(void **state)
 {
 	struct lunar_pending *p[SLOTS + 1];
 	char buf[16];
+	uint8_t *mem;
 	uint64_t t0;
+	int fd;
 
 	(void)state;
+	mem = app_memfd("async-slots", MIB, &fd);
+	H_ASSERT_EQ(lunar_register(cl, mem, MIB), 0);
 	H_ASSERT_EQ(lunar_put(cl, "async/slots", "0123456789abcdef", 16, NULL), 0);
 	for (int i = 0; i < SLOTS; i++)
 		H_ASSERT_EQ(lunar_get_async(cl, "async/slots", buf, sizeof(buf), &p[i]), 0);
 	t0 = h_now_ms();
-	H_ASSERT_EQ(lunar_get_async(cl, "async/slots", buf, sizeof(buf), &p[SLOTS]),
-		    LUNAR_ERR_BUSY);
+	H_ASSERT_EQ(lunar_get_async(cl, "async/slots", mem, 16, &p[SLOTS]), LUNAR_ERR_BUSY);
 	H_ASSERT_MSG(h_now_ms() - t0 < 1000, "BUSY took %llu ms",
+		     (unsigned long long)(h_now_ms() - t0));
+	t0 = h_now_ms();
+	H_ASSERT_EQ(lunar_unregister(cl, mem), 0);
+	H_ASSERT_MSG(h_now_ms() - t0 < 1000, "the unregister took %llu ms",
 		     (unsigned long long)(h_now_ms() - t0));
 	H_ASSERT_EQ(lunar_wait(p[0]), 16);
 	H_ASSERT_EQ(lunar_get_async(cl, "async/slots", buf, sizeof(buf), &p[SLOTS]), 0);
 	for (int i = 1; i <= SLOTS; i++)
 		H_ASSERT_EQ(lunar_wait(p[i]), 16);
+	munmap(mem, MIB);
+	close(fd);
 }
 
 /* Puts the proxy holds (--debug-put-delay) are pending when it is killed:
- * they turn ready and every wait returns PROXY_UNAVAILABLE soon after. */
+ * they turn ready and every wait returns PROXY_UNAVAILABLE soon after; the
+ * values' memory is the app's still (no SIGBUS, bytes as they were). */
 static void test_step3_async_proxy_killed_under_pending_calls(void **state)
 {
 	struct lunar_pending *p[4];
@@ -313,8 +348,8 @@ static void test_step3_async_proxy_killed_under_pending_calls(void **state)
 
 	(void)state;
 	snprintf(path, sizeof(path), "%s", h_path("slow.sock"));
-	px = h_start_proxy("slow", path, H_EMBEDDED, "--segment-size", "64MiB",
-			   "--debug-put-delay", "5s", NULL);
+	px = h_start_proxy("slow", path, H_EMBEDDED, "--segment-size", "64MiB", "--debug-put-delay",
+			   "5s", NULL);
 	H_ASSERT(px != NULL);
 	c = connect_to(path, 10000);
 	val = lunar_alloc(c, 4 * VAL_LEN);
@@ -337,6 +372,10 @@ static void test_step3_async_proxy_killed_under_pending_calls(void **state)
 		H_ASSERT_EQ(lunar_wait(p[i]), LUNAR_ERR_PROXY_UNAVAILABLE);
 	H_ASSERT_MSG(h_now_ms() - killed_at < KILL_MS, "the waits took %llu ms",
 		     (unsigned long long)(h_now_ms() - killed_at));
+	for (int i = 0; i < 4; i++) {
+		key_of(key, sizeof(key), "killed", i);
+		H_ASSERT(h_verify(val + i * VAL_LEN, VAL_LEN, h_seed(key)) < 0);
+	}
 	lunar_free(c, val);
 	lunar_close(c);
 }
