@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -711,13 +712,12 @@ void h_embedded_node_stop(struct lunar_client **cl)
 	h_cleanup();
 }
 
-struct lunar_client *h_client_try(const char *sockpath, unsigned timeout_ms, int *rc)
+static struct lunar_client *client_try(const struct lunar_opts *opts, int *rc)
 {
-	struct lunar_opts opts = {.socket_path = sockpath, .timeout_ms = timeout_ms};
 	struct lunar_client *c = NULL;
 	int r;
 
-	r = lunar_connect(&opts, &c);
+	r = lunar_connect(opts, &c);
 	if (rc)
 		*rc = r;
 	if (r != 0) {
@@ -728,14 +728,28 @@ struct lunar_client *h_client_try(const char *sockpath, unsigned timeout_ms, int
 	return c;
 }
 
-struct lunar_client *h_client(const char *sockpath)
+struct lunar_client *h_client_try(const char *sockpath, unsigned timeout_ms, int *rc)
 {
+	struct lunar_opts opts = {.socket_path = sockpath, .timeout_ms = timeout_ms};
+
+	return client_try(&opts, rc);
+}
+
+struct lunar_client *h_client_arena(const char *sockpath, unsigned timeout_ms, size_t arena_bytes)
+{
+	struct lunar_opts opts = {
+	    .socket_path = sockpath, .timeout_ms = timeout_ms, .arena_bytes = arena_bytes};
 	struct lunar_client *c;
 	int rc = 0;
 
-	c = h_client_try(sockpath, H_CLIENT_TIMEOUT_MS, &rc);
+	c = client_try(&opts, &rc);
 	H_ASSERT_MSG(c != NULL, "lunar_connect(%s) = %d (%s)", sockpath, rc, h_code(rc));
 	return c;
+}
+
+struct lunar_client *h_client(const char *sockpath)
+{
+	return h_client_arena(sockpath, H_CLIENT_TIMEOUT_MS, 0);
 }
 
 /* FNV-1a: a stable seed per key. */
@@ -834,8 +848,7 @@ int h_pid_maps_count(pid_t pid, const char *needle)
  * between the parentheses (which may hold spaces) into comm, the minor
  * faults into *minflt and the state letter into *state (each when not
  * NULL); -1 if unreadable. */
-static int64_t read_stat(const char *path, char *comm, size_t commlen, int64_t *minflt,
-			 char *state)
+static int64_t read_stat(const char *path, char *comm, size_t commlen, int64_t *minflt, char *state)
 {
 	unsigned long long ut = 0, st = 0, mf = 0;
 	char s = 0;
@@ -1007,4 +1020,17 @@ pid_t h_fork_ready(void (*child)(int ready_fd, void *arg), void *arg, int *rd)
 	else
 		close(p[0]);
 	return pid;
+}
+
+uint8_t *h_app_memfd(const char *name, size_t len, int *fd)
+{
+	uint8_t *p;
+
+	*fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	H_ASSERT_MSG(*fd >= 0, "memfd_create: %s", strerror(errno));
+	H_ASSERT(ftruncate(*fd, (off_t)len) == 0);
+	H_ASSERT(fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+	H_ASSERT(p != MAP_FAILED);
+	return p;
 }

@@ -141,6 +141,9 @@ struct lunar_client *h_client(const char *sockpath);
 /* h_client_try - as h_client with a chosen timeout; NULL on failure, *rc
  * (if not NULL) gets the code. */
 struct lunar_client *h_client_try(const char *sockpath, unsigned timeout_ms, int *rc);
+/* h_client_arena - as h_client with a chosen timeout and arena size
+ * (lunar_opts.arena_bytes; 0: the proxy's default). */
+struct lunar_client *h_client_arena(const char *sockpath, unsigned timeout_ms, size_t arena_bytes);
 
 /* Clocks and sleeping; any thread. */
 uint64_t h_now_ms(void);
@@ -167,6 +170,10 @@ const char *h_code(int64_t v);
  */
 int h_pid_fd_count(pid_t pid);
 int h_pid_maps_count(pid_t pid, const char *needle);
+/* h_app_memfd - an app-owned memfd of len bytes the way an engine makes one
+ * for lunar_register: sealed against shrinking, mapped shared. *fd stays
+ * open (registering needs a descriptor of it). Fails the test on error. */
+uint8_t *h_app_memfd(const char *name, size_t len, int *fd);
 int64_t h_pid_cpu_ms(pid_t pid);
 /*
  * h_stop_group - SIGSTOP p's process group, then wait up to H_STOP_WAIT_MS

@@ -42,16 +42,6 @@ static char sock[PATH_MAX];
 static struct h_proc *proxy;
 static struct lunar_client *cl;
 
-static struct lunar_client *connect_to(const char *path, unsigned timeout_ms)
-{
-	struct lunar_opts o = {.socket_path = path, .timeout_ms = timeout_ms, .arena_bytes = ARENA};
-	struct lunar_client *c = NULL;
-	int rc = lunar_connect(&o, &c);
-
-	H_ASSERT_MSG(rc == 0, "lunar_connect(%s) = %d (%s)", path, rc, h_code(rc));
-	return c;
-}
-
 static int setup(void **state)
 {
 	(void)state;
@@ -65,7 +55,7 @@ static int setup(void **state)
 static int case_setup(void **state)
 {
 	(void)state;
-	cl = connect_to(sock, H_CLIENT_TIMEOUT_MS);
+	cl = h_client_arena(sock, H_CLIENT_TIMEOUT_MS, ARENA);
 	return cl ? 0 : -1;
 }
 
@@ -75,21 +65,6 @@ static int case_teardown(void **state)
 	lunar_close(cl);
 	cl = NULL;
 	return 0;
-}
-
-/* An app-owned memfd of len bytes, sealed against shrinking, mapped shared;
- * *fd stays open. */
-static uint8_t *app_memfd(const char *name, size_t len, int *fd)
-{
-	uint8_t *p;
-
-	*fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	H_ASSERT_MSG(*fd >= 0, "memfd_create: %s", strerror(errno));
-	H_ASSERT(ftruncate(*fd, (off_t)len) == 0);
-	H_ASSERT(fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
-	H_ASSERT(p != MAP_FAILED);
-	return p;
 }
 
 static void key_of(char *key, size_t len, const char *what, int i)
@@ -244,7 +219,7 @@ static void test_step3_async_register_between_start_and_wait(void **state)
 	(void)state;
 	h_fill(val, sizeof(val), h_seed("async/reg"));
 	H_ASSERT_EQ(lunar_put(cl, "async/reg", val, sizeof(val), NULL), 0);
-	mem = app_memfd("async-reg", MIB, &fd);
+	mem = h_app_memfd("async-reg", MIB, &fd);
 	H_ASSERT_EQ(lunar_get_async(cl, "async/reg", mem + 64, sizeof(val), &p), 0);
 	H_ASSERT_EQ(lunar_register(cl, mem, MIB), 0);
 	H_ASSERT_EQ(lunar_wait(p), sizeof(val));
@@ -263,7 +238,7 @@ static void test_step3_async_register_between_start_and_wait(void **state)
  */
 static void test_step3_async_unregister_waits_for_pending(void **state)
 {
-	struct lunar_client *c = connect_to(sock, 300);
+	struct lunar_client *c = h_client_arena(sock, 300, ARENA);
 	struct lunar_pending *p;
 	char back[VAL_LEN];
 	uint8_t *mem, *other;
@@ -271,8 +246,8 @@ static void test_step3_async_unregister_waits_for_pending(void **state)
 	int fd, other_fd;
 
 	(void)state;
-	mem = app_memfd("async-unreg", MIB, &fd);
-	other = app_memfd("async-other", MIB, &other_fd);
+	mem = h_app_memfd("async-unreg", MIB, &fd);
+	other = h_app_memfd("async-other", MIB, &other_fd);
 	H_ASSERT_EQ(lunar_register(c, mem, MIB), 0);
 	H_ASSERT_EQ(lunar_register(c, other, MIB), 0);
 	h_fill(mem + 128, VAL_LEN, h_seed("async/unreg"));
@@ -313,7 +288,7 @@ static void test_step3_async_slots_bound_pending_calls(void **state)
 	int fd;
 
 	(void)state;
-	mem = app_memfd("async-slots", MIB, &fd);
+	mem = h_app_memfd("async-slots", MIB, &fd);
 	H_ASSERT_EQ(lunar_register(cl, mem, MIB), 0);
 	H_ASSERT_EQ(lunar_put(cl, "async/slots", "0123456789abcdef", 16, NULL), 0);
 	for (int i = 0; i < SLOTS; i++)
@@ -351,7 +326,7 @@ static void test_step3_async_proxy_killed_under_pending_calls(void **state)
 	px = h_start_proxy("slow", path, H_EMBEDDED, "--segment-size", "64MiB", "--debug-put-delay",
 			   "5s", NULL);
 	H_ASSERT(px != NULL);
-	c = connect_to(path, 10000);
+	c = h_client_arena(path, 10000, ARENA);
 	val = lunar_alloc(c, 4 * VAL_LEN);
 	H_ASSERT(val != NULL);
 	for (int i = 0; i < 4; i++) {

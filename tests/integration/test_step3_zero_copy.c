@@ -35,17 +35,6 @@ static char sock[PATH_MAX];
 static struct h_proc *proxy;
 static struct lunar_client *cl;
 
-static struct lunar_client *connect_small_arena(const char *path)
-{
-	struct lunar_opts o = {
-	    .socket_path = path, .timeout_ms = H_CLIENT_TIMEOUT_MS, .arena_bytes = ARENA};
-	struct lunar_client *c = NULL;
-	int rc = lunar_connect(&o, &c);
-
-	H_ASSERT_MSG(rc == 0, "lunar_connect(%s) = %d (%s)", path, rc, h_code(rc));
-	return c;
-}
-
 static int setup(void **state)
 {
 	(void)state;
@@ -59,7 +48,7 @@ static int setup(void **state)
 static int case_setup(void **state)
 {
 	(void)state;
-	cl = connect_small_arena(sock);
+	cl = h_client_arena(sock, H_CLIENT_TIMEOUT_MS, ARENA);
 	return cl ? 0 : -1;
 }
 
@@ -69,21 +58,6 @@ static int case_teardown(void **state)
 	lunar_close(cl);
 	cl = NULL;
 	return 0;
-}
-
-/* An app-owned memfd the way an engine makes one: sealed against shrinking,
- * mapped shared. *fd stays open (lunar_register needs a descriptor of it). */
-static uint8_t *app_memfd(const char *name, size_t len, int *fd)
-{
-	uint8_t *p;
-
-	*fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	H_ASSERT_MSG(*fd >= 0, "memfd_create: %s", strerror(errno));
-	H_ASSERT(ftruncate(*fd, (off_t)len) == 0);
-	H_ASSERT(fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
-	H_ASSERT(p != MAP_FAILED);
-	return p;
 }
 
 /* Lines of the proxy's maps naming the memfd, after waiting up to ms for
@@ -189,7 +163,7 @@ static void test_step3_zero_copy_register_memfd_offsets(void **state)
 	int fd;
 
 	(void)state;
-	mem = app_memfd("t3-app-mem", REGION_LEN, &fd);
+	mem = h_app_memfd("t3-app-mem", REGION_LEN, &fd);
 	H_ASSERT_EQ(lunar_register(cl, mem, REGION_LEN), 0);
 	H_ASSERT_MSG(proxy_maps_settle("memfd:t3-app-mem", 1, 1000) >= 1,
 		     "the proxy has not mapped the registered memfd");
@@ -223,7 +197,7 @@ static void test_step3_zero_copy_register_file_offset(void **state)
 	int fd;
 
 	(void)state;
-	whole = app_memfd("t3-app-off", 8 * MIB, &fd);
+	whole = h_app_memfd("t3-app-off", 8 * MIB, &fd);
 	memset(whole, 0xee, 8 * MIB);
 	part = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 2 * MIB);
 	H_ASSERT(part != MAP_FAILED);
@@ -255,7 +229,7 @@ static void test_step3_zero_copy_mixed_iovecs(void **state)
 
 	(void)state;
 	H_ASSERT(m1 && m2 && m3 && m4);
-	mem = app_memfd("t3-app-mix", REGION_LEN, &fd);
+	mem = h_app_memfd("t3-app-mix", REGION_LEN, &fd);
 	H_ASSERT_EQ(lunar_register(cl, mem, REGION_LEN), 0);
 	blk = lunar_alloc(cl, 3 * MIB);
 	H_ASSERT(blk != NULL);
@@ -302,7 +276,7 @@ static void test_step3_zero_copy_register_refuses_other_memory(void **state)
 	H_ASSERT(anon != MAP_FAILED);
 	H_ASSERT_EQ(lunar_register(cl, anon, len), LUNAR_ERR_INVALID_PARAMS);
 	/* A sealed memfd, but mapped private: the proxy would not see writes. */
-	munmap(app_memfd("t3-app-priv", len, &fd), len);
+	munmap(h_app_memfd("t3-app-priv", len, &fd), len);
 	priv = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
 	H_ASSERT(priv != MAP_FAILED);
 	H_ASSERT_EQ(lunar_register(cl, priv, len), LUNAR_ERR_INVALID_PARAMS);
@@ -336,7 +310,7 @@ static void test_step3_zero_copy_unregister_then_staged(void **state)
 	int fd, n;
 
 	(void)state;
-	mem = app_memfd("t3-app-unreg", REGION_LEN, &fd);
+	mem = h_app_memfd("t3-app-unreg", REGION_LEN, &fd);
 	H_ASSERT_EQ(lunar_register(cl, mem, REGION_LEN), 0);
 	H_ASSERT(proxy_maps_settle("memfd:t3-app-unreg", 1, 1000) >= 1);
 	h_fill(mem + 4096, len, h_seed(k1));
