@@ -39,31 +39,18 @@
 #define KILL_MS 2000
 
 static char sock[PATH_MAX];
-static struct h_proc *proxy;
-static struct lunar_client *cl;
+static struct lunar_client *cl; /* the group's, with the proxy's default arena */
 
 static int setup(void **state)
 {
 	(void)state;
-	if (h_init() != 0)
-		return -1;
-	snprintf(sock, sizeof(sock), "%s", h_path("proxy.sock"));
-	proxy = h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "128MiB", NULL);
-	return proxy ? 0 : -1;
+	return h_embedded_node(sock, &cl, "--segment-size", "128MiB", NULL) ? 0 : -1;
 }
 
-static int case_setup(void **state)
+static int teardown(void **state)
 {
 	(void)state;
-	cl = h_client_arena(sock, H_CLIENT_TIMEOUT_MS, ARENA);
-	return cl ? 0 : -1;
-}
-
-static int case_teardown(void **state)
-{
-	(void)state;
-	lunar_close(cl);
-	cl = NULL;
+	h_embedded_node_stop(&cl);
 	return 0;
 }
 
@@ -187,21 +174,23 @@ static void test_step3_async_key_read_at_start(void **state)
  * runs at the start (through lunar_alloc memory), and is ready at once. */
 static void test_step3_async_too_large_to_stage(void **state)
 {
+	struct lunar_client *c = h_client_arena(sock, H_CLIENT_TIMEOUT_MS, ARENA);
 	uint8_t *val = malloc(BIG), *dst = calloc(1, BIG);
 	struct lunar_pending *p;
 
 	(void)state;
 	H_ASSERT(val && dst);
 	h_fill(val, BIG, h_seed("async/big"));
-	H_ASSERT_EQ(lunar_put_async(cl, "async/big", val, BIG, NULL, &p), 0);
+	H_ASSERT_EQ(lunar_put_async(c, "async/big", val, BIG, NULL, &p), 0);
 	H_ASSERT_EQ(lunar_ready(p), 1);
 	H_ASSERT_EQ(lunar_wait(p), 0);
-	H_ASSERT_EQ(lunar_get_async(cl, "async/big", dst, BIG, &p), 0);
+	H_ASSERT_EQ(lunar_get_async(c, "async/big", dst, BIG, &p), 0);
 	H_ASSERT_EQ(lunar_ready(p), 1);
 	H_ASSERT_EQ(lunar_wait(p), BIG);
 	H_ASSERT(h_verify(dst, BIG, h_seed("async/big")) < 0);
 	free(val);
 	free(dst);
+	lunar_close(c);
 }
 
 /*
@@ -358,23 +347,16 @@ static void test_step3_async_proxy_killed_under_pending_calls(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_step3_async_registered_round_trip, case_setup,
-					    case_teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_async_staged_round_trip, case_setup,
-					    case_teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_async_results_and_errors, case_setup,
-					    case_teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_async_key_read_at_start, case_setup,
-					    case_teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_async_too_large_to_stage, case_setup,
-					    case_teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_async_register_between_start_and_wait,
-					    case_setup, case_teardown),
+	    cmocka_unit_test(test_step3_async_registered_round_trip),
+	    cmocka_unit_test(test_step3_async_staged_round_trip),
+	    cmocka_unit_test(test_step3_async_results_and_errors),
+	    cmocka_unit_test(test_step3_async_key_read_at_start),
+	    cmocka_unit_test(test_step3_async_too_large_to_stage),
+	    cmocka_unit_test(test_step3_async_register_between_start_and_wait),
 	    cmocka_unit_test(test_step3_async_unregister_waits_for_pending),
-	    cmocka_unit_test_setup_teardown(test_step3_async_slots_bound_pending_calls, case_setup,
-					    case_teardown),
+	    cmocka_unit_test(test_step3_async_slots_bound_pending_calls),
 	    cmocka_unit_test(test_step3_async_proxy_killed_under_pending_calls),
 	};
 
-	return cmocka_run_group_tests(tests, setup, h_teardown);
+	return cmocka_run_group_tests(tests, setup, teardown);
 }
