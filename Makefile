@@ -8,8 +8,8 @@ CC ?= cc
 CFLAGS ?= -O2 -g
 override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
 	-fPIC -D_GNU_SOURCE -MMD -MP -pthread \
-	-Ishmlib/include -Icommon -Iproto -I$(BUILD)/proto -I.
-LDLIBS_DAEMON := -lnng -lprotobuf-c -luring -lpthread
+	-Ishmlib/include -Icommon -Iauth -Iproto -I$(BUILD)/proto -I.
+LDLIBS_DAEMON := -lnng -lprotobuf-c -luring -lsodium -lpthread
 CMOCKA_LIBS := -lcmocka
 
 ifeq ($(V),1)
@@ -19,6 +19,7 @@ Q := @
 endif
 
 COMMON_SRC := $(wildcard common/*.c)
+AUTH_SRC := $(wildcard auth/*.c)
 SHMLIB_SRC := $(wildcard shmlib/*.c)
 PROTO_SRC := $(BUILD)/proto/lunar.pb-c.c $(wildcard proto/*.c)
 MASTER_SRC := $(filter-out master/main.c,$(wildcard master/*.c))
@@ -32,6 +33,7 @@ HARNESS_SRC := $(wildcard tests/integration/harness*.c)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(patsubst $(BUILD)/%,%,$(1)))
 
 LIBCOMMON := $(BUILD)/lib/libcommon.a
+LIBAUTH := $(BUILD)/lib/libauth.a
 LIBSHM := $(BUILD)/lib/libshm.a
 LIBPROTO := $(BUILD)/lib/libproto.a
 LIBMASTER := $(BUILD)/lib/libmaster.a
@@ -40,7 +42,7 @@ LIBDISK := $(BUILD)/lib/libdisk.a
 LIBPROXY := $(BUILD)/lib/libproxy.a
 LIBLUNAR_SO := $(BUILD)/lib/liblunar.so
 LIBLUNAR_A := $(BUILD)/lib/liblunar.a
-DAEMON_LIBS := $(LIBPROXY) $(LIBENGINE) $(LIBDISK) $(LIBMASTER) $(LIBPROTO) $(LIBCOMMON)
+DAEMON_LIBS := $(LIBPROXY) $(LIBENGINE) $(LIBDISK) $(LIBMASTER) $(LIBPROTO) $(LIBAUTH) $(LIBCOMMON)
 
 BINS := $(BUILD)/bin/lunar-master $(BUILD)/bin/lunar-proxy $(BUILD)/bin/lunarctl \
 	$(BUILD)/bin/lunar-bench
@@ -81,6 +83,7 @@ $(1): $(2)
 	$$(Q)rm -f $$@ && ar rcs $$@ $$^
 endef
 $(eval $(call archive,$(LIBCOMMON),$(call obj,$(COMMON_SRC))))
+$(eval $(call archive,$(LIBAUTH),$(call obj,$(AUTH_SRC))))
 $(eval $(call archive,$(LIBSHM),$(call obj,$(SHMLIB_SRC))))
 $(eval $(call archive,$(LIBPROTO),$(call obj,$(PROTO_SRC))))
 $(eval $(call archive,$(LIBMASTER),$(call obj,$(MASTER_SRC))))
@@ -96,7 +99,7 @@ $(LIBLUNAR_SO): $(call obj,$(SHMLIB_SRC) $(COMMON_SRC)) shmlib/liblunar.map
 	$(Q)$(CC) -shared -pthread -Wl,--version-script=shmlib/liblunar.map -Wl,-soname,liblunar.so.1 \
 		-o $@ $(filter %.o,$^)
 
-$(BUILD)/bin/lunar-master: $(call obj,master/main.c) $(LIBMASTER) $(LIBPROTO) $(LIBCOMMON)
+$(BUILD)/bin/lunar-master: $(call obj,master/main.c) $(LIBMASTER) $(LIBPROTO) $(LIBAUTH) $(LIBCOMMON)
 	$(Q)mkdir -p $(@D)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS_DAEMON)
@@ -108,10 +111,10 @@ $(BUILD)/bin/lunar-proxy: $(call obj,proxy/main.c) $(DAEMON_LIBS)
 
 # lunar-bench also speaks the master's RPC (--master): its modes live in tools/bench/.
 $(BUILD)/bin/lunar-bench: $(call obj,tools/lunar-bench.c $(wildcard tools/bench/*.c)) $(LIBSHM) \
-		$(LIBMASTER) $(LIBPROTO) $(LIBCOMMON)
+		$(LIBMASTER) $(LIBPROTO) $(LIBAUTH) $(LIBCOMMON)
 	$(Q)mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lnng -lprotobuf-c -lpthread -lm
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lnng -lprotobuf-c -lsodium -lpthread -lm
 
 # memc-bench shares lunar-bench's pattern, percentiles and byte checks.
 $(BUILD)/bin/memc-bench: $(call obj,tools/memc-bench.c tools/bench/util.c) $(LIBCOMMON)
@@ -121,10 +124,10 @@ $(BUILD)/bin/memc-bench: $(call obj,tools/memc-bench.c tools/bench/util.c) $(LIB
 
 # lunarctl's admin verbs, HTTP client and JSON reader live in tools/ctl/.
 $(BUILD)/bin/lunarctl: $(call obj,tools/lunarctl.c $(wildcard tools/ctl/*.c)) $(LIBSHM) \
-		$(LIBCOMMON)
+		$(LIBAUTH) $(LIBCOMMON)
 	$(Q)mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lpthread -lm
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lsodium -lpthread -lm
 
 $(BUILD)/bin/%: $(call obj,tools/%.c) $(LIBSHM) $(LIBCOMMON)
 	$(Q)mkdir -p $(@D)
@@ -142,10 +145,11 @@ $(BUILD)/tests/unit/%: $(call obj,tests/unit/%.c) $(DAEMON_LIBS) $(LIBSHM)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LIBCOMMON) $(LDLIBS_DAEMON) $(CMOCKA_LIBS) $(LINK_$(*F))
 
-$(BUILD)/tests/integration/%: $(call obj,tests/integration/%.c $(HARNESS_SRC)) $(LIBSHM) $(LIBCOMMON)
+$(BUILD)/tests/integration/%: $(call obj,tests/integration/%.c $(HARNESS_SRC)) $(LIBSHM) $(LIBAUTH) \
+		$(LIBCOMMON)
 	$(Q)mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CMOCKA_LIBS) -lpthread
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CMOCKA_LIBS) -lsodium -lpthread
 
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.
 test: all
