@@ -211,4 +211,27 @@ int auth_unseal(const struct auth_session *s, const unsigned char in[AUTH_SEALED
 void auth_http_token(const struct auth_key *key, char out[AUTH_TOKEN_CHARS + 1]);
 int auth_http_token_check(const struct auth_key *key, const char *text);
 
+/*
+ * auth_key_resolve - the daemon's cluster key: from path (--cluster-key),
+ * else from the file $LUNAR_CLUSTER_KEY_FILE names. Returns 1 with *out
+ * loaded, 0 when neither names a file (a keyless node), or the negative
+ * result of auth_key_load with its reason in why.
+ */
+int auth_key_resolve(const char *path, struct auth_key *out, char *why, size_t cap);
+
+/*
+ * auth_host_is_loopback - 1 when host reaches only this machine (an IPv4
+ * address in 127.0.0.0/8, ::1, or "localhost"), else 0 (a wildcard such as
+ * 0.0.0.0 or ::, another address or name).
+ */
+int auth_host_is_loopback(const char *host);
+
+/*
+ * auth_bind_check - whether a daemon may listen on host (SPEC §13): always
+ * on loopback; elsewhere only with a cluster key (keyed) or when the
+ * operator said --insecure. 0, or LUNAR_ERR_UNAUTHORIZED with a sentence
+ * for the operator in why.
+ */
+int auth_bind_check(const char *host, int keyed, int insecure, char *why, size_t cap);
+
 #endif /* LUNAR_AUTH_AUTH_H */

@@ -12,6 +12,7 @@
 
 #include <nng/nng.h>
 
+#include "auth.h"
 #include "log.h"
 #include "admin_http.h"
 #include "http.h"
@@ -29,6 +30,10 @@ struct opts {
 	uint64_t http_port;
 	const char *listen;
 	uint64_t workers;
+	const char *key_path; /* --cluster-key */
+	int insecure;	      /* --insecure: a non-loopback bind without a key */
+	struct auth_key key;
+	int keyed;
 	struct mst_config cfg;
 	struct lc_conf conf; /* --config's settings; cfg may point into them */
 };
@@ -38,9 +43,13 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: lunar-master [flags]\n"
 		"  --port PORT                      RPC port, 0 picks a free one (50051)\n"
-		"  --listen ADDR                    address to listen on (0.0.0.0)\n"
+		"  --listen ADDR                    address to listen on (127.0.0.1); any other needs\n"
+		"                                   --cluster-key or --insecure\n"
 		"  --http-port PORT                 /metrics, /health, /ready, /admin (9003; 0 picks)\n"
 		"  --workers N                      parallel RPC workers (8)\n"
+		"  --cluster-key FILE               the cluster key (lunarctl keygen; env\n"
+		"                                   LUNAR_CLUSTER_KEY_FILE): every caller must prove it\n"
+		"  --insecure                       allow a non-loopback --listen without a key (warns)\n"
 		"%s"
 		"  --config FILE                    settings from FILE, one 'name = value' a line,\n"
 		"                                   under the command line's\n"
@@ -52,7 +61,8 @@ static void usage(FILE *f)
 
 static int known(const char *name)
 {
-	static const char *const own[] = {"listen", "port", "http-port", "workers", "config"};
+	static const char *const own[] = {"listen",  "port",	     "http-port",
+					    "workers", "cluster-key", "insecure", "config"};
 
 	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
 		if (!strcmp(name, own[i]))
@@ -73,6 +83,10 @@ static int set_flag(struct opts *o, const char *name, const char *val)
 		rc = lc_parse_u64(val, &o->port) || o->port > 65535 ? -EINVAL : 0;
 	else if (!strcmp(name, "http-port"))
 		rc = lc_parse_u64(val, &o->http_port) || o->http_port > 65535 ? -EINVAL : 0;
+	else if (!strcmp(name, "cluster-key"))
+		rc = *(o->key_path = val) ? 0 : -EINVAL;
+	else if (!strcmp(name, "insecure"))
+		rc = strcmp(val, "true") ? -EINVAL : (o->insecure = 1, 0);
 	else if (!strcmp(name, "workers"))
 		rc = lc_parse_u64(val, &o->workers) || !o->workers || o->workers > 1024 ? -EINVAL
 											: 0;
@@ -101,7 +115,8 @@ static int parse_one(struct opts *o, int argc, char **argv, int *i)
 		fprintf(stderr, "lunar-master: unknown flag --%s (see --help)\n", name);
 		return 2;
 	}
-	if (!val && mst_config_is_switch(name) && (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2)))
+	if (!val && (mst_config_is_switch(name) || !strcmp(name, "insecure")) &&
+	    (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2)))
 		val = "true";
 	if (!val && *i + 1 >= argc) {
 		fprintf(stderr, "lunar-master: --%s needs a value\n", name);
@@ -143,6 +158,27 @@ static int parse_file(struct opts *o, int argc, char **argv)
 	return 0;
 }
 
+/* The cluster key, and whether --listen is allowed with what we have;
+ * 0, or 2 after printing why. */
+static int check_security(struct opts *o)
+{
+	char why[512];
+	int rc = auth_init();
+
+	if (!rc)
+		rc = auth_key_resolve(o->key_path, &o->key, why, sizeof(why));
+	if (rc < 0) {
+		fprintf(stderr, "lunar-master: cluster key: %s\n", why);
+		return 2;
+	}
+	o->keyed = rc;
+	if (auth_bind_check(o->listen, o->keyed, o->insecure, why, sizeof(why))) {
+		fprintf(stderr, "lunar-master: %s\n", why);
+		return 2;
+	}
+	return 0;
+}
+
 /* Parse argv; 0 to run, 1 to exit 0 (--help, --version), 2 on bad usage. */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
@@ -161,7 +197,26 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	for (int i = 1; i < argc; i++)
 		if (parse_one(o, argc, argv, &i))
 			return 2;
-	return 0;
+	return check_security(o);
+}
+
+static void warn_insecure(const struct opts *o)
+{
+	if (!o->keyed && !auth_host_is_loopback(o->listen))
+		LC_WARN("lunar-master", "--insecure: anyone who reaches %s can read and change "
+			"the cache; give --cluster-key", o->listen);
+}
+
+/* SIGTERM or SIGINT; an insecure master repeats its warning once a minute. */
+static int wait_signal(const struct opts *o, const sigset_t *sigs)
+{
+	const struct timespec minute = {60, 0};
+	int sig;
+
+	warn_insecure(o);
+	while ((sig = sigtimedwait(sigs, NULL, &minute)) < 0)
+		warn_insecure(o);
+	return sig;
 }
 
 static int serve(const struct opts *o, const sigset_t *sigs)
@@ -177,7 +232,7 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 		return 1;
 	}
 	snprintf(url, sizeof(url), "tcp://%s:%u", o->listen, (unsigned)o->port);
-	rc = mst_server_start(m, url, (unsigned)o->workers, &s);
+	rc = mst_server_start(m, url, (unsigned)o->workers, o->keyed ? &o->key : NULL, &s);
 	if (rc) {
 		LC_ERROR("master", "cannot listen on %s: %d", url, rc);
 		mst_master_destroy(m);
@@ -194,7 +249,7 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 	LC_INFO("lunar-master", "listening on tcp://%s:%u; HTTP on http://%s:%u", o->listen,
 		(unsigned)mst_server_port(s), o->listen, (unsigned)lc_http_port(http));
 	lc_sd_notify("READY=1");
-	sigwait(sigs, &sig);
+	sig = wait_signal(o, sigs);
 	LC_INFO("lunar-master", "signal %d: stopping", sig);
 	lc_sd_notify("STOPPING=1");
 	/* Never hang on the way out: nng's close waits on its own threads. */
@@ -208,7 +263,7 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 
 int main(int argc, char **argv)
 {
-	struct opts o = {.port = 50051, .http_port = 9003, .listen = "0.0.0.0", .workers = 8};
+	struct opts o = {.port = 50051, .http_port = 9003, .listen = "127.0.0.1", .workers = 8};
 	sigset_t sigs;
 	int rc;
 
@@ -225,6 +280,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	rc = serve(&o, &sigs);
+	auth_key_wipe(&o.key);
 	lc_conf_free(&o.conf);
 	return rc;
 }

@@ -12,6 +12,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 
+#include "auth.h"
 #include "log.h"
 #include "lunar.h"
 #include "master.h"
@@ -34,6 +35,8 @@ struct mst_server {
 	uint16_t port;
 	unsigned n;
 	struct worker *w;
+	int keyed;
+	struct auth_key key; /* with keyed: what every caller must prove */
 };
 
 /* Turn the request in msg into its reply, in place. 0, or a negative code
@@ -140,7 +143,7 @@ static int listen_on(struct mst_server *s, const char *url)
 }
 
 int mst_server_start(struct mst_master *m, const char *url, unsigned nworkers,
-		     struct mst_server **out)
+		     const struct auth_key *key, struct mst_server **out)
 {
 	struct mst_server *s = calloc(1, sizeof(*s));
 	int rv;
@@ -148,6 +151,9 @@ int mst_server_start(struct mst_master *m, const char *url, unsigned nworkers,
 	if (!s)
 		return -ENOMEM;
 	s->m = m;
+	s->keyed = key != NULL;
+	if (key)
+		s->key = *key;
 	s->n = nworkers ? nworkers : 1;
 	s->w = calloc(s->n, sizeof(*s->w));
 	if (!s->w) {
@@ -194,5 +200,6 @@ void mst_server_stop(struct mst_server *s)
 	for (unsigned i = 0; i < s->n; i++)
 		nng_aio_free(s->w[i].aio);
 	free(s->w);
+	auth_key_wipe(&s->key);
 	free(s);
 }

@@ -9,14 +9,17 @@
 struct mst_master;
 struct mst_server;
 
+struct auth_key;
+
 /*
  * mst_server_start - listen on url ("tcp://127.0.0.1:0" picks a free port)
  * with nworkers contexts each receiving, dispatching and replying on their
- * own. Returns 0 and *out, or a negative code (bad url, address in use).
- * m must outlive the server.
+ * own. key: the cluster key every caller must prove (SPEC §13), copied; NULL
+ * serves keyless (loopback demo mode). Returns 0 and *out, or a negative
+ * code (bad url, address in use). m must outlive the server.
  */
 int mst_server_start(struct mst_master *m, const char *url, unsigned nworkers,
-		     struct mst_server **out);
+		     const struct auth_key *key, struct mst_server **out);
 /* mst_server_port - the bound TCP port (after port 0), 0 for ipc://. */
 uint16_t mst_server_port(const struct mst_server *s);
 /* mst_server_stop - close the socket, wait for workers, free. NULL is a no-op. */

@@ -55,6 +55,11 @@ static const struct flag flags[] = {
 	F("dumpable", K_BOOL, dumpable,
 	  "      let processes of our uid ptrace us and read our memory, and\n"
 	  "                             dump core (off: a client could reach the others' memory)"),
+	F("cluster-key", K_STR, key_path,
+	  "FILE  the cluster key (lunarctl keygen; env LUNAR_CLUSTER_KEY_FILE):\n"
+	  "                             master and peers must prove it, and so must we"),
+	F("insecure", K_BOOL, insecure,
+	  "      allow a --host other than loopback without a cluster key (warns)"),
 	F("config", K_STR, config_path,
 	  "FILE  settings from FILE, one 'name = value' a line, under the command line's"),
 };
@@ -240,6 +245,22 @@ static int parse_file(struct px_config *c, int argc, char **argv, const char **m
 	return 0;
 }
 
+/* The cluster key, and whether --host may be bound with what we have. */
+static int check_security(struct px_config *c)
+{
+	char why[512];
+	int rc = auth_init();
+
+	if (!rc)
+		rc = auth_key_resolve(c->key_path, &c->cluster_key, why, sizeof(why));
+	if (rc < 0)
+		return bad("cluster key: %s", why);
+	c->keyed = rc;
+	if (auth_bind_check(c->host, c->keyed, c->insecure, why, sizeof(why)))
+		return bad("%s", why);
+	return 0;
+}
+
 int px_config_parse(struct px_config *c, int argc, char **argv)
 {
 	const char *mflag = NULL;
@@ -269,6 +290,8 @@ int px_config_parse(struct px_config *c, int argc, char **argv)
 		return bad("'%s' is a master flag: it needs --embedded-master", mflag);
 	if (c->disk_dir && (!c->segment_size || !c->disk_capacity))
 		return bad("%s", "--disk-dir needs a --segment-size and a --disk-capacity above 0");
+	if (check_security(c))
+		return 2;
 	if (!c->lease_cache_keys)
 		c->lease_cache_keys = px_lease_cache_default_keys(c->segment_size);
 	if (!c->max_registrations)

@@ -185,9 +185,23 @@ static void hb_wait(struct px_proxy *px, uint64_t ms, bool kickable)
 			break;
 }
 
+/* SPEC §13: an --insecure node says so at start and once a minute. */
+static void warn_insecure(const struct px_proxy *px, uint64_t *last_ms)
+{
+	uint64_t now = lc_now_ms();
+
+	if (px->cfg.keyed || auth_host_is_loopback(px->cfg.host) ||
+	    (*last_ms && now - *last_ms < 60000))
+		return;
+	*last_ms = now;
+	LC_WARN("proxy", "--insecure: anyone who reaches %s can read and change this node's "
+		"segment; give --cluster-key", px->cfg.host);
+}
+
 static void *heartbeat_main(void *arg)
 {
 	struct px_proxy *px = arg;
+	uint64_t warned_ms = 0;
 	int was_ok = 1;
 
 	pthread_mutex_lock(&px->hb_lock);
@@ -195,6 +209,7 @@ static void *heartbeat_main(void *arg)
 		hb_wait(px, px->cfg.debug_hb_delay_ms, false);
 	while (!atomic_load(&px->stopping)) {
 		pthread_mutex_unlock(&px->hb_lock);
+		warn_insecure(px, &warned_ms);
 		beat(px, &was_ok);
 		pthread_mutex_lock(&px->hb_lock);
 		hb_wait(px, px->cfg.ping_interval_ms, true);

@@ -19,6 +19,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "auth.h"
 #include "conf.h"
 #include "lunar.pb-c.h"
 #include "master/master.h"
@@ -60,6 +61,10 @@ struct px_config {
 	int disk_policy;          /* --disk-eviction: enum dsk_policy */
 	int dumpable;             /* --dumpable: ptrace and core dumps allowed */
 	const char *config_path;  /* --config */
+	const char *key_path;     /* --cluster-key (or $LUNAR_CLUSTER_KEY_FILE) */
+	int insecure;             /* --insecure: a non-loopback --host without a key */
+	int keyed;                /* cluster_key holds the key */
+	struct auth_key cluster_key;
 	struct lc_conf conf;      /* its settings; fields above may point into them */
 };
 

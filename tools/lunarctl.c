@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "tools/ctl/ctl.h"
 #include "tools/ctl/http_get.h"
 #include "tools/ctl/json.h"
@@ -35,7 +36,7 @@ static const char usage_short[] =
     "verbs: status | put KEY FILE|- [--replicas N] | get KEY [FILE|-] | exists KEY |\n"
     "       rm [--force] KEY | rm --regex PATTERN --yes | rm --all --yes |\n"
     "       keys [PATTERN] [--limit N] [--all-tenants] | stat KEY | segment list |\n"
-    "       client list | metrics | disk status | help\n"
+    "       client list | metrics | disk status | keygen FILE | help\n"
     "Try 'lunarctl --help' for details.\n";
 
 static const char usage_long[] =
@@ -75,6 +76,11 @@ static const char usage_long[] =
     "                             its embedded master's; the master's with --master)\n"
     "  disk status                the proxy's disk tier (/disk/status on --http,\n"
     "                             never --master); exit 1 when it has none\n"
+    "\n"
+    "Cluster key:\n"
+    "  keygen FILE                write a new random cluster key to FILE (mode 0600;\n"
+    "                             never overwrites). Give the same file to every\n"
+    "                             lunar-master, lunar-proxy and tool with --cluster-key\n"
     "  help                       this text\n"
     "\n"
     "Options (before or after the verb):\n"
@@ -86,6 +92,8 @@ static const char usage_long[] =
     "                             --http-port; port default 9003) for admin verbs\n"
     "  --http HOST:PORT           the proxy's HTTP address (lunar-proxy --http-port;\n"
     "                             default 127.0.0.1:9300) for admin verbs\n"
+    "  --cluster-key FILE         the cluster key (env LUNAR_CLUSTER_KEY_FILE): admin\n"
+    "                             verbs prove it to a keyed daemon's /admin pages\n"
     "  -o, --output text|json     output format; json prints one object per line\n"
     "                             (admin verbs pass the master's JSON through; for\n"
     "                             get to stdout the JSON line goes to stderr)\n"
@@ -486,6 +494,30 @@ static int cmd_rm(struct ctl *x)
 	return EXIT_OK;
 }
 
+static int cmd_keygen(struct ctl *x)
+{
+	const char *path = x->args[0];
+	int rc = auth_init();
+
+	if (!rc)
+		rc = auth_keygen(path);
+	if (rc == -EEXIST)
+		fprintf(stderr, "lunarctl: %s exists; a cluster key is never overwritten\n", path);
+	else if (rc)
+		fprintf(stderr, "lunarctl: cannot write a key to %s: %s\n", path,
+			rc < 0 && rc > -4096 ? strerror(-rc) : lunar_strerror(rc));
+	if (rc)
+		return EXIT_FAIL;
+	if (x->json) {
+		fputs("{\"key_file\":", stdout);
+		cj_write_str(stdout, path);
+		puts(",\"mode\":\"0600\"}");
+	} else {
+		printf("wrote a cluster key to %s (mode 0600)\n", path);
+	}
+	return EXIT_OK;
+}
+
 /* A verb is a word, or a noun and a verb ("segment list"), named by phrase. */
 struct verb {
 	const char *name, *sub, *phrase;
@@ -505,6 +537,7 @@ static const struct verb verbs[] = {
     {"segment", "list", "segment list", 0, 0, ctl_segment_list},
     {"client", "list", "client list", 0, 0, ctl_client_list},
     {"disk", "status", "disk status", 0, 0, ctl_disk_status},
+    {"keygen", NULL, "keygen", 1, 1, cmd_keygen},
 };
 
 /* The value of --name VALUE or --name=VALUE; NULL when argv[*i] is not it. */
@@ -572,6 +605,8 @@ static int parse_opt(struct ctl *x, int argc, char **argv, int *i)
 		x->json = !strcmp(v, "json");
 	} else if ((v = opt_value(argc, argv, i, "--master", &missing)))
 		return parse_addr(v, "--master", &x->master);
+	else if ((v = opt_value(argc, argv, i, "--cluster-key", &missing)))
+		x->key_path = v;
 	else if ((v = opt_value(argc, argv, i, "--http", &missing)))
 		return parse_addr(v, "--http", &x->http);
 	else if ((v = opt_value(argc, argv, i, "--limit", &missing))) {

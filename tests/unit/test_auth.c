@@ -290,6 +290,39 @@ static void test_auth_http_token(void **state)
 	assert_int_equal(auth_http_token_check(&k, ""), LUNAR_ERR_UNAUTHORIZED);
 }
 
+static void test_auth_bind_policy(void **state)
+{
+	char why[512], p[128];
+	struct auth_key k;
+
+	assert_true(auth_host_is_loopback("127.0.0.1"));
+	assert_true(auth_host_is_loopback("127.3.2.1"));
+	assert_true(auth_host_is_loopback("::1"));
+	assert_true(auth_host_is_loopback("localhost"));
+	assert_false(auth_host_is_loopback("0.0.0.0"));
+	assert_false(auth_host_is_loopback("::"));
+	assert_false(auth_host_is_loopback("10.1.2.3"));
+	assert_false(auth_host_is_loopback("128.0.0.1"));
+	assert_false(auth_host_is_loopback(""));
+	assert_false(auth_host_is_loopback(NULL));
+	assert_int_equal(auth_bind_check("127.0.0.1", 0, 0, why, sizeof(why)), 0);
+	assert_int_equal(auth_bind_check("0.0.0.0", 0, 0, why, sizeof(why)),
+			 LUNAR_ERR_UNAUTHORIZED);
+	assert_non_null(strstr(why, "--cluster-key"));
+	assert_int_equal(auth_bind_check("0.0.0.0", 1, 0, why, sizeof(why)), 0);
+	assert_int_equal(auth_bind_check("0.0.0.0", 0, 1, why, sizeof(why)), 0);
+
+	unsetenv(AUTH_KEY_ENV);
+	assert_int_equal(auth_key_resolve(NULL, &k, why, sizeof(why)), 0);
+	path_of(p, sizeof(p), "env-key");
+	assert_int_equal(auth_keygen(p), 0);
+	setenv(AUTH_KEY_ENV, p, 1);
+	assert_int_equal(auth_key_resolve(NULL, &k, why, sizeof(why)), 1);
+	assert_int_equal(chmod(p, 0604), 0);
+	assert_int_equal(auth_key_resolve(NULL, &k, why, sizeof(why)), -EPERM);
+	unsetenv(AUTH_KEY_ENV);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -302,6 +335,7 @@ int main(void)
 	    cmocka_unit_test(test_auth_capability_binds_every_field),
 	    cmocka_unit_test(test_auth_sealed_secret),
 	    cmocka_unit_test(test_auth_http_token),
+	    cmocka_unit_test(test_auth_bind_policy),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -36,7 +36,7 @@ static int setup(void **state)
 	mst_config_defaults(&cfg);
 	f->m = mst_master_create(&cfg);
 	assert_non_null(f->m);
-	assert_int_equal(mst_server_start(f->m, "tcp://127.0.0.1:0", 4, &f->s), 0);
+	assert_int_equal(mst_server_start(f->m, "tcp://127.0.0.1:0", 4, NULL, &f->s), 0);
 	assert_true(mst_server_port(f->s) > 0);
 	assert_int_equal(nng_req0_open(&f->req), 0);
 	/* no resend: a retry must never run a call twice */

@@ -31,6 +31,7 @@ struct ctl {
 	/* Admin verbs: --master (master's HTTP) else --http (the proxy's). */
 	const char *master;
 	const char *http;
+	const char *key_path; /* --cluster-key: proves the key to /admin (bearer token) */
 	unsigned limit; /* keys --limit; 0: the master's default */
 	int limit_set;
 	int all_tenants;
