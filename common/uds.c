@@ -5,10 +5,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -32,10 +34,66 @@ static int fill_addr(struct sockaddr_un *sa, const char *path)
 	return 0;
 }
 
-int lc_uds_listen(const char *path, unsigned mode)
+/*
+ * Taking a path over. A proxy must not take the path of one that is alive,
+ * and must take that of one that died (its socket file stays, and connects
+ * are refused). Probing by connect and then unlink + bind would race with
+ * another proxy starting or stopping on the same path: it could unlink the
+ * socket the other one has just bound. So every step that looks at the path
+ * and then changes it (probe, unlink, bind here; stat, unlink at exit) runs
+ * under an exclusive flock on the path's directory. The lock is held for a
+ * few system calls and needs no file of its own; processes that do not take
+ * it (an older proxy, rm) are not ordered by it, but the inode check at exit
+ * still keeps a proxy from removing a file it did not create.
+ */
+static int lock_dir(const char *path)
+{
+	char buf[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int dfd, rc;
+
+	snprintf(buf, sizeof(buf), "%s", path); /* fill_addr checked the length */
+	dfd = open(dirname(buf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	while ((rc = flock(dfd, LOCK_EX)) < 0 && errno == EINTR)
+		;
+	if (rc < 0) {
+		rc = -errno;
+		close(dfd);
+		return rc;
+	}
+	return dfd;
+}
+
+/* 0 when nobody serves sa's path (no file there, or a stale socket file),
+ * -EADDRINUSE when a listener answers, -EEXIST for a file that is not a
+ * socket, or -errno (-EACCES: someone else's socket). */
+static int probe(const struct sockaddr_un *sa)
+{
+	struct stat st;
+	int fd, rc = 0;
+
+	if (lstat(sa->sun_path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode))
+		return -EEXIST;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	/* Non-blocking: a listener with a full backlog says EAGAIN at once. */
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0 || errno == EAGAIN)
+		rc = -EADDRINUSE;
+	else if (errno != ECONNREFUSED && errno != ENOENT)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+int lc_uds_listen_file(const char *path, unsigned mode, struct lc_uds_file *file)
 {
 	struct sockaddr_un sa;
-	int fd, rc;
+	struct stat st;
+	int fd, dfd, rc;
 
 	rc = fill_addr(&sa, path);
 	if (rc)
@@ -43,14 +101,67 @@ int lc_uds_listen(const char *path, unsigned mode)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	unlink(path);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, mode) < 0 ||
-	    listen(fd, 128) < 0) {
+	dfd = lock_dir(path);
+	if (dfd < 0) {
+		rc = dfd;
+		goto err_close;
+	}
+	rc = probe(&sa);
+	if (rc)
+		goto err_unlock;
+	if (unlink(path) < 0 && errno != ENOENT) {
 		rc = -errno;
-		close(fd);
-		return rc;
+		goto err_unlock;
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		rc = -errno;
+		goto err_unlock;
+	}
+	if (chmod(path, mode) < 0 || listen(fd, 128) < 0 || stat(path, &st) < 0) {
+		rc = -errno;
+		goto err_unlink;
+	}
+	close(dfd);
+	if (file) {
+		file->dev = st.st_dev;
+		file->ino = st.st_ino;
 	}
 	return fd;
+
+err_unlink:
+	unlink(path);
+err_unlock:
+	close(dfd);
+err_close:
+	close(fd);
+	return rc;
+}
+
+int lc_uds_listen(const char *path, unsigned mode)
+{
+	return lc_uds_listen_file(path, mode, NULL);
+}
+
+int lc_uds_unlink_file(const char *path, const struct lc_uds_file *file)
+{
+	struct sockaddr_un sa;
+	struct stat st;
+	int dfd, rc;
+
+	rc = fill_addr(&sa, path);
+	if (rc)
+		return rc;
+	dfd = lock_dir(path);
+	if (dfd < 0)
+		return dfd;
+	if (lstat(path, &st) < 0)
+		rc = -errno;
+	else if (st.st_dev != file->dev || st.st_ino != file->ino)
+		rc = -EEXIST;
+	else if (unlink(path) < 0)
+		rc = -errno;
+	close(dfd);
+	return rc;
 }
 
 int lc_uds_socket(void)

@@ -6,12 +6,37 @@
 #define LUNAR_COMMON_UDS_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #define LC_UDS_MAX_FDS 4
 
-/* lc_uds_listen - bind and listen on path (an old socket file is replaced),
- * mode applied with chmod. Returns the fd or -errno. */
+/* The socket file a listener created, as lc_uds_listen_file found it right
+ * after bind: the path may name another file later. */
+struct lc_uds_file {
+	dev_t dev;
+	ino_t ino;
+};
+
+/*
+ * lc_uds_listen_file - bind and listen on path, mode applied with chmod, and
+ * record the new socket file in *file (when not NULL). A live listener keeps
+ * its path: -EADDRINUSE when a connect to path succeeds. A stale socket file
+ * (connect refused: its listener is gone) is replaced; any other kind of
+ * file gives -EEXIST. Returns the fd (non-blocking, CLOEXEC) or -errno. Needs
+ * to open path's directory for reading (the lock of uds.c). Blocks only for
+ * as long as another lc_uds_listen_file or lc_uds_unlink_file holds that
+ * lock on the same directory.
+ */
+int lc_uds_listen_file(const char *path, unsigned mode, struct lc_uds_file *file);
+/* lc_uds_listen - lc_uds_listen_file without the record. */
 int lc_uds_listen(const char *path, unsigned mode);
+/*
+ * lc_uds_unlink_file - remove path only if it still names *file (same st_dev
+ * and st_ino); call it before closing the listener, so that the inode cannot
+ * be reused meanwhile. 0 when removed, -EEXIST when path names another file
+ * (left in place), or -errno (-ENOENT when nothing is there).
+ */
+int lc_uds_unlink_file(const char *path, const struct lc_uds_file *file);
 /*
  * lc_uds_connect - connect to path; returns the fd (CLOEXEC) or -errno.
  * timeout_ms > 0 bounds the connect (a listener that stopped accepting

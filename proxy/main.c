@@ -190,7 +190,12 @@ static int start_clients(struct px_proxy *px)
 	raise_open_files(px);
 	rc = make_socket_dir(px->cfg.socket_path);
 	if (rc == 0)
-		rc = px->listen_fd = lc_uds_listen(px->cfg.socket_path, 0660);
+		rc = px->listen_fd = lc_uds_listen_file(px->cfg.socket_path, 0660, &px->sock_file);
+	if (rc == -EADDRINUSE) {
+		LC_ERROR("proxy", "socket %s: another proxy serves it; not taking it over",
+			 px->cfg.socket_path);
+		return LUNAR_ERR_INTERNAL;
+	}
 	if (rc < 0) {
 		LC_ERROR("proxy", "socket %s: %s", px->cfg.socket_path, strerror(-rc));
 		return LUNAR_ERR_INTERNAL;
@@ -209,8 +214,13 @@ static void stop(struct px_proxy *px)
 	atomic_store(&px->stopping, true);
 	lc_http_stop(px->http);
 	if (px->listen_fd > 0) {
+		/* Only the file we bound: a proxy that took the path over since
+		 * (ours had been removed) keeps it. Before the close, which
+		 * could free our inode for the new file to reuse. */
+		if (lc_uds_unlink_file(px->cfg.socket_path, &px->sock_file) == -EEXIST)
+			LC_WARN("proxy", "socket %s now names another file; left in place",
+				px->cfg.socket_path);
 		close(px->listen_fd);
-		unlink(px->cfg.socket_path);
 	}
 	/* Say goodbye while the master answers, then cut the line: nothing
 	 * below may wait out an RPC timeout on a master that is gone. */

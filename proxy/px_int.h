@@ -26,6 +26,7 @@
 #include "proxy/decode.h"
 #include "proxy/lease_cache.h"
 #include "shm_abi.h"
+#include "uds.h"
 
 struct eng_engine;
 struct lc_http;
@@ -166,6 +167,7 @@ struct px_proxy {
 	struct px_pool *pool;
 	struct px_closer *closer;
 	int listen_fd;
+	struct lc_uds_file sock_file; /* listen_fd's file, removed at exit if still there */
 	int epfd;
 	int stop_efd; /* signalfd: SIGTERM, SIGINT */
 	unsigned nsessions;

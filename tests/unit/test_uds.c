@@ -1,8 +1,9 @@
 /*
  * test_uds.c - pathname UNIX sockets with descriptor passing: listen with a
- * mode, connect, whole messages with SCM_RIGHTS descriptors, the receive
- * deadline, peer hang-up, and extra descriptors closed. Each case works in
- * its own temp directory and removes it.
+ * mode, never over a live listener or a file that is no socket, removal of
+ * the listener's own file only, connect, whole messages with SCM_RIGHTS
+ * descriptors, the receive deadline, peer hang-up, and extra descriptors
+ * closed. Each case works in its own temp directory and removes it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -146,6 +147,56 @@ static void test_uds_listen_replaces_stale(void **state)
 	assert_true(fd_cloexec(c));
 	close(c);
 	close(b);
+}
+
+static void test_uds_listen_refuses_live(void **state)
+{
+	struct uds_fixture *f = *state;
+	struct lc_uds_file file;
+	struct stat st;
+	int a, fd;
+
+	/* A path a listener serves is not taken: it keeps its file. */
+	a = lc_uds_listen_file(f->path, 0600, &file);
+	assert_true(a >= 0);
+	assert_int_equal(lc_uds_listen(f->path, 0600), -EADDRINUSE);
+	assert_int_equal(stat(f->path, &st), 0);
+	assert_true(st.st_dev == file.dev && st.st_ino == file.ino);
+	close(a);
+	/* Nor is a file that is not a socket. */
+	unlink(f->path);
+	fd = open(f->path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(lc_uds_listen(f->path, 0600), -EEXIST);
+	assert_int_equal(stat(f->path, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+}
+
+static void test_uds_unlink_file_only_ours(void **state)
+{
+	struct uds_fixture *f = *state;
+	struct lc_uds_file file;
+	int a, b;
+
+	a = lc_uds_listen_file(f->path, 0600, &file);
+	assert_true(a >= 0);
+	/* Replaced underneath: the new file stays. */
+	assert_int_equal(unlink(f->path), 0);
+	b = lc_uds_listen(f->path, 0600);
+	assert_true(b >= 0);
+	assert_int_equal(lc_uds_unlink_file(f->path, &file), -EEXIST);
+	assert_int_equal(access(f->path, F_OK), 0);
+	close(b);
+	close(a);
+	/* Our own file goes. */
+	unlink(f->path);
+	a = lc_uds_listen_file(f->path, 0600, &file);
+	assert_true(a >= 0);
+	assert_int_equal(lc_uds_unlink_file(f->path, &file), 0);
+	assert_int_equal(access(f->path, F_OK), -1);
+	assert_int_equal(lc_uds_unlink_file(f->path, &file), -ENOENT);
+	close(a);
 }
 
 static void test_uds_connect_errors(void **state)
@@ -459,6 +510,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_uds_listen_mode, setup_dir, teardown),
 	    cmocka_unit_test_setup_teardown(test_uds_listen_replaces_stale, setup_dir, teardown),
+	    cmocka_unit_test_setup_teardown(test_uds_listen_refuses_live, setup_dir, teardown),
+	    cmocka_unit_test_setup_teardown(test_uds_unlink_file_only_ours, setup_dir, teardown),
 	    cmocka_unit_test_setup_teardown(test_uds_connect_errors, setup_dir, teardown),
 	    cmocka_unit_test_setup_teardown(test_uds_connect_timeout, setup_dir, teardown),
 	    cmocka_unit_test_setup_teardown(test_uds_pass_two_fds, setup_pair, teardown),
