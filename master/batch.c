@@ -217,11 +217,21 @@ int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, Protobu
 {
 	const Lunar__ReMountSegmentRequest *rq = (const void *)req;
 	int bad = rq->n_segments > MST_SEGMENTS_PER_CLIENT ? LUNAR_ERR_INVALID_PARAMS : 0;
-	Lunar__BatchCodesReply *r = codes_reply(rq->n_segments, bad);
+	Lunar__ReMountSegmentReply *r =
+	    (void *)lp_reply_new(&lunar__re_mount_segment_reply__descriptor, bad, MST_VIEW);
+	size_t n = bad ? 0 : rq->n_segments;
 	int rc;
 
 	if (!r)
 		return -ENOMEM;
+	if (n) {
+		r->codes = calloc(n, sizeof(*r->codes));
+		if (!r->codes) {
+			protobuf_c_message_free_unpacked(&r->base, NULL);
+			return -ENOMEM;
+		}
+		r->n_codes = n;
+	}
 	rc = bad ? 0 : mst_client_touch(m, rq->client_id);
 	for (size_t i = 0; i < r->n_codes; i++)
 		r->codes[i] = mst_code(rc < 0 ? rc : mst_segment_mount(m, rq->client_id, rq->segments[i]));

@@ -15,7 +15,7 @@
 static const struct lp_method methods[] = {
 	M(MOUNT_SEGMENT, "MountSegment", mount_segment_request, mount_segment_reply),
 	M(UNMOUNT_SEGMENT, "UnmountSegment", unmount_segment_request, unmount_segment_reply),
-	M(REMOUNT_SEGMENT, "ReMountSegment", re_mount_segment_request, batch_codes_reply),
+	M(REMOUNT_SEGMENT, "ReMountSegment", re_mount_segment_request, re_mount_segment_reply),
 	M(PING, "Ping", ping_request, ping_reply),
 	M(PUT_START, "PutStart", put_start_request, put_start_reply),
 	M(PUT_END, "PutEnd", put_end_request, put_end_reply),

@@ -16,7 +16,7 @@
 static int remount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 {
 	Lunar__ReMountSegmentRequest rq = LUNAR__RE_MOUNT_SEGMENT_REQUEST__INIT;
-	const Lunar__BatchCodesReply *codes;
+	const Lunar__ReMountSegmentReply *codes;
 	ProtobufCMessage *rep;
 	int rc;
 
@@ -26,7 +26,7 @@ static int remount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 	rc = px_mc_call(px->mc, LUNAR__METHOD__REMOUNT_SEGMENT, &rq.base, &rep);
 	if (rc)
 		return rc;
-	codes = (const Lunar__BatchCodesReply *)rep;
+	codes = (const Lunar__ReMountSegmentReply *)rep;
 	rc = px_mc_code(rep);
 	if (!rc)
 		rc = codes->n_codes == 1 ? codes->codes[0] : LUNAR_ERR_PROTOCOL;

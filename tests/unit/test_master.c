@@ -171,13 +171,13 @@ static void test_master_revoke_frees_space(void **state)
 
 /* ReMountSegment of n segments "<prefix>-<i>" of 1 MiB by client: the reply
  * (caller frees). */
-static Lunar__BatchCodesReply *remount(struct mst_master *m, uint64_t client, const char *prefix,
-				       size_t n)
+static Lunar__ReMountSegmentReply *remount(struct mst_master *m, uint64_t client,
+					   const char *prefix, size_t n)
 {
 	Lunar__ReMountSegmentRequest rq = LUNAR__RE_MOUNT_SEGMENT_REQUEST__INIT;
 	Lunar__SegmentDesc d[MST_SEGMENTS_PER_CLIENT + 1], *dp[MST_SEGMENTS_PER_CLIENT + 1];
 	char names[MST_SEGMENTS_PER_CLIENT + 1][32];
-	Lunar__BatchCodesReply *r;
+	Lunar__ReMountSegmentReply *r;
 
 	assert_true(n <= MST_SEGMENTS_PER_CLIENT + 1);
 	for (size_t i = 0; i < n; i++) {
@@ -191,7 +191,7 @@ static Lunar__BatchCodesReply *remount(struct mst_master *m, uint64_t client, co
 	rq.client_id = client;
 	rq.segments = dp;
 	rq.n_segments = n;
-	r = (Lunar__BatchCodesReply *)call(m, LUNAR__METHOD__REMOUNT_SEGMENT, &rq);
+	r = (Lunar__ReMountSegmentReply *)call(m, LUNAR__METHOD__REMOUNT_SEGMENT, &rq);
 	assert_non_null(r);
 	return r;
 }
@@ -200,7 +200,7 @@ static void test_master_remount_segments(void **state)
 {
 	/* Given: B holds "b-0" */
 	struct mst_master *m = master_new(NULL, NULL);
-	Lunar__BatchCodesReply *r;
+	Lunar__ReMountSegmentReply *r;
 	struct mst_stats st;
 
 	(void)state;
