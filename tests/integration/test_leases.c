@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "step2_util.h"
+#include "case_util.h"
 
 #define KIB	  1024u
 #define MIB	  (1024u * 1024u)
