@@ -1,15 +1,18 @@
 /*
- * step2_util.h - what the Step 2 tests share: per-case fixtures that stop
- * the processes a case started newest first, and a look inside a running
- * daemon over HTTP (the last body read in text, the HTTP port a daemon
- * logged, a GET that must answer 200, one sample of /metrics). Failures
- * fail the test with the reason.
+ * case_util.h - what tests that start their own daemons in each case share:
+ * per-case fixtures that stop the processes a case started newest first; a
+ * look inside a running daemon over HTTP (the last body read in text, the
+ * HTTP port a daemon logged, a GET that must answer 200, one sample of
+ * /metrics, one key's /admin/stat); a client connected as a tenant; and
+ * seeded puts and byte-checked gets. Failures fail the test with the reason.
  */
-#ifndef LUNAR_TESTS_INTEGRATION_STEP2_UTIL_H
-#define LUNAR_TESTS_INTEGRATION_STEP2_UTIL_H
+#ifndef LUNAR_TESTS_INTEGRATION_CASE_UTIL_H
+#define LUNAR_TESTS_INTEGRATION_CASE_UTIL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "harness.h"
 #include "http_get.h"
@@ -33,7 +36,7 @@ static inline struct h_proc *track(struct h_proc *p)
 
 /* Per-case fixtures: h_init and text; then the tracked processes, text
  * and everything else the harness started. */
-static inline int s2_setup(void **state)
+static inline int case_setup(void **state)
 {
 	(void)state;
 	if (h_init() != 0)
@@ -42,7 +45,7 @@ static inline int s2_setup(void **state)
 	return text ? 0 : -1;
 }
 
-static inline int s2_teardown(void **state)
+static inline int case_teardown(void **state)
 {
 	(void)state;
 	while (ntracked > 0)
@@ -81,4 +84,48 @@ static inline int64_t metric(int port, const char *sample)
 	return v;
 }
 
-#endif /* LUNAR_TESTS_INTEGRATION_STEP2_UTIL_H */
+/* GET /admin/stat of (tenant, key) into text. */
+static inline void stat_key(int port, const char *tenant, const char *key)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "/admin/stat?tenant=%s&key=%s", tenant, key);
+	fetch(port, path);
+}
+
+static inline struct lunar_client *tenant_client(const char *sock, const char *tenant)
+{
+	struct lunar_opts o = {
+	    .socket_path = sock, .tenant = tenant, .timeout_ms = H_CLIENT_TIMEOUT_MS};
+	struct lunar_client *c = NULL;
+	int rc = lunar_connect(&o, &c);
+
+	H_ASSERT_MSG(rc == 0, "connect as tenant %s = %d (%s)", tenant ? tenant : "(default)", rc,
+		     h_code(rc));
+	return c;
+}
+
+static inline void put_seeded(struct lunar_client *c, const char *key, uint8_t *buf, size_t len,
+			      uint64_t seed, const struct lunar_put_cfg *cfg)
+{
+	int rc;
+
+	h_fill(buf, len, seed);
+	rc = lunar_put(c, key, buf, len, cfg);
+	H_ASSERT_MSG(rc == 0, "put %s (%zu bytes) = %d (%s)", key, len, rc, h_code(rc));
+}
+
+static inline void check_seeded(struct lunar_client *c, const char *key, uint8_t *buf, size_t len,
+				uint64_t seed)
+{
+	int64_t got, bad;
+
+	memset(buf, 0, len);
+	got = lunar_get_into(c, key, buf, len);
+	H_ASSERT_MSG(got == (int64_t)len, "get %s = %lld (%s), expected %zu", key, (long long)got,
+		     h_code(got), len);
+	bad = h_verify(buf, len, seed);
+	H_ASSERT_MSG(bad < 0, "get %s: wrong byte at %lld", key, (long long)bad);
+}
+
+#endif /* LUNAR_TESTS_INTEGRATION_CASE_UTIL_H */
