@@ -335,7 +335,8 @@ static inline int fake_drain(struct fake_sess *s, uint32_t *cons)
 }
 
 /* ADD under f->lock: the checks the real proxy makes, then map it. */
-static inline int32_t fake_reg_add(struct fake_sess *s, const struct lc_reg_req *q, int fd, uint32_t *id)
+static inline int32_t fake_reg_add(struct fake_sess *s, const struct lc_reg_req *q, int fd,
+				   uint32_t *id)
 {
 	int seals = fcntl(fd, F_GET_SEALS);
 	struct stat st;
