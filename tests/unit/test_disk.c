@@ -6,7 +6,6 @@
  */
 #include "tests/unit/test_disk_util.h"
 
-
 static const size_t sizes[] = {1,   100,       4095,	4096,	     4097,   65539,
 			       MIB, MIB + 512, 4 * MIB, 4 * MIB + 1, 8 * MIB};
 

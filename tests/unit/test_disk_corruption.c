@@ -6,7 +6,6 @@
  */
 #include "tests/unit/test_disk_util.h"
 
-
 static void poke(uint32_t id, const char *ext, off_t off)
 {
 	char p[400];
