@@ -177,6 +177,18 @@ struct h_proc *h_cluster_master(int *port, ...)
 	return p;
 }
 
+struct h_proc *h_proxy_pair(int port, char sock_a[PATH_MAX], char sock_b[PATH_MAX])
+{
+	struct h_proc *a;
+
+	snprintf(sock_a, PATH_MAX, "%s", h_path("a.sock"));
+	snprintf(sock_b, PATH_MAX, "%s", h_path("b.sock"));
+	a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "64MiB", NULL);
+	if (!a || !h_start_proxy("proxyB", sock_b, port, "--segment-size", "64MiB", NULL))
+		return NULL;
+	return a;
+}
+
 /* data_port 0: the kernel picks it. */
 /* Whether this process has CAP_SYS_PTRACE, which reads any process's /proc. */
 static int can_ptrace_any(void)
