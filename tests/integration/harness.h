@@ -103,6 +103,13 @@ struct h_proc *h_start_master(const char *name, int port, ...);
  * arguments. The master, or NULL on any failure.
  */
 struct h_proc *h_cluster_master(int *port, ...);
+
+/* h_proxy_pair - proxies "proxyA" and "proxyB" joined to the master on
+ * port, each with a 64 MiB segment, on sockets a.sock and b.sock in the
+ * temp dir (written to sock_a and sock_b): proxy A, or NULL if either did
+ * not start. */
+struct h_proc *h_proxy_pair(int port, char sock_a[PATH_MAX], char sock_b[PATH_MAX]);
+
 /*
  * h_start_proxy - start lunar-proxy serving sockpath, joined to the master on
  * master_port, or with --embedded-master when master_port is H_EMBEDDED, plus

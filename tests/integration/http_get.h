@@ -1,5 +1,5 @@
 /*
- * http_get.h - what the Step 2 integration tests need to look inside a
+ * http_get.h - what integration tests need to look inside a
  * running master or proxy: one blocking HTTP/1.1 GET on loopback (to read
  * /metrics and the /admin/ JSON), a Prometheus sample lookup, a few
  * string-level JSON probes, and lines parsed out of a daemon's log file

@@ -144,7 +144,7 @@ static void test_client_death_revokes_put_at_once(void **state)
  * may reach the master just before the dead writer's revoke. The debug delay
  * holds back commits, so a put with nothing placed must not wait it out.
  */
-static void test_put_refused_for_space_fails_fast(void **state)
+static void test_client_death_put_refused_for_space_fails_fast(void **state)
 {
 	struct lunar_put_cfg pinned = {.hard_pin = 1}; /* not evicted to make room */
 	struct lunar_client *c = h_client(sock);
@@ -164,7 +164,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_client_death_revokes_put_at_once),
-	    cmocka_unit_test(test_put_refused_for_space_fails_fast),
+	    cmocka_unit_test(test_client_death_put_refused_for_space_fails_fast),
 	};
 
 	return cmocka_run_group_tests(tests, setup, h_teardown);

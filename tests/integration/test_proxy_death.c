@@ -40,12 +40,8 @@ static int setup(void **state)
 	(void)state;
 	if (!h_cluster_master(&master_port, "--client-ttl", "2s", NULL))
 		return -1;
-	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
-	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
-	proxy_a = h_start_proxy("proxyA", sock_a, master_port, "--segment-size", "64MiB", NULL);
+	proxy_a = h_proxy_pair(master_port, sock_a, sock_b);
 	if (!proxy_a)
-		return -1;
-	if (!h_start_proxy("proxyB", sock_b, master_port, "--segment-size", "64MiB", NULL))
 		return -1;
 	ca = h_client_try(sock_a, H_CLIENT_TIMEOUT_MS, NULL);
 	cb = h_client_try(sock_b, B_TIMEOUT_MS, NULL);

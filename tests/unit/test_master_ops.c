@@ -1,5 +1,5 @@
 /*
- * test_master_ops.c - the Step 2 calls of the master: checksums, upsert,
+ * test_master_ops.c - the master's calls for checksums, upsert,
  * remove by regex, batch remove, tenant quotas, graceful unmount, local_first
  * placement, admin queries, metrics and readiness.
  */

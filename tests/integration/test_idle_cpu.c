@@ -1,5 +1,5 @@
 /*
- * test_step3_idle_cpu.c - waiting burns no CPU (SPEC §5.3: a short spin,
+ * test_idle_cpu.c - waiting burns no CPU (SPEC §5.3: a short spin,
  * then futex/eventfd sleep). A client connects to an embedded-master proxy,
  * makes one call and goes idle for 3 s: the proxy's utime+stime
  * (/proc/<pid>/stat) and the client's own (getrusage) each grow by less than
@@ -66,7 +66,7 @@ static void judge(struct h_proc *px, const char *what, int64_t proxy_ms, int64_t
 /* The meter itself: 200 ms of CPU burnt here (by getrusage) shows up in
  * /proc/<self>/stat, so the small figures below are real readings, not a
  * parse that always says 0. */
-static void test_step3_idle_cpu_meter_sees_busy_cpu(void **state)
+static void test_idle_cpu_meter_sees_busy_cpu(void **state)
 {
 	int64_t p0 = h_pid_cpu_ms(getpid()), s0 = self_cpu_ms(), p1, s1;
 	uint64_t end = h_now_ms() + 10000;
@@ -86,7 +86,7 @@ static void test_step3_idle_cpu_meter_sees_busy_cpu(void **state)
 		     (long long)(p1 - p0));
 }
 
-static void test_step3_idle_cpu_connected_client_and_proxy(void **state)
+static void test_idle_cpu_connected_client_and_proxy(void **state)
 {
 	const char *sock = h_path("idle.sock");
 	char path[PATH_MAX], buf[4096];
@@ -99,12 +99,12 @@ static void test_step3_idle_cpu_connected_client_and_proxy(void **state)
 	px = h_start_proxy("proxy-idle", path, H_EMBEDDED, NULL);
 	H_ASSERT(px != NULL);
 	c = h_client(path);
-	h_fill(buf, sizeof(buf), h_seed("step3/idle"));
-	H_ASSERT_EQ(lunar_put(c, "step3/idle", buf, sizeof(buf), NULL), 0);
+	h_fill(buf, sizeof(buf), h_seed("idle"));
+	H_ASSERT_EQ(lunar_put(c, "idle", buf, sizeof(buf), NULL), 0);
 	measure(px, &proxy_ms, &self_ms);
 	/* Still connected and working after the idle time. */
-	H_ASSERT_EQ(lunar_get_into(c, "step3/idle", buf, sizeof(buf)), sizeof(buf));
-	H_ASSERT(h_verify(buf, sizeof(buf), h_seed("step3/idle")) < 0);
+	H_ASSERT_EQ(lunar_get_into(c, "idle", buf, sizeof(buf)), sizeof(buf));
+	H_ASSERT(h_verify(buf, sizeof(buf), h_seed("idle")) < 0);
 	lunar_close(c);
 	judge(px, "idle", proxy_ms, self_ms);
 	h_stop(px);
@@ -121,13 +121,13 @@ static void *held_put(void *arg)
 	struct held *h = arg;
 	static char buf[8192];
 
-	h_fill(buf, sizeof(buf), h_seed("step3/idle/held"));
-	h->rc = lunar_put(h->c, "step3/idle/held", buf, sizeof(buf), NULL);
+	h_fill(buf, sizeof(buf), h_seed("idle/held"));
+	h->rc = lunar_put(h->c, "idle/held", buf, sizeof(buf), NULL);
 	atomic_store(&h->done, 1);
 	return NULL;
 }
 
-static void test_step3_idle_cpu_blocked_call_sleeps(void **state)
+static void test_idle_cpu_blocked_call_sleeps(void **state)
 {
 	char path[PATH_MAX];
 	struct held h = {0};
@@ -152,7 +152,7 @@ static void test_step3_idle_cpu_blocked_call_sleeps(void **state)
 	h_stop(px);
 }
 
-static void test_step3_idle_cpu_cluster_proxy_and_master(void **state)
+static void test_idle_cpu_cluster_proxy_and_master(void **state)
 {
 	char path[PATH_MAX], buf[4096];
 	struct h_proc *master, *px;
@@ -168,12 +168,12 @@ static void test_step3_idle_cpu_cluster_proxy_and_master(void **state)
 	px = h_start_proxy("proxy-cluster", path, port, NULL);
 	H_ASSERT(px != NULL);
 	c = h_client(path);
-	h_fill(buf, sizeof(buf), h_seed("step3/idle/cluster"));
-	H_ASSERT_EQ(lunar_put(c, "step3/idle/cluster", buf, sizeof(buf), NULL), 0);
+	h_fill(buf, sizeof(buf), h_seed("idle/cluster"));
+	H_ASSERT_EQ(lunar_put(c, "idle/cluster", buf, sizeof(buf), NULL), 0);
 	m0 = h_pid_cpu_ms(master->pid);
 	measure(px, &proxy_ms, &self_ms);
 	master_ms = h_pid_cpu_ms(master->pid) - m0;
-	H_ASSERT_EQ(lunar_get_into(c, "step3/idle/cluster", buf, sizeof(buf)), sizeof(buf));
+	H_ASSERT_EQ(lunar_get_into(c, "idle/cluster", buf, sizeof(buf)), sizeof(buf));
 	lunar_close(c);
 	print_message("cluster: over %d ms the master used %lld ms CPU\n", IDLE_MS,
 		      (long long)master_ms);
@@ -189,10 +189,10 @@ static void test_step3_idle_cpu_cluster_proxy_and_master(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_step3_idle_cpu_meter_sees_busy_cpu),
-	    cmocka_unit_test(test_step3_idle_cpu_connected_client_and_proxy),
-	    cmocka_unit_test(test_step3_idle_cpu_blocked_call_sleeps),
-	    cmocka_unit_test(test_step3_idle_cpu_cluster_proxy_and_master),
+	    cmocka_unit_test(test_idle_cpu_meter_sees_busy_cpu),
+	    cmocka_unit_test(test_idle_cpu_connected_client_and_proxy),
+	    cmocka_unit_test(test_idle_cpu_blocked_call_sleeps),
+	    cmocka_unit_test(test_idle_cpu_cluster_proxy_and_master),
 	};
 
 	return cmocka_run_group_tests(tests, h_setup, h_teardown);

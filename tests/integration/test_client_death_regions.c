@@ -1,5 +1,5 @@
 /*
- * test_step3_client_death.c - a client dies with memory registered and puts
+ * test_client_death_regions.c - a client dies with memory registered and puts
  * in flight (SPEC §5.6). A forked child connects, registers its own sealed
  * memfd, takes lunar_alloc memory and starts puts from registered, alloc'd
  * and malloc memory on three threads; then it is SIGKILLed. Within 2 s the
@@ -58,7 +58,7 @@ static void *writer_main(void *arg)
 	char key[96];
 
 	for (int i = 0;; i++) {
-		snprintf(key, sizeof(key), "step3/death/%s/%d/%d", w->mode, w->kind, i);
+		snprintf(key, sizeof(key), "death/%s/%d/%d", w->mode, w->kind, i);
 		(void)lunar_put(w->c, key, w->buf, VAL_LEN, NULL);
 	}
 	return NULL;
@@ -233,7 +233,7 @@ static void run_death(const char *mode, int delayed, int fork_idle)
 		for (int k = 0; k < NWRITERS; k++) {
 			char key[96];
 
-			snprintf(key, sizeof(key), "step3/death/%s/%d/0", mode, k);
+			snprintf(key, sizeof(key), "death/%s/%d/0", mode, k);
 			H_ASSERT_EQ(lunar_exists(c, key), 0);
 		}
 	H_ASSERT_EQ(lunar_health(c), 0);
@@ -242,19 +242,19 @@ static void run_death(const char *mode, int delayed, int fork_idle)
 	proxy = NULL;
 }
 
-static void test_step3_client_death_releases_held_regions(void **state)
+static void test_client_death_regions_releases_held_regions(void **state)
 {
 	(void)state;
 	run_death("held", 1, 0);
 }
 
-static void test_step3_client_death_not_held_by_forked_child(void **state)
+static void test_client_death_regions_not_held_by_forked_child(void **state)
 {
 	(void)state;
 	run_death("forked", 1, 1);
 }
 
-static void test_step3_client_death_releases_streaming_regions(void **state)
+static void test_client_death_regions_releases_streaming_regions(void **state)
 {
 	(void)state;
 	run_death("streaming", 0, 0);
@@ -263,9 +263,9 @@ static void test_step3_client_death_releases_streaming_regions(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_step3_client_death_releases_held_regions),
-	    cmocka_unit_test(test_step3_client_death_releases_streaming_regions),
-	    cmocka_unit_test(test_step3_client_death_not_held_by_forked_child),
+	    cmocka_unit_test(test_client_death_regions_releases_held_regions),
+	    cmocka_unit_test(test_client_death_regions_releases_streaming_regions),
+	    cmocka_unit_test(test_client_death_regions_not_held_by_forked_child),
 	};
 
 	return cmocka_run_group_tests(tests, setup, h_teardown);

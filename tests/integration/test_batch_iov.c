@@ -1,5 +1,5 @@
 /*
- * test_step3_batch_iov.c - batches whose values come in several pieces, the
+ * test_batch_iov.c - batches whose values come in several pieces, the
  * way vLLM hands over K and V blocks (SPEC §4 batch calls). lunar_batch_put
  * of 64 keys with 4 iovecs each, the pieces spread over the app's registered
  * memfd, lunar_alloc memory and malloc memory; lunar_batch_get_into with the
@@ -117,9 +117,9 @@ static void shape_init(struct shape *s, int shift)
 {
 	for (int i = 0; i < NKEYS; i++) {
 		if (i == BAD_KEY)
-			snprintf(s->names[i], sizeof(s->names[i]), "step3/batch/bad\x01key");
+			snprintf(s->names[i], sizeof(s->names[i]), "batch/bad\x01key");
 		else
-			snprintf(s->names[i], sizeof(s->names[i]), "step3/batch/k%02d", i);
+			snprintf(s->names[i], sizeof(s->names[i]), "batch/k%02d", i);
 		s->keys[i] = s->names[i];
 		for (int j = 0; j < NPIECES; j++) {
 			s->kind[i][j] = (i + j + shift) % 3;
@@ -172,7 +172,7 @@ static int64_t pieces_io(struct shape *s, int i, int check)
 	return bad;
 }
 
-static void test_step3_batch_iov_multi_piece_round_trip(void **state)
+static void test_batch_iov_multi_piece_round_trip(void **state)
 {
 	static struct shape in, out;
 	int put_res[NKEYS], ex_res[NKEYS];
@@ -237,7 +237,7 @@ static void test_step3_batch_iov_multi_piece_round_trip(void **state)
 }
 
 /* A single key read back with a getv of the same 4-piece shape. */
-static void test_step3_batch_iov_getv_same_shape(void **state)
+static void test_batch_iov_getv_same_shape(void **state)
 {
 	static struct shape out;
 	int64_t got;
@@ -301,11 +301,11 @@ static int proxy_signal(int sig)
  * value and the library copies instead of refusing. TSan would rightly
  * report the unsynchronized write the test makes on purpose.
  */
-static void test_step3_batch_iov_getv_iov_changed_meanwhile(void **state)
+static void test_batch_iov_getv_iov_changed_meanwhile(void **state)
 {
 	uint8_t val[200], *a, *b;
 	struct iovec iov[2];
-	struct getv_call g = {"step3/batch/iov-changed", iov, 0, 0};
+	struct getv_call g = {"batch/iov-changed", iov, 0, 0};
 	int started = 0, bad_a, bad_b;
 	pthread_t th;
 
@@ -353,9 +353,9 @@ static void test_step3_batch_iov_getv_iov_changed_meanwhile(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_step3_batch_iov_multi_piece_round_trip),
-	    cmocka_unit_test(test_step3_batch_iov_getv_same_shape),
-	    cmocka_unit_test(test_step3_batch_iov_getv_iov_changed_meanwhile),
+	    cmocka_unit_test(test_batch_iov_multi_piece_round_trip),
+	    cmocka_unit_test(test_batch_iov_getv_same_shape),
+	    cmocka_unit_test(test_batch_iov_getv_iov_changed_meanwhile),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

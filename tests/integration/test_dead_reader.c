@@ -1,5 +1,5 @@
 /*
- * test_step3_dead_reader.c - a client that dies has its leases dropped at
+ * test_dead_reader.c - a client that dies has its leases dropped at
  * once, not after the lease TTL (SPEC §5.6).
  *
  * With the default 10 s lease: a forked child gets one key and asks whether
@@ -111,7 +111,7 @@ static void reader_main(int ready_fd, void *arg)
 		pause();
 }
 
-static void test_step3_dead_reader_leases_dropped(void **state)
+static void test_dead_reader_leases_dropped(void **state)
 {
 	static const char *const keys[] = {"mine-got", "mine-asked", "shared"};
 	static uint8_t val[VAL_LEN];
@@ -194,7 +194,7 @@ static int64_t bgrl_calls(int port)
 	return hg_metric(text, CALLS_BGRL);
 }
 
-static void test_step3_dead_reader_renewed_lease_dropped(void **state)
+static void test_dead_reader_renewed_lease_dropped(void **state)
 {
 	static uint8_t val[VAL_LEN];
 	int port = hg_log_http_port(node->log);
@@ -231,7 +231,7 @@ static void test_step3_dead_reader_renewed_lease_dropped(void **state)
 		     h_code(rc), SHORT_TTL);
 }
 
-static void test_step3_dead_reader_many_closed_before_a_beat(void **state)
+static void test_dead_reader_many_closed_before_a_beat(void **state)
 {
 	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 10000};
 	static uint8_t val[VAL_LEN];
@@ -278,11 +278,11 @@ static void test_step3_dead_reader_many_closed_before_a_beat(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_step3_dead_reader_leases_dropped, setup,
+	    cmocka_unit_test_setup_teardown(test_dead_reader_leases_dropped, setup,
 					    teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_dead_reader_renewed_lease_dropped,
+	    cmocka_unit_test_setup_teardown(test_dead_reader_renewed_lease_dropped,
 					    setup_short_lease, teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_dead_reader_many_closed_before_a_beat,
+	    cmocka_unit_test_setup_teardown(test_dead_reader_many_closed_before_a_beat,
 					    setup_held_heartbeat, teardown),
 	};
 

@@ -1,5 +1,5 @@
 /*
- * test_step3_zero_copy.c - zero-copy memory on an embedded-master proxy
+ * test_zero_copy.c - zero-copy memory on an embedded-master proxy
  * (SPEC §4, §5.8): lunar_alloc blocks and the app's own sealed memfd given to
  * lunar_register round-trip byte-exact, at offsets inside the region and in
  * scatter lists that mix registered and malloc memory. The client's arena is
@@ -103,9 +103,9 @@ static void fill_iov(const char *key, const struct iovec *iov, int n, size_t tot
 	free(all);
 }
 
-static void test_step3_zero_copy_alloc_round_trip(void **state)
+static void test_zero_copy_alloc_round_trip(void **state)
 {
-	const char *key = "step3/zc/alloc";
+	const char *key = "zc/alloc";
 	uint8_t *src, *dst;
 	int before;
 
@@ -124,11 +124,11 @@ static void test_step3_zero_copy_alloc_round_trip(void **state)
 	H_ASSERT_MSG(h_verify(dst, BIG, h_seed(key)) < 0, "alloc'd get: wrong bytes at %lld",
 		     (long long)h_verify(dst, BIG, h_seed(key)));
 	/* And a small value at an odd place inside a block. */
-	h_fill(src + 13, 5000, h_seed("step3/zc/alloc-small"));
-	H_ASSERT_EQ(lunar_put(cl, "step3/zc/alloc-small", src + 13, 5000, NULL), 0);
+	h_fill(src + 13, 5000, h_seed("zc/alloc-small"));
+	H_ASSERT_EQ(lunar_put(cl, "zc/alloc-small", src + 13, 5000, NULL), 0);
 	memset(dst, 0, 8192);
-	H_ASSERT_EQ(lunar_get_into(cl, "step3/zc/alloc-small", dst + 1001, 5000), 5000);
-	H_ASSERT(h_verify(dst + 1001, 5000, h_seed("step3/zc/alloc-small")) < 0);
+	H_ASSERT_EQ(lunar_get_into(cl, "zc/alloc-small", dst + 1001, 5000), 5000);
+	H_ASSERT(h_verify(dst + 1001, 5000, h_seed("zc/alloc-small")) < 0);
 	lunar_free(cl, src);
 	lunar_free(cl, dst);
 }
@@ -143,22 +143,22 @@ static int bounced(void)
 /* What a malloc'd value of the same size does with this arena: it bounces
  * through a lunar_alloc chunk, which shows the check the in-place tests
  * below make proves something. */
-static void test_step3_zero_copy_staged_control(void **state)
+static void test_zero_copy_staged_control(void **state)
 {
 	uint8_t *buf = malloc(BIG);
 
 	(void)state;
 	H_ASSERT(buf != NULL);
 	H_ASSERT(!bounced());
-	h_fill(buf, BIG, h_seed("step3/zc/control"));
-	H_ASSERT_EQ(lunar_put(cl, "step3/zc/control", buf, BIG, NULL), 0);
+	h_fill(buf, BIG, h_seed("zc/control"));
+	H_ASSERT_EQ(lunar_put(cl, "zc/control", buf, BIG, NULL), 0);
 	H_ASSERT_MSG(bounced(), "a %u-byte value on a %u-byte arena did not bounce", BIG, ARENA);
 	free(buf);
 }
 
-static void test_step3_zero_copy_register_memfd_offsets(void **state)
+static void test_zero_copy_register_memfd_offsets(void **state)
 {
-	const char *k1 = "step3/zc/reg-1", *k2 = "step3/zc/reg-2";
+	const char *k1 = "zc/reg-1", *k2 = "zc/reg-2";
 	uint8_t *mem;
 	int fd;
 
@@ -189,9 +189,9 @@ static void test_step3_zero_copy_register_memfd_offsets(void **state)
 
 /* A mapping that starts 2 MiB into the memfd, registered from an odd
  * address inside it: the proxy must map the right part of the file. */
-static void test_step3_zero_copy_register_file_offset(void **state)
+static void test_zero_copy_register_file_offset(void **state)
 {
-	const char *key = "step3/zc/file-off";
+	const char *key = "zc/file-off";
 	size_t maplen = 6 * MIB;
 	uint8_t *whole, *part;
 	int fd;
@@ -218,9 +218,9 @@ static void test_step3_zero_copy_register_file_offset(void **state)
 
 /* putv/getv with pieces in registered memory, alloc'd memory and malloc
  * memory, split at different places going in and coming out. */
-static void test_step3_zero_copy_mixed_iovecs(void **state)
+static void test_zero_copy_mixed_iovecs(void **state)
 {
-	const char *key = "step3/zc/mixed";
+	const char *key = "zc/mixed";
 	uint8_t *mem, *blk, *m1 = malloc(100 * KIB), *m2 = malloc(3), *m3 = malloc(50 * KIB),
 			    *m4 = malloc(53 * KIB);
 	size_t total = 1536 * KIB + 100 * KIB + 700 * KIB + 3;
@@ -263,7 +263,7 @@ static void test_step3_zero_copy_mixed_iovecs(void **state)
 }
 
 /* Memory that is not a shared, shrink-sealed memfd mapping is refused. */
-static void test_step3_zero_copy_register_refuses_other_memory(void **state)
+static void test_zero_copy_register_refuses_other_memory(void **state)
 {
 	size_t len = 4 * MIB;
 	uint8_t *heap = malloc(len), *anon, *priv, *unsealed;
@@ -288,10 +288,10 @@ static void test_step3_zero_copy_register_refuses_other_memory(void **state)
 	H_ASSERT_EQ(lunar_register(cl, unsealed, len), LUNAR_ERR_INVALID_PARAMS);
 	H_ASSERT_EQ(h_pid_maps_count(proxy->pid, "memfd:t3-app-unsealed"), 0);
 	/* Refused memory still works, staged through the arena. */
-	h_fill(heap, 200 * KIB, h_seed("step3/zc/heap"));
-	H_ASSERT_EQ(lunar_put(cl, "step3/zc/heap", heap, 200 * KIB, NULL), 0);
-	H_ASSERT_EQ(lunar_get_into(cl, "step3/zc/heap", unsealed + 5, 200 * KIB), 200 * KIB);
-	H_ASSERT(h_verify(unsealed + 5, 200 * KIB, h_seed("step3/zc/heap")) < 0);
+	h_fill(heap, 200 * KIB, h_seed("zc/heap"));
+	H_ASSERT_EQ(lunar_put(cl, "zc/heap", heap, 200 * KIB, NULL), 0);
+	H_ASSERT_EQ(lunar_get_into(cl, "zc/heap", unsealed + 5, 200 * KIB), 200 * KIB);
+	H_ASSERT(h_verify(unsealed + 5, 200 * KIB, h_seed("zc/heap")) < 0);
 	munmap(unsealed, len);
 	munmap(priv, len);
 	munmap(anon, len);
@@ -302,9 +302,9 @@ static void test_step3_zero_copy_register_refuses_other_memory(void **state)
 
 /* After lunar_unregister the proxy lets go of the memory, and the same
  * buffers keep working, staged. */
-static void test_step3_zero_copy_unregister_then_staged(void **state)
+static void test_zero_copy_unregister_then_staged(void **state)
 {
-	const char *k1 = "step3/zc/unreg-before", *k2 = "step3/zc/unreg-after";
+	const char *k1 = "zc/unreg-before", *k2 = "zc/unreg-after";
 	size_t len = 300 * KIB + 5; /* fits the arena when staged */
 	uint8_t *mem;
 	int fd, n;
@@ -336,19 +336,19 @@ static void test_step3_zero_copy_unregister_then_staged(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_step3_zero_copy_alloc_round_trip, case_setup,
+	    cmocka_unit_test_setup_teardown(test_zero_copy_alloc_round_trip, case_setup,
 					    case_teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_zero_copy_staged_control, case_setup,
+	    cmocka_unit_test_setup_teardown(test_zero_copy_staged_control, case_setup,
 					    case_teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_zero_copy_register_memfd_offsets, case_setup,
+	    cmocka_unit_test_setup_teardown(test_zero_copy_register_memfd_offsets, case_setup,
 					    case_teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_zero_copy_register_file_offset, case_setup,
+	    cmocka_unit_test_setup_teardown(test_zero_copy_register_file_offset, case_setup,
 					    case_teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_zero_copy_mixed_iovecs, case_setup,
+	    cmocka_unit_test_setup_teardown(test_zero_copy_mixed_iovecs, case_setup,
 					    case_teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_zero_copy_register_refuses_other_memory,
+	    cmocka_unit_test_setup_teardown(test_zero_copy_register_refuses_other_memory,
 					    case_setup, case_teardown),
-	    cmocka_unit_test_setup_teardown(test_step3_zero_copy_unregister_then_staged, case_setup,
+	    cmocka_unit_test_setup_teardown(test_zero_copy_unregister_then_staged, case_setup,
 					    case_teardown),
 	};
 

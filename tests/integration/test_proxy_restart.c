@@ -1,5 +1,5 @@
 /*
- * test_step3_proxy_restart.c - the proxy dies and comes back under a running
+ * test_proxy_restart.c - the proxy dies and comes back under a running
  * client (SPEC §5.7). A client thread loops put/get/remove of 2 MiB values
  * in lunar_alloc memory through a handle whose arena is 1 MiB, so every
  * success is a zero-copy one. The proxy is SIGKILLed: calls fail with
@@ -145,7 +145,7 @@ static void *worker_main(void *arg)
 		uint64_t t0 = h_now_ms();
 		int64_t rc, bad;
 
-		snprintf(key, sizeof(key), "step3/restart/%d", i);
+		snprintf(key, sizeof(key), "restart/%d", i);
 		h_fill(src, VAL_LEN, h_seed(key));
 		rc = lunar_put(cl, key, src, VAL_LEN, NULL);
 		if ((r = judge("put", i, put_ph, rc, h_now_ms() - t0, 0)) != 0)
@@ -199,7 +199,7 @@ static void report(void)
 		print_message("worker: %s\n", run.err[i]);
 }
 
-static void test_step3_proxy_restart_client_recovers_zero_copy(void **state)
+static void test_proxy_restart_client_recovers_zero_copy(void **state)
 {
 	uint64_t killed_at, restarted_at, health_t0;
 	pthread_t th;
@@ -272,7 +272,7 @@ static void *inflight_put(void *arg)
 {
 	struct inflight *f = arg;
 
-	f->rc = lunar_put(f->c, "step3/restart/inflight", f->buf, VAL_LEN, NULL);
+	f->rc = lunar_put(f->c, "restart/inflight", f->buf, VAL_LEN, NULL);
 	f->returned_at = h_now_ms();
 	atomic_store(&f->done, 1);
 	return NULL;
@@ -284,10 +284,10 @@ static struct h_proc *start_slow_proxy(const char *name, const char *path)
 			     "2s", NULL);
 }
 
-static void test_step3_proxy_restart_inflight_put_from_registered_memory(void **state)
+static void test_proxy_restart_inflight_put_from_registered_memory(void **state)
 {
 	struct lunar_opts o = {.timeout_ms = 10000, .arena_bytes = ARENA};
-	const char *key = "step3/restart/after";
+	const char *key = "restart/after";
 	struct inflight f = {0};
 	struct lunar_client *c = NULL;
 	char path[PATH_MAX];
@@ -311,7 +311,7 @@ static void test_step3_proxy_restart_inflight_put_from_registered_memory(void **
 	H_ASSERT_EQ(lunar_register(c, mem, REG_LEN), 0);
 	H_ASSERT(h_pid_maps_count(px->pid, "memfd:t3-app-restart") >= 1);
 
-	h_fill(mem + 4096, VAL_LEN, h_seed("step3/restart/inflight"));
+	h_fill(mem + 4096, VAL_LEN, h_seed("restart/inflight"));
 	f.c = c;
 	f.buf = mem + 4096;
 	H_ASSERT_EQ(pthread_create(&th, NULL, inflight_put, &f), 0);
@@ -331,7 +331,7 @@ static void test_step3_proxy_restart_inflight_put_from_registered_memory(void **
 	H_ASSERT_MSG(f.returned_at - killed_at <= FAIL_MAX_MS, "it took %llu ms",
 		     (unsigned long long)(f.returned_at - killed_at));
 	/* The app's memory is its own still: no SIGBUS, bytes as they were. */
-	H_ASSERT(h_verify(mem + 4096, VAL_LEN, h_seed("step3/restart/inflight")) < 0);
+	H_ASSERT(h_verify(mem + 4096, VAL_LEN, h_seed("restart/inflight")) < 0);
 	memset(mem, 0x5a, REG_LEN);
 	H_ASSERT_EQ(lunar_health(c), 1);
 
@@ -349,7 +349,7 @@ static void test_step3_proxy_restart_inflight_put_from_registered_memory(void **
 	memset(mem + 4 * MIB, 0, VAL_LEN);
 	H_ASSERT_EQ(lunar_get_into(c, key, mem + 4 * MIB, VAL_LEN), VAL_LEN);
 	H_ASSERT(h_verify(mem + 4 * MIB, VAL_LEN, h_seed(key)) < 0);
-	H_ASSERT_EQ(lunar_exists(c, "step3/restart/inflight"), 0);
+	H_ASSERT_EQ(lunar_exists(c, "restart/inflight"), 0);
 	lunar_close(c);
 	munmap(mem, REG_LEN);
 	close(fd);
@@ -372,7 +372,7 @@ static struct lunar_client *connect_asap(struct h_proc *px, const char *path)
 	return c;
 }
 
-static void test_step3_proxy_restart_first_put_finds_segment(void **state)
+static void test_proxy_restart_first_put_finds_segment(void **state)
 {
 	char path[PATH_MAX], *argv[] = {
 		(char *)h_bin("lunar-proxy"), "--socket", path, "--embedded-master", "--host",
@@ -382,7 +382,7 @@ static void test_step3_proxy_restart_first_put_finds_segment(void **state)
 
 	(void)state;
 	snprintf(path, sizeof(path), "%s", h_path("first.sock"));
-	h_fill(val, sizeof(val), h_seed("step3/restart/first"));
+	h_fill(val, sizeof(val), h_seed("restart/first"));
 	for (int i = 0; i < FIRST_PUT_STARTS; i++) {
 		struct h_proc *px = h_spawn("first", argv);
 		struct lunar_client *c;
@@ -391,7 +391,7 @@ static void test_step3_proxy_restart_first_put_finds_segment(void **state)
 		H_ASSERT(px != NULL);
 		c = connect_asap(px, path);
 		H_ASSERT_MSG(c != NULL, "start %d: no connection", i);
-		rc = lunar_put(c, "step3/restart/first", val, sizeof(val), NULL);
+		rc = lunar_put(c, "restart/first", val, sizeof(val), NULL);
 		lunar_close(c);
 		h_stop(px);
 		unlink(path);
@@ -429,13 +429,13 @@ static void *hung_calls(void *arg)
 
 		pthread_barrier_wait(&hung_go);
 		t0 = h_now_ms();
-		h->rc[i] = lunar_exists(h->c, "step3/restart/hung");
+		h->rc[i] = lunar_exists(h->c, "restart/hung");
 		h->took[i] = h_now_ms() - t0;
 	}
 	return NULL;
 }
 
-static void test_step3_proxy_restart_hung_proxy_reconnects_bounded(void **state)
+static void test_proxy_restart_hung_proxy_reconnects_bounded(void **state)
 {
 	struct hung_call calls[HUNG_THREADS];
 	pthread_t th[HUNG_THREADS];
@@ -451,7 +451,7 @@ static void test_step3_proxy_restart_hung_proxy_reconnects_bounded(void **state)
 	H_ASSERT(px != NULL);
 	c = h_client_try(path, HUNG_TIMEOUT_MS, &rc);
 	H_ASSERT_MSG(c != NULL, "connect: %d (%s)", rc, h_code(rc));
-	H_ASSERT_EQ(lunar_exists(c, "step3/restart/hung"), 0);
+	H_ASSERT_EQ(lunar_exists(c, "restart/hung"), 0);
 	H_ASSERT_EQ(pthread_barrier_init(&hung_go, NULL, HUNG_THREADS + 1), 0);
 	for (int i = 0; i < HUNG_THREADS; i++) {
 		calls[i] = (struct hung_call){.c = c};
@@ -485,7 +485,7 @@ static void test_step3_proxy_restart_hung_proxy_reconnects_bounded(void **state)
 
 	/* Once the proxy runs again, the handle reconnects by itself. */
 	for (end = h_now_ms() + HUNG_RECOVER_MS; h_now_ms() < end; h_sleep_ms(50))
-		if ((rc = lunar_exists(c, "step3/restart/hung")) == 0)
+		if ((rc = lunar_exists(c, "restart/hung")) == 0)
 			break;
 	H_ASSERT_EQ(rc, 0);
 	lunar_close(c);
@@ -495,10 +495,10 @@ static void test_step3_proxy_restart_hung_proxy_reconnects_bounded(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_step3_proxy_restart_client_recovers_zero_copy),
-	    cmocka_unit_test(test_step3_proxy_restart_inflight_put_from_registered_memory),
-	    cmocka_unit_test(test_step3_proxy_restart_first_put_finds_segment),
-	    cmocka_unit_test(test_step3_proxy_restart_hung_proxy_reconnects_bounded),
+	    cmocka_unit_test(test_proxy_restart_client_recovers_zero_copy),
+	    cmocka_unit_test(test_proxy_restart_inflight_put_from_registered_memory),
+	    cmocka_unit_test(test_proxy_restart_first_put_finds_segment),
+	    cmocka_unit_test(test_proxy_restart_hung_proxy_reconnects_bounded),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,5 +1,5 @@
 /*
- * test_step3_async.c - lunar_put_async, lunar_get_async, lunar_ready and
+ * test_async.c - lunar_put_async, lunar_get_async, lunar_ready and
  * lunar_wait against a real embedded-master proxy: one thread keeps many
  * calls in flight, from registered memory and from ordinary memory, bytes
  * verified; argument errors fail the start; a miss, a short buffer and a
@@ -103,7 +103,7 @@ static void round_trip(const char *what, uint8_t *vals, uint8_t *dst)
 	}
 }
 
-static void test_step3_async_registered_round_trip(void **state)
+static void test_async_registered_round_trip(void **state)
 {
 	uint8_t *vals = lunar_alloc(cl, DEPTH * VAL_LEN), *dst = lunar_alloc(cl, DEPTH * VAL_LEN);
 
@@ -114,7 +114,7 @@ static void test_step3_async_registered_round_trip(void **state)
 	lunar_free(cl, dst);
 }
 
-static void test_step3_async_staged_round_trip(void **state)
+static void test_async_staged_round_trip(void **state)
 {
 	uint8_t *vals = malloc(DEPTH * VAL_LEN), *dst = malloc(DEPTH * VAL_LEN);
 
@@ -127,7 +127,7 @@ static void test_step3_async_staged_round_trip(void **state)
 
 /* Results as lunar_put and lunar_get_into give them; bad arguments fail
  * the start and leave *out NULL. */
-static void test_step3_async_results_and_errors(void **state)
+static void test_async_results_and_errors(void **state)
 {
 	struct lunar_pending *p = (struct lunar_pending *)1;
 	char buf[64] = "value", small[8];
@@ -158,7 +158,7 @@ static void test_step3_async_results_and_errors(void **state)
 }
 
 /* The key is read before the start returns: the caller may reuse it. */
-static void test_step3_async_key_read_at_start(void **state)
+static void test_async_key_read_at_start(void **state)
 {
 	char key[32] = "async/key/first", val[] = "key read at start";
 	struct lunar_pending *p;
@@ -172,7 +172,7 @@ static void test_step3_async_key_read_at_start(void **state)
 
 /* A value larger than the arena, from and into ordinary memory: the call
  * runs at the start (through lunar_alloc memory), and is ready at once. */
-static void test_step3_async_too_large_to_stage(void **state)
+static void test_async_too_large_to_stage(void **state)
 {
 	struct lunar_client *c = h_client_arena(sock, H_CLIENT_TIMEOUT_MS, ARENA);
 	uint8_t *val = malloc(BIG), *dst = calloc(1, BIG);
@@ -198,7 +198,7 @@ static void test_step3_async_too_large_to_stage(void **state)
  * registering the memfd before the wait must not make the wait skip the
  * copy out (the placement is the start's).
  */
-static void test_step3_async_register_between_start_and_wait(void **state)
+static void test_async_register_between_start_and_wait(void **state)
 {
 	struct lunar_pending *p;
 	char val[VAL_LEN];
@@ -225,7 +225,7 @@ static void test_step3_async_register_between_start_and_wait(void **state)
  * timeout: BUSY), while another range, with nothing pending, goes at once;
  * the put is stored whole, and once it is waited for its range goes too.
  */
-static void test_step3_async_unregister_waits_for_pending(void **state)
+static void test_async_unregister_waits_for_pending(void **state)
 {
 	struct lunar_client *c = h_client_arena(sock, 300, ARENA);
 	struct lunar_pending *p;
@@ -268,7 +268,7 @@ static void test_step3_async_unregister_waits_for_pending(void **state)
  * and leaves nothing counted on its range, which unregisters at once while
  * the other calls (staged) are still pending; after a wait it starts.
  */
-static void test_step3_async_slots_bound_pending_calls(void **state)
+static void test_async_slots_bound_pending_calls(void **state)
 {
 	struct lunar_pending *p[SLOTS + 1];
 	char buf[16];
@@ -301,7 +301,7 @@ static void test_step3_async_slots_bound_pending_calls(void **state)
 /* Puts the proxy holds (--debug-put-delay) are pending when it is killed:
  * they turn ready and every wait returns PROXY_UNAVAILABLE soon after; the
  * values' memory is the app's still (no SIGBUS, bytes as they were). */
-static void test_step3_async_proxy_killed_under_pending_calls(void **state)
+static void test_async_proxy_killed_under_pending_calls(void **state)
 {
 	struct lunar_pending *p[4];
 	struct lunar_client *c;
@@ -347,15 +347,15 @@ static void test_step3_async_proxy_killed_under_pending_calls(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_step3_async_registered_round_trip),
-	    cmocka_unit_test(test_step3_async_staged_round_trip),
-	    cmocka_unit_test(test_step3_async_results_and_errors),
-	    cmocka_unit_test(test_step3_async_key_read_at_start),
-	    cmocka_unit_test(test_step3_async_too_large_to_stage),
-	    cmocka_unit_test(test_step3_async_register_between_start_and_wait),
-	    cmocka_unit_test(test_step3_async_unregister_waits_for_pending),
-	    cmocka_unit_test(test_step3_async_slots_bound_pending_calls),
-	    cmocka_unit_test(test_step3_async_proxy_killed_under_pending_calls),
+	    cmocka_unit_test(test_async_registered_round_trip),
+	    cmocka_unit_test(test_async_staged_round_trip),
+	    cmocka_unit_test(test_async_results_and_errors),
+	    cmocka_unit_test(test_async_key_read_at_start),
+	    cmocka_unit_test(test_async_too_large_to_stage),
+	    cmocka_unit_test(test_async_register_between_start_and_wait),
+	    cmocka_unit_test(test_async_unregister_waits_for_pending),
+	    cmocka_unit_test(test_async_slots_bound_pending_calls),
+	    cmocka_unit_test(test_async_proxy_killed_under_pending_calls),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

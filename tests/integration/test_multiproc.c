@@ -1,5 +1,5 @@
 /*
- * test_step3_multiproc.c - many application processes on one proxy (SPEC §1:
+ * test_multiproc.c - many application processes on one proxy (SPEC §1:
  * one process per GPU rank, each with its own handle). 24 forked processes
  * connect, each puts 50 keys (1 KiB..128 KiB); once all have written, each
  * reads the 100 keys of two other processes and checks sizes, existence and
@@ -42,7 +42,7 @@ static int setup(void **state)
 
 static void key_of(int proc, int k, char *key, size_t len)
 {
-	snprintf(key, len, "step3/multiproc/p%02d/k%02d", proc, k);
+	snprintf(key, len, "multiproc/p%02d/k%02d", proc, k);
 }
 
 static size_t len_of(const char *key)
@@ -161,7 +161,7 @@ static int gather(int fd, int n, uint64_t deadline)
 	return got;
 }
 
-static void test_step3_multiproc_processes_see_each_other(void **state)
+static void test_multiproc_processes_see_each_other(void **state)
 {
 	pid_t pids[NPROC];
 	int status[NPROC], done[2], go[2], wrote, ok = 0;
@@ -219,7 +219,7 @@ static void test_step3_multiproc_processes_see_each_other(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_step3_multiproc_processes_see_each_other),
+	    cmocka_unit_test(test_multiproc_processes_see_each_other),
 	};
 
 	return cmocka_run_group_tests(tests, setup, h_teardown);

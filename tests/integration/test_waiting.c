@@ -1,5 +1,5 @@
 /*
- * test_step3_waiting.c - how the proxy and its clients wait.
+ * test_waiting.c - how the proxy and its clients wait.
  *
  * The hints a lunar-proxy writes into every client's ring for how its
  * threads wait (shm-abi.md, Completing):
@@ -14,7 +14,7 @@
  *    by one busy client, and a client whose one CPU is not the loop's
  *    spins for its requests rather than yielding between looks.
  *
- * A busy path makes no system calls (Step 3): while one client thread calls
+ * A busy path makes no system calls: while one client thread calls
  * exists and get back to back, the proxy drains its ring without entering
  * the kernel, looking at its sockets only every 100 µs. Counted by perf on
  * the raw_syscalls:sys_enter tracepoint of the proxy's process: fewer than
@@ -84,7 +84,7 @@ static unsigned proxy_spare_cpus(void)
 	return (ours > 1 ? ours : lc_online_cpus()) - 1;
 }
 
-static void test_wait_hints(void **state)
+static void test_waiting_wait_hints(void **state)
 {
 	/* The proxy is our child, with our CPU affinity. */
 	unsigned spare = proxy_spare_cpus(), n = spare + 1, rounds = 0;
@@ -204,7 +204,7 @@ static int perf_counts_syscalls(const char *out)
  * calls (about 0.02 here). A window in which this VM stalls the client
  * (a few times fewer calls than usual) lets the loop idle into its yields,
  * so the bound must hold in one of three windows. */
-static void test_busy_path_makes_no_syscalls(void **state)
+static void test_waiting_busy_path_makes_no_syscalls(void **state)
 {
 	char out[PATH_MAX], buf[VALUE];
 	struct lunar_client *c;
@@ -288,7 +288,7 @@ static struct h_proc *start_own_proxy(void *sock_path)
 /* Confined to one CPU, the proxy counts the machine's others as its
  * clients' (they run there): one busy client does not crowd it. Skipped on
  * one CPU. */
-static void test_own_cpu_proxy_not_crowded_by_one(void **state)
+static void test_waiting_own_cpu_proxy_not_crowded_by_one(void **state)
 {
 	char own[PATH_MAX];
 	struct h_proc *p;
@@ -332,7 +332,7 @@ static struct h_proc *start_bench(void *run)
  * stalls the client lets the loop idle into its sleeps). About 0.07 here;
  * 2.6 when such a process counted the loop as on its one CPU and never
  * spun. Skipped on one CPU, and where perf cannot count. */
-static void test_own_cpu_proxy_lets_a_one_cpu_client_spin(void **state)
+static void test_waiting_own_cpu_proxy_lets_a_one_cpu_client_spin(void **state)
 {
 	char own[PATH_MAX], out[PATH_MAX], count[16];
 	unsigned last, first;
@@ -389,10 +389,10 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_wait_hints),
-	    cmocka_unit_test(test_busy_path_makes_no_syscalls),
-	    cmocka_unit_test(test_own_cpu_proxy_not_crowded_by_one),
-	    cmocka_unit_test(test_own_cpu_proxy_lets_a_one_cpu_client_spin),
+	    cmocka_unit_test(test_waiting_wait_hints),
+	    cmocka_unit_test(test_waiting_busy_path_makes_no_syscalls),
+	    cmocka_unit_test(test_waiting_own_cpu_proxy_not_crowded_by_one),
+	    cmocka_unit_test(test_waiting_own_cpu_proxy_lets_a_one_cpu_client_spin),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

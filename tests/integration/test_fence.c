@@ -1,5 +1,5 @@
 /*
- * test_step3_fence.c - a client that gives up on a call (its timeout) gets
+ * test_fence.c - a client that gives up on a call (its timeout) gets
  * it back only once the proxy is done with the call's memory: the library
  * waits for the proxy to close the session, which it does when no worker
  * of that session runs any more (test_peer_stop covers a get stuck on a
@@ -82,7 +82,7 @@ static void violate(struct raw *c)
  * cut off at once, and a call that timed out while the proxy held it (the
  * put hook) returns about at its timeout, its session closed.
  */
-static void test_step3_fence_hang_ups_past_a_slow_close(void **state)
+static void test_fence_hang_ups_past_a_slow_close(void **state)
 {
 	struct h_proc *p = node("slowclose", "3s");
 	struct lunar_client *c;
@@ -132,7 +132,7 @@ static void *slow_remove(void *arg)
 	return NULL;
 }
 
-static void test_step3_fence_queued_get_dropped(void **state)
+static void test_fence_queued_get_dropped(void **state)
 {
 	static uint8_t val[VLEN];
 	char key[LONG_KEY_AS + 16];
@@ -191,8 +191,8 @@ static void test_step3_fence_queued_get_dropped(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_step3_fence_hang_ups_past_a_slow_close),
-	    cmocka_unit_test(test_step3_fence_queued_get_dropped),
+	    cmocka_unit_test(test_fence_hang_ups_past_a_slow_close),
+	    cmocka_unit_test(test_fence_queued_get_dropped),
 	};
 
 	return cmocka_run_group_tests(tests, h_setup, h_teardown);

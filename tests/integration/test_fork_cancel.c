@@ -1,5 +1,5 @@
 /*
- * test_step3_fork_cancel.c - what an application's own threads and
+ * test_fork_cancel.c - what an application's own threads and
  * processes may do to a handle without hurting each other.
  *
  * fork: a child inherits the parent's handle, whose ring, slots and arena
@@ -110,7 +110,7 @@ static int child_main(struct lunar_client *inherited)
 	return 0;
 }
 
-static void test_step3_fork_child_cannot_use_the_parents_handle(void **state)
+static void test_fork_cancel_child_cannot_use_the_parents_handle(void **state)
 {
 	struct h_proc *proxy = start_proxy("fork", NULL);
 	struct lunar_client *c;
@@ -196,7 +196,7 @@ static int join_within(pthread_t t, unsigned timeout_ms)
 	return pthread_timedjoin_np(t, NULL, &ts) ? -1 : 0;
 }
 
-static void test_step3_cancelled_thread_leaves_the_handle_usable(void **state)
+static void test_fork_cancel_cancelled_thread_leaves_the_handle_usable(void **state)
 {
 	struct h_proc *proxy = start_proxy("cancel", "1s");
 	struct lunar_client *c;
@@ -268,7 +268,7 @@ static int count_sockets(void)
 	return n;
 }
 
-static void test_step3_forked_child_holds_no_session_socket(void **state)
+static void test_fork_cancel_forked_child_holds_no_session_socket(void **state)
 {
 	struct h_proc *proxy = start_proxy("forkfd", NULL);
 	struct churn k = {0};
@@ -332,7 +332,7 @@ static struct h_proc *held_broken_session(const char *name, struct lunar_client 
  * child's lunar_close must not unmap its region a second time: a sentinel
  * mapped in its place must survive.
  */
-static void test_step3_forked_close_after_failed_reconnect(void **state)
+static void test_fork_cancel_forked_close_after_failed_reconnect(void **state)
 {
 	struct lunar_client *c = NULL;
 	char moved[PATH_MAX + 8];
@@ -377,7 +377,7 @@ static void test_step3_forked_close_after_failed_reconnect(void **state)
  * shm_fork_close is the release's first step, taken here directly as the
  * window is a few instructions wide.
  */
-static void test_step3_forked_close_during_release(void **state)
+static void test_fork_cancel_forked_close_during_release(void **state)
 {
 	struct lunar_client *c = NULL;
 	struct shm_conn *old;
@@ -428,7 +428,7 @@ static void *store_setup_cancel_pending(void *arg)
 	return store_setup(arg);
 }
 
-static void test_step3_cancelled_store_setup_leaves_it_usable(void **state)
+static void test_fork_cancel_cancelled_store_setup_leaves_it_usable(void **state)
 {
 	struct h_proc *proxy = start_proxy("storecancel", NULL);
 	mooncake_store_t st = mooncake_store_create();
@@ -467,12 +467,12 @@ static void test_step3_cancelled_store_setup_leaves_it_usable(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_step3_fork_child_cannot_use_the_parents_handle),
-	    cmocka_unit_test(test_step3_cancelled_thread_leaves_the_handle_usable),
-	    cmocka_unit_test(test_step3_cancelled_store_setup_leaves_it_usable),
-	    cmocka_unit_test(test_step3_forked_child_holds_no_session_socket),
-	    cmocka_unit_test(test_step3_forked_close_after_failed_reconnect),
-	    cmocka_unit_test(test_step3_forked_close_during_release),
+	    cmocka_unit_test(test_fork_cancel_child_cannot_use_the_parents_handle),
+	    cmocka_unit_test(test_fork_cancel_cancelled_thread_leaves_the_handle_usable),
+	    cmocka_unit_test(test_fork_cancel_cancelled_store_setup_leaves_it_usable),
+	    cmocka_unit_test(test_fork_cancel_forked_child_holds_no_session_socket),
+	    cmocka_unit_test(test_fork_cancel_forked_close_after_failed_reconnect),
+	    cmocka_unit_test(test_fork_cancel_forked_close_during_release),
 	};
 
 	return cmocka_run_group_tests(tests, h_setup, h_teardown);

@@ -1,11 +1,12 @@
 /*
- * test_step2_leases.c - Step 2 read leases end to end, on real processes:
+ * test_leases.c - read leases end to end, on real processes:
  * the proxy's lease cache serves a hot key with no master call, and holds
  * as many keys as --lease-cache-keys says; a cached
  * replica list made stale by a forced remove on another node is caught by
  * the CRC32C check and never passes another object's bytes off as the key's;
  * a lease refuses an unforced remove (and remove_all skips it) until it
- * expires; remove_by_regex counts only the caller's tenant.
+ * expires; remove_by_regex counts only the caller's tenant; a read whose
+ * transfer outlives its lease fails with LEASE_EXPIRED.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,7 +20,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "step2_util.h"
+#include "case_util.h"
 
 #define KIB	  1024u
 #define MIB	  (1024u * 1024u)
@@ -29,7 +30,7 @@
 static uint8_t *buf; /* values written and read */
 static int setup(void **state)
 {
-	if (s2_setup(state) != 0)
+	if (case_setup(state) != 0)
 		return -1;
 	buf = malloc(4 * MIB);
 	return buf ? 0 : -1;
@@ -39,7 +40,7 @@ static int teardown(void **state)
 {
 	free(buf);
 	buf = NULL;
-	return s2_teardown(state);
+	return case_teardown(state);
 }
 
 static void put_pattern(struct lunar_client *c, const char *key, size_t len)
@@ -242,17 +243,6 @@ static void test_leases_stale_cached_list_is_caught_by_crc(void **state)
 	lunar_close(cb);
 }
 
-static struct lunar_client *tenant_client(const char *sock, const char *tenant)
-{
-	struct lunar_opts o = {
-	    .socket_path = sock, .tenant = tenant, .timeout_ms = H_CLIENT_TIMEOUT_MS};
-	struct lunar_client *c = NULL;
-	int rc = lunar_connect(&o, &c);
-
-	H_ASSERT_MSG(rc == 0, "connect as tenant %s = %d (%s)", tenant, rc, h_code(rc));
-	return c;
-}
-
 static void test_leases_remove_respects_lease_until_it_expires(void **state)
 {
 	const char *sock = h_path("p.sock");
@@ -334,6 +324,49 @@ static void test_leases_remove_by_regex_counts_per_tenant(void **state)
 	lunar_close(t2);
 }
 
+/* A read whose transfer ends after its lease deadline fails with
+ * LEASE_EXPIRED and its bytes are not reported as good (SPEC §3). With 1 ms
+ * leases, copying 64 MiB takes longer than the lease; with the default 10 s
+ * lease the same read succeeds. */
+#define BIG (64u << 20)
+
+static void read_big(const char *ttl, int64_t want)
+{
+	char sock[PATH_MAX];
+	struct lunar_client *c;
+	unsigned char *src, *dst;
+
+	snprintf(sock, sizeof(sock), "%s", h_path(ttl));
+	H_ASSERT(h_start_proxy(ttl, sock, H_EMBEDDED, "--segment-size", "256MiB", "--kv-lease-ttl",
+			       ttl, NULL) != NULL);
+	c = h_client(sock);
+	H_ASSERT(c != NULL);
+	/* Registered memory: no staging, the proxy copies straight in and out. */
+	src = lunar_alloc(c, BIG);
+	dst = lunar_alloc(c, BIG);
+	H_ASSERT(src && dst);
+	h_fill(src, BIG, h_seed("big"));
+	memset(dst, 0, BIG);
+	H_ASSERT_EQ(lunar_put(c, "big", src, BIG, NULL), 0);
+	H_ASSERT_EQ(lunar_get_into(c, "big", dst, BIG), want);
+	if (want == BIG)
+		H_ASSERT_EQ(h_verify(dst, BIG, h_seed("big")), -1);
+	lunar_free(c, src);
+	lunar_free(c, dst);
+	lunar_close(c);
+}
+
+static void test_leases_expired_read_is_not_good(void **state)
+{
+	(void)state;
+	H_ASSERT_EQ(h_init(), 0);
+	/* Given 1 ms leases, When a 64 MiB read takes longer, Then LEASE_EXPIRED */
+	read_big("1ms", LUNAR_ERR_LEASE_EXPIRED);
+	/* Given the default lease, Then the same read returns every byte */
+	read_big("10s", BIG);
+	h_cleanup();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -347,6 +380,7 @@ int main(void)
 					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_leases_remove_by_regex_counts_per_tenant, setup,
 					    teardown),
+	    cmocka_unit_test(test_leases_expired_read_is_not_good),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

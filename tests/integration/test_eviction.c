@@ -1,5 +1,5 @@
 /*
- * test_step2_eviction.c - Step 2 eviction and bulk removal end to end, on
+ * test_eviction.c - eviction and bulk removal end to end, on
  * real processes: a 16 MiB segment takes 200 MiB of unread puts, making room
  * by evicting the oldest objects while hard-pinned and leased ones stay; and
  * remove_all racing four writer threads loses nothing and leaks no space.
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "step2_util.h"
+#include "case_util.h"
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)
@@ -273,9 +273,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_eviction_flood_keeps_newest_pinned_and_leased,
-					    s2_setup, s2_teardown),
-	    cmocka_unit_test_setup_teardown(test_eviction_remove_all_races_writers, s2_setup,
-					    s2_teardown),
+					    case_setup, case_teardown),
+	    cmocka_unit_test_setup_teardown(test_eviction_remove_all_races_writers, case_setup,
+					    case_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,5 +1,5 @@
 /*
- * test_step3_loop_stalls.c - work one client can make slow never runs on the
+ * test_loop_stalls.c - work one client can make slow never runs on the
  * proxy's loop, so another client's calls go on meanwhile (SPEC §5: one
  * misbehaving client never hurts another).
  * - A descriptor a client sends is closed off the loop: a TCP socket with
@@ -73,7 +73,7 @@ static void victim_get(struct lunar_client *b, const char *what)
 		     (unsigned long long)ms, what);
 }
 
-static void test_lingering_descriptor_closed_off_the_loop(void **state)
+static void test_loop_stalls_lingering_descriptor_closed_off_the_loop(void **state)
 {
 	struct lunar_client *b = h_client(sock);
 	char v[64] = "victim";
@@ -98,7 +98,7 @@ static void test_lingering_descriptor_closed_off_the_loop(void **state)
 /* A TCP socket sent to the proxy, lingering with unsent data: the proxy's
  * close is abortive, so its peer sees the reset at once, not after the
  * sender's linger time. */
-static void test_sent_socket_disarmed(void **state)
+static void test_loop_stalls_sent_socket_disarmed(void **state)
 {
 	struct raw evil;
 	struct pollfd p = {.events = 0}; /* unread data is there: wait for the reset alone */
@@ -117,7 +117,7 @@ static void test_sent_socket_disarmed(void **state)
 /* The same socket, armed again by its sender (on its own descriptor of
  * it) while the proxy holds it, and only then handed over
  * for good: the proxy disarms it only as it closes it. */
-static void test_sent_socket_rearmed(void **state)
+static void test_loop_stalls_sent_socket_rearmed(void **state)
 {
 	struct lc_reg_req q = {.magic = LC_REG_MAGIC, .op = LC_REG_ADD, .length = 4096, .cookie = 1};
 	struct linger lg = {.l_onoff = 1, .l_linger = BLOCK_S};
@@ -143,7 +143,7 @@ static void test_sent_socket_rearmed(void **state)
 /* Sessions opened and closed after one client sent as many blocking
  * descriptors as the proxy has closing threads: the proxy's descriptors for
  * them are closed all the same (the blocked closes are interrupted). */
-static void test_stuck_closes_interrupted(void **state)
+static void test_loop_stalls_stuck_closes_interrupted(void **state)
 {
 	struct raw evil;
 	int peers[BLOCKERS], base, now = -1;
@@ -173,7 +173,7 @@ static void test_stuck_closes_interrupted(void **state)
 /* One stuck close on a quiet proxy, its only closing thread's: interrupted
  * all the same (the thread's own timer), so it does not last the client's
  * linger time (3 s here, which the proxy would log). */
-static void test_lone_stuck_close_interrupted(void **state)
+static void test_loop_stalls_lone_stuck_close_interrupted(void **state)
 {
 	struct h_proc *p;
 	char s2[PATH_MAX], line[256];
@@ -197,7 +197,7 @@ static void test_lone_stuck_close_interrupted(void **state)
 
 /* A stop does not wait for a client's stuck close (it used to wait for
  * the closer thread, as long as the close lasted). */
-static void test_stop_past_a_stuck_close(void **state)
+static void test_loop_stalls_stop_past_a_stuck_close(void **state)
 {
 	struct h_proc *p;
 	char s2[PATH_MAX];
@@ -263,7 +263,7 @@ static long proxy_hwm_kib(void)
 	return kib;
 }
 
-static void test_ring_full_of_largest_batches(void **state)
+static void test_loop_stalls_ring_full_of_largest_batches(void **state)
 {
 	enum { KEYS = 1024, FLOOD_MS = 2000 };
 	static char key[4096];
@@ -340,7 +340,7 @@ static void *remove_regex(void *arg)
 	return NULL;
 }
 
-static void test_remove_by_regex_runs_off_the_loop(void **state)
+static void test_loop_stalls_remove_by_regex_runs_off_the_loop(void **state)
 {
 	struct lunar_client *a = h_client(sock), *b = h_client(sock);
 	struct regex_call rx = {.c = a, .rc = -1, .done = false};
@@ -380,7 +380,7 @@ static int64_t inline_runs(int port)
 #define PINNED_SIZE (64u << 10)
 #define PINNED_MAX  200 /* more than the 8 MiB segment holds */
 
-static void test_put_that_cannot_fit_runs_off_the_loop(void **state)
+static void test_loop_stalls_put_that_cannot_fit_runs_off_the_loop(void **state)
 {
 	static unsigned char v[PINNED_SIZE];
 	struct lunar_put_cfg pin = {.replica_num = 1, .hard_pin = 1};
@@ -431,15 +431,15 @@ static void test_put_that_cannot_fit_runs_off_the_loop(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_lingering_descriptor_closed_off_the_loop),
-	    cmocka_unit_test(test_sent_socket_disarmed),
-	    cmocka_unit_test(test_sent_socket_rearmed),
-	    cmocka_unit_test(test_stuck_closes_interrupted),
-	    cmocka_unit_test(test_lone_stuck_close_interrupted),
-	    cmocka_unit_test(test_stop_past_a_stuck_close),
-	    cmocka_unit_test(test_ring_full_of_largest_batches),
-	    cmocka_unit_test(test_remove_by_regex_runs_off_the_loop),
-	    cmocka_unit_test(test_put_that_cannot_fit_runs_off_the_loop),
+	    cmocka_unit_test(test_loop_stalls_lingering_descriptor_closed_off_the_loop),
+	    cmocka_unit_test(test_loop_stalls_sent_socket_disarmed),
+	    cmocka_unit_test(test_loop_stalls_sent_socket_rearmed),
+	    cmocka_unit_test(test_loop_stalls_stuck_closes_interrupted),
+	    cmocka_unit_test(test_loop_stalls_lone_stuck_close_interrupted),
+	    cmocka_unit_test(test_loop_stalls_stop_past_a_stuck_close),
+	    cmocka_unit_test(test_loop_stalls_ring_full_of_largest_batches),
+	    cmocka_unit_test(test_loop_stalls_remove_by_regex_runs_off_the_loop),
+	    cmocka_unit_test(test_loop_stalls_put_that_cannot_fit_runs_off_the_loop),
 	};
 
 	return cmocka_run_group_tests(tests, setup, h_teardown);

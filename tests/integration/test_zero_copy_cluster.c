@@ -1,5 +1,5 @@
 /*
- * test_step3_zero_copy_cluster.c - zero-copy across proxies (SPEC §5.8, §7).
+ * test_zero_copy_cluster.c - zero-copy across proxies (SPEC §5.8, §7).
  * One lunar-master; proxy A contributes no DRAM (--segment-size 0), so every
  * replica of a put through A lands on proxy B's segment and travels over the
  * data port. An app on A puts from its registered memfd; an app on B reads
@@ -103,7 +103,7 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void test_step3_zero_copy_cluster_register_both_sides(void **state)
+static void test_zero_copy_cluster_register_both_sides(void **state)
 {
 	(void)state;
 	H_ASSERT_EQ(lunar_register(ca, mem_a, REGION_LEN), 0);
@@ -117,10 +117,10 @@ static void test_step3_zero_copy_cluster_register_both_sides(void **state)
 	H_ASSERT_EQ(h_pid_maps_count(proxy_b->pid, "memfd:t3-app-a"), 0);
 }
 
-static void test_step3_zero_copy_cluster_put_on_a_get_on_b(void **state)
+static void test_zero_copy_cluster_put_on_a_get_on_b(void **state)
 {
 	const struct lunar_put_cfg one = {.replica_num = 1};
-	const char *key = "step3/zcc/a-to-b";
+	const char *key = "zcc/a-to-b";
 	uint8_t *blk;
 
 	(void)state;
@@ -144,9 +144,9 @@ static void test_step3_zero_copy_cluster_put_on_a_get_on_b(void **state)
 }
 
 /* Scatter lists on both ends mixing registered, alloc'd and malloc pieces. */
-static void test_step3_zero_copy_cluster_mixed_iovecs(void **state)
+static void test_zero_copy_cluster_mixed_iovecs(void **state)
 {
-	const char *key = "step3/zcc/mixed";
+	const char *key = "zcc/mixed";
 	size_t total = 2 * MIB + 64 * KIB + MIB + 17;
 	uint8_t *all = malloc(total), *heap_in = malloc(64 * KIB), *heap_out = malloc(100 * KIB);
 	uint8_t *blk_a = lunar_alloc(ca, MIB + 17), *got = malloc(total), *at;
@@ -189,7 +189,7 @@ static void test_step3_zero_copy_cluster_mixed_iovecs(void **state)
 #define PREF_LEN (MIB + MIB / 2 + 11)
 
 /* Puts from A's registered memory naming B's or C's segment; then C dies. */
-static void test_step3_zero_copy_cluster_preferred_segment_placement(void **state)
+static void test_zero_copy_cluster_preferred_segment_placement(void **state)
 {
 	char sock_c[PATH_MAX], seg_c[H_SEG_NAME], key[64];
 	const char *pref_b[1] = {seg_b}, *pref_c[1] = {seg_c};
@@ -208,7 +208,7 @@ static void test_step3_zero_copy_cluster_preferred_segment_placement(void **stat
 	for (int i = 0; i < 2 * NPREF; i++) {
 		uint8_t *src = mem_a + (size_t)(i % 4) * 2 * MIB + 4096 + (size_t)i;
 
-		snprintf(key, sizeof(key), "step3/zcc/pref-%c/%d", i % 2 ? 'c' : 'b', i);
+		snprintf(key, sizeof(key), "zcc/pref-%c/%d", i % 2 ? 'c' : 'b', i);
 		h_fill(src, PREF_LEN, h_seed(key));
 		H_ASSERT_EQ(lunar_put(ca, key, src, PREF_LEN, i % 2 ? &on_c : &on_b), 0);
 	}
@@ -218,7 +218,7 @@ static void test_step3_zero_copy_cluster_preferred_segment_placement(void **stat
 		uint64_t t0 = h_now_ms();
 		int64_t got;
 
-		snprintf(key, sizeof(key), "step3/zcc/pref-%c/%d", i % 2 ? 'c' : 'b', i);
+		snprintf(key, sizeof(key), "zcc/pref-%c/%d", i % 2 ? 'c' : 'b', i);
 		memset(dst, 0, PREF_LEN);
 		got = lunar_get_into(cb, key, dst, PREF_LEN);
 		if (i % 2) {
@@ -243,10 +243,10 @@ static void test_step3_zero_copy_cluster_preferred_segment_placement(void **stat
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_step3_zero_copy_cluster_register_both_sides),
-	    cmocka_unit_test(test_step3_zero_copy_cluster_put_on_a_get_on_b),
-	    cmocka_unit_test(test_step3_zero_copy_cluster_mixed_iovecs),
-	    cmocka_unit_test(test_step3_zero_copy_cluster_preferred_segment_placement),
+	    cmocka_unit_test(test_zero_copy_cluster_register_both_sides),
+	    cmocka_unit_test(test_zero_copy_cluster_put_on_a_get_on_b),
+	    cmocka_unit_test(test_zero_copy_cluster_mixed_iovecs),
+	    cmocka_unit_test(test_zero_copy_cluster_preferred_segment_placement),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
