@@ -13,7 +13,6 @@
 #include <nng/nng.h>
 
 #include "log.h"
-#include "admin_http.h"
 #include "http.h"
 #include "master.h"
 #include "parse.h"
