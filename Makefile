@@ -40,7 +40,9 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(patsubst $(BUILD)/%,%,$(1)))
 exports = $(eval API_LINKS += $(addprefix $(BUILD)/api/$(1)/,$(2)))-I$(BUILD)/api/$(1)
 API_LINKS :=
 
-# auth/ joins once it has sources; until then $(AUTH) is empty.
+# auth/ joins once it has sources; until then $(AUTH) is empty. Then engine,
+# master, proxy, tools, bench and tests see -Iauth, and the programs that use
+# them link libauth.a and libsodium.
 auth_SRC := $(wildcard auth/*.c)
 AUTH := $(if $(auth_SRC),auth)
 
