@@ -7,10 +7,9 @@ PREFIX ?= /usr/local
 CC ?= cc
 CFLAGS ?= -O2 -g
 override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
-	-fPIC -D_GNU_SOURCE -MMD -MP -pthread \
-	-Ishmlib/include -Icommon -Iauth -Iproto -I$(BUILD)/proto -I.
-LDLIBS_DAEMON := -lnng -lprotobuf-c -luring -lsodium -lpthread
-CMOCKA_LIBS := -lcmocka
+	-fPIC -D_GNU_SOURCE -MMD -MP -pthread
+# CPPFLAGS, LDFLAGS and LDLIBS from the command line reach every compile and
+# every link (make asan and make tsan pass their -fsanitize= in LDFLAGS).
 
 ifeq ($(V),1)
 Q :=
@@ -18,44 +17,134 @@ else
 Q := @
 endif
 
-COMMON_SRC := $(wildcard common/*.c)
-AUTH_SRC := $(wildcard auth/*.c)
-SHMLIB_SRC := $(wildcard shmlib/*.c)
-PROTO_SRC := $(BUILD)/proto/lunar.pb-c.c $(wildcard proto/*.c)
-MASTER_SRC := $(filter-out master/main.c,$(wildcard master/*.c))
-ENGINE_SRC := $(wildcard engine/*.c)
-DISK_SRC := $(wildcard disk/*.c)
-PROXY_SRC := $(filter-out proxy/main.c,$(wildcard proxy/*.c))
-UNIT_SRC := $(wildcard tests/unit/test_*.c)
-INTEG_SRC := $(wildcard tests/integration/test_*.c)
-HARNESS_SRC := $(wildcard tests/integration/harness*.c)
-
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(patsubst $(BUILD)/%,%,$(1)))
 
-LIBCOMMON := $(BUILD)/lib/libcommon.a
-LIBAUTH := $(BUILD)/lib/libauth.a
-LIBSHM := $(BUILD)/lib/libshm.a
-LIBPROTO := $(BUILD)/lib/libproto.a
-LIBMASTER := $(BUILD)/lib/libmaster.a
-LIBENGINE := $(BUILD)/lib/libengine.a
-LIBDISK := $(BUILD)/lib/libdisk.a
-LIBPROXY := $(BUILD)/lib/libproxy.a
+# ---- Layers: who may include whom --------------------------------------------
+# The architecture (docs/architecture.md), enforced by include paths: a file
+# compiles with the interfaces of the components its layer SEES and nothing
+# else, so an #include across a layer boundary does not compile
+# (tests/build/test_layers.sh keeps it so). A component's own folder needs no
+# flag: "x.h" is looked up next to the file that includes it.
+#
+#   X_SRC   the sources of layer X; a component (in COMPONENTS) archives
+#           them into $(BUILD)/lib/libX.a
+#   X_API   what other layers may include from X: a whole folder (-Idir), or
+#           only the headers named in $(call exports,X,...), reached as
+#           "X/x.h" - the component-private headers (*_int.h) stay out
+#   X_SEES  the layers whose X_API X may include (besides its own)
+#   X_PKGS  pkg-config packages (their --cflags when compiling X, their
+#           --libs when linking a program that uses X)
+#   X_LIBS  link flags for what ships no pkg-config file
+#
+# exports makes $(BUILD)/api/X/X/x.h a link to X/x.h and gives its -I flag.
+exports = $(eval API_LINKS += $(addprefix $(BUILD)/api/$(1)/,$(2)))-I$(BUILD)/api/$(1)
+API_LINKS :=
+
+# auth/ joins once it has sources; until then $(AUTH) is empty. Then engine,
+# master, proxy, tools, bench and tests see -Iauth, and the programs that use
+# them link libauth.a and libsodium.
+auth_SRC := $(wildcard auth/*.c)
+AUTH := $(if $(auth_SRC),auth)
+
+# Libraries, in link order (a library before those it uses).
+COMPONENTS := proxy engine disk master proto $(AUTH) shmlib common
+
+# libc, and lunar.h for the public error codes (SPEC §9).
+common_SRC := $(wildcard common/*.c)
+common_API := -Icommon
+common_SEES := shmlib
+
+# liblunar's internals; applications see only shmlib/include.
+shmlib_SRC := $(wildcard shmlib/*.c)
+shmlib_API := -Ishmlib/include
+shmlib_SEES := common
+
+auth_API := -Iauth
+auth_SEES := common shmlib
+auth_PKGS := libsodium
+
+proto_SRC := $(BUILD)/proto/lunar.pb-c.c $(wildcard proto/*.c)
+proto_API := -Iproto -I$(BUILD)/proto
+proto_SEES := common shmlib
+proto_PKGS := libprotobuf-c
+
+engine_SRC := $(wildcard engine/*.c)
+engine_API := $(call exports,engine,engine/engine.h)
+engine_SEES := common shmlib $(AUTH)
+
+disk_SRC := $(wildcard disk/*.c)
+disk_API := $(call exports,disk,disk/disk.h)
+disk_SEES := common shmlib
+disk_PKGS := liburing
+
+# Debian's libnng-dev ships CMake files but no nng.pc: a plain -lnng.
+master_SRC := $(filter-out master/main.c,$(wildcard master/*.c))
+master_MAIN := master/main.c
+master_API := $(call exports,master,master/master.h)
+master_SEES := proto common shmlib $(AUTH)
+master_PKGS := libprotobuf-c
+master_LIBS := -lnng -lm
+
+# The proxy embeds the master through master.h only.
+proxy_SRC := $(filter-out proxy/main.c,$(wildcard proxy/*.c))
+proxy_MAIN := proxy/main.c
+proxy_SEES := engine disk master proto common shmlib $(AUTH)
+proxy_PKGS := libprotobuf-c
+proxy_LIBS := -lnng
+
+# Compile-only layers: programs and tests.
+# tools: lunarctl and memc-bench, applications of liblunar.
+tools_SRC := $(filter-out tools/lunar-bench.c,$(wildcard tools/*.c tools/ctl/*.c))
+tools_SEES := shmlib common $(AUTH)
+tools_LIBS := -lm
+# bench: lunar-bench, whose --master mode speaks the master's RPC.
+bench_SRC := tools/lunar-bench.c $(wildcard tools/bench/*.c)
+bench_SEES := shmlib common proto master $(AUTH)
+bench_LIBS := -lnng -lm
+# tests see everything, internals included (-I.: "engine/eng_int.h").
+tests_SRC := $(wildcard tests/unit/*.c tests/integration/*.c)
+tests_API := -I.
+tests_SEES := $(COMPONENTS)
+tests_PKGS := cmocka
+
+LAYERS := $(COMPONENTS) tools bench tests
+
+# pkg-config, asked at most once per package and flag, when a recipe first
+# needs it: mk/deps.sh may install a package after the Makefile is read.
+pkg1 = $(if $(filter undefined,$(origin PKG_$(1)_$(2))),$(eval PKG_$(1)_$(2) := \
+	$$(shell pkg-config --$(1) $(2))))$(PKG_$(1)_$(2))
+pkg = $(foreach p,$(sort $(2)),$(call pkg1,$(1),$(p)))
+
+# The compile flags of layer $(1); the link flags of layers $(1).
+layer_flags = $(foreach s,$(1) $($(1)_SEES),$($(s)_API)) $(call pkg,cflags,$($(1)_PKGS))
+link_flags = $(foreach c,$(1),$($(c)_LIBS)) $(call pkg,libs,$(foreach c,$(1),$($(c)_PKGS)))
+
+$(foreach l,$(LAYERS),$(eval $(call obj,$($(l)_SRC) $($(l)_MAIN)): LAYER := $(l)))
+$(foreach c,$(COMPONENTS),$(eval $(c)_LIB := $(BUILD)/lib/lib$(c).a))
+
+# ---- Products ----------------------------------------------------------------
 LIBLUNAR_SO := $(BUILD)/lib/liblunar.so
+LIBLUNAR_SO1 := $(BUILD)/lib/liblunar.so.1
 LIBLUNAR_A := $(BUILD)/lib/liblunar.a
-DAEMON_LIBS := $(LIBPROXY) $(LIBENGINE) $(LIBDISK) $(LIBMASTER) $(LIBPROTO) $(LIBAUTH) $(LIBCOMMON)
+LAYERS_TXT := $(BUILD)/layers.txt
 
 BINS := $(BUILD)/bin/lunar-master $(BUILD)/bin/lunar-proxy $(BUILD)/bin/lunarctl \
 	$(BUILD)/bin/lunar-bench
 # Built and tested, not installed: bench-vs-peers.sh's memcached client.
 TOOLS := $(BUILD)/bin/memc-bench
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+INTEG_SRC := $(wildcard tests/integration/test_*.c)
+HARNESS_SRC := $(wildcard tests/integration/harness*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRC))
+BUILD_TESTS := $(wildcard tests/build/test_*.sh)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .SECONDARY:
-.PHONY: all test unit integration demo install clean deps asan tsan format fuzz
-all: $(BINS) $(TOOLS) $(LIBLUNAR_SO) $(LIBLUNAR_A) $(UNIT_BINS) $(INTEG_BINS)
+.PHONY: all test unit integration demo install clean deps asan tsan format fuzz layers FORCE
+all: $(BINS) $(TOOLS) $(LIBLUNAR_SO) $(LIBLUNAR_A) $(UNIT_BINS) $(INTEG_BINS) $(LAYERS_TXT)
 
+# ---- Compiling -----------------------------------------------------------------
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): mk/deps.sh
 	$(Q)bash mk/deps.sh
@@ -66,101 +155,90 @@ $(BUILD)/proto/lunar.pb-c.c $(BUILD)/proto/lunar.pb-c.h &: proto/lunar.proto | $
 	@echo "  PROTOC  $<"
 	$(Q)protoc-c --c_out=$(BUILD)/proto -Iproto $<
 
-$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP) $(BUILD)/proto/lunar.pb-c.h
+# $(BUILD)/api/X/X/x.h -> X/x.h (see exports).
+$(API_LINKS): $(BUILD)/api/%:
+	$(Q)mkdir -p $(@D)
+	$(Q)ln -sfr $(patsubst $(firstword $(subst /, ,$*))/%,%,$*) $@
+
+# Every object compiles with its layer's flags; one with no layer fails here.
+define compile
 	$(Q)mkdir -p $(@D)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+	$(Q)$(if $(LAYER),,echo "$<: in no layer of the Makefile" >&2; exit 1;) \
+		$(CC) $(CPPFLAGS) $(call layer_flags,$(LAYER)) $(CFLAGS) -c -o $@ $<
+endef
+$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP) $(BUILD)/proto/lunar.pb-c.h $(API_LINKS)
+	$(compile)
+$(BUILD)/obj/proto/lunar.pb-c.o: $(BUILD)/proto/lunar.pb-c.c | $(API_LINKS)
+	$(compile)
 
-$(BUILD)/obj/proto/lunar.pb-c.o: $(BUILD)/proto/lunar.pb-c.c
+# Each layer's compile flags, one line "layer flags...", for the scripts that
+# compile outside make: tests/build/test_layers.sh and tests/fuzz/run.sh.
+layers: $(LAYERS_TXT) $(API_LINKS) $(BUILD)/proto/lunar.pb-c.h
+$(LAYERS_TXT): FORCE
 	$(Q)mkdir -p $(@D)
-	@echo "  CC      $<"
-	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+	$(Q)printf '%s\n' $(foreach l,$(LAYERS),"$(l) $(strip $(call layer_flags,$(l)))") >$@
 
+# ---- Linking -------------------------------------------------------------------
 define archive
 $(1): $(2)
 	$$(Q)mkdir -p $$(@D)
 	@echo "  AR      $$@"
 	$$(Q)rm -f $$@ && ar rcs $$@ $$^
 endef
-$(eval $(call archive,$(LIBCOMMON),$(call obj,$(COMMON_SRC))))
-$(eval $(call archive,$(LIBAUTH),$(call obj,$(AUTH_SRC))))
-$(eval $(call archive,$(LIBSHM),$(call obj,$(SHMLIB_SRC))))
-$(eval $(call archive,$(LIBPROTO),$(call obj,$(PROTO_SRC))))
-$(eval $(call archive,$(LIBMASTER),$(call obj,$(MASTER_SRC))))
-$(eval $(call archive,$(LIBENGINE),$(call obj,$(ENGINE_SRC))))
-$(eval $(call archive,$(LIBDISK),$(call obj,$(DISK_SRC))))
-$(eval $(call archive,$(LIBPROXY),$(call obj,$(PROXY_SRC))))
-$(eval $(call archive,$(LIBLUNAR_A),$(call obj,$(SHMLIB_SRC) $(COMMON_SRC))))
+$(foreach c,$(COMPONENTS),$(eval $(call archive,$($(c)_LIB),$(call obj,$($(c)_SRC)))))
+$(eval $(call archive,$(LIBLUNAR_A),$(call obj,$(shmlib_SRC) $(common_SRC))))
 
-# The application library: libc + pthread only, exports lunar_* and mooncake_store_*.
-$(LIBLUNAR_SO): $(call obj,$(SHMLIB_SRC) $(COMMON_SRC)) shmlib/liblunar.map
-	$(Q)mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(CC) -shared -pthread -Wl,--version-script=shmlib/liblunar.map -Wl,-soname,liblunar.so.1 \
-		-o $@ $(filter %.o,$^)
+# $(call link,target,sources,layers,flags): every program and liblunar.so
+# link here, from their own objects, the archives of the components among
+# the layers they use (in COMPONENTS' order) and those layers' packages.
+# LINK_<name> adds a program's own link flags.
+define link
+$(1): $(call obj,$(2)) $(foreach c,$(filter $(3),$(COMPONENTS)),$($(c)_LIB))
+	$$(Q)mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$$(Q)$$(CC) $$(CFLAGS) $$(LDFLAGS) $(4) -o $$@ $$(filter %.o %.a,$$^) \
+		$$(call link_flags,$(3)) $$(LINK_$$(@F)) $$(LDLIBS)
+endef
 
-$(BUILD)/bin/lunar-master: $(call obj,master/main.c) $(LIBMASTER) $(LIBPROTO) $(LIBAUTH) $(LIBCOMMON)
-	$(Q)mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS_DAEMON)
+# The application library: libc + pthread only (-z defs proves it), exports
+# lunar_* and mooncake_store_*. The file carries its soname's name.
+LIBLUNAR_LINK := -shared -Wl,-z,defs -Wl,--version-script=shmlib/liblunar.map \
+	-Wl,-soname,liblunar.so.1
+$(eval $(call link,$(LIBLUNAR_SO1),$(shmlib_SRC) $(common_SRC),,$(LIBLUNAR_LINK)))
+$(LIBLUNAR_SO1): shmlib/liblunar.map
+$(LIBLUNAR_SO): $(LIBLUNAR_SO1)
+	$(Q)ln -sf $(<F) $@
 
-$(BUILD)/bin/lunar-proxy: $(call obj,proxy/main.c) $(DAEMON_LIBS)
-	$(Q)mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS_DAEMON)
-
-# lunar-bench also speaks the master's RPC (--master): its modes live in tools/bench/.
-$(BUILD)/bin/lunar-bench: $(call obj,tools/lunar-bench.c $(wildcard tools/bench/*.c)) $(LIBSHM) \
-		$(LIBMASTER) $(LIBPROTO) $(LIBAUTH) $(LIBCOMMON)
-	$(Q)mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lnng -lprotobuf-c -lsodium -lpthread -lm
-
+DAEMON := proxy engine disk master proto $(AUTH) common
+$(eval $(call link,$(BUILD)/bin/lunar-master,$(master_MAIN),master proto $(AUTH) common))
+$(eval $(call link,$(BUILD)/bin/lunar-proxy,$(proxy_MAIN),$(DAEMON)))
+$(eval $(call link,$(BUILD)/bin/lunar-bench,$(bench_SRC),bench shmlib master proto $(AUTH) common))
+$(eval $(call link,$(BUILD)/bin/lunarctl,tools/lunarctl.c $(wildcard tools/ctl/*.c),tools shmlib \
+	$(AUTH) common))
 # memc-bench shares lunar-bench's pattern, percentiles and byte checks.
-$(BUILD)/bin/memc-bench: $(call obj,tools/memc-bench.c tools/bench/util.c) $(LIBCOMMON)
-	$(Q)mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lpthread -lm
+$(eval $(call link,$(BUILD)/bin/memc-bench,tools/memc-bench.c tools/bench/util.c,tools common))
 
-# lunarctl's admin verbs, HTTP client and JSON reader live in tools/ctl/.
-$(BUILD)/bin/lunarctl: $(call obj,tools/lunarctl.c $(wildcard tools/ctl/*.c)) $(LIBSHM) \
-		$(LIBAUTH) $(LIBCOMMON)
-	$(Q)mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lsodium -lpthread -lm
-
-$(BUILD)/bin/%: $(call obj,tools/%.c) $(LIBSHM) $(LIBCOMMON)
-	$(Q)mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lpthread -lm
-
-# Unit tests link every internal library; the linker takes what each needs.
-# LINK_<test> adds a test's own link flags.
+# Unit tests link every library; the linker takes what each needs.
+# SRC_<test> adds a test's own sources besides tests/unit/<test>.c.
 LINK_test_master_table := -Wl,--wrap=calloc
-# test_bench_util tests the benchmarks' own helpers.
-$(BUILD)/tests/unit/test_bench_util: $(call obj,tools/bench/util.c)
+SRC_test_bench_util := tools/bench/util.c
+$(foreach t,$(UNIT_BINS),$(eval $(call link,$(t),tests/unit/$(notdir $(t)).c \
+	$(SRC_$(notdir $(t))),$(COMPONENTS) tests)))
+$(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t)).c \
+	$(HARNESS_SRC),shmlib $(AUTH) common tests)))
 
-$(BUILD)/tests/unit/%: $(call obj,tests/unit/%.c) $(DAEMON_LIBS) $(LIBSHM)
-	$(Q)mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LIBCOMMON) $(LDLIBS_DAEMON) $(CMOCKA_LIBS) $(LINK_$(*F))
-
-$(BUILD)/tests/integration/%: $(call obj,tests/integration/%.c $(HARNESS_SRC)) $(LIBSHM) $(LIBAUTH) \
-		$(LIBCOMMON)
-	$(Q)mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CMOCKA_LIBS) -lsodium -lpthread
-
+# ---- Running -------------------------------------------------------------------
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.
 test: all
-	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) bash tests/run.sh $(UNIT_BINS) \
-		$(INTEG_BINS) tests/fuzz/run.sh
+	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) CC="$(CC)" LDFLAGS="$(LDFLAGS)" \
+		bash tests/run.sh $(UNIT_BINS) $(INTEG_BINS) $(BUILD_TESTS) tests/fuzz/run.sh
 
 # libFuzzer targets under ASan+UBSan, built with clang from the sources by
 # tests/fuzz/run.sh; corpus and crash reproducers in $(BUILD)/fuzz/.
 FUZZ_SECONDS ?= 600
 FUZZ_TEST_SECONDS ?= 45
-fuzz:
+fuzz: layers
 	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh
 
 unit: $(UNIT_BINS)
@@ -178,13 +256,14 @@ asan:
 		LDFLAGS="-fsanitize=address,undefined" test
 
 tsan:
-	LUNAR_TEST_SANITIZER=thread $(MAKE) BUILD=build-tsan CFLAGS="-O1 -g -fsanitize=thread" test
+	LUNAR_TEST_SANITIZER=thread $(MAKE) BUILD=build-tsan CFLAGS="-O1 -g -fsanitize=thread" \
+		LDFLAGS="-fsanitize=thread" test
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
-	install -m 755 $(LIBLUNAR_SO) $(DESTDIR)$(PREFIX)/lib/liblunar.so.1
+	install -m 755 $(LIBLUNAR_SO1) $(DESTDIR)$(PREFIX)/lib/liblunar.so.1
 	ln -sf liblunar.so.1 $(DESTDIR)$(PREFIX)/lib/liblunar.so
 	install -m 644 $(LIBLUNAR_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 shmlib/include/lunar.h shmlib/include/store_c.h $(DESTDIR)$(PREFIX)/include/

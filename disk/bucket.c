@@ -3,7 +3,7 @@
  * object bytes, "b<id>.meta" the records naming them. Opening, listing,
  * per-bucket record slots, record allocation and the metadata encoder.
  */
-#include "disk/dsk_int.h"
+#include "dsk_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -7,7 +7,7 @@
 #ifndef LUNAR_DISK_DSK_INT_H
 #define LUNAR_DISK_DSK_INT_H
 
-#include "disk/disk.h"
+#include "disk.h"
 #include "crc32c.h"
 
 #include <assert.h>

@@ -5,7 +5,7 @@
  * bucket and moves on - then drops its records, waits for its readers and
  * deletes its files. Evictions run one at a time under evict_mu.
  */
-#include "disk/dsk_int.h"
+#include "dsk_int.h"
 
 #include <stdlib.h>
 #include <string.h>

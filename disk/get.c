@@ -5,7 +5,7 @@
  * check the CRC32C, then unpin. A record whose bytes are short or corrupt is
  * dropped from the index so it is never served.
  */
-#include "disk/dsk_int.h"
+#include "dsk_int.h"
 
 #include <errno.h>
 #include <string.h>

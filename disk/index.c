@@ -3,7 +3,7 @@
  * table with a power-of-two slot array that doubles when the load passes 1.
  * Callers hold the store lock.
  */
-#include "disk/dsk_int.h"
+#include "dsk_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * worker threads do I/O at once), failure injection for tests, and the
  * staged CRC-checking read used by the scan and by unaligned gets.
  */
-#include "disk/dsk_int.h"
+#include "dsk_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * fdatasync one request after the other, honouring links the way io_uring
  * does (a failed or short request cancels the rest of its chain).
  */
-#include "disk/dsk_int.h"
+#include "dsk_int.h"
 
 #include <errno.h>
 #include <unistd.h>

@@ -4,7 +4,7 @@
  * kernel lets us pin it. A batch is queued as SQEs (linked where asked), sent
  * with one io_uring_submit_and_wait and reaped in full before returning.
  */
-#include "disk/dsk_int.h"
+#include "dsk_int.h"
 
 #include <errno.h>
 #include <liburing.h>

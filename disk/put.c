@@ -7,7 +7,7 @@
  * record, in the same io_uring submission. The metadata carries the data
  * CRC, so the scan after a crash drops a record whose bytes did not land.
  */
-#include "disk/dsk_int.h"
+#include "dsk_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
  * bucket whose files cannot be opened for another reason than being absent
  * (out of descriptors, say) is left on disk for a later start.
  */
-#include "disk/dsk_int.h"
+#include "dsk_int.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -3,7 +3,7 @@
  * scan), close, the read-only queries (lookup, list, stats) and the test
  * hooks.
  */
-#include "disk/dsk_int.h"
+#include "dsk_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

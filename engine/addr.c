@@ -2,7 +2,7 @@
  * addr.c - endpoints as text ("host:port", "[v6]:port") and as socket
  * addresses, plus the socket options every data connection gets.
  */
-#include "engine/eng_int.h"
+#include "eng_int.h"
 
 #include <errno.h>
 #include <netdb.h>

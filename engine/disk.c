@@ -5,7 +5,7 @@
  * straight into the caller's iovecs on a pooled connection. A "not found"
  * or a checksum failure is an answer, not a broken connection.
  */
-#include "engine/eng_int.h"
+#include "eng_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 #ifndef LUNAR_ENGINE_ENG_INT_H
 #define LUNAR_ENGINE_ENG_INT_H
 
-#include "engine/engine.h"
+#include "engine.h"
 
 #include <assert.h>
 #include <pthread.h>

@@ -2,7 +2,7 @@
  * engine.c - the engine object and eng_xfer, the one place that picks a
  * transport: local when the endpoint is this engine's own, TCP otherwise.
  */
-#include "engine/eng_int.h"
+#include "eng_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * staging buffer), resuming after partial I/O and EINTR, and poll() bounds
  * every wait by one deadline for the whole transfer.
  */
-#include "engine/eng_int.h"
+#include "eng_int.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -4,7 +4,7 @@
  * to a staging buffer, checksummed in the same pass when asked), after the
  * same bounds check the data port applies to remote requests.
  */
-#include "engine/eng_int.h"
+#include "eng_int.h"
 
 #include "copy.h"
 #include "crc32c.h"

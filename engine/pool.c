@@ -4,7 +4,7 @@
  * connections. A transfer takes an idle connection or dials a new one, and
  * gives it back only after a clean request/reply.
  */
-#include "engine/eng_int.h"
+#include "eng_int.h"
 
 #include <errno.h>
 #include <poll.h>

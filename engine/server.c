@@ -11,7 +11,7 @@
  * A connection thread that ends tells the listener (an eventfd), which
  * joins it and closes its descriptor then.
  */
-#include "engine/eng_int.h"
+#include "eng_int.h"
 
 #include <errno.h>
 #include <netinet/in.h>

@@ -4,7 +4,7 @@
  * A transfer above ENG_SLICE_MIN is cut into a few slices that run on
  * connections of their own in parallel.
  */
-#include "engine/eng_int.h"
+#include "eng_int.h"
 
 #include <errno.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * wire.c - the TCP frame headers (eng_int.h): byte order, and the server's
  * check of a request against its segment.
  */
-#include "engine/eng_int.h"
+#include "eng_int.h"
 
 #include <endian.h>
 

@@ -1,9 +1,9 @@
 /*
- * admin_http.c - the master's HTTP endpoints; see admin_http.h. Admin
- * queries go through mst_dispatch like any RPC, and their replies are
- * rendered as JSON from the protobuf descriptors.
+ * admin_http.c - the master's HTTP endpoints; see mst_http_handle in
+ * master.h. Admin queries go through mst_dispatch like any RPC, and their
+ * replies are rendered as JSON from the protobuf descriptors.
  */
-#include "master/admin_http.h"
+#include "master.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -12,7 +12,6 @@
 #include "http.h"
 #include "json.h"
 #include "lunar.h"
-#include "master/master.h"
 #include "rpc.h"
 
 #define ARG_MAX 4097

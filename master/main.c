@@ -14,7 +14,6 @@
 
 #include "auth.h"
 #include "log.h"
-#include "admin_http.h"
 #include "http.h"
 #include "master.h"
 #include "parse.h"

@@ -127,4 +127,21 @@ int mst_metrics_render(struct mst_master *m, char **out, size_t *len);
 /* mst_master_ready - 1 when at least one segment is mounted, else 0. */
 int mst_master_ready(struct mst_master *m);
 
+/*
+ * mst_http_handle - the master's HTTP face (SPEC §11), an lc_http handler
+ * whose arg is the struct mst_master. Served by lunar-master on --http-port,
+ * and by lunar-proxy --embedded-master on its own HTTP port.
+ *   /metrics                          Prometheus text
+ *   /health                           200 "ok" while the process serves
+ *   /ready                            200 once a segment is mounted, else 503
+ *   /admin/keys?tenant=&pattern=&limit=   ListKeys as JSON
+ *   /admin/segments, /admin/clients       ListSegments, ListClients
+ *   /admin/stat?tenant=&key=              StatKey
+ * Returns 1 when path is not one of these (the caller may serve it or 404),
+ * 0 when rep holds the answer.
+ */
+struct lc_http_reply;
+int mst_http_handle(void *arg, const char *method, const char *path, const char *query,
+		    struct lc_http_reply *rep);
+
 #endif /* LUNAR_MASTER_MASTER_H */

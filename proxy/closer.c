@@ -31,7 +31,7 @@
 #include "clock.h"
 #include "log.h"
 #include "lunar.h"
-#include "proxy/px_int.h"
+#include "px_int.h"
 
 #define PX_CLOSE_SLOW_MS      1000 /* a close this slow is logged: a client made it linger */
 #define PX_CLOSERS_MAX	      16

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "parse.h"
-#include "proxy/px_int.h"
+#include "px_int.h"
 #include "uds.h"
 
 enum kind { K_STR, K_SIZE, K_MS, K_U16, K_UINT, K_KEYS, K_BOOL, K_UIDS, K_GIDS, K_POLICY };

@@ -2,7 +2,7 @@
  * decode.c - copy, validate, then build: the proxy's only reader of a
  * client's request blocks; see decode.h.
  */
-#include "proxy/decode.h"
+#include "decode.h"
 
 #include <errno.h>
 #include <stddef.h>

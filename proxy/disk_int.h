@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "disk/disk.h"
-#include "proxy/px_int.h"
+#include "px_int.h"
 
 struct px_otask;
 

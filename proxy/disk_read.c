@@ -12,7 +12,7 @@
 #include "http.h"
 #include "log.h"
 #include "lunar.h"
-#include "proxy/disk_int.h"
+#include "disk_int.h"
 
 /* A record the store dropped as bad: the master forgets our replica. */
 static void report_bad(struct px_proxy *px, const char *tenant, const char *key,

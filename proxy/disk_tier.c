@@ -17,7 +17,7 @@
 #include "disk/disk.h"
 #include "log.h"
 #include "lunar.h"
-#include "proxy/disk_int.h"
+#include "disk_int.h"
 
 #define OFFLOAD_BATCH 256 /* tasks per worker round, as many as a Ping brings */
 

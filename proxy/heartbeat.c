@@ -10,7 +10,7 @@
 #include "clock.h"
 #include "log.h"
 #include "lunar.h"
-#include "proxy/px_int.h"
+#include "px_int.h"
 
 /* The ReMountSegment of our one segment; its code. */
 static int remount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)

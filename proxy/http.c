@@ -10,8 +10,8 @@
 #include "http.h"
 #include "log.h"
 #include "lunar.h"
-#include "master/admin_http.h"
-#include "proxy/px_int.h"
+#include "master/master.h"
+#include "px_int.h"
 
 static const char *const op_names[LC_OP_MAX] = {
 	[LC_OP_PUT] = "put",		 [LC_OP_UPSERT] = "upsert",

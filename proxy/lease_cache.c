@@ -10,7 +10,7 @@
  * budget. Every operation but clear, renew and orphan is O(1); renew and
  * orphan visit only the entries they may act on.
  */
-#include "proxy/lease_cache.h"
+#include "lease_cache.h"
 
 #include <pthread.h>
 #include <stdbool.h>

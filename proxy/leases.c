@@ -12,7 +12,7 @@
 
 #include "clock.h"
 #include "lunar.h"
-#include "proxy/ops.h"
+#include "ops.h"
 
 /* A quarter of the lease, at most 2 s: room for the slowest transfer. */
 uint64_t px_lease_margin_ms(struct px_proxy *px)

@@ -22,7 +22,7 @@
 #include "clock.h"
 #include "log.h"
 #include "lunar.h"
-#include "proxy/px_int.h"
+#include "px_int.h"
 #include "ring.h"
 
 #define PX_SPIN_NS	  50000ull

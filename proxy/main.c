@@ -25,7 +25,7 @@
 #include "http.h"
 #include "log.h"
 #include "lunar.h"
-#include "proxy/px_int.h"
+#include "px_int.h"
 #include "sdnotify.h"
 #include "uds.h"
 

@@ -15,7 +15,7 @@
 #include "clock.h"
 #include "log.h"
 #include "lunar.h"
-#include "proxy/px_int.h"
+#include "px_int.h"
 #include "rpc.h"
 
 struct px_mc {

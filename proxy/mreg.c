@@ -19,7 +19,7 @@
 
 #include "log.h"
 #include "lunar.h"
-#include "proxy/px_int.h"
+#include "px_int.h"
 
 /*
  * The registration budget. Every registered range is a mapping of the

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "lunar.h"
-#include "proxy/ops.h"
+#include "ops.h"
 
 int px_batch_collect(struct px_req *r, struct px_batch *b)
 {

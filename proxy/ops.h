@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proxy/px_int.h"
+#include "px_int.h"
 
 /* The items of a request still to do (result == 0), as a batch of keys. */
 #define PX_BATCH_INLINE 8 /* up to this many keys, the arrays below are inline */

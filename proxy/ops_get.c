@@ -16,7 +16,7 @@
 #include "clock.h"
 #include "engine/engine.h"
 #include "lunar.h"
-#include "proxy/ops.h"
+#include "ops.h"
 
 /* The first bytes of the item's destination that hold size bytes. */
 static int trim_iov(const struct px_item *it, uint64_t size, struct iovec *out)

@@ -4,7 +4,7 @@
  * its readers need.
  */
 #include "lunar.h"
-#include "proxy/ops.h"
+#include "ops.h"
 
 static void remove_keys(struct px_proxy *px, struct px_req *r, const struct px_batch *b)
 {

@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 #include "log.h"
 #include "lunar.h"
-#include "proxy/ops.h"
+#include "ops.h"
 
 /* The three calls of a two-phase write. */
 struct put_calls {

@@ -7,7 +7,7 @@
 
 #include "log.h"
 #include "lunar.h"
-#include "proxy/px_int.h"
+#include "px_int.h"
 
 struct px_pool {
 	struct px_proxy *px;

@@ -23,8 +23,8 @@
 #include "conf.h"
 #include "lunar.pb-c.h"
 #include "master/master.h"
-#include "proxy/decode.h"
-#include "proxy/lease_cache.h"
+#include "decode.h"
+#include "lease_cache.h"
 #include "shm_abi.h"
 #include "uds.h"
 

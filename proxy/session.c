@@ -16,7 +16,7 @@
 #include "key.h"
 #include "log.h"
 #include "lunar.h"
-#include "proxy/px_int.h"
+#include "px_int.h"
 #include "ring.h"
 #include "uds.h"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-all.sh - regenerate every Lunar benchmark figure and print them as one
-# markdown document: `bash tools/bench-all.sh > docs/bench.md`. Runs from the
+# markdown document: `bash tools/bench-all.sh > bench-abcd.md (one section of docs/bench.md)`. Runs from the
 # repo root against $BUILD (default build): (a) a standalone node, (b) a
 # 3-process cluster, (c) the master's RPC alone, (d) the Mooncake trace replayed
 # at four capacities next to an exact LRU. Every daemon is started in a

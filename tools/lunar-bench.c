@@ -8,7 +8,7 @@
  */
 #include "lunar.h"
 #include "clock.h"
-#include "tools/bench/bench.h"
+#include "bench/bench.h"
 
 #include <limits.h>
 #include <pthread.h>

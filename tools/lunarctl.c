@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "tools/ctl/ctl.h"
-#include "tools/ctl/http_get.h"
-#include "tools/ctl/json.h"
+#include "ctl/ctl.h"
+#include "ctl/http_get.h"
+#include "ctl/json.h"
 
 /* A value travels through the shared arena; give it room for two in flight. */
 #define CTL_MIN_ARENA	(64ull << 20)

@@ -20,7 +20,7 @@
 
 #include "clock.h"
 #include "parse.h"
-#include "tools/bench/bench.h"
+#include "bench/bench.h"
 
 #define MB_MAX_THREADS 256
 #define MB_LINE_MAX    256

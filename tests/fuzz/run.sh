@@ -26,10 +26,21 @@ BIN=$OUT/fuzz_decode
 SEEDS=$OUT/fuzz_seeds
 CORPUS=$WORK/corpus-decode
 SAN="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-CFLAGS="-std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -pthread
-	-Ishmlib/include -Icommon -I. -Itests/fuzz"
+CFLAGS="-std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -pthread"
 # What fuzz_decode links: the validator and the common code it calls.
 LIB_SRC="proxy/decode.c common/ring.c common/key.c"
+
+# The include flags of a source's layer, as the Makefile gives them
+# ($BUILD/layers.txt, made by `make layers`); the fuzz sources are tests.
+layer_flags() {
+	local layer
+	case $1 in
+	tests/*) layer=tests ;;
+	*) layer=${1%%/*} ;;
+	esac
+	awk -v l="$layer" '$1 == l { $1 = ""; print; f = 1 } END { exit !f }' "$BUILD/layers.txt" ||
+		{ echo "fuzz: no layer $layer in $BUILD/layers.txt" >&2; exit 1; }
+}
 
 skip() {
 	echo "fuzz: skipped: $*"
@@ -65,17 +76,27 @@ stale() {
 }
 
 build() {
+	local src objs=()
 	mkdir -p "$OUT" "$CORPUS" || exit 1
+	if [ ! -r "$BUILD/layers.txt" ]; then
+		${MAKE:-make} --no-print-directory -s BUILD="$BUILD" layers || exit 1
+	fi
 	if stale "$BIN" tests/fuzz/fuzz_decode.c $LIB_SRC; then
 		echo "  CLANG   $BIN"
 		# Only our own file is -Werror: a clang-only warning in code built
-		# with gcc elsewhere is not a fuzzing failure.
-		$CC $CFLAGS $SAN -Werror -c -o "$OUT/fuzz_decode.o" tests/fuzz/fuzz_decode.c || exit 1
-		$CC $CFLAGS $SAN -o "$BIN" "$OUT/fuzz_decode.o" $LIB_SRC || exit 1
+		# with gcc elsewhere is not a fuzzing failure. Each source compiles
+		# with its layer's include flags, as in the gcc build.
+		$CC $CFLAGS $(layer_flags tests/fuzz) $SAN -Werror -c -o "$OUT/fuzz_decode.o" \
+			tests/fuzz/fuzz_decode.c || exit 1
+		for src in $LIB_SRC; do
+			objs+=("$OUT/$(basename "$src" .c).o")
+			$CC $CFLAGS $(layer_flags "$src") $SAN -c -o "${objs[-1]}" "$src" || exit 1
+		done
+		$CC $CFLAGS $SAN -o "$BIN" "$OUT/fuzz_decode.o" "${objs[@]}" || exit 1
 	fi
 	if stale "$SEEDS" tests/fuzz/fuzz_seeds.c; then
 		echo "  CLANG   $SEEDS"
-		$CC $CFLAGS -Werror -o "$SEEDS" tests/fuzz/fuzz_seeds.c || exit 1
+		$CC $CFLAGS $(layer_flags tests/fuzz) -Werror -o "$SEEDS" tests/fuzz/fuzz_seeds.c || exit 1
 	fi
 	"$SEEDS" "$CORPUS" || exit 1
 }

@@ -6,7 +6,7 @@
 #include "test_master_util.h"
 
 #include "http.h"
-#include "master/admin_http.h"
+#include "master/master.h"
 
 /* Leave a non-NULL pattern on the stack, as earlier calls on a worker
  * thread would, so that a read of an unset local shows. */

@@ -6,7 +6,7 @@
  * BatchExistKey keys/s at 10k objects and at N (flatness), plus the
  * master's resident memory per object when its pid is given.
  */
-#include "tools/bench/bench.h"
+#include "bench.h"
 
 #include <inttypes.h>
 #include <pthread.h>

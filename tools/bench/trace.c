@@ -6,7 +6,7 @@
  * same run, an exact LRU cache of the same capacity in blocks replays the
  * same trace, as the yardstick for the store's hit ratio.
  */
-#include "tools/bench/bench.h"
+#include "bench.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * util.c - lunar-bench's shared helpers: option parsing, the value pattern,
  * latency percentiles and /proc reading (see bench.h).
  */
-#include "tools/bench/bench.h"
+#include "bench.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/ctl/ctl.h"
-#include "tools/ctl/http_get.h"
-#include "tools/ctl/json.h"
+#include "ctl.h"
+#include "http_get.h"
+#include "json.h"
 
 #define MSG_MAX 1024
 

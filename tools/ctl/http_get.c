@@ -4,7 +4,7 @@
  * share one deadline; the reply is read until the server closes or its
  * Content-Length is met, within fixed bounds on head and body.
  */
-#include "tools/ctl/http_get.h"
+#include "http_get.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -4,7 +4,7 @@
  * depth is capped, and a half-built tree is always safe to free, so garbage
  * in means -EINVAL out.
  */
-#include "tools/ctl/json.h"
+#include "json.h"
 
 #include <errno.h>
 #include <stdlib.h>
