@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "mst_int.h"
 
@@ -138,10 +139,10 @@ void mst_master_destroy(struct mst_master *m)
 
 void mst_master_stats(struct mst_master *m, struct mst_stats *out)
 {
-	out->keys = __atomic_load_n(&m->n_complete, __ATOMIC_RELAXED);
-	out->processing = __atomic_load_n(&m->n_processing, __ATOMIC_RELAXED);
-	out->capacity_bytes = __atomic_load_n(&m->capacity, __ATOMIC_RELAXED);
-	out->used_bytes = __atomic_load_n(&m->used, __ATOMIC_RELAXED);
+	out->keys = LC_READ_ONCE(m->n_complete);
+	out->processing = LC_READ_ONCE(m->n_processing);
+	out->capacity_bytes = LC_READ_ONCE(m->capacity);
+	out->used_bytes = LC_READ_ONCE(m->used);
 	pthread_rwlock_rdlock(&m->segs.lock);
 	out->segments = m->segs.n;
 	pthread_rwlock_unlock(&m->segs.lock);

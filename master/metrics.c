@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "atomic.h"
 #include "lunar.h"
 #include "master.h"
 #include "mst_int.h"
@@ -51,12 +52,12 @@ _Static_assert(NCODES < MST_CODES_MAX, "one slot left for unknown codes");
 
 static void add(uint64_t *c, uint64_t v)
 {
-	__atomic_fetch_add(c, v, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(c, v);
 }
 
 static uint64_t get(const uint64_t *c)
 {
-	return __atomic_load_n(c, __ATOMIC_RELAXED);
+	return LC_READ_ONCE(*c);
 }
 
 void mst_metrics_count(struct mst_master *m, uint32_t method, int code)
