@@ -212,7 +212,7 @@ int mst_metrics_render(struct mst_master *m, char **out, size_t *len)
 	FILE *f = open_memstream(&buf, &n);
 
 	if (!f)
-		return -ENOMEM;
+		return LUNAR_ERR_INTERNAL;
 	gauges(m, f);
 	segment_gauges(m, f);
 	counters(m, f);
@@ -220,7 +220,7 @@ int mst_metrics_render(struct mst_master *m, char **out, size_t *len)
 	if (ferror(f)) {
 		fclose(f);
 		free(buf);
-		return -ENOMEM;
+		return LUNAR_ERR_INTERNAL;
 	}
 	fclose(f);
 	*out = buf;
