@@ -19,7 +19,9 @@ struct mst_master;
  *   /admin/segments, /admin/clients       ListSegments, ListClients
  *   /admin/stat?tenant=&key=              StatKey
  * Returns 1 when path is not one of these (the caller may serve it or 404),
- * 0 when rep holds the answer.
+ * 0 when rep holds the answer, or a negative value when it could not be
+ * built (out of memory: the server answers 500), as lc_http_handler_fn.
+ * HTTP server thread; takes master locks briefly, never blocks on I/O.
  */
 int mst_http_handle(void *arg, const char *method, const char *path, const char *query,
 		    struct lc_http_reply *rep);
