@@ -21,6 +21,16 @@
 						memory_order_acq_rel, memory_order_acquire)
 #define lc_fetch_add(p, v) atomic_fetch_add_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
 #define lc_fetch_or(p, v) atomic_fetch_or_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
+/* Relaxed read-modify-writes: counters and statistics that order nothing. */
+#define lc_fetch_add_relaxed(p, v)                                                                 \
+	atomic_fetch_add_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_relaxed)
+#define lc_fetch_sub_relaxed(p, v)                                                                 \
+	atomic_fetch_sub_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_relaxed)
+#define lc_xchg_relaxed(p, v)                                                                      \
+	atomic_exchange_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_relaxed)
+/* A release read-modify-write: publishes prior writes to an lc_load_acquire of *p. */
+#define lc_fetch_add_release(p, v)                                                                 \
+	atomic_fetch_add_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_release)
 #if defined(__SANITIZE_THREAD__)
 /* ThreadSanitizer does not model fences (gcc refuses them under -Werror):
  * a sequentially consistent read-modify-write is a full barrier on x86 and

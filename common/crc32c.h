@@ -41,9 +41,10 @@ uint32_t lc_copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc);
  */
 uint32_t lc_copy_crc32c_cached(void *dst, const void *src, size_t len, uint32_t crc);
 
-/* For tests and benchmarks: whether lc_crc32c uses the SSE4.2 instruction,
- * and the table implementation of both functions, which gives identical
- * results on every CPU. */
+/* For tests and benchmarks. lc_crc32c_hw - 1 when lc_crc32c uses the SSE4.2
+ * instruction on this CPU, else 0. lc_crc32c_sw, lc_copy_crc32c_sw - the
+ * table implementations of lc_crc32c and lc_copy_crc32c, same arguments and
+ * results on every CPU. All pure and thread-safe. */
 int lc_crc32c_hw(void);
 uint32_t lc_crc32c_sw(uint32_t crc, const void *buf, size_t len);
 uint32_t lc_copy_crc32c_sw(void *dst, const void *src, size_t len, uint32_t crc);

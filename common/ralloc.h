@@ -41,7 +41,9 @@ uint64_t lc_ralloc_round(const struct lc_ralloc *a, uint64_t len);
  * give its allocated length in *freed (if not NULL). Returns 0, or -ENOENT
  * if no allocated range starts at off. */
 int lc_ralloc_put(struct lc_ralloc *a, uint64_t off, uint64_t *freed);
-/* Figures: bytes in use, total size, largest free range. */
+/* Figures, under the owner's serialisation like every call: lc_ralloc_used -
+ * bytes allocated (rounded lengths); lc_ralloc_capacity - the size given to
+ * lc_ralloc_create; lc_ralloc_largest_free - the longest free range. */
 uint64_t lc_ralloc_used(const struct lc_ralloc *a);
 uint64_t lc_ralloc_capacity(const struct lc_ralloc *a);
 uint64_t lc_ralloc_largest_free(const struct lc_ralloc *a);

@@ -3,6 +3,10 @@
  * record format, the I/O request object and the backend ops table
  * (io_uring / synchronous), the in-memory index, buckets and the store.
  * Never included from outside disk/ (tests use the dsk_test_* hooks).
+ *
+ * Errors: LUNAR_ERR_* codes as in disk.h, except the helpers that wrap a
+ * system call (dsk_uring_probe, dsk_bucket_fd_open, the backends' ops),
+ * which return -errno for their caller to log and convert.
  */
 #ifndef LUNAR_DISK_DSK_INT_H
 #define LUNAR_DISK_DSK_INT_H
@@ -127,10 +131,16 @@ int dsk_uring_probe(void);
 /* dsk_io_select - the one place that picks the backend. */
 const struct dsk_io_ops *dsk_io_select(int force_sync);
 
+/* dsk_ctxpool_init - the store's DSK_NCTX I/O contexts, each with its bounce
+ * buffer and backend state (s->ops chosen already). 0, or
+ * LUNAR_ERR_INTERNAL with none left (the cause logged). Store opening only. */
 int dsk_ctxpool_init(struct dsk_store *s);
+/* dsk_ctxpool_fini - undo dsk_ctxpool_init; contexts never set up are
+ * skipped. No context may be in use. */
 void dsk_ctxpool_fini(struct dsk_store *s);
 /* dsk_ctx_get - a free context, locked (blocks while all are busy). */
 struct dsk_ioctx *dsk_ctx_get(struct dsk_store *s);
+/* dsk_ctx_put - unlock c, taken by dsk_ctx_get on this thread. */
 void dsk_ctx_put(struct dsk_ioctx *c);
 /* dsk_io_run - apply failure injection, count queue depth, run the batch. */
 int dsk_io_run(struct dsk_ioctx *c, struct dsk_io *ios, unsigned n);
@@ -196,12 +206,23 @@ struct dsk_index {
 	size_t count;
 };
 
+/* The index of live records by (tenant, key); every call with s->mu held
+ * (or before the store is shared). */
+/* dsk_index_init - an empty index; 0 or LUNAR_ERR_INTERNAL (out of memory). */
 int dsk_index_init(struct dsk_index *ix);
-void dsk_index_fini(struct dsk_index *ix); /* frees every record left */
+/* dsk_index_fini - free the table and every record left in it; a second call
+ * does nothing. */
+void dsk_index_fini(struct dsk_index *ix);
+/* dsk_index_hash - the hash of (tenant, key) records carry in r->hash. Pure. */
 uint64_t dsk_index_hash(const char *tenant, size_t tlen, const char *key, size_t klen);
+/* dsk_index_find - the record of (tenant, key) with that hash, or NULL;
+ * still the index's. */
 struct dsk_rec *dsk_index_find(struct dsk_index *ix, const char *tenant, size_t tlen,
 			       const char *key, size_t klen, uint64_t hash);
-void dsk_index_insert(struct dsk_index *ix, struct dsk_rec *r); /* grows best effort */
+/* dsk_index_insert - add r (r->hash set; the index owns r until removed).
+ * Grows the table best effort: never fails. */
+void dsk_index_insert(struct dsk_index *ix, struct dsk_rec *r);
+/* dsk_index_remove - take r out if present; r is the caller's again. */
 void dsk_index_remove(struct dsk_index *ix, struct dsk_rec *r);
 
 struct dsk_bucket {
@@ -252,12 +273,16 @@ struct dsk_store {
 };
 
 /* bucket.c - all with s->mu held unless said otherwise */
+/* dsk_bucket_path - "<dir>/b<id as 8 hex digits>.<ext>" into buf (cut to
+ * cap). Pure; no lock needed. */
 void dsk_bucket_path(const struct dsk_store *s, uint32_t id, const char *ext, char *buf,
 		     size_t cap);
 /* dsk_bucket_fd_open - open the "dat" or "meta" file of bucket id (creating
  * it with O_EXCL if create; data files O_DIRECT when the store is). Returns
  * the fd or -errno. No lock needed. */
 int dsk_bucket_fd_open(const struct dsk_store *s, uint32_t id, const char *ext, int create);
+/* dsk_bucket_alloc - a zeroed bucket id owning the open files dfd and mfd
+ * (on success only); NULL when out of memory. Not listed; no lock needed. */
 struct dsk_bucket *dsk_bucket_alloc(uint32_t id, int dfd, int mfd);
 /* dsk_bucket_open - create the files of a new bucket id and its object. No
  * lock needed. Returns 0 and *out or LUNAR_ERR_FILE_WRITE_FAIL. */
@@ -266,14 +291,30 @@ int dsk_bucket_open(struct dsk_store *s, uint32_t id, struct dsk_bucket **out);
 void dsk_bucket_free(struct dsk_bucket *b);
 /* dsk_bucket_unlink - delete the bucket's files; no lock needed. */
 void dsk_bucket_unlink(const struct dsk_store *s, uint32_t id);
-void dsk_bucket_link(struct dsk_store *s, struct dsk_bucket *b);   /* append to list */
-void dsk_bucket_unlist(struct dsk_store *s, struct dsk_bucket *b); /* remove from list */
-int dsk_bucket_rec_add(struct dsk_bucket *b, struct dsk_rec *r);   /* at r->idx */
+/* dsk_bucket_link - append b to the store's list (ids ascending: b's must be
+ * the highest); the store owns b then. */
+void dsk_bucket_link(struct dsk_store *s, struct dsk_bucket *b);
+/* dsk_bucket_unlist - take b out of the list (and out of s->open if it is
+ * the open bucket); b is the caller's again. */
+void dsk_bucket_unlist(struct dsk_store *s, struct dsk_bucket *b);
+/* dsk_bucket_rec_add - put r at b->recs[r->idx], growing the array; r->b is
+ * set and b->live counts it. 0 or LUNAR_ERR_INTERNAL (out of memory). */
+int dsk_bucket_rec_add(struct dsk_bucket *b, struct dsk_rec *r);
 /* dsk_rec_drop - remove r from the index and its bucket, and free it. */
 void dsk_rec_drop(struct dsk_store *s, struct dsk_rec *r);
+/* dsk_rec_alloc - a zeroed record named (tenant, key), copied, with its hash
+ * set; the caller's until inserted. NULL when out of memory. No lock needed. */
 struct dsk_rec *dsk_rec_alloc(const char *tenant, size_t tlen, const char *key, size_t klen);
 
 /* scan.c */
+/*
+ * dsk_scan - the restart scan behind dsk_store_open: read every bucket file
+ * of s->dir, keep the records that verify (index and sealed buckets),
+ * delete buckets left with none, and count all this in *st. A bucket that
+ * cannot be read is logged and left on disk. Returns 0,
+ * LUNAR_ERR_FILE_READ_FAIL (directory unreadable) or LUNAR_ERR_INTERNAL.
+ * Blocks on disk I/O; store opening only, before the store is shared.
+ */
 int dsk_scan(struct dsk_store *s, struct dsk_scan_stats *st);
 
 /* evict.c */

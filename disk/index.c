@@ -8,13 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lunar.h"
+
 #define DSK_INDEX_MIN 1024u
 
 int dsk_index_init(struct dsk_index *ix)
 {
 	ix->slots = calloc(DSK_INDEX_MIN, sizeof(*ix->slots));
 	if (!ix->slots)
-		return -1;
+		return LUNAR_ERR_INTERNAL;
 	ix->mask = DSK_INDEX_MIN - 1;
 	ix->count = 0;
 	return 0;

@@ -3,6 +3,10 @@
  * object, the transport ops table, the TCP wire format, scatter/gather
  * cursors with deadlines, endpoint addresses, the server and the client
  * connection pool. Never included from outside engine/.
+ *
+ * Errors: the socket, address and wire helpers here return -errno (or a
+ * wire status where said); the transports and engine.c turn them into the
+ * LUNAR_ERR_* codes of engine.h once, before an engine.h call returns.
  */
 #ifndef LUNAR_ENGINE_ENG_INT_H
 #define LUNAR_ENGINE_ENG_INT_H

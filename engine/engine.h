@@ -5,6 +5,9 @@
  * the owner's data port, scatter/gather I/O, no intermediate buffers). Each
  * engine also serves its own segment on a TCP data port, checking every
  * (offset, length) against the segment's bounds.
+ *
+ * Errors: every call returns 0 (or a length) or a negative LUNAR_ERR_* code,
+ * plus the engine's own ENG_XFER_UNSENT; never -errno.
  */
 #ifndef LUNAR_ENGINE_ENGINE_H
 #define LUNAR_ENGINE_ENGINE_H

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "key.h"
+#include "lunar.h"
 #include "parse.h"
 
 enum kind { DURATION, RATIO, BOOL, STRATEGY, SIZE, QUOTA, SWITCH, OFFLOAD, COUNT };
@@ -138,7 +139,8 @@ static int parse_quota(struct mst_config *cfg, const char *s)
 	return 0;
 }
 
-int mst_config_set(struct mst_config *cfg, const char *name, const char *value)
+/* set - mst_config_set's work in -errno: -ENOENT unknown name, -EINVAL bad value. */
+static int set(struct mst_config *cfg, const char *name, const char *value)
 {
 	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
 		void *p = (char *)cfg + flags[i].off;
@@ -160,6 +162,13 @@ int mst_config_set(struct mst_config *cfg, const char *name, const char *value)
 		}
 	}
 	return -ENOENT;
+}
+
+int mst_config_set(struct mst_config *cfg, const char *name, const char *value)
+{
+	int rc = set(cfg, name, value);
+
+	return rc == -ENOENT ? MST_CONFIG_UNKNOWN : rc ? LUNAR_ERR_INVALID_PARAMS : 0;
 }
 
 int mst_config_has(const char *name)

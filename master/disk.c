@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "lunar.h"
 #include "mst_int.h"
@@ -93,8 +94,8 @@ void mst_obj_drop_memory(struct mst_master *m, struct mst_object *o)
 		bytes += o->reps[i].len;
 	mst_replicas_free(m, o->reps, o->nrep);
 	o->nrep = 0;
-	__atomic_fetch_add(&m->ctr.evictions, 1, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&m->ctr.evicted_bytes, bytes, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(&m->ctr.evictions, 1);
+	lc_fetch_add_relaxed(&m->ctr.evicted_bytes, bytes);
 }
 
 /* Index of client's replica in o->disk, or -1. */
@@ -175,7 +176,7 @@ static int offload_done(struct mst_master *m, struct mst_object *o, const struct
 		o->offload_evict = 0;
 	}
 	if (!rc) {
-		__atomic_fetch_add(&m->ctr.offload_done, 1, __ATOMIC_RELAXED);
+		lc_fetch_add_relaxed(&m->ctr.offload_done, 1);
 		/* on_evict: eviction wanted this MEMORY back; it may go now */
 		if (evict && o->nrep && memory_idle(o, lc_now_ms()))
 			mst_obj_drop_memory(m, o);
@@ -196,7 +197,7 @@ static int disk_remove(struct mst_master *m, struct mst_shard *s, struct mst_obj
 		o->offload_to = 0;
 		o->offload_evict = 0;
 		o->offload_failed = 1;
-		__atomic_fetch_add(&m->ctr.offload_failed, 1, __ATOMIC_RELAXED);
+		lc_fetch_add_relaxed(&m->ctr.offload_failed, 1);
 	}
 	i = disk_find(o, w->client);
 	if (i >= 0 && o->disk[i].location == rec->location)
@@ -234,7 +235,7 @@ static int disk_create(struct mst_master *m, struct mst_shard *s, const struct m
 	o->klen = k->len;
 	o->tlen = k->tlen;
 	o->hash = k->hash;
-	o->id = __atomic_add_fetch(&m->next_obj_id, 1, __ATOMIC_RELAXED);
+	o->id = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
 	o->size = rec->size;
 	o->crc = rec->crc32c;
 	o->writer = w->client;

@@ -261,5 +261,5 @@ int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *
 		rc = status_only(mt->rep, LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS, rep);
 	if (!rc)
 		mst_metrics_count(m, method, lp_status(*rep)->code);
-	return rc;
+	return mst_code(rc); /* the module's edge: -ENOMEM leaves as INTERNAL */
 }

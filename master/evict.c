@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "log.h"
 #include "mst_int.h"
@@ -144,8 +145,8 @@ static int evict_obj(struct mst_master *m, struct mst_shard *s, struct mst_objec
 	for (unsigned i = 0; i < o->nrep; i++)
 		bytes += o->reps[i].len;
 	mst_obj_erase(m, s, pp);
-	__atomic_fetch_add(&m->ctr.evictions, 1, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&m->ctr.evicted_bytes, bytes, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(&m->ctr.evictions, 1);
+	lc_fetch_add_relaxed(&m->ctr.evicted_bytes, bytes);
 	return 1;
 }
 
@@ -199,7 +200,7 @@ static void take_census(struct mst_master *m, struct census_arg *a)
 	cs->plain.n = cs->plain.off = cs->soft.n = cs->soft.off = 0;
 	a->fresh = 1;
 	a->nomem = 0;
-	__atomic_fetch_add(&m->ctr.evict_censuses, 1, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(&m->ctr.evict_censuses, 1);
 	for (size_t i = 0; i < MST_SHARDS && !a->nomem; i++)
 		mst_shard_sweep(m, i, visit_census, a);
 	if (a->nomem)
@@ -275,19 +276,17 @@ static int64_t evict_chunk(struct mst_master *m, struct census_arg *a, size_t k)
 
 static uint64_t used(struct mst_master *m)
 {
-	return __atomic_load_n(&m->used, __ATOMIC_RELAXED);
+	return LC_READ_ONCE(m->used);
 }
 
 static double watermark(struct mst_master *m)
 {
-	return m->cfg.eviction_high_watermark_ratio *
-	       (double)__atomic_load_n(&m->capacity, __ATOMIC_RELAXED);
+	return m->cfg.eviction_high_watermark_ratio * (double)LC_READ_ONCE(m->capacity);
 }
 
 static int64_t round_locked(struct mst_master *m, struct census_arg *a)
 {
-	int pressure = __atomic_exchange_n(&m->alloc_failed, 0, __ATOMIC_RELAXED) ||
-		       (double)used(m) > watermark(m);
+	int pressure = lc_xchg_relaxed(&m->alloc_failed, 0) || (double)used(m) > watermark(m);
 	double low = (1.0 - m->cfg.eviction_ratio) * watermark(m);
 	size_t k;
 	int64_t n;
@@ -313,8 +312,10 @@ static int64_t evict_round_locked(struct mst_master *m, uint64_t now)
 
 	if (a.fresh)
 		keep_census(m, &m->census);
-	__atomic_fetch_add(&m->evict_gen, 1, __ATOMIC_RELEASE);
-	__atomic_fetch_add(&m->ctr.evict_rounds, 1, __ATOMIC_RELAXED);
+	/* release: pairs with the lc_load_acquire of evict_gen in mst_obj_start and
+	 * mst_evict_after_failure, so a caller that sees the new round sees its frees */
+	lc_fetch_add_release(&m->evict_gen, 1);
+	lc_fetch_add_relaxed(&m->ctr.evict_rounds, 1);
 	if (n)
 		LC_DEBUG("master", "eviction round: %lld objects", (long long)n);
 	return n;
@@ -332,26 +333,26 @@ int64_t mst_evict_round(struct mst_master *m, uint64_t now)
 
 void mst_evict_maybe(struct mst_master *m)
 {
-	if (__atomic_load_n(&m->alloc_failed, __ATOMIC_RELAXED) || (double)used(m) > watermark(m))
+	if (LC_READ_ONCE(m->alloc_failed) || (double)used(m) > watermark(m))
 		mst_evict_round(m, lc_now_ms());
 }
 
 int mst_put_may_wait(struct mst_master *m, uint64_t len)
 {
-	return __atomic_load_n(&m->alloc_failed, __ATOMIC_RELAXED) ||
-	       used(m) + len > __atomic_load_n(&m->capacity, __ATOMIC_RELAXED);
+	return LC_READ_ONCE(m->alloc_failed) || used(m) + len > LC_READ_ONCE(m->capacity);
 }
 
 int mst_evict_after_failure(struct mst_master *m, uint64_t gen)
 {
 	int again;
 
-	if (!__atomic_load_n(&m->capacity, __ATOMIC_RELAXED))
+	if (!LC_READ_ONCE(m->capacity))
 		return 0; /* nothing mounted: nothing to make room in */
-	__atomic_store_n(&m->alloc_failed, 1, __ATOMIC_RELAXED);
+	LC_WRITE_ONCE(m->alloc_failed, 1);
 	pthread_mutex_lock(&m->evict_lock);
 	/* a round that ended after our failure may have made the room already */
-	again = __atomic_load_n(&m->evict_gen, __ATOMIC_ACQUIRE) != gen;
+	/* acquire: pairs with lc_fetch_add_release in evict_round_locked */
+	again = lc_load_acquire(&m->evict_gen) != gen;
 	if (!again)
 		again = evict_round_locked(m, lc_now_ms()) > 0;
 	pthread_mutex_unlock(&m->evict_lock);

@@ -220,16 +220,14 @@ static int wait_signal(const struct opts *o, const sigset_t *sigs)
 
 static int serve(const struct opts *o, const sigset_t *sigs)
 {
-	struct mst_master *m = mst_master_create(&o->cfg);
+	struct mst_master *m;
 	struct mst_server *s;
 	struct lc_http *http;
 	char url[300];
 	int sig, rc;
 
-	if (!m) {
-		LC_ERROR("master", "cannot create the master");
-		return 1;
-	}
+	if (mst_master_create(&o->cfg, &m))
+		return 1; /* logged */
 	snprintf(url, sizeof(url), "tcp://%s:%u", o->listen, (unsigned)o->port);
 	rc = mst_server_start(m, url, (unsigned)o->workers, o->keyed ? &o->key : NULL, &s);
 	if (rc) {

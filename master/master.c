@@ -6,9 +6,12 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "atomic.h"
 #include "clock.h"
+#include "log.h"
 #include "mst_int.h"
 
 #define HOUSEKEEPING_MS 100
@@ -66,32 +69,34 @@ static int stop_init(struct mst_master *m)
 	return 0;
 }
 
-struct mst_master *mst_master_create(const struct mst_config *cfg)
+int mst_master_create(const struct mst_config *cfg, struct mst_master **out)
 {
 	struct mst_master *m = calloc(1, sizeof(*m));
+	int rc = -ENOMEM;
 
 	if (!m)
-		return NULL;
+		goto err_log;
 	m->cfg = *cfg;
-	if (mst_objects_init(m))
+	if ((rc = mst_objects_init(m)))
 		goto err_free;
-	if (mst_segtab_init(&m->segs))
+	if ((rc = mst_segtab_init(&m->segs)))
 		goto err_objects;
-	if (mst_clients_init(&m->clients))
+	if ((rc = mst_clients_init(&m->clients)))
 		goto err_segs;
-	if (mst_deferred_init(&m->deferred))
+	if ((rc = mst_deferred_init(&m->deferred)))
 		goto err_clients;
-	if (mst_tenants_init(&m->tenants))
+	if ((rc = mst_tenants_init(&m->tenants)))
 		goto err_deferred;
-	if (mst_offload_init(&m->offload))
+	if ((rc = mst_offload_init(&m->offload)))
 		goto err_tenants;
-	if (pthread_mutex_init(&m->evict_lock, NULL))
+	if ((rc = -pthread_mutex_init(&m->evict_lock, NULL)))
 		goto err_offload;
-	if (stop_init(m))
+	if ((rc = stop_init(m)))
 		goto err_evict;
-	if (pthread_create(&m->housekeeper, NULL, housekeeper, m))
+	if ((rc = -pthread_create(&m->housekeeper, NULL, housekeeper, m)))
 		goto err_stop;
-	return m;
+	*out = m;
+	return 0;
 err_stop:
 	pthread_mutex_destroy(&m->stop_lock);
 	pthread_cond_destroy(&m->stop_cond);
@@ -111,7 +116,9 @@ err_objects:
 	mst_objects_fini(m);
 err_free:
 	free(m);
-	return NULL;
+err_log:
+	LC_ERROR("master", "cannot create the master: %s", strerror(-rc));
+	return LUNAR_ERR_INTERNAL;
 }
 
 void mst_master_destroy(struct mst_master *m)
@@ -138,10 +145,10 @@ void mst_master_destroy(struct mst_master *m)
 
 void mst_master_stats(struct mst_master *m, struct mst_stats *out)
 {
-	out->keys = __atomic_load_n(&m->n_complete, __ATOMIC_RELAXED);
-	out->processing = __atomic_load_n(&m->n_processing, __ATOMIC_RELAXED);
-	out->capacity_bytes = __atomic_load_n(&m->capacity, __ATOMIC_RELAXED);
-	out->used_bytes = __atomic_load_n(&m->used, __ATOMIC_RELAXED);
+	out->keys = LC_READ_ONCE(m->n_complete);
+	out->processing = LC_READ_ONCE(m->n_processing);
+	out->capacity_bytes = LC_READ_ONCE(m->capacity);
+	out->used_bytes = LC_READ_ONCE(m->used);
 	pthread_rwlock_rdlock(&m->segs.lock);
 	out->segments = m->segs.n;
 	pthread_rwlock_unlock(&m->segs.lock);

@@ -4,6 +4,10 @@
  * lunar-master serves it over nng (rpc_server.h); lunar-proxy
  * --embedded-master calls mst_dispatch directly, with no RPC and no second
  * copy of any master logic.
+ *
+ * Errors: every call here returns 0 (or a count) on success and a negative
+ * LUNAR_ERR_* code of lunar.h on failure (out of memory is
+ * LUNAR_ERR_INTERNAL); the one positive result is MST_CONFIG_UNKNOWN.
  */
 #ifndef LUNAR_MASTER_MASTER_H
 #define LUNAR_MASTER_MASTER_H
@@ -53,34 +57,43 @@ struct mst_config {
 	uint64_t offload_queue;	       /* --offload-queue 1024: tasks per proxy */
 };
 
-/* mst_config_defaults - SPEC §10 defaults. */
+/* mst_config_defaults - fill *cfg with the SPEC §10 defaults. Never fails;
+ * touches only *cfg. */
 void mst_config_defaults(struct mst_config *cfg);
+
+/* mst_config_set's result for a name that is not a master flag (nothing set). */
+#define MST_CONFIG_UNKNOWN 1
 /*
  * mst_config_set - apply one master flag by its long name without dashes
- * ("client-ttl", "10s"). Returns 0, -ENOENT for a name that is not a master
- * flag, -EINVAL for a bad value. --tenant-quota is repeatable: call once per
- * occurrence (a name given again takes the new size). Used by lunar-master and by lunar-proxy
- * --embedded-master, so both accept the same flags.
+ * ("client-ttl", "10s") to *cfg. Returns 0; LUNAR_ERR_INVALID_PARAMS for a
+ * bad or NULL value; MST_CONFIG_UNKNOWN (> 0) for a name that is not a master
+ * flag. --tenant-quota is repeatable: call once per occurrence (a name given
+ * again takes the new size). name and value are only read. Pure parsing: no
+ * locks, no I/O. Used by lunar-master and by lunar-proxy --embedded-master,
+ * so both accept the same flags.
  */
 int mst_config_set(struct mst_config *cfg, const char *name, const char *value);
-/* mst_config_has - 1 if name is a master flag (without the dashes). */
+/* mst_config_has - 1 if name is a master flag (without the dashes), else 0. */
 int mst_config_has(const char *name);
 /* mst_config_is_switch - 1 if the master flag name may be given without a
  * value (it then means "true"), else 0. */
 int mst_config_is_switch(const char *name);
-/* mst_config_usage - one help line per master flag, for --help texts. */
+/* mst_config_usage - one help line per master flag, for --help texts; a
+ * static string, never NULL. */
 const char *mst_config_usage(void);
 
 struct mst_master;
 
 /*
  * mst_master_create - a master with its housekeeping thread running (client
- * liveness every 100 ms, expiry of discarded puts). NULL on ENOMEM or thread
- * failure. The caller owns it until mst_master_destroy.
+ * liveness every 100 ms, expiry of discarded puts, background eviction).
+ * cfg is copied. Returns 0 with *out set, the caller owning it until
+ * mst_master_destroy; or LUNAR_ERR_INTERNAL (out of memory, or no thread:
+ * the cause is logged) with *out untouched. Does not block.
  */
-struct mst_master *mst_master_create(const struct mst_config *cfg);
-/* mst_master_destroy - stop housekeeping, free all metadata. NULL is a no-op.
- * No mst_dispatch may be running. */
+int mst_master_create(const struct mst_config *cfg, struct mst_master **out);
+/* mst_master_destroy - stop housekeeping (joins its thread), free all
+ * metadata. NULL is a no-op. No other call on m may be running or follow. */
 void mst_master_destroy(struct mst_master *m);
 
 /*
@@ -88,7 +101,8 @@ void mst_master_destroy(struct mst_master *m);
  * method's request type (lp_method_find(method)->req); it is only read. On
  * return 0, *rep is a heap reply of the method's reply type with its Status
  * set; free it with protobuf_c_message_free_unpacked(*rep, NULL). Returns
- * -ENOMEM or LUNAR_ERR_PROTOCOL (unknown method) otherwise.
+ * LUNAR_ERR_INTERNAL (out of memory) or LUNAR_ERR_PROTOCOL (unknown method,
+ * or req not of its request type) otherwise, with no reply.
  * Thread-safe; takes shard and segment locks briefly, never blocks on I/O.
  */
 int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
@@ -105,7 +119,7 @@ int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *
  */
 int mst_put_may_wait(struct mst_master *m, uint64_t len);
 
-/* Figures for logs, lunarctl and /metrics. Thread-safe snapshots. */
+/* Figures for logs, lunarctl and /metrics. */
 struct mst_stats {
 	uint64_t keys;	     /* COMPLETE objects */
 	uint64_t processing; /* PutStart without PutEnd */
@@ -115,16 +129,20 @@ struct mst_stats {
 	uint64_t capacity_bytes;
 	uint64_t used_bytes;
 };
+/* mst_master_stats - fill *out with a snapshot of m's figures. Thread-safe;
+ * takes the segment table, client and tenant locks briefly, never blocks on
+ * I/O. */
 void mst_master_stats(struct mst_master *m, struct mst_stats *out);
 
 /*
  * mst_metrics_render - the master's figures as Prometheus text (lunar_master_*
  * gauges, counters and the value size histogram) in a malloc'd buffer the
- * caller frees. Returns 0 with *out and *len set, or -ENOMEM. Thread-safe; takes the
- * segment table and client locks briefly.
+ * caller frees. Returns 0 with *out and *len set, or LUNAR_ERR_INTERNAL (out of
+ * memory). Thread-safe; takes the segment table and client locks briefly.
  */
 int mst_metrics_render(struct mst_master *m, char **out, size_t *len);
-/* mst_master_ready - 1 when at least one segment is mounted, else 0. */
+/* mst_master_ready - 1 when at least one segment is mounted, else 0.
+ * Thread-safe; a snapshot, stale by the time it returns. */
 int mst_master_ready(struct mst_master *m);
 
 /*
@@ -138,7 +156,9 @@ int mst_master_ready(struct mst_master *m);
  *   /admin/segments, /admin/clients       ListSegments, ListClients
  *   /admin/stat?tenant=&key=              StatKey
  * Returns 1 when path is not one of these (the caller may serve it or 404),
- * 0 when rep holds the answer.
+ * 0 when rep holds the answer, or a negative value when it could not be
+ * built (out of memory: the server answers 500), as lc_http_handler_fn.
+ * HTTP server thread; takes master locks briefly, never blocks on I/O.
  */
 struct lc_http_reply;
 int mst_http_handle(void *arg, const char *method, const char *path, const char *query,

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "atomic.h"
 #include "lunar.h"
 #include "master.h"
 #include "mst_int.h"
@@ -51,12 +52,12 @@ _Static_assert(NCODES < MST_CODES_MAX, "one slot left for unknown codes");
 
 static void add(uint64_t *c, uint64_t v)
 {
-	__atomic_fetch_add(c, v, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(c, v);
 }
 
 static uint64_t get(const uint64_t *c)
 {
-	return __atomic_load_n(c, __ATOMIC_RELAXED);
+	return LC_READ_ONCE(*c);
 }
 
 void mst_metrics_count(struct mst_master *m, uint32_t method, int code)
@@ -211,7 +212,7 @@ int mst_metrics_render(struct mst_master *m, char **out, size_t *len)
 	FILE *f = open_memstream(&buf, &n);
 
 	if (!f)
-		return -ENOMEM;
+		return LUNAR_ERR_INTERNAL;
 	gauges(m, f);
 	segment_gauges(m, f);
 	counters(m, f);
@@ -219,7 +220,7 @@ int mst_metrics_render(struct mst_master *m, char **out, size_t *len)
 	if (ferror(f)) {
 		fclose(f);
 		free(buf);
-		return -ENOMEM;
+		return LUNAR_ERR_INTERNAL;
 	}
 	fclose(f);
 	*out = buf;

@@ -11,6 +11,12 @@
  * The hot path (object calls) takes one shard lock, the segment table for
  * reading, and briefly the allocator lock of the segments it touches.
  * Counters in struct mst_master are atomics updated without locks.
+ *
+ * Errors: LUNAR_ERR_* codes, and -ENOMEM for out of memory, which mst_code
+ * turns into LUNAR_ERR_INTERNAL where a code leaves the library (a reply's
+ * status, mst_dispatch's result). "A code" below means one of these.
+ * Unless said otherwise a call takes the locks it needs itself and is
+ * called with no master lock held; none blocks on I/O.
  */
 #ifndef LUNAR_MASTER_MST_INT_H
 #define LUNAR_MASTER_MST_INT_H
@@ -157,6 +163,7 @@ static inline int mst_code(int rc)
 /* mst_segments_drain_sweep - retire draining segments whose grace is over.
  * Housekeeping. */
 void mst_segments_drain_sweep(struct mst_master *m, uint64_t now);
+/* mst_segtab_init - an empty segment table; 0 or -errno (its rwlock). */
 int mst_segtab_init(struct mst_segtab *t);
 /* mst_segtab_fini - free every segment still mounted (no object may refer to
  * them any more). */
@@ -187,6 +194,9 @@ int mst_place(struct mst_master *m, uint64_t client, uint64_t len, unsigned want
 void mst_replica_free(struct mst_master *m, const struct mst_replica *r);
 
 /* objects.c, upsert.c, scan.c: see mst_obj.h for the object internals. */
+/* mst_objects_init - m's MST_SHARDS empty object shards; 0 or -ENOMEM.
+ * mst_objects_fini - free every object and the shards; no call may be
+ * running. */
 int mst_objects_init(struct mst_master *m);
 void mst_objects_fini(struct mst_master *m);
 /*
@@ -200,8 +210,23 @@ void mst_objects_fini(struct mst_master *m);
 void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint64_t *dead, size_t n,
 		      uint64_t before_ms);
 
+/*
+ * mst_obj_put_start - PutStart of rq->key for client: a PROCESSING object
+ * with rq->replica_num replicas placed (mst_obj_start: may run one eviction
+ * round when full). On 0, *reps is a heap array of *n heap messages the
+ * caller frees. Else a code: OBJECT_ALREADY_EXISTS (committed, or another
+ * put started less than put_start_discard_timeout ago), INVALID_KEY,
+ * INVALID_PARAMS, NO_AVAILABLE_HANDLE, TENANT_QUOTA_EXCEEDED, -ENOMEM.
+ */
 int mst_obj_put_start(struct mst_master *m, uint64_t client, const char *tenant,
 		      const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n);
+/*
+ * mst_obj_put_end - PutEnd: commit client's PROCESSING object with its
+ * CRC32C. 0 (also for a repeat with the same crc); OBJECT_NOT_FOUND;
+ * ILLEGAL_CLIENT (another writer's); CHECKSUM_MISMATCH (committed already
+ * with another crc); INVALID_KEY or INVALID_PARAMS for a bad name. Takes
+ * the key's shard lock.
+ */
 int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		    uint32_t crc);
 /* mst_obj_put_revoke - drop the PROCESSING put; late: its writer gave up on
@@ -234,7 +259,14 @@ int mst_obj_exist(struct mst_master *m, const struct mst_lessee *who, const char
  */
 int mst_obj_lease_release(struct mst_master *m, const struct mst_lessee *who, const char *tenant,
 			  const char *key, uint64_t seq);
+/* mst_obj_remove - erase the COMPLETE object (tenant, key). 0;
+ * OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY while a writer is at work (even
+ * forced); OBJECT_HAS_LEASE unless force; INVALID_KEY or INVALID_PARAMS
+ * for a bad name. Takes its shard lock. */
 int mst_obj_remove(struct mst_master *m, const char *tenant, const char *key, int force);
+/* mst_obj_remove_all - mst_obj_remove of every COMPLETE object of tenant
+ * (leased ones only when forced), shard by shard. The count removed, or a
+ * code. */
 int64_t mst_obj_remove_all(struct mst_master *m, const char *tenant, int force);
 /* mst_obj_remove_regex - remove the tenant's COMPLETE keys matching a POSIX
  * ERE (leased ones only when forced); the count, or INVALID_PARAMS for a
@@ -243,14 +275,29 @@ int64_t mst_obj_remove_regex(struct mst_master *m, const char *tenant, const cha
 			     int force);
 /* Upsert: like put when the key is absent; otherwise new replicas that
  * replace the old ones atomically at UpsertEnd (upsert.c). */
+/* mst_obj_upsert_start - UpsertStart: as mst_obj_put_start (same ownership
+ * of *reps, same codes), but a committed key gets pending replicas. */
 int mst_obj_upsert_start(struct mst_master *m, uint64_t client, const char *tenant,
 			 const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n);
+/* mst_obj_upsert_end - UpsertEnd: commit client's pending replicas (or its
+ * new object) with crc, the old replicas going. 0 or a code as
+ * mst_obj_put_end. Takes the key's shard lock. */
 int mst_obj_upsert_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		       uint32_t crc);
+/* mst_obj_upsert_revoke - UpsertRevoke: drop client's pending replicas (or
+ * its new object); late as for mst_obj_put_revoke. 0 or a code. */
 int mst_obj_upsert_revoke(struct mst_master *m, uint64_t client, const char *tenant,
 			  const char *key, int late);
-/* Admin queries (scan.c, objects.c): fill the reply messages. */
+/* Admin queries (scan.c, objects.c). */
+/* mst_obj_list - ListKeys: fill r with up to rq->limit keys (default and
+ * cap in scan.c) of rq->tenant matching rq->pattern, shard by shard; r's
+ * arrays are heap, freed with the reply. 0, INVALID_PARAMS (bad pattern or
+ * tenant name) or -ENOMEM. */
 int mst_obj_list(struct mst_master *m, const Lunar__ListKeysRequest *rq, Lunar__ListKeysReply *r);
+/* mst_obj_stat - StatKey: fill r with the object's state, replicas (heap,
+ * freed with the reply), size, lease, pins, crc and writer. 0,
+ * OBJECT_NOT_FOUND, INVALID_KEY/INVALID_PARAMS (bad name) or -ENOMEM. Takes
+ * its shard lock. */
 int mst_obj_stat(struct mst_master *m, const char *tenant, const char *key, Lunar__StatKeyReply *r);
 
 /* evict.c */
@@ -275,6 +322,7 @@ int mst_evict_after_failure(struct mst_master *m, uint64_t gen);
 void mst_evict_fini(struct mst_master *m);
 
 /* deferred.c */
+/* mst_deferred_init - an empty list; 0 or -errno (its lock). */
 int mst_deferred_init(struct mst_deferred_list *d);
 /* mst_deferred_fini - forget every entry (space is not given back). */
 void mst_deferred_fini(struct mst_deferred_list *d);
@@ -289,6 +337,8 @@ void mst_deferred_drop_segment(struct mst_master *m, const struct mst_segment *s
 uint64_t mst_deferred_bytes(struct mst_master *m);
 
 /* offload.c */
+/* mst_offload_init - no queues yet; 0 or -errno (its lock).
+ * mst_offload_fini - free every queue and task (the master is going). */
 int mst_offload_init(struct mst_offload *q);
 void mst_offload_fini(struct mst_offload *q);
 /* mst_offload_register - client has a disk tier: give it a queue. 0 or -ENOMEM. */
@@ -322,6 +372,8 @@ int mst_segment_of_client(struct mst_master *m, uint64_t client, char **name, ch
 
 /* tenants.c: per-tenant byte counts and quotas (logical value bytes, once
  * per object whatever its replica count). */
+/* mst_tenants_init - an empty table; 0 or -errno (its lock).
+ * mst_tenants_fini - free every tenant (the master is going). */
 int mst_tenants_init(struct mst_tenants *t);
 void mst_tenants_fini(struct mst_tenants *t);
 /* mst_tenant_charge - find or create the tenant and add bytes to it; 0 and
@@ -334,21 +386,37 @@ void mst_tenant_uncharge(struct mst_master *m, struct mst_tenant *t, uint64_t by
 /* mst_tenants_count - tenants with bytes stored or being written. */
 uint64_t mst_tenants_count(struct mst_master *m);
 
-/* metrics.c */
+/* metrics.c: relaxed atomic counters, any thread, no lock. */
+/* mst_metrics_count - count one call of method answered with code (< 0:
+ * also counted by code, unknown codes together). */
 void mst_metrics_count(struct mst_master *m, uint32_t method, int code);
+/* mst_metrics_value_size - add a committed value of size bytes to the
+ * value size histogram. */
 void mst_metrics_value_size(struct mst_master *m, uint64_t size);
 
-/* admin.c: the admin query calls. */
+/*
+ * The handlers mst_dispatch picks by method: each takes req of the method's
+ * request type (only read) and, on 0, sets *rep to a heap reply with its
+ * Status set (codes of single keys or calls go there); it returns -ENOMEM
+ * or LUNAR_ERR_PROTOCOL when there is no reply.
+ */
+/* mst_admin_dispatch - the admin queries ListKeys, ListSegments,
+ * ListClients and StatKey; LUNAR_ERR_PROTOCOL for any other method. */
 int mst_admin_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 		       ProtobufCMessage **rep);
 
 /* batch.c: the Batch* calls, results index-aligned with the keys. */
+/* mst_batch_put_start - BatchPutStart or BatchUpsertStart (method). */
 int mst_batch_put_start(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 			ProtobufCMessage **rep);
+/* mst_batch_keys - the BatchKeysRequest methods: BatchPutRevoke,
+ * BatchUpsertRevoke, BatchGetReplicaList, BatchExistKey. */
 int mst_batch_keys(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 		   ProtobufCMessage **rep);
+/* mst_batch_put_end - BatchPutEnd or BatchUpsertEnd (method). */
 int mst_batch_put_end(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 		      ProtobufCMessage **rep);
+/* mst_batch_remove - BatchRemove: mst_obj_remove of each key. */
 int mst_batch_remove(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
 /* mst_batch_lease_release - BatchLeaseRelease: mst_obj_lease_release of each
  * key (INVALID_PARAMS unless there is one lease_seq and one reader per key). */
@@ -359,11 +427,15 @@ int mst_batch_lease_release(struct mst_master *m, const ProtobufCMessage *req,
 int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
 
 /* clients.c */
+/* mst_clients_init - an empty client table; 0 or -ENOMEM.
+ * mst_clients_fini - free it (the master is going). */
 int mst_clients_init(struct mst_clients *c);
 void mst_clients_fini(struct mst_clients *c);
 /* mst_client_touch - mark client alive now; returns 1 if it was unknown,
  * 0 if known, -ENOMEM. */
 int mst_client_touch(struct mst_master *m, uint64_t client);
+/* mst_client_alive - 1 if client is known (not expired), else 0. Takes the
+ * client table lock. */
 int mst_client_alive(struct mst_master *m, uint64_t client);
 /* mst_clients_expire - declare clients silent for client_ttl dead and drop
  * their segments and puts. Run by the housekeeping thread. */

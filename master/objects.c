@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "key.h"
 #include "log.h"
@@ -203,7 +204,7 @@ static void counter_add(struct mst_master *m, int state, int64_t d)
 {
 	uint64_t *c = state == MST_ST_COMPLETE ? &m->n_complete : &m->n_processing;
 
-	__atomic_fetch_add(c, (uint64_t)d, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(c, (uint64_t)d);
 }
 
 void mst_obj_insert(struct mst_master *m, struct mst_shard *s, struct mst_object *o)
@@ -248,7 +249,7 @@ void mst_obj_release_late(struct mst_master *m, struct mst_object *o)
 void mst_obj_discard(struct mst_master *m, struct mst_shard *s, struct mst_object **pp)
 {
 	mst_obj_release_late(m, *pp);
-	__atomic_fetch_add(&m->ctr.discarded_puts, 1, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(&m->ctr.discarded_puts, 1);
 	mst_obj_erase(m, s, pp);
 }
 
@@ -328,7 +329,7 @@ static int obj_create(struct mst_master *m, uint64_t client, const struct mst_ok
 	o->klen = k->len;
 	o->tlen = k->tlen;
 	o->hash = k->hash;
-	o->id = __atomic_add_fetch(&m->next_obj_id, 1, __ATOMIC_RELAXED);
+	o->id = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
 	o->size = rq->size;
 	o->writer = client;
 	o->put_start_ms = lc_now_ms();
@@ -408,7 +409,8 @@ int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
 	/* Each preferred name is looked up under the shard and segment locks. */
 	if (!rq->size || rq->n_preferred_segments > MST_PREFERRED_MAX)
 		return LUNAR_ERR_INVALID_PARAMS;
-	gen = __atomic_load_n(&m->evict_gen, __ATOMIC_ACQUIRE);
+	/* acquire: pairs with lc_fetch_add_release in evict_round_locked */
+	gen = lc_load_acquire(&m->evict_gen);
 	rc = try_start(m, client, &k, rq, reps, n);
 	/* full: evict synchronously (no shard lock held now) and retry once;
 	 * never for a value no segment could hold, which eviction cannot help */
@@ -515,7 +517,7 @@ static uint64_t lease_grant(struct mst_master *m, struct mst_object *o,
 	}
 	if (until > o->lease_ms)
 		o->lease_ms = until;
-	o->lease_seq = __atomic_add_fetch(&m->next_lease_seq, 1, __ATOMIC_RELAXED);
+	o->lease_seq = lc_fetch_add_relaxed(&m->next_lease_seq, 1) + 1;
 	return o->lease_seq;
 }
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "log.h"
 #include "lunar.h"
 #include "mst_int.h"
@@ -208,12 +209,12 @@ int mst_offload_queue(struct mst_master *m, struct mst_object *o, int evict)
 	pthread_mutex_unlock(&m->offload.lock);
 	if (rc) {
 		if (rc == -ENOSPC)
-			__atomic_fetch_add(&m->ctr.offload_skipped, 1, __ATOMIC_RELAXED);
+			lc_fetch_add_relaxed(&m->ctr.offload_skipped, 1);
 		return rc;
 	}
 	o->offload_to = client;
 	o->offload_evict = (uint8_t)evict;
-	__atomic_fetch_add(&m->ctr.offload_queued, 1, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(&m->ctr.offload_queued, 1);
 	return 0;
 }
 
@@ -280,7 +281,7 @@ static void requeue_stale(struct mst_master *m, struct mst_oqueue *q, uint64_t d
 		}
 		*pp = t->next;
 		enqueue(q, t);
-		__atomic_fetch_add(&m->ctr.offload_requeued, 1, __ATOMIC_RELAXED);
+		lc_fetch_add_relaxed(&m->ctr.offload_requeued, 1);
 	}
 }
 
@@ -380,7 +381,7 @@ static int forget_push(struct mst_master *m, struct mst_oqueue *q, const struct 
 			q->ftail = &q->forget;
 		q->nforget--;
 		free(old);
-		__atomic_fetch_add(&m->ctr.forget_dropped, 1, __ATOMIC_RELAXED);
+		lc_fetch_add_relaxed(&m->ctr.forget_dropped, 1);
 	}
 	*q->ftail = f;
 	q->ftail = &f->next;
@@ -403,7 +404,7 @@ void mst_offload_forget(struct mst_master *m, const struct mst_object *o)
 		if (forget_push(m, q, o, o->disk[i].location))
 			lost++;
 		else
-			__atomic_fetch_add(&m->ctr.forget_queued, 1, __ATOMIC_RELAXED);
+			lc_fetch_add_relaxed(&m->ctr.forget_queued, 1);
 	}
 	pthread_mutex_unlock(&m->offload.lock);
 	if (lost)

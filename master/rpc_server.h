@@ -15,14 +15,18 @@ struct auth_key;
  * mst_server_start - listen on url ("tcp://127.0.0.1:0" picks a free port)
  * with nworkers contexts each receiving, dispatching and replying on their
  * own. key: the cluster key every caller must prove (SPEC §13), copied; NULL
- * serves keyless (loopback demo mode). Returns 0 and *out, or a negative
- * code (bad url, address in use). m must outlive the server.
+ * serves keyless (loopback demo mode). Returns 0 and *out; unlike master.h's
+ * calls, failures are -errno (-EINVAL bad url, -EADDRINUSE, -ENOMEM) or
+ * LUNAR_ERR_INTERNAL for other nng errors, the nng error logged. m must
+ * outlive the server. Blocks only to bind; start-up thread.
  */
 int mst_server_start(struct mst_master *m, const char *url, unsigned nworkers,
 		     const struct auth_key *key, struct mst_server **out);
-/* mst_server_port - the bound TCP port (after port 0), 0 for ipc://. */
+/* mst_server_port - the bound TCP port (after port 0), 0 for ipc://. Any
+ * thread. */
 uint16_t mst_server_port(const struct mst_server *s);
-/* mst_server_stop - close the socket, wait for workers, free. NULL is a no-op. */
+/* mst_server_stop - close the socket, wait for workers (a call in progress
+ * ends first), free. NULL is a no-op. Not concurrent with itself. */
 void mst_server_stop(struct mst_server *s);
 
 #endif /* LUNAR_MASTER_RPC_SERVER_H */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "log.h"
 #include "lunar.h"
@@ -87,8 +88,8 @@ static void segment_retire(struct mst_master *m, struct mst_segment *s)
 {
 	mst_objects_drop(m, s, NULL, 0, 0);
 	mst_deferred_drop_segment(m, s); /* after the objects: see deferred.c */
-	__atomic_fetch_sub(&m->capacity, s->size, __ATOMIC_RELAXED);
-	__atomic_fetch_sub(&m->used, s->used, __ATOMIC_RELAXED);
+	lc_fetch_sub_relaxed(&m->capacity, s->size);
+	lc_fetch_sub_relaxed(&m->used, s->used);
 	LC_INFO("master", "segment %s unmounted", s->name);
 	segment_free(s);
 }
@@ -153,7 +154,7 @@ int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__Segmen
 		stale = segtab_take(m, (size_t)i); /* its dead owner's leftovers */
 	rc = segtab_add(&m->segs, s);
 	if (!rc) {
-		__atomic_fetch_add(&m->capacity, s->size, __ATOMIC_RELAXED);
+		lc_fetch_add_relaxed(&m->capacity, s->size);
 		s = NULL;
 	}
 out_unlock:
@@ -243,7 +244,7 @@ static Lunar__SegmentInfo *segment_info(const struct mst_segment *s)
 	si->endpoint = strdup(s->endpoint);
 	si->owner = s->owner;
 	si->size = s->size;
-	si->used = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
+	si->used = LC_READ_ONCE(s->used);
 	si->draining = s->drain_due_ms != 0;
 	if (!si->name || !si->endpoint) {
 		protobuf_c_message_free_unpacked(&si->base, NULL);
@@ -315,14 +316,14 @@ static int segment_get(struct mst_master *m, struct mst_segment *s, uint64_t len
 	r->range = lc_ralloc_take(s->ra, len, &r->off, &rc);
 	if (r->range) {
 		got = lc_ralloc_round(s->ra, len);
-		__atomic_store_n(&s->used, s->used + got, __ATOMIC_RELAXED);
+		LC_WRITE_ONCE(s->used, s->used + got);
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (!r->range)
 		return rc;
 	r->seg = s;
 	r->len = len; /* the object's bytes; the rounding stays in the allocator */
-	__atomic_fetch_add(&m->used, got, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(&m->used, got);
 	return 0;
 }
 
@@ -333,9 +334,9 @@ void mst_replica_free(struct mst_master *m, const struct mst_replica *r)
 
 	pthread_mutex_lock(&s->lock);
 	LC_ASSERT(lc_ralloc_give(s->ra, r->range, &len) == 0);
-	__atomic_store_n(&s->used, s->used - len, __ATOMIC_RELAXED);
+	LC_WRITE_ONCE(s->used, s->used - len);
 	pthread_mutex_unlock(&s->lock);
-	__atomic_fetch_sub(&m->used, len, __ATOMIC_RELAXED);
+	lc_fetch_sub_relaxed(&m->used, len);
 }
 
 /* A cheap per-thread random number for the random strategy. */
@@ -354,7 +355,7 @@ static uint64_t rnd(void)
 /* Free share of s, for free_ratio_first. */
 static double free_ratio(const struct mst_segment *s)
 {
-	return 1.0 - (double)__atomic_load_n(&s->used, __ATOMIC_RELAXED) / (double)s->size;
+	return 1.0 - (double)LC_READ_ONCE(s->used) / (double)s->size;
 }
 
 struct placer {

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "lunar.h"
 #include "mst_int.h"
@@ -34,7 +35,7 @@ static void upsert_discard(struct mst_master *m, struct mst_object *o)
 	mst_tenant_uncharge(m, o->tenant, up->size);
 	free(up);
 	o->up = NULL;
-	__atomic_fetch_add(&m->ctr.discarded_puts, 1, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(&m->ctr.discarded_puts, 1);
 }
 
 /* New replicas for the COMPLETE object o; 0 with the reply replicas. */

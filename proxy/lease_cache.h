@@ -52,6 +52,8 @@ unsigned px_lease_cache_default_keys(uint64_t segment_size);
 /* px_lease_cache_create - room for about capacity keys, and entries of
  * capacity * PX_LEASE_ENTRY_BYTES bytes in all. NULL on ENOMEM. */
 struct px_lease_cache *px_lease_cache_create(unsigned capacity);
+/* px_lease_cache_destroy - free c and every entry; NULL is a no-op. No other
+ * call on c may be running. */
 void px_lease_cache_destroy(struct px_lease_cache *c);
 
 /*

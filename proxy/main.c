@@ -121,9 +121,9 @@ static int start_control_plane(struct px_proxy *px)
 	if (getrandom(&px->client_id, sizeof(px->client_id), 0) != sizeof(px->client_id))
 		return LUNAR_ERR_INTERNAL;
 	if (px->cfg.embedded) {
-		px->master = mst_master_create(&px->cfg.mcfg);
-		if (!px->master)
-			return LUNAR_ERR_INTERNAL;
+		rc = mst_master_create(&px->cfg.mcfg, &px->master);
+		if (rc)
+			return rc;
 	}
 	px->leases = px_lease_cache_create(px->cfg.lease_cache_keys);
 	if (!px->leases)

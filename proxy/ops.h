@@ -22,6 +22,8 @@ struct px_batch {
 
 /* px_batch_collect - gather the pending items of r. 0 or -ENOMEM. */
 int px_batch_collect(struct px_req *r, struct px_batch *b);
+/* px_batch_fini - free what px_batch_collect allocated (the keys stay the
+ * items'); b may be finished twice. */
 void px_batch_fini(struct px_batch *b);
 /* px_batch_fail - set code as the result of every pending item. */
 void px_batch_fail(struct px_req *r, const struct px_batch *b, int code);

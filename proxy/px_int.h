@@ -6,6 +6,11 @@
  * heartbeat thread (Ping, re-mount), and the engine's data-port threads.
  * A session is reference-counted: the loop holds one reference until
  * hang-up, each queued request one more; the region is unmapped at zero.
+ *
+ * Errors: calls return 0 (or a count) or a negative LUNAR_ERR_* code, which
+ * may reach the client as is. Exceptions, said at each: px_loop_run's
+ * -errno (a daemon exit, logged by main.c) and the HTTP renderers' -ENOMEM
+ * (lc_http_reply's convention).
  */
 #ifndef LUNAR_PROXY_PX_INT_H
 #define LUNAR_PROXY_PX_INT_H
@@ -75,11 +80,18 @@ int px_config_parse(struct px_config *cfg, int argc, char **argv);
 
 /* --- master client (mc.c) --- */
 struct px_mc;
-/* px_mc_create - embedded (m != NULL) or remote (url). 0 or a code. */
+/* px_mc_create - a master client: embedded (m != NULL, calls run
+ * mst_dispatch on the caller's thread) or remote (url, nng REQ; m NULL).
+ * m must outlive it; url is only read. Returns 0 and *out (freed by
+ * px_mc_destroy), LUNAR_ERR_INTERNAL (out of memory) or
+ * LUNAR_ERR_INVALID_PARAMS (url refused, logged). Start-up thread; the dial
+ * does not wait for the master, which may come up later. */
 int px_mc_create(struct mst_master *m, const char *url, uint64_t timeout_ms, struct px_mc **out);
 /* px_mc_close - fail every call in flight or to come at once (shutdown).
  * Idempotent; NULL and embedded are no-ops. px_mc_destroy still frees. */
 void px_mc_close(struct px_mc *mc);
+/* px_mc_destroy - px_mc_close, then free mc. NULL is a no-op. No call may
+ * be running on mc. */
 void px_mc_destroy(struct px_mc *mc);
 /*
  * px_mc_call - one control-plane call; blocks up to the RPC timeout. On 0,
@@ -89,7 +101,9 @@ void px_mc_destroy(struct px_mc *mc);
  */
 int px_mc_call(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
 	       ProtobufCMessage **rep);
-/* px_mc_call_timed - px_mc_call with its own timeout. */
+/* px_mc_call_timed - px_mc_call with its own timeout (remote master only;
+ * embedded calls never wait on I/O). LUNAR_ERR_INTERNAL for an unknown
+ * method or an embedded dispatch that failed. */
 int px_mc_call_timed(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
 		     ProtobufCMessage **rep, uint64_t timeout_ms);
 /* px_mc_code - the status code of a reply (LUNAR_ERR_PROTOCOL if none). */
@@ -215,6 +229,8 @@ int px_session_input(struct px_proxy *px, struct px_session *s, const char **why
 /* px_session_expired - 1 if s waits past its deadline for the rest of a
  * message (the hello, or a registration it started). */
 int px_session_expired(const struct px_session *s, uint64_t now_ms);
+/* px_session_get - take one more reference on s (px_session_put drops it).
+ * Any thread; the caller must already hold a reference. */
 void px_session_get(struct px_session *s);
 /* px_session_put - drop a reference; the last one unmaps and closes. */
 void px_session_put(struct px_session *s);
@@ -259,9 +275,17 @@ void px_req_run(struct px_proxy *px, struct px_req *r);
 /* px_req_drop - give up r, a request of a dead session not run: its
  * session's reference and in-flight count go, r is freed. Any thread. */
 void px_req_drop(struct px_req *r);
-/* Executors set per-item results and return the completion's result. */
+/*
+ * px_run_put, px_run_get, px_run_remove - the executors px_req_run picks by
+ * r's op: put and upsert; get, exists and prefix match; remove. Each sets
+ * every item's result in r and returns the completion's result: 0, for a
+ * prefix match the count of leading keys that exist, or LUNAR_ERR_INTERNAL
+ * (out of memory; no item was tried). r stays the caller's. Worker thread (or
+ * the loop when px_req_inline said so); blocks on the master, transfers and
+ * the SSD tier.
+ */
 int64_t px_run_put(struct px_proxy *px, struct px_req *r);
-int64_t px_run_get(struct px_proxy *px, struct px_req *r); /* and exists, prefix match */
+int64_t px_run_get(struct px_proxy *px, struct px_req *r);
 int64_t px_run_remove(struct px_proxy *px, struct px_req *r);
 
 /* px_lease_margin_ms - how long before its deadline a cached lease is no
@@ -282,6 +306,9 @@ void px_lease_release_gone(struct px_proxy *px);
 
 /* --- closing what clients handed us (closer.c) --- */
 struct px_closer;
+/* px_closer_create - a closer with its first closing thread (it adds more
+ * while closes hang), and its signal handler installed. Returns 0 and *out
+ * (px_closer_destroy frees it) or LUNAR_ERR_INTERNAL. Start-up thread. */
 int px_closer_create(struct px_closer **out);
 /* px_closer_close - close fd (a client's connection, or a descriptor it
  * sent) on a closing thread; ignores fd < 0. Never blocks on the close
@@ -294,6 +321,10 @@ void px_closer_destroy(struct px_closer *c);
 
 /* --- workers (pool.c) --- */
 struct px_pool;
+/* px_pool_create - start nthreads workers running px_req_run on what
+ * px_pool_submit queues. px must outlive the pool. Returns 0 and *out
+ * (px_pool_destroy frees it) or LUNAR_ERR_INTERNAL (no thread started
+ * stays). Start-up thread. */
 int px_pool_create(struct px_proxy *px, unsigned nthreads, struct px_pool **out);
 /* px_pool_submit - queue r (the pool owns it). Never blocks. */
 void px_pool_submit(struct px_pool *p, struct px_req *r);
@@ -305,8 +336,23 @@ void px_pool_drop(struct px_pool *p, struct px_session *s);
 void px_pool_destroy(struct px_pool *p);
 
 /* --- event loop (loop.c) and heartbeat (heartbeat.c) --- */
+/*
+ * px_loop_run - the event loop, on the calling (main) thread: accepts
+ * clients, drains their rings, handles SIGTERM/SIGINT (with --grace, first
+ * serving reads until the grace ends). Returns 0 once stopping, every
+ * session closed; -errno if epoll fails. Blocks until then.
+ */
 int px_loop_run(struct px_proxy *px);
+/*
+ * px_heartbeat_start - start the heartbeat thread (Ping every
+ * ping_interval_ms, re-mount, lease give-back, disk-tier work). With an
+ * embedded master, first mounts our segment on this thread. Returns 0, or
+ * LUNAR_ERR_INTERNAL when no thread could be started. Start-up thread.
+ */
 int px_heartbeat_start(struct px_proxy *px);
+/* px_heartbeat_stop - set px->stopping, wake the heartbeat and join it.
+ * hb_lock and hb_cond stay usable afterwards. Blocks until a beat in
+ * progress ends. Shutdown thread, once. */
 void px_heartbeat_stop(struct px_proxy *px);
 /* px_http_start - serve /metrics, /health, /ready (and, with an embedded
  * master, its /admin/ queries) on --http-port. 0 or a code. */
@@ -358,8 +404,11 @@ int64_t px_disk_read(void *arg, const char *tenant, const char *key, const struc
  * CRC32C of the value) must match the record's, else CHECKSUM_MISMATCH. */
 int64_t px_disk_get(struct px_proxy *px, const char *tenant, const char *key,
 		    const struct iovec *iov, int iovcnt, uint32_t want_crc);
-/* px_disk_metrics, px_disk_status - lunar_proxy_disk_* for /metrics and the
- * JSON of GET /disk/status. 0 or -ENOMEM. */
+/* px_disk_metrics - append the lunar_proxy_disk_* figures to rep's body for
+ * /metrics (nothing without a tier). px_disk_status - the JSON of GET
+ * /disk/status in rep (404 and {"enabled":false} without a tier). Both
+ * return 0 or -ENOMEM (rep's body then cut short); HTTP thread, never
+ * block on disk (the store's counters only). */
 int px_disk_metrics(struct px_proxy *px, struct lc_http_reply *rep);
 int px_disk_status(struct px_proxy *px, struct lc_http_reply *rep);
 

@@ -266,6 +266,8 @@ static inline void shm_call_end(int cancel_state)
 
 /* shm_bits_init - n things, all free (n == 0: an empty set). 0 or -ENOMEM. */
 int shm_bits_init(struct shm_bits *b, uint32_t n);
+/* shm_bits_fini - free b's words; b is then an empty set. No take or put may
+ * be running. */
 void shm_bits_fini(struct shm_bits *b);
 /* shm_bits_take - take a free thing with a CAS, starting at a word of the
  * calling thread's own so that threads rarely meet. 0 and *i, or -1 when

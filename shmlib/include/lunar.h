@@ -69,14 +69,19 @@ struct lunar_opts {
 	/* A call that times out returns PROXY_UNAVAILABLE once the proxy is
 	 * done with its memory, waiting up to the timeout again for that. */
 	unsigned timeout_ms;     /* 0: $LUNAR_TIMEOUT_MS, then 30000 */
-	/* The shared arena, where a call's keys and lists go, and its value
-	 * when that is not in registered memory (lunar_alloc, lunar_register).
-	 * 8 KiB per completion slot of it (at most an eighth; 2 MiB of the
-	 * proxy's default 64 MiB) serve small calls without a lock, so the
-	 * largest value that can be staged is the rest: larger ones go through
-	 * lunar_alloc memory instead (its chunks stay until lunar_close), and
-	 * a batch larger than the rest goes as several requests. */
-	size_t arena_bytes;      /* 0: proxy default */
+	/*
+	 * The size of the session's shared arena. Each call copies its keys
+	 * and lists there, and its value too unless the value lies in memory
+	 * from lunar_alloc or lunar_register. The arena has two parts:
+	 * - small cells, 8 KiB per completion slot but at most an eighth of
+	 *   the arena (2 MiB of the proxy's default 64 MiB), which small calls
+	 *   take without a lock;
+	 * - the rest, which bounds the largest value that can be copied in.
+	 * A larger value is copied through lunar_alloc memory instead (whose
+	 * chunks stay until lunar_close); a larger batch goes as several
+	 * requests.
+	 */
+	size_t arena_bytes;      /* 0: the proxy's default (--arena-size) */
 };
 
 /* NULL or zeroed = 1 replica, no pins. */
@@ -132,11 +137,17 @@ int64_t lunar_remove_by_regex(struct lunar_client *c, const char *re, int force)
  * index-aligned, in results; a bad argument (NULL arrays, n over
  * LUNAR_BATCH_MAX) fails the whole call.
  */
+/* lunar_batch_put - lunar_putv for n keys at once (key i's value is
+ * iovs[i][0..iovcnts[i])); results[i] is what lunar_putv would return. */
 int lunar_batch_put(struct lunar_client *c, size_t n, const char *const *keys,
 		    const struct iovec *const *iovs, const int *iovcnts,
 		    const struct lunar_put_cfg *cfg, int *results);
+/* lunar_batch_get_into - lunar_getv for n keys at once; results[i] is key
+ * i's size or code. */
 int lunar_batch_get_into(struct lunar_client *c, size_t n, const char *const *keys,
 			 const struct iovec *const *iovs, const int *iovcnts, int64_t *results);
+/* lunar_batch_exists - lunar_exists for n keys at once; results[i] is 1, 0
+ * or a code. */
 int lunar_batch_exists(struct lunar_client *c, size_t n, const char *const *keys, int *results);
 /* lunar_prefix_match - how many leading keys all exist; one round trip. */
 int64_t lunar_prefix_match(struct lunar_client *c, size_t n, const char *const *keys);
@@ -164,8 +175,10 @@ int64_t lunar_prefix_match(struct lunar_client *c, size_t n, const char *const *
  * from the start.
  */
 struct lunar_pending; /* opaque */
+/* lunar_put_async - start lunar_put(c, key, buf, len, cfg); see above. */
 int lunar_put_async(struct lunar_client *c, const char *key, const void *buf, size_t len,
 		    const struct lunar_put_cfg *cfg, struct lunar_pending **out);
+/* lunar_get_async - start lunar_get_into(c, key, buf, cap); see above. */
 int lunar_get_async(struct lunar_client *c, const char *key, void *buf, size_t cap,
 		    struct lunar_pending **out);
 /* lunar_ready - 1 when lunar_wait(p) would return at once: p is done, or
@@ -177,9 +190,37 @@ int lunar_ready(struct lunar_pending *p);
  * INVALID_PARAMS). Once it is called, no thread may use p again. */
 int64_t lunar_wait(struct lunar_pending *p);
 
-/* Zero-copy memory shared with the proxy (NULL on failure). */
+/*
+ * Zero-copy memory: a value that lies in memory shared with the proxy is
+ * read or written there in place, never copied through the arena.
+ */
+/*
+ * lunar_alloc - len bytes (64-byte aligned) of memory shared with the proxy,
+ * or NULL (len 0, out of memory, a forked child's handle). Carved from
+ * chunks of at least 64 MiB; making a chunk blocks for one round trip with
+ * the proxy. The block is the caller's until lunar_free; every block, freed
+ * or not, is unmapped by lunar_close, after which it must not be touched.
+ */
 void *lunar_alloc(struct lunar_client *c, size_t len);
+/*
+ * lunar_free - give back a block of lunar_alloc on the same handle for
+ * later lunar_alloc calls (its chunk stays mapped). p NULL, or not from
+ * lunar_alloc, is ignored. No call may still be using the block. Makes no
+ * round trip, but may wait while another thread's lunar_alloc makes a
+ * chunk. Only before lunar_close, which frees every block anyway.
+ */
 void lunar_free(struct lunar_client *c, void *p);
+/*
+ * lunar_register - share p[0..len) with the proxy so calls use it in place.
+ * The range must lie inside one shared, writable mapping of a memfd sealed
+ * against shrinking (memfd_create with MFD_ALLOW_SEALING, then F_SEAL_SHRINK);
+ * hugetlbfs memfds are refused. Returns 0 (also when exactly this range is
+ * registered already), or INVALID_PARAMS (not such memory, NULL or empty,
+ * overlaps a registered range), NO_AVAILABLE_HANDLE (the session's table of
+ * ranges is full), or the proxy's refusal. Blocks for one round trip. The
+ * memory stays the caller's: keep it mapped until lunar_unregister or
+ * lunar_close, which both end the sharing but unmap nothing.
+ */
 int lunar_register(struct lunar_client *c, void *p, size_t len);
 /* lunar_unregister - stop sharing the range lunar_register was given at p,
  * once no call uses it (asynchronous calls pending in it are waited for up

@@ -113,10 +113,19 @@ int64_t mooncake_store_remove_by_regex(mooncake_store_t store, const char *patte
  * count removed, or a code. */
 int64_t mooncake_store_remove_all(mooncake_store_t store, int force);
 
-/* mooncake_store_register_buffer - share buffer[0..size) with the proxy so
- * puts and gets through it are zero copy; 0 or a code. */
+/*
+ * mooncake_store_register_buffer - share buffer[0..size) with the proxy so
+ * puts and gets through it are zero copy (lunar_register: the buffer must lie
+ * in a memfd sealed against shrinking). Any other buffer also returns 0 and
+ * is then copied through the arena, as Mooncake programs register malloc'd
+ * memory. Else a code (the session's table of ranges full, the proxy's
+ * refusal). The buffer stays the caller's; keep it mapped until
+ * unregistered or the handle destroyed.
+ */
 int mooncake_store_register_buffer(mooncake_store_t store, void *buffer, size_t size);
-/* mooncake_store_unregister_buffer - undo mooncake_store_register_buffer. */
+/* mooncake_store_unregister_buffer - undo mooncake_store_register_buffer
+ * (lunar_unregister: waits for calls using it); 0 also for a buffer that was
+ * never shared, else a code. */
 int mooncake_store_unregister_buffer(mooncake_store_t store, void *buffer);
 
 #ifdef __cplusplus

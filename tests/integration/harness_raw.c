@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomic.h"
 #include "harness.h"
 #include "harness_raw.h"
 #include "ring.h"
@@ -113,7 +114,8 @@ int raw_wait_done(struct raw *c, uint32_t slot, int ms)
 	uint64_t end = h_now_ms() + (uint64_t)ms;
 
 	while (h_now_ms() < end) {
-		if (__atomic_load_n(&c->slots[slot].state, __ATOMIC_ACQUIRE) == LC_SLOT_DONE)
+		/* acquire: pairs with the proxy's lc_xchg to DONE in proxy/decode.c */
+		if (lc_load_acquire(&c->slots[slot].state) == LC_SLOT_DONE)
 			return 1;
 		h_sleep_ms(1);
 	}

@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "atomic.h"
 #include "harness.h"
 
 #define MIB	   (1024u * 1024u)
@@ -271,7 +272,7 @@ static void *getv_thread(void *arg)
 {
 	struct getv_call *g = arg;
 
-	__atomic_store_n(&g->entered, 1, __ATOMIC_RELEASE);
+	lc_store_release(&g->entered, 1); /* pairs with the acquire in wait_entered */
 	g->got = lunar_getv(cl, g->key, g->iov, 2);
 	return NULL;
 }
@@ -279,7 +280,8 @@ static void *getv_thread(void *arg)
 /* Wait, up to 5 s, until the thread is about to call. */
 static void wait_entered(struct getv_call *g)
 {
-	for (int t = 0; t < 5000 && !__atomic_load_n(&g->entered, __ATOMIC_ACQUIRE); t++)
+	/* acquire: pairs with the release in getv_thread */
+	for (int t = 0; t < 5000 && !lc_load_acquire(&g->entered); t++)
 		h_sleep_ms(1);
 }
 

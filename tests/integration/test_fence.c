@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "atomic.h"
 #include "harness.h"
 #include "harness_raw.h"
 
@@ -72,7 +73,8 @@ static void violate(struct raw *c)
 	c->slots[0].state = LC_SLOT_PENDING;
 	raw_submit(c, &q);
 	H_ASSERT(raw_wait_done(c, 0, 5000));
-	__atomic_store_n(&c->ring->prod_tail, 0u, __ATOMIC_RELEASE);
+	/* release: pairs with the proxy's lc_load_acquire of prod_tail in common/ring.c */
+	lc_store_release(&c->ring->prod_tail, 0u);
 	raw_kick(c);
 }
 

@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "atomic.h"
 #include "harness.h"
 #include "shmlib/shm_int.h"
 #include "store_c.h"
@@ -155,7 +156,7 @@ static void *delayed_put(void *arg)
 
 	h_fill(v, sizeof(v), h_seed("cancel/victim"));
 	k->rc = lunar_put(k->c, "cancel/victim", v, sizeof(v), NULL);
-	__atomic_store_n(&k->done, 1, __ATOMIC_RELEASE);
+	lc_store_release(&k->done, 1); /* pairs with the acquire of victim.done in the test */
 	return NULL;
 }
 
@@ -177,7 +178,7 @@ static void *bystander(void *arg)
 		 h_verify(back, sizeof(back), h_seed("cancel/bystander")) >= 0)
 		k->rc = 4;
 	lunar_free(k->c, p);
-	__atomic_store_n(&k->done, 1, __ATOMIC_RELEASE);
+	lc_store_release(&k->done, 1); /* read by no one after the join */
 	return NULL;
 }
 
@@ -212,7 +213,8 @@ static void test_fork_cancel_cancelled_thread_leaves_the_handle_usable(void **st
 	H_ASSERT_EQ(pthread_cancel(tv), 0);
 	/* The call runs to its end: the put is committed, and returns. */
 	H_ASSERT_MSG(join_within(tv, 4 * DELAY_MS) == 0, "the cancelled put never returned");
-	H_ASSERT_MSG(__atomic_load_n(&victim.done, __ATOMIC_ACQUIRE) && victim.rc == 0,
+	/* acquire: pairs with the release in delayed_put */
+	H_ASSERT_MSG(lc_load_acquire(&victim.done) && victim.rc == 0,
 		     "the cancelled put was cut short (done %d, rc %d)", victim.done, victim.rc);
 
 	H_ASSERT_EQ(pthread_create(&tb, NULL, bystander, &other), 0);
@@ -234,7 +236,7 @@ static void *churn_main(void *arg)
 	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 5000};
 	struct churn *k = arg;
 
-	while (!__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE)) {
+	while (!lc_load_acquire(&k->stop)) { /* pairs with the release that stops churn */
 		struct lunar_client *c;
 
 		if (!lunar_connect(&o, &c)) {
@@ -289,7 +291,7 @@ static void test_fork_cancel_forked_child_holds_no_session_socket(void **state)
 		forks++;
 		held += child_exit_code(pid, 5000) != 0;
 	}
-	__atomic_store_n(&k.stop, 1, __ATOMIC_RELEASE);
+	lc_store_release(&k.stop, 1); /* pairs with the acquire in churn_main */
 	pthread_join(t, NULL);
 	print_message("%d of %d children forked beside %d session opens held a session socket\n",
 		      held, forks, k.opened);
@@ -422,7 +424,7 @@ static void *store_setup_cancel_pending(void *arg)
 	int old;
 
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
-	while (!__atomic_load_n(&cancel_sent, __ATOMIC_ACQUIRE))
+	while (!lc_load_acquire(&cancel_sent)) /* pairs with the release after pthread_cancel */
 		h_sleep_ms(5);
 	pthread_setcancelstate(old, NULL);
 	return store_setup(arg);
@@ -456,7 +458,7 @@ static void test_fork_cancel_cancelled_store_setup_leaves_it_usable(void **state
 	/* A cancel pending before the call acts after it, not in its log line. */
 	H_ASSERT_EQ(pthread_create(&t, NULL, store_setup_cancel_pending, st), 0);
 	H_ASSERT_EQ(pthread_cancel(t), 0);
-	__atomic_store_n(&cancel_sent, 1, __ATOMIC_RELEASE);
+	lc_store_release(&cancel_sent, 1); /* pairs with store_setup_cancel_pending's acquire */
 	H_ASSERT_EQ(pthread_join(t, &ret), 0);
 	H_ASSERT_MSG(ret == (void *)0, "setup with a cancel pending gave %p (PTHREAD_CANCELED %p)",
 		     ret, PTHREAD_CANCELED);

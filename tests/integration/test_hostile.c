@@ -57,14 +57,16 @@ static void warm_up(struct raw *c)
 static void act_tail_backwards(struct raw *c)
 {
 	warm_up(c);
-	__atomic_store_n(&c->ring->prod_tail, 0u, __ATOMIC_RELEASE);
+	/* release: pairs with the proxy's lc_load_acquire of prod_tail in common/ring.c */
+	lc_store_release(&c->ring->prod_tail, 0u);
 	raw_kick(c);
 }
 
 static void act_tail_far_ahead(struct raw *c)
 {
 	warm_up(c);
-	__atomic_store_n(&c->ring->prod_tail, c->ring->cons_head + (1u << 31), __ATOMIC_RELEASE);
+	/* release: pairs with the proxy's lc_load_acquire of prod_tail in common/ring.c */
+	lc_store_release(&c->ring->prod_tail, c->ring->cons_head + (1u << 31));
 	raw_kick(c);
 }
 

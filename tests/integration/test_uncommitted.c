@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "harness.h"
 
 #define OBJ_LEN	     (256u * 1024u)
@@ -40,7 +41,7 @@ static void *writer_main(void *arg)
 	w->started = h_now_ms();
 	w->rc = lunar_put(w->c, w->key, w->buf, OBJ_LEN, NULL);
 	w->ended = h_now_ms();
-	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+	lc_store_release(&w->done, 1); /* pairs with the acquire in the test below */
 	return NULL;
 }
 
@@ -75,7 +76,7 @@ static void test_uncommitted_put_invisible_until_committed(void **state)
 	h_sleep_ms(600);
 	exists = lunar_exists(reader, w.key);
 	got = lunar_get_into(reader, w.key, rbuf, OBJ_LEN);
-	if (__atomic_load_n(&w.done, __ATOMIC_ACQUIRE)) {
+	if (lc_load_acquire(&w.done)) { /* pairs with the release in the writer */
 		pthread_join(th, NULL);
 		H_ASSERT_MSG(0,
 			     "the put returned within 600 ms (rc %d, %llu ms): "

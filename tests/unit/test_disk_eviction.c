@@ -3,6 +3,8 @@
  * high-watermark eviction with notify (and a refusal that keeps a bucket),
  * injected ENOSPC, and a read in flight holding off deletion.
  */
+#include <stdatomic.h>
+
 #include "tests/unit/test_disk_util.h"
 
 /* notify recorder: refuses buckets holding key `refuse` */
@@ -206,17 +208,17 @@ static void test_disk_enospc(void **st)
 struct inflight {
 	struct dsk_store *s;
 	sem_t entered, release;
-	int armed;
+	atomic_int armed;
 	int64_t read_rc;
 	int64_t evict_rc;
-	int evict_done;
+	atomic_int evict_done;
 };
 
 static void read_pause(void *arg)
 {
 	struct inflight *f = arg;
 
-	if (__atomic_exchange_n(&f->armed, 0, __ATOMIC_SEQ_CST)) {
+	if (atomic_exchange(&f->armed, 0)) {
 		sem_post(&f->entered);
 		sem_wait(&f->release);
 	}
@@ -235,7 +237,7 @@ static void *evictor(void *arg)
 	struct inflight *f = arg;
 
 	f->evict_rc = dsk_evict(f->s);
-	__atomic_store_n(&f->evict_done, 1, __ATOMIC_SEQ_CST);
+	atomic_store(&f->evict_done, 1);
 	return NULL;
 }
 
@@ -259,7 +261,7 @@ static void test_disk_read_inflight_delays_delete(void **st)
 		usleep(1000);
 	usleep(100 * 1000);
 	assert_int_equal(notes_n(&no), 1);				/* notified ... */
-	assert_false(__atomic_load_n(&f.evict_done, __ATOMIC_SEQ_CST)); /* ... but waiting */
+	assert_false(atomic_load(&f.evict_done));			/* ... but waiting */
 	assert_true(file_exists(1, "dat"));
 	assert_int_equal(get_pat(f.s, "k0", OBJ, 0, 0), LUNAR_ERR_OBJECT_NOT_FOUND);
 	sem_post(&f.release);

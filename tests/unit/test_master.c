@@ -419,10 +419,12 @@ static void test_master_config_flags(void **state)
 	assert_int_equal(cfg.strategy, MST_ALLOC_FREE_RATIO_FIRST);
 	assert_int_equal(mst_config_set(&cfg, "allow-evict-soft-pinned", "false"), 0);
 	assert_int_equal(cfg.allow_evict_soft_pinned, 0);
-	assert_int_equal(mst_config_set(&cfg, "eviction-ratio", "1.5"), -EINVAL);
-	assert_int_equal(mst_config_set(&cfg, "allocation-strategy", "best"), -EINVAL);
-	assert_int_equal(mst_config_set(&cfg, "allow-evict-soft-pinned", "yes"), -EINVAL);
-	assert_int_equal(mst_config_set(&cfg, "no-such-flag", "1"), -ENOENT);
+	assert_int_equal(mst_config_set(&cfg, "eviction-ratio", "1.5"), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(mst_config_set(&cfg, "allocation-strategy", "best"),
+			 LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(mst_config_set(&cfg, "allow-evict-soft-pinned", "yes"),
+			 LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(mst_config_set(&cfg, "no-such-flag", "1"), MST_CONFIG_UNKNOWN);
 	assert_non_null(strstr(mst_config_usage(), "--client-ttl"));
 }
 

@@ -497,11 +497,11 @@ static void test_master_disk_flags(void **state)
 	mst_config_defaults(&cfg);
 	assert_int_equal(cfg.enable_offload, 0);
 	assert_int_equal(cfg.offload_queue, 1024);
-	assert_int_equal(mst_config_set(&cfg, "offload", "sometimes"), -EINVAL);
+	assert_int_equal(mst_config_set(&cfg, "offload", "sometimes"), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(mst_config_set(&cfg, "offload", "on_put"), 0);
 	assert_int_equal(cfg.enable_offload, 1);
 	assert_int_equal(cfg.offload, MST_OFFLOAD_ON_PUT);
-	assert_int_equal(mst_config_set(&cfg, "offload-queue", "0"), -EINVAL);
+	assert_int_equal(mst_config_set(&cfg, "offload-queue", "0"), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(mst_config_is_switch("enable-offload"), 1);
 	assert_int_equal(mst_config_is_switch("offload-force-evict"), 1);
 	assert_int_equal(mst_config_is_switch("offload"), 0);

@@ -10,6 +10,7 @@
  */
 #include "test_master_util.h"
 
+#include "atomic.h"
 #include "clock.h"
 #include "master/mst_int.h"
 #include "master/mst_obj.h"
@@ -248,7 +249,7 @@ static int stored(struct mst_master *m, const char *key)
 
 static uint64_t censuses(struct mst_master *m)
 {
-	return __atomic_load_n(&m->ctr.evict_censuses, __ATOMIC_RELAXED);
+	return LC_READ_ONCE(m->ctr.evict_censuses);
 }
 
 static void test_master_evict_census_serves_later_rounds(void **state)
@@ -415,7 +416,7 @@ static void test_master_evict_put_may_wait(void **state)
 	 * its round */
 	assert_false(mst_put_may_wait(m, 24 * 1024));
 	assert_true(mst_put_may_wait(m, 24 * 1024 + 1));
-	__atomic_store_n(&m->alloc_failed, 1, __ATOMIC_RELAXED);
+	LC_WRITE_ONCE(m->alloc_failed, 1);
 	assert_true(mst_put_may_wait(m, 1));
 	mst_evict_round(m, lc_now_ms());
 	assert_false(mst_put_may_wait(m, 1));

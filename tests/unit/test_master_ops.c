@@ -439,9 +439,10 @@ static void test_master_config_quota_flags(void **state)
 	assert_int_equal(mst_config_set(&cfg, "tenant-quota", "a=3KiB"), 0);
 	assert_int_equal(cfg.n_tenant_quotas, 2);
 	assert_int_equal(cfg.tenant_quotas[0].bytes, 3 * 1024);
-	assert_int_equal(mst_config_set(&cfg, "tenant-quota", "a"), -EINVAL);
-	assert_int_equal(mst_config_set(&cfg, "tenant-quota", "bad name=1"), -EINVAL);
-	assert_int_equal(mst_config_set(&cfg, "tenant-quota", "=1"), -EINVAL);
+	assert_int_equal(mst_config_set(&cfg, "tenant-quota", "a"), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(mst_config_set(&cfg, "tenant-quota", "bad name=1"),
+			 LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(mst_config_set(&cfg, "tenant-quota", "=1"), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(mst_config_set(&cfg, "default-tenant-quota", "1GiB"), 0);
 	assert_int_equal(cfg.default_tenant_quota, 1ull << 30);
 }

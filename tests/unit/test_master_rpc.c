@@ -34,8 +34,7 @@ static int setup(void **state)
 
 	assert_non_null(f);
 	mst_config_defaults(&cfg);
-	f->m = mst_master_create(&cfg);
-	assert_non_null(f->m);
+	assert_int_equal(mst_master_create(&cfg, &f->m), 0);
 	assert_int_equal(mst_server_start(f->m, "tcp://127.0.0.1:0", 4, NULL, &f->s), 0);
 	assert_true(mst_server_port(f->s) > 0);
 	assert_int_equal(nng_req0_open(&f->req), 0);

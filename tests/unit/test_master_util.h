@@ -35,8 +35,7 @@ static inline struct mst_master *master_new(const char *flag, const char *val)
 	mst_config_defaults(&cfg);
 	if (flag)
 		assert_int_equal(mst_config_set(&cfg, flag, val), 0);
-	m = mst_master_create(&cfg);
-	assert_non_null(m);
+	assert_int_equal(mst_master_create(&cfg, &m), 0);
 	return m;
 }
 
@@ -50,8 +49,7 @@ static inline struct mst_master *master_with(const char *const flags[][2], size_
 	mst_config_defaults(&cfg);
 	for (size_t i = 0; i < n; i++)
 		assert_int_equal(mst_config_set(&cfg, flags[i][0], flags[i][1]), 0);
-	m = mst_master_create(&cfg);
-	assert_non_null(m);
+	assert_int_equal(mst_master_create(&cfg, &m), 0);
 	return m;
 }
 

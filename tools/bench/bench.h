@@ -30,7 +30,10 @@ const char *bench_opt_value(int argc, char **argv, int *i, const char *name, int
 int bench_parse_num(const char *flag, const char *s, int is_size, uint64_t min, uint64_t max,
 		    uint64_t *out);
 
+/* bench_splitmix64 - SplitMix64's output for state x (x + the golden gamma,
+ * mixed): a well-spread 64-bit number per x. Pure. */
 uint64_t bench_splitmix64(uint64_t x);
+/* bench_round_up - x rounded up to a multiple of to (> 0). Pure. */
 uint64_t bench_round_up(uint64_t x, uint64_t to);
 
 /*
@@ -76,6 +79,7 @@ struct bench_lat {
 
 /* bench_lat_add - append one sample; -1 on ENOMEM (the sample is lost). */
 int bench_lat_add(struct bench_lat *l, uint64_t ns);
+/* bench_lat_fini - free the samples; l is empty again. */
 void bench_lat_fini(struct bench_lat *l);
 
 /* bench_pct_us - nearest-rank percentile p of sorted v[0..n), in µs. */
@@ -104,9 +108,14 @@ int bench_sync_open(struct bench_sync *s, const char *path, unsigned procs);
  * have: 0; -1 after printing why when they have not within timeout_ms, or
  * more arrived than procs (a file used before). */
 int bench_sync_wait(struct bench_sync *s, unsigned k, unsigned timeout_ms);
+/* bench_sync_close - unmap the file (it stays on disk); a second call does
+ * nothing. */
 void bench_sync_close(struct bench_sync *s);
 
-/* The modes; each parses its own argv and returns an exit code. */
+/* The modes: bench_master_main (master RPC), bench_trace_main (trace
+ * replay), bench_evict_main (eviction rounds on an in-process master). Each
+ * parses its own argv (after the mode flag), runs on the calling thread and
+ * returns a BENCH_EXIT_* code. */
 int bench_master_main(int argc, char **argv);
 int bench_trace_main(int argc, char **argv);
 int bench_evict_main(int argc, char **argv);

@@ -82,7 +82,7 @@ int bench_evict_main(int argc, char **argv)
 	mst_config_defaults(&cfg);
 	/* No background rounds (watermark 1.0), a client that never times out. */
 	if (mst_config_set(&cfg, "eviction-high-watermark-ratio", "1.0") ||
-	    mst_config_set(&cfg, "client-ttl", "24h") || !(m = mst_master_create(&cfg)))
+	    mst_config_set(&cfg, "client-ttl", "24h") || mst_master_create(&cfg, &m))
 		return BENCH_EXIT_FAIL;
 	printf("mode=evict-round\nobjects=%" PRIu64 "\nobject_bytes=%u\neviction_ratio=%.2f\n", n,
 	       EV_OBJ, cfg.eviction_ratio);
