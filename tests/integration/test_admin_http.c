@@ -76,6 +76,7 @@ static void net_down(void)
 /* The namespace and the veth pair: 0, or -1 with the reason in skip_why. */
 static int net_make(void)
 {
+	static int registered;
 	unsigned id = (unsigned)getpid() % 100000;
 
 	if (geteuid() != 0)
@@ -87,7 +88,8 @@ static int net_make(void)
 	snprintf(ns_name, sizeof(ns_name), "lunar-admin-%u", id);
 	snprintf(veth_host, sizeof(veth_host), "lnrah%u", id);
 	snprintf(veth_peer, sizeof(veth_peer), "lnrap%u", id);
-	atexit(net_down);
+	if (!registered++)
+		atexit(net_down); /* also when a failed assertion ends the test */
 	if (sh("ip netns add %s", ns_name)) {
 		ns_name[0] = '\0';
 		return snprintf(skip_why, sizeof(skip_why), "'ip netns add' not permitted"), -1;
@@ -314,6 +316,16 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* After each case: its daemons stopped and the namespace gone, even when
+ * an assertion failed half-way. */
+static int case_teardown(void **state)
+{
+	(void)state;
+	h_stop_all();
+	net_down();
+	return 0;
+}
+
 /* A keyed master listening on host; f->http_port its HTTP port. */
 static struct h_proc *start_master(struct fx *f, const char *name, const char *host)
 {
@@ -406,11 +418,46 @@ static void test_admin_http_other_address_needs_token(void **state)
 	net_down();
 }
 
+static void test_admin_http_proxy_shares_the_gate(void **state)
+{
+	struct fx *f = *state;
+	char hdr[AUTH_TOKEN_CHARS + 16], sock[PATH_MAX], hport[16];
+	const char *type;
+	struct h_proc *p;
+
+	if (net_make()) {
+		printf("skipped: %s (needs a network namespace and a veth pair)\n", skip_why);
+		skip();
+	}
+	/* a proxy with an embedded master, its HTTP port on the veth address */
+	h_named_sock(sock, "proxy-ll");
+	f->http_port = h_free_port();
+	snprintf(hport, sizeof(hport), "%d", f->http_port);
+	p = h_start_proxy("proxy-ll", sock, H_EMBEDDED, "--host", NET_HOST, "--http-port", hport,
+			  "--cluster-key", key_path, NULL);
+	H_ASSERT_MSG(p != NULL, "the proxy did not start");
+	snprintf(hdr, sizeof(hdr), "Bearer %s", token);
+	H_ASSERT_EQ(get_from(1, NET_HOST, f->http_port, "/admin/clients", NULL, f->body), 403);
+	H_ASSERT_EQ(get_from(1, NET_HOST, f->http_port, "/admin/clients", hdr, f->body), 200);
+	H_ASSERT_EQ(get_from(1, NET_HOST, f->http_port, "/disk/status", NULL, f->body), 404);
+	H_ASSERT_EQ(get_from(1, NET_HOST, f->http_port, "/metrics", NULL, f->body), 200);
+	/* the proxy's and its master's families, and the gate's counter once */
+	H_ASSERT_EQ(sample(f->body, REJECTED "{reason=\"no_token\"}"), 1);
+	H_ASSERT_MSG(strstr(f->body, "lunar_proxy_requests_total") &&
+			 strstr(f->body, "lunar_master_segments"),
+		     "not both families: %.300s", f->body);
+	type = strstr(f->body, "# TYPE " REJECTED " ");
+	H_ASSERT_MSG(type && !strstr(type + 1, "# TYPE " REJECTED " "), "counter not once");
+	h_stop(p);
+	net_down();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_admin_http_loopback_needs_no_token),
-	    cmocka_unit_test(test_admin_http_other_address_needs_token),
+	    cmocka_unit_test_teardown(test_admin_http_loopback_needs_no_token, case_teardown),
+	    cmocka_unit_test_teardown(test_admin_http_other_address_needs_token, case_teardown),
+	    cmocka_unit_test_teardown(test_admin_http_proxy_shares_the_gate, case_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
