@@ -9,9 +9,11 @@
  */
 #include "http.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -58,7 +61,9 @@ struct http_conn {
 	 * before fd may close), and whether the listener took its slot. */
 	int64_t head_since_ms;
 	bool evicted;
+	struct sockaddr_storage peer; /* from accept */
 	char head[LC_HTTP_MAX_HEAD + 1];
+	char auth[LC_HTTP_MAX_AUTH + 1]; /* the Authorization value */
 };
 
 static int64_t now_ms(void)
@@ -296,8 +301,27 @@ static int parse_line(char *head, size_t len, char **method, char **target)
 	return 0;
 }
 
+/* Whether ss is a loopback address, and its text into buf. */
+static int peer_describe(const struct sockaddr_storage *ss, char *buf, size_t cap)
+{
+	const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
+	const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+
+	snprintf(buf, cap, "?");
+	if (ss->ss_family == AF_INET) {
+		inet_ntop(AF_INET, &s4->sin_addr, buf, (socklen_t)cap);
+		return (ntohl(s4->sin_addr.s_addr) >> 24) == 127;
+	}
+	if (ss->ss_family != AF_INET6)
+		return 0; /* nothing else is accepted on a TCP listener */
+	inet_ntop(AF_INET6, &s6->sin6_addr, buf, (socklen_t)cap);
+	if (IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr))
+		return 1;
+	return IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr) && s6->sin6_addr.s6_addr[12] == 127;
+}
+
 /* The handler's answer, checked; the body is freed here. */
-static int dispatch(struct lc_http *h, int fd, const char *method, char *target)
+static int dispatch(struct lc_http *h, int fd, struct lc_http_req *req, char *target)
 {
 	struct lc_http_reply rep = {.status = 200, .content_type = HTTP_CT_DEFAULT};
 	char *query = strchr(target, '?');
@@ -306,8 +330,10 @@ static int dispatch(struct lc_http *h, int fd, const char *method, char *target)
 
 	if (query)
 		*query++ = '\0';
+	req->path = target;
+	req->query = query ? query : "";
 	pthread_mutex_lock(&h->fn_lock);
-	rc = h->fn(h->arg, method, target, query ? query : "", &rep);
+	rc = h->fn(h->arg, req, &rep);
 	pthread_mutex_unlock(&h->fn_lock);
 	if (rc > 0) {
 		free(rep.body);
@@ -320,7 +346,8 @@ static int dispatch(struct lc_http *h, int fd, const char *method, char *target)
 	ctype = rep.content_type;
 	if (!ctype || strpbrk(ctype, "\r\n") || strlen(ctype) > 128)
 		ctype = HTTP_CT_DEFAULT;
-	rc = send_reply(h, fd, rep.status, ctype, "", rep.body, rep.len, !strcmp(method, "HEAD"));
+	rc = send_reply(h, fd, rep.status, ctype, "", rep.body, rep.len,
+			!strcmp(req->method, "HEAD"));
 	free(rep.body);
 	return rc;
 }
@@ -331,9 +358,10 @@ static void serve(struct http_conn *c)
 	struct lc_http *h = c->h;
 	int fd = c->fd;
 	ssize_t len = read_head(h, fd, c->head, now_ms() + LC_HTTP_TIMEOUT_MS);
-	char *method = NULL, *target = NULL;
+	struct lc_http_req req = {0};
+	char *method = NULL, *target = NULL, *hdrs;
 	bool evicted;
-	int status;
+	int status, n;
 
 	pthread_mutex_lock(&h->lock);
 	c->head_since_ms = 0;
@@ -351,6 +379,7 @@ static void serve(struct http_conn *c)
 	}
 	if (len < 0) /* gone, or stopping */
 		goto out_close;
+	hdrs = memchr(c->head, '\n', (size_t)len) + 1; /* the head ends with one */
 	status = parse_line(c->head, (size_t)len, &method, &target);
 	if (status) {
 		send_error(h, fd, status, "");
@@ -360,7 +389,15 @@ static void serve(struct http_conn *c)
 		send_error(h, fd, 405, "Allow: GET, HEAD\r\n");
 		goto out_linger;
 	}
-	dispatch(h, fd, method, target);
+	n = lc_http_header_get(hdrs, "Authorization", c->auth, sizeof(c->auth));
+	if (n < 0 && n != -ENOENT) {
+		send_error(h, fd, n == -E2BIG ? 431 : 400, "");
+		goto out_linger;
+	}
+	req.method = method;
+	req.authorization = n >= 0 ? c->auth : NULL;
+	req.peer_loopback = peer_describe(&c->peer, req.peer, sizeof(req.peer));
+	dispatch(h, fd, &req, target);
 out_linger:
 	linger_close(h, fd);
 	return;
@@ -404,7 +441,7 @@ static void *conn_main(void *p)
 
 /* Serve fd on a thread of its own (it inherits the listener's blocked
  * signals); on failure, close it unanswered. */
-static void conn_start(struct lc_http *h, int fd)
+static void conn_start(struct lc_http *h, int fd, const struct sockaddr_storage *peer)
 {
 	struct http_conn *c = malloc(sizeof(*c));
 	pthread_attr_t attr;
@@ -414,6 +451,7 @@ static void conn_start(struct lc_http *h, int fd)
 	if (!rc) {
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		*c = (struct http_conn){.h = h, .fd = fd, .head_since_ms = now_ms()};
+		c->peer = *peer;
 		pthread_mutex_lock(&h->lock);
 		h->live++;
 		c->next = h->conns;
@@ -476,6 +514,8 @@ static void *http_main(void *p)
 	for (;;) {
 		struct pollfd pfd[2] = {{.fd = h->lfd, .events = POLLIN},
 					{.fd = h->wake[0], .events = POLLIN}};
+		struct sockaddr_storage peer = {0};
+		socklen_t plen = sizeof(peer);
 		int fd;
 
 		if (poll(pfd, 2, -1) < 0) {
@@ -485,13 +525,13 @@ static void *http_main(void *p)
 		}
 		if (pfd[1].revents || wait_for_room(h))
 			break;
-		fd = accept4(h->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		fd = accept4(h->lfd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
 		    errno != ECONNABORTED)
 			back_off(h, "accept", errno);
 		if (fd < 0)
 			continue;
-		conn_start(h, fd);
+		conn_start(h, fd, &peer);
 	}
 	return NULL;
 }
@@ -759,4 +799,69 @@ int lc_http_query_get(const char *query, const char *name, char *buf, size_t cap
 		return (int)n;
 	}
 	return -ENOENT;
+}
+
+/* Whether the line [p, eol) is a header called name; *val then points past
+ * the colon. -EINVAL when it is one with a blank before the colon. */
+static int header_is(const char *p, const char *eol, const char *name, const char **val)
+{
+	size_t n = strlen(name);
+	const char *q = p + n;
+
+	if ((size_t)(eol - p) <= n || strncasecmp(p, name, n))
+		return 0;
+	if (*q == ':') {
+		*val = q + 1;
+		return 1;
+	}
+	while (q < eol && (*q == ' ' || *q == '\t'))
+		q++;
+	return q < eol && *q == ':' ? -EINVAL : 0; /* RFC 9112 5.1: refuse it */
+}
+
+int lc_http_header_get(const char *hdrs, const char *name, char *buf, size_t cap)
+{
+	const char *p = hdrs, *val = NULL, *vend = NULL;
+	int prev_ours = 0;
+
+	while (*p) {
+		const char *eol = p + strcspn(p, "\n"), *end = eol, *v;
+		int ours;
+
+		if (end > p && end[-1] == '\r')
+			end--;
+		if (end == p)
+			break; /* the blank line: end of the head */
+		if (*p == ' ' || *p == '\t') {
+			if (prev_ours) /* obs-fold: our value would go on here */
+				return -EINVAL;
+			p = *eol ? eol + 1 : eol;
+			continue;
+		}
+		ours = header_is(p, end, name, &v);
+		if (ours < 0)
+			return ours;
+		prev_ours = ours;
+		if (ours) {
+			if (val)
+				return -EEXIST;
+			val = v;
+			vend = end;
+		}
+		p = *eol ? eol + 1 : eol;
+	}
+	if (!val)
+		return -ENOENT;
+	while (val < vend && (*val == ' ' || *val == '\t'))
+		val++;
+	while (vend > val && (vend[-1] == ' ' || vend[-1] == '\t'))
+		vend--;
+	for (const char *q = val; q < vend; q++)
+		if (((unsigned char)*q < 0x20 && *q != '\t') || *q == 0x7f)
+			return -EINVAL;
+	if ((size_t)(vend - val) >= cap)
+		return -E2BIG;
+	memcpy(buf, val, (size_t)(vend - val));
+	buf[vend - val] = '\0';
+	return (int)(vend - val);
 }

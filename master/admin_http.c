@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "http.h"
+#include "http_gate.h"
 #include "json.h"
 #include "lunar.h"
 #include "rpc.h"
@@ -93,8 +94,9 @@ out:
 	return rc;
 }
 
-static int metrics(struct mst_master *m, struct lc_http_reply *rep)
+static int metrics(struct mst_http *mh, struct lc_http_reply *rep)
 {
+	struct mst_master *m = mh->m;
 	char *text;
 	size_t len;
 	int rc;
@@ -104,24 +106,27 @@ static int metrics(struct mst_master *m, struct lc_http_reply *rep)
 	rep->content_type = "text/plain; version=0.0.4";
 	rc = lc_http_reply_append(rep, text, len);
 	free(text);
-	return rc;
+	return rc ?: auth_http_gate_metrics(mh->gate, rep);
 }
 
-int mst_http_handle(void *arg, const char *method, const char *path, const char *query,
-		    struct lc_http_reply *rep)
+int mst_http_handle(void *arg, const struct lc_http_req *req, struct lc_http_reply *rep)
 {
-	struct mst_master *m = arg;
+	struct mst_http *mh = arg;
+	struct mst_master *m = mh->m;
+	const char *path = req->path, *query = req->query;
 	Lunar__ListSegmentsRequest segs = LUNAR__LIST_SEGMENTS_REQUEST__INIT;
 	Lunar__ListClientsRequest clients = LUNAR__LIST_CLIENTS_REQUEST__INIT;
 
 	if (!strcmp(path, "/metrics"))
-		return metrics(m, rep);
+		return metrics(mh, rep);
 	if (!strcmp(path, "/health"))
 		return lc_http_reply_printf(rep, "ok\n");
 	if (!strcmp(path, "/ready")) {
 		rep->status = mst_master_ready(m) ? 200 : 503;
 		return lc_http_reply_printf(rep, "%s\n", rep->status == 200 ? "ready" : "no segment");
 	}
+	if (auth_http_is_admin(path) && !auth_http_gate_admit(mh->gate, req, rep))
+		return 0;
 	if (!strcmp(path, "/admin/keys"))
 		return admin_keys(m, query, rep);
 	if (!strcmp(path, "/admin/stat"))

@@ -15,6 +15,7 @@
 #include "auth.h"
 #include "log.h"
 #include "http.h"
+#include "http_gate.h"
 #include "master.h"
 #include "parse.h"
 #include "conf.h"
@@ -223,11 +224,14 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 	struct mst_master *m;
 	struct mst_server *s;
 	struct lc_http *http;
+	struct auth_http_gate gate;
+	struct mst_http face = {.gate = &gate};
 	char url[300];
 	int sig, rc;
 
 	if (mst_master_create(&o->cfg, &m))
 		return 1; /* logged */
+	face.m = m;
 	snprintf(url, sizeof(url), "tcp://%s:%u", o->listen, (unsigned)o->port);
 	rc = mst_server_start(m, url, (unsigned)o->workers, o->keyed ? &o->key : NULL, &s);
 	if (rc) {
@@ -235,7 +239,9 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 		mst_master_destroy(m);
 		return 1;
 	}
-	rc = lc_http_start(o->listen, (uint16_t)o->http_port, mst_http_handle, m, &http);
+	/* /admin answers loopback callers, and others with the key's token */
+	auth_http_gate_init(&gate, o->keyed ? &o->key : NULL, "master");
+	rc = lc_http_start(o->listen, (uint16_t)o->http_port, mst_http_handle, &face, &http);
 	if (rc) {
 		LC_ERROR("master", "cannot serve HTTP on %s:%u: %s", o->listen,
 			 (unsigned)o->http_port, strerror(-rc));

@@ -145,23 +145,34 @@ int mst_metrics_render(struct mst_master *m, char **out, size_t *len);
  * Thread-safe; a snapshot, stale by the time it returns. */
 int mst_master_ready(struct mst_master *m);
 
+struct auth_http_gate;
+struct lc_http_reply;
+struct lc_http_req;
+
+/* What mst_http_handle serves: a master, and the gate of its /admin pages. */
+struct mst_http {
+	struct mst_master *m;
+	struct auth_http_gate *gate;
+};
+
 /*
  * mst_http_handle - the master's HTTP face (SPEC §11), an lc_http handler
- * whose arg is the struct mst_master. Served by lunar-master on --http-port,
- * and by lunar-proxy --embedded-master on its own HTTP port.
- *   /metrics                          Prometheus text
+ * whose arg is a struct mst_http whose master and gate outlive the server.
+ * Served by lunar-master on --http-port, and by lunar-proxy
+ * --embedded-master on its own HTTP port.
+ *   /metrics                          Prometheus text, with the gate's counter
  *   /health                           200 "ok" while the process serves
  *   /ready                            200 once a segment is mounted, else 503
  *   /admin/keys?tenant=&pattern=&limit=   ListKeys as JSON
  *   /admin/segments, /admin/clients       ListSegments, ListClients
  *   /admin/stat?tenant=&key=              StatKey
+ * Every path under /admin is first put to the gate (auth_http_gate_admit):
+ * a refused caller gets 403 whether or not the page exists.
  * Returns 1 when path is not one of these (the caller may serve it or 404),
  * 0 when rep holds the answer, or a negative value when it could not be
  * built (out of memory: the server answers 500), as lc_http_handler_fn.
  * HTTP server thread; takes master locks briefly, never blocks on I/O.
  */
-struct lc_http_reply;
-int mst_http_handle(void *arg, const char *method, const char *path, const char *query,
-		    struct lc_http_reply *rep);
+int mst_http_handle(void *arg, const struct lc_http_req *req, struct lc_http_reply *rep);
 
 #endif /* LUNAR_MASTER_MASTER_H */

@@ -1,8 +1,11 @@
 /*
  * http.c - the proxy's HTTP port: Prometheus /metrics (lunar_proxy_*, and
  * the embedded master's lunar_master_* when there is one), /health, /ready
- * (segment mounted and master reachable), and the embedded master's /admin/
- * queries.
+ * (segment mounted and master reachable), /disk/status, and the embedded
+ * master's /admin/ queries. /admin answers loopback callers and callers
+ * with the cluster key's token (auth/http_gate.h); /disk/status stays open
+ * like /metrics: it holds counters, sizes and the disk directory, no key
+ * names or placement.
  */
 #include <stdio.h>
 #include <string.h>
@@ -75,17 +78,17 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 	return rc;
 }
 
-static int handle(void *arg, const char *method, const char *path, const char *query,
-		  struct lc_http_reply *rep)
+static int handle(void *arg, const struct lc_http_req *req, struct lc_http_reply *rep)
 {
 	struct px_proxy *px = arg;
+	const char *path = req->path;
 	int rc;
 
 	if (!strcmp(path, "/metrics")) {
 		rep->content_type = "text/plain; version=0.0.4";
 		rc = proxy_metrics(px, rep) ?: px_disk_metrics(px, rep);
-		if (rc || !px->master)
-			return rc;
+		if (rc || !px->master) /* else the master's text follows, with the gate's */
+			return rc ?: auth_http_gate_metrics(&px->http_gate, rep);
 	}
 	if (!strcmp(path, "/disk/status"))
 		return px_disk_status(px, rep);
@@ -95,8 +98,10 @@ static int handle(void *arg, const char *method, const char *path, const char *q
 		rep->status = ok ? 200 : 503;
 		return lc_http_reply_printf(rep, "%s\n", ok ? "ready" : "not ready");
 	}
-	if (px->master && (rc = mst_http_handle(px->master, method, path, query, rep)) <= 0)
+	if (px->master && (rc = mst_http_handle(&px->master_http, req, rep)) <= 0)
 		return rc;
+	if (auth_http_is_admin(path) && !auth_http_gate_admit(&px->http_gate, req, rep))
+		return 0; /* no master: still say nothing about what is there */
 	if (!strcmp(path, "/health"))
 		return lc_http_reply_printf(rep, "ok\n");
 	if (!strcmp(path, "/metrics"))
@@ -107,7 +112,11 @@ static int handle(void *arg, const char *method, const char *path, const char *q
 
 int px_http_start(struct px_proxy *px)
 {
-	int rc = lc_http_start(px->cfg.host, px->cfg.http_port, handle, px, &px->http);
+	int rc;
+
+	auth_http_gate_init(&px->http_gate, px->cfg.keyed ? &px->cfg.cluster_key : NULL, "proxy");
+	px->master_http = (struct mst_http){.m = px->master, .gate = &px->http_gate};
+	rc = lc_http_start(px->cfg.host, px->cfg.http_port, handle, px, &px->http);
 
 	if (rc) {
 		LC_ERROR("proxy", "HTTP port %s:%u: %s", px->cfg.host, px->cfg.http_port,

@@ -26,6 +26,7 @@
 
 #include "auth.h"
 #include "conf.h"
+#include "http_gate.h"
 #include "lunar.pb-c.h"
 #include "master/master.h"
 #include "decode.h"
@@ -170,6 +171,8 @@ struct px_proxy {
 	struct px_config cfg;
 	struct px_stats stats;
 	struct lc_http *http;
+	struct auth_http_gate http_gate; /* of the embedded master's /admin pages */
+	struct mst_http master_http;	 /* what the embedded master's pages serve */
 	uint64_t client_id; /* this proxy's id at the master */
 	struct mst_master *master; /* embedded only */
 	struct px_mc *mc;
@@ -354,8 +357,9 @@ int px_heartbeat_start(struct px_proxy *px);
  * hb_lock and hb_cond stay usable afterwards. Blocks until a beat in
  * progress ends. Shutdown thread, once. */
 void px_heartbeat_stop(struct px_proxy *px);
-/* px_http_start - serve /metrics, /health, /ready (and, with an embedded
- * master, its /admin/ queries) on --http-port. 0 or a code. */
+/* px_http_start - serve /metrics, /health, /ready, /disk/status (and, with
+ * an embedded master, its /admin/ queries, behind the gate of
+ * auth/http_gate.h) on --http-port. 0 or a code. */
 int px_http_start(struct px_proxy *px);
 /* px_segment_ready - 1 when our segment is mounted (or we have none):
  * health and readiness report the master unusable until then. */

@@ -2,7 +2,9 @@
  * test_http.c - the embedded HTTP server on 127.0.0.1 with a free port: GET
  * and HEAD, 404 and 500 from the handler, 405 for other methods, query
  * decoding, oversize and garbage requests, a slow client timed out while the
- * next one is still served, and a stop that returns promptly.
+ * next one is still served, and a stop that returns promptly. Also the
+ * Authorization header as handlers see it (lc_http_header_get) and the
+ * /admin gate's decision (auth/http_gate.h) as a pure function.
  */
 #include <errno.h>
 #include <arpa/inet.h>
@@ -21,7 +23,9 @@
 
 #include <cmocka.h>
 
+#include "auth.h"
 #include "http.h"
+#include "http_gate.h"
 
 #define BIG_BODY (1048 * 1000 + 7) /* 1048 lines of 1000 bytes, then "tail123" */
 
@@ -40,14 +44,14 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int handler(void *arg, const char *method, const char *path, const char *query,
-		   struct lc_http_reply *rep)
+static int handler(void *arg, const struct lc_http_req *req, struct lc_http_reply *rep)
 {
 	struct http_fixture *f = arg;
+	const char *path = req->path, *query = req->query;
 	char name[64];
 
 	f->calls++;
-	snprintf(f->last_method, sizeof(f->last_method), "%s", method);
+	snprintf(f->last_method, sizeof(f->last_method), "%s", req->method);
 	if (!strcmp(path, "/health"))
 		return lc_http_reply_printf(rep, "ok\n");
 	if (!strcmp(path, "/echo")) {
@@ -72,6 +76,10 @@ static int handler(void *arg, const char *method, const char *path, const char *
 		rep->content_type = "text/plain\r\nX-Injected: 1";
 		return lc_http_reply_printf(rep, "not ready\n");
 	}
+	if (!strcmp(path, "/whoami"))
+		return lc_http_reply_printf(rep, "auth=%s loopback=%d peer=%s\n",
+					    req->authorization ? req->authorization : "(none)",
+					    req->peer_loopback, req->peer);
 	if (!strcmp(path, "/unknown")) {
 		lc_http_reply_printf(rep, "discarded");
 		return 1;
@@ -490,6 +498,165 @@ static void test_http_reply_printf_grows(void **state)
 	free(rep.body);
 }
 
+static void test_http_header_get_parses(void **state)
+{
+	char buf[16];
+
+	(void)state;
+	/* present, in any case, blanks around the value dropped */
+	assert_int_equal(lc_http_header_get("Host: x\r\nAuthorization: Bearer ab\r\n\r\n",
+					    "Authorization", buf, sizeof(buf)), 9);
+	assert_string_equal(buf, "Bearer ab");
+	assert_int_equal(lc_http_header_get("aUTHORIZATION:\t  tok \t\r\n\r\n", "Authorization",
+					    buf, sizeof(buf)), 3);
+	assert_string_equal(buf, "tok");
+	assert_int_equal(lc_http_header_get("authorization:x\n\n", "Authorization", buf,
+					    sizeof(buf)), 1);
+	assert_int_equal(lc_http_header_get("Authorization:\r\n\r\n", "Authorization", buf,
+					    sizeof(buf)), 0);
+	/* absent: no headers, a longer or shorter name, one after the blank line */
+	assert_int_equal(lc_http_header_get("\r\n", "Authorization", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(lc_http_header_get("", "Authorization", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(lc_http_header_get("Authorizations: a\r\nAuthorizatio: b\r\n\r\n",
+					    "Authorization", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(lc_http_header_get("Host: x\r\n\r\nAuthorization: a\r\n",
+					    "Authorization", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(lc_http_header_get("X-Authorization: a\r\nNoColon\r\n\r\n",
+					    "Authorization", buf, sizeof(buf)), -ENOENT);
+	/* duplicated, even with another case or an equal value */
+	assert_int_equal(lc_http_header_get("Authorization: a\r\nauthorization: a\r\n\r\n",
+					    "Authorization", buf, sizeof(buf)), -EEXIST);
+	/* oversized: 15 bytes fit in 16, 16 do not */
+	assert_int_equal(lc_http_header_get("Authorization: 123456789012345\r\n\r\n",
+					    "Authorization", buf, sizeof(buf)), 15);
+	assert_int_equal(lc_http_header_get("Authorization: 1234567890123456\r\n\r\n",
+					    "Authorization", buf, sizeof(buf)), -E2BIG);
+	/* malformed: blank before the colon, folded, control bytes */
+	assert_int_equal(lc_http_header_get("Authorization : a\r\n\r\n", "Authorization", buf,
+					    sizeof(buf)), -EINVAL);
+	assert_int_equal(lc_http_header_get("Authorization: a\r\n b\r\n\r\n", "Authorization",
+					    buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(lc_http_header_get("Authorization: a\rb\r\n\r\n", "Authorization", buf,
+					    sizeof(buf)), -EINVAL);
+	assert_int_equal(lc_http_header_get("Authorization: a\x7f\r\n\r\n", "Authorization",
+					    buf, sizeof(buf)), -EINVAL);
+	/* a folded line under another header is not ours */
+	assert_int_equal(lc_http_header_get("X: a\r\n b\r\nAuthorization: c\r\n\r\n",
+					    "Authorization", buf, sizeof(buf)), 1);
+}
+
+static void test_http_handler_sees_authorization(void **state)
+{
+	struct http_fixture *f = *state;
+	size_t len = LC_HTTP_MAX_AUTH + 200, rlen;
+	char *req = malloc(len + 1), *r;
+
+	r = get(f->port, "GET /whoami HTTP/1.1\r\nauthorization:  Bearer xyz \r\n\r\n");
+	assert_int_equal(status_of(r), 200);
+	assert_string_equal(body_of(r), "auth=Bearer xyz loopback=1 peer=127.0.0.1\n");
+	free(r);
+	r = get(f->port, "GET /whoami HTTP/1.1\r\nHost: a\r\n\r\n");
+	assert_string_equal(body_of(r), "auth=(none) loopback=1 peer=127.0.0.1\n");
+	free(r);
+	/* two of them, or a malformed one: refused before the handler */
+	f->calls = 0;
+	r = get(f->port, "GET /whoami HTTP/1.1\r\nAuthorization: a\r\nAuthorization: b\r\n\r\n");
+	assert_int_equal(status_of(r), 400);
+	free(r);
+	r = get(f->port, "GET /whoami HTTP/1.1\r\nAuthorization : a\r\n\r\n");
+	assert_int_equal(status_of(r), 400);
+	free(r);
+	/* longer than LC_HTTP_MAX_AUTH, within the head's bound */
+	assert_non_null(req);
+	memset(req, 'a', len);
+	memcpy(req, "GET /whoami HTTP/1.1\r\nAuthorization: ", 37);
+	memcpy(req + len - 4, "\r\n\r\n", 4);
+	r = roundtrip(f->port, req, len, &rlen);
+	assert_int_equal(status_of(r), 431);
+	free(r);
+	free(req);
+	assert_int_equal(f->calls, 0);
+}
+
+static void test_http_gate_verdicts(void **state)
+{
+	struct auth_key key, other;
+	char tok[AUTH_TOKEN_CHARS + 1], wrong[AUTH_TOKEN_CHARS + 1], hdr[AUTH_TOKEN_CHARS + 32];
+
+	(void)state;
+	assert_int_equal(auth_init(), 0);
+	auth_random(key.k, sizeof(key.k));
+	auth_random(other.k, sizeof(other.k));
+	auth_http_token(&key, tok);
+	auth_http_token(&other, wrong);
+	snprintf(hdr, sizeof(hdr), "Bearer %s", tok);
+
+	/* loopback: always, whatever the token and the key */
+	assert_int_equal(auth_http_admin_verdict(1, NULL, NULL), AUTH_HTTP_ALLOW);
+	assert_int_equal(auth_http_admin_verdict(1, NULL, "Bearer nonsense"), AUTH_HTTP_ALLOW);
+	assert_int_equal(auth_http_admin_verdict(1, &key, NULL), AUTH_HTTP_ALLOW);
+	assert_int_equal(auth_http_admin_verdict(1, &key, "Bearer nonsense"), AUTH_HTTP_ALLOW);
+	assert_int_equal(auth_http_admin_verdict(1, &key, hdr), AUTH_HTTP_ALLOW);
+	/* keyless, not loopback: never, not even with some daemon's token */
+	assert_int_equal(auth_http_admin_verdict(0, NULL, NULL), AUTH_HTTP_KEYLESS);
+	assert_int_equal(auth_http_admin_verdict(0, NULL, hdr), AUTH_HTTP_KEYLESS);
+	/* keyed, not loopback: the right token only */
+	assert_int_equal(auth_http_admin_verdict(0, &key, NULL), AUTH_HTTP_NO_TOKEN);
+	assert_int_equal(auth_http_admin_verdict(0, &key, hdr), AUTH_HTTP_ALLOW);
+	snprintf(hdr, sizeof(hdr), "bEARER \t %s", tok);
+	assert_int_equal(auth_http_admin_verdict(0, &key, hdr), AUTH_HTTP_ALLOW);
+	snprintf(hdr, sizeof(hdr), "Bearer %s", wrong);
+	assert_int_equal(auth_http_admin_verdict(0, &key, hdr), AUTH_HTTP_BAD_TOKEN);
+	snprintf(hdr, sizeof(hdr), "Bearer %.63s", tok);
+	assert_int_equal(auth_http_admin_verdict(0, &key, hdr), AUTH_HTTP_BAD_TOKEN);
+	snprintf(hdr, sizeof(hdr), "Bearer %sa", tok);
+	assert_int_equal(auth_http_admin_verdict(0, &key, hdr), AUTH_HTTP_BAD_TOKEN);
+	assert_int_equal(auth_http_admin_verdict(0, &key, "Bearer "), AUTH_HTTP_BAD_TOKEN);
+	assert_int_equal(auth_http_admin_verdict(0, &key, tok), AUTH_HTTP_NO_TOKEN);
+	snprintf(hdr, sizeof(hdr), "Basic %s", tok);
+	assert_int_equal(auth_http_admin_verdict(0, &key, hdr), AUTH_HTTP_NO_TOKEN);
+	snprintf(hdr, sizeof(hdr), "Bearer%s", tok);
+	assert_int_equal(auth_http_admin_verdict(0, &key, hdr), AUTH_HTTP_NO_TOKEN);
+	assert_int_equal(auth_http_admin_verdict(0, &key, ""), AUTH_HTTP_NO_TOKEN);
+	auth_key_wipe(&key);
+	auth_key_wipe(&other);
+}
+
+static void test_http_gate_admits_and_counts(void **state)
+{
+	struct auth_http_gate gate;
+	struct auth_key key;
+	struct lc_http_reply rep = {.status = 200};
+	struct lc_http_req req = {.method = "GET", .path = "/admin/keys", .query = "",
+				  .peer = "169.254.77.2"};
+
+	(void)state;
+	assert_int_equal(auth_init(), 0);
+	auth_random(key.k, sizeof(key.k));
+	auth_http_gate_init(&gate, &key, "test");
+	assert_true(auth_http_is_admin("/admin"));
+	assert_true(auth_http_is_admin("/admin/stat"));
+	assert_false(auth_http_is_admin("/administer"));
+	assert_false(auth_http_is_admin("/metrics"));
+	/* refused twice in a row: 403, no details, both counted */
+	assert_int_equal(auth_http_gate_admit(&gate, &req, &rep), 0);
+	assert_int_equal(rep.status, 403);
+	assert_string_equal(rep.body, "forbidden\n");
+	req.authorization = "Bearer 00";
+	assert_int_equal(auth_http_gate_admit(&gate, &req, &rep), 0);
+	req.peer_loopback = 1;
+	assert_int_equal(auth_http_gate_admit(&gate, &req, &rep), 1);
+	rep.len = 0;
+	assert_int_equal(auth_http_gate_metrics(&gate, &rep), 0);
+#define REJECTED "lunar_http_admin_rejected_total"
+	assert_non_null(strstr(rep.body, REJECTED "{reason=\"no_token\"} 1\n"));
+	assert_non_null(strstr(rep.body, REJECTED "{reason=\"bad_token\"} 1\n"));
+	assert_non_null(strstr(rep.body, REJECTED "{reason=\"keyless\"} 0\n"));
+#undef REJECTED
+	free(rep.body);
+	auth_key_wipe(&key);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -508,6 +675,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_http_stop_joins, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_http_start_errors, setup, teardown),
 	    cmocka_unit_test(test_http_reply_printf_grows),
+	    cmocka_unit_test(test_http_header_get_parses),
+	    cmocka_unit_test_setup_teardown(test_http_handler_sees_authorization, setup, teardown),
+	    cmocka_unit_test(test_http_gate_verdicts),
+	    cmocka_unit_test(test_http_gate_admits_and_counts),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

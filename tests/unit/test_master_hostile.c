@@ -7,6 +7,7 @@
 
 #include "http.h"
 #include "master/master.h"
+#include "http_gate.h"
 
 /* Leave a non-NULL pattern on the stack, as earlier calls on a worker
  * thread would, so that a read of an unset local shows. */
@@ -289,8 +290,13 @@ static void test_master_reply_unpack_bounded(void **state)
 static int admin_keys_status(struct mst_master *m, const char *query)
 {
 	struct lc_http_reply rep = {.status = 200};
+	struct auth_http_gate gate;
+	struct mst_http mh = {.m = m, .gate = &gate};
+	struct lc_http_req req = {.method = "GET", .path = "/admin/keys", .query = query,
+				  .peer_loopback = 1};
 
-	assert_int_equal(mst_http_handle(m, "GET", "/admin/keys", query, &rep), 0);
+	auth_http_gate_init(&gate, NULL, "test");
+	assert_int_equal(mst_http_handle(&mh, &req, &rep), 0);
 	free(rep.body);
 	return rep.status;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "ctl.h"
 #include "http_get.h"
 #include "json.h"
@@ -81,13 +82,51 @@ static int complain(const struct ctl *x, const struct src *s, int code, const ch
 	return code;
 }
 
-/* GET target from s into r; transport failures become exit codes. */
+/*
+ * The bearer token for the /admin pages into tok when --cluster-key or
+ * $LUNAR_CLUSTER_KEY_FILE names a key: 1, 0 without one, or -1 after
+ * saying why the key could not be read.
+ */
+static int bearer_token(const struct ctl *x, const struct src *s, char tok[AUTH_TOKEN_CHARS + 1])
+{
+	struct auth_key key;
+	char why[512] = "cannot initialise libsodium", msg[MSG_MAX];
+	int rc = auth_init();
+
+	if (!rc)
+		rc = auth_key_resolve(x->key_path, &key, why, sizeof(why));
+	if (rc < 0) {
+		snprintf(msg, sizeof(msg), "cluster key: %s", why);
+		complain(x, s, EXIT_FAIL, msg);
+		return -1;
+	}
+	if (rc == 1)
+		auth_http_token(&key, tok);
+	auth_key_wipe(&key);
+	return rc;
+}
+
+/* GET target from s into r, with the cluster key's token when there is one;
+ * transport failures become exit codes. */
 static int fetch(const struct ctl *x, const struct src *s, const char *target,
 		 struct ctl_http_resp *r)
 {
-	char msg[MSG_MAX];
-	int rc = ctl_http_get(s->addr, s->port, target, timeout_ms(x), r);
+	char msg[MSG_MAX], tok[AUTH_TOKEN_CHARS + 1];
+	int keyed = bearer_token(x, s, tok), rc;
 
+	memset(r, 0, sizeof(*r)); /* fini-able on every path */
+	if (keyed < 0)
+		return EXIT_FAIL;
+	rc = ctl_http_get(s->addr, s->port, target, keyed ? tok : NULL, timeout_ms(x), r);
+	explicit_bzero(tok, sizeof(tok));
+	if (rc == 0 && r->status == 403 && !strncmp(target, "/admin", 6)) {
+		snprintf(msg, sizeof(msg),
+			 "%.200s from the %s at %s: refused (HTTP 403): /admin answers loopback "
+			 "callers, and others with the cluster key (%s)",
+			 target, s->what, r->peer,
+			 keyed ? "this one is not the daemon's" : "give --cluster-key FILE");
+		return complain(x, s, EXIT_FAIL, msg);
+	}
 	if (rc == 0)
 		return EXIT_OK;
 	if (!r->connected) {

@@ -306,8 +306,8 @@ static int read_reply(int fd, uint64_t deadline, struct ctl_http_resp *r, struct
 	return 0;
 }
 
-static int exchange(int fd, const struct addr *a, const char *target, uint64_t deadline,
-		    unsigned timeout_ms, struct ctl_http_resp *r)
+static int exchange(int fd, const struct addr *a, const char *target, const char *bearer,
+		    uint64_t deadline, unsigned timeout_ms, struct ctl_http_resp *r)
 {
 	struct rbuf b = {0};
 	char *req = NULL;
@@ -315,12 +315,15 @@ static int exchange(int fd, const struct addr *a, const char *target, uint64_t d
 
 	n = asprintf(&req,
 		     "GET %s HTTP/1.0\r\nHost: %s%s%s:%s\r\nUser-Agent: lunarctl\r\n"
-		     "Accept: */*\r\nConnection: close\r\n\r\n",
+		     "Accept: */*\r\n%s%s%sConnection: close\r\n\r\n",
 		     target, strchr(a->host, ':') ? "[" : "", a->host,
-		     strchr(a->host, ':') ? "]" : "", a->port);
+		     strchr(a->host, ':') ? "]" : "", a->port,
+		     bearer ? "Authorization: Bearer " : "", bearer ? bearer : "",
+		     bearer ? "\r\n" : "");
 	if (n < 0)
 		return -ENOMEM;
 	rc = send_all(fd, req, (size_t)n, deadline);
+	explicit_bzero(req, (size_t)n); /* it may hold the token */
 	free(req);
 	if (rc == 0)
 		rc = read_reply(fd, deadline, r, &b);
@@ -335,8 +338,8 @@ static int exchange(int fd, const struct addr *a, const char *target, uint64_t d
 	return rc;
 }
 
-int ctl_http_get(const char *addr, unsigned default_port, const char *target, unsigned timeout_ms,
-		 struct ctl_http_resp *r)
+int ctl_http_get(const char *addr, unsigned default_port, const char *target, const char *bearer,
+		 unsigned timeout_ms, struct ctl_http_resp *r)
 {
 	uint64_t deadline = lc_now_ms() + (timeout_ms ? timeout_ms : 1);
 	struct addr a;
@@ -352,11 +355,17 @@ int ctl_http_get(const char *addr, unsigned default_port, const char *target, un
 		snprintf(r->err, sizeof(r->err), "bad request target");
 		return -EINVAL;
 	}
+	for (const char *p = bearer; p && *p; p++) {
+		if ((unsigned char)*p <= 0x20 || *p == 0x7f) {
+			snprintf(r->err, sizeof(r->err), "bad bearer token");
+			return -EINVAL;
+		}
+	}
 	fd = dial(&a, deadline, r);
 	if (fd < 0)
 		return fd;
 	r->connected = 1;
-	rc = exchange(fd, &a, target, deadline, timeout_ms, r);
+	rc = exchange(fd, &a, target, bearer, deadline, timeout_ms, r);
 	close(fd);
 	return rc;
 }

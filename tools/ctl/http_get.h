@@ -39,14 +39,16 @@ int ctl_http_addr_ok(const char *addr, char *err, size_t cap);
 /*
  * ctl_http_get - GET target (a path with its query, already encoded) from
  * addr (as ctl_http_addr_ok; default_port when it names none), the whole
- * exchange within timeout_ms. Returns 0 with r filled (any HTTP status), or
+ * exchange within timeout_ms. bearer, when not NULL, is sent as
+ * "Authorization: Bearer <bearer>" (it must hold no blank or control byte:
+ * -EINVAL). Returns 0 with r filled (any HTTP status), or
  * a negative errno with r->connected and r->err set: -ECONNREFUSED,
  * -ETIMEDOUT, -EHOSTUNREACH... before the connection, -EPROTO for a
  * malformed reply, -EFBIG past CTL_HTTP_MAX_BODY after it. Free with
  * ctl_http_resp_fini either way. Blocks; any thread.
  */
-int ctl_http_get(const char *addr, unsigned default_port, const char *target, unsigned timeout_ms,
-		 struct ctl_http_resp *r);
+int ctl_http_get(const char *addr, unsigned default_port, const char *target, const char *bearer,
+		 unsigned timeout_ms, struct ctl_http_resp *r);
 /* ctl_http_resp_fini - free r's body; r may be reused. */
 void ctl_http_resp_fini(struct ctl_http_resp *r);
 
