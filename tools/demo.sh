@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# demo.sh - a single-node Lunar store in a temporary directory: start lunar-proxy
-# with an embedded master, store and read back a file with lunarctl, run
-# lunar-bench twice, and stop everything. Run from the repo: BUILD=build bash tools/demo.sh
+# demo.sh - a single-node Lunar store in a temporary directory: make a cluster
+# key, start lunar-proxy with an embedded master and that key, store and read
+# back a file with lunarctl, run lunar-bench twice, and stop everything. Run from the repo: BUILD=build bash tools/demo.sh
 # (`make demo` does that). Exit 0 when every step worked, 1 otherwise.
 set -euo pipefail
 
@@ -61,9 +61,12 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/lunar-demo.XXXXXX")
 sock=$dir/proxy.sock
 ctl() { "$BIN/lunarctl" --socket "$sock" "$@"; }
 
-say "Starting lunar-proxy with an embedded master and a 256 MiB memory segment"
-"$BIN/lunar-proxy" --embedded-master --socket "$sock" --segment-size 256MiB --data-port 0 --http-port 0 \
-	>"$dir/proxy.log" 2>&1 &
+say "Making a cluster key (every daemon and peer must prove it; see docs/operations.md)"
+ctl keygen "$dir/cluster.key"
+
+say "Starting lunar-proxy with an embedded master, the key and a 256 MiB memory segment"
+"$BIN/lunar-proxy" --embedded-master --cluster-key "$dir/cluster.key" --socket "$sock" \
+	--segment-size 256MiB --data-port 0 --http-port 0 >"$dir/proxy.log" 2>&1 &
 proxy_pid=$!
 echo "proxy pid $proxy_pid, socket $sock, log $dir/proxy.log"
 
