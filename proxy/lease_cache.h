@@ -43,8 +43,8 @@ struct px_lease_cache;
  * full of small objects can have all of them read from the cache; within
  * [PX_LEASE_KEYS_MIN, PX_LEASE_KEYS_MAX]. Entries also take at most
  * PX_LEASE_ENTRY_BYTES each on average (one replica and a 40-byte key of
- * tenant "default" take about 270): long keys or many replicas make room
- * for fewer. So the cache takes at most 2 % of the segment, and 1.25 GiB at
+ * tenant "default" take about 270, 320 with a keyed cluster's capability):
+ * long keys or many replicas make room for fewer. So the cache takes at most 2 % of the segment, and 1.25 GiB at
  * the most keys. */
 #define PX_LEASE_BYTES_PER_KEY (16u << 10)
 #define PX_LEASE_KEYS_MIN      65536u
