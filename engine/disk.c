@@ -16,13 +16,24 @@
 #include "log.h"
 #include "lunar.h"
 
+/* Split the NUL-terminated name "tenant\0key" of len bytes (untrusted):
+ * 0 and *key, or -EPROTO for a malformed one. */
+static int split_name(const char *name, uint64_t len, const char **key)
+{
+	size_t tlen = strnlen(name, (size_t)len);
+
+	if (!tlen || tlen + 1 >= len || strlen(name + tlen + 1) != len - tlen - 1)
+		return -EPROTO;
+	*key = name + tlen + 1;
+	return 0;
+}
+
 /* Receive the name of a READ_DISK request into name (len bytes + NUL) and
  * split it; 0, or -EPROTO for a malformed one. */
 static int recv_name(int fd, char *name, uint64_t len, uint64_t deadline, const char **key)
 {
 	struct iovec v = {name, (size_t)len};
 	struct eng_iovc c;
-	size_t tlen;
 	int rc;
 
 	eng_iovc_init(&c, &v, 1, 0, len);
@@ -30,11 +41,7 @@ static int recv_name(int fd, char *name, uint64_t len, uint64_t deadline, const 
 	if (rc)
 		return rc;
 	name[len] = '\0';
-	tlen = strnlen(name, (size_t)len);
-	if (!tlen || tlen + 1 >= len || strlen(name + tlen + 1) != len - tlen - 1)
-		return -EPROTO;
-	*key = name + tlen + 1;
-	return 0;
+	return split_name(name, len, key);
 }
 
 /* The value into a heap buffer of cap bytes; its length or a code. */
@@ -55,8 +62,33 @@ static int64_t read_value(struct eng_engine *e, const char *tenant, const char *
 	return n > (int64_t)cap ? LUNAR_ERR_INTERNAL : n;
 }
 
-int eng_disk_serve(struct eng_engine *e, int fd, const struct eng_wire_req *req,
-		   uint64_t deadline_ns)
+/* The request's name: read here (keyless), or already read and MAC'd
+ * (keyed, into name); split at its NUL. 0, or < 0 to close. */
+static int disk_name(const struct eng_srv_req *q, const struct eng_wire_req *req,
+		     const char *given, char *name, const char **key, uint64_t deadline_ns)
+{
+	int rc = 0;
+
+	if (req->offset < 3 || req->offset > ENG_DISK_NAME_MAX || !req->length ||
+	    req->length > ENG_DISK_READ_MAX) {
+		eng_send_rep(q, LUNAR_ERR_INVALID_PARAMS, 0, 0, deadline_ns);
+		return -EPROTO;
+	}
+	if (given) {
+		memcpy(name, given, (size_t)req->offset);
+		name[req->offset] = '\0';
+		if (split_name(name, req->offset, key))
+			rc = -EPROTO;
+	} else {
+		rc = recv_name(q->fd, name, req->offset, deadline_ns, key);
+	}
+	if (rc == -EPROTO)
+		eng_send_rep(q, LUNAR_ERR_INVALID_KEY, 0, 0, deadline_ns);
+	return rc;
+}
+
+int eng_disk_serve(struct eng_engine *e, const struct eng_srv_req *q,
+		   const struct eng_wire_req *req, const char *given, uint64_t deadline_ns)
 {
 	char name[ENG_DISK_NAME_MAX + 1];
 	const char *key;
@@ -66,29 +98,20 @@ int eng_disk_serve(struct eng_engine *e, int fd, const struct eng_wire_req *req,
 	int64_t n;
 	int rc;
 
-	if (req->offset < 3 || req->offset > ENG_DISK_NAME_MAX || !req->length ||
-	    req->length > ENG_DISK_READ_MAX) {
-		eng_send_rep(fd, LUNAR_ERR_INVALID_PARAMS, req->id, 0, 0, deadline_ns);
-		return -EPROTO;
-	}
-	rc = recv_name(fd, name, req->offset, deadline_ns, &key);
-	if (rc) {
-		if (rc == -EPROTO)
-			eng_send_rep(fd, LUNAR_ERR_INVALID_KEY, req->id, 0, 0, deadline_ns);
+	rc = disk_name(q, req, given, name, &key, deadline_ns);
+	if (rc)
 		return rc;
-	}
 	n = read_value(e, name, key, req->length, &buf);
 	if (n <= 0) {
 		free(buf);
-		return eng_send_rep(fd, n < 0 ? (int32_t)n : LUNAR_ERR_INTERNAL, req->id, 0, 0,
-				    deadline_ns);
+		return eng_send_rep(q, n < 0 ? (int32_t)n : LUNAR_ERR_INTERNAL, 0, 0, deadline_ns);
 	}
-	rc = eng_send_rep(fd, 0, req->id, (uint64_t)n, MSG_MORE, deadline_ns);
+	rc = eng_send_rep(q, 0, (uint64_t)n, MSG_MORE, deadline_ns);
 	v.iov_base = buf;
 	v.iov_len = (size_t)n;
 	eng_iovc_init(&c, &v, 1, 0, (uint64_t)n);
 	if (!rc)
-		rc = eng_io_send(fd, &c, 0, deadline_ns);
+		rc = eng_io_send(q->fd, &c, 0, deadline_ns);
 	free(buf);
 	return rc;
 }
@@ -100,55 +123,43 @@ struct disk_call {
 	uint64_t nlen, cap;
 	const struct iovec *iov;
 	int iovcnt;
+	const struct eng_cap *grant;
 	uint64_t deadline_ns;
 	int64_t result;
 };
 
-static int send_request(const struct disk_call *d, int fd)
+static int disk_conn(void *arg, struct eng_cconn *conn, int *replied)
 {
+	struct disk_call *d = arg;
 	struct eng_wire_req req = {
 	    .magic = ENG_WIRE_REQ_MAGIC,
-	    .version = ENG_WIRE_VERSION,
 	    .op = ENG_OP_READ_DISK,
 	    .offset = d->nlen,
 	    .length = d->cap,
 	    .id = d->id,
 	};
-	struct iovec v[2] = {{&req, sizeof(req)}, {(void *)d->name, (size_t)d->nlen}};
-	struct eng_iovc c;
-
-	eng_wire_req_encode(&req);
-	eng_iovc_init(&c, v, 2, 0, sizeof(req) + d->nlen);
-	return eng_io_send(fd, &c, 0, d->deadline_ns);
-}
-
-static int disk_conn(void *arg, int fd, int *replied)
-{
-	struct disk_call *d = arg;
 	struct eng_wire_rep rep;
-	struct iovec v = {&rep, sizeof(rep)};
 	struct eng_iovc c;
-	int rc = send_request(d, fd);
+	uint64_t ctr;
+	int rc;
 
 	*replied = 0;
+	rc = eng_send_req(conn, &req, d->grant, 0, d->name, d->nlen, 0, d->deadline_ns, &ctr);
+	if (!rc)
+		rc = eng_recv_rep(conn, ctr, &rep, d->deadline_ns, replied);
 	if (rc)
 		return rc;
-	eng_iovc_init(&c, &v, 1, 0, sizeof(rep));
-	rc = eng_io_recv(fd, &c, d->deadline_ns);
-	*replied = c.left < sizeof(rep);
-	if (rc)
-		return rc;
-	eng_wire_rep_decode(&rep);
 	if (rep.magic != ENG_WIRE_REP_MAGIC || rep.id != d->id || rep.length > d->cap ||
 	    rep.status > 0 || (rep.status && rep.length))
 		return -EPROTO;
-	if (rep.status == LUNAR_ERR_INVALID_PARAMS || rep.status == LUNAR_ERR_INVALID_KEY)
+	if (rep.status == LUNAR_ERR_INVALID_PARAMS || rep.status == LUNAR_ERR_INVALID_KEY ||
+	    rep.status == LUNAR_ERR_UNAUTHORIZED)
 		return -EPROTO; /* a refusal: the peer closes */
 	d->result = rep.status ? rep.status : (int64_t)rep.length;
 	if (rep.status || !rep.length)
 		return rep.status ? 0 : -EPROTO;
 	eng_iovc_init(&c, d->iov, d->iovcnt, 0, rep.length);
-	return eng_io_recv(fd, &c, d->deadline_ns);
+	return eng_io_recv(conn->fd, &c, d->deadline_ns);
 }
 
 static uint32_t iov_crc(const struct iovec *iov, int iovcnt, uint64_t n)
@@ -180,15 +191,19 @@ static uint64_t iov_total(const struct iovec *iov, int iovcnt)
 }
 
 static int64_t remote_read(struct eng_engine *e, const char *endpoint, const char *tenant,
-			   const char *key, const struct iovec *iov, int iovcnt, uint64_t cap)
+			   const char *key, const struct iovec *iov, int iovcnt, uint64_t cap,
+			   const struct eng_cap *grant)
 {
 	size_t tl = strlen(tenant), kl = strlen(key);
-	struct disk_call d = {.nlen = tl + 1 + kl, .cap = cap, .iov = iov, .iovcnt = iovcnt};
+	struct disk_call d = {
+	    .nlen = tl + 1 + kl, .cap = cap, .iov = iov, .iovcnt = iovcnt, .grant = grant};
 	char *name;
 	int rc;
 
 	if (!tl || !kl || d.nlen > ENG_DISK_NAME_MAX)
 		return LUNAR_ERR_INVALID_PARAMS;
+	if (e->keyed && !grant)
+		return LUNAR_ERR_TRANSFER_FAIL; /* the owner would refuse it */
 	name = malloc(d.nlen);
 	if (!name)
 		return LUNAR_ERR_INTERNAL;
@@ -208,7 +223,8 @@ static int64_t remote_read(struct eng_engine *e, const char *endpoint, const cha
 }
 
 int64_t eng_xfer_disk(struct eng_engine *e, const char *endpoint, const char *tenant,
-		      const char *key, const struct iovec *iov, int iovcnt, uint32_t *crc)
+		      const char *key, const struct iovec *iov, int iovcnt,
+		      const struct eng_cap *grant, uint32_t *crc)
 {
 	uint64_t cap = iov_total(iov, iovcnt);
 	int64_t n;
@@ -219,7 +235,7 @@ int64_t eng_xfer_disk(struct eng_engine *e, const char *endpoint, const char *te
 		n = e->cfg.disk_read ? e->cfg.disk_read(e->cfg.disk_arg, tenant, key, iov, iovcnt)
 				     : LUNAR_ERR_OBJECT_NOT_FOUND;
 	else
-		n = remote_read(e, endpoint, tenant, key, iov, iovcnt, cap);
+		n = remote_read(e, endpoint, tenant, key, iov, iovcnt, cap, grant);
 	if (n > 0 && crc)
 		*crc = iov_crc(iov, iovcnt, (uint64_t)n);
 	return n;

@@ -12,6 +12,7 @@
 #define LUNAR_ENGINE_ENG_INT_H
 
 #include "engine.h"
+#include "auth.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -55,12 +56,56 @@
  * connection (a refused WRITE's payload is never read). A client drops a
  * connection on any error, so a connection is either idle between requests
  * or in the middle of exactly one.
+ *
+ * Keyed wire, version 2 (both engines have the cluster key, SPEC §13). A
+ * connection opens with the auth handshake (auth.h), the dialler as client
+ * claiming AUTH_ROLE_NODE, the data port's owner as server:
+ *   hs client hello (72)    u32 magic ENG_WIRE_HS_MAGIC, u16 version 2,
+ *                           u16 role, 64 bytes hello
+ *   hs server hello (104)   u32 magic, u16 version 2, u16 0, 64 bytes
+ *                           hello, 32 bytes proof (role SERVER)
+ *   hs client proof (32)    32 bytes proof (role NODE)
+ * Nothing else is parsed before the handshake checked; a failure closes the
+ * connection without a word. Then every frame is a longer header:
+ *   keyed request (112)                     keyed reply (48)
+ *    0 the 32-byte request, version 2        0 the 24-byte reply
+ *   32 u64 counter   0, 1, 2, ... per conn  24 u64 counter  the request's
+ *   40 u32 crc       WRITE: CRC32C of the   32 16 bytes MAC
+ *                    payload; else 0
+ *   44 u32 reserved  0
+ *   48 u64 cap_offset   the capability's range: the request's
+ *   56 u64 cap_length   [offset, offset + length) lies inside it
+ *   64 u64 cap_version  the object version it was granted for
+ *   72 u64 cap_expiry   CLOCK_REALTIME ms
+ *   80 16 bytes cap     auth_cap_make under the segment's secret
+ *   96 16 bytes MAC
+ * The request's MAC is auth_mac(client tx_key, counter, bytes 0..96 of the
+ * header, then a READ_DISK's name); the reply's is auth_mac(server tx_key,
+ * the request's counter, bytes 0..32 of the reply), so a reply answers one
+ * request only. The server takes counters strictly in order (TCP keeps
+ * it) and each once. It closes the connection with no reply on a bad MAC
+ * or counter; with a MAC'd UNAUTHORIZED reply, before touching the segment,
+ * when the capability does not check (segment = the owner's segment name,
+ * subject NULL, or "tenant\0key" for READ_DISK, op, cap range, version,
+ * expiry later than now - ENG_CAP_SKEW_MS) or the range is not inside it;
+ * with CHECKSUM_MISMATCH when a WRITE's payload is not the CRC32C its
+ * header named (checked before a success reply). A READ reply carries no
+ * payload CRC: the reader checks the value's CRC32C against the master's
+ * record anyway, and a second pass on the owner would cost per byte.
+ * Payload bytes are not MAC'd: an on-path attacker who rewrites TCP
+ * payloads is out of scope until an encrypted mode exists.
  */
-#define ENG_WIRE_REQ_MAGIC 0x51524e4cu /* "LNRQ" */
-#define ENG_WIRE_REP_MAGIC 0x50524e4cu /* "LNRP" */
-#define ENG_WIRE_VERSION   1
-#define ENG_WIRE_REQ_SIZE  32
-#define ENG_WIRE_REP_SIZE  24
+#define ENG_WIRE_REQ_MAGIC     0x51524e4cu /* "LNRQ" */
+#define ENG_WIRE_REP_MAGIC     0x50524e4cu /* "LNRP" */
+#define ENG_WIRE_HS_MAGIC      0x53484e4cu /* "LNHS" */
+#define ENG_WIRE_VERSION       1
+#define ENG_WIRE_VERSION_KEYED 2
+#define ENG_WIRE_REQ_SIZE      32
+#define ENG_WIRE_REP_SIZE      24
+#define ENG_WIRE_KREQ_SIZE     112
+#define ENG_WIRE_KREP_SIZE     48
+#define ENG_WIRE_KREQ_MACD     96 /* bytes of the keyed request under its MAC */
+#define ENG_CAP_SKEW_MS	       2000 /* clock skew between master and owner tolerated */
 
 enum eng_wire_op {
 	ENG_OP_READ = 1,
@@ -85,7 +130,32 @@ struct eng_wire_rep {
 	uint64_t length;
 };
 
+struct eng_wire_kreq {
+	struct eng_wire_req h;
+	uint64_t ctr;
+	uint32_t crc;
+	uint32_t reserved;
+	uint64_t cap_offset;
+	uint64_t cap_length;
+	uint64_t cap_version;
+	uint64_t cap_expiry_ms;
+	unsigned char cap[ENG_CAP_BYTES];
+	unsigned char mac[AUTH_TAG_BYTES];
+};
+
+struct eng_wire_krep {
+	struct eng_wire_rep h;
+	uint64_t ctr;
+	unsigned char mac[AUTH_TAG_BYTES];
+};
+
 static_assert(sizeof(struct eng_wire_req) == ENG_WIRE_REQ_SIZE, "request header size");
+static_assert(sizeof(struct eng_wire_kreq) == ENG_WIRE_KREQ_SIZE, "keyed request size");
+static_assert(sizeof(struct eng_wire_krep) == ENG_WIRE_KREP_SIZE, "keyed reply size");
+static_assert(offsetof(struct eng_wire_kreq, mac) == ENG_WIRE_KREQ_MACD, "keyed request layout");
+static_assert(offsetof(struct eng_wire_kreq, cap) == 80, "keyed request layout");
+static_assert(offsetof(struct eng_wire_krep, mac) == 32, "keyed reply layout");
+static_assert(ENG_CAP_BYTES == AUTH_CAP_BYTES, "capability size");
 static_assert(sizeof(struct eng_wire_rep) == ENG_WIRE_REP_SIZE, "reply header size");
 static_assert(offsetof(struct eng_wire_req, id) == 24, "request header layout");
 static_assert(offsetof(struct eng_wire_rep, length) == 16, "reply header layout");
@@ -97,11 +167,51 @@ void eng_wire_req_decode(struct eng_wire_req *r);
 void eng_wire_rep_encode(struct eng_wire_rep *r);
 void eng_wire_rep_decode(struct eng_wire_rep *r);
 /*
- * eng_wire_req_check - whether a decoded request may be served on a segment
- * of seg_size bytes: 0, or the status to refuse it with. The range check
+ * eng_wire_req_check - whether a decoded request of wire version version
+ * (ENG_WIRE_VERSION or _KEYED) may be served on a segment of seg_size
+ * bytes: 0, or the status to refuse it with. The range check
  * cannot overflow whatever offset and length hold.
  */
-int eng_wire_req_check(const struct eng_wire_req *r, uint64_t seg_size);
+int eng_wire_req_check(const struct eng_wire_req *r, uint64_t seg_size, uint16_t version);
+/* eng_wire_kreq_encode/_decode, eng_wire_krep_encode/_decode - the same for
+ * the keyed headers (the embedded plain header too); in place. */
+void eng_wire_kreq_encode(struct eng_wire_kreq *r);
+void eng_wire_kreq_decode(struct eng_wire_kreq *r);
+void eng_wire_krep_encode(struct eng_wire_krep *r);
+void eng_wire_krep_decode(struct eng_wire_krep *r);
+/*
+ * eng_wire_kreq_seal - number the encoded keyed request raw with the next
+ * counter of s (*ctr) and MAC it and the name (nlen bytes, READ_DISK; NULL
+ * otherwise). raw is on-the-wire bytes except ctr, which this sets.
+ */
+void eng_wire_kreq_seal(struct eng_wire_kreq *raw, struct auth_session *s, const void *name,
+			size_t nlen, uint64_t *ctr);
+/*
+ * eng_wire_kreq_open - check the keyed request raw (the bytes as received,
+ * untrusted) and name under s: its MAC, then its counter (the next one
+ * expected, accepted once); decode raw in place when both check. 0, or the
+ * reason to refuse: ENG_REJ_MAC or ENG_REJ_REPLAY. Connection thread only.
+ */
+int eng_wire_kreq_open(struct eng_wire_kreq *raw, struct auth_session *s, const void *name,
+		       size_t nlen);
+/*
+ * eng_wire_krep_seal / _open - MAC an encoded keyed reply to the request
+ * numbered ctr; check and decode a received one (0, or -EPROTO for a bad
+ * MAC or another counter).
+ */
+void eng_wire_krep_seal(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr);
+int eng_wire_krep_open(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr);
+/*
+ * eng_wire_cap_check - whether the decoded keyed request r may touch its
+ * range under the segment's secret: the capability checks for (segment,
+ * subject, op, cap range, version, expiry) with ENG_CAP_SKEW_MS of grace
+ * at now_ms (CLOCK_REALTIME), and r's range lies inside the cap's (for
+ * READ_DISK: r's length is at most cap_length). 0 or LUNAR_ERR_UNAUTHORIZED.
+ * O(1): one keyed BLAKE2b over a few dozen bytes.
+ */
+int eng_wire_cap_check(const struct eng_wire_kreq *r, const unsigned char *secret,
+		       const char *segment, const void *subject, size_t subject_len,
+		       uint64_t now_ms);
 
 /*
  * A position in a scatter list and the bytes still to move from there: the
@@ -151,15 +261,49 @@ int eng_addr_format(char *buf, size_t cap, const char *host, uint16_t port);
 int eng_sock_nodelay(int fd);
 
 /*
- * eng_disk_serve - answer the READ_DISK request req (decoded, its name not
- * read yet) on fd: 0 to go on with the next request, < 0 to close. Data-port
- * thread (disk.c).
+ * The request a data-port connection is serving: where to reply, and on a
+ * keyed connection its session and the request's counter (the reply's MAC
+ * binds it).
  */
-int eng_disk_serve(struct eng_engine *e, int fd, const struct eng_wire_req *req,
-		   uint64_t deadline_ns);
-/* eng_send_rep - send one reply header; 0 or -errno (server.c). */
-int eng_send_rep(int fd, int32_t status, uint64_t id, uint64_t length, int flags,
+struct eng_srv_req {
+	int fd;
+	struct auth_session *s; /* NULL: keyless */
+	uint64_t ctr;
+	uint64_t id;
+};
+
+/*
+ * eng_disk_serve - answer the READ_DISK request req (decoded) on q->fd; its
+ * name is in name (nlen bytes, checked by the MAC) on a keyed connection,
+ * else NULL and read here. 0 to go on with the next request, < 0 to close.
+ * Data-port thread (disk.c).
+ */
+int eng_disk_serve(struct eng_engine *e, const struct eng_srv_req *q,
+		   const struct eng_wire_req *req, const char *name, uint64_t deadline_ns);
+/* eng_send_rep - send one reply header (keyed when q->s); 0 or -errno (server.c). */
+int eng_send_rep(const struct eng_srv_req *q, int32_t status, uint64_t length, int flags,
 		 uint64_t deadline_ns);
+/*
+ * eng_reject - count a refusal for reason r and log it, at most once a
+ * second per engine (why, the peer's fd for its address). Any thread.
+ */
+void eng_reject(struct eng_engine *e, enum eng_reject r, int fd, const char *why);
+/*
+ * eng_hs_server / eng_hs_client - the handshake on a new connection fd,
+ * as the data port's owner / as the dialler (role NODE), filling *s;
+ * 0, or -EACCES (the peer failed it; the server counted it) or -errno.
+ * Block until deadline_ns at most (keyed.c).
+ */
+int eng_hs_server(struct eng_engine *e, int fd, struct auth_session *s, uint64_t deadline_ns);
+int eng_hs_client(struct eng_engine *e, int fd, struct auth_session *s, uint64_t deadline_ns);
+/*
+ * eng_secret_check - eng_wire_cap_check of the decoded keyed request r
+ * (subject: a READ_DISK's name, else NULL) under the segment's secret and
+ * name, now; LUNAR_ERR_UNAUTHORIZED also before eng_engine_set_secret. Any
+ * thread (a read lock).
+ */
+int eng_secret_check(struct eng_engine *e, const struct eng_wire_kreq *r, const void *subject,
+		     size_t subject_len);
 
 /* The data port: a listener thread and a thread per accepted connection. */
 struct eng_srv_conn;
@@ -170,6 +314,15 @@ struct eng_server {
 	atomic_int stopping;
 	struct eng_srv_conn *conns; /* only the listener thread touches it while running */
 };
+
+/* A client connection: its socket, and its session when keyed. */
+struct eng_cconn {
+	int fd;
+	int keyed;
+	struct auth_session s;
+};
+/* eng_cconn_close - close and free c (its session wiped). NULL ok. */
+void eng_cconn_close(struct eng_cconn *c);
 
 /* The client side: a hash of peers, each with its idle connections. */
 #define ENG_POOL_BUCKETS 64
@@ -188,6 +341,15 @@ struct eng_engine {
 	atomic_uint_fast64_t next_id;
 	struct eng_server srv;
 	struct eng_pool pool;
+	/* Keyed: the cluster key, and the segment's capability secret. */
+	int keyed;
+	struct auth_key key;
+	pthread_rwlock_t secret_lock;
+	int have_secret;
+	unsigned char secret[AUTH_KEY_BYTES];
+	char seg_name[ENG_ENDPOINT_MAX];
+	atomic_uint_fast64_t rejected[ENG_REJ_COUNT];
+	_Atomic uint64_t reject_logged_ns;
 };
 
 /*
@@ -206,17 +368,18 @@ int eng_pool_init(struct eng_pool *p, unsigned max_idle);
 void eng_pool_fini(struct eng_pool *p);
 /*
  * eng_pool_take - a connection to endpoint: an idle pooled one (*pooled = 1)
- * or a new one dialled before deadline_ns (*pooled = 0). Returns the fd,
- * owned by the caller, or -errno. Any thread; blocks on DNS the first time a
- * peer is seen, and on connect.
+ * or a new one dialled before deadline_ns (*pooled = 0, keyed 0, no
+ * handshake yet). 0 and *out, owned by the caller, or -errno. Any thread;
+ * blocks on DNS the first time a peer is seen, and on connect.
  */
-int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns, int *pooled);
+int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns, int *pooled,
+		  struct eng_cconn **out);
 /* eng_pool_flush - close every idle connection to endpoint (its peer went
  * away). Any thread. */
 void eng_pool_flush(struct eng_pool *p, const char *endpoint);
-/* eng_pool_give - hand back a healthy idle fd of endpoint: kept, or closed
- * when the peer already has max_idle. Any thread. */
-void eng_pool_give(struct eng_pool *p, const char *endpoint, int fd);
+/* eng_pool_give - hand back a healthy idle connection to endpoint: kept,
+ * or closed when the peer already has max_idle. Any thread. */
+void eng_pool_give(struct eng_pool *p, const char *endpoint, struct eng_cconn *c);
 
 /*
  * One transport: xfer moves total bytes of iov to (ENG_WRITE) or from
@@ -228,18 +391,36 @@ void eng_pool_give(struct eng_pool *p, const char *endpoint, int fd);
  */
 struct eng_transport_ops {
 	int (*xfer)(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
-		    const struct iovec *iov, int iovcnt, uint64_t total, uint32_t *crc);
+		    const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
+		    uint32_t *crc);
 };
 
 /*
- * eng_tcp_run - run one request/reply exchange fn(arg, fd, &replied) on a
- * pooled connection to endpoint (fn returns 0 when the connection is idle
+ * eng_tcp_run - run one request/reply exchange fn(arg, c, &replied) on a
+ * pooled connection to endpoint (a new one of a keyed engine has passed
+ * the handshake) (fn returns 0 when the connection is idle
  * again, else -errno and whether a reply byte came). A pooled connection
  * that fails before any reply is retried once on a new one. 0 or -errno;
  * *ran (if not NULL) tells whether fn ran at all: when it did not, no
  * connection could be made and nothing was sent.
  */
-typedef int (*eng_conn_fn)(void *arg, int fd, int *replied);
+typedef int (*eng_conn_fn)(void *arg, struct eng_cconn *c, int *replied);
+/*
+ * eng_send_req - send the request header req (host order, id set) on c: a
+ * plain one, or on a keyed connection the keyed header with cap (NULL:
+ * zeros), crc and the MAC over it and name (nlen bytes, sent after it).
+ * Sets *ctr to the counter used. flags as eng_io_send. 0 or -errno.
+ */
+int eng_send_req(struct eng_cconn *c, const struct eng_wire_req *req, const struct eng_cap *cap,
+		 uint32_t crc, const void *name, size_t nlen, int flags, uint64_t deadline_ns,
+		 uint64_t *ctr);
+/*
+ * eng_recv_rep - receive the reply header to the request numbered ctr into
+ * *rep (decoded; its MAC checked on a keyed connection: -EPROTO when it
+ * does not). *replied tells whether a byte came. 0 or -errno.
+ */
+int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep,
+		 uint64_t deadline_ns, int *replied);
 int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,
 		void *arg, int *ran);
 

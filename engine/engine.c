@@ -1,12 +1,15 @@
 /*
  * engine.c - the engine object and eng_xfer, the one place that picks a
- * transport: local when the endpoint is this engine's own, TCP otherwise.
+ * transport: local when the endpoint is this engine's own, TCP otherwise
+ * (which then carries the capability on a keyed engine).
  */
 #include "eng_int.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sodium.h>
 
 #include "log.h"
 #include "lunar.h"
@@ -29,7 +32,12 @@ static int config_init(struct eng_engine *e, const struct eng_config *cfg)
 		e->cfg.conns_per_peer = ENG_DEFAULT_CONNS;
 	e->timeout_ns = (uint64_t)e->cfg.io_timeout_ms * 1000000ull;
 	atomic_init(&e->next_id, 1);
-	return 0;
+	if (cfg->cluster_key) {
+		e->keyed = 1;
+		e->key = *cfg->cluster_key;
+	}
+	e->cfg.cluster_key = NULL; /* ours is e->key: the caller may wipe its copy */
+	return -pthread_rwlock_init(&e->secret_lock, NULL);
 }
 
 int eng_engine_create(const struct eng_config *cfg, struct eng_engine **out)
@@ -47,18 +55,21 @@ int eng_engine_create(const struct eng_config *cfg, struct eng_engine **out)
 		goto err_free;
 	rc = eng_pool_init(&e->pool, e->cfg.conns_per_peer);
 	if (rc)
-		goto err_free;
+		goto err_lock;
 	rc = eng_server_start(e);
 	if (rc)
 		goto err_pool;
-	LC_INFO(ENG_LOG, "serving %llu bytes on %s", (unsigned long long)e->cfg.seg_size,
-		e->endpoint);
+	LC_INFO(ENG_LOG, "serving %llu bytes on %s%s", (unsigned long long)e->cfg.seg_size,
+		e->endpoint, e->keyed ? " (keyed: handshake, MACs, capabilities)" : "");
 	*out = e;
 	return 0;
 
 err_pool:
 	eng_pool_fini(&e->pool);
+err_lock:
+	pthread_rwlock_destroy(&e->secret_lock);
 err_free:
+	auth_key_wipe(&e->key);
 	LC_ERROR(ENG_LOG, "cannot start the data port on %s:%u: %s", e->host, (unsigned)cfg->port,
 		 strerror(-rc));
 	free(e);
@@ -78,11 +89,14 @@ void eng_engine_destroy(struct eng_engine *e)
 		return;
 	eng_server_stop(e);
 	eng_pool_fini(&e->pool);
+	pthread_rwlock_destroy(&e->secret_lock);
+	auth_key_wipe(&e->key);
+	sodium_memzero(e->secret, sizeof(e->secret));
 	free(e);
 }
 
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
-	     const struct iovec *iov, int iovcnt, uint32_t *crc)
+	     const struct iovec *iov, int iovcnt, const struct eng_cap *cap, uint32_t *crc)
 {
 	const struct eng_transport_ops *ops;
 	uint64_t total = 0;
@@ -98,5 +112,5 @@ int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint6
 	if (!total)
 		return LUNAR_ERR_TRANSFER_FAIL;
 	ops = strcmp(endpoint, e->endpoint) ? &eng_tcp_ops : &eng_local_ops;
-	return ops->xfer(e, endpoint, dir, off, iov, iovcnt, total, crc);
+	return ops->xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
 }

@@ -4,7 +4,10 @@
  * table: local (the segment is ours: memcpy) and TCP (a pooled connection to
  * the owner's data port, scatter/gather I/O, no intermediate buffers). Each
  * engine also serves its own segment on a TCP data port, checking every
- * (offset, length) against the segment's bounds.
+ * (offset, length) against the segment's bounds. With a cluster key
+ * (SPEC §13) every data-port connection opens with the auth handshake, every
+ * frame carries a counter and a MAC, and the owner serves a range only with
+ * a capability the master issued for it (eng_cap).
  *
  * Errors: every call returns 0 (or a length) or a negative LUNAR_ERR_* code,
  * plus the engine's own ENG_XFER_UNSENT; never -errno.
@@ -14,6 +17,8 @@
 
 #include <stdint.h>
 #include <sys/uio.h>
+
+struct auth_key;
 
 struct eng_config {
 	const char *host;        /* listen and advertised address; "127.0.0.1" */
@@ -32,6 +37,37 @@ struct eng_config {
 	int64_t (*disk_read)(void *arg, const char *tenant, const char *key, const struct iovec *iov,
 			     int iovcnt);
 	void *disk_arg;
+	/*
+	 * The cluster key (copied at create; the caller may wipe its own):
+	 * handshake, MACs and capability checks on the data port, both as a
+	 * server and as a client. NULL: keyless, frames as in wire version 1.
+	 */
+	const struct auth_key *cluster_key;
+};
+
+/*
+ * A capability the master granted for one replica (Replica.cap and its
+ * fields): op on [offset, offset + length) of the segment (a transfer may
+ * move any part of it; for a disk read offset is 0 and length the most
+ * bytes), for the object's version, until expiry_ms (CLOCK_REALTIME).
+ */
+#define ENG_CAP_BYTES 16
+struct eng_cap {
+	uint64_t offset;
+	uint64_t length;
+	uint64_t version;
+	uint64_t expiry_ms;
+	unsigned char tag[ENG_CAP_BYTES];
+};
+
+/* Why a keyed data port refused a peer (eng_engine_rejected). */
+enum eng_reject {
+	ENG_REJ_HANDSHAKE, /* no key, wrong key, or a malformed handshake */
+	ENG_REJ_MAC,	   /* a frame whose MAC does not check */
+	ENG_REJ_REPLAY,	   /* a counter seen before, or out of order */
+	ENG_REJ_CAPABILITY, /* no capability, or one not for this request */
+	ENG_REJ_CRC,	   /* a WRITE payload unlike the CRC32C its header named */
+	ENG_REJ_COUNT,
 };
 
 enum eng_dir {
@@ -51,6 +87,17 @@ struct eng_engine;
 int eng_engine_create(const struct eng_config *cfg, struct eng_engine **out);
 /* eng_engine_endpoint - "host:port" of this engine's data port. */
 const char *eng_engine_endpoint(const struct eng_engine *e);
+/*
+ * eng_engine_set_secret - the capability secret the master gave the
+ * segment called segment at (re-)mount (AUTH_KEY_BYTES); replaces the one
+ * before. Until it is set a keyed data port refuses every range. Any
+ * thread. 0, or LUNAR_ERR_INVALID_PARAMS (a name too long, a keyless engine).
+ */
+int eng_engine_set_secret(struct eng_engine *e, const char *segment, const unsigned char *secret);
+/* eng_engine_rejected - peers refused for reason r so far (a relaxed read). */
+uint64_t eng_engine_rejected(const struct eng_engine *e, enum eng_reject r);
+/* eng_reject_name - "handshake", "mac", "replay", "capability" or "crc". */
+const char *eng_reject_name(enum eng_reject r);
 /* eng_engine_destroy - stop serving, close pooled connections, free. NULL ok. */
 void eng_engine_destroy(struct eng_engine *e);
 
@@ -72,9 +119,12 @@ void eng_engine_destroy(struct eng_engine *e);
  * of the bytes moved; a local transfer computes it in the same pass as the
  * copy. Local copies of 64 KiB and more use non-temporal stores (lc_copy,
  * lc_copy_crc32c), except for ENG_READ_STAGED.
+ * cap: the master's grant for the range, sent with a remote request of a
+ * keyed engine (a keyed remote transfer without one fails unsent); NULL for
+ * local copies and keyless engines, where it is ignored. Only read.
  */
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
-	     const struct iovec *iov, int iovcnt, uint32_t *crc);
+	     const struct iovec *iov, int iovcnt, const struct eng_cap *cap, uint32_t *crc);
 
 /*
  * eng_xfer_disk - read the value of (tenant, key) from the disk tier of the
@@ -86,10 +136,12 @@ int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint6
  * length (bytes of iov written), or the owner's code (OBJECT_NOT_FOUND,
  * BUFFER_OVERFLOW, CHECKSUM_MISMATCH, FILE_READ_FAIL) or
  * LUNAR_ERR_TRANSFER_FAIL. If crc is not NULL, *crc is the CRC32C of the
- * bytes received (set on success only).
+ * bytes received (set on success only). cap: as for eng_xfer, a READ_DISK
+ * grant whose subject is "tenant\0key".
  */
 #define ENG_DISK_READ_MAX (1ull << 30)
 int64_t eng_xfer_disk(struct eng_engine *e, const char *endpoint, const char *tenant,
-		      const char *key, const struct iovec *iov, int iovcnt, uint32_t *crc);
+		      const char *key, const struct iovec *iov, int iovcnt,
+		      const struct eng_cap *cap, uint32_t *crc);
 
 #endif /* LUNAR_ENGINE_ENGINE_H */

@@ -1,8 +1,9 @@
 /*
  * pool.c - the client's connections: a small hash of peers by endpoint, each
  * with its resolved address (DNS once per peer) and a stack of idle
- * connections. A transfer takes an idle connection or dials a new one, and
- * gives it back only after a clean request/reply.
+ * connections (a socket and, on a keyed engine, its session). A transfer
+ * takes an idle connection or dials a new one, and gives it back only after
+ * a clean request/reply.
  */
 #include "eng_int.h"
 
@@ -12,13 +13,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 struct eng_peer {
 	struct eng_peer *next;
 	char endpoint[ENG_ENDPOINT_MAX];
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
 	unsigned nidle;
-	int idle[]; /* max_idle slots; the most recently used on top */
+	struct eng_cconn *idle[]; /* max_idle slots; the most recently used on top */
 };
 
 static unsigned bucket_of(const char *endpoint)
@@ -105,7 +108,7 @@ void eng_pool_fini(struct eng_pool *p)
 		for (; peer; peer = next) {
 			next = peer->next;
 			for (unsigned i = 0; i < peer->nidle; i++)
-				close(peer->idle[i]);
+				eng_cconn_close(peer->idle[i]);
 			free(peer);
 		}
 		p->bucket[b] = NULL;
@@ -113,7 +116,36 @@ void eng_pool_fini(struct eng_pool *p)
 	pthread_mutex_destroy(&p->lock);
 }
 
-int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns, int *pooled)
+void eng_cconn_close(struct eng_cconn *c)
+{
+	if (!c)
+		return;
+	close(c->fd);
+	sodium_memzero(&c->s, sizeof(c->s));
+	free(c);
+}
+
+/* A new connection to sa; 0 and *out, or -errno. */
+static int dial_conn(const struct sockaddr_storage *sa, socklen_t len, uint64_t deadline_ns,
+		     struct eng_cconn **out)
+{
+	struct eng_cconn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	c->fd = dial(sa, len, deadline_ns);
+	if (c->fd < 0) {
+		int rc = c->fd;
+
+		free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns, int *pooled,
+		  struct eng_cconn **out)
 {
 	struct sockaddr_storage sa;
 	struct eng_peer *peer;
@@ -126,11 +158,10 @@ int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns
 	pthread_mutex_lock(&p->lock);
 	peer = find_peer(p, endpoint);
 	if (peer && peer->nidle) {
-		int fd = peer->idle[--peer->nidle];
-
+		*out = peer->idle[--peer->nidle];
 		pthread_mutex_unlock(&p->lock);
 		*pooled = 1;
-		return fd;
+		return 0;
 	}
 	if (peer) {
 		sa = peer->addr;
@@ -147,22 +178,21 @@ int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns
 			add_peer(p, endpoint, &sa, len);
 		pthread_mutex_unlock(&p->lock);
 	}
-	return dial(&sa, len, deadline_ns);
+	return dial_conn(&sa, len, deadline_ns, out);
 }
 
-void eng_pool_give(struct eng_pool *p, const char *endpoint, int fd)
+void eng_pool_give(struct eng_pool *p, const char *endpoint, struct eng_cconn *c)
 {
 	struct eng_peer *peer;
 
 	pthread_mutex_lock(&p->lock);
 	peer = find_peer(p, endpoint);
 	if (peer && peer->nidle < p->max_idle) {
-		peer->idle[peer->nidle++] = fd;
-		fd = -1;
+		peer->idle[peer->nidle++] = c;
+		c = NULL;
 	}
 	pthread_mutex_unlock(&p->lock);
-	if (fd >= 0)
-		close(fd);
+	eng_cconn_close(c);
 }
 
 void eng_pool_flush(struct eng_pool *p, const char *endpoint)
@@ -173,6 +203,6 @@ void eng_pool_flush(struct eng_pool *p, const char *endpoint)
 	peer = find_peer(p, endpoint);
 	/* close() of an idle socket does not block: fine under the lock. */
 	for (; peer && peer->nidle; peer->nidle--)
-		close(peer->idle[peer->nidle - 1]);
+		eng_cconn_close(peer->idle[peer->nidle - 1]);
 	pthread_mutex_unlock(&p->lock);
 }

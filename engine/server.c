@@ -9,10 +9,14 @@
  * and one address holds at most a quarter of the slots, so neither can
  * sockets that each began a request and stalled (held to the I/O timeout).
  * A connection thread that ends tells the listener (an eventfd), which
- * joins it and closes its descriptor then.
+ * joins it and closes its descriptor then. A keyed engine's connection
+ * starts with the handshake, and each request must carry a good MAC, the
+ * next counter and a capability for its range before a byte of the segment
+ * moves (eng_int.h).
  */
 #include "eng_int.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -21,8 +25,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "clock.h"
+#include "crc32c.h"
 #include "log.h"
+#include "lunar.h"
 
 #define ENG_SRV_BACKLOG	     128
 #define ENG_SRV_MAX_CONNS    1024 /* a peer opening sockets forever must not exhaust threads */
@@ -39,77 +47,151 @@ struct eng_srv_conn {
 	/* When it began to wait for a request; 0 while it serves one. A CAS
 	 * decides between the request's first byte and an eviction. */
 	_Atomic uint64_t idle_since;
+	struct auth_session s; /* keyed engines: from the handshake */
 };
 
-static int send_rep(int fd, int32_t status, const struct eng_wire_req *req, int flags,
-		    uint64_t deadline_ns)
-{
-	return eng_send_rep(fd, status, req->id, req->length, flags, deadline_ns);
-}
-
-int eng_send_rep(int fd, int32_t status, uint64_t id, uint64_t length, int flags,
+int eng_send_rep(const struct eng_srv_req *q, int32_t status, uint64_t length, int flags,
 		 uint64_t deadline_ns)
 {
-	struct eng_wire_rep rep = {
-	    .magic = ENG_WIRE_REP_MAGIC,
-	    .status = status,
-	    .id = id,
-	    .length = length,
+	struct eng_wire_krep rep = {
+	    .h = {.magic = ENG_WIRE_REP_MAGIC, .status = status, .id = q->id, .length = length},
 	};
-	struct iovec v = {&rep, sizeof(rep)};
+	struct iovec v = {&rep, q->s ? sizeof(rep) : sizeof(rep.h)};
 	struct eng_iovc c;
 
-	eng_wire_rep_encode(&rep);
-	eng_iovc_init(&c, &v, 1, 0, sizeof(rep));
-	return eng_io_send(fd, &c, flags, deadline_ns);
+	if (q->s) {
+		eng_wire_krep_encode(&rep);
+		eng_wire_krep_seal(&rep, q->s, q->ctr);
+	} else {
+		eng_wire_rep_encode(&rep.h);
+	}
+	eng_iovc_init(&c, &v, 1, 0, v.iov_len);
+	return eng_io_send(q->fd, &c, flags, deadline_ns);
+}
+
+/* Move the checked range of req between the socket and the segment, then
+ * reply; a keyed WRITE's payload must have the CRC32C *crc. */
+static int serve_range(struct eng_engine *e, const struct eng_srv_req *q,
+		       const struct eng_wire_req *req, const uint32_t *crc, uint64_t deadline)
+{
+	struct iovec v = {(char *)e->cfg.seg_base + req->offset, (size_t)req->length};
+	struct eng_iovc c;
+	int rc;
+
+	eng_iovc_init(&c, &v, 1, 0, req->length);
+	if (req->op == ENG_OP_WRITE) {
+		rc = eng_io_recv(q->fd, &c, deadline);
+		if (rc)
+			return rc;
+		if (crc && lc_crc32c(0, v.iov_base, v.iov_len) != *crc) {
+			eng_reject(e, ENG_REJ_CRC, q->fd, "WRITE payload unlike its CRC32C");
+			eng_send_rep(q, LUNAR_ERR_CHECKSUM_MISMATCH, 0, 0, deadline);
+			return -EPROTO;
+		}
+		return eng_send_rep(q, 0, req->length, 0, deadline);
+	}
+	rc = eng_send_rep(q, 0, req->length, MSG_MORE, deadline);
+	return rc ? rc : eng_io_send(q->fd, &c, 0, deadline);
+}
+
+/* Refuse req with status after a bad header; always < 0 (close). */
+static int refuse(const struct eng_srv_req *q, const struct eng_wire_req *req, int status,
+		  uint64_t deadline)
+{
+	LC_DEBUG(ENG_LOG, "refused op %u offset %llu length %llu: %d", req->op,
+		 (unsigned long long)req->offset, (unsigned long long)req->length, status);
+	eng_send_rep(q, status, req->length, 0, deadline);
+	return -EPROTO;
+}
+
+static int recv_all(int fd, void *buf, size_t len, uint64_t deadline)
+{
+	struct iovec v = {buf, len};
+	struct eng_iovc c;
+
+	eng_iovc_init(&c, &v, 1, 0, len);
+	return eng_io_recv(fd, &c, deadline);
+}
+
+/* Serve a keyed request whose header k (as received) came in full. */
+static int serve_keyed(struct eng_srv_conn *conn, struct eng_wire_kreq *k, uint64_t deadline)
+{
+	struct eng_engine *e = conn->e;
+	struct eng_srv_req q = {.fd = conn->fd, .s = &conn->s};
+	char name[ENG_DISK_NAME_MAX + 1];
+	uint64_t nlen = 0;
+	int rc, disk = le16toh(k->h.op) == ENG_OP_READ_DISK;
+
+	/* A READ_DISK's name is under the MAC: take it first, bounded. */
+	if (disk) {
+		nlen = le64toh(k->h.offset);
+		if (nlen < 3 || nlen > ENG_DISK_NAME_MAX) {
+			eng_reject(e, ENG_REJ_MAC, conn->fd, "READ_DISK name length");
+			return -EACCES;
+		}
+		rc = recv_all(conn->fd, name, nlen, deadline);
+		if (rc)
+			return rc;
+	}
+	rc = eng_wire_kreq_open(k, &conn->s, disk ? name : NULL, nlen);
+	if (rc) {
+		eng_reject(e, rc, conn->fd, rc == ENG_REJ_MAC ? "bad MAC" : "counter seen before");
+		return -EACCES;
+	}
+	q.ctr = k->ctr;
+	q.id = k->h.id;
+	if (disk)
+		rc = k->h.magic != ENG_WIRE_REQ_MAGIC || k->h.version != ENG_WIRE_VERSION_KEYED
+			 ? LUNAR_ERR_PROTOCOL : 0;
+	else
+		rc = eng_wire_req_check(&k->h, e->cfg.seg_size, ENG_WIRE_VERSION_KEYED);
+	if (rc)
+		return refuse(&q, &k->h, rc, deadline);
+	if (eng_secret_check(e, k, disk ? name : NULL, nlen)) {
+		eng_reject(e, ENG_REJ_CAPABILITY, conn->fd, "no capability for the range");
+		eng_send_rep(&q, LUNAR_ERR_UNAUTHORIZED, 0, 0, deadline);
+		return -EACCES;
+	}
+	if (disk)
+		return eng_disk_serve(e, &q, &k->h, name, deadline);
+	return serve_range(e, &q, &k->h, k->h.op == ENG_OP_WRITE ? &k->crc : NULL, deadline);
 }
 
 /* Serve one request; 0 to go on with the next, or < 0 to close. */
 static int serve_one(struct eng_srv_conn *conn)
 {
 	struct eng_engine *e = conn->e;
-	int fd = conn->fd, status, rc;
-	struct eng_wire_req req;
-	struct iovec v = {&req, sizeof(req)};
-	struct eng_iovc c;
+	struct eng_wire_kreq k;
+	struct eng_srv_req q = {.fd = conn->fd};
+	size_t size = e->keyed ? sizeof(k) : sizeof(k.h);
 	uint64_t deadline, idle = lc_now_ns();
+	int status, rc;
 
 	/* An idle pooled connection may sit here for as long as its client
 	 * likes, or until a new connection needs its slot. Once a request's
 	 * first byte came, the rest must follow within the timeout: else a peer
 	 * could hold a connection slot, and its thread, with a byte apiece. */
 	atomic_store(&conn->idle_since, idle);
-	eng_iovc_init(&c, &v, 1, 0, 1);
-	rc = eng_io_recv(fd, &c, ENG_NO_DEADLINE);
+	rc = recv_all(conn->fd, &k, 1, ENG_NO_DEADLINE);
 	if (rc)
 		return rc;
 	if (!atomic_compare_exchange_strong(&conn->idle_since, &idle, 0))
 		return -ECONNABORTED; /* evicted as the request came */
 	deadline = lc_now_ns() + e->timeout_ns;
-	eng_iovc_init(&c, &v, 1, 1, sizeof(req) - 1);
-	rc = eng_io_recv(fd, &c, deadline);
+	rc = recv_all(conn->fd, (char *)&k + 1, size - 1, deadline);
 	if (rc)
 		return rc;
-	eng_wire_req_decode(&req);
-	if (req.magic == ENG_WIRE_REQ_MAGIC && req.version == ENG_WIRE_VERSION &&
-	    req.op == ENG_OP_READ_DISK)
-		return eng_disk_serve(e, fd, &req, deadline);
-	status = eng_wire_req_check(&req, e->cfg.seg_size);
-	if (status) {
-		LC_DEBUG(ENG_LOG, "refused op %u offset %llu length %llu: %d", req.op,
-			 (unsigned long long)req.offset, (unsigned long long)req.length, status);
-		send_rep(fd, status, &req, 0, deadline);
-		return -EPROTO;
-	}
-	v.iov_base = (char *)e->cfg.seg_base + req.offset;
-	v.iov_len = (size_t)req.length;
-	eng_iovc_init(&c, &v, 1, 0, req.length);
-	if (req.op == ENG_OP_WRITE) {
-		rc = eng_io_recv(fd, &c, deadline);
-		return rc ? rc : send_rep(fd, 0, &req, 0, deadline);
-	}
-	rc = send_rep(fd, 0, &req, MSG_MORE, deadline);
-	return rc ? rc : eng_io_send(fd, &c, 0, deadline);
+	if (e->keyed)
+		return serve_keyed(conn, &k, deadline);
+	eng_wire_req_decode(&k.h);
+	q.id = k.h.id;
+	if (k.h.magic == ENG_WIRE_REQ_MAGIC && k.h.version == ENG_WIRE_VERSION &&
+	    k.h.op == ENG_OP_READ_DISK)
+		return eng_disk_serve(e, &q, &k.h, NULL, deadline);
+	status = eng_wire_req_check(&k.h, e->cfg.seg_size, ENG_WIRE_VERSION);
+	if (status)
+		return refuse(&q, &k.h, status, deadline);
+	return serve_range(e, &q, &k.h, NULL, deadline);
 }
 
 static void *conn_main(void *arg)
@@ -117,8 +199,10 @@ static void *conn_main(void *arg)
 	struct eng_srv_conn *c = arg;
 	uint64_t one = 1;
 
-	while (!serve_one(c))
-		;
+	if (!c->e->keyed || !eng_hs_server(c->e, c->fd, &c->s, lc_now_ns() + c->e->timeout_ns))
+		while (!serve_one(c))
+			;
+	sodium_memzero(&c->s, sizeof(c->s));
 	/* The peer sees EOF now; the fd itself stays open until the thread is
 	 * joined, which the listener does when told, not at its next accept. */
 	shutdown(c->fd, SHUT_RDWR);

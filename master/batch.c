@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "lunar.h"
 #include "mst_int.h"
@@ -213,6 +214,23 @@ int mst_batch_lease_release(struct mst_master *m, const ProtobufCMessage *req,
 	return 0;
 }
 
+/* Room for n segment secrets in r (each AUTH_KEY_BYTES, index-aligned
+ * with the codes); 0 or -ENOMEM (r frees what was made). */
+static int remount_secrets(Lunar__ReMountSegmentReply *r, size_t n)
+{
+	r->segment_secrets = calloc(n, sizeof(*r->segment_secrets));
+	if (!r->segment_secrets)
+		return -ENOMEM;
+	r->n_segment_secrets = n;
+	for (size_t i = 0; i < n; i++) {
+		r->segment_secrets[i].data = calloc(1, AUTH_KEY_BYTES);
+		if (!r->segment_secrets[i].data)
+			return -ENOMEM;
+		r->segment_secrets[i].len = AUTH_KEY_BYTES;
+	}
+	return 0;
+}
+
 int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
 {
 	const Lunar__ReMountSegmentRequest *rq = (const void *)req;
@@ -233,8 +251,20 @@ int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, Protobu
 		r->n_codes = n;
 	}
 	rc = bad ? 0 : mst_client_touch(m, rq->client_id);
-	for (size_t i = 0; i < r->n_codes; i++)
-		r->codes[i] = mst_code(rc < 0 ? rc : mst_segment_mount(m, rq->client_id, rq->segments[i]));
+	if (n && m->cfg.keyed && remount_secrets(r, n)) {
+		protobuf_c_message_free_unpacked(&r->base, NULL);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < r->n_codes; i++) {
+		struct auth_key *k = r->n_segment_secrets ? (void *)r->segment_secrets[i].data : NULL;
+
+		r->codes[i] = mst_code(rc < 0 ? rc : mst_segment_mount(m, rq->client_id,
+								      rq->segments[i], k));
+		/* A failed mount's entry stays empty. Plain here: the RPC layer
+		 * seals the secrets for the session on the wire. */
+		if (k && r->codes[i])
+			r->segment_secrets[i].len = 0;
+	}
 	*rep = &r->base;
 	return 0;
 }

@@ -236,6 +236,7 @@ static int disk_create(struct mst_master *m, struct mst_shard *s, const struct m
 	o->tlen = k->tlen;
 	o->hash = k->hash;
 	o->id = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
+	o->version = o->id;
 	o->size = rec->size;
 	o->crc = rec->crc32c;
 	o->writer = w->client;

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "clock.h"
 #include "lunar.h"
@@ -29,11 +30,27 @@ static int status_only(const ProtobufCMessageDescriptor *d, int rc, ProtobufCMes
 static int h_mount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
 {
 	const Lunar__MountSegmentRequest *rq = (const void *)req;
+	struct auth_key secret;
+	Lunar__MountSegmentReply *r;
 	int rc = mst_client_touch(m, rq->client_id);
 
 	if (rc >= 0)
-		rc = mst_segment_mount(m, rq->client_id, rq->segment);
-	return status_only(&lunar__mount_segment_reply__descriptor, rc, rep);
+		rc = mst_segment_mount(m, rq->client_id, rq->segment, &secret);
+	r = REPLY(Lunar__MountSegmentReply, lunar__mount_segment_reply__descriptor, rc);
+	/* Plain here: the RPC layer seals it for the session on the wire. */
+	if (r && rc >= 0 && m->cfg.keyed) {
+		r->segment_secret.data = malloc(sizeof(secret.k));
+		if (!r->segment_secret.data) {
+			protobuf_c_message_free_unpacked(&r->base, NULL);
+			r = NULL;
+		} else {
+			memcpy(r->segment_secret.data, secret.k, sizeof(secret.k));
+			r->segment_secret.len = sizeof(secret.k);
+		}
+	}
+	auth_key_wipe(&secret);
+	*rep = r ? &r->base : NULL;
+	return r ? 0 : -ENOMEM;
 }
 
 static int h_unmount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)

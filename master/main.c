@@ -172,6 +172,7 @@ static int check_security(struct opts *o)
 		return 2;
 	}
 	o->keyed = rc;
+	o->cfg.keyed = rc; /* segment secrets and capabilities */
 	if (auth_bind_check(o->listen, o->keyed, o->insecure, why, sizeof(why))) {
 		fprintf(stderr, "lunar-master: %s\n", why);
 		return 2;

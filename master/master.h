@@ -55,6 +55,10 @@ struct mst_config {
 	enum mst_offload_mode offload; /* --offload on_evict */
 	int offload_force_evict;       /* --offload-force-evict: evict when the queue is full */
 	uint64_t offload_queue;	       /* --offload-queue 1024: tasks per proxy */
+	/* Not a flag: the daemon has a cluster key (SPEC §13), so every
+	 * segment gets a capability secret at mount and every replica handed
+	 * out a capability. 0: keyless, replies carry neither. */
+	int keyed;
 };
 
 /* mst_config_defaults - fill *cfg with the SPEC §10 defaults. Never fails;

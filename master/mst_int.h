@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "lunar.h"
 #include "lunar.pb-c.h"
 #include "master.h"
@@ -41,6 +42,7 @@ struct mst_segment {
 	uint64_t used;	       /* written under lock, read relaxed for placement */
 	uint64_t drain_due_ms; /* graceful unmount: no new allocations, retired at
 				* this time; 0 when not draining. Under the table lock. */
+	struct auth_key secret; /* capabilities for it are MACs under this; from mount */
 };
 
 /* A chosen range: where one replica lives. */
@@ -139,7 +141,7 @@ struct mst_master {
 	struct mst_counters ctr;
 	uint64_t n_complete, n_processing; /* atomics */
 	uint64_t capacity, used;	   /* atomics, bytes over all segments */
-	uint64_t next_obj_id;		   /* atomic */
+	uint64_t next_obj_id;		   /* atomic; also numbers object versions */
 	uint64_t next_lease_seq;	   /* atomic */
 	pthread_mutex_t evict_lock;	   /* one eviction round at a time */
 	struct mst_census census;	   /* under evict_lock */
@@ -169,8 +171,42 @@ int mst_segtab_init(struct mst_segtab *t);
  * them any more). */
 void mst_segtab_fini(struct mst_master *m);
 /* mst_segment_mount - mount (or remount) d for client: 0 or a code;
- * NO_AVAILABLE_HANDLE past MST_SEGMENTS_PER_CLIENT segments of one client. */
-int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__SegmentDesc *d);
+ * NO_AVAILABLE_HANDLE past MST_SEGMENTS_PER_CLIENT segments of one client.
+ * On 0, *secret (if not NULL) is the segment's capability secret: random
+ * at its first mount, the same at an idempotent remount. */
+int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__SegmentDesc *d,
+		      struct auth_key *secret);
+/* mst_segment_secret - the capability secret of the mounted segment name;
+ * 0, or -ENOENT. Takes the table's read lock. */
+int mst_segment_secret(struct mst_master *m, const char *name, struct auth_key *out);
+
+struct mst_object;
+
+/* Capability ops: the data port's op codes (engine/eng_int.h, docs/protocol.md). */
+enum { MST_CAP_READ = 1, MST_CAP_WRITE = 2, MST_CAP_READ_DISK = 3 };
+/*
+ * mst_caps_grant - on a keyed master, give each of the n replica messages
+ * v a capability (Replica.cap, cap_expiry_ms, version): the first nrep are
+ * the MEMORY replicas reps[] in order (op on their range), the rest
+ * LOCAL_DISK ones of o (READ_DISK, subject o's "tenant\0key"); version and
+ * expiry (CLOCK_REALTIME ms) as given. A keyless master: 0, nothing added.
+ * 0 or -ENOMEM. With o's shard lock held (takes the segment table's read
+ * lock for disk replicas).
+ */
+int mst_caps_grant(struct mst_master *m, const struct mst_object *o, const struct mst_replica *reps,
+		   unsigned nrep, Lunar__Replica **v, size_t n, uint32_t op, uint64_t version,
+		   uint64_t expiry_ms);
+/*
+ * mst_cap_one - the capability of one replica message p (its segment,
+ * offset, length) under secret; subject NULL or "tenant\0key" (READ_DISK:
+ * offset 0). 0 or -ENOMEM.
+ */
+int mst_cap_one(Lunar__Replica *p, const struct auth_key *secret, uint32_t op,
+		const void *subject, size_t subject_len, uint64_t version, uint64_t expiry_ms);
+/* mst_replicas_pb_free - free n replica messages and the array v. */
+void mst_replicas_pb_free(Lunar__Replica **v, size_t n);
+/* mst_wall_deadline - a monotonic deadline (lc_now_ms clock) as CLOCK_REALTIME ms. */
+uint64_t mst_wall_deadline(uint64_t mono_ms);
 /* mst_segment_unmount - grace_ms 0: at once; otherwise mark it draining. */
 int mst_segment_unmount(struct mst_master *m, uint64_t client, const char *name, uint64_t grace_ms);
 /* mst_segments_list - the ListSegments reply body. */

@@ -23,6 +23,7 @@ enum { MST_ST_PROCESSING, MST_ST_COMPLETE };
 /* An upsert in flight on a COMPLETE object: the new replicas being written. */
 struct mst_upsert {
 	uint64_t writer, size, start_ms;
+	uint64_t version; /* the new value's, from next_obj_id */
 	struct mst_replica *reps; /* heap */
 	unsigned nrep;
 	int hard_pin, soft_pin;
@@ -40,6 +41,7 @@ struct mst_disk_replica {
 struct mst_object {
 	uint64_t hash;
 	uint64_t id; /* unique for the master's life: eviction re-finds by (pointer, id) */
+	uint64_t version; /* the value's identity (capabilities): new at put and upsert */
 	uint64_t size;
 	uint64_t writer;	   /* client_id of the PutStart (or last UpsertEnd) */
 	uint64_t lease_ms;	   /* read lease deadline, monotonic ms; commit time at first */

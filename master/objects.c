@@ -330,6 +330,7 @@ static int obj_create(struct mst_master *m, uint64_t client, const struct mst_ok
 	o->tlen = k->tlen;
 	o->hash = k->hash;
 	o->id = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
+	o->version = o->id;
 	o->size = rq->size;
 	o->writer = client;
 	o->put_start_ms = lc_now_ms();
@@ -356,6 +357,13 @@ int mst_obj_put_locked(struct mst_master *m, struct mst_shard *s, uint64_t clien
 	if (!rc) {
 		o->tenant = t;
 		rc = mst_replicas_pb(o->reps, o->nrep, LUNAR__REPLICA_STATE__PROCESSING, reps, n);
+		if (!rc && mst_caps_grant(m, o, o->reps, o->nrep, *reps, *n, MST_CAP_WRITE,
+					  o->version, lc_wall_ms() + m->cfg.put_start_discard_timeout_ms)) {
+			mst_replicas_pb_free(*reps, *n);
+			*reps = NULL;
+			*n = 0;
+			rc = -ENOMEM;
+		}
 		if (rc) {
 			mst_replicas_free(m, o->reps, o->nrep);
 			obj_free(o);
@@ -542,6 +550,14 @@ int mst_obj_get(struct mst_master *m, const struct mst_lessee *who, const char *
 		*size = o->size;
 		*crc = o->crc;
 		*seq = lease_grant(m, o, who);
+		/* The grants end with the lease: a reader past it rereads anyway. */
+		if (mst_caps_grant(m, o, o->reps, o->nrep, *reps, *n, MST_CAP_READ, o->version,
+				   mst_wall_deadline(o->lease_ms))) {
+			mst_replicas_pb_free(*reps, *n);
+			*reps = NULL;
+			*n = 0;
+			rc = -ENOMEM;
+		}
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "atomic.h"
+#include "clock.h"
 #include "log.h"
 #include "lunar.h"
 #include "mst_int.h"
@@ -25,6 +26,9 @@ struct mst_task {
 	uint32_t crc;
 	uint64_t off, len; /* the source MEMORY replica */
 	char *segment, *endpoint;
+	uint64_t version;      /* the object's, for the source's capability */
+	uint64_t cap_ttl_ms;   /* keyed: the capability's life from handing out; 0 keyless */
+	struct auth_key secret; /* keyed: the source segment's */
 	size_t klen, tlen; /* kbuf: tenant "\0" key */
 	char kbuf[];
 };
@@ -59,6 +63,7 @@ static void task_free(struct mst_task *t)
 		return;
 	free(t->segment);
 	free(t->endpoint);
+	auth_key_wipe(&t->secret);
 	free(t);
 }
 
@@ -151,12 +156,18 @@ static void enqueue(struct mst_oqueue *q, struct mst_task *t)
 }
 
 /* A task copying o from its MEMORY replica r. NULL on ENOMEM. */
-static struct mst_task *task_new(const struct mst_object *o, const struct mst_replica *r)
+static struct mst_task *task_new(const struct mst_master *m, const struct mst_object *o,
+				 const struct mst_replica *r)
 {
 	struct mst_task *t = calloc(1, sizeof(*t) + o->klen + 1);
 
 	if (!t)
 		return NULL;
+	t->version = o->version;
+	if (m->cfg.keyed) {
+		t->cap_ttl_ms = m->cfg.put_start_discard_timeout_ms;
+		t->secret = r->seg->secret;
+	}
 	t->size = o->size;
 	t->crc = o->crc;
 	t->off = r->off;
@@ -188,7 +199,7 @@ static int queue_locked(struct mst_master *m, struct mst_object *o, uint64_t *cl
 			rc = -ENOSPC;
 			continue;
 		}
-		t = task_new(o, &o->reps[i]);
+		t = task_new(m, o, &o->reps[i]);
 		if (!t)
 			return -ENOMEM;
 		enqueue(q, t);
@@ -308,7 +319,9 @@ static Lunar__OffloadTask *task_pb(const struct mst_task *t)
 	r->length = t->len;
 	r->segment = strdup(t->segment);
 	r->endpoint = strdup(t->endpoint);
-	if (!p->tenant || !p->key || !r->segment || !r->endpoint) {
+	if (!p->tenant || !p->key || !r->segment || !r->endpoint ||
+	    (t->cap_ttl_ms && mst_cap_one(r, &t->secret, MST_CAP_READ, NULL, 0, t->version,
+					  lc_wall_ms() + t->cap_ttl_ms))) {
 		protobuf_c_message_free_unpacked(&p->base, NULL);
 		return NULL;
 	}

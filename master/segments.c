@@ -30,6 +30,7 @@ static void segment_free(struct mst_segment *s)
 		return;
 	lc_ralloc_destroy(s->ra);
 	pthread_mutex_destroy(&s->lock);
+	auth_key_wipe(&s->secret);
 	free(s->endpoint);
 	free(s->name);
 	free(s);
@@ -54,6 +55,7 @@ static struct mst_segment *segment_alloc(uint64_t owner, const Lunar__SegmentDes
 	s->name = strdup(d->name);
 	s->endpoint = strdup(d->endpoint ? d->endpoint : "");
 	s->ra = lc_ralloc_create(d->size, SEG_ALIGN);
+	auth_random(s->secret.k, sizeof(s->secret.k));
 	if (!s->name || !s->endpoint || !s->ra || pthread_mutex_init(&s->lock, NULL)) {
 		lc_ralloc_destroy(s->ra);
 		free(s->endpoint);
@@ -119,7 +121,8 @@ static unsigned owned_locked(struct mst_master *m, uint64_t client)
 	return n;
 }
 
-int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__SegmentDesc *d)
+int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__SegmentDesc *d,
+		      struct auth_key *secret)
 {
 	struct mst_segment *s, *stale = NULL;
 	ssize_t i;
@@ -138,6 +141,8 @@ int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__Segmen
 	if (i >= 0 && m->segs.v[i]->owner == client) {
 		rc = 0; /* idempotent remount; it also ends a graceful unmount */
 		m->segs.v[i]->drain_due_ms = 0;
+		if (secret)
+			*secret = m->segs.v[i]->secret;
 		goto out_unlock;
 	}
 	if (i >= 0 && mst_client_alive(m, m->segs.v[i]->owner)) {
@@ -154,6 +159,8 @@ int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__Segmen
 		stale = segtab_take(m, (size_t)i); /* its dead owner's leftovers */
 	rc = segtab_add(&m->segs, s);
 	if (!rc) {
+		if (secret)
+			*secret = s->secret;
 		lc_fetch_add_relaxed(&m->capacity, s->size);
 		s = NULL;
 	}
@@ -166,6 +173,18 @@ out_unlock:
 		LC_DEBUG("master", "segment %s (%llu bytes) mounted by %016llx", d->name,
 			 (unsigned long long)d->size, (unsigned long long)client);
 	return rc;
+}
+
+int mst_segment_secret(struct mst_master *m, const char *name, struct auth_key *out)
+{
+	ssize_t i;
+
+	pthread_rwlock_rdlock(&m->segs.lock);
+	i = segtab_find(&m->segs, name);
+	if (i >= 0)
+		*out = m->segs.v[i]->secret;
+	pthread_rwlock_unlock(&m->segs.lock);
+	return i >= 0 ? 0 : -ENOENT;
 }
 
 int mst_segment_unmount(struct mst_master *m, uint64_t client, const char *name, uint64_t grace_ms)

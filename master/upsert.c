@@ -62,7 +62,16 @@ static int upsert_place(struct mst_master *m, struct mst_object *o, uint64_t cli
 	}
 	if (rc >= 0) {
 		up->nrep = (unsigned)rc;
+		up->version = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
 		rc = mst_replicas_pb(up->reps, up->nrep, LUNAR__REPLICA_STATE__PROCESSING, reps, n);
+		if (!rc && mst_caps_grant(m, o, up->reps, up->nrep, *reps, *n, MST_CAP_WRITE,
+					  up->version,
+					  lc_wall_ms() + m->cfg.put_start_discard_timeout_ms)) {
+			mst_replicas_pb_free(*reps, *n);
+			*reps = NULL;
+			*n = 0;
+			rc = -ENOMEM;
+		}
 		if (rc) {
 			mst_replicas_free(m, up->reps, up->nrep);
 			mst_tenant_uncharge(m, t, rq->size);
@@ -156,6 +165,7 @@ static void upsert_commit(struct mst_master *m, struct mst_object *o, uint32_t c
 	o->size = up->size;
 	o->writer = up->writer;
 	o->crc = crc;
+	o->version = up->version;
 	o->hard_pin = up->hard_pin;
 	o->soft_pin_ttl_ms = up->soft_pin_ttl_ms;
 	o->soft_pin_ms = up->soft_pin_ttl_ms ? now + up->soft_pin_ttl_ms : 0;

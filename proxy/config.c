@@ -256,6 +256,7 @@ static int check_security(struct px_config *c)
 	if (rc < 0)
 		return bad("cluster key: %s", why);
 	c->keyed = rc;
+	c->mcfg.keyed = rc; /* an embedded master grants capabilities too */
 	if (auth_bind_check(c->host, c->keyed, c->insecure, why, sizeof(why)))
 		return bad("%s", why);
 	return 0;

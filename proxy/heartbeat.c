@@ -8,9 +8,27 @@
 #include <time.h>
 
 #include "clock.h"
+#include "engine/engine.h"
 #include "log.h"
 #include "lunar.h"
 #include "px_int.h"
+
+/* Give the engine the capability secret the master sent with a mount of
+ * our segment (untrusted bytes; the RPC layer unsealed them). A keyed proxy
+ * whose master sends none cannot serve its segment to peers: said once. */
+static void take_secret(struct px_proxy *px, const ProtobufCBinaryData *secret)
+{
+	static atomic_int warned;
+
+	if (!px->cfg.keyed)
+		return;
+	if (secret && secret->len == AUTH_KEY_BYTES && secret->data &&
+	    !eng_engine_set_secret(px->engine, px->endpoint, secret->data))
+		return;
+	if (!atomic_exchange(&warned, 1))
+		LC_WARN("proxy", "the master sent no capability secret for segment %s (a keyless "
+			"master?): peers cannot read or write it", px->endpoint);
+}
 
 /* The ReMountSegment of our one segment; its code. */
 static int remount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
@@ -30,6 +48,8 @@ static int remount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 	rc = px_mc_code(rep);
 	if (!rc)
 		rc = codes->n_codes == 1 ? codes->codes[0] : LUNAR_ERR_PROTOCOL;
+	if (!rc)
+		take_secret(px, codes->n_segment_secrets == 1 ? &codes->segment_secrets[0] : NULL);
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return rc;
 }
@@ -47,6 +67,8 @@ static int mount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 	if (rc)
 		return rc;
 	rc = px_mc_code(rep);
+	if (!rc)
+		take_secret(px, &((const Lunar__MountSegmentReply *)rep)->segment_secret);
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return rc;
 }

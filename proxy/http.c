@@ -33,6 +33,23 @@ static int counter(struct lc_http_reply *rep, const char *name, const char *help
 				    name, name, v);
 }
 
+/* Data-port peers refused, by reason (keyed proxies; zeros otherwise). */
+static int rejected_metrics(struct px_proxy *px, struct lc_http_reply *rep)
+{
+	int rc = lc_http_reply_printf(rep,
+				      "# HELP lunar_proxy_data_rejected_total Data-port peers refused "
+				      "(no key, bad MAC, replay, no capability, bad CRC).\n"
+				      "# TYPE lunar_proxy_data_rejected_total counter\n");
+
+	for (int r = 0; !rc && r < ENG_REJ_COUNT; r++) {
+		uint64_t n = px->engine ? eng_engine_rejected(px->engine, r) : 0;
+
+		rc = lc_http_reply_printf(rep, "lunar_proxy_data_rejected_total{reason=\"%s\"} %llu\n",
+					  eng_reject_name(r), (unsigned long long)n);
+	}
+	return rc;
+}
+
 static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 {
 	const struct px_stats *st = &px->stats;
@@ -75,7 +92,7 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 					"lunar_proxy_segment_mounted %d\n",
 					(unsigned long long)px->cfg.segment_size,
 					atomic_load(&px->mounted) ? 1 : 0);
-	return rc;
+	return rc ?: rejected_metrics(px, rep);
 }
 
 static int handle(void *arg, const struct lc_http_req *req, struct lc_http_reply *rep)

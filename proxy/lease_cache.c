@@ -352,8 +352,21 @@ int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadlin
 		strcpy(out->rep[i].endpoint, rp->endpoint);
 		out->rep[i].offset = rp->offset;
 		out->rep[i].length = rp->length;
+		out->rep[i].has_cap = px_replica_cap(rp, &out->rep[i].cap);
 	}
 	return 0;
+}
+
+int px_replica_cap(const Lunar__Replica *rp, struct eng_cap *out)
+{
+	if (rp->cap.len != ENG_CAP_BYTES || !rp->cap.data)
+		return 0;
+	out->offset = rp->type == LUNAR__REPLICA_TYPE__LOCAL_DISK ? 0 : rp->offset;
+	out->length = rp->length;
+	out->version = rp->version;
+	out->expiry_ms = rp->cap_expiry_ms;
+	memcpy(out->tag, rp->cap.data, ENG_CAP_BYTES);
+	return 1;
 }
 
 void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char *key,

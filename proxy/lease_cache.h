@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/engine.h"
 #include "lunar.pb-c.h"
 
 #define PX_CACHE_MAX_REPLICAS 8
@@ -22,6 +23,8 @@ struct px_cached_replica {
 	char endpoint[PX_ENDPOINT_MAX];
 	uint64_t offset;
 	uint64_t length;
+	int has_cap;	    /* the master granted cap (a keyed cluster) */
+	struct eng_cap cap; /* expires with the lease: the cache stops serving then */
 };
 
 struct px_cached {
@@ -40,8 +43,8 @@ struct px_lease_cache;
  * full of small objects can have all of them read from the cache; within
  * [PX_LEASE_KEYS_MIN, PX_LEASE_KEYS_MAX]. Entries also take at most
  * PX_LEASE_ENTRY_BYTES each on average (one replica and a 40-byte key of
- * tenant "default" take about 270): long keys or many replicas make room
- * for fewer. So the cache takes at most 2 % of the segment, and 1.25 GiB at
+ * tenant "default" take about 270, 320 with a keyed cluster's capability):
+ * long keys or many replicas make room for fewer. So the cache takes at most 2 % of the segment, and 1.25 GiB at
  * the most keys. */
 #define PX_LEASE_BYTES_PER_KEY (16u << 10)
 #define PX_LEASE_KEYS_MIN      65536u
@@ -83,6 +86,12 @@ int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char 
 		       struct px_cached *out);
 /* px_lease_cache_fill - convert a master result, granted to lessee, into
  * *out (0), or -1 if it cannot be cached (too many replicas, long endpoint). */
+/*
+ * px_replica_cap - the capability of a replica message (untrusted bytes
+ * from the master) into *out: 1 when it has one of ENG_CAP_BYTES, else 0
+ * (a keyless master; pass NULL to the engine then). Any thread.
+ */
+int px_replica_cap(const Lunar__Replica *rp, struct eng_cap *out);
 int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadline_ms,
 			uint64_t lessee, struct px_cached *out);
 /* px_lease_cache_put - insert or replace the entry of (tenant, key), which

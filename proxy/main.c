@@ -101,6 +101,7 @@ static int start_data_plane(struct px_proxy *px)
 	ec.seg_size = px->cfg.segment_size;
 	ec.disk_read = px_disk_read;
 	ec.disk_arg = px;
+	ec.cluster_key = px->cfg.keyed ? &px->cfg.cluster_key : NULL;
 	rc = px_disk_open(px);
 	if (rc)
 		return rc;

@@ -86,11 +86,12 @@ static int put_write(struct px_proxy *px, struct px_item *it, const Lunar__PutSt
 	for (size_t k = 0; k < res->n_replicas; k++) {
 		const Lunar__Replica *rp = res->replicas[k];
 		int remote = strcmp(rp->endpoint, px->endpoint) != 0, rc;
+		struct eng_cap cap;
 
 		if (rp->length != it->total || (remote && px_down_has(down, rp->endpoint)))
 			return LUNAR_ERR_TRANSFER_FAIL;
 		rc = eng_xfer(px->engine, rp->endpoint, ENG_WRITE, rp->offset, it->iov, it->iovcnt,
-			      k == 0 ? &it->crc : NULL);
+			      px_replica_cap(rp, &cap) ? &cap : NULL, k == 0 ? &it->crc : NULL);
 		if (rc) {
 			if (remote)
 				px_down_add(down, rp->endpoint);

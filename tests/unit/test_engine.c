@@ -100,7 +100,7 @@ static int xfer1(struct eng_engine *e, const char *ep, enum eng_dir dir, uint64_
 {
 	struct iovec v = {buf, len};
 
-	return eng_xfer(e, ep, dir, off, &v, 1, NULL);
+	return eng_xfer(e, ep, dir, off, &v, 1, NULL, NULL);
 }
 
 static void test_engine_write_read_sizes(void **state)
@@ -139,9 +139,9 @@ static void test_engine_multi_iov(void **state)
 
 	fill(src, sizeof(src), 7);
 	memset(dst, 0, sizeof(dst));
-	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 5, w, 5, NULL), 0);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 5, w, 5, NULL, NULL), 0);
 	assert_memory_equal(b.seg + 5, src, sizeof(src));
-	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 5, r, 3, NULL), 0);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 5, r, 3, NULL, NULL), 0);
 	assert_memory_equal(dst, src, sizeof(src));
 	node_stop(&a);
 	node_stop(&b);
@@ -160,25 +160,25 @@ static void test_engine_checksum(void **state)
 
 	fill(src, sizeof(src), 11);
 	want = lc_crc32c(0, src, sizeof(src));
-	assert_int_equal(eng_xfer(a.e, remote, ENG_WRITE, 0, w, 2, &crc), 0);
+	assert_int_equal(eng_xfer(a.e, remote, ENG_WRITE, 0, w, 2, NULL, &crc), 0);
 	assert_int_equal(crc, want);
 	crc = 1;
-	assert_int_equal(eng_xfer(a.e, remote, ENG_READ, 0, &r, 1, &crc), 0);
+	assert_int_equal(eng_xfer(a.e, remote, ENG_READ, 0, &r, 1, NULL, &crc), 0);
 	assert_int_equal(crc, want);
 	crc = 1;
-	assert_int_equal(eng_xfer(a.e, self, ENG_WRITE, 64, w, 2, &crc), 0);
+	assert_int_equal(eng_xfer(a.e, self, ENG_WRITE, 64, w, 2, NULL, &crc), 0);
 	assert_int_equal(crc, want);
 	for (int i = 0; i < 2; i++) {
 		memset(dst, 0, sizeof(dst));
 		crc = 1;
 		assert_int_equal(
-		    eng_xfer(a.e, self, i ? ENG_READ_STAGED : ENG_READ, 64, &r, 1, &crc), 0);
+		    eng_xfer(a.e, self, i ? ENG_READ_STAGED : ENG_READ, 64, &r, 1, NULL, &crc), 0);
 		assert_int_equal(crc, want);
 		assert_memory_equal(dst, src, sizeof(src));
 	}
 	memset(dst, 0, sizeof(dst));
 	crc = 1;
-	assert_int_equal(eng_xfer(a.e, remote, ENG_READ_STAGED, 0, &r, 1, &crc), 0);
+	assert_int_equal(eng_xfer(a.e, remote, ENG_READ_STAGED, 0, &r, 1, NULL, &crc), 0);
 	assert_int_equal(crc, want);
 	assert_memory_equal(dst, src, sizeof(src));
 	node_stop(&a);
@@ -193,7 +193,7 @@ static void test_engine_local_memcpy(void **state)
 	struct iovec w[] = {{src, 1000}, {src + 1000, 2000}};
 
 	fill(src, sizeof(src), 3);
-	assert_int_equal(eng_xfer(a.e, self, ENG_WRITE, SEG_SIZE - sizeof(src), w, 2, NULL), 0);
+	assert_int_equal(eng_xfer(a.e, self, ENG_WRITE, SEG_SIZE - sizeof(src), w, 2, NULL, NULL), 0);
 	assert_memory_equal(a.seg + SEG_SIZE - sizeof(src), src, sizeof(src));
 	assert_int_equal(xfer1(a.e, self, ENG_READ, SEG_SIZE - sizeof(src), dst, sizeof(dst)), 0);
 	assert_memory_equal(dst, src, sizeof(src));
@@ -240,11 +240,11 @@ static void test_engine_bad_args(void **state)
 	struct iovec empty = {&c, 0};
 
 	assert_int_equal(xfer1(a.e, NULL, ENG_READ, 0, &c, 1), LUNAR_ERR_TRANSFER_FAIL);
-	assert_int_equal(eng_xfer(a.e, self, ENG_READ, 0, &empty, 1, NULL),
+	assert_int_equal(eng_xfer(a.e, self, ENG_READ, 0, &empty, 1, NULL, NULL),
 			 LUNAR_ERR_TRANSFER_FAIL);
-	assert_int_equal(eng_xfer(a.e, self, ENG_READ, 0, &empty, 0, NULL),
+	assert_int_equal(eng_xfer(a.e, self, ENG_READ, 0, &empty, 0, NULL, NULL),
 			 LUNAR_ERR_TRANSFER_FAIL);
-	assert_int_equal(eng_xfer(a.e, self, (enum eng_dir)7, 0, &empty, 1, NULL),
+	assert_int_equal(eng_xfer(a.e, self, (enum eng_dir)7, 0, &empty, 1, NULL, NULL),
 			 LUNAR_ERR_TRANSFER_FAIL);
 	assert_int_equal(xfer1(a.e, self, (enum eng_dir)(ENG_READ_STAGED + 1), 0, &c, 1),
 			 LUNAR_ERR_TRANSFER_FAIL);
@@ -506,7 +506,7 @@ static void test_engine_disk_reply_positive_status(void **state)
 
 	(void)state;
 	assert_int_equal(pthread_create(&th, NULL, positive_status_server, &lfd), 0);
-	assert_int_equal(eng_xfer_disk(a.e, ep, "t", "k", &v, 1, &crc), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(eng_xfer_disk(a.e, ep, "t", "k", &v, 1, NULL, &crc), LUNAR_ERR_TRANSFER_FAIL);
 	node_stop(&a);
 	pthread_join(th, NULL);
 	close(lfd);

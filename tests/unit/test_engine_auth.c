@@ -1,0 +1,459 @@
+/*
+ * test_engine_auth.c - the keyed data port (SPEC §13) as untrusted input:
+ * keyed frames whose every bit is under the MAC, counters taken once and in
+ * order, capability checks that refuse another range, op, version, secret
+ * or an expired grant and cannot be wrapped around; then engines on
+ * loopback: a keyed pair moves bytes only with grants, a keyless peer gets
+ * nothing, a replayed or altered frame and a WRITE unlike its CRC close the
+ * connection, and each refusal is counted. White-box: it speaks the wire
+ * through engine/eng_int.h.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "clock.h"
+#include "crc32c.h"
+#include "engine/eng_int.h"
+#include "lunar.h"
+
+#define SEG_SIZE (8u << 20)
+#define MIB	 (1u << 20)
+
+static struct auth_key key;
+static unsigned char secret[AUTH_KEY_BYTES];
+
+struct node {
+	struct eng_engine *e;
+	unsigned char *seg;
+};
+
+static struct node node_start(const struct auth_key *k)
+{
+	struct eng_config cfg = {.host = "127.0.0.1", .seg_size = SEG_SIZE, .cluster_key = k};
+	struct node n;
+
+	n.seg = calloc(1, SEG_SIZE);
+	assert_non_null(n.seg);
+	cfg.seg_base = n.seg;
+	assert_int_equal(eng_engine_create(&cfg, &n.e), 0);
+	if (k)
+		assert_int_equal(eng_engine_set_secret(n.e, eng_engine_endpoint(n.e), secret), 0);
+	return n;
+}
+
+static void node_stop(struct node *n)
+{
+	eng_engine_destroy(n->e);
+	free(n->seg);
+}
+
+/* A grant as the master makes it, for the segment named seg. */
+static struct eng_cap grant(const unsigned char *sec, const char *seg, uint32_t op, uint64_t off,
+			    uint64_t len, uint64_t version, uint64_t expiry_ms)
+{
+	struct eng_cap cap = {.offset = off, .length = len, .version = version, .expiry_ms = expiry_ms};
+	struct auth_cap c = {.segment = seg, .segment_len = strlen(seg), .op = op, .offset = off,
+			     .length = len, .version = version, .expiry_ms = expiry_ms};
+
+	auth_cap_make(sec, &c, cap.tag);
+	return cap;
+}
+
+static int xfer(struct node *a, struct node *b, enum eng_dir dir, uint64_t off, void *buf,
+		size_t len, const struct eng_cap *cap)
+{
+	struct iovec v = {buf, len};
+
+	return eng_xfer(a->e, eng_engine_endpoint(b->e), dir, off, &v, 1, cap, NULL);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	assert_int_equal(auth_init(), 0);
+	auth_random(key.k, sizeof(key.k));
+	auth_random(secret, sizeof(secret));
+	return 0;
+}
+
+/* Sessions of both ends, made in memory. */
+static void session_pair(struct auth_session *c, struct auth_session *s)
+{
+	struct auth_hs hc, hs;
+	unsigned char ch[AUTH_HELLO_BYTES], sh[AUTH_HELLO_BYTES], p[AUTH_PROOF_BYTES];
+
+	auth_hs_start(&hc, 1, ch);
+	auth_hs_start(&hs, 0, sh);
+	assert_int_equal(auth_hs_peer(&hs, ch), 0);
+	assert_int_equal(auth_hs_peer(&hc, sh), 0);
+	auth_hs_proof(&hs, &key, AUTH_ROLE_SERVER, p);
+	assert_int_equal(auth_hs_verify(&hc, &key, AUTH_ROLE_SERVER, p), 0);
+	auth_hs_proof(&hc, &key, AUTH_ROLE_NODE, p);
+	assert_int_equal(auth_hs_verify(&hs, &key, AUTH_ROLE_NODE, p), 0);
+	assert_int_equal(auth_hs_finish(&hc, &key, AUTH_ROLE_NODE, c), 0);
+	assert_int_equal(auth_hs_finish(&hs, &key, AUTH_ROLE_NODE, s), 0);
+}
+
+/* An encoded, sealed keyed request. */
+static struct eng_wire_kreq kreq(struct auth_session *c, uint16_t op, uint64_t off, uint64_t len,
+				 const struct eng_cap *cap)
+{
+	struct eng_wire_kreq k = {
+	    .h = {.magic = ENG_WIRE_REQ_MAGIC, .version = ENG_WIRE_VERSION_KEYED, .op = op,
+		  .offset = off, .length = len, .id = 7},
+	    .cap_offset = cap->offset,
+	    .cap_length = cap->length,
+	    .cap_version = cap->version,
+	    .cap_expiry_ms = cap->expiry_ms,
+	};
+	uint64_t ctr;
+
+	memcpy(k.cap, cap->tag, sizeof(k.cap));
+	eng_wire_kreq_encode(&k);
+	eng_wire_kreq_seal(&k, c, NULL, 0, &ctr);
+	return k;
+}
+
+static void test_engine_auth_frame_bits_and_counters(void **state)
+{
+	struct auth_session c, s, s0;
+	struct eng_cap cap = grant(secret, "seg", ENG_OP_READ, 0, 4096, 1, UINT64_MAX);
+	struct eng_wire_kreq k, x;
+
+	(void)state;
+	session_pair(&c, &s);
+	k = kreq(&c, ENG_OP_READ, 0, 4096, &cap);
+	s0 = s;
+	/* Any flipped bit of the header, its MAC included, fails the MAC. */
+	for (size_t bit = 0; bit < 8 * sizeof(k); bit++) {
+		x = k;
+		((unsigned char *)&x)[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+		assert_int_equal(eng_wire_kreq_open(&x, &s, NULL, 0), ENG_REJ_MAC);
+	}
+	assert_memory_equal(&s, &s0, sizeof(s)); /* a refused frame moves no window */
+	x = k;
+	assert_int_equal(eng_wire_kreq_open(&x, &s, NULL, 0), 0);
+	assert_int_equal(x.h.offset, 0);
+	assert_int_equal(x.h.length, 4096);
+	x = k; /* the same frame again: a replay */
+	assert_int_equal(eng_wire_kreq_open(&x, &s, NULL, 0), ENG_REJ_REPLAY);
+	/* Counters strictly in order: 2 before 1 is refused (TCP keeps order). */
+	k = kreq(&c, ENG_OP_READ, 0, 4096, &cap);
+	x = kreq(&c, ENG_OP_READ, 0, 4096, &cap);
+	assert_int_equal(eng_wire_kreq_open(&x, &s, NULL, 0), ENG_REJ_REPLAY);
+	/* A frame sealed for the other direction, or another session, fails. */
+	session_pair(&c, &s0);
+	x = kreq(&c, ENG_OP_READ, 0, 4096, &cap);
+	assert_int_equal(eng_wire_kreq_open(&x, &s, NULL, 0), ENG_REJ_MAC);
+}
+
+static void test_engine_auth_reply_bound_to_request(void **state)
+{
+	struct auth_session c, s;
+	struct eng_wire_krep r = {.h = {.magic = ENG_WIRE_REP_MAGIC, .id = 7, .length = 9}}, x;
+
+	(void)state;
+	session_pair(&c, &s);
+	eng_wire_krep_encode(&r);
+	eng_wire_krep_seal(&r, &s, 5);
+	x = r;
+	assert_int_equal(eng_wire_krep_open(&x, &c, 5), 0);
+	assert_int_equal(x.h.length, 9);
+	x = r;
+	assert_int_equal(eng_wire_krep_open(&x, &c, 4), -EPROTO); /* another request's */
+	for (size_t bit = 0; bit < 8 * sizeof(r); bit += 7) {
+		x = r;
+		((unsigned char *)&x)[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+		assert_int_equal(eng_wire_krep_open(&x, &c, 5), -EPROTO);
+	}
+}
+
+/* eng_wire_cap_check of a decoded request for [off, off + len) with cap. */
+static int check(uint16_t op, uint64_t off, uint64_t len, const struct eng_cap *cap,
+		 const char *seg, const void *subject, size_t slen)
+{
+	struct eng_wire_kreq k = {
+	    .h = {.magic = ENG_WIRE_REQ_MAGIC, .version = 2, .op = op, .offset = off, .length = len},
+	    .cap_offset = cap->offset,
+	    .cap_length = cap->length,
+	    .cap_version = cap->version,
+	    .cap_expiry_ms = cap->expiry_ms,
+	};
+
+	memcpy(k.cap, cap->tag, sizeof(k.cap));
+	return eng_wire_cap_check(&k, secret, seg, subject, slen, lc_wall_ms());
+}
+
+static void test_engine_auth_capability_checks(void **state)
+{
+	uint64_t later = lc_wall_ms() + 60000, big = UINT64_MAX - 10;
+	struct eng_cap w = grant(secret, "seg", ENG_OP_WRITE, 4096, 8192, 3, later), x;
+	unsigned char other[AUTH_KEY_BYTES];
+	const char name[] = "default\0k1";
+
+	(void)state;
+	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &w, "seg", NULL, 0), 0);
+	assert_int_equal(check(ENG_OP_WRITE, 8192, 4096, &w, "seg", NULL, 0), 0); /* a slice */
+	assert_int_equal(check(ENG_OP_WRITE, 0, 4096, &w, "seg", NULL, 0), LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(check(ENG_OP_WRITE, 8192, 8192, &w, "seg", NULL, 0),
+			 LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(check(ENG_OP_READ, 4096, 8192, &w, "seg", NULL, 0), LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &w, "seh", NULL, 0),
+			 LUNAR_ERR_UNAUTHORIZED);
+	x = w;
+	x.version = 4; /* a grant for another value of the key */
+	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &x, "seg", NULL, 0),
+			 LUNAR_ERR_UNAUTHORIZED);
+	x = w;
+	x.length = 1 << 20; /* a range widened by the peer */
+	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &x, "seg", NULL, 0),
+			 LUNAR_ERR_UNAUTHORIZED);
+	auth_random(other, sizeof(other));
+	x = grant(other, "seg", ENG_OP_WRITE, 4096, 8192, 3, later);
+	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &x, "seg", NULL, 0),
+			 LUNAR_ERR_UNAUTHORIZED);
+	/* Expired: refused past the skew tolerance, taken within it. */
+	x = grant(secret, "seg", ENG_OP_WRITE, 4096, 8192, 3, lc_wall_ms() - ENG_CAP_SKEW_MS - 1000);
+	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &x, "seg", NULL, 0),
+			 LUNAR_ERR_UNAUTHORIZED);
+	x = grant(secret, "seg", ENG_OP_WRITE, 4096, 8192, 3, lc_wall_ms() - ENG_CAP_SKEW_MS / 2);
+	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &x, "seg", NULL, 0), 0);
+	/* Ranges near the top of u64 cannot wrap past the check. */
+	x = grant(secret, "seg", ENG_OP_READ, big, 10, 3, later);
+	assert_int_equal(check(ENG_OP_READ, big + 2, 8, &x, "seg", NULL, 0), 0);
+	assert_int_equal(check(ENG_OP_READ, big + 5, 20, &x, "seg", NULL, 0),
+			 LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(check(ENG_OP_READ, big + 5, UINT64_MAX - 2, &x, "seg", NULL, 0),
+			 LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(check(ENG_OP_READ, 5, UINT64_MAX, &x, "seg", NULL, 0),
+			 LUNAR_ERR_UNAUTHORIZED);
+	/* A disk read names its record: another one, or a range grant, fails. */
+	x = grant(secret, "seg", ENG_OP_READ_DISK, 0, 100, 3, later);
+	assert_int_equal(check(ENG_OP_READ_DISK, 10, 100, &x, "seg", name, 10),
+			 LUNAR_ERR_UNAUTHORIZED); /* made without the subject */
+	{
+		struct auth_cap c = {.segment = "seg", .segment_len = 3, .subject = name,
+				     .subject_len = 10, .op = ENG_OP_READ_DISK, .length = 100,
+				     .version = 3, .expiry_ms = later};
+
+		auth_cap_make(secret, &c, x.tag);
+	}
+	assert_int_equal(check(ENG_OP_READ_DISK, 10, 100, &x, "seg", name, 10), 0);
+	assert_int_equal(check(ENG_OP_READ_DISK, 10, 101, &x, "seg", name, 10),
+			 LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(check(ENG_OP_READ_DISK, 10, 100, &x, "seg", "default\0k2", 10),
+			 LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(eng_wire_cap_check(&(struct eng_wire_kreq){0}, NULL, "seg", NULL, 0, 0),
+			 LUNAR_ERR_UNAUTHORIZED);
+}
+
+static void test_engine_auth_keyed_transfers(void **state)
+{
+	struct node a = node_start(&key), b = node_start(&key);
+	const char *seg = eng_engine_endpoint(b.e);
+	uint64_t later = lc_wall_ms() + 60000;
+	size_t len = 5 * MIB + 77; /* sliced over several connections */
+	unsigned char *w = malloc(len), *r = malloc(len);
+	struct eng_cap wc = grant(secret, seg, ENG_OP_WRITE, 4096, len, 9, later);
+	struct eng_cap rc = grant(secret, seg, ENG_OP_READ, 4096, len, 9, later);
+	struct iovec v = {w, len};
+	uint32_t crc = 0;
+
+	(void)state;
+	assert_non_null(w);
+	assert_non_null(r);
+	for (size_t i = 0; i < len; i++)
+		w[i] = (unsigned char)(i * 31 + 7);
+	assert_int_equal(eng_xfer(a.e, seg, ENG_WRITE, 4096, &v, 1, &wc, &crc), 0);
+	assert_int_equal(crc, lc_crc32c(0, w, len));
+	assert_memory_equal(b.seg + 4096, w, len);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 4096, r, len, &rc), 0);
+	assert_memory_equal(r, w, len);
+	/* 4 KiB inside the grant, on a pooled connection: a later counter. */
+	assert_int_equal(xfer(&a, &b, ENG_READ, 8192, r, 4096, &rc), 0);
+	assert_memory_equal(r, w + 4096, 4096);
+	/* No grant: nothing sent at all. */
+	assert_int_equal(xfer(&a, &b, ENG_READ, 4096, r, 4096, NULL), ENG_XFER_UNSENT);
+	for (int i = 0; i < ENG_REJ_COUNT; i++)
+		assert_int_equal(eng_engine_rejected(b.e, i), 0);
+	node_stop(&a);
+	node_stop(&b);
+	free(w);
+	free(r);
+}
+
+static void test_engine_auth_wrong_grants_refused(void **state)
+{
+	struct node a = node_start(&key), b = node_start(&key);
+	const char *seg = eng_engine_endpoint(b.e);
+	uint64_t later = lc_wall_ms() + 60000;
+	unsigned char buf[4096], zero[4096] = {0}, other[AUTH_KEY_BYTES];
+	struct eng_cap caps[5];
+
+	(void)state;
+	auth_random(other, sizeof(other));
+	caps[0] = grant(secret, seg, ENG_OP_WRITE, 0, 4096, 1, later);	/* another range */
+	caps[1] = grant(secret, seg, ENG_OP_READ, 8192, 4096, 1, later); /* another op */
+	caps[2] = grant(secret, seg, ENG_OP_WRITE, 8192, 4096, 1, lc_wall_ms() - 60000);
+	caps[3] = grant(other, seg, ENG_OP_WRITE, 8192, 4096, 1, later);
+	caps[4] = grant(secret, "127.0.0.1:1", ENG_OP_WRITE, 8192, 4096, 1, later);
+	memset(buf, 0xAB, sizeof(buf));
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(xfer(&a, &b, ENG_WRITE, 8192, buf, sizeof(buf), &caps[i]),
+				 LUNAR_ERR_TRANSFER_FAIL);
+	assert_memory_equal(b.seg + 8192, zero, sizeof(zero)); /* never touched */
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), 5);
+	/* Before the master gave the segment a secret, nothing is granted. */
+	{
+		struct node c = node_start(NULL);
+		struct eng_config cfg = {.host = "127.0.0.1", .seg_size = SEG_SIZE,
+					 .seg_base = c.seg, .cluster_key = &key};
+		struct eng_engine *d;
+
+		assert_int_equal(eng_engine_create(&cfg, &d), 0);
+		caps[0] = grant(secret, eng_engine_endpoint(d), ENG_OP_READ, 0, 4096, 1, later);
+		assert_int_equal(eng_xfer(a.e, eng_engine_endpoint(d), ENG_READ, 0,
+					  &(struct iovec){buf, 4096}, 1, &caps[0], NULL),
+				 LUNAR_ERR_TRANSFER_FAIL);
+		assert_int_equal(eng_engine_rejected(d, ENG_REJ_CAPABILITY), 1);
+		eng_engine_destroy(d);
+		node_stop(&c);
+	}
+	node_stop(&a);
+	node_stop(&b);
+}
+
+static void test_engine_auth_keyless_peers_refused(void **state)
+{
+	struct node a = node_start(&key), b = node_start(&key), c = node_start(NULL);
+	struct auth_key other;
+	struct node d;
+	unsigned char buf[4096];
+	struct eng_cap cap = grant(secret, eng_engine_endpoint(b.e), ENG_OP_READ, 0, 4096, 1,
+				   lc_wall_ms() + 60000);
+
+	(void)state;
+	/* A keyless engine's plain frame is not a handshake: closed at once. */
+	assert_int_equal(xfer(&c, &b, ENG_READ, 0, buf, sizeof(buf), NULL),
+			 LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_HANDSHAKE), 1);
+	/* A keyed dialler does not talk to a keyless port, nor to another key. */
+	assert_int_not_equal(xfer(&a, &c, ENG_READ, 0, buf, sizeof(buf), &cap), 0);
+	auth_random(other.k, sizeof(other.k));
+	d = node_start(&other);
+	assert_int_not_equal(xfer(&d, &b, ENG_READ, 0, buf, sizeof(buf), &cap), 0);
+	/* b sees the close after d gave up: wait for its thread to count it. */
+	for (int i = 0; i < 200 && eng_engine_rejected(b.e, ENG_REJ_HANDSHAKE) < 2; i++)
+		usleep(10000);
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_HANDSHAKE), 2);
+	node_stop(&d);
+	node_stop(&a);
+	node_stop(&b);
+	node_stop(&c);
+}
+
+/* A raw connection to b past the handshake, speaking as a. */
+static int raw_keyed(struct node *a, struct node *b, struct auth_session *s)
+{
+	const char *colon = strrchr(eng_engine_endpoint(b->e), ':');
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(eng_hs_client(a->e, fd, s, lc_now_ns() + 5000000000ull), 0);
+	return fd;
+}
+
+/* Bytes the peer sends until it closes (at most cap kept). */
+static size_t drain(int fd, void *buf, size_t cap)
+{
+	struct timeval tv = {.tv_sec = 5};
+	size_t got = 0;
+	ssize_t n;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	while ((n = recv(fd, (char *)buf + got, cap - got, 0)) > 0)
+		got += (size_t)n;
+	assert_true(n == 0 || errno == ECONNRESET); /* closed, not timed out */
+	return got;
+}
+
+static void test_engine_auth_replay_bitflip_and_crc(void **state)
+{
+	struct node a = node_start(&key), b = node_start(&key);
+	const char *seg = eng_engine_endpoint(b.e);
+	struct eng_cap rc = grant(secret, seg, ENG_OP_READ, 0, 64, 1, lc_wall_ms() + 60000);
+	struct eng_cap wc = grant(secret, seg, ENG_OP_WRITE, 0, 64, 1, lc_wall_ms() + 60000);
+	unsigned char buf[ENG_WIRE_KREP_SIZE + 64], payload[64];
+	struct auth_session s;
+	struct eng_wire_kreq k;
+	struct eng_wire_krep rep;
+	int fd;
+
+	(void)state;
+	memset(b.seg, 0x5A, 64);
+	fd = raw_keyed(&a, &b, &s);
+	k = kreq(&s, ENG_OP_READ, 0, 64, &rc);
+	assert_int_equal(send(fd, &k, sizeof(k), 0), sizeof(k));
+	assert_int_equal(recv(fd, buf, sizeof(buf), MSG_WAITALL), sizeof(buf));
+	memcpy(&rep, buf, sizeof(rep));
+	assert_int_equal(eng_wire_krep_open(&rep, &s, le64toh(k.ctr)), 0);
+	assert_int_equal(rep.h.status, 0);
+	assert_int_equal(buf[ENG_WIRE_KREP_SIZE], 0x5A);
+	/* The recorded frame again on the same connection: closed, no byte. */
+	assert_int_equal(send(fd, &k, sizeof(k), 0), sizeof(k));
+	assert_int_equal(drain(fd, buf, sizeof(buf)), 0);
+	close(fd);
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_REPLAY), 1);
+	/* One flipped bit of a fresh frame: closed, no byte. */
+	fd = raw_keyed(&a, &b, &s);
+	k = kreq(&s, ENG_OP_READ, 0, 64, &rc);
+	k.h.offset ^= htole64(1);
+	assert_int_equal(send(fd, &k, sizeof(k), 0), sizeof(k));
+	assert_int_equal(drain(fd, buf, sizeof(buf)), 0);
+	close(fd);
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_MAC), 1);
+	/* A WRITE whose payload is not the CRC32C its header names fails. */
+	fd = raw_keyed(&a, &b, &s);
+	memset(payload, 0x11, sizeof(payload));
+	k = kreq(&s, ENG_OP_WRITE, 0, 64, &wc); /* crc 0 sealed in */
+	assert_int_equal(send(fd, &k, sizeof(k), 0), sizeof(k));
+	assert_int_equal(send(fd, payload, sizeof(payload), 0), sizeof(payload));
+	assert_int_equal(drain(fd, buf, sizeof(buf)), ENG_WIRE_KREP_SIZE);
+	memcpy(&rep, buf, sizeof(rep));
+	assert_int_equal(eng_wire_krep_open(&rep, &s, le64toh(k.ctr)), 0);
+	assert_int_equal(rep.h.status, LUNAR_ERR_CHECKSUM_MISMATCH);
+	close(fd);
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CRC), 1);
+	node_stop(&a);
+	node_stop(&b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_engine_auth_frame_bits_and_counters),
+	    cmocka_unit_test(test_engine_auth_reply_bound_to_request),
+	    cmocka_unit_test(test_engine_auth_capability_checks),
+	    cmocka_unit_test(test_engine_auth_keyed_transfers),
+	    cmocka_unit_test(test_engine_auth_wrong_grants_refused),
+	    cmocka_unit_test(test_engine_auth_keyless_peers_refused),
+	    cmocka_unit_test(test_engine_auth_replay_bitflip_and_crc),
+	};
+
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
