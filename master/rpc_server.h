@@ -14,8 +14,11 @@ struct auth_key;
 /*
  * mst_server_start - listen on url ("tcp://127.0.0.1:0" picks a free port)
  * with nworkers contexts each receiving, dispatching and replying on their
- * own. key: the cluster key every caller must prove (SPEC §13), copied; NULL
- * serves keyless (loopback demo mode). Returns 0 and *out, or a negative
+ * own. key: the cluster key every caller must prove (SPEC §13), copied:
+ * every message is then an authenticated envelope (proto/rpc_auth.h), each
+ * call checked against its session's role and client ids, and a peer that
+ * fails a check is closed unanswered. NULL serves the plain keyless
+ * protocol (loopback demo mode). Returns 0 and *out, or a negative
  * code (bad url, address in use). m must outlive the server.
  */
 int mst_server_start(struct mst_master *m, const char *url, unsigned nworkers,
