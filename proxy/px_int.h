@@ -65,6 +65,7 @@ struct px_config {
 	const char *key_path;     /* --cluster-key (or $LUNAR_CLUSTER_KEY_FILE) */
 	int insecure;             /* --insecure: a non-loopback --host without a key */
 	int keyed;                /* cluster_key holds the key */
+	int admin_calls;          /* --admin-calls: our master session is ADMIN */
 	struct auth_key cluster_key;
 	struct lc_conf conf;      /* its settings; fields above may point into them */
 };
@@ -75,8 +76,14 @@ int px_config_parse(struct px_config *cfg, int argc, char **argv);
 
 /* --- master client (mc.c) --- */
 struct px_mc;
-/* px_mc_create - embedded (m != NULL) or remote (url). 0 or a code. */
-int px_mc_create(struct mst_master *m, const char *url, uint64_t timeout_ms, struct px_mc **out);
+/*
+ * px_mc_create - embedded (m != NULL) or remote (url). Remote with key (not
+ * NULL; copied): calls go over a session authenticated with the cluster key
+ * claiming role (AUTH_ROLE_NODE, or AUTH_ROLE_ADMIN with --admin-calls).
+ * 0 or a code.
+ */
+int px_mc_create(struct mst_master *m, const char *url, uint64_t timeout_ms,
+		 const struct auth_key *key, uint32_t role, struct px_mc **out);
 /* px_mc_close - fail every call in flight or to come at once (shutdown).
  * Idempotent; NULL and embedded are no-ops. px_mc_destroy still frees. */
 void px_mc_close(struct px_mc *mc);
@@ -84,7 +91,8 @@ void px_mc_destroy(struct px_mc *mc);
 /*
  * px_mc_call - one control-plane call; blocks up to the RPC timeout. On 0,
  * *rep is the method's reply (free with protobuf_c_message_free_unpacked);
- * else LUNAR_ERR_RPC_FAIL or LUNAR_ERR_RPC_TIMEOUT and no reply.
+ * else LUNAR_ERR_RPC_FAIL, LUNAR_ERR_RPC_TIMEOUT or (keyed, the master does
+ * not hold our cluster key) LUNAR_ERR_UNAUTHORIZED, and no reply.
  * Any thread; calls run in parallel (one nng context each).
  */
 int px_mc_call(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
