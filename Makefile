@@ -145,11 +145,15 @@ $(BUILD)/tests/unit/%: $(call obj,tests/unit/%.c) $(DAEMON_LIBS) $(LIBSHM)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LIBCOMMON) $(LDLIBS_DAEMON) $(CMOCKA_LIBS) $(LINK_$(*F))
 
+# test_rpc_auth speaks the master's RPC itself.
+$(BUILD)/tests/integration/test_rpc_auth: $(LIBPROTO)
+LINK_test_rpc_auth := $(LIBPROTO) $(LIBAUTH) $(LIBCOMMON) -lnng -lprotobuf-c
+
 $(BUILD)/tests/integration/%: $(call obj,tests/integration/%.c $(HARNESS_SRC)) $(LIBSHM) $(LIBAUTH) \
 		$(LIBCOMMON)
 	$(Q)mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CMOCKA_LIBS) -lsodium -lpthread
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LINK_$(*F)) $(CMOCKA_LIBS) -lsodium -lpthread
 
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.
 test: all
