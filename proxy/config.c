@@ -260,7 +260,7 @@ static int check_security(struct px_config *c)
 		return bad("cluster key: %s", why);
 	c->keyed = rc;
 	if (c->admin_calls && !c->keyed)
-		return bad("%s", "--admin-calls needs --cluster-key (a keyless master asks no role)");
+		return bad("%s", "--admin-calls needs --cluster-key (keyless, there are no roles)");
 	if (auth_bind_check(c->host, c->keyed, c->insecure, why, sizeof(why)))
 		return bad("%s", why);
 	return 0;
