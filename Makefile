@@ -65,8 +65,10 @@ auth_PKGS := libsodium
 
 proto_SRC := $(BUILD)/proto/lunar.pb-c.c $(wildcard proto/*.c)
 proto_API := -Iproto -I$(BUILD)/proto
-proto_SEES := common shmlib
+proto_SEES := common shmlib $(AUTH)
 proto_PKGS := libprotobuf-c
+# Debian's libnng-dev ships no nng.pc: a plain -lnng (rpc_client.c dials).
+proto_LIBS := -lnng
 
 engine_SRC := $(wildcard engine/*.c)
 engine_API := $(call exports,engine,engine/engine.h)
@@ -223,10 +225,13 @@ $(eval $(call link,$(BUILD)/bin/memc-bench,tools/memc-bench.c tools/bench/util.c
 # SRC_<test> adds a test's own sources besides tests/unit/<test>.c.
 LINK_test_master_table := -Wl,--wrap=calloc
 SRC_test_bench_util := tools/bench/util.c
+# COMP_<test>: components an integration test links besides liblunar's.
+# test_rpc_auth speaks the master's RPC itself.
+COMP_test_rpc_auth := proto
 $(foreach t,$(UNIT_BINS),$(eval $(call link,$(t),tests/unit/$(notdir $(t)).c \
 	$(SRC_$(notdir $(t))),$(COMPONENTS) tests)))
 $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t)).c \
-	$(HARNESS_SRC),shmlib $(AUTH) common tests)))
+	$(HARNESS_SRC),$(COMP_$(notdir $(t))) shmlib $(AUTH) common tests)))
 
 # ---- Running -------------------------------------------------------------------
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.

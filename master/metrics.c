@@ -84,6 +84,42 @@ void mst_metrics_value_size(struct mst_master *m, uint64_t size)
 	add(&m->ctr.size_count, 1);
 }
 
+void mst_metrics_reject(struct mst_master *m, enum mst_reject why)
+{
+	if (why < MST_REJ_MAX)
+		add(&m->ctr.rpc_rejected[why], 1);
+}
+
+void mst_metrics_unauthorized(struct mst_master *m, uint32_t method)
+{
+	if (method < MST_METHODS_MAX)
+		add(&m->ctr.unauthorized[method], 1);
+}
+
+/* The keyed RPC's refusals: peers closed unanswered, and authentic calls
+ * answered UNAUTHORIZED. */
+static void auth_counters(struct mst_master *m, FILE *f)
+{
+	static const char *const reasons[MST_REJ_MAX] = {
+	    [MST_REJ_PLAIN] = "unauthenticated",   [MST_REJ_MALFORMED] = "malformed",
+	    [MST_REJ_BAD_PROOF] = "bad_proof",	   [MST_REJ_NO_HELLO] = "no_handshake",
+	    [MST_REJ_BAD_MAC] = "bad_mac",	   [MST_REJ_REPLAY] = "replay",
+	    [MST_REJ_BAD_REQUEST] = "bad_request", [MST_REJ_TABLE_FULL] = "sessions_full",
+	};
+	fprintf(f, "# TYPE lunar_master_rpc_rejected_total counter\n");
+	for (int i = 0; i < MST_REJ_MAX; i++)
+		fprintf(f, "lunar_master_rpc_rejected_total{reason=\"%s\"} %llu\n", reasons[i],
+			(unsigned long long)get(&m->ctr.rpc_rejected[i]));
+	fprintf(f, "# TYPE lunar_master_unauthorized_total counter\n");
+	for (uint32_t i = 0; i < MST_METHODS_MAX; i++) {
+		const struct lp_method *mt = lp_method_find(i);
+
+		if (mt)
+			fprintf(f, "lunar_master_unauthorized_total{method=\"%s\"} %llu\n",
+				mt->name, (unsigned long long)get(&m->ctr.unauthorized[i]));
+	}
+}
+
 static void gauges(struct mst_master *m, FILE *f)
 {
 	struct mst_stats st;
@@ -216,6 +252,7 @@ int mst_metrics_render(struct mst_master *m, char **out, size_t *len)
 	gauges(m, f);
 	segment_gauges(m, f);
 	counters(m, f);
+	auth_counters(m, f);
 	histogram(m, f);
 	if (ferror(f)) {
 		fclose(f);

@@ -100,8 +100,24 @@ struct mst_tenants {
 #define MST_HIST_BUCKETS 11 /* value size: 1 KiB * 4^i, i < 11 (to 1 GiB), + Inf */
 #define MST_SEGMENT_NAME_MAX 255 /* bytes of a segment name or endpoint */
 
+/* Why the keyed RPC server closed a peer without an answer (SPEC §13);
+ * metrics.c names them in lunar_master_rpc_rejected_total{reason}. */
+enum mst_reject {
+	MST_REJ_PLAIN,	     /* a request without the envelope */
+	MST_REJ_MALFORMED,   /* an envelope that does not decode */
+	MST_REJ_BAD_PROOF,   /* a handshake that proved no key, or a reflected hello */
+	MST_REJ_NO_HELLO,    /* a PROOF for no handshake in progress */
+	MST_REJ_BAD_MAC,     /* a CALL whose tag is wrong */
+	MST_REJ_REPLAY,	     /* a CALL whose counter was seen or is too old */
+	MST_REJ_BAD_REQUEST, /* an authentic CALL whose request does not decode */
+	MST_REJ_TABLE_FULL,  /* a HELLO with every session slot live */
+	MST_REJ_MAX
+};
+
 /* Counters for /metrics: atomics, relaxed. */
 struct mst_counters {
+	uint64_t rpc_rejected[MST_REJ_MAX];
+	uint64_t unauthorized[MST_METHODS_MAX]; /* authentic calls refused, by method */
 	uint64_t calls[MST_METHODS_MAX];
 	uint64_t errors[MST_CODES_MAX];
 	uint64_t evictions, evicted_bytes, discarded_puts, evict_rounds, evict_censuses;
@@ -429,6 +445,8 @@ void mst_metrics_count(struct mst_master *m, uint32_t method, int code);
 /* mst_metrics_value_size - add a committed value of size bytes to the
  * value size histogram. */
 void mst_metrics_value_size(struct mst_master *m, uint64_t size);
+void mst_metrics_reject(struct mst_master *m, enum mst_reject why);
+void mst_metrics_unauthorized(struct mst_master *m, uint32_t method);
 
 /*
  * The handlers mst_dispatch picks by method: each takes req of the method's

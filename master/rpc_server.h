@@ -14,8 +14,11 @@ struct auth_key;
 /*
  * mst_server_start - listen on url ("tcp://127.0.0.1:0" picks a free port)
  * with nworkers contexts each receiving, dispatching and replying on their
- * own. key: the cluster key every caller must prove (SPEC §13), copied; NULL
- * serves keyless (loopback demo mode). Returns 0 and *out; unlike master.h's
+ * own. key: the cluster key every caller must prove (SPEC §13), copied:
+ * every message is then an authenticated envelope (proto/rpc_auth.h), each
+ * call checked against its session's role and client ids, and a peer that
+ * fails a check is closed unanswered. NULL serves the plain keyless
+ * protocol (loopback demo mode). Returns 0 and *out; unlike master.h's
  * calls, failures are -errno (-EINVAL bad url, -EADDRINUSE, -ENOMEM) or
  * LUNAR_ERR_INTERNAL for other nng errors, the nng error logged. m must
  * outlive the server. Blocks only to bind; start-up thread.

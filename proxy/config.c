@@ -58,6 +58,9 @@ static const struct flag flags[] = {
 	F("cluster-key", K_STR, key_path,
 	  "FILE  the cluster key (lunarctl keygen; env LUNAR_CLUSTER_KEY_FILE):\n"
 	  "                             master and peers must prove it, and so must we"),
+	F("admin-calls", K_BOOL, admin_calls,
+	  "      open our master session as ADMIN (needs --cluster-key): this\n"
+	  "                             node's apps may then remove all or force removes"),
 	F("insecure", K_BOOL, insecure,
 	  "      allow a --host other than loopback without a cluster key (warns)"),
 	F("config", K_STR, config_path,
@@ -257,6 +260,8 @@ static int check_security(struct px_config *c)
 		return bad("cluster key: %s", why);
 	c->keyed = rc;
 	c->mcfg.keyed = rc; /* an embedded master grants capabilities too */
+	if (c->admin_calls && !c->keyed)
+		return bad("%s", "--admin-calls needs --cluster-key (keyless, there are no roles)");
 	if (auth_bind_check(c->host, c->keyed, c->insecure, why, sizeof(why)))
 		return bad("%s", why);
 	return 0;

@@ -129,7 +129,9 @@ static int start_control_plane(struct px_proxy *px)
 	px->leases = px_lease_cache_create(px->cfg.lease_cache_keys);
 	if (!px->leases)
 		return LUNAR_ERR_INTERNAL;
-	rc = px_mc_create(px->master, px->cfg.master_url, px->cfg.rpc_timeout_ms, &px->mc);
+	rc = px_mc_create(px->master, px->cfg.master_url, px->cfg.rpc_timeout_ms,
+			  px->cfg.keyed ? &px->cfg.cluster_key : NULL,
+			  px->cfg.admin_calls ? AUTH_ROLE_ADMIN : AUTH_ROLE_NODE, &px->mc);
 	if (rc)
 		return rc;
 	rc = px_closer_create(&px->closer);

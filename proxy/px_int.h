@@ -71,6 +71,7 @@ struct px_config {
 	const char *key_path;     /* --cluster-key (or $LUNAR_CLUSTER_KEY_FILE) */
 	int insecure;             /* --insecure: a non-loopback --host without a key */
 	int keyed;                /* cluster_key holds the key */
+	int admin_calls;          /* --admin-calls: our master session is ADMIN */
 	struct auth_key cluster_key;
 	struct lc_conf conf;      /* its settings; fields above may point into them */
 };
@@ -81,13 +82,18 @@ int px_config_parse(struct px_config *cfg, int argc, char **argv);
 
 /* --- master client (mc.c) --- */
 struct px_mc;
-/* px_mc_create - a master client: embedded (m != NULL, calls run
+/*
+ * px_mc_create - a master client: embedded (m != NULL, calls run
  * mst_dispatch on the caller's thread) or remote (url, nng REQ; m NULL).
- * m must outlive it; url is only read. Returns 0 and *out (freed by
- * px_mc_destroy), LUNAR_ERR_INTERNAL (out of memory) or
+ * Remote with key (not NULL; copied): calls go over a session authenticated
+ * with the cluster key claiming role (AUTH_ROLE_NODE, or AUTH_ROLE_ADMIN
+ * with --admin-calls). m must outlive it; url is only read. Returns 0 and
+ * *out (freed by px_mc_destroy), LUNAR_ERR_INTERNAL (out of memory) or
  * LUNAR_ERR_INVALID_PARAMS (url refused, logged). Start-up thread; the dial
- * does not wait for the master, which may come up later. */
-int px_mc_create(struct mst_master *m, const char *url, uint64_t timeout_ms, struct px_mc **out);
+ * does not wait for the master, which may come up later.
+ */
+int px_mc_create(struct mst_master *m, const char *url, uint64_t timeout_ms,
+		 const struct auth_key *key, uint32_t role, struct px_mc **out);
 /* px_mc_close - fail every call in flight or to come at once (shutdown).
  * Idempotent; NULL and embedded are no-ops. px_mc_destroy still frees. */
 void px_mc_close(struct px_mc *mc);
@@ -97,7 +103,8 @@ void px_mc_destroy(struct px_mc *mc);
 /*
  * px_mc_call - one control-plane call; blocks up to the RPC timeout. On 0,
  * *rep is the method's reply (free with protobuf_c_message_free_unpacked);
- * else LUNAR_ERR_RPC_FAIL or LUNAR_ERR_RPC_TIMEOUT and no reply.
+ * else LUNAR_ERR_RPC_FAIL, LUNAR_ERR_RPC_TIMEOUT or (keyed, the master does
+ * not hold our cluster key) LUNAR_ERR_UNAUTHORIZED, and no reply.
  * Any thread; calls run in parallel (one nng context each).
  */
 int px_mc_call(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,

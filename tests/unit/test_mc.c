@@ -94,7 +94,7 @@ static int ping(const char *url, uint64_t *ms, uint64_t *start)
 	uint64_t t0;
 	int rc;
 
-	assert_int_equal(px_mc_create(NULL, url, CALL_TIMEOUT_MS, &mc), 0);
+	assert_int_equal(px_mc_create(NULL, url, CALL_TIMEOUT_MS, NULL, AUTH_ROLE_NODE, &mc), 0);
 	t0 = lc_now_ms();
 	if (start)
 		*start = t0;

@@ -1,6 +1,6 @@
 /*
  * master_rpc.c - lunar-bench --master: the control plane alone. Requester
- * threads (one nng_ctx each on one REQ socket, as a proxy does) pose as one
+ * threads (on the proxy's own RPC client, proto/rpc_client.h) pose as one
  * proxy with a fake segment that never moves a byte, fill the master with
  * PutStart+PutEnd pairs and measure pairs/s, GetReplicaList/s and
  * BatchExistKey keys/s at 10k objects and at N (flatness), plus the
@@ -16,12 +16,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
-
+#include "auth.h"
 #include "clock.h"
 #include "lunar.h"
 #include "rpc.h"
+#include "rpc_client.h"
 
 #define MB_SMALL_LEVEL	  10000ull
 #define MB_MAX_REQUESTERS 256
@@ -40,8 +39,6 @@ struct mb;
 struct requester {
 	struct mb *b;
 	pthread_t tid;
-	nng_ctx ctx;
-	nng_aio *aio;
 	uint64_t rng;
 	uint64_t errors;
 	char (*keys)[MB_KEY_MAX]; /* one batch of keys */
@@ -63,7 +60,8 @@ struct mb {
 	uint64_t client_id;
 	char seg[64], prefix[32];
 	/* connection */
-	nng_socket sock;
+	const char *key_path; /* --cluster-key */
+	struct lp_client *cl;
 	struct requester *rq;
 	/* keys [0, resident) are committed */
 	uint64_t resident;
@@ -79,8 +77,6 @@ struct mb {
 	pthread_mutex_t plock;
 	pthread_cond_t pcond;
 	int stop, pinger_running;
-	nng_ctx pctx;
-	nng_aio *paio;
 	atomic_uint_fast64_t ping_failures, remounts;
 };
 
@@ -95,7 +91,8 @@ static const char usage_text[] =
     "\n"
     "Options:\n"
     "  --master URL          the master, e.g. tcp://127.0.0.1:50051\n"
-    "  --requesters R        requester threads, one nng context each (default 4)\n"
+    "  --requesters R        requester threads, each call its own nng context (default 4)\n"
+    "  --cluster-key FILE    the master's cluster key (env LUNAR_CLUSTER_KEY_FILE)\n"
     "  --objects N           objects resident at the top level (default 1000000)\n"
     "  --window W            calls per measured put and get window (default 10000)\n"
     "  --batch B             keys per BatchExistKey (default 128)\n"
@@ -114,95 +111,42 @@ static const char usage_text[] =
 
 /* --- one call ----------------------------------------------------------- */
 
-static int nng_code(int rv)
-{
-	return rv == NNG_ETIMEDOUT ? LUNAR_ERR_RPC_TIMEOUT : LUNAR_ERR_RPC_FAIL;
-}
-
 /*
- * One request and its reply on ctx. Returns the reply's status code with
- * *rep set (free it with protobuf_c_message_free_unpacked), or a negative
- * code with *rep NULL when no decodable reply came.
+ * One request and its reply. Returns the reply's status code with *rep set
+ * (free it with protobuf_c_message_free_unpacked), or a negative code with
+ * *rep NULL when no decodable reply came.
  */
-static int mb_call(nng_ctx ctx, nng_aio *aio, uint32_t method, const ProtobufCMessage *req,
+static int mb_call(struct mb *b, uint32_t method, const ProtobufCMessage *req,
 		   ProtobufCMessage **rep)
 {
 	const struct lp_method *mt = lp_method_find(method);
-	nng_msg *msg;
-	void *buf;
-	size_t len;
-	int rv;
+	int rc;
 
 	*rep = NULL;
-	if (!mt || lp_request_pack(method, req, &buf, &len))
+	if (!mt)
 		return LUNAR_ERR_INTERNAL;
-	rv = nng_msg_alloc(&msg, len);
-	if (rv) {
-		free(buf);
-		return LUNAR_ERR_INTERNAL;
+	rc = lp_client_call(b->cl, mt, req, rep, b->timeout_ms);
+	if (rc) {
+		*rep = NULL;
+		return rc;
 	}
-	memcpy(nng_msg_body(msg), buf, len);
-	free(buf);
-	nng_aio_set_msg(aio, msg);
-	nng_ctx_send(ctx, aio);
-	nng_aio_wait(aio);
-	rv = nng_aio_result(aio);
-	if (rv) {
-		nng_msg_free(nng_aio_get_msg(aio));
-		return nng_code(rv);
-	}
-	nng_ctx_recv(ctx, aio);
-	nng_aio_wait(aio);
-	rv = nng_aio_result(aio);
-	if (rv)
-		return nng_code(rv);
-	msg = nng_aio_get_msg(aio);
-	*rep = lp_reply_unpack(mt, nng_msg_body(msg), nng_msg_len(msg));
-	nng_msg_free(msg);
-	if (*rep && lp_status(*rep))
-		return lp_status(*rep)->code;
-	if (*rep)
-		protobuf_c_message_free_unpacked(*rep, NULL);
-	*rep = NULL;
-	return LUNAR_ERR_PROTOCOL;
+	return lp_status(*rep)->code;
 }
 
 /* mb_call for calls whose reply holds nothing but the status. */
-static int mb_call_status(nng_ctx ctx, nng_aio *aio, uint32_t method, const ProtobufCMessage *req)
+static int mb_call_status(struct mb *b, uint32_t method, const ProtobufCMessage *req)
 {
 	ProtobufCMessage *rep;
-	int rc = mb_call(ctx, aio, method, req, &rep);
+	int rc = mb_call(b, method, req, &rep);
 
 	if (rep)
 		protobuf_c_message_free_unpacked(rep, NULL);
 	return rc;
 }
 
-static int ctx_open(struct mb *b, nng_ctx *ctx, nng_aio **aio)
-{
-	int rv = nng_ctx_open(ctx, b->sock);
-
-	if (rv)
-		return rv;
-	rv = nng_aio_alloc(aio, NULL, NULL);
-	if (rv) {
-		nng_ctx_close(*ctx);
-		return rv;
-	}
-	nng_aio_set_timeout(*aio, (nng_duration)b->timeout_ms);
-	return 0;
-}
-
-static void ctx_close(nng_ctx ctx, nng_aio *aio)
-{
-	if (aio)
-		nng_aio_free(aio);
-	nng_ctx_close(ctx);
-}
-
 /* --- the fake proxy: segment and heartbeat ------------------------------- */
 
-static int segment_mount(struct mb *b, nng_ctx ctx, nng_aio *aio)
+static int segment_mount(struct mb *b)
 {
 	Lunar__MountSegmentRequest rq = LUNAR__MOUNT_SEGMENT_REQUEST__INIT;
 	Lunar__SegmentDesc sd = LUNAR__SEGMENT_DESC__INIT;
@@ -212,16 +156,16 @@ static int segment_mount(struct mb *b, nng_ctx ctx, nng_aio *aio)
 	sd.size = MB_SEGMENT_BYTES;
 	rq.client_id = b->client_id;
 	rq.segment = &sd;
-	return mb_call_status(ctx, aio, LUNAR__METHOD__MOUNT_SEGMENT, &rq.base);
+	return mb_call_status(b, LUNAR__METHOD__MOUNT_SEGMENT, &rq.base);
 }
 
-static int segment_unmount(struct mb *b, nng_ctx ctx, nng_aio *aio)
+static int segment_unmount(struct mb *b)
 {
 	Lunar__UnmountSegmentRequest rq = LUNAR__UNMOUNT_SEGMENT_REQUEST__INIT;
 
 	rq.client_id = b->client_id;
 	rq.name = b->seg;
-	return mb_call_status(ctx, aio, LUNAR__METHOD__UNMOUNT_SEGMENT, &rq.base);
+	return mb_call_status(b, LUNAR__METHOD__UNMOUNT_SEGMENT, &rq.base);
 }
 
 static void ping_once(struct mb *b)
@@ -231,7 +175,7 @@ static void ping_once(struct mb *b)
 	int rc;
 
 	rq.client_id = b->client_id;
-	rc = mb_call(b->pctx, b->paio, LUNAR__METHOD__PING, &rq.base, &rep);
+	rc = mb_call(b, LUNAR__METHOD__PING, &rq.base, &rep);
 	if (rc) {
 		atomic_fetch_add(&b->ping_failures, 1);
 	} else if (((Lunar__PingReply *)rep)->need_remount) {
@@ -239,7 +183,7 @@ static void ping_once(struct mb *b)
 		 * are gone and the figures after this point are not comparable. */
 		fprintf(stderr, "lunar-bench: the master asked for a remount; remounting\n");
 		atomic_fetch_add(&b->remounts, 1);
-		segment_mount(b, b->pctx, b->paio);
+		segment_mount(b);
 	}
 	if (rep)
 		protobuf_c_message_free_unpacked(rep, NULL);
@@ -307,7 +251,7 @@ static int op_put(struct requester *r, uint64_t i)
 	ps.key = key;
 	ps.size = b->obj_size;
 	ps.replica_num = 1;
-	rc = mb_call(r->ctx, r->aio, LUNAR__METHOD__PUT_START, &ps.base, &rep);
+	rc = mb_call(b, LUNAR__METHOD__PUT_START, &ps.base, &rep);
 	if (!rc && ((Lunar__PutStartReply *)rep)->n_replicas != 1)
 		rc = LUNAR_ERR_INTERNAL;
 	if (rep)
@@ -317,7 +261,7 @@ static int op_put(struct requester *r, uint64_t i)
 	pe.client_id = b->client_id;
 	pe.tenant = (char *)b->tenant;
 	pe.key = key;
-	return mb_call_status(r->ctx, r->aio, LUNAR__METHOD__PUT_END, &pe.base);
+	return mb_call_status(b, LUNAR__METHOD__PUT_END, &pe.base);
 }
 
 static int op_get(struct requester *r)
@@ -332,7 +276,7 @@ static int op_get(struct requester *r)
 	key_of(b, rng_next(&r->rng) % b->resident, key);
 	rq.tenant = (char *)b->tenant;
 	rq.key = key;
-	rc = mb_call(r->ctx, r->aio, LUNAR__METHOD__GET_REPLICA_LIST, &rq.base, &rep);
+	rc = mb_call(b, LUNAR__METHOD__GET_REPLICA_LIST, &rq.base, &rep);
 	g = (Lunar__GetReplicaListReply *)rep;
 	if (!rc && (g->n_replicas < 1 || g->size != b->obj_size))
 		rc = LUNAR_ERR_INTERNAL;
@@ -357,7 +301,7 @@ static int op_exist(struct requester *r)
 	rq.tenant = (char *)b->tenant;
 	rq.n_keys = b->batch;
 	rq.keys = r->keyp;
-	rc = mb_call(r->ctx, r->aio, LUNAR__METHOD__BATCH_EXIST_KEY, &rq.base, &rep);
+	rc = mb_call(b, LUNAR__METHOD__BATCH_EXIST_KEY, &rq.base, &rep);
 	c = (Lunar__BatchCodesReply *)rep;
 	if (!rc && c->n_codes != b->batch)
 		rc = LUNAR_ERR_INTERNAL;
@@ -530,6 +474,8 @@ static int parse_one(struct mb *b, int argc, char **argv, int *i)
 
 	if ((v = bench_opt_value(argc, argv, i, "--master", &missing)))
 		b->url = v;
+	else if ((v = bench_opt_value(argc, argv, i, "--cluster-key", &missing)))
+		b->key_path = v;
 	else if ((v = bench_opt_value(argc, argv, i, "--tenant", &missing)))
 		b->tenant = v;
 	else if ((v = bench_opt_value(argc, argv, i, "--objects", &missing)))
@@ -582,25 +528,27 @@ static void print_config(const struct mb *b)
 	fflush(stdout);
 }
 
+/* The RPC client, keyed when --cluster-key or $LUNAR_CLUSTER_KEY_FILE names
+ * a key; the dial waits, so a missing master fails at once. */
 static int connect_master(struct mb *b)
 {
-	int rv;
+	struct auth_key key;
+	char why[256];
+	int keyed, rc;
 
-	rv = nng_req0_open(&b->sock);
-	if (rv)
-		goto err;
-	/* No resends: a resent PutStart would run twice. */
-	if ((rv = nng_socket_set_ms(b->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) ||
-	    (rv = nng_socket_set_size(b->sock, NNG_OPT_RECVMAXSZ, LP_MAX_MSG)) ||
-	    (rv = nng_dial(b->sock, b->url, NULL, 0)))
-		goto err_close;
-	return 0;
-err_close:
-	nng_close(b->sock);
-err:
-	fprintf(stderr, "lunar-bench: cannot reach the master at %s: %s\n", b->url,
-		nng_strerror(rv));
-	return -1;
+	if (auth_init())
+		return -1;
+	keyed = auth_key_resolve(b->key_path, &key, why, sizeof(why));
+	if (keyed < 0) {
+		fprintf(stderr, "lunar-bench: cluster key: %s\n", why);
+		return -1;
+	}
+	rc = lp_client_create(b->url, keyed ? &key : NULL, AUTH_ROLE_NODE, LP_CLIENT_DIAL_NOW,
+			      &b->cl);
+	auth_key_wipe(&key);
+	if (rc)
+		fprintf(stderr, "lunar-bench: cannot reach the master at %s\n", b->url);
+	return rc ? -1 : 0;
 }
 
 static int requesters_open(struct mb *b)
@@ -615,7 +563,7 @@ static int requesters_open(struct mb *b)
 		r->rng = bench_splitmix64(b->client_id + t);
 		r->keys = calloc(b->batch, sizeof(*r->keys));
 		r->keyp = calloc(b->batch, sizeof(*r->keyp));
-		if (!r->keys || !r->keyp || ctx_open(b, &r->ctx, &r->aio))
+		if (!r->keys || !r->keyp)
 			return -1;
 	}
 	return 0;
@@ -624,8 +572,6 @@ static int requesters_open(struct mb *b)
 static void requesters_close(struct mb *b)
 {
 	for (unsigned t = 0; b->rq && t < b->nreq; t++) {
-		if (b->rq[t].aio)
-			ctx_close(b->rq[t].ctx, b->rq[t].aio);
 		free(b->rq[t].keys);
 		free(b->rq[t].keyp);
 	}
@@ -637,9 +583,7 @@ static int fake_proxy_start(struct mb *b)
 {
 	int rc;
 
-	if (ctx_open(b, &b->pctx, &b->paio))
-		return BENCH_EXIT_FAIL;
-	rc = segment_mount(b, b->pctx, b->paio);
+	rc = segment_mount(b);
 	if (rc) {
 		fprintf(stderr, "lunar-bench: MountSegment: %s (%d)\n", lunar_strerror(rc), rc);
 		return rc == LUNAR_ERR_RPC_FAIL || rc == LUNAR_ERR_RPC_TIMEOUT ? BENCH_EXIT_NOCONN
@@ -719,16 +663,14 @@ int bench_master_main(int argc, char **argv)
 	if (!rc) {
 		errors = run_all(&b);
 		pinger_stop(&b);
-		if (!b.keep && segment_unmount(&b, b.pctx, b.paio))
+		if (!b.keep && segment_unmount(&b))
 			fprintf(stderr, "lunar-bench: UnmountSegment failed\n");
 		printf("errors=%" PRIu64 "\n", errors);
 		rc = errors ? BENCH_EXIT_FAIL : BENCH_EXIT_OK;
 	}
 	pinger_stop(&b);
 	requesters_close(&b);
-	if (b.paio)
-		ctx_close(b.pctx, b.paio);
-	nng_close(b.sock);
+	lp_client_destroy(b.cl);
 	free(b.lat);
 	return rc;
 }

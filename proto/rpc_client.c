@@ -1,0 +1,493 @@
+/*
+ * rpc_client.c - the master RPC's client (rpc_client.h): plain framed
+ * requests for a keyless master; with a cluster key, a session opened by
+ * the three-message handshake and every call wrapped in a CALL envelope
+ * whose reply must carry our counter and the master's tag.
+ */
+#include "rpc_client.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <sodium.h>
+
+#include "clock.h"
+#include "log.h"
+#include "lunar.h"
+#include "rpc_auth.h"
+
+#define NO_SESSION 1	      /* call_in: the master forgot our session */
+#define WARN_EVERY_MS 10000u /* how often a refused key is logged again */
+
+/* An open session; c->cur holds one reference, each call using it one. */
+struct lp_csess {
+	struct auth_session s;
+	uint64_t sid;
+	unsigned refs; /* under c->lock */
+};
+
+struct lp_client {
+	nng_socket sock;
+	atomic_bool closed;
+	int keyed;
+	uint32_t role;
+	struct auth_key key;
+	pthread_mutex_t lock;	   /* cur, refs, warned_ms */
+	pthread_mutex_t hs_lock;   /* one handshake at a time */
+	pthread_mutex_t send_lock; /* counters leave in the order they are taken */
+	struct lp_csess *cur;
+	uint64_t warned_ms;
+};
+
+int lp_client_create(const char *url, const struct auth_key *key, uint32_t role,
+		     unsigned flags, struct lp_client **out)
+{
+	struct lp_client *c;
+	int rv;
+
+	if (key && !auth_role_valid(role))
+		return LUNAR_ERR_INVALID_PARAMS;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return LUNAR_ERR_INTERNAL;
+	c->keyed = key != NULL;
+	if (key)
+		c->key = *key;
+	c->role = role;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->hs_lock, NULL);
+	pthread_mutex_init(&c->send_lock, NULL);
+	rv = nng_req0_open(&c->sock);
+	if (rv)
+		goto err_free;
+	if ((rv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) ||
+	    (rv = nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, LP_MAX_MSG)) ||
+	    (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000)))
+		goto err_close;
+	/* Non-blocking dial: the master may come up after us; nng keeps trying. */
+	rv = nng_dial(c->sock, url, NULL, flags & LP_CLIENT_DIAL_NOW ? 0 : NNG_FLAG_NONBLOCK);
+	if (rv)
+		goto err_close;
+	*out = c;
+	return 0;
+err_close:
+	nng_close(c->sock);
+err_free:
+	LC_ERROR("rpc", "master client for %s: %s", url, nng_strerror(rv));
+	auth_key_wipe(&c->key);
+	free(c);
+	return LUNAR_ERR_INVALID_PARAMS;
+}
+
+void lp_client_close(struct lp_client *c)
+{
+	if (c && !atomic_exchange(&c->closed, true))
+		nng_close(c->sock);
+}
+
+void lp_client_destroy(struct lp_client *c)
+{
+	if (!c)
+		return;
+	lp_client_close(c);
+	if (c->cur) {
+		sodium_memzero(c->cur, sizeof(*c->cur));
+		free(c->cur);
+	}
+	auth_key_wipe(&c->key);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->hs_lock);
+	pthread_mutex_destroy(&c->send_lock);
+	free(c);
+}
+
+/* nng 1.5 has no synchronous context calls: one aio per exchange, waited
+ * on, the send and the receive within one deadline. */
+struct xchg {
+	nng_ctx ctx;
+	nng_aio *aio;
+	uint64_t deadline;
+};
+
+static int aio_rc(int rv)
+{
+	return rv == NNG_ETIMEDOUT ? LUNAR_ERR_RPC_TIMEOUT : LUNAR_ERR_RPC_FAIL;
+}
+
+static nng_duration left_ms(uint64_t deadline)
+{
+	uint64_t now = lc_now_ms();
+
+	return now < deadline ? (nng_duration)(deadline - now) : 0;
+}
+
+static int xchg_open(struct lp_client *c, struct xchg *x, uint64_t deadline)
+{
+	x->deadline = deadline;
+	if (nng_aio_alloc(&x->aio, NULL, NULL))
+		return LUNAR_ERR_INTERNAL;
+	if (nng_ctx_open(&x->ctx, c->sock)) {
+		nng_aio_free(x->aio);
+		return LUNAR_ERR_RPC_FAIL;
+	}
+	return 0;
+}
+
+static void xchg_close(struct xchg *x)
+{
+	nng_ctx_close(x->ctx);
+	nng_aio_free(x->aio);
+}
+
+/* Start sending msg (taken). */
+static void xchg_send(struct xchg *x, nng_msg *msg)
+{
+	nng_aio_set_timeout(x->aio, left_ms(x->deadline));
+	nng_aio_set_msg(x->aio, msg);
+	nng_ctx_send(x->ctx, x->aio);
+}
+
+/* Wait for the send, then the reply, by the deadline. */
+static int xchg_finish(struct xchg *x, nng_msg **reply)
+{
+	int rv;
+
+	nng_aio_wait(x->aio);
+	rv = nng_aio_result(x->aio);
+	if (rv) {
+		nng_msg_free(nng_aio_get_msg(x->aio));
+		return aio_rc(rv);
+	}
+	nng_aio_set_timeout(x->aio, left_ms(x->deadline));
+	nng_ctx_recv(x->ctx, x->aio);
+	nng_aio_wait(x->aio);
+	rv = nng_aio_result(x->aio);
+	if (rv)
+		return aio_rc(rv);
+	*reply = nng_aio_get_msg(x->aio);
+	return 0;
+}
+
+/* The reply's inner bytes to a Status-bearing message of mt, or NULL. */
+static ProtobufCMessage *reply_of(const struct lp_method *mt, const void *buf, size_t len)
+{
+	ProtobufCMessage *rep = lp_reply_unpack(mt, buf, len);
+
+	if (rep && lp_status(rep))
+		return rep;
+	if (rep)
+		protobuf_c_message_free_unpacked(rep, NULL);
+	LC_WARN("rpc", "master sent an undecodable %s reply", mt->name);
+	return NULL;
+}
+
+static int call_plain(struct lp_client *c, const struct lp_method *mt, const void *buf,
+		      size_t len, ProtobufCMessage **rep, uint64_t deadline)
+{
+	nng_msg *msg, *reply = NULL;
+	struct xchg x;
+	int rc;
+
+	if (nng_msg_alloc(&msg, len))
+		return LUNAR_ERR_INTERNAL;
+	memcpy(nng_msg_body(msg), buf, len);
+	if ((rc = xchg_open(c, &x, deadline))) {
+		nng_msg_free(msg);
+		return rc;
+	}
+	xchg_send(&x, msg);
+	rc = xchg_finish(&x, &reply);
+	xchg_close(&x);
+	if (rc)
+		return rc;
+	*rep = reply_of(mt, nng_msg_body(reply), nng_msg_len(reply));
+	nng_msg_free(reply);
+	return *rep ? 0 : LUNAR_ERR_RPC_FAIL;
+}
+
+/* e as a new nng message. */
+static int env_msg(const struct lp_env *e, nng_msg **out)
+{
+	size_t n = lp_env_size(e);
+
+	if (!n || nng_msg_alloc(out, n))
+		return LUNAR_ERR_INTERNAL;
+	if (lp_env_encode(e, nng_msg_body(*out), n) < 0) {
+		nng_msg_free(*out);
+		return LUNAR_ERR_INTERNAL;
+	}
+	return 0;
+}
+
+/* One handshake message out, its reply decoded into *r (of kind want)
+ * with the reply message in *keep (the caller frees it; r points into it). */
+static int hs_step(struct lp_client *c, const struct lp_env *e, uint32_t want, struct lp_env *r,
+		   nng_msg **keep, uint64_t deadline)
+{
+	nng_msg *msg;
+	struct xchg x;
+	int rc;
+
+	if ((rc = env_msg(e, &msg)))
+		return rc;
+	if ((rc = xchg_open(c, &x, deadline))) {
+		nng_msg_free(msg);
+		return rc;
+	}
+	xchg_send(&x, msg);
+	rc = xchg_finish(&x, keep);
+	xchg_close(&x);
+	if (rc)
+		return rc;
+	if (lp_env_decode(nng_msg_body(*keep), nng_msg_len(*keep), r) || r->kind != want) {
+		nng_msg_free(*keep);
+		return LUNAR_ERR_RPC_FAIL;
+	}
+	return 0;
+}
+
+/* A refused key is worth one line every WARN_EVERY_MS, not one a call. */
+static void warn_key(struct lp_client *c, const char *why)
+{
+	uint64_t now = lc_now_ms();
+	int say;
+
+	pthread_mutex_lock(&c->lock);
+	say = !c->warned_ms || now - c->warned_ms >= WARN_EVERY_MS;
+	if (say)
+		c->warned_ms = now;
+	pthread_mutex_unlock(&c->lock);
+	if (say)
+		LC_ERROR("rpc", "master refused our cluster key: %s", why);
+}
+
+/* Second half of the handshake: prove the key, derive the session, and
+ * see the master's tag on its answer (it holds the session too). */
+static int hs_prove(struct lp_client *c, struct auth_hs *hs, uint64_t sid, uint64_t deadline,
+		    struct lp_csess *cs)
+{
+	unsigned char proof[AUTH_PROOF_BYTES];
+	struct lp_env e = {.kind = LP_KIND_PROOF, .sid = sid, .proof = proof}, r;
+	nng_msg *keep;
+	int rc;
+
+	auth_hs_proof(hs, &c->key, c->role, proof);
+	if (auth_hs_finish(hs, &c->key, c->role, &cs->s))
+		return LUNAR_ERR_RPC_FAIL;
+	cs->sid = sid;
+	rc = hs_step(c, &e, LP_KIND_PROOF_REPLY, &r, &keep, deadline);
+	if (rc == LUNAR_ERR_RPC_TIMEOUT)
+		warn_key(c, "no answer to our proof (a different --cluster-key or role?)");
+	if (rc)
+		return rc;
+	rc = r.sid == sid && !lp_env_tag_check(cs->s.rx_key, &r) ? 0 : LUNAR_ERR_RPC_FAIL;
+	nng_msg_free(keep);
+	return rc;
+}
+
+/* The three messages that open a session (rpc_auth.h). */
+static int handshake(struct lp_client *c, uint64_t deadline, struct lp_csess **out)
+{
+	unsigned char hello[AUTH_HELLO_BYTES];
+	struct lp_env e = {.kind = LP_KIND_HELLO, .role = c->role, .hello = hello}, r;
+	struct lp_csess *cs;
+	struct auth_hs hs;
+	nng_msg *keep;
+	uint64_t sid;
+	int rc;
+
+	auth_hs_start(&hs, 1, hello);
+	rc = hs_step(c, &e, LP_KIND_HELLO_REPLY, &r, &keep, deadline);
+	if (rc)
+		goto out;
+	sid = r.sid;
+	rc = auth_hs_peer(&hs, r.hello);
+	if (!rc && (rc = auth_hs_verify(&hs, &c->key, AUTH_ROLE_SERVER, r.proof)))
+		warn_key(c, "its proof does not match our key (a different --cluster-key?)");
+	nng_msg_free(keep);
+	if (rc)
+		goto out;
+	cs = calloc(1, sizeof(*cs));
+	if (!cs) {
+		rc = LUNAR_ERR_INTERNAL;
+		goto out;
+	}
+	rc = hs_prove(c, &hs, sid, deadline, cs);
+	if (rc) {
+		sodium_memzero(cs, sizeof(*cs));
+		free(cs);
+		goto out;
+	}
+	*out = cs;
+out:
+	sodium_memzero(&hs, sizeof(hs));
+	return rc;
+}
+
+static struct lp_csess *sess_ref(struct lp_client *c)
+{
+	struct lp_csess *cs;
+
+	pthread_mutex_lock(&c->lock);
+	cs = c->cur;
+	if (cs)
+		cs->refs++;
+	pthread_mutex_unlock(&c->lock);
+	return cs;
+}
+
+static void sess_put(struct lp_client *c, struct lp_csess *cs)
+{
+	unsigned left;
+
+	pthread_mutex_lock(&c->lock);
+	left = --cs->refs;
+	pthread_mutex_unlock(&c->lock);
+	if (!left) {
+		sodium_memzero(cs, sizeof(*cs));
+		free(cs);
+	}
+}
+
+/* The master forgot cs: the next call opens a new session. */
+static void sess_drop(struct lp_client *c, struct lp_csess *cs)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->cur == cs) {
+		c->cur = NULL;
+		cs->refs--; /* cur's reference; ours keeps it alive */
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* The current session, opened first when there is none. */
+static int sess_get(struct lp_client *c, uint64_t deadline, struct lp_csess **out)
+{
+	struct lp_csess *cs;
+	int rc = 0;
+
+	if ((*out = sess_ref(c)))
+		return 0;
+	pthread_mutex_lock(&c->hs_lock);
+	if (!(*out = sess_ref(c)) && !(rc = handshake(c, deadline, &cs))) {
+		pthread_mutex_lock(&c->lock);
+		cs->refs = 2; /* cur's and ours */
+		c->cur = cs;
+		pthread_mutex_unlock(&c->lock);
+		*out = cs;
+	}
+	pthread_mutex_unlock(&c->hs_lock);
+	return rc;
+}
+
+/* Send the CALL: its counter is taken and the message queued under
+ * send_lock, so counters reach the master about in order and stay inside
+ * its 64-counter window however threads are scheduled. */
+static int call_send(struct lp_client *c, struct lp_csess *cs, struct lp_env *e, struct xchg *x)
+{
+	unsigned char tag[AUTH_TAG_BYTES];
+	nng_msg *msg;
+	int rc;
+
+	e->tag = tag;
+	pthread_mutex_lock(&c->send_lock);
+	e->ctr = auth_tx_next(&cs->s);
+	lp_env_tag(cs->s.tx_key, e, tag);
+	rc = env_msg(e, &msg);
+	if (!rc)
+		xchg_send(x, msg);
+	pthread_mutex_unlock(&c->send_lock);
+	e->tag = NULL;
+	return rc;
+}
+
+/* The reply to the CALL numbered ctr: ours, untouched, secrets opened. */
+static int call_reply(struct lp_csess *cs, const struct lp_method *mt, uint64_t ctr,
+		      nng_msg *reply, ProtobufCMessage **rep)
+{
+	struct lp_env r;
+
+	if (lp_env_decode(nng_msg_body(reply), nng_msg_len(reply), &r))
+		return LUNAR_ERR_RPC_FAIL;
+	if (r.kind == LP_KIND_NO_SESSION && r.sid == cs->sid)
+		return NO_SESSION;
+	if (r.kind != LP_KIND_REPLY || r.ctr != ctr || lp_env_tag_check(cs->s.rx_key, &r)) {
+		LC_WARN("rpc", "master sent an unauthentic %s reply", mt->name);
+		return LUNAR_ERR_RPC_FAIL;
+	}
+	*rep = reply_of(mt, r.body, r.body_len);
+	if (!*rep)
+		return LUNAR_ERR_RPC_FAIL;
+	if (lp_secrets_unseal(&cs->s, mt->id, *rep)) {
+		protobuf_c_message_free_unpacked(*rep, NULL);
+		LC_WARN("rpc", "a segment secret in the %s reply does not open", mt->name);
+		return LUNAR_ERR_RPC_FAIL;
+	}
+	return 0;
+}
+
+static int call_in(struct lp_client *c, struct lp_csess *cs, const struct lp_method *mt,
+		   const void *buf, size_t len, ProtobufCMessage **rep, uint64_t deadline)
+{
+	struct lp_env e = {.kind = LP_KIND_CALL, .sid = cs->sid, .body = buf, .body_len = len};
+	nng_msg *reply = NULL;
+	struct xchg x;
+	int rc;
+
+	if ((rc = xchg_open(c, &x, deadline)))
+		return rc;
+	rc = call_send(c, cs, &e, &x);
+	if (!rc)
+		rc = xchg_finish(&x, &reply);
+	xchg_close(&x);
+	if (rc)
+		return rc;
+	rc = call_reply(cs, mt, e.ctr, reply, rep);
+	nng_msg_free(reply);
+	return rc;
+}
+
+/* A call on the session, opened again once if the master forgot it. */
+static int call_keyed(struct lp_client *c, const struct lp_method *mt, const void *buf,
+		      size_t len, ProtobufCMessage **rep, uint64_t deadline)
+{
+	struct lp_csess *cs;
+	int rc = NO_SESSION;
+
+	for (int attempt = 0; attempt < 2 && rc == NO_SESSION; attempt++) {
+		if ((rc = sess_get(c, deadline, &cs)))
+			return rc;
+		rc = call_in(c, cs, mt, buf, len, rep, deadline);
+		if (rc == NO_SESSION) {
+			LC_INFO("rpc", "master does not know our session (restarted?): "
+				"opening a new one");
+			sess_drop(c, cs);
+		}
+		sess_put(c, cs);
+	}
+	return rc == NO_SESSION ? LUNAR_ERR_RPC_FAIL : rc;
+}
+
+int lp_client_call(struct lp_client *c, const struct lp_method *mt, const ProtobufCMessage *req,
+		   ProtobufCMessage **rep, uint64_t timeout_ms)
+{
+	uint64_t deadline = lc_now_ms() + timeout_ms;
+	void *buf;
+	size_t len;
+	int rc;
+
+	if (lp_request_pack(mt->id, req, &buf, &len))
+		return LUNAR_ERR_INTERNAL;
+	if (c->keyed)
+		rc = call_keyed(c, mt, buf, len, rep, deadline);
+	else
+		rc = call_plain(c, mt, buf, len, rep, deadline);
+	free(buf);
+	return rc;
+}

@@ -1,0 +1,55 @@
+/*
+ * rpc_client.h - the one client of the master RPC, shared by lunar-proxy
+ * (proxy/mc.c) and lunar-bench --master: nng REQ with one context per call,
+ * resends off so no call runs twice. With a cluster key it opens an
+ * authenticated session (rpc_auth.h) on the first call and again whenever
+ * the master no longer knows it (a master restart), transparently.
+ */
+#ifndef LUNAR_PROTO_RPC_CLIENT_H
+#define LUNAR_PROTO_RPC_CLIENT_H
+
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "auth.h"
+#include "rpc.h"
+
+struct lp_client;
+
+/* lp_client_create's flags: dial before returning, failing at once when no
+ * master listens (a tool), instead of in the background (a daemon). */
+#define LP_CLIENT_DIAL_NOW 1u
+
+/*
+ * lp_client_create - a client of the master at url, dialled in the
+ * background (the master may come up later; nng keeps trying) unless flags
+ * has LP_CLIENT_DIAL_NOW. key: the
+ * cluster key (copied; NULL: the keyless plain protocol); role: the
+ * auth_role the session claims (NODE or ADMIN; ignored keyless). 0 and *out,
+ * or LUNAR_ERR_INVALID_PARAMS (bad url, no master with LP_CLIENT_DIAL_NOW,
+ * or a role a client may not claim). Blocks only with LP_CLIENT_DIAL_NOW.
+ */
+int lp_client_create(const char *url, const struct auth_key *key, uint32_t role,
+		     unsigned flags, struct lp_client **out);
+/*
+ * lp_client_call - one call of method mt, blocking up to timeout_ms for the
+ * whole exchange (handshake included). Thread-safe: any number of threads
+ * may call at once. On 0, *rep is a reply with a Status (free with
+ * protobuf_c_message_free_unpacked(*rep, NULL)) whose segment secrets are
+ * plain; else *rep is untouched and the code is LUNAR_ERR_RPC_TIMEOUT,
+ * LUNAR_ERR_RPC_FAIL (no or an undecodable or unauthentic reply),
+ * LUNAR_ERR_UNAUTHORIZED (the master does not hold our cluster key) or
+ * LUNAR_ERR_INTERNAL.
+ */
+int lp_client_call(struct lp_client *c, const struct lp_method *mt, const ProtobufCMessage *req,
+		   ProtobufCMessage **rep, uint64_t timeout_ms);
+/*
+ * lp_client_close - fail every call in flight or to come at once
+ * (shutdown). Idempotent and thread-safe; lp_client_destroy still frees.
+ */
+void lp_client_close(struct lp_client *c);
+/* lp_client_destroy - close, wipe the key, free. No call may be running. NULL is a no-op. */
+void lp_client_destroy(struct lp_client *c);
+
+#endif /* LUNAR_PROTO_RPC_CLIENT_H */
