@@ -269,6 +269,11 @@ install: all
 	install -m 644 shmlib/include/lunar.h shmlib/include/store_c.h $(DESTDIR)$(PREFIX)/include/
 	sed 's|@PREFIX@|$(PREFIX)|' shmlib/lunar.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/lunar.pc
 
+# The container image localhost/lunar:VERSION, offline (deploy/image.sh).
+.PHONY: image
+image: all
+	$(Q)BUILD=$(BUILD) MAKE="$(MAKE)" bash deploy/image.sh
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
