@@ -230,9 +230,12 @@ $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t
 
 # ---- Running -------------------------------------------------------------------
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.
+# Deployment checks (scripts): manifests, podman pod, systemd units, install.
+DEPLOY_TESTS := tests/deploy/test_manifests.sh tests/pod/test_pod.sh
 test: all
 	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) CC="$(CC)" LDFLAGS="$(LDFLAGS)" \
-		bash tests/run.sh $(UNIT_BINS) $(INTEG_BINS) $(BUILD_TESTS) tests/fuzz/run.sh
+		bash tests/run.sh $(UNIT_BINS) $(INTEG_BINS) $(BUILD_TESTS) tests/fuzz/run.sh \
+		$(DEPLOY_TESTS)
 
 # libFuzzer targets under ASan+UBSan, built with clang from the sources by
 # tests/fuzz/run.sh; corpus and crash reproducers in $(BUILD)/fuzz/.
