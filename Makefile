@@ -231,7 +231,7 @@ $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t
 # ---- Running -------------------------------------------------------------------
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.
 # Deployment checks (scripts): manifests, podman pod, systemd units, install.
-DEPLOY_TESTS := tests/deploy/test_manifests.sh tests/pod/test_pod.sh
+DEPLOY_TESTS := tests/deploy/test_manifests.sh tests/pod/test_pod.sh tests/deploy/test_systemd.sh
 test: all
 	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) CC="$(CC)" LDFLAGS="$(LDFLAGS)" \
 		bash tests/run.sh $(UNIT_BINS) $(INTEG_BINS) $(BUILD_TESTS) tests/fuzz/run.sh \
