@@ -25,6 +25,7 @@ cannot() {
 	exit 3
 }
 trap 'rc=$?; [ $rc -eq 0 ] || [ $rc -eq 3 ] || echo "image: failed while $step (exit $rc)" >&2' EXIT
+trap 'exit 1' INT TERM
 
 # The tools, from Debian, when missing.
 step="looking for podman, buildah and mmdebstrap"
