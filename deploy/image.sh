@@ -139,4 +139,6 @@ buildah config --user "$LUNAR_UID:$LUNAR_UID" --workingdir /var/lib/lunar \
 buildah commit --quiet --rm "$ctr" "$IMAGE:$version" >/dev/null
 ctr=
 buildah tag "$IMAGE:$version" "$IMAGE:latest"
+# The builds this one replaced, untagged now (ours only, by their label).
+podman image prune -f --filter label=org.opencontainers.image.title=lunar >/dev/null || true
 say "built $IMAGE:$version ($(podman image inspect --format '{{.Size}}' "$IMAGE:$version" | awk '{printf "%.1f MB", $1/1e6}')), user lunar ($LUNAR_UID)"
