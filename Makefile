@@ -234,10 +234,14 @@ $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t
 	$(HARNESS_SRC),$(COMP_$(notdir $(t))) shmlib $(AUTH) common tests)))
 
 # ---- Running -------------------------------------------------------------------
+# Deployment checks (scripts): manifests, podman pod, systemd units, install.
+DEPLOY_TESTS := tests/deploy/test_manifests.sh tests/pod/test_pod.sh tests/deploy/test_systemd.sh \
+	tests/deploy/test_install.sh
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.
 test: all
 	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) CC="$(CC)" LDFLAGS="$(LDFLAGS)" \
-		bash tests/run.sh $(UNIT_BINS) $(INTEG_BINS) $(BUILD_TESTS) tests/fuzz/run.sh
+		bash tests/run.sh $(UNIT_BINS) $(INTEG_BINS) $(BUILD_TESTS) tests/fuzz/run.sh \
+		$(DEPLOY_TESTS)
 
 # libFuzzer targets under ASan+UBSan, built with clang from the sources by
 # tests/fuzz/run.sh; corpus and crash reproducers in $(BUILD)/fuzz/.
@@ -264,15 +268,41 @@ tsan:
 	LUNAR_TEST_SANITIZER=thread $(MAKE) BUILD=build-tsan CFLAGS="-O1 -g -fsanitize=thread" \
 		LDFLAGS="-fsanitize=thread" test
 
+# The library as liblunar.so.1.0.0, its soname link liblunar.so.1 and the
+# link liblunar.so to link with. A system prefix (/usr, /usr/local) is in the
+# loader's path: installed there without DESTDIR, as root, ldconfig runs;
+# any other prefix puts an rpath in lunar.pc, so programs built with
+# `pkg-config --libs lunar` find the library where it is.
+SYSTEM_PREFIXES := /usr /usr/local
+LIB_FILE := liblunar.so.1.0.0
+PC_RPATH = $(if $(filter $(PREFIX),$(SYSTEM_PREFIXES)),, -Wl,-rpath,$${libdir})
+RUN_LDCONFIG = [ -n "$(DESTDIR)" ] || [ -z "$(filter $(PREFIX),$(SYSTEM_PREFIXES))" ] || \
+	[ "$$(id -u)" != 0 ] || ldconfig
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
-	install -m 755 $(LIBLUNAR_SO1) $(DESTDIR)$(PREFIX)/lib/liblunar.so.1
+	install -m 755 $(LIBLUNAR_SO1) $(DESTDIR)$(PREFIX)/lib/$(LIB_FILE)
+	ln -sf $(LIB_FILE) $(DESTDIR)$(PREFIX)/lib/liblunar.so.1
 	ln -sf liblunar.so.1 $(DESTDIR)$(PREFIX)/lib/liblunar.so
 	install -m 644 $(LIBLUNAR_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 shmlib/include/lunar.h shmlib/include/store_c.h $(DESTDIR)$(PREFIX)/include/
-	sed 's|@PREFIX@|$(PREFIX)|' shmlib/lunar.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/lunar.pc
+	sed 's|@PREFIX@|$(PREFIX)|; s|@RPATH@|$(PC_RPATH)|' shmlib/lunar.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/lunar.pc
+	$(RUN_LDCONFIG)
+
+# Removes what install put there (the folders stay).
+.PHONY: uninstall
+uninstall:
+	rm -f $(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(BINS)) \
+		$(addprefix $(DESTDIR)$(PREFIX)/lib/,$(LIB_FILE) liblunar.so.1 liblunar.so liblunar.a \
+		pkgconfig/lunar.pc) $(addprefix $(DESTDIR)$(PREFIX)/include/,lunar.h store_c.h)
+	$(RUN_LDCONFIG)
+
+# The container image localhost/lunar:VERSION, offline (deploy/image.sh).
+.PHONY: image
+image: all
+	$(Q)BUILD=$(BUILD) MAKE="$(MAKE)" bash deploy/image.sh
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

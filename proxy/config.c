@@ -3,15 +3,17 @@
  * the proxy also takes every master flag, parsed by the master's own table.
  */
 #include <errno.h>
+#include <grp.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "parse.h"
 #include "px_int.h"
 #include "uds.h"
 
-enum kind { K_STR, K_SIZE, K_MS, K_U16, K_UINT, K_KEYS, K_BOOL, K_UIDS, K_GIDS, K_POLICY };
+enum kind { K_STR, K_SIZE, K_MS, K_U16, K_UINT, K_KEYS, K_BOOL, K_UIDS, K_GIDS, K_POLICY, K_MODE, K_GROUP };
 
 struct flag {
 	const char *name;
@@ -41,6 +43,12 @@ static const struct flag flags[] = {
 	  "                             (one per 16KiB of segment, at least 65536)"),
 	F("allow-uid", K_UIDS, allow_uid, "UIDS  comma-separated uids allowed besides ours and root"),
 	F("allow-gid", K_GIDS, allow_gid, "GIDS  comma-separated gids allowed besides our group"),
+	F("socket-mode", K_MODE, socket_mode,
+	  "MODE  octal mode of the socket file (0660); its directory, when we\n"
+	  "                             create it, lets the same classes search it"),
+	F("socket-group", K_GROUP, socket_gid,
+	  "GROUP gid or name owning the socket and the directory we create\n"
+	  "                             (ours); --allow-uid/--allow-gid still decide who is served"),
 	F("workers", K_UINT, workers, "N     request worker threads (8)"),
 	F("rpc-timeout", K_MS, rpc_timeout_ms, "DUR   master call timeout (5s)"),
 	F("ping-interval", K_MS, ping_interval_ms, "DUR   heartbeat to the master (1s)"),
@@ -92,6 +100,7 @@ static void defaults(struct px_config *c)
 	c->segment_size = 4ull << 30;
 	c->arena_size = 64ull << 20;
 	c->max_clients = 1024;
+	c->socket_mode = 0660;
 	c->max_inflight = 256;
 	c->workers = 8;
 	c->rpc_timeout_ms = 5000;
@@ -115,6 +124,36 @@ static int parse_ids(const char *v, uint32_t *ids, unsigned *n)
 		ids[(*n)++] = (uint32_t)x;
 	}
 	return *n ? 0 : -EINVAL;
+}
+
+/* An octal mode the owner can still use: 0600..0777, no setuid, setgid or
+ * sticky bit. */
+static int parse_mode(const char *v, unsigned *mode)
+{
+	char *end;
+	unsigned long m;
+
+	errno = 0;
+	m = strtoul(v, &end, 8);
+	if (errno || end == v || *end || *v == '-' || m > 0777 || (m & 0600) != 0600)
+		return -EINVAL;
+	*mode = (unsigned)m;
+	return 0;
+}
+
+/* A gid, or a group's name looked up in the group database. */
+static int parse_group(const char *v, gid_t *gid)
+{
+	struct group gr, *res = NULL;
+	char buf[4096];
+	uint64_t x;
+
+	if (!lc_parse_u64(v, &x))
+		return x < UINT32_MAX ? (*gid = (gid_t)x, 0) : -EINVAL;
+	if (getgrnam_r(v, &gr, buf, sizeof(buf), &res) || !res)
+		return -EINVAL;
+	*gid = res->gr_gid;
+	return 0;
 }
 
 static int set_flag(struct px_config *c, const struct flag *f, const char *v)
@@ -160,6 +199,11 @@ static int set_flag(struct px_config *c, const struct flag *f, const char *v)
 		return parse_ids(v, (uint32_t *)c->allow_uid, &c->n_allow_uid);
 	case K_GIDS:
 		return parse_ids(v, (uint32_t *)c->allow_gid, &c->n_allow_gid);
+	case K_MODE:
+		return parse_mode(v, &c->socket_mode);
+	case K_GROUP:
+		c->socket_group_set = 1;
+		return parse_group(v, &c->socket_gid);
 	case K_POLICY:
 		if (strcmp(v, "fifo") && strcmp(v, "lru"))
 			return -EINVAL;

@@ -29,14 +29,26 @@
 #include "sdnotify.h"
 #include "uds.h"
 
-static int make_socket_dir(const char *path)
+/*
+ * The socket's directory, made when missing: mode 0750, and search for
+ * others too when --socket-mode lets them at the socket; --socket-group's
+ * group. A directory that exists is left as it is (it may be /tmp, or one
+ * that a kubelet or systemd made for us).
+ */
+static int make_socket_dir(const struct px_config *cfg)
 {
-	char buf[sizeof(((struct px_config *)0)->socket_path)];
+	char buf[sizeof(cfg->socket_path)];
+	mode_t mode = 0750 | (cfg->socket_mode & 0007 ? 0001 : 0);
 	char *dir;
 
-	strcpy(buf, path);
+	strcpy(buf, cfg->socket_path);
 	dir = dirname(buf);
-	if (mkdir(dir, 0750) < 0 && errno != EEXIST)
+	if (mkdir(dir, mode) < 0)
+		return errno == EEXIST ? 0 : -errno;
+	/* mkdir's mode went through the umask; and group before mode, so the
+	 * group's access never applies to the wrong group. */
+	if ((cfg->socket_group_set && chown(dir, (uid_t)-1, cfg->socket_gid) < 0) ||
+	    chmod(dir, mode) < 0)
 		return -errno;
 	return 0;
 }
@@ -191,9 +203,19 @@ static int start_clients(struct px_proxy *px)
 	int rc;
 
 	raise_open_files(px);
-	rc = make_socket_dir(px->cfg.socket_path);
+	rc = make_socket_dir(&px->cfg);
 	if (rc == 0)
-		rc = px->listen_fd = lc_uds_listen_file(px->cfg.socket_path, 0660, &px->sock_file);
+		rc = px->listen_fd = lc_uds_listen_file(px->cfg.socket_path, px->cfg.socket_mode,
+							&px->sock_file);
+	/* Nobody is served before the loop runs, so the group may come after
+	 * the bind; who is served is still the allow-list's (peer_allowed). */
+	if (rc >= 0 && px->cfg.socket_group_set &&
+	    chown(px->cfg.socket_path, (uid_t)-1, px->cfg.socket_gid) < 0) {
+		rc = -errno;
+		lc_uds_unlink_file(px->cfg.socket_path, &px->sock_file);
+		close(px->listen_fd);
+		px->listen_fd = -1;
+	}
 	if (rc == -EADDRINUSE) {
 		LC_ERROR("proxy", "socket %s: another proxy serves it; not taking it over",
 			 px->cfg.socket_path);

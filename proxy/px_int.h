@@ -56,6 +56,9 @@ struct px_config {
 	unsigned n_allow_uid;
 	gid_t allow_gid[16];      /* --allow-gid: besides the socket's group */
 	unsigned n_allow_gid;
+	unsigned socket_mode;     /* --socket-mode: of the socket file (0660) */
+	gid_t socket_gid;         /* --socket-group: of the socket and its directory */
+	int socket_group_set;     /* --socket-group given */
 	unsigned workers;         /* --workers */
 	uint64_t rpc_timeout_ms;  /* --rpc-timeout */
 	uint64_t ping_interval_ms;/* --ping-interval */
