@@ -96,12 +96,29 @@ class Proxy:
             return ""
 
 
+def _wait_ready(sock):
+    """Wait until the proxy at sock answers a health check."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        s = lunar.Store()
+        try:
+            if s.setup(socket_path=sock) == 0 and s.health_check() == 0:
+                return
+        finally:
+            s.close()
+        if time.monotonic() > deadline:
+            raise RuntimeError("no ready lunar-proxy at %s" % sock)
+        time.sleep(0.05)
+
+
 def socket_path():
     """The proxy socket for these tests; also exported as $LUNAR_SOCKET so
     setup() with Mooncake's arguments only (no socket_path) finds it."""
     global _proxy
     sock = os.environ.get("LUNAR_TEST_SOCKET")
-    if not sock:
+    if sock:
+        _wait_ready(sock)
+    else:
         if _proxy is None:
             _proxy = Proxy().start()
             atexit.register(_proxy.stop)
