@@ -10,6 +10,8 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wno-unused-paramet
 	-fPIC -D_GNU_SOURCE -MMD -MP -pthread \
 	-Ishmlib/include -Icommon -Iauth -Iproto -I$(BUILD)/proto -I.
 LDLIBS_DAEMON := -lnng -lprotobuf-c -luring -lsodium -lpthread
+# lunar-master's etcd client (master/etcd.c, HA) only: the proxy does not link it.
+LIBCURL := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
 CMOCKA_LIBS := -lcmocka
 
 ifeq ($(V),1)
@@ -102,7 +104,7 @@ $(LIBLUNAR_SO): $(call obj,$(SHMLIB_SRC) $(COMMON_SRC)) shmlib/liblunar.map
 $(BUILD)/bin/lunar-master: $(call obj,master/main.c) $(LIBMASTER) $(LIBPROTO) $(LIBAUTH) $(LIBCOMMON)
 	$(Q)mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS_DAEMON)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS_DAEMON) $(LIBCURL)
 
 $(BUILD)/bin/lunar-proxy: $(call obj,proxy/main.c) $(DAEMON_LIBS)
 	$(Q)mkdir -p $(@D)
@@ -150,6 +152,19 @@ $(BUILD)/tests/integration/%: $(call obj,tests/integration/%.c $(HARNESS_SRC)) $
 	$(Q)mkdir -p $(@D)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CMOCKA_LIBS) -lsodium -lpthread
+
+# The HA tests speak to etcd (test_etcd: the master's etcd client) and to
+# the masters' RPC (test_ha) themselves.
+$(BUILD)/tests/integration/test_etcd: $(call obj,tests/integration/test_etcd.c $(HARNESS_SRC)) \
+		$(LIBMASTER) $(LIBSHM) $(LIBAUTH) $(LIBCOMMON)
+	$(Q)mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CMOCKA_LIBS) $(LIBCURL) -lsodium -lpthread
+$(BUILD)/tests/integration/test_ha: $(call obj,tests/integration/test_ha.c $(HARNESS_SRC)) \
+		$(LIBPROTO) $(LIBSHM) $(LIBAUTH) $(LIBCOMMON)
+	$(Q)mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CMOCKA_LIBS) -lnng -lprotobuf-c -lsodium -lpthread
 
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.
 test: all
