@@ -13,6 +13,7 @@
 #include "json.h"
 #include "lunar.h"
 #include "master/master.h"
+#include "master/mst_ha.h"
 #include "rpc.h"
 
 #define ARG_MAX 4097
@@ -131,5 +132,7 @@ int mst_http_handle(void *arg, const char *method, const char *path, const char 
 		return answer(m, LUNAR__METHOD__LIST_SEGMENTS, &segs.base, rep);
 	if (!strcmp(path, "/admin/clients"))
 		return answer(m, LUNAR__METHOD__LIST_CLIENTS, &clients.base, rep);
+	if (!strcmp(path, "/admin/ha"))
+		return mst_ha_http(m, rep);
 	return 1;
 }

@@ -18,6 +18,7 @@ struct mst_master;
  *   /admin/keys?tenant=&pattern=&limit=   ListKeys as JSON
  *   /admin/segments, /admin/clients       ListSegments, ListClients
  *   /admin/stat?tenant=&key=              StatKey
+ *   /admin/ha                             role, leader, view (JSON; SPEC §14)
  * Returns 1 when path is not one of these (the caller may serve it or 404),
  * 0 when rep holds the answer.
  */

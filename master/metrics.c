@@ -11,6 +11,7 @@
 
 #include "lunar.h"
 #include "master.h"
+#include "mst_ha.h"
 #include "mst_int.h"
 #include "rpc.h"
 
@@ -216,6 +217,7 @@ int mst_metrics_render(struct mst_master *m, char **out, size_t *len)
 	segment_gauges(m, f);
 	counters(m, f);
 	histogram(m, f);
+	mst_ha_metrics(m, f);
 	if (ferror(f)) {
 		fclose(f);
 		free(buf);

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "lunar.h"
 #include "master.h"
+#include "mst_ha.h"
 #include "mst_int.h"
 #include "rpc.h"
 
@@ -50,7 +51,7 @@ static int serve(struct mst_master *m, nng_msg *msg)
 
 	/* A newer caller's method: told so at once, not left to time out. */
 	if (rc == -ENOSYS) {
-		rep = lp_reply_new(&lunar__status_reply__descriptor, LUNAR_ERR_PROTOCOL, MST_VIEW);
+		rep = lp_reply_new(&lunar__status_reply__descriptor, LUNAR_ERR_PROTOCOL, mst_view(m));
 		rc = rep ? 0 : -ENOMEM;
 	} else if (!rc) {
 		rc = mst_dispatch(m, mt->id, req, &rep);
