@@ -81,8 +81,7 @@ static int split_urls(struct mst_etcd *e, const char *urls)
 	return e->n ? 0 : -EINVAL;
 }
 
-int mst_etcd_alloc(const char *urls, unsigned timeout_ms, const int *cancel,
-		   struct mst_etcd **out)
+int mst_etcd_alloc(const char *urls, unsigned timeout_ms, const int *cancel, struct mst_etcd **out)
 {
 	struct mst_etcd *e = calloc(1, sizeof(*e));
 	int rc = -ENOMEM;

@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MST_ETCD_ENDPOINTS_MAX 16   /* URLs in one --etcd list */
-#define MST_ETCD_VALUE_MAX     256  /* bytes of a value this client reads back */
+#define MST_ETCD_ENDPOINTS_MAX 16    /* URLs in one --etcd list */
+#define MST_ETCD_VALUE_MAX     256   /* bytes of a value this client reads back */
 #define MST_ETCD_REPLY_MAX     65536 /* bytes of one gateway reply; more is an error */
 
 struct mst_etcd;
@@ -36,8 +36,7 @@ struct mst_etcd_kv {
  * MST_ETCD_ENDPOINTS_MAX URLs), -ENOMEM. Free with mst_etcd_free.
  * A client is not thread-safe: one thread at a time.
  */
-int mst_etcd_alloc(const char *urls, unsigned timeout_ms, const int *cancel,
-		   struct mst_etcd **out);
+int mst_etcd_alloc(const char *urls, unsigned timeout_ms, const int *cancel, struct mst_etcd **out);
 /* mst_etcd_free - close connections and free. NULL is a no-op. */
 void mst_etcd_free(struct mst_etcd *e);
 /* mst_etcd_endpoint - the URL the last answer came from (or the next one to
@@ -81,8 +80,8 @@ int mst_etcd_get(struct mst_etcd *e, const char *key, struct mst_etcd_kv *kv);
  * string keeps its quotes); -ENOENT when absent, -EPROTO when the text is
  * malformed on the way there or nests deeper than 32. Pure; any thread.
  */
-int mst_ejson_find(const char *s, size_t n, const char *const *path, size_t depth,
-		   const char **v, size_t *vlen);
+int mst_ejson_find(const char *s, size_t n, const char *const *path, size_t depth, const char **v,
+		   size_t *vlen);
 /* mst_ejson_int - the integer at path, written as digits or as a string of
  * digits (protobuf's JSON for int64); -ENOENT, -EPROTO (not such a number or
  * out of range). */

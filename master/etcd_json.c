@@ -159,8 +159,8 @@ static int element(struct rd *r, unsigned long i)
 	return r->p < r->end ? -ENOENT : -EPROTO;
 }
 
-int mst_ejson_find(const char *s, size_t n, const char *const *path, size_t depth,
-		   const char **v, size_t *vlen)
+int mst_ejson_find(const char *s, size_t n, const char *const *path, size_t depth, const char **v,
+		   size_t *vlen)
 {
 	struct rd r = {s, s + n};
 	const char *start;

@@ -25,8 +25,8 @@
 #include "mst_int.h"
 #include "parse.h"
 
-#define STANDBY_POLL_MS 200   /* how soon a standby sees the key go */
-#define TICK_MIN_MS	100   /* a leader's renewal period: ttl/5 within these */
+#define STANDBY_POLL_MS 200 /* how soon a standby sees the key go */
+#define TICK_MIN_MS	100 /* a leader's renewal period: ttl/5 within these */
 #define TICK_MAX_MS	1000
 #define KEY_MAX		512
 
@@ -60,8 +60,8 @@ void mst_ha_config_defaults(struct mst_ha_config *c)
 
 int mst_ha_flag_has(const char *name)
 {
-	return !strcmp(name, "etcd") || !strcmp(name, "cluster-id") ||
-	       !strcmp(name, "advertise") || !strcmp(name, "etcd-lease-ttl");
+	return !strcmp(name, "etcd") || !strcmp(name, "cluster-id") || !strcmp(name, "advertise") ||
+	       !strcmp(name, "etcd-lease-ttl");
 }
 
 int mst_ha_config_set(struct mst_ha_config *c, const char *name, const char *value)
@@ -89,8 +89,9 @@ int mst_ha_config_check(const struct mst_ha_config *c, char *why, size_t n)
 	if (!c->etcd)
 		return 0;
 	if (!a || strncmp(a, "tcp://", 6) || !strchr(a + 6, ':') || strlen(a) >= MST_HA_ADDR_MAX) {
-		snprintf(why, n, "--etcd needs --advertise tcp://HOST:PORT (the address proxies "
-				 "dial this master on)");
+		snprintf(why, n,
+			 "--etcd needs --advertise tcp://HOST:PORT (the address proxies "
+			 "dial this master on)");
 		return -EINVAL;
 	}
 	return 0;
@@ -98,7 +99,8 @@ int mst_ha_config_check(const struct mst_ha_config *c, char *why, size_t n)
 
 const char *mst_ha_usage(void)
 {
-	return "  --etcd URLS                      elect a leader through etcd (http://h:2379,...)\n"
+	return "  --etcd URLS                      elect a leader through etcd "
+	       "(http://h:2379,...)\n"
 	       "  --cluster-id NAME                the election's key: /lunar/NAME/leader (lunar)\n"
 	       "  --advertise tcp://HOST:PORT      this master's address, as proxies dial it\n"
 	       "  --etcd-lease-ttl DURATION        leader lease; fenced after half of it (5s)\n";
@@ -163,7 +165,8 @@ static void lead_tick(struct mst_ha *h)
 			LC_INFO("ha", "lease renewed through %s: leading view %llu again",
 				mst_etcd_endpoint(h->e), (unsigned long long)h->view);
 		h->fenced = 0;
-	} else if (!h->fenced && lc_now_ms() >= __atomic_load_n(&h->g->fence_ms, __ATOMIC_RELAXED)) {
+	} else if (!h->fenced &&
+		   lc_now_ms() >= __atomic_load_n(&h->g->fence_ms, __ATOMIC_RELAXED)) {
 		h->fenced = 1;
 		LC_WARN("ha", "fenced: no lease renewal for %llu ms; refusing calls",
 			(unsigned long long)(h->ttl_ms / 2));
@@ -257,8 +260,8 @@ static int sync_init(struct mst_ha *h)
 	return 0;
 }
 
-int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c,
-		 void (*deposed)(void *arg), void *arg, struct mst_ha **out)
+int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*deposed)(void *arg),
+		 void *arg, struct mst_ha **out)
 {
 	struct mst_ha *h = calloc(1, sizeof(*h));
 	int rc = -ENOMEM;
@@ -267,7 +270,7 @@ int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c,
 		return -ENOMEM;
 	h->m = m;
 	h->ttl_ms = c->lease_ttl_ms;
-	h->tick_ms = h->ttl_ms / 5 < TICK_MIN_MS ? TICK_MIN_MS
+	h->tick_ms = h->ttl_ms / 5 < TICK_MIN_MS   ? TICK_MIN_MS
 		     : h->ttl_ms / 5 > TICK_MAX_MS ? TICK_MAX_MS
 						   : h->ttl_ms / 5;
 	h->on_deposed = deposed;

@@ -41,8 +41,8 @@ const char *mst_ha_usage(void);
  * caller should restart the process, which campaigns afresh). Returns 0 and
  * *out, -EINVAL (bad --etcd list), -ENOMEM or -errno of pthread_create.
  */
-int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c,
-		 void (*deposed)(void *arg), void *arg, struct mst_ha **out);
+int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*deposed)(void *arg),
+		 void *arg, struct mst_ha **out);
 /*
  * mst_ha_stop - step down: close the gate (every call is refused from now
  * on), stop the election thread and, when leading, revoke the lease so that

@@ -100,8 +100,8 @@ static int remove_all(const struct node *n, uint64_t *view, char *msg, size_t ca
 	nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
 	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 3000);
 	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 3000);
-	if (!nng_dial(s, url, NULL, 0) && !lp_request_pack(LUNAR__METHOD__REMOVE_ALL, &rq.base,
-							 &buf, &len) &&
+	if (!nng_dial(s, url, NULL, 0) &&
+	    !lp_request_pack(LUNAR__METHOD__REMOVE_ALL, &rq.base, &buf, &len) &&
 	    !nng_send(s, buf, len, 0) && !nng_recv(s, &in, &inlen, NNG_FLAG_ALLOC)) {
 		rep = protobuf_c_message_unpack(lp_method_find(LUNAR__METHOD__REMOVE_ALL)->rep,
 						NULL, inlen, in);
@@ -155,7 +155,8 @@ static void assert_refuses(const struct node *n, const char *leader)
 	uint64_t view = 0;
 	char msg[256];
 
-	H_ASSERT_EQ(remove_all(n, &view, msg, sizeof(msg)), LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS);
+	H_ASSERT_EQ(remove_all(n, &view, msg, sizeof(msg)),
+		    LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS);
 	H_ASSERT_MSG(!leader || strstr(msg, leader), "refusal '%s' does not name %s", msg, leader);
 }
 
@@ -313,8 +314,8 @@ int main(void)
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_ha_survives_etcd_leader_loss, case_setup,
 					    case_teardown),
-	    cmocka_unit_test_setup_teardown(test_ha_quorum_loss_fences_until_it_returns,
-					    case_setup, case_teardown),
+	    cmocka_unit_test_setup_teardown(test_ha_quorum_loss_fences_until_it_returns, case_setup,
+					    case_teardown),
 	};
 
 	e_skip_without_etcd();
