@@ -214,6 +214,9 @@ $(LIBLUNAR_SO): $(LIBLUNAR_SO1)
 
 DAEMON := proxy engine disk master proto $(AUTH) common
 $(eval $(call link,$(BUILD)/bin/lunar-master,$(master_MAIN),master proto $(AUTH) common))
+# lunar-master's etcd client (master/etcd.c, HA) only: the proxy links no curl.
+LINK_lunar-master = $(call pkg,libs,libcurl)
+LINK_test_etcd = $(call pkg,libs,libcurl)
 $(eval $(call link,$(BUILD)/bin/lunar-proxy,$(proxy_MAIN),$(DAEMON)))
 $(eval $(call link,$(BUILD)/bin/lunar-bench,$(bench_SRC),bench shmlib master proto $(AUTH) common))
 $(eval $(call link,$(BUILD)/bin/lunarctl,tools/lunarctl.c $(wildcard tools/ctl/*.c),tools shmlib \
@@ -228,6 +231,10 @@ SRC_test_bench_util := tools/bench/util.c
 # COMP_<test>: components an integration test links besides liblunar's.
 # test_rpc_auth speaks the master's RPC itself.
 COMP_test_rpc_auth := proto
+# The HA tests speak to etcd (test_etcd: the master's etcd client) and to the
+# masters' RPC (test_ha) themselves.
+COMP_test_etcd := master proto
+COMP_test_ha := proto
 $(foreach t,$(UNIT_BINS),$(eval $(call link,$(t),tests/unit/$(notdir $(t)).c \
 	$(SRC_$(notdir $(t))),$(COMPONENTS) tests)))
 $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t)).c \

@@ -13,6 +13,7 @@
 #include "http_gate.h"
 #include "json.h"
 #include "lunar.h"
+#include "mst_ha.h"
 #include "rpc.h"
 
 #define ARG_MAX 4097
@@ -135,5 +136,7 @@ int mst_http_handle(void *arg, const struct lc_http_req *req, struct lc_http_rep
 		return answer(m, LUNAR__METHOD__LIST_SEGMENTS, &segs.base, rep);
 	if (!strcmp(path, "/admin/clients"))
 		return answer(m, LUNAR__METHOD__LIST_CLIENTS, &clients.base, rep);
+	if (!strcmp(path, "/admin/ha"))
+		return mst_ha_http(m, rep);
 	return 1;
 }

@@ -13,6 +13,7 @@
 
 #include "clock.h"
 #include "lunar.h"
+#include "mst_ha.h"
 #include "mst_int.h"
 #include "mst_obj.h"
 #include "rpc.h"
@@ -273,10 +274,15 @@ int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *
 
 	if (!mt || !req || req->descriptor != mt->req)
 		return LUNAR_ERR_PROTOCOL;
-	rc = call(m, method, req, rep);
+	if (mst_ha_admit(m, method)) /* a standby, or a fenced leader (SPEC §14) */
+		rc = mst_ha_refuse(m, mt->rep, rep);
+	else
+		rc = call(m, method, req, rep);
 	if (rc == LUNAR_ERR_PROTOCOL) /* in the schema, not served yet (disk tier) */
 		rc = status_only(mt->rep, LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS, rep);
-	if (!rc)
+	if (!rc) {
+		lp_status(*rep)->view = mst_view(m);
 		mst_metrics_count(m, method, lp_status(*rep)->code);
+	}
 	return mst_code(rc); /* the module's edge: -ENOMEM leaves as INTERNAL */
 }

@@ -14,6 +14,7 @@
 
 #include "auth.h"
 #include "log.h"
+#include "ha.h"
 #include "http.h"
 #include "http_gate.h"
 #include "master.h"
@@ -35,6 +36,7 @@ struct opts {
 	struct auth_key key;
 	int keyed;
 	struct mst_config cfg;
+	struct mst_ha_config ha; /* --etcd and friends (ha.h) */
 	struct lc_conf conf; /* --config's settings; cfg may point into them */
 };
 
@@ -50,13 +52,13 @@ static void usage(FILE *f)
 		"  --cluster-key FILE               the cluster key (lunarctl keygen; env\n"
 		"                                   LUNAR_CLUSTER_KEY_FILE): every caller must prove it\n"
 		"  --insecure                       allow a non-loopback --listen without a key (warns)\n"
-		"%s"
+		"%s%s"
 		"  --config FILE                    settings from FILE, one 'name = value' a line,\n"
 		"                                   under the command line's\n"
 		"  --help                           this text\n"
 		"  --version                        print the version\n"
 		"Flags take --name value or --name=value. DURATION: 250ms, 10s, 30m, 1h.\n",
-		mst_config_usage());
+		mst_config_usage(), mst_ha_usage());
 }
 
 static int known(const char *name)
@@ -67,7 +69,7 @@ static int known(const char *name)
 	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
 		if (!strcmp(name, own[i]))
 			return 1;
-	return mst_config_has(name);
+	return mst_config_has(name) || mst_ha_flag_has(name);
 }
 
 /* One flag and its value; 0, or 2 after printing why. */
@@ -90,6 +92,8 @@ static int set_flag(struct opts *o, const char *name, const char *val)
 	else if (!strcmp(name, "workers"))
 		rc = lc_parse_u64(val, &o->workers) || !o->workers || o->workers > 1024 ? -EINVAL
 											: 0;
+	else if (mst_ha_flag_has(name))
+		rc = mst_ha_config_set(&o->ha, name, val);
 	else
 		rc = mst_config_set(&o->cfg, name, val);
 	if (rc)
@@ -173,7 +177,8 @@ static int check_security(struct opts *o)
 	}
 	o->keyed = rc;
 	o->cfg.keyed = rc; /* segment secrets and capabilities */
-	if (auth_bind_check(o->listen, o->keyed, o->insecure, why, sizeof(why))) {
+	if (auth_bind_check(o->listen, o->keyed, o->insecure, why, sizeof(why)) ||
+	    mst_ha_config_check(&o->ha, why, sizeof(why))) {
 		fprintf(stderr, "lunar-master: %s\n", why);
 		return 2;
 	}
@@ -220,9 +225,18 @@ static int wait_signal(const struct opts *o, const sigset_t *sigs)
 	return sig;
 }
 
+/* A leader that lost its term asks to be restarted (ha.h): main's signal
+ * wait sees SIGUSR1. */
+static void on_deposed(void *arg)
+{
+	(void)arg;
+	kill(getpid(), SIGUSR1);
+}
+
 static int serve(const struct opts *o, const sigset_t *sigs)
 {
 	struct mst_master *m;
+	struct mst_ha *ha = NULL;
 	struct mst_server *s;
 	struct lc_http *http;
 	struct auth_http_gate gate;
@@ -233,10 +247,16 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 	if (mst_master_create(&o->cfg, &m))
 		return 1; /* logged */
 	face.m = m;
+	if (o->ha.etcd && (rc = mst_ha_start(m, &o->ha, on_deposed, NULL, &ha))) {
+		LC_ERROR("master", "cannot start the etcd election: %s", strerror(-rc));
+		mst_master_destroy(m);
+		return 1;
+	}
 	snprintf(url, sizeof(url), "tcp://%s:%u", o->listen, (unsigned)o->port);
 	rc = mst_server_start(m, url, (unsigned)o->workers, o->keyed ? &o->key : NULL, &s);
 	if (rc) {
 		LC_ERROR("master", "cannot listen on %s: %d", url, rc);
+		mst_ha_free(ha);
 		mst_master_destroy(m);
 		return 1;
 	}
@@ -247,6 +267,7 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 		LC_ERROR("master", "cannot serve HTTP on %s:%u: %s", o->listen,
 			 (unsigned)o->http_port, strerror(-rc));
 		mst_server_stop(s);
+		mst_ha_free(ha);
 		mst_master_destroy(m);
 		return 1;
 	}
@@ -258,11 +279,13 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 	lc_sd_notify("STOPPING=1");
 	/* Never hang on the way out: nng's close waits on its own threads. */
 	alarm(MST_STOP_BOUND_S);
+	mst_ha_stop(ha); /* step down first: a standby takes over at once */
 	lc_http_stop(http);
 	mst_server_stop(s);
+	mst_ha_free(ha);
 	mst_master_destroy(m);
 	nng_fini(); /* nng's own threads: exit with nothing left running */
-	return 0;
+	return sig == SIGUSR1 ? 75 : 0; /* deposed: EX_TEMPFAIL, restart me */
 }
 
 int main(int argc, char **argv)
@@ -272,6 +295,7 @@ int main(int argc, char **argv)
 	int rc;
 
 	mst_config_defaults(&o.cfg);
+	mst_ha_config_defaults(&o.ha);
 	rc = parse_args(argc, argv, &o);
 	if (rc) {
 		lc_conf_free(&o.conf);
@@ -281,6 +305,7 @@ int main(int argc, char **argv)
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGUSR1); /* on_deposed */
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	rc = serve(&o, &sigs);

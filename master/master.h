@@ -170,6 +170,7 @@ struct mst_http {
  *   /admin/keys?tenant=&pattern=&limit=   ListKeys as JSON
  *   /admin/segments, /admin/clients       ListSegments, ListClients
  *   /admin/stat?tenant=&key=              StatKey
+ *   /admin/ha                             role, leader, view (JSON; SPEC §14)
  * Every path under /admin is first put to the gate (auth_http_gate_admit):
  * a refused caller gets 403 whether or not the page exists.
  * Returns 1 when path is not one of these (the caller may serve it or 404),

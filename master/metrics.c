@@ -12,6 +12,7 @@
 #include "atomic.h"
 #include "lunar.h"
 #include "master.h"
+#include "mst_ha.h"
 #include "mst_int.h"
 #include "rpc.h"
 
@@ -254,6 +255,7 @@ int mst_metrics_render(struct mst_master *m, char **out, size_t *len)
 	counters(m, f);
 	auth_counters(m, f);
 	histogram(m, f);
+	mst_ha_metrics(m, f);
 	if (ferror(f)) {
 		fclose(f);
 		free(buf);

@@ -72,6 +72,7 @@ struct mst_clients {
 
 struct mst_shard;
 struct mst_deferred;
+struct mst_ha_gate;
 struct mst_oqueue;
 
 /* Offload queues, one per proxy with a disk tier (registered by its first
@@ -167,9 +168,13 @@ struct mst_master {
 	pthread_mutex_t stop_lock;
 	pthread_cond_t stop_cond;
 	int stopping;
+	struct mst_ha_gate *ha; /* HA gate (mst_ha.h); NULL without --etcd. Set
+				 * before serving, then read-only */
 };
 
-#define MST_VIEW 0 /* the view every reply carries; 0 until HA */
+/* The view reply constructors start with; mst_dispatch then stamps every
+ * reply with mst_view(m) (mst_ha.h): 0 without HA. */
+#define MST_VIEW 0
 
 /* mst_code - the reply code for an internal result: ENOMEM is internal. */
 static inline int mst_code(int rc)

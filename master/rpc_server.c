@@ -18,6 +18,7 @@
 #include "log.h"
 #include "lunar.h"
 #include "master.h"
+#include "mst_ha.h"
 #include "mst_int.h"
 #include "rpc.h"
 #include "rpc_auth.h"
@@ -62,9 +63,9 @@ static int pack_reply(ProtobufCMessage *rep, nng_msg *msg, size_t room)
 
 /* The reply to a request of a method this build does not know (a newer
  * caller's): told so at once, not left to time out. */
-static ProtobufCMessage *unknown_method_reply(void)
+static ProtobufCMessage *unknown_method_reply(struct mst_master *m)
 {
-	return lp_reply_new(&lunar__status_reply__descriptor, LUNAR_ERR_PROTOCOL, MST_VIEW);
+	return lp_reply_new(&lunar__status_reply__descriptor, LUNAR_ERR_PROTOCOL, mst_view(m));
 }
 
 /* Keyless: turn the request in msg into its reply, in place. 0, or a
@@ -76,7 +77,7 @@ static int serve_plain(struct mst_master *m, nng_msg *msg)
 	int rc = lp_request_unpack(nng_msg_body(msg), nng_msg_len(msg), &mt, &req);
 
 	if (rc == -ENOSYS) {
-		rep = unknown_method_reply();
+		rep = unknown_method_reply(m);
 		rc = rep ? 0 : -ENOMEM;
 	} else if (!rc) {
 		rc = mst_dispatch(m, mt->id, req, &rep);
@@ -202,7 +203,7 @@ static int keyed_call(struct mst_server *s, nng_msg *msg, const struct lp_env *e
 		return reject(s, msg, rc == -EALREADY ? MST_REJ_REPLAY : MST_REJ_BAD_MAC);
 	rc = lp_request_unpack(e->body, e->body_len, &mt, &req);
 	if (rc == -ENOSYS) {
-		rep = unknown_method_reply();
+		rep = unknown_method_reply(m);
 		rc = rep ? 0 : -ENOMEM;
 		mt = NULL;
 	} else if (rc) {

@@ -1,0 +1,335 @@
+/*
+ * ha.c - the election of ha.h. One thread, two roles. A standby reads the
+ * leader key every STANDBY_POLL_MS and campaigns when it is absent: a lease,
+ * then a transaction that creates the key only if absent, holding our
+ * address; its create revision is the view. A leader renews its lease every
+ * ttl/5 and checks the key is still its own; each renewal sent at t0 that
+ * etcd confirms moves the fence to t0 + ttl - ttl/2 (the lease cannot
+ * expire before t0 + ttl), so a leader cut off from etcd refuses calls for
+ * the second half of the TTL before anyone else can win. A leader that loses
+ * its term never campaigns again (its metadata is stale): it stands by and
+ * asks to be restarted.
+ */
+#include "ha.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "etcd.h"
+#include "log.h"
+#include "mst_ha.h"
+#include "mst_int.h"
+#include "parse.h"
+
+#define STANDBY_POLL_MS 200 /* how soon a standby sees the key go */
+#define TICK_MIN_MS	100 /* a leader's renewal period: ttl/5 within these */
+#define TICK_MAX_MS	1000
+#define KEY_MAX		512
+
+struct mst_ha {
+	struct mst_master *m;
+	struct mst_ha_gate *g;
+	struct mst_etcd *e;
+	char key[KEY_MAX];
+	char self[MST_HA_ADDR_MAX];
+	uint64_t ttl_ms, tick_ms;
+	int64_t lease; /* ours while leading, else 0 */
+	uint64_t view; /* ours while leading */
+	int fenced;    /* leading past the deadline (logged once) */
+	int deposed;   /* lost a term: stands by for good */
+	uint64_t deposed_ms;
+	int told;
+	void (*on_deposed)(void *arg);
+	void *arg;
+	int cancel; /* atomic: aborts etcd requests in flight */
+	int stopping;
+	pthread_mutex_t lock; /* guards stopping, with cond */
+	pthread_cond_t cond;
+	pthread_t thread;
+	int running;
+};
+
+void mst_ha_config_defaults(struct mst_ha_config *c)
+{
+	*c = (struct mst_ha_config){.cluster_id = "lunar", .lease_ttl_ms = 5000};
+}
+
+int mst_ha_flag_has(const char *name)
+{
+	return !strcmp(name, "etcd") || !strcmp(name, "cluster-id") || !strcmp(name, "advertise") ||
+	       !strcmp(name, "etcd-lease-ttl");
+}
+
+int mst_ha_config_set(struct mst_ha_config *c, const char *name, const char *value)
+{
+	if (!strcmp(name, "etcd"))
+		return *(c->etcd = value) ? 0 : -EINVAL;
+	if (!strcmp(name, "cluster-id")) /* one path segment of the key */
+		return *value && !strchr(value, '/') && strlen(value) < 128
+			   ? (c->cluster_id = value, 0)
+			   : -EINVAL;
+	if (!strcmp(name, "advertise"))
+		return *(c->advertise = value) ? 0 : -EINVAL;
+	if (!strcmp(name, "etcd-lease-ttl"))
+		return lc_parse_duration_ms(value, &c->lease_ttl_ms) || c->lease_ttl_ms < 2000 ||
+			       c->lease_ttl_ms > 3600000
+			   ? -EINVAL
+			   : 0;
+	return -ENOENT;
+}
+
+int mst_ha_config_check(const struct mst_ha_config *c, char *why, size_t n)
+{
+	const char *a = c->advertise;
+
+	if (!c->etcd)
+		return 0;
+	if (!a || strncmp(a, "tcp://", 6) || !strchr(a + 6, ':') || strlen(a) >= MST_HA_ADDR_MAX) {
+		snprintf(why, n,
+			 "--etcd needs --advertise tcp://HOST:PORT (the address proxies "
+			 "dial this master on)");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+const char *mst_ha_usage(void)
+{
+	return "  --etcd URLS                      elect a leader through etcd "
+	       "(http://h:2379,...)\n"
+	       "  --cluster-id NAME                the election's key: /lunar/NAME/leader (lunar)\n"
+	       "  --advertise tcp://HOST:PORT      this master's address, as proxies dial it\n"
+	       "  --etcd-lease-ttl DURATION        leader lease; fenced after half of it (5s)\n";
+}
+
+/* Wait up to ms or until stopping; 1 when stopping. */
+static int nap(struct mst_ha *h, uint64_t ms)
+{
+	struct timespec ts;
+	int stop;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += (time_t)(ms / 1000);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&h->lock);
+	if (!h->stopping)
+		pthread_cond_timedwait(&h->cond, &h->lock, &ts);
+	stop = h->stopping;
+	pthread_mutex_unlock(&h->lock);
+	return stop;
+}
+
+/* The fence for a renewal sent at t0 of a lease etcd holds for ttl_s. */
+static uint64_t fence_of(const struct mst_ha *h, uint64_t t0, int64_t ttl_s)
+{
+	uint64_t ttl = (uint64_t)ttl_s * 1000 < h->ttl_ms ? (uint64_t)ttl_s * 1000 : h->ttl_ms;
+
+	return t0 + ttl - h->ttl_ms / 2;
+}
+
+/* The term is over: close the gate for good and ask for a restart later. */
+static void lose(struct mst_ha *h, const char *why)
+{
+	mst_ha_gate_follow(h->g, "", 0);
+	LC_WARN("ha", "lost the lead of view %llu: %s; standing by until restarted",
+		(unsigned long long)h->view, why);
+	if (h->lease && mst_etcd_lease_revoke(h->e, h->lease) == 0)
+		LC_INFO("ha", "revoked lease %llx", (unsigned long long)h->lease);
+	h->lease = 0;
+	h->deposed = 1;
+	h->deposed_ms = lc_now_ms();
+}
+
+static void lead_tick(struct mst_ha *h)
+{
+	uint64_t t0 = lc_now_ms();
+	struct mst_etcd_kv kv;
+	int64_t ttl = 0;
+	int rc = mst_etcd_lease_keepalive(h->e, h->lease, &ttl);
+
+	if (rc == 0 && ttl <= 0) {
+		lose(h, "the lease expired");
+		return;
+	}
+	if (rc == 0) {
+		mst_ha_gate_renew(h->g, fence_of(h, t0, ttl));
+		if (h->fenced)
+			LC_INFO("ha", "lease renewed through %s: leading view %llu again",
+				mst_etcd_endpoint(h->e), (unsigned long long)h->view);
+		h->fenced = 0;
+	} else if (!h->fenced &&
+		   lc_now_ms() >= __atomic_load_n(&h->g->fence_ms, __ATOMIC_RELAXED)) {
+		h->fenced = 1;
+		LC_WARN("ha", "fenced: no lease renewal for %llu ms; refusing calls",
+			(unsigned long long)(h->ttl_ms / 2));
+	}
+	if (rc)
+		return;
+	rc = mst_etcd_get(h->e, h->key, &kv);
+	if (rc == -ENOENT || (!rc && ((uint64_t)kv.create_rev != h->view || kv.lease != h->lease)))
+		lose(h, "the leader key is gone or not ours");
+}
+
+/* Try to create the leader key; on success we lead. */
+static void campaign(struct mst_ha *h)
+{
+	uint64_t t0 = lc_now_ms();
+	int64_t id, granted, rev;
+	int rc = mst_etcd_lease_grant(h->e, (int64_t)((h->ttl_ms + 999) / 1000), &id, &granted);
+
+	if (rc)
+		return;
+	rc = mst_etcd_create(h->e, h->key, h->self, id, &rev);
+	if (rc) {
+		/* Lost, or unknown (a timeout may have created it): the key goes
+		 * with the lease either way. */
+		mst_etcd_lease_revoke(h->e, id);
+		return;
+	}
+	h->lease = id;
+	h->view = (uint64_t)rev;
+	h->fenced = 0;
+	mst_ha_gate_lead(h->g, h->view, fence_of(h, t0, granted));
+	LC_INFO("ha", "leading %s in view %llu (lease %llx, %llds, via %s)", h->key,
+		(unsigned long long)h->view, (unsigned long long)id, (long long)granted,
+		mst_etcd_endpoint(h->e));
+}
+
+static void standby_tick(struct mst_ha *h)
+{
+	struct mst_etcd_kv kv;
+	int rc = mst_etcd_get(h->e, h->key, &kv);
+
+	if (rc == 0 && (uint64_t)kv.create_rev != __atomic_load_n(&h->g->view, __ATOMIC_RELAXED))
+		LC_INFO("ha", "standing by: %s leads in view %lld", kv.value,
+			(long long)kv.create_rev);
+	if (rc == 0)
+		mst_ha_gate_follow(h->g, kv.value, (uint64_t)kv.create_rev);
+	else if (rc == -ENOENT)
+		mst_ha_gate_follow(h->g, "", 0);
+	if (rc == -ENOENT && !h->deposed)
+		campaign(h);
+	if (h->deposed && !h->told && lc_now_ms() - h->deposed_ms >= h->ttl_ms) {
+		h->told = 1;
+		if (h->on_deposed)
+			h->on_deposed(h->arg);
+	}
+}
+
+static void *run(void *arg)
+{
+	struct mst_ha *h = arg;
+	uint64_t t0, period, spent;
+
+	do {
+		t0 = lc_now_ms();
+		if (h->lease)
+			lead_tick(h);
+		else
+			standby_tick(h);
+		period = h->lease ? h->tick_ms : STANDBY_POLL_MS;
+		spent = lc_now_ms() - t0;
+	} while (!nap(h, spent < period ? period - spent : 0));
+	return NULL;
+}
+
+static int sync_init(struct mst_ha *h)
+{
+	pthread_condattr_t ca;
+	int rc;
+
+	if (pthread_condattr_init(&ca))
+		return -ENOMEM;
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	rc = pthread_cond_init(&h->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (rc)
+		return -rc;
+	if (pthread_mutex_init(&h->lock, NULL)) {
+		pthread_cond_destroy(&h->cond);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*deposed)(void *arg),
+		 void *arg, struct mst_ha **out)
+{
+	struct mst_ha *h = calloc(1, sizeof(*h));
+	int rc = -ENOMEM;
+
+	if (!h)
+		return -ENOMEM;
+	h->m = m;
+	h->ttl_ms = c->lease_ttl_ms;
+	h->tick_ms = h->ttl_ms / 5 < TICK_MIN_MS   ? TICK_MIN_MS
+		     : h->ttl_ms / 5 > TICK_MAX_MS ? TICK_MAX_MS
+						   : h->ttl_ms / 5;
+	h->on_deposed = deposed;
+	h->arg = arg;
+	snprintf(h->key, sizeof(h->key), "/lunar/%s/leader", c->cluster_id);
+	snprintf(h->self, sizeof(h->self), "%s", c->advertise);
+	if ((rc = mst_etcd_alloc(c->etcd, (unsigned)h->tick_ms, &h->cancel, &h->e)))
+		goto err_free;
+	rc = -ENOMEM;
+	if (!(h->g = mst_ha_gate_alloc(c->advertise, c->cluster_id)))
+		goto err_etcd;
+	if ((rc = sync_init(h)))
+		goto err_gate;
+	m->ha = h->g;
+	if ((rc = -pthread_create(&h->thread, NULL, run, h)))
+		goto err_sync;
+	h->running = 1;
+	*out = h;
+	return 0;
+err_sync:
+	m->ha = NULL;
+	pthread_mutex_destroy(&h->lock);
+	pthread_cond_destroy(&h->cond);
+err_gate:
+	mst_ha_gate_free(h->g);
+err_etcd:
+	mst_etcd_free(h->e);
+err_free:
+	free(h);
+	return rc;
+}
+
+void mst_ha_stop(struct mst_ha *h)
+{
+	if (!h || !h->running)
+		return;
+	mst_ha_gate_follow(h->g, "", 0);
+	__atomic_store_n(&h->cancel, 1, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&h->lock);
+	h->stopping = 1;
+	pthread_cond_signal(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+	pthread_join(h->thread, NULL);
+	h->running = 0;
+	__atomic_store_n(&h->cancel, 0, __ATOMIC_RELEASE);
+	if (h->lease && mst_etcd_lease_revoke(h->e, h->lease) == 0)
+		LC_INFO("ha", "stepped down from view %llu", (unsigned long long)h->view);
+	h->lease = 0;
+}
+
+void mst_ha_free(struct mst_ha *h)
+{
+	if (!h)
+		return;
+	mst_ha_stop(h);
+	h->m->ha = NULL;
+	mst_ha_gate_free(h->g);
+	pthread_mutex_destroy(&h->lock);
+	pthread_cond_destroy(&h->cond);
+	mst_etcd_free(h->e);
+	free(h);
+}

@@ -1,0 +1,195 @@
+/*
+ * ha_gate.c - the HA gate of mst_ha.h: which calls a master admits as leader
+ * or standby, the refusal that names the leader, the view replies carry, and
+ * the HA figures for /metrics and /admin/ha. No etcd here: the election in
+ * ha.c drives the gate, so the master library needs no libcurl.
+ */
+#include "mst_ha.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "http.h"
+#include "lunar.h"
+#include "mst_int.h"
+#include "rpc.h"
+
+/* Copy an address for messages and JSON: printable ASCII except quotes and
+ * backslashes (it came from etcd, which anyone with access may write). */
+static void copy_addr(char *dst, const char *src)
+{
+	size_t i = 0;
+
+	for (; src && src[i] && i < MST_HA_ADDR_MAX - 1; i++)
+		dst[i] = src[i] > 0x20 && src[i] < 0x7f && src[i] != '"' && src[i] != '\\' ? src[i]
+											   : '?';
+	dst[i] = '\0';
+}
+
+struct mst_ha_gate *mst_ha_gate_alloc(const char *self, const char *cluster)
+{
+	struct mst_ha_gate *g = calloc(1, sizeof(*g));
+
+	if (!g)
+		return NULL;
+	if (pthread_mutex_init(&g->lock, NULL)) {
+		free(g);
+		return NULL;
+	}
+	g->role = MST_ROLE_STANDBY;
+	copy_addr(g->self, self);
+	copy_addr(g->cluster, cluster);
+	return g;
+}
+
+void mst_ha_gate_free(struct mst_ha_gate *g)
+{
+	if (!g)
+		return;
+	pthread_mutex_destroy(&g->lock);
+	free(g);
+}
+
+/* Admin queries describe this master's own state; any master answers them. */
+static int local_query(uint32_t method)
+{
+	return method == LUNAR__METHOD__LIST_KEYS || method == LUNAR__METHOD__LIST_SEGMENTS ||
+	       method == LUNAR__METHOD__LIST_CLIENTS || method == LUNAR__METHOD__STAT_KEY;
+}
+
+int mst_ha_admit(struct mst_master *m, uint32_t method)
+{
+	struct mst_ha_gate *g = m->ha;
+	int open;
+
+	if (!g || local_query(method))
+		return 0;
+	/* Pairs with the release stores of mst_ha_gate_lead: a LEADER seen
+	 * here comes with its term's deadline. */
+	open = __atomic_load_n(&g->role, __ATOMIC_ACQUIRE) == MST_ROLE_LEADER &&
+	       lc_now_ms() < __atomic_load_n(&g->fence_ms, __ATOMIC_ACQUIRE);
+	if (open)
+		return 0;
+	__atomic_fetch_add(&g->refused, 1, __ATOMIC_RELAXED);
+	return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
+}
+
+int mst_ha_refuse(struct mst_master *m, const ProtobufCMessageDescriptor *d, ProtobufCMessage **rep)
+{
+	struct mst_ha_gate *g = m->ha;
+	char leader[MST_HA_ADDR_MAX], *msg;
+	Lunar__Status *st;
+	int lead = __atomic_load_n(&g->role, __ATOMIC_ACQUIRE) == MST_ROLE_LEADER;
+
+	*rep = lp_reply_new(d, LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS, mst_view(m));
+	if (!*rep)
+		return -ENOMEM;
+	pthread_mutex_lock(&g->lock);
+	memcpy(leader, g->leader, sizeof(leader));
+	pthread_mutex_unlock(&g->lock);
+	if (lead)
+		msg = strdup("fenced: this leader could not renew its etcd lease in time");
+	else if (asprintf(&msg, "standby: the leader is %s", leader[0] ? leader : "unknown") < 0)
+		msg = NULL;
+	st = lp_status(*rep);
+	if (msg && st) { /* without it the reply keeps lunar_strerror's words */
+		free(st->message);
+		st->message = msg;
+	} else {
+		free(msg);
+	}
+	return 0;
+}
+
+uint64_t mst_view(struct mst_master *m)
+{
+	return m->ha ? __atomic_load_n(&m->ha->view, __ATOMIC_ACQUIRE) : 0;
+}
+
+void mst_ha_gate_lead(struct mst_ha_gate *g, uint64_t view, uint64_t fence_ms)
+{
+	uint64_t old = __atomic_load_n(&g->view, __ATOMIC_RELAXED);
+
+	if (old && old != view)
+		__atomic_fetch_add(&g->failovers, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&g->lock);
+	memcpy(g->leader, g->self, sizeof(g->leader));
+	pthread_mutex_unlock(&g->lock);
+	__atomic_store_n(&g->fence_ms, fence_ms, __ATOMIC_RELEASE);
+	__atomic_store_n(&g->view, view, __ATOMIC_RELEASE);
+	__atomic_store_n(&g->role, MST_ROLE_LEADER, __ATOMIC_RELEASE);
+}
+
+void mst_ha_gate_renew(struct mst_ha_gate *g, uint64_t fence_ms)
+{
+	if (fence_ms > __atomic_load_n(&g->fence_ms, __ATOMIC_RELAXED))
+		__atomic_store_n(&g->fence_ms, fence_ms, __ATOMIC_RELEASE);
+}
+
+void mst_ha_gate_follow(struct mst_ha_gate *g, const char *leader, uint64_t view)
+{
+	uint64_t old = __atomic_load_n(&g->view, __ATOMIC_RELAXED);
+
+	/* Close first: no call may pass on the old term's deadline. */
+	__atomic_store_n(&g->fence_ms, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&g->role, MST_ROLE_STANDBY, __ATOMIC_RELEASE);
+	if (old && view && old != view)
+		__atomic_fetch_add(&g->failovers, 1, __ATOMIC_RELAXED);
+	if (view)
+		__atomic_store_n(&g->view, view, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&g->lock);
+	copy_addr(g->leader, leader);
+	pthread_mutex_unlock(&g->lock);
+}
+
+/* Leading and not fenced. */
+static int leading(const struct mst_ha_gate *g)
+{
+	return __atomic_load_n(&g->role, __ATOMIC_ACQUIRE) == MST_ROLE_LEADER &&
+	       lc_now_ms() < __atomic_load_n(&g->fence_ms, __ATOMIC_ACQUIRE);
+}
+
+void mst_ha_metrics(struct mst_master *m, FILE *f)
+{
+	struct mst_ha_gate *g = m->ha;
+
+	if (!g)
+		return;
+	fprintf(f, "# TYPE lunar_master_is_leader gauge\nlunar_master_is_leader %d\n", leading(g));
+	fprintf(f, "# TYPE lunar_master_view gauge\nlunar_master_view %llu\n",
+		(unsigned long long)mst_view(m));
+	fprintf(f,
+		"# TYPE lunar_master_failovers_total counter\nlunar_master_failovers_total %llu\n",
+		(unsigned long long)__atomic_load_n(&g->failovers, __ATOMIC_RELAXED));
+	fprintf(f,
+		"# TYPE lunar_master_ha_refused_total counter\n"
+		"lunar_master_ha_refused_total %llu\n",
+		(unsigned long long)__atomic_load_n(&g->refused, __ATOMIC_RELAXED));
+}
+
+int mst_ha_http(struct mst_master *m, struct lc_http_reply *rep)
+{
+	struct mst_ha_gate *g = m->ha;
+	char leader[MST_HA_ADDR_MAX];
+	int role, fenced, rc;
+
+	rep->content_type = "application/json";
+	if (!g)
+		return lc_http_reply_printf(rep, "{\"ha\":false,\"role\":\"leader\",\"view\":0}\n");
+	role = __atomic_load_n(&g->role, __ATOMIC_ACQUIRE);
+	fenced = role == MST_ROLE_LEADER && !leading(g);
+	pthread_mutex_lock(&g->lock);
+	memcpy(leader, g->leader, sizeof(leader));
+	pthread_mutex_unlock(&g->lock);
+	/* Addresses went through copy_addr: nothing in them needs escaping. */
+	rc = lc_http_reply_printf(
+	    rep,
+	    "{\"ha\":true,\"cluster_id\":\"%s\",\"role\":\"%s\",\"fenced\":%s,\"self\":\"%s\","
+	    "\"leader\":\"%s\",\"view\":%llu,\"failovers\":%llu}\n",
+	    g->cluster, role == MST_ROLE_LEADER ? "leader" : "standby", fenced ? "true" : "false",
+	    g->self, leader, (unsigned long long)mst_view(m),
+	    (unsigned long long)__atomic_load_n(&g->failovers, __ATOMIC_RELAXED));
+	return rc ? -1 : 0;
+}
