@@ -203,7 +203,7 @@ static int keyed_call(struct mst_server *s, nng_msg *msg, const struct lp_env *e
 		return reject(s, msg, rc == -EALREADY ? MST_REJ_REPLAY : MST_REJ_BAD_MAC);
 	rc = lp_request_unpack(e->body, e->body_len, &mt, &req);
 	if (rc == -ENOSYS) {
-		rep = unknown_method_reply(m);
+		rep = unknown_method_reply(s->m);
 		rc = rep ? 0 : -ENOMEM;
 		mt = NULL;
 	} else if (rc) {
