@@ -81,3 +81,24 @@ int lc_parse_ratio(const char *s, double *v)
 	*v = x;
 	return 0;
 }
+
+int lc_parse_rpc_url(const char *s)
+{
+	const char *colon;
+	uint64_t port;
+
+	if (!s)
+		return -EINVAL;
+	if (!strncmp(s, "ipc://", 6))
+		return s[6] ? 0 : -EINVAL;
+	if (strncmp(s, "tcp://", 6))
+		return -EINVAL;
+	s += 6;
+	colon = strrchr(s, ':');
+	/* "[::1]:50051": the port follows the last colon, after the brackets. */
+	if (!colon || colon == s || (strchr(s, ']') && strchr(s, ']') > colon))
+		return -EINVAL;
+	if (lc_parse_u64(colon + 1, &port) || port == 0 || port > 65535)
+		return -EINVAL;
+	return 0;
+}

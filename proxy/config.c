@@ -26,7 +26,7 @@ struct flag {
 static const struct flag flags[] = {
 	F("socket", K_STR, socket_path, "PATH  client socket (/run/lunar/proxy.sock as root, else\n"
 	  "                             $XDG_RUNTIME_DIR/lunar/proxy.sock or /tmp/lunar-UID/proxy.sock)"),
-	F("master", K_STR, master_url, "URL   master to use, tcp://host:50051"),
+	F("master", K_STR, master_url, "URL   master to use: tcp://HOST:PORT or ipc://PATH"),
 	F("embedded-master", K_BOOL, embedded, "      run the master inside this proxy (single node)"),
 	F("host", K_STR, host, "ADDR  address of the data and HTTP ports, advertised to peers\n"
 	  "                             (127.0.0.1)"),
@@ -338,6 +338,9 @@ int px_config_parse(struct px_config *c, int argc, char **argv)
 		return bad("%s", "give exactly one of --embedded-master and --master URL");
 	if (mflag && !c->embedded)
 		return bad("'%s' is a master flag: it needs --embedded-master", mflag);
+	if (c->master_url && lc_parse_rpc_url(c->master_url))
+		return bad("bad --master '%s': want " LC_RPC_URL_FORMS " (e.g. tcp://127.0.0.1:50051)",
+			   c->master_url);
 	if (c->disk_dir && (!c->segment_size || !c->disk_capacity))
 		return bad("%s", "--disk-dir needs a --segment-size and a --disk-capacity above 0");
 	if (check_security(c))

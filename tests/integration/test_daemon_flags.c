@@ -126,6 +126,28 @@ static void test_daemon_flags_proxy(void **state)
 	EXPECT_IN(out, "lease-cache-keys");
 }
 
+/* A master given without its scheme says which forms --master takes, in
+ * the proxy and in lunar-bench --master, instead of a bare "Invalid
+ * argument" from the first dial. */
+static void test_daemon_flags_master_url(void **state)
+{
+	static char out[1 << 16];
+	static const char *const bad[] = {"127.0.0.1:50051", "tcp://127.0.0.1", "tcp://:50051",
+					  "tcp://h:0", "tcp://h:65536", "ipc://", "http://h:1",
+					  NULL};
+
+	(void)state;
+	for (const char *const *u = bad; *u; u++) {
+		H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--master", *u, NULL), 2);
+		EXPECT_IN(out, "tcp://HOST:PORT");
+		EXPECT_IN(out, *u);
+		H_ASSERT_EQ(run("lunar-bench", out, sizeof(out), "--master", *u, NULL), 2);
+		EXPECT_IN(out, "tcp://HOST:PORT");
+	}
+	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--help", NULL), 0);
+	EXPECT_IN(out, "tcp://HOST:PORT");
+}
+
 /* Write text to the config file name in the test's directory; its path. */
 static const char *conf(const char *name, const char *text)
 {
@@ -238,6 +260,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_daemon_flags_master),
 	    cmocka_unit_test(test_daemon_flags_proxy),
+	    cmocka_unit_test(test_daemon_flags_master_url),
 	    cmocka_unit_test(test_daemon_flags_master_config),
 	    cmocka_unit_test(test_daemon_flags_proxy_config),
 	};

@@ -138,6 +138,25 @@ static void test_parse_duration_bad_text(void **state)
 	assert_int_equal(lc_parse_duration_ms(NULL, &(uint64_t){0}), -EINVAL);
 }
 
+static void test_parse_rpc_url(void **state)
+{
+	(void)state;
+	assert_int_equal(lc_parse_rpc_url("tcp://127.0.0.1:50051"), 0);
+	assert_int_equal(lc_parse_rpc_url("tcp://master.example:1"), 0);
+	assert_int_equal(lc_parse_rpc_url("tcp://[::1]:50051"), 0);
+	assert_int_equal(lc_parse_rpc_url("ipc:///run/lunar/master.ipc"), 0);
+	assert_int_equal(lc_parse_rpc_url("127.0.0.1:50051"), -EINVAL);
+	assert_int_equal(lc_parse_rpc_url("tcp://127.0.0.1"), -EINVAL);
+	assert_int_equal(lc_parse_rpc_url("tcp://[::1]"), -EINVAL);
+	assert_int_equal(lc_parse_rpc_url("tcp://:50051"), -EINVAL);
+	assert_int_equal(lc_parse_rpc_url("tcp://h:0"), -EINVAL);
+	assert_int_equal(lc_parse_rpc_url("tcp://h:65536"), -EINVAL);
+	assert_int_equal(lc_parse_rpc_url("tcp://h:port"), -EINVAL);
+	assert_int_equal(lc_parse_rpc_url("ipc://"), -EINVAL);
+	assert_int_equal(lc_parse_rpc_url(""), -EINVAL);
+	assert_int_equal(lc_parse_rpc_url(NULL), -EINVAL);
+}
+
 static void test_parse_u64(void **state)
 {
 	uint64_t v = POISON;
@@ -201,6 +220,7 @@ int main(void)
 	    cmocka_unit_test(test_parse_duration_bare_is_seconds),
 	    cmocka_unit_test(test_parse_duration_bad_text),
 	    cmocka_unit_test(test_parse_u64),
+	    cmocka_unit_test(test_parse_rpc_url),
 	    cmocka_unit_test(test_parse_ratio),
 	    cmocka_unit_test(test_parse_ratio_bad_text),
 	};

@@ -19,6 +19,7 @@
 #include "auth.h"
 #include "clock.h"
 #include "lunar.h"
+#include "parse.h"
 #include "rpc.h"
 #include "rpc_client.h"
 
@@ -646,6 +647,10 @@ int bench_master_main(int argc, char **argv)
 	}
 	if (!b.url)
 		return bench_usage_error("--master needs a URL");
+	if (lc_parse_rpc_url(b.url))
+		return bench_usage_error("bad --master '%s': want " LC_RPC_URL_FORMS
+					 " (e.g. tcp://127.0.0.1:50051)",
+					 b.url);
 	b.client_id = bench_splitmix64(lc_now_ns() ^ ((uint64_t)getpid() << 32));
 	snprintf(b.seg, sizeof(b.seg), "lunar-bench-%016" PRIx64, b.client_id);
 	snprintf(b.prefix, sizeof(b.prefix), "mb%08" PRIx32 "-", (uint32_t)b.client_id);
