@@ -24,6 +24,7 @@
 #define LC_PROTO_VERSION 1
 #define LC_TENANT_MAX 64 /* bytes including the NUL */
 #define LC_CACHELINE 64
+#define LC_HTTP_ADDR_MAX 64 /* lc_shm_hdr.http_addr, bytes including the NUL */
 
 /* Handshake, over the UNIX socket. */
 struct lc_hello {
@@ -99,7 +100,15 @@ struct lc_shm_hdr {
 	uint32_t max_segs;  /* most lc_seg per item */
 	uint32_t key_max;
 	uint32_t rsvd1;
-	uint64_t reserved[32];
+	/*
+	 * Cut from the reserved words, so still version 1 both ways: a proxy
+	 * from before writes zeros here (the client then falls back), a
+	 * client from before never reads it. "HOST:PORT" where the proxy
+	 * serves HTTP (/metrics, /disk/status, ...), NUL-terminated; empty:
+	 * not told.
+	 */
+	char http_addr[LC_HTTP_ADDR_MAX];
+	uint64_t reserved[24];
 };
 
 #define LC_RING_NEED_WAKEUP 1u
@@ -253,7 +262,8 @@ LC_AT(lc_shm_hdr, max_batch, 64);
 LC_AT(lc_shm_hdr, max_segs, 68);
 LC_AT(lc_shm_hdr, key_max, 72);
 LC_AT(lc_shm_hdr, rsvd1, 76);
-LC_AT(lc_shm_hdr, reserved, 80);
+LC_AT(lc_shm_hdr, http_addr, 80);
+LC_AT(lc_shm_hdr, reserved, 144);
 LC_AT(lc_ring_ctl, reserved0, 0);
 LC_AT(lc_ring_ctl, prod_tail, 4);
 LC_AT(lc_ring_ctl, cons_head, 64);

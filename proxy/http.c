@@ -127,6 +127,26 @@ static int handle(void *arg, const struct lc_http_req *req, struct lc_http_reply
 	return lc_http_reply_printf(rep, "not found\n");
 }
 
+/* Where a client on this node reaches the HTTP port: a wildcard bind is
+ * reached on loopback; an IPv6 host goes in brackets. */
+static void http_addr_set(struct px_proxy *px)
+{
+	const char *h = px->cfg.host;
+	unsigned port = lc_http_port(px->http);
+	int n;
+
+	if (!strcmp(h, "0.0.0.0") || !*h)
+		h = "127.0.0.1";
+	else if (!strcmp(h, "::"))
+		h = "::1";
+	if (strchr(h, ':'))
+		n = snprintf(px->http_addr, sizeof(px->http_addr), "[%s]:%u", h, port);
+	else
+		n = snprintf(px->http_addr, sizeof(px->http_addr), "%s:%u", h, port);
+	if (n < 0 || (size_t)n >= sizeof(px->http_addr))
+		px->http_addr[0] = '\0'; /* too long to tell: clients use their default */
+}
+
 int px_http_start(struct px_proxy *px)
 {
 	int rc;
@@ -140,7 +160,8 @@ int px_http_start(struct px_proxy *px)
 			 strerror(-rc));
 		return LUNAR_ERR_INTERNAL;
 	}
-	LC_INFO("proxy", "HTTP on http://%s:%u (metrics, health, ready%s)", px->cfg.host,
-		lc_http_port(px->http), px->master ? ", admin" : "");
+	http_addr_set(px);
+	LC_INFO("proxy", "HTTP on http://%s (metrics, health, ready%s)", px->http_addr,
+		px->master ? ", admin" : "");
 	return 0;
 }

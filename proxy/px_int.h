@@ -181,6 +181,8 @@ struct px_proxy {
 	struct px_config cfg;
 	struct px_stats stats;
 	struct lc_http *http;
+	char http_addr[LC_HTTP_ADDR_MAX]; /* "HOST:PORT" of http, told to clients; set before
+					   * the loop starts */
 	struct auth_http_gate http_gate; /* of the embedded master's /admin pages */
 	struct mst_http master_http;	 /* what the embedded master's pages serve */
 	uint64_t client_id; /* this proxy's id at the master */

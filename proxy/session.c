@@ -93,6 +93,7 @@ static int region_create(struct px_session *s, uint64_t arena)
 	if (base == MAP_FAILED)
 		goto err_close;
 	region_layout(&s->rg, base, arena, s->client_id);
+	memcpy(((struct lc_shm_hdr *)base)->http_addr, s->px->http_addr, LC_HTTP_ADDR_MAX);
 	LC_ASSERT(s->rg.size == size);
 	return 0;
 err_close:

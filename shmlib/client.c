@@ -139,6 +139,29 @@ void lunar_close(struct lunar_client *c)
 	shm_call_end(cancel);
 }
 
+int lunar_proxy_http_addr(struct lunar_client *c, char *buf, size_t cap)
+{
+	struct shm_conn *cn;
+	size_t n;
+	int cancel, rc;
+
+	if (!c || !buf || !cap)
+		return LUNAR_ERR_INVALID_PARAMS;
+	rc = shm_call_begin(c, &cancel);
+	if (rc)
+		return rc;
+	rc = shm_client_acquire(c, shm_deadline(c), &cn);
+	if (!rc) {
+		n = strlen(cn->http_addr);
+		rc = n < cap ? (int)n : LUNAR_ERR_BUFFER_OVERFLOW;
+		if (n < cap)
+			memcpy(buf, cn->http_addr, n + 1);
+		shm_conn_put(cn);
+	}
+	shm_call_end(cancel);
+	return rc;
+}
+
 int lunar_health(struct lunar_client *c)
 {
 	static const struct shm_op op = {.op = LC_OP_HEALTH};

@@ -60,6 +60,21 @@ static int hdr_check(const struct lc_shm_hdr *h, const struct lc_welcome *w)
 	return 0;
 }
 
+/* The proxy's HTTP address, when it tells one we can print and use:
+ * NUL-terminated, no spaces or control bytes. Otherwise "" (not told). */
+static void http_addr_take(struct shm_conn *cn, const struct lc_shm_hdr *h)
+{
+	size_t n = strnlen(h->http_addr, sizeof(h->http_addr));
+
+	cn->http_addr[0] = '\0';
+	if (n == sizeof(h->http_addr))
+		return;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)h->http_addr[i] <= ' ' || h->http_addr[i] == 0x7f)
+			return;
+	memcpy(cn->http_addr, h->http_addr, n + 1);
+}
+
 /* Map the memfd; the proxy must have sealed it against shrinking, so no
  * access can ever SIGBUS. */
 static int region_map(struct shm_conn *cn, int memfd, const struct lc_welcome *w)
@@ -97,6 +112,7 @@ static int region_map(struct shm_conn *cn, int memfd, const struct lc_welcome *w
 	cn->max_segs = h.max_segs;
 	cn->arena_off = h.arena_off;
 	cn->arena_size = h.arena_size;
+	http_addr_take(cn, &h);
 	return 0;
 }
 

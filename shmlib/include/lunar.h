@@ -227,6 +227,18 @@ int lunar_register(struct lunar_client *c, void *p, size_t len);
  * to the timeout: BUSY then). */
 int lunar_unregister(struct lunar_client *c, void *p);
 
+/*
+ * lunar_proxy_http_addr - where the proxy behind c serves HTTP (/metrics,
+ * /health, /ready, /disk/status, and /admin/ with an embedded master), as
+ * "HOST:PORT" (an IPv6 host in brackets) NUL-terminated in buf[0..cap).
+ * Returns its length; 0 with buf "" when the proxy does not say (a proxy
+ * older than this call: use its default, 127.0.0.1:9300);
+ * BUFFER_OVERFLOW when cap is short (64 bytes always do); INVALID_PARAMS
+ * for NULL or cap 0; PROXY_UNAVAILABLE when no proxy answers within the
+ * timeout. Connects (or reconnects) if needed, else makes no round trip.
+ * Any thread.
+ */
+int lunar_proxy_http_addr(struct lunar_client *c, char *buf, size_t cap);
 /* lunar_health - 0 ok, 1 proxy unreachable, 2 master unreachable. */
 int lunar_health(struct lunar_client *c);
 /* lunar_strerror - a static string naming code; never NULL. */

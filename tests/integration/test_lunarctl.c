@@ -445,6 +445,54 @@ static void test_lunarctl_master_pair(void **state)
 	h_stop(m);
 }
 
+/* Admin verbs without --http or --master ask the proxy behind --socket,
+ * which tells its HTTP address in the handshake: not whichever proxy holds
+ * the default port 9300. Two proxies with segments of different sizes on
+ * ports of their own; each one's metrics show its own segment. */
+static void test_lunarctl_socket_picks_its_proxy(void **state)
+{
+	char mport[16], ha[16], hb[16], sa[PATH_MAX], sb[PATH_MAX];
+	struct h_proc *m, *a, *b;
+	int mp = h_free_port(), pa = h_free_port(), pb = h_free_port();
+
+	(void)state;
+	H_ASSERT(mp > 0 && pa > 0 && pb > 0 && mp != pa && pa != pb && mp != pb);
+	snprintf(mport, sizeof(mport), "%d", mp);
+	snprintf(ha, sizeof(ha), "%d", pa);
+	snprintf(hb, sizeof(hb), "%d", pb);
+	snprintf(sa, sizeof(sa), "%s", h_path("two-a.sock"));
+	snprintf(sb, sizeof(sb), "%s", h_path("two-b.sock"));
+	m = h_start_master("two-master", mp, NULL);
+	H_ASSERT(m != NULL);
+	a = h_start_proxy("two-a", sa, mp, "--http-port", ha, "--segment-size", "64MiB", NULL);
+	H_ASSERT(a != NULL);
+	b = h_start_proxy("two-b", sb, mp, "--http-port", hb, "--segment-size", "32MiB", NULL);
+	H_ASSERT(b != NULL);
+
+	CTL_IN(NULL, "--socket", sb, "metrics");
+	EXPECT_RC(0);
+	EXPECT_IN(R.out, "lunar_proxy_segment_bytes 33554432");
+	CTL_IN(NULL, "--socket", sa, "metrics");
+	EXPECT_RC(0);
+	EXPECT_IN(R.out, "lunar_proxy_segment_bytes 67108864");
+	CTL_IN(NULL, "--socket", sb, "disk", "status");
+	EXPECT_RC(1);
+	EXPECT_IN(R.err, "no disk tier on this proxy");
+	/* the embedded proxy of the other tests, on its own port: its /admin/ */
+	put_small("via-socket", NULL);
+	CTL_IN(NULL, "--socket", sock, "keys");
+	EXPECT_RC(0);
+	EXPECT_IN(R.out, "via-socket");
+	/* a named socket nobody serves: cannot connect, not the default port */
+	CTL_IN(NULL, "--socket", h_path("nobody.sock"), "metrics");
+	EXPECT_RC(3);
+	EXPECT_IN(R.err, "nobody.sock");
+
+	h_stop(b);
+	h_stop(a);
+	h_stop(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -458,6 +506,7 @@ int main(void)
 	    cmocka_unit_test(test_lunarctl_usage_errors_exit_2),
 	    cmocka_unit_test(test_lunarctl_disk_status),
 	    cmocka_unit_test(test_lunarctl_master_pair),
+	    cmocka_unit_test(test_lunarctl_socket_picks_its_proxy),
 	};
 
 	return cmocka_run_group_tests(tests, setup, h_teardown);

@@ -25,14 +25,57 @@ struct src {
 	const char *what;
 };
 
-static void src_pick(const struct ctl *x, int proxy_only, struct src *s)
+static int complain(const struct ctl *x, const struct src *s, int code, const char *msg);
+
+/*
+ * The HTTP address of the proxy behind --socket, as it tells it in its
+ * handshake, into x->http_told: EXIT_OK (x->http_told "" when the proxy is
+ * older than that, or when no socket was named and none answers: then the
+ * default port), or EXIT_NOCONN after saying that the named socket is dead.
+ */
+static int proxy_http_ask(struct ctl *x)
 {
+	const char *env = getenv("LUNAR_SOCKET");
+	int named = x->opts.socket_path || (env && *env), rc;
+	struct src s = {x->socket_shown, 0, "proxy"};
+	char msg[MSG_MAX];
+
+	x->http_told[0] = '\0';
+	if (!x->c) {
+		x->opts.arena_bytes = 1 << 20; /* the smallest: we only ask */
+		rc = lunar_connect(&x->opts, &x->c);
+		if (rc && !named)
+			return EXIT_OK;
+		if (rc) {
+			x->c = NULL;
+			snprintf(msg, sizeof(msg), "cannot connect to the proxy at %.900s: %s (%d)",
+				 x->socket_shown, lunar_strerror(rc), rc);
+			return complain(x, &s, rc == LUNAR_ERR_PROXY_UNAVAILABLE ? EXIT_NOCONN
+										 : EXIT_FAIL,
+					msg);
+		}
+	}
+	rc = lunar_proxy_http_addr(x->c, x->http_told, sizeof(x->http_told));
+	if (rc < 0)
+		x->http_told[0] = '\0';
+	return EXIT_OK;
+}
+
+/* The endpoint to ask: --master, else --http, else what the proxy behind
+ * --socket tells, else the default proxy port. */
+static int src_pick(struct ctl *x, int proxy_only, struct src *s)
+{
+	int rc;
+
 	if (x->master && !proxy_only) {
 		*s = (struct src){x->master, CTL_MASTER_HTTP_PORT, "master"};
-		return;
+		return EXIT_OK;
 	}
-	*s = (struct src){x->http ? x->http : CTL_PROXY_HTTP, CTL_PROXY_HTTP_PORT,
-			  "proxy's HTTP port"};
+	if (!x->http && (rc = proxy_http_ask(x)))
+		return rc;
+	*s = (struct src){x->http ? x->http : x->http_told[0] ? x->http_told : CTL_PROXY_HTTP,
+			  CTL_PROXY_HTTP_PORT, "proxy's HTTP port"};
+	return EXIT_OK;
 }
 
 static unsigned timeout_ms(const struct ctl *x)
@@ -155,7 +198,7 @@ static void first_line(const struct ctl_http_resp *r, char *buf, size_t cap)
  * when the master answered status 0. Otherwise the failure is reported (in
  * json mode a master's answer passes through as it is) and returned.
  */
-static int admin_query(const struct ctl *x, const char *target, struct cj **out)
+static int admin_query(struct ctl *x, const char *target, struct cj **out)
 {
 	struct ctl_http_resp r;
 	const struct cj *status;
@@ -165,8 +208,10 @@ static int admin_query(const struct ctl *x, const char *target, struct cj **out)
 	struct src s;
 	int rc;
 
-	src_pick(x, 0, &s);
-	rc = fetch(x, &s, target, &r);
+	memset(&r, 0, sizeof(r));
+	rc = src_pick(x, 0, &s);
+	if (!rc)
+		rc = fetch(x, &s, target, &r);
 	if (rc)
 		goto out;
 	status = cj_parse(r.body, r.len, &root) ? NULL : cj_get(root, "status");
@@ -544,8 +589,10 @@ int ctl_metrics(struct ctl *x)
 	struct src s;
 	int rc;
 
-	src_pick(x, 0, &s);
-	rc = fetch(x, &s, "/metrics", &r);
+	memset(&r, 0, sizeof(r));
+	rc = src_pick(x, 0, &s);
+	if (!rc)
+		rc = fetch(x, &s, "/metrics", &r);
 	if (!rc && r.status != 200) {
 		first_line(&r, line, sizeof(line));
 		snprintf(msg, sizeof(msg), "/metrics from %s (the %s): HTTP %d: %s", r.peer, s.what,
@@ -594,8 +641,10 @@ int ctl_disk_status(struct ctl *x)
 	struct src s;
 	int rc;
 
-	src_pick(x, 1, &s);
-	rc = fetch(x, &s, "/disk/status", &r);
+	memset(&r, 0, sizeof(r));
+	rc = src_pick(x, 1, &s);
+	if (!rc)
+		rc = fetch(x, &s, "/disk/status", &r);
 	if (rc)
 		goto out;
 	if (r.status == 404) {

@@ -31,6 +31,7 @@ struct ctl {
 	/* Admin verbs: --master (master's HTTP) else --http (the proxy's). */
 	const char *master;
 	const char *http;
+	char http_told[64]; /* the HTTP address the proxy behind the socket told */
 	const char *key_path; /* --cluster-key: proves the key to /admin (bearer token) */
 	unsigned limit; /* keys --limit; 0: the master's default */
 	int limit_set;
