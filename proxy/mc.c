@@ -1,8 +1,12 @@
 /*
  * mc.c - the proxy's master client. Embedded: a direct mst_dispatch call.
  * Remote: the shared RPC client (proto/rpc_client.h), authenticated when
- * the proxy has a cluster key.
+ * the proxy has a cluster key. A remote master whose last Ping (the
+ * heartbeat's) went unanswered is down: other calls then fail at once
+ * instead of each waiting out the RPC timeout, until a Ping is answered.
  */
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "lunar.h"
@@ -14,6 +18,7 @@ struct px_mc {
 	struct mst_master *embedded;
 	struct lp_client *remote;
 	uint64_t timeout_ms;
+	atomic_bool down; /* the last Ping got no answer; never set when embedded */
 };
 
 int px_mc_create(struct mst_master *m, const char *url, uint64_t timeout_ms,
@@ -52,13 +57,25 @@ int px_mc_call_timed(struct px_mc *mc, uint32_t method, const ProtobufCMessage *
 		     ProtobufCMessage **rep, uint64_t timeout_ms)
 {
 	const struct lp_method *mt = lp_method_find(method);
+	int rc;
 
 	if (!mt)
 		return LUNAR_ERR_INTERNAL;
 	if (mc->embedded)
 		return mst_dispatch(mc->embedded, method, req, rep) ? LUNAR_ERR_INTERNAL : 0;
-	return lp_client_call(mc->remote, mt, req, rep, timeout_ms);
+	if (method != LUNAR__METHOD__PING) {
+		if (atomic_load_explicit(&mc->down, memory_order_relaxed))
+			return LUNAR_ERR_RPC_FAIL;
+		return lp_client_call(mc->remote, mt, req, rep, timeout_ms);
+	}
+	rc = lp_client_call(mc->remote, mt, req, rep, timeout_ms);
+	/* Only a master that did not answer is down; one that refused our key
+	 * answers every call with that. */
+	atomic_store_explicit(&mc->down, rc == LUNAR_ERR_RPC_FAIL || rc == LUNAR_ERR_RPC_TIMEOUT,
+			      memory_order_relaxed);
+	return rc;
 }
+
 
 int px_mc_call(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
 	       ProtobufCMessage **rep)

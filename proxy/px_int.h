@@ -109,6 +109,10 @@ void px_mc_destroy(struct px_mc *mc);
  * else LUNAR_ERR_RPC_FAIL, LUNAR_ERR_RPC_TIMEOUT or (keyed, the master does
  * not hold our cluster key) LUNAR_ERR_UNAUTHORIZED, and no reply.
  * Any thread; calls run in parallel (one nng context each).
+ * A Ping (the heartbeat's) is the probe of a remote master: while the last
+ * one got no answer (RPC_FAIL or RPC_TIMEOUT) the master is down, and every
+ * other call fails at once with LUNAR_ERR_RPC_FAIL instead of waiting out
+ * its timeout, until a Ping is answered. An embedded master is never down.
  */
 int px_mc_call(struct px_mc *mc, uint32_t method, const ProtobufCMessage *req,
 	       ProtobufCMessage **rep);

@@ -1,0 +1,94 @@
+/*
+ * test_master_down.c - a proxy whose master stopped answering fails calls
+ * fast: once its heartbeat's Ping went unanswered, a put or an exists that
+ * needs the master returns RPC_FAIL at once (well under 100 ms) instead of
+ * each waiting out --rpc-timeout, and the first answered Ping after the
+ * master is back ends that. The master is stopped with SIGSTOP (a master
+ * that hangs, the worst case: nothing tells the proxy, only the timeout),
+ * and killed at the end.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+
+/* A generous bound for "at once": a behaviour, not a benchmark. */
+#define FAST_MS	      100
+/* Long beside FAST_MS, so a call that waits for the master is told apart. */
+#define RPC_TIMEOUT   "2s"
+#define NOTICE_MS     10000 /* for the proxy to see the master gone, and back */
+#define VALUE_LEN     4096
+
+/* Wait until lunar_health says want (0 ok, 2 master unreachable). */
+static void wait_health(struct lunar_client *c, int want)
+{
+	uint64_t t0 = h_now_ms();
+	int h;
+
+	while ((h = lunar_health(c)) != want && h_now_ms() - t0 < NOTICE_MS)
+		h_sleep_ms(20);
+	H_ASSERT_MSG(h == want, "lunar_health = %d after %d ms, want %d", h, NOTICE_MS, want);
+}
+
+static void test_master_down_calls_fail_fast(void **state)
+{
+	static char value[VALUE_LEN];
+	char sock[PATH_MAX];
+	struct h_proc *m, *p;
+	struct lunar_client *c;
+	uint64_t t0, took;
+	int port, rc;
+
+	(void)state;
+	m = h_cluster_master(&port, NULL);
+	H_ASSERT(m != NULL);
+	h_named_sock(sock, "down");
+	p = h_start_proxy("proxy", sock, port, "--ping-interval", "100ms", "--rpc-timeout",
+			  RPC_TIMEOUT, NULL);
+	H_ASSERT(p != NULL);
+	c = h_client(sock);
+	h_fill(value, sizeof(value), h_seed("up"));
+	H_ASSERT_EQ(lunar_put(c, "up", value, sizeof(value), NULL), 0);
+
+	H_ASSERT_EQ(h_stop_group(m), 0);
+	wait_health(c, 2);
+	t0 = h_now_ms();
+	rc = lunar_put(c, "while-down", value, sizeof(value), NULL);
+	took = h_now_ms() - t0;
+	H_ASSERT_EQ(rc, LUNAR_ERR_RPC_FAIL);
+	H_ASSERT_MSG(took < FAST_MS, "put with the master down took %llu ms",
+		     (unsigned long long)took);
+	t0 = h_now_ms();
+	rc = lunar_exists(c, "never-put");
+	took = h_now_ms() - t0;
+	H_ASSERT_EQ(rc, LUNAR_ERR_RPC_FAIL);
+	H_ASSERT_MSG(took < FAST_MS, "exists with the master down took %llu ms",
+		     (unsigned long long)took);
+
+	/* back: the next answered Ping ends the fast failures */
+	H_ASSERT_EQ(kill(-m->pid, SIGCONT), 0);
+	wait_health(c, 0);
+	H_ASSERT_EQ(lunar_put(c, "after", value, sizeof(value), NULL), 0);
+	H_ASSERT_EQ(lunar_exists(c, "after"), 1);
+
+	lunar_close(c);
+	h_stop(p);
+	h_kill(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_master_down_calls_fail_fast),
+	};
+
+	return cmocka_run_group_tests(tests, h_setup, h_teardown);
+}
