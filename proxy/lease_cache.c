@@ -534,18 +534,23 @@ static void key_list_batches(struct key_list *l, void (*fn)(void *, struct lkey 
 
 struct due {
 	uint64_t limit_ms;
+	uint64_t slack_ms;
 	struct key_list l;
 };
 
-/* List e, whose lease runs, if it was read since its last renewal and its
- * lease ends before the limit; without memory it runs out its lease. */
+/* List e, whose lease runs, if its lease ends before the limit and reads
+ * since its last renewal need it more than slack past its end (a renewal
+ * runs one TTL from now: for reads the lease covers it would only keep the
+ * key leased longer than they asked); without memory it runs out its
+ * lease. */
 static void due_visit(struct px_lease_cache *c, struct shard *s, struct entry *e, void *arg)
 {
 	struct due *d = arg;
+	uint64_t need = e->reader_until_ms > e->others_ms ? e->reader_until_ms : e->others_ms;
 
 	(void)c;
 	(void)s;
-	if (e->read && e->deadline_ms <= d->limit_ms)
+	if (e->read && e->deadline_ms <= d->limit_ms && need > e->deadline_ms + d->slack_ms)
 		key_list_add(&d->l, e, e->reader);
 }
 
@@ -594,10 +599,10 @@ static void renew_batch(void *arg, struct lkey *d, size_t k)
 }
 
 void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t window_ms,
-			  px_lease_renew_fn renew, void *arg)
+			  uint64_t slack_ms, px_lease_renew_fn renew, void *arg)
 {
 	struct renewal rn = {c, renew, arg, malloc(PX_RENEW_BATCH * sizeof(*rn.fresh)), {0}};
-	struct due d = {now_ms + window_ms, {0}};
+	struct due d = {now_ms + window_ms, slack_ms, {0}};
 
 	if (rn.fresh)
 		sweep(c, now_ms + 1, due_visit, &d);

@@ -105,7 +105,9 @@ void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant);
 
 /*
  * px_lease_cache_renew - for every entry read since its last renewal whose
- * lease ends before now_ms + window_ms, call renew(arg, tenant, keys,
+ * lease ends before now_ms + window_ms, and whose reads need it more than
+ * slack_ms past its end (a read the lease covers asks for no renewal: a
+ * key read once stays leased one TTL, as in Mooncake), call renew(arg, tenant, keys,
  * readers, n, fresh, found) once per tenant with up to PX_RENEW_BATCH keys
  * and the latest reader of each (the lease is renewed in its name, so that
  * it goes back with that reader's others); renew asks the master again and
@@ -122,7 +124,7 @@ typedef int (*px_lease_renew_fn)(void *arg, const char *tenant, char **keys,
 				 const uint64_t *readers, size_t n, struct px_cached *fresh,
 				 int *found);
 void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t window_ms,
-			  px_lease_renew_fn renew, void *arg);
+			  uint64_t slack_ms, px_lease_renew_fn renew, void *arg);
 
 /*
  * px_lease_cache_orphan - the readers gone[0..n) (sorted here, in place)

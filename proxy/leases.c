@@ -54,9 +54,13 @@ void px_lease_renew(struct px_proxy *px)
 
 	if (!ttl)
 		return;
-	/* Renew what would fall out of use before the next heartbeat. */
+	/* Renew what would fall out of use before the next heartbeat, for
+	 * reads after its grant: a read a margin after it is served from the
+	 * cache only while the lease still covers its transfer, and the
+	 * renewal it asks for lasts a TTL from now, past the read's own. */
 	px_lease_cache_renew(px->leases, lc_now_ms(),
-			     px_lease_margin_ms(px) + 2 * px->cfg.ping_interval_ms, renew_tenant, px);
+			     px_lease_margin_ms(px) + 2 * px->cfg.ping_interval_ms,
+			     px_lease_margin_ms(px), renew_tenant, px);
 }
 
 struct px_read px_read_by(struct px_proxy *px, struct px_session *s, uint64_t now_ms)

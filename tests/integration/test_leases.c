@@ -287,6 +287,58 @@ static void test_leases_remove_respects_lease_until_it_expires(void **state)
 	lunar_close(c);
 }
 
+/* A read as an engine makes it: the size, then the bytes (two calls, the
+ * second a lease-cache hit). */
+static void read_once(struct lunar_client *c, const char *key, size_t len)
+{
+	H_ASSERT_EQ(lunar_get_size(c, key), (int64_t)len);
+	check_value(c, key, len);
+}
+
+/*
+ * The lease as an app sees it ends one TTL after the last read, as
+ * Mooncake's does: the proxy's heartbeat renews a key's lease only for
+ * reads the lease it holds does not cover, not for every key read since
+ * the last beat (which kept a key read once leased up to a heartbeat
+ * longer: 0.6 s and more with 300 ms leases).
+ */
+static void test_leases_end_one_ttl_after_the_last_read(void **state)
+{
+	const char *sock = h_path("p.sock");
+	struct lunar_client *c;
+	uint64_t t0, last = 0;
+
+	(void)state;
+	/* Given an embedded-master proxy granting 300 ms leases (heartbeat 1 s) */
+	H_ASSERT(h_start_proxy("proxy", sock, H_EMBEDDED, "--kv-lease-ttl", "300ms", NULL) !=
+		 NULL);
+	c = h_client(sock);
+
+	/* When a key is read once and 375 ms pass, Then an unforced remove
+	 * works; again with the heartbeat's beat in between */
+	for (int round = 0; round < 3; round++) {
+		put_pattern(c, "ttl/once", 4 * KIB);
+		read_once(c, "ttl/once", 4 * KIB);
+		t0 = h_now_ms();
+		h_sleep_ms(375);
+		H_ASSERT_MSG(lunar_remove(c, "ttl/once", 0) == 0,
+			     "round %d: still leased %llu ms after one read", round,
+			     (unsigned long long)(h_now_ms() - t0));
+	}
+
+	/* When a key is read every 50 ms for 1.2 s, Then it stays leased
+	 * right after the last read, and not one TTL and a bit later */
+	put_pattern(c, "ttl/hot", 4 * KIB);
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 1200; h_sleep_ms(50)) {
+		read_once(c, "ttl/hot", 4 * KIB);
+		last = h_now_ms();
+	}
+	H_ASSERT_EQ(lunar_remove(c, "ttl/hot", 0), LUNAR_ERR_OBJECT_HAS_LEASE);
+	h_sleep_ms(375 - (unsigned)(h_now_ms() - last < 375 ? h_now_ms() - last : 375));
+	H_ASSERT_EQ(lunar_remove(c, "ttl/hot", 0), 0);
+	lunar_close(c);
+}
+
 static void test_leases_remove_by_regex_counts_per_tenant(void **state)
 {
 	const char *sock = h_path("p.sock");
@@ -378,6 +430,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_leases_remove_respects_lease_until_it_expires,
 					    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_leases_end_one_ttl_after_the_last_read, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_leases_remove_by_regex_counts_per_tenant, setup,
 					    teardown),
 	    cmocka_unit_test(test_leases_expired_read_is_not_good),

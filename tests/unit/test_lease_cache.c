@@ -200,18 +200,25 @@ static void test_lease_cache_renews_read_entries_only(void **state)
 	struct renew_log log = {0};
 
 	struct px_cached ended = entry(1, 800);
+	/* reads that need the lease past its end (1000), and one it covers */
+	const struct px_read past = {1, 1200}, covered = {1, 1000};
 
 	px_lease_cache_put(c, "t", "ended", &ended, NULL);
 	px_lease_cache_put(c, "t", "read", &v, NULL);
 	px_lease_cache_put(c, "t", "gone", &v, NULL);
 	px_lease_cache_put(c, "t", "unread", &v, NULL);
-	assert_int_equal(px_lease_cache_get(c, "t", "ended", 0, 0, NULL, &out), 1);
-	assert_int_equal(px_lease_cache_get(c, "t", "read", 0, 0, NULL, &out), 1);
-	assert_int_equal(px_lease_cache_get(c, "t", "gone", 0, 0, NULL, &out), 1);
-	/* a read entry whose lease has ended by now (900) is not renewed */
-	px_lease_cache_renew(c, 900, 200, renew_all, &log);
+	px_lease_cache_put(c, "t", "covered", &v, NULL);
+	assert_int_equal(px_lease_cache_get(c, "t", "ended", 0, 0, &past, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "t", "read", 0, 0, &past, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "t", "gone", 0, 0, &past, &out), 1);
+	assert_int_equal(px_lease_cache_get(c, "t", "covered", 0, 0, &covered, &out), 1);
+	/* a read entry whose lease has ended by now (900) is not renewed, nor
+	 * one whose reads the lease covers (within the slack of 50) */
+	px_lease_cache_renew(c, 900, 200, 50, renew_all, &log);
 	assert_int_equal(log.calls, 1);
 	assert_int_equal(log.keys, 2);
+	assert_int_equal(px_lease_cache_get(c, "t", "covered", 0, 0, NULL, &out), 1);
+	assert_int_equal(out.size, 1);
 	assert_int_equal(px_lease_cache_get(c, "t", "read", 50000, 0, NULL, &out), 1);
 	assert_int_equal(out.size, 99);
 	assert_int_equal(px_lease_cache_get(c, "t", "gone", 0, 0, NULL, &out), 0);
@@ -299,8 +306,8 @@ static void test_lease_cache_orphan_gives_back_a_renewed_lease(void **state)
 	 * heartbeat renewed its lease, in reader 1's name */
 	put_read(c, "t", "k1", 7, 1, 500);
 	put_read(c, "t", "k2", 8, 1, 500);
-	read_hit(c, "k1", 1, 600);
-	px_lease_cache_renew(c, 99990, 100, renew_for_readers, NULL);
+	read_hit(c, "k1", 1, 100050);
+	px_lease_cache_renew(c, 99990, 100, 0, renew_for_readers, NULL);
 	/* When: reader 1 is gone; Then: each lease goes back under the grant
 	 * that holds it, k1's the renewal's */
 	px_lease_cache_orphan(c, &one, 1, 100, release_log, &log);
@@ -407,7 +414,9 @@ static void test_lease_cache_replicas_grow_and_shrink(void **state)
 
 		memset(&out, 0xa5, sizeof(out));
 		px_lease_cache_put(c, "t", "k", &v, NULL);
-		assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 1);
+		assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, &(struct px_read){1, 2000},
+						    &out),
+				 1);
 		assert_int_equal(out.size, 10 + k);
 		assert_int_equal(out.nrep, counts[k]);
 		for (unsigned i = 0; i < counts[k]; i++) {
@@ -416,7 +425,7 @@ static void test_lease_cache_replicas_grow_and_shrink(void **state)
 		}
 	}
 	/* A renewal that brings more replicas than the entry had. */
-	px_lease_cache_renew(c, 900, 200, renew_wide, NULL);
+	px_lease_cache_renew(c, 900, 200, 0, renew_wide, NULL);
 	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 1);
 	assert_int_equal(out.nrep, PX_CACHE_MAX_REPLICAS);
 	assert_string_equal(out.rep[PX_CACHE_MAX_REPLICAS - 1].endpoint, "node-7:77");
