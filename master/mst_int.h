@@ -239,6 +239,9 @@ void mst_segments_drop_client(struct mst_master *m, uint64_t client);
 /* mst_segments_could_hold - 1 if some segment taking new data is at least
  * len bytes, so that eviction could make room for len there. */
 int mst_segments_could_hold(struct mst_master *m, uint64_t len);
+/* mst_segments_largest - the size of the largest segment taking new data;
+ * 0 when none does. */
+uint64_t mst_segments_largest(struct mst_master *m);
 /*
  * mst_place - allocate len bytes on up to want distinct segments: preferred
  * names first, then by the configured strategy. Fills out[0..) and returns the

@@ -6,6 +6,7 @@
  * in scan.c, upsert in upsert.c.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -404,6 +405,20 @@ static int put_start_try(struct mst_master *m, uint64_t client, const struct mst
 	return rc;
 }
 
+/* NO_AVAILABLE_HANDLE stays the code (engines act on it); the reason when
+ * no segment could ever hold the value goes to the log, at most every 10 s. */
+static void too_big_log(struct mst_master *m, uint64_t len)
+{
+	static _Atomic uint64_t last_ms;
+	uint64_t now = lc_now_ms(), prev = atomic_load(&last_ms);
+
+	if ((prev && now - prev < 10000) || !atomic_compare_exchange_strong(&last_ms, &prev, now))
+		return;
+	LC_INFO("master", "put refused (NO_AVAILABLE_HANDLE): value of %llu bytes is larger than "
+		"any segment (largest %llu)", (unsigned long long)len,
+		(unsigned long long)mst_segments_largest(m));
+}
+
 int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
 		  const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n,
 		  mst_start_try_fn try_start)
@@ -422,8 +437,11 @@ int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
 	rc = try_start(m, client, &k, rq, reps, n);
 	/* full: evict synchronously (no shard lock held now) and retry once;
 	 * never for a value no segment could hold, which eviction cannot help */
-	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && mst_segments_could_hold(m, rq->size) &&
-	    mst_evict_after_failure(m, gen))
+	if (rc != LUNAR_ERR_NO_AVAILABLE_HANDLE)
+		return rc;
+	if (!mst_segments_could_hold(m, rq->size))
+		too_big_log(m, rq->size);
+	else if (mst_evict_after_failure(m, gen))
 		rc = try_start(m, client, &k, rq, reps, n);
 	return rc;
 }

@@ -450,6 +450,18 @@ int mst_segments_could_hold(struct mst_master *m, uint64_t len)
 	return yes;
 }
 
+uint64_t mst_segments_largest(struct mst_master *m)
+{
+	uint64_t most = 0;
+
+	pthread_rwlock_rdlock(&m->segs.lock);
+	for (size_t i = 0; i < m->segs.n; i++)
+		if (!m->segs.v[i]->drain_due_ms && m->segs.v[i]->size > most)
+			most = m->segs.v[i]->size;
+	pthread_rwlock_unlock(&m->segs.lock);
+	return most;
+}
+
 int mst_place(struct mst_master *m, uint64_t client, uint64_t len, unsigned want,
 	      char *const *preferred, size_t npreferred, struct mst_replica *out)
 {

@@ -323,6 +323,12 @@ static int cmd_put(struct ctl *x)
 	}
 	rc = lunar_put(x->c, x->args[0], buf, len, &cfg);
 	free(buf);
+	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE)
+		fprintf(stderr,
+			"lunarctl: put: no segment had room for %zu bytes: the value may be larger "
+			"than any segment ('lunarctl segment list' shows their sizes; the master "
+			"logs the largest), or they are full of leased or pinned values\n",
+			len);
 	if (rc < 0)
 		return fail(x, rc);
 	if (x->json) {

@@ -445,6 +445,18 @@ static void test_lunarctl_master_pair(void **state)
 	h_stop(m);
 }
 
+/* A value larger than the only segment (64 MiB): the code engines act on
+ * (NO_AVAILABLE_HANDLE), and words that say why, with the value's size. */
+static void test_lunarctl_put_larger_than_segment_says_why(void **state)
+{
+	(void)state;
+	CTL("put", "too-big", value_file("big.bin", (64u << 20) + 4096));
+	EXPECT_RC(1);
+	EXPECT_IN(R.err, "NO_AVAILABLE_HANDLE");
+	EXPECT_IN(R.err, "67112960 bytes");
+	EXPECT_IN(R.err, "larger than any segment");
+}
+
 /* Admin verbs without --http or --master ask the proxy behind --socket,
  * which tells its HTTP address in the handshake: not whichever proxy holds
  * the default port 9300. Two proxies with segments of different sizes on
@@ -507,6 +519,7 @@ int main(void)
 	    cmocka_unit_test(test_lunarctl_disk_status),
 	    cmocka_unit_test(test_lunarctl_master_pair),
 	    cmocka_unit_test(test_lunarctl_socket_picks_its_proxy),
+	    cmocka_unit_test(test_lunarctl_put_larger_than_segment_says_why),
 	};
 
 	return cmocka_run_group_tests(tests, setup, h_teardown);
