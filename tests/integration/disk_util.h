@@ -45,8 +45,10 @@ static inline int d_start_master(const char *offload, const char *client_ttl)
 static inline struct h_proc *d_start_proxy(const char *name, const char *sock, const char *dir,
 					   const char *capacity)
 {
+	/* The disk tests' apps remove by force: admin calls. */
 	return h_start_proxy(name, sock, d_master_port, "--segment-size", "16MiB", "--disk-dir",
-			     dir, "--disk-capacity", capacity, "--ping-interval", "100ms", NULL);
+			     dir, "--disk-capacity", capacity, "--ping-interval", "100ms",
+			     "--admin-calls", NULL);
 }
 
 /* GET path from 127.0.0.1:port into buf (NUL-terminated body and headers);

@@ -35,6 +35,8 @@
 
 #include "harness.h"
 
+#include "auth.h"
+
 #define H_MAX_PROCS 64
 #define H_LOG_TAIL  4096
 
@@ -145,6 +147,42 @@ static int make_tmpdir(void)
 	return -1;
 }
 
+/*
+ * Every daemon and tool a test starts proves a cluster key (SPEC §13), as a
+ * production cluster does: one key per temporary directory, named to the
+ * children by $LUNAR_CLUSTER_KEY_FILE. $LUNAR_TEST_KEYLESS (set by a test
+ * before h_init) runs them keyless instead.
+ */
+static int make_cluster_key(void)
+{
+	const char *path = h_path("cluster.key");
+	int rc;
+
+	if (getenv("LUNAR_TEST_KEYLESS")) {
+		unsetenv(AUTH_KEY_ENV);
+		return 0;
+	}
+	rc = auth_init();
+	if (!rc)
+		rc = auth_keygen(path);
+	if (rc || setenv(AUTH_KEY_ENV, path, 1)) {
+		fprintf(stderr, "harness: cannot make the cluster key %s: %d\n", path, rc);
+		return -1;
+	}
+	return 0;
+}
+
+void h_keyless(void)
+{
+	setenv("LUNAR_TEST_KEYLESS", "1", 1);
+	unsetenv(AUTH_KEY_ENV);
+}
+
+const char *h_cluster_key(void)
+{
+	return getenv(AUTH_KEY_ENV);
+}
+
 int h_init(void)
 {
 	struct sigaction sa;
@@ -153,7 +191,7 @@ int h_init(void)
 		return 0;
 	owner_pid = getpid();
 	keep_tmpdir = getenv("LUNAR_TEST_KEEP") != NULL;
-	if (make_tmpdir() != 0)
+	if (make_tmpdir() != 0 || make_cluster_key() != 0)
 		return -1;
 	if (!initialized) {
 		atexit(at_exit);

@@ -41,6 +41,16 @@ struct h_proc {
  * Returns 0 or -1 with a message on stderr.
  */
 int h_init(void);
+/*
+ * h_cluster_key - the cluster key file every child proves (h_init makes one
+ * per temporary directory and names it in $LUNAR_CLUSTER_KEY_FILE, which the
+ * daemons and tools read), or NULL when the test set $LUNAR_TEST_KEYLESS
+ * before h_init.
+ */
+const char *h_cluster_key(void);
+/* h_keyless - for a test that hands out keys itself (or none): call before
+ * h_init; the children then find no key unless the test names one. */
+void h_keyless(void);
 /* h_cleanup - kill every child still running, then remove the temporary
  * directory unless $LUNAR_TEST_KEEP is set. Safe to call twice. */
 void h_cleanup(void);

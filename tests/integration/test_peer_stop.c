@@ -253,6 +253,13 @@ static void test_peer_stop_batch_put_fails_in_one_timeout(void **state)
 		iovs[i] = &v[i];
 		iovcnts[i] = 1;
 	}
+	/* A connection to B that has already passed the keyed handshake, as
+	 * after any earlier transfer: the first key's bytes then leave before
+	 * B's silence is noticed. (A new keyed connection to a stopped B sends
+	 * no payload at all: its handshake gets no answer.) */
+	H_ASSERT_EQ(lunar_put(ca, "put/warm", bufs, VAL_LEN, &on_b), 0);
+	H_ASSERT_EQ(lunar_remove(ca, "put/warm", 0), 0);
+	H_ASSERT_EQ(b_used_bytes(), 0);
 	stop_b(1);
 	t0 = h_now_ms();
 	rc = lunar_batch_put(ca, NKEYS, keys, iovs, iovcnts, &on_b, results);

@@ -166,6 +166,13 @@ static void test_safe_defaults_keygen_never_overwrites(void **state)
 	H_ASSERT(!memcmp(before, after, 32));
 }
 
+/* These daemons must find no key unless a test gives one. */
+static int keyless_setup(void **state)
+{
+	h_keyless();
+	return h_setup(state);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -176,5 +183,5 @@ int main(void)
 	    cmocka_unit_test(test_safe_defaults_proxy_refuses_open_host_without_key),
 	    cmocka_unit_test(test_safe_defaults_keygen_never_overwrites),
 	};
-	return cmocka_run_group_tests(tests, h_setup, h_teardown);
+	return cmocka_run_group_tests(tests, keyless_setup, h_teardown);
 }

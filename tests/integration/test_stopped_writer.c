@@ -48,8 +48,10 @@ static int setup(void **state)
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
 	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", "--ping-interval",
 				"100ms", "--arena-size", "64MiB", NULL);
+	/* B's app clears each case's key with a forced remove: an admin call. */
 	proxy_b = h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", SEG_B,
-			       "--ping-interval", "100ms", "--arena-size", "64MiB", NULL);
+			       "--ping-interval", "100ms", "--arena-size", "64MiB", "--admin-calls",
+			       NULL);
 	if (!proxy_a || !proxy_b)
 		return -1;
 	ca = h_client_try(sock_a, CLIENT_TIMEOUT, NULL);
