@@ -111,6 +111,7 @@ enum eng_wire_op {
 	ENG_OP_READ = 1,
 	ENG_OP_WRITE = 2,
 	ENG_OP_READ_DISK = 3,
+	ENG_OP_RDMA_CONNECT = 4, /* rdma_int.h: set up queue pairs, body follows */
 };
 #define ENG_DISK_NAME_MAX (64 + 1 + 4096)
 
@@ -350,6 +351,8 @@ struct eng_engine {
 	char seg_name[ENG_ENDPOINT_MAX];
 	atomic_uint_fast64_t rejected[ENG_REJ_COUNT];
 	_Atomic uint64_t reject_logged_ns;
+	struct eng_rdma *rdma; /* NULL: no RDMA device (rdma_int.h) */
+	atomic_uint_fast64_t xstat[ENG_TR_COUNT][3]; /* xfers, bytes, failures */
 };
 
 /*
