@@ -81,7 +81,7 @@ err_free:
 	LC_ERROR(ENG_LOG, "cannot start the data port on %s:%u: %s", e->host, (unsigned)cfg->port,
 		 strerror(-rc));
 	free(e);
-	return rc == LUNAR_ERR_INVALID_PARAMS || rc == -EINVAL || rc == -ENAMETOOLONG || rc == -EHOSTUNREACH
+	return rc == -ENODEV || rc == -EINVAL || rc == -ENAMETOOLONG || rc == -EHOSTUNREACH
 		   ? LUNAR_ERR_INVALID_PARAMS
 		   : LUNAR_ERR_INTERNAL;
 }

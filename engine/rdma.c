@@ -391,7 +391,7 @@ int eng_rdma_init(struct eng_engine *e)
 			return 0;
 		}
 		LC_ERROR(ENG_LOG, "RDMA devices \"%s\": none usable (%s)", spec, strerror(-rc));
-		return LUNAR_ERR_INVALID_PARAMS;
+		return -ENODEV;
 	}
 	r->nqp = e->cfg.rdma_qps ? e->cfg.rdma_qps : ENG_RDMA_QPS_DEFAULT;
 	if (r->nqp > ENG_RDMA_QP_MAX)

@@ -212,7 +212,7 @@ struct eng_rdma {
 /*
  * eng_rdma_init - open the devices of e->cfg.rdma_devices (NULL, "" or
  * "none": none; e->rdma stays NULL). "auto" finding none is not an error.
- * 0, or LUNAR_ERR_INVALID_PARAMS when named devices cannot be used.
+ * 0, or -ENODEV when named devices cannot be used.
  * eng_rdma_fini - close every peer and drop the device. Engine only.
  */
 int eng_rdma_init(struct eng_engine *e);
