@@ -275,7 +275,9 @@ connect:
 		LC_INFO(ENG_LOG, "RDMA to %s: %u queue pairs", endpoint, r->nqp);
 		return p;
 	}
-	LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", endpoint, strerror(-rc));
+	LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", endpoint,
+		rc == -ECONNREFUSED ? "the peer has no device, or its QPs did not connect"
+				    : strerror(-rc));
 	peer_put(p);
 	return NULL;
 }
