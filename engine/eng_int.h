@@ -51,6 +51,9 @@
  * reply length = the value's length, followed by that many bytes; or with
  * a disk code (OBJECT_NOT_FOUND, CHECKSUM_MISMATCH, ...) and length 0,
  * after which the connection stays usable.
+ * RDMA_CONNECT: a 120-byte body follows (rdma_int.h); the server answers
+ * with its own body, or a refusal, and the connection then only keeps the
+ * queue pairs alive (docs/protocol.md).
  * The server refuses (status != 0) a bad magic, version or op, a length of 0,
  * and a range not inside its segment; after a refusal it closes the
  * connection (a refused WRITE's payload is never read). A client drops a
