@@ -227,6 +227,9 @@ $(eval $(call link,$(BUILD)/bin/memc-bench,tools/memc-bench.c tools/bench/util.c
 # Unit tests link every library; the linker takes what each needs.
 # SRC_<test> adds a test's own sources besides tests/unit/<test>.c.
 LINK_test_master_table := -Wl,--wrap=calloc
+# The RDMA device layer faked: handshakes and fallbacks without hardware.
+LINK_test_rdma_fallback := $(foreach f,dev_open dev_put mem_lkey qps_create qps_connect \
+	qps_destroy,-Wl,--wrap=eng_rdma_$(f))
 SRC_test_bench_util := tools/bench/util.c
 # COMP_<test>: components an integration test links besides liblunar's.
 # test_rpc_auth speaks the master's RPC itself.

@@ -51,6 +51,9 @@
  * reply length = the value's length, followed by that many bytes; or with
  * a disk code (OBJECT_NOT_FOUND, CHECKSUM_MISMATCH, ...) and length 0,
  * after which the connection stays usable.
+ * RDMA_CONNECT: a 120-byte body follows (rdma_int.h); the server answers
+ * with its own body, or a refusal, and the connection then only keeps the
+ * queue pairs alive (docs/protocol.md).
  * The server refuses (status != 0) a bad magic, version or op, a length of 0,
  * and a range not inside its segment; after a refusal it closes the
  * connection (a refused WRITE's payload is never read). A client drops a
@@ -111,6 +114,7 @@ enum eng_wire_op {
 	ENG_OP_READ = 1,
 	ENG_OP_WRITE = 2,
 	ENG_OP_READ_DISK = 3,
+	ENG_OP_RDMA_CONNECT = 4, /* rdma_int.h: set up queue pairs, body follows */
 };
 #define ENG_DISK_NAME_MAX (64 + 1 + 4096)
 
@@ -350,6 +354,8 @@ struct eng_engine {
 	char seg_name[ENG_ENDPOINT_MAX];
 	atomic_uint_fast64_t rejected[ENG_REJ_COUNT];
 	_Atomic uint64_t reject_logged_ns;
+	struct eng_rdma *rdma; /* NULL: no RDMA device (rdma_int.h) */
+	atomic_uint_fast64_t xstat[ENG_TR_COUNT][3]; /* xfers, bytes, failures */
 };
 
 /*

@@ -1,9 +1,12 @@
 /*
  * engine.c - the engine object and eng_xfer, the one place that picks a
- * transport: local when the endpoint is this engine's own, TCP otherwise
- * (which then carries the capability on a keyed engine).
+ * transport: local when the endpoint is this engine's own, RDMA when this
+ * engine has a device (rdma.c then takes TCP itself for a peer without
+ * one), TCP otherwise (which then carries the capability on a keyed
+ * engine).
  */
 #include "eng_int.h"
+#include "rdma_int.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -56,14 +59,19 @@ int eng_engine_create(const struct eng_config *cfg, struct eng_engine **out)
 	rc = eng_pool_init(&e->pool, e->cfg.conns_per_peer);
 	if (rc)
 		goto err_lock;
-	rc = eng_server_start(e);
+	rc = eng_rdma_init(e);
 	if (rc)
 		goto err_pool;
+	rc = eng_server_start(e);
+	if (rc)
+		goto err_rdma;
 	LC_INFO(ENG_LOG, "serving %llu bytes on %s%s", (unsigned long long)e->cfg.seg_size,
 		e->endpoint, e->keyed ? " (keyed: handshake, MACs, capabilities)" : "");
 	*out = e;
 	return 0;
 
+err_rdma:
+	eng_rdma_fini(e);
 err_pool:
 	eng_pool_fini(&e->pool);
 err_lock:
@@ -73,7 +81,7 @@ err_free:
 	LC_ERROR(ENG_LOG, "cannot start the data port on %s:%u: %s", e->host, (unsigned)cfg->port,
 		 strerror(-rc));
 	free(e);
-	return rc == -EINVAL || rc == -ENAMETOOLONG || rc == -EHOSTUNREACH
+	return rc == -ENODEV || rc == -EINVAL || rc == -ENAMETOOLONG || rc == -EHOSTUNREACH
 		   ? LUNAR_ERR_INVALID_PARAMS
 		   : LUNAR_ERR_INTERNAL;
 }
@@ -88,6 +96,7 @@ void eng_engine_destroy(struct eng_engine *e)
 	if (!e)
 		return;
 	eng_server_stop(e);
+	eng_rdma_fini(e); /* after the server: its threads held owner-side QPs */
 	eng_pool_fini(&e->pool);
 	pthread_rwlock_destroy(&e->secret_lock);
 	auth_key_wipe(&e->key);
@@ -99,7 +108,9 @@ int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint6
 	     const struct iovec *iov, int iovcnt, const struct eng_cap *cap, uint32_t *crc)
 {
 	const struct eng_transport_ops *ops;
+	enum eng_transport tr;
 	uint64_t total = 0;
+	int rc;
 
 	/* Bad arguments and empty transfers fail like a refused range would. */
 	if (!e || !endpoint || !iov || iovcnt <= 0 || (unsigned)dir > ENG_READ_STAGED)
@@ -111,6 +122,17 @@ int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint6
 	}
 	if (!total)
 		return LUNAR_ERR_TRANSFER_FAIL;
-	ops = strcmp(endpoint, e->endpoint) ? &eng_tcp_ops : &eng_local_ops;
-	return ops->xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
+	if (!strcmp(endpoint, e->endpoint)) {
+		tr = ENG_TR_LOCAL;
+		ops = &eng_local_ops;
+	} else if (e->rdma) {
+		/* Counts what it used: RDMA, or TCP for a peer without. */
+		return eng_rdma_ops.xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
+	} else {
+		tr = ENG_TR_TCP;
+		ops = &eng_tcp_ops;
+	}
+	rc = ops->xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
+	eng_xfer_count(e, tr, total, rc);
+	return rc;
 }

@@ -4,7 +4,9 @@
  * table: local (the segment is ours: memcpy) and TCP (a pooled connection to
  * the owner's data port, scatter/gather I/O, no intermediate buffers). Each
  * engine also serves its own segment on a TCP data port, checking every
- * (offset, length) against the segment's bounds. With a cluster key
+ * (offset, length) against the segment's bounds. With an RDMA device on
+ * both sides, remote transfers are one-sided RDMA READ/WRITE instead
+ * (rdma*.c), set up over the data port. With a cluster key
  * (SPEC §13) every data-port connection opens with the auth handshake, every
  * frame carries a counter and a MAC, and the owner serves a range only with
  * a capability the master issued for it (eng_cap).
@@ -43,6 +45,16 @@ struct eng_config {
 	 * server and as a client. NULL: keyless, frames as in wire version 1.
 	 */
 	const struct auth_key *cluster_key;
+	/*
+	 * RDMA devices (SPEC §7): NULL, "" or "none": TCP only; "auto": the
+	 * first device with an active port, if any; else a comma-separated
+	 * list of device names (each optionally ":port"), the first usable one
+	 * (none usable: create fails). Remote transfers take RDMA when both
+	 * peers have a device and the connect handshake succeeds, TCP
+	 * otherwise. rdma_qps: queue pairs per peer, 1..8 (0: 4).
+	 */
+	const char *rdma_devices;
+	unsigned rdma_qps;
 };
 
 /*
@@ -80,6 +92,20 @@ enum eng_dir {
 
 struct eng_engine;
 
+/* The transports, for the per-transport counters (eng_engine_xfer_stats). */
+enum eng_transport {
+	ENG_TR_LOCAL = 0,
+	ENG_TR_TCP = 1,
+	ENG_TR_RDMA = 2,
+	ENG_TR_COUNT,
+};
+
+struct eng_xfer_stats {
+	uint64_t xfers;	   /* transfers that ran on the transport */
+	uint64_t bytes;	   /* bytes of those that succeeded */
+	uint64_t failures; /* those that failed */
+};
+
 /*
  * eng_engine_create - start serving the segment on the data port (a thread
  * per accepted connection). Returns 0 and *out, or a negative code.
@@ -98,6 +124,32 @@ int eng_engine_set_secret(struct eng_engine *e, const char *segment, const unsig
 uint64_t eng_engine_rejected(const struct eng_engine *e, enum eng_reject r);
 /* eng_reject_name - "handshake", "mac", "replay", "capability" or "crc". */
 const char *eng_reject_name(enum eng_reject r);
+/* eng_transport_name - "local", "tcp" or "rdma". */
+const char *eng_transport_name(enum eng_transport t);
+/* eng_engine_xfer_stats - the counters of transport t so far (relaxed
+ * reads; zeros for a bad t). Any thread. */
+void eng_engine_xfer_stats(const struct eng_engine *e, enum eng_transport t,
+			   struct eng_xfer_stats *out);
+/* eng_engine_rdma_fallbacks - remote transfers that went over TCP although
+ * this engine has an RDMA device (the peer has none, its handshake failed,
+ * or local memory not registered). */
+uint64_t eng_engine_rdma_fallbacks(const struct eng_engine *e);
+/* eng_engine_rdma_device - "name:port" of the RDMA device in use, or NULL. */
+const char *eng_engine_rdma_device(const struct eng_engine *e);
+
+/*
+ * eng_mem_add - register [base, base + len) (memory that stays mapped until
+ * eng_mem_del) with the RDMA device, so transfers to and from it move
+ * without a copy. NULL when the engine has no device or the registration
+ * failed: transfers touching the range then go over TCP. Any thread; blocks
+ * while the kernel pins the pages.
+ * eng_mem_del - deregister; only once no transfer uses the range. NULL ok;
+ * valid after eng_engine_destroy too.
+ */
+struct eng_mem;
+struct eng_mem *eng_mem_add(struct eng_engine *e, void *base, uint64_t len);
+void eng_mem_del(struct eng_mem *m);
+
 /* eng_engine_destroy - stop serving, close pooled connections, free. NULL ok. */
 void eng_engine_destroy(struct eng_engine *e);
 

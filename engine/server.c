@@ -12,9 +12,11 @@
  * joins it and closes its descriptor then. A keyed engine's connection
  * starts with the handshake, and each request must carry a good MAC, the
  * next counter and a capability for its range before a byte of the segment
- * moves (eng_int.h).
+ * moves (eng_int.h). An RDMA connect request (rdma_srv.c) keeps its
+ * connection as the lifeline of the queue pairs it set up.
  */
 #include "eng_int.h"
+#include "rdma_int.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -121,9 +123,16 @@ static int serve_keyed(struct eng_srv_conn *conn, struct eng_wire_kreq *k, uint6
 	char name[ENG_DISK_NAME_MAX + 1];
 	uint64_t nlen = 0;
 	int rc, disk = le16toh(k->h.op) == ENG_OP_READ_DISK;
+	int rdma = le16toh(k->h.op) == ENG_OP_RDMA_CONNECT;
 
-	/* A READ_DISK's name is under the MAC: take it first, bounded. */
-	if (disk) {
+	/* A READ_DISK's name and an RDMA connect's body are under the MAC:
+	 * take them first, bounded. */
+	if (rdma) {
+		nlen = ENG_RDMA_HS_SIZE;
+		rc = recv_all(conn->fd, name, nlen, deadline);
+		if (rc)
+			return rc;
+	} else if (disk) {
 		nlen = le64toh(k->h.offset);
 		if (nlen < 3 || nlen > ENG_DISK_NAME_MAX) {
 			eng_reject(e, ENG_REJ_MAC, conn->fd, "READ_DISK name length");
@@ -133,13 +142,15 @@ static int serve_keyed(struct eng_srv_conn *conn, struct eng_wire_kreq *k, uint6
 		if (rc)
 			return rc;
 	}
-	rc = eng_wire_kreq_open(k, &conn->s, disk ? name : NULL, nlen);
+	rc = eng_wire_kreq_open(k, &conn->s, disk || rdma ? name : NULL, nlen);
 	if (rc) {
 		eng_reject(e, rc, conn->fd, rc == ENG_REJ_MAC ? "bad MAC" : "counter seen before");
 		return -EACCES;
 	}
 	q.ctr = k->ctr;
 	q.id = k->h.id;
+	if (rdma)
+		return eng_rdma_serve(e, &q, k, (const unsigned char *)name, deadline);
 	if (disk)
 		rc = k->h.magic != ENG_WIRE_REQ_MAGIC || k->h.version != ENG_WIRE_VERSION_KEYED
 			 ? LUNAR_ERR_PROTOCOL : 0;
@@ -188,6 +199,8 @@ static int serve_one(struct eng_srv_conn *conn)
 	if (k.h.magic == ENG_WIRE_REQ_MAGIC && k.h.version == ENG_WIRE_VERSION &&
 	    k.h.op == ENG_OP_READ_DISK)
 		return eng_disk_serve(e, &q, &k.h, NULL, deadline);
+	if (k.h.magic == ENG_WIRE_REQ_MAGIC && k.h.op == ENG_OP_RDMA_CONNECT)
+		return eng_rdma_serve(e, &q, &k, NULL, deadline);
 	status = eng_wire_req_check(&k.h, e->cfg.seg_size, ENG_WIRE_VERSION);
 	if (status)
 		return refuse(&q, &k.h, status, deadline);

@@ -13,6 +13,8 @@ have_hdr liburing.h || need+=(liburing-dev)
 have_hdr cmocka.h || need+=(libcmocka-dev)
 have_hdr xxhash.h || need+=(libxxhash-dev)
 have_hdr sodium.h || need+=(libsodium-dev)
+# Headers only: the proxy dlopen()s libibverbs.so.1 at run time (engine/ibv.c).
+have_hdr infiniband/verbs.h || need+=(libibverbs-dev)
 have_hdr curl/curl.h || need+=(libcurl4-openssl-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v cc >/dev/null || need+=(gcc)

@@ -57,6 +57,9 @@ static const struct flag flags[] = {
 	F("debug-put-delay", K_MS, debug_put_delay_ms, "DUR   test hook: delay before committing a put (0)"),
 	F("debug-heartbeat-delay", K_MS, debug_hb_delay_ms,
 	  "DUR   test hook: hold the heartbeat thread's first beat (0)"),
+	F("rdma-devices", K_STR, rdma_devices,
+	  "LIST  RDMA devices for peer transfers: auto (the first active port),\n"
+	  "                             none, or names like mlx5_0,mlx5_1:2 (auto); TCP otherwise"),
 	F("disk-dir", K_STR, disk_dir, "DIR   SSD tier directory (none: no SSD tier)"),
 	F("disk-capacity", K_SIZE, disk_capacity, "SIZE  bytes of the SSD tier (16GiB)"),
 	F("disk-eviction", K_POLICY, disk_policy, "NAME  SSD eviction by bucket: fifo|lru (fifo)"),
@@ -106,6 +109,7 @@ static void defaults(struct px_config *c)
 	c->rpc_timeout_ms = 5000;
 	c->ping_interval_ms = 1000;
 	c->disk_capacity = 16ull << 30;
+	c->rdma_devices = "auto";
 }
 
 /* "1000,1001" into ids[]; at most 16. */

@@ -28,6 +28,7 @@ struct px_mreg {
 	uint8_t *base;
 	uint64_t len;
 	atomic_int refs;
+	struct eng_mem *mr; /* its RDMA registration; NULL: none (TCP) */
 };
 
 static inline void px_mreg_get(struct px_mreg *m)
@@ -39,6 +40,7 @@ static inline void px_mreg_put(struct px_mreg *m)
 {
 	if (atomic_fetch_sub(&m->refs, 1) != 1)
 		return;
+	eng_mem_del(m->mr); /* no transfer holds m any more */
 	munmap(m->base, m->len);
 	free(m);
 }
@@ -56,6 +58,7 @@ struct px_region {
 	uint64_t arena_size;
 	/* Registered ranges by region id (index 0 unused); loop thread only. */
 	struct px_mreg *mregs[LC_MAX_REGIONS + 1];
+	struct eng_mem *arena_mr; /* the arena's RDMA registration, or NULL */
 };
 
 struct px_item {

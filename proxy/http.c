@@ -50,6 +50,39 @@ static int rejected_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 	return rc;
 }
 
+/* Remote and local transfers by transport, and RDMA's fallbacks to TCP. */
+static int transport_metrics(struct px_proxy *px, struct lc_http_reply *rep)
+{
+	static const char *const what[3][2] = {
+	    {"lunar_proxy_transfers_total", "Transfers by transport."},
+	    {"lunar_proxy_transfer_bytes_total", "Bytes of successful transfers by transport."},
+	    {"lunar_proxy_transfer_failures_total", "Failed transfers by transport."},
+	};
+	struct eng_xfer_stats st[ENG_TR_COUNT];
+	int rc = 0;
+
+	for (int t = 0; t < ENG_TR_COUNT; t++)
+		eng_engine_xfer_stats(px->engine, t, &st[t]);
+	for (int k = 0; !rc && k < 3; k++) {
+		rc = lc_http_reply_printf(rep, "# HELP %s %s\n# TYPE %s counter\n", what[k][0],
+					  what[k][1], what[k][0]);
+		for (int t = 0; !rc && t < ENG_TR_COUNT; t++) {
+			uint64_t v = k == 0 ? st[t].xfers : k == 1 ? st[t].bytes : st[t].failures;
+
+			rc = lc_http_reply_printf(rep, "%s{transport=\"%s\"} %llu\n", what[k][0],
+						  eng_transport_name(t), (unsigned long long)v);
+		}
+	}
+	rc = rc ?: counter(rep, "lunar_proxy_rdma_fallbacks_total",
+			   "Remote transfers that went over TCP although RDMA is on here.",
+			   (unsigned long long)eng_engine_rdma_fallbacks(px->engine));
+	return rc ?: lc_http_reply_printf(rep,
+					  "# HELP lunar_proxy_rdma_enabled 1 when an RDMA device is in use.\n"
+					  "# TYPE lunar_proxy_rdma_enabled gauge\n"
+					  "lunar_proxy_rdma_enabled %d\n",
+					  eng_engine_rdma_device(px->engine) ? 1 : 0);
+}
+
 static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 {
 	const struct px_stats *st = &px->stats;
@@ -92,7 +125,8 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 					"lunar_proxy_segment_mounted %d\n",
 					(unsigned long long)px->cfg.segment_size,
 					atomic_load(&px->mounted) ? 1 : 0);
-	return rc ?: rejected_metrics(px, rep);
+	rc = rc ?: rejected_metrics(px, rep);
+	return rc ?: transport_metrics(px, rep);
 }
 
 static int handle(void *arg, const struct lc_http_req *req, struct lc_http_reply *rep)

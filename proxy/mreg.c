@@ -165,6 +165,8 @@ static int reg_add(struct px_session *s, const struct lc_reg_req *q, int fd, uin
 	charge(s, o, q->length);
 	m->base = p;
 	m->len = q->length;
+	/* An MR when RDMA is on, so remote transfers land here with no copy. */
+	m->mr = eng_mem_add(s->px->engine, p, q->length);
 	atomic_init(&m->refs, 1);
 	s->rg.mregs[i] = m;
 	*id = i;

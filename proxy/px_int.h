@@ -67,6 +67,7 @@ struct px_config {
 	uint16_t http_port;       /* --http-port: metrics, health, admin */
 	uint64_t grace_ms;        /* --grace: serve reads this long after SIGTERM */
 	const char *disk_dir;     /* --disk-dir: SSD tier; NULL: none */
+	const char *rdma_devices; /* --rdma-devices: "auto", "none" or device names */
 	uint64_t disk_capacity;   /* --disk-capacity */
 	int disk_policy;          /* --disk-eviction: enum dsk_policy */
 	int dumpable;             /* --dumpable: ptrace and core dumps allowed */

@@ -95,6 +95,8 @@ static int region_create(struct px_session *s, uint64_t arena)
 	region_layout(&s->rg, base, arena, s->client_id);
 	memcpy(((struct lc_shm_hdr *)base)->http_addr, s->px->http_addr, LC_HTTP_ADDR_MAX);
 	LC_ASSERT(s->rg.size == size);
+	/* Staged gets land in the arena: an MR lets RDMA put them there. */
+	s->rg.arena_mr = eng_mem_add(s->px->engine, s->rg.base + s->rg.arena_off, arena);
 	return 0;
 err_close:
 	close(s->memfd);
@@ -319,6 +321,7 @@ void px_session_put(struct px_session *s)
 		return;
 	if (atomic_load(&s->leased)) /* none of its requests runs any more */
 		px_lease_reader_gone(s->px, s);
+	eng_mem_del(s->rg.arena_mr);
 	if (s->rg.base)
 		munmap(s->rg.base, s->rg.size);
 	if (s->memfd >= 0)

@@ -1,0 +1,424 @@
+/*
+ * rdma.c - the RDMA transport, client side (SPEC §7): per peer a set of RC
+ * QPs set up once over the data port (ENG_OP_RDMA_CONNECT; the TCP
+ * connection that carried it stays open as the QPs' lifeline: when it
+ * closes, the owner destroys its side), then each transfer is one-sided
+ * RDMA READ/WRITE between registered local memory and the owner's segment,
+ * cut in ENG_RDMA_CHUNK pieces spread over the QPs. A transfer goes over
+ * TCP instead when the peer has no device, the handshake failed (retried
+ * later), or local memory is not registered. Also the per-transport
+ * transfer counters of every engine.
+ */
+#include "rdma_int.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "crc32c.h"
+#include "log.h"
+#include "lunar.h"
+
+#define ENG_RDMA_CHUNK	     (1u << 20) /* bytes of one work request */
+#define ENG_RDMA_QPS_DEFAULT 4
+#define ENG_RDMA_RETRY_NS    (30ull * 1000000000ull) /* after a refusal: TCP this long */
+#define ENG_RDMA_REDIAL_NS   (1ull * 1000000000ull)	 /* after an I/O error */
+
+enum peer_state { PEER_CONNECTING, PEER_UP, PEER_TCP };
+
+struct eng_rdma_peer {
+	struct eng_rdma_peer *next;
+	char endpoint[ENG_ENDPOINT_MAX];
+	enum peer_state state; /* under eng_rdma.lock */
+	uint64_t retry_ns;     /* PEER_TCP: try again after */
+	atomic_int users;      /* the peer list holds one while linked */
+	struct eng_rdma_qps *q;
+	struct eng_cconn *c; /* the lifeline */
+	uint64_t raddr, rlen;
+	uint32_t rkey;
+};
+
+static const char *const tr_names[ENG_TR_COUNT] = {"local", "tcp", "rdma"};
+
+const char *eng_transport_name(enum eng_transport t)
+{
+	return (unsigned)t < ENG_TR_COUNT ? tr_names[t] : "?";
+}
+
+void eng_xfer_count(struct eng_engine *e, enum eng_transport t, uint64_t bytes, int rc)
+{
+	atomic_fetch_add_explicit(&e->xstat[t][0], 1, memory_order_relaxed);
+	if (rc)
+		atomic_fetch_add_explicit(&e->xstat[t][2], 1, memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(&e->xstat[t][1], bytes, memory_order_relaxed);
+}
+
+void eng_engine_xfer_stats(const struct eng_engine *e, enum eng_transport t,
+			   struct eng_xfer_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!e || (unsigned)t >= ENG_TR_COUNT)
+		return;
+	out->xfers = atomic_load_explicit(&e->xstat[t][0], memory_order_relaxed);
+	out->bytes = atomic_load_explicit(&e->xstat[t][1], memory_order_relaxed);
+	out->failures = atomic_load_explicit(&e->xstat[t][2], memory_order_relaxed);
+}
+
+uint64_t eng_engine_rdma_fallbacks(const struct eng_engine *e)
+{
+	return e && e->rdma ? atomic_load(&e->rdma->fallbacks) : 0;
+}
+
+const char *eng_engine_rdma_device(const struct eng_engine *e)
+{
+	return e && e->rdma ? e->rdma->dev->name : NULL;
+}
+
+static void peer_free(struct eng_rdma_peer *p)
+{
+	eng_rdma_qps_destroy(p->q);
+	eng_cconn_close(p->c);
+	free(p);
+}
+
+static void peer_put(struct eng_rdma_peer *p)
+{
+	if (atomic_fetch_sub(&p->users, 1) == 1)
+		peer_free(p);
+}
+
+/* Unlink p (if still linked) and drop the list's reference. */
+static void peer_retire(struct eng_rdma *r, struct eng_rdma_peer *p)
+{
+	struct eng_rdma_peer **pp;
+	int linked = 0;
+
+	pthread_mutex_lock(&r->lock);
+	for (pp = &r->peers; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			linked = 1;
+			break;
+		}
+	pthread_mutex_unlock(&r->lock);
+	if (linked)
+		peer_put(p);
+}
+
+/* A connection for the handshake: pooled or new, past the auth handshake. */
+static int open_conn(struct eng_engine *e, const char *endpoint, uint64_t deadline,
+		     struct eng_cconn **out)
+{
+	int pooled, rc = eng_pool_take(&e->pool, endpoint, deadline, &pooled, out);
+
+	if (rc || pooled || !e->keyed)
+		return rc;
+	rc = eng_hs_client(e, (*out)->fd, &(*out)->s, deadline);
+	if (rc) {
+		eng_cconn_close(*out);
+		return rc;
+	}
+	(*out)->keyed = 1;
+	return 0;
+}
+
+static int recv_n(int fd, void *buf, size_t len, uint64_t deadline)
+{
+	struct iovec v = {buf, len};
+	struct eng_iovc it;
+
+	eng_iovc_init(&it, &v, 1, 0, len);
+	return eng_io_recv(fd, &it, deadline);
+}
+
+/* The owner's answer to request (ctr, id): its body into body. 0, -EPROTO,
+ * -ECONNREFUSED (it said no: *status), or -errno. */
+static int recv_answer(struct eng_cconn *c, uint64_t ctr, uint64_t id, unsigned char *body,
+		       uint64_t deadline, int32_t *status)
+{
+	struct eng_wire_krep k;
+	size_t hsz = c->keyed ? sizeof(k) : sizeof(k.h);
+	size_t blen;
+	int rc = recv_n(c->fd, &k, hsz, deadline);
+
+	if (rc)
+		return rc;
+	/* Read before the MAC is checked only to know whether a body follows. */
+	*status = (int32_t)le32toh((uint32_t)k.h.status);
+	blen = *status ? 0 : ENG_RDMA_HS_SIZE;
+	if (blen && (rc = recv_n(c->fd, body, blen, deadline)))
+		return rc;
+	if (c->keyed && eng_rdma_rep_open(&k, &c->s, ctr, body, blen))
+		return -EPROTO;
+	if (!c->keyed)
+		eng_wire_rep_decode(&k.h);
+	if (k.h.magic != ENG_WIRE_REP_MAGIC || k.h.id != id || k.h.length != blen)
+		return -EPROTO;
+	return *status ? -ECONNREFUSED : 0;
+}
+
+/* Exchange bodies on a connection to the owner; 0 and *theirs. */
+static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigned char *mine,
+		    uint64_t off, uint64_t total, const struct eng_cap *cap, uint64_t deadline,
+		    struct eng_rdma_hs *theirs)
+{
+	struct eng_wire_req req = {
+	    .magic = ENG_WIRE_REQ_MAGIC,
+	    .op = ENG_OP_RDMA_CONNECT,
+	    .offset = off,
+	    .length = total,
+	    .id = atomic_fetch_add(&e->next_id, 1),
+	};
+	unsigned char body[ENG_RDMA_HS_SIZE];
+	int32_t status = 0;
+	uint64_t ctr;
+	int rc = open_conn(e, p->endpoint, deadline, &p->c);
+
+	if (rc)
+		return rc;
+	rc = eng_send_req(p->c, &req, cap, 0, mine, ENG_RDMA_HS_SIZE, 0, deadline, &ctr);
+	if (!rc)
+		rc = recv_answer(p->c, ctr, req.id, body, deadline, &status);
+	if (!rc)
+		rc = eng_rdma_hs_decode(body, sizeof(body), 1, theirs) ? -EPROTO : 0;
+	if (rc == -ECONNREFUSED)
+		LC_DEBUG(ENG_LOG, "RDMA: %s said no (%d): TCP", p->endpoint, status);
+	return rc;
+}
+
+/* Set up p's QPs with its owner; 0, -ECONNREFUSED (the owner cannot), or
+ * another -errno. On failure p holds nothing. */
+static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_dir dir,
+			uint64_t off, uint64_t total, const struct eng_cap *cap,
+			uint64_t deadline)
+{
+	struct eng_rdma *r = e->rdma;
+	struct eng_rdma_hs mine, theirs;
+	unsigned char body[ENG_RDMA_HS_SIZE];
+	int rc = eng_rdma_qps_create(r->dev, (int)r->nqp, 0, &p->q, &mine);
+
+	if (rc)
+		return rc;
+	mine.cap_op = dir == ENG_WRITE ? ENG_OP_WRITE : ENG_OP_READ;
+	eng_rdma_hs_encode(&mine, body);
+	rc = exchange(e, p, body, off, total, cap, deadline, &theirs);
+	if (!rc && theirs.nqp != mine.nqp)
+		rc = -EPROTO;
+	if (!rc)
+		rc = eng_rdma_qps_connect(p->q, &mine, &theirs, 0);
+	if (!rc) {
+		p->raddr = theirs.addr;
+		p->rlen = theirs.length;
+		p->rkey = theirs.rkey;
+		return 0;
+	}
+	eng_cconn_close(p->c); /* the owner destroys its QPs when it sees EOF */
+	p->c = NULL;
+	eng_rdma_qps_destroy(p->q);
+	p->q = NULL;
+	return rc;
+}
+
+/* A new peer entry for endpoint, linked, connecting. Lock held. */
+static struct eng_rdma_peer *peer_new(struct eng_rdma *r, const char *endpoint)
+{
+	struct eng_rdma_peer *p;
+
+	if (strlen(endpoint) >= sizeof(p->endpoint) || !(p = calloc(1, sizeof(*p))))
+		return NULL;
+	strcpy(p->endpoint, endpoint);
+	atomic_init(&p->users, 1);
+	p->next = r->peers;
+	r->peers = p;
+	return p;
+}
+
+/*
+ * The peer to run a transfer on, with a reference; NULL: use TCP now (no
+ * RDMA with it, or not yet). The first transfer to a peer sets it up,
+ * transfers meanwhile go over TCP.
+ */
+static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint,
+				      enum eng_dir dir, uint64_t off, uint64_t total,
+				      const struct eng_cap *cap, uint64_t deadline)
+{
+	struct eng_rdma *r = e->rdma;
+	struct eng_rdma_peer *p;
+	int rc;
+
+	pthread_mutex_lock(&r->lock);
+	for (p = r->peers; p && strcmp(p->endpoint, endpoint); p = p->next)
+		;
+	if (p && p->state == PEER_UP)
+		atomic_fetch_add(&p->users, 1);
+	else if (p && (p->state == PEER_CONNECTING || lc_now_ns() < p->retry_ns))
+		p = NULL;
+	else if (p || (p = peer_new(r, endpoint)))
+		goto connect;
+	pthread_mutex_unlock(&r->lock);
+	return p;
+
+connect:
+	p->state = PEER_CONNECTING;
+	atomic_fetch_add(&p->users, 1);
+	pthread_mutex_unlock(&r->lock);
+	rc = peer_connect(e, p, dir, off, total, cap, deadline);
+	pthread_mutex_lock(&r->lock);
+	p->state = rc ? PEER_TCP : PEER_UP;
+	p->retry_ns = lc_now_ns() +
+		      (rc == -ECONNREFUSED || rc == -EPROTO ? ENG_RDMA_RETRY_NS : ENG_RDMA_REDIAL_NS);
+	pthread_mutex_unlock(&r->lock);
+	if (!rc) {
+		LC_INFO(ENG_LOG, "RDMA to %s: %u queue pairs", endpoint, r->nqp);
+		return p;
+	}
+	LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", endpoint,
+		rc == -ECONNREFUSED ? "the peer has no device, or its QPs did not connect"
+				    : strerror(-rc));
+	peer_put(p);
+	return NULL;
+}
+
+/* Whether every byte of iov lies in registered memory. */
+static int registered(struct eng_rdma_dev *d, const struct iovec *iov, int iovcnt)
+{
+	uint32_t lkey;
+
+	for (int i = 0; i < iovcnt; i++)
+		if (iov[i].iov_len && eng_rdma_mem_lkey(d, iov[i].iov_base, iov[i].iov_len, &lkey))
+			return 0;
+	return 1;
+}
+
+/* Post the whole transfer, then wait for every piece; 0 or -errno. */
+static int run(struct eng_rdma *r, struct eng_rdma_peer *p, enum eng_dir dir, uint64_t off,
+	       const struct iovec *iov, int iovcnt, uint64_t deadline)
+{
+	struct eng_rdma_wait w;
+	uint64_t raddr = p->raddr + off;
+	int rc = 0, wrc;
+
+	atomic_init(&w.left, 0);
+	atomic_init(&w.failed, 0);
+	for (int i = 0; i < iovcnt && !rc; i++) {
+		char *b = iov[i].iov_base;
+		uint64_t n = iov[i].iov_len;
+		uint32_t lkey = 0;
+
+		if (n && (rc = eng_rdma_mem_lkey(r->dev, b, n, &lkey)))
+			break;
+		while (n && !rc) {
+			uint32_t len = n > ENG_RDMA_CHUNK ? ENG_RDMA_CHUNK : (uint32_t)n;
+
+			rc = eng_rdma_qps_post(p->q, &w, dir == ENG_WRITE, b, len, lkey, raddr,
+					       p->rkey, deadline);
+			b += len;
+			n -= len;
+			raddr += len;
+		}
+	}
+	/* Even after a failed post: what was posted must finish first. */
+	wrc = eng_rdma_qps_wait(p->q, &w, deadline);
+	return rc ? rc : wrc;
+}
+
+static int tcp_instead(struct eng_engine *e, const char *endpoint, enum eng_dir dir,
+		       uint64_t off, const struct iovec *iov, int iovcnt, uint64_t total,
+		       const struct eng_cap *cap, uint32_t *crc)
+{
+	int rc;
+
+	atomic_fetch_add(&e->rdma->fallbacks, 1);
+	rc = eng_tcp_ops.xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
+	eng_xfer_count(e, ENG_TR_TCP, total, rc);
+	return rc;
+}
+
+static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
+		     const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
+		     uint32_t *crc)
+{
+	uint64_t deadline = lc_now_ns() + e->timeout_ns;
+	struct eng_rdma *r = e->rdma;
+	struct eng_rdma_peer *p;
+	int rc;
+
+	if (e->keyed && !cap)
+		return ENG_XFER_UNSENT; /* as over TCP: the owner would refuse it */
+	if (!registered(r->dev, iov, iovcnt) ||
+	    !(p = peer_get(e, endpoint, dir, off, total, cap, deadline)))
+		return tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
+	/* The owner's data port would refuse it: so do we, before a byte moves. */
+	if (off > p->rlen || total > p->rlen - off)
+		rc = -ERANGE;
+	else
+		rc = run(r, p, dir, off, iov, iovcnt, deadline);
+	if (rc && rc != -ERANGE) {
+		LC_DEBUG(ENG_LOG, "RDMA transfer with %s failed: %s", endpoint, strerror(-rc));
+		peer_retire(r, p); /* a new connection next time */
+	}
+	peer_put(p);
+	eng_xfer_count(e, ENG_TR_RDMA, total, rc);
+	if (rc)
+		return LUNAR_ERR_TRANSFER_FAIL;
+	if (crc) {
+		/* The NIC moved the bytes: one pass over them here. */
+		*crc = 0;
+		for (int i = 0; i < iovcnt; i++)
+			*crc = lc_crc32c(*crc, iov[i].iov_base, iov[i].iov_len);
+	}
+	return 0;
+}
+
+int eng_rdma_init(struct eng_engine *e)
+{
+	const char *spec = e->cfg.rdma_devices;
+	struct eng_rdma *r;
+	int rc;
+
+	e->cfg.rdma_devices = NULL; /* the caller's string: not kept */
+	if (!spec || !*spec || !strcmp(spec, "none"))
+		return 0;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return LUNAR_ERR_INTERNAL;
+	rc = eng_rdma_dev_open(spec, e->cfg.seg_base, e->cfg.seg_size, &r->dev);
+	if (rc) {
+		free(r);
+		if (!strcmp(spec, "auto")) {
+			LC_INFO(ENG_LOG, "no RDMA device (%s): transfers use TCP", strerror(-rc));
+			return 0;
+		}
+		LC_ERROR(ENG_LOG, "RDMA devices \"%s\": none usable (%s)", spec, strerror(-rc));
+		return -ENODEV;
+	}
+	r->nqp = e->cfg.rdma_qps ? e->cfg.rdma_qps : ENG_RDMA_QPS_DEFAULT;
+	if (r->nqp > ENG_RDMA_QP_MAX)
+		r->nqp = ENG_RDMA_QP_MAX;
+	pthread_mutex_init(&r->lock, NULL);
+	atomic_init(&r->fallbacks, 0);
+	e->rdma = r;
+	LC_INFO(ENG_LOG, "RDMA device %s (%u QPs per peer)", r->dev->name, r->nqp);
+	return 0;
+}
+
+void eng_rdma_fini(struct eng_engine *e)
+{
+	struct eng_rdma *r = e->rdma;
+
+	if (!r)
+		return;
+	while (r->peers)
+		peer_retire(r, r->peers);
+	pthread_mutex_destroy(&r->lock);
+	eng_rdma_dev_put(r->dev);
+	free(r);
+	e->rdma = NULL;
+}
+
+const struct eng_transport_ops eng_rdma_ops = {
+    .xfer = rdma_xfer,
+};

@@ -1,0 +1,239 @@
+/*
+ * rdma_int.h - the RDMA transport's internals (SPEC §7): the connection
+ * handshake frame exchanged on the data port, the opened device with its
+ * registered memory, and sets of RC queue pairs. rdma_wire.c encodes and
+ * validates the frame, rdma_dev.c opens the device and registers memory,
+ * rdma_qp.c drives queue pairs, rdma.c is the client side (peers, slicing,
+ * TCP fallback), rdma_srv.c the owner's answer to a connect request.
+ * Never included from outside engine/ (tests excepted).
+ */
+#ifndef LUNAR_ENGINE_RDMA_INT_H
+#define LUNAR_ENGINE_RDMA_INT_H
+
+#include "eng_int.h"
+#include "ibv.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * The connect frame's body, version 1: 120 bytes, little-endian, no
+ * padding. The client sends it after an ENG_OP_RDMA_CONNECT request header
+ * (eng_int.h); the owner answers with a reply header and, on status 0, its
+ * own body.
+ *    0 u32 magic    ENG_RDMA_HS_MAGIC        48 u32 rkey    owner: the segment's;
+ *    4 u16 version  ENG_RDMA_HS_VERSION                     client: 0
+ *    6 u16 nqp      QPs, 1..ENG_RDMA_QP_MAX  52 u32 reserved 0
+ *    8 u8  mtu      enum ibv_mtu, 1..5       56 ENG_RDMA_QP_MAX entries of
+ *    9 u8  port     the device port, >= 1       u32 qpn  1..2^24-1, distinct
+ *   10 u16 lid      IB LID (0 on RoCE)          u32 psn  0..2^24-1
+ *   12 u16 cap_op   client: READ or WRITE,      the first nqp used, the rest 0
+ *                   what the header's capability grants; owner: 0
+ *   14 u16 flags    0
+ *   16 16 bytes gid (all zero on IB without a GRH; then lid != 0)
+ *   32 u64 addr     owner: the segment's address in its MR; client: 0
+ *   40 u64 length   owner: the segment's length (> 0); client: 0
+ */
+#define ENG_RDMA_HS_MAGIC   0x44524e4cu /* "LNRD" */
+#define ENG_RDMA_HS_VERSION 1
+#define ENG_RDMA_QP_MAX	    8
+#define ENG_RDMA_HS_HEAD    56
+#define ENG_RDMA_HS_SIZE    (ENG_RDMA_HS_HEAD + 8 * ENG_RDMA_QP_MAX)
+#define ENG_RDMA_QPN_MAX    0xffffffu
+
+/* The body decoded, host order. */
+struct eng_rdma_hs {
+	uint16_t nqp;
+	uint8_t mtu;
+	uint8_t port;
+	uint16_t lid;
+	uint16_t cap_op;
+	uint8_t gid[16];
+	uint64_t addr;
+	uint64_t length;
+	uint32_t rkey;
+	uint32_t qpn[ENG_RDMA_QP_MAX];
+	uint32_t psn[ENG_RDMA_QP_MAX];
+};
+
+/* eng_rdma_hs_encode - h into the ENG_RDMA_HS_SIZE bytes of out (unused QP
+ * slots and reserved words zero). Any thread. */
+void eng_rdma_hs_encode(const struct eng_rdma_hs *h, unsigned char *out);
+/*
+ * eng_rdma_hs_decode - validate len untrusted bytes of buf as a body sent
+ * by the owner (from_owner) or by a client, into *out. 0, or
+ * LUNAR_ERR_PROTOCOL (wrong length, magic, counts, values out of range,
+ * non-zero reserved bytes, a segment range that wraps, fields the sender's
+ * side must leave zero) or LUNAR_ERR_VERSION_MISMATCH. Never reads past
+ * len; *out is written only on success. Any thread.
+ */
+int eng_rdma_hs_decode(const unsigned char *buf, size_t len, int from_owner,
+		       struct eng_rdma_hs *out);
+/*
+ * eng_rdma_rep_seal / _open - the MAC of a keyed connect reply: the 32
+ * bytes of the reply before its MAC, then body (blen bytes; 0 on a
+ * refusal), numbered by the request's counter. seal fills raw->ctr and
+ * raw->mac of an encoded reply; open checks them and decodes raw: 0 or
+ * -EPROTO.
+ */
+void eng_rdma_rep_seal(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr,
+		       const unsigned char *body, size_t blen);
+int eng_rdma_rep_open(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr,
+		      const unsigned char *body, size_t blen);
+
+/* Registered memory (eng_mem_add): a range and its MR. */
+struct eng_rdma_dev;
+struct eng_mem {
+	struct eng_mem *next, *prev;
+	struct eng_rdma_dev *dev;
+	char *base;
+	uint64_t len;
+	struct ibv_mr *mr;
+	uint32_t lkey;
+};
+
+/*
+ * The opened device: one port, a protection domain, the engine's segment
+ * as an MR and the list of other registered ranges. Reference-counted: the
+ * engine holds one reference and every eng_mem one, so a client region
+ * deregistered after the engine stopped still finds its device.
+ */
+struct eng_rdma_dev {
+	atomic_int refs;
+	struct eng_ibv ibv;
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	char name[64];
+	uint8_t port;
+	uint8_t mtu;
+	uint16_t lid;
+	int gid_index;
+	uint8_t gid[16];
+	unsigned max_rd_atom; /* RDMA READs in flight per QP, both directions */
+	struct eng_mem seg; /* the engine's segment; seg.mr NULL without one */
+	pthread_rwlock_t mem_lock;
+	struct eng_mem *mems;
+	int refuse; /* test hook: $LUNAR_RDMA_DEBUG_REFUSE, answer every connect no */
+};
+
+/*
+ * eng_rdma_dev_open - open the device named by spec ("auto": the first
+ * device with an active port; else a comma-separated list of device names,
+ * each optionally ":port", the first that opens with an active port) and
+ * register [seg_base, seg_base + seg_size) (none when seg_size is 0).
+ * 0 and *out (one reference), -ENOENT when no library or no such device
+ * (no active port), or -errno of the verbs. Blocks; engine create only.
+ */
+int eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
+		      struct eng_rdma_dev **out);
+/* eng_rdma_dev_put - drop a reference; the last deregisters the segment,
+ * frees the PD, closes the device. NULL ok. */
+void eng_rdma_dev_put(struct eng_rdma_dev *d);
+/*
+ * eng_rdma_mem_lkey - the lkey of registered memory holding all of
+ * [p, p + len): the segment's or an eng_mem's; 0 and *lkey, or -ENOENT.
+ * Any thread (a read lock).
+ */
+int eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey);
+
+/*
+ * A set of RC queue pairs to one peer, sharing a completion queue and its
+ * event channel. Each QP has ENG_RDMA_SQ_DEPTH send credits; a posted work
+ * request takes one and its completion gives it back.
+ */
+#define ENG_RDMA_SQ_DEPTH 128
+struct eng_rdma_qps {
+	struct eng_rdma_dev *dev;
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *cq;
+	int nqp;
+	struct ibv_qp *qp[ENG_RDMA_QP_MAX];
+	atomic_int credits[ENG_RDMA_QP_MAX];
+	atomic_uint next; /* round robin over the QPs */
+	atomic_int broken; /* a completion failed or a QP was forced to ERR */
+	pthread_mutex_t poll_lock; /* whoever holds it polls the CQ for all */
+	pthread_mutex_t wait_lock;
+	pthread_cond_t wait_cond; /* broadcast after completions were dispatched */
+	int armed;		  /* under poll_lock: a notification was requested */
+};
+
+/* A transfer's outstanding work requests; on the caller's stack. */
+struct eng_rdma_wait {
+	atomic_uint left;
+	atomic_int failed;
+} __attribute__((aligned(8)));
+
+/*
+ * eng_rdma_qps_create - nqp (1..ENG_RDMA_QP_MAX) QPs in INIT, a CQ and a
+ * completion channel on d; owner: they accept remote READ and WRITE. Fills
+ * the local half of *mine (nqp, mtu, port, lid, gid, qpn, psn). 0 and *out,
+ * or -errno. Any thread.
+ * eng_rdma_qps_connect - move every QP to RTR then RTS towards the peer's
+ * peer->qpn[i] / psn[i], path MTU the smaller of both. 0 or -errno.
+ * eng_rdma_qps_destroy - destroy the QPs, the CQ, the channel; NULL ok.
+ * Only once no transfer uses q.
+ */
+int eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner, struct eng_rdma_qps **out,
+			struct eng_rdma_hs *mine);
+int eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
+			 const struct eng_rdma_hs *peer, int owner);
+void eng_rdma_qps_destroy(struct eng_rdma_qps *q);
+/*
+ * eng_rdma_qps_post - post one signaled RDMA READ (write 0) or WRITE of
+ * [local, local + len) (lkey) to/from raddr (rkey) on the next QP with a
+ * credit, counted in *w. Waits (making progress on completions) while
+ * every QP's queue is full, until deadline_ns. 0, -ETIMEDOUT or -errno
+ * (the request was not posted).
+ */
+int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, void *local,
+		      uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+		      uint64_t deadline_ns);
+/*
+ * eng_rdma_qps_wait - until every request of *w completed: polls, then
+ * waits on the event channel. 0 when all succeeded; -EIO when one failed,
+ * -ETIMEDOUT at deadline_ns. After a failure or a timeout the QPs are
+ * forced to the error state and the flushed requests are waited for, so
+ * when this returns no request of w can still touch local memory.
+ */
+int eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns);
+
+/* The transport's state in an engine (rdma.c): the device and the peers. */
+struct eng_rdma_peer;
+struct eng_rdma {
+	struct eng_rdma_dev *dev;
+	unsigned nqp; /* QPs per peer */
+	pthread_mutex_t lock;
+	struct eng_rdma_peer *peers;
+	atomic_uint_fast64_t fallbacks; /* transfers that went over TCP instead */
+};
+
+/*
+ * eng_rdma_init - open the devices of e->cfg.rdma_devices (NULL, "" or
+ * "none": none; e->rdma stays NULL). "auto" finding none is not an error.
+ * 0, or -ENODEV when named devices cannot be used.
+ * eng_rdma_fini - close every peer and drop the device. Engine only.
+ */
+int eng_rdma_init(struct eng_engine *e);
+void eng_rdma_fini(struct eng_engine *e);
+/*
+ * eng_rdma_serve - answer the ENG_OP_RDMA_CONNECT request k (decoded; the
+ * keyed header when q->s, else its plain part) whose body is body (keyed:
+ * read and MAC-checked already; keyless: NULL, read here). Refuses a
+ * malformed body or range (close), answers "no" (status
+ * UNAVAILABLE_IN_CURRENT_STATUS, connection kept) without a device or when
+ * the QPs cannot be connected; else replies with its own body and keeps
+ * the QPs until the peer closes the connection. 0 to go on, < 0 to close.
+ * Data-port thread.
+ */
+int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng_wire_kreq *k,
+		   const unsigned char *body, uint64_t deadline_ns);
+
+/* eng_xfer_count - account one transfer of bytes on transport t (rc: its
+ * result). Any thread. */
+void eng_xfer_count(struct eng_engine *e, enum eng_transport t, uint64_t bytes, int rc);
+
+extern const struct eng_transport_ops eng_rdma_ops;
+
+#endif /* LUNAR_ENGINE_RDMA_INT_H */

@@ -1,0 +1,379 @@
+/*
+ * rdma_qp.c - sets of RC queue pairs: creation, the INIT -> RTR -> RTS
+ * walk towards the peer's QPs, posting one-sided READ/WRITE requests with a
+ * credit per send-queue slot, and completions: whichever transfer thread
+ * holds the poll lock polls the shared CQ for everyone (busy for a short
+ * while, then asleep on the completion channel), the others wait on a
+ * condition variable. A failed or late transfer forces the QPs to ERR and
+ * waits for the flushed requests, so no DMA outlives the call.
+ */
+#include "rdma_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "log.h"
+
+#define ENG_RDMA_SPINS	   2000	 /* empty CQ polls before sleeping on the channel */
+#define ENG_RDMA_NAP_MS	   1	 /* the longest sleep before looking again */
+#define ENG_RDMA_FLUSH_NS  (10ull * 1000000000ull) /* flushes are late: log it */
+#define ENG_RDMA_WC_BATCH  16
+#define ENG_RDMA_RETRY_CNT 7
+#define ENG_RDMA_RNR_CNT   7
+#define ENG_RDMA_TIMEOUT   14 /* 4.096 us * 2^14: 67 ms per ack timeout */
+
+static int qp_init(struct eng_rdma_qps *q, struct ibv_qp *qp, int owner)
+{
+	struct ibv_qp_attr a = {
+	    .qp_state = IBV_QPS_INIT,
+	    .pkey_index = 0,
+	    .port_num = q->dev->port,
+	    .qp_access_flags = owner ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE : 0,
+	};
+
+	return q->dev->ibv.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+						     IBV_QP_ACCESS_FLAGS);
+}
+
+static struct ibv_qp *qp_new(struct eng_rdma_qps *q, int owner)
+{
+	struct ibv_qp_init_attr ia = {
+	    .send_cq = q->cq,
+	    .recv_cq = q->cq,
+	    .qp_type = IBV_QPT_RC,
+	    .sq_sig_all = 0,
+	    .cap = {.max_send_wr = ENG_RDMA_SQ_DEPTH, .max_recv_wr = 1,
+		    .max_send_sge = 1, .max_recv_sge = 1},
+	};
+	struct ibv_qp *qp = q->dev->ibv.create_qp(q->dev->pd, &ia);
+
+	if (qp && qp_init(q, qp, owner)) {
+		q->dev->ibv.destroy_qp(qp);
+		return NULL;
+	}
+	return qp;
+}
+
+/* The CQ, its channel (non-blocking), the locks; 0 or -errno. */
+static int qps_base(struct eng_rdma_qps *q, int nqp)
+{
+	struct eng_rdma_dev *d = q->dev;
+
+	q->ch = d->ibv.create_comp_channel(d->ctx);
+	if (!q->ch)
+		return -ENOMEM;
+	if (fcntl(q->ch->fd, F_SETFL, fcntl(q->ch->fd, F_GETFL) | O_NONBLOCK) < 0)
+		return -errno;
+	q->cq = d->ibv.create_cq(d->ctx, nqp * ENG_RDMA_SQ_DEPTH + 1, q, q->ch, 0);
+	if (!q->cq)
+		return -ENOMEM;
+	pthread_mutex_init(&q->poll_lock, NULL);
+	pthread_mutex_init(&q->wait_lock, NULL);
+	pthread_cond_init(&q->wait_cond, NULL);
+	return 0;
+}
+
+int eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner, struct eng_rdma_qps **out,
+			struct eng_rdma_hs *mine)
+{
+	struct eng_rdma_qps *q;
+	uint32_t rnd;
+	int rc;
+
+	if (nqp < 1 || nqp > ENG_RDMA_QP_MAX || !(q = calloc(1, sizeof(*q))))
+		return -EINVAL;
+	q->dev = d;
+	rc = qps_base(q, nqp);
+	memset(mine, 0, sizeof(*mine));
+	for (int i = 0; !rc && i < nqp; i++) {
+		q->qp[i] = qp_new(q, owner);
+		if (!q->qp[i]) {
+			rc = -ENOMEM;
+			break;
+		}
+		q->nqp = i + 1;
+		atomic_init(&q->credits[i], ENG_RDMA_SQ_DEPTH);
+		auth_random(&rnd, sizeof(rnd));
+		mine->qpn[i] = q->qp[i]->qp_num;
+		mine->psn[i] = rnd & ENG_RDMA_QPN_MAX;
+	}
+	if (rc) {
+		eng_rdma_qps_destroy(q);
+		return rc;
+	}
+	mine->nqp = (uint16_t)nqp;
+	mine->mtu = d->mtu;
+	mine->port = d->port;
+	mine->lid = d->lid;
+	memcpy(mine->gid, d->gid, 16);
+	*out = q;
+	return 0;
+}
+
+static int qp_rtr(struct eng_rdma_qps *q, struct ibv_qp *qp, const struct eng_rdma_hs *peer,
+		  int i, uint8_t mtu)
+{
+	struct eng_rdma_dev *d = q->dev;
+	struct ibv_qp_attr a = {
+	    .qp_state = IBV_QPS_RTR,
+	    .path_mtu = mtu,
+	    .dest_qp_num = peer->qpn[i],
+	    .rq_psn = peer->psn[i],
+	    .max_dest_rd_atomic = (uint8_t)d->max_rd_atom,
+	    .min_rnr_timer = 12,
+	    .ah_attr = {.dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = d->port},
+	};
+
+	if (d->gid_index >= 0) {
+		a.ah_attr.is_global = 1;
+		memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
+		a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
+		a.ah_attr.grh.hop_limit = 64;
+	}
+	return d->ibv.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+						IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+						IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+static int qp_rts(struct eng_rdma_qps *q, struct ibv_qp *qp, uint32_t psn)
+{
+	struct ibv_qp_attr a = {
+	    .qp_state = IBV_QPS_RTS,
+	    .timeout = ENG_RDMA_TIMEOUT,
+	    .retry_cnt = ENG_RDMA_RETRY_CNT,
+	    .rnr_retry = ENG_RDMA_RNR_CNT,
+	    .sq_psn = psn,
+	    .max_rd_atomic = (uint8_t)q->dev->max_rd_atom,
+	};
+
+	return q->dev->ibv.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+						     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+						     IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+int eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
+			 const struct eng_rdma_hs *peer, int owner)
+{
+	uint8_t mtu = mine->mtu < peer->mtu ? mine->mtu : peer->mtu;
+	int rc;
+
+	(void)owner;
+	if (peer->nqp != q->nqp)
+		return -EPROTO;
+	for (int i = 0; i < q->nqp; i++) {
+		rc = qp_rtr(q, q->qp[i], peer, i, mtu);
+		if (!rc)
+			rc = qp_rts(q, q->qp[i], mine->psn[i]);
+		if (rc)
+			return rc > 0 ? -rc : -EIO;
+	}
+	return 0;
+}
+
+void eng_rdma_qps_destroy(struct eng_rdma_qps *q)
+{
+	if (!q)
+		return;
+	for (int i = 0; i < ENG_RDMA_QP_MAX; i++)
+		if (q->qp[i])
+			q->dev->ibv.destroy_qp(q->qp[i]);
+	if (q->cq) {
+		q->dev->ibv.destroy_cq(q->cq);
+		pthread_mutex_destroy(&q->poll_lock);
+		pthread_mutex_destroy(&q->wait_lock);
+		pthread_cond_destroy(&q->wait_cond);
+	}
+	if (q->ch)
+		q->dev->ibv.destroy_comp_channel(q->ch);
+	free(q);
+}
+
+/* Account n completions: credits back, failures noted, counts down. A
+ * waiter's stack may be gone once its count reaches 0: touched last. */
+static void dispatch(struct eng_rdma_qps *q, const struct ibv_wc *wc, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct eng_rdma_wait *w = (void *)(uintptr_t)(wc[i].wr_id & ~(uint64_t)7);
+
+		atomic_fetch_add(&q->credits[wc[i].wr_id & 7], 1);
+		if (wc[i].status != IBV_WC_SUCCESS) {
+			if (wc[i].status != IBV_WC_WR_FLUSH_ERR)
+				LC_DEBUG(ENG_LOG, "RDMA completion failed: status %d",
+					 (int)wc[i].status);
+			atomic_store(&q->broken, 1);
+			atomic_store(&w->failed, 1);
+		}
+		atomic_fetch_sub(&w->left, 1);
+	}
+}
+
+/* Poll the CQ empty; how many completions came. Poll lock held. */
+static int drain(struct eng_rdma_qps *q)
+{
+	struct ibv_wc wc[ENG_RDMA_WC_BATCH];
+	int n, total = 0;
+
+	while ((n = ibv_poll_cq(q->cq, ENG_RDMA_WC_BATCH, wc)) > 0) {
+		dispatch(q, wc, n);
+		total += n;
+	}
+	if (n < 0)
+		atomic_store(&q->broken, 1);
+	return total;
+}
+
+/* Sleep on the completion channel for at most ms; the first call only
+ * arms it, as a completion may have come before: the caller drains again.
+ * Poll lock held. */
+static void sleep_channel(struct eng_rdma_qps *q, int ms)
+{
+	struct pollfd p = {.fd = q->ch->fd, .events = POLLIN};
+	struct ibv_cq *cq;
+	void *ctx;
+
+	if (!q->armed) {
+		q->armed = !ibv_req_notify_cq(q->cq, 0);
+		return;
+	}
+	if (poll(&p, 1, ms) > 0 && !q->dev->ibv.get_cq_event(q->ch, &cq, &ctx)) {
+		q->dev->ibv.ack_cq_events(cq, 1);
+		q->armed = 0;
+	}
+}
+
+/* One step towards w's completion: poll for everyone, or wait for who does. */
+static void progress(struct eng_rdma_qps *q, struct eng_rdma_wait *w, unsigned *idle)
+{
+	struct timespec ts;
+	int n;
+
+	if (!pthread_mutex_trylock(&q->poll_lock)) {
+		n = drain(q);
+		if (n)
+			*idle = 0;
+		else if (++*idle > ENG_RDMA_SPINS)
+			sleep_channel(q, ENG_RDMA_NAP_MS);
+		pthread_mutex_unlock(&q->poll_lock);
+		if (n) {
+			pthread_mutex_lock(&q->wait_lock);
+			pthread_cond_broadcast(&q->wait_cond);
+			pthread_mutex_unlock(&q->wait_lock);
+		}
+		return;
+	}
+	/* A broadcast between the check and the wait is lost: hence the nap's bound. */
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ENG_RDMA_NAP_MS * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&q->wait_lock);
+	if (atomic_load(&w->left))
+		pthread_cond_timedwait(&q->wait_cond, &q->wait_lock, &ts);
+	pthread_mutex_unlock(&q->wait_lock);
+}
+
+static int take_credit(atomic_int *c)
+{
+	int v = atomic_load(c);
+
+	while (v > 0)
+		if (atomic_compare_exchange_weak(c, &v, v - 1))
+			return 1;
+	return 0;
+}
+
+static int post_on(struct eng_rdma_qps *q, unsigned i, struct eng_rdma_wait *w, int write,
+		   void *local, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)local, .length = len, .lkey = lkey};
+	struct ibv_send_wr wr = {
+	    .wr_id = (uintptr_t)w | i, /* w is 8-aligned: the QP's index fits below */
+	    .sg_list = &sge,
+	    .num_sge = 1,
+	    .opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+	    .send_flags = IBV_SEND_SIGNALED,
+	    .wr.rdma = {.remote_addr = raddr, .rkey = rkey},
+	};
+	struct ibv_send_wr *bad;
+	int rc;
+
+	atomic_fetch_add(&w->left, 1);
+	rc = ibv_post_send(q->qp[i], &wr, &bad);
+	if (!rc)
+		return 0;
+	atomic_fetch_sub(&w->left, 1);
+	atomic_fetch_add(&q->credits[i], 1);
+	return rc > 0 ? -rc : -EIO;
+}
+
+int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, void *local,
+		      uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+		      uint64_t deadline_ns)
+{
+	unsigned idle = 0;
+
+	for (;;) {
+		if (atomic_load(&q->broken))
+			return -EIO;
+		for (int k = 0; k < q->nqp; k++) {
+			unsigned i = atomic_fetch_add(&q->next, 1) % (unsigned)q->nqp;
+
+			if (take_credit(&q->credits[i]))
+				return post_on(q, i, w, write, local, len, lkey, raddr, rkey);
+		}
+		if (lc_now_ns() > deadline_ns)
+			return -ETIMEDOUT;
+		progress(q, w, &idle);
+	}
+}
+
+/* Stop every QP: their outstanding requests complete as flushed. */
+static void force_error(struct eng_rdma_qps *q)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+
+	atomic_store(&q->broken, 1);
+	for (int i = 0; i < q->nqp; i++)
+		q->dev->ibv.modify_qp(q->qp[i], &a, IBV_QP_STATE);
+}
+
+int eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns)
+{
+	uint64_t warn_at;
+	unsigned idle = 0;
+	int rc = 0;
+
+	while (atomic_load(&w->left)) {
+		if (atomic_load(&w->failed) || atomic_load(&q->broken)) {
+			rc = -EIO;
+			break;
+		}
+		if (lc_now_ns() > deadline_ns) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		progress(q, w, &idle);
+	}
+	if (!rc && atomic_load(&w->failed))
+		rc = -EIO;
+	if (!rc)
+		return 0;
+	/* Never return while the NIC may still write into the caller's memory. */
+	force_error(q);
+	warn_at = lc_now_ns() + ENG_RDMA_FLUSH_NS;
+	while (atomic_load(&w->left)) {
+		progress(q, w, &idle);
+		if (warn_at && lc_now_ns() > warn_at) {
+			LC_WARN(ENG_LOG, "RDMA: flushed requests not completed after 10 s");
+			warn_at = 0;
+		}
+	}
+	return rc;
+}

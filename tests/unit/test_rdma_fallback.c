@@ -1,0 +1,364 @@
+/*
+ * test_rdma_fallback.c - transport choice without RDMA hardware. Engines
+ * on loopback with --rdma-devices auto on a host with no device (or no
+ * libibverbs) move bytes over TCP; a named device that is not there makes
+ * create fail. With the device layer faked (-Wl,--wrap of
+ * eng_rdma_dev_open, eng_rdma_qps_*: real handshake frames on the real
+ * data port, no verbs), a handshake the owner cannot complete and an owner
+ * without a device both fall back to TCP byte-exact, counted; and the
+ * owner refuses a malformed connect body and closes.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "engine/rdma_int.h"
+#include "lunar.h"
+
+#define SEG_SIZE (8u << 20)
+#define MIB	 (1u << 20)
+
+/* ---- the fake device layer ---- */
+static int fake;	      /* 0: the real functions */
+static int fake_opens;	      /* dev_open calls so far */
+static int fake_nodev_at;     /* the open (1-based) that finds no device; 0 none */
+static int fake_connect_rc;   /* what qps_connect returns */
+static int fake_connects;
+
+int __real_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
+			     struct eng_rdma_dev **out);
+void __real_eng_rdma_dev_put(struct eng_rdma_dev *d);
+int __real_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len,
+			     uint32_t *lkey);
+int __real_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner,
+			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine);
+int __real_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
+				const struct eng_rdma_hs *peer, int owner);
+void __real_eng_rdma_qps_destroy(struct eng_rdma_qps *q);
+
+int __wrap_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
+			     struct eng_rdma_dev **out);
+int __wrap_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
+			     struct eng_rdma_dev **out)
+{
+	struct eng_rdma_dev *d;
+
+	if (!fake)
+		return __real_eng_rdma_dev_open(spec, seg_base, seg_size, out);
+	if (++fake_opens == fake_nodev_at)
+		return -ENOENT;
+	d = calloc(1, sizeof(*d));
+	d->seg.mr = calloc(1, sizeof(*d->seg.mr));
+	d->seg.mr->rkey = 0x42;
+	d->seg.base = seg_base;
+	d->seg.len = seg_size;
+	d->mtu = 3;
+	d->port = 1;
+	d->gid[15] = 1;
+	strcpy(d->name, "fake0:1");
+	atomic_init(&d->refs, 1);
+	*out = d;
+	return 0;
+}
+
+void __wrap_eng_rdma_dev_put(struct eng_rdma_dev *d);
+void __wrap_eng_rdma_dev_put(struct eng_rdma_dev *d)
+{
+	if (!fake)
+		return __real_eng_rdma_dev_put(d);
+	free(d->seg.mr);
+	free(d);
+}
+
+int __wrap_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len,
+			     uint32_t *lkey);
+int __wrap_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len,
+			     uint32_t *lkey)
+{
+	if (!fake)
+		return __real_eng_rdma_mem_lkey(d, p, len, lkey);
+	*lkey = 1;
+	return 0;
+}
+
+int __wrap_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner,
+			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine);
+int __wrap_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner,
+			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine)
+{
+	if (!fake)
+		return __real_eng_rdma_qps_create(d, nqp, owner, out, mine);
+	*out = calloc(1, sizeof(**out));
+	(*out)->nqp = nqp;
+	memset(mine, 0, sizeof(*mine));
+	mine->nqp = (uint16_t)nqp;
+	mine->mtu = d->mtu;
+	mine->port = d->port;
+	memcpy(mine->gid, d->gid, 16);
+	for (int i = 0; i < nqp; i++) {
+		mine->qpn[i] = 100 + (uint32_t)i + (owner ? 50u : 0u);
+		mine->psn[i] = (uint32_t)i;
+	}
+	return 0;
+}
+
+int __wrap_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
+				const struct eng_rdma_hs *peer, int owner);
+int __wrap_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
+				const struct eng_rdma_hs *peer, int owner)
+{
+	if (!fake)
+		return __real_eng_rdma_qps_connect(q, mine, peer, owner);
+	fake_connects++;
+	return fake_connect_rc;
+}
+
+void __wrap_eng_rdma_qps_destroy(struct eng_rdma_qps *q);
+void __wrap_eng_rdma_qps_destroy(struct eng_rdma_qps *q)
+{
+	if (!fake)
+		return __real_eng_rdma_qps_destroy(q);
+	free(q);
+}
+
+/* ---- engines ---- */
+struct node {
+	struct eng_engine *e;
+	unsigned char *seg;
+};
+
+static int node_start(struct node *n, const char *rdma)
+{
+	struct eng_config cfg = {
+	    .host = "127.0.0.1", .seg_size = SEG_SIZE, .io_timeout_ms = 10000,
+	    .rdma_devices = rdma,
+	};
+
+	n->seg = calloc(1, SEG_SIZE);
+	cfg.seg_base = n->seg;
+	return eng_engine_create(&cfg, &n->e);
+}
+
+static void node_stop(struct node *n)
+{
+	eng_engine_destroy(n->e);
+	free(n->seg);
+}
+
+static void fill(unsigned char *p, size_t len, unsigned seed)
+{
+	for (size_t i = 0; i < len; i++)
+		p[i] = (unsigned char)rand_r(&seed);
+}
+
+/* Write len bytes a -> b at off and read them back; byte-exact both ways. */
+static void round_trip(struct node *a, struct node *b, uint64_t off, size_t len)
+{
+	unsigned char *src = malloc(len), *dst = calloc(1, len);
+	struct iovec v = {src, len}, w = {dst, len};
+	const char *ep = eng_engine_endpoint(b->e);
+
+	fill(src, len, (unsigned)len);
+	assert_int_equal(eng_xfer(a->e, ep, ENG_WRITE, off, &v, 1, NULL, NULL), 0);
+	assert_memory_equal(b->seg + off, src, len);
+	assert_int_equal(eng_xfer(a->e, ep, ENG_READ, off, &w, 1, NULL, NULL), 0);
+	assert_memory_equal(dst, src, len);
+	free(src);
+	free(dst);
+}
+
+static uint64_t stat_of(struct node *n, enum eng_transport t, int bytes)
+{
+	struct eng_xfer_stats s;
+
+	eng_engine_xfer_stats(n->e, t, &s);
+	return bytes ? s.bytes : s.xfers;
+}
+
+static void test_rdma_fallback_auto_without_device(void **state)
+{
+	struct node a, b;
+
+	(void)state;
+	fake = 0;
+	assert_int_equal(node_start(&a, "auto"), 0);
+	if (eng_engine_rdma_device(a.e)) {
+		node_stop(&a);
+		skip(); /* this host has a device: test_rdma_device covers it */
+	}
+	assert_int_equal(node_start(&b, "auto"), 0);
+	assert_null(eng_engine_rdma_device(b.e));
+	round_trip(&a, &b, 4096, MIB + 7);
+	assert_int_equal(stat_of(&a, ENG_TR_TCP, 0), 2);
+	assert_int_equal(stat_of(&a, ENG_TR_TCP, 1), 2 * (MIB + 7));
+	assert_int_equal(stat_of(&a, ENG_TR_RDMA, 0), 0);
+	node_stop(&b);
+	node_stop(&a);
+}
+
+static void test_rdma_fallback_no_library(void **state)
+{
+	struct node a, b;
+
+	(void)state;
+	fake = 0;
+	setenv(ENG_IBV_LIB_ENV, "/nonexistent/libibverbs.so.1", 1);
+	assert_int_equal(node_start(&a, "auto"), 0);
+	assert_null(eng_engine_rdma_device(a.e));
+	assert_int_equal(node_start(&b, "none"), 0);
+	round_trip(&a, &b, 0, 4096);
+	assert_int_equal(stat_of(&a, ENG_TR_TCP, 0), 2);
+	node_stop(&b);
+	node_stop(&a);
+	/* A device asked for by name that cannot be had: no engine. */
+	assert_int_equal(node_start(&a, "mlx5_0"), LUNAR_ERR_INVALID_PARAMS);
+	free(a.seg);
+	unsetenv(ENG_IBV_LIB_ENV);
+	assert_int_equal(node_start(&a, "nosuchdevice0,nosuchdevice1:2"), LUNAR_ERR_INVALID_PARAMS);
+	free(a.seg);
+}
+
+static void test_rdma_fallback_handshake_fails(void **state)
+{
+	struct node a, b;
+
+	(void)state;
+	fake = 1;
+	fake_opens = fake_nodev_at = fake_connects = 0;
+	fake_connect_rc = -EIO; /* the owner's QPs will not connect */
+	assert_int_equal(node_start(&a, "auto"), 0);
+	assert_int_equal(node_start(&b, "auto"), 0);
+	assert_string_equal(eng_engine_rdma_device(a.e), "fake0:1");
+	round_trip(&a, &b, 123, 3 * MIB);
+	assert_int_equal(fake_connects, 1); /* once: then TCP for a while */
+	assert_int_equal(stat_of(&a, ENG_TR_TCP, 0), 2);
+	assert_int_equal(stat_of(&a, ENG_TR_RDMA, 0), 0);
+	assert_int_equal(eng_engine_rdma_fallbacks(a.e), 2);
+	node_stop(&b);
+	node_stop(&a);
+	fake = 0;
+}
+
+static void test_rdma_fallback_peer_without_device(void **state)
+{
+	struct node a, b;
+
+	(void)state;
+	fake = 1;
+	fake_opens = fake_connects = 0;
+	fake_nodev_at = 2; /* b has none */
+	fake_connect_rc = 0;
+	assert_int_equal(node_start(&a, "auto"), 0);
+	assert_int_equal(node_start(&b, "auto"), 0);
+	assert_null(eng_engine_rdma_device(b.e));
+	round_trip(&a, &b, 0, 64 * 1024);
+	assert_int_equal(fake_connects, 0); /* the owner said no before any QP */
+	assert_int_equal(stat_of(&a, ENG_TR_TCP, 0), 2);
+	assert_int_equal(eng_engine_rdma_fallbacks(a.e), 2);
+	/* And the other way: b has no device, so it never tries. */
+	round_trip(&b, &a, 0, 4096);
+	assert_int_equal(stat_of(&b, ENG_TR_TCP, 0), 2);
+	node_stop(&b);
+	node_stop(&a);
+	fake = 0;
+}
+
+static int raw_connect(const char *ep)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_port = htons((uint16_t)atoi(strrchr(ep, ':') + 1));
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* Send a keyless connect request with body; the reply's status, or 1 when
+ * the connection closed without one. */
+static int send_connect(int fd, const unsigned char *body, uint64_t off, uint64_t len)
+{
+	struct eng_wire_req h = {.magic = ENG_WIRE_REQ_MAGIC, .version = ENG_WIRE_VERSION,
+				 .op = ENG_OP_RDMA_CONNECT, .offset = off, .length = len, .id = 5};
+	struct eng_wire_rep rep;
+
+	eng_wire_req_encode(&h);
+	assert_int_equal(send(fd, &h, sizeof(h), MSG_NOSIGNAL), sizeof(h));
+	assert_int_equal(send(fd, body, ENG_RDMA_HS_SIZE, MSG_NOSIGNAL), ENG_RDMA_HS_SIZE);
+	if (recv(fd, &rep, sizeof(rep), MSG_WAITALL) != sizeof(rep))
+		return 1;
+	eng_wire_rep_decode(&rep);
+	assert_int_equal(rep.magic, ENG_WIRE_REP_MAGIC);
+	return rep.status;
+}
+
+static int closed(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	char c;
+
+	return poll(&p, 1, 5000) == 1 && recv(fd, &c, 1, 0) == 0;
+}
+
+static void test_rdma_fallback_owner_checks_body(void **state)
+{
+	struct eng_rdma_hs h = {.nqp = 2, .mtu = 3, .port = 1, .cap_op = ENG_OP_READ,
+				.qpn = {7, 8}, .gid = {1}};
+	unsigned char body[ENG_RDMA_HS_SIZE], rb[ENG_RDMA_HS_SIZE];
+	struct eng_rdma_hs theirs;
+	struct node b;
+	int fd;
+
+	(void)state;
+	fake = 1;
+	fake_opens = fake_nodev_at = 0;
+	fake_connect_rc = 0;
+	assert_int_equal(node_start(&b, "auto"), 0);
+	/* A malformed body (9 QPs): refused, closed. */
+	eng_rdma_hs_encode(&h, body);
+	body[6] = 9;
+	fd = raw_connect(eng_engine_endpoint(b.e));
+	assert_int_equal(send_connect(fd, body, 0, 4096), LUNAR_ERR_PROTOCOL);
+	assert_true(closed(fd));
+	close(fd);
+	/* A range outside the segment: refused, closed. */
+	eng_rdma_hs_encode(&h, body);
+	fd = raw_connect(eng_engine_endpoint(b.e));
+	assert_int_equal(send_connect(fd, body, SEG_SIZE - 10, 11), LUNAR_ERR_INVALID_PARAMS);
+	assert_true(closed(fd));
+	close(fd);
+	/* A good one: the owner's body, which decodes; held until we close. */
+	fd = raw_connect(eng_engine_endpoint(b.e));
+	assert_int_equal(send_connect(fd, body, 0, 4096), 0);
+	assert_int_equal(recv(fd, rb, sizeof(rb), MSG_WAITALL), sizeof(rb));
+	assert_int_equal(eng_rdma_hs_decode(rb, sizeof(rb), 1, &theirs), 0);
+	assert_int_equal(theirs.nqp, 2);
+	assert_int_equal(theirs.rkey, 0x42);
+	assert_int_equal(theirs.length, SEG_SIZE);
+	close(fd);
+	node_stop(&b); /* joins the holding thread: no leak under ASan */
+	fake = 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_rdma_fallback_auto_without_device),
+	    cmocka_unit_test(test_rdma_fallback_no_library),
+	    cmocka_unit_test(test_rdma_fallback_handshake_fails),
+	    cmocka_unit_test(test_rdma_fallback_peer_without_device),
+	    cmocka_unit_test(test_rdma_fallback_owner_checks_body),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
