@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "etcd/etcd.h"
 #include "etcd/leader.h"
@@ -202,6 +203,11 @@ static void campaign(struct mst_ha *h)
 	}
 	h->lease = id;
 	h->view = (uint64_t)rev;
+	/* Versions of this term above every older view's (rebuild.c: per key
+	 * the highest reported version wins); views are etcd revisions. */
+	lc_fetch_add_relaxed(&h->m->next_obj_id, (h->view << 32) > h->m->next_obj_id
+						     ? (h->view << 32) - h->m->next_obj_id
+						     : 0);
 	h->fenced = 0;
 	mst_ha_gate_lead(h->g, h->view, fence_of(h, t0, granted));
 	LC_INFO("ha", "leading %s in view %llu (lease %llx, %llds, via %s)", h->key,
