@@ -241,6 +241,7 @@ COMP_test_rpc_auth := proto
 # masters' RPC (test_ha) themselves.
 COMP_test_etcd := master proto etcd
 COMP_test_ha := proto etcd
+COMP_test_ha_failover := etcd
 $(foreach t,$(UNIT_BINS),$(eval $(call link,$(t),tests/unit/$(notdir $(t)).c \
 	$(SRC_$(notdir $(t))),$(COMPONENTS) tests)))
 $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t)).c \

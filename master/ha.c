@@ -209,6 +209,8 @@ static void campaign(struct mst_ha *h)
 						     ? (h->view << 32) - h->m->next_obj_id
 						     : 0);
 	h->fenced = 0;
+	__atomic_store_n(&h->m->rebuild.proxies_done, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&h->m->rebuild.lead_ms, lc_now_ms(), __ATOMIC_RELAXED);
 	mst_ha_gate_lead(h->g, h->view, fence_of(h, t0, granted));
 	LC_INFO("ha", "leading %s in view %llu (lease %llx, %llds, via %s)", h->key,
 		(unsigned long long)h->view, (unsigned long long)id, (long long)granted,

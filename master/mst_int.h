@@ -123,10 +123,17 @@ struct mst_rebuild_ctr {
 	uint64_t merged;	/* reports that added replicas to a known object */
 	uint64_t refused;	/* reports not taken (older, range taken, no segment...) */
 	uint64_t proxies_done;	/* proxies that sent their last batch */
+	uint64_t lead_ms;	/* when this master began to lead (ha.c); 0 never */
 	uint64_t first_ms;	/* CLOCK_MONOTONIC ms of the first report, 0 none */
 	uint64_t last_ms;	/* and of the latest */
 };
 
+/* mst_rebuild_settling - 1 while a new leader waits for the proxies'
+ * reports before it places anything (reported ranges come first): until
+ * every mounted segment's owner sent its last batch (and 300 ms passed),
+ * or MST_REBUILD_GRACE_MS after it began to lead. Lock-free. */
+#define MST_REBUILD_GRACE_MS 3000
+int mst_rebuild_settling(struct mst_master *m);
 /* mst_rebuild_report - ReportObjects (rebuild.c). 0 or -ENOMEM. */
 int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
 

@@ -49,8 +49,8 @@ static int take_ranges(struct mst_master *m, const Lunar__ReportedObject *ro,
 		else if (!first)
 			first = rc == -EEXIST	? LUNAR_ERR_NO_AVAILABLE_HANDLE
 				: rc == -ENOMEM ? LUNAR_ERR_INTERNAL
-				: rc < 0	? LUNAR_ERR_INVALID_PARAMS
-						: rc;
+				: rc == -EINVAL ? LUNAR_ERR_INVALID_PARAMS
+						: rc; /* SEGMENT_NOT_FOUND */
 	}
 	return n ? n : first ? first : LUNAR_ERR_INVALID_PARAMS;
 }
@@ -155,6 +155,20 @@ static int rebuild_one(struct mst_master *m, uint64_t client, const char *tenant
 	}
 	pthread_mutex_unlock(&s->lock);
 	return n;
+}
+
+int mst_rebuild_settling(struct mst_master *m)
+{
+	uint64_t lead = __atomic_load_n(&m->rebuild.lead_ms, __ATOMIC_RELAXED), now;
+
+	if (!lead)
+		return 0;
+	now = lc_now_ms();
+	if (now - lead >= MST_REBUILD_GRACE_MS)
+		return 0;
+	return now - lead < 300 || !__atomic_load_n(&m->segs.n, __ATOMIC_RELAXED) ||
+	       __atomic_load_n(&m->rebuild.proxies_done, __ATOMIC_RELAXED) <
+		   __atomic_load_n(&m->segs.n, __ATOMIC_RELAXED);
 }
 
 int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)

@@ -485,6 +485,8 @@ int mst_place(struct mst_master *m, uint64_t client, uint64_t len, unsigned want
 	struct placer p = {.m = m, .client = client, .len = len, .want = want, .out = out};
 	ssize_t i;
 
+	if (mst_rebuild_settling(m)) /* HA: reported ranges first */
+		return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
 	pthread_rwlock_rdlock(&m->segs.lock);
 	p.tried = calloc(m->segs.n + 1, 1);
 	if (!p.tried) {

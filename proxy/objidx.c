@@ -174,6 +174,8 @@ struct batch {
 	Lunar__Placement pl[BATCH * 2], *plp[BATCH * 2];
 	size_t npl;
 	int missing; /* some placement's segment is not mounted yet */
+	uint64_t refused; /* objects the leader could not take, but for newer values */
+	int why;	  /* the first such code */
 };
 
 /* Send b's objects; codes tallied. 0 or the call's code. */
@@ -190,8 +192,11 @@ static int batch_send(struct px_proxy *px, struct batch *b, int last)
 	if (rc)
 		return rc;
 	r = (const Lunar__ReportObjectsReply *)rep;
-	for (size_t i = 0; i < r->n_codes; i++)
+	for (size_t i = 0; i < r->n_codes; i++) {
 		b->missing |= r->codes[i] == LUNAR_ERR_SEGMENT_NOT_FOUND;
+		if (r->codes[i] && r->codes[i] != LUNAR_ERR_OBJECT_ALREADY_EXISTS && !b->refused++)
+			b->why = r->codes[i];
+	}
 	protobuf_c_message_free_unpacked(rep, NULL);
 	b->rq.n_objects = 0;
 	b->npl = 0;
@@ -252,6 +257,9 @@ int px_objidx_report(struct px_proxy *px, int *again)
 	*again = b->missing && ++x->tries < REPORT_TRIES;
 	if (!*again)
 		x->tries = 0;
+	if (b->refused)
+		LC_WARN("proxy", "the leader could not take %llu reported object(s): %s",
+			(unsigned long long)b->refused, lunar_strerror(b->why));
 	LC_INFO("proxy", "reported %llu object(s) to the leader in %llu ms%s%s",
 		(unsigned long long)n, (unsigned long long)(lc_now_ms() - t0),
 		rc ? ": " : "", rc ? lunar_strerror(rc) : b->missing ? " (some segments not "
