@@ -204,6 +204,9 @@ static void start_cluster(void)
 	H_ASSERT(leader(ELECT_MS, -1) >= 0);
 	start_proxy(0);
 	start_proxy(1);
+	/* A new leader places nothing until the proxies have reported (or
+	 * MST_REBUILD_GRACE_MS): the load starts after that. */
+	h_sleep_ms(3200);
 }
 
 static void loads_start(struct load *l)
