@@ -47,7 +47,7 @@ auth_SRC := $(wildcard auth/*.c)
 AUTH := $(if $(auth_SRC),auth)
 
 # Libraries, in link order (a library before those it uses).
-COMPONENTS := proxy engine disk master proto $(AUTH) shmlib common
+COMPONENTS := proxy engine disk master proto etcd $(AUTH) shmlib common
 
 # libc, and lunar.h for the public error codes (SPEC §9).
 common_SRC := $(wildcard common/*.c)
@@ -65,7 +65,7 @@ auth_PKGS := libsodium
 
 proto_SRC := $(BUILD)/proto/lunar.pb-c.c $(wildcard proto/*.c)
 proto_API := -Iproto -I$(BUILD)/proto
-proto_SEES := common shmlib $(AUTH)
+proto_SEES := etcd common shmlib $(AUTH)
 proto_PKGS := libprotobuf-c
 # Debian's libnng-dev ships no nng.pc: a plain -lnng (rpc_client.c dials).
 proto_LIBS := -lnng
@@ -79,29 +79,37 @@ disk_API := $(call exports,disk,disk/disk.h)
 disk_SEES := common shmlib
 disk_PKGS := liburing
 
+# etcd/: the etcd v3 client (JSON gateway over libcurl) and the leader key's
+# format: the masters' election, and leader discovery for every program given
+# --master etcd://... A program links libcurl only when it links this layer.
+etcd_SRC := $(wildcard etcd/*.c)
+etcd_API := $(call exports,etcd,etcd/etcd.h etcd/leader.h)
+etcd_SEES := common
+etcd_PKGS := libcurl
+
 # Debian's libnng-dev ships CMake files but no nng.pc: a plain -lnng.
 master_SRC := $(filter-out master/main.c,$(wildcard master/*.c))
 master_MAIN := master/main.c
 master_API := $(call exports,master,master/master.h)
-master_SEES := proto common shmlib $(AUTH)
+master_SEES := proto etcd common shmlib $(AUTH)
 master_PKGS := libprotobuf-c
 master_LIBS := -lnng -lm
 
 # The proxy embeds the master through master.h only.
 proxy_SRC := $(filter-out proxy/main.c,$(wildcard proxy/*.c))
 proxy_MAIN := proxy/main.c
-proxy_SEES := engine disk master proto common shmlib $(AUTH)
+proxy_SEES := engine disk master proto etcd common shmlib $(AUTH)
 proxy_PKGS := libprotobuf-c
 proxy_LIBS := -lnng
 
 # Compile-only layers: programs and tests.
 # tools: lunarctl and memc-bench, applications of liblunar.
 tools_SRC := $(filter-out tools/lunar-bench.c,$(wildcard tools/*.c tools/ctl/*.c))
-tools_SEES := shmlib common $(AUTH)
+tools_SEES := shmlib common etcd $(AUTH)
 tools_LIBS := -lm
 # bench: lunar-bench, whose --master mode speaks the master's RPC.
 bench_SRC := tools/lunar-bench.c $(wildcard tools/bench/*.c)
-bench_SEES := shmlib common proto master $(AUTH)
+bench_SEES := shmlib common proto etcd master $(AUTH)
 bench_LIBS := -lnng -lm
 # tests see everything, internals included (-I.: "engine/eng_int.h").
 tests_SRC := $(wildcard tests/unit/*.c tests/integration/*.c)
@@ -212,15 +220,13 @@ $(LIBLUNAR_SO1): shmlib/liblunar.map
 $(LIBLUNAR_SO): $(LIBLUNAR_SO1)
 	$(Q)ln -sf $(<F) $@
 
-DAEMON := proxy engine disk master proto $(AUTH) common
-$(eval $(call link,$(BUILD)/bin/lunar-master,$(master_MAIN),master proto $(AUTH) common))
-# lunar-master's etcd client (master/etcd.c, HA) only: the proxy links no curl.
-LINK_lunar-master = $(call pkg,libs,libcurl)
-LINK_test_etcd = $(call pkg,libs,libcurl)
+DAEMON := proxy engine disk master proto etcd $(AUTH) common
+$(eval $(call link,$(BUILD)/bin/lunar-master,$(master_MAIN),master proto etcd $(AUTH) common))
 $(eval $(call link,$(BUILD)/bin/lunar-proxy,$(proxy_MAIN),$(DAEMON)))
-$(eval $(call link,$(BUILD)/bin/lunar-bench,$(bench_SRC),bench shmlib master proto $(AUTH) common))
+$(eval $(call link,$(BUILD)/bin/lunar-bench,$(bench_SRC),bench shmlib master proto etcd $(AUTH) \
+	common))
 $(eval $(call link,$(BUILD)/bin/lunarctl,tools/lunarctl.c $(wildcard tools/ctl/*.c),tools shmlib \
-	$(AUTH) common))
+	etcd $(AUTH) common))
 # memc-bench shares lunar-bench's pattern, percentiles and byte checks.
 $(eval $(call link,$(BUILD)/bin/memc-bench,tools/memc-bench.c tools/bench/util.c,tools common))
 
@@ -236,8 +242,9 @@ SRC_test_bench_util := tools/bench/util.c
 COMP_test_rpc_auth := proto
 # The HA tests speak to etcd (test_etcd: the master's etcd client) and to the
 # masters' RPC (test_ha) themselves.
-COMP_test_etcd := master proto
-COMP_test_ha := proto
+COMP_test_etcd := master proto etcd
+COMP_test_ha := proto etcd
+COMP_test_ha_failover := etcd
 $(foreach t,$(UNIT_BINS),$(eval $(call link,$(t),tests/unit/$(notdir $(t)).c \
 	$(SRC_$(notdir $(t))),$(COMPONENTS) tests)))
 $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t)).c \

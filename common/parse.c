@@ -91,6 +91,12 @@ int lc_parse_rpc_url(const char *s)
 		return -EINVAL;
 	if (!strncmp(s, "ipc://", 6))
 		return s[6] ? 0 : -EINVAL;
+	if (!strncmp(s, "etcd://", 7)) {
+		/* "etcd://h1:2379,h2:2379/C": endpoints, then the cluster id */
+		const char *slash = strrchr(s + 7, '/');
+
+		return slash && slash > s + 7 && slash[1] ? 0 : -EINVAL;
+	}
 	if (strncmp(s, "tcp://", 6))
 		return -EINVAL;
 	s += 6;

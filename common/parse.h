@@ -19,9 +19,10 @@ int lc_parse_u64(const char *s, uint64_t *v);
 int lc_parse_ratio(const char *s, double *v);
 
 /* The master addresses lunar-proxy --master and lunar-bench --master take. */
-#define LC_RPC_URL_FORMS "tcp://HOST:PORT or ipc://PATH"
+#define LC_RPC_URL_FORMS "tcp://HOST:PORT, ipc://PATH or etcd://HOST:PORT[,HOST:PORT...]/CLUSTER"
 /* lc_parse_rpc_url - 0 when s has one of LC_RPC_URL_FORMS' shapes (a
- * nonempty host and a port 1..65535, or a nonempty path), else -EINVAL. It
+ * nonempty host and a port 1..65535, a nonempty path, or etcd endpoints and
+ * a cluster id after the last '/'), else -EINVAL. It
  * checks the shape only: nothing is resolved or dialled. */
 int lc_parse_rpc_url(const char *s);
 

@@ -44,6 +44,8 @@ struct lc_ralloc {
 	uint64_t hmask, nalloc;
 	struct lc_range *spare; /* pooled unused blocks, linked by next */
 	struct chunk *chunks;
+	struct lc_range *head; /* the block at offset 0: never released */
+	struct lc_range *hint; /* lc_ralloc_take_at's last stop, to walk from */
 };
 
 static unsigned bin_of(uint64_t len)
@@ -206,6 +208,7 @@ struct lc_ralloc *lc_ralloc_create(uint64_t size, uint64_t align)
 		goto err_hash;
 	b->len = a->capacity;
 	free_insert(a, b);
+	a->head = a->hint = b;
 	return a;
 err_hash:
 	free(a->hash);
@@ -360,6 +363,78 @@ struct lc_range *lc_ralloc_take(struct lc_ralloc *a, uint64_t len, uint64_t *off
 
 	if (b)
 		*off = b->off;
+	return b;
+}
+
+/* Link n into the address list right after b. */
+static void link_after(struct lc_range *b, struct lc_range *n)
+{
+	n->prev = b;
+	n->next = b->next;
+	if (b->next)
+		b->next->prev = n;
+	b->next = n;
+}
+
+/* The block holding off: walked from the hint, which take_at leaves just
+ * past its range, so ranges taken in ascending order cost O(1) each. */
+static struct lc_range *block_at(struct lc_ralloc *a, uint64_t off)
+{
+	struct lc_range *b = a->hint && a->hint->free != 2 ? a->hint : a->head;
+
+	while (b && b->off > off)
+		b = b->prev;
+	while (b && b->off + b->len <= off)
+		b = b->next;
+	return b;
+}
+
+struct lc_range *lc_ralloc_take_at(struct lc_ralloc *a, uint64_t off, uint64_t len, int *err)
+{
+	struct lc_range *b, *n[2];
+
+	len = lc_ralloc_round(a, len);
+	if (!len || (off & (a->align - 1)) || off > a->capacity || len > a->capacity - off) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	b = block_at(a, off);
+	if (!b || b->free != 1 || off + len > b->off + b->len) {
+		*err = -EEXIST;
+		return NULL;
+	}
+	n[0] = blk_new(a);
+	n[1] = n[0] ? blk_new(a) : NULL;
+	if (!n[1]) {
+		if (n[0])
+			blk_release(a, n[0]);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	free_remove(a, b);
+	if (b->off < off) { /* the head of b stays free */
+		n[0]->off = off;
+		n[0]->len = b->off + b->len - off;
+		link_after(b, n[0]);
+		b->len = off - b->off;
+		free_insert(a, b);
+		b = n[0];
+		n[0] = NULL;
+	}
+	if (b->len > len) { /* and its tail */
+		n[1]->off = off + len;
+		n[1]->len = b->len - len;
+		link_after(b, n[1]);
+		b->len = len;
+		free_insert(a, n[1]);
+		n[1] = NULL;
+	}
+	for (int i = 0; i < 2; i++)
+		if (n[i])
+			blk_release(a, n[i]);
+	b->free = 0;
+	a->used += len;
+	a->hint = b->next ? b->next : b;
 	return b;
 }
 

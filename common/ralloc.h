@@ -29,6 +29,14 @@ int lc_ralloc_get(struct lc_ralloc *a, uint64_t len, uint64_t *off);
  */
 struct lc_range;
 struct lc_range *lc_ralloc_take(struct lc_ralloc *a, uint64_t len, uint64_t *off, int *err);
+/*
+ * lc_ralloc_take_at - allocate exactly [off, off + len) (len rounded up),
+ * known by its handle as lc_ralloc_take's: for rebuilding an allocator from
+ * ranges already in use (an HA failover). Cheap when called in ascending
+ * offset order. NULL with *err -EINVAL (off unaligned or past the end),
+ * -EEXIST (part of the range is allocated) or -ENOMEM.
+ */
+struct lc_range *lc_ralloc_take_at(struct lc_ralloc *a, uint64_t off, uint64_t len, int *err);
 /* lc_ralloc_give - free a range r of a's from lc_ralloc_take, and give the
  * length it had allocated (len rounded up) in *freed (if not NULL). Returns
  * 0, or -EINVAL if r is not allocated: a range given twice is caught unless

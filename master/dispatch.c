@@ -259,6 +259,7 @@ static int call(struct mst_master *m, uint32_t method, const ProtobufCMessage *r
 	case LUNAR__METHOD__BATCH_GET_REPLICA_LIST:
 	case LUNAR__METHOD__BATCH_EXIST_KEY: return mst_batch_keys(m, method, req, rep);
 	case LUNAR__METHOD__BATCH_LEASE_RELEASE: return mst_batch_lease_release(m, req, rep);
+	case LUNAR__METHOD__REPORT_OBJECTS: return mst_rebuild_report(m, req, rep);
 	case LUNAR__METHOD__OFFLOAD_DONE:
 	case LUNAR__METHOD__DISK_REPLICAS_REMOVE:
 	case LUNAR__METHOD__DISK_REPLICAS_ADD: return mst_disk_dispatch(m, method, req, rep);

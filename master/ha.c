@@ -18,8 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "clock.h"
-#include "etcd.h"
+#include "etcd/etcd.h"
+#include "etcd/leader.h"
 #include "log.h"
 #include "mst_ha.h"
 #include "mst_int.h"
@@ -33,9 +35,10 @@
 struct mst_ha {
 	struct mst_master *m;
 	struct mst_ha_gate *g;
-	struct mst_etcd *e;
+	struct etcd_client *e;
 	char key[KEY_MAX];
 	char self[MST_HA_ADDR_MAX];
+	char value[2 * MST_HA_ADDR_MAX + 32]; /* what the leader key holds: leader.h */
 	uint64_t ttl_ms, tick_ms;
 	int64_t lease; /* ours while leading, else 0 */
 	uint64_t view; /* ours while leading */
@@ -61,7 +64,7 @@ void mst_ha_config_defaults(struct mst_ha_config *c)
 int mst_ha_flag_has(const char *name)
 {
 	return !strcmp(name, "etcd") || !strcmp(name, "cluster-id") || !strcmp(name, "advertise") ||
-	       !strcmp(name, "etcd-lease-ttl");
+	       !strcmp(name, "advertise-http") || !strcmp(name, "etcd-lease-ttl");
 }
 
 int mst_ha_config_set(struct mst_ha_config *c, const char *name, const char *value)
@@ -74,6 +77,8 @@ int mst_ha_config_set(struct mst_ha_config *c, const char *name, const char *val
 			   : -EINVAL;
 	if (!strcmp(name, "advertise"))
 		return *(c->advertise = value) ? 0 : -EINVAL;
+	if (!strcmp(name, "advertise-http"))
+		return strncmp(c->advertise_http = value, "http://", 7) ? -EINVAL : 0;
 	if (!strcmp(name, "etcd-lease-ttl"))
 		return lc_parse_duration_ms(value, &c->lease_ttl_ms) || c->lease_ttl_ms < 2000 ||
 			       c->lease_ttl_ms > 3600000
@@ -103,6 +108,8 @@ const char *mst_ha_usage(void)
 	       "(http://h:2379,...)\n"
 	       "  --cluster-id NAME                the election's key: /lunar/NAME/leader (lunar)\n"
 	       "  --advertise tcp://HOST:PORT      this master's address, as proxies dial it\n"
+	       "  --advertise-http http://H:P      its HTTP address, for lunarctl (the\n"
+	       "                                   --advertise host and --http-port)\n"
 	       "  --etcd-lease-ttl DURATION        leader lease; fenced after half of it (5s)\n";
 }
 
@@ -141,7 +148,7 @@ static void lose(struct mst_ha *h, const char *why)
 	mst_ha_gate_follow(h->g, "", 0);
 	LC_WARN("ha", "lost the lead of view %llu: %s; standing by until restarted",
 		(unsigned long long)h->view, why);
-	if (h->lease && mst_etcd_lease_revoke(h->e, h->lease) == 0)
+	if (h->lease && etcd_lease_revoke(h->e, h->lease) == 0)
 		LC_INFO("ha", "revoked lease %llx", (unsigned long long)h->lease);
 	h->lease = 0;
 	h->deposed = 1;
@@ -151,9 +158,9 @@ static void lose(struct mst_ha *h, const char *why)
 static void lead_tick(struct mst_ha *h)
 {
 	uint64_t t0 = lc_now_ms();
-	struct mst_etcd_kv kv;
+	struct etcd_kv kv;
 	int64_t ttl = 0;
-	int rc = mst_etcd_lease_keepalive(h->e, h->lease, &ttl);
+	int rc = etcd_lease_keepalive(h->e, h->lease, &ttl);
 
 	if (rc == 0 && ttl <= 0) {
 		lose(h, "the lease expired");
@@ -163,7 +170,7 @@ static void lead_tick(struct mst_ha *h)
 		mst_ha_gate_renew(h->g, fence_of(h, t0, ttl));
 		if (h->fenced)
 			LC_INFO("ha", "lease renewed through %s: leading view %llu again",
-				mst_etcd_endpoint(h->e), (unsigned long long)h->view);
+				etcd_endpoint(h->e), (unsigned long long)h->view);
 		h->fenced = 0;
 	} else if (!h->fenced &&
 		   lc_now_ms() >= __atomic_load_n(&h->g->fence_ms, __ATOMIC_RELAXED)) {
@@ -173,7 +180,7 @@ static void lead_tick(struct mst_ha *h)
 	}
 	if (rc)
 		return;
-	rc = mst_etcd_get(h->e, h->key, &kv);
+	rc = etcd_get(h->e, h->key, &kv);
 	if (rc == -ENOENT || (!rc && ((uint64_t)kv.create_rev != h->view || kv.lease != h->lease)))
 		lose(h, "the leader key is gone or not ours");
 }
@@ -183,36 +190,45 @@ static void campaign(struct mst_ha *h)
 {
 	uint64_t t0 = lc_now_ms();
 	int64_t id, granted, rev;
-	int rc = mst_etcd_lease_grant(h->e, (int64_t)((h->ttl_ms + 999) / 1000), &id, &granted);
+	int rc = etcd_lease_grant(h->e, (int64_t)((h->ttl_ms + 999) / 1000), &id, &granted);
 
 	if (rc)
 		return;
-	rc = mst_etcd_create(h->e, h->key, h->self, id, &rev);
+	rc = etcd_create(h->e, h->key, h->value, id, &rev);
 	if (rc) {
 		/* Lost, or unknown (a timeout may have created it): the key goes
 		 * with the lease either way. */
-		mst_etcd_lease_revoke(h->e, id);
+		etcd_lease_revoke(h->e, id);
 		return;
 	}
 	h->lease = id;
 	h->view = (uint64_t)rev;
+	/* Versions of this term above every older view's (rebuild.c: per key
+	 * the highest reported version wins); views are etcd revisions. */
+	lc_fetch_add_relaxed(&h->m->next_obj_id, (h->view << 32) > h->m->next_obj_id
+						     ? (h->view << 32) - h->m->next_obj_id
+						     : 0);
 	h->fenced = 0;
+	__atomic_store_n(&h->m->rebuild.proxies_done, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&h->m->rebuild.lead_ms, lc_now_ms(), __ATOMIC_RELAXED);
 	mst_ha_gate_lead(h->g, h->view, fence_of(h, t0, granted));
 	LC_INFO("ha", "leading %s in view %llu (lease %llx, %llds, via %s)", h->key,
 		(unsigned long long)h->view, (unsigned long long)id, (long long)granted,
-		mst_etcd_endpoint(h->e));
+		etcd_endpoint(h->e));
 }
 
 static void standby_tick(struct mst_ha *h)
 {
-	struct mst_etcd_kv kv;
-	int rc = mst_etcd_get(h->e, h->key, &kv);
+	struct etcd_kv kv;
+	struct etcd_leader l;
+	int rc = etcd_get(h->e, h->key, &kv);
 
+	if (rc == 0 && etcd_leader_decode(kv.value, kv.value_len, &l))
+		snprintf(l.rpc, sizeof(l.rpc), "unreadable");
 	if (rc == 0 && (uint64_t)kv.create_rev != __atomic_load_n(&h->g->view, __ATOMIC_RELAXED))
-		LC_INFO("ha", "standing by: %s leads in view %lld", kv.value,
-			(long long)kv.create_rev);
+		LC_INFO("ha", "standing by: %s leads in view %lld", l.rpc, (long long)kv.create_rev);
 	if (rc == 0)
-		mst_ha_gate_follow(h->g, kv.value, (uint64_t)kv.create_rev);
+		mst_ha_gate_follow(h->g, l.rpc, (uint64_t)kv.create_rev);
 	else if (rc == -ENOENT)
 		mst_ha_gate_follow(h->g, "", 0);
 	if (rc == -ENOENT && !h->deposed)
@@ -277,7 +293,10 @@ int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*dep
 	h->arg = arg;
 	snprintf(h->key, sizeof(h->key), "/lunar/%s/leader", c->cluster_id);
 	snprintf(h->self, sizeof(h->self), "%s", c->advertise);
-	if ((rc = mst_etcd_alloc(c->etcd, (unsigned)h->tick_ms, &h->cancel, &h->e)))
+	rc = -EINVAL;
+	if (etcd_leader_encode(h->self, c->advertise_http, h->value, sizeof(h->value)) < 0)
+		goto err_free;
+	if ((rc = etcd_alloc(c->etcd, (unsigned)h->tick_ms, &h->cancel, &h->e)))
 		goto err_free;
 	rc = -ENOMEM;
 	if (!(h->g = mst_ha_gate_alloc(c->advertise, c->cluster_id)))
@@ -297,7 +316,7 @@ err_sync:
 err_gate:
 	mst_ha_gate_free(h->g);
 err_etcd:
-	mst_etcd_free(h->e);
+	etcd_free(h->e);
 err_free:
 	free(h);
 	return rc;
@@ -316,7 +335,7 @@ void mst_ha_stop(struct mst_ha *h)
 	pthread_join(h->thread, NULL);
 	h->running = 0;
 	__atomic_store_n(&h->cancel, 0, __ATOMIC_RELEASE);
-	if (h->lease && mst_etcd_lease_revoke(h->e, h->lease) == 0)
+	if (h->lease && etcd_lease_revoke(h->e, h->lease) == 0)
 		LC_INFO("ha", "stepped down from view %llu", (unsigned long long)h->view);
 	h->lease = 0;
 }
@@ -330,6 +349,6 @@ void mst_ha_free(struct mst_ha *h)
 	mst_ha_gate_free(h->g);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->cond);
-	mst_etcd_free(h->e);
+	etcd_free(h->e);
 	free(h);
 }

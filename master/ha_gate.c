@@ -167,6 +167,7 @@ void mst_ha_metrics(struct mst_master *m, FILE *f)
 		"# TYPE lunar_master_ha_refused_total counter\n"
 		"lunar_master_ha_refused_total %llu\n",
 		(unsigned long long)__atomic_load_n(&g->refused, __ATOMIC_RELAXED));
+	mst_rebuild_metrics(m, f);
 }
 
 int mst_ha_http(struct mst_master *m, struct lc_http_reply *rep)

@@ -233,6 +233,22 @@ static void on_deposed(void *arg)
 	kill(getpid(), SIGUSR1);
 }
 
+/* The election, with the HTTP address lunarctl finds in the leader key:
+ * --advertise-http, else the --advertise host and --http-port. */
+static int ha_start(const struct opts *o, struct mst_master *m, struct mst_ha **ha)
+{
+	struct mst_ha_config c = o->ha;
+	char http[300];
+	const char *host = c.advertise + 6; /* mst_ha_config_check: tcp://HOST:PORT */
+
+	if (!c.advertise_http && o->http_port) {
+		snprintf(http, sizeof(http), "http://%.*s:%u", (int)(strrchr(host, ':') - host),
+			 host, (unsigned)o->http_port);
+		c.advertise_http = http;
+	}
+	return mst_ha_start(m, &c, on_deposed, NULL, ha);
+}
+
 static int serve(const struct opts *o, const sigset_t *sigs)
 {
 	struct mst_master *m;
@@ -247,7 +263,7 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 	if (mst_master_create(&o->cfg, &m))
 		return 1; /* logged */
 	face.m = m;
-	if (o->ha.etcd && (rc = mst_ha_start(m, &o->ha, on_deposed, NULL, &ha))) {
+	if (o->ha.etcd && (rc = ha_start(o, m, &ha))) {
 		LC_ERROR("master", "cannot start the etcd election: %s", strerror(-rc));
 		mst_master_destroy(m);
 		return 1;

@@ -75,6 +75,9 @@ void mst_ha_gate_follow(struct mst_ha_gate *g, const char *leader, uint64_t view
 /* mst_ha_metrics - lunar_master_is_leader, _view, _failovers_total and
  * _ha_refused_total into f (nothing without HA). Any thread. */
 void mst_ha_metrics(struct mst_master *m, FILE *f);
+/* mst_rebuild_metrics - the HA rebuild figures (rebuild.c) into f: objects
+ * reported and rebuilt, proxies done, seconds the rebuild took so far. */
+void mst_rebuild_metrics(struct mst_master *m, FILE *f);
 /* mst_ha_http - GET /admin/ha: {"ha": bool, "role", "leader", "self",
  * "view", "fenced", "cluster_id"} as JSON in rep. 0, or -1 on ENOMEM. */
 int mst_ha_http(struct mst_master *m, struct lc_http_reply *rep);

@@ -116,6 +116,27 @@ enum mst_reject {
 };
 
 /* Counters for /metrics: atomics, relaxed. */
+/* HA rebuild figures, all atomic (rebuild.c). */
+struct mst_rebuild_ctr {
+	uint64_t reported;	/* objects proxies reported */
+	uint64_t rebuilt;	/* objects recreated from reports */
+	uint64_t merged;	/* reports that added replicas to a known object */
+	uint64_t refused;	/* reports not taken (older, range taken, no segment...) */
+	uint64_t proxies_done;	/* proxies that sent their last batch */
+	uint64_t lead_ms;	/* when this master began to lead (ha.c); 0 never */
+	uint64_t first_ms;	/* CLOCK_MONOTONIC ms of the first report, 0 none */
+	uint64_t last_ms;	/* and of the latest */
+};
+
+/* mst_rebuild_settling - 1 while a new leader waits for the proxies'
+ * reports before it places anything (reported ranges come first): until
+ * every mounted segment's owner sent its last batch (and 300 ms passed),
+ * or MST_REBUILD_GRACE_MS after it began to lead. Lock-free. */
+#define MST_REBUILD_GRACE_MS 3000
+int mst_rebuild_settling(struct mst_master *m);
+/* mst_rebuild_report - ReportObjects (rebuild.c). 0 or -ENOMEM. */
+int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
+
 struct mst_counters {
 	uint64_t rpc_rejected[MST_REJ_MAX];
 	uint64_t unauthorized[MST_METHODS_MAX]; /* authentic calls refused, by method */
@@ -156,6 +177,7 @@ struct mst_master {
 	struct mst_tenants tenants;
 	struct mst_offload offload;
 	struct mst_counters ctr;
+	struct mst_rebuild_ctr rebuild; /* HA: objects proxies reported (rebuild.c) */
 	uint64_t n_complete, n_processing; /* atomics */
 	uint64_t capacity, used;	   /* atomics, bytes over all segments */
 	uint64_t next_obj_id;		   /* atomic; also numbers object versions */
@@ -250,6 +272,12 @@ uint64_t mst_segments_largest(struct mst_master *m);
  */
 int mst_place(struct mst_master *m, uint64_t client, uint64_t len, unsigned want,
 	      char *const *preferred, size_t npreferred, struct mst_replica *out);
+/* mst_segment_take_at - allocate exactly [off, off + len) on the segment
+ * called name into *r (an HA rebuild: a range a proxy reports in use). 0,
+ * LUNAR_ERR_SEGMENT_NOT_FOUND, -EEXIST (part of it is taken), -EINVAL or
+ * -ENOMEM. Takes the segment table and segment locks. */
+int mst_segment_take_at(struct mst_master *m, const char *name, uint64_t off, uint64_t len,
+			struct mst_replica *r);
 /* mst_replica_free - give a replica's range back to its segment. */
 void mst_replica_free(struct mst_master *m, const struct mst_replica *r);
 

@@ -346,6 +346,35 @@ static int segment_get(struct mst_master *m, struct mst_segment *s, uint64_t len
 	return 0;
 }
 
+int mst_segment_take_at(struct mst_master *m, const char *name, uint64_t off, uint64_t len,
+			struct mst_replica *r)
+{
+	struct mst_segment *s;
+	ssize_t i;
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&m->segs.lock);
+	i = segtab_find(&m->segs, name);
+	if (i < 0) {
+		pthread_rwlock_unlock(&m->segs.lock);
+		return LUNAR_ERR_SEGMENT_NOT_FOUND;
+	}
+	s = m->segs.v[i];
+	pthread_mutex_lock(&s->lock);
+	r->range = lc_ralloc_take_at(s->ra, off, len, &rc);
+	if (r->range)
+		LC_WRITE_ONCE(s->used, s->used + lc_ralloc_round(s->ra, len));
+	pthread_mutex_unlock(&s->lock);
+	pthread_rwlock_unlock(&m->segs.lock);
+	if (!r->range)
+		return rc;
+	r->seg = s;
+	r->off = off;
+	r->len = len;
+	lc_fetch_add_relaxed(&m->used, lc_ralloc_round(s->ra, len));
+	return 0;
+}
+
 void mst_replica_free(struct mst_master *m, const struct mst_replica *r)
 {
 	struct mst_segment *s = r->seg;
@@ -468,6 +497,8 @@ int mst_place(struct mst_master *m, uint64_t client, uint64_t len, unsigned want
 	struct placer p = {.m = m, .client = client, .len = len, .want = want, .out = out};
 	ssize_t i;
 
+	if (mst_rebuild_settling(m)) /* HA: reported ranges first */
+		return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
 	pthread_rwlock_rdlock(&m->segs.lock);
 	p.tried = calloc(m->segs.n + 1, 1);
 	if (!p.tried) {

@@ -46,6 +46,7 @@ static const struct lp_method methods[] = {
 	M(DISK_REPLICAS_REMOVE, "DiskReplicasRemove", disk_records_request, batch_codes_reply),
 	M(DISK_REPLICAS_ADD, "DiskReplicasAdd", disk_records_request, batch_codes_reply),
 	M(BATCH_LEASE_RELEASE, "BatchLeaseRelease", lease_release_request, batch_codes_reply),
+	M(REPORT_OBJECTS, "ReportObjects", report_objects_request, report_objects_reply),
 };
 
 const struct lp_method *lp_method_find(uint32_t id)

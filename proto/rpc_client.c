@@ -43,6 +43,8 @@ struct lp_client {
 	pthread_mutex_t send_lock; /* counters leave in the order they are taken */
 	struct lp_csess *cur;
 	uint64_t warned_ms;
+	void (*on_drop)(void *arg);
+	void *drop_arg;
 };
 
 int lp_client_create(const char *url, const struct auth_key *key, uint32_t role,
@@ -85,10 +87,29 @@ err_free:
 	return LUNAR_ERR_INVALID_PARAMS;
 }
 
+static void pipe_gone(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct lp_client *c = arg;
+
+	(void)p;
+	(void)ev;
+	c->on_drop(c->drop_arg);
+}
+
+void lp_client_on_drop(struct lp_client *c, void (*fn)(void *arg), void *arg)
+{
+	c->on_drop = fn;
+	c->drop_arg = arg;
+	nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_gone, c);
+}
+
 void lp_client_close(struct lp_client *c)
 {
-	if (c && !atomic_exchange(&c->closed, true))
+	if (c && !atomic_exchange(&c->closed, true)) {
+		if (c->on_drop) /* no callback may outlive c */
+			nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
 		nng_close(c->sock);
+	}
 }
 
 void lp_client_destroy(struct lp_client *c)

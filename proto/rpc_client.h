@@ -45,6 +45,12 @@ int lp_client_create(const char *url, const struct auth_key *key, uint32_t role,
 int lp_client_call(struct lp_client *c, const struct lp_method *mt, const ProtobufCMessage *req,
 		   ProtobufCMessage **rep, uint64_t timeout_ms);
 /*
+ * lp_client_on_drop - call fn(arg) on an nng thread each time a connection
+ * to the master closes (it died or restarted). fn must not block or call
+ * into c. Call once, before the first call.
+ */
+void lp_client_on_drop(struct lp_client *c, void (*fn)(void *arg), void *arg);
+/*
  * lp_client_close - fail every call in flight or to come at once
  * (shutdown). Idempotent and thread-safe; lp_client_destroy still frees.
  */

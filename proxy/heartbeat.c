@@ -4,6 +4,7 @@
  * not know us (first contact, master restarted, or we were declared dead).
  */
 #include <errno.h>
+#include <string.h>
 #include <stdbool.h>
 #include <time.h>
 
@@ -156,12 +157,52 @@ static int ping_and_mount(struct px_proxy *px, int *mounted)
 	return 0;
 }
 
+/* The leader changed (follower's thread): mount there and report what we
+ * hold, now rather than at the next beat. */
+static void on_switch(void *arg)
+{
+	struct px_proxy *px = arg;
+
+	atomic_store(&px->mounted, false);
+	if (atomic_load(&px->hb_live))
+		px_heartbeat_kick(px);
+}
+
+int px_master_client(struct px_proxy *px)
+{
+	uint32_t role = px->cfg.admin_calls ? AUTH_ROLE_ADMIN : AUTH_ROLE_NODE;
+	const struct auth_key *key = px->cfg.keyed ? &px->cfg.cluster_key : NULL;
+
+	if (px->master || strncmp(px->cfg.master_url, "etcd://", 7))
+		return px_mc_create(px->master, px->cfg.master_url, px->cfg.rpc_timeout_ms, key,
+				    role, &px->mc);
+	if (!(px->objidx = px_objidx_create()))
+		return LUNAR_ERR_INTERNAL;
+	return px_mc_follow(px->cfg.master_url, px->cfg.rpc_timeout_ms, key, role, on_switch, px,
+			    &px->mc);
+}
+
+/* After a mount in a view our objects were not reported in: report them
+ * (the new leader rebuilds its metadata from every proxy's report). */
+static void report_objects(struct px_proxy *px)
+{
+	uint64_t view = px_mc_view(px->mc);
+	int again = 0;
+
+	if (!px->objidx || !view || view == atomic_load(&px->reported_view) ||
+	    !atomic_load(&px->mounted))
+		return;
+	if (!px_objidx_report(px, &again) && !again)
+		atomic_store(&px->reported_view, view);
+}
+
 int px_master_ping(struct px_proxy *px)
 {
 	int mounted, rc = ping_and_mount(px, &mounted);
 
 	if (rc)
 		return rc;
+	report_objects(px);
 	/* the master learns of our disk records after each (re)mount */
 	return atomic_load(&px->mounted) ? px_disk_register(px, mounted) : 0;
 }
@@ -250,6 +291,7 @@ int px_heartbeat_start(struct px_proxy *px)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&px->hb_cond, &ca);
 	pthread_condattr_destroy(&ca);
+	atomic_store(&px->hb_live, true);
 	/* An embedded master always answers: mount before the first client
 	 * is served, or a put racing the thread's first beat finds no segment.
 	 * The disk tier registers on that beat, off the start-up path. A

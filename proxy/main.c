@@ -142,9 +142,7 @@ static int start_control_plane(struct px_proxy *px)
 	px->leases = px_lease_cache_create(px->cfg.lease_cache_keys);
 	if (!px->leases)
 		return LUNAR_ERR_INTERNAL;
-	rc = px_mc_create(px->master, px->cfg.master_url, px->cfg.rpc_timeout_ms,
-			  px->cfg.keyed ? &px->cfg.cluster_key : NULL,
-			  px->cfg.admin_calls ? AUTH_ROLE_ADMIN : AUTH_ROLE_NODE, &px->mc);
+	rc = px_master_client(px);
 	if (rc)
 		return rc;
 	rc = px_closer_create(&px->closer);
@@ -259,6 +257,7 @@ static void stop(struct px_proxy *px)
 	px_pool_destroy(px->pool);
 	px_closer_destroy(px->closer); /* after the pool: its requests hold sessions */
 	px_mc_destroy(px->mc);
+	px_objidx_destroy(px->objidx);
 	px_lease_cache_destroy(px->leases);
 	free(px->gone); /* ids no beat took: stopping, their leases run out */
 	if (px->prefault_started)

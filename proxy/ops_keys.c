@@ -31,6 +31,8 @@ static void remove_keys(struct px_proxy *px, struct px_req *r, const struct px_b
 
 		if (code >= 0 || code == LUNAR_ERR_OBJECT_NOT_FOUND || code == LUNAR_ERR_PROTOCOL)
 			px_lease_cache_drop(px->leases, r->s->tenant, b->keys[i]);
+		if (px->objidx && (code >= 0 || code == LUNAR_ERR_OBJECT_NOT_FOUND))
+			px_objidx_remove(px->objidx, r->s->tenant, b->keys[i]);
 		r->items[b->idx[i]].result = code;
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);

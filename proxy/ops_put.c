@@ -189,6 +189,24 @@ static void put_sort(struct px_req *r, const struct px_batch *b, const int *star
 	}
 }
 
+/* HA: index what was committed, for a new leader (objidx.c). */
+static void put_index(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+		      const Lunar__BatchPutStartReply *rep)
+{
+	for (size_t i = 0; px->objidx && i < b->n && i < rep->n_results; i++) {
+		const struct px_item *it = &r->items[b->idx[i]];
+		struct px_objidx_val v = { .size = it->total, .crc = it->crc,
+					   .hard_pin = (r->sqe.flags & LC_SQE_HARD_PIN) != 0,
+					   .soft_pin_ttl_ms = (r->sqe.flags & LC_SQE_SOFT_PIN)
+								  ? r->sqe.soft_pin_ttl_ms
+								  : 0 };
+
+		if (!it->result && !rep->results[i]->code)
+			px_objidx_put(px->objidx, r->s->tenant, b->keys[i], &v,
+				      rep->results[i]->replicas, rep->results[i]->n_replicas);
+	}
+}
+
 /* Write the keys the master placed; returns how many it placed. */
 static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
 			   const Lunar__BatchPutStartReply *rep, int *started)
@@ -252,6 +270,7 @@ int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 	put_revoke(px, r, &revoke[0], calls->revoke, 0);
 	put_revoke(px, r, &revoke[1], calls->revoke, 1);
 	put_commit(px, r, &commit, calls->end);
+	put_index(px, r, &b, (const Lunar__BatchPutStartReply *)rep);
 	if (r->sqe.op == LC_OP_UPSERT)
 		px_batch_drop_leases(px, r, &commit);
 out:

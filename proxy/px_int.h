@@ -85,6 +85,7 @@ struct px_config {
 int px_config_parse(struct px_config *cfg, int argc, char **argv);
 
 /* --- master client (mc.c) --- */
+struct px_proxy;
 struct px_mc;
 /*
  * px_mc_create - a master client: embedded (m != NULL, calls run
@@ -98,6 +99,17 @@ struct px_mc;
  */
 int px_mc_create(struct mst_master *m, const char *url, uint64_t timeout_ms,
 		 const struct auth_key *key, uint32_t role, struct px_mc **out);
+/* px_mc_follow - what px_mc_create does with an etcd://HOSTS/CLUSTER url
+ * (rpc_follow.h): the same, following the leader; on_switch(arg) runs on the
+ * follower's thread each time the leader changed. */
+int px_mc_follow(const char *url, uint64_t timeout_ms, const struct auth_key *key,
+		 uint32_t role, void (*on_switch)(void *arg), void *arg, struct px_mc **out);
+/* px_master_client - px->mc for the proxy's flags: embedded, tcp://, or
+ * etcd:// (then with px->objidx, and a leader change re-mounts at once).
+ * Start-up thread, before px_heartbeat_start. 0 or px_mc_create's codes. */
+int px_master_client(struct px_proxy *px);
+/* px_mc_view - the newest master view seen (0: no HA or embedded). */
+uint64_t px_mc_view(struct px_mc *mc);
 /* px_mc_close - fail every call in flight or to come at once (shutdown).
  * Idempotent; NULL and embedded are no-ops. px_mc_destroy still frees. */
 void px_mc_close(struct px_mc *mc);
@@ -124,6 +136,34 @@ int px_mc_call_timed(struct px_mc *mc, uint32_t method, const ProtobufCMessage *
 		     ProtobufCMessage **rep, uint64_t timeout_ms);
 /* px_mc_code - the status code of a reply (LUNAR_ERR_PROTOCOL if none). */
 int px_mc_code(const ProtobufCMessage *rep);
+
+/* --- HA: what this proxy committed, for a new leader (objidx.c) --- */
+struct px_objidx;
+/* The value of a committed object, as its put asked for it. */
+struct px_objidx_val {
+	uint64_t size;
+	uint32_t crc;
+	int hard_pin;
+	uint64_t soft_pin_ttl_ms;
+};
+/* px_objidx_create - an empty index (a few MB of buckets); NULL on ENOMEM.
+ * px_objidx_destroy - free it; NULL is a no-op. */
+struct px_objidx *px_objidx_create(void);
+void px_objidx_destroy(struct px_objidx *x);
+/* px_objidx_put - (tenant, key) committed with value v at the MEMORY
+ * replicas of reps (a PutStart reply's; copied), replacing what the key
+ * had. px_objidx_remove - this proxy removed it. Any thread; an internal
+ * lock; ENOMEM drops the record (logged nowhere: a miss after failover). */
+void px_objidx_put(struct px_objidx *x, const char *tenant, const char *key,
+		   const struct px_objidx_val *v, Lunar__Replica *const *reps, size_t n);
+void px_objidx_remove(struct px_objidx *x, const char *tenant, const char *key);
+/* px_objidx_count - objects indexed. */
+uint64_t px_objidx_count(struct px_objidx *x);
+/* px_objidx_report - ReportObjects of the whole index to the master, in
+ * batches; *again when a placement's segment was not mounted there yet
+ * (send it all again at a later beat). 0 or the failed call's code. The
+ * heartbeat thread; puts that index meanwhile wait. */
+int px_objidx_report(struct px_proxy *px, int *again);
 
 /* --- sessions (session.c) --- */
 struct px_session {
@@ -211,6 +251,9 @@ struct px_proxy {
 	struct px_session *sessions;
 	struct px_disk *disk; /* the SSD tier, NULL without --disk-dir */
 	atomic_bool mounted;
+	struct px_objidx *objidx;	     /* HA (--master etcd://) only, else NULL */
+	atomic_uint_fast64_t reported_view; /* the view our objects were reported in */
+	atomic_bool hb_live;		     /* hb_lock and hb_cond are set up */
 	atomic_int mount_err; /* the last mount's failure code, logged once */
 	atomic_bool master_ok; /* the last heartbeat got an answer */
 	atomic_uint_fast64_t reg_bytes; /* registered memory of all clients */

@@ -19,7 +19,7 @@
 
 #include "etcd_util.h"
 #include "harness.h"
-#include "master/etcd.h"
+#include "etcd/etcd.h"
 
 static struct e_cluster ec;
 
@@ -38,75 +38,75 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-static struct mst_etcd *client(const char *urls)
+static struct etcd_client *client(const char *urls)
 {
-	struct mst_etcd *e = NULL;
+	struct etcd_client *e = NULL;
 
-	H_ASSERT_EQ(mst_etcd_alloc(urls, 1000, NULL, &e), 0);
+	H_ASSERT_EQ(etcd_alloc(urls, 1000, NULL, &e), 0);
 	return e;
 }
 
 static void test_etcd_lease_grant_keepalive_revoke(void **state)
 {
-	struct mst_etcd *e = client(ec.urls);
+	struct etcd_client *e = client(ec.urls);
 	int64_t id = 0, ttl = 0;
 
 	(void)state;
-	H_ASSERT_EQ(mst_etcd_lease_grant(e, 5, &id, &ttl), 0);
+	H_ASSERT_EQ(etcd_lease_grant(e, 5, &id, &ttl), 0);
 	H_ASSERT(id != 0 && ttl >= 5);
-	H_ASSERT_EQ(mst_etcd_lease_keepalive(e, id, &ttl), 0);
+	H_ASSERT_EQ(etcd_lease_keepalive(e, id, &ttl), 0);
 	H_ASSERT(ttl >= 5);
-	H_ASSERT_EQ(mst_etcd_lease_revoke(e, id), 0);
-	H_ASSERT_EQ(mst_etcd_lease_keepalive(e, id, &ttl), 0);
+	H_ASSERT_EQ(etcd_lease_revoke(e, id), 0);
+	H_ASSERT_EQ(etcd_lease_keepalive(e, id, &ttl), 0);
 	H_ASSERT_EQ(ttl, 0); /* etcd forgot it */
-	H_ASSERT_EQ(mst_etcd_lease_revoke(e, id), -ENOENT);
-	mst_etcd_free(e);
+	H_ASSERT_EQ(etcd_lease_revoke(e, id), -ENOENT);
+	etcd_free(e);
 }
 
 static void test_etcd_create_only_when_absent(void **state)
 {
-	struct mst_etcd *e = client(ec.urls);
-	struct mst_etcd_kv kv;
+	struct etcd_client *e = client(ec.urls);
+	struct etcd_kv kv;
 	int64_t id, ttl, rev = 0, rev2 = -1;
 
 	(void)state;
-	H_ASSERT_EQ(mst_etcd_get(e, "/lunar/t1/leader", &kv), -ENOENT);
-	H_ASSERT_EQ(mst_etcd_lease_grant(e, 5, &id, &ttl), 0);
-	H_ASSERT_EQ(mst_etcd_create(e, "/lunar/t1/leader", "tcp://127.0.0.1:1", id, &rev), 0);
+	H_ASSERT_EQ(etcd_get(e, "/lunar/t1/leader", &kv), -ENOENT);
+	H_ASSERT_EQ(etcd_lease_grant(e, 5, &id, &ttl), 0);
+	H_ASSERT_EQ(etcd_create(e, "/lunar/t1/leader", "tcp://127.0.0.1:1", id, &rev), 0);
 	H_ASSERT(rev > 0);
-	H_ASSERT_EQ(mst_etcd_create(e, "/lunar/t1/leader", "tcp://127.0.0.1:2", id, &rev2),
+	H_ASSERT_EQ(etcd_create(e, "/lunar/t1/leader", "tcp://127.0.0.1:2", id, &rev2),
 		    -EEXIST);
 	H_ASSERT_EQ(rev2, -1);
-	H_ASSERT_EQ(mst_etcd_get(e, "/lunar/t1/leader", &kv), 0);
+	H_ASSERT_EQ(etcd_get(e, "/lunar/t1/leader", &kv), 0);
 	H_ASSERT(!strcmp(kv.value, "tcp://127.0.0.1:1"));
 	H_ASSERT_EQ(kv.create_rev, rev);
 	H_ASSERT_EQ(kv.lease, id);
 	/* The key goes with its lease, and can be made again with a new view */
-	H_ASSERT_EQ(mst_etcd_lease_revoke(e, id), 0);
-	H_ASSERT_EQ(mst_etcd_get(e, "/lunar/t1/leader", &kv), -ENOENT);
-	H_ASSERT_EQ(mst_etcd_create(e, "/lunar/t1/leader", "tcp://127.0.0.1:2", 0, &rev2), 0);
+	H_ASSERT_EQ(etcd_lease_revoke(e, id), 0);
+	H_ASSERT_EQ(etcd_get(e, "/lunar/t1/leader", &kv), -ENOENT);
+	H_ASSERT_EQ(etcd_create(e, "/lunar/t1/leader", "tcp://127.0.0.1:2", 0, &rev2), 0);
 	H_ASSERT(rev2 > rev);
-	mst_etcd_free(e);
+	etcd_free(e);
 }
 
 static void test_etcd_dead_endpoint_is_skipped(void **state)
 {
 	char urls[512];
-	struct mst_etcd *e;
-	struct mst_etcd_kv kv;
+	struct etcd_client *e;
+	struct etcd_kv kv;
 
 	(void)state;
 	snprintf(urls, sizeof(urls), "http://127.0.0.1:%d,%s", h_free_port(), ec.urls);
 	e = client(urls);
-	H_ASSERT_EQ(mst_etcd_get(e, "/lunar/none", &kv), -ENOENT);
-	H_ASSERT(!strcmp(mst_etcd_endpoint(e), ec.m[0].url));
-	mst_etcd_free(e);
+	H_ASSERT_EQ(etcd_get(e, "/lunar/none", &kv), -ENOENT);
+	H_ASSERT(!strcmp(etcd_endpoint(e), ec.m[0].url));
+	etcd_free(e);
 }
 
 static void test_etcd_all_dead_fails_in_bounded_time(void **state)
 {
 	char urls[512];
-	struct mst_etcd *e;
+	struct etcd_client *e;
 	int64_t id, ttl;
 	uint64_t t0;
 
@@ -115,24 +115,24 @@ static void test_etcd_all_dead_fails_in_bounded_time(void **state)
 		 h_free_port());
 	e = client(urls);
 	t0 = h_now_ms();
-	H_ASSERT_EQ(mst_etcd_lease_grant(e, 5, &id, &ttl), -EIO);
+	H_ASSERT_EQ(etcd_lease_grant(e, 5, &id, &ttl), -EIO);
 	H_ASSERT(h_now_ms() - t0 < 3000);
-	mst_etcd_free(e);
+	etcd_free(e);
 }
 
 static void test_etcd_cancel_and_bad_lists(void **state)
 {
-	struct mst_etcd *e = NULL;
-	struct mst_etcd_kv kv;
+	struct etcd_client *e = NULL;
+	struct etcd_kv kv;
 	int cancel = 1;
 
 	(void)state;
-	H_ASSERT_EQ(mst_etcd_alloc(ec.urls, 1000, &cancel, &e), 0);
-	H_ASSERT_EQ(mst_etcd_get(e, "/lunar/none", &kv), -ECANCELED);
-	mst_etcd_free(e);
-	H_ASSERT_EQ(mst_etcd_alloc("", 1000, NULL, &e), -EINVAL);
-	H_ASSERT_EQ(mst_etcd_alloc("127.0.0.1:2379", 1000, NULL, &e), -EINVAL);
-	H_ASSERT_EQ(mst_etcd_alloc("http://a:1,,http://b:2", 1000, NULL, &e), -EINVAL);
+	H_ASSERT_EQ(etcd_alloc(ec.urls, 1000, &cancel, &e), 0);
+	H_ASSERT_EQ(etcd_get(e, "/lunar/none", &kv), -ECANCELED);
+	etcd_free(e);
+	H_ASSERT_EQ(etcd_alloc("", 1000, NULL, &e), -EINVAL);
+	H_ASSERT_EQ(etcd_alloc("127.0.0.1:2379", 1000, NULL, &e), -EINVAL);
+	H_ASSERT_EQ(etcd_alloc("http://a:1,,http://b:2", 1000, NULL, &e), -EINVAL);
 }
 
 int main(void)

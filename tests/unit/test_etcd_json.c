@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "master/etcd.h"
+#include "etcd/etcd.h"
 
 /* What etcd 3.4 answers to a range of an existing key. */
 static const char range_reply[] =
@@ -28,7 +28,7 @@ static int64_t int_at(const char *s, const char *const *path, size_t depth)
 {
 	int64_t v = -12345;
 
-	assert_int_equal(mst_ejson_int(s, strlen(s), path, depth, &v), 0);
+	assert_int_equal(etcd_json_int(s, strlen(s), path, depth, &v), 0);
 	return v;
 }
 
@@ -47,11 +47,11 @@ static void test_etcd_json_reads_a_range_reply(void **state)
 	assert_int_equal(int_at(range_reply, cr, 3), 2);
 	assert_int_equal(int_at(range_reply, rev, 2), 2);
 	assert_true(int_at(range_reply, lease, 3) == 4111120383747097863ll);
-	assert_int_equal(mst_ejson_find(range_reply, strlen(range_reply), val, 3, &v, &n), 0);
+	assert_int_equal(etcd_json_find(range_reply, strlen(range_reply), val, 3, &v, &n), 0);
 	assert_int_equal(n, strlen("\"dGNwOi8veDox\""));
-	assert_int_equal(mst_b64_decode(v + 1, n - 2, out, sizeof(out)), 9);
+	assert_int_equal(etcd_b64_decode(v + 1, n - 2, out, sizeof(out)), 9);
 	assert_memory_equal(out, "tcp://x:1", 9);
-	assert_int_equal(mst_ejson_find(range_reply, strlen(range_reply), none, 3, &v, &n),
+	assert_int_equal(etcd_json_find(range_reply, strlen(range_reply), none, 3, &v, &n),
 			 -ENOENT);
 }
 
@@ -65,12 +65,12 @@ static void test_etcd_json_numbers_and_bools(void **state)
 	(void)state;
 	assert_int_equal(int_at(s, a, 1), 42);
 	assert_int_equal(int_at(s, b, 1), -7);
-	assert_int_equal(mst_ejson_bool(s, strlen(s), c, 1), 1);
-	assert_int_equal(mst_ejson_bool(s, strlen(s), (const char *const[]){"zz"}, 1), 0);
-	assert_int_equal(mst_ejson_bool(s, strlen(s), a, 1), -EPROTO);
-	assert_int_equal(mst_ejson_int(s, strlen(s), c, 1, &v), -EPROTO);
-	assert_int_equal(mst_ejson_int(big, strlen(big), a, 1, &v), -EPROTO);
-	assert_int_equal(mst_ejson_int(neg, strlen(neg), a, 1, &v), -EPROTO);
+	assert_int_equal(etcd_json_bool(s, strlen(s), c, 1), 1);
+	assert_int_equal(etcd_json_bool(s, strlen(s), (const char *const[]){"zz"}, 1), 0);
+	assert_int_equal(etcd_json_bool(s, strlen(s), a, 1), -EPROTO);
+	assert_int_equal(etcd_json_int(s, strlen(s), c, 1, &v), -EPROTO);
+	assert_int_equal(etcd_json_int(big, strlen(big), a, 1, &v), -EPROTO);
+	assert_int_equal(etcd_json_int(neg, strlen(neg), a, 1, &v), -EPROTO);
 }
 
 /* Every prefix of a real reply, and every one-byte corruption of it, gives a
@@ -86,13 +86,13 @@ static void test_etcd_json_truncated_and_corrupt_text(void **state)
 	assert_non_null(copy);
 	for (size_t cut = 0; cut < len; cut++) {
 		memcpy(copy, range_reply, cut);
-		assert_true(mst_ejson_int(copy, cut, cr, 3, &v) < 0);
+		assert_true(etcd_json_int(copy, cut, cr, 3, &v) < 0);
 	}
 	for (size_t i = 0; i < len; i++) {
 		for (int c = 0; c < 256; c += 17) {
 			memcpy(copy, range_reply, len);
 			copy[i] = (char)c;
-			(void)mst_ejson_int(copy, len, cr, 3, &v);
+			(void)etcd_json_int(copy, len, cr, 3, &v);
 		}
 	}
 	free(copy);
@@ -110,7 +110,7 @@ static void test_etcd_json_depth_is_capped(void **state)
 	for (i = strlen(deep); i < 2000; i++)
 		deep[i] = '[';
 	deep[i] = '\0';
-	assert_int_equal(mst_ejson_find(deep, strlen(deep), a, 1, &v, &n), -EPROTO);
+	assert_int_equal(etcd_json_find(deep, strlen(deep), a, 1, &v, &n), -EPROTO);
 }
 
 static void test_etcd_json_base64_round_trip(void **state)
@@ -120,17 +120,17 @@ static void test_etcd_json_base64_round_trip(void **state)
 	(void)state;
 	for (size_t n = 0; n <= 20; n++) {
 		const char *src = "/lunar/cluster/leader";
-		int e = mst_b64_encode(src, n, enc, sizeof(enc));
+		int e = etcd_b64_encode(src, n, enc, sizeof(enc));
 
 		assert_int_equal(e, (int)((n + 2) / 3 * 4));
-		assert_int_equal(mst_b64_decode(enc, (size_t)e, dec, sizeof(dec)), (int)n);
+		assert_int_equal(etcd_b64_decode(enc, (size_t)e, dec, sizeof(dec)), (int)n);
 		assert_memory_equal(dec, src, n);
 	}
-	assert_string_equal((mst_b64_encode("foo", 3, enc, sizeof(enc)), enc), "Zm9v");
-	assert_int_equal(mst_b64_decode("Zm9", 3, dec, sizeof(dec)), -EPROTO);
-	assert_int_equal(mst_b64_decode("Z=9v", 4, dec, sizeof(dec)), -EPROTO);
-	assert_int_equal(mst_b64_decode("Zm9v", 4, dec, 2), -ENOSPC);
-	assert_int_equal(mst_b64_encode("foo", 3, enc, 4), -ENOSPC);
+	assert_string_equal((etcd_b64_encode("foo", 3, enc, sizeof(enc)), enc), "Zm9v");
+	assert_int_equal(etcd_b64_decode("Zm9", 3, dec, sizeof(dec)), -EPROTO);
+	assert_int_equal(etcd_b64_decode("Z=9v", 4, dec, sizeof(dec)), -EPROTO);
+	assert_int_equal(etcd_b64_decode("Zm9v", 4, dec, 2), -ENOSPC);
+	assert_int_equal(etcd_b64_encode("foo", 3, enc, 4), -ENOSPC);
 }
 
 int main(void)

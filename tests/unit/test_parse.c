@@ -145,6 +145,10 @@ static void test_parse_rpc_url(void **state)
 	assert_int_equal(lc_parse_rpc_url("tcp://master.example:1"), 0);
 	assert_int_equal(lc_parse_rpc_url("tcp://[::1]:50051"), 0);
 	assert_int_equal(lc_parse_rpc_url("ipc:///run/lunar/master.ipc"), 0);
+	assert_int_equal(lc_parse_rpc_url("etcd://127.0.0.1:2379,127.0.0.1:2479/lunar"), 0);
+	assert_int_equal(lc_parse_rpc_url("etcd://127.0.0.1:2379"), -EINVAL);
+	assert_int_equal(lc_parse_rpc_url("etcd:///lunar"), -EINVAL);
+	assert_int_equal(lc_parse_rpc_url("etcd://h:2379/"), -EINVAL);
 	assert_int_equal(lc_parse_rpc_url("127.0.0.1:50051"), -EINVAL);
 	assert_int_equal(lc_parse_rpc_url("tcp://127.0.0.1"), -EINVAL);
 	assert_int_equal(lc_parse_rpc_url("tcp://[::1]"), -EINVAL);

@@ -21,7 +21,7 @@
 #include "lunar.h"
 #include "parse.h"
 #include "rpc.h"
-#include "rpc_client.h"
+#include "rpc_follow.h"
 
 #define MB_SMALL_LEVEL	  10000ull
 #define MB_MAX_REQUESTERS 256
@@ -62,7 +62,7 @@ struct mb {
 	char seg[64], prefix[32];
 	/* connection */
 	const char *key_path; /* --cluster-key */
-	struct lp_client *cl;
+	struct lp_follow *cl;
 	struct requester *rq;
 	/* keys [0, resident) are committed */
 	uint64_t resident;
@@ -126,7 +126,7 @@ static int mb_call(struct mb *b, uint32_t method, const ProtobufCMessage *req,
 	*rep = NULL;
 	if (!mt)
 		return LUNAR_ERR_INTERNAL;
-	rc = lp_client_call(b->cl, mt, req, rep, b->timeout_ms);
+	rc = lp_follow_call(b->cl, mt, req, rep, b->timeout_ms);
 	if (rc) {
 		*rep = NULL;
 		return rc;
@@ -544,8 +544,8 @@ static int connect_master(struct mb *b)
 		fprintf(stderr, "lunar-bench: cluster key: %s\n", why);
 		return -1;
 	}
-	rc = lp_client_create(b->url, keyed ? &key : NULL, AUTH_ROLE_NODE, LP_CLIENT_DIAL_NOW,
-			      &b->cl);
+	rc = lp_follow_create(b->url, keyed ? &key : NULL, AUTH_ROLE_NODE, LP_CLIENT_DIAL_NOW,
+			      NULL, NULL, &b->cl);
 	auth_key_wipe(&key);
 	if (rc)
 		fprintf(stderr, "lunar-bench: cannot reach the master at %s\n", b->url);
@@ -675,7 +675,7 @@ int bench_master_main(int argc, char **argv)
 	}
 	pinger_stop(&b);
 	requesters_close(&b);
-	lp_client_destroy(b.cl);
+	lp_follow_destroy(b.cl);
 	free(b.lat);
 	return rc;
 }

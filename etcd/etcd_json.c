@@ -5,7 +5,7 @@
  * against the end and capping the depth, so any bytes either yield a value
  * or an error code.
  */
-#include "etcd.h"
+#include "etcd/etcd.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -159,7 +159,7 @@ static int element(struct rd *r, unsigned long i)
 	return r->p < r->end ? -ENOENT : -EPROTO;
 }
 
-int mst_ejson_find(const char *s, size_t n, const char *const *path, size_t depth, const char **v,
+int etcd_json_find(const char *s, size_t n, const char *const *path, size_t depth, const char **v,
 		   size_t *vlen)
 {
 	struct rd r = {s, s + n};
@@ -193,12 +193,12 @@ int mst_ejson_find(const char *s, size_t n, const char *const *path, size_t dept
 	return 0;
 }
 
-int mst_ejson_int(const char *s, size_t n, const char *const *path, size_t depth, int64_t *out)
+int etcd_json_int(const char *s, size_t n, const char *const *path, size_t depth, int64_t *out)
 {
 	const char *v;
 	size_t len;
 	int64_t x = 0;
-	int neg, rc = mst_ejson_find(s, n, path, depth, &v, &len);
+	int neg, rc = etcd_json_find(s, n, path, depth, &v, &len);
 
 	if (rc)
 		return rc;
@@ -218,11 +218,11 @@ int mst_ejson_int(const char *s, size_t n, const char *const *path, size_t depth
 	return 0;
 }
 
-int mst_ejson_bool(const char *s, size_t n, const char *const *path, size_t depth)
+int etcd_json_bool(const char *s, size_t n, const char *const *path, size_t depth)
 {
 	const char *v;
 	size_t len;
-	int rc = mst_ejson_find(s, n, path, depth, &v, &len);
+	int rc = etcd_json_find(s, n, path, depth, &v, &len);
 
 	if (rc == -ENOENT)
 		return 0; /* protobuf's JSON leaves false fields out */
@@ -235,7 +235,7 @@ int mst_ejson_bool(const char *s, size_t n, const char *const *path, size_t dept
 
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-int mst_b64_encode(const void *src, size_t n, char *dst, size_t cap)
+int etcd_b64_encode(const void *src, size_t n, char *dst, size_t cap)
 {
 	const unsigned char *s = src;
 	size_t o = 0;
@@ -262,7 +262,7 @@ static int b64_val(char c)
 	return p ? (int)(p - b64) : -1;
 }
 
-int mst_b64_decode(const char *src, size_t n, void *dst, size_t cap)
+int etcd_b64_decode(const char *src, size_t n, void *dst, size_t cap)
 {
 	unsigned char *d = dst;
 	size_t o = 0;

@@ -4,7 +4,7 @@
  * /v3/lease/keepalive, /v3/lease/revoke, /v3/kv/txn and /v3/kv/range, and
  * an endpoint list walked from the last one that answered.
  */
-#include "etcd.h"
+#include "etcd/etcd.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -18,10 +18,10 @@
 
 #define KEY_MAX 512 /* bytes of a key this client writes */
 
-struct mst_etcd {
+struct etcd_client {
 	CURL *curl;
 	struct curl_slist *hdrs;
-	char *urls[MST_ETCD_ENDPOINTS_MAX];
+	char *urls[ETCD_ENDPOINTS_MAX];
 	unsigned n, cur;
 	unsigned timeout_ms;
 	const int *cancel;
@@ -40,10 +40,10 @@ static void curl_init_once(void)
 
 static size_t on_data(char *p, size_t size, size_t nmemb, void *arg)
 {
-	struct mst_etcd *e = arg;
+	struct etcd_client *e = arg;
 	size_t n = size * nmemb;
 
-	if (n > MST_ETCD_REPLY_MAX - e->len) {
+	if (n > ETCD_REPLY_MAX - e->len) {
 		e->overflow = 1;
 		return 0; /* curl aborts the transfer */
 	}
@@ -55,13 +55,13 @@ static size_t on_data(char *p, size_t size, size_t nmemb, void *arg)
 
 static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
-	const struct mst_etcd *e = arg;
+	const struct etcd_client *e = arg;
 
 	return e->cancel && __atomic_load_n(e->cancel, __ATOMIC_ACQUIRE);
 }
 
 /* Split urls into e->urls; each must be http:// or https:// and not empty. */
-static int split_urls(struct mst_etcd *e, const char *urls)
+static int split_urls(struct etcd_client *e, const char *urls)
 {
 	const char *p = urls;
 
@@ -70,7 +70,7 @@ static int split_urls(struct mst_etcd *e, const char *urls)
 
 		while (len && p[len - 1] == '/')
 			len--; /* "http://h:2379/" and "http://h:2379" alike */
-		if (e->n == MST_ETCD_ENDPOINTS_MAX || len < 8 || len > 1024 ||
+		if (e->n == ETCD_ENDPOINTS_MAX || len < 8 || len > 1024 ||
 		    (strncmp(p, "http://", 7) && strncmp(p, "https://", 8)))
 			return -EINVAL;
 		if (!(e->urls[e->n++] = strndup(p, len)))
@@ -81,9 +81,9 @@ static int split_urls(struct mst_etcd *e, const char *urls)
 	return e->n ? 0 : -EINVAL;
 }
 
-int mst_etcd_alloc(const char *urls, unsigned timeout_ms, const int *cancel, struct mst_etcd **out)
+int etcd_alloc(const char *urls, unsigned timeout_ms, const int *cancel, struct etcd_client **out)
 {
-	struct mst_etcd *e = calloc(1, sizeof(*e));
+	struct etcd_client *e = calloc(1, sizeof(*e));
 	int rc = -ENOMEM;
 
 	pthread_once(&curl_once, curl_init_once);
@@ -94,7 +94,7 @@ int mst_etcd_alloc(const char *urls, unsigned timeout_ms, const int *cancel, str
 	if ((rc = split_urls(e, urls)))
 		goto err;
 	rc = -ENOMEM;
-	e->buf = malloc(MST_ETCD_REPLY_MAX + 1);
+	e->buf = malloc(ETCD_REPLY_MAX + 1);
 	e->curl = curl_easy_init();
 	e->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
 	if (!e->buf || !e->curl || !e->hdrs)
@@ -102,11 +102,11 @@ int mst_etcd_alloc(const char *urls, unsigned timeout_ms, const int *cancel, str
 	*out = e;
 	return 0;
 err:
-	mst_etcd_free(e);
+	etcd_free(e);
 	return rc;
 }
 
-void mst_etcd_free(struct mst_etcd *e)
+void etcd_free(struct etcd_client *e)
 {
 	if (!e)
 		return;
@@ -119,12 +119,12 @@ void mst_etcd_free(struct mst_etcd *e)
 	free(e);
 }
 
-const char *mst_etcd_endpoint(const struct mst_etcd *e)
+const char *etcd_endpoint(const struct etcd_client *e)
 {
 	return e->urls[e->cur];
 }
 
-static void setup(struct mst_etcd *e, const char *url, const char *body)
+static void setup(struct etcd_client *e, const char *url, const char *body)
 {
 	CURL *c = e->curl;
 
@@ -143,7 +143,7 @@ static void setup(struct mst_etcd *e, const char *url, const char *body)
 
 /* POST body to one endpoint. 0 with a 200 reply in e->buf; -ENOENT for the
  * gateway's NotFound (gRPC code 5); -EIO for anything else; -ECANCELED. */
-static int post_one(struct mst_etcd *e, const char *base, const char *path, const char *body)
+static int post_one(struct etcd_client *e, const char *base, const char *path, const char *body)
 {
 	static const char *const code[] = {"code"};
 	char url[1100];
@@ -167,14 +167,14 @@ static int post_one(struct mst_etcd *e, const char *base, const char *path, cons
 	curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &http);
 	if (http == 200)
 		return 0;
-	if (!mst_ejson_int(e->buf, e->len, code, 1, &grpc) && grpc == 5)
+	if (!etcd_json_int(e->buf, e->len, code, 1, &grpc) && grpc == 5)
 		return -ENOENT;
 	LC_DEBUG("etcd", "%s: HTTP %ld: %.200s", url, http, e->buf);
 	return -EIO;
 }
 
 /* POST to the endpoints in turn, from the last one that answered. */
-static int post(struct mst_etcd *e, const char *path, const char *body)
+static int post(struct etcd_client *e, const char *path, const char *body)
 {
 	for (unsigned k = 0; k < e->n; k++) {
 		unsigned i = (e->cur + k) % e->n;
@@ -193,7 +193,7 @@ static int post(struct mst_etcd *e, const char *path, const char *body)
 	return -EIO;
 }
 
-int mst_etcd_lease_grant(struct mst_etcd *e, int64_t ttl_s, int64_t *id, int64_t *granted_s)
+int etcd_lease_grant(struct etcd_client *e, int64_t ttl_s, int64_t *id, int64_t *granted_s)
 {
 	static const char *const pid[] = {"ID"}, *const pttl[] = {"TTL"}, *const perr[] = {"error"};
 	const char *v;
@@ -204,15 +204,15 @@ int mst_etcd_lease_grant(struct mst_etcd *e, int64_t ttl_s, int64_t *id, int64_t
 	snprintf(body, sizeof(body), "{\"TTL\":%lld}", (long long)ttl_s);
 	if ((rc = post(e, "/v3/lease/grant", body)))
 		return rc == -ENOENT ? -EIO : rc;
-	if (!mst_ejson_find(e->buf, e->len, perr, 1, &v, &vl) && vl > 2)
+	if (!etcd_json_find(e->buf, e->len, perr, 1, &v, &vl) && vl > 2)
 		return -EIO; /* LeaseGrantResponse.error: etcd refused */
-	if (mst_ejson_int(e->buf, e->len, pid, 1, id) ||
-	    mst_ejson_int(e->buf, e->len, pttl, 1, granted_s) || *id == 0 || *granted_s <= 0)
+	if (etcd_json_int(e->buf, e->len, pid, 1, id) ||
+	    etcd_json_int(e->buf, e->len, pttl, 1, granted_s) || *id == 0 || *granted_s <= 0)
 		return -EPROTO;
 	return 0;
 }
 
-int mst_etcd_lease_keepalive(struct mst_etcd *e, int64_t id, int64_t *ttl_s)
+int etcd_lease_keepalive(struct etcd_client *e, int64_t id, int64_t *ttl_s)
 {
 	static const char *const pttl[] = {"result", "TTL"}, *const pres[] = {"result"};
 	const char *v;
@@ -224,9 +224,9 @@ int mst_etcd_lease_keepalive(struct mst_etcd *e, int64_t id, int64_t *ttl_s)
 	if ((rc = post(e, "/v3/lease/keepalive", body)))
 		return rc == -ENOENT ? -EIO : rc;
 	/* A stream of one message; an error inside it is {"error": ...}. */
-	if (mst_ejson_find(e->buf, e->len, pres, 1, &v, &vl))
+	if (etcd_json_find(e->buf, e->len, pres, 1, &v, &vl))
 		return -EIO;
-	rc = mst_ejson_int(e->buf, e->len, pttl, 2, ttl_s);
+	rc = etcd_json_int(e->buf, e->len, pttl, 2, ttl_s);
 	if (rc == -ENOENT) { /* no TTL: etcd does not know the lease any more */
 		*ttl_s = 0;
 		return 0;
@@ -234,7 +234,7 @@ int mst_etcd_lease_keepalive(struct mst_etcd *e, int64_t id, int64_t *ttl_s)
 	return rc || *ttl_s < 0 ? -EPROTO : 0;
 }
 
-int mst_etcd_lease_revoke(struct mst_etcd *e, int64_t id)
+int etcd_lease_revoke(struct etcd_client *e, int64_t id)
 {
 	char body[64];
 
@@ -242,15 +242,15 @@ int mst_etcd_lease_revoke(struct mst_etcd *e, int64_t id)
 	return post(e, "/v3/lease/revoke", body);
 }
 
-int mst_etcd_create(struct mst_etcd *e, const char *key, const char *value, int64_t lease,
+int etcd_create(struct etcd_client *e, const char *key, const char *value, int64_t lease,
 		    int64_t *create_rev)
 {
 	static const char *const pok[] = {"succeeded"}, *const prev[] = {"header", "revision"};
-	char k64[KEY_MAX * 4 / 3 + 8], v64[MST_ETCD_VALUE_MAX * 4 / 3 + 8], *body;
+	char k64[KEY_MAX * 4 / 3 + 8], v64[ETCD_VALUE_MAX * 4 / 3 + 8], *body;
 	int rc, ok;
 
-	if (mst_b64_encode(key, strlen(key), k64, sizeof(k64)) < 0 ||
-	    mst_b64_encode(value, strlen(value), v64, sizeof(v64)) < 0)
+	if (etcd_b64_encode(key, strlen(key), k64, sizeof(k64)) < 0 ||
+	    etcd_b64_encode(value, strlen(value), v64, sizeof(v64)) < 0)
 		return -EINVAL;
 	if (asprintf(&body,
 		     "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
@@ -262,17 +262,17 @@ int mst_etcd_create(struct mst_etcd *e, const char *key, const char *value, int6
 	free(body);
 	if (rc)
 		return rc == -ENOENT ? -EIO : rc;
-	if ((ok = mst_ejson_bool(e->buf, e->len, pok, 1)) < 0)
+	if ((ok = etcd_json_bool(e->buf, e->len, pok, 1)) < 0)
 		return -EPROTO;
 	if (!ok)
 		return -EEXIST;
 	/* The put is the transaction's only write: the key was created at the
 	 * revision the transaction made. */
-	return mst_ejson_int(e->buf, e->len, prev, 2, create_rev) || *create_rev <= 0 ? -EPROTO : 0;
+	return etcd_json_int(e->buf, e->len, prev, 2, create_rev) || *create_rev <= 0 ? -EPROTO : 0;
 }
 
 /* Read kvs[0] of a range reply into kv. */
-static int read_kv(const struct mst_etcd *e, struct mst_etcd_kv *kv)
+static int read_kv(const struct etcd_client *e, struct etcd_kv *kv)
 {
 	static const char *const pval[] = {"kvs", "#0", "value"};
 	static const char *const pcr[] = {"kvs", "#0", "create_revision"};
@@ -280,25 +280,25 @@ static int read_kv(const struct mst_etcd *e, struct mst_etcd_kv *kv)
 	static const char *const plea[] = {"kvs", "#0", "lease"};
 	const char *v;
 	size_t vl;
-	int n, rc = mst_ejson_int(e->buf, e->len, pcr, 3, &kv->create_rev);
+	int n, rc = etcd_json_int(e->buf, e->len, pcr, 3, &kv->create_rev);
 
 	if (rc)
 		return rc; /* -ENOENT: no kvs, no key */
-	if (mst_ejson_int(e->buf, e->len, pmr, 3, &kv->mod_rev))
+	if (etcd_json_int(e->buf, e->len, pmr, 3, &kv->mod_rev))
 		return -EPROTO;
-	if ((rc = mst_ejson_int(e->buf, e->len, plea, 3, &kv->lease)) == -ENOENT)
+	if ((rc = etcd_json_int(e->buf, e->len, plea, 3, &kv->lease)) == -ENOENT)
 		kv->lease = 0;
 	else if (rc)
 		return -EPROTO;
 	kv->value_len = 0;
-	rc = mst_ejson_find(e->buf, e->len, pval, 3, &v, &vl);
+	rc = etcd_json_find(e->buf, e->len, pval, 3, &v, &vl);
 	if (rc == -ENOENT) { /* an empty value is left out */
 		kv->value[0] = '\0';
 		return 0;
 	}
 	if (rc || vl < 2 || v[0] != '"')
 		return -EPROTO;
-	n = mst_b64_decode(v + 1, vl - 2, kv->value, MST_ETCD_VALUE_MAX);
+	n = etcd_b64_decode(v + 1, vl - 2, kv->value, ETCD_VALUE_MAX);
 	if (n < 0)
 		return -EPROTO;
 	kv->value[n] = '\0';
@@ -306,12 +306,12 @@ static int read_kv(const struct mst_etcd *e, struct mst_etcd_kv *kv)
 	return 0;
 }
 
-int mst_etcd_get(struct mst_etcd *e, const char *key, struct mst_etcd_kv *kv)
+int etcd_get(struct etcd_client *e, const char *key, struct etcd_kv *kv)
 {
 	char k64[KEY_MAX * 4 / 3 + 8], body[sizeof(k64) + 16];
 	int rc;
 
-	if (mst_b64_encode(key, strlen(key), k64, sizeof(k64)) < 0)
+	if (etcd_b64_encode(key, strlen(key), k64, sizeof(k64)) < 0)
 		return -EINVAL;
 	snprintf(body, sizeof(body), "{\"key\":\"%s\"}", k64);
 	if ((rc = post(e, "/v3/kv/range", body)))

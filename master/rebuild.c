@@ -1,0 +1,230 @@
+/*
+ * rebuild.c - the new leader's side of "no cache lost on failover" (SPEC
+ * §14): ReportObjects recreates COMPLETE objects from what proxies report
+ * after they re-mount (docs/architecture.md). Each placement takes exactly
+ * its reported range in its segment's allocator, so new puts never land on
+ * reported bytes; an object is readable as soon as its batch is in. Per
+ * key the highest version wins (a new leader numbers versions above every
+ * older view's, see ha.c); a range already taken refuses the report.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atomic.h"
+#include "clock.h"
+#include "log.h"
+#include "lunar.h"
+#include "mst_ha.h"
+#include "mst_int.h"
+#include "mst_obj.h"
+#include "rpc.h"
+
+#define REPORT_MAX 65536 /* objects in one call */
+
+static int has_range(const struct mst_object *o, const struct mst_replica *r)
+{
+	for (unsigned i = 0; i < o->nrep; i++)
+		if (o->reps[i].seg == r->seg && o->reps[i].off == r->off)
+			return 1;
+	return 0;
+}
+
+/* Take the reported ranges of ro into reps (up to MST_MAX_REPLICAS); the
+ * number taken, or a code when none could be (the first failure's). */
+static int take_ranges(struct mst_master *m, const Lunar__ReportedObject *ro,
+		       struct mst_replica *reps)
+{
+	int n = 0, first = 0, rc;
+
+	for (size_t i = 0; i < ro->n_placements && n < MST_MAX_REPLICAS; i++) {
+		const Lunar__Placement *p = ro->placements[i];
+
+		if (!p->segment || p->length < ro->size)
+			rc = LUNAR_ERR_INVALID_PARAMS;
+		else
+			rc = mst_segment_take_at(m, p->segment, p->offset, ro->size, &reps[n]);
+		if (!rc)
+			n++;
+		else if (!first)
+			first = rc == -EEXIST	? LUNAR_ERR_NO_AVAILABLE_HANDLE
+				: rc == -ENOMEM ? LUNAR_ERR_INTERNAL
+				: rc == -EINVAL ? LUNAR_ERR_INVALID_PARAMS
+						: rc; /* SEGMENT_NOT_FOUND */
+	}
+	return n ? n : first ? first : LUNAR_ERR_INVALID_PARAMS;
+}
+
+/* Add the new ranges of reps to the known object o (same version). */
+static void merge(struct mst_master *m, struct mst_object *o, struct mst_replica *reps, int n)
+{
+	struct mst_replica *v = realloc(o->reps, (o->nrep + (unsigned)n) * sizeof(*v));
+	int added = 0;
+
+	if (!v) {
+		mst_replicas_free(m, reps, (unsigned)n);
+		return;
+	}
+	o->reps = v;
+	for (int i = 0; i < n; i++) {
+		if (has_range(o, &reps[i]) || o->nrep >= MST_MAX_REPLICAS) {
+			mst_replica_free(m, &reps[i]);
+			continue;
+		}
+		o->reps[o->nrep++] = reps[i];
+		added = 1;
+	}
+	if (added)
+		lc_fetch_add_relaxed(&m->rebuild.merged, 1);
+}
+
+/* A COMPLETE object for ro with the n ranges of reps (taken from them). */
+static int create(struct mst_master *m, struct mst_shard *s, const struct mst_okey *k,
+		  const Lunar__ReportedObject *ro, uint64_t client, struct mst_replica *reps, int n)
+{
+	uint64_t now = lc_now_ms();
+	struct mst_object *o;
+	struct mst_tenant *t;
+	int rc = mst_obj_room(s);
+
+	if (!rc)
+		rc = mst_tenant_charge(m, k->buf, ro->size, &t);
+	if (rc)
+		return rc < 0 ? LUNAR_ERR_INTERNAL : rc;
+	o = calloc(1, sizeof(*o) + k->len + 1);
+	if (!o || !(o->reps = malloc((size_t)n * sizeof(*reps)))) {
+		free(o);
+		mst_tenant_uncharge(m, t, ro->size);
+		return LUNAR_ERR_INTERNAL;
+	}
+	memcpy(o->reps, reps, (size_t)n * sizeof(*reps));
+	o->nrep = (unsigned)n;
+	memcpy(o->kbuf, k->buf, k->len);
+	o->klen = k->len;
+	o->tlen = k->tlen;
+	o->hash = k->hash;
+	o->id = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
+	o->version = ro->version;
+	o->size = ro->size;
+	o->crc = ro->crc32c;
+	o->writer = client;
+	o->tenant = t;
+	o->put_start_ms = o->lease_ms = o->used_ms = now;
+	o->hard_pin = ro->hard_pin;
+	o->soft_pin_ttl_ms = mst_soft_pin_ttl(m, ro->soft_pin_ttl_ms != 0, ro->soft_pin_ttl_ms);
+	o->soft_pin_ms = o->soft_pin_ttl_ms ? now + o->soft_pin_ttl_ms : 0;
+	o->state = MST_ST_COMPLETE;
+	mst_obj_insert(m, s, o);
+	return 0;
+}
+
+/* Rebuild one reported object; its code. */
+static int rebuild_one(struct mst_master *m, uint64_t client, const char *tenant,
+		       const Lunar__ReportedObject *ro)
+{
+	struct mst_replica reps[MST_MAX_REPLICAS];
+	struct mst_object **pp, *o;
+	struct mst_shard *s;
+	struct mst_okey k;
+	int n, rc = mst_okey_make(&k, tenant, ro->key);
+
+	if (rc || !ro->size)
+		return rc ? rc : LUNAR_ERR_INVALID_PARAMS;
+	s = &m->shards[k.hash % MST_SHARDS];
+	pthread_mutex_lock(&s->lock);
+	pp = mst_obj_find_key(s, &k);
+	o = *pp;
+	if (o && (o->version > ro->version || mst_obj_busy(o) || o->state != MST_ST_COMPLETE ||
+		  (o->version == ro->version && o->size != ro->size))) {
+		pthread_mutex_unlock(&s->lock);
+		return LUNAR_ERR_OBJECT_ALREADY_EXISTS;
+	}
+	n = take_ranges(m, ro, reps);
+	if (n > 0 && o && o->version == ro->version) {
+		merge(m, o, reps, n);
+		n = 0;
+	} else if (n > 0) {
+		if (o) /* an older value of the key: the report replaces it */
+			mst_obj_erase(m, s, pp);
+		rc = create(m, s, &k, ro, client, reps, n);
+		if (rc)
+			mst_replicas_free(m, reps, (unsigned)n);
+		else
+			lc_fetch_add_relaxed(&m->rebuild.rebuilt, 1);
+		n = rc;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+int mst_rebuild_settling(struct mst_master *m)
+{
+	uint64_t lead = __atomic_load_n(&m->rebuild.lead_ms, __ATOMIC_RELAXED), now;
+
+	if (!lead)
+		return 0;
+	now = lc_now_ms();
+	if (now - lead >= MST_REBUILD_GRACE_MS)
+		return 0;
+	return now - lead < 300 || !__atomic_load_n(&m->segs.n, __ATOMIC_RELAXED) ||
+	       __atomic_load_n(&m->rebuild.proxies_done, __ATOMIC_RELAXED) <
+		   __atomic_load_n(&m->segs.n, __ATOMIC_RELAXED);
+}
+
+int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+{
+	const Lunar__ReportObjectsRequest *rq = (const void *)req;
+	Lunar__ReportObjectsReply *r = (void *)lp_reply_new(&lunar__report_objects_reply__descriptor,
+							    0, mst_view(m));
+	uint64_t now = lc_now_ms(), zero = 0;
+
+	if (!r)
+		return -ENOMEM;
+	*rep = &r->base;
+	if (rq->n_objects > REPORT_MAX || !(r->codes = calloc(rq->n_objects + 1, sizeof(int32_t)))) {
+		lp_status(&r->base)->code = LUNAR_ERR_INVALID_PARAMS;
+		return 0;
+	}
+	__atomic_compare_exchange_n(&m->rebuild.first_ms, &zero, now, 0, __ATOMIC_RELAXED,
+				    __ATOMIC_RELAXED);
+	for (size_t i = 0; i < rq->n_objects; i++) {
+		const Lunar__ReportedObject *ro = rq->objects[i];
+
+		r->codes[i] = rebuild_one(m, rq->client_id, mst_tenant_name(ro->tenant), ro);
+		if (r->codes[i])
+			lc_fetch_add_relaxed(&m->rebuild.refused, 1);
+	}
+	r->n_codes = rq->n_objects;
+	lc_fetch_add_relaxed(&m->rebuild.reported, rq->n_objects);
+	__atomic_store_n(&m->rebuild.last_ms, lc_now_ms(), __ATOMIC_RELAXED);
+	if (rq->last)
+		lc_fetch_add_relaxed(&m->rebuild.proxies_done, 1);
+	return 0;
+}
+
+void mst_rebuild_metrics(struct mst_master *m, FILE *f)
+{
+	const struct mst_rebuild_ctr *c = &m->rebuild;
+	uint64_t first = __atomic_load_n(&c->first_ms, __ATOMIC_RELAXED);
+	uint64_t last = __atomic_load_n(&c->last_ms, __ATOMIC_RELAXED);
+
+	fprintf(f,
+		"# TYPE lunar_master_rebuild_reported_total counter\n"
+		"lunar_master_rebuild_reported_total %llu\n"
+		"# TYPE lunar_master_rebuild_objects_total counter\n"
+		"lunar_master_rebuild_objects_total %llu\n"
+		"# TYPE lunar_master_rebuild_merged_total counter\n"
+		"lunar_master_rebuild_merged_total %llu\n"
+		"# TYPE lunar_master_rebuild_refused_total counter\n"
+		"lunar_master_rebuild_refused_total %llu\n"
+		"# TYPE lunar_master_rebuild_proxies_done gauge\n"
+		"lunar_master_rebuild_proxies_done %llu\n"
+		"# TYPE lunar_master_rebuild_seconds gauge\n"
+		"lunar_master_rebuild_seconds %.3f\n",
+		(unsigned long long)__atomic_load_n(&c->reported, __ATOMIC_RELAXED),
+		(unsigned long long)__atomic_load_n(&c->rebuilt, __ATOMIC_RELAXED),
+		(unsigned long long)__atomic_load_n(&c->merged, __ATOMIC_RELAXED),
+		(unsigned long long)__atomic_load_n(&c->refused, __ATOMIC_RELAXED),
+		(unsigned long long)__atomic_load_n(&c->proxies_done, __ATOMIC_RELAXED),
+		first ? (double)(last - first) / 1000.0 : 0.0);
+}

@@ -1,0 +1,323 @@
+/*
+ * test_ha_failover.c - HA phase 2 (SPEC §14) through real etcd and a keyed
+ * cluster: two masters, two proxies that find the leader with --master
+ * etcd://.../t. The leader SIGKILLed under a put/get load: a standby leads
+ * within the lease TTL + 2 s, every object committed before the kill reads
+ * back byte-exact (the proxies' reports rebuilt the metadata), puts resume
+ * and no read returns a wrong byte. A standby killed: no client sees an
+ * error. Skips (77) without etcd.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "etcd_util.h"
+#include "harness.h"
+#include "http_get.h"
+#include "lunar.h"
+
+#define TTL_S	 2
+#define TTL_ARG	 "2s"
+#define ELECT_MS (TTL_S * 1000 + 2000)
+#define KEYS_MAX 4096
+#define VAL_MAX	 (32 * 1024)
+
+struct node {
+	struct h_proc *p;
+	int port, http;
+	char adv[64];
+};
+
+/* One load thread: puts new keys through one proxy, reads back its own. */
+struct load {
+	char sock[PATH_MAX];
+	int id;
+	pthread_t t;
+	uint64_t done_ms[KEYS_MAX]; /* when key i's put returned 0; 0: not committed */
+	atomic_int n;		    /* keys tried */
+	atomic_int errors, wrong;
+	atomic_uint_fast64_t last_ok_ms;
+};
+
+static struct e_cluster ec;
+static struct node masters[2];
+static struct h_proc *proxies[2];
+static char socks[2][PATH_MAX], key_path[PATH_MAX], etcd_master[1024], text[1 << 16];
+static atomic_int stop_load;
+
+static int make_key(void)
+{
+	unsigned char k[32];
+	int fd;
+
+	snprintf(key_path, sizeof(key_path), "%s", h_path("cluster.key"));
+	if (getrandom(k, sizeof(k), 0) != (ssize_t)sizeof(k))
+		return -1;
+	fd = open(key_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, k, sizeof(k)) != (ssize_t)sizeof(k))
+		return -1;
+	return close(fd);
+}
+
+static void start_master(int i)
+{
+	struct node *n = &masters[i];
+	char http[16], name[16];
+
+	n->port = h_free_port();
+	n->http = h_free_port();
+	snprintf(http, sizeof(http), "%d", n->http);
+	snprintf(name, sizeof(name), "master%d", i);
+	snprintf(n->adv, sizeof(n->adv), "tcp://127.0.0.1:%d", n->port);
+	n->p = h_start_master(name, n->port, "--http-port", http, "--etcd", ec.urls,
+			      "--cluster-id", "t", "--advertise", n->adv, "--etcd-lease-ttl", TTL_ARG,
+			      "--cluster-key", key_path, NULL);
+	H_ASSERT(n->p != NULL);
+}
+
+static int64_t metric(const struct node *n, const char *name)
+{
+	if (hg_get(n->http, "/metrics", text, sizeof(text)) != 200)
+		return -1;
+	return hg_metric(text, name);
+}
+
+/* The master that leads within timeout_ms, or -1. */
+static int leader(int timeout_ms, int not)
+{
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+
+	while (h_now_ms() < end) {
+		for (int i = 0; i < 2; i++)
+			if (i != not && masters[i].p && metric(&masters[i], "lunar_master_is_leader") == 1)
+				return i;
+		h_sleep_ms(20);
+	}
+	return -1;
+}
+
+static void start_proxy(int i)
+{
+	char name[16];
+	char *argv[] = {(char *)h_bin("lunar-proxy"), "--socket", socks[i], "--master", etcd_master,
+			"--host", "127.0.0.1", "--data-port", "0", "--http-port", "0",
+			"--segment-size", "64MiB", "--cluster-key", key_path,
+			"--ping-interval", "200ms", "--rpc-timeout", "2s", NULL};
+
+	snprintf(name, sizeof(name), "proxy%d", i);
+	h_named_sock(socks[i], name);
+	proxies[i] = h_spawn(name, argv);
+	H_ASSERT(proxies[i] != NULL);
+	H_ASSERT_EQ(h_wait_proxy(proxies[i], socks[i], H_READY_TIMEOUT_MS), 0);
+}
+
+static size_t val_len(int id, int i)
+{
+	return 1000 + (size_t)((h_seed("len") + (uint64_t)id * 7919 + (uint64_t)i * 104729) %
+			       (VAL_MAX - 1000));
+}
+
+static void key_of(int id, int i, char *k, size_t n)
+{
+	snprintf(k, n, "ha-%d-%d", id, i);
+}
+
+/* Read key i of load l through c: 1 exact, 0 an error, -1 a wrong byte. */
+static int check(struct lunar_client *c, int id, int i, unsigned char *buf)
+{
+	char k[64];
+	size_t len = val_len(id, i);
+	int64_t got;
+
+	key_of(id, i, k, sizeof(k));
+	got = lunar_get_into(c, k, buf, VAL_MAX);
+	if (got < 0)
+		return 0;
+	return got == (int64_t)len && h_verify(buf, len, h_seed(k)) < 0 ? 1 : -1;
+}
+
+static void *load_main(void *arg)
+{
+	struct load *l = arg;
+	struct lunar_client *c = h_client(l->sock);
+	unsigned char *buf = malloc(VAL_MAX);
+	char k[64];
+
+	while (c && buf && !atomic_load(&stop_load) && atomic_load(&l->n) < KEYS_MAX) {
+		int i = atomic_load(&l->n), j;
+		size_t len = val_len(l->id, i);
+
+		key_of(l->id, i, k, sizeof(k));
+		h_fill(buf, len, h_seed(k));
+		if (lunar_put(c, k, buf, len, NULL) == 0) {
+			l->done_ms[i] = h_now_ms();
+			atomic_store(&l->last_ok_ms, l->done_ms[i]);
+		} else {
+			atomic_fetch_add(&l->errors, 1);
+		}
+		atomic_fetch_add(&l->n, 1);
+		for (j = i; j >= 0 && !l->done_ms[j]; j--)
+			;
+		if (j >= 0 && check(c, l->id, j / 2, buf) < 0 && l->done_ms[j / 2])
+			atomic_fetch_add(&l->wrong, 1);
+		h_sleep_ms(2);
+	}
+	free(buf);
+	if (c)
+		lunar_close(c);
+	return NULL;
+}
+
+static int case_setup(void **state)
+{
+	(void)state;
+	e_skip_without_etcd();
+	h_keyless(); /* the test makes and hands out its key itself */
+	if (h_init() || make_key() || e_start(&ec, 1))
+		return -1;
+	snprintf(etcd_master, sizeof(etcd_master), "etcd://%s/t", ec.m[0].url + 7);
+	return 0;
+}
+
+static int case_teardown(void **state)
+{
+	(void)state;
+	h_cleanup();
+	return 0;
+}
+
+static void start_cluster(void)
+{
+	start_master(0);
+	start_master(1);
+	H_ASSERT(leader(ELECT_MS, -1) >= 0);
+	start_proxy(0);
+	start_proxy(1);
+	/* A new leader places nothing until the proxies have reported (or
+	 * MST_REBUILD_GRACE_MS): the load starts after that. */
+	h_sleep_ms(3200);
+}
+
+static void loads_start(struct load *l)
+{
+	atomic_store(&stop_load, 0);
+	for (int i = 0; i < 2; i++) {
+		memset(&l[i], 0, sizeof(l[i]));
+		snprintf(l[i].sock, sizeof(l[i].sock), "%s", socks[i]);
+		l[i].id = i;
+		H_ASSERT_EQ(pthread_create(&l[i].t, NULL, load_main, &l[i]), 0);
+	}
+}
+
+static void loads_stop(struct load *l)
+{
+	atomic_store(&stop_load, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(l[i].t, NULL);
+}
+
+/* Every key of l committed before t_ms reads back exact through either proxy. */
+static void assert_kept(struct load *l, uint64_t t_ms)
+{
+	unsigned char *buf = malloc(VAL_MAX);
+	struct lunar_client *c[2] = {h_client(socks[0]), h_client(socks[1])};
+	int kept = 0, lost = 0;
+
+	H_ASSERT(buf && c[0] && c[1]);
+	for (int p = 0; p < 2; p++)
+		for (int i = 0; i < atomic_load(&l[p].n); i++) {
+			int r;
+
+			if (!l[p].done_ms[i] || l[p].done_ms[i] >= t_ms)
+				continue;
+			r = check(c[i & 1], p, i, buf);
+			H_ASSERT_MSG(r >= 0, "key ha-%d-%d: a wrong byte", p, i);
+			if (r)
+				kept++;
+			else if (lost++ < 5)
+				printf("# lost ha-%d-%d\n", p, i);
+		}
+	printf("# %d object(s) committed before the kill read back exact, %d lost\n", kept, lost);
+	H_ASSERT(kept > 0);
+	H_ASSERT_EQ(lost, 0);
+	lunar_close(c[0]);
+	lunar_close(c[1]);
+	free(buf);
+}
+
+static void test_ha_failover_kill_leader_keeps_cache(void **state)
+{
+	struct load l[2];
+	uint64_t t_kill, first = 0;
+	int lead, next;
+
+	(void)state;
+	start_cluster();
+	lead = leader(1000, -1);
+	loads_start(l);
+	h_sleep_ms(1500);
+	t_kill = h_now_ms();
+	h_kill(masters[lead].p);
+	masters[lead].p = NULL;
+	next = leader(ELECT_MS, lead);
+	H_ASSERT_MSG(next >= 0, "no standby leads within %d ms", ELECT_MS);
+	printf("# standby leads %llu ms after the kill\n",
+	       (unsigned long long)(h_now_ms() - t_kill));
+	while (h_now_ms() < t_kill + 10000 && !first) {
+		for (int i = 0; i < 2; i++)
+			if (atomic_load(&l[i].last_ok_ms) > t_kill)
+				first = atomic_load(&l[i].last_ok_ms);
+		h_sleep_ms(10);
+	}
+	H_ASSERT_MSG(first, "no put succeeded after the failover");
+	printf("# first put after the kill: %llu ms\n", (unsigned long long)(first - t_kill));
+	h_sleep_ms(1000);
+	loads_stop(l);
+	H_ASSERT_EQ(atomic_load(&l[0].wrong) + atomic_load(&l[1].wrong), 0);
+	printf("# rebuilt %lld object(s) from %lld reported\n",
+	       (long long)metric(&masters[next], "lunar_master_rebuild_objects_total"),
+	       (long long)metric(&masters[next], "lunar_master_rebuild_reported_total"));
+	assert_kept(l, t_kill);
+}
+
+static void test_ha_failover_standby_killed_no_error(void **state)
+{
+	struct load l[2];
+	int lead;
+
+	(void)state;
+	start_cluster();
+	lead = leader(1000, -1);
+	loads_start(l);
+	h_sleep_ms(500);
+	h_kill(masters[!lead].p);
+	h_sleep_ms(1500);
+	loads_stop(l);
+	H_ASSERT(atomic_load(&l[0].n) > 0 && atomic_load(&l[1].n) > 0);
+	H_ASSERT_EQ(atomic_load(&l[0].errors) + atomic_load(&l[1].errors), 0);
+	H_ASSERT_EQ(atomic_load(&l[0].wrong) + atomic_load(&l[1].wrong), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_ha_failover_kill_leader_keeps_cache,
+						case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_ha_failover_standby_killed_no_error,
+						case_setup, case_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
