@@ -1,7 +1,8 @@
 /*
- * engine.c - the engine object and eng_xfer, the one place that picks a
- * transport: local when the endpoint is this engine's own, TCP otherwise
- * (which then carries the capability on a keyed engine).
+ * engine.c - the engine object and eng_transport, the one place that picks
+ * a transport: local when the endpoint is this engine's own, TCP otherwise
+ * (which then carries the capability on a keyed engine); eng_xfer, a batch
+ * of one (aio.c).
  */
 #include "eng_int.h"
 
@@ -30,6 +31,8 @@ static int config_init(struct eng_engine *e, const struct eng_config *cfg)
 		e->cfg.io_timeout_ms = ENG_DEFAULT_TIMEOUT_MS;
 	if (!e->cfg.conns_per_peer)
 		e->cfg.conns_per_peer = ENG_DEFAULT_CONNS;
+	if (!e->cfg.io_threads)
+		e->cfg.io_threads = ENG_DEFAULT_IO_THREADS;
 	e->timeout_ns = (uint64_t)e->cfg.io_timeout_ms * 1000000ull;
 	atomic_init(&e->next_id, 1);
 	if (cfg->cluster_key) {
@@ -56,14 +59,19 @@ int eng_engine_create(const struct eng_config *cfg, struct eng_engine **out)
 	rc = eng_pool_init(&e->pool, e->cfg.conns_per_peer);
 	if (rc)
 		goto err_lock;
-	rc = eng_server_start(e);
+	rc = eng_exec_start(e);
 	if (rc)
 		goto err_pool;
+	rc = eng_server_start(e);
+	if (rc)
+		goto err_exec;
 	LC_INFO(ENG_LOG, "serving %llu bytes on %s%s", (unsigned long long)e->cfg.seg_size,
 		e->endpoint, e->keyed ? " (keyed: handshake, MACs, capabilities)" : "");
 	*out = e;
 	return 0;
 
+err_exec:
+	eng_exec_stop(e);
 err_pool:
 	eng_pool_fini(&e->pool);
 err_lock:
@@ -88,6 +96,7 @@ void eng_engine_destroy(struct eng_engine *e)
 	if (!e)
 		return;
 	eng_server_stop(e);
+	eng_exec_stop(e);
 	eng_pool_fini(&e->pool);
 	pthread_rwlock_destroy(&e->secret_lock);
 	auth_key_wipe(&e->key);
@@ -95,22 +104,21 @@ void eng_engine_destroy(struct eng_engine *e)
 	free(e);
 }
 
+const struct eng_transport_ops *eng_transport(const struct eng_engine *e, const char *endpoint)
+{
+	return strcmp(endpoint, e->endpoint) ? &eng_tcp_ops : &eng_local_ops;
+}
+
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 	     const struct iovec *iov, int iovcnt, const struct eng_cap *cap, uint32_t *crc)
 {
-	const struct eng_transport_ops *ops;
-	uint64_t total = 0;
+	struct eng_op op = {.endpoint = endpoint, .dir = dir, .off = off, .iov = iov,
+			    .iovcnt = iovcnt, .cap = cap, .want_crc = crc != NULL};
 
-	/* Bad arguments and empty transfers fail like a refused range would. */
-	if (!e || !endpoint || !iov || iovcnt <= 0 || (unsigned)dir > ENG_READ_STAGED)
+	if (!e)
 		return LUNAR_ERR_TRANSFER_FAIL;
-	for (int i = 0; i < iovcnt; i++) {
-		if (iov[i].iov_len > UINT64_MAX - total)
-			return LUNAR_ERR_TRANSFER_FAIL;
-		total += iov[i].iov_len;
-	}
-	if (!total)
-		return LUNAR_ERR_TRANSFER_FAIL;
-	ops = strcmp(endpoint, e->endpoint) ? &eng_tcp_ops : &eng_local_ops;
-	return ops->xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
+	eng_xfer_batch(e, &op, 1);
+	if (!op.result && crc)
+		*crc = op.crc;
+	return op.result;
 }
