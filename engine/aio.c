@@ -400,7 +400,9 @@ int eng_cq_wait(struct eng_cq *cq, struct eng_op **out, int max, unsigned timeou
 		pthread_mutex_unlock(&cq->lock);
 		if (n)
 			return n;
-		if (cq_help(cq))
+		/* A slice may take up to the I/O timeout: only a waiter with no
+		 * limit of its own runs one. */
+		if (timeout_ms == ENG_WAIT_FOREVER && cq_help(cq))
 			continue;
 		pthread_mutex_lock(&cq->lock);
 		cq_sleep_locked(cq, deadline);

@@ -210,8 +210,10 @@ int eng_xfer_submit(struct eng_engine *e, struct eng_cq *cq, struct eng_op *ops,
 /*
  * eng_cq_wait - take up to max completed ops (at least 1) out of cq into
  * out[], waiting up to timeout_ms (ENG_WAIT_FOREVER: no limit) for the
- * first; while it waits, this thread runs queued slices of cq's own
- * transfers itself rather than sleep. Returns how many (0: timed out).
+ * first. With ENG_WAIT_FOREVER the waiting thread runs queued slices of
+ * cq's own transfers itself rather than sleep (a slice is bounded by
+ * io_timeout_ms; a shorter timeout only sleeps). Returns how many (0:
+ * timed out).
  */
 #define ENG_WAIT_FOREVER (~0u)
 int eng_cq_wait(struct eng_cq *cq, struct eng_op **out, int max, unsigned timeout_ms);
