@@ -25,6 +25,9 @@
 #define ENG_ENDPOINT_MAX       300 /* "host:port", host up to NI_MAXHOST-ish */
 #define ENG_DEFAULT_TIMEOUT_MS 5000
 #define ENG_DEFAULT_CONNS      8
+#define ENG_DEFAULT_IO_THREADS 4
+#define ENG_SLICE_MIN	       (4ull << 20) /* bytes; smaller transfers use one connection */
+#define ENG_SLICE_MAX	       4	    /* slices (connections) of one transfer */
 #define ENG_NO_DEADLINE	       UINT64_MAX /* wait without a time limit */
 
 /*
@@ -252,6 +255,14 @@ int eng_io_send(int fd, struct eng_iovc *c, int flags, uint64_t deadline_ns);
  * same deadline rules. Returns 0, -ECONNRESET on EOF, -ETIMEDOUT or -errno.
  */
 int eng_io_recv(int fd, struct eng_iovc *c, uint64_t deadline_ns);
+/*
+ * eng_io_send_crc / eng_io_recv_crc - eng_io_send / eng_io_recv that also
+ * extend *crc (lc_crc32c) over the bytes moved, a chunk at a time while it
+ * is in the cache: before sending it, right after receiving it. Same
+ * returns; *crc is meaningful only on 0.
+ */
+int eng_io_send_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns);
+int eng_io_recv_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns);
 
 /*
  * eng_addr_resolve - the first address of "host:port" (IPv4 dotted, a host
@@ -337,6 +348,33 @@ struct eng_pool {
 	unsigned max_idle;
 };
 
+/*
+ * The I/O threads that run submitted transfers (aio.c): a queue of ops
+ * with slices nobody has claimed yet; a thread claims one slice at a time.
+ * live[i] is the socket thread i is moving bytes on (-1: none), so that a
+ * shutdown can cut it short.
+ */
+struct eng_exec {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct eng_op *head, *tail;
+	int stopping;
+	unsigned nthreads;
+	pthread_t *threads;
+	int *live;
+};
+
+/* A completion queue (engine.h). */
+struct eng_cq {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct eng_op *head, *tail; /* completed, not yet taken */
+	struct eng_engine *e;	    /* set by the first submit */
+};
+/* eng_cq_init/_fini - an embedded cq (eng_xfer_batch's, on its stack). */
+int eng_cq_init(struct eng_cq *cq);
+void eng_cq_fini(struct eng_cq *cq);
+
 struct eng_engine {
 	struct eng_config cfg; /* the caller's, with defaults filled in; cfg.host = host */
 	char host[ENG_ENDPOINT_MAX];
@@ -345,6 +383,7 @@ struct eng_engine {
 	atomic_uint_fast64_t next_id;
 	struct eng_server srv;
 	struct eng_pool pool;
+	struct eng_exec exec;
 	/* Keyed: the cluster key, and the segment's capability secret. */
 	int keyed;
 	struct auth_key key;
@@ -429,6 +468,30 @@ int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep,
 		 uint64_t deadline_ns, int *replied);
 int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,
 		void *arg, int *ran);
+
+/*
+ * eng_tcp_plan - cut the remote transfer op (total > 0, priv.total set)
+ * into slices (priv.nslices, priv.chunk) with one deadline for all: 0, or
+ * ENG_XFER_UNSENT when it must not go at all (a keyed engine, no cap).
+ * eng_tcp_slice - run slice idx of op on the calling thread (publishing
+ * its socket in *live while it moves bytes, when live is not NULL):
+ * 0 or -errno; *ran: a connection was made, so bytes may have gone out.
+ * A slice that is the whole transfer leaves the CRC32C of its bytes in
+ * priv.scrc (priv.has_scrc) when op wants one, computed on the way.
+ * eng_tcp_crc - the CRC32C of all of op's bytes (a pass over them).
+ */
+int eng_tcp_plan(struct eng_engine *e, struct eng_op *op);
+int eng_tcp_slice(struct eng_engine *e, struct eng_op *op, unsigned idx, int *ran, int *live);
+uint32_t eng_tcp_crc(const struct eng_op *op);
+/*
+ * eng_exec_start / _stop - start io_threads I/O threads (0 or -errno) /
+ * cancel what is queued, cut running slices short, join (aio.c).
+ */
+int eng_exec_start(struct eng_engine *e);
+void eng_exec_stop(struct eng_engine *e);
+/* eng_transport - the transport of a transfer to endpoint (engine.c): the
+ * one place that chooses. */
+const struct eng_transport_ops *eng_transport(const struct eng_engine *e, const char *endpoint);
 
 extern const struct eng_transport_ops eng_local_ops;
 extern const struct eng_transport_ops eng_tcp_ops;

@@ -1,9 +1,9 @@
 /*
- * engine.c - the engine object and eng_xfer, the one place that picks a
- * transport: local when the endpoint is this engine's own, RDMA when this
+ * engine.c - the engine object and eng_transport, the one place that picks
+ * a transport: local when the endpoint is this engine's own, RDMA when this
  * engine has a device (rdma.c then takes TCP itself for a peer without
  * one), TCP otherwise (which then carries the capability on a keyed
- * engine).
+ * engine); eng_xfer, a batch of one (aio.c).
  */
 #include "eng_int.h"
 #include "rdma_int.h"
@@ -33,6 +33,8 @@ static int config_init(struct eng_engine *e, const struct eng_config *cfg)
 		e->cfg.io_timeout_ms = ENG_DEFAULT_TIMEOUT_MS;
 	if (!e->cfg.conns_per_peer)
 		e->cfg.conns_per_peer = ENG_DEFAULT_CONNS;
+	if (!e->cfg.io_threads)
+		e->cfg.io_threads = ENG_DEFAULT_IO_THREADS;
 	e->timeout_ns = (uint64_t)e->cfg.io_timeout_ms * 1000000ull;
 	atomic_init(&e->next_id, 1);
 	if (cfg->cluster_key) {
@@ -62,14 +64,19 @@ int eng_engine_create(const struct eng_config *cfg, struct eng_engine **out)
 	rc = eng_rdma_init(e);
 	if (rc)
 		goto err_pool;
-	rc = eng_server_start(e);
+	rc = eng_exec_start(e);
 	if (rc)
 		goto err_rdma;
+	rc = eng_server_start(e);
+	if (rc)
+		goto err_exec;
 	LC_INFO(ENG_LOG, "serving %llu bytes on %s%s", (unsigned long long)e->cfg.seg_size,
 		e->endpoint, e->keyed ? " (keyed: handshake, MACs, capabilities)" : "");
 	*out = e;
 	return 0;
 
+err_exec:
+	eng_exec_stop(e);
 err_rdma:
 	eng_rdma_fini(e);
 err_pool:
@@ -96,6 +103,7 @@ void eng_engine_destroy(struct eng_engine *e)
 	if (!e)
 		return;
 	eng_server_stop(e);
+	eng_exec_stop(e);
 	eng_rdma_fini(e); /* after the server: its threads held owner-side QPs */
 	eng_pool_fini(&e->pool);
 	pthread_rwlock_destroy(&e->secret_lock);
@@ -104,35 +112,24 @@ void eng_engine_destroy(struct eng_engine *e)
 	free(e);
 }
 
+const struct eng_transport_ops *eng_transport(const struct eng_engine *e, const char *endpoint)
+{
+	if (!strcmp(endpoint, e->endpoint))
+		return &eng_local_ops;
+	/* RDMA counts what it used: RDMA, or TCP for a peer without. */
+	return e->rdma ? &eng_rdma_ops : &eng_tcp_ops;
+}
+
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 	     const struct iovec *iov, int iovcnt, const struct eng_cap *cap, uint32_t *crc)
 {
-	const struct eng_transport_ops *ops;
-	enum eng_transport tr;
-	uint64_t total = 0;
-	int rc;
+	struct eng_op op = {.endpoint = endpoint, .dir = dir, .off = off, .iov = iov,
+			    .iovcnt = iovcnt, .cap = cap, .want_crc = crc != NULL};
 
-	/* Bad arguments and empty transfers fail like a refused range would. */
-	if (!e || !endpoint || !iov || iovcnt <= 0 || (unsigned)dir > ENG_READ_STAGED)
+	if (!e)
 		return LUNAR_ERR_TRANSFER_FAIL;
-	for (int i = 0; i < iovcnt; i++) {
-		if (iov[i].iov_len > UINT64_MAX - total)
-			return LUNAR_ERR_TRANSFER_FAIL;
-		total += iov[i].iov_len;
-	}
-	if (!total)
-		return LUNAR_ERR_TRANSFER_FAIL;
-	if (!strcmp(endpoint, e->endpoint)) {
-		tr = ENG_TR_LOCAL;
-		ops = &eng_local_ops;
-	} else if (e->rdma) {
-		/* Counts what it used: RDMA, or TCP for a peer without. */
-		return eng_rdma_ops.xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
-	} else {
-		tr = ENG_TR_TCP;
-		ops = &eng_tcp_ops;
-	}
-	rc = ops->xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
-	eng_xfer_count(e, tr, total, rc);
-	return rc;
+	eng_xfer_batch(e, &op, 1);
+	if (!op.result && crc)
+		*crc = op.crc;
+	return op.result;
 }

@@ -29,6 +29,7 @@ struct eng_config {
 	uint64_t seg_size;
 	unsigned io_timeout_ms;  /* per transfer; 0: 5000 */
 	unsigned conns_per_peer; /* pooled connections kept per peer; 0: 8 */
+	unsigned io_threads;     /* threads running submitted transfers (eng_xfer_submit); 0: 4 */
 	/*
 	 * Serves disk reads from peers (eng_xfer_disk): read the value of
 	 * (tenant, key) from this proxy's disk tier into iov (total = the
@@ -150,7 +151,13 @@ struct eng_mem;
 struct eng_mem *eng_mem_add(struct eng_engine *e, void *base, uint64_t len);
 void eng_mem_del(struct eng_mem *m);
 
-/* eng_engine_destroy - stop serving, close pooled connections, free. NULL ok. */
+/*
+ * eng_engine_destroy - stop serving, cancel what was submitted (queued
+ * transfers complete with ENG_XFER_UNSENT, running ones are cut short and
+ * complete with TRANSFER_FAIL: every submitted op is in its queue when this
+ * returns), close pooled connections, free. No eng_xfer* call may be
+ * running or start. NULL ok.
+ */
 void eng_engine_destroy(struct eng_engine *e);
 
 /*
@@ -164,7 +171,8 @@ void eng_engine_destroy(struct eng_engine *e);
  * eng_xfer - move the bytes of iov (in order, total = sum of lengths) to or
  * from [off, off + total) of the segment served at endpoint. When endpoint is
  * this engine's own, a copy. Synchronous: blocks the calling thread at most
- * io_timeout_ms; any number of threads at once. Returns 0,
+ * io_timeout_ms; any number of threads at once (eng_xfer_batch of one
+ * op). Returns 0,
  * ENG_XFER_UNSENT, or LUNAR_ERR_TRANSFER_FAIL (refused out of bounds,
  * timeout, short transfer, a connection lost); the connection of a failed
  * transfer is dropped, never reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from 0)
@@ -195,5 +203,78 @@ int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint6
 int64_t eng_xfer_disk(struct eng_engine *e, const char *endpoint, const char *tenant,
 		      const char *key, const struct iovec *iov, int iovcnt,
 		      const struct eng_cap *cap, uint32_t *crc);
+
+/*
+ * Asynchronous transfers (STYLE "Asynchronous work": io_uring's sqe/cqe).
+ * An eng_op is one transfer the caller owns: set its inputs, submit it
+ * (eng_xfer_submit, alone or in a batch) against a completion queue, and
+ * it comes back out of that queue (eng_cq_wait) once done, with result and
+ * crc set. Between submit and completion the engine owns the op: it and
+ * what it points at (endpoint, iov, cap) stay valid and unwritten by the
+ * caller. A remote transfer runs on the engine's I/O threads (io_threads
+ * of them, no thread per transfer), a large one cut into slices spread over
+ * several pooled connections to the peer; a local one is a copy made at
+ * submit. Nothing is retried by the engine beyond eng_xfer's rules.
+ */
+struct eng_cq;
+struct eng_op {
+	/* Inputs, as eng_xfer's. */
+	const char *endpoint;
+	enum eng_dir dir;
+	uint64_t off;
+	const struct iovec *iov;
+	int iovcnt;
+	const struct eng_cap *cap;
+	int want_crc; /* set crc to the CRC32C of the bytes moved */
+	void *user;   /* the caller's: never read or written by the engine */
+	/* Outputs, once completed: eng_xfer's return value, and the CRC. */
+	int result;
+	uint32_t crc;
+	/* Engine-private from submit to completion. */
+	struct {
+		struct eng_op *next; /* the engine's queue, then the cq's list */
+		struct eng_cq *cq;
+		const void *ops; /* the transport */
+		uint64_t total, chunk, deadline_ns;
+		uint32_t scrc; /* a one-slice transfer's CRC32C, when known */
+		uint8_t nslices, claimed, finished, ran, failed, has_scrc;
+	} priv;
+};
+
+/*
+ * eng_cq_alloc - an empty completion queue: 0 and *out, or
+ * LUNAR_ERR_INTERNAL. One engine's transfers only; any threads may wait
+ * on it, and ops of several batches may be in it at once.
+ * eng_cq_free - free cq (NULL ok). Nothing submitted against it may be
+ * outstanding: every op came out of eng_cq_wait, or the engine was
+ * destroyed and they sit in it (then freed with it, never touched).
+ */
+int eng_cq_alloc(struct eng_cq **out);
+void eng_cq_free(struct eng_cq *cq);
+/*
+ * eng_xfer_submit - start the n transfers of ops[] (n >= 0); each completes
+ * into cq, in any order, even before this returns (a local copy, a bad
+ * argument, a keyed remote transfer without cap). Never blocks on I/O;
+ * any thread. Returns 0, or LUNAR_ERR_INVALID_PARAMS (NULL e or cq, or cq
+ * used with another engine) with nothing submitted.
+ */
+int eng_xfer_submit(struct eng_engine *e, struct eng_cq *cq, struct eng_op *ops, int n);
+/*
+ * eng_cq_wait - take up to max completed ops (at least 1) out of cq into
+ * out[], waiting up to timeout_ms (ENG_WAIT_FOREVER: no limit) for the
+ * first. With ENG_WAIT_FOREVER the waiting thread runs queued slices of
+ * cq's own transfers itself rather than sleep (a slice is bounded by
+ * io_timeout_ms; a shorter timeout only sleeps). Returns how many (0:
+ * timed out).
+ */
+#define ENG_WAIT_FOREVER (~0u)
+int eng_cq_wait(struct eng_cq *cq, struct eng_op **out, int max, unsigned timeout_ms);
+/*
+ * eng_xfer_batch - submit ops[0..n) and wait until every one completed
+ * (results in each op), the calling thread running a share of the slices
+ * itself: one remote transfer of one slice runs on the caller alone, with
+ * no hand-off. Any thread; blocks up to io_timeout_ms past the last start.
+ */
+void eng_xfer_batch(struct eng_engine *e, struct eng_op *ops, int n);
 
 #endif /* LUNAR_ENGINE_ENGINE_H */

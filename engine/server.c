@@ -82,10 +82,13 @@ static int serve_range(struct eng_engine *e, const struct eng_srv_req *q,
 
 	eng_iovc_init(&c, &v, 1, 0, req->length);
 	if (req->op == ENG_OP_WRITE) {
-		rc = eng_io_recv(q->fd, &c, deadline);
+		uint32_t got = 0;
+
+		/* The CRC32C of each chunk as it lands, while it is in the cache. */
+		rc = crc ? eng_io_recv_crc(q->fd, &c, &got, deadline) : eng_io_recv(q->fd, &c, deadline);
 		if (rc)
 			return rc;
-		if (crc && lc_crc32c(0, v.iov_base, v.iov_len) != *crc) {
+		if (crc && got != *crc) {
 			eng_reject(e, ENG_REJ_CRC, q->fd, "WRITE payload unlike its CRC32C");
 			eng_send_rep(q, LUNAR_ERR_CHECKSUM_MISMATCH, 0, 0, deadline);
 			return -EPROTO;

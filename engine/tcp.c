@@ -1,10 +1,13 @@
 /*
  * tcp.c - the TCP transport: one request/reply per pooled connection (wire
  * format in eng_int.h), the caller's iovecs handed straight to the socket.
- * A transfer above ENG_SLICE_MIN is cut into a few slices that run on
- * connections of their own in parallel. On a keyed engine a new connection
- * first passes the handshake, and each request carries the capability, the
- * payload's CRC32C and a MAC; each reply's MAC is checked.
+ * A transfer above ENG_SLICE_MIN is cut into a few slices, which the
+ * engine's I/O threads (aio.c) and the caller run on connections of their
+ * own in parallel. A CRC32C the caller asks for is computed beside the
+ * socket I/O, a chunk at a time while the bytes are in the cache. On a
+ * keyed engine a new connection first passes the handshake, and each
+ * request carries the capability, the payload's CRC32C and a MAC; each
+ * reply's MAC is checked.
  */
 #include "eng_int.h"
 
@@ -17,26 +20,16 @@
 #include "crc32c.h"
 #include "lunar.h"
 
-#define ENG_SLICE_MIN (4ull << 20) /* bytes; smaller transfers use one connection */
-#define ENG_SLICE_MAX 4		   /* slices (connections) of one transfer */
-
-/* One part of a transfer: [skip, skip + len) of the iov at off + skip remotely. */
+/* One slice of an op being run: [skip, skip + len) of its iov. */
 struct tcp_slice {
 	struct eng_engine *e;
-	const char *endpoint;
-	enum eng_dir dir;
-	uint64_t off;
-	const struct iovec *iov;
-	int iovcnt;
+	struct eng_op *op;
 	uint64_t skip;
 	uint64_t len;
-	uint64_t deadline_ns;
-	const struct eng_cap *cap;
-	uint32_t crc; /* keyed WRITE: CRC32C of this slice's bytes */
-	int rc;
-	int ran;      /* a connection was made: bytes may have gone out */
-	int threaded; /* runs on tid, else on the caller */
-	pthread_t tid;
+	uint32_t crc;  /* keyed WRITE: CRC32C of this slice's bytes (sent in the header) */
+	int fuse_crc;  /* the slice is the whole op and op wants a CRC: computed on the way */
+	uint32_t ocrc; /* fused: the op's CRC32C */
+	int *live;     /* where to publish the socket while it runs, or NULL */
 };
 
 int eng_send_req(struct eng_cconn *c, const struct eng_wire_req *req, const struct eng_cap *cap,
@@ -109,46 +102,60 @@ static int recv_rep(struct eng_cconn *c, uint64_t ctr, uint64_t id, uint64_t len
 	return 0;
 }
 
-/* One request and its reply on c; 0 leaves the connection idle again. */
-static int slice_on(const struct tcp_slice *s, struct eng_cconn *c, int *replied)
+/* Move the payload of s on c: fused with its CRC32C when asked. */
+static int slice_payload(struct tcp_slice *s, struct eng_cconn *c, struct eng_iovc *data)
 {
+	uint64_t deadline = s->op->priv.deadline_ns;
+
+	if (!s->fuse_crc)
+		return s->op->dir == ENG_WRITE ? eng_io_send(c->fd, data, 0, deadline)
+					       : eng_io_recv(c->fd, data, deadline);
+	s->ocrc = 0;
+	return s->op->dir == ENG_WRITE ? eng_io_send_crc(c->fd, data, &s->ocrc, deadline)
+				       : eng_io_recv_crc(c->fd, data, &s->ocrc, deadline);
+}
+
+/* One request and its reply on c; 0 leaves the connection idle again. */
+static int slice_on(struct tcp_slice *s, struct eng_cconn *c, int *replied)
+{
+	const struct eng_op *op = s->op;
 	struct eng_wire_req req = {
 	    .magic = ENG_WIRE_REQ_MAGIC,
-	    .op = s->dir == ENG_WRITE ? ENG_OP_WRITE : ENG_OP_READ,
-	    .offset = s->off + s->skip,
+	    .op = op->dir == ENG_WRITE ? ENG_OP_WRITE : ENG_OP_READ,
+	    .offset = op->off + s->skip,
 	    .length = s->len,
 	    .id = atomic_fetch_add(&s->e->next_id, 1),
 	};
 	/* The payload follows at once: let the header share its first segment. */
-	int flags = s->dir == ENG_WRITE ? MSG_MORE : 0;
+	int flags = op->dir == ENG_WRITE ? MSG_MORE : 0;
+	uint64_t deadline = op->priv.deadline_ns;
 	struct eng_iovc data;
 	uint64_t ctr;
 	int rc;
 
 	*replied = 0;
-	eng_iovc_init(&data, s->iov, s->iovcnt, s->skip, s->len);
-	rc = eng_send_req(c, &req, s->cap, s->crc, NULL, 0, flags, s->deadline_ns, &ctr);
-	if (!rc && s->dir == ENG_WRITE)
-		rc = eng_io_send(c->fd, &data, 0, s->deadline_ns);
+	eng_iovc_init(&data, op->iov, op->iovcnt, s->skip, s->len);
+	rc = eng_send_req(c, &req, op->cap, s->crc, NULL, 0, flags, deadline, &ctr);
+	if (!rc && op->dir == ENG_WRITE)
+		rc = slice_payload(s, c, &data);
 	if (!rc)
-		rc = recv_rep(c, ctr, req.id, s->len, s->deadline_ns, replied);
-	if (!rc && s->dir != ENG_WRITE)
-		rc = eng_io_recv(c->fd, &data, s->deadline_ns);
+		rc = recv_rep(c, ctr, req.id, s->len, deadline, replied);
+	if (!rc && op->dir != ENG_WRITE)
+		rc = slice_payload(s, c, &data);
 	return rc;
 }
 
 static int slice_conn(void *arg, struct eng_cconn *c, int *replied)
 {
-	return slice_on(arg, c, replied);
-}
+	struct tcp_slice *s = arg;
+	int rc;
 
-static int slice_run(struct tcp_slice *s)
-{
-	int rc = eng_tcp_run(s->e, s->endpoint, s->deadline_ns, slice_conn, s, &s->ran);
-
-	if (rc)
-		LC_DEBUG(ENG_LOG, "transfer of %llu bytes with %s failed: %s",
-			 (unsigned long long)s->len, s->endpoint, strerror(-rc));
+	/* Published for eng_exec_stop, which may shut the socket down. */
+	if (s->live)
+		__atomic_store_n(s->live, c->fd, __ATOMIC_RELEASE);
+	rc = slice_on(s, c, replied);
+	if (s->live)
+		__atomic_store_n(s->live, -1, __ATOMIC_RELEASE);
 	return rc;
 }
 
@@ -226,68 +233,80 @@ static uint32_t iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint
 	return crc;
 }
 
-static void *slice_main(void *arg)
+int eng_tcp_plan(struct eng_engine *e, struct eng_op *op)
 {
-	struct tcp_slice *s = arg;
+	uint64_t n = (op->priv.total + ENG_SLICE_MIN - 1) / ENG_SLICE_MIN;
 
-	if (s->e->keyed && s->dir == ENG_WRITE)
-		s->crc = iov_crc(s->iov, s->iovcnt, s->skip, s->len);
-	s->rc = slice_run(s);
-	return NULL;
+	if (e->keyed && !op->cap) {
+		LC_DEBUG(ENG_LOG, "no capability for a transfer with %s", op->endpoint);
+		return ENG_XFER_UNSENT; /* the owner would refuse it: nothing sent */
+	}
+	op->priv.nslices = n > ENG_SLICE_MAX ? ENG_SLICE_MAX : (uint8_t)n;
+	op->priv.chunk = (op->priv.total + op->priv.nslices - 1) / op->priv.nslices;
+	op->priv.deadline_ns = lc_now_ns() + e->timeout_ns;
+	return 0;
 }
 
+int eng_tcp_slice(struct eng_engine *e, struct eng_op *op, unsigned idx, int *ran, int *live)
+{
+	uint64_t skip = (uint64_t)idx * op->priv.chunk;
+	struct tcp_slice s = {
+	    .e = e,
+	    .op = op,
+	    .skip = skip,
+	    .len = idx == op->priv.nslices - 1u ? op->priv.total - skip : op->priv.chunk,
+	    .live = live,
+	};
+	int keyed_write = e->keyed && op->dir == ENG_WRITE, rc;
+
+	/* A keyed WRITE names its CRC32C in the header: a pass before it. */
+	if (keyed_write)
+		s.crc = iov_crc(op->iov, op->iovcnt, s.skip, s.len);
+	s.fuse_crc = op->want_crc && op->priv.nslices == 1 && !keyed_write;
+	rc = eng_tcp_run(e, op->endpoint, op->priv.deadline_ns, slice_conn, &s, ran);
+	if (rc) {
+		LC_DEBUG(ENG_LOG, "transfer of %llu bytes with %s failed: %s",
+			 (unsigned long long)s.len, op->endpoint, strerror(-rc));
+		return rc;
+	}
+	if (op->want_crc && op->priv.nslices == 1) {
+		op->priv.scrc = keyed_write ? s.crc : s.ocrc;
+		op->priv.has_scrc = 1;
+	}
+	return 0;
+}
+
+uint32_t eng_tcp_crc(const struct eng_op *op)
+{
+	if (op->priv.has_scrc)
+		return op->priv.scrc;
+	/* Slices cannot be combined without a CRC shift: one pass over the
+	 * local bytes, on the thread that finished the last slice. */
+	return iov_crc(op->iov, op->iovcnt, 0, op->priv.total);
+}
+
+/* The synchronous table entry: the slices one after the other, here. */
 static int tcp_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		    const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
 		    uint32_t *crc)
 {
-	struct tcp_slice s[ENG_SLICE_MAX];
-	uint64_t n = (total + ENG_SLICE_MIN - 1) / ENG_SLICE_MIN;
-	uint64_t chunk, deadline = lc_now_ns() + e->timeout_ns;
-	int nslices, unsent = 0, rc = 0;
+	struct eng_op op = {.endpoint = endpoint, .dir = dir, .off = off, .iov = iov,
+			    .iovcnt = iovcnt, .cap = cap, .want_crc = crc != NULL};
+	int rc, ran, anyran = 0;
 
-	if (e->keyed && !cap) {
-		LC_DEBUG(ENG_LOG, "no capability for a transfer with %s", endpoint);
-		return ENG_XFER_UNSENT; /* the owner would refuse it: nothing sent */
+	op.priv.total = total;
+	rc = eng_tcp_plan(e, &op);
+	if (rc)
+		return rc;
+	for (unsigned i = 0; i < op.priv.nslices; i++) {
+		rc = eng_tcp_slice(e, &op, i, &ran, NULL);
+		anyran |= ran;
+		if (rc)
+			return anyran ? LUNAR_ERR_TRANSFER_FAIL : ENG_XFER_UNSENT;
 	}
-	nslices = n > ENG_SLICE_MAX ? ENG_SLICE_MAX : (int)n;
-	chunk = (total + (uint64_t)nslices - 1) / (uint64_t)nslices;
-	for (int i = 0; i < nslices; i++) {
-		s[i] = (struct tcp_slice){
-		    .e = e,
-		    .endpoint = endpoint,
-		    .dir = dir,
-		    .off = off,
-		    .iov = iov,
-		    .iovcnt = iovcnt,
-		    .skip = (uint64_t)i * chunk,
-		    .len = i == nslices - 1 ? total - (uint64_t)i * chunk : chunk,
-		    .deadline_ns = deadline,
-		    .cap = cap,
-		};
-		/* Slice 0 runs on the caller; a slice whose thread cannot start, too. */
-		s[i].threaded = i > 0 && !pthread_create(&s[i].tid, NULL, slice_main, &s[i]);
-	}
-	for (int i = 0; i < nslices; i++) {
-		if (s[i].threaded)
-			pthread_join(s[i].tid, NULL);
-		else
-			slice_main(&s[i]);
-		unsent += s[i].rc && !s[i].ran;
-		if (s[i].rc)
-			rc = LUNAR_ERR_TRANSFER_FAIL;
-	}
-	if (unsent == nslices)
-		return ENG_XFER_UNSENT; /* no slice got a connection */
-	/* A keyed write of one slice checksummed its bytes already. */
-	if (!rc && crc && nslices == 1 && e->keyed && dir == ENG_WRITE) {
-		*crc = s[0].crc;
-	} else if (!rc && crc) {
-		/* Sockets cannot checksum on the way: one pass over the local bytes. */
-		*crc = 0;
-		for (int i = 0; i < iovcnt; i++)
-			*crc = lc_crc32c(*crc, iov[i].iov_base, iov[i].iov_len);
-	}
-	return rc;
+	if (crc)
+		*crc = eng_tcp_crc(&op);
+	return 0;
 }
 
 const struct eng_transport_ops eng_tcp_ops = {

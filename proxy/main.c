@@ -53,14 +53,19 @@ static int make_socket_dir(const struct px_config *cfg)
 	return 0;
 }
 
-#define PX_PREFAULT_CHUNK (64ull << 20)
+/* One huge page a call: the call holds the address space's lock, which
+ * every mmap (a client's region, a thread's stack) then waits for, so a
+ * chunk must take well under a millisecond whatever the segment's size. */
+#define PX_PREFAULT_CHUNK (2ull << 20)
 #define PX_GOODBYE_TIMEOUT_MS 500
 
 /*
  * Make the segment resident, in huge pages where the kernel gives them: a
  * first-touch fault per 4 KiB page on the put path costs more than the copy.
- * Runs beside the proxy (faults taken by a put meanwhile are just as safe),
- * a chunk at a time so that stopping never waits long.
+ * Runs beside the proxy, which serves at once (faults taken by a put
+ * meanwhile are just as safe), a chunk at a time so that neither stopping
+ * nor an mmap elsewhere in the proxy waits long, at a lower priority than
+ * the threads that serve.
  */
 static void *segment_prefault(void *arg)
 {
@@ -69,6 +74,9 @@ static void *segment_prefault(void *arg)
 	long page = sysconf(_SC_PAGESIZE);
 	uint64_t t0 = lc_now_ms();
 
+	/* This thread only (Linux: a tid is a PRIO_PROCESS target). */
+	if (setpriority(PRIO_PROCESS, (id_t)gettid(), 10))
+		LC_DEBUG("proxy", "prefault: cannot lower its priority: %s", strerror(errno));
 	for (uint64_t off = 0; off < px->cfg.segment_size && !atomic_load(&px->stopping);
 	     off += PX_PREFAULT_CHUNK) {
 		uint64_t n = px->cfg.segment_size - off;

@@ -4,7 +4,8 @@
  * in the same pass), then BatchPutEnd with the checksums for the keys whose
  * every replica was written and BatchPutRevoke for the rest. A client that
  * dies before the commit gets all its puts revoked. Upsert is the same flow
- * over the Upsert calls.
+ * over the Upsert calls. The writes of a request go to the engine as one
+ * batch, so every replica of every key moves at once.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -74,34 +75,122 @@ out:
 /* How far a placed key's write went (put_transfer's started[]). */
 enum { PUT_UNPLACED, PUT_PLACED, PUT_IN_FLIGHT /* a peer may still write bytes of it */ };
 
-/* Write the item's bytes to every replica, checksumming them on the way
- * into the first; PUT_PLACED or PUT_IN_FLIGHT in *how. 0 or TRANSFER_FAIL,
- * at once for a peer the request gave up on. */
-static int put_write(struct px_proxy *px, struct px_item *it, const Lunar__PutStartResult *res,
-		     struct px_down *down, int *how)
+/* The writes of one request: one per replica of every placed key. */
+struct put_writes {
+	size_t n;
+	struct eng_op *ops;
+	struct eng_cap *caps;
+	struct eng_op ops_in[PX_BATCH_INLINE];
+	struct eng_cap caps_in[PX_BATCH_INLINE];
+};
+
+/* Add the writes of item i (placed as res) to w; the item's result. */
+static int put_plan(struct px_item *it, const Lunar__PutStartResult *res,
+		    size_t i, struct put_writes *w)
 {
-	*how = PUT_PLACED;
 	if (res->n_replicas == 0)
 		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
+	for (size_t k = 0; k < res->n_replicas; k++)
+		if (res->replicas[k]->length != it->total)
+			return LUNAR_ERR_TRANSFER_FAIL;
 	for (size_t k = 0; k < res->n_replicas; k++) {
 		const Lunar__Replica *rp = res->replicas[k];
-		int remote = strcmp(rp->endpoint, px->endpoint) != 0, rc;
-		struct eng_cap cap;
+		struct eng_op *op = &w->ops[w->n];
 
-		if (rp->length != it->total || (remote && px_down_has(down, rp->endpoint)))
-			return LUNAR_ERR_TRANSFER_FAIL;
-		rc = eng_xfer(px->engine, rp->endpoint, ENG_WRITE, rp->offset, it->iov, it->iovcnt,
-			      px_replica_cap(rp, &cap) ? &cap : NULL, k == 0 ? &it->crc : NULL);
-		if (rc) {
-			if (remote)
-				px_down_add(down, rp->endpoint);
-			/* Sent in part, or queued: its bytes may still land. */
-			if (remote && rc != ENG_XFER_UNSENT)
-				*how = PUT_IN_FLIGHT;
-			return LUNAR_ERR_TRANSFER_FAIL;
-		}
+		*op = (struct eng_op){
+		    .endpoint = rp->endpoint,
+		    .dir = ENG_WRITE,
+		    .off = rp->offset,
+		    .iov = it->iov,
+		    .iovcnt = it->iovcnt,
+		    .cap = px_replica_cap(rp, &w->caps[w->n]) ? &w->caps[w->n] : NULL,
+		    .want_crc = k == 0, /* checksummed on the way into the first */
+		    .user = (void *)(uintptr_t)i,
+		};
+		w->n++;
 	}
 	return 0;
+}
+
+/* Fold the writes' results into their items: a key fails with any of its
+ * replicas, and stays PUT_IN_FLIGHT when bytes may still land. */
+static void put_results(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+			const struct put_writes *w, int *started)
+{
+	struct px_down down = { 0 };
+
+	for (size_t j = 0; j < w->n; j++) {
+		const struct eng_op *op = &w->ops[j];
+		size_t i = (uintptr_t)op->user;
+		struct px_item *it = &r->items[b->idx[i]];
+		int remote = strcmp(op->endpoint, px->endpoint) != 0;
+
+		if (!op->result) {
+			if (op->want_crc)
+				it->crc = op->crc;
+			continue;
+		}
+		it->result = LUNAR_ERR_TRANSFER_FAIL;
+		if (remote && !px_down_has(&down, op->endpoint)) {
+			px_down_add(&down, op->endpoint);
+			LC_DEBUG("proxy", "put: a write to %s failed (%d)", op->endpoint, op->result);
+		}
+		/* Sent in part, or queued: its bytes may still land. */
+		if (remote && op->result != ENG_XFER_UNSENT)
+			started[i] = PUT_IN_FLIGHT;
+	}
+}
+
+/* Count the replicas of the placed keys (each write's room). */
+static size_t put_count(const Lunar__BatchPutStartReply *rep, size_t n)
+{
+	size_t total = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (!rep->results[i]->code)
+			total += rep->results[i]->n_replicas;
+	return total;
+}
+
+/*
+ * Write the keys the master placed, every replica of every key at once
+ * (the engine spreads them over its connections and I/O threads, this
+ * worker running a share); returns how many keys it placed.
+ */
+static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+			   const Lunar__BatchPutStartReply *rep, int *started)
+{
+	struct put_writes w = { .ops = w.ops_in, .caps = w.caps_in };
+	size_t n = 0, room = put_count(rep, b->n);
+
+	if (room > PX_BATCH_INLINE) {
+		w.ops = calloc(room, sizeof(*w.ops));
+		w.caps = calloc(room, sizeof(*w.caps));
+	}
+	for (size_t i = 0; i < b->n; i++) {
+		struct px_item *it = &r->items[b->idx[i]];
+		int code = rep->results[i]->code;
+
+		if (code == LUNAR_ERR_OBJECT_ALREADY_EXISTS) {
+			it->result = 0; /* first value kept: Mooncake semantics */
+			continue;
+		}
+		if (code) {
+			it->result = code;
+			continue;
+		}
+		n++;
+		started[i] = PUT_PLACED;
+		it->result = w.ops && w.caps ? put_plan(it, rep->results[i], i, &w)
+					     : LUNAR_ERR_INTERNAL;
+	}
+	eng_xfer_batch(px->engine, w.ops, (int)w.n);
+	put_results(px, r, b, &w, started);
+	if (w.ops != w.ops_in)
+		free(w.ops);
+	if (w.caps != w.caps_in)
+		free(w.caps);
+	return n;
 }
 
 /* Test hook (--debug-put-delay): hold the commit back, but not past death
@@ -205,31 +294,6 @@ static void put_index(struct px_proxy *px, struct px_req *r, const struct px_bat
 			px_objidx_put(px->objidx, r->s->tenant, b->keys[i], &v,
 				      rep->results[i]->replicas, rep->results[i]->n_replicas);
 	}
-}
-
-/* Write the keys the master placed; returns how many it placed. */
-static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-			   const Lunar__BatchPutStartReply *rep, int *started)
-{
-	struct px_down down = { 0 };
-	size_t n = 0;
-
-	for (size_t i = 0; i < b->n; i++) {
-		struct px_item *it = &r->items[b->idx[i]];
-		int code = rep->results[i]->code;
-
-		if (code == LUNAR_ERR_OBJECT_ALREADY_EXISTS) {
-			it->result = 0; /* first value kept: Mooncake semantics */
-			continue;
-		}
-		if (code) {
-			it->result = code;
-			continue;
-		}
-		n++;
-		it->result = put_write(px, it, rep->results[i], &down, &started[i]);
-	}
-	return n;
 }
 
 int64_t px_run_put(struct px_proxy *px, struct px_req *r)

@@ -87,6 +87,9 @@ static const char usage_text[] =
     "usage: lunar-bench [OPTIONS]\n"
     "       lunar-bench --master URL [OPTIONS]     (see lunar-bench --master x --help)\n"
     "       lunar-bench --trace FILE --block-size SIZE [OPTIONS]   (likewise)\n"
+    "       lunar-bench --tcp-baseline [--size SIZE] [--threads T] [--count N]\n"
+    "              (plain loopback TCP, 16-byte request -> SIZE-byte answer, blocking\n"
+    "              and busy-poll receive: the wire remote transfers are measured against)\n"
     "       lunar-bench --evict-round N   (the master's eviction round at N objects,\n"
     "                                      in process)\n"
     "\n"
@@ -744,6 +747,8 @@ int main(int argc, char **argv)
 			return bench_master_main(argc, argv);
 		if (!strncmp(argv[i], "--trace", 7) && (argv[i][7] == '=' || !argv[i][7]))
 			return bench_trace_main(argc, argv);
+		if (!strcmp(argv[i], "--tcp-baseline"))
+			return bench_tcp_main(argc, argv);
 		if (!strncmp(argv[i], "--evict-round", 13) && (argv[i][13] == '=' || !argv[i][13]))
 			return bench_evict_main(argc, argv);
 	}

@@ -119,5 +119,8 @@ void bench_sync_close(struct bench_sync *s);
 int bench_master_main(int argc, char **argv);
 int bench_trace_main(int argc, char **argv);
 int bench_evict_main(int argc, char **argv);
+/* bench_tcp_main - lunar-bench --tcp-baseline (tcp_base.c): plain loopback
+ * TCP request/answer, blocking and busy-poll, as tcp_<style>_* figures. */
+int bench_tcp_main(int argc, char **argv);
 
 #endif /* LUNAR_TOOLS_BENCH_BENCH_H */

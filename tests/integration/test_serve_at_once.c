@@ -1,0 +1,74 @@
+/*
+ * test_serve_at_once.c - a proxy with a large segment serves at once: its
+ * segment is made resident beside it, not before it. With a 2 GiB segment
+ * (MAP_NORESERVE; skipped when the machine has less than 4 GiB available,
+ * since the segment becomes resident meanwhile) a client's first put is
+ * stored, and read back, within 2 s of the proxy's start.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+#include "lunar.h"
+
+#define FIRST_PUT_MS 2000
+
+/* MemAvailable from /proc/meminfo, in MiB; 0 when unknown. */
+static unsigned long long mem_available_mib(void)
+{
+	unsigned long long kib = 0;
+	char line[256];
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kib / 1024;
+}
+
+static void test_serve_at_once_first_put(void **state)
+{
+	char sock[PATH_MAX], val[4096], back[4096];
+	struct lunar_client *c;
+	uint64_t t0, took;
+	int64_t n;
+
+	(void)state;
+	if (mem_available_mib() < 4096) {
+		print_message("skipped: less than 4 GiB available for a 2 GiB segment\n");
+		skip();
+	}
+	h_named_sock(sock, "big");
+	t0 = h_now_ms();
+	H_ASSERT(h_start_proxy("big", sock, H_EMBEDDED, "--segment-size", "2GiB", NULL));
+	c = h_client(sock);
+	memset(val, 0x5c, sizeof(val));
+	H_ASSERT_EQ(lunar_put(c, "first", val, sizeof(val), NULL), 0);
+	took = h_now_ms() - t0;
+	n = lunar_get_into(c, "first", back, sizeof(back));
+	H_ASSERT_EQ(n, (int64_t)sizeof(back));
+	H_ASSERT(!memcmp(back, val, sizeof(val)));
+	print_message("first put stored %llu ms after start\n", (unsigned long long)took);
+	H_ASSERT_MSG(took < FIRST_PUT_MS, "first put after %llu ms", (unsigned long long)took);
+	lunar_close(c);
+	h_stop_all();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_serve_at_once_first_put),
+	};
+
+	return cmocka_run_group_tests(tests, h_setup, h_teardown);
+}

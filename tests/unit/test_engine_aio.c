@@ -1,0 +1,252 @@
+/*
+ * test_engine_aio.c - the engine's completion machinery on loopback: a
+ * batch of transfers of every kind (local, remote, sliced) submitted at
+ * once completes each op once with its bytes and CRC32C; a batch where
+ * some transfers cannot work fails those alone, each with its own code;
+ * destroying an engine with transfers queued and running to a peer that
+ * never answers completes every one of them at once.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "crc32c.h"
+#include "engine/engine.h"
+#include "lunar.h"
+
+#define SEG_SIZE (32u << 20)
+#define MIB	 (1u << 20)
+
+struct node {
+	struct eng_engine *e;
+	unsigned char *seg;
+};
+
+static struct node node_start(unsigned timeout_ms, unsigned io_threads)
+{
+	struct eng_config cfg = {
+	    .host = "127.0.0.1",
+	    .seg_size = SEG_SIZE,
+	    .io_timeout_ms = timeout_ms,
+	    .io_threads = io_threads,
+	};
+	struct node n;
+
+	n.seg = calloc(1, SEG_SIZE);
+	assert_non_null(n.seg);
+	cfg.seg_base = n.seg;
+	assert_int_equal(eng_engine_create(&cfg, &n.e), 0);
+	return n;
+}
+
+static void node_stop(struct node *n)
+{
+	eng_engine_destroy(n->e);
+	free(n->seg);
+}
+
+static void fill(unsigned char *p, size_t len, unsigned seed)
+{
+	for (size_t i = 0; i < len; i++)
+		p[i] = (unsigned char)(i * 131 + seed * 7 + (i >> 12));
+}
+
+/* Wait until n ops came out of cq; each exactly once. */
+static void wait_all(struct eng_cq *cq, struct eng_op *ops, int n)
+{
+	struct eng_op *out[8];
+	int seen[64] = {0}, got = 0;
+
+	assert_true(n <= 64);
+	while (got < n) {
+		int k = eng_cq_wait(cq, out, 8, 60000);
+
+		assert_true(k > 0);
+		for (int i = 0; i < k; i++) {
+			long idx = out[i] - ops;
+
+			assert_true(idx >= 0 && idx < n);
+			assert_int_equal(seen[idx], 0);
+			assert_ptr_equal(out[i]->user, (void *)(intptr_t)(idx + 1000));
+			seen[idx] = 1;
+		}
+		got += k;
+	}
+}
+
+/* Writes of several sizes to the peer (one of them sliced) and to ourselves,
+ * then reads of all of them back, each a batch. */
+static void test_engine_aio_batch_submit(void **state)
+{
+	static const size_t sizes[] = {4096, 1 * MIB, 9 * MIB, 100, 64 * 1024, 3 * MIB};
+	enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+	struct node a = node_start(30000, 3), b = node_start(30000, 3);
+	struct eng_op ops[N];
+	struct iovec src[N], dst[N];
+	struct eng_cq *cq;
+	uint64_t off = 0;
+
+	(void)state;
+	assert_int_equal(eng_cq_alloc(&cq), 0);
+	for (int i = 0; i < N; i++) {
+		src[i].iov_base = malloc(sizes[i]);
+		dst[i].iov_base = calloc(1, sizes[i]);
+		src[i].iov_len = dst[i].iov_len = sizes[i];
+		fill(src[i].iov_base, sizes[i], (unsigned)i);
+		ops[i] = (struct eng_op){
+		    /* Every third to ourselves: a copy at submit. */
+		    .endpoint = eng_engine_endpoint(i % 3 == 2 ? a.e : b.e),
+		    .dir = ENG_WRITE, .off = off, .iov = &src[i], .iovcnt = 1,
+		    .want_crc = 1, .user = (void *)(intptr_t)(i + 1000),
+		};
+		off += sizes[i];
+	}
+	assert_int_equal(eng_xfer_submit(a.e, cq, ops, N), 0);
+	wait_all(cq, ops, N);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(ops[i].result, 0);
+		assert_int_equal(ops[i].crc, lc_crc32c(0, src[i].iov_base, sizes[i]));
+		ops[i].dir = ENG_READ;
+		ops[i].iov = &dst[i];
+		ops[i].crc = 0;
+	}
+	assert_int_equal(eng_xfer_submit(a.e, cq, ops, N), 0);
+	wait_all(cq, ops, N);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(ops[i].result, 0);
+		assert_memory_equal(dst[i].iov_base, src[i].iov_base, sizes[i]);
+		assert_int_equal(ops[i].crc, lc_crc32c(0, src[i].iov_base, sizes[i]));
+		free(src[i].iov_base);
+		free(dst[i].iov_base);
+	}
+	/* A cq is one engine's. */
+	assert_int_equal(eng_xfer_submit(b.e, cq, ops, 0), LUNAR_ERR_INVALID_PARAMS);
+	eng_cq_free(cq);
+	node_stop(&a);
+	node_stop(&b);
+}
+
+/* A free loopback port nobody listens on. */
+static uint16_t dead_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, len), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* One batch (run by eng_xfer_batch): good transfers succeed beside a dead
+ * peer (unsent), a range the peer refuses and a malformed op. */
+static void test_engine_aio_partial_failure(void **state)
+{
+	struct node a = node_start(30000, 2), b = node_start(30000, 2);
+	unsigned char *buf = malloc(2 * MIB), *back = calloc(1, 2 * MIB);
+	struct iovec v = {buf, 2 * MIB}, w = {back, 2 * MIB};
+	char dead[64];
+	struct eng_op ops[5];
+
+	(void)state;
+	fill(buf, 2 * MIB, 9);
+	snprintf(dead, sizeof(dead), "127.0.0.1:%u", dead_port());
+	ops[0] = (struct eng_op){.endpoint = eng_engine_endpoint(b.e), .dir = ENG_WRITE,
+				 .off = MIB, .iov = &v, .iovcnt = 1, .want_crc = 1};
+	ops[1] = (struct eng_op){.endpoint = dead, .dir = ENG_WRITE, .iov = &v, .iovcnt = 1};
+	ops[2] = (struct eng_op){.endpoint = eng_engine_endpoint(b.e), .dir = ENG_WRITE,
+				 .off = SEG_SIZE - MIB, .iov = &v, .iovcnt = 1};
+	ops[3] = (struct eng_op){.endpoint = eng_engine_endpoint(b.e), .dir = ENG_READ,
+				 .iov = &v, .iovcnt = 0};
+	ops[4] = (struct eng_op){.endpoint = eng_engine_endpoint(b.e), .dir = ENG_READ,
+				 .off = 0, .iov = &w, .iovcnt = 1};
+	eng_xfer_batch(a.e, ops, 5);
+	assert_int_equal(ops[0].result, 0);
+	assert_int_equal(ops[0].crc, lc_crc32c(0, buf, 2 * MIB));
+	assert_int_equal(ops[1].result, ENG_XFER_UNSENT);
+	assert_int_equal(ops[2].result, LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(ops[3].result, LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(ops[4].result, 0);
+	/* Whatever order they ran in, the write at MIB is whole. */
+	assert_memory_equal(b.seg + MIB, buf, 2 * MIB);
+	/* A batch of none does nothing. */
+	eng_xfer_batch(a.e, ops, 0);
+	free(buf);
+	free(back);
+	node_stop(&a);
+	node_stop(&b);
+}
+
+/*
+ * A peer that takes connections and never answers: with a 60 s timeout,
+ * destroying the engine must complete every op at once, the running ones
+ * cut short (TRANSFER_FAIL: the request went out), the queued ones
+ * cancelled (unsent).
+ */
+static void test_engine_aio_cancel_at_shutdown(void **state)
+{
+	enum { N = 10 };
+	struct node a = node_start(60000, 2);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(sa);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0), unsent = 0, failed = 0;
+	unsigned char *buf = malloc(64 * 1024);
+	struct iovec v = {buf, 64 * 1024};
+	struct eng_op ops[N];
+	struct eng_cq *cq;
+	char ep[64];
+	uint64_t t0;
+
+	(void)state;
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, len), 0);
+	assert_int_equal(listen(lfd, 64), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", ntohs(sa.sin_port));
+	assert_int_equal(eng_cq_alloc(&cq), 0);
+	for (int i = 0; i < N; i++)
+		ops[i] = (struct eng_op){.endpoint = ep, .dir = ENG_READ, .iov = &v, .iovcnt = 1,
+					 .user = (void *)(intptr_t)(i + 1000)};
+	assert_int_equal(eng_xfer_submit(a.e, cq, ops, N), 0);
+	/* Nothing completes while the peer is silent. */
+	assert_int_equal(eng_cq_wait(cq, (struct eng_op *[1]){0}, 1, 300), 0);
+	t0 = lc_now_ms();
+	eng_engine_destroy(a.e);
+	assert_true(lc_now_ms() - t0 < 5000);
+	wait_all(cq, ops, N);
+	for (int i = 0; i < N; i++) {
+		assert_true(ops[i].result == ENG_XFER_UNSENT ||
+			    ops[i].result == LUNAR_ERR_TRANSFER_FAIL);
+		unsent += ops[i].result == ENG_XFER_UNSENT;
+		failed += ops[i].result == LUNAR_ERR_TRANSFER_FAIL;
+	}
+	/* Two I/O threads: two ran, the rest never went. */
+	assert_int_equal(failed, 2);
+	assert_int_equal(unsent + failed, N);
+	eng_cq_free(cq);
+	close(lfd);
+	free(a.seg);
+	free(buf);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_engine_aio_batch_submit),
+	    cmocka_unit_test(test_engine_aio_partial_failure),
+	    cmocka_unit_test(test_engine_aio_cancel_at_shutdown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

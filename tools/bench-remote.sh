@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# bench-remote.sh - remote puts and gets against the wire, in one run, as a
+# markdown section for docs/bench.md: `bash tools/bench-remote.sh > remote.md`.
+# A lunar-master and two proxies on loopback: A contributes no memory, B a
+# 2 GiB segment, the client runs on A, so every byte crosses B's data port.
+# For each mode (keyed: a cluster key, every frame MAC'd and capability-
+# checked; keyless: --insecure, no key) and each size (4 KiB, 64 KiB, 1 MiB,
+# 4 MiB) from 1 and 4 threads: put and get GB/s, and their share of plain
+# TCP measured in the same run (lunar-bench --tcp-baseline, the better of
+# its blocking and busy-poll styles, as many connections as threads), and
+# 4 KiB p50/p99. Run from the repo root against $BUILD (default build).
+#   --quick        fewer objects (noisy figures, for a smoke test)
+#   --modes LIST   keyed,keyless (default both)
+# Exit 1 if any run failed.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+. tools/bench/lib.sh
+
+QUICK=0
+MODES=keyed,keyless
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) QUICK=1 ;;
+	--modes) MODES=$2; shift ;;
+	--modes=*) MODES=${1#--modes=} ;;
+	-h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) bl_log "bench-remote: unknown argument '$1'"; exit 2 ;;
+	esac
+	shift
+done
+
+bl_need lunar-bench lunar-proxy lunar-master lunarctl
+bl_init lunar-bench-remote
+
+SIZES=(4KiB 64KiB 1MiB 4MiB)
+THREADS=(1 4)
+declare -A COUNT=([4KiB]=5000 [64KiB]=4000 [1MiB]=1400 [4MiB]=360)
+if [ "$QUICK" -eq 1 ]; then
+	COUNT=([4KiB]=1000 [64KiB]=800 [1MiB]=300 [4MiB]=80)
+fi
+RUN_SECS=600
+
+# The wire: plain TCP at every size and thread count, once for all modes.
+baseline() {
+	local size t
+	for size in "${SIZES[@]}"; do
+		for t in "${THREADS[@]}"; do
+			bl_run "$BL_TMP/tcp-$size-$t.out" "$RUN_SECS" "$BIN/lunar-bench" --tcp-baseline \
+				--size "$size" --threads "$t" || true
+		done
+	done
+}
+
+# The better of the two receive styles of a baseline run, in GB/s.
+wire_gbps() {
+	local f=$BL_TMP/tcp-$1-$2.out
+	awk -v a="$(bl_kv "$f" tcp_blocking_gbps)" -v b="$(bl_kv "$f" tcp_busypoll_gbps)" \
+		'BEGIN { if (a == "-") a = 0; if (b == "-") b = 0; print (a > b ? a : b) }'
+}
+
+# One mode: a master, A (no segment) and B (2 GiB), every size and thread count.
+run_mode() {
+	local mode=$1 sa=$BL_TMP/$1-a.sock sb=$BL_TMP/$1-b.sock size t
+	local -a key=(--insecure)
+	if [ "$mode" = keyed ]; then
+		"$BIN/lunarctl" keygen "$BL_TMP/cluster.key" >/dev/null
+		key=(--cluster-key "$BL_TMP/cluster.key")
+	fi
+	bl_start_master "master-$mode" "${key[@]}"
+	# A removes what the runs put: a keyed master takes removals from ADMIN
+	# sessions only.
+	local -a admin=()
+	[ "$mode" = keyed ] && admin=(--admin-calls)
+	bl_start_proxy "proxy-$mode-a" "$sa" "${key[@]}" "${admin[@]}" --master "$BL_MASTER_URL" \
+		--segment-size 0
+	bl_start_proxy "proxy-$mode-b" "$sb" "${key[@]}" --master "$BL_MASTER_URL" \
+		--segment-size 2GiB
+	for size in "${SIZES[@]}"; do
+		for t in "${THREADS[@]}"; do
+			bl_run "$BL_TMP/$mode-$size-$t.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$sa" \
+				--size "$size" --count "${COUNT[$size]}" --threads "$t" \
+				--baseline-size 0 --check sampled || true
+		done
+	done
+	bl_stop_all
+}
+
+table() {
+	local mode=$1 f size t wire
+	echo
+	echo "### $mode"
+	echo
+	echo "| size | threads | wire GB/s | put GB/s | put / wire | get GB/s | get / wire | put p50 µs | put p99 µs | get p50 µs | get p99 µs | errors |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+	for size in "${SIZES[@]}"; do
+		for t in "${THREADS[@]}"; do
+			f=$BL_TMP/$mode-$size-$t.out
+			wire=$(wire_gbps "$size" "$t")
+			echo "| $size | $t | $(bl_fmt "$wire" 2) | $(bl_fmt "$(bl_kv "$f" put_gb_per_s)" 2) |" \
+				"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$wire" 2) |" \
+				"$(bl_fmt "$(bl_kv "$f" get_gb_per_s)" 2) |" \
+				"$(bl_div "$(bl_kv "$f" get_gb_per_s)" "$wire" 2) |" \
+				"$(bl_fmt "$(bl_kv "$f" put_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" put_p99_us)" 1) |" \
+				"$(bl_fmt "$(bl_kv "$f" get_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" get_p99_us)" 1) |" \
+				"$(bl_kv "$f" errors) |"
+		done
+	done
+}
+
+echo "## Remote transfers against the wire"
+echo
+echo "\`lunar-master\` and two proxies on loopback; A has no segment, B 2 GiB; the client"
+echo "runs on A, so every put and get crosses B's data port. wire: plain TCP in the same"
+echo "run (\`lunar-bench --tcp-baseline\`: 16-byte request, SIZE-byte answer from a cold"
+echo "256 MiB set into a cold set, 8 MiB socket buffers, TCP_NODELAY; the better of"
+echo "blocking MSG_WAITALL and busy-poll receive; one connection per thread)."
+echo "4 KiB rows: the p50/p99 columns are the latency figures."
+echo
+echo "| size | threads | wire blocking GB/s | wire busy-poll GB/s | wire p50 µs |"
+echo "|---|---|---|---|---|"
+baseline
+for size in "${SIZES[@]}"; do
+	for t in "${THREADS[@]}"; do
+		f=$BL_TMP/tcp-$size-$t.out
+		echo "| $size | $t | $(bl_fmt "$(bl_kv "$f" tcp_blocking_gbps)" 2) |" \
+			"$(bl_fmt "$(bl_kv "$f" tcp_busypoll_gbps)" 2) |" \
+			"$(bl_fmt "$(bl_kv "$f" tcp_blocking_p50_us)" 1) |"
+	done
+done
+for mode in ${MODES//,/ }; do
+	run_mode "$mode"
+	table "$mode"
+done
+bl_cmds_flush
+[ "$BL_FAILED" -eq 0 ]

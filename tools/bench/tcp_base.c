@@ -1,0 +1,257 @@
+/*
+ * tcp_base.c - lunar-bench --tcp-baseline: what plain TCP does on this
+ * machine, for remote puts and gets to be measured against. T client
+ * threads, each with its own loopback connection to a server thread of this
+ * process, send a 16-byte request and receive a SIZE-byte answer, the
+ * server sending from a cold 256 MiB set and the client receiving into
+ * another (both walked in order, so no answer comes from the cache). 8 MiB
+ * socket buffers, TCP_NODELAY. Two receive styles, one after the other:
+ * blocking recv(MSG_WAITALL), and a busy-poll of recv(MSG_DONTWAIT).
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "clock.h"
+
+#define TB_SET	   (256ull << 20)
+#define TB_SOCKBUF (8 << 20)
+#define TB_MAX_T   64
+#define TB_REQ	   16
+
+struct tb_run {
+	uint64_t size, count, per; /* per: bytes of each set one thread walks */
+	unsigned threads;
+	int busy;
+	unsigned char *src, *dst;
+	uint64_t *lat; /* count per thread, thread-major */
+	int lfd;
+};
+
+struct tb_thread {
+	struct tb_run *r;
+	unsigned idx;
+	int fd;
+	int rc;
+};
+
+static void tb_sockopts(int fd)
+{
+	int one = 1, buf = TB_SOCKBUF;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* FORCE beyond net.core.[rw]mem_max when allowed, else up to it. */
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &buf, sizeof(buf)))
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof(buf)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+/* Receive len bytes: MSG_WAITALL, or spinning on MSG_DONTWAIT. */
+static int tb_recv(int fd, void *buf, size_t len, int busy)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = recv(fd, (char *)buf + got, len - got, busy ? MSG_DONTWAIT : MSG_WAITALL);
+
+		if (n > 0)
+			got += (size_t)n;
+		else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+			return -1;
+	}
+	return 0;
+}
+
+static int tb_send(int fd, const void *buf, size_t len)
+{
+	size_t sent = 0;
+
+	while (sent < len) {
+		ssize_t n = send(fd, (const char *)buf + sent, len - sent, MSG_NOSIGNAL);
+
+		if (n < 0 && errno != EINTR)
+			return -1;
+		if (n > 0)
+			sent += (size_t)n;
+	}
+	return 0;
+}
+
+/* The server side of one connection: answer each request from the source set. */
+static void *tb_serve(void *arg)
+{
+	struct tb_thread *t = arg;
+	const struct tb_run *r = t->r;
+	uint64_t req[2];
+
+	while (!tb_recv(t->fd, req, TB_REQ, 0)) {
+		if (req[0] > r->per - r->size)
+			break;
+		if (tb_send(t->fd, r->src + (uint64_t)t->idx * r->per + req[0], r->size))
+			break;
+	}
+	close(t->fd);
+	return NULL;
+}
+
+static void *tb_client(void *arg)
+{
+	struct tb_thread *t = arg;
+	const struct tb_run *r = t->r;
+	unsigned char *dst = r->dst + (uint64_t)t->idx * r->per;
+	uint64_t off = 0, req[2] = {0, 0};
+
+	for (uint64_t i = 0; i < r->count; i++) {
+		uint64_t t0 = lc_now_ns();
+
+		req[0] = off;
+		if (tb_send(t->fd, req, TB_REQ) || tb_recv(t->fd, dst + off, r->size, r->busy)) {
+			t->rc = -1;
+			break;
+		}
+		r->lat[(uint64_t)t->idx * r->count + i] = lc_now_ns() - t0;
+		off += r->size;
+		if (off > r->per - r->size)
+			off = 0;
+	}
+	return NULL;
+}
+
+/* Connect T clients to T server threads on a fresh loopback listener. */
+static int tb_connect(struct tb_run *r, struct tb_thread *cl, struct tb_thread *sv)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(sa);
+
+	r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&sa, len) ||
+	    listen(r->lfd, TB_MAX_T) || getsockname(r->lfd, (struct sockaddr *)&sa, &len))
+		return -1;
+	for (unsigned i = 0; i < r->threads; i++) {
+		cl[i] = (struct tb_thread){.r = r, .idx = i};
+		sv[i] = (struct tb_thread){.r = r, .idx = i};
+		cl[i].fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (cl[i].fd < 0)
+			return -1;
+		tb_sockopts(cl[i].fd);
+		if (connect(cl[i].fd, (struct sockaddr *)&sa, len))
+			return -1;
+		sv[i].fd = accept(r->lfd, NULL, NULL);
+		if (sv[i].fd < 0)
+			return -1;
+		tb_sockopts(sv[i].fd);
+	}
+	close(r->lfd);
+	return 0;
+}
+
+static int tb_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* One timed run of one style; prints its figures. */
+static int tb_run_style(struct tb_run *r)
+{
+	struct tb_thread cl[TB_MAX_T], sv[TB_MAX_T];
+	pthread_t ct[TB_MAX_T], st[TB_MAX_T];
+	const char *style = r->busy ? "busypoll" : "blocking";
+	uint64_t t0, ns, n = r->count * r->threads;
+	int rc = 0;
+
+	if (tb_connect(r, cl, sv)) {
+		perror("lunar-bench --tcp-baseline: loopback connection");
+		return BENCH_EXIT_FAIL;
+	}
+	for (unsigned i = 0; i < r->threads; i++)
+		pthread_create(&st[i], NULL, tb_serve, &sv[i]);
+	t0 = lc_now_ns();
+	for (unsigned i = 0; i < r->threads; i++)
+		pthread_create(&ct[i], NULL, tb_client, &cl[i]);
+	for (unsigned i = 0; i < r->threads; i++) {
+		pthread_join(ct[i], NULL);
+		rc |= cl[i].rc;
+	}
+	ns = lc_now_ns() - t0;
+	for (unsigned i = 0; i < r->threads; i++) {
+		close(cl[i].fd); /* the server sees EOF */
+		pthread_join(st[i], NULL);
+	}
+	if (rc)
+		return BENCH_EXIT_FAIL;
+	qsort(r->lat, n, sizeof(*r->lat), tb_cmp);
+	printf("tcp_%s_gbps=%.3f\n", style, (double)(r->size * n) / (double)ns);
+	printf("tcp_%s_ops_per_s=%.0f\n", style, (double)n * 1e9 / (double)ns);
+	printf("tcp_%s_p50_us=%.2f\n", style, bench_pct_us(r->lat, n, 50));
+	printf("tcp_%s_p99_us=%.2f\n", style, bench_pct_us(r->lat, n, 99));
+	return BENCH_EXIT_OK;
+}
+
+static int tb_parse(struct tb_run *r, int argc, char **argv)
+{
+	uint64_t x;
+	int missing = 0, rc;
+
+	for (int i = 1; i < argc; i++) {
+		const char *v;
+
+		if (!strcmp(argv[i], "--tcp-baseline"))
+			continue;
+		if ((v = bench_opt_value(argc, argv, &i, "--size", &missing)))
+			rc = bench_parse_num("--size", v, 1, 1, TB_SET / TB_MAX_T, &r->size);
+		else if ((v = bench_opt_value(argc, argv, &i, "--count", &missing)))
+			rc = bench_parse_num("--count", v, 0, 1, 100000000, &r->count);
+		else if ((v = bench_opt_value(argc, argv, &i, "--threads", &missing))) {
+			rc = bench_parse_num("--threads", v, 0, 1, TB_MAX_T, &x);
+			r->threads = (unsigned)x;
+		} else
+			return bench_usage_error("--tcp-baseline takes --size, --count, --threads; "
+						 "not '%s'", argv[i]);
+		if (missing)
+			return bench_usage_error("option %s needs a value", argv[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int bench_tcp_main(int argc, char **argv)
+{
+	struct tb_run r = {.size = 1 << 20, .count = 0, .threads = 1};
+	int rc = tb_parse(&r, argc, argv);
+
+	if (rc)
+		return rc;
+	r.per = TB_SET / r.threads / r.size * r.size;
+	if (!r.count) /* ~ 2 GiB a style, at least 2000 answers */
+		r.count = (2ull << 30) / r.size / r.threads > 2000 ? (2ull << 30) / r.size / r.threads
+								   : 2000;
+	r.src = mmap(NULL, TB_SET, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	r.dst = mmap(NULL, TB_SET, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	r.lat = calloc(r.count * r.threads, sizeof(*r.lat));
+	if (r.src == MAP_FAILED || r.dst == MAP_FAILED || !r.lat) {
+		fprintf(stderr, "lunar-bench --tcp-baseline: out of memory\n");
+		return BENCH_EXIT_FAIL;
+	}
+	memset(r.src, 0x5a, TB_SET); /* resident, so faults are not measured */
+	memset(r.dst, 0xa5, TB_SET);
+	printf("tcp_size=%llu\ntcp_threads=%u\ntcp_count=%llu\n", (unsigned long long)r.size,
+	       r.threads, (unsigned long long)r.count);
+	for (r.busy = 0; r.busy < 2 && !rc; r.busy++)
+		rc = tb_run_style(&r);
+	munmap(r.src, TB_SET);
+	munmap(r.dst, TB_SET);
+	free(r.lat);
+	return rc;
+}
