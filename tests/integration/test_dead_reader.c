@@ -159,7 +159,8 @@ static void test_dead_reader_leases_dropped(void **state)
 	H_ASSERT_EQ(lunar_remove(cl, "shared", 1), 0);
 }
 
-/* The child of the renewal case: read "renewed" twice (a miss, then a hit
+/* The child of the renewal case: read "renewed" twice (a miss, then, late
+ * in the 3 s lease, a hit the lease no longer covers for a whole TTL, which
  * the heartbeat renews), say so, then wait to be killed. */
 static void rereader_main(int ready_fd, void *arg)
 {
@@ -174,6 +175,7 @@ static void rereader_main(int ready_fd, void *arg)
 	if (lunar_connect(&o, &c))
 		_exit(2);
 	got1 = lunar_get_into(c, "renewed", buf, sizeof(buf));
+	usleep(2000 * 1000);
 	got2 = lunar_get_into(c, "renewed", buf, sizeof(buf));
 	if (got1 != VAL_LEN || got2 != VAL_LEN) {
 		fprintf(stderr, "rereader: get %s, %s\n", h_code(got1), h_code(got2));
