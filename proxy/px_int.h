@@ -149,6 +149,17 @@ struct px_session {
 #define PX_GONE_MAX 65536
 
 /* Figures for /metrics; relaxed atomics, any thread. */
+/* Why a connection was refused before its session opened
+ * (lunar_proxy_rejected_connections_total{reason}). */
+enum px_reject {
+	PX_REJECT_UNAUTHORIZED,	    /* SO_PEERCRED not allowed */
+	PX_REJECT_TOO_MANY_CLIENTS, /* --max-clients reached */
+	PX_REJECT_VERSION,	    /* protocol version mismatch */
+	PX_REJECT_BAD_HELLO,	    /* bad magic or tenant */
+	PX_REJECT_INTERNAL,	    /* the proxy could not make the session */
+	PX_REJECT_MAX
+};
+
 struct px_stats {
 	atomic_uint_fast64_t requests[LC_OP_MAX]; /* by enum lc_op */
 	atomic_uint_fast64_t requests_inline;     /* run on the event loop itself */
@@ -162,6 +173,9 @@ struct px_stats {
 	atomic_uint_fast64_t busy;                /* requests refused with BUSY */
 	atomic_uint_fast64_t violations;          /* clients disconnected for cause */
 	atomic_uint_fast64_t clients_total;
+	atomic_uint_fast64_t hangups[2];          /* ended by the client's hang-up: [1] with
+						   * requests in flight (it died mid-call) */
+	atomic_uint_fast64_t rejected[PX_REJECT_MAX]; /* by enum px_reject */
 };
 
 #define PX_COUNT(px, field, n) atomic_fetch_add_explicit(&(px)->stats.field, (n), memory_order_relaxed)

@@ -150,6 +150,18 @@ static int hello_check(struct px_proxy *px, const struct lc_hello *h, struct px_
 	return 0;
 }
 
+static enum px_reject reject_reason(int code)
+{
+	switch (code) {
+	case LUNAR_ERR_UNAUTHORIZED: return PX_REJECT_UNAUTHORIZED;
+	case LUNAR_ERR_TOO_MANY_CLIENTS: return PX_REJECT_TOO_MANY_CLIENTS;
+	case LUNAR_ERR_VERSION_MISMATCH: return PX_REJECT_VERSION;
+	case LUNAR_ERR_PROTOCOL:
+	case LUNAR_ERR_INVALID_PARAMS: return PX_REJECT_BAD_HELLO;
+	default: return PX_REJECT_INTERNAL;
+	}
+}
+
 static void refuse(int sock, int code)
 {
 	struct lc_welcome w = { .magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION, .code = code };
@@ -184,6 +196,7 @@ int px_session_accept(struct px_proxy *px, int sock, struct px_session **out)
 	*out = s;
 	return 0;
 err:
+	PX_COUNT(px, rejected[PX_REJECT_INTERNAL], 1);
 	refuse(sock, rc);
 	px_closer_close(px->closer, sock);
 	return rc;
@@ -202,6 +215,7 @@ static int session_open(struct px_proxy *px, struct px_session *s)
 	if (!rc && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
 		rc = LUNAR_ERR_INTERNAL;
 	if (rc) {
+		PX_COUNT(px, rejected[reject_reason(rc)], 1);
 		LC_WARN("proxy", "client pid %d uid %u refused: %s", (int)s->pid, (unsigned)s->uid,
 			lunar_strerror(rc));
 		refuse(s->sock, rc);
