@@ -138,7 +138,10 @@ int64_t lunar_remove_by_regex(struct lunar_client *c, const char *re, int force)
  * LUNAR_BATCH_MAX) fails the whole call.
  */
 /* lunar_batch_put - lunar_putv for n keys at once (key i's value is
- * iovs[i][0..iovcnts[i])); results[i] is what lunar_putv would return. */
+ * iovs[i][0..iovcnts[i])); results[i] is what lunar_putv would return. A
+ * key named more than once is put once, from its first occurrence with valid
+ * arguments: that value is kept, and every later occurrence's result is the
+ * first one's (0 once it is stored, as for a put of an existing key). */
 int lunar_batch_put(struct lunar_client *c, size_t n, const char *const *keys,
 		    const struct iovec *const *iovs, const int *iovcnts,
 		    const struct lunar_put_cfg *cfg, int *results);
