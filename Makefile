@@ -234,8 +234,9 @@ test: all
 	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) CC="$(CC)" LDFLAGS="$(LDFLAGS)" \
 		bash tests/run.sh $(UNIT_BINS) $(INTEG_BINS) $(BUILD_TESTS) tests/fuzz/run.sh
 
-# libFuzzer targets under ASan+UBSan, built with clang from the sources by
-# tests/fuzz/run.sh; corpus and crash reproducers in $(BUILD)/fuzz/.
+# libFuzzer targets under ASan+UBSan (decode, meta, http), built with clang
+# from the sources by tests/fuzz/run.sh, each fuzzed for FUZZ_SECONDS;
+# corpus and crash reproducers in $(BUILD)/fuzz/.
 FUZZ_SECONDS ?= 600
 FUZZ_TEST_SECONDS ?= 45
 fuzz: layers
