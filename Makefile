@@ -144,7 +144,8 @@ BUILD_TESTS := $(wildcard tests/build/test_*.sh)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .SECONDARY:
-.PHONY: all test unit integration chaos demo install clean deps asan tsan format fuzz layers FORCE
+.PHONY: all test unit integration chaos failpoints demo install clean deps asan tsan format fuzz \
+	layers FORCE
 all: $(BINS) $(TOOLS) $(LIBLUNAR_SO) $(LIBLUNAR_A) $(UNIT_BINS) $(INTEG_BINS) $(CHAOS_BINS) \
 	$(LAYERS_TXT)
 
@@ -234,9 +235,16 @@ $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t
 $(foreach t,$(CHAOS_BINS),$(eval $(call link,$(t),tests/chaos/$(notdir $(t)).c \
 	$(HARNESS_SRC),shmlib $(AUTH) common tests)))
 
+# A lunar-proxy with failpoints compiled in (common/failpoint.h), for
+# tests/integration/test_failpoints.c only: its own objects under
+# $(BUILD)/failpoints, so the release binaries never contain them.
+failpoints:
+	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/failpoints \
+		CPPFLAGS="$(CPPFLAGS) -DLUNAR_FAILPOINTS" $(BUILD)/failpoints/bin/lunar-proxy
+
 # ---- Running -------------------------------------------------------------------
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.
-test: all
+test: all failpoints
 	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) CC="$(CC)" LDFLAGS="$(LDFLAGS)" \
 		bash tests/run.sh $(UNIT_BINS) $(INTEG_BINS) $(BUILD_TESTS) tests/fuzz/run.sh
 

@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "crc32c.h"
 #include "engine/engine.h"
+#include "failpoint.h"
 #include "log.h"
 #include "lunar.h"
 #include "ops.h"
@@ -34,7 +35,8 @@ static int put_start(struct px_proxy *px, struct px_req *r, const struct px_batc
 		     uint32_t method, ProtobufCMessage **rep)
 {
 	Lunar__BatchPutStartRequest rq = LUNAR__BATCH_PUT_START_REQUEST__INIT;
-	Lunar__PutStartRequest *items = calloc(b->n, sizeof(*items));
+	Lunar__PutStartRequest *items =
+	    LC_FAILPOINT("proxy-put-alloc") ? NULL : calloc(b->n, sizeof(*items));
 	Lunar__PutStartRequest **ptrs = calloc(b->n, sizeof(*ptrs));
 	int rc = LUNAR_ERR_INTERNAL;
 
