@@ -96,6 +96,9 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 	rc = rc ?: counter(rep, "lunar_proxy_clients_total", "Clients accepted.",
 			   LOAD(st->clients_total));
 	rc = rc ?: hangup_counters(st, rep);
+	rc = rc ?: counter(rep, "lunar_proxy_lease_cap_busy_total",
+			   "Reads refused with BUSY: their client held --max-client-leases leases.",
+			   LOAD(st->lease_cap_busy));
 	rc = rc ?: lc_http_reply_printf(rep,
 					"# HELP lunar_proxy_segment_bytes DRAM contributed.\n"
 					"# TYPE lunar_proxy_segment_bytes gauge\n"

@@ -183,6 +183,7 @@ int px_session_accept(struct px_proxy *px, int sock, struct px_session **out)
 	s->px = px;
 	s->client_id = next_client_id();
 	s->rx_deadline_ms = lc_now_ms() + PX_HELLO_TIMEOUT_MS;
+	s->lease_cap = px_lease_cap_alloc();
 	atomic_init(&s->refs, 1);
 	if (!peer_allowed(&px->cfg, sock, s))
 		rc = LUNAR_ERR_UNAUTHORIZED;
@@ -343,6 +344,7 @@ void px_session_put(struct px_session *s)
 	 * queue behind a slow one, and a fencing client waits for this. */
 	shutdown(s->sock, SHUT_RDWR);
 	px_closer_close(s->px->closer, s->sock);
+	px_lease_cap_free(s->lease_cap);
 	free(s);
 }
 

@@ -4,9 +4,10 @@
  * proxy lives on: a local user it does not allow, counted by reason; a
  * client breaking the protocol, told PROTOCOL_ERROR in its slot before the
  * hang-up and counted; lunarctl against a stopped proxy and a stopped
- * master (exit 3 within --timeout-ms, a JSON error with -o json); SIGTERM
- * with clients mid-call (each call ends, with its result or
- * PROXY_UNAVAILABLE, and the proxy exits 0 within its grace).
+ * master (exit 3 within --timeout-ms, a JSON error with -o json); a client
+ * that takes leases on key after key, stopped by --max-client-leases with
+ * BUSY (counted); SIGTERM with clients mid-call (each call ends, with its
+ * result or PROXY_UNAVAILABLE, and the proxy exits 0 within its grace).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,6 +48,20 @@ static int setup(void **state)
 		return -1;
 	h_named_sock(sock, "faults-proxy");
 	proxy = track(h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "64MiB", NULL));
+	if (!proxy)
+		return -1;
+	http = http_port_of(proxy);
+	return 0;
+}
+
+/* A proxy that lets one client lease 64 keys, for 2 s leases. */
+static int setup_leases(void **state)
+{
+	if (case_setup(state))
+		return -1;
+	h_named_sock(sock, "faults-leases");
+	proxy = track(h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "64MiB",
+				    "--max-client-leases", "64", "--kv-lease-ttl", "2s", NULL));
 	if (!proxy)
 		return -1;
 	http = http_port_of(proxy);
@@ -252,6 +267,66 @@ static void test_faults_lunarctl_stopped_daemons(void **state)
 	h_after_end(&after);
 }
 
+/* --- 9. a client that takes leases and never finishes --- */
+
+#define LEASE_CAP  64
+#define LEASE_KEYS 80
+#define CAP_BUSY   "lunar_proxy_lease_cap_busy_total"
+
+static void lease_key(char key[32], int i)
+{
+	snprintf(key, 32, "faults/lease-%d", i);
+}
+
+static void test_faults_lease_cap_busy(void **state)
+{
+	struct lunar_client *c = h_client(sock);
+	uint64_t t0;
+	char key[32];
+	int64_t busy;
+
+	(void)state;
+	for (int i = 0; i < LEASE_KEYS; i++) {
+		lease_key(key, i);
+		H_ASSERT_EQ(lunar_put(c, key, key, strlen(key), NULL), 0);
+	}
+	lunar_close(c);
+	h_after_begin(&after, sock, proxy, http);
+	busy = h_metric_sum(http, CAP_BUSY);
+	c = h_client(sock);
+	t0 = h_now_ms();
+	for (int i = 0; i < LEASE_CAP; i++) {
+		lease_key(key, i);
+		H_ASSERT_EQ(lunar_exists(c, key), 1);
+	}
+	/* One key more is one lease too many; the keys it holds still read. */
+	lease_key(key, LEASE_CAP);
+	H_ASSERT_EQ(lunar_exists(c, key), LUNAR_ERR_BUSY);
+	H_ASSERT_EQ(lunar_get_size(c, key), LUNAR_ERR_BUSY);
+	H_ASSERT_EQ(h_metric_sum(http, CAP_BUSY), busy + 2);
+	lease_key(key, 5);
+	H_ASSERT_EQ(lunar_get_size(c, key), (int64_t)strlen(key));
+	/* A key it removes no longer counts. */
+	lease_key(key, 0);
+	H_ASSERT_EQ(lunar_remove(c, key, 1), 0);
+	lease_key(key, LEASE_CAP);
+	H_ASSERT_EQ(lunar_exists(c, key), 1);
+	lease_key(key, LEASE_CAP + 1);
+	H_ASSERT_EQ(lunar_exists(c, key), LUNAR_ERR_BUSY);
+	/* Its leases run out (2 s): it may read new keys again. */
+	while (h_now_ms() < t0 + 2500)
+		h_sleep_ms(50);
+	for (int i = LEASE_CAP + 1; i < LEASE_KEYS; i++) {
+		lease_key(key, i);
+		H_ASSERT_EQ(lunar_exists(c, key), 1);
+	}
+	/* The baseline had every key: the one removed comes back. */
+	lease_key(key, 0);
+	H_ASSERT_EQ(lunar_put(c, key, key, strlen(key), NULL), 0);
+	lunar_close(c);
+	h_after_end(&after);
+}
+
 /* --- 10. SIGTERM with clients mid-call --- */
 
 #define LOADERS 6
@@ -353,6 +428,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_faults_protocol_error_before_hangup, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_faults_lunarctl_stopped_daemons, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_faults_lease_cap_busy, setup_leases, teardown),
 	    cmocka_unit_test_setup_teardown(test_faults_sigterm_under_load, setup, teardown),
 	};
 
