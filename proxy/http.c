@@ -47,7 +47,7 @@ static int hangup_counters(const struct px_stats *st, struct lc_http_reply *rep)
 	int rc = lc_http_reply_printf(
 	    rep,
 	    "# HELP lunar_proxy_client_hangups_total Sessions ended by the client's hang-up, "
-	    "with no call or with calls in flight (the client died mid-call).\n"
+	    "with no call or with a call unfinished (the client died mid-call).\n"
 	    "# TYPE lunar_proxy_client_hangups_total counter\n"
 	    "lunar_proxy_client_hangups_total{calls=\"none\"} %llu\n"
 	    "lunar_proxy_client_hangups_total{calls=\"in_flight\"} %llu\n"

@@ -289,7 +289,7 @@ static void handle_event(struct px_proxy *px, struct epoll_event *ev)
 	} else if (ev->events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
 		LC_INFO("proxy", "client %llu (pid %d) hung up", (unsigned long long)s->client_id,
 			(int)s->pid);
-		PX_COUNT(px, hangups[atomic_load(&s->inflight) != 0], 1);
+		PX_COUNT(px, hangups[px_session_mid_call(s)], 1);
 		session_close(px, s, NULL);
 	} else if (ev->events & EPOLLIN) {
 		/* A client sends its hello, then only registrations. */

@@ -175,8 +175,8 @@ struct px_stats {
 	atomic_uint_fast64_t busy;                /* requests refused with BUSY */
 	atomic_uint_fast64_t violations;          /* clients disconnected for cause */
 	atomic_uint_fast64_t clients_total;
-	atomic_uint_fast64_t hangups[2];          /* ended by the client's hang-up: [1] with
-						   * requests in flight (it died mid-call) */
+	atomic_uint_fast64_t hangups[2];          /* ended by the client's hang-up: [1] in
+						   * the middle of a call (it died) */
 	atomic_uint_fast64_t rejected[PX_REJECT_MAX]; /* by enum px_reject */
 	atomic_uint_fast64_t lease_cap_busy; /* reads refused by --max-client-leases */
 };
@@ -254,6 +254,12 @@ int px_session_expired(const struct px_session *s, uint64_t now_ms);
 void px_session_get(struct px_session *s);
 /* px_session_put - drop a reference; the last one unmaps and closes. */
 void px_session_put(struct px_session *s);
+/* px_session_mid_call - whether s, hanging up now, was in the middle of a
+ * call: requests of it queued or running, descriptors published and not
+ * taken, or a completion slot not given back (liblunar's lunar_close
+ * needs every call finished, so only a client that died or gave up has
+ * one). Read from its region for a counter only. Loop thread. */
+bool px_session_mid_call(const struct px_session *s);
 /* px_session_kill - mark dead (hang-up or violation) and log why. */
 void px_session_kill(struct px_session *s, const char *why);
 

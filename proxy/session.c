@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "key.h"
 #include "log.h"
@@ -346,6 +347,22 @@ void px_session_put(struct px_session *s)
 	px_closer_close(s->px->closer, s->sock);
 	px_lease_cap_free(s->lease_cap);
 	free(s);
+}
+
+bool px_session_mid_call(const struct px_session *s)
+{
+	const struct px_region *rg = &s->rg;
+
+	if (atomic_load(&s->inflight))
+		return true;
+	if (!s->open)
+		return false;
+	if (lc_ring_consumable(rg->ring, rg->entries, s->cons) != 0)
+		return true;
+	for (uint32_t i = 0; i < rg->slot_count; i++)
+		if (LC_READ_ONCE(rg->slots[i].state) != LC_SLOT_IDLE)
+			return true;
+	return false;
 }
 
 void px_session_kill(struct px_session *s, const char *why)
