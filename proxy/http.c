@@ -57,8 +57,9 @@ static int hangup_counters(const struct px_stats *st, struct lc_http_reply *rep)
 	    LOAD(st->hangups[0]), LOAD(st->hangups[1]));
 
 	for (int i = 0; !rc && i < PX_REJECT_MAX; i++)
-		rc = lc_http_reply_printf(rep, "lunar_proxy_rejected_connections_total{reason=\"%s\"} "
-					  "%llu\n", reasons[i], LOAD(st->rejected[i]));
+		rc = lc_http_reply_printf(rep, "%s{reason=\"%s\"} %llu\n",
+					  "lunar_proxy_rejected_connections_total", reasons[i],
+					  LOAD(st->rejected[i]));
 	return rc;
 }
 

@@ -58,8 +58,10 @@ static uint32_t cap_hash(const char *tenant, const char *key, uint32_t klen)
 /* The slot of h, or the first free one on its probe path (-1: none). */
 static int64_t cap_find(const struct px_lease_cap *c, uint32_t h, int64_t *free_slot)
 {
+	uint32_t mask = c->nslot - 1;
+
 	*free_slot = -1;
-	for (uint32_t i = h & (c->nslot - 1), k = 0; k < c->nslot; i = (i + 1) & (c->nslot - 1), k++) {
+	for (uint32_t i = h & mask, k = 0; k < c->nslot; i = (i + 1) & mask, k++) {
 		if (c->slot[i] == h)
 			return i;
 		if (c->slot[i] == CAP_GONE && *free_slot < 0)

@@ -161,7 +161,9 @@ static void test_chaos_kills(void **state)
 	while (h_now_ms() < end) {
 		for (int i = 0; i < AT_ONCE; i++) {
 			if (!pid[i]) {
-				pid[i] = h_fork_ready(child, (void *)(uintptr_t)(kills + 1 + i), NULL);
+				void *arg = (void *)(uintptr_t)(kills + 1 + i);
+
+				pid[i] = h_fork_ready(child, arg, NULL);
 				H_ASSERT(pid[i] > 0);
 				deadline[i] = h_now_ms() + 5 + rnd(&seed) % 146;
 			} else if (h_now_ms() >= deadline[i]) {

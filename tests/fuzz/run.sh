@@ -38,7 +38,10 @@ CFLAGS="-std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SO
 lib_src() {
 	case $1 in
 	decode) echo "proxy/decode.c common/ring.c common/key.c" ;;
-	meta) echo $(ls disk/*.c | grep -v '^disk/scan.c$') common/crc32c.c common/key.c common/log.c ;;
+	meta)
+		echo $(ls disk/*.c | grep -v '^disk/scan.c$') common/crc32c.c common/key.c \
+			common/log.c
+		;;
 	http) echo "common/log.c" ;;
 	esac
 }
@@ -133,8 +136,8 @@ build_one() {
 	meta) FUZZ_SEEDS_DIR=$corpus "$bin" || exit 1 ;;
 	http)
 		printf 'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n' >"$corpus/seed-metrics"
-		printf 'GET /admin/keys?tenant=a%%20b&pattern=%%5Ex&limit=3 HTTP/1.0\r\n%s\r\n\r\n' \
-			'Authorization: Bearer 0123abcd' >"$corpus/seed-admin"
+		printf 'GET /admin/keys?tenant=a%%20b&pattern=%%5Ex&limit=3 HTTP/1.0\r\n%s%s' \
+			'Authorization: Bearer 0123abcd' $'\r\n\r\n' >"$corpus/seed-admin"
 		printf 'HEAD /404 HTTP/1.1\n\n' >"$corpus/seed-head"
 		printf 'POST / HTTP/2.0\r\nX: y\r\n\r\n' >"$corpus/seed-post"
 		;;

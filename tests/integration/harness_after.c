@@ -175,8 +175,8 @@ void h_after_begin(struct h_after *a, const char *sock, struct h_proc *proxy, in
 	a->master_http = master_http;
 	settle(a);
 	H_ASSERT_MSG(a->fds > 0 && a->maps >= 0 && a->used >= 0 && a->keys >= 0,
-		     "h_after: no baseline (fds %d, maps %d, used %lld, keys %lld)", a->fds, a->maps,
-		     (long long)a->used, (long long)a->keys);
+		     "h_after: no baseline (fds %d, maps %d, used %lld, keys %lld)", a->fds,
+		     a->maps, (long long)a->used, (long long)a->keys);
 	a->shm = mmap(NULL, sizeof(*a->shm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
 		      -1, 0);
 	H_ASSERT(a->shm != MAP_FAILED);

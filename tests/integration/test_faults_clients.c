@@ -249,7 +249,8 @@ static void child_async(int ready_fd, void *arg)
 		for (int r = 0; r < A_REGIONS; r++) {
 			int fd = memfd_create("faults-async", MFD_ALLOW_SEALING | MFD_CLOEXEC);
 
-			if (fd < 0 || ftruncate(fd, A_REGION) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK))
+			if (fd < 0 || ftruncate(fd, A_REGION) ||
+			    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK))
 				_exit(2);
 			reg[h][r] = mmap(NULL, A_REGION, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 			if (reg[h][r] == MAP_FAILED || lunar_register(c[h], reg[h][r], A_REGION)) {
@@ -265,8 +266,11 @@ static void child_async(int ready_fd, void *arg)
 			int rc;
 
 			snprintf(key, sizeof(key), "faults/async/%d/%d", h, i);
-			rc = i % 2 ? lunar_get_async(c[h], "faults/async-src", p, A_LEN, &pend[h][i])
-				   : lunar_put_async(c[h], key, p, A_LEN, NULL, &pend[h][i]);
+			if (i % 2)
+				rc = lunar_get_async(c[h], "faults/async-src", p, A_LEN,
+						     &pend[h][i]);
+			else
+				rc = lunar_put_async(c[h], key, p, A_LEN, NULL, &pend[h][i]);
 			if (rc) {
 				fprintf(stderr, "child: async call %d/%d = %d (%s)\n", h, i, rc,
 					h_code(rc));

@@ -58,7 +58,8 @@ static int start(const char *ttl)
 				      "--ping-interval", "100ms", NULL));
 	/* W contributes no DRAM: its put lands on B's segment. */
 	proxy_w = track(h_start_proxy("proxyW", sock_w, port, "--segment-size", "0",
-				      "--ping-interval", "100ms", "--debug-put-delay", "60s", NULL));
+				      "--ping-interval", "100ms", "--debug-put-delay", "60s",
+				      NULL));
 	return proxy_b && proxy_w ? 0 : -1;
 }
 
