@@ -112,7 +112,7 @@ bench_SRC := tools/lunar-bench.c $(wildcard tools/bench/*.c)
 bench_SEES := shmlib common proto etcd master $(AUTH)
 bench_LIBS := -lnng -lm
 # tests see everything, internals included (-I.: "engine/eng_int.h").
-tests_SRC := $(wildcard tests/unit/*.c tests/integration/*.c)
+tests_SRC := $(wildcard tests/unit/*.c tests/integration/*.c tests/chaos/*.c)
 tests_API := -I.
 tests_SEES := $(COMPONENTS)
 tests_PKGS := cmocka
@@ -147,12 +147,17 @@ INTEG_SRC := $(wildcard tests/integration/test_*.c)
 HARNESS_SRC := $(wildcard tests/integration/harness*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRC))
+# Long fault tests, run by `make chaos` only (built with everything).
+CHAOS_SRC := $(wildcard tests/chaos/test_*.c)
+CHAOS_BINS := $(patsubst tests/chaos/%.c,$(BUILD)/tests/chaos/%,$(CHAOS_SRC))
 BUILD_TESTS := $(wildcard tests/build/test_*.sh)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .SECONDARY:
-.PHONY: all test unit integration demo install clean deps asan tsan format fuzz layers FORCE
-all: $(BINS) $(TOOLS) $(LIBLUNAR_SO) $(LIBLUNAR_A) $(UNIT_BINS) $(INTEG_BINS) $(LAYERS_TXT)
+.PHONY: all test unit integration chaos failpoints demo install clean deps asan tsan format fuzz \
+	layers FORCE
+all: $(BINS) $(TOOLS) $(LIBLUNAR_SO) $(LIBLUNAR_A) $(UNIT_BINS) $(INTEG_BINS) $(CHAOS_BINS) \
+	$(LAYERS_TXT)
 
 # ---- Compiling -----------------------------------------------------------------
 deps: $(DEPS_STAMP)
@@ -249,19 +254,29 @@ $(foreach t,$(UNIT_BINS),$(eval $(call link,$(t),tests/unit/$(notdir $(t)).c \
 	$(SRC_$(notdir $(t))),$(COMPONENTS) tests)))
 $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t)).c \
 	$(HARNESS_SRC),$(COMP_$(notdir $(t))) shmlib $(AUTH) common tests)))
+$(foreach t,$(CHAOS_BINS),$(eval $(call link,$(t),tests/chaos/$(notdir $(t)).c \
+	$(HARNESS_SRC),shmlib $(AUTH) common tests)))
+
+# A lunar-proxy with failpoints compiled in (common/failpoint.h), for
+# tests/integration/test_failpoints.c only: its own objects under
+# $(BUILD)/failpoints, so the release binaries never contain them.
+failpoints:
+	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/failpoints \
+		CPPFLAGS="$(CPPFLAGS) -DLUNAR_FAILPOINTS" $(BUILD)/failpoints/bin/lunar-proxy
 
 # ---- Running -------------------------------------------------------------------
 # Deployment checks (scripts): manifests, podman pod, systemd units, install.
 DEPLOY_TESTS := tests/deploy/test_manifests.sh tests/pod/test_pod.sh tests/deploy/test_systemd.sh \
 	tests/deploy/test_install.sh
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.
-test: all
+test: all failpoints
 	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) CC="$(CC)" LDFLAGS="$(LDFLAGS)" \
 		bash tests/run.sh $(UNIT_BINS) $(INTEG_BINS) $(BUILD_TESTS) tests/fuzz/run.sh \
 		$(DEPLOY_TESTS)
 
-# libFuzzer targets under ASan+UBSan, built with clang from the sources by
-# tests/fuzz/run.sh; corpus and crash reproducers in $(BUILD)/fuzz/.
+# libFuzzer targets under ASan+UBSan (decode, meta, http), built with clang
+# from the sources by tests/fuzz/run.sh, each fuzzed for FUZZ_SECONDS;
+# corpus and crash reproducers in $(BUILD)/fuzz/.
 FUZZ_SECONDS ?= 600
 FUZZ_TEST_SECONDS ?= 45
 fuzz: layers
@@ -272,6 +287,10 @@ unit: $(UNIT_BINS)
 
 integration: all
 	$(Q)BUILD=$(BUILD) bash tests/run.sh $(INTEG_BINS)
+
+# The long fault tests (tests/chaos/, each under 10 minutes, all under 20).
+chaos: all
+	$(Q)BUILD=$(BUILD) TEST_TIMEOUT=600 bash tests/run.sh $(CHAOS_BINS)
 
 demo: all
 	$(Q)BUILD=$(BUILD) bash tools/demo.sh

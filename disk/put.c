@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "failpoint.h"
 #include "key.h"
 #include "log.h"
 #include "lunar.h"
@@ -137,6 +138,28 @@ static int dsk_put_check(struct dsk_io *ios, unsigned n)
 	return 0;
 }
 
+#ifdef LUNAR_FAILPOINTS
+/* Test builds only (common/failpoint.h): die as on a power cut, with the
+ * data written and no record (disk-crash-before-meta), or with a record of
+ * which only the first 24 bytes landed, magic to length (disk-torn-meta). */
+static void dsk_put_failpoints(struct dsk_ioctx *c, const struct dsk_put_plan *p,
+			       struct dsk_io *ios, unsigned n)
+{
+	int torn = LC_FAILPOINT("disk-torn-meta");
+
+	if (!torn && !LC_FAILPOINT("disk-crash-before-meta"))
+		return;
+	if (torn) {
+		memset((char *)p->meta + 24, 0, p->mlen - 24);
+		dsk_io_set(&ios[n++], DSK_IO_WRITE, p->mfd, p->meta, p->mlen, p->moff, -1);
+	}
+	dsk_io_run(c, ios, n);
+	lc_failpoint_crash(torn ? "disk-torn-meta" : "disk-crash-before-meta");
+}
+#else
+#define dsk_put_failpoints(c, p, ios, n) ((void)0)
+#endif
+
 /* Append the metadata write (and the flushes of sync_writes, chained so the
  * metadata lands only after the data is durable) and run the batch. */
 static int dsk_put_finish_batch(struct dsk_ioctx *c, const struct dsk_put_plan *p,
@@ -144,6 +167,7 @@ static int dsk_put_finish_batch(struct dsk_ioctx *c, const struct dsk_put_plan *
 {
 	int sync = c->s->cfg.sync_writes;
 
+	dsk_put_failpoints(c, p, ios, n);
 	if (sync) {
 		for (unsigned i = 0; i < n; i++)
 			ios[i].flags |= DSK_IO_LINK;

@@ -41,6 +41,9 @@ static const struct flag flags[] = {
 	F("lease-cache-keys", K_KEYS, lease_cache_keys,
 	  "N     replica lists kept while their leases hold, 64..4194304\n"
 	  "                             (one per 16KiB of segment, at least 65536)"),
+	F("max-client-leases", K_KEYS, max_client_leases,
+	  "N     keys one client may hold read leases on, 64..4194304; reads\n"
+	  "                             of more get BUSY until its leases run out (262144)"),
 	F("allow-uid", K_UIDS, allow_uid, "UIDS  comma-separated uids allowed besides ours and root"),
 	F("allow-gid", K_GIDS, allow_gid, "GIDS  comma-separated gids allowed besides our group"),
 	F("socket-mode", K_MODE, socket_mode,
@@ -351,6 +354,10 @@ int px_config_parse(struct px_config *c, int argc, char **argv)
 		return 2;
 	if (!c->lease_cache_keys)
 		c->lease_cache_keys = px_lease_cache_default_keys(c->segment_size);
+	/* A reader of 26,000 new keys a second for a 10 s lease; its set of
+	 * hashes takes 2 MiB at most. */
+	if (!c->max_client_leases)
+		c->max_client_leases = 262144;
 	if (!c->max_registrations)
 		c->max_registrations = px_mreg_default_max(c->max_clients);
 	return 0;

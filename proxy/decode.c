@@ -11,6 +11,7 @@
 
 #include "atomic.h"
 #include "clock.h"
+#include "failpoint.h"
 #include "futex.h"
 #include "key.h"
 #include "lunar.h"
@@ -234,7 +235,7 @@ int px_decode(const struct px_region *rg, const struct lc_sqe *sqe, struct px_re
 		*why = "unknown operation";
 		return LUNAR_ERR_PROTOCOL;
 	}
-	r = malloc(sizeof(*r));
+	r = LC_FAILPOINT("proxy-decode-alloc") ? NULL : malloc(sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	memset(r, 0, offsetof(struct px_req, pref));

@@ -29,6 +29,10 @@ struct px_mreg {
 	uint64_t len;
 	atomic_int refs;
 	struct eng_mem *mr; /* its RDMA registration; NULL: none (TCP) */
+	/* How mr is let go (eng_mem_del), set with mr: through a pointer, so
+	 * the decoder, which only drops references, links without the engine
+	 * (tests/fuzz builds it alone). */
+	void (*mr_del)(struct eng_mem *mr);
 };
 
 static inline void px_mreg_get(struct px_mreg *m)
@@ -40,7 +44,8 @@ static inline void px_mreg_put(struct px_mreg *m)
 {
 	if (atomic_fetch_sub(&m->refs, 1) != 1)
 		return;
-	eng_mem_del(m->mr); /* no transfer holds m any more */
+	if (m->mr)
+		m->mr_del(m->mr); /* no transfer holds m any more */
 	munmap(m->base, m->len);
 	free(m);
 }

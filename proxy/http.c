@@ -83,6 +83,36 @@ static int transport_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 					  eng_engine_rdma_device(px->engine) ? 1 : 0);
 }
 
+/* Clients that hung up, idle or in the middle of calls (they died), and
+ * connections refused before a session opened, by reason. */
+static int hangup_counters(const struct px_stats *st, struct lc_http_reply *rep)
+{
+	static const char *const reasons[PX_REJECT_MAX] = {
+		[PX_REJECT_UNAUTHORIZED] = "unauthorized",
+		[PX_REJECT_TOO_MANY_CLIENTS] = "too_many_clients",
+		[PX_REJECT_VERSION] = "version_mismatch",
+		[PX_REJECT_BAD_HELLO] = "bad_hello",
+		[PX_REJECT_INTERNAL] = "internal",
+	};
+	int rc = lc_http_reply_printf(
+	    rep,
+	    "# HELP lunar_proxy_client_hangups_total Sessions ended by the client's hang-up, "
+	    "with no call or with a call unfinished (the client died mid-call).\n"
+	    "# TYPE lunar_proxy_client_hangups_total counter\n"
+	    "lunar_proxy_client_hangups_total{calls=\"none\"} %llu\n"
+	    "lunar_proxy_client_hangups_total{calls=\"in_flight\"} %llu\n"
+	    "# HELP lunar_proxy_rejected_connections_total Connections refused before a session "
+	    "opened, by reason.\n"
+	    "# TYPE lunar_proxy_rejected_connections_total counter\n",
+	    LOAD(st->hangups[0]), LOAD(st->hangups[1]));
+
+	for (int i = 0; !rc && i < PX_REJECT_MAX; i++)
+		rc = lc_http_reply_printf(rep, "%s{reason=\"%s\"} %llu\n",
+					  "lunar_proxy_rejected_connections_total", reasons[i],
+					  LOAD(st->rejected[i]));
+	return rc;
+}
+
 static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 {
 	const struct px_stats *st = &px->stats;
@@ -116,6 +146,10 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 			   "Clients disconnected for breaking the protocol.", LOAD(st->violations));
 	rc = rc ?: counter(rep, "lunar_proxy_clients_total", "Clients accepted.",
 			   LOAD(st->clients_total));
+	rc = rc ?: hangup_counters(st, rep);
+	rc = rc ?: counter(rep, "lunar_proxy_lease_cap_busy_total",
+			   "Reads refused with BUSY: their client held --max-client-leases leases.",
+			   LOAD(st->lease_cap_busy));
 	rc = rc ?: lc_http_reply_printf(rep,
 					"# HELP lunar_proxy_segment_bytes DRAM contributed.\n"
 					"# TYPE lunar_proxy_segment_bytes gauge\n"

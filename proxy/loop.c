@@ -138,8 +138,22 @@ static int session_drain(struct px_proxy *px, struct px_session *s)
 			continue;
 		}
 		rc = px_decode(rg, &sqe, &r, &why);
+		if (rc == -ENOMEM) {
+			/* Out of memory fails this call only; the client may retry. */
+			budget--;
+			if (px_refuse(rg, &sqe, LUNAR_ERR_INTERNAL, &why)) {
+				session_close(px, s, why);
+				return -1;
+			}
+			continue;
+		}
 		if (rc) {
-			session_close(px, s, rc == -ENOMEM ? "out of memory" : why);
+			const char *slot_why;
+
+			/* The offender hears why before the hang-up when its
+			 * completion slot is one it may be told in. */
+			px_refuse(rg, &sqe, LUNAR_ERR_PROTOCOL, &slot_why);
+			session_close(px, s, why);
 			return -1;
 		}
 		PX_COUNT(px, requests[sqe.op], 1);
@@ -275,6 +289,7 @@ static void handle_event(struct px_proxy *px, struct epoll_event *ev)
 	} else if (ev->events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
 		LC_INFO("proxy", "client %llu (pid %d) hung up", (unsigned long long)s->client_id,
 			(int)s->pid);
+		PX_COUNT(px, hangups[px_session_mid_call(s)], 1);
 		session_close(px, s, NULL);
 	} else if (ev->events & EPOLLIN) {
 		/* A client sends its hello, then only registrations. */

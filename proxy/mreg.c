@@ -167,6 +167,7 @@ static int reg_add(struct px_session *s, const struct lc_reg_req *q, int fd, uin
 	m->len = q->length;
 	/* An MR when RDMA is on, so remote transfers land here with no copy. */
 	m->mr = eng_mem_add(s->px->engine, p, q->length);
+	m->mr_del = eng_mem_del;
 	atomic_init(&m->refs, 1);
 	s->rg.mregs[i] = m;
 	*id = i;

@@ -230,6 +230,17 @@ int64_t px_run_get(struct px_proxy *px, struct px_req *r)
 	struct px_batch b;
 	int64_t leading = 0;
 
+	/* Every key looked up is leased: within --max-client-leases only. */
+	for (uint32_t i = 0; i < r->count; i++) {
+		struct px_item *it = &r->items[i];
+
+		if (it->result || !(it->result = px_lease_cap_take(px, r->s, it->key, it->key_len)))
+			continue;
+		if (it->result == LUNAR_ERR_BUSY) {
+			PX_COUNT(px, busy, 1);
+			PX_COUNT(px, lease_cap_busy, 1);
+		}
+	}
 	get_cached(px, r, &down);
 	if (px_batch_collect(r, &b))
 		return LUNAR_ERR_INTERNAL;

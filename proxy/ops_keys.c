@@ -29,8 +29,10 @@ static void remove_keys(struct px_proxy *px, struct px_req *r, const struct px_b
 	for (size_t i = 0; i < b->n; i++) {
 		int64_t code = i < codes->n_codes ? codes->codes[i] : LUNAR_ERR_PROTOCOL;
 
-		if (code >= 0 || code == LUNAR_ERR_OBJECT_NOT_FOUND || code == LUNAR_ERR_PROTOCOL)
+		if (code >= 0 || code == LUNAR_ERR_OBJECT_NOT_FOUND || code == LUNAR_ERR_PROTOCOL) {
 			px_lease_cache_drop(px->leases, r->s->tenant, b->keys[i]);
+			px_lease_cap_drop(r->s, b->keys[i], r->items[b->idx[i]].key_len);
+		}
 		if (px->objidx && (code >= 0 || code == LUNAR_ERR_OBJECT_NOT_FOUND))
 			px_objidx_remove(px->objidx, r->s->tenant, b->keys[i]);
 		r->items[b->idx[i]].result = code;

@@ -12,7 +12,9 @@
 #include <time.h>
 
 #include "clock.h"
+#include "crc32c.h"
 #include "engine/engine.h"
+#include "failpoint.h"
 #include "log.h"
 #include "lunar.h"
 #include "ops.h"
@@ -34,7 +36,8 @@ static int put_start(struct px_proxy *px, struct px_req *r, const struct px_batc
 		     uint32_t method, ProtobufCMessage **rep)
 {
 	Lunar__BatchPutStartRequest rq = LUNAR__BATCH_PUT_START_REQUEST__INIT;
-	Lunar__PutStartRequest *items = calloc(b->n, sizeof(*items));
+	Lunar__PutStartRequest *items =
+	    LC_FAILPOINT("proxy-put-alloc") ? NULL : calloc(b->n, sizeof(*items));
 	Lunar__PutStartRequest **ptrs = calloc(b->n, sizeof(*ptrs));
 	int rc = LUNAR_ERR_INTERNAL;
 
@@ -296,7 +299,47 @@ static void put_index(struct px_proxy *px, struct px_req *r, const struct px_bat
 	}
 }
 
-int64_t px_run_put(struct px_proxy *px, struct px_req *r)
+/* Stands for "the result of this key's first occurrence" until it is known;
+ * any nonzero result keeps an item out of px_batch_collect. */
+#define PX_DUP_PENDING INT64_MIN
+#define PX_DUP_SLOTS   (2u * LUNAR_BATCH_MAX) /* a power of two over 2 x count */
+
+/* A key named again later in one batch: only its first occurrence goes to the
+ * master, so which value is kept does not depend on timing; in first[] each
+ * later occurrence's index maps to the first's (lunar.h, lunar_batch_put). */
+static uint32_t put_mark_dups(struct px_req *r, uint16_t first[LUNAR_BATCH_MAX])
+{
+	uint16_t slot[PX_DUP_SLOTS]; /* item index + 1, 0 when empty */
+	uint32_t ndup = 0;
+
+	if (r->count < 2 || r->count > LUNAR_BATCH_MAX)
+		return 0;
+	memset(slot, 0, sizeof(slot));
+	for (uint32_t i = 0; i < r->count; i++) {
+		const struct px_item *it = &r->items[i];
+		uint32_t h = lc_crc32c(0, it->key, it->key_len) & (PX_DUP_SLOTS - 1);
+
+		first[i] = (uint16_t)i;
+		if (it->result)
+			continue;
+		for (; slot[h]; h = (h + 1) & (PX_DUP_SLOTS - 1)) {
+			const struct px_item *o = &r->items[slot[h] - 1];
+
+			if (o->key_len == it->key_len && !memcmp(o->key, it->key, it->key_len))
+				break;
+		}
+		if (!slot[h]) {
+			slot[h] = (uint16_t)(i + 1);
+			continue;
+		}
+		first[i] = (uint16_t)(slot[h] - 1);
+		r->items[i].result = PX_DUP_PENDING;
+		ndup++;
+	}
+	return ndup;
+}
+
+static int64_t put_run(struct px_proxy *px, struct px_req *r)
 {
 	const struct put_calls *calls = r->sqe.op == LC_OP_UPSERT ? &upsert_calls : &put_calls;
 	struct px_batch b, commit = { 0 }, revoke[2] = { { 0 } };
@@ -304,9 +347,6 @@ int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 	int started_in[PX_BATCH_INLINE], *started = started_in;
 	int rc;
 
-	for (uint32_t i = 0; i < r->count; i++)
-		if (!r->items[i].result && r->items[i].total == 0)
-			r->items[i].result = LUNAR_ERR_INVALID_PARAMS;
 	if (px_batch_collect(r, &b))
 		return LUNAR_ERR_INTERNAL;
 	if (!b.n)
@@ -348,4 +388,21 @@ out:
 out_batch:
 	px_batch_fini(&b);
 	return 0;
+}
+
+int64_t px_run_put(struct px_proxy *px, struct px_req *r)
+{
+	uint16_t first[LUNAR_BATCH_MAX];
+	uint32_t ndup;
+	int64_t rc64;
+
+	for (uint32_t i = 0; i < r->count; i++)
+		if (!r->items[i].result && r->items[i].total == 0)
+			r->items[i].result = LUNAR_ERR_INVALID_PARAMS;
+	ndup = put_mark_dups(r, first);
+	rc64 = put_run(px, r);
+	for (uint32_t i = 0; ndup && i < r->count; i++)
+		if (r->items[i].result == PX_DUP_PENDING)
+			r->items[i].result = r->items[first[i]].result;
+	return rc64;
 }

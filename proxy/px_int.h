@@ -52,6 +52,7 @@ struct px_config {
 	unsigned max_inflight;    /* --max-inflight: requests per client */
 	unsigned max_registrations; /* --max-registrations: ranges of all clients */
 	unsigned lease_cache_keys; /* --lease-cache-keys: replica lists kept */
+	unsigned max_client_leases; /* --max-client-leases: keys one client may lease */
 	uid_t allow_uid[16];      /* --allow-uid: besides our own uid and root */
 	unsigned n_allow_uid;
 	gid_t allow_gid[16];      /* --allow-gid: besides the socket's group */
@@ -191,6 +192,7 @@ struct px_session {
 	atomic_int refs;
 	atomic_bool dead;
 	atomic_bool leased; /* it looked keys up: leases may be held for it */
+	struct px_lease_cap *lease_cap; /* its leased keys (lease_cap.c) */
 	atomic_uint inflight; /* requests queued or running */
 	atomic_uint inflight_items; /* and the keys they name */
 	uint64_t reg_bytes;   /* registered memory mapped; loop thread only */
@@ -204,6 +206,17 @@ struct px_session {
 #define PX_GONE_MAX 65536
 
 /* Figures for /metrics; relaxed atomics, any thread. */
+/* Why a connection was refused before its session opened
+ * (lunar_proxy_rejected_connections_total{reason}). */
+enum px_reject {
+	PX_REJECT_UNAUTHORIZED,	    /* SO_PEERCRED not allowed */
+	PX_REJECT_TOO_MANY_CLIENTS, /* --max-clients reached */
+	PX_REJECT_VERSION,	    /* protocol version mismatch */
+	PX_REJECT_BAD_HELLO,	    /* bad magic or tenant */
+	PX_REJECT_INTERNAL,	    /* the proxy could not make the session */
+	PX_REJECT_MAX
+};
+
 struct px_stats {
 	atomic_uint_fast64_t requests[LC_OP_MAX]; /* by enum lc_op */
 	atomic_uint_fast64_t requests_inline;     /* run on the event loop itself */
@@ -217,6 +230,10 @@ struct px_stats {
 	atomic_uint_fast64_t busy;                /* requests refused with BUSY */
 	atomic_uint_fast64_t violations;          /* clients disconnected for cause */
 	atomic_uint_fast64_t clients_total;
+	atomic_uint_fast64_t hangups[2];          /* ended by the client's hang-up: [1] in
+						   * the middle of a call (it died) */
+	atomic_uint_fast64_t rejected[PX_REJECT_MAX]; /* by enum px_reject */
+	atomic_uint_fast64_t lease_cap_busy; /* reads refused by --max-client-leases */
 };
 
 #define PX_COUNT(px, field, n) atomic_fetch_add_explicit(&(px)->stats.field, (n), memory_order_relaxed)
@@ -297,6 +314,12 @@ int px_session_expired(const struct px_session *s, uint64_t now_ms);
 void px_session_get(struct px_session *s);
 /* px_session_put - drop a reference; the last one unmaps and closes. */
 void px_session_put(struct px_session *s);
+/* px_session_mid_call - whether s, hanging up now, was in the middle of a
+ * call: requests of it queued or running, descriptors published and not
+ * taken, or a completion slot not given back (liblunar's lunar_close
+ * needs every call finished, so only a client that died or gave up has
+ * one). Read from its region for a counter only. Loop thread. */
+bool px_session_mid_call(const struct px_session *s);
 /* px_session_kill - mark dead (hang-up or violation) and log why. */
 void px_session_kill(struct px_session *s, const char *why);
 
@@ -366,6 +389,24 @@ void px_lease_reader_gone(struct px_proxy *px, const struct px_session *s);
 /* px_lease_release_gone - the heartbeat's part of px_lease_reader_gone:
  * BatchLeaseRelease of those leases. */
 void px_lease_release_gone(struct px_proxy *px);
+
+/* --- leases one client may hold (lease_cap.c) --- */
+struct px_lease_cap;
+/* px_lease_cap_alloc - an empty set for a new session, or NULL (out of
+ * memory; the session then reads uncapped). px_lease_cap_free(NULL) is a
+ * no-op. Either on any thread, the set unused by others. */
+struct px_lease_cap *px_lease_cap_alloc(void);
+void px_lease_cap_free(struct px_lease_cap *c);
+/*
+ * px_lease_cap_take - s is about to read key (klen bytes, of its tenant) and
+ * so take a lease on it: 0 when it may (the key counted for this lease
+ * period, or not when out of memory), LUNAR_ERR_BUSY when it holds
+ * --max-client-leases other keys already. Any thread; takes the set's own
+ * mutex, never blocks otherwise.
+ */
+int px_lease_cap_take(struct px_proxy *px, struct px_session *s, const char *key, uint32_t klen);
+/* px_lease_cap_drop - s removed key: it no longer counts. Any thread. */
+void px_lease_cap_drop(struct px_session *s, const char *key, uint32_t klen);
 
 /* --- closing what clients handed us (closer.c) --- */
 struct px_closer;

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "key.h"
 #include "log.h"
@@ -153,6 +154,18 @@ static int hello_check(struct px_proxy *px, const struct lc_hello *h, struct px_
 	return 0;
 }
 
+static enum px_reject reject_reason(int code)
+{
+	switch (code) {
+	case LUNAR_ERR_UNAUTHORIZED: return PX_REJECT_UNAUTHORIZED;
+	case LUNAR_ERR_TOO_MANY_CLIENTS: return PX_REJECT_TOO_MANY_CLIENTS;
+	case LUNAR_ERR_VERSION_MISMATCH: return PX_REJECT_VERSION;
+	case LUNAR_ERR_PROTOCOL:
+	case LUNAR_ERR_INVALID_PARAMS: return PX_REJECT_BAD_HELLO;
+	default: return PX_REJECT_INTERNAL;
+	}
+}
+
 static void refuse(int sock, int code)
 {
 	struct lc_welcome w = { .magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION, .code = code };
@@ -174,6 +187,7 @@ int px_session_accept(struct px_proxy *px, int sock, struct px_session **out)
 	s->px = px;
 	s->client_id = next_client_id();
 	s->rx_deadline_ms = lc_now_ms() + PX_HELLO_TIMEOUT_MS;
+	s->lease_cap = px_lease_cap_alloc();
 	atomic_init(&s->refs, 1);
 	if (!peer_allowed(&px->cfg, sock, s))
 		rc = LUNAR_ERR_UNAUTHORIZED;
@@ -187,6 +201,7 @@ int px_session_accept(struct px_proxy *px, int sock, struct px_session **out)
 	*out = s;
 	return 0;
 err:
+	PX_COUNT(px, rejected[PX_REJECT_INTERNAL], 1);
 	refuse(sock, rc);
 	px_closer_close(px->closer, sock);
 	return rc;
@@ -205,6 +220,7 @@ static int session_open(struct px_proxy *px, struct px_session *s)
 	if (!rc && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
 		rc = LUNAR_ERR_INTERNAL;
 	if (rc) {
+		PX_COUNT(px, rejected[reject_reason(rc)], 1);
 		LC_WARN("proxy", "client pid %d uid %u refused: %s", (int)s->pid, (unsigned)s->uid,
 			lunar_strerror(rc));
 		refuse(s->sock, rc);
@@ -333,7 +349,24 @@ void px_session_put(struct px_session *s)
 	 * queue behind a slow one, and a fencing client waits for this. */
 	shutdown(s->sock, SHUT_RDWR);
 	px_closer_close(s->px->closer, s->sock);
+	px_lease_cap_free(s->lease_cap);
 	free(s);
+}
+
+bool px_session_mid_call(const struct px_session *s)
+{
+	const struct px_region *rg = &s->rg;
+
+	if (atomic_load(&s->inflight))
+		return true;
+	if (!s->open)
+		return false;
+	if (lc_ring_consumable(rg->ring, rg->entries, s->cons) != 0)
+		return true;
+	for (uint32_t i = 0; i < rg->slot_count; i++)
+		if (LC_READ_ONCE(rg->slots[i].state) != LC_SLOT_IDLE)
+			return true;
+	return false;
 }
 
 void px_session_kill(struct px_session *s, const char *why)

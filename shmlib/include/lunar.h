@@ -115,7 +115,10 @@ int lunar_upsert(struct lunar_client *c, const char *key, const void *buf, size_
 		 const struct lunar_put_cfg *cfg);
 /* lunar_get_into - read the value into buf; returns its size, or
  * LUNAR_ERR_BUFFER_OVERFLOW when cap is smaller than the value
- * (LUNAR_ERR_INVALID_PARAMS when cap is 0 or buf NULL). */
+ * (LUNAR_ERR_INVALID_PARAMS when cap is 0 or buf NULL). Each read, and each
+ * exists or get_size, leases its key for the lease TTL: a client holding
+ * leases on the proxy's --max-client-leases keys gets LUNAR_ERR_BUSY for a
+ * new key until its leases run out (or it removes keys it read). */
 int64_t lunar_get_into(struct lunar_client *c, const char *key, void *buf, size_t cap);
 /* lunar_getv - as lunar_get_into, into a scatter list filled in order. */
 int64_t lunar_getv(struct lunar_client *c, const char *key, const struct iovec *iov, int iovcnt);
@@ -138,7 +141,10 @@ int64_t lunar_remove_by_regex(struct lunar_client *c, const char *re, int force)
  * LUNAR_BATCH_MAX) fails the whole call.
  */
 /* lunar_batch_put - lunar_putv for n keys at once (key i's value is
- * iovs[i][0..iovcnts[i])); results[i] is what lunar_putv would return. */
+ * iovs[i][0..iovcnts[i])); results[i] is what lunar_putv would return. A
+ * key named more than once is put once, from its first occurrence with valid
+ * arguments: that value is kept, and every later occurrence's result is the
+ * first one's (0 once it is stored, as for a put of an existing key). */
 int lunar_batch_put(struct lunar_client *c, size_t n, const char *const *keys,
 		    const struct iovec *const *iovs, const int *iovcnts,
 		    const struct lunar_put_cfg *cfg, int *results);

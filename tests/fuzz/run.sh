@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# run.sh - build and run the libFuzzer targets under ASan+UBSan.
+# run.sh - build and run the libFuzzer targets under ASan+UBSan: decode (the
+# proxy's shared-memory validator), meta (the SSD tier's bucket metadata
+# decoder, disk/scan.c) and http (the embedded HTTP server's request parsing,
+# common/http.c).
 #
-#   tests/fuzz/run.sh            build, then fuzz for $FUZZ_SECONDS (default 45)
+#   tests/fuzz/run.sh            build, then fuzz each target for $FUZZ_SECONDS
+#                                (default 45)
 #   tests/fuzz/run.sh --probe    exit 0 when clang links libFuzzer, else 77
 #   tests/fuzz/run.sh --build    build only
-#   tests/fuzz/run.sh FILE...    replay inputs (crash reproducers) and exit
+#   tests/fuzz/run.sh FILE...    replay inputs (crash reproducers) with
+#                                $FUZZ_TARGET (default decode) and exit
 #
 # Exits 77 with "fuzz: skipped: <reason>" when clang or libFuzzer is missing
 # (tests/run.sh counts that as skipped). The fuzzers are built with clang from
 # the sources directly, never from the gcc-built archives. Output goes under
 # $BUILD (default build): tests/fuzz/ for binaries, fuzz/ for the corpus,
-# fuzz/crash-* for reproducers, fuzz/decode.log for the last run's log.
-# Environment: FUZZ_CC (clang), FUZZ_SECONDS, FUZZ_JOBS (1; parallel workers).
+# fuzz/crash-<target>-* for reproducers, fuzz/<target>.log for the last run's
+# log. Environment: FUZZ_CC (clang), FUZZ_SECONDS (per target), FUZZ_JOBS (1;
+# parallel workers), FUZZ_TARGETS ("decode meta http").
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 
@@ -22,13 +28,37 @@ JOBS=${FUZZ_JOBS:-1}
 # Absolute: with FUZZ_JOBS > 1 libFuzzer runs in $WORK (it writes fuzz-N.log).
 OUT=$(realpath -m "$BUILD/tests/fuzz")
 WORK=$(realpath -m "$BUILD/fuzz")
-BIN=$OUT/fuzz_decode
+TARGETS=${FUZZ_TARGETS:-decode meta http}
 SEEDS=$OUT/fuzz_seeds
-CORPUS=$WORK/corpus-decode
 SAN="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CFLAGS="-std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -pthread"
-# What fuzz_decode links: the validator and the common code it calls.
-LIB_SRC="proxy/decode.c common/ring.c common/key.c"
+# What each target links besides tests/fuzz/fuzz_<target>.c: fuzz_decode the
+# validator and the common code it calls; fuzz_meta includes disk/scan.c and
+# links the rest of disk/ (and liburing); fuzz_http includes common/http.c.
+lib_src() {
+	case $1 in
+	decode) echo "proxy/decode.c common/ring.c common/key.c" ;;
+	meta)
+		echo $(ls disk/*.c | grep -v '^disk/scan.c$') common/crc32c.c common/key.c \
+			common/log.c
+		;;
+	http) echo "common/log.c" ;;
+	esac
+}
+lib_link() {
+	case $1 in
+	meta) pkg-config --libs liburing ;;
+	esac
+}
+# The longest input that means anything: decode's header plus a full arena;
+# a metadata file of a few records; an HTTP head and a little more.
+max_len() {
+	case $1 in
+	decode) echo 65824 ;;
+	meta) echo 16384 ;;
+	http) echo 16384 ;;
+	esac
+}
 
 # The include flags of a source's layer, as the Makefile gives them
 # ($BUILD/layers.txt, made by `make layers`); the fuzz sources are tests.
@@ -72,33 +102,56 @@ stale() {
 	shift
 	[ -x "$out" ] || return 0
 	[ -n "$(find "$@" common/*.h shmlib/include/lunar.h proxy/decode.h tests/fuzz/*.h \
-		-newer "$out" 2>/dev/null | head -1)" ]
+		disk/*.h -newer "$out" 2>/dev/null | head -1)" ]
 }
 
-build() {
-	local src objs=()
-	mkdir -p "$OUT" "$CORPUS" || exit 1
-	if [ ! -r "$BUILD/layers.txt" ]; then
-		${MAKE:-make} --no-print-directory -s BUILD="$BUILD" layers || exit 1
-	fi
-	if stale "$BIN" tests/fuzz/fuzz_decode.c $LIB_SRC; then
-		echo "  CLANG   $BIN"
+# Build fuzz_<target> (objects under $OUT/<target>/) and seed its corpus.
+build_one() {
+	local t=$1 bin=$OUT/fuzz_$1 dir=$OUT/$1 corpus=$WORK/corpus-$1 src objs=()
+	local lib
+	lib=$(lib_src "$t")
+	mkdir -p "$dir" "$corpus" || exit 1
+	if stale "$bin" "tests/fuzz/fuzz_$t.c" $lib disk/scan.c; then
+		echo "  CLANG   $bin"
 		# Only our own file is -Werror: a clang-only warning in code built
 		# with gcc elsewhere is not a fuzzing failure. Each source compiles
 		# with its layer's include flags, as in the gcc build.
-		$CC $CFLAGS $(layer_flags tests/fuzz) $SAN -Werror -c -o "$OUT/fuzz_decode.o" \
-			tests/fuzz/fuzz_decode.c || exit 1
-		for src in $LIB_SRC; do
-			objs+=("$OUT/$(basename "$src" .c).o")
+		$CC $CFLAGS $(layer_flags tests/fuzz) $SAN -Werror -c -o "$dir/fuzz_$t.o" \
+			"tests/fuzz/fuzz_$t.c" || exit 1
+		for src in $lib; do
+			objs+=("$dir/$(basename "$src" .c).o")
 			$CC $CFLAGS $(layer_flags "$src") $SAN -c -o "${objs[-1]}" "$src" || exit 1
 		done
-		$CC $CFLAGS $SAN -o "$BIN" "$OUT/fuzz_decode.o" "${objs[@]}" || exit 1
+		$CC $CFLAGS $SAN -o "$bin" "$dir/fuzz_$t.o" "${objs[@]}" $(lib_link "$t") || exit 1
 	fi
-	if stale "$SEEDS" tests/fuzz/fuzz_seeds.c; then
-		echo "  CLANG   $SEEDS"
-		$CC $CFLAGS $(layer_flags tests/fuzz) -Werror -o "$SEEDS" tests/fuzz/fuzz_seeds.c || exit 1
+	case $t in
+	decode)
+		if stale "$SEEDS" tests/fuzz/fuzz_seeds.c; then
+			echo "  CLANG   $SEEDS"
+			$CC $CFLAGS $(layer_flags tests/fuzz) -Werror -o "$SEEDS" \
+				tests/fuzz/fuzz_seeds.c || exit 1
+		fi
+		"$SEEDS" "$corpus" || exit 1
+		;;
+	meta) FUZZ_SEEDS_DIR=$corpus "$bin" || exit 1 ;;
+	http)
+		printf 'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n' >"$corpus/seed-metrics"
+		printf 'GET /admin/keys?tenant=a%%20b&pattern=%%5Ex&limit=3 HTTP/1.0\r\n%s%s' \
+			'Authorization: Bearer 0123abcd' $'\r\n\r\n' >"$corpus/seed-admin"
+		printf 'HEAD /404 HTTP/1.1\n\n' >"$corpus/seed-head"
+		printf 'POST / HTTP/2.0\r\nX: y\r\n\r\n' >"$corpus/seed-post"
+		;;
+	esac
+}
+
+build() {
+	mkdir -p "$OUT" || exit 1
+	if [ ! -r "$BUILD/layers.txt" ]; then
+		${MAKE:-make} --no-print-directory -s BUILD="$BUILD" layers || exit 1
 	fi
-	"$SEEDS" "$CORPUS" || exit 1
+	for t in $TARGETS; do
+		build_one "$t"
+	done
 }
 
 case "${1:-}" in
@@ -116,26 +169,36 @@ esac
 probe
 build
 if [ $# -gt 0 ]; then
-	exec "$BIN" "$@"
+	exec "$OUT/fuzz_${FUZZ_TARGET:-decode}" "$@"
 fi
 
-# The corpus grows across runs; the header plus a full arena is the longest
-# input that means anything.
-echo "fuzz: fuzz_decode for ${SECONDS_TO_RUN}s ($JOBS job(s)), corpus $CORPUS"
-args=(-max_total_time="$SECONDS_TO_RUN" -max_len=65824 -timeout=10 -rss_limit_mb=2048
-	-use_value_profile=1 -print_final_stats=1 -artifact_prefix="$WORK/crash-")
-if [ "$JOBS" -gt 1 ]; then
-	args+=(-jobs="$JOBS" -workers="$JOBS")
-fi
-(cd "$WORK" &&
-	ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
-	UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-	"$BIN" "${args[@]}" "$CORPUS" >"$WORK/decode.log" 2>&1)
-rc=$?
-tail -n 25 "$WORK/decode.log"
-if [ $rc -ne 0 ]; then
-	echo "fuzz: fuzz_decode FAILED (exit $rc); full log $WORK/decode.log;" \
-		"reproduce with: BUILD=$BUILD tests/fuzz/run.sh $WORK/crash-<id>"
-	exit 1
-fi
-echo "fuzz: fuzz_decode: no findings in ${SECONDS_TO_RUN}s"
+# The corpus grows across runs.
+fuzz_one() {
+	local t=$1 rc args
+	echo "fuzz: fuzz_$t for ${SECONDS_TO_RUN}s ($JOBS job(s)), corpus $WORK/corpus-$t"
+	args=(-max_total_time="$SECONDS_TO_RUN" -max_len="$(max_len "$t")" -timeout=10
+		-rss_limit_mb=2048 -use_value_profile=1 -print_final_stats=1
+		-artifact_prefix="$WORK/crash-$t-")
+	if [ "$JOBS" -gt 1 ]; then
+		args+=(-jobs="$JOBS" -workers="$JOBS")
+	fi
+	(cd "$WORK" &&
+		ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+		UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+		"$OUT/fuzz_$t" "${args[@]}" "$WORK/corpus-$t" >"$WORK/$t.log" 2>&1)
+	rc=$?
+	tail -n 25 "$WORK/$t.log"
+	if [ $rc -ne 0 ]; then
+		echo "fuzz: fuzz_$t FAILED (exit $rc); full log $WORK/$t.log;" \
+			"reproduce with: BUILD=$BUILD FUZZ_TARGET=$t tests/fuzz/run.sh" \
+			"$WORK/crash-$t-<id>"
+		return 1
+	fi
+	echo "fuzz: fuzz_$t: no findings in ${SECONDS_TO_RUN}s"
+}
+
+failed=0
+for t in $TARGETS; do
+	fuzz_one "$t" || failed=1
+done
+exit $failed

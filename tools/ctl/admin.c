@@ -172,7 +172,9 @@ static int fetch(const struct ctl *x, const struct src *s, const char *target,
 	}
 	if (rc == 0)
 		return EXIT_OK;
-	if (!r->connected) {
+	/* A daemon that accepts (in its kernel) but never says a word, as a
+	 * stopped or wedged one, cannot be reached either. */
+	if (!r->connected || (rc == -ETIMEDOUT && !r->answered)) {
 		snprintf(msg, sizeof(msg), "cannot connect to the %s at %s: %s", s->what,
 			 r->peer[0] ? r->peer : s->addr, r->err);
 		return complain(x, s, EXIT_NOCONN, msg);

@@ -327,6 +327,7 @@ static int exchange(int fd, const struct addr *a, const char *target, const char
 	free(req);
 	if (rc == 0)
 		rc = read_reply(fd, deadline, r, &b);
+	r->answered = b.n > 0;
 	free(b.p);
 	if (rc == -EFBIG)
 		snprintf(r->err, sizeof(r->err), "reply larger than %u MiB",

@@ -15,7 +15,9 @@
 /*
  * A reply. body is malloc'd, NUL terminated after len bytes; content_type
  * is "" when the server sent none. connected says whether the failure (if
- * any) came after the TCP connection was up: 0 means "cannot connect".
+ * any) came after the TCP connection was up: 0 means "cannot connect";
+ * answered whether the daemon sent any byte back (a stopped one accepts in
+ * the kernel and never answers).
  * peer names the address with its port; err holds human words for a
  * failure.
  */
@@ -25,6 +27,7 @@ struct ctl_http_resp {
 	char *body;
 	size_t len;
 	int connected;
+	int answered;   /* some byte of a reply came back */
 	char peer[280]; /* "host:port" as dialed, once addr parsed */
 	char err[256];
 };
