@@ -185,14 +185,6 @@ static void test_hostile_registrations(void **state)
 	expect_b_healthy("after hostile registrations");
 }
 
-/* Last: B never failed, a new client works, and every descriptor the
- * hostile sessions took came back. */
-static void test_hostile_aftermath(void **state)
-{
-	(void)state;
-	hostile_aftermath();
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
