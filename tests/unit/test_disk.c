@@ -44,7 +44,7 @@ static void roundtrip(int force_sync, int expect_direct)
 		size_t n = 5000 + MIB + 123;
 		struct iovec out[2] = {{b, 777}, {b + 777, 2 * MIB}};
 
-		fill(a, n, 99);
+		test_fill(a, n, 99);
 		assert_int_equal(dsk_put(s, T, "scatter", in, 3, lc_crc32c(0, a, n), NULL), 0);
 		assert_int_equal(dsk_get(s, T, "scatter", out, 2), n);
 		assert_memory_equal(a, b, n);
@@ -287,7 +287,7 @@ static double bench_threads(struct dsk_store *s, int nthreads, int per, int writ
 	for (int i = 0; i < nthreads; i++) {
 		a[i] = (struct bench_arg){.s = s, .id = i, .per = per, .write = write};
 		assert_int_equal(posix_memalign(&a[i].buf, 4096, MIB), 0);
-		fill(a[i].buf, MIB, 42);
+		test_fill(a[i].buf, MIB, 42);
 		a[i].crc = lc_crc32c(0, a[i].buf, MIB);
 		pthread_create(&t[i], NULL, bench_main, &a[i]);
 	}

@@ -345,7 +345,7 @@ static void test_disk_many_deletions_scan_fast(void **st)
 
 	cfg.bucket_objects = 1u << 20;
 	dsk_store_close(open_ok(&cfg, NULL)); /* makes the directory */
-	fill(data, sizeof(data), 7);
+	test_fill(data, sizeof(data), 7);
 	bucket_file(1, "dat", p, sizeof(p));
 	dfd = open(p, O_CREAT | O_WRONLY, 0644);
 	assert_true(dfd >= 0);
