@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define OBJ_LEN (6u * 1024u * 1024u)
 #define KEY	"client-death/K"
@@ -160,12 +161,5 @@ static void test_client_death_put_refused_for_space_fails_fast(void **state)
 	lunar_close(c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_client_death_revokes_put_at_once),
-	    cmocka_unit_test(test_client_death_put_refused_for_space_fails_fast),
-	};
-
-	return cmocka_run_group_tests(tests, setup, h_teardown);
-}
+LUNAR_TEST_MAIN(setup, h_teardown, test_client_death_revokes_put_at_once,
+		test_client_death_put_refused_for_space_fails_fast)

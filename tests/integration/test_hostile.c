@@ -16,6 +16,7 @@
  * hostile_util.h.
  */
 #include "hostile_util.h"
+#include "tests/cmocka_main.h"
 
 /* --- the misbehaviours: each leaves the client in violation --- */
 
@@ -395,17 +396,7 @@ static void test_hostile_silent_handshake_does_not_stall(void **state)
 			   "while the proxy waited for silent clients' hellos");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_hostile_violations_disconnect),
-	    cmocka_unit_test(test_hostile_violations_concurrent),
-	    cmocka_unit_test(test_hostile_abrupt_close_mid_request),
-	    cmocka_unit_test(test_hostile_socket_garbage),
-	    cmocka_unit_test(test_hostile_silent_handshake_does_not_stall),
-	    cmocka_unit_test(test_hostile_aftermath),
-	};
-
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_hostile_violations_disconnect,
+		test_hostile_violations_concurrent, test_hostile_abrupt_close_mid_request,
+		test_hostile_socket_garbage, test_hostile_silent_handshake_does_not_stall,
+		test_hostile_aftermath)

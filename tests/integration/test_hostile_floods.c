@@ -6,6 +6,7 @@
  * (hostile_util.h), which must see no error and no call longer than 1 s.
  */
 #include "hostile_util.h"
+#include "tests/cmocka_main.h"
 
 /* The ABI lets a client write the eventfd whenever it likes, so a flood is
  * not a violation; it must simply not stall the proxy or its other clients. */
@@ -157,15 +158,5 @@ static void test_hostile_request_flood(void **state)
 	expect_b_unstalled("after a request flood", "behind another client's flood");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_hostile_eventfd_flood),
-	    cmocka_unit_test(test_hostile_blocking_eventfd),
-	    cmocka_unit_test(test_hostile_request_flood),
-	    cmocka_unit_test(test_hostile_aftermath),
-	};
-
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_hostile_eventfd_flood, test_hostile_blocking_eventfd,
+		test_hostile_request_flood, test_hostile_aftermath)

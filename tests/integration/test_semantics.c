@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define MIB (1024u * 1024u)
 
@@ -444,24 +445,12 @@ static void test_semantics_store_full_no_available_handle(void **state)
 	expect_pattern("sem/after-full", MIB, "sem/after-full");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_semantics_put_existing_keeps_first),
-	    cmocka_unit_test(test_semantics_get_missing_not_found),
-	    cmocka_unit_test(test_semantics_invalid_keys),
-	    cmocka_unit_test(test_semantics_zero_size_invalid_params),
-	    cmocka_unit_test(test_semantics_small_buffer_overflow),
-	    cmocka_unit_test(test_semantics_remove_then_get_not_found),
-	    cmocka_unit_test(test_semantics_leased_remove_needs_force),
-	    cmocka_unit_test(test_semantics_putv_getv_roundtrip),
-	    cmocka_unit_test(test_semantics_batch_bad_key_in_middle),
-	    cmocka_unit_test(test_semantics_batch_larger_than_arena),
-	    cmocka_unit_test(test_semantics_prefix_match_larger_than_arena),
-	    cmocka_unit_test(test_semantics_value_larger_than_arena),
-	    cmocka_unit_test(test_semantics_remove_all_counts),
-	    cmocka_unit_test(test_semantics_store_full_no_available_handle),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_semantics_put_existing_keeps_first,
+		test_semantics_get_missing_not_found, test_semantics_invalid_keys,
+		test_semantics_zero_size_invalid_params, test_semantics_small_buffer_overflow,
+		test_semantics_remove_then_get_not_found, test_semantics_leased_remove_needs_force,
+		test_semantics_putv_getv_roundtrip, test_semantics_batch_bad_key_in_middle,
+		test_semantics_batch_larger_than_arena,
+		test_semantics_prefix_match_larger_than_arena,
+		test_semantics_value_larger_than_arena, test_semantics_remove_all_counts,
+		test_semantics_store_full_no_available_handle)

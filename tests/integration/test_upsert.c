@@ -22,6 +22,7 @@
 
 #include "harness.h"
 #include "case_util.h"
+#include "tests/cmocka_main.h"
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)
@@ -233,14 +234,5 @@ static void test_upsert_elsewhere_reaches_cached_reader(void **state)
 	free(buf);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_upsert_readers_see_whole_values,
-					    case_setup, case_teardown),
-	    cmocka_unit_test_setup_teardown(test_upsert_elsewhere_reaches_cached_reader,
-					    case_setup, case_teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(case_setup, case_teardown, test_upsert_readers_see_whole_values,
+		     test_upsert_elsewhere_reaches_cached_reader)

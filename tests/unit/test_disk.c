@@ -5,6 +5,7 @@
  * 1 MiB objects (printed, not asserted; only with LUNAR_DISK_BENCH=1).
  */
 #include "tests/unit/test_disk_util.h"
+#include "tests/cmocka_main.h"
 
 static const size_t sizes[] = {1,   100,       4095,	4096,	     4097,   65539,
 			       MIB, MIB + 512, 4 * MIB, 4 * MIB + 1, 8 * MIB};
@@ -325,18 +326,7 @@ static void test_disk_throughput(void **st)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_disk_roundtrip_uring, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_roundtrip_sync, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_roundtrip_tmpfs, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_direct_on_disk, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_buffered_fallback, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_reopen, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_concurrent, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_throughput, setup_var, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(setup_var, teardown, test_disk_roundtrip_uring, test_disk_roundtrip_sync,
+		     test_disk_roundtrip_tmpfs, test_disk_direct_on_disk,
+		     test_disk_buffered_fallback, test_disk_reopen, test_disk_concurrent,
+		     test_disk_throughput)

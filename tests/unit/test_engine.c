@@ -29,6 +29,7 @@
 #include "tests/unit/test_engine_util.h"
 #include "tests/unit/test_fds.h"
 #include "tests/unit/test_fill.h"
+#include "tests/cmocka_main.h"
 
 #define SEG_SIZE   (20u << 20)
 #define MIB	   (1u << 20)
@@ -695,28 +696,11 @@ static void test_engine_closed_connections_released(void **state)
 	node_stop(&b);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_engine_write_read_sizes),
-	    cmocka_unit_test(test_engine_multi_iov),
-	    cmocka_unit_test(test_engine_checksum),
-	    cmocka_unit_test(test_engine_local_memcpy),
-	    cmocka_unit_test(test_engine_out_of_bounds),
-	    cmocka_unit_test(test_engine_bad_args),
-	    cmocka_unit_test(test_engine_hostile_peer),
-	    cmocka_unit_test(test_engine_partial_header_times_out),
-	    cmocka_unit_test(test_engine_disk_reply_positive_status),
-	    cmocka_unit_test(test_engine_unreachable_fails_fast),
-	    cmocka_unit_test(test_engine_timeout),
-	    cmocka_unit_test(test_engine_peer_restart),
-	    cmocka_unit_test(test_engine_pool_reuses_connections),
-	    cmocka_unit_test(test_engine_concurrent_threads),
-	    cmocka_unit_test(test_engine_create_refuses_bad_config),
-	    cmocka_unit_test(test_engine_idle_connections_give_way),
-	    cmocka_unit_test(test_engine_stalled_peer_holds_a_quarter),
-	    cmocka_unit_test(test_engine_closed_connections_released),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_engine_write_read_sizes, test_engine_multi_iov,
+		test_engine_checksum, test_engine_local_memcpy, test_engine_out_of_bounds,
+		test_engine_bad_args, test_engine_hostile_peer,
+		test_engine_partial_header_times_out, test_engine_disk_reply_positive_status,
+		test_engine_unreachable_fails_fast, test_engine_timeout, test_engine_peer_restart,
+		test_engine_pool_reuses_connections, test_engine_concurrent_threads,
+		test_engine_create_refuses_bad_config, test_engine_idle_connections_give_way,
+		test_engine_stalled_peer_holds_a_quarter, test_engine_closed_connections_released)

@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "lunar.h"
 #include "tests/unit/test_engine_util.h"
+#include "tests/cmocka_main.h"
 
 #define SEG_SIZE (32u << 20)
 #define MIB	 (1u << 20)
@@ -223,13 +224,5 @@ static void test_engine_aio_cancel_at_shutdown(void **state)
 	free(buf);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_engine_aio_batch_submit),
-	    cmocka_unit_test(test_engine_aio_partial_failure),
-	    cmocka_unit_test(test_engine_aio_cancel_at_shutdown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_engine_aio_batch_submit, test_engine_aio_partial_failure,
+		test_engine_aio_cancel_at_shutdown)
