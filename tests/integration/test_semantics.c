@@ -40,28 +40,13 @@ static int teardown(void **state)
 /* Puts len bytes of key's pattern; returns lunar_put's code. */
 static int put_pattern(const char *key, size_t len, const struct lunar_put_cfg *cfg)
 {
-	void *buf = malloc(len ? len : 1);
-	int rc;
-
-	H_ASSERT(buf != NULL);
-	h_fill(buf, len, h_seed(key));
-	rc = lunar_put(cl, key, buf, len, cfg);
-	free(buf);
-	return rc;
+	return h_put_seeded(cl, key, len, h_seed(key), cfg);
 }
 
 /* Reads key and checks it holds len bytes of the pattern of seed_key. */
 static void expect_pattern(const char *key, size_t len, const char *seed_key)
 {
-	uint8_t *buf = malloc(len + 64);
-	int64_t got, bad;
-
-	H_ASSERT(buf != NULL);
-	got = lunar_get_into(cl, key, buf, len + 64);
-	H_ASSERT_EQ(got, len);
-	bad = h_verify(buf, len, h_seed(seed_key));
-	H_ASSERT_MSG(bad < 0, "%s: wrong byte at offset %lld", key, (long long)bad);
-	free(buf);
+	h_expect_seeded(cl, key, len, h_seed(seed_key));
 }
 
 static char *long_key(size_t len)
