@@ -56,6 +56,23 @@ static inline int case_teardown(void **state)
 	return 0;
 }
 
+/*
+ * case_proxy_pair - tracked proxies "proxyA" and "proxyB" (the default 64 MiB
+ * segments) joined to the master on mport, serving a.sock and b.sock in the
+ * temp dir (paths written to sock_a and sock_b), and a client of each in *ca
+ * and *cb. Fails the test when either proxy does not start.
+ */
+static inline void case_proxy_pair(int mport, char sock_a[PATH_MAX], char sock_b[PATH_MAX],
+				   struct lunar_client **ca, struct lunar_client **cb)
+{
+	snprintf(sock_a, PATH_MAX, "%s", h_path("a.sock"));
+	snprintf(sock_b, PATH_MAX, "%s", h_path("b.sock"));
+	H_ASSERT(track(h_start_proxy("proxyA", sock_a, mport, NULL)) != NULL);
+	H_ASSERT(track(h_start_proxy("proxyB", sock_b, mport, NULL)) != NULL);
+	*ca = h_client(sock_a);
+	*cb = h_client(sock_b);
+}
+
 /* The HTTP port p logged; fails the test if it logged none. */
 static inline int http_port_of(const struct h_proc *p)
 {

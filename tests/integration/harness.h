@@ -173,6 +173,19 @@ uint64_t h_seed(const char *key);
 void h_fill(void *buf, size_t len, uint64_t seed);
 int64_t h_verify(const void *buf, size_t len, uint64_t seed);
 
+/*
+ * h_put_seeded - puts len bytes of seed's pattern (h_fill) under key through
+ * c with cfg (NULL for the defaults), from a buffer of its own: lunar_put's
+ * code. Fails the current test when the buffer cannot be had.
+ */
+int h_put_seeded(struct lunar_client *c, const char *key, size_t len, uint64_t seed,
+		 const struct lunar_put_cfg *cfg);
+/*
+ * h_expect_seeded - gets key through c into a buffer of its own and fails the
+ * current test unless it is exactly len bytes of seed's pattern.
+ */
+void h_expect_seeded(struct lunar_client *c, const char *key, size_t len, uint64_t seed);
+
 /* h_code - lunar_strerror's name for a negative code, "-" otherwise. */
 const char *h_code(int64_t v);
 

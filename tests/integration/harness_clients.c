@@ -140,3 +140,30 @@ uint8_t *h_app_memfd(const char *name, size_t len, int *fd)
 	H_ASSERT(p != MAP_FAILED);
 	return p;
 }
+
+int h_put_seeded(struct lunar_client *c, const char *key, size_t len, uint64_t seed,
+		 const struct lunar_put_cfg *cfg)
+{
+	void *buf = malloc(len ? len : 1);
+	int rc;
+
+	H_ASSERT(buf != NULL);
+	h_fill(buf, len, seed);
+	rc = lunar_put(c, key, buf, len, cfg);
+	free(buf);
+	return rc;
+}
+
+void h_expect_seeded(struct lunar_client *c, const char *key, size_t len, uint64_t seed)
+{
+	uint8_t *buf = malloc(len + 64);
+	int64_t got, bad;
+
+	H_ASSERT(buf != NULL);
+	got = lunar_get_into(c, key, buf, len + 64);
+	H_ASSERT_MSG(got == (int64_t)len, "get %s = %lld (%s), expected %zu", key, (long long)got,
+		     h_code(got), len);
+	bad = h_verify(buf, len, seed);
+	H_ASSERT_MSG(bad < 0, "%s: wrong byte at offset %lld", key, (long long)bad);
+	free(buf);
+}

@@ -212,6 +212,21 @@ static inline void expect_b_healthy(const char *when)
 		     (unsigned long long)atomic_load(&b.errors), b.first_err);
 }
 
+/*
+ * expect_b_unstalled - expect_b_healthy(when), then B's longest call since
+ * the last b_reset_max() is printed ("  <when>: B's longest call N ms") and
+ * must stay under B_STALL_MS, else "B stalled N ms <why>". Resets the maximum.
+ */
+static inline void expect_b_unstalled(const char *when, const char *why)
+{
+	uint64_t stall;
+
+	expect_b_healthy(when);
+	stall = b_reset_max();
+	printf("  %s: B's longest call %llu ms\n", when, (unsigned long long)stall);
+	H_ASSERT_MSG(stall < B_STALL_MS, "B stalled %llu ms %s", (unsigned long long)stall, why);
+}
+
 static inline void expect_new_client_served(void)
 {
 	struct lunar_client *c = h_client(sock);
@@ -273,6 +288,14 @@ static inline void hostile_aftermath(void)
 		     (unsigned long long)atomic_load(&b.errors), b.first_err);
 	lunar_close(b.c);
 	b.c = NULL;
+}
+
+/* test_hostile_aftermath - the cmocka test every test_hostile*.c lists last:
+ * hostile_aftermath(). */
+static inline void test_hostile_aftermath(void **state)
+{
+	(void)state;
+	hostile_aftermath();
 }
 
 #endif /* LUNAR_TESTS_INTEGRATION_HOSTILE_UTIL_H */

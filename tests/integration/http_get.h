@@ -128,6 +128,25 @@ static inline int hg_count(const char *hay, const char *needle)
 }
 
 /*
+ * hg_json_nth - just past the idx-th (0-based) occurrence of pat in json, or
+ * NULL when pat occurs idx times or fewer. The scan under hg_json_str and
+ * hg_json_u64.
+ */
+static inline const char *hg_json_nth(const char *json, const char *pat, int idx)
+{
+	const char *p = json;
+
+	for (int i = 0;; i++) {
+		p = strstr(p, pat);
+		if (!p)
+			return NULL;
+		p += strlen(pat);
+		if (i == idx)
+			return p;
+	}
+}
+
+/*
  * hg_json_str - the idx-th (0-based) string value of "name" in json, copied
  * to out (cap bytes). 0, or -1 when absent or too long. A string-level probe
  * for the flat objects /admin/ renders, not a JSON parser.
@@ -135,17 +154,12 @@ static inline int hg_count(const char *hay, const char *needle)
 static inline int hg_json_str(const char *json, const char *name, int idx, char *out, size_t cap)
 {
 	char pat[80];
-	const char *p = json, *end;
+	const char *p, *end;
 
 	snprintf(pat, sizeof(pat), "\"%s\":\"", name);
-	for (int i = 0; p; i++) {
-		p = strstr(p, pat);
-		if (!p)
-			return -1;
-		p += strlen(pat);
-		if (i == idx)
-			break;
-	}
+	p = hg_json_nth(json, pat, idx);
+	if (!p)
+		return -1;
 	end = strchr(p, '"');
 	if (!end || (size_t)(end - p) >= cap)
 		return -1;
@@ -158,18 +172,11 @@ static inline int hg_json_str(const char *json, const char *name, int idx, char 
 static inline int64_t hg_json_u64(const char *json, const char *name, int idx)
 {
 	char pat[80];
-	const char *p = json;
+	const char *p;
 
 	snprintf(pat, sizeof(pat), "\"%s\":", name);
-	for (int i = 0; p; i++) {
-		p = strstr(p, pat);
-		if (!p)
-			return -1;
-		p += strlen(pat);
-		if (i == idx)
-			break;
-	}
-	if (*p < '0' || *p > '9')
+	p = hg_json_nth(json, pat, idx);
+	if (!p || *p < '0' || *p > '9')
 		return -1;
 	return (int64_t)strtoull(p, NULL, 10);
 }

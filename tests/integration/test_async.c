@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define KIB	1024u
 #define MIB	(1024u * 1024u)
@@ -344,19 +345,8 @@ static void test_async_proxy_killed_under_pending_calls(void **state)
 	lunar_close(c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_async_registered_round_trip),
-	    cmocka_unit_test(test_async_staged_round_trip),
-	    cmocka_unit_test(test_async_results_and_errors),
-	    cmocka_unit_test(test_async_key_read_at_start),
-	    cmocka_unit_test(test_async_too_large_to_stage),
-	    cmocka_unit_test(test_async_register_between_start_and_wait),
-	    cmocka_unit_test(test_async_unregister_waits_for_pending),
-	    cmocka_unit_test(test_async_slots_bound_pending_calls),
-	    cmocka_unit_test(test_async_proxy_killed_under_pending_calls),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_async_registered_round_trip, test_async_staged_round_trip,
+		test_async_results_and_errors, test_async_key_read_at_start,
+		test_async_too_large_to_stage, test_async_register_between_start_and_wait,
+		test_async_unregister_waits_for_pending, test_async_slots_bound_pending_calls,
+		test_async_proxy_killed_under_pending_calls)

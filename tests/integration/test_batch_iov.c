@@ -29,6 +29,7 @@
 
 #include "atomic.h"
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define MIB	   (1024u * 1024u)
 #define NKEYS	   64
@@ -352,13 +353,5 @@ static void test_batch_iov_getv_iov_changed_meanwhile(void **state)
 	free(b);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_batch_iov_multi_piece_round_trip),
-	    cmocka_unit_test(test_batch_iov_getv_same_shape),
-	    cmocka_unit_test(test_batch_iov_getv_iov_changed_meanwhile),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_batch_iov_multi_piece_round_trip,
+		test_batch_iov_getv_same_shape, test_batch_iov_getv_iov_changed_meanwhile)

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define TRACE "../shared/traces/synthetic_trace.jsonl"
 
@@ -297,18 +298,7 @@ static void test_bench_modes_copy_baselines(void **state)
 	h_cleanup();
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_bench_modes_evict_round),
-	    cmocka_unit_test(test_bench_modes_trace_simulation),
-	    cmocka_unit_test(test_bench_modes_phase_clock),
-	    cmocka_unit_test(test_bench_modes_sync_file),
-	    cmocka_unit_test(test_bench_modes_sampled_check),
-	    cmocka_unit_test(test_bench_modes_memc_sampled_check),
-	    cmocka_unit_test(test_bench_modes_depth),
-	    cmocka_unit_test(test_bench_modes_copy_baselines),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_bench_modes_evict_round, test_bench_modes_trace_simulation,
+		test_bench_modes_phase_clock, test_bench_modes_sync_file,
+		test_bench_modes_sampled_check, test_bench_modes_memc_sampled_check,
+		test_bench_modes_depth, test_bench_modes_copy_baselines)

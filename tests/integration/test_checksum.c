@@ -18,6 +18,7 @@
 
 #include "harness.h"
 #include "case_util.h"
+#include "tests/cmocka_main.h"
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)
@@ -106,12 +107,4 @@ static void test_checksum_flipped_byte_is_mismatch(void **state)
 	free(buf);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_checksum_flipped_byte_is_mismatch,
-					    case_setup, case_teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(case_setup, case_teardown, test_checksum_flipped_byte_is_mismatch)

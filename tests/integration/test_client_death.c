@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define OBJ_LEN (6u * 1024u * 1024u)
 #define KEY	"client-death/K"
@@ -59,27 +60,16 @@ static void child_put(void)
 	_exit(3);
 }
 
+/* Puts OBJ_LEN bytes of seed_key's pattern under key: lunar_put's code. */
 static int put_pattern(struct lunar_client *c, const char *key, const char *seed_key,
 		       const struct lunar_put_cfg *cfg)
 {
-	void *buf = malloc(OBJ_LEN);
-	int rc;
-
-	H_ASSERT(buf != NULL);
-	h_fill(buf, OBJ_LEN, h_seed(seed_key));
-	rc = lunar_put(c, key, buf, OBJ_LEN, cfg);
-	free(buf);
-	return rc;
+	return h_put_seeded(c, key, OBJ_LEN, h_seed(seed_key), cfg);
 }
 
 static void expect_pattern(struct lunar_client *c, const char *key)
 {
-	uint8_t *buf = malloc(OBJ_LEN);
-
-	H_ASSERT(buf != NULL);
-	H_ASSERT_EQ(lunar_get_into(c, key, buf, OBJ_LEN), OBJ_LEN);
-	H_ASSERT_MSG(h_verify(buf, OBJ_LEN, h_seed(key)) < 0, "%s: wrong bytes", key);
-	free(buf);
+	h_expect_seeded(c, key, OBJ_LEN, h_seed(key));
 }
 
 static void test_client_death_revokes_put_at_once(void **state)
@@ -160,12 +150,5 @@ static void test_client_death_put_refused_for_space_fails_fast(void **state)
 	lunar_close(c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_client_death_revokes_put_at_once),
-	    cmocka_unit_test(test_client_death_put_refused_for_space_fails_fast),
-	};
-
-	return cmocka_run_group_tests(tests, setup, h_teardown);
-}
+LUNAR_TEST_MAIN(setup, h_teardown, test_client_death_revokes_put_at_once,
+		test_client_death_put_refused_for_space_fails_fast)

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define MIB	   (1024u * 1024u)
 #define REG_LEN	   (8u * MIB)
@@ -260,13 +261,6 @@ static void test_client_death_regions_releases_streaming_regions(void **state)
 	run_death("streaming", 0, 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_client_death_regions_releases_held_regions),
-	    cmocka_unit_test(test_client_death_regions_releases_streaming_regions),
-	    cmocka_unit_test(test_client_death_regions_not_held_by_forked_child),
-	};
-
-	return cmocka_run_group_tests(tests, setup, h_teardown);
-}
+LUNAR_TEST_MAIN(setup, h_teardown, test_client_death_regions_releases_held_regions,
+		test_client_death_regions_releases_streaming_regions,
+		test_client_death_regions_not_held_by_forked_child)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define NOBJ 200
 #define KIB  1024u
@@ -170,13 +171,6 @@ static void test_cluster_replicas_survive_proxy_a_death(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_cluster_put_on_a_reads_exact_on_b),
-	    cmocka_unit_test(test_cluster_batch_exists_and_prefix_match),
-	    cmocka_unit_test(test_cluster_replicas_survive_proxy_a_death),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_cluster_put_on_a_reads_exact_on_b,
+		test_cluster_batch_exists_and_prefix_match,
+		test_cluster_replicas_survive_proxy_a_death)

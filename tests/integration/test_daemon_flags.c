@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define RUN_TIMEOUT_MS 5000
 
@@ -255,15 +256,6 @@ static void test_daemon_flags_proxy_config(void **state)
 	check_config_errors("lunar-proxy");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_daemon_flags_master),
-	    cmocka_unit_test(test_daemon_flags_proxy),
-	    cmocka_unit_test(test_daemon_flags_master_url),
-	    cmocka_unit_test(test_daemon_flags_master_config),
-	    cmocka_unit_test(test_daemon_flags_proxy_config),
-	};
-
-	return cmocka_run_group_tests(tests, h_setup, h_teardown);
-}
+LUNAR_TEST_MAIN(h_setup, h_teardown, test_daemon_flags_master, test_daemon_flags_proxy,
+		test_daemon_flags_master_url, test_daemon_flags_master_config,
+		test_daemon_flags_proxy_config)

@@ -22,6 +22,7 @@
 
 #include "harness.h"
 #include "http_get.h"
+#include "tests/cmocka_main.h"
 
 #define NOTE_TIMEOUT_S 10
 
@@ -106,13 +107,5 @@ static int unset_notify(void **state)
 	return h_teardown(state);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_daemon_notify_master),
-	    cmocka_unit_test(test_daemon_notify_proxy_abstract),
-	    cmocka_unit_test(test_daemon_notify_bad_socket_logged),
-	};
-
-	return cmocka_run_group_tests(tests, h_setup, unset_notify);
-}
+LUNAR_TEST_MAIN(h_setup, unset_notify, test_daemon_notify_master, test_daemon_notify_proxy_abstract,
+		test_daemon_notify_bad_socket_logged)

@@ -30,6 +30,7 @@
 #include "crc32c.h"
 #include "harness.h"
 #include "http_get.h"
+#include "tests/cmocka_main.h"
 
 #define SECRET_LEN 34
 #define BIG_LEN	   (1u << 20)
@@ -420,15 +421,7 @@ static void test_data_port_auth_cluster_works_and_counts(void **state)
 	free(r);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_data_port_auth_keyless_frames_refused),
-	    cmocka_unit_test(test_data_port_auth_crc_forgery_refused),
-	    cmocka_unit_test(test_data_port_auth_key_without_grant),
-	    cmocka_unit_test(test_data_port_auth_replay_and_bitflip),
-	    cmocka_unit_test(test_data_port_auth_cluster_works_and_counts),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_data_port_auth_keyless_frames_refused,
+		test_data_port_auth_crc_forgery_refused, test_data_port_auth_key_without_grant,
+		test_data_port_auth_replay_and_bitflip,
+		test_data_port_auth_cluster_works_and_counts)

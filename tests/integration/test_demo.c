@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define DEMO_SCRIPT	"tools/demo.sh"
 #define DEMO_TIMEOUT_MS 120000
@@ -87,11 +88,4 @@ static void test_demo_runs_and_prints_bench_figures(void **state)
 	free(log);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_demo_runs_and_prints_bench_figures),
-	};
-
-	return cmocka_run_group_tests(tests, h_setup, h_teardown);
-}
+LUNAR_TEST_MAIN(h_setup, h_teardown, test_demo_runs_and_prints_bench_figures)

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "disk_util.h"
+#include "tests/cmocka_main.h"
 
 #define NOBJ 48
 
@@ -260,13 +261,5 @@ static void test_disk_evict_damaged_bucket(void **state)
 	H_ASSERT_EQ(d_get_exact(cb, "evict/after", buf, 2 * D_MIB), D_MIB);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_disk_evict_more_than_dram),
-	    cmocka_unit_test(test_disk_evict_restart_reregisters),
-	    cmocka_unit_test(test_disk_evict_damaged_bucket),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_disk_evict_more_than_dram,
+		test_disk_evict_restart_reregisters, test_disk_evict_damaged_bucket)

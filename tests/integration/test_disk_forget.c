@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "disk_util.h"
+#include "tests/cmocka_main.h"
 
 #define GONE "forget/gone"
 #define KEPT "forget/kept"
@@ -127,11 +128,4 @@ static void test_disk_forget_removed_stays_removed(void **state)
 	H_ASSERT_MSG(!types[0], "%s has replicas '%s'", GONE, types);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_disk_forget_removed_stays_removed),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_disk_forget_removed_stays_removed)

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "disk_util.h"
+#include "tests/cmocka_main.h"
 
 static uint8_t *buf;
 static char status[1 << 14];
@@ -132,12 +133,4 @@ static void test_disk_on_put_disk_full(void **state)
 	h_stop(p);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_disk_on_put_memory_then_disk),
-	    cmocka_unit_test(test_disk_on_put_disk_full),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_disk_on_put_memory_then_disk, test_disk_on_put_disk_full)

@@ -19,6 +19,7 @@
 
 #include "harness.h"
 #include "case_util.h"
+#include "tests/cmocka_main.h"
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)
@@ -269,14 +270,5 @@ static void test_eviction_remove_all_races_writers(void **state)
 	lunar_close(c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_eviction_flood_keeps_newest_pinned_and_leased,
-					    case_setup, case_teardown),
-	    cmocka_unit_test_setup_teardown(test_eviction_remove_all_races_writers, case_setup,
-					    case_teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(case_setup, case_teardown, test_eviction_flood_keeps_newest_pinned_and_leased,
+		     test_eviction_remove_all_races_writers)

@@ -28,6 +28,7 @@
 #include "atomic.h"
 #include "harness.h"
 #include "harness_raw.h"
+#include "tests/cmocka_main.h"
 
 #define BLOCK_S	    6    /* how long the close of the blocker takes */
 #define PROMPT_MS   2000 /* a hang-up must come well before BLOCK_S */
@@ -190,12 +191,5 @@ static void test_fence_queued_get_dropped(void **state)
 	h_stop(p);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_fence_hang_ups_past_a_slow_close),
-	    cmocka_unit_test(test_fence_queued_get_dropped),
-	};
-
-	return cmocka_run_group_tests(tests, h_setup, h_teardown);
-}
+LUNAR_TEST_MAIN(h_setup, h_teardown, test_fence_hang_ups_past_a_slow_close,
+		test_fence_queued_get_dropped)

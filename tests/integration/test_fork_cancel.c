@@ -48,6 +48,7 @@
 #include "harness.h"
 #include "shmlib/shm_int.h"
 #include "store_c.h"
+#include "tests/cmocka_main.h"
 
 #define VAL_LEN	 4096u
 #define CHUNK	 (48u << 20) /* more than any chunk made so far: lunar_alloc makes one */
@@ -466,16 +467,9 @@ static void test_fork_cancel_cancelled_store_setup_leaves_it_usable(void **state
 	h_stop(proxy);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_fork_cancel_child_cannot_use_the_parents_handle),
-	    cmocka_unit_test(test_fork_cancel_cancelled_thread_leaves_the_handle_usable),
-	    cmocka_unit_test(test_fork_cancel_cancelled_store_setup_leaves_it_usable),
-	    cmocka_unit_test(test_fork_cancel_forked_child_holds_no_session_socket),
-	    cmocka_unit_test(test_fork_cancel_forked_close_after_failed_reconnect),
-	    cmocka_unit_test(test_fork_cancel_forked_close_during_release),
-	};
-
-	return cmocka_run_group_tests(tests, h_setup, h_teardown);
-}
+LUNAR_TEST_MAIN(h_setup, h_teardown, test_fork_cancel_child_cannot_use_the_parents_handle,
+		test_fork_cancel_cancelled_thread_leaves_the_handle_usable,
+		test_fork_cancel_cancelled_store_setup_leaves_it_usable,
+		test_fork_cancel_forked_child_holds_no_session_socket,
+		test_fork_cancel_forked_close_after_failed_reconnect,
+		test_fork_cancel_forked_close_during_release)

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define NOBJ 4
 #define OBJ (1u << 20)
@@ -80,11 +81,4 @@ static void test_grace_drains_then_goes(void **state)
 	h_cleanup();
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_grace_drains_then_goes),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_grace_drains_then_goes)

@@ -171,6 +171,26 @@ static int refusal_names(const struct node *n, const char *leader)
 	       strstr(msg, leader);
 }
 
+/*
+ * Masters "masterA" (a) and "masterB" (b) on a new one-member etcd cluster
+ * ec: the one elected is *lead, the standby *other; the leader's view.
+ */
+static uint64_t elect_pair(struct e_cluster *ec, struct node *a, struct node *b,
+			   struct node **lead, struct node **other)
+{
+	uint64_t view;
+
+	H_ASSERT_EQ(e_start(ec, 1), 0);
+	start_node(a, "masterA", ec->urls);
+	start_node(b, "masterB", ec->urls);
+	*lead = which_leads(a, b, ELECT_MS);
+	H_ASSERT(*lead != NULL);
+	*other = *lead == a ? b : a;
+	view = wait_leads(*lead, ELECT_MS);
+	H_ASSERT(view > 0);
+	return view;
+}
+
 static void test_ha_one_of_two_leads(void **state)
 {
 	struct e_cluster ec;
@@ -178,14 +198,7 @@ static void test_ha_one_of_two_leads(void **state)
 	uint64_t view;
 
 	(void)state;
-	H_ASSERT_EQ(e_start(&ec, 1), 0);
-	start_node(&a, "masterA", ec.urls);
-	start_node(&b, "masterB", ec.urls);
-	lead = which_leads(&a, &b, ELECT_MS);
-	H_ASSERT(lead != NULL);
-	other = lead == &a ? &b : &a;
-	view = wait_leads(lead, ELECT_MS);
-	H_ASSERT(view > 0);
+	view = elect_pair(&ec, &a, &b, &lead, &other);
 	H_ASSERT_EQ(metric(lead, "lunar_master_view"), (int64_t)view);
 	h_sleep_ms(500); /* the standby has read the key by now */
 	H_ASSERT_EQ(metric(other, "lunar_master_is_leader"), 0);
@@ -202,12 +215,7 @@ static void test_ha_killed_leader_is_replaced(void **state)
 	uint64_t view, view2, t0;
 
 	(void)state;
-	H_ASSERT_EQ(e_start(&ec, 1), 0);
-	start_node(&a, "masterA", ec.urls);
-	start_node(&b, "masterB", ec.urls);
-	H_ASSERT((lead = which_leads(&a, &b, ELECT_MS)) != NULL);
-	other = lead == &a ? &b : &a;
-	H_ASSERT((view = wait_leads(lead, ELECT_MS)) > 0);
+	view = elect_pair(&ec, &a, &b, &lead, &other);
 	t0 = h_now_ms();
 	h_kill(lead->p);
 	view2 = wait_leads(other, ELECT_MS);
@@ -225,12 +233,7 @@ static void test_ha_frozen_leader_is_fenced(void **state)
 	int st;
 
 	(void)state;
-	H_ASSERT_EQ(e_start(&ec, 1), 0);
-	start_node(&a, "masterA", ec.urls);
-	start_node(&b, "masterB", ec.urls);
-	H_ASSERT((lead = which_leads(&a, &b, ELECT_MS)) != NULL);
-	other = lead == &a ? &b : &a;
-	H_ASSERT((view = wait_leads(lead, ELECT_MS)) > 0);
+	view = elect_pair(&ec, &a, &b, &lead, &other);
 	/* When the leader freezes past its lease, the standby takes over */
 	kill(lead->p->pid, SIGSTOP);
 	t0 = h_now_ms();

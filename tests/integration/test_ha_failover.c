@@ -27,6 +27,7 @@
 #include "harness.h"
 #include "http_get.h"
 #include "lunar.h"
+#include "tests/cmocka_main.h"
 
 #define TTL_S	 2
 #define TTL_ARG	 "2s"
@@ -310,14 +311,5 @@ static void test_ha_failover_standby_killed_no_error(void **state)
 	H_ASSERT_EQ(atomic_load(&l[0].wrong) + atomic_load(&l[1].wrong), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_ha_failover_kill_leader_keeps_cache,
-						case_setup, case_teardown),
-		cmocka_unit_test_setup_teardown(test_ha_failover_standby_killed_no_error,
-						case_setup, case_teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(case_setup, case_teardown, test_ha_failover_kill_leader_keeps_cache,
+		     test_ha_failover_standby_killed_no_error)

@@ -7,6 +7,7 @@
  * every descriptor it took.
  */
 #include "hostile_util.h"
+#include "tests/cmocka_main.h"
 
 /* The memfd is sealed: a client cannot resize it under the proxy (which
  * would SIGBUS it). Then the client unmaps everything and idles. */
@@ -185,23 +186,6 @@ static void test_hostile_registrations(void **state)
 	expect_b_healthy("after hostile registrations");
 }
 
-/* Last: B never failed, a new client works, and every descriptor the
- * hostile sessions took came back. */
-static void test_hostile_aftermath(void **state)
-{
-	(void)state;
-	hostile_aftermath();
-}
-
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_hostile_sealed_then_unmapped),
-	    cmocka_unit_test(test_hostile_too_many_descriptors),
-	    cmocka_unit_test(test_hostile_registrations),
-	    cmocka_unit_test(test_hostile_aftermath),
-	};
-
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_hostile_sealed_then_unmapped,
+		test_hostile_too_many_descriptors, test_hostile_registrations,
+		test_hostile_aftermath)

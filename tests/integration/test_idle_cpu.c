@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define IDLE_MS	   3000
 #define MAX_CPU_MS 30 /* 1% of IDLE_MS */
@@ -186,14 +187,6 @@ static void test_idle_cpu_cluster_proxy_and_master(void **state)
 	h_stop(master);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_idle_cpu_meter_sees_busy_cpu),
-	    cmocka_unit_test(test_idle_cpu_connected_client_and_proxy),
-	    cmocka_unit_test(test_idle_cpu_blocked_call_sleeps),
-	    cmocka_unit_test(test_idle_cpu_cluster_proxy_and_master),
-	};
-
-	return cmocka_run_group_tests(tests, h_setup, h_teardown);
-}
+LUNAR_TEST_MAIN(h_setup, h_teardown, test_idle_cpu_meter_sees_busy_cpu,
+		test_idle_cpu_connected_client_and_proxy, test_idle_cpu_blocked_call_sleeps,
+		test_idle_cpu_cluster_proxy_and_master)

@@ -23,6 +23,7 @@
 
 #include "harness.h"
 #include "lunar.h"
+#include "tests/cmocka_main.h"
 
 #define VAL_LEN	 (24u << 20) /* several slices of the engine's: in flight a while */
 #define KEY	 "kill-mid/value"
@@ -119,11 +120,4 @@ static void test_kill_mid_transfer_gets_and_puts(void **state)
 	h_stop_all();
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_kill_mid_transfer_gets_and_puts),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, h_teardown);
-}
+LUNAR_TEST_MAIN(NULL, h_teardown, test_kill_mid_transfer_gets_and_puts)

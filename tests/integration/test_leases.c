@@ -43,23 +43,16 @@ static int teardown(void **state)
 	return case_teardown(state);
 }
 
+/* put len bytes of key's pattern through c. */
 static void put_pattern(struct lunar_client *c, const char *key, size_t len)
 {
-	h_fill(buf, len, h_seed(key));
-	H_ASSERT_MSG(lunar_put(c, key, buf, len, NULL) == 0, "put %s (%zu bytes)", key, len);
+	put_seeded(c, key, buf, len, h_seed(key), NULL);
 }
 
 /* get key through c and check every byte against its pattern. */
 static void check_value(struct lunar_client *c, const char *key, size_t len)
 {
-	int64_t got, bad;
-
-	memset(buf, 0, len);
-	got = lunar_get_into(c, key, buf, 4 * MIB);
-	H_ASSERT_MSG(got == (int64_t)len, "get %s = %lld (%s), expected %zu", key, (long long)got,
-		     h_code(got), len);
-	bad = h_verify(buf, len, h_seed(key));
-	H_ASSERT_MSG(bad < 0, "get %s: wrong byte at %lld", key, (long long)bad);
+	check_seeded(c, key, buf, len, h_seed(key));
 }
 
 #define CALLS_BGRL "lunar_master_calls_total{method=\"BatchGetReplicaList\"}"

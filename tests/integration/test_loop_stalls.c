@@ -41,6 +41,7 @@
 #include "http_get.h"
 #include "ring.h"
 #include "uds.h"
+#include "tests/cmocka_main.h"
 
 #define VICTIM	    "stalls/victim"
 #define STALL_MS    1000 /* another client's call must take less */
@@ -428,19 +429,11 @@ static void test_loop_stalls_put_that_cannot_fit_runs_off_the_loop(void **state)
 	H_ASSERT_EQ(h_stop(node), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_loop_stalls_lingering_descriptor_closed_off_the_loop),
-	    cmocka_unit_test(test_loop_stalls_sent_socket_disarmed),
-	    cmocka_unit_test(test_loop_stalls_sent_socket_rearmed),
-	    cmocka_unit_test(test_loop_stalls_stuck_closes_interrupted),
-	    cmocka_unit_test(test_loop_stalls_lone_stuck_close_interrupted),
-	    cmocka_unit_test(test_loop_stalls_stop_past_a_stuck_close),
-	    cmocka_unit_test(test_loop_stalls_ring_full_of_largest_batches),
-	    cmocka_unit_test(test_loop_stalls_remove_by_regex_runs_off_the_loop),
-	    cmocka_unit_test(test_loop_stalls_put_that_cannot_fit_runs_off_the_loop),
-	};
-
-	return cmocka_run_group_tests(tests, setup, h_teardown);
-}
+LUNAR_TEST_MAIN(setup, h_teardown, test_loop_stalls_lingering_descriptor_closed_off_the_loop,
+		test_loop_stalls_sent_socket_disarmed, test_loop_stalls_sent_socket_rearmed,
+		test_loop_stalls_stuck_closes_interrupted,
+		test_loop_stalls_lone_stuck_close_interrupted,
+		test_loop_stalls_stop_past_a_stuck_close,
+		test_loop_stalls_ring_full_of_largest_batches,
+		test_loop_stalls_remove_by_regex_runs_off_the_loop,
+		test_loop_stalls_put_that_cannot_fit_runs_off_the_loop)

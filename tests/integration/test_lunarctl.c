@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define CTL_TIMEOUT_MS 30000
 #define CTL_MAX_ARGV   24
@@ -505,22 +506,10 @@ static void test_lunarctl_socket_picks_its_proxy(void **state)
 	h_stop(m);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_lunarctl_put_get_exists_rm),
-	    cmocka_unit_test(test_lunarctl_keys_text_and_json),
-	    cmocka_unit_test(test_lunarctl_stat_shows_size_and_replica),
-	    cmocka_unit_test(test_lunarctl_segment_and_client_list),
-	    cmocka_unit_test(test_lunarctl_metrics),
-	    cmocka_unit_test(test_lunarctl_rm_regex_needs_yes),
-	    cmocka_unit_test(test_lunarctl_cannot_connect_exits_3),
-	    cmocka_unit_test(test_lunarctl_usage_errors_exit_2),
-	    cmocka_unit_test(test_lunarctl_disk_status),
-	    cmocka_unit_test(test_lunarctl_master_pair),
-	    cmocka_unit_test(test_lunarctl_socket_picks_its_proxy),
-	    cmocka_unit_test(test_lunarctl_put_larger_than_segment_says_why),
-	};
-
-	return cmocka_run_group_tests(tests, setup, h_teardown);
-}
+LUNAR_TEST_MAIN(setup, h_teardown, test_lunarctl_put_get_exists_rm,
+		test_lunarctl_keys_text_and_json, test_lunarctl_stat_shows_size_and_replica,
+		test_lunarctl_segment_and_client_list, test_lunarctl_metrics,
+		test_lunarctl_rm_regex_needs_yes, test_lunarctl_cannot_connect_exits_3,
+		test_lunarctl_usage_errors_exit_2, test_lunarctl_disk_status,
+		test_lunarctl_master_pair, test_lunarctl_socket_picks_its_proxy,
+		test_lunarctl_put_larger_than_segment_says_why)

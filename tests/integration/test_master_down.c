@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 /* A generous bound for "at once": a behaviour, not a benchmark. */
 #define FAST_MS	      100
@@ -84,11 +85,4 @@ static void test_master_down_calls_fail_fast(void **state)
 	h_kill(m);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_master_down_calls_fail_fast),
-	};
-
-	return cmocka_run_group_tests(tests, h_setup, h_teardown);
-}
+LUNAR_TEST_MAIN(h_setup, h_teardown, test_master_down_calls_fail_fast)

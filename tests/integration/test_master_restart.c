@@ -19,6 +19,7 @@
 
 #include "harness.h"
 #include "http_get.h"
+#include "tests/cmocka_main.h"
 
 #define OBJ_LEN	   (128u * 1024u)
 #define RECOVER_MS 10000
@@ -151,12 +152,5 @@ static void test_master_restart_refused_mount_tried_again(void **state)
 	h_stop(again);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_master_restart_proxy_remounts),
-	    cmocka_unit_test(test_master_restart_refused_mount_tried_again),
-	};
-
-	return cmocka_run_group_tests(tests, setup, h_teardown);
-}
+LUNAR_TEST_MAIN(setup, h_teardown, test_master_restart_proxy_remounts,
+		test_master_restart_refused_mount_tried_again)

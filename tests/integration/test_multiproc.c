@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define NPROC	 24
 #define NKEYS	 50
@@ -216,11 +217,4 @@ static void test_multiproc_processes_see_each_other(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_multiproc_processes_see_each_other),
-	};
-
-	return cmocka_run_group_tests(tests, setup, h_teardown);
-}
+LUNAR_TEST_MAIN(setup, h_teardown, test_multiproc_processes_see_each_other)

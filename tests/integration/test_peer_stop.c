@@ -24,6 +24,7 @@
 
 #include "harness.h"
 #include "http_get.h"
+#include "tests/cmocka_main.h"
 
 #define NKEYS	6
 #define VAL_LEN (64u * 1024u + 13u)
@@ -388,15 +389,8 @@ static void test_peer_stop_refused_put_gives_space_back(void **state)
 	free(buf);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_peer_stop_batch_put_fails_in_one_timeout),
-	    cmocka_unit_test(test_peer_stop_leased_get_fails_in_one_timeout),
-	    cmocka_unit_test(test_peer_stop_batch_get_fails_in_one_timeout),
-	    cmocka_unit_test(test_peer_stop_timed_out_get_leaves_registered_memory_alone),
-	    cmocka_unit_test(test_peer_stop_refused_put_gives_space_back),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_peer_stop_batch_put_fails_in_one_timeout,
+		test_peer_stop_leased_get_fails_in_one_timeout,
+		test_peer_stop_batch_get_fails_in_one_timeout,
+		test_peer_stop_timed_out_get_leaves_registered_memory_alone,
+		test_peer_stop_refused_put_gives_space_back)

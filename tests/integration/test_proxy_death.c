@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define NOBJ	      40
 #define OBJ_LEN(i)    (64u * 1024u + (size_t)(i)*1031u)
@@ -224,14 +225,7 @@ static void test_proxy_death_client_reconnects_after_restart(void **state)
 	free(buf);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_proxy_death_client_fails_fast),
-	    cmocka_unit_test(test_proxy_death_b_never_returns_wrong_bytes),
-	    cmocka_unit_test(test_proxy_death_after_ttl_found_or_not_found),
-	    cmocka_unit_test(test_proxy_death_client_reconnects_after_restart),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_proxy_death_client_fails_fast,
+		test_proxy_death_b_never_returns_wrong_bytes,
+		test_proxy_death_after_ttl_found_or_not_found,
+		test_proxy_death_client_reconnects_after_restart)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define OBJECTS	   20000
 #define MAX_FAULTS 400 /* the threads' stacks, the HTTP port, the clock... */
@@ -66,11 +67,4 @@ static void test_proxy_heap_refill_takes_no_faults(void **state)
 	h_embedded_node_stop(&c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_proxy_heap_refill_takes_no_faults),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_proxy_heap_refill_takes_no_faults)

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define MIB	       (1024u * 1024u)
 #define ARENA	       MIB
@@ -492,14 +493,7 @@ static void test_proxy_restart_hung_proxy_reconnects_bounded(void **state)
 	h_stop(px);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_proxy_restart_client_recovers_zero_copy),
-	    cmocka_unit_test(test_proxy_restart_inflight_put_from_registered_memory),
-	    cmocka_unit_test(test_proxy_restart_first_put_finds_segment),
-	    cmocka_unit_test(test_proxy_restart_hung_proxy_reconnects_bounded),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_proxy_restart_client_recovers_zero_copy,
+		test_proxy_restart_inflight_put_from_registered_memory,
+		test_proxy_restart_first_put_finds_segment,
+		test_proxy_restart_hung_proxy_reconnects_bounded)

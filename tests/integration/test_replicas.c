@@ -18,6 +18,7 @@
 
 #include "harness.h"
 #include "case_util.h"
+#include "tests/cmocka_main.h"
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)
@@ -41,12 +42,7 @@ static void test_replicas_distinct_and_preferred_honoured(void **state)
 	master = track(h_start_master("master", mport, NULL));
 	H_ASSERT(master != NULL);
 	mhttp = http_port_of(master);
-	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
-	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
-	H_ASSERT(track(h_start_proxy("proxyA", sock_a, mport, NULL)) != NULL);
-	H_ASSERT(track(h_start_proxy("proxyB", sock_b, mport, NULL)) != NULL);
-	ca = h_client(sock_a);
-	cb = h_client(sock_b);
+	case_proxy_pair(mport, sock_a, sock_b, &ca, &cb);
 	fetch(mhttp, "/admin/segments");
 	H_ASSERT_MSG(hg_count(text, "\"name\":\"") == 2, "expected two segments: %s", text);
 	H_ASSERT(hg_json_str(text, "name", 0, segs[0], sizeof(segs[0])) == 0);
@@ -91,12 +87,4 @@ static void test_replicas_distinct_and_preferred_honoured(void **state)
 	free(buf);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_replicas_distinct_and_preferred_honoured,
-					    case_setup, case_teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(case_setup, case_teardown, test_replicas_distinct_and_preferred_honoured)

@@ -27,6 +27,7 @@
 #include "rpc.h"
 #include "rpc_auth.h"
 #include "rpc_client.h"
+#include "tests/cmocka_main.h"
 
 #define NVAL	  8
 #define NO_ANSWER_MS 1500 /* how long a refused request waits for nothing */
@@ -518,15 +519,8 @@ static void test_rpc_auth_admin_session_may_remove_all(void **state)
 	lp_client_destroy(cl);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_rpc_auth_keyless_client_gets_nothing),
-		cmocka_unit_test(test_rpc_auth_node_session_is_confined),
-		cmocka_unit_test(test_rpc_auth_replayed_or_flipped_call_refused),
-		cmocka_unit_test(test_rpc_auth_wrong_key_proxy_cannot_join),
-		cmocka_unit_test(test_rpc_auth_admin_session_may_remove_all),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_rpc_auth_keyless_client_gets_nothing,
+		test_rpc_auth_node_session_is_confined,
+		test_rpc_auth_replayed_or_flipped_call_refused,
+		test_rpc_auth_wrong_key_proxy_cannot_join,
+		test_rpc_auth_admin_session_may_remove_all)

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 /* Whether p's log holds text. */
 static int log_has(const struct h_proc *p, const char *text)
@@ -173,15 +174,9 @@ static int keyless_setup(void **state)
 	return h_setup(state);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_safe_defaults_master_refuses_open_bind_without_key),
-	    cmocka_unit_test(test_safe_defaults_master_open_bind_with_insecure_warns),
-	    cmocka_unit_test(test_safe_defaults_master_open_bind_with_key),
-	    cmocka_unit_test(test_safe_defaults_readable_key_file_refused),
-	    cmocka_unit_test(test_safe_defaults_proxy_refuses_open_host_without_key),
-	    cmocka_unit_test(test_safe_defaults_keygen_never_overwrites),
-	};
-	return cmocka_run_group_tests(tests, keyless_setup, h_teardown);
-}
+LUNAR_TEST_MAIN(keyless_setup, h_teardown, test_safe_defaults_master_refuses_open_bind_without_key,
+		test_safe_defaults_master_open_bind_with_insecure_warns,
+		test_safe_defaults_master_open_bind_with_key,
+		test_safe_defaults_readable_key_file_refused,
+		test_safe_defaults_proxy_refuses_open_host_without_key,
+		test_safe_defaults_keygen_never_overwrites)

@@ -30,6 +30,7 @@
 #include "http_get.h"
 #include "shm_abi.h"
 #include "uds.h"
+#include "tests/cmocka_main.h"
 
 #define NOBODY 65534
 
@@ -497,17 +498,6 @@ static void test_security_same_uid_kept_out(void **state)
 	h_stop(p2);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_security_max_clients),
-	    cmocka_unit_test(test_security_unauthorized_uid),
-	    cmocka_unit_test(test_security_bad_hellos),
-	    cmocka_unit_test(test_security_socket_modes),
-	    cmocka_unit_test(test_security_open_files_raised),
-	    cmocka_unit_test(test_security_same_uid_kept_out),
-	};
-
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	return cmocka_run_group_tests(tests, setup, h_teardown);
-}
+LUNAR_TEST_MAIN(setup, h_teardown, test_security_max_clients, test_security_unauthorized_uid,
+		test_security_bad_hellos, test_security_socket_modes,
+		test_security_open_files_raised, test_security_same_uid_kept_out)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define MIB (1024u * 1024u)
 
@@ -39,28 +40,13 @@ static int teardown(void **state)
 /* Puts len bytes of key's pattern; returns lunar_put's code. */
 static int put_pattern(const char *key, size_t len, const struct lunar_put_cfg *cfg)
 {
-	void *buf = malloc(len ? len : 1);
-	int rc;
-
-	H_ASSERT(buf != NULL);
-	h_fill(buf, len, h_seed(key));
-	rc = lunar_put(cl, key, buf, len, cfg);
-	free(buf);
-	return rc;
+	return h_put_seeded(cl, key, len, h_seed(key), cfg);
 }
 
 /* Reads key and checks it holds len bytes of the pattern of seed_key. */
 static void expect_pattern(const char *key, size_t len, const char *seed_key)
 {
-	uint8_t *buf = malloc(len + 64);
-	int64_t got, bad;
-
-	H_ASSERT(buf != NULL);
-	got = lunar_get_into(cl, key, buf, len + 64);
-	H_ASSERT_EQ(got, len);
-	bad = h_verify(buf, len, h_seed(seed_key));
-	H_ASSERT_MSG(bad < 0, "%s: wrong byte at offset %lld", key, (long long)bad);
-	free(buf);
+	h_expect_seeded(cl, key, len, h_seed(seed_key));
 }
 
 static char *long_key(size_t len)
@@ -444,24 +430,12 @@ static void test_semantics_store_full_no_available_handle(void **state)
 	expect_pattern("sem/after-full", MIB, "sem/after-full");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_semantics_put_existing_keeps_first),
-	    cmocka_unit_test(test_semantics_get_missing_not_found),
-	    cmocka_unit_test(test_semantics_invalid_keys),
-	    cmocka_unit_test(test_semantics_zero_size_invalid_params),
-	    cmocka_unit_test(test_semantics_small_buffer_overflow),
-	    cmocka_unit_test(test_semantics_remove_then_get_not_found),
-	    cmocka_unit_test(test_semantics_leased_remove_needs_force),
-	    cmocka_unit_test(test_semantics_putv_getv_roundtrip),
-	    cmocka_unit_test(test_semantics_batch_bad_key_in_middle),
-	    cmocka_unit_test(test_semantics_batch_larger_than_arena),
-	    cmocka_unit_test(test_semantics_prefix_match_larger_than_arena),
-	    cmocka_unit_test(test_semantics_value_larger_than_arena),
-	    cmocka_unit_test(test_semantics_remove_all_counts),
-	    cmocka_unit_test(test_semantics_store_full_no_available_handle),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_semantics_put_existing_keeps_first,
+		test_semantics_get_missing_not_found, test_semantics_invalid_keys,
+		test_semantics_zero_size_invalid_params, test_semantics_small_buffer_overflow,
+		test_semantics_remove_then_get_not_found, test_semantics_leased_remove_needs_force,
+		test_semantics_putv_getv_roundtrip, test_semantics_batch_bad_key_in_middle,
+		test_semantics_batch_larger_than_arena,
+		test_semantics_prefix_match_larger_than_arena,
+		test_semantics_value_larger_than_arena, test_semantics_remove_all_counts,
+		test_semantics_store_full_no_available_handle)

@@ -18,6 +18,7 @@
 
 #include "harness.h"
 #include "lunar.h"
+#include "tests/cmocka_main.h"
 
 #define FIRST_PUT_MS 2000
 
@@ -64,11 +65,4 @@ static void test_serve_at_once_first_put(void **state)
 	h_stop_all();
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_serve_at_once_first_put),
-	};
-
-	return cmocka_run_group_tests(tests, h_setup, h_teardown);
-}
+LUNAR_TEST_MAIN(h_setup, h_teardown, test_serve_at_once_first_put)

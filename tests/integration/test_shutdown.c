@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define STOP_BOUND_MS 2000
 
@@ -72,13 +73,5 @@ static void test_shutdown_embedded_proxy(void **state)
 	H_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_shutdown_proxy_after_master_died, h_setup,
-					    h_teardown),
-	    cmocka_unit_test_setup_teardown(test_shutdown_embedded_proxy, h_setup, h_teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(h_setup, h_teardown, test_shutdown_proxy_after_master_died,
+		     test_shutdown_embedded_proxy)

@@ -26,6 +26,7 @@
 #include "harness.h"
 #include "harness_raw.h"
 #include "uds.h"
+#include "tests/cmocka_main.h"
 
 static char sock[PATH_MAX];
 static struct lunar_client *cl;
@@ -105,11 +106,4 @@ static void test_socket_descriptors_failed_read_takes_none(void **state)
 	h_embedded_node_stop(&cl);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_socket_descriptors_failed_read_takes_none),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, h_teardown);
-}
+LUNAR_TEST_MAIN(NULL, h_teardown, test_socket_descriptors_failed_read_takes_none)

@@ -21,6 +21,7 @@
 
 #include "harness.h"
 #include "uds.h"
+#include "tests/cmocka_main.h"
 
 /* A proxy refused its socket exits within this (it maps its segment first). */
 #define REFUSE_BOUND_MS 5000
@@ -178,16 +179,6 @@ static void test_socket_takeover_stale_socket_replaced(void **state)
 	H_ASSERT_MSG(access(sock, F_OK) != 0, "%s left behind by the proxy that made it", sock);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_socket_takeover_live_proxy_keeps_path, h_setup,
-					    h_teardown),
-	    cmocka_unit_test_setup_teardown(test_socket_takeover_replaced_path_left_alone, h_setup,
-					    h_teardown),
-	    cmocka_unit_test_setup_teardown(test_socket_takeover_stale_socket_replaced, h_setup,
-					    h_teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(h_setup, h_teardown, test_socket_takeover_live_proxy_keeps_path,
+		     test_socket_takeover_replaced_path_left_alone,
+		     test_socket_takeover_stale_socket_replaced)

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define MIB (1024u * 1024u)
 /* Larger than what the sockets between A and B buffer while B sleeps,
@@ -161,12 +162,5 @@ static void test_stopped_writer_upsert_bytes_do_not_land_on_a_new_value(void **s
 	check_stopped_writer("stopped-writer/upsert", "stopped-writer/after-upsert", 1);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_stopped_writer_put_bytes_do_not_land_on_a_new_value),
-	    cmocka_unit_test(test_stopped_writer_upsert_bytes_do_not_land_on_a_new_value),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_stopped_writer_put_bytes_do_not_land_on_a_new_value,
+		test_stopped_writer_upsert_bytes_do_not_land_on_a_new_value)

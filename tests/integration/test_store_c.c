@@ -20,6 +20,7 @@
 
 #include "harness.h"
 #include "store_c.h"
+#include "tests/cmocka_main.h"
 
 /* Mooncake's error numbers, as an application written for it knows them. */
 #define MC_BUFFER_OVERFLOW		 (-10)
@@ -376,20 +377,7 @@ static void test_store_c_register_buffer(void **state)
 	free(heap);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_store_c_setup_health),
-	    cmocka_unit_test(test_store_c_setup_no_proxy),
-	    cmocka_unit_test(test_store_c_null_arguments),
-	    cmocka_unit_test(test_store_c_put_get),
-	    cmocka_unit_test(test_store_c_error_codes),
-	    cmocka_unit_test(test_store_c_batch),
-	    cmocka_unit_test(test_store_c_big_batch),
-	    cmocka_unit_test(test_store_c_remove),
-	    cmocka_unit_test(test_store_c_hostname),
-	    cmocka_unit_test(test_store_c_register_buffer),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_store_c_setup_health, test_store_c_setup_no_proxy,
+		test_store_c_null_arguments, test_store_c_put_get, test_store_c_error_codes,
+		test_store_c_batch, test_store_c_big_batch, test_store_c_remove,
+		test_store_c_hostname, test_store_c_register_buffer)

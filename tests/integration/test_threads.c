@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define NTHREADS  64
 #define OPS	  1000
@@ -522,14 +523,5 @@ static void test_threads_shared_handle_round_trips(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_threads_64_on_one_handle),
-	    cmocka_unit_test(test_threads_register_while_busy),
-	    cmocka_unit_test(test_threads_batches_at_the_bound),
-	    cmocka_unit_test(test_threads_shared_handle_round_trips),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_threads_64_on_one_handle, test_threads_register_while_busy,
+		test_threads_batches_at_the_bound, test_threads_shared_handle_round_trips)

@@ -19,6 +19,7 @@
 
 #include "atomic.h"
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define OBJ_LEN	     (256u * 1024u)
 #define PUT_DELAY_MS 2000
@@ -102,11 +103,4 @@ static void test_uncommitted_put_invisible_until_committed(void **state)
 	free(rbuf);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_uncommitted_put_invisible_until_committed),
-	};
-
-	return cmocka_run_group_tests(tests, setup, h_teardown);
-}
+LUNAR_TEST_MAIN(setup, h_teardown, test_uncommitted_put_invisible_until_committed)

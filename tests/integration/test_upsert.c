@@ -22,6 +22,7 @@
 
 #include "harness.h"
 #include "case_util.h"
+#include "tests/cmocka_main.h"
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)
@@ -195,12 +196,7 @@ static void test_upsert_elsewhere_reaches_cached_reader(void **state)
 	 * upserted through B and read through A (so A caches its list) */
 	mport = h_free_port();
 	H_ASSERT(track(h_start_master("master", mport, "--kv-lease-ttl", "2s", NULL)) != NULL);
-	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
-	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
-	H_ASSERT(track(h_start_proxy("proxyA", sock_a, mport, NULL)) != NULL);
-	H_ASSERT(track(h_start_proxy("proxyB", sock_b, mport, NULL)) != NULL);
-	ca = h_client(sock_a);
-	cb = h_client(sock_b);
+	case_proxy_pair(mport, sock_a, sock_b, &ca, &cb);
 	h_fill(buf, X_LEN, SEED_A);
 	H_ASSERT_EQ(lunar_upsert(cb, "xupsert/K", buf, X_LEN, NULL), 0);
 	check_seeded(ca, "xupsert/K", buf, X_LEN, SEED_A);
@@ -238,14 +234,5 @@ static void test_upsert_elsewhere_reaches_cached_reader(void **state)
 	free(buf);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_upsert_readers_see_whole_values,
-					    case_setup, case_teardown),
-	    cmocka_unit_test_setup_teardown(test_upsert_elsewhere_reaches_cached_reader,
-					    case_setup, case_teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(case_setup, case_teardown, test_upsert_readers_see_whole_values,
+		     test_upsert_elsewhere_reaches_cached_reader)

@@ -41,6 +41,7 @@
 #include "cpus.h"
 #include "harness.h"
 #include "harness_raw.h"
+#include "tests/cmocka_main.h"
 
 #define MAX_RAW 16
 #define BUSY_MS 700
@@ -386,14 +387,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_waiting_wait_hints),
-	    cmocka_unit_test(test_waiting_busy_path_makes_no_syscalls),
-	    cmocka_unit_test(test_waiting_own_cpu_proxy_not_crowded_by_one),
-	    cmocka_unit_test(test_waiting_own_cpu_proxy_lets_a_one_cpu_client_spin),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_waiting_wait_hints, test_waiting_busy_path_makes_no_syscalls,
+		test_waiting_own_cpu_proxy_not_crowded_by_one,
+		test_waiting_own_cpu_proxy_lets_a_one_cpu_client_spin)

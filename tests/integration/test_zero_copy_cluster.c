@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/cmocka_main.h"
 
 #define KIB	   1024u
 #define MIB	   (1024u * 1024u)
@@ -240,14 +241,6 @@ static void test_zero_copy_cluster_preferred_segment_placement(void **state)
 		      NPREF, lost, h_code(lost_rc));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_zero_copy_cluster_register_both_sides),
-	    cmocka_unit_test(test_zero_copy_cluster_put_on_a_get_on_b),
-	    cmocka_unit_test(test_zero_copy_cluster_mixed_iovecs),
-	    cmocka_unit_test(test_zero_copy_cluster_preferred_segment_placement),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_zero_copy_cluster_register_both_sides,
+		test_zero_copy_cluster_put_on_a_get_on_b, test_zero_copy_cluster_mixed_iovecs,
+		test_zero_copy_cluster_preferred_segment_placement)

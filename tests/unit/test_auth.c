@@ -21,6 +21,7 @@
 
 #include "auth.h"
 #include "lunar.h"
+#include "tests/cmocka_main.h"
 
 static char dir[64];
 
@@ -323,19 +324,9 @@ static void test_auth_bind_policy(void **state)
 	unsetenv(AUTH_KEY_ENV);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_auth_keygen_and_load),
-	    cmocka_unit_test(test_auth_key_load_refuses_open_modes_and_bad_sizes),
-	    cmocka_unit_test(test_auth_handshake_agrees_and_refuses),
-	    cmocka_unit_test(test_auth_sessions_differ),
-	    cmocka_unit_test(test_auth_mac_detects_any_change),
-	    cmocka_unit_test(test_auth_replay_window),
-	    cmocka_unit_test(test_auth_capability_binds_every_field),
-	    cmocka_unit_test(test_auth_sealed_secret),
-	    cmocka_unit_test(test_auth_http_token),
-	    cmocka_unit_test(test_auth_bind_policy),
-	};
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_auth_keygen_and_load,
+		test_auth_key_load_refuses_open_modes_and_bad_sizes,
+		test_auth_handshake_agrees_and_refuses, test_auth_sessions_differ,
+		test_auth_mac_detects_any_change, test_auth_replay_window,
+		test_auth_capability_binds_every_field, test_auth_sealed_secret,
+		test_auth_http_token, test_auth_bind_policy)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "tools/bench/bench.h"
+#include "tests/cmocka_main.h"
 
 static void test_bench_util_parse_check(void **state)
 {
@@ -117,14 +118,5 @@ static void test_bench_util_sampled_other_object(void **state)
 	free(pat);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_bench_util_parse_check),
-	    cmocka_unit_test(test_bench_util_sampled_equal),
-	    cmocka_unit_test(test_bench_util_sampled_other_object),
-	    cmocka_unit_test(test_bench_util_poison_samples),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_bench_util_parse_check, test_bench_util_sampled_equal,
+		test_bench_util_sampled_other_object, test_bench_util_poison_samples)

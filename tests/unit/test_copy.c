@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "copy.h"
+#include "tests/cmocka_main.h"
 
 #define MAXLEN (8u << 20)
 #define GUARD  64
@@ -87,13 +88,5 @@ static void test_copy_large_odd_alignments(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_copy_small_lengths),
-	    cmocka_unit_test(test_copy_threshold),
-	    cmocka_unit_test(test_copy_large_odd_alignments),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+LUNAR_TEST_MAIN(setup, teardown, test_copy_small_lengths, test_copy_threshold,
+		test_copy_large_odd_alignments)

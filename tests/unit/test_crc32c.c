@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "crc32c.h"
+#include "tests/cmocka_main.h"
 
 #define MAXLEN 100000
 #define GUARD  64
@@ -196,15 +197,6 @@ static void test_crc32c_copy_streaming_sizes(void **state)
 	free(dbuf);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_crc32c_known_vectors),
-	    cmocka_unit_test(test_crc32c_hw_matches_table),
-	    cmocka_unit_test(test_crc32c_chaining),
-	    cmocka_unit_test(test_crc32c_copy_matches_memcpy),
-	    cmocka_unit_test(test_crc32c_copy_streaming_sizes),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_crc32c_known_vectors, test_crc32c_hw_matches_table,
+		test_crc32c_chaining, test_crc32c_copy_matches_memcpy,
+		test_crc32c_copy_streaming_sizes)

@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "lunar.h"
 #include "proxy/decode.h"
+#include "tests/cmocka_main.h"
 
 #define REGION (1u << 20)
 #define ARENA_OFF 65536u
@@ -359,21 +360,9 @@ static void test_decode_complete_writes_results(void **state)
 	px_req_free(r);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_decode_valid_put, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_decode_bad_slot_and_op, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_decode_item_array_bounds, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_decode_key_and_segment_bounds, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_decode_registered_region, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_decode_read_dir, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_decode_preferred_segments, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_decode_bad_key_is_per_item, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_decode_no_args_ops, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_decode_pattern, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_decode_complete_writes_results, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(setup, teardown, test_decode_valid_put, test_decode_bad_slot_and_op,
+		     test_decode_item_array_bounds, test_decode_key_and_segment_bounds,
+		     test_decode_registered_region, test_decode_read_dir,
+		     test_decode_preferred_segments, test_decode_bad_key_is_per_item,
+		     test_decode_no_args_ops, test_decode_pattern,
+		     test_decode_complete_writes_results)

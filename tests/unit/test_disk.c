@@ -5,6 +5,7 @@
  * 1 MiB objects (printed, not asserted; only with LUNAR_DISK_BENCH=1).
  */
 #include "tests/unit/test_disk_util.h"
+#include "tests/cmocka_main.h"
 
 static const size_t sizes[] = {1,   100,       4095,	4096,	     4097,   65539,
 			       MIB, MIB + 512, 4 * MIB, 4 * MIB + 1, 8 * MIB};
@@ -44,7 +45,7 @@ static void roundtrip(int force_sync, int expect_direct)
 		size_t n = 5000 + MIB + 123;
 		struct iovec out[2] = {{b, 777}, {b + 777, 2 * MIB}};
 
-		fill(a, n, 99);
+		test_fill(a, n, 99);
 		assert_int_equal(dsk_put(s, T, "scatter", in, 3, lc_crc32c(0, a, n), NULL), 0);
 		assert_int_equal(dsk_get(s, T, "scatter", out, 2), n);
 		assert_memory_equal(a, b, n);
@@ -287,7 +288,7 @@ static double bench_threads(struct dsk_store *s, int nthreads, int per, int writ
 	for (int i = 0; i < nthreads; i++) {
 		a[i] = (struct bench_arg){.s = s, .id = i, .per = per, .write = write};
 		assert_int_equal(posix_memalign(&a[i].buf, 4096, MIB), 0);
-		fill(a[i].buf, MIB, 42);
+		test_fill(a[i].buf, MIB, 42);
 		a[i].crc = lc_crc32c(0, a[i].buf, MIB);
 		pthread_create(&t[i], NULL, bench_main, &a[i]);
 	}
@@ -325,18 +326,7 @@ static void test_disk_throughput(void **st)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_disk_roundtrip_uring, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_roundtrip_sync, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_roundtrip_tmpfs, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_direct_on_disk, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_buffered_fallback, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_reopen, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_concurrent, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_throughput, setup_var, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(setup_var, teardown, test_disk_roundtrip_uring, test_disk_roundtrip_sync,
+		     test_disk_roundtrip_tmpfs, test_disk_direct_on_disk,
+		     test_disk_buffered_fallback, test_disk_reopen, test_disk_concurrent,
+		     test_disk_throughput)

@@ -5,6 +5,7 @@
  * out, many deletions scanned fast, and too few descriptors at restart.
  */
 #include "tests/unit/test_disk_util.h"
+#include "tests/cmocka_main.h"
 
 static void poke(uint32_t id, const char *ext, off_t off)
 {
@@ -345,7 +346,7 @@ static void test_disk_many_deletions_scan_fast(void **st)
 
 	cfg.bucket_objects = 1u << 20;
 	dsk_store_close(open_ok(&cfg, NULL)); /* makes the directory */
-	fill(data, sizeof(data), 7);
+	test_fill(data, sizeof(data), 7);
 	bucket_file(1, "dat", p, sizeof(p));
 	dfd = open(p, O_CREAT | O_WRONLY, 0644);
 	assert_true(dfd >= 0);
@@ -408,21 +409,8 @@ static void test_disk_out_of_descriptors_keeps_buckets(void **st)
 	dsk_store_close(s);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_disk_flipped_byte, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_truncated_bucket, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_deleted_bucket, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_torn_metadata, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_hostile_metadata, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_bad_key_in_metadata, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_huge_length_not_read, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_dropped_record_not_counted, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_many_deletions_scan_fast, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_out_of_descriptors_keeps_buckets, setup_var,
-					    teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(setup_var, teardown, test_disk_flipped_byte, test_disk_truncated_bucket,
+		     test_disk_deleted_bucket, test_disk_torn_metadata, test_disk_hostile_metadata,
+		     test_disk_bad_key_in_metadata, test_disk_huge_length_not_read,
+		     test_disk_dropped_record_not_counted, test_disk_many_deletions_scan_fast,
+		     test_disk_out_of_descriptors_keeps_buckets)

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 
 #include "tests/unit/test_disk_util.h"
+#include "tests/cmocka_main.h"
 
 /* notify recorder: refuses buckets holding key `refuse` */
 struct notes {
@@ -277,18 +278,7 @@ static void test_disk_read_inflight_delays_delete(void **st)
 	sem_destroy(&f.release);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_disk_fifo_evicts_oldest, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_notify_refusal_keeps_bucket, setup_var,
-					    teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_lru_evicts_least_read, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_high_watermark, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_enospc, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_read_inflight_delays_delete, setup_var,
-					    teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(setup_var, teardown, test_disk_fifo_evicts_oldest,
+		     test_disk_notify_refusal_keeps_bucket, test_disk_lru_evicts_least_read,
+		     test_disk_high_watermark, test_disk_enospc,
+		     test_disk_read_inflight_delays_delete)

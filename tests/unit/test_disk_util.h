@@ -31,6 +31,7 @@
 #include "disk/dsk_int.h"
 #include "lunar.h"
 #include "tests/unit/test_fds.h"
+#include "tests/unit/test_fill.h"
 
 #define KIB (1u << 10)
 #define MIB (1u << 20)
@@ -68,19 +69,6 @@ static inline int teardown(void **st)
 	return 0;
 }
 
-static inline void fill(void *p, size_t n, unsigned seed)
-{
-	unsigned char *c = p;
-	uint32_t x = seed * 2654435761u + 1;
-
-	for (size_t i = 0; i < n; i++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		c[i] = (unsigned char)x;
-	}
-}
-
 static inline struct dsk_config cfg_base(uint64_t capacity)
 {
 	return (struct dsk_config){.dir = dir, .capacity = capacity};
@@ -105,7 +93,7 @@ static inline int put_pat(struct dsk_store *s, const char *key, size_t n, unsign
 	int rc;
 
 	assert_int_equal(posix_memalign((void **)&raw, 4096, n + misalign), 0);
-	fill(raw + misalign, n, seed);
+	test_fill(raw + misalign, n, seed);
 	iov = (struct iovec){raw + misalign, n};
 	rc = dsk_put(s, T, key, &iov, 1, lc_crc32c(0, raw + misalign, n), NULL);
 	free(raw);
@@ -127,7 +115,7 @@ static inline int64_t get_pat(struct dsk_store *s, const char *key, size_t n, un
 	iov = (struct iovec){raw + misalign, n + 64};
 	rc = dsk_get(s, T, key, &iov, 1);
 	if (rc >= 0) {
-		fill(want, n, seed);
+		test_fill(want, n, seed);
 		assert_int_equal(rc, n);
 		assert_memory_equal(raw + misalign, want, n);
 	}

@@ -26,7 +26,10 @@
 #include "engine/engine.h"
 #include "crc32c.h"
 #include "lunar.h"
+#include "tests/unit/test_engine_util.h"
 #include "tests/unit/test_fds.h"
+#include "tests/unit/test_fill.h"
+#include "tests/cmocka_main.h"
 
 #define SEG_SIZE   (20u << 20)
 #define MIB	   (1u << 20)
@@ -47,32 +50,14 @@ const char *__tsan_default_options(void)
 }
 #endif
 
-struct node {
-	struct eng_engine *e;
-	unsigned char *seg;
-};
-
 static struct node node_start(uint16_t port, unsigned timeout_ms)
 {
-	struct eng_config cfg = {
+	return node_create((struct eng_config){
 	    .host = "127.0.0.1",
 	    .port = port,
 	    .seg_size = SEG_SIZE,
 	    .io_timeout_ms = timeout_ms ? timeout_ms : TIMEOUT_MS,
-	};
-	struct node n;
-
-	n.seg = calloc(1, SEG_SIZE);
-	assert_non_null(n.seg);
-	cfg.seg_base = n.seg;
-	assert_int_equal(eng_engine_create(&cfg, &n.e), 0);
-	return n;
-}
-
-static void node_stop(struct node *n)
-{
-	eng_engine_destroy(n->e);
-	free(n->seg);
+	});
 }
 
 static uint16_t node_port(const struct node *n)
@@ -81,18 +66,6 @@ static uint16_t node_port(const struct node *n)
 
 	assert_non_null(colon);
 	return (uint16_t)atoi(colon + 1);
-}
-
-static void fill(unsigned char *p, size_t len, uint32_t seed)
-{
-	uint32_t x = seed * 2654435761u + 1;
-
-	for (size_t i = 0; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		p[i] = (unsigned char)x;
-	}
 }
 
 static int xfer1(struct eng_engine *e, const char *ep, enum eng_dir dir, uint64_t off, void *buf,
@@ -114,7 +87,7 @@ static void test_engine_write_read_sizes(void **state)
 		uint64_t off = 1000 + i * 7;
 		unsigned char *src = malloc(len), *dst = malloc(len);
 
-		fill(src, len, (uint32_t)i);
+		test_fill(src, len, (uint32_t)i);
 		memset(dst, 0, len);
 		assert_int_equal(xfer1(a.e, ep, ENG_WRITE, off, src, len), 0);
 		assert_memory_equal(b.seg + off, src, len);
@@ -137,7 +110,7 @@ static void test_engine_multi_iov(void **state)
 	};
 	struct iovec r[] = {{dst, 3333}, {NULL, 0}, {dst + 3333, 6667}};
 
-	fill(src, sizeof(src), 7);
+	test_fill(src, sizeof(src), 7);
 	memset(dst, 0, sizeof(dst));
 	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 5, w, 5, NULL, NULL), 0);
 	assert_memory_equal(b.seg + 5, src, sizeof(src));
@@ -158,7 +131,7 @@ static void test_engine_checksum(void **state)
 	struct iovec r = {dst, sizeof(dst)};
 	uint32_t want, crc = 1;
 
-	fill(src, sizeof(src), 11);
+	test_fill(src, sizeof(src), 11);
 	want = lc_crc32c(0, src, sizeof(src));
 	assert_int_equal(eng_xfer(a.e, remote, ENG_WRITE, 0, w, 2, NULL, &crc), 0);
 	assert_int_equal(crc, want);
@@ -192,7 +165,7 @@ static void test_engine_local_memcpy(void **state)
 	unsigned char src[3000], dst[3000];
 	struct iovec w[] = {{src, 1000}, {src + 1000, 2000}};
 
-	fill(src, sizeof(src), 3);
+	test_fill(src, sizeof(src), 3);
 	assert_int_equal(eng_xfer(a.e, self, ENG_WRITE, SEG_SIZE - sizeof(src), w, 2, NULL, NULL), 0);
 	assert_memory_equal(a.seg + SEG_SIZE - sizeof(src), src, sizeof(src));
 	assert_int_equal(xfer1(a.e, self, ENG_READ, SEG_SIZE - sizeof(src), dst, sizeof(dst)), 0);
@@ -217,7 +190,7 @@ static void test_engine_out_of_bounds(void **state)
 	const char *ep = eng_engine_endpoint(b.e);
 	unsigned char buf[64], back[64];
 
-	fill(buf, sizeof(buf), 11);
+	test_fill(buf, sizeof(buf), 11);
 	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
 		assert_int_equal(xfer1(a.e, ep, ENG_WRITE, offs[i], buf, sizeof(buf)),
 				 LUNAR_ERR_TRANSFER_FAIL);
@@ -399,7 +372,7 @@ static void test_engine_hostile_peer(void **state)
 	assert_memory_equal(h + 24, b.seg, 10);
 	close(fd);
 
-	fill(buf, sizeof(buf), 5);
+	test_fill(buf, sizeof(buf), 5);
 	assert_int_equal(xfer1(a.e, ep, ENG_WRITE, 0, buf, sizeof(buf)), 0);
 	assert_memory_equal(b.seg, buf, sizeof(buf));
 	node_stop(&a);
@@ -517,7 +490,7 @@ static void check_roundtrip(struct node *a, struct node *b, const char *ep, size
 {
 	unsigned char *src = malloc(len), *dst = malloc(len);
 
-	fill(src, len, seed);
+	test_fill(src, len, seed);
 	assert_int_equal(xfer1(a->e, ep, ENG_WRITE, 0, src, len), 0);
 	assert_memory_equal(b->seg, src, len);
 	assert_int_equal(xfer1(a->e, ep, ENG_READ, 0, dst, len), 0);
@@ -588,7 +561,7 @@ static void *worker_main(void *arg)
 	for (unsigned it = 0; it < 20; it++) {
 		size_t len = sizes[it % 5];
 
-		fill(src, len, w->id * 1000 + it);
+		test_fill(src, len, w->id * 1000 + it);
 		if (xfer1(w->e, w->ep, ENG_WRITE, base, src, len) ||
 		    xfer1(w->e, w->ep, ENG_READ, base, dst, len) || memcmp(src, dst, len) ||
 		    memcmp(w->seg + base, src, len))
@@ -723,28 +696,11 @@ static void test_engine_closed_connections_released(void **state)
 	node_stop(&b);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_engine_write_read_sizes),
-	    cmocka_unit_test(test_engine_multi_iov),
-	    cmocka_unit_test(test_engine_checksum),
-	    cmocka_unit_test(test_engine_local_memcpy),
-	    cmocka_unit_test(test_engine_out_of_bounds),
-	    cmocka_unit_test(test_engine_bad_args),
-	    cmocka_unit_test(test_engine_hostile_peer),
-	    cmocka_unit_test(test_engine_partial_header_times_out),
-	    cmocka_unit_test(test_engine_disk_reply_positive_status),
-	    cmocka_unit_test(test_engine_unreachable_fails_fast),
-	    cmocka_unit_test(test_engine_timeout),
-	    cmocka_unit_test(test_engine_peer_restart),
-	    cmocka_unit_test(test_engine_pool_reuses_connections),
-	    cmocka_unit_test(test_engine_concurrent_threads),
-	    cmocka_unit_test(test_engine_create_refuses_bad_config),
-	    cmocka_unit_test(test_engine_idle_connections_give_way),
-	    cmocka_unit_test(test_engine_stalled_peer_holds_a_quarter),
-	    cmocka_unit_test(test_engine_closed_connections_released),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_engine_write_read_sizes, test_engine_multi_iov,
+		test_engine_checksum, test_engine_local_memcpy, test_engine_out_of_bounds,
+		test_engine_bad_args, test_engine_hostile_peer,
+		test_engine_partial_header_times_out, test_engine_disk_reply_positive_status,
+		test_engine_unreachable_fails_fast, test_engine_timeout, test_engine_peer_restart,
+		test_engine_pool_reuses_connections, test_engine_concurrent_threads,
+		test_engine_create_refuses_bad_config, test_engine_idle_connections_give_way,
+		test_engine_stalled_peer_holds_a_quarter, test_engine_closed_connections_released)

@@ -24,36 +24,20 @@
 #include "crc32c.h"
 #include "engine/engine.h"
 #include "lunar.h"
+#include "tests/unit/test_engine_util.h"
+#include "tests/cmocka_main.h"
 
 #define SEG_SIZE (32u << 20)
 #define MIB	 (1u << 20)
 
-struct node {
-	struct eng_engine *e;
-	unsigned char *seg;
-};
-
 static struct node node_start(unsigned timeout_ms, unsigned io_threads)
 {
-	struct eng_config cfg = {
+	return node_create((struct eng_config){
 	    .host = "127.0.0.1",
 	    .seg_size = SEG_SIZE,
 	    .io_timeout_ms = timeout_ms,
 	    .io_threads = io_threads,
-	};
-	struct node n;
-
-	n.seg = calloc(1, SEG_SIZE);
-	assert_non_null(n.seg);
-	cfg.seg_base = n.seg;
-	assert_int_equal(eng_engine_create(&cfg, &n.e), 0);
-	return n;
-}
-
-static void node_stop(struct node *n)
-{
-	eng_engine_destroy(n->e);
-	free(n->seg);
+	});
 }
 
 static void fill(unsigned char *p, size_t len, unsigned seed)
@@ -240,13 +224,5 @@ static void test_engine_aio_cancel_at_shutdown(void **state)
 	free(buf);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_engine_aio_batch_submit),
-	    cmocka_unit_test(test_engine_aio_partial_failure),
-	    cmocka_unit_test(test_engine_aio_cancel_at_shutdown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_engine_aio_batch_submit, test_engine_aio_partial_failure,
+		test_engine_aio_cancel_at_shutdown)

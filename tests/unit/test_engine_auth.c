@@ -28,6 +28,7 @@
 #include "crc32c.h"
 #include "engine/eng_int.h"
 #include "lunar.h"
+#include "tests/cmocka_main.h"
 
 #define SEG_SIZE (8u << 20)
 #define MIB	 (1u << 20)
@@ -443,17 +444,7 @@ static void test_engine_auth_replay_bitflip_and_crc(void **state)
 	node_stop(&b);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_engine_auth_frame_bits_and_counters),
-	    cmocka_unit_test(test_engine_auth_reply_bound_to_request),
-	    cmocka_unit_test(test_engine_auth_capability_checks),
-	    cmocka_unit_test(test_engine_auth_keyed_transfers),
-	    cmocka_unit_test(test_engine_auth_wrong_grants_refused),
-	    cmocka_unit_test(test_engine_auth_keyless_peers_refused),
-	    cmocka_unit_test(test_engine_auth_replay_bitflip_and_crc),
-	};
-
-	return cmocka_run_group_tests(tests, setup, NULL);
-}
+LUNAR_TEST_MAIN(setup, NULL, test_engine_auth_frame_bits_and_counters,
+		test_engine_auth_reply_bound_to_request, test_engine_auth_capability_checks,
+		test_engine_auth_keyed_transfers, test_engine_auth_wrong_grants_refused,
+		test_engine_auth_keyless_peers_refused, test_engine_auth_replay_bitflip_and_crc)

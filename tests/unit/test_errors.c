@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "lunar.h"
+#include "tests/cmocka_main.h"
 
 struct code_name {
 	int code;
@@ -116,13 +117,5 @@ static void test_errors_never_null(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_errors_spec_numbers),	  cmocka_unit_test(test_errors_spec_names),
-	    cmocka_unit_test(test_errors_names_distinct), cmocka_unit_test(test_errors_unknown),
-	    cmocka_unit_test(test_errors_never_null),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_errors_spec_numbers, test_errors_spec_names,
+		test_errors_names_distinct, test_errors_unknown, test_errors_never_null)

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "etcd/etcd.h"
+#include "tests/cmocka_main.h"
 
 /* What etcd 3.4 answers to a range of an existing key. */
 static const char range_reply[] =
@@ -133,15 +134,6 @@ static void test_etcd_json_base64_round_trip(void **state)
 	assert_int_equal(etcd_b64_encode("foo", 3, enc, 4), -ENOSPC);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_etcd_json_reads_a_range_reply),
-	    cmocka_unit_test(test_etcd_json_numbers_and_bools),
-	    cmocka_unit_test(test_etcd_json_truncated_and_corrupt_text),
-	    cmocka_unit_test(test_etcd_json_depth_is_capped),
-	    cmocka_unit_test(test_etcd_json_base64_round_trip),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_etcd_json_reads_a_range_reply, test_etcd_json_numbers_and_bools,
+		test_etcd_json_truncated_and_corrupt_text, test_etcd_json_depth_is_capped,
+		test_etcd_json_base64_round_trip)

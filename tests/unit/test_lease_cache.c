@@ -21,6 +21,7 @@
 
 #include "clock.h"
 #include "proxy/lease_cache.h"
+#include "tests/cmocka_main.h"
 
 static struct px_cached entry(uint64_t size, uint64_t deadline_ms)
 {
@@ -584,24 +585,14 @@ static void test_lease_cache_default_keys_follow_the_segment(void **state)
 	assert_int_equal(px_lease_cache_default_keys(UINT64_MAX), PX_LEASE_KEYS_MAX);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_lease_cache_hit_until_margin),
-		cmocka_unit_test(test_lease_cache_replace_drop_clear),
-		cmocka_unit_test(test_lease_cache_full_drops_oldest_lease),
-		cmocka_unit_test(test_lease_cache_inserts_stay_constant_time),
-		cmocka_unit_test(test_lease_cache_renews_read_entries_only),
-		cmocka_unit_test(test_lease_cache_orphan_gives_back_only_unneeded),
-		cmocka_unit_test(test_lease_cache_orphan_keeps_dropped_reads),
-		cmocka_unit_test(test_lease_cache_orphan_keeps_another_readers_grant),
-		cmocka_unit_test(test_lease_cache_orphan_gives_back_a_renewed_lease),
-		cmocka_unit_test(test_lease_cache_replicas_grow_and_shrink),
-		cmocka_unit_test(test_lease_cache_random_against_model),
-		cmocka_unit_test(test_lease_cache_drop_for_room),
-		cmocka_unit_test(test_lease_cache_default_keys_follow_the_segment),
-		cmocka_unit_test(test_lease_cache_bytes_are_bounded),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_lease_cache_hit_until_margin, test_lease_cache_replace_drop_clear,
+		test_lease_cache_full_drops_oldest_lease,
+		test_lease_cache_inserts_stay_constant_time,
+		test_lease_cache_renews_read_entries_only,
+		test_lease_cache_orphan_gives_back_only_unneeded,
+		test_lease_cache_orphan_keeps_dropped_reads,
+		test_lease_cache_orphan_keeps_another_readers_grant,
+		test_lease_cache_orphan_gives_back_a_renewed_lease,
+		test_lease_cache_replicas_grow_and_shrink, test_lease_cache_random_against_model,
+		test_lease_cache_drop_for_room, test_lease_cache_default_keys_follow_the_segment,
+		test_lease_cache_bytes_are_bounded)

@@ -6,6 +6,7 @@
  * and going in test_master_clients.c.
  */
 #include "test_master_util.h"
+#include "tests/cmocka_main.h"
 
 static void test_master_replicas_on_distinct_segments(void **state)
 {
@@ -499,27 +500,12 @@ static void test_master_concurrent_calls(void **state)
 	mst_master_destroy(m);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_master_replicas_on_distinct_segments),
-	    cmocka_unit_test(test_master_replicas_best_effort),
-	    cmocka_unit_test(test_master_processing_invisible),
-	    cmocka_unit_test(test_master_put_end_commits),
-	    cmocka_unit_test(test_master_put_existing),
-	    cmocka_unit_test(test_master_put_discards_stale_start),
-	    cmocka_unit_test(test_master_revoke_frees_space),
-	    cmocka_unit_test(test_master_remount_segments),
-	    cmocka_unit_test(test_master_no_segments),
-	    cmocka_unit_test(test_master_remove_lease),
-	    cmocka_unit_test(test_master_remove_unleased),
-	    cmocka_unit_test(test_master_invalid_params),
-	    cmocka_unit_test(test_master_batch_index_aligned),
-	    cmocka_unit_test(test_master_batch_too_large),
-	    cmocka_unit_test(test_master_config_flags),
-	    cmocka_unit_test(test_master_free_ratio_first),
-	    cmocka_unit_test(test_master_concurrent_calls),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_master_replicas_on_distinct_segments,
+		test_master_replicas_best_effort, test_master_processing_invisible,
+		test_master_put_end_commits, test_master_put_existing,
+		test_master_put_discards_stale_start, test_master_revoke_frees_space,
+		test_master_remount_segments, test_master_no_segments, test_master_remove_lease,
+		test_master_remove_unleased, test_master_invalid_params,
+		test_master_batch_index_aligned, test_master_batch_too_large,
+		test_master_config_flags, test_master_free_ratio_first,
+		test_master_concurrent_calls)

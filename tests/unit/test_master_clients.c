@@ -5,6 +5,7 @@
  * dropping the replicas on the segment.
  */
 #include "test_master_util.h"
+#include "tests/cmocka_main.h"
 
 /* Wait past client_ttl while keeping B alive. */
 static void wait_keeping_b(struct mst_master *m, unsigned ms)
@@ -141,14 +142,5 @@ static void test_master_unmount_drops_replicas(void **state)
 	mst_master_destroy(m);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_master_client_ttl_expiry),
-	    cmocka_unit_test(test_master_clients_expire_together),
-	    cmocka_unit_test(test_master_ping_unknown_client),
-	    cmocka_unit_test(test_master_unmount_drops_replicas),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_master_client_ttl_expiry, test_master_clients_expire_together,
+		test_master_ping_unknown_client, test_master_unmount_drops_replicas)

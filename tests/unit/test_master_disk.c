@@ -11,6 +11,7 @@
 
 #include "clock.h"
 #include "master/mst_int.h"
+#include "tests/cmocka_main.h"
 
 #define SEG_A "seg-a"
 
@@ -507,27 +508,12 @@ static void test_master_disk_flags(void **state)
 	assert_int_equal(mst_config_is_switch("offload"), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_master_disk_on_put_adds_local_disk),
-	    cmocka_unit_test(test_master_disk_done_checks_value),
-	    cmocka_unit_test(test_master_disk_on_evict_keeps_until_on_disk),
-	    cmocka_unit_test(test_master_disk_queue_full_keeps),
-	    cmocka_unit_test(test_master_disk_queue_full_force_evicts),
-	    cmocka_unit_test(test_master_disk_no_disk_tier_evicts),
-	    cmocka_unit_test(test_master_disk_failed_offload_evicts_later),
-	    cmocka_unit_test(test_master_disk_task_requeued_when_late),
-	    cmocka_unit_test(test_master_disk_add_and_remove),
-	    cmocka_unit_test(test_master_disk_dead_proxy_drops_disk),
-	    cmocka_unit_test(test_master_disk_remove_forgets),
-	    cmocka_unit_test(test_master_disk_batch_remove_forgets),
-	    cmocka_unit_test(test_master_disk_remove_all_and_regex_forget),
-	    cmocka_unit_test(test_master_disk_upsert_forgets),
-	    cmocka_unit_test(test_master_disk_proxy_remove_no_forget),
-	    cmocka_unit_test(test_master_disk_forget_queue_bounded),
-	    cmocka_unit_test(test_master_disk_flags),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_master_disk_on_put_adds_local_disk,
+		test_master_disk_done_checks_value, test_master_disk_on_evict_keeps_until_on_disk,
+		test_master_disk_queue_full_keeps, test_master_disk_queue_full_force_evicts,
+		test_master_disk_no_disk_tier_evicts, test_master_disk_failed_offload_evicts_later,
+		test_master_disk_task_requeued_when_late, test_master_disk_add_and_remove,
+		test_master_disk_dead_proxy_drops_disk, test_master_disk_remove_forgets,
+		test_master_disk_batch_remove_forgets, test_master_disk_remove_all_and_regex_forget,
+		test_master_disk_upsert_forgets, test_master_disk_proxy_remove_no_forget,
+		test_master_disk_forget_queue_bounded, test_master_disk_flags)

@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "master/mst_int.h"
 #include "master/mst_obj.h"
+#include "tests/cmocka_main.h"
 
 /* PutStart + PutEnd with pins. */
 static int put_pinned(struct mst_master *m, const char *key, int hard, int soft)
@@ -528,25 +529,13 @@ static void test_master_remove_all_races_writers(void **state)
 	mst_master_destroy(m);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_master_evict_oldest_share),
-	    cmocka_unit_test(test_master_evict_put_again_counts_as_use),
-	    cmocka_unit_test(test_master_evict_never_protected),
-	    cmocka_unit_test(test_master_evict_soft_pinned_last),
-	    cmocka_unit_test(test_master_evict_soft_pinned_kept),
-	    cmocka_unit_test(test_master_evict_soft_pin_expires),
-	    cmocka_unit_test(test_master_evict_census_serves_later_rounds),
-	    cmocka_unit_test(test_master_evict_kept_census_passes_over_used),
-	    cmocka_unit_test(test_master_evict_kept_census_not_undercut),
-	    cmocka_unit_test(test_master_evict_kept_census_spares_soft_pins),
-	    cmocka_unit_test(test_master_evict_watermark_background),
-	    cmocka_unit_test(test_master_evict_put_may_wait),
-	    cmocka_unit_test(test_master_evict_fill_beyond_capacity),
-	    cmocka_unit_test(test_master_evict_not_for_what_cannot_fit),
-	    cmocka_unit_test(test_master_remove_all_races_writers),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_master_evict_oldest_share,
+		test_master_evict_put_again_counts_as_use, test_master_evict_never_protected,
+		test_master_evict_soft_pinned_last, test_master_evict_soft_pinned_kept,
+		test_master_evict_soft_pin_expires, test_master_evict_census_serves_later_rounds,
+		test_master_evict_kept_census_passes_over_used,
+		test_master_evict_kept_census_not_undercut,
+		test_master_evict_kept_census_spares_soft_pins,
+		test_master_evict_watermark_background, test_master_evict_put_may_wait,
+		test_master_evict_fill_beyond_capacity, test_master_evict_not_for_what_cannot_fit,
+		test_master_remove_all_races_writers)

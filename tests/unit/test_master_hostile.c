@@ -8,6 +8,7 @@
 #include "http.h"
 #include "master/master.h"
 #include "http_gate.h"
+#include "tests/cmocka_main.h"
 
 /* Leave a non-NULL pattern on the stack, as earlier calls on a worker
  * thread would, so that a read of an unset local shows. */
@@ -319,18 +320,7 @@ static void test_master_admin_keys_refuses_bad_queries(void **state)
 	mst_master_destroy(m);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_master_disk_batch_over_limit),
-	    cmocka_unit_test(test_master_segment_names_bounded),
-	    cmocka_unit_test(test_master_preferred_segments_bounded),
-	    cmocka_unit_test(test_master_list_limit_bounded),
-	    cmocka_unit_test(test_master_tenants_without_bytes_dropped),
-	    cmocka_unit_test(test_master_unpack_bounded),
-	    cmocka_unit_test(test_master_reply_unpack_bounded),
-	    cmocka_unit_test(test_master_admin_keys_refuses_bad_queries),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_master_disk_batch_over_limit, test_master_segment_names_bounded,
+		test_master_preferred_segments_bounded, test_master_list_limit_bounded,
+		test_master_tenants_without_bytes_dropped, test_master_unpack_bounded,
+		test_master_reply_unpack_bounded, test_master_admin_keys_refuses_bad_queries)

@@ -4,6 +4,7 @@
  * one or all at once, and remove_all counting around them.
  */
 #include "test_master_util.h"
+#include "tests/cmocka_main.h"
 
 /* A BatchKeysRequest of client for reader naming the one key *key. */
 static Lunar__BatchKeysRequest one_key(uint64_t client, uint64_t reader, char **key)
@@ -227,12 +228,4 @@ static void test_master_remove_all_counts(void **state)
 	mst_master_destroy(m);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_master_lease_release),
-	    cmocka_unit_test(test_master_remove_all_counts),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_master_lease_release, test_master_remove_all_counts)

@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "master/mst_obj.h"
+#include "tests/cmocka_main.h"
 
 static int put_end_crc(struct mst_master *m, uint32_t method, uint64_t client, const char *key,
 		       uint32_t crc)
@@ -637,26 +638,11 @@ static void test_master_metrics_and_ready(void **state)
 	mst_master_destroy(m);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_master_crc_recorded),
-	    cmocka_unit_test(test_master_upsert_absent_is_put),
-	    cmocka_unit_test(test_master_upsert_old_or_new),
-	    cmocka_unit_test(test_master_upsert_revoke),
-	    cmocka_unit_test(test_master_late_revoke_holds_space),
-	    cmocka_unit_test(test_master_remove_by_regex),
-	    cmocka_unit_test(test_master_remove_by_regex_bounds_its_cost),
-	    cmocka_unit_test(test_master_remove_by_regex_matches_outside_the_lock),
-	    cmocka_unit_test(test_master_batch_remove),
-	    cmocka_unit_test(test_master_tenant_quota),
-	    cmocka_unit_test(test_master_config_quota_flags),
-	    cmocka_unit_test(test_master_graceful_unmount),
-	    cmocka_unit_test(test_master_local_first),
-	    cmocka_unit_test(test_master_list_keys),
-	    cmocka_unit_test(test_master_list_clients_and_stat),
-	    cmocka_unit_test(test_master_metrics_and_ready),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_master_crc_recorded, test_master_upsert_absent_is_put,
+		test_master_upsert_old_or_new, test_master_upsert_revoke,
+		test_master_late_revoke_holds_space, test_master_remove_by_regex,
+		test_master_remove_by_regex_bounds_its_cost,
+		test_master_remove_by_regex_matches_outside_the_lock, test_master_batch_remove,
+		test_master_tenant_quota, test_master_config_quota_flags,
+		test_master_graceful_unmount, test_master_local_first, test_master_list_keys,
+		test_master_list_clients_and_stat, test_master_metrics_and_ready)

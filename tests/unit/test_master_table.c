@@ -9,6 +9,7 @@
 #include "test_master_util.h"
 
 #include "master/mst_obj.h"
+#include "tests/cmocka_main.h"
 
 #define SHARD  7    /* the shard every key of these tests lands in */
 #define NKEYS  3000 /* a table of 8192 slots at most half full */
@@ -308,15 +309,6 @@ static void test_table_full_without_memory(void **state)
 	free(k);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_table_remove_keeps_every_probe),
-	    cmocka_unit_test(test_table_sweep_visits_each_once),
-	    cmocka_unit_test(test_table_remove_across_the_end),
-	    cmocka_unit_test(test_table_sweep_across_the_end),
-	    cmocka_unit_test(test_table_full_without_memory),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_table_remove_keeps_every_probe, test_table_sweep_visits_each_once,
+		test_table_remove_across_the_end, test_table_sweep_across_the_end,
+		test_table_full_without_memory)

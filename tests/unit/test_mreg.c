@@ -19,6 +19,7 @@
 
 #include "lunar.h"
 #include "proxy/px_int.h"
+#include "tests/cmocka_main.h"
 
 #define LEN (2u << 20) /* one huge page */
 
@@ -71,12 +72,4 @@ static void test_mreg_hugetlb_refused(void **state)
 	close(fd);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_mreg_sealed_memfd_only),
-	    cmocka_unit_test(test_mreg_hugetlb_refused),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_mreg_sealed_memfd_only, test_mreg_hugetlb_refused)

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "parse.h"
+#include "tests/cmocka_main.h"
 
 #define POISON 0xdeadbeefcafef00dull
 
@@ -211,23 +212,8 @@ static void test_parse_ratio_bad_text(void **state)
 	assert_true(v == -1.0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_parse_size_plain),
-	    cmocka_unit_test(test_parse_size_binary_suffixes),
-	    cmocka_unit_test(test_parse_size_decimal_names_are_binary),
-	    cmocka_unit_test(test_parse_size_suffix_case),
-	    cmocka_unit_test(test_parse_size_bad_text),
-	    cmocka_unit_test(test_parse_size_overflow),
-	    cmocka_unit_test(test_parse_duration_units),
-	    cmocka_unit_test(test_parse_duration_bare_is_seconds),
-	    cmocka_unit_test(test_parse_duration_bad_text),
-	    cmocka_unit_test(test_parse_u64),
-	    cmocka_unit_test(test_parse_rpc_url),
-	    cmocka_unit_test(test_parse_ratio),
-	    cmocka_unit_test(test_parse_ratio_bad_text),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_parse_size_plain, test_parse_size_binary_suffixes,
+		test_parse_size_decimal_names_are_binary, test_parse_size_suffix_case,
+		test_parse_size_bad_text, test_parse_size_overflow, test_parse_duration_units,
+		test_parse_duration_bare_is_seconds, test_parse_duration_bad_text, test_parse_u64,
+		test_parse_rpc_url, test_parse_ratio, test_parse_ratio_bad_text)

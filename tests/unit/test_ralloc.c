@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "ralloc.h"
+#include "tests/cmocka_main.h"
 
 static void test_ralloc_bad_arguments(void **state)
 {
@@ -270,19 +271,7 @@ static void test_ralloc_million(void **state)
 	lc_ralloc_destroy(a);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_ralloc_bad_arguments),
-	    cmocka_unit_test(test_ralloc_fragmentation),
-	    cmocka_unit_test(test_ralloc_coalescing),
-	    cmocka_unit_test(test_ralloc_exhaustion),
-	    cmocka_unit_test(test_ralloc_alignment),
-	    cmocka_unit_test(test_ralloc_free_unknown),
-	    cmocka_unit_test(test_ralloc_take_give),
-	    cmocka_unit_test(test_ralloc_random_against_model),
-	    cmocka_unit_test(test_ralloc_million),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_ralloc_bad_arguments, test_ralloc_fragmentation,
+		test_ralloc_coalescing, test_ralloc_exhaustion, test_ralloc_alignment,
+		test_ralloc_free_unknown, test_ralloc_take_give, test_ralloc_random_against_model,
+		test_ralloc_million)

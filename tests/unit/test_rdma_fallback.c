@@ -25,6 +25,7 @@
 
 #include "engine/rdma_int.h"
 #include "lunar.h"
+#include "tests/cmocka_main.h"
 
 #define SEG_SIZE (8u << 20)
 #define MIB	 (1u << 20)
@@ -350,15 +351,6 @@ static void test_rdma_fallback_owner_checks_body(void **state)
 	fake = 0;
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_rdma_fallback_auto_without_device),
-	    cmocka_unit_test(test_rdma_fallback_no_library),
-	    cmocka_unit_test(test_rdma_fallback_handshake_fails),
-	    cmocka_unit_test(test_rdma_fallback_peer_without_device),
-	    cmocka_unit_test(test_rdma_fallback_owner_checks_body),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_rdma_fallback_auto_without_device, test_rdma_fallback_no_library,
+		test_rdma_fallback_handshake_fails, test_rdma_fallback_peer_without_device,
+		test_rdma_fallback_owner_checks_body)

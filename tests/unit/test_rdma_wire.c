@@ -16,6 +16,7 @@
 
 #include "engine/rdma_int.h"
 #include "lunar.h"
+#include "tests/cmocka_main.h"
 
 static struct eng_rdma_hs client_hs(void)
 {
@@ -205,15 +206,5 @@ static void test_rdma_wire_reply_mac(void **state)
 	assert_int_equal(eng_rdma_rep_open(&copy, &s, 3, body, sizeof(body)), -EPROTO);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_rdma_wire_round_trip),
-	    cmocka_unit_test(test_rdma_wire_truncations),
-	    cmocka_unit_test(test_rdma_wire_bad_fields),
-	    cmocka_unit_test(test_rdma_wire_random_bytes),
-	    cmocka_unit_test(test_rdma_wire_reply_mac),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_rdma_wire_round_trip, test_rdma_wire_truncations,
+		test_rdma_wire_bad_fields, test_rdma_wire_random_bytes, test_rdma_wire_reply_mac)

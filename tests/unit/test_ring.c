@@ -22,6 +22,7 @@
 
 #include "atomic.h"
 #include "ring.h"
+#include "tests/cmocka_main.h"
 
 /* Place every index at start, as if the ring had already run that far. */
 static void ring_at(struct lc_ring_prod *p, struct lc_ring_ctl *r, uint32_t start)
@@ -548,23 +549,10 @@ static void test_ring_many_producers_wakeup(void **state)
 	close(m.efd);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_ring_init_zeroes),
-	    cmocka_unit_test(test_ring_empty_full),
-	    cmocka_unit_test(test_ring_reserve_more_than_entries),
-	    cmocka_unit_test(test_ring_wraparound),
-	    cmocka_unit_test(test_ring_wraparound_full_across_zero),
-	    cmocka_unit_test(test_ring_corrupt_tail),
-	    cmocka_unit_test(test_ring_consumer_cannot_stall_producers),
-	    cmocka_unit_test(test_ring_corrupt_cons_head),
-	    cmocka_unit_test(test_ring_commit_order),
-	    cmocka_unit_test(test_ring_commit_in_order_no_wait),
-	    cmocka_unit_test(test_ring_need_wakeup_flag),
-	    cmocka_unit_test(test_ring_many_producers),
-	    cmocka_unit_test(test_ring_many_producers_wakeup),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_ring_init_zeroes, test_ring_empty_full,
+		test_ring_reserve_more_than_entries, test_ring_wraparound,
+		test_ring_wraparound_full_across_zero, test_ring_corrupt_tail,
+		test_ring_consumer_cannot_stall_producers, test_ring_corrupt_cons_head,
+		test_ring_commit_order, test_ring_commit_in_order_no_wait,
+		test_ring_need_wakeup_flag, test_ring_many_producers,
+		test_ring_many_producers_wakeup)

@@ -19,6 +19,7 @@
 #include "lunar.h"
 #include "rpc.h"
 #include "rpc_auth.h"
+#include "tests/cmocka_main.h"
 
 static unsigned char hello[AUTH_HELLO_BYTES], proof[AUTH_PROOF_BYTES], tag[AUTH_TAG_BYTES];
 static unsigned char body[64];
@@ -247,15 +248,7 @@ static void test_rpc_auth_secrets_sealed_for_the_session(void **state)
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_rpc_auth_every_kind_round_trips),
-		cmocka_unit_test(test_rpc_auth_truncated_and_padded_refused),
-		cmocka_unit_test(test_rpc_auth_bad_magic_kind_role_refused),
-		cmocka_unit_test(test_rpc_auth_call_tag_covers_every_bit),
-		cmocka_unit_test(test_rpc_auth_secrets_sealed_for_the_session),
-	};
-
-	return cmocka_run_group_tests(tests, setup, NULL);
-}
+LUNAR_TEST_MAIN(setup, NULL, test_rpc_auth_every_kind_round_trips,
+		test_rpc_auth_truncated_and_padded_refused,
+		test_rpc_auth_bad_magic_kind_role_refused, test_rpc_auth_call_tag_covers_every_bit,
+		test_rpc_auth_secrets_sealed_for_the_session)

@@ -17,6 +17,7 @@
 #include "atomic.h"
 #include "clock.h"
 #include "shmlib/shm_int.h"
+#include "tests/cmocka_main.h"
 
 #define ARENA_OFF 4096u
 
@@ -278,16 +279,6 @@ static void test_bits_threads_never_share(void **state)
 	shm_bits_fini(&r.b);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_arena_cells_then_ranges),
-	    cmocka_unit_test(test_arena_small_has_no_cells),
-	    cmocka_unit_test(test_arena_cell_needs_no_lock),
-	    cmocka_unit_test(test_arena_freed_cell_wakes_waiter),
-	    cmocka_unit_test(test_bits_take_all),
-	    cmocka_unit_test(test_bits_threads_never_share),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_arena_cells_then_ranges, test_arena_small_has_no_cells,
+		test_arena_cell_needs_no_lock, test_arena_freed_cell_wakes_waiter,
+		test_bits_take_all, test_bits_threads_never_share)

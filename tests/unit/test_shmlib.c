@@ -4,6 +4,7 @@
  * a proxy that dies or hangs under a call.
  */
 #include "tests/unit/test_shmlib_fake.h"
+#include "tests/cmocka_main.h"
 
 /* --- the tests --- */
 
@@ -357,20 +358,7 @@ static void test_shmlib_timeout(void **state)
 	fake_stop(&F);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_shmlib_handshake, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_refused, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_bad_header, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_ring_scribbled, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_bad_eventfd, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_arguments, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_put_get, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_batch_get, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_proxy_death, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_timeout, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(setup, teardown, test_shmlib_handshake, test_shmlib_refused,
+		     test_shmlib_bad_header, test_shmlib_ring_scribbled, test_shmlib_bad_eventfd,
+		     test_shmlib_arguments, test_shmlib_put_get, test_shmlib_batch_get,
+		     test_shmlib_proxy_death, test_shmlib_timeout)

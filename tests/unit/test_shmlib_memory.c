@@ -5,6 +5,7 @@
  * arena.
  */
 #include "tests/unit/test_shmlib_fake.h"
+#include "tests/cmocka_main.h"
 
 static void test_shmlib_alloc(void **state)
 {
@@ -285,15 +286,5 @@ static void test_shmlib_arena_full(void **state)
 	fake_stop(&F);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_shmlib_alloc, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_register, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_reg_restart, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_reg_timeout, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_arena_full, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(setup, teardown, test_shmlib_alloc, test_shmlib_register,
+		     test_shmlib_reg_restart, test_shmlib_reg_timeout, test_shmlib_arena_full)

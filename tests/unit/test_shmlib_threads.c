@@ -4,6 +4,7 @@
  * lock, and reconnects churning under calls.
  */
 #include "tests/unit/test_shmlib_fake.h"
+#include "tests/cmocka_main.h"
 
 struct worker {
 	struct lunar_client *c;
@@ -186,13 +187,5 @@ static void test_shmlib_reconnect_churn(void **state)
 	fake_stop(&F);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_shmlib_threads, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_call_takes_no_lock, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_shmlib_reconnect_churn, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN_EACH(setup, teardown, test_shmlib_threads, test_shmlib_call_takes_no_lock,
+		     test_shmlib_reconnect_churn)

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "shmlib/spin.h"
+#include "tests/cmocka_main.h"
 
 /* n requests that each took took_ns by the proxy's stamp. */
 static uint32_t feed(uint32_t lat, unsigned n, uint64_t took_ns)
@@ -162,22 +163,10 @@ static void test_spin_learns_each_op_apart(void **state)
 	assert_ptr_equal(shm_lat_of(lat, UINT16_MAX), &lat[0]);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_spin_follows_fast_requests),
-		cmocka_unit_test(test_spin_probes_only_for_slow_sessions),
-		cmocka_unit_test(test_spin_recovers_when_requests_speed_up),
-		cmocka_unit_test(test_spin_budget_bounds),
-		cmocka_unit_test(test_spin_stamp_is_only_a_hint),
-		cmocka_unit_test(test_spin_while_a_cpu_is_spare),
-		cmocka_unit_test(test_spin_for_short_requests_however_many_watch),
-		cmocka_unit_test(test_spin_short_requests_keep_short_budgets),
-		cmocka_unit_test(test_spin_none_without_a_spare_cpu),
-		cmocka_unit_test(test_spin_spare_cpus_beside_the_loop),
-		cmocka_unit_test(test_spin_spare_cpus_unknown_loop_is_ours),
-		cmocka_unit_test(test_spin_learns_each_op_apart),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+LUNAR_TEST_MAIN(NULL, NULL, test_spin_follows_fast_requests,
+		test_spin_probes_only_for_slow_sessions, test_spin_recovers_when_requests_speed_up,
+		test_spin_budget_bounds, test_spin_stamp_is_only_a_hint,
+		test_spin_while_a_cpu_is_spare, test_spin_for_short_requests_however_many_watch,
+		test_spin_short_requests_keep_short_budgets, test_spin_none_without_a_spare_cpu,
+		test_spin_spare_cpus_beside_the_loop, test_spin_spare_cpus_unknown_loop_is_ours,
+		test_spin_learns_each_op_apart)
