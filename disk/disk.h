@@ -123,6 +123,28 @@ void dsk_store_close(struct dsk_store *s);
 int dsk_put(struct dsk_store *s, const char *tenant, const char *key, const struct iovec *iov,
 	    int iovcnt, uint32_t crc32c, uint64_t *location);
 
+/* One object of a dsk_put_batch: inputs, then the outcome. */
+struct dsk_put_item {
+	const char *tenant, *key;
+	const void *buf; /* the value: len > 0 bytes */
+	uint64_t len;
+	uint32_t crc32c;   /* as dsk_put's */
+	int rc;		   /* out: as dsk_put returns */
+	uint64_t location; /* out, when rc is 0 */
+};
+
+/*
+ * dsk_put_batch - store each of v[0..n) as dsk_put would, packed: objects
+ * placed one after the other in a bucket are copied into a staging buffer
+ * (registered with the ring where the kernel allows) and go to disk with
+ * one data write per DSK_BOUNCE (4 MiB) and one metadata write, in one
+ * submission; an object larger than that goes alone through dsk_put. Each
+ * item's rc and location are set; the caller keeps v and the buffers, which
+ * are not held after the call. Blocks; any thread. A failed write fails the
+ * objects of its group only.
+ */
+void dsk_put_batch(struct dsk_store *s, struct dsk_put_item *v, size_t n);
+
 /*
  * dsk_get - read the value of (tenant, key) into iov[0..iovcnt), whose total
  * must be at least the value's length. Verifies the CRC32C before returning
@@ -137,6 +159,28 @@ int dsk_put(struct dsk_store *s, const char *tenant, const char *key, const stru
  */
 int64_t dsk_get(struct dsk_store *s, const char *tenant, const char *key, const struct iovec *iov,
 		int iovcnt);
+
+/* One read of a dsk_get_batch: inputs, then the outcome. */
+struct dsk_get_item {
+	const char *tenant, *key;
+	void *buf;	 /* the destination, cap bytes */
+	uint64_t cap;
+	int64_t res;	 /* out: as dsk_get returns */
+	uint32_t crc32c;   /* out: the record's CRC32C, when it was found */
+	uint64_t length;   /* out: its length, likewise */
+	uint64_t location; /* out: its location, likewise */
+};
+
+/*
+ * dsk_get_batch - dsk_get of each of v[0..n), together: every record is
+ * pinned at once, and the reads go in one submission (per DSK_RING_DEPTH
+ * runs), records adjacent in a bucket file coalesced into one vectored
+ * read straight into their destinations when O_DIRECT alignment allows
+ * (the others are read one by one after). Each CRC32C is checked. Sets each
+ * item's res (and crc32c); blocks; any thread. The caller keeps v and the
+ * buffers.
+ */
+void dsk_get_batch(struct dsk_store *s, struct dsk_get_item *v, size_t n);
 
 /*
  * dsk_lookup - copy the record of (tenant, key) into *rec (its strings are
