@@ -29,6 +29,7 @@ struct px_disk {
 	int worker_started;
 	atomic_uint_fast64_t running; /* tasks of the batch being written */
 	atomic_uint_fast64_t offloads, offload_failures, stale_removed, reported_bad;
+	atomic_uint_fast64_t task_ms; /* when a Ping last brought tasks */
 };
 
 /*

@@ -56,6 +56,27 @@ int64_t px_disk_get(struct px_proxy *px, const char *tenant, const char *key,
 	return disk_get(px, tenant, key, iov, iovcnt, &want_crc);
 }
 
+void px_disk_get_batch(struct px_proxy *px, struct dsk_get_item *v, size_t n)
+{
+	struct px_disk *d = px->disk;
+
+	if (!d) {
+		for (size_t i = 0; i < n; i++)
+			v[i].res = LUNAR_ERR_OBJECT_NOT_FOUND;
+		return;
+	}
+	dsk_get_batch(d->store, v, n);
+	for (size_t i = 0; i < n; i++) {
+		struct dsk_record rec = {
+		    .length = v[i].length, .crc32c = v[i].crc32c, .location = v[i].location};
+
+		/* NOT_FOUND: absent, or truncated; the one-by-one retry of a
+		 * failed read tells those apart and reports the second */
+		if (v[i].res == LUNAR_ERR_CHECKSUM_MISMATCH)
+			report_bad(px, v[i].tenant, v[i].key, &rec);
+	}
+}
+
 /* Tasks waiting for the worker or being written now. */
 static uint64_t queue_depth(struct px_disk *d)
 {
