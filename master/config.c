@@ -41,6 +41,7 @@ static const struct flag flags[] = {
     F("offload", OFFLOAD, offload),
     F("offload-force-evict", SWITCH, offload_force_evict),
     F("offload-queue", COUNT, offload_queue),
+    F("offload-queue-bytes", SIZE, offload_queue_bytes),
 };
 
 static const char *const strategies[] = {
@@ -63,7 +64,8 @@ void mst_config_defaults(struct mst_config *cfg)
 	    .put_start_release_timeout_ms = 600000,
 	    .strategy = MST_ALLOC_RANDOM,
 	    .offload = MST_OFFLOAD_ON_EVICT,
-	    .offload_queue = 1024,
+	    .offload_queue = 65536,
+	    .offload_queue_bytes = 64ull << 20,
 	};
 }
 
@@ -207,5 +209,7 @@ const char *mst_config_usage(void)
 	       "(on_evict)\n"
 	       "  --offload-force-evict [BOOL]     evict even when the offload queue is full "
 	       "(false)\n"
-	       "  --offload-queue N                offload tasks queued per proxy (1024)\n";
+	       "  --offload-queue N                offload tasks queued per proxy (65536)\n"
+	       "  --offload-queue-bytes SIZE       bytes queued per proxy (64MiB; at most a\n"
+	       "                                   quarter of the memory mounted)\n";
 }

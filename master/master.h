@@ -54,7 +54,8 @@ struct mst_config {
 	int enable_offload;	       /* --enable-offload (also set by --offload) */
 	enum mst_offload_mode offload; /* --offload on_evict */
 	int offload_force_evict;       /* --offload-force-evict: evict when the queue is full */
-	uint64_t offload_queue;	       /* --offload-queue 1024: tasks per proxy */
+	uint64_t offload_queue;	       /* --offload-queue 65536: tasks per proxy */
+	uint64_t offload_queue_bytes;  /* --offload-queue-bytes 64MiB (<= capacity / 4) */
 };
 
 /* mst_config_defaults - fill *cfg with the SPEC §10 defaults. Never fails;

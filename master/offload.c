@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "atomic.h"
 #include "log.h"
@@ -43,14 +44,30 @@ struct mst_oqueue {
 	struct mst_task *queued, **tail; /* FIFO */
 	struct mst_task *inflight;
 	uint64_t n;			    /* queued + in flight */
+	uint64_t bytes;			    /* their sizes */
 	struct mst_forget *forget, **ftail; /* FIFO, nforget <= MST_FORGET_MAX */
 	uint64_t nforget;
 };
 
 int mst_offload_init(struct mst_offload *q)
 {
+	pthread_condattr_t ca;
+	int rc;
+
 	q->head = NULL;
-	return -pthread_mutex_init(&q->lock, NULL);
+	q->nended = 0;
+	rc = pthread_condattr_init(&ca);
+	if (rc)
+		return -rc;
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	rc = pthread_cond_init(&q->ended, &ca);
+	pthread_condattr_destroy(&ca);
+	if (rc)
+		return -rc;
+	rc = pthread_mutex_init(&q->lock, NULL);
+	if (rc)
+		pthread_cond_destroy(&q->ended);
+	return -rc;
 }
 
 static void task_free(struct mst_task *t)
@@ -93,6 +110,7 @@ void mst_offload_fini(struct mst_offload *q)
 		oqueue_free(q->head);
 		q->head = n;
 	}
+	pthread_cond_destroy(&q->ended);
 	pthread_mutex_destroy(&q->lock);
 }
 
@@ -173,8 +191,22 @@ static struct mst_task *task_new(const struct mst_object *o, const struct mst_re
 	return t;
 }
 
+/* The bytes a proxy's queue may hold. Eviction's tasks (on_evict) keep
+ * memory that a put is waiting for, so those queue at most a quarter of
+ * it: a queue deeper than the disk needs to stay busy only holds memory
+ * back. A task of on_put that finds the queue full is never queued, so
+ * those have the whole --offload-queue-bytes. */
+static uint64_t queue_bytes(struct mst_master *m, int evict)
+{
+	uint64_t quarter = LC_READ_ONCE(m->capacity) / 4;
+
+	return evict && quarter && quarter < m->cfg.offload_queue_bytes
+		   ? quarter
+		   : m->cfg.offload_queue_bytes;
+}
+
 /* Queue t on the queue of one of o's replica owners; the code as mst_offload_queue. */
-static int queue_locked(struct mst_master *m, struct mst_object *o, uint64_t *client)
+static int queue_locked(struct mst_master *m, struct mst_object *o, int evict, uint64_t *client)
 {
 	int rc = -ENOENT;
 
@@ -184,7 +216,7 @@ static int queue_locked(struct mst_master *m, struct mst_object *o, uint64_t *cl
 
 		if (!q)
 			continue;
-		if (q->n >= m->cfg.offload_queue) {
+		if (q->n && (q->n >= m->cfg.offload_queue || q->bytes + o->size > queue_bytes(m, evict))) {
 			rc = -ENOSPC;
 			continue;
 		}
@@ -193,6 +225,7 @@ static int queue_locked(struct mst_master *m, struct mst_object *o, uint64_t *cl
 			return -ENOMEM;
 		enqueue(q, t);
 		q->n++;
+		q->bytes += t->size;
 		*client = q->client;
 		return 0;
 	}
@@ -205,7 +238,7 @@ int mst_offload_queue(struct mst_master *m, struct mst_object *o, int evict)
 	int rc;
 
 	pthread_mutex_lock(&m->offload.lock);
-	rc = queue_locked(m, o, &client);
+	rc = queue_locked(m, o, evict, &client);
 	pthread_mutex_unlock(&m->offload.lock);
 	if (rc) {
 		if (rc == -ENOSPC)
@@ -229,16 +262,19 @@ static int task_is(const struct mst_task *t, const struct mst_okey *k)
 	return t->klen == k->len && !memcmp(t->kbuf, k->buf, k->len);
 }
 
-/* Unlink and free the task for k from the list at pp; 1 if found. */
-static int list_remove(struct mst_task **pp, const struct mst_okey *k)
+/* Unlink and free the task for k from the list at pp; its size, or 0 if
+ * not found. */
+static uint64_t list_remove(struct mst_task **pp, const struct mst_okey *k)
 {
 	for (; *pp; pp = &(*pp)->next) {
 		struct mst_task *t = *pp;
 
 		if (task_is(t, k)) {
+			uint64_t size = t->size ? t->size : 1;
+
 			*pp = t->next;
 			task_free(t);
-			return 1;
+			return size;
 		}
 	}
 	return 0;
@@ -255,16 +291,51 @@ static void fix_tail(struct mst_oqueue *q)
 void mst_offload_end(struct mst_master *m, uint64_t client, const struct mst_okey *k)
 {
 	struct mst_oqueue *q;
+	uint64_t size;
 
 	pthread_mutex_lock(&m->offload.lock);
 	q = *oqueue_find(&m->offload, client);
-	if (q && list_remove(&q->inflight, k))
+	if (q && (size = list_remove(&q->inflight, k))) {
 		q->n--;
-	else if (q && list_remove(&q->queued, k)) {
+		q->bytes -= size <= q->bytes ? size : q->bytes;
+	} else if (q && (size = list_remove(&q->queued, k))) {
 		q->n--;
+		q->bytes -= size <= q->bytes ? size : q->bytes;
 		fix_tail(q);
 	}
+	if (q && size) {
+		m->offload.nended++;
+		pthread_cond_broadcast(&m->offload.ended);
+	}
 	pthread_mutex_unlock(&m->offload.lock);
+}
+
+static int any_pending(const struct mst_offload *o)
+{
+	for (const struct mst_oqueue *q = o->head; q; q = q->next)
+		if (q->n)
+			return 1;
+	return 0;
+}
+
+int mst_offload_wait(struct mst_master *m, uint64_t ms)
+{
+	struct mst_offload *o = &m->offload;
+	struct timespec ts;
+	uint64_t seen, ns;
+	int rc = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ns = (uint64_t)ts.tv_nsec + ms * 1000000ull;
+	ts.tv_sec += (time_t)(ns / 1000000000ull);
+	ts.tv_nsec = (long)(ns % 1000000000ull);
+	pthread_mutex_lock(&o->lock);
+	seen = o->nended;
+	while (o->nended == seen && any_pending(o) && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&o->ended, &o->lock, &ts);
+	rc = o->nended != seen;
+	pthread_mutex_unlock(&o->lock);
+	return rc;
 }
 
 /* Tasks in flight since before deadline go back to the queue. */

@@ -496,7 +496,10 @@ static void test_master_disk_flags(void **state)
 
 	mst_config_defaults(&cfg);
 	assert_int_equal(cfg.enable_offload, 0);
-	assert_int_equal(cfg.offload_queue, 1024);
+	assert_int_equal(cfg.offload_queue, 65536);
+	assert_int_equal(cfg.offload_queue_bytes, 64ull << 20);
+	assert_int_equal(mst_config_set(&cfg, "offload-queue-bytes", "1GiB"), 0);
+	assert_int_equal(cfg.offload_queue_bytes, 1ull << 30);
 	assert_int_equal(mst_config_set(&cfg, "offload", "sometimes"), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(mst_config_set(&cfg, "offload", "on_put"), 0);
 	assert_int_equal(cfg.enable_offload, 1);
