@@ -57,8 +57,8 @@ void mst_config_defaults(struct mst_config *cfg)
 	    .kv_soft_pin_ttl_ms = 30 * 60000,
 	    .max_kv_soft_pin_ttl_ms = 24 * 3600000ull,
 	    .allow_evict_soft_pinned = 1,
-	    .eviction_ratio = 0.05,
-	    .eviction_high_watermark_ratio = 0.90,
+	    .eviction_ratio = 0.01,
+	    .eviction_high_watermark_ratio = 1.0,
 	    .client_ttl_ms = 10000,
 	    .put_start_discard_timeout_ms = 30000,
 	    .put_start_release_timeout_ms = 600000,
@@ -195,8 +195,8 @@ const char *mst_config_usage(void)
 	       "  --kv-soft-pin-ttl DURATION       default soft pin TTL (30m)\n"
 	       "  --max-kv-soft-pin-ttl DURATION   longest soft pin TTL (24h)\n"
 	       "  --allow-evict-soft-pinned BOOL   evict soft-pinned objects last (true)\n"
-	       "  --eviction-ratio RATIO           share of candidates evicted per round (0.05)\n"
-	       "  --eviction-high-watermark-ratio RATIO  memory use that starts eviction (0.90)\n"
+	       "  --eviction-ratio RATIO           share of candidates evicted per round (0.01)\n"
+	       "  --eviction-high-watermark-ratio RATIO  memory use that starts eviction (1.0: on demand)\n"
 	       "  --client-ttl DURATION            a proxy silent this long is dead (10s)\n"
 	       "  --put-start-discard-timeout DURATION  an unfinished put may be pre-empted (30s)\n"
 	       "  --put-start-release-timeout DURATION  an unfinished put's space is freed (600s)\n"

@@ -42,8 +42,8 @@ struct mst_config {
 	uint64_t kv_soft_pin_ttl_ms;	       /* --kv-soft-pin-ttl 30m */
 	uint64_t max_kv_soft_pin_ttl_ms;       /* --max-kv-soft-pin-ttl 24h */
 	int allow_evict_soft_pinned;	       /* --allow-evict-soft-pinned true */
-	double eviction_ratio;		       /* --eviction-ratio 0.05 */
-	double eviction_high_watermark_ratio;  /* --eviction-high-watermark-ratio 0.90 */
+	double eviction_ratio;		       /* --eviction-ratio 0.01 */
+	double eviction_high_watermark_ratio;  /* --eviction-high-watermark-ratio 1.0 */
 	uint64_t client_ttl_ms;		       /* --client-ttl 10s */
 	uint64_t put_start_discard_timeout_ms; /* --put-start-discard-timeout 30s */
 	uint64_t put_start_release_timeout_ms; /* --put-start-release-timeout 600s */
