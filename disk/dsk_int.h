@@ -97,7 +97,7 @@ struct dsk_io {
 	int buf_index; /* registered buffer holding buf, or -1 */
 	void *buf;
 	size_t len;
-	const struct iovec *vec; /* a READ into vec[0..nvec) (len bytes in all), not buf */
+	const struct iovec *vec; /* READ into / WRITE from vec[0..nvec) (len bytes), not buf */
 	int nvec;
 	uint64_t off;
 	int64_t res; /* out: bytes done, or -errno (-ECANCELED after a failed link) */

@@ -42,7 +42,7 @@ struct mst_oqueue {
 	struct mst_oqueue *next;
 	uint64_t client;
 	struct mst_task *queued, **tail; /* FIFO */
-	struct mst_task *inflight;
+	struct mst_task *inflight, **itail; /* FIFO: oldest sent first */
 	uint64_t n;			    /* queued + in flight */
 	uint64_t bytes;			    /* their sizes */
 	struct mst_forget *forget, **ftail; /* FIFO, nforget <= MST_FORGET_MAX */
@@ -136,6 +136,7 @@ int mst_offload_register(struct mst_master *m, uint64_t client)
 		if (q) {
 			q->client = client;
 			q->tail = &q->queued;
+			q->itail = &q->inflight;
 			q->ftail = &q->forget;
 			*pp = q;
 		} else {
@@ -192,17 +193,20 @@ static struct mst_task *task_new(const struct mst_object *o, const struct mst_re
 }
 
 /* The bytes a proxy's queue may hold. Eviction's tasks (on_evict) keep
- * memory that a put is waiting for, so those queue at most a quarter of
- * it: a queue deeper than the disk needs to stay busy only holds memory
- * back. A task of on_put that finds the queue full is never queued, so
- * those have the whole --offload-queue-bytes. */
+ * memory that a put is waiting for, so those queue at most
+ * --offload-queue-bytes and a quarter of the memory: a queue deeper than
+ * the disk needs to stay busy only holds memory back, and eviction queues
+ * more as tasks end. A task of on_put that finds the queue full is never
+ * queued (its object just has no disk copy), so those are bounded by
+ * --offload-queue alone. */
 static uint64_t queue_bytes(struct mst_master *m, int evict)
 {
 	uint64_t quarter = LC_READ_ONCE(m->capacity) / 4;
 
-	return evict && quarter && quarter < m->cfg.offload_queue_bytes
-		   ? quarter
-		   : m->cfg.offload_queue_bytes;
+	if (!evict)
+		return UINT64_MAX;
+	return quarter && quarter < m->cfg.offload_queue_bytes ? quarter
+							       : m->cfg.offload_queue_bytes;
 }
 
 /* Queue t on the queue of one of o's replica owners; the code as mst_offload_queue. */
@@ -216,7 +220,8 @@ static int queue_locked(struct mst_master *m, struct mst_object *o, int evict, u
 
 		if (!q)
 			continue;
-		if (q->n && (q->n >= m->cfg.offload_queue || q->bytes + o->size > queue_bytes(m, evict))) {
+		if (q->n && (q->n >= m->cfg.offload_queue || q->bytes >= queue_bytes(m, evict) ||
+			     o->size > queue_bytes(m, evict) - q->bytes)) {
 			rc = -ENOSPC;
 			continue;
 		}
@@ -262,9 +267,11 @@ static int task_is(const struct mst_task *t, const struct mst_okey *k)
 	return t->klen == k->len && !memcmp(t->kbuf, k->buf, k->len);
 }
 
-/* Unlink and free the task for k from the list at pp; its size, or 0 if
- * not found. */
-static uint64_t list_remove(struct mst_task **pp, const struct mst_okey *k)
+/* Unlink and free the task for k from the FIFO at pp whose tail pointer is
+ * *tail; its size, or 0 if not found. Tasks end about in the order they
+ * were sent, so the one sought is near the head. */
+static uint64_t list_remove(struct mst_task **pp, struct mst_task ***tail,
+			    const struct mst_okey *k)
 {
 	for (; *pp; pp = &(*pp)->next) {
 		struct mst_task *t = *pp;
@@ -273,19 +280,13 @@ static uint64_t list_remove(struct mst_task **pp, const struct mst_okey *k)
 			uint64_t size = t->size ? t->size : 1;
 
 			*pp = t->next;
+			if (!t->next)
+				*tail = pp;
 			task_free(t);
 			return size;
 		}
 	}
 	return 0;
-}
-
-/* The tail pointer of a queue after an unlink anywhere in it. */
-static void fix_tail(struct mst_oqueue *q)
-{
-	q->tail = &q->queued;
-	while (*q->tail)
-		q->tail = &(*q->tail)->next;
 }
 
 void mst_offload_end(struct mst_master *m, uint64_t client, const struct mst_okey *k)
@@ -295,13 +296,12 @@ void mst_offload_end(struct mst_master *m, uint64_t client, const struct mst_oke
 
 	pthread_mutex_lock(&m->offload.lock);
 	q = *oqueue_find(&m->offload, client);
-	if (q && (size = list_remove(&q->inflight, k))) {
+	size = q ? list_remove(&q->inflight, &q->itail, k) : 0;
+	if (q && !size)
+		size = list_remove(&q->queued, &q->tail, k);
+	if (size) {
 		q->n--;
 		q->bytes -= size <= q->bytes ? size : q->bytes;
-	} else if (q && (size = list_remove(&q->queued, k))) {
-		q->n--;
-		q->bytes -= size <= q->bytes ? size : q->bytes;
-		fix_tail(q);
 	}
 	if (q && size) {
 		m->offload.nended++;
@@ -338,22 +338,19 @@ int mst_offload_wait(struct mst_master *m, uint64_t ms)
 	return rc;
 }
 
-/* Tasks in flight since before deadline go back to the queue. */
+/* Tasks in flight since before deadline go back to the queue (the oldest
+ * sent are first in flight). */
 static void requeue_stale(struct mst_master *m, struct mst_oqueue *q, uint64_t deadline)
 {
-	struct mst_task **pp = &q->inflight;
+	while (q->inflight && q->inflight->sent_ms < deadline) {
+		struct mst_task *t = q->inflight;
 
-	while (*pp) {
-		struct mst_task *t = *pp;
-
-		if (t->sent_ms >= deadline) {
-			pp = &t->next;
-			continue;
-		}
-		*pp = t->next;
+		q->inflight = t->next;
 		enqueue(q, t);
 		lc_fetch_add_relaxed(&m->ctr.offload_requeued, 1);
 	}
+	if (!q->inflight)
+		q->itail = &q->inflight;
 }
 
 static Lunar__OffloadTask *task_pb(const struct mst_task *t)
@@ -398,8 +395,9 @@ static int take_locked(struct mst_oqueue *q, uint64_t now, Lunar__OffloadTask **
 		(*n)++;
 		q->queued = t->next;
 		t->sent_ms = now ? now : 1;
-		t->next = q->inflight;
-		q->inflight = t;
+		t->next = NULL;
+		*q->itail = t;
+		q->itail = &t->next;
 	}
 	if (!q->queued)
 		q->tail = &q->queued;

@@ -305,6 +305,7 @@ static void offload_batch(struct px_proxy *px, struct px_otask *t, struct dsk_re
 			  size_t *nd, struct dsk_record *failed, size_t *nf)
 {
 	static __thread struct obatch ob;
+	uint64_t t0;
 
 	ob.n = 0;
 	for (; t; t = t->next) {
@@ -323,8 +324,12 @@ static void offload_batch(struct px_proxy *px, struct px_otask *t, struct dsk_re
 						     .len = t->len,
 						     .crc32c = t->crc};
 	}
+	t0 = lc_now_ns();
 	dsk_put_batch(px->disk->store, ob.v, ob.n);
+	atomic_fetch_add(&px->disk->offload_write_us, (lc_now_ns() - t0) / 1000);
 	for (size_t i = 0; i < ob.n; i++) {
+		if (!ob.v[i].rc)
+			atomic_fetch_add(&px->disk->offload_bytes, ob.v[i].len);
 		struct dsk_put_item *it = &ob.v[i];
 
 		if (it->rc == LUNAR_ERR_OBJECT_ALREADY_EXISTS)
