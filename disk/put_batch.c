@@ -21,7 +21,8 @@
 #define DSK_GROUPS_MAX	30u	    /* groups a submission: 4 requests each <= ring */
 
 struct dsk_wgroup {
-	unsigned first, n; /* plans[first .. first + n), vec likewise */
+	unsigned first, n; /* plans[first .. first + n) */
+	unsigned vfirst, nvec; /* its pieces: vec[vfirst .. vfirst + nvec) */
 	uint64_t doff, dend, moff, mend;
 	int dfd, mfd;
 	char *meta; /* the group's metadata records, mend - moff bytes */
@@ -32,8 +33,8 @@ struct dsk_wbatch {
 	struct dsk_ioctx *c;
 	struct dsk_put_plan plans[DSK_BATCH_MAX];
 	struct dsk_put_item *items[DSK_BATCH_MAX];
-	struct iovec vec[DSK_BATCH_MAX];
-	unsigned n;
+	struct iovec vec[2 * DSK_BATCH_MAX]; /* an object, and its padding if apart */
+	unsigned n, nv;
 	struct dsk_wgroup g[DSK_GROUPS_MAX];
 	unsigned ng;
 	uint64_t staged; /* bounce bytes taken */
@@ -45,22 +46,32 @@ static int group_extends(const struct dsk_wbatch *w, const struct dsk_put_plan *
 	const struct dsk_wgroup *g = w->ng ? &w->g[w->ng - 1] : NULL;
 
 	return g && p->dfd == g->dfd && p->r->off == g->dend && p->moff == g->mend &&
-	       g->dend + dlen - g->doff <= DSK_GROUP_BYTES && g->n < DSK_GROUP_VEC;
+	       g->dend + dlen - g->doff <= DSK_GROUP_BYTES && g->nvec + 2 <= DSK_GROUP_VEC;
 }
 
-/* Where the bytes of it go from: the caller's memory, or a padded copy in
- * the bounce buffer. */
-static struct iovec item_piece(struct dsk_wbatch *w, const struct dsk_put_item *it, uint64_t dlen)
+/* Zeros that pad a buffered file's record to its 4 KiB slot. */
+static const char zeros[DSK_ALIGN];
+
+/* The pieces the bytes of it (dlen padded) go from, appended to w->vec:
+ * the caller's memory (and zeros up to dlen), or a padded copy in the
+ * bounce buffer. The pieces added. */
+static unsigned item_pieces(struct dsk_wbatch *w, const struct dsk_put_item *it, uint64_t dlen)
 {
 	char *dst;
 
-	if (!w->c->s->direct || (!((uintptr_t)it->buf % DSK_ALIGN) && it->len == dlen))
-		return (struct iovec){(void *)it->buf, it->len};
+	if (!w->c->s->direct || (!((uintptr_t)it->buf % DSK_ALIGN) && it->len == dlen)) {
+		w->vec[w->nv++] = (struct iovec){(void *)it->buf, it->len};
+		if (it->len == dlen)
+			return 1;
+		w->vec[w->nv++] = (struct iovec){(void *)zeros, dlen - it->len};
+		return 2;
+	}
 	dst = (char *)w->c->bounce + w->staged;
 	memcpy(dst, it->buf, it->len);
 	memset(dst + it->len, 0, dlen - it->len);
 	w->staged += dlen;
-	return (struct iovec){dst, dlen};
+	w->vec[w->nv++] = (struct iovec){dst, dlen};
+	return 1;
 }
 
 /* Whether the batch must be written before it can take an object of dlen
@@ -81,6 +92,7 @@ static void batch_add(struct dsk_wbatch *w, struct dsk_put_plan *p, struct dsk_p
 	if (!group_extends(w, p, dlen)) {
 		g = &w->g[w->ng++];
 		*g = (struct dsk_wgroup){.first = w->n,
+					 .vfirst = w->nv,
 					 .doff = p->r->off,
 					 .dend = p->r->off,
 					 .moff = p->moff,
@@ -89,7 +101,7 @@ static void batch_add(struct dsk_wbatch *w, struct dsk_put_plan *p, struct dsk_p
 					 .mfd = p->mfd};
 	}
 	g = &w->g[w->ng - 1];
-	w->vec[w->n] = item_piece(w, it, dlen);
+	g->nvec += item_pieces(w, it, dlen);
 	w->plans[w->n] = *p;
 	w->items[w->n++] = it;
 	g->n++;
@@ -110,8 +122,8 @@ static unsigned group_ios(struct dsk_wbatch *w, struct dsk_wgroup *g, struct dsk
 	for (unsigned i = g->first; i < g->first + g->n; i++)
 		memcpy(g->meta + (w->plans[i].moff - g->moff), w->plans[i].meta, w->plans[i].mlen);
 	dsk_io_set(&ios[n], DSK_IO_WRITE, g->dfd, NULL, g->dend - g->doff, g->doff, -1);
-	ios[n].vec = &w->vec[g->first];
-	ios[n++].nvec = (int)g->n;
+	ios[n].vec = &w->vec[g->vfirst];
+	ios[n++].nvec = (int)g->nvec;
 	if (sync) {
 		ios[0].flags = DSK_IO_LINK;
 		dsk_io_set(&ios[n], DSK_IO_FSYNC, g->dfd, NULL, 0, 0, -1);
@@ -150,7 +162,7 @@ static void batch_write(struct dsk_store *s, struct dsk_wbatch *w)
 		}
 		free(g->meta);
 	}
-	w->n = w->ng = 0;
+	w->n = w->ng = w->nv = 0;
 	w->staged = 0;
 }
 
@@ -202,7 +214,7 @@ void dsk_put_batch(struct dsk_store *s, struct dsk_put_item *v, size_t n)
 	static __thread struct dsk_wbatch w;
 
 	w.c = dsk_ctx_get(s);
-	w.n = w.ng = 0;
+	w.n = w.ng = w.nv = 0;
 	w.staged = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct dsk_put_item *it = &v[i];
