@@ -20,9 +20,13 @@
 #define DSK_DEFAULT_HIGH_WATERMARK 0.9
 
 enum dsk_policy {
-	DSK_FIFO = 0, /* evict the oldest bucket */
-	DSK_LRU = 1,  /* evict the bucket least recently read (or written) */
+	DSK_FIFO = 0,  /* evict the oldest bucket */
+	DSK_LRU = 1,   /* evict the bucket least recently read (or written) */
+	DSK_CLOCK = 2, /* the oldest bucket, but its records read since they were
+			* written move to the newest first (FIFO with a second
+			* chance), up to half the bucket and DSK_RESCUE_BYTES */
 };
+#define DSK_RESCUE_BYTES (16u << 20)
 
 /* One stored object, as handed to the eviction callback and to dsk_list.
  * The strings and the struct are owned by the store and valid only during
@@ -45,6 +49,16 @@ struct dsk_record {
  */
 typedef int (*dsk_evict_fn)(void *arg, const struct dsk_record *recs, size_t n);
 
+/*
+ * dsk_moved_fn - DSK_CLOCK: recs[0..n) were rewritten (their location is
+ * the new one) as their bucket went; the old copies, left out of the
+ * notify call, are gone. Runs on the evicting thread with no store lock
+ * held; it may block, and may call dsk_remove (say, for a record its
+ * owner no longer wants), but nothing else of this store. NULL: moves are
+ * not told (and the owner still knows the old locations).
+ */
+typedef void (*dsk_moved_fn)(void *arg, const struct dsk_record *recs, size_t n);
+
 struct dsk_config {
 	const char *dir;	 /* created if missing (one level) */
 	uint64_t capacity;	 /* bytes of bucket files kept; > 0 */
@@ -55,6 +69,7 @@ struct dsk_config {
 	int force_sync_io;   /* use pread/pwrite even where io_uring works (tests) */
 	int sync_writes;     /* each put: fdatasync data, then write + fdatasync metadata */
 	dsk_evict_fn notify; /* NULL: evict without telling anyone */
+	dsk_moved_fn moved;  /* DSK_CLOCK's moves; notify_arg is its arg too */
 	void *notify_arg;
 };
 
@@ -78,6 +93,7 @@ struct dsk_stats {
 	uint64_t full_failures; /* puts refused: no space could be freed */
 	uint64_t dropped_at_scan;
 	uint64_t evicted_buckets;
+	uint64_t rescued; /* DSK_CLOCK: records moved to a newer bucket */
 	uint64_t notify_failures;
 	int uring;  /* 1: io_uring backend, 0: synchronous pread/pwrite */
 	int direct; /* 1: data files use O_DIRECT */

@@ -197,6 +197,7 @@ struct dsk_rec {
 	uint16_t tlen;
 	uint16_t klen;
 	uint8_t state;
+	uint8_t ref; /* read since written (DSK_CLOCK) */
 	char name[]; /* tenant '\0' key '\0' */
 };
 
@@ -266,6 +267,7 @@ struct dsk_store {
 	uint64_t evict_round;
 	uint64_t write_failures, read_failures, checksum_failures, full_failures;
 	uint64_t dropped_at_scan, evicted_buckets, notify_failures;
+	uint64_t rescued; /* records moved forward by DSK_CLOCK */
 
 	atomic_uint_fast64_t inflight; /* I/O requests submitted, not completed */
 	atomic_int inject_op;	       /* dsk_test_inject: op of the next failure */
@@ -329,6 +331,7 @@ struct dsk_put_plan {
 	uint64_t moff; /* the metadata record's offset */
 	uint32_t mlen;
 	void *meta;
+	int no_evict; /* full: fail rather than evict (eviction's own writes) */
 };
 /* dsk_put_args - check a put's arguments; 0 and *len (the total), or
  * LUNAR_ERR_INVALID_PARAMS / INVALID_KEY. Pure. */
@@ -365,6 +368,28 @@ int dsk_get_read(struct dsk_ioctx *c, const struct dsk_get_plan *p, const struct
 /* dsk_get_failed - after a failed read (rc) of record idx of b: count it and
  * drop the record if its bytes are gone or corrupt. s->mu held. */
 void dsk_get_failed(struct dsk_store *s, struct dsk_bucket *b, uint32_t idx, int rc);
+
+/* put_batch.c */
+/* dsk_put_batch_ex - dsk_put_batch; with no_evict, a full store fails an
+ * object (NO_AVAILABLE_HANDLE) rather than evicting: for eviction itself,
+ * which holds evict_mu. */
+void dsk_put_batch_ex(struct dsk_store *s, struct dsk_put_item *v, size_t n, int no_evict);
+
+/* rescue.c: DSK_CLOCK's second chance, within one bucket eviction */
+struct dsk_rescue;
+/* dsk_rescue_read - read the live records of b (being evicted, writers
+ * drained) read since written, up to half its data and DSK_RESCUE_BYTES,
+ * into memory, and take them out of recs[0..*n) (the notify list, which is
+ * compacted). NULL when there are none or no memory. evict_mu held, s->mu
+ * not. */
+struct dsk_rescue *dsk_rescue_read(struct dsk_store *s, struct dsk_bucket *b,
+				   struct dsk_record *recs, size_t *n);
+/* dsk_rescue_write - after b is retired: write the rescued records anew
+ * (never evicting), tell cfg.moved of those written and cfg.notify of
+ * those not, and free r. NULL ok. evict_mu held, s->mu not. */
+void dsk_rescue_write(struct dsk_store *s, struct dsk_rescue *r);
+/* dsk_rescue_free - drop r unwritten (the bucket stays). NULL ok. */
+void dsk_rescue_free(struct dsk_rescue *r);
 
 /* evict.c */
 /* dsk_evict_for - free space until need more bytes fit; called without s->mu.

@@ -150,6 +150,7 @@ int64_t dsk_get(struct dsk_store *s, const char *tenant, const char *key, const 
 	p = (struct dsk_get_plan){.fd = b->dfd, .off = r->off, .len = r->len, .crc = r->crc};
 	b->readers++;
 	b->last_use = ++s->tick;
+	r->ref = 1;
 	pthread_mutex_unlock(&s->mu);
 
 	if (s->read_hook)

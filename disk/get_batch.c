@@ -64,6 +64,7 @@ static void plan_reads(struct dsk_store *s, struct dsk_get_item *v, size_t n, st
 		};
 		r->b->readers++;
 		r->b->last_use = ++s->tick;
+		r->ref = 1;
 		it->crc32c = r->crc;
 		it->length = r->len;
 		it->location = (uint64_t)r->b->id << 32 | r->idx;

@@ -57,8 +57,8 @@ int dsk_put_reserve(struct dsk_store *s, struct dsk_put_plan *p, uint64_t dlen)
 		if (s->used + need <= s->cfg.capacity)
 			break;
 		pthread_mutex_unlock(&s->mu);
-		rc = need <= s->cfg.capacity ? dsk_evict_for(s, need)
-					     : LUNAR_ERR_NO_AVAILABLE_HANDLE;
+		rc = need <= s->cfg.capacity && !p->no_evict ? dsk_evict_for(s, need)
+							     : LUNAR_ERR_NO_AVAILABLE_HANDLE;
 		pthread_mutex_lock(&s->mu);
 		if (rc < 0) {
 			s->full_failures++;

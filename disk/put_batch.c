@@ -167,7 +167,8 @@ static void batch_write(struct dsk_store *s, struct dsk_wbatch *w)
 }
 
 /* Reserve it's place (plan in *p, metadata encoded); 0 or a code. */
-static int item_reserve(struct dsk_store *s, struct dsk_put_item *it, struct dsk_put_plan *p)
+static int item_reserve(struct dsk_store *s, struct dsk_put_item *it, struct dsk_put_plan *p,
+			int no_evict)
 {
 	struct iovec v = {(void *)it->buf, it->len};
 	size_t tlen, klen;
@@ -178,7 +179,7 @@ static int item_reserve(struct dsk_store *s, struct dsk_put_item *it, struct dsk
 		return rc;
 	tlen = strlen(it->tenant);
 	klen = strlen(it->key);
-	*p = (struct dsk_put_plan){.mlen = dsk_meta_size(tlen, klen)};
+	*p = (struct dsk_put_plan){.mlen = dsk_meta_size(tlen, klen), .no_evict = no_evict};
 	p->meta = malloc(p->mlen);
 	p->r = dsk_rec_alloc(it->tenant, tlen, it->key, klen);
 	if (!p->meta || !p->r) {
@@ -211,6 +212,11 @@ static int would_evict(struct dsk_store *s, const struct dsk_put_item *it, uint6
 
 void dsk_put_batch(struct dsk_store *s, struct dsk_put_item *v, size_t n)
 {
+	dsk_put_batch_ex(s, v, n, 0);
+}
+
+void dsk_put_batch_ex(struct dsk_store *s, struct dsk_put_item *v, size_t n, int no_evict)
+{
 	static __thread struct dsk_wbatch w;
 
 	w.c = dsk_ctx_get(s);
@@ -221,6 +227,10 @@ void dsk_put_batch(struct dsk_store *s, struct dsk_put_item *v, size_t n)
 		uint64_t dlen = DSK_PAD(it->len, DSK_ALIGN);
 		struct dsk_put_plan p;
 
+		if (dlen > DSK_BOUNCE && no_evict) {
+			it->rc = LUNAR_ERR_NO_AVAILABLE_HANDLE;
+			continue;
+		}
 		if (dlen > DSK_BOUNCE) {
 			struct iovec iov = {(void *)it->buf, it->len};
 
@@ -228,9 +238,9 @@ void dsk_put_batch(struct dsk_store *s, struct dsk_put_item *v, size_t n)
 					 &it->location);
 			continue;
 		}
-		if (w.n && (batch_full(&w, it, dlen) || would_evict(s, it, dlen)))
+		if (w.n && (batch_full(&w, it, dlen) || (!no_evict && would_evict(s, it, dlen))))
 			batch_write(s, &w);
-		it->rc = item_reserve(s, it, &p);
+		it->rc = item_reserve(s, it, &p, no_evict);
 		if (it->rc == 0)
 			batch_add(&w, &p, it, dlen);
 	}

@@ -51,7 +51,7 @@ static const struct flag flags[] = {
 	  "DUR   test hook: hold the heartbeat thread's first beat (0)"),
 	F("disk-dir", K_STR, disk_dir, "DIR   SSD tier directory (none: no SSD tier)"),
 	F("disk-capacity", K_SIZE, disk_capacity, "SIZE  bytes of the SSD tier (16GiB)"),
-	F("disk-eviction", K_POLICY, disk_policy, "NAME  SSD eviction by bucket: fifo|lru (fifo)"),
+	F("disk-eviction", K_POLICY, disk_policy, "NAME  SSD eviction by bucket: fifo|lru|clock (clock)"),
 	F("dumpable", K_BOOL, dumpable,
 	  "      let processes of our uid ptrace us and read our memory, and\n"
 	  "                             dump core (off: a client could reach the others' memory)"),
@@ -94,6 +94,7 @@ static void defaults(struct px_config *c)
 	c->rpc_timeout_ms = 5000;
 	c->ping_interval_ms = 1000;
 	c->disk_capacity = 16ull << 30;
+	c->disk_policy = 2; /* DSK_CLOCK */
 }
 
 /* "1000,1001" into ids[]; at most 16. */
@@ -157,10 +158,10 @@ static int set_flag(struct px_config *c, const struct flag *f, const char *v)
 		return parse_ids(v, (uint32_t *)c->allow_uid, &c->n_allow_uid);
 	case K_GIDS:
 		return parse_ids(v, (uint32_t *)c->allow_gid, &c->n_allow_gid);
-	case K_POLICY:
-		if (strcmp(v, "fifo") && strcmp(v, "lru"))
+	case K_POLICY: /* enum dsk_policy */
+		if (strcmp(v, "fifo") && strcmp(v, "lru") && strcmp(v, "clock"))
 			return -EINVAL;
-		*(int *)p = !strcmp(v, "lru"); /* DSK_LRU */
+		*(int *)p = !strcmp(v, "lru") ? 1 : !strcmp(v, "clock") ? 2 : 0;
 		return 0;
 	}
 	return -EINVAL;

@@ -90,7 +90,9 @@ static uint64_t queue_depth(struct px_disk *d)
 
 static const char *policy_name(const struct px_proxy *px)
 {
-	return px->cfg.disk_policy == DSK_LRU ? "lru" : "fifo";
+	return px->cfg.disk_policy == DSK_LRU	  ? "lru"
+	       : px->cfg.disk_policy == DSK_CLOCK ? "clock"
+						  : "fifo";
 }
 
 struct figure {
@@ -170,7 +172,7 @@ int px_disk_status(struct px_proxy *px, struct lc_http_reply *rep)
 	    "\"offload_failures\":%llu,\"write_failures\":%llu,\"full_failures\":%llu,"
 	    "\"read_failures\":%llu,\"checksum_failures\":%llu,\"dropped_at_scan\":%llu,"
 	    "\"evicted_buckets\":%llu,\"notify_failures\":%llu,\"io_uring\":%s,\"direct\":%s,"
-	    "\"offload_bytes\":%llu,\"offload_write_us\":%llu,\"dir\":",
+	    "\"offload_bytes\":%llu,\"offload_write_us\":%llu,\"rescued\":%llu,\"dir\":",
 	    (unsigned long long)st.capacity, (unsigned long long)st.used,
 	    (unsigned long long)st.buckets, (unsigned long long)st.records,
 	    (unsigned long long)queue_depth(d), (unsigned long long)st.queue_depth, policy_name(px),
@@ -181,7 +183,8 @@ int px_disk_status(struct px_proxy *px, struct lc_http_reply *rep)
 	    (unsigned long long)st.dropped_at_scan, (unsigned long long)st.evicted_buckets,
 	    (unsigned long long)st.notify_failures, st.uring ? "true" : "false",
 	    st.direct ? "true" : "false", (unsigned long long)atomic_load(&d->offload_bytes),
-	    (unsigned long long)atomic_load(&d->offload_write_us));
+	    (unsigned long long)atomic_load(&d->offload_write_us),
+	    (unsigned long long)st.rescued);
 	rc = rc ?: json_str(rep, px->cfg.disk_dir);
 	return rc ?: lc_http_reply_printf(rep, "}\n");
 }

@@ -85,6 +85,22 @@ static int on_evict(void *arg, const struct dsk_record *recs, size_t n)
 	return rc;
 }
 
+/* DSK_CLOCK moved records read since written to a newer bucket: the
+ * master learns their new locations as it learns an offload's (the object
+ * must still be that value); a copy it refuses goes. */
+static void on_moved(void *arg, const struct dsk_record *recs, size_t n)
+{
+	struct px_proxy *px = arg;
+	int *codes = calloc(n, sizeof(*codes));
+	int rc = codes ? px_disk_records_call(px, LUNAR__METHOD__OFFLOAD_DONE, recs, n, codes)
+		       : LUNAR_ERR_INTERNAL;
+
+	for (size_t i = 0; i < n; i++)
+		if (rc || codes[i])
+			dsk_remove(px->disk->store, recs[i].tenant, recs[i].key);
+	free(codes);
+}
+
 /* --- restart re-registration --- */
 
 struct reg_list {
@@ -423,7 +439,8 @@ static void log_scan(const struct px_config *c, const struct dsk_scan_stats *sc,
 		"disk tier %s: %llu bytes, %s eviction, %s%s; scan kept %llu records in %llu "
 		"buckets, dropped %llu records and %llu buckets",
 		c->disk_dir, (unsigned long long)c->disk_capacity,
-		c->disk_policy == DSK_LRU ? "lru" : "fifo", st.uring ? "io_uring" : "sync I/O",
+		c->disk_policy == DSK_LRU ? "lru" : c->disk_policy == DSK_CLOCK ? "clock" : "fifo",
+		st.uring ? "io_uring" : "sync I/O",
 		st.direct ? ", O_DIRECT" : "", (unsigned long long)sc->records_ok,
 		(unsigned long long)sc->buckets, (unsigned long long)sc->records_dropped,
 		(unsigned long long)sc->buckets_dropped);
@@ -435,6 +452,7 @@ int px_disk_open(struct px_proxy *px)
 				.capacity = px->cfg.disk_capacity,
 				.policy = (enum dsk_policy)px->cfg.disk_policy,
 				.notify = on_evict,
+				.moved = on_moved,
 				.notify_arg = px};
 	struct px_disk *d;
 	int rc;

@@ -5,7 +5,9 @@
  * dsk_get_batch into aligned and unaligned buffers, before and after a
  * restart scan (io_uring, synchronous I/O, and buffered files); a failed group write fails its objects only and leaves
  * nothing readable of them; a batch that fills the store evicts instead of
- * waiting on its own pending records.
+ * waiting on its own pending records. The clock policy moves the records
+ * of the oldest bucket read since written to a newer one (telling moved,
+ * and notify only of the others), up to half the bucket.
  */
 #include "test_disk_util.h"
 
@@ -167,6 +169,72 @@ static void test_disk_batch_fills_and_evicts(void **state)
 	vals_free(v, N);
 }
 
+struct told {
+	uint64_t first; /* the first bucket's id */
+	size_t notified, moved;
+	uint64_t moved_loc[N];
+};
+
+static int count_notify(void *arg, const struct dsk_record *recs, size_t n)
+{
+	struct told *t = arg;
+
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(recs[i].location >> 32, t->first);
+	t->notified += n;
+	return 0;
+}
+
+static void count_moved(void *arg, const struct dsk_record *recs, size_t n)
+{
+	struct told *t = arg;
+
+	for (size_t i = 0; i < n; i++) {
+		assert_true(recs[i].location >> 32 > t->first); /* now in a newer bucket */
+		t->moved_loc[t->moved++] = recs[i].location;
+	}
+}
+
+static void test_disk_batch_clock_rescues_read_records(void **state)
+{
+	struct dsk_config cfg = cfg_base(256 * MIB);
+	struct vals *v = vals_make(60, "c");
+	struct told t = {0};
+	struct dsk_scan_stats scan;
+	struct dsk_record rec;
+	struct dsk_store *s;
+
+	cfg.bucket_objects = 20;
+	cfg.policy = DSK_CLOCK;
+	cfg.notify = count_notify;
+	cfg.moved = count_moved;
+	cfg.notify_arg = &t;
+	s = open_ok(&cfg, NULL);
+	dsk_put_batch(s, v->it, 60); /* three buckets */
+	t.first = v->it[0].location >> 32;
+	/* read 3 records of the first bucket */
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(get_pat(s, v->key[i * 5], v->len[i * 5], i * 5 + 1, 0),
+				 (int64_t)v->len[i * 5]);
+	assert_true(dsk_evict(s) > 0);
+	assert_int_equal(t.moved, 3);
+	assert_int_equal(t.notified, 17);
+	for (unsigned i = 0; i < 20; i++) {
+		int64_t rc = get_pat(s, v->key[i], v->len[i], i + 1, 0);
+
+		assert_int_equal(rc, i % 5 == 0 && i < 15 ? (int64_t)v->len[i]
+							 : LUNAR_ERR_OBJECT_NOT_FOUND);
+	}
+	assert_int_equal(dsk_lookup(s, T, v->key[5], &rec), 0);
+	assert_int_equal(rec.location, t.moved_loc[1]);
+	dsk_store_close(s);
+	s = open_ok(&cfg, &scan); /* the moved copies are there after a restart */
+	assert_int_equal(scan.records_ok, 43);
+	assert_int_equal(get_all(s, v, 60, 1), 43);
+	dsk_store_close(s);
+	vals_free(v, 60);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -177,6 +245,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_batch_write_failure, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_batch_fills_and_evicts, setup_var, teardown),
+	    cmocka_unit_test_setup_teardown(test_disk_batch_clock_rescues_read_records, setup_var,
+					    teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
