@@ -31,7 +31,8 @@ unique=
 replay() {
 	local out=$1 cap=$2 sock=$BL_TMP/p.sock port
 	shift 2
-	bl_start_proxy proxy "$sock" --embedded-master --segment-size "$((cap * 65536))" "$@"
+	bl_start_proxy proxy "$sock" --embedded-master --http-port 0 \
+		--segment-size "$((cap * 65536))" "$@"
 	bl_run "$out" "$RUN_SECS" "$BIN/lunar-bench" --trace "$TRACE" --block-size 64KiB \
 		--capacity-blocks "$cap" --socket "$sock" || true
 	port=$(grep -o 'HTTP on http://[0-9.]*:[0-9]*' "$BL_TMP/proxy.log" | grep -o '[0-9]*$' || true)
