@@ -338,8 +338,8 @@ static int64_t round_locked(struct mst_master *m, struct census_arg *a)
 	if (!k && left(a->cs) && pressure)
 		k = 1;
 	n = evict_chunk(m, a, k);
-	while (pressure && (double)used(m) - (double)a->queued > low && (left(a->cs) || !a->fresh) &&
-	       !stalled(m, a))
+	while (pressure && (double)used(m) - (double)a->queued > low &&
+	       (left(a->cs) || !a->fresh) && !stalled(m, a))
 		n += evict_chunk(m, a, k);
 	return n;
 }

@@ -51,7 +51,8 @@ static const struct flag flags[] = {
 	  "DUR   test hook: hold the heartbeat thread's first beat (0)"),
 	F("disk-dir", K_STR, disk_dir, "DIR   SSD tier directory (none: no SSD tier)"),
 	F("disk-capacity", K_SIZE, disk_capacity, "SIZE  bytes of the SSD tier (16GiB)"),
-	F("disk-eviction", K_POLICY, disk_policy, "NAME  SSD eviction by bucket: fifo|lru|clock (clock)"),
+	F("disk-eviction", K_POLICY, disk_policy,
+	  "NAME  SSD eviction by bucket: fifo|lru|clock (clock)"),
 	F("dumpable", K_BOOL, dumpable,
 	  "      let processes of our uid ptrace us and read our memory, and\n"
 	  "                             dump core (off: a client could reach the others' memory)"),

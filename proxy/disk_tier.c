@@ -330,7 +330,8 @@ static void offload_batch(struct px_proxy *px, struct px_otask *t, struct dsk_re
 			continue;
 		}
 		if (!source_ok(px, t)) {
-			offload_outcome(px, t, LUNAR_ERR_CHECKSUM_MISMATCH, 0, done, nd, failed, nf);
+			offload_outcome(px, t, LUNAR_ERR_CHECKSUM_MISMATCH, 0, done, nd, failed,
+					nf);
 			continue;
 		}
 		ob.t[ob.n] = t;

@@ -123,7 +123,8 @@ struct px_defer {
  * still listed returns the value's bytes or an error.
  */
 static int64_t read_value(struct px_proxy *px, const char *tenant, const struct px_item *it,
-			  const struct px_cached *e, struct px_down *down, const struct px_defer *df)
+			  const struct px_cached *e, struct px_down *down,
+			  const struct px_defer *df)
 {
 	struct iovec iov[LUNAR_IOV_MAX];
 	int iovcnt, mismatch = 0, tried = 0, missing = 0;

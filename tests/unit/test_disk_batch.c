@@ -3,8 +3,8 @@
  * writes many objects (aligned ones straight from the caller, odd sizes
  * and addresses staged) that read back byte for byte, one by one and with
  * dsk_get_batch into aligned and unaligned buffers, before and after a
- * restart scan (io_uring, synchronous I/O, and buffered files); a failed group write fails its objects only and leaves
- * nothing readable of them; a batch that fills the store evicts instead of
+ * restart scan (io_uring, synchronous I/O, and buffered files); a failed
+ * group write fails its objects only and leaves nothing readable of them; a batch that fills the store evicts instead of
  * waiting on its own pending records. The clock policy moves the records
  * of the oldest bucket read since written to a newer one (telling moved,
  * and notify only of the others), up to half the bucket.
@@ -33,11 +33,10 @@ static struct vals *vals_make(unsigned n, const char *prefix)
 		assert_int_equal(posix_memalign((void **)&v->buf[i], 4096, v->len[i] + mis), 0);
 		fill(v->buf[i] + mis, v->len[i], i + 1);
 		snprintf(v->key[i], sizeof(v->key[i]), "%s-%u", prefix, i);
-		v->it[i] = (struct dsk_put_item){.tenant = T,
-						 .key = v->key[i],
-						 .buf = v->buf[i] + mis,
-						 .len = v->len[i],
-						 .crc32c = lc_crc32c(0, v->buf[i] + mis, v->len[i])};
+		v->it[i] = (struct dsk_put_item){.tenant = T, .key = v->key[i]};
+		v->it[i].buf = v->buf[i] + mis;
+		v->it[i].len = v->len[i];
+		v->it[i].crc32c = lc_crc32c(0, v->buf[i] + mis, v->len[i]);
 	}
 	return v;
 }
