@@ -47,6 +47,8 @@ static const struct flag flags[] = {
 	F("grace", K_MS, grace_ms, "DUR   on SIGTERM: segment readable, no new data, this long (0)"),
 	F("http-port", K_U16, http_port, "N     metrics/health/admin HTTP port (9300; 0 picks one)"),
 	F("debug-put-delay", K_MS, debug_put_delay_ms, "DUR   test hook: delay before committing a put (0)"),
+	F("debug-disk-read-delay", K_MS, debug_disk_read_delay_ms,
+	  "DUR   test hook: delay each read from the SSD tier (0)"),
 	F("debug-heartbeat-delay", K_MS, debug_hb_delay_ms,
 	  "DUR   test hook: hold the heartbeat thread's first beat (0)"),
 	F("disk-dir", K_STR, disk_dir, "DIR   SSD tier directory (none: no SSD tier)"),

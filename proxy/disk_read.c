@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "disk/disk.h"
 #include "http.h"
@@ -36,6 +37,8 @@ static int64_t disk_get(struct px_proxy *px, const char *tenant, const char *key
 
 	if (!d || dsk_lookup(d->store, tenant, key, &rec))
 		return LUNAR_ERR_OBJECT_NOT_FOUND;
+	if (px->cfg.debug_disk_read_delay_ms)
+		usleep((useconds_t)px->cfg.debug_disk_read_delay_ms * 1000);
 	if (want_crc && rec.crc32c != *want_crc)
 		return LUNAR_ERR_CHECKSUM_MISMATCH; /* a copy of another value */
 	n = dsk_get(d->store, tenant, key, iov, iovcnt);
@@ -65,6 +68,8 @@ void px_disk_get_batch(struct px_proxy *px, struct dsk_get_item *v, size_t n)
 			v[i].res = LUNAR_ERR_OBJECT_NOT_FOUND;
 		return;
 	}
+	if (px->cfg.debug_disk_read_delay_ms)
+		usleep((useconds_t)px->cfg.debug_disk_read_delay_ms * 1000);
 	dsk_get_batch(d->store, v, n);
 	for (size_t i = 0; i < n; i++) {
 		struct dsk_record rec = {

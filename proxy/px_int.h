@@ -61,6 +61,7 @@ struct px_config {
 	uint64_t ping_interval_ms;/* --ping-interval */
 	uint64_t debug_put_delay_ms; /* --debug-put-delay: test hook */
 	uint64_t debug_hb_delay_ms;  /* --debug-heartbeat-delay: test hook */
+	uint64_t debug_disk_read_delay_ms; /* --debug-disk-read-delay: test hook */
 	uint16_t http_port;       /* --http-port: metrics, health, admin */
 	uint64_t grace_ms;        /* --grace: serve reads this long after SIGTERM */
 	const char *disk_dir;     /* --disk-dir: SSD tier; NULL: none */
