@@ -42,6 +42,7 @@ static const struct flag flags[] = {
     F("offload-force-evict", SWITCH, offload_force_evict),
     F("offload-queue", COUNT, offload_queue),
     F("offload-queue-bytes", SIZE, offload_queue_bytes),
+    F("offload-put-wait", DURATION, offload_put_wait_ms),
 };
 
 static const char *const strategies[] = {
@@ -66,6 +67,7 @@ void mst_config_defaults(struct mst_config *cfg)
 	    .offload = MST_OFFLOAD_ON_EVICT,
 	    .offload_queue = 65536,
 	    .offload_queue_bytes = 64ull << 20,
+	    .offload_put_wait_ms = 500,
 	};
 }
 
@@ -212,5 +214,8 @@ const char *mst_config_usage(void)
 	       "(false)\n"
 	       "  --offload-queue N                offload tasks queued per proxy (65536)\n"
 	       "  --offload-queue-bytes SIZE       bytes queued per proxy (64MiB; at most a\n"
-	       "                                   quarter of the memory mounted)\n";
+	       "                                   quarter of the memory mounted)\n"
+	       "  --offload-put-wait DURATION      a put finding memory full of objects waiting\n"
+	       "                                   for their copy waits this long for one (500ms),\n"
+	       "                                   then the least recently used go uncopied\n";
 }

@@ -406,7 +406,7 @@ int mst_evict_after_failure(struct mst_master *m, uint64_t gen)
 	/* What could go is waiting for its disk copy: the put waits for one
 	 * rather than an object going uncopied; if the disk is stalled, the
 	 * least recently used go without their copy. */
-	if (mst_offload_wait(m, MST_OFFLOAD_WAIT_MS))
+	if (m->cfg.offload_put_wait_ms && mst_offload_wait(m, m->cfg.offload_put_wait_ms))
 		return 1;
 	LC_WRITE_ONCE(m->alloc_failed, 1);
 	pthread_mutex_lock(&m->evict_lock);

@@ -56,6 +56,7 @@ struct mst_config {
 	int offload_force_evict;       /* --offload-force-evict: evict when the queue is full */
 	uint64_t offload_queue;	       /* --offload-queue 65536: tasks per proxy */
 	uint64_t offload_queue_bytes;  /* --offload-queue-bytes 64MiB (<= capacity / 4) */
+	uint64_t offload_put_wait_ms;  /* --offload-put-wait 500ms (on an RPC thread) */
 };
 
 /* mst_config_defaults - fill *cfg with the SPEC §10 defaults. Never fails;

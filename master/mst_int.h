@@ -370,7 +370,6 @@ int mst_offload_forgets_take(struct mst_master *m, uint64_t client, Lunar__DiskR
  * the offload lock only: call with no other master lock held.
  */
 int mst_offload_wait(struct mst_master *m, uint64_t ms);
-#define MST_OFFLOAD_WAIT_MS 500
 /* mst_offload_drop_client - forget client's queue (it is dead). */
 void mst_offload_drop_client(struct mst_master *m, uint64_t client);
 /* mst_offload_depth - tasks queued or in flight over all proxies. */

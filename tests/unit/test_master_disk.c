@@ -208,7 +208,7 @@ static void test_master_disk_queue_full_force_evicts(void **state)
 
 /* Memory full of objects waiting for (or refused) their disk copy: a put
  * waits for an offload to end, and when none does within
- * MST_OFFLOAD_WAIT_MS, the least recently used goes uncopied instead of
+ * --offload-put-wait, the least recently used goes uncopied instead of
  * the put being refused. */
 static void test_master_disk_put_waits_then_drops(void **state)
 {
@@ -229,7 +229,7 @@ static void test_master_disk_put_waits_then_drops(void **state)
 	/* no room: one object is queued for its copy, the queue is full, and
 	 * nobody pings to write it */
 	assert_int_equal(put_crc(m, "w4", 15 * MIB, 9), 0);
-	assert_true(lc_now_ms() - t0 >= MST_OFFLOAD_WAIT_MS - 50);
+	assert_true(lc_now_ms() - t0 >= 450); /* --offload-put-wait 500ms */
 	for (int i = 0; i < 4; i++) {
 		snprintf(key, sizeof(key), "w%d", i);
 		left += exist(m, NULL, key);
@@ -275,7 +275,7 @@ static void test_master_disk_put_waits_for_offload(void **state)
 	assert_int_equal(pthread_create(&th, NULL, late_offload, m), 0);
 	assert_int_equal(put_crc(m, "w4", 15 * MIB, 9), 0);
 	pthread_join(th, NULL);
-	assert_true(lc_now_ms() - t0 < MST_OFFLOAD_WAIT_MS - 50);
+	assert_true(lc_now_ms() - t0 < 450);
 	for (int i = 0; i < 4; i++) {
 		snprintf(key, sizeof(key), "w%d", i);
 		left += exist(m, NULL, key);
@@ -579,6 +579,7 @@ static void test_master_disk_flags(void **state)
 	assert_int_equal(cfg.offload_queue_bytes, 64ull << 20);
 	assert_int_equal(mst_config_set(&cfg, "offload-queue-bytes", "1GiB"), 0);
 	assert_int_equal(cfg.offload_queue_bytes, 1ull << 30);
+	assert_int_equal(cfg.offload_put_wait_ms, 500);
 	assert_int_equal(mst_config_set(&cfg, "offload", "sometimes"), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(mst_config_set(&cfg, "offload", "on_put"), 0);
 	assert_int_equal(cfg.enable_offload, 1);
