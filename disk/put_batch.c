@@ -17,11 +17,11 @@
 #include "lunar.h"
 
 #define DSK_GROUP_BYTES (4u << 20) /* data bytes of one group's write */
-#define DSK_GROUP_VEC	256u	    /* pieces of one group's write (<= IOV_MAX) */
-#define DSK_GROUPS_MAX	30u	    /* groups a submission: 4 requests each <= ring */
+#define DSK_GROUP_VEC	256u	   /* pieces of one group's write (<= IOV_MAX) */
+#define DSK_GROUPS_MAX	30u	   /* groups a submission: 4 requests each <= ring */
 
 struct dsk_wgroup {
-	unsigned first, n; /* plans[first .. first + n) */
+	unsigned first, n;     /* plans[first .. first + n) */
 	unsigned vfirst, nvec; /* its pieces: vec[vfirst .. vfirst + nvec) */
 	uint64_t doff, dend, moff, mend;
 	int dfd, mfd;
@@ -234,8 +234,8 @@ void dsk_put_batch_ex(struct dsk_store *s, struct dsk_put_item *v, size_t n, int
 		if (dlen > DSK_BOUNCE) {
 			struct iovec iov = {(void *)it->buf, it->len};
 
-			it->rc = dsk_put(s, it->tenant, it->key, &iov, 1, it->crc32c,
-					 &it->location);
+			it->rc =
+			    dsk_put(s, it->tenant, it->key, &iov, 1, it->crc32c, &it->location);
 			continue;
 		}
 		if (w.n && (batch_full(&w, it, dlen) || (!no_evict && would_evict(s, it, dlen))))

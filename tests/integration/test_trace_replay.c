@@ -23,13 +23,13 @@
 
 #include "disk_util.h"
 
-#define TRACE	      "../shared/traces/synthetic_trace.jsonl"
-#define REQUESTS      "2000"
-#define BLOCK	      16384ull
-#define UNIQUE	      33310ull /* unique blocks of the first 2,000 requests */
-#define DRAM_BLOCKS   (UNIQUE * 5 / 100)
-#define SSD_TIMES     20 /* SSD tier: this many times DRAM */
-#define OUT_CAP	      16384
+#define TRACE	    "../shared/traces/synthetic_trace.jsonl"
+#define REQUESTS    "2000"
+#define BLOCK	    16384ull
+#define UNIQUE	    33310ull /* unique blocks of the first 2,000 requests */
+#define DRAM_BLOCKS (UNIQUE * 5 / 100)
+#define SSD_TIMES   20 /* SSD tier: this many times DRAM */
+#define OUT_CAP	    16384
 
 static const char *trace_path(void)
 {
@@ -79,9 +79,9 @@ static const char *figure(const char *out, const char *key, char *v, size_t cap)
 
 static void test_trace_replay_ssd_keeps_up(void **state)
 {
-	const char *trace = trace_path(), *sock, *names[] = {"hit_ratio", "infinite_hit_ratio",
-							      "lru_hit_ratio", "put_soft_errors",
-							      "get_soft_errors", "blocks_per_s"};
+	const char *trace = trace_path(), *sock,
+		   *names[] = {"hit_ratio",	  "infinite_hit_ratio", "lru_hit_ratio",
+			       "put_soft_errors", "get_soft_errors",	"blocks_per_s"};
 	char seg[32], disk[32], cmd[PATH_MAX * 2], v[64];
 	static char out[OUT_CAP];
 	struct h_proc *p;

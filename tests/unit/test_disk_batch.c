@@ -4,10 +4,11 @@
  * and addresses staged) that read back byte for byte, one by one and with
  * dsk_get_batch into aligned and unaligned buffers, before and after a
  * restart scan (io_uring, synchronous I/O, and buffered files); a failed
- * group write fails its objects only and leaves nothing readable of them; a batch that fills the store evicts instead of
- * waiting on its own pending records. The clock policy moves the records
- * of the oldest bucket read since written to a newer one (telling moved,
- * and notify only of the others), up to half the bucket.
+ * group write fails its objects only and leaves nothing readable of them;
+ * a batch that fills the store evicts instead of waiting on its own
+ * pending records. The clock policy moves the records of the oldest bucket
+ * read since written to a newer one (telling moved, and notify only of
+ * the others), up to half the bucket.
  */
 #include "test_disk_util.h"
 
@@ -222,7 +223,7 @@ static void test_disk_batch_clock_rescues_read_records(void **state)
 		int64_t rc = get_pat(s, v->key[i], v->len[i], i + 1, 0);
 
 		assert_int_equal(rc, i % 5 == 0 && i < 15 ? (int64_t)v->len[i]
-							 : LUNAR_ERR_OBJECT_NOT_FOUND);
+							  : LUNAR_ERR_OBJECT_NOT_FOUND);
 	}
 	assert_int_equal(dsk_lookup(s, T, v->key[5], &rec), 0);
 	assert_int_equal(rec.location, t.moved_loc[1]);
@@ -238,8 +239,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_disk_batch_roundtrip, setup_var, teardown),
-	    cmocka_unit_test_setup_teardown(test_disk_batch_roundtrip_sync_io, setup_var,
-					    teardown),
+	    cmocka_unit_test_setup_teardown(test_disk_batch_roundtrip_sync_io, setup_var, teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_batch_roundtrip_buffered, setup_var,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_batch_write_failure, setup_var, teardown),
