@@ -20,9 +20,13 @@
 #define DSK_DEFAULT_HIGH_WATERMARK 0.9
 
 enum dsk_policy {
-	DSK_FIFO = 0, /* evict the oldest bucket */
-	DSK_LRU = 1,  /* evict the bucket least recently read (or written) */
+	DSK_FIFO = 0,  /* evict the oldest bucket */
+	DSK_LRU = 1,   /* evict the bucket least recently read (or written) */
+	DSK_CLOCK = 2, /* the oldest bucket, but its records read since they were
+			* written move to the newest first (FIFO with a second
+			* chance), up to half the bucket and DSK_RESCUE_BYTES */
 };
+#define DSK_RESCUE_BYTES (16u << 20)
 
 /* One stored object, as handed to the eviction callback and to dsk_list.
  * The strings and the struct are owned by the store and valid only during
@@ -45,6 +49,16 @@ struct dsk_record {
  */
 typedef int (*dsk_evict_fn)(void *arg, const struct dsk_record *recs, size_t n);
 
+/*
+ * dsk_moved_fn - DSK_CLOCK: recs[0..n) were rewritten (their location is
+ * the new one) as their bucket went; the old copies, left out of the
+ * notify call, are gone. Runs on the evicting thread with no store lock
+ * held; it may block, and may call dsk_remove (say, for a record its
+ * owner no longer wants), but nothing else of this store. NULL: moves are
+ * not told (and the owner still knows the old locations).
+ */
+typedef void (*dsk_moved_fn)(void *arg, const struct dsk_record *recs, size_t n);
+
 struct dsk_config {
 	const char *dir;	 /* created if missing (one level) */
 	uint64_t capacity;	 /* bytes of bucket files kept; > 0 */
@@ -55,6 +69,7 @@ struct dsk_config {
 	int force_sync_io;   /* use pread/pwrite even where io_uring works (tests) */
 	int sync_writes;     /* each put: fdatasync data, then write + fdatasync metadata */
 	dsk_evict_fn notify; /* NULL: evict without telling anyone */
+	dsk_moved_fn moved;  /* DSK_CLOCK's moves; notify_arg is its arg too */
 	void *notify_arg;
 };
 
@@ -78,6 +93,7 @@ struct dsk_stats {
 	uint64_t full_failures; /* puts refused: no space could be freed */
 	uint64_t dropped_at_scan;
 	uint64_t evicted_buckets;
+	uint64_t rescued; /* DSK_CLOCK: records moved to a newer bucket */
 	uint64_t notify_failures;
 	int uring;  /* 1: io_uring backend, 0: synchronous pread/pwrite */
 	int direct; /* 1: data files use O_DIRECT */
@@ -123,6 +139,28 @@ void dsk_store_close(struct dsk_store *s);
 int dsk_put(struct dsk_store *s, const char *tenant, const char *key, const struct iovec *iov,
 	    int iovcnt, uint32_t crc32c, uint64_t *location);
 
+/* One object of a dsk_put_batch: inputs, then the outcome. */
+struct dsk_put_item {
+	const char *tenant, *key;
+	const void *buf; /* the value: len > 0 bytes */
+	uint64_t len;
+	uint32_t crc32c;   /* as dsk_put's */
+	int rc;		   /* out: as dsk_put returns */
+	uint64_t location; /* out, when rc is 0 */
+};
+
+/*
+ * dsk_put_batch - store each of v[0..n) as dsk_put would, packed: objects
+ * placed one after the other in a bucket are copied into a staging buffer
+ * (registered with the ring where the kernel allows) and go to disk with
+ * one data write per DSK_BOUNCE (4 MiB) and one metadata write, in one
+ * submission; an object larger than that goes alone through dsk_put. Each
+ * item's rc and location are set; the caller keeps v and the buffers, which
+ * are not held after the call. Blocks; any thread. A failed write fails the
+ * objects of its group only.
+ */
+void dsk_put_batch(struct dsk_store *s, struct dsk_put_item *v, size_t n);
+
 /*
  * dsk_get - read the value of (tenant, key) into iov[0..iovcnt), whose total
  * must be at least the value's length. Verifies the CRC32C before returning
@@ -137,6 +175,28 @@ int dsk_put(struct dsk_store *s, const char *tenant, const char *key, const stru
  */
 int64_t dsk_get(struct dsk_store *s, const char *tenant, const char *key, const struct iovec *iov,
 		int iovcnt);
+
+/* One read of a dsk_get_batch: inputs, then the outcome. */
+struct dsk_get_item {
+	const char *tenant, *key;
+	void *buf;	 /* the destination, cap bytes */
+	uint64_t cap;
+	int64_t res;	 /* out: as dsk_get returns */
+	uint32_t crc32c;   /* out: the record's CRC32C, when it was found */
+	uint64_t length;   /* out: its length, likewise */
+	uint64_t location; /* out: its location, likewise */
+};
+
+/*
+ * dsk_get_batch - dsk_get of each of v[0..n), together: every record is
+ * pinned at once, and the reads go in one submission (per DSK_RING_DEPTH
+ * runs), records adjacent in a bucket file coalesced into one vectored
+ * read straight into their destinations when O_DIRECT alignment allows
+ * (the others are read one by one after). Each CRC32C is checked. Sets each
+ * item's res (and crc32c); blocks; any thread. The caller keeps v and the
+ * buffers.
+ */
+void dsk_get_batch(struct dsk_store *s, struct dsk_get_item *v, size_t n);
 
 /*
  * dsk_lookup - copy the record of (tenant, key) into *rec (its strings are

@@ -27,6 +27,7 @@
 #define DSK_NCTX       4	  /* I/O contexts (ring + bounce), each under a mutex */
 #define DSK_RING_DEPTH 128	  /* > LUNAR_IOV_MAX + a metadata write + fsyncs */
 #define DSK_NAME_MAX   64	  /* "b%08x.meta" */
+#define DSK_BATCH_MAX  256u	  /* objects in one packed write (put_batch.c) */
 #define DSK_PAD(x, a)  (((x) + (a)-1) & ~(uint64_t)((a)-1))
 
 /*
@@ -96,6 +97,8 @@ struct dsk_io {
 	int buf_index; /* registered buffer holding buf, or -1 */
 	void *buf;
 	size_t len;
+	const struct iovec *vec; /* READ into / WRITE from vec[0..nvec) (len bytes), not buf */
+	int nvec;
 	uint64_t off;
 	int64_t res; /* out: bytes done, or -errno (-ECANCELED after a failed link) */
 };
@@ -155,6 +158,8 @@ static inline void dsk_io_set(struct dsk_io *io, enum dsk_io_op op, int fd, void
 	io->len = len;
 	io->off = off;
 	io->buf_index = buf_index;
+	io->vec = NULL;
+	io->nvec = 0;
 	io->res = 0;
 }
 
@@ -192,6 +197,7 @@ struct dsk_rec {
 	uint16_t tlen;
 	uint16_t klen;
 	uint8_t state;
+	uint8_t ref; /* read since written (DSK_CLOCK) */
 	char name[]; /* tenant '\0' key '\0' */
 };
 
@@ -261,6 +267,7 @@ struct dsk_store {
 	uint64_t evict_round;
 	uint64_t write_failures, read_failures, checksum_failures, full_failures;
 	uint64_t dropped_at_scan, evicted_buckets, notify_failures;
+	uint64_t rescued; /* records moved forward by DSK_CLOCK */
 
 	atomic_uint_fast64_t inflight; /* I/O requests submitted, not completed */
 	atomic_int inject_op;	       /* dsk_test_inject: op of the next failure */
@@ -316,6 +323,73 @@ struct dsk_rec *dsk_rec_alloc(const char *tenant, size_t tlen, const char *key, 
  * Blocks on disk I/O; store opening only, before the store is shared.
  */
 int dsk_scan(struct dsk_store *s, struct dsk_scan_stats *st);
+
+/* put.c: the pieces of a put that put_batch.c shares */
+struct dsk_put_plan {
+	struct dsk_rec *r;
+	int dfd, mfd;
+	uint64_t moff; /* the metadata record's offset */
+	uint32_t mlen;
+	void *meta;
+	int no_evict; /* full: fail rather than evict (eviction's own writes) */
+};
+/* dsk_put_args - check a put's arguments; 0 and *len (the total), or
+ * LUNAR_ERR_INVALID_PARAMS / INVALID_KEY. Pure. */
+int dsk_put_args(const char *tenant, const char *key, const struct iovec *iov, int iovcnt,
+		 uint64_t *len);
+/* dsk_put_reserve - reserve p->r's place (dlen padded data bytes, p->mlen
+ * metadata bytes) in the open bucket, evicting when full; on success the
+ * record is in the index (PENDING) holding a writer reference on its bucket,
+ * and p->dfd, mfd, moff are set. Takes s->mu; called without it. Codes as
+ * dsk_put. */
+int dsk_put_reserve(struct dsk_store *s, struct dsk_put_plan *p, uint64_t dlen);
+/* dsk_put_fits - whether need more bytes fit without an eviction now. Takes
+ * s->mu. (A batch writes its pending group before a put that would evict:
+ * eviction waits for a bucket's writers, and the group's are ours.) */
+int dsk_put_fits(struct dsk_store *s, uint64_t need);
+/* dsk_put_check - 0 when every request of ios[0..n) did all its bytes, else
+ * LUNAR_ERR_FILE_WRITE_FAIL (logged). */
+int dsk_put_check(struct dsk_io *ios, unsigned n);
+/* dsk_put_done - publish r (rc 0) or drop it, and release its writer
+ * reference (the last writer of a sealed bucket flushes it). Without s->mu. */
+void dsk_put_done(struct dsk_store *s, struct dsk_rec *r, int rc);
+
+/* get.c: the pieces of a get that get_batch.c shares */
+struct dsk_get_plan {
+	int fd;
+	uint64_t off;
+	uint64_t len;
+	uint32_t crc;
+};
+/* dsk_get_read - read p's record into iov[0..iovcnt) (at least p->len
+ * bytes) with c, and check its CRC32C: 0 or a code as dsk_get. */
+int dsk_get_read(struct dsk_ioctx *c, const struct dsk_get_plan *p, const struct iovec *iov,
+		 int iovcnt);
+/* dsk_get_failed - after a failed read (rc) of record idx of b: count it and
+ * drop the record if its bytes are gone or corrupt. s->mu held. */
+void dsk_get_failed(struct dsk_store *s, struct dsk_bucket *b, uint32_t idx, int rc);
+
+/* put_batch.c */
+/* dsk_put_batch_ex - dsk_put_batch; with no_evict, a full store fails an
+ * object (NO_AVAILABLE_HANDLE) rather than evicting: for eviction itself,
+ * which holds evict_mu. */
+void dsk_put_batch_ex(struct dsk_store *s, struct dsk_put_item *v, size_t n, int no_evict);
+
+/* rescue.c: DSK_CLOCK's second chance, within one bucket eviction */
+struct dsk_rescue;
+/* dsk_rescue_read - read the live records of b (being evicted, writers
+ * drained) read since written, up to half its data and DSK_RESCUE_BYTES,
+ * into memory, and take them out of recs[0..*n) (the notify list, which is
+ * compacted). NULL when there are none or no memory. evict_mu held, s->mu
+ * not. */
+struct dsk_rescue *dsk_rescue_read(struct dsk_store *s, struct dsk_bucket *b,
+				   struct dsk_record *recs, size_t *n);
+/* dsk_rescue_write - after b is retired: write the rescued records anew
+ * (never evicting), tell cfg.moved of those written and cfg.notify of
+ * those not, and free r. NULL ok. evict_mu held, s->mu not. */
+void dsk_rescue_write(struct dsk_store *s, struct dsk_rescue *r);
+/* dsk_rescue_free - drop r unwritten (the bucket stays). NULL ok. */
+void dsk_rescue_free(struct dsk_rescue *r);
 
 /* evict.c */
 /* dsk_evict_for - free space until need more bytes fit; called without s->mu.

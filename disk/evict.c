@@ -1,9 +1,11 @@
 /*
  * evict.c - bucket eviction and removal. An eviction picks a bucket by
- * policy (fifo: lowest id; lru: oldest last use), seals it, waits for its
- * writers, tells the owner (notify) with no lock held - a refusal keeps the
- * bucket and moves on - then drops its records, waits for its readers and
- * deletes its files. Evictions run one at a time under evict_mu.
+ * policy (fifo and clock: lowest id; lru: oldest last use), seals it, waits
+ * for its writers, tells the owner (notify) with no lock held - a refusal
+ * keeps the bucket and moves on - then drops its records, waits for its
+ * readers and deletes its files; clock first reads the records read since
+ * written and writes them anew after (rescue.c). Evictions run one at a
+ * time under evict_mu.
  */
 #include "dsk_int.h"
 
@@ -29,7 +31,7 @@ static struct dsk_bucket *dsk_evict_pick(struct dsk_store *s, int sealed_only)
 	for (struct dsk_bucket *b = s->head; b; b = b->next) {
 		if (b->evicting || b->skip_round == s->evict_round || (sealed_only && !b->sealed))
 			continue;
-		if (s->cfg.policy == DSK_FIFO)
+		if (s->cfg.policy != DSK_LRU)
 			return b;
 		if (!best || b->last_use < best->last_use)
 			best = b;
@@ -96,6 +98,7 @@ static uint64_t dsk_bucket_retire(struct dsk_store *s, struct dsk_bucket *b)
 /* Evict one bucket; evict_mu held, s->mu not. */
 static int64_t dsk_evict_one(struct dsk_store *s, int sealed_only)
 {
+	struct dsk_rescue *rs;
 	struct dsk_record *v;
 	struct dsk_bucket *b;
 	uint64_t freed;
@@ -117,15 +120,17 @@ static int64_t dsk_evict_one(struct dsk_store *s, int sealed_only)
 			pthread_cond_wait(&s->drained, &s->mu);
 		v = dsk_evict_snapshot(b, &n);
 		pthread_mutex_unlock(&s->mu);
+		rs = v && s->cfg.policy == DSK_CLOCK ? dsk_rescue_read(s, b, v, &n) : NULL;
 		rc = 0;
 		if (n && s->cfg.notify)
 			rc = s->cfg.notify(s->cfg.notify_arg, v, n);
-		else if (!n && b->live)
+		else if (!v && b->live)
 			rc = -1; /* live records but no memory to list them */
 		free(v);
 		pthread_mutex_lock(&s->mu);
 		if (rc == 0)
 			break;
+		dsk_rescue_free(rs);
 		b->evicting = 0;
 		b->skip_round = s->evict_round;
 		s->notify_failures++;
@@ -134,6 +139,7 @@ static int64_t dsk_evict_one(struct dsk_store *s, int sealed_only)
 	freed = dsk_bucket_retire(s, b);
 	s->evicted_buckets++;
 	pthread_mutex_unlock(&s->mu);
+	dsk_rescue_write(s, rs);
 	dsk_bucket_unlink(s, b->id);
 	LC_DEBUG(DSK_LOG, "bucket %08x evicted (%zu records)", b->id, n);
 	dsk_bucket_free(b);

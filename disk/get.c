@@ -13,13 +13,6 @@
 #include "log.h"
 #include "lunar.h"
 
-struct dsk_get_plan {
-	int fd;
-	uint64_t off;
-	uint64_t len;
-	uint32_t crc;
-};
-
 /* Direct reads need every piece used to start on a block, and all but the
  * last piece used to be whole blocks. */
 static int dsk_get_direct_ok(const struct iovec *iov, int iovcnt, uint64_t len)
@@ -91,7 +84,7 @@ static int dsk_get_into(struct dsk_ioctx *c, const struct dsk_get_plan *p, const
 	return dsk_iov_crc(iov, iovcnt, p->len) == p->crc ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
 }
 
-static int dsk_get_read(struct dsk_ioctx *c, const struct dsk_get_plan *p, const struct iovec *iov,
+int dsk_get_read(struct dsk_ioctx *c, const struct dsk_get_plan *p, const struct iovec *iov,
 			int iovcnt)
 {
 	uint32_t crc;
@@ -105,9 +98,7 @@ static int dsk_get_read(struct dsk_ioctx *c, const struct dsk_get_plan *p, const
 	return crc == p->crc ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
 }
 
-/* After a failed read: count it, and forget a record whose bytes are gone
- * or corrupt, if it is still the one we read. */
-static void dsk_get_failed(struct dsk_store *s, struct dsk_bucket *b, uint32_t idx, int rc)
+void dsk_get_failed(struct dsk_store *s, struct dsk_bucket *b, uint32_t idx, int rc)
 {
 	struct dsk_rec *r;
 
@@ -159,6 +150,7 @@ int64_t dsk_get(struct dsk_store *s, const char *tenant, const char *key, const 
 	p = (struct dsk_get_plan){.fd = b->dfd, .off = r->off, .len = r->len, .crc = r->crc};
 	b->readers++;
 	b->last_use = ++s->tick;
+	r->ref = 1;
 	pthread_mutex_unlock(&s->mu);
 
 	if (s->read_hook)

@@ -24,6 +24,15 @@ static int64_t sync_rw(struct dsk_io *io)
 {
 	size_t done = 0;
 
+	if (io->nvec) { /* one try: a short vectored transfer is reported short */
+		ssize_t r;
+
+		do
+			r = io->op == DSK_IO_READ ? preadv(io->fd, io->vec, io->nvec, (off_t)io->off)
+						  : pwritev(io->fd, io->vec, io->nvec, (off_t)io->off);
+		while (r < 0 && errno == EINTR);
+		return r < 0 ? -errno : (int64_t)r;
+	}
 	while (done < io->len) {
 		char *p = (char *)io->buf + done;
 		ssize_t r = io->op == DSK_IO_READ

@@ -65,14 +65,18 @@ static void uring_prep(struct io_uring_sqe *sqe, struct dsk_io *io)
 {
 	switch (io->op) {
 	case DSK_IO_READ:
-		if (io->buf_index >= 0)
+		if (io->nvec)
+			io_uring_prep_readv(sqe, io->fd, io->vec, (unsigned)io->nvec, io->off);
+		else if (io->buf_index >= 0)
 			io_uring_prep_read_fixed(sqe, io->fd, io->buf, io->len, io->off,
 						 io->buf_index);
 		else
 			io_uring_prep_read(sqe, io->fd, io->buf, io->len, io->off);
 		break;
 	case DSK_IO_WRITE:
-		if (io->buf_index >= 0)
+		if (io->nvec)
+			io_uring_prep_writev(sqe, io->fd, io->vec, (unsigned)io->nvec, io->off);
+		else if (io->buf_index >= 0)
 			io_uring_prep_write_fixed(sqe, io->fd, io->buf, io->len, io->off,
 						  io->buf_index);
 		else

@@ -18,14 +18,6 @@
 #include "log.h"
 #include "lunar.h"
 
-struct dsk_put_plan {
-	struct dsk_rec *r;
-	int dfd, mfd;
-	uint64_t moff;
-	uint32_t mlen;
-	void *meta;
-};
-
 static void dsk_bucket_seal(struct dsk_store *s, struct dsk_bucket *b)
 {
 	b->sealed = 1;
@@ -49,7 +41,7 @@ static struct dsk_bucket *dsk_put_bucket(struct dsk_store *s, uint64_t dlen)
 
 /* Reserve the record's place; on success r is in the index (PENDING) and
  * holds a writer reference on its bucket. */
-static int dsk_put_reserve(struct dsk_store *s, struct dsk_put_plan *p, uint64_t dlen)
+int dsk_put_reserve(struct dsk_store *s, struct dsk_put_plan *p, uint64_t dlen)
 {
 	struct dsk_rec *r = p->r;
 	uint64_t need = dlen + p->mlen;
@@ -66,8 +58,8 @@ static int dsk_put_reserve(struct dsk_store *s, struct dsk_put_plan *p, uint64_t
 		if (s->used + need <= s->cfg.capacity)
 			break;
 		pthread_mutex_unlock(&s->mu);
-		rc = need <= s->cfg.capacity ? dsk_evict_for(s, need)
-					     : LUNAR_ERR_NO_AVAILABLE_HANDLE;
+		rc = need <= s->cfg.capacity && !p->no_evict ? dsk_evict_for(s, need)
+							     : LUNAR_ERR_NO_AVAILABLE_HANDLE;
 		pthread_mutex_lock(&s->mu);
 		if (rc < 0) {
 			s->full_failures++;
@@ -108,6 +100,16 @@ out:
 	return rc;
 }
 
+int dsk_put_fits(struct dsk_store *s, uint64_t need)
+{
+	int fits;
+
+	pthread_mutex_lock(&s->mu);
+	fits = s->used + need <= s->cfg.capacity;
+	pthread_mutex_unlock(&s->mu);
+	return fits;
+}
+
 /* Can the bytes go to an O_DIRECT file from the caller's memory? Every piece
  * must start on a block and all but the last be whole blocks; the last
  * one's partial block is staged. */
@@ -122,7 +124,7 @@ static int dsk_iov_aligned(const struct iovec *iov, int iovcnt)
 	return 1;
 }
 
-static int dsk_put_check(struct dsk_io *ios, unsigned n)
+int dsk_put_check(struct dsk_io *ios, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {
 		int64_t want = ios[i].op == DSK_IO_FSYNC ? 0 : (int64_t)ios[i].len;
@@ -238,7 +240,7 @@ static int dsk_put_write(struct dsk_ioctx *c, const struct dsk_put_plan *p, cons
 
 /* Publish or forget the record, drop the writer reference; the last writer
  * of a sealed bucket flushes it. */
-static void dsk_put_done(struct dsk_store *s, struct dsk_rec *r, int rc)
+void dsk_put_done(struct dsk_store *s, struct dsk_rec *r, int rc)
 {
 	struct dsk_bucket *b = r->b;
 	int flush = 0;
@@ -271,8 +273,8 @@ static void dsk_put_done(struct dsk_store *s, struct dsk_rec *r, int rc)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static int dsk_put_args(const char *tenant, const char *key, const struct iovec *iov, int iovcnt,
-			uint64_t *len)
+int dsk_put_args(const char *tenant, const char *key, const struct iovec *iov, int iovcnt,
+		 uint64_t *len)
 {
 	int rc;
 

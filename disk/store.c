@@ -21,7 +21,7 @@ static atomic_int dsk_no_direct; /* dsk_test_no_direct */
 static int dsk_config_check(const struct dsk_config *in, struct dsk_config *cfg)
 {
 	if (!in || !in->dir || !*in->dir || !in->capacity || in->high_watermark < 0 ||
-	    in->high_watermark > 1 || (in->policy != DSK_FIFO && in->policy != DSK_LRU))
+	    in->high_watermark > 1 || (in->policy != DSK_FIFO && in->policy != DSK_LRU && in->policy != DSK_CLOCK))
 		return LUNAR_ERR_INVALID_PARAMS;
 	*cfg = *in;
 	if (!cfg->bucket_bytes)
@@ -237,6 +237,7 @@ void dsk_stats(struct dsk_store *s, struct dsk_stats *st)
 	    .full_failures = s->full_failures,
 	    .dropped_at_scan = s->dropped_at_scan,
 	    .evicted_buckets = s->evicted_buckets,
+	    .rescued = s->rescued,
 	    .notify_failures = s->notify_failures,
 	    .uring = s->ops == &dsk_uring_ops,
 	    .direct = s->direct,

@@ -41,6 +41,8 @@ static const struct flag flags[] = {
     F("offload", OFFLOAD, offload),
     F("offload-force-evict", SWITCH, offload_force_evict),
     F("offload-queue", COUNT, offload_queue),
+    F("offload-queue-bytes", SIZE, offload_queue_bytes),
+    F("offload-put-wait", DURATION, offload_put_wait_ms),
 };
 
 static const char *const strategies[] = {
@@ -56,14 +58,16 @@ void mst_config_defaults(struct mst_config *cfg)
 	    .kv_soft_pin_ttl_ms = 30 * 60000,
 	    .max_kv_soft_pin_ttl_ms = 24 * 3600000ull,
 	    .allow_evict_soft_pinned = 1,
-	    .eviction_ratio = 0.05,
-	    .eviction_high_watermark_ratio = 0.90,
+	    .eviction_ratio = 0.01,
+	    .eviction_high_watermark_ratio = 1.0,
 	    .client_ttl_ms = 10000,
 	    .put_start_discard_timeout_ms = 30000,
 	    .put_start_release_timeout_ms = 600000,
 	    .strategy = MST_ALLOC_RANDOM,
 	    .offload = MST_OFFLOAD_ON_EVICT,
-	    .offload_queue = 1024,
+	    .offload_queue = 65536,
+	    .offload_queue_bytes = 64ull << 20,
+	    .offload_put_wait_ms = 500,
 	};
 }
 
@@ -193,8 +197,9 @@ const char *mst_config_usage(void)
 	       "  --kv-soft-pin-ttl DURATION       default soft pin TTL (30m)\n"
 	       "  --max-kv-soft-pin-ttl DURATION   longest soft pin TTL (24h)\n"
 	       "  --allow-evict-soft-pinned BOOL   evict soft-pinned objects last (true)\n"
-	       "  --eviction-ratio RATIO           share of candidates evicted per round (0.05)\n"
-	       "  --eviction-high-watermark-ratio RATIO  memory use that starts eviction (0.90)\n"
+	       "  --eviction-ratio RATIO           share of candidates evicted per round (0.01)\n"
+	       "  --eviction-high-watermark-ratio RATIO  memory use that starts eviction\n"
+	       "                                   (1.0: on demand)\n"
 	       "  --client-ttl DURATION            a proxy silent this long is dead (10s)\n"
 	       "  --put-start-discard-timeout DURATION  an unfinished put may be pre-empted (30s)\n"
 	       "  --put-start-release-timeout DURATION  an unfinished put's space is freed (600s)\n"
@@ -207,5 +212,10 @@ const char *mst_config_usage(void)
 	       "(on_evict)\n"
 	       "  --offload-force-evict [BOOL]     evict even when the offload queue is full "
 	       "(false)\n"
-	       "  --offload-queue N                offload tasks queued per proxy (1024)\n";
+	       "  --offload-queue N                offload tasks queued per proxy (65536)\n"
+	       "  --offload-queue-bytes SIZE       bytes queued per proxy (64MiB; at most a\n"
+	       "                                   quarter of the memory mounted)\n"
+	       "  --offload-put-wait DURATION      a put finding memory full of objects waiting\n"
+	       "                                   for their copy waits this long for one (500ms),\n"
+	       "                                   then the least recently used go uncopied\n";
 }

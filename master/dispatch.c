@@ -76,8 +76,14 @@ static int h_ping(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMe
 	 * the proxy before the forget of an older copy of its key, which it
 	 * could otherwise adopt as its own copy just before it goes. Tasks lost
 	 * to ENOMEM go back to the queue after their timeout. */
-	if (fresh == 0 && !mst_offload_forgets_take(m, rq->client_id, &r->forget, &r->n_forget))
+	if (fresh == 0 && !mst_offload_forgets_take(m, rq->client_id, &r->forget, &r->n_forget)) {
+		/* A proxy busy offloading pings every few ms: the watermark
+		 * round runs then too, so eviction queues the next tasks as
+		 * memory fills rather than at the next housekeeping tick. */
+		if (m->cfg.enable_offload && m->cfg.offload == MST_OFFLOAD_ON_EVICT)
+			mst_evict_maybe(m);
 		mst_offload_take(m, rq->client_id, lc_now_ms(), &r->offload, &r->n_offload);
+	}
 	*rep = &r->base;
 	return 0;
 }

@@ -43,6 +43,10 @@ struct census_arg {
 	int fresh; /* cs was taken in this round */
 	int nomem;
 	uint64_t queued; /* MEMORY bytes of objects queued for offload: going soon */
+	int queue_full;	 /* an offload queue refused a task in this round */
+	size_t dropped;	 /* evicted without a copy in this round */
+	int may_drop;	 /* a put waited for the disk in vain: objects may go uncopied */
+	int alloc_failed; /* the round runs for a put whose allocation failed */
 };
 
 static int candidate(const struct mst_object *o, uint64_t now)
@@ -119,29 +123,63 @@ static void select_oldest(struct mst_cand *v, size_t n, size_t k)
 }
 
 /*
+ * With --offload on_evict, queue the candidate o for its disk copy (it stays
+ * until the copy exists): 1 when queued or kept, 0 when it should go now
+ * without a copy. Once a queue is full the round queues nothing more (each
+ * try would be refused too); the candidate then stays, unless a put is
+ * waiting for room (or --offload-force-evict): the disk is behind, and the
+ * least recently used object goes rather than the newest put being
+ * refused. What is queued is the least recently used too, so the objects
+ * dropped are the next oldest: those least likely to be read again.
+ */
+static int offload_keeps(struct mst_master *m, struct mst_object *o, struct census_arg *a)
+{
+	int rc = a->queue_full ? -ENOSPC : mst_offload_queue(m, o, 1);
+
+	if (rc == 0) {
+		for (unsigned i = 0; i < o->nrep; i++)
+			a->queued += o->reps[i].len;
+		return 1;
+	}
+	if (rc == -ENOSPC) {
+		a->queue_full = 1;
+		if (!m->cfg.offload_force_evict && !a->may_drop)
+			return 1;
+		lc_fetch_add_relaxed(&m->ctr.offload_dropped, 1);
+		a->dropped++;
+	}
+	return 0;
+}
+
+/* The round can do nothing more: the queue is full and nothing (more) may
+ * go without its copy. For a waiting put, one chunk of a round goes: room
+ * for the put, not a sweep down to the low mark, which would drop objects
+ * the disk is about to take. */
+static int stalled(const struct mst_master *m, const struct census_arg *a)
+{
+	if (!a->queue_full || m->cfg.offload_force_evict)
+		return 0;
+	return !a->may_drop || a->dropped >= (a->cs->k ? a->cs->k : 1);
+}
+
+/*
  * What eviction does with the candidate *pp: 1 when its MEMORY went (the
- * object too, unless it lives on a LOCAL_DISK replica), 0 when it stays:
- * with --offload on_evict it is queued for its disk copy first, or kept
- * when the queue is full (unless --offload-force-evict).
+ * object too, unless it lives on a LOCAL_DISK replica), 0 when it stays
+ * (offload_keeps).
  */
 static int evict_obj(struct mst_master *m, struct mst_shard *s, struct mst_object **pp,
-		     uint64_t *queued)
+		     struct census_arg *a)
 {
 	struct mst_object *o = *pp;
 	uint64_t bytes = 0;
-	int rc;
 
 	if (o->ndisk) {
 		mst_obj_drop_memory(m, o);
 		return 1;
 	}
-	if (m->cfg.enable_offload && m->cfg.offload == MST_OFFLOAD_ON_EVICT && !o->offload_failed) {
-		rc = mst_offload_queue(m, o, 1);
-		for (unsigned i = 0; !rc && i < o->nrep; i++)
-			*queued += o->reps[i].len;
-		if (rc == 0 || (rc == -ENOSPC && !m->cfg.offload_force_evict))
-			return 0;
-	}
+	if (m->cfg.enable_offload && m->cfg.offload == MST_OFFLOAD_ON_EVICT &&
+	    !o->offload_failed && offload_keeps(m, o, a))
+		return 0;
 	for (unsigned i = 0; i < o->nrep; i++)
 		bytes += o->reps[i].len;
 	mst_obj_erase(m, s, pp);
@@ -161,7 +199,7 @@ static uint64_t evict_one(struct mst_master *m, const struct mst_cand *c, struct
 	pthread_mutex_lock(&s->lock);
 	pp = mst_obj_find_id(s, c->hash, c->o, c->id);
 	if (pp && (*pp)->used_ms == c->used_ms && candidate(*pp, a->now))
-		n = evict_obj(m, s, pp, &a->queued);
+		n = evict_obj(m, s, pp, a);
 	pthread_mutex_unlock(&s->lock);
 	return (uint64_t)n;
 }
@@ -258,7 +296,7 @@ static int64_t evict_chunk(struct mst_master *m, struct census_arg *a, size_t k)
 	struct mst_census *cs = a->cs;
 	int64_t n = 0;
 
-	while ((size_t)n < k) {
+	while ((size_t)n < k && !stalled(m, a)) {
 		struct mst_cand_list *c = cs->plain.off < cs->plain.n ? &cs->plain
 					  : cs->soft.off < cs->soft.n	? &cs->soft
 									: NULL;
@@ -286,10 +324,13 @@ static double watermark(struct mst_master *m)
 
 static int64_t round_locked(struct mst_master *m, struct census_arg *a)
 {
-	int pressure = lc_xchg_relaxed(&m->alloc_failed, 0) || (double)used(m) > watermark(m);
 	double low = (1.0 - m->cfg.eviction_ratio) * watermark(m);
+	int pressure;
 	size_t k;
 	int64_t n;
+
+	a->alloc_failed = lc_xchg_relaxed(&m->alloc_failed, 0);
+	pressure = a->alloc_failed || (double)used(m) > watermark(m);
 
 	if (!census_kept(a->cs, a->now))
 		take_census(m, a);
@@ -297,24 +338,28 @@ static int64_t round_locked(struct mst_master *m, struct census_arg *a)
 	if (!k && left(a->cs) && pressure)
 		k = 1;
 	n = evict_chunk(m, a, k);
-	while (pressure && (double)used(m) - (double)a->queued > low && (left(a->cs) || !a->fresh))
+	while (pressure && (double)used(m) - (double)a->queued > low &&
+	       (left(a->cs) || !a->fresh) && !stalled(m, a))
 		n += evict_chunk(m, a, k);
 	return n;
 }
 
-/* A whole round; the eviction lock held. */
-static int64_t evict_round_locked(struct mst_master *m, uint64_t now)
+/* A whole round; the eviction lock held. may_drop: see census_arg. */
+static int64_t evict_round_locked(struct mst_master *m, uint64_t now, int may_drop)
 {
 	struct census_arg a = {.now = now,
 			       .soft_too = m->cfg.allow_evict_soft_pinned,
-			       .cs = &m->census};
+			       .cs = &m->census,
+			       .may_drop = may_drop};
 	int64_t n = round_locked(m, &a);
 
 	if (a.fresh)
 		keep_census(m, &m->census);
 	/* release: pairs with the lc_load_acquire of evict_gen in mst_obj_start and
-	 * mst_evict_after_failure, so a caller that sees the new round sees its frees */
-	lc_fetch_add_release(&m->evict_gen, 1);
+	 * mst_evict_after_failure, so a caller that sees the new round sees its
+	 * frees. A round that freed nothing is no news to a waiting put. */
+	if (n)
+		lc_fetch_add_release(&m->evict_gen, 1);
 	lc_fetch_add_relaxed(&m->ctr.evict_rounds, 1);
 	if (n)
 		LC_DEBUG("master", "eviction round: %lld objects", (long long)n);
@@ -326,7 +371,7 @@ int64_t mst_evict_round(struct mst_master *m, uint64_t now)
 	int64_t n;
 
 	pthread_mutex_lock(&m->evict_lock);
-	n = evict_round_locked(m, now);
+	n = evict_round_locked(m, now, 0);
 	pthread_mutex_unlock(&m->evict_lock);
 	return n;
 }
@@ -354,7 +399,18 @@ int mst_evict_after_failure(struct mst_master *m, uint64_t gen)
 	/* acquire: pairs with lc_fetch_add_release in evict_round_locked */
 	again = lc_load_acquire(&m->evict_gen) != gen;
 	if (!again)
-		again = evict_round_locked(m, lc_now_ms()) > 0;
+		again = evict_round_locked(m, lc_now_ms(), 0) > 0;
+	pthread_mutex_unlock(&m->evict_lock);
+	if (again || !m->cfg.enable_offload || m->cfg.offload != MST_OFFLOAD_ON_EVICT)
+		return again;
+	/* What could go is waiting for its disk copy: the put waits for one
+	 * rather than an object going uncopied; if the disk is stalled, the
+	 * least recently used go without their copy. */
+	if (m->cfg.offload_put_wait_ms && mst_offload_wait(m, m->cfg.offload_put_wait_ms))
+		return 1;
+	LC_WRITE_ONCE(m->alloc_failed, 1);
+	pthread_mutex_lock(&m->evict_lock);
+	again = evict_round_locked(m, lc_now_ms(), 1) > 0;
 	pthread_mutex_unlock(&m->evict_lock);
 	return again;
 }

@@ -42,8 +42,8 @@ struct mst_config {
 	uint64_t kv_soft_pin_ttl_ms;	       /* --kv-soft-pin-ttl 30m */
 	uint64_t max_kv_soft_pin_ttl_ms;       /* --max-kv-soft-pin-ttl 24h */
 	int allow_evict_soft_pinned;	       /* --allow-evict-soft-pinned true */
-	double eviction_ratio;		       /* --eviction-ratio 0.05 */
-	double eviction_high_watermark_ratio;  /* --eviction-high-watermark-ratio 0.90 */
+	double eviction_ratio;		       /* --eviction-ratio 0.01 */
+	double eviction_high_watermark_ratio;  /* --eviction-high-watermark-ratio 1.0 */
 	uint64_t client_ttl_ms;		       /* --client-ttl 10s */
 	uint64_t put_start_discard_timeout_ms; /* --put-start-discard-timeout 30s */
 	uint64_t put_start_release_timeout_ms; /* --put-start-release-timeout 600s */
@@ -54,7 +54,9 @@ struct mst_config {
 	int enable_offload;	       /* --enable-offload (also set by --offload) */
 	enum mst_offload_mode offload; /* --offload on_evict */
 	int offload_force_evict;       /* --offload-force-evict: evict when the queue is full */
-	uint64_t offload_queue;	       /* --offload-queue 1024: tasks per proxy */
+	uint64_t offload_queue;	       /* --offload-queue 65536: tasks per proxy */
+	uint64_t offload_queue_bytes;  /* --offload-queue-bytes 64MiB (<= capacity / 4) */
+	uint64_t offload_put_wait_ms;  /* --offload-put-wait 500ms (on an RPC thread) */
 	/* Not a flag: the daemon has a cluster key (SPEC §13), so every
 	 * segment gets a capability secret at mount and every replica handed
 	 * out a capability. 0: keyless, replies carry neither. */

@@ -172,6 +172,7 @@ static void offload_counters(struct mst_master *m, FILE *f)
 	    {"failed", offsetof(struct mst_counters, offload_failed)},
 	    {"requeued", offsetof(struct mst_counters, offload_requeued)},
 	    {"skipped_queue_full", offsetof(struct mst_counters, offload_skipped)},
+	    {"dropped_queue_full", offsetof(struct mst_counters, offload_dropped)},
 	    {"forget", offsetof(struct mst_counters, forget_queued)},
 	    {"forget_dropped", offsetof(struct mst_counters, forget_dropped)},
 	};

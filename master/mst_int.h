@@ -79,6 +79,8 @@ struct mst_oqueue;
  * DiskReplicasAdd); few proxies, so a list. */
 struct mst_offload {
 	pthread_mutex_t lock;
+	pthread_cond_t ended; /* a task ended (its memory may be free) */
+	uint64_t nended;      /* tasks ended, under lock */
 	struct mst_oqueue *head;
 };
 struct mst_tenant;
@@ -144,6 +146,7 @@ struct mst_counters {
 	uint64_t errors[MST_CODES_MAX];
 	uint64_t evictions, evicted_bytes, discarded_puts, evict_rounds, evict_censuses;
 	uint64_t offload_queued, offload_done, offload_failed, offload_requeued, offload_skipped;
+	uint64_t offload_dropped; /* evicted without a disk copy: the queue was full */
 	uint64_t forget_queued, forget_dropped; /* disk records a proxy is told to delete */
 	uint64_t size_hist[MST_HIST_BUCKETS + 1];
 	uint64_t size_sum, size_count;
@@ -184,7 +187,7 @@ struct mst_master {
 	uint64_t next_lease_seq;	   /* atomic */
 	pthread_mutex_t evict_lock;	   /* one eviction round at a time */
 	struct mst_census census;	   /* under evict_lock */
-	uint64_t evict_gen;		   /* atomic: rounds completed */
+	uint64_t evict_gen;		   /* atomic: rounds completed that freed memory */
 	int alloc_failed;		   /* atomic: an allocation failed since the last round */
 	pthread_t housekeeper;
 	pthread_mutex_t stop_lock;
@@ -448,6 +451,13 @@ int mst_offload_take(struct mst_master *m, uint64_t client, uint64_t now, Lunar_
 #define MST_FORGET_MAX	 65536 /* per proxy; when full the oldest goes */
 int mst_offload_forgets_take(struct mst_master *m, uint64_t client, Lunar__DiskRecord ***out,
 			     size_t *n);
+/*
+ * mst_offload_wait - wait up to ms for an offload task of any proxy to end
+ * (its object's memory goes when its copy exists). 1 when one ended, 0
+ * when none is queued or in flight, or none ended in time. Blocks; takes
+ * the offload lock only: call with no other master lock held.
+ */
+int mst_offload_wait(struct mst_master *m, uint64_t ms);
 /* mst_offload_drop_client - forget client's queue (it is dead). */
 void mst_offload_drop_client(struct mst_master *m, uint64_t client);
 /* mst_offload_depth - tasks queued or in flight over all proxies. */

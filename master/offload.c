@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "atomic.h"
 #include "clock.h"
@@ -45,16 +46,32 @@ struct mst_oqueue {
 	struct mst_oqueue *next;
 	uint64_t client;
 	struct mst_task *queued, **tail; /* FIFO */
-	struct mst_task *inflight;
+	struct mst_task *inflight, **itail; /* FIFO: oldest sent first */
 	uint64_t n;			    /* queued + in flight */
+	uint64_t bytes;			    /* their sizes */
 	struct mst_forget *forget, **ftail; /* FIFO, nforget <= MST_FORGET_MAX */
 	uint64_t nforget;
 };
 
 int mst_offload_init(struct mst_offload *q)
 {
+	pthread_condattr_t ca;
+	int rc;
+
 	q->head = NULL;
-	return -pthread_mutex_init(&q->lock, NULL);
+	q->nended = 0;
+	rc = pthread_condattr_init(&ca);
+	if (rc)
+		return -rc;
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	rc = pthread_cond_init(&q->ended, &ca);
+	pthread_condattr_destroy(&ca);
+	if (rc)
+		return -rc;
+	rc = pthread_mutex_init(&q->lock, NULL);
+	if (rc)
+		pthread_cond_destroy(&q->ended);
+	return -rc;
 }
 
 static void task_free(struct mst_task *t)
@@ -98,6 +115,7 @@ void mst_offload_fini(struct mst_offload *q)
 		oqueue_free(q->head);
 		q->head = n;
 	}
+	pthread_cond_destroy(&q->ended);
 	pthread_mutex_destroy(&q->lock);
 }
 
@@ -123,6 +141,7 @@ int mst_offload_register(struct mst_master *m, uint64_t client)
 		if (q) {
 			q->client = client;
 			q->tail = &q->queued;
+			q->itail = &q->inflight;
 			q->ftail = &q->forget;
 			*pp = q;
 		} else {
@@ -184,8 +203,25 @@ static struct mst_task *task_new(const struct mst_master *m, const struct mst_ob
 	return t;
 }
 
+/* The bytes a proxy's queue may hold. Eviction's tasks (on_evict) keep
+ * memory that a put is waiting for, so those queue at most
+ * --offload-queue-bytes and a quarter of the memory: a queue deeper than
+ * the disk needs to stay busy only holds memory back, and eviction queues
+ * more as tasks end. A task of on_put that finds the queue full is never
+ * queued (its object just has no disk copy), so those are bounded by
+ * --offload-queue alone. */
+static uint64_t queue_bytes(struct mst_master *m, int evict)
+{
+	uint64_t quarter = LC_READ_ONCE(m->capacity) / 4;
+
+	if (!evict)
+		return UINT64_MAX;
+	return quarter && quarter < m->cfg.offload_queue_bytes ? quarter
+							       : m->cfg.offload_queue_bytes;
+}
+
 /* Queue t on the queue of one of o's replica owners; the code as mst_offload_queue. */
-static int queue_locked(struct mst_master *m, struct mst_object *o, uint64_t *client)
+static int queue_locked(struct mst_master *m, struct mst_object *o, int evict, uint64_t *client)
 {
 	int rc = -ENOENT;
 
@@ -195,7 +231,8 @@ static int queue_locked(struct mst_master *m, struct mst_object *o, uint64_t *cl
 
 		if (!q)
 			continue;
-		if (q->n >= m->cfg.offload_queue) {
+		if (q->n && (q->n >= m->cfg.offload_queue || q->bytes >= queue_bytes(m, evict) ||
+			     o->size > queue_bytes(m, evict) - q->bytes)) {
 			rc = -ENOSPC;
 			continue;
 		}
@@ -204,6 +241,7 @@ static int queue_locked(struct mst_master *m, struct mst_object *o, uint64_t *cl
 			return -ENOMEM;
 		enqueue(q, t);
 		q->n++;
+		q->bytes += t->size;
 		*client = q->client;
 		return 0;
 	}
@@ -216,7 +254,7 @@ int mst_offload_queue(struct mst_master *m, struct mst_object *o, int evict)
 	int rc;
 
 	pthread_mutex_lock(&m->offload.lock);
-	rc = queue_locked(m, o, &client);
+	rc = queue_locked(m, o, evict, &client);
 	pthread_mutex_unlock(&m->offload.lock);
 	if (rc) {
 		if (rc == -ENOSPC)
@@ -240,60 +278,90 @@ static int task_is(const struct mst_task *t, const struct mst_okey *k)
 	return t->klen == k->len && !memcmp(t->kbuf, k->buf, k->len);
 }
 
-/* Unlink and free the task for k from the list at pp; 1 if found. */
-static int list_remove(struct mst_task **pp, const struct mst_okey *k)
+/* Unlink and free the task for k from the FIFO at pp whose tail pointer is
+ * *tail; its size, or 0 if not found. Tasks end about in the order they
+ * were sent, so the one sought is near the head. */
+static uint64_t list_remove(struct mst_task **pp, struct mst_task ***tail,
+			    const struct mst_okey *k)
 {
 	for (; *pp; pp = &(*pp)->next) {
 		struct mst_task *t = *pp;
 
 		if (task_is(t, k)) {
+			uint64_t size = t->size ? t->size : 1;
+
 			*pp = t->next;
+			if (!t->next)
+				*tail = pp;
 			task_free(t);
-			return 1;
+			return size;
 		}
 	}
 	return 0;
 }
 
-/* The tail pointer of a queue after an unlink anywhere in it. */
-static void fix_tail(struct mst_oqueue *q)
-{
-	q->tail = &q->queued;
-	while (*q->tail)
-		q->tail = &(*q->tail)->next;
-}
-
 void mst_offload_end(struct mst_master *m, uint64_t client, const struct mst_okey *k)
 {
 	struct mst_oqueue *q;
+	uint64_t size;
 
 	pthread_mutex_lock(&m->offload.lock);
 	q = *oqueue_find(&m->offload, client);
-	if (q && list_remove(&q->inflight, k))
+	size = q ? list_remove(&q->inflight, &q->itail, k) : 0;
+	if (q && !size)
+		size = list_remove(&q->queued, &q->tail, k);
+	if (size) {
 		q->n--;
-	else if (q && list_remove(&q->queued, k)) {
-		q->n--;
-		fix_tail(q);
+		q->bytes -= size <= q->bytes ? size : q->bytes;
+	}
+	if (q && size) {
+		m->offload.nended++;
+		pthread_cond_broadcast(&m->offload.ended);
 	}
 	pthread_mutex_unlock(&m->offload.lock);
 }
 
-/* Tasks in flight since before deadline go back to the queue. */
+static int any_pending(const struct mst_offload *o)
+{
+	for (const struct mst_oqueue *q = o->head; q; q = q->next)
+		if (q->n)
+			return 1;
+	return 0;
+}
+
+int mst_offload_wait(struct mst_master *m, uint64_t ms)
+{
+	struct mst_offload *o = &m->offload;
+	struct timespec ts;
+	uint64_t seen, ns;
+	int rc = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ns = (uint64_t)ts.tv_nsec + ms * 1000000ull;
+	ts.tv_sec += (time_t)(ns / 1000000000ull);
+	ts.tv_nsec = (long)(ns % 1000000000ull);
+	pthread_mutex_lock(&o->lock);
+	seen = o->nended;
+	while (o->nended == seen && any_pending(o) && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&o->ended, &o->lock, &ts);
+	rc = o->nended != seen;
+	pthread_mutex_unlock(&o->lock);
+	return rc;
+}
+
+/* Tasks in flight since before deadline go back to the queue (the oldest
+ * sent are first in flight). */
 static void requeue_stale(struct mst_master *m, struct mst_oqueue *q, uint64_t deadline)
 {
-	struct mst_task **pp = &q->inflight;
+	while (q->inflight && q->inflight->sent_ms < deadline) {
+		struct mst_task *t = q->inflight;
 
-	while (*pp) {
-		struct mst_task *t = *pp;
-
-		if (t->sent_ms >= deadline) {
-			pp = &t->next;
-			continue;
-		}
-		*pp = t->next;
+		q->inflight = t->next;
 		enqueue(q, t);
 		lc_fetch_add_relaxed(&m->ctr.offload_requeued, 1);
 	}
+	if (!q->inflight)
+		q->itail = &q->inflight;
 }
 
 static Lunar__OffloadTask *task_pb(const struct mst_task *t)
@@ -340,8 +408,9 @@ static int take_locked(struct mst_oqueue *q, uint64_t now, Lunar__OffloadTask **
 		(*n)++;
 		q->queued = t->next;
 		t->sent_ms = now ? now : 1;
-		t->next = q->inflight;
-		q->inflight = t;
+		t->next = NULL;
+		*q->itail = t;
+		q->itail = &t->next;
 	}
 	if (!q->queued)
 		q->tail = &q->queued;

@@ -58,6 +58,8 @@ static const struct flag flags[] = {
 	F("grace", K_MS, grace_ms, "DUR   on SIGTERM: segment readable, no new data, this long (0)"),
 	F("http-port", K_U16, http_port, "N     metrics/health/admin HTTP port (9300; 0 picks one)"),
 	F("debug-put-delay", K_MS, debug_put_delay_ms, "DUR   test hook: delay before committing a put (0)"),
+	F("debug-disk-read-delay", K_MS, debug_disk_read_delay_ms,
+	  "DUR   test hook: delay each read from the SSD tier (0)"),
 	F("debug-heartbeat-delay", K_MS, debug_hb_delay_ms,
 	  "DUR   test hook: hold the heartbeat thread's first beat (0)"),
 	F("rdma-devices", K_STR, rdma_devices,
@@ -65,7 +67,8 @@ static const struct flag flags[] = {
 	  "                             none, or names like mlx5_0,mlx5_1:2 (auto); TCP otherwise"),
 	F("disk-dir", K_STR, disk_dir, "DIR   SSD tier directory (none: no SSD tier)"),
 	F("disk-capacity", K_SIZE, disk_capacity, "SIZE  bytes of the SSD tier (16GiB)"),
-	F("disk-eviction", K_POLICY, disk_policy, "NAME  SSD eviction by bucket: fifo|lru (fifo)"),
+	F("disk-eviction", K_POLICY, disk_policy,
+	  "NAME  SSD eviction by bucket: fifo|lru|clock (clock)"),
 	F("dumpable", K_BOOL, dumpable,
 	  "      let processes of our uid ptrace us and read our memory, and\n"
 	  "                             dump core (off: a client could reach the others' memory)"),
@@ -113,6 +116,7 @@ static void defaults(struct px_config *c)
 	c->ping_interval_ms = 1000;
 	c->disk_capacity = 16ull << 30;
 	c->rdma_devices = "auto";
+	c->disk_policy = 2; /* DSK_CLOCK */
 }
 
 /* "1000,1001" into ids[]; at most 16. */
@@ -211,10 +215,10 @@ static int set_flag(struct px_config *c, const struct flag *f, const char *v)
 	case K_GROUP:
 		c->socket_group_set = 1;
 		return parse_group(v, &c->socket_gid);
-	case K_POLICY:
-		if (strcmp(v, "fifo") && strcmp(v, "lru"))
+	case K_POLICY: /* enum dsk_policy */
+		if (strcmp(v, "fifo") && strcmp(v, "lru") && strcmp(v, "clock"))
 			return -EINVAL;
-		*(int *)p = !strcmp(v, "lru"); /* DSK_LRU */
+		*(int *)p = !strcmp(v, "lru") ? 1 : !strcmp(v, "clock") ? 2 : 0;
 		return 0;
 	}
 	return -EINVAL;

@@ -29,6 +29,10 @@ struct px_disk {
 	int worker_started;
 	atomic_uint_fast64_t running; /* tasks of the batch being written */
 	atomic_uint_fast64_t offloads, offload_failures, stale_removed, reported_bad;
+	atomic_uint_fast64_t task_ms; /* when a Ping last brought tasks */
+	/* offloads' bytes written and the time spent writing them (packed
+	 * dsk_put_batch calls): the offload path's write rate */
+	atomic_uint_fast64_t offload_bytes, offload_write_us;
 };
 
 /*

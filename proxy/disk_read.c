@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "disk/disk.h"
 #include "http.h"
@@ -36,6 +37,8 @@ static int64_t disk_get(struct px_proxy *px, const char *tenant, const char *key
 
 	if (!d || dsk_lookup(d->store, tenant, key, &rec))
 		return LUNAR_ERR_OBJECT_NOT_FOUND;
+	if (px->cfg.debug_disk_read_delay_ms)
+		usleep((useconds_t)px->cfg.debug_disk_read_delay_ms * 1000);
 	if (want_crc && rec.crc32c != *want_crc)
 		return LUNAR_ERR_CHECKSUM_MISMATCH; /* a copy of another value */
 	n = dsk_get(d->store, tenant, key, iov, iovcnt);
@@ -56,6 +59,29 @@ int64_t px_disk_get(struct px_proxy *px, const char *tenant, const char *key,
 	return disk_get(px, tenant, key, iov, iovcnt, &want_crc);
 }
 
+void px_disk_get_batch(struct px_proxy *px, struct dsk_get_item *v, size_t n)
+{
+	struct px_disk *d = px->disk;
+
+	if (!d) {
+		for (size_t i = 0; i < n; i++)
+			v[i].res = LUNAR_ERR_OBJECT_NOT_FOUND;
+		return;
+	}
+	if (px->cfg.debug_disk_read_delay_ms)
+		usleep((useconds_t)px->cfg.debug_disk_read_delay_ms * 1000);
+	dsk_get_batch(d->store, v, n);
+	for (size_t i = 0; i < n; i++) {
+		struct dsk_record rec = {
+		    .length = v[i].length, .crc32c = v[i].crc32c, .location = v[i].location};
+
+		/* NOT_FOUND: absent, or truncated; the one-by-one retry of a
+		 * failed read tells those apart and reports the second */
+		if (v[i].res == LUNAR_ERR_CHECKSUM_MISMATCH)
+			report_bad(px, v[i].tenant, v[i].key, &rec);
+	}
+}
+
 /* Tasks waiting for the worker or being written now. */
 static uint64_t queue_depth(struct px_disk *d)
 {
@@ -69,7 +95,9 @@ static uint64_t queue_depth(struct px_disk *d)
 
 static const char *policy_name(const struct px_proxy *px)
 {
-	return px->cfg.disk_policy == DSK_LRU ? "lru" : "fifo";
+	return px->cfg.disk_policy == DSK_LRU	  ? "lru"
+	       : px->cfg.disk_policy == DSK_CLOCK ? "clock"
+						  : "fifo";
 }
 
 struct figure {
@@ -149,7 +177,7 @@ int px_disk_status(struct px_proxy *px, struct lc_http_reply *rep)
 	    "\"offload_failures\":%llu,\"write_failures\":%llu,\"full_failures\":%llu,"
 	    "\"read_failures\":%llu,\"checksum_failures\":%llu,\"dropped_at_scan\":%llu,"
 	    "\"evicted_buckets\":%llu,\"notify_failures\":%llu,\"io_uring\":%s,\"direct\":%s,"
-	    "\"dir\":",
+	    "\"offload_bytes\":%llu,\"offload_write_us\":%llu,\"rescued\":%llu,\"dir\":",
 	    (unsigned long long)st.capacity, (unsigned long long)st.used,
 	    (unsigned long long)st.buckets, (unsigned long long)st.records,
 	    (unsigned long long)queue_depth(d), (unsigned long long)st.queue_depth, policy_name(px),
@@ -159,7 +187,9 @@ int px_disk_status(struct px_proxy *px, struct lc_http_reply *rep)
 	    (unsigned long long)st.read_failures, (unsigned long long)st.checksum_failures,
 	    (unsigned long long)st.dropped_at_scan, (unsigned long long)st.evicted_buckets,
 	    (unsigned long long)st.notify_failures, st.uring ? "true" : "false",
-	    st.direct ? "true" : "false");
+	    st.direct ? "true" : "false", (unsigned long long)atomic_load(&d->offload_bytes),
+	    (unsigned long long)atomic_load(&d->offload_write_us),
+	    (unsigned long long)st.rescued);
 	rc = rc ?: json_str(rep, px->cfg.disk_dir);
 	return rc ?: lc_http_reply_printf(rep, "}\n");
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "crc32c.h"
 #include "disk/disk.h"
 #include "log.h"
@@ -82,6 +83,22 @@ static int on_evict(void *arg, const struct dsk_record *recs, size_t n)
 		LC_WARN("proxy", "disk eviction: master not told (%s), bucket kept",
 			lunar_strerror(rc));
 	return rc;
+}
+
+/* DSK_CLOCK moved records read since written to a newer bucket: the
+ * master learns their new locations as it learns an offload's (the object
+ * must still be that value); a copy it refuses goes. */
+static void on_moved(void *arg, const struct dsk_record *recs, size_t n)
+{
+	struct px_proxy *px = arg;
+	int *codes = calloc(n, sizeof(*codes));
+	int rc = codes ? px_disk_records_call(px, LUNAR__METHOD__OFFLOAD_DONE, recs, n, codes)
+		       : LUNAR_ERR_INTERNAL;
+
+	for (size_t i = 0; i < n; i++)
+		if (rc || codes[i])
+			dsk_remove(px->disk->store, recs[i].tenant, recs[i].key);
+	free(codes);
 }
 
 /* --- restart re-registration --- */
@@ -180,9 +197,19 @@ static void otask_push(struct px_disk *d, struct px_otask *o)
 	pthread_mutex_unlock(&d->lock);
 }
 
+int px_disk_busy(struct px_proxy *px)
+{
+	struct px_disk *d = px->disk;
+
+	return d && lc_now_ms() - atomic_load(&d->task_ms) < px->cfg.ping_interval_ms;
+}
+
 void px_disk_offload(struct px_proxy *px, Lunar__OffloadTask *const *t, size_t n)
 {
 	struct px_disk *d = px->disk;
+
+	if (d && n)
+		atomic_store(&d->task_ms, lc_now_ms());
 
 	for (size_t i = 0; d && i < n; i++) {
 		const Lunar__OffloadTask *x = t[i];
@@ -247,20 +274,14 @@ static int source_ok(struct px_proxy *px, const struct px_otask *t)
 	return lc_crc32c(0, (char *)px->segment + t->off, t->len) == t->crc;
 }
 
-/* Write one task; 0 and *loc, or a code. */
-static int offload_one(struct px_proxy *px, const struct px_otask *t, uint64_t *loc)
+/* A task dsk_put_batch refused as already stored: 0 when the stored copy
+ * is of this value (a task sent again), else replace the older value's. */
+static int offload_again(struct px_proxy *px, const struct px_otask *t, uint64_t *loc)
 {
 	struct dsk_store *s = px->disk->store;
 	struct iovec v = {(char *)px->segment + t->off, t->len};
 	struct dsk_record rec;
-	int rc;
 
-	if (!source_ok(px, t))
-		return LUNAR_ERR_CHECKSUM_MISMATCH;
-	rc = dsk_put(s, t->name, t->key, &v, 1, t->crc, loc);
-	if (rc != LUNAR_ERR_OBJECT_ALREADY_EXISTS)
-		return rc;
-	/* written before (a task sent again), or an older value: replace that */
 	if (!dsk_lookup(s, t->name, t->key, &rec) && rec.crc32c == t->crc &&
 	    rec.length == t->size) {
 		*loc = rec.location;
@@ -270,28 +291,67 @@ static int offload_one(struct px_proxy *px, const struct px_otask *t, uint64_t *
 	return dsk_put(s, t->name, t->key, &v, 1, t->crc, loc);
 }
 
-/* Run a batch (forgets as they come); done[] and failed[] point into the
+/* Tasks of a batch and their disk items, side by side. */
+struct obatch {
+	const struct px_otask *t[OFFLOAD_BATCH];
+	struct dsk_put_item v[OFFLOAD_BATCH];
+	size_t n;
+};
+
+static void offload_outcome(struct px_proxy *px, const struct px_otask *t, int rc, uint64_t loc,
+			    struct dsk_record *done, size_t *nd, struct dsk_record *failed,
+			    size_t *nf)
+{
+	struct dsk_record r = {
+	    .tenant = t->name, .key = t->key, .length = t->size, .crc32c = t->crc, .location = loc};
+
+	if (rc) {
+		atomic_fetch_add(&px->disk->offload_failures, 1);
+		LC_DEBUG("proxy", "offload of %s failed: %s", t->key, lunar_strerror(rc));
+		failed[(*nf)++] = r;
+	} else {
+		done[(*nd)++] = r;
+	}
+}
+
+/* Run a batch: forgets as they come, then every task whose source checks
+ * out in one packed dsk_put_batch; done[] and failed[] point into the
  * tasks. */
 static void offload_batch(struct px_proxy *px, struct px_otask *t, struct dsk_record *done,
 			  size_t *nd, struct dsk_record *failed, size_t *nf)
 {
-	for (; t; t = t->next) {
-		struct dsk_record r = {
-		    .tenant = t->name, .key = t->key, .length = t->size, .crc32c = t->crc};
-		int rc;
+	static __thread struct obatch ob;
+	uint64_t t0;
 
+	ob.n = 0;
+	for (; t; t = t->next) {
 		if (t->forget) {
 			forget_one(px, t);
 			continue;
 		}
-		rc = offload_one(px, t, &r.location);
-		if (rc) {
-			atomic_fetch_add(&px->disk->offload_failures, 1);
-			LC_DEBUG("proxy", "offload of %s failed: %s", t->key, lunar_strerror(rc));
-			failed[(*nf)++] = r;
-		} else {
-			done[(*nd)++] = r;
+		if (!source_ok(px, t)) {
+			offload_outcome(px, t, LUNAR_ERR_CHECKSUM_MISMATCH, 0, done, nd, failed,
+					nf);
+			continue;
 		}
+		ob.t[ob.n] = t;
+		ob.v[ob.n++] = (struct dsk_put_item){.tenant = t->name,
+						     .key = t->key,
+						     .buf = (char *)px->segment + t->off,
+						     .len = t->len,
+						     .crc32c = t->crc};
+	}
+	t0 = lc_now_ns();
+	dsk_put_batch(px->disk->store, ob.v, ob.n);
+	atomic_fetch_add(&px->disk->offload_write_us, (lc_now_ns() - t0) / 1000);
+	for (size_t i = 0; i < ob.n; i++) {
+		if (!ob.v[i].rc)
+			atomic_fetch_add(&px->disk->offload_bytes, ob.v[i].len);
+		struct dsk_put_item *it = &ob.v[i];
+
+		if (it->rc == LUNAR_ERR_OBJECT_ALREADY_EXISTS)
+			it->rc = offload_again(px, ob.t[i], &it->location);
+		offload_outcome(px, ob.t[i], it->rc, it->location, done, nd, failed, nf);
 	}
 }
 
@@ -380,7 +440,8 @@ static void log_scan(const struct px_config *c, const struct dsk_scan_stats *sc,
 		"disk tier %s: %llu bytes, %s eviction, %s%s; scan kept %llu records in %llu "
 		"buckets, dropped %llu records and %llu buckets",
 		c->disk_dir, (unsigned long long)c->disk_capacity,
-		c->disk_policy == DSK_LRU ? "lru" : "fifo", st.uring ? "io_uring" : "sync I/O",
+		c->disk_policy == DSK_LRU ? "lru" : c->disk_policy == DSK_CLOCK ? "clock" : "fifo",
+		st.uring ? "io_uring" : "sync I/O",
 		st.direct ? ", O_DIRECT" : "", (unsigned long long)sc->records_ok,
 		(unsigned long long)sc->buckets, (unsigned long long)sc->records_dropped,
 		(unsigned long long)sc->buckets_dropped);
@@ -392,6 +453,7 @@ int px_disk_open(struct px_proxy *px)
 				.capacity = px->cfg.disk_capacity,
 				.policy = (enum dsk_policy)px->cfg.disk_policy,
 				.notify = on_evict,
+				.moved = on_moved,
 				.notify_arg = px};
 	struct px_disk *d;
 	int rc;

@@ -261,21 +261,32 @@ static void warn_insecure(const struct px_proxy *px, uint64_t *last_ms)
 		"segment; give --cluster-key", px->cfg.host);
 }
 
+/* While the disk tier is busy, Pings come every PX_OFFLOAD_POLL_MS to
+ * fetch offload tasks; the rest of a beat keeps its interval. */
 static void *heartbeat_main(void *arg)
 {
 	struct px_proxy *px = arg;
-	uint64_t warned_ms = 0;
+	uint64_t warned_ms = 0, full_ms = 0;
 	int was_ok = 1;
 
 	pthread_mutex_lock(&px->hb_lock);
 	if (px->cfg.debug_hb_delay_ms)
 		hb_wait(px, px->cfg.debug_hb_delay_ms, false);
 	while (!atomic_load(&px->stopping)) {
+		uint64_t now = lc_now_ms();
+		int full = !full_ms || now - full_ms >= px->cfg.ping_interval_ms;
+
 		pthread_mutex_unlock(&px->hb_lock);
 		warn_insecure(px, &warned_ms);
-		beat(px, &was_ok);
+		if (full || !was_ok) {
+			beat(px, &was_ok);
+			full_ms = now;
+		} else {
+			px_master_ping(px);
+		}
 		pthread_mutex_lock(&px->hb_lock);
-		hb_wait(px, px->cfg.ping_interval_ms, true);
+		hb_wait(px, px_disk_busy(px) ? PX_OFFLOAD_POLL_MS : px->cfg.ping_interval_ms,
+			true);
 	}
 	pthread_mutex_unlock(&px->hb_lock);
 	return NULL;

@@ -7,13 +7,16 @@
  * from its best replica (our own segment first) straight into the client's
  * memory, checksummed on the way, and reported only if its CRC32C matches
  * and the lease still held when the transfer ended. A mismatch through a
- * cached list drops the entry and asks the master again.
+ * cached list drops the entry and asks the master again. Values whose best
+ * replica is on our SSD are read together at the end of each pass, in one
+ * dsk_get_batch; such a read is not bound by the lease (see read_value).
  */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
+#include "disk/disk.h"
 #include "engine/engine.h"
 #include "lunar.h"
 #include "ops.h"
@@ -65,12 +68,65 @@ static int read_replica(struct px_proxy *px, const char *tenant, const struct px
 	return n == (int64_t)e->size && (local || crc == e->crc) ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
 }
 
-/* Read one value from the replicas of e: local MEMORY, remote MEMORY, local
+/* A result held back for the request's batch of SSD reads. */
+#define PX_DEFERRED INT64_MAX
+
+/* The request's reads of values whose best replica is our SSD tier. */
+struct px_dreads {
+	uint32_t n;
+	uint32_t *idx;		/* the items, in r->items */
+	struct px_cached *e;	/* their lists */
+	struct dsk_get_item *v; /* their reads */
+};
+
+/* Hold item i's read of e from our SSD, into its one piece iov, for the
+ * batch; false when it cannot be (no room: read it now). */
+static bool defer_read(struct px_dreads *dr, uint32_t count, uint32_t i, const char *tenant,
+		       const struct px_item *it, const struct px_cached *e, const struct iovec *iov)
+{
+	if (!dr->idx) {
+		dr->idx = calloc(count, sizeof(*dr->idx));
+		dr->e = calloc(count, sizeof(*dr->e));
+		dr->v = calloc(count, sizeof(*dr->v));
+		if (!dr->idx || !dr->e || !dr->v)
+			return false;
+	}
+	if (dr->n >= count)
+		return false;
+	dr->idx[dr->n] = i;
+	dr->e[dr->n] = *e;
+	dr->v[dr->n++] = (struct dsk_get_item){
+	    .tenant = tenant, .key = it->key, .buf = iov->iov_base, .cap = iov->iov_len};
+	return true;
+}
+
+static void dreads_fini(struct px_dreads *dr)
+{
+	free(dr->idx);
+	free(dr->e);
+	free(dr->v);
+}
+
+/* Where read_value may hold a read from our SSD for the batch. */
+struct px_defer {
+	struct px_dreads *dr;
+	uint32_t count, i;
+};
+
+/*
+ * Read one value from the replicas of e: local MEMORY, remote MEMORY, local
  * LOCAL_DISK, remote LOCAL_DISK, skipping peers the request gave up on (a
  * transfer there failed). Size or a code; OBJECT_NOT_FOUND when every
- * replica tried was gone. */
+ * replica tried was gone; PX_DEFERRED when df took the local SSD read.
+ * The lease bounds reads of MEMORY replicas only: a range in a segment can
+ * be reused once the lease ends, but a disk record is never rewritten in
+ * place (its bucket goes only after the reads on it end), and its bytes are
+ * checked against the value's CRC32C, so a slow disk read of a replica
+ * still listed returns the value's bytes or an error.
+ */
 static int64_t read_value(struct px_proxy *px, const char *tenant, const struct px_item *it,
-			  const struct px_cached *e, struct px_down *down)
+			  const struct px_cached *e, struct px_down *down,
+			  const struct px_defer *df)
 {
 	struct iovec iov[LUNAR_IOV_MAX];
 	int iovcnt, mismatch = 0, tried = 0, missing = 0;
@@ -90,6 +146,9 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, const struct 
 			tried++;
 			if (!local && px_down_has(down, rp->endpoint))
 				continue;
+			if (df && local && type == LUNAR__REPLICA_TYPE__LOCAL_DISK && iovcnt == 1 &&
+			    defer_read(df->dr, df->count, df->i, tenant, it, e, iov))
+				return PX_DEFERRED;
 			rc = read_replica(px, tenant, it, e, rp, local, iov, iovcnt);
 			if (rc == LUNAR_ERR_TRANSFER_FAIL && !local)
 				px_down_add(down, rp->endpoint);
@@ -99,8 +158,10 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, const struct 
 				mismatch = 1;
 			}
 			if (!rc)
-				return lc_now_ms() > e->deadline_ms ? LUNAR_ERR_LEASE_EXPIRED
-								    : (int64_t)e->size;
+				return type == LUNAR__REPLICA_TYPE__MEMORY &&
+						       lc_now_ms() > e->deadline_ms
+					   ? LUNAR_ERR_LEASE_EXPIRED
+					   : (int64_t)e->size;
 		}
 	}
 	if (mismatch)
@@ -133,10 +194,12 @@ static void prefetch_local(const struct px_proxy *px, const struct px_cached *e)
 }
 
 static int64_t serve(struct px_proxy *px, const struct px_req *r, const struct px_item *it,
-		     const struct px_cached *e, struct px_down *down)
+		     const struct px_cached *e, struct px_down *down, struct px_dreads *dr)
 {
+	struct px_defer df = {dr, r->count, (uint32_t)(it - r->items)};
+
 	switch (r->sqe.op) {
-	case LC_OP_GET: return read_value(px, r->s->tenant, it, e, down);
+	case LC_OP_GET: return read_value(px, r->s->tenant, it, e, down, px->disk ? &df : NULL);
 	case LC_OP_GET_SIZE: return (int64_t)e->size;
 	default: return 1; /* exists, prefix match */
 	}
@@ -158,8 +221,40 @@ static int64_t unlisted(const struct px_req *r, int code)
 	return code;
 }
 
+/* Whether a read through a cached list should ask the master again. */
+static bool stale_hit(int64_t result)
+{
+	return result == LUNAR_ERR_CHECKSUM_MISMATCH || result == LUNAR_ERR_TRANSFER_FAIL ||
+	       result == LUNAR_ERR_OBJECT_NOT_FOUND;
+}
+
+/* The held SSD reads, in one batch; a read that fails is tried again the
+ * one-by-one way (other replicas, and the failure reported). Through
+ * cached lists (cached), a failure leaves the item to ask the master. */
+static void dreads_flush(struct px_proxy *px, struct px_req *r, struct px_dreads *dr,
+			 struct px_down *down, bool cached)
+{
+	px_disk_get_batch(px, dr->v, dr->n);
+	for (uint32_t k = 0; k < dr->n; k++) {
+		struct px_item *it = &r->items[dr->idx[k]];
+		const struct px_cached *e = &dr->e[k];
+		const struct dsk_get_item *v = &dr->v[k];
+
+		if (v->res == (int64_t)e->size && v->crc32c == e->crc)
+			it->result = (int64_t)e->size;
+		else
+			it->result = read_value(px, r->s->tenant, it, e, down, NULL);
+		if (cached && stale_hit(it->result)) {
+			px_lease_cache_drop(px->leases, r->s->tenant, it->key);
+			it->result = 0; /* ask the master */
+		}
+	}
+	dr->n = 0;
+}
+
 /* Serve what the lease cache can; leave misses (and stale hits) pending. */
-static void get_cached(struct px_proxy *px, struct px_req *r, struct px_down *down)
+static void get_cached(struct px_proxy *px, struct px_req *r, struct px_down *down,
+		       struct px_dreads *dr)
 {
 	uint64_t now = lc_now_ms();
 	struct px_read rd = px_read_by(px, r->s, now);
@@ -172,17 +267,18 @@ static void get_cached(struct px_proxy *px, struct px_req *r, struct px_down *do
 						      px_lease_margin_ms(px), &rd, &e))
 			continue;
 		PX_COUNT(px, lease_hits, 1);
-		it->result = serve(px, r, it, &e, down);
-		if (it->result == LUNAR_ERR_CHECKSUM_MISMATCH || it->result == LUNAR_ERR_TRANSFER_FAIL ||
-		    it->result == LUNAR_ERR_OBJECT_NOT_FOUND) {
+		it->result = serve(px, r, it, &e, down, dr);
+		if (stale_hit(it->result)) {
 			px_lease_cache_drop(px->leases, r->s->tenant, it->key);
 			it->result = 0; /* ask the master */
 		}
 	}
+	if (dr->n)
+		dreads_flush(px, r, dr, down, true);
 }
 
 static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-		      struct px_down *down)
+		      struct px_down *down, struct px_dreads *dr)
 {
 	const Lunar__BatchGetReplicaListReply *rl;
 	uint64_t sent = lc_now_ms();
@@ -219,14 +315,17 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 			prefetch_local(px, &e);
 		if (rl->lease_ttl_ms)
 			px_lease_cache_put(px->leases, r->s->tenant, it->key, &e, &rd);
-		it->result = serve(px, r, it, &e, down);
+		it->result = serve(px, r, it, &e, down, dr);
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
+	if (dr->n)
+		dreads_flush(px, r, dr, down, false);
 }
 
 int64_t px_run_get(struct px_proxy *px, struct px_req *r)
 {
 	struct px_down down = {0};
+	struct px_dreads dr = {0};
 	struct px_batch b;
 	int64_t leading = 0;
 
@@ -241,12 +340,15 @@ int64_t px_run_get(struct px_proxy *px, struct px_req *r)
 			PX_COUNT(px, lease_cap_busy, 1);
 		}
 	}
-	get_cached(px, r, &down);
-	if (px_batch_collect(r, &b))
+	get_cached(px, r, &down, &dr);
+	if (px_batch_collect(r, &b)) {
+		dreads_fini(&dr);
 		return LUNAR_ERR_INTERNAL;
+	}
 	if (b.n)
-		get_fresh(px, r, &b, &down);
+		get_fresh(px, r, &b, &down, &dr);
 	px_batch_fini(&b);
+	dreads_fini(&dr);
 	if (r->sqe.op != LC_OP_PREFIX_MATCH)
 		return 0;
 	while (leading < r->count && r->items[leading].result == 1)

@@ -65,6 +65,7 @@ struct px_config {
 	uint64_t ping_interval_ms;/* --ping-interval */
 	uint64_t debug_put_delay_ms; /* --debug-put-delay: test hook */
 	uint64_t debug_hb_delay_ms;  /* --debug-heartbeat-delay: test hook */
+	uint64_t debug_disk_read_delay_ms; /* --debug-disk-read-delay: test hook */
 	uint16_t http_port;       /* --http-port: metrics, health, admin */
 	uint64_t grace_ms;        /* --grace: serve reads this long after SIGTERM */
 	const char *disk_dir;     /* --disk-dir: SSD tier; NULL: none */
@@ -493,6 +494,12 @@ int px_disk_register(struct px_proxy *px, int again);
 /* px_disk_offload - hand Ping's offload tasks to the worker; never blocks
  * on disk. */
 void px_disk_offload(struct px_proxy *px, Lunar__OffloadTask *const *t, size_t n);
+/* px_disk_busy - whether a Ping brought offload tasks within the last
+ * ping interval: the heartbeat then asks again every PX_OFFLOAD_POLL_MS
+ * (eviction keeps objects in memory until their copy exists, so a task
+ * waiting a whole interval holds memory puts are refused for). Any thread. */
+int px_disk_busy(struct px_proxy *px);
+#define PX_OFFLOAD_POLL_MS 2
 /* px_disk_forget - hand Ping's forget records to the same worker: each
  * record goes if (tenant, key) is still stored at its location (a newer
  * copy of a key put again stays). Heartbeat thread; never blocks on disk. */
@@ -509,6 +516,11 @@ int64_t px_disk_read(void *arg, const char *tenant, const char *key, const struc
  * CRC32C of the value) must match the record's, else CHECKSUM_MISMATCH. */
 int64_t px_disk_get(struct px_proxy *px, const char *tenant, const char *key,
 		    const struct iovec *iov, int iovcnt, uint32_t want_crc);
+struct dsk_get_item;
+/* px_disk_get_batch - dsk_get_batch over our SSD tier (v[i].res set;
+ * OBJECT_NOT_FOUND for all without a tier); a record found corrupt or
+ * short is reported to the master as px_disk_get does. Blocks. */
+void px_disk_get_batch(struct px_proxy *px, struct dsk_get_item *v, size_t n);
 /* px_disk_metrics - append the lunar_proxy_disk_* figures to rep's body for
  * /metrics (nothing without a tier). px_disk_status - the JSON of GET
  * /disk/status in rep (404 and {"enabled":false} without a tier). Both

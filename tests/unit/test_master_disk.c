@@ -207,6 +207,85 @@ static void test_master_disk_queue_full_force_evicts(void **state)
 	queue_full(1);
 }
 
+/* Memory full of objects waiting for (or refused) their disk copy: a put
+ * waits for an offload to end, and when none does within
+ * --offload-put-wait, the least recently used goes uncopied instead of
+ * the put being refused. */
+static void test_master_disk_put_waits_then_drops(void **state)
+{
+	static const char *const flags[][2] = {
+	    {"offload", "on_evict"}, {"kv-lease-ttl", "1ms"}, {"offload-queue-bytes", "1"}};
+	struct mst_master *m = master_with(flags, 3);
+	char key[16];
+	uint64_t t0;
+	int left = 0;
+
+	disk_proxy(m);
+	for (int i = 0; i < 4; i++) {
+		snprintf(key, sizeof(key), "w%d", i);
+		assert_int_equal(put_crc(m, key, 15 * MIB, (uint32_t)i + 1), 0);
+	}
+	usleep(5000);
+	t0 = lc_now_ms();
+	/* no room: one object is queued for its copy, the queue is full, and
+	 * nobody pings to write it */
+	assert_int_equal(put_crc(m, "w4", 15 * MIB, 9), 0);
+	assert_true(lc_now_ms() - t0 >= 450); /* --offload-put-wait 500ms */
+	for (int i = 0; i < 4; i++) {
+		snprintf(key, sizeof(key), "w%d", i);
+		left += exist(m, NULL, key);
+	}
+	assert_int_equal(left, 3);
+	assert_int_equal(m->ctr.offload_dropped, 1);
+	assert_int_equal(ping_tasks(m, NULL, 0), 1); /* the queued one is still to copy */
+	mst_master_destroy(m);
+}
+
+/* The proxy, 100 ms late: takes the queued task and reports its copy. */
+static void *late_offload(void *arg)
+{
+	struct mst_master *m = arg;
+	char key[16] = "";
+
+	usleep(100000);
+	if (ping_tasks(m, key, sizeof(key)) == 1)
+		disk_call(m, LUNAR__METHOD__OFFLOAD_DONE, CLIENT_A, key, 15 * MIB,
+			  (uint32_t)(key[1] - '0') + 1, 1, NULL);
+	return NULL;
+}
+
+/* The same, but the copy is written during the wait: the put goes on at
+ * once, and nothing goes uncopied. */
+static void test_master_disk_put_waits_for_offload(void **state)
+{
+	static const char *const flags[][2] = {
+	    {"offload", "on_evict"}, {"kv-lease-ttl", "1ms"}, {"offload-queue-bytes", "1"}};
+	struct mst_master *m = master_with(flags, 3);
+	pthread_t th;
+	char key[16];
+	uint64_t t0;
+	int left = 0;
+
+	disk_proxy(m);
+	for (int i = 0; i < 4; i++) {
+		snprintf(key, sizeof(key), "w%d", i);
+		assert_int_equal(put_crc(m, key, 15 * MIB, (uint32_t)i + 1), 0);
+	}
+	usleep(5000);
+	t0 = lc_now_ms();
+	assert_int_equal(pthread_create(&th, NULL, late_offload, m), 0);
+	assert_int_equal(put_crc(m, "w4", 15 * MIB, 9), 0);
+	pthread_join(th, NULL);
+	assert_true(lc_now_ms() - t0 < 450);
+	for (int i = 0; i < 4; i++) {
+		snprintf(key, sizeof(key), "w%d", i);
+		left += exist(m, NULL, key);
+	}
+	assert_int_equal(left, 4); /* one of them on its disk copy */
+	assert_int_equal(m->ctr.offload_dropped, 0);
+	mst_master_destroy(m);
+}
+
 static void test_master_disk_no_disk_tier_evicts(void **state)
 {
 	static const char *const flags[][2] = {
@@ -497,7 +576,11 @@ static void test_master_disk_flags(void **state)
 
 	mst_config_defaults(&cfg);
 	assert_int_equal(cfg.enable_offload, 0);
-	assert_int_equal(cfg.offload_queue, 1024);
+	assert_int_equal(cfg.offload_queue, 65536);
+	assert_int_equal(cfg.offload_queue_bytes, 64ull << 20);
+	assert_int_equal(mst_config_set(&cfg, "offload-queue-bytes", "1GiB"), 0);
+	assert_int_equal(cfg.offload_queue_bytes, 1ull << 30);
+	assert_int_equal(cfg.offload_put_wait_ms, 500);
 	assert_int_equal(mst_config_set(&cfg, "offload", "sometimes"), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(mst_config_set(&cfg, "offload", "on_put"), 0);
 	assert_int_equal(cfg.enable_offload, 1);
@@ -511,6 +594,7 @@ static void test_master_disk_flags(void **state)
 LUNAR_TEST_MAIN(NULL, NULL, test_master_disk_on_put_adds_local_disk,
 		test_master_disk_done_checks_value, test_master_disk_on_evict_keeps_until_on_disk,
 		test_master_disk_queue_full_keeps, test_master_disk_queue_full_force_evicts,
+		test_master_disk_put_waits_then_drops, test_master_disk_put_waits_for_offload,
 		test_master_disk_no_disk_tier_evicts, test_master_disk_failed_offload_evicts_later,
 		test_master_disk_task_requeued_when_late, test_master_disk_add_and_remove,
 		test_master_disk_dead_proxy_drops_disk, test_master_disk_remove_forgets,

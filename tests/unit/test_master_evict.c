@@ -51,8 +51,8 @@ static void test_master_evict_oldest_share(void **state)
 {
 	/* Given: 400 COMPLETE objects; 20 of them read first (older leases),
 	 * the rest read later; eviction ratio 0.05 */
-	static const char *const flags[][2] = {{"kv-lease-ttl", "1s"}};
-	struct mst_master *m = master_with(flags, 1);
+	static const char *const flags[][2] = {{"kv-lease-ttl", "1s"}, {"eviction-ratio", "0.05"}};
+	struct mst_master *m = master_with(flags, 2);
 	struct mst_stats st;
 	char key[16];
 

@@ -5,7 +5,8 @@
  * N objects of 4 KiB; once full, one more PutStart fails its allocation, runs
  * a synchronous eviction round (census of every shard, quickselect, evict
  * ceil(candidates x ratio)) and retries: that call's time is the round.
- * The watermark is set to 1.0 so the background evictor never runs first.
+ * The watermark is set to 1.0 so the background evictor never runs first,
+ * and the ratio to Mooncake's 0.05 (the default is 0.01 now).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -81,7 +82,9 @@ int bench_evict_main(int argc, char **argv)
 		return bench_usage_error("--evict-round needs N");
 	mst_config_defaults(&cfg);
 	/* No background rounds (watermark 1.0), a client that never times out. */
+	/* Mooncake's 5 % a round, as the figures in bench.md always had */
 	if (mst_config_set(&cfg, "eviction-high-watermark-ratio", "1.0") ||
+	    mst_config_set(&cfg, "eviction-ratio", "0.05") ||
 	    mst_config_set(&cfg, "client-ttl", "24h") || mst_master_create(&cfg, &m))
 		return BENCH_EXIT_FAIL;
 	printf("mode=evict-round\nobjects=%" PRIu64 "\nobject_bytes=%u\neviction_ratio=%.2f\n", n,

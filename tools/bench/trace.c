@@ -35,6 +35,7 @@ struct trace {
 	size_t *off;
 	size_t nreq, capreq;
 	uint64_t unique, max_per_req;
+	uint64_t limit; /* read at most this many requests; 0: all */
 	/* id -> dense number, open addressing; slot empty when key is UINT64_MAX */
 	uint64_t *hkey;
 	uint32_t *hval;
@@ -47,6 +48,7 @@ struct tr {
 	uint64_t block, cap_blocks;
 	double cap_ratio;
 	int have_blocks, simulate_only;
+	double check; /* --check: least hit ratio, as a share of the infinite cache's */
 	struct lunar_opts opts;
 	unsigned chunk;
 	struct trace t;
@@ -86,11 +88,16 @@ static const char usage_text[] =
     "  --prefix STR            key prefix (default blk)\n"
     "  --tenant NAME           tenant (default \"default\")\n"
     "  --timeout-ms N          per-call timeout (default $LUNAR_TIMEOUT_MS, then 30000)\n"
+    "  --requests N            replay only the first N requests\n"
+    "  --check SHARE           exit 1 unless hit_ratio >= SHARE x infinite_hit_ratio\n"
+    "                          (and no read returned wrong bytes, as always)\n"
     "  --simulate-only         no proxy: print the trace's figures and the LRU's only\n"
     "\n"
     "Figures: trace_requests, trace_blocks, trace_unique_blocks; requests,\n"
     "blocks_requested, prefix_hit_blocks, hit_blocks (read and checked), hit_ratio\n"
-    "(hit_blocks / blocks_requested), lru_hit_ratio; put_* and get_* counts, with\n"
+    "(hit_blocks / blocks_requested), lru_hit_ratio, prefix_lru_hit_ratio (an LRU\n"
+    "that touches a request's blocks last to first), infinite_hit_ratio (every\n"
+    "block kept); put_* and get_* counts, with\n"
     "soft errors (NO_AVAILABLE_HANDLE, a block gone between match and get)\n"
     "counted apart from errors; wall_s, blocks_per_s; match_, get_batch_ and\n"
     "put_batch_ latencies per call. Exit 1 on any error other than a soft one.\n";
@@ -270,7 +277,7 @@ static int trace_load(struct trace *t, const char *path)
 		perror(path);
 		return -1;
 	}
-	while (!rc && getline(&line, &cap, f) >= 0)
+	while (!rc && (!t->limit || t->nreq < t->limit) && getline(&line, &cap, f) >= 0)
 		rc = parse_line(t, path, ++lineno, line);
 	if (!rc && ferror(f)) {
 		perror(path);
@@ -347,8 +354,11 @@ static void lru_touch(struct lru *l, uint32_t x)
 	l->size++;
 }
 
-/* Blocks an LRU of cap blocks serves with prefix semantics, or -1 on ENOMEM. */
-static int64_t lru_hits(const struct trace *t, uint64_t cap)
+/* Blocks an LRU of cap blocks serves with prefix semantics, or -1 on ENOMEM.
+ * tail_first: a request's blocks are touched last to first, so that of two
+ * blocks of one request the later goes first (a block is worth nothing
+ * once one before it is gone: the prefix-aware variant). */
+static int64_t lru_hits(const struct trace *t, uint64_t cap, int tail_first)
 {
 	struct lru l = {.head = TR_NIL, .tail = TR_NIL, .cap = cap};
 	int64_t hits = 0;
@@ -367,7 +377,7 @@ static int64_t lru_hits(const struct trace *t, uint64_t cap)
 			k++;
 		hits += (int64_t)(k - a);
 		for (k = a; k < z; k++)
-			lru_touch(&l, t->dense[k]);
+			lru_touch(&l, t->dense[tail_first ? a + z - 1 - k : k]);
 	}
 out:
 	free(l.prev);
@@ -616,6 +626,14 @@ static int parse_one(struct tr *b, int argc, char **argv, int *i)
 		rc = bench_parse_num("--timeout-ms", v, 0, 0, UINT32_MAX, &x);
 		b->opts.timeout_ms = (unsigned)x;
 		return rc;
+	} else if ((v = bench_opt_value(argc, argv, i, "--requests", &missing))) {
+		return bench_parse_num("--requests", v, 0, 1, UINT32_MAX, &b->t.limit);
+	} else if ((v = bench_opt_value(argc, argv, i, "--check", &missing))) {
+		char *end;
+
+		b->check = strtod(v, &end);
+		if (end == v || *end || !(b->check > 0 && b->check <= 1))
+			return bench_usage_error("bad value '%s' for --check (want 0..1)", v);
 	} else if (!strcmp(a, "--simulate-only"))
 		b->simulate_only = 1;
 	else if (missing)
@@ -692,11 +710,28 @@ static int run_store(struct tr *b)
 	return hard_errors(b) ? BENCH_EXIT_FAIL : BENCH_EXIT_OK;
 }
 
+/* --check: the replay's hit ratio against the infinite cache's (inf
+ * blocks); rc as it was, or BENCH_EXIT_FAIL. */
+static int check_replay(const struct tr *b, int64_t inf, int rc)
+{
+	double want = b->check * share((uint64_t)inf, b->t.nids);
+	double got = share(b->served, b->requested);
+	int ok = got >= want && !hard_errors(b);
+
+	printf("check_min_hit_ratio=%.4f\n", want);
+	printf("check=%s\n", ok ? "ok" : "failed");
+	if (!ok)
+		fprintf(stderr, "lunar-bench: --check: hit ratio %.4f (least %.4f), %" PRIu64
+				" errors\n",
+			got, want, hard_errors(b));
+	return ok ? rc : BENCH_EXIT_FAIL;
+}
+
 int bench_trace_main(int argc, char **argv)
 {
 	struct tr b = {.prefix = "blk", .cap_ratio = TR_DEFAULT_RATIO};
 	uint64_t chunk;
-	int64_t lru;
+	int64_t lru, inf;
 	int rc;
 
 	for (int i = 1; i < argc; i++)
@@ -716,7 +751,7 @@ int bench_trace_main(int argc, char **argv)
 	chunk = TR_CHUNK_BYTES / b.block;
 	b.chunk = (unsigned)(chunk < 1 ? 1 : chunk > LUNAR_BATCH_MAX ? LUNAR_BATCH_MAX : chunk);
 	print_config(&b);
-	lru = lru_hits(&b.t, b.cap_blocks);
+	lru = lru_hits(&b.t, b.cap_blocks, 0);
 	if (lru < 0) {
 		rc = BENCH_EXIT_FAIL;
 		goto out;
@@ -725,6 +760,12 @@ int bench_trace_main(int argc, char **argv)
 	printf("lru_capacity_blocks=%" PRIu64 "\n", b.cap_blocks);
 	printf("lru_hit_blocks=%" PRId64 "\n", lru);
 	printf("lru_hit_ratio=%.4f\n", share((uint64_t)lru, b.t.nids));
+	printf("prefix_lru_hit_ratio=%.4f\n",
+	       share((uint64_t)lru_hits(&b.t, b.cap_blocks, 1), b.t.nids));
+	inf = lru_hits(&b.t, b.t.unique, 0);
+	printf("infinite_hit_ratio=%.4f\n", share((uint64_t)inf, b.t.nids));
+	if (b.check > 0 && !b.simulate_only)
+		rc = check_replay(&b, inf, rc);
 out:
 	replay_free(&b);
 	trace_free(&b.t);
