@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # run.sh - build and run the libFuzzer targets under ASan+UBSan: decode (the
 # proxy's shared-memory validator), meta (the SSD tier's bucket metadata
-# decoder, disk/scan.c) and http (the embedded HTTP server's request parsing,
-# common/http.c).
+# decoder, disk/scan.c), http (the embedded HTTP server's request parsing,
+# common/http.c), frame (the data port's plain and keyed frames and the RDMA
+# connect body, engine/wire.c and rdma_wire.c) and envelope (the master
+# RPC's authenticated envelope and framed requests, proto/rpc_auth.c and
+# rpc.c). The targets run side by side, each for $FUZZ_SECONDS.
 #
-#   tests/fuzz/run.sh            build, then fuzz each target for $FUZZ_SECONDS
-#                                (default 45)
+#   tests/fuzz/run.sh            build, then fuzz every target at once, each for
+#                                $FUZZ_SECONDS (default 45)
 #   tests/fuzz/run.sh --probe    exit 0 when clang links libFuzzer, else 77
 #   tests/fuzz/run.sh --build    build only
 #   tests/fuzz/run.sh FILE...    replay inputs (crash reproducers) with
@@ -17,7 +20,8 @@
 # $BUILD (default build): tests/fuzz/ for binaries, fuzz/ for the corpus,
 # fuzz/crash-<target>-* for reproducers, fuzz/<target>.log for the last run's
 # log. Environment: FUZZ_CC (clang), FUZZ_SECONDS (per target), FUZZ_JOBS (1;
-# parallel workers), FUZZ_TARGETS ("decode meta http").
+# parallel workers per target), FUZZ_TARGETS ("decode meta http frame
+# envelope").
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 
@@ -28,13 +32,15 @@ JOBS=${FUZZ_JOBS:-1}
 # Absolute: with FUZZ_JOBS > 1 libFuzzer runs in $WORK (it writes fuzz-N.log).
 OUT=$(realpath -m "$BUILD/tests/fuzz")
 WORK=$(realpath -m "$BUILD/fuzz")
-TARGETS=${FUZZ_TARGETS:-decode meta http}
+TARGETS=${FUZZ_TARGETS:-decode meta http frame envelope}
 SEEDS=$OUT/fuzz_seeds
 SAN="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CFLAGS="-std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -pthread"
 # What each target links besides tests/fuzz/fuzz_<target>.c: fuzz_decode the
 # validator and the common code it calls; fuzz_meta includes disk/scan.c and
 # links the rest of disk/ (and liburing); fuzz_http includes common/http.c.
+# The cryptography the frame and envelope readers use (not the HTTP gate).
+AUTH_SRC="auth/mac.c auth/cap.c auth/key.c auth/handshake.c"
 lib_src() {
 	case $1 in
 	decode) echo "proxy/decode.c common/ring.c common/key.c" ;;
@@ -43,11 +49,16 @@ lib_src() {
 			common/log.c
 		;;
 	http) echo "common/log.c" ;;
+	frame) echo engine/wire.c engine/rdma_wire.c $AUTH_SRC common/log.c common/crc32c.c ;;
+	envelope) echo proto/rpc_auth.c proto/rpc.c "$BUILD/proto/lunar.pb-c.c" $AUTH_SRC \
+		common/log.c common/errors.c ;;
 	esac
 }
 lib_link() {
 	case $1 in
 	meta) pkg-config --libs liburing ;;
+	frame) pkg-config --libs libsodium ;;
+	envelope) pkg-config --libs libsodium libprotobuf-c ;;
 	esac
 }
 # The longest input that means anything: decode's header plus a full arena;
@@ -57,6 +68,8 @@ max_len() {
 	decode) echo 65824 ;;
 	meta) echo 16384 ;;
 	http) echo 16384 ;;
+	frame) echo 512 ;;
+	envelope) echo 16384 ;;
 	esac
 }
 
@@ -66,6 +79,7 @@ layer_flags() {
 	local layer
 	case $1 in
 	tests/*) layer=tests ;;
+	"$BUILD"/proto/*) layer=proto ;;
 	*) layer=${1%%/*} ;;
 	esac
 	awk -v l="$layer" '$1 == l { $1 = ""; print; f = 1 } END { exit !f }' "$BUILD/layers.txt" ||
@@ -102,7 +116,7 @@ stale() {
 	shift
 	[ -x "$out" ] || return 0
 	[ -n "$(find "$@" common/*.h shmlib/include/lunar.h proxy/decode.h tests/fuzz/*.h \
-		disk/*.h -newer "$out" 2>/dev/null | head -1)" ]
+		disk/*.h engine/*.h auth/*.h proto/*.h -newer "$out" 2>/dev/null | head -1)" ]
 }
 
 # Build fuzz_<target> (objects under $OUT/<target>/) and seed its corpus.
@@ -197,8 +211,19 @@ fuzz_one() {
 	echo "fuzz: fuzz_$t: no findings in ${SECONDS_TO_RUN}s"
 }
 
-failed=0
+# Side by side: on a small machine each gets a share of the CPUs for its
+# $FUZZ_SECONDS, and the whole run takes that long, not that times the
+# targets.
+pids=()
 for t in $TARGETS; do
-	fuzz_one "$t" || failed=1
+	fuzz_one "$t" >"$WORK/$t.summary" 2>&1 &
+	pids+=($!)
+done
+failed=0
+for i in "${!pids[@]}"; do
+	wait "${pids[$i]}" || failed=1
+done
+for t in $TARGETS; do
+	cat "$WORK/$t.summary"
 done
 exit $failed
