@@ -104,6 +104,17 @@ static int skip_value(struct rd *r, int depth)
 	return skip_scalar(r);
 }
 
+/* After a member or an element: past its ',', or at close (0); else -EPROTO. */
+static int next_item(struct rd *r, char close)
+{
+	ws(r);
+	if (r->p < r->end && *r->p == ',') {
+		r->p++;
+		return 0;
+	}
+	return r->p < r->end && *r->p == close ? 0 : -EPROTO;
+}
+
 /* In the object at r->p, move r->p to the value of member name. */
 static int member(struct rd *r, const char *name)
 {
@@ -126,13 +137,8 @@ static int member(struct rd *r, const char *name)
 		ws(r);
 		if (hit)
 			return 0;
-		if ((rc = skip_value(r, 1)))
+		if ((rc = skip_value(r, 1)) || (rc = next_item(r, '}')))
 			return rc;
-		ws(r);
-		if (r->p < r->end && *r->p == ',')
-			r->p++;
-		else if (r->p >= r->end || *r->p != '}')
-			return -EPROTO;
 	}
 	return r->p < r->end ? -ENOENT : -EPROTO;
 }
@@ -148,13 +154,8 @@ static int element(struct rd *r, unsigned long i)
 	for (ws(r); r->p < r->end && *r->p != ']'; ws(r)) {
 		if (!i--)
 			return 0;
-		if ((rc = skip_value(r, 1)))
+		if ((rc = skip_value(r, 1)) || (rc = next_item(r, ']')))
 			return rc;
-		ws(r);
-		if (r->p < r->end && *r->p == ',')
-			r->p++;
-		else if (r->p >= r->end || *r->p != ']')
-			return -EPROTO;
 	}
 	return r->p < r->end ? -ENOENT : -EPROTO;
 }
