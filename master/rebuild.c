@@ -159,16 +159,16 @@ static int rebuild_one(struct mst_master *m, uint64_t client, const char *tenant
 
 int mst_rebuild_settling(struct mst_master *m)
 {
-	uint64_t lead = __atomic_load_n(&m->rebuild.lead_ms, __ATOMIC_RELAXED), now;
+	uint64_t lead = LC_READ_ONCE(m->rebuild.lead_ms), now;
 
 	if (!lead)
 		return 0;
 	now = lc_now_ms();
 	if (now - lead >= MST_REBUILD_GRACE_MS)
 		return 0;
-	return now - lead < 300 || !__atomic_load_n(&m->segs.n, __ATOMIC_RELAXED) ||
-	       __atomic_load_n(&m->rebuild.proxies_done, __ATOMIC_RELAXED) <
-		   __atomic_load_n(&m->segs.n, __ATOMIC_RELAXED);
+	return now - lead < 300 || !LC_READ_ONCE(m->segs.n) ||
+	       LC_READ_ONCE(m->rebuild.proxies_done) <
+		   LC_READ_ONCE(m->segs.n);
 }
 
 int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
@@ -185,8 +185,7 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 		lp_status(&r->base)->code = LUNAR_ERR_INVALID_PARAMS;
 		return 0;
 	}
-	__atomic_compare_exchange_n(&m->rebuild.first_ms, &zero, now, 0, __ATOMIC_RELAXED,
-				    __ATOMIC_RELAXED);
+	lc_cas(&m->rebuild.first_ms, &zero, now); /* the first report's time, once */
 	for (size_t i = 0; i < rq->n_objects; i++) {
 		const Lunar__ReportedObject *ro = rq->objects[i];
 
@@ -196,7 +195,7 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 	}
 	r->n_codes = rq->n_objects;
 	lc_fetch_add_relaxed(&m->rebuild.reported, rq->n_objects);
-	__atomic_store_n(&m->rebuild.last_ms, lc_now_ms(), __ATOMIC_RELAXED);
+	LC_WRITE_ONCE(m->rebuild.last_ms, lc_now_ms());
 	if (rq->last)
 		lc_fetch_add_relaxed(&m->rebuild.proxies_done, 1);
 	return 0;
@@ -205,8 +204,8 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 void mst_rebuild_metrics(struct mst_master *m, FILE *f)
 {
 	const struct mst_rebuild_ctr *c = &m->rebuild;
-	uint64_t first = __atomic_load_n(&c->first_ms, __ATOMIC_RELAXED);
-	uint64_t last = __atomic_load_n(&c->last_ms, __ATOMIC_RELAXED);
+	uint64_t first = LC_READ_ONCE(c->first_ms);
+	uint64_t last = LC_READ_ONCE(c->last_ms);
 
 	fprintf(f,
 		"# TYPE lunar_master_rebuild_reported_total counter\n"
@@ -221,10 +220,10 @@ void mst_rebuild_metrics(struct mst_master *m, FILE *f)
 		"lunar_master_rebuild_proxies_done %llu\n"
 		"# TYPE lunar_master_rebuild_seconds gauge\n"
 		"lunar_master_rebuild_seconds %.3f\n",
-		(unsigned long long)__atomic_load_n(&c->reported, __ATOMIC_RELAXED),
-		(unsigned long long)__atomic_load_n(&c->rebuilt, __ATOMIC_RELAXED),
-		(unsigned long long)__atomic_load_n(&c->merged, __ATOMIC_RELAXED),
-		(unsigned long long)__atomic_load_n(&c->refused, __ATOMIC_RELAXED),
-		(unsigned long long)__atomic_load_n(&c->proxies_done, __ATOMIC_RELAXED),
+		(unsigned long long)LC_READ_ONCE(c->reported),
+		(unsigned long long)LC_READ_ONCE(c->rebuilt),
+		(unsigned long long)LC_READ_ONCE(c->merged),
+		(unsigned long long)LC_READ_ONCE(c->refused),
+		(unsigned long long)LC_READ_ONCE(c->proxies_done),
 		first ? (double)(last - first) / 1000.0 : 0.0);
 }

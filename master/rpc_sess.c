@@ -14,6 +14,7 @@
 
 #include <sodium.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "lunar.h"
 
@@ -67,7 +68,7 @@ void mst_sesstab_destroy(struct mst_sesstab *t)
  * lock is fine: a session at the edge of expiry may count either way. */
 static int live(const struct sess *x, uint64_t now)
 {
-	uint64_t last = __atomic_load_n(&x->last_ms, __ATOMIC_RELAXED);
+	uint64_t last = LC_READ_ONCE(x->last_ms);
 
 	if (x->state == S_OPEN)
 		return now - last < MST_SESS_IDLE_MS;
@@ -200,7 +201,7 @@ int mst_sess_call(struct mst_sesstab *t, const struct lp_env *in, struct mst_ses
 	pthread_mutex_lock(&x->lock);
 	rc = auth_replay_accept(&x->s, in->ctr) ? -EALREADY : 0;
 	if (!rc) {
-		__atomic_store_n(&x->last_ms, now, __ATOMIC_RELAXED);
+		LC_WRITE_ONCE(x->last_ms, now);
 		v->sid = x->sid;
 		v->role = x->role;
 		v->keys = x->s;
