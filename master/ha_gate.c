@@ -12,20 +12,27 @@
 
 #include "clock.h"
 #include "http.h"
+#include "log.h"
 #include "lunar.h"
 #include "mst_int.h"
 #include "rpc.h"
 
-/* Copy an address for messages and JSON: printable ASCII except quotes and
- * backslashes (it came from etcd, which anyone with access may write). */
-static void copy_addr(char *dst, const char *src)
+/* Copy an address (or a list of them) for messages and JSON: printable
+ * ASCII except quotes and backslashes (it came from etcd, which anyone with
+ * access may write), at most cap - 1 bytes. */
+static void copy_text(char *dst, const char *src, size_t cap)
 {
 	size_t i = 0;
 
-	for (; src && src[i] && i < MST_HA_ADDR_MAX - 1; i++)
+	for (; src && src[i] && i < cap - 1; i++)
 		dst[i] = src[i] > 0x20 && src[i] < 0x7f && src[i] != '"' && src[i] != '\\' ? src[i]
 											   : '?';
 	dst[i] = '\0';
+}
+
+static void copy_addr(char *dst, const char *src)
+{
+	copy_text(dst, src, MST_HA_ADDR_MAX);
 }
 
 struct mst_ha_gate *mst_ha_gate_alloc(const char *self, const char *cluster)
@@ -74,6 +81,25 @@ int mst_ha_admit(struct mst_master *m, uint32_t method)
 		return 0;
 	__atomic_fetch_add(&g->refused, 1, __ATOMIC_RELAXED);
 	return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
+}
+
+int mst_ha_may_commit(struct mst_master *m)
+{
+	struct mst_ha_gate *g = m->ha;
+
+	if (!g)
+		return 0;
+	return __atomic_load_n(&g->role, __ATOMIC_ACQUIRE) == MST_ROLE_LEADER &&
+			       lc_now_ms() < __atomic_load_n(&g->fence_ms, __ATOMIC_ACQUIRE)
+		   ? 0
+		   : LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
+}
+
+void mst_ha_committed(struct mst_master *m, const char *what, const char *tenant, const char *key)
+{
+	if (m->ha) /* the key cut short: a debug line, not a record */
+		LC_DEBUG("ha", "committed %s %.64s/%.128s in view %llu", what, tenant, key,
+			 (unsigned long long)mst_view(m));
 }
 
 int mst_ha_refuse(struct mst_master *m, const ProtobufCMessageDescriptor *d, ProtobufCMessage **rep)
@@ -144,6 +170,32 @@ void mst_ha_gate_follow(struct mst_ha_gate *g, const char *leader, uint64_t view
 	pthread_mutex_unlock(&g->lock);
 }
 
+void mst_ha_gate_members(struct mst_ha_gate *g, const char *list)
+{
+	pthread_mutex_lock(&g->lock);
+	copy_text(g->members, list, sizeof(g->members));
+	pthread_mutex_unlock(&g->lock);
+}
+
+/* The comma-separated list as a JSON array of strings into out (cap bytes),
+ * leaving out skip (NULL: none). The list went through copy_text. */
+static void json_list(char *out, size_t cap, const char *list, const char *skip)
+{
+	size_t off = 1, n;
+	const char *p = list, *c;
+
+	out[0] = '[';
+	while (*p && off + 4 < cap) {
+		c = strchr(p, ',');
+		n = c ? (size_t)(c - p) : strlen(p);
+		if (n && !(skip && strlen(skip) == n && !strncmp(p, skip, n)) && off + n + 4 < cap)
+			off += (size_t)snprintf(out + off, cap - off, "%s\"%.*s\"",
+						off > 1 ? "," : "", (int)n, p);
+		p += n + (c != NULL);
+	}
+	snprintf(out + off, cap - off, "]");
+}
+
 /* Leading and not fenced. */
 static int leading(const struct mst_ha_gate *g)
 {
@@ -173,24 +225,36 @@ void mst_ha_metrics(struct mst_master *m, FILE *f)
 int mst_ha_http(struct mst_master *m, struct lc_http_reply *rep)
 {
 	struct mst_ha_gate *g = m->ha;
-	char leader[MST_HA_ADDR_MAX];
-	int role, fenced, rc;
+	char leader[MST_HA_ADDR_MAX], *members, *all, *standbys;
+	int role, fenced, rc = -1;
 
 	rep->content_type = "application/json";
 	if (!g)
 		return lc_http_reply_printf(rep, "{\"ha\":false,\"role\":\"leader\",\"view\":0}\n");
 	role = __atomic_load_n(&g->role, __ATOMIC_ACQUIRE);
 	fenced = role == MST_ROLE_LEADER && !leading(g);
+	members = malloc(MST_HA_MEMBERS_MAX);
+	all = malloc(2 * MST_HA_MEMBERS_MAX);
+	standbys = malloc(2 * MST_HA_MEMBERS_MAX);
+	if (!members || !all || !standbys)
+		goto out;
 	pthread_mutex_lock(&g->lock);
 	memcpy(leader, g->leader, sizeof(leader));
+	memcpy(members, g->members, MST_HA_MEMBERS_MAX);
 	pthread_mutex_unlock(&g->lock);
+	json_list(all, 2 * MST_HA_MEMBERS_MAX, members, NULL);
+	json_list(standbys, 2 * MST_HA_MEMBERS_MAX, members, leader);
 	/* Addresses went through copy_addr: nothing in them needs escaping. */
 	rc = lc_http_reply_printf(
 	    rep,
 	    "{\"ha\":true,\"cluster_id\":\"%s\",\"role\":\"%s\",\"fenced\":%s,\"self\":\"%s\","
-	    "\"leader\":\"%s\",\"view\":%llu,\"failovers\":%llu}\n",
+	    "\"leader\":\"%s\",\"view\":%llu,\"failovers\":%llu,\"members\":%s,\"standbys\":%s}\n",
 	    g->cluster, role == MST_ROLE_LEADER ? "leader" : "standby", fenced ? "true" : "false",
 	    g->self, leader, (unsigned long long)mst_view(m),
-	    (unsigned long long)__atomic_load_n(&g->failovers, __ATOMIC_RELAXED));
+	    (unsigned long long)__atomic_load_n(&g->failovers, __ATOMIC_RELAXED), all, standbys);
+out:
+	free(members);
+	free(all);
+	free(standbys);
 	return rc ? -1 : 0;
 }
