@@ -352,8 +352,8 @@ int etcd_list(struct etcd_client *e, const char *prefix, struct etcd_kv *kvs, si
 	if (etcd_b64_encode(prefix, n, k64, sizeof(k64)) < 0 ||
 	    etcd_b64_encode(end, n, e64, sizeof(e64)) < 0)
 		return -EINVAL;
-	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":%zu}",
-		 k64, e64, max);
+	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":%zu}", k64,
+		 e64, max);
 	if ((rc = post(e, "/v3/kv/range", body)))
 		return rc == -ENOENT ? -EIO : rc;
 	for (i = 0; i < max; i++) {

@@ -139,8 +139,8 @@ int etcd_members_read(struct etcd_client *e, const char *cluster, struct etcd_le
 	size_t k = 0;
 	int n;
 
-	if (!max || snprintf(prefix, sizeof(prefix), "/lunar/%s/members/", cluster) >=
-			(int)sizeof(prefix))
+	if (!max ||
+	    snprintf(prefix, sizeof(prefix), "/lunar/%s/members/", cluster) >= (int)sizeof(prefix))
 		return -EINVAL;
 	if (!(kvs = calloc(max, sizeof(*kvs))))
 		return -ENOMEM;

@@ -42,8 +42,8 @@ struct mst_ha {
 	char key[KEY_MAX];
 	char member_key[KEY_MAX]; /* /lunar/<cluster>/members/<advertise> */
 	char cluster[MST_HA_ADDR_MAX];
-	int64_t member_lease;	  /* the members key's; 0: not registered */
-	uint64_t member_next_ms;  /* when member_tick runs next */
+	int64_t member_lease;	 /* the members key's; 0: not registered */
+	uint64_t member_next_ms; /* when member_tick runs next */
 	char self[MST_HA_ADDR_MAX];
 	char value[2 * MST_HA_ADDR_MAX + 32]; /* what the leader key holds: leader.h */
 	uint64_t ttl_ms, tick_ms;
@@ -263,7 +263,8 @@ static void member_tick(struct mst_ha *h)
 	if (h->member_lease && !etcd_lease_keepalive(h->e, h->member_lease, &ttl) && ttl <= 0)
 		h->member_lease = 0; /* expired: register again */
 	if (!h->member_lease &&
-	    !etcd_lease_grant(h->e, (int64_t)((h->ttl_ms + 999) / 1000), &h->member_lease, &granted) &&
+	    !etcd_lease_grant(h->e, (int64_t)((h->ttl_ms + 999) / 1000), &h->member_lease,
+			      &granted) &&
 	    etcd_put(h->e, h->member_key, h->value, h->member_lease)) {
 		etcd_lease_revoke(h->e, h->member_lease);
 		h->member_lease = 0;

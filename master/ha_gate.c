@@ -90,7 +90,7 @@ int mst_ha_may_commit(struct mst_master *m)
 	if (!g)
 		return 0;
 	return __atomic_load_n(&g->role, __ATOMIC_ACQUIRE) == MST_ROLE_LEADER &&
-			       lc_now_ms() < __atomic_load_n(&g->fence_ms, __ATOMIC_ACQUIRE)
+		       lc_now_ms() < __atomic_load_n(&g->fence_ms, __ATOMIC_ACQUIRE)
 		   ? 0
 		   : LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
 }

@@ -627,8 +627,7 @@ static int parse_opt(struct ctl *x, int argc, char **argv, int *i)
 		if (rc)
 			return rc < 0 ? EXIT_USAGE : EXIT_OK;
 		return parse_addr(v, "--master", &x->master);
-	}
-	else if ((v = opt_value(argc, argv, i, "--cluster-key", &missing)))
+	} else if ((v = opt_value(argc, argv, i, "--cluster-key", &missing)))
 		x->key_path = v;
 	else if ((v = opt_value(argc, argv, i, "--http", &missing)))
 		return parse_addr(v, "--http", &x->http);

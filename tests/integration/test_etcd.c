@@ -115,7 +115,8 @@ static void test_etcd_put_list_and_members(void **state)
 	H_ASSERT_EQ(etcd_list(e, "/lunar/t2/members/", kv, 4), 3);
 	H_ASSERT_EQ(etcd_list(e, "/lunar/t2/members/", kv, 2), 2);
 	H_ASSERT_EQ(etcd_members_read(e, "t2", ms, 4), 3);
-	H_ASSERT(!strcmp(ms[0].rpc, "tcp://127.0.0.1:1") && !strcmp(ms[0].http, "http://127.0.0.1:9"));
+	H_ASSERT(!strcmp(ms[0].rpc, "tcp://127.0.0.1:1") &&
+		 !strcmp(ms[0].http, "http://127.0.0.1:9"));
 	H_ASSERT(!strcmp(ms[2].rpc, "tcp://127.0.0.1:3") && !ms[2].http[0]);
 	/* Members go with their lease; a put on an unknown lease fails */
 	H_ASSERT_EQ(etcd_lease_revoke(e, id), 0);

@@ -245,7 +245,8 @@ static void test_ha_lunarctl_finds_leader_and_standbys(void **state)
 	H_ASSERT(strstr(text, want) && strstr(text, "role: leader"));
 	snprintf(want, sizeof(want), "standbys: %s\n", other->adv);
 	H_ASSERT_MSG(strstr(text, want), "no '%s'", want);
-	snprintf(args, sizeof(args), "--master etcd://%.56s/t -o json master status", ec.m[0].url + 7);
+	snprintf(args, sizeof(args), "--master etcd://%.56s/t -o json master status",
+		 ec.m[0].url + 7);
 	H_ASSERT_EQ(ctl(text, 1 << 16, args), 0);
 	snprintf(want, sizeof(want), "\"view\":%llu", (unsigned long long)view);
 	H_ASSERT(strstr(text, want) && strstr(text, "\"role\":\"leader\"") &&

@@ -376,8 +376,8 @@ static void test_ha_failover_frozen_leader_never_commits_with_new(void **state)
 	t_stop = h_now_ms();
 	next = leader(ELECT_MS + 2000, lead);
 	H_ASSERT_MSG(next >= 0, "no standby leads within %d ms", ELECT_MS + 2000);
-	while (h_now_ms() < t_stop + 10000 &&
-	       atomic_load(&l[0].last_ok_ms) <= t_stop && atomic_load(&l[1].last_ok_ms) <= t_stop)
+	while (h_now_ms() < t_stop + 10000 && atomic_load(&l[0].last_ok_ms) <= t_stop &&
+	       atomic_load(&l[1].last_ok_ms) <= t_stop)
 		h_sleep_ms(10);
 	printf("# first put %llu ms after the SIGSTOP\n",
 	       (unsigned long long)(atomic_load(&l[0].last_ok_ms) - t_stop));
@@ -408,12 +408,12 @@ static void test_ha_failover_frozen_leader_never_commits_with_new(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_ha_failover_kill_leader_keeps_cache,
-						case_setup, case_teardown),
-		cmocka_unit_test_setup_teardown(test_ha_failover_standby_killed_no_error,
-						case_setup, case_teardown),
-		cmocka_unit_test_setup_teardown(test_ha_failover_frozen_leader_never_commits_with_new,
-						case_setup, case_teardown),
+	    cmocka_unit_test_setup_teardown(test_ha_failover_kill_leader_keeps_cache, case_setup,
+					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_ha_failover_standby_killed_no_error, case_setup,
+					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_ha_failover_frozen_leader_never_commits_with_new,
+					    case_setup, case_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

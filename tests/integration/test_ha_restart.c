@@ -67,8 +67,9 @@ static void start_proxy(int i)
 	char name[16];
 	char *argv[] = {(char *)h_bin("lunar-proxy"), "--socket", n->sock, "--master", etcd_master,
 			"--host", "127.0.0.1", "--data-port", "0", "--http-port", "0",
-			"--segment-size", "32MiB", "--disk-dir", n->dir, "--disk-capacity", "256MiB",
-			"--ping-interval", "200ms", "--rpc-timeout", "2s", NULL};
+			"--segment-size", "32MiB", "--disk-dir", n->dir,
+			"--disk-capacity", "256MiB", "--ping-interval", "200ms",
+			"--rpc-timeout", "2s", NULL};
 
 	snprintf(name, sizeof(name), "proxy%d", i);
 	H_ASSERT((n->p = h_spawn(name, argv)) != NULL);

@@ -23,9 +23,10 @@ int ctl_master_url(struct ctl *x, const char *v)
 	int rc = etcd_master_url_parse(v, x->etcd_urls, sizeof(x->etcd_urls), x->cluster);
 
 	if (rc < 0) {
-		fprintf(stderr,
-			"lunarctl: bad --master %s (want etcd://HOST:PORT[,HOST:PORT...]/CLUSTER)\n",
-			v);
+		fprintf(
+		    stderr,
+		    "lunarctl: bad --master %s (want etcd://HOST:PORT[,HOST:PORT...]/CLUSTER)\n",
+		    v);
 		x->etcd_urls[0] = '\0';
 		return -1;
 	}
@@ -108,7 +109,8 @@ int ctl_master_status(struct ctl *x)
 	if (r.status != 200 || cj_parse(r.body, r.len, &root) || !cj_get(root, "role")) {
 		fprintf(stderr, "lunarctl: %s: %s: HTTP %d, not a master's /admin/ha%s\n", x->verb,
 			r.peer, r.status,
-			r.status == 404 ? " (give --master HOST:PORT or etcd://HOSTS/CLUSTER)" : "");
+			r.status == 404 ? " (give --master HOST:PORT or etcd://HOSTS/CLUSTER)"
+					: "");
 		rc = EXIT_FAIL;
 		goto out;
 	}
