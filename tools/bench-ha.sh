@@ -118,7 +118,7 @@ rebuild() {
 	start_master 0
 	start_master 1
 	lead=$(leader)
-	start_proxy "etcd://127.0.0.1:$EPORT/b" 4GiB
+	start_proxy "etcd://127.0.0.1:$EPORT/b" 512MiB # 64-byte ranges: 1M objects take 64 MiB
 	sleep 3.5
 	t0=$(now_ms)
 	"$BIN/lunar-bench" --socket "$base/p.sock" --size 64 --count "$n" --threads 2 --depth 16 \
@@ -137,6 +137,9 @@ rebuild() {
 	secs=$(metric "$next" lunar_master_rebuild_seconds)
 	echo "rebuild_objects=$objs rebuild_s=$secs" \
 		"rebuild_objects_per_s=$(awk -v o="$objs" -v s="$secs" 'BEGIN {printf "%.0f", (s > 0 ? o / s : 0)}')"
+	echo "rebuild_reported=$(metric "$next" lunar_master_rebuild_reported_total)" \
+		"rebuild_merged=$(metric "$next" lunar_master_rebuild_merged_total)" \
+		"rebuild_refused=$(metric "$next" lunar_master_rebuild_refused_total)"
 	grep -o 'reported [0-9]* object(s) to the leader in [0-9]* ms' "$base/proxy.log" | tail -1
 }
 
