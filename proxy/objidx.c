@@ -311,6 +311,11 @@ int px_objidx_report(struct px_proxy *px, int *again)
 	pthread_mutex_lock(&x->lock);
 	n = report_all(px, x, b, &rc);
 	if (!rc)
+		rc = batch_send(px, b, 0);
+	/* "last" (an empty batch) only when no placement waited for a segment
+	 * to be mounted: the leader starts placing once every proxy said last,
+	 * and would place over the ranges this report sends again next beat. */
+	if (!rc && !b->missing)
 		rc = batch_send(px, b, 1);
 	pthread_mutex_unlock(&x->lock);
 	*again = b->missing && ++x->tries < REPORT_TRIES;
