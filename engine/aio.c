@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "lunar.h"
 
@@ -218,7 +219,7 @@ void eng_exec_stop(struct eng_engine *e)
 	pthread_cond_broadcast(&x->cond);
 	/* Running slices fail at once rather than at their deadline. */
 	for (unsigned i = 0; i < x->nthreads; i++) {
-		int fd = __atomic_load_n(&x->live[i], __ATOMIC_ACQUIRE);
+		int fd = lc_load_acquire(&x->live[i]);
 
 		if (fd >= 0)
 			shutdown(fd, SHUT_RDWR);

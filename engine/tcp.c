@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "log.h"
 #include "crc32c.h"
@@ -152,10 +153,10 @@ static int slice_conn(void *arg, struct eng_cconn *c, int *replied)
 
 	/* Published for eng_exec_stop, which may shut the socket down. */
 	if (s->live)
-		__atomic_store_n(s->live, c->fd, __ATOMIC_RELEASE);
+		lc_store_release(s->live, c->fd);
 	rc = slice_on(s, c, replied);
 	if (s->live)
-		__atomic_store_n(s->live, -1, __ATOMIC_RELEASE);
+		lc_store_release(s->live, -1);
 	return rc;
 }
 

@@ -1,7 +1,8 @@
 /*
  * etcd.c - the etcd v3 client of etcd.h: one libcurl easy handle (its
  * connections reused), JSON POSTs to the gateway's /v3/lease/grant,
- * /v3/lease/keepalive, /v3/lease/revoke, /v3/kv/txn and /v3/kv/range, and
+ * /v3/lease/keepalive, /v3/lease/revoke, /v3/kv/txn, /v3/kv/put and
+ * /v3/kv/range, and
  * an endpoint list walked from the last one that answered.
  */
 #include "etcd/etcd.h"
@@ -14,6 +15,7 @@
 
 #include <curl/curl.h>
 
+#include "atomic.h"
 #include "log.h"
 
 #define KEY_MAX 512 /* bytes of a key this client writes */
@@ -57,7 +59,7 @@ static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, c
 {
 	const struct etcd_client *e = arg;
 
-	return e->cancel && __atomic_load_n(e->cancel, __ATOMIC_ACQUIRE);
+	return e->cancel && lc_load_acquire(e->cancel);
 }
 
 /* Split urls into e->urls; each must be http:// or https:// and not empty. */
@@ -180,7 +182,7 @@ static int post(struct etcd_client *e, const char *path, const char *body)
 		unsigned i = (e->cur + k) % e->n;
 		int rc;
 
-		if (e->cancel && __atomic_load_n(e->cancel, __ATOMIC_ACQUIRE))
+		if (e->cancel && lc_load_acquire(e->cancel))
 			return -ECANCELED;
 		rc = post_one(e, e->urls[i], path, body);
 
@@ -271,18 +273,20 @@ int etcd_create(struct etcd_client *e, const char *key, const char *value, int64
 	return etcd_json_int(e->buf, e->len, prev, 2, create_rev) || *create_rev <= 0 ? -EPROTO : 0;
 }
 
-/* Read kvs[0] of a range reply into kv. */
-static int read_kv(const struct etcd_client *e, struct etcd_kv *kv)
+/* Read kvs[i] of a range reply into kv. */
+static int read_kv(const struct etcd_client *e, size_t i, struct etcd_kv *kv)
 {
-	static const char *const pval[] = {"kvs", "#0", "value"};
-	static const char *const pcr[] = {"kvs", "#0", "create_revision"};
-	static const char *const pmr[] = {"kvs", "#0", "mod_revision"};
-	static const char *const plea[] = {"kvs", "#0", "lease"};
+	char idx[24];
+	const char *const pval[] = {"kvs", idx, "value"};
+	const char *const pcr[] = {"kvs", idx, "create_revision"};
+	const char *const pmr[] = {"kvs", idx, "mod_revision"};
+	const char *const plea[] = {"kvs", idx, "lease"};
 	const char *v;
 	size_t vl;
-	int n, rc = etcd_json_int(e->buf, e->len, pcr, 3, &kv->create_rev);
+	int n, rc;
 
-	if (rc)
+	snprintf(idx, sizeof(idx), "#%zu", i);
+	if ((rc = etcd_json_int(e->buf, e->len, pcr, 3, &kv->create_rev)))
 		return rc; /* -ENOENT: no kvs, no key */
 	if (etcd_json_int(e->buf, e->len, pmr, 3, &kv->mod_rev))
 		return -EPROTO;
@@ -316,5 +320,49 @@ int etcd_get(struct etcd_client *e, const char *key, struct etcd_kv *kv)
 	snprintf(body, sizeof(body), "{\"key\":\"%s\"}", k64);
 	if ((rc = post(e, "/v3/kv/range", body)))
 		return rc == -ENOENT ? -EIO : rc;
-	return read_kv(e, kv);
+	return read_kv(e, 0, kv);
+}
+
+int etcd_put(struct etcd_client *e, const char *key, const char *value, int64_t lease)
+{
+	char k64[KEY_MAX * 4 / 3 + 8], v64[ETCD_VALUE_MAX * 4 / 3 + 8], *body;
+	int rc;
+
+	if (etcd_b64_encode(key, strlen(key), k64, sizeof(k64)) < 0 ||
+	    etcd_b64_encode(value, strlen(value), v64, sizeof(v64)) < 0)
+		return -EINVAL;
+	if (asprintf(&body, "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%lld\"}", k64, v64,
+		     (long long)lease) < 0)
+		return -ENOMEM;
+	rc = post(e, "/v3/kv/put", body);
+	free(body);
+	/* A put to a lease etcd does not know is an error status: -EIO. */
+	return rc == -ENOENT ? -EIO : rc;
+}
+
+int etcd_list(struct etcd_client *e, const char *prefix, struct etcd_kv *kvs, size_t max)
+{
+	char end[KEY_MAX], k64[KEY_MAX * 4 / 3 + 8], e64[sizeof(k64)], body[2 * sizeof(k64) + 64];
+	size_t n = strlen(prefix), i;
+	int rc;
+
+	if (!n || n >= KEY_MAX || (unsigned char)prefix[n - 1] == 0xff || !max || max > 1024)
+		return -EINVAL;
+	memcpy(end, prefix, n + 1);
+	end[n - 1]++; /* every key that starts with prefix sorts below end */
+	if (etcd_b64_encode(prefix, n, k64, sizeof(k64)) < 0 ||
+	    etcd_b64_encode(end, n, e64, sizeof(e64)) < 0)
+		return -EINVAL;
+	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":%zu}", k64,
+		 e64, max);
+	if ((rc = post(e, "/v3/kv/range", body)))
+		return rc == -ENOENT ? -EIO : rc;
+	for (i = 0; i < max; i++) {
+		rc = read_kv(e, i, &kvs[i]);
+		if (rc == -ENOENT)
+			break;
+		if (rc)
+			return rc;
+	}
+	return (int)i;
 }

@@ -73,6 +73,16 @@ int etcd_create(struct etcd_client *e, const char *key, const char *value, int64
  * does not exist, -EPROTO when its value is longer than ETCD_VALUE_MAX. */
 int etcd_get(struct etcd_client *e, const char *key, struct etcd_kv *kv);
 
+/* etcd_put - put key = value attached to lease (0: none), unconditionally.
+ * -EIO also when etcd does not know the lease. */
+int etcd_put(struct etcd_client *e, const char *key, const char *value, int64_t lease);
+/*
+ * etcd_list - the keys under prefix (a non-empty prefix; at most max, 1 to
+ * 1024, in key order) into kvs[0..max): the number read (0 when none), or
+ * the codes above (-EPROTO when a value is longer than ETCD_VALUE_MAX).
+ */
+int etcd_list(struct etcd_client *e, const char *prefix, struct etcd_kv *kvs, size_t max);
+
 /*
  * The bounded JSON extractor the client parses replies with (etcd_json.c),
  * exposed for tests. etcd_json_find - the value at path in the JSON text

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Printable ASCII without quotes, backslashes or spaces. */
@@ -118,4 +119,37 @@ int etcd_leader_read(struct etcd_client *e, const char *cluster, struct etcd_lea
 		return rc;
 	out->view = (uint64_t)kv.create_rev;
 	return 0;
+}
+
+int etcd_member_key(const char *cluster, const char *rpc, char *buf, size_t n)
+{
+	int w;
+
+	if (!addr_ok(rpc, strlen(rpc)))
+		return -EINVAL;
+	w = snprintf(buf, n, "/lunar/%s/members/%s", cluster, rpc);
+	return w < 0 || (size_t)w >= n ? -ENOSPC : 0;
+}
+
+int etcd_members_read(struct etcd_client *e, const char *cluster, struct etcd_leader *out,
+		      size_t max)
+{
+	struct etcd_kv *kvs;
+	char prefix[ETCD_CLUSTER_MAX + 32];
+	size_t k = 0;
+	int n;
+
+	if (!max ||
+	    snprintf(prefix, sizeof(prefix), "/lunar/%s/members/", cluster) >= (int)sizeof(prefix))
+		return -EINVAL;
+	if (!(kvs = calloc(max, sizeof(*kvs))))
+		return -ENOMEM;
+	n = etcd_list(e, prefix, kvs, max);
+	for (int i = 0; i < n; i++) /* a value that does not parse is skipped */
+		if (!etcd_leader_decode(kvs[i].value, kvs[i].value_len, &out[k]) && out[k].rpc[0]) {
+			out[k].view = 0;
+			k++;
+		}
+	free(kvs);
+	return n < 0 ? n : (int)k;
 }

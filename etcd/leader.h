@@ -3,7 +3,8 @@
  * /lunar/<cluster>/leader holds {"rpc":"tcp://h:p","http":"http://h:p"}
  * (a phase-1 master wrote the bare RPC address; both read back), and its
  * create revision is the view. Also the etcd://h1:2379,h2:2379/C form of
- * --master that proxies, lunarctl and lunar-bench accept.
+ * --master that proxies, lunarctl and lunar-bench accept, and the members
+ * keys masters register under.
  */
 #ifndef LUNAR_ETCD_LEADER_H
 #define LUNAR_ETCD_LEADER_H
@@ -48,5 +49,19 @@ int etcd_leader_decode(const char *value, size_t len, struct etcd_leader *out);
  * e's timeout per endpoint; e's thread rules.
  */
 int etcd_leader_read(struct etcd_client *e, const char *cluster, struct etcd_leader *out);
+
+/*
+ * Members: every master with --etcd registers /lunar/<cluster>/members/<rpc>
+ * under a lease of its own, holding the same JSON as the leader key, so that
+ * tools can list the standbys. etcd_member_key - that key for the RPC
+ * address rpc into buf (n bytes): 0, -EINVAL (rpc not printable ASCII, or
+ * with a quote or a backslash) or -ENOSPC. Pure.
+ */
+int etcd_member_key(const char *cluster, const char *rpc, char *buf, size_t n);
+/* etcd_members_read - the masters registered for cluster (at most max, in
+ * key order; values that do not parse are skipped; view 0) into out: their
+ * number, or etcd_list's codes, -EINVAL, -ENOMEM. e's thread rules. */
+int etcd_members_read(struct etcd_client *e, const char *cluster, struct etcd_leader *out,
+		      size_t max);
 
 #endif /* LUNAR_ETCD_LEADER_H */

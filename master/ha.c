@@ -8,7 +8,9 @@
  * expire before t0 + ttl), so a leader cut off from etcd refuses calls for
  * the second half of the TTL before anyone else can win. A leader that loses
  * its term never campaigns again (its metadata is stale): it stands by and
- * asks to be restarted.
+ * asks to be restarted. Either role keeps /lunar/<cluster>/members/<advertise>
+ * alive under a lease of its own (every ttl/5), and reads the members back
+ * for /admin/ha, so that tools list the standbys.
  */
 #include "ha.h"
 
@@ -31,12 +33,17 @@
 #define TICK_MIN_MS	100 /* a leader's renewal period: ttl/5 within these */
 #define TICK_MAX_MS	1000
 #define KEY_MAX		512
+#define MEMBERS_MAX	16 /* members listed in /admin/ha */
 
 struct mst_ha {
 	struct mst_master *m;
 	struct mst_ha_gate *g;
 	struct etcd_client *e;
 	char key[KEY_MAX];
+	char member_key[KEY_MAX]; /* /lunar/<cluster>/members/<advertise> */
+	char cluster[MST_HA_ADDR_MAX];
+	int64_t member_lease;	 /* the members key's; 0: not registered */
+	uint64_t member_next_ms; /* when member_tick runs next */
 	char self[MST_HA_ADDR_MAX];
 	char value[2 * MST_HA_ADDR_MAX + 32]; /* what the leader key holds: leader.h */
 	uint64_t ttl_ms, tick_ms;
@@ -173,7 +180,7 @@ static void lead_tick(struct mst_ha *h)
 				etcd_endpoint(h->e), (unsigned long long)h->view);
 		h->fenced = 0;
 	} else if (!h->fenced &&
-		   lc_now_ms() >= __atomic_load_n(&h->g->fence_ms, __ATOMIC_RELAXED)) {
+		   lc_now_ms() >= LC_READ_ONCE(h->g->fence_ms)) {
 		h->fenced = 1;
 		LC_WARN("ha", "fenced: no lease renewal for %llu ms; refusing calls",
 			(unsigned long long)(h->ttl_ms / 2));
@@ -209,8 +216,8 @@ static void campaign(struct mst_ha *h)
 						     ? (h->view << 32) - h->m->next_obj_id
 						     : 0);
 	h->fenced = 0;
-	__atomic_store_n(&h->m->rebuild.proxies_done, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&h->m->rebuild.lead_ms, lc_now_ms(), __ATOMIC_RELAXED);
+	LC_WRITE_ONCE(h->m->rebuild.proxies_done, 0);
+	LC_WRITE_ONCE(h->m->rebuild.lead_ms, lc_now_ms());
 	mst_ha_gate_lead(h->g, h->view, fence_of(h, t0, granted));
 	LC_INFO("ha", "leading %s in view %llu (lease %llx, %llds, via %s)", h->key,
 		(unsigned long long)h->view, (unsigned long long)id, (long long)granted,
@@ -225,7 +232,7 @@ static void standby_tick(struct mst_ha *h)
 
 	if (rc == 0 && etcd_leader_decode(kv.value, kv.value_len, &l))
 		snprintf(l.rpc, sizeof(l.rpc), "unreadable");
-	if (rc == 0 && (uint64_t)kv.create_rev != __atomic_load_n(&h->g->view, __ATOMIC_RELAXED))
+	if (rc == 0 && (uint64_t)kv.create_rev != LC_READ_ONCE(h->g->view))
 		LC_INFO("ha", "standing by: %s leads in view %lld", l.rpc, (long long)kv.create_rev);
 	if (rc == 0)
 		mst_ha_gate_follow(h->g, l.rpc, (uint64_t)kv.create_rev);
@@ -240,6 +247,40 @@ static void standby_tick(struct mst_ha *h)
 	}
 }
 
+/* Keep our members key alive (registering it when its lease is gone), and
+ * publish the members etcd lists in the gate. */
+static void member_tick(struct mst_ha *h)
+{
+	struct etcd_leader *ms;
+	char list[MST_HA_MEMBERS_MAX];
+	int64_t ttl = 0, granted;
+	size_t off = 0;
+	int n;
+
+	if (lc_now_ms() < h->member_next_ms)
+		return;
+	h->member_next_ms = lc_now_ms() + h->tick_ms;
+	if (h->member_lease && !etcd_lease_keepalive(h->e, h->member_lease, &ttl) && ttl <= 0)
+		h->member_lease = 0; /* expired: register again */
+	if (!h->member_lease &&
+	    !etcd_lease_grant(h->e, (int64_t)((h->ttl_ms + 999) / 1000), &h->member_lease,
+			      &granted) &&
+	    etcd_put(h->e, h->member_key, h->value, h->member_lease)) {
+		etcd_lease_revoke(h->e, h->member_lease);
+		h->member_lease = 0;
+	}
+	if (!(ms = calloc(MEMBERS_MAX, sizeof(*ms))))
+		return;
+	n = etcd_members_read(h->e, h->cluster, ms, MEMBERS_MAX);
+	list[0] = '\0';
+	for (int i = 0; i < n && off < sizeof(list); i++)
+		off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", i ? "," : "",
+					ms[i].rpc);
+	if (n >= 0 && off < sizeof(list))
+		mst_ha_gate_members(h->g, list);
+	free(ms);
+}
+
 static void *run(void *arg)
 {
 	struct mst_ha *h = arg;
@@ -251,6 +292,7 @@ static void *run(void *arg)
 			lead_tick(h);
 		else
 			standby_tick(h);
+		member_tick(h);
 		period = h->lease ? h->tick_ms : STANDBY_POLL_MS;
 		spent = lc_now_ms() - t0;
 	} while (!nap(h, spent < period ? period - spent : 0));
@@ -293,8 +335,10 @@ int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*dep
 	h->arg = arg;
 	snprintf(h->key, sizeof(h->key), "/lunar/%s/leader", c->cluster_id);
 	snprintf(h->self, sizeof(h->self), "%s", c->advertise);
+	snprintf(h->cluster, sizeof(h->cluster), "%s", c->cluster_id);
 	rc = -EINVAL;
-	if (etcd_leader_encode(h->self, c->advertise_http, h->value, sizeof(h->value)) < 0)
+	if (etcd_member_key(c->cluster_id, c->advertise, h->member_key, sizeof(h->member_key)) ||
+	    etcd_leader_encode(h->self, c->advertise_http, h->value, sizeof(h->value)) < 0)
 		goto err_free;
 	if ((rc = etcd_alloc(c->etcd, (unsigned)h->tick_ms, &h->cancel, &h->e)))
 		goto err_free;
@@ -327,17 +371,20 @@ void mst_ha_stop(struct mst_ha *h)
 	if (!h || !h->running)
 		return;
 	mst_ha_gate_follow(h->g, "", 0);
-	__atomic_store_n(&h->cancel, 1, __ATOMIC_RELEASE);
+	lc_store_release(&h->cancel, 1);
 	pthread_mutex_lock(&h->lock);
 	h->stopping = 1;
 	pthread_cond_signal(&h->cond);
 	pthread_mutex_unlock(&h->lock);
 	pthread_join(h->thread, NULL);
 	h->running = 0;
-	__atomic_store_n(&h->cancel, 0, __ATOMIC_RELEASE);
+	lc_store_release(&h->cancel, 0);
 	if (h->lease && etcd_lease_revoke(h->e, h->lease) == 0)
 		LC_INFO("ha", "stepped down from view %llu", (unsigned long long)h->view);
 	h->lease = 0;
+	if (h->member_lease)
+		etcd_lease_revoke(h->e, h->member_lease);
+	h->member_lease = 0;
 }
 
 void mst_ha_free(struct mst_ha *h)

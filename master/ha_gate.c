@@ -10,22 +10,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "http.h"
+#include "log.h"
 #include "lunar.h"
 #include "mst_int.h"
 #include "rpc.h"
 
-/* Copy an address for messages and JSON: printable ASCII except quotes and
- * backslashes (it came from etcd, which anyone with access may write). */
-static void copy_addr(char *dst, const char *src)
+/* Copy an address (or a list of them) for messages and JSON: printable
+ * ASCII except quotes and backslashes (it came from etcd, which anyone with
+ * access may write), at most cap - 1 bytes. */
+static void copy_text(char *dst, const char *src, size_t cap)
 {
 	size_t i = 0;
 
-	for (; src && src[i] && i < MST_HA_ADDR_MAX - 1; i++)
+	for (; src && src[i] && i < cap - 1; i++)
 		dst[i] = src[i] > 0x20 && src[i] < 0x7f && src[i] != '"' && src[i] != '\\' ? src[i]
 											   : '?';
 	dst[i] = '\0';
+}
+
+static void copy_addr(char *dst, const char *src)
+{
+	copy_text(dst, src, MST_HA_ADDR_MAX);
 }
 
 struct mst_ha_gate *mst_ha_gate_alloc(const char *self, const char *cluster)
@@ -68,12 +76,31 @@ int mst_ha_admit(struct mst_master *m, uint32_t method)
 		return 0;
 	/* Pairs with the release stores of mst_ha_gate_lead: a LEADER seen
 	 * here comes with its term's deadline. */
-	open = __atomic_load_n(&g->role, __ATOMIC_ACQUIRE) == MST_ROLE_LEADER &&
-	       lc_now_ms() < __atomic_load_n(&g->fence_ms, __ATOMIC_ACQUIRE);
+	open = lc_load_acquire(&g->role) == MST_ROLE_LEADER &&
+	       lc_now_ms() < lc_load_acquire(&g->fence_ms);
 	if (open)
 		return 0;
-	__atomic_fetch_add(&g->refused, 1, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(&g->refused, 1);
 	return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
+}
+
+int mst_ha_may_commit(struct mst_master *m)
+{
+	struct mst_ha_gate *g = m->ha;
+
+	if (!g)
+		return 0;
+	return lc_load_acquire(&g->role) == MST_ROLE_LEADER &&
+		       lc_now_ms() < lc_load_acquire(&g->fence_ms)
+		   ? 0
+		   : LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
+}
+
+void mst_ha_committed(struct mst_master *m, const char *what, const char *tenant, const char *key)
+{
+	if (m->ha) /* the key cut short: a debug line, not a record */
+		LC_DEBUG("ha", "committed %s %.64s/%.128s in view %llu", what, tenant, key,
+			 (unsigned long long)mst_view(m));
 }
 
 int mst_ha_refuse(struct mst_master *m, const ProtobufCMessageDescriptor *d, ProtobufCMessage **rep)
@@ -81,7 +108,7 @@ int mst_ha_refuse(struct mst_master *m, const ProtobufCMessageDescriptor *d, Pro
 	struct mst_ha_gate *g = m->ha;
 	char leader[MST_HA_ADDR_MAX], *msg;
 	Lunar__Status *st;
-	int lead = __atomic_load_n(&g->role, __ATOMIC_ACQUIRE) == MST_ROLE_LEADER;
+	int lead = lc_load_acquire(&g->role) == MST_ROLE_LEADER;
 
 	*rep = lp_reply_new(d, LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS, mst_view(m));
 	if (!*rep)
@@ -105,50 +132,78 @@ int mst_ha_refuse(struct mst_master *m, const ProtobufCMessageDescriptor *d, Pro
 
 uint64_t mst_view(struct mst_master *m)
 {
-	return m->ha ? __atomic_load_n(&m->ha->view, __ATOMIC_ACQUIRE) : 0;
+	return m->ha ? lc_load_acquire(&m->ha->view) : 0;
 }
 
 void mst_ha_gate_lead(struct mst_ha_gate *g, uint64_t view, uint64_t fence_ms)
 {
-	uint64_t old = __atomic_load_n(&g->view, __ATOMIC_RELAXED);
+	uint64_t old = LC_READ_ONCE(g->view);
 
 	if (old && old != view)
-		__atomic_fetch_add(&g->failovers, 1, __ATOMIC_RELAXED);
+		lc_fetch_add_relaxed(&g->failovers, 1);
 	pthread_mutex_lock(&g->lock);
 	memcpy(g->leader, g->self, sizeof(g->leader));
 	pthread_mutex_unlock(&g->lock);
-	__atomic_store_n(&g->fence_ms, fence_ms, __ATOMIC_RELEASE);
-	__atomic_store_n(&g->view, view, __ATOMIC_RELEASE);
-	__atomic_store_n(&g->role, MST_ROLE_LEADER, __ATOMIC_RELEASE);
+	/* Deadline and view before the role: pairs with the acquires of
+	 * mst_ha_admit, mst_ha_may_commit and mst_view. */
+	lc_store_release(&g->fence_ms, fence_ms);
+	lc_store_release(&g->view, view);
+	lc_store_release(&g->role, MST_ROLE_LEADER);
 }
 
 void mst_ha_gate_renew(struct mst_ha_gate *g, uint64_t fence_ms)
 {
-	if (fence_ms > __atomic_load_n(&g->fence_ms, __ATOMIC_RELAXED))
-		__atomic_store_n(&g->fence_ms, fence_ms, __ATOMIC_RELEASE);
+	if (fence_ms > LC_READ_ONCE(g->fence_ms)) /* pairs as in mst_ha_gate_lead */
+		lc_store_release(&g->fence_ms, fence_ms);
 }
 
 void mst_ha_gate_follow(struct mst_ha_gate *g, const char *leader, uint64_t view)
 {
-	uint64_t old = __atomic_load_n(&g->view, __ATOMIC_RELAXED);
+	uint64_t old = LC_READ_ONCE(g->view);
 
 	/* Close first: no call may pass on the old term's deadline. */
-	__atomic_store_n(&g->fence_ms, 0, __ATOMIC_RELEASE);
-	__atomic_store_n(&g->role, MST_ROLE_STANDBY, __ATOMIC_RELEASE);
+	lc_store_release(&g->fence_ms, 0);
+	lc_store_release(&g->role, MST_ROLE_STANDBY);
 	if (old && view && old != view)
-		__atomic_fetch_add(&g->failovers, 1, __ATOMIC_RELAXED);
+		lc_fetch_add_relaxed(&g->failovers, 1);
 	if (view)
-		__atomic_store_n(&g->view, view, __ATOMIC_RELEASE);
+		lc_store_release(&g->view, view);
 	pthread_mutex_lock(&g->lock);
 	copy_addr(g->leader, leader);
 	pthread_mutex_unlock(&g->lock);
 }
 
+void mst_ha_gate_members(struct mst_ha_gate *g, const char *list)
+{
+	pthread_mutex_lock(&g->lock);
+	copy_text(g->members, list, sizeof(g->members));
+	pthread_mutex_unlock(&g->lock);
+}
+
+/* The comma-separated list as a JSON array of strings into out (cap bytes),
+ * leaving out skip (NULL: none). The list went through copy_text. */
+static void json_list(char *out, size_t cap, const char *list, const char *skip)
+{
+	size_t off = 1, n;
+	const char *p = list, *c;
+
+	out[0] = '[';
+	while (*p && off + 4 < cap) {
+		c = strchr(p, ',');
+		n = c ? (size_t)(c - p) : strlen(p);
+		if (n && !(skip && strlen(skip) == n && !strncmp(p, skip, n)) && off + n + 4 < cap)
+			off += (size_t)snprintf(out + off, cap - off, "%s\"%.*s\"",
+						off > 1 ? "," : "", (int)n, p);
+		p += n + (c != NULL);
+	}
+	snprintf(out + off, cap - off, "]");
+}
+
 /* Leading and not fenced. */
 static int leading(const struct mst_ha_gate *g)
 {
-	return __atomic_load_n(&g->role, __ATOMIC_ACQUIRE) == MST_ROLE_LEADER &&
-	       lc_now_ms() < __atomic_load_n(&g->fence_ms, __ATOMIC_ACQUIRE);
+	return lc_load_acquire(&g->role) == MST_ROLE_LEADER &&
+	       lc_now_ms() < lc_load_acquire(&g->fence_ms);
 }
 
 void mst_ha_metrics(struct mst_master *m, FILE *f)
@@ -162,35 +217,47 @@ void mst_ha_metrics(struct mst_master *m, FILE *f)
 		(unsigned long long)mst_view(m));
 	fprintf(f,
 		"# TYPE lunar_master_failovers_total counter\nlunar_master_failovers_total %llu\n",
-		(unsigned long long)__atomic_load_n(&g->failovers, __ATOMIC_RELAXED));
+		(unsigned long long)LC_READ_ONCE(g->failovers));
 	fprintf(f,
 		"# TYPE lunar_master_ha_refused_total counter\n"
 		"lunar_master_ha_refused_total %llu\n",
-		(unsigned long long)__atomic_load_n(&g->refused, __ATOMIC_RELAXED));
+		(unsigned long long)LC_READ_ONCE(g->refused));
 	mst_rebuild_metrics(m, f);
 }
 
 int mst_ha_http(struct mst_master *m, struct lc_http_reply *rep)
 {
 	struct mst_ha_gate *g = m->ha;
-	char leader[MST_HA_ADDR_MAX];
-	int role, fenced, rc;
+	char leader[MST_HA_ADDR_MAX], *members, *all, *standbys;
+	int role, fenced, rc = -1;
 
 	rep->content_type = "application/json";
 	if (!g)
 		return lc_http_reply_printf(rep, "{\"ha\":false,\"role\":\"leader\",\"view\":0}\n");
-	role = __atomic_load_n(&g->role, __ATOMIC_ACQUIRE);
+	role = lc_load_acquire(&g->role);
 	fenced = role == MST_ROLE_LEADER && !leading(g);
+	members = malloc(MST_HA_MEMBERS_MAX);
+	all = malloc(2 * MST_HA_MEMBERS_MAX);
+	standbys = malloc(2 * MST_HA_MEMBERS_MAX);
+	if (!members || !all || !standbys)
+		goto out;
 	pthread_mutex_lock(&g->lock);
 	memcpy(leader, g->leader, sizeof(leader));
+	memcpy(members, g->members, MST_HA_MEMBERS_MAX);
 	pthread_mutex_unlock(&g->lock);
+	json_list(all, 2 * MST_HA_MEMBERS_MAX, members, NULL);
+	json_list(standbys, 2 * MST_HA_MEMBERS_MAX, members, leader);
 	/* Addresses went through copy_addr: nothing in them needs escaping. */
 	rc = lc_http_reply_printf(
 	    rep,
 	    "{\"ha\":true,\"cluster_id\":\"%s\",\"role\":\"%s\",\"fenced\":%s,\"self\":\"%s\","
-	    "\"leader\":\"%s\",\"view\":%llu,\"failovers\":%llu}\n",
+	    "\"leader\":\"%s\",\"view\":%llu,\"failovers\":%llu,\"members\":%s,\"standbys\":%s}\n",
 	    g->cluster, role == MST_ROLE_LEADER ? "leader" : "standby", fenced ? "true" : "false",
 	    g->self, leader, (unsigned long long)mst_view(m),
-	    (unsigned long long)__atomic_load_n(&g->failovers, __ATOMIC_RELAXED));
+	    (unsigned long long)LC_READ_ONCE(g->failovers), all, standbys);
+out:
+	free(members);
+	free(all);
+	free(standbys);
 	return rc ? -1 : 0;
 }

@@ -19,7 +19,8 @@ struct lc_http_reply;
 
 enum mst_role { MST_ROLE_STANDBY, MST_ROLE_LEADER };
 
-#define MST_HA_ADDR_MAX 256 /* bytes of an advertised address */
+#define MST_HA_ADDR_MAX	   256	/* bytes of an advertised address */
+#define MST_HA_MEMBERS_MAX 2048 /* bytes of the members list */
 
 /*
  * Fields marked atomic are written by the election thread and read by any
@@ -35,7 +36,8 @@ struct mst_ha_gate {
 	uint64_t fence_ms;	       /* atomic: leader admits calls while now < fence_ms */
 	uint64_t failovers;	       /* atomic: times the leader key changed hands, seen here */
 	uint64_t refused;	       /* atomic: calls refused by the gate */
-	pthread_mutex_t lock;	       /* guards leader[] */
+	pthread_mutex_t lock;	       /* guards leader[] and members[] */
+	char members[MST_HA_MEMBERS_MAX]; /* registered masters, comma-separated; "" unknown */
 	char leader[MST_HA_ADDR_MAX];  /* the leader's address as its key says; "" unknown */
 	char self[MST_HA_ADDR_MAX];    /* --advertise; set before serving, then read-only */
 	char cluster[MST_HA_ADDR_MAX]; /* --cluster-id; same */
@@ -56,6 +58,17 @@ void mst_ha_gate_free(struct mst_ha_gate *g);
  * Any thread; lock-free.
  */
 int mst_ha_admit(struct mst_master *m, uint32_t method);
+/*
+ * mst_ha_may_commit - checked again at the commit of a put or an upsert
+ * (its End), so that a call admitted just before the master froze does not
+ * commit after it woke past its fence: 0 (no HA, or leading before the
+ * fence), else LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS. Lock-free.
+ * mst_ha_committed - the debug log line of a commit, with the view it was
+ * made in ("ha: committed put T/K in view V"), when HA is on and
+ * LUNAR_LOG=debug. Any thread.
+ */
+int mst_ha_may_commit(struct mst_master *m);
+void mst_ha_committed(struct mst_master *m, const char *what, const char *tenant, const char *key);
 /* mst_ha_refuse - *rep: a reply of descriptor d with that code and a message
  * naming the leader when it is known. 0, or -ENOMEM. Any thread. */
 int mst_ha_refuse(struct mst_master *m, const ProtobufCMessageDescriptor *d,
@@ -71,6 +84,9 @@ uint64_t mst_view(struct mst_master *m);
 void mst_ha_gate_lead(struct mst_ha_gate *g, uint64_t view, uint64_t fence_ms);
 void mst_ha_gate_renew(struct mst_ha_gate *g, uint64_t fence_ms);
 void mst_ha_gate_follow(struct mst_ha_gate *g, const char *leader, uint64_t view);
+/* mst_ha_gate_members - the masters registered in etcd: RPC addresses,
+ * comma-separated (each made printable as the leader's is). */
+void mst_ha_gate_members(struct mst_ha_gate *g, const char *list);
 
 /* mst_ha_metrics - lunar_master_is_leader, _view, _failovers_total and
  * _ha_refused_total into f (nothing without HA). Any thread. */
@@ -79,7 +95,9 @@ void mst_ha_metrics(struct mst_master *m, FILE *f);
  * reported and rebuilt, proxies done, seconds the rebuild took so far. */
 void mst_rebuild_metrics(struct mst_master *m, FILE *f);
 /* mst_ha_http - GET /admin/ha: {"ha": bool, "role", "leader", "self",
- * "view", "fenced", "cluster_id"} as JSON in rep. 0, or -1 on ENOMEM. */
+ * "view", "fenced", "cluster_id", "failovers", "members": [..], "standbys":
+ * [..]} as JSON in rep (the standbys: the members but the leader). 0, or -1
+ * on ENOMEM. */
 int mst_ha_http(struct mst_master *m, struct lc_http_reply *rep);
 
 #endif /* LUNAR_MASTER_MST_HA_H */

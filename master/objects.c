@@ -15,6 +15,7 @@
 #include "key.h"
 #include "log.h"
 #include "lunar.h"
+#include "mst_ha.h"
 #include "mst_int.h"
 #include "mst_obj.h"
 
@@ -518,7 +519,11 @@ static int finish(struct mst_master *m, uint64_t client, const char *tenant, con
 int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		    uint32_t crc)
 {
-	return finish(m, client, tenant, key, MST_END_COMMIT, crc);
+	int rc = mst_ha_may_commit(m);
+
+	if (!rc && !(rc = finish(m, client, tenant, key, MST_END_COMMIT, crc)))
+		mst_ha_committed(m, "put", tenant, key);
+	return rc;
 }
 
 int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant, const char *key,

@@ -157,6 +157,41 @@ static int rebuild_one(struct mst_master *m, uint64_t client, const char *tenant
 	return n;
 }
 
+/* Objects x and y (indexes into rq's) by their first placement's segment
+ * name, then offset. */
+static int by_place(const void *x, const void *y, void *arg)
+{
+	const Lunar__ReportObjectsRequest *rq = arg;
+	const Lunar__ReportedObject *a = rq->objects[*(const uint32_t *)x];
+	const Lunar__ReportedObject *b = rq->objects[*(const uint32_t *)y];
+	const Lunar__Placement *pa = a->n_placements ? a->placements[0] : NULL;
+	const Lunar__Placement *pb = b->n_placements ? b->placements[0] : NULL;
+	int c;
+
+	if (!pa || !pb)
+		return !!pa - !!pb;
+	c = strcmp(pa->segment ? pa->segment : "", pb->segment ? pb->segment : "");
+	if (c)
+		return c;
+	return pa->offset < pb->offset ? -1 : pa->offset > pb->offset;
+}
+
+/* The indexes of rq's objects in address order, so that taking their ranges
+ * walks each segment's allocator forward from its last stop (in the order a
+ * proxy's index holds them, each take could walk the whole segment: a
+ * rebuild quadratic in the objects). NULL on ENOMEM: the report's order. */
+static uint32_t *sorted(const Lunar__ReportObjectsRequest *rq)
+{
+	uint32_t *v = malloc((rq->n_objects + 1) * sizeof(*v));
+
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < rq->n_objects; i++) /* n_objects <= REPORT_MAX */
+		v[i] = (uint32_t)i;
+	qsort_r(v, rq->n_objects, sizeof(*v), by_place, (void *)rq);
+	return v;
+}
+
 int mst_rebuild_settling(struct mst_master *m)
 {
 	uint64_t lead = LC_READ_ONCE(m->rebuild.lead_ms), now;
@@ -177,6 +212,7 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 	Lunar__ReportObjectsReply *r = (void *)lp_reply_new(&lunar__report_objects_reply__descriptor,
 							    0, mst_view(m));
 	uint64_t now = lc_now_ms(), zero = 0;
+	uint32_t *order;
 
 	if (!r)
 		return -ENOMEM;
@@ -186,13 +222,16 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 		return 0;
 	}
 	lc_cas(&m->rebuild.first_ms, &zero, now); /* the first report's time, once */
-	for (size_t i = 0; i < rq->n_objects; i++) {
+	order = sorted(rq);
+	for (size_t j = 0; j < rq->n_objects; j++) {
+		size_t i = order ? order[j] : j; /* codes follow the request's order */
 		const Lunar__ReportedObject *ro = rq->objects[i];
 
 		r->codes[i] = rebuild_one(m, rq->client_id, mst_tenant_name(ro->tenant), ro);
 		if (r->codes[i])
 			lc_fetch_add_relaxed(&m->rebuild.refused, 1);
 	}
+	free(order);
 	r->n_codes = rq->n_objects;
 	lc_fetch_add_relaxed(&m->rebuild.reported, rq->n_objects);
 	LC_WRITE_ONCE(m->rebuild.last_ms, lc_now_ms());

@@ -14,6 +14,7 @@
 #include <sodium.h>
 
 #include "auth.h"
+#include "atomic.h"
 #include "clock.h"
 #include "log.h"
 #include "lunar.h"
@@ -100,13 +101,12 @@ static int reject(struct mst_server *s, nng_msg *msg, enum mst_reject why)
 	    [MST_REJ_BAD_REQUEST] = "an undecodable request",
 	    [MST_REJ_TABLE_FULL] = "a handshake with every session slot taken",
 	};
-	uint64_t now = lc_now_ms(), last = __atomic_load_n(&s->warned_ms, __ATOMIC_RELAXED);
+	uint64_t now = lc_now_ms(), last = LC_READ_ONCE(s->warned_ms);
 
 	mst_metrics_reject(s->m, why);
 	nng_pipe_close(nng_msg_get_pipe(msg));
 	if (now - last >= 1000 &&
-	    __atomic_compare_exchange_n(&s->warned_ms, &last, now, 0, __ATOMIC_RELAXED,
-					__ATOMIC_RELAXED))
+	    lc_cas(&s->warned_ms, &last, now))
 		LC_WARN("master", "RPC peer closed: %s (lunar_master_rpc_rejected_total)",
 			words[why]);
 	return -EPERM;

@@ -17,6 +17,7 @@
 #include "atomic.h"
 #include "clock.h"
 #include "lunar.h"
+#include "mst_ha.h"
 #include "mst_int.h"
 #include "mst_obj.h"
 
@@ -213,7 +214,11 @@ static int upsert_finish(struct mst_master *m, uint64_t client, const char *tena
 int mst_obj_upsert_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		       uint32_t crc)
 {
-	return upsert_finish(m, client, tenant, key, MST_END_COMMIT, crc);
+	int rc = mst_ha_may_commit(m);
+
+	if (!rc && !(rc = upsert_finish(m, client, tenant, key, MST_END_COMMIT, crc)))
+		mst_ha_committed(m, "upsert", tenant, key);
+	return rc;
 }
 
 int mst_obj_upsert_revoke(struct mst_master *m, uint64_t client, const char *tenant,

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "etcd/leader.h"
 #include "log.h"
@@ -57,10 +58,9 @@ struct lp_follow {
 
 static void view_raise(struct lp_follow *f, uint64_t v)
 {
-	uint64_t cur = __atomic_load_n(&f->view, __ATOMIC_RELAXED);
+	uint64_t cur = LC_READ_ONCE(f->view);
 
-	while (v > cur && !__atomic_compare_exchange_n(&f->view, &cur, v, 0, __ATOMIC_RELAXED,
-						       __ATOMIC_RELAXED))
+	while (v > cur && !lc_cas(&f->view, &cur, v))
 		;
 }
 
@@ -125,7 +125,7 @@ static int switch_to(struct lp_follow *f, const char *url, uint64_t view)
 	pthread_cond_broadcast(&f->cond);
 	pthread_mutex_unlock(&f->lock);
 	view_raise(f, view);
-	__atomic_fetch_add(&f->switches, 1, __ATOMIC_RELAXED);
+	lc_fetch_add_relaxed(&f->switches, 1);
 	LC_INFO("rpc", "following the master at %s (view %llu)%s", t->url,
 		(unsigned long long)view, old ? "" : ": first contact");
 	if (old) {
@@ -146,7 +146,7 @@ static int watch_once(struct lp_follow *f)
 
 	if (rc)
 		return rc;
-	if (!l.rpc[0] || l.view < __atomic_load_n(&f->view, __ATOMIC_RELAXED))
+	if (!l.rpc[0] || l.view < LC_READ_ONCE(f->view))
 		return -ENOENT;
 	pthread_mutex_lock(&f->lock);
 	same = f->cur && !strcmp(f->cur->url, l.rpc);
@@ -216,12 +216,11 @@ static void warn_stale(struct lp_follow *f, const char *url, uint64_t got)
 {
 	uint64_t now = lc_now_ms();
 
-	if (now - __atomic_load_n(&f->warned_ms, __ATOMIC_RELAXED) < 10000)
+	if (now - LC_READ_ONCE(f->warned_ms) < 10000)
 		return;
-	__atomic_store_n(&f->warned_ms, now, __ATOMIC_RELAXED);
+	LC_WRITE_ONCE(f->warned_ms, now);
 	LC_WARN("rpc", "dropped a reply of %s from view %llu: view %llu is newer", url,
-		(unsigned long long)got, (unsigned long long)__atomic_load_n(&f->view,
-									     __ATOMIC_RELAXED));
+		(unsigned long long)got, (unsigned long long)LC_READ_ONCE(f->view));
 }
 
 /* After a refusal from t: follow the leader it names, else ask etcd. */
@@ -252,7 +251,7 @@ static int call_once(struct lp_follow *f, struct target *t, const struct lp_meth
 		return rc;
 	}
 	st = lp_status(*rep);
-	if (st->view && st->view < __atomic_load_n(&f->view, __ATOMIC_RELAXED)) {
+	if (st->view && st->view < LC_READ_ONCE(f->view)) {
 		warn_stale(f, t->url, st->view);
 		protobuf_c_message_free_unpacked(*rep, NULL);
 		kick(f);
@@ -288,12 +287,12 @@ int lp_follow_call(struct lp_follow *f, const struct lp_method *mt, const Protob
 
 uint64_t lp_follow_view(const struct lp_follow *f)
 {
-	return __atomic_load_n(&f->view, __ATOMIC_RELAXED);
+	return LC_READ_ONCE(f->view);
 }
 
 uint64_t lp_follow_switches(const struct lp_follow *f)
 {
-	return __atomic_load_n(&f->switches, __ATOMIC_RELAXED);
+	return LC_READ_ONCE(f->switches);
 }
 
 /* etcd://: the etcd client, a first look at the leader (a tool waits for
@@ -389,7 +388,7 @@ void lp_follow_close(struct lp_follow *f)
 
 	if (!f)
 		return;
-	__atomic_store_n(&f->cancel, 1, __ATOMIC_RELEASE);
+	lc_store_release(&f->cancel, 1);
 	pthread_mutex_lock(&f->lock);
 	f->closed = 1;
 	if ((t = f->cur))

@@ -234,7 +234,8 @@ static void beat(struct px_proxy *px, int *was_ok)
 
 /* Wait on the heartbeat's condition (hb_lock held) for ms, or until a
  * kick when kickable, or until stop. */
-static void hb_wait(struct px_proxy *px, uint64_t ms, bool kickable)
+/* Wait ms, or less when kickable and kicked; true when kicked. */
+static bool hb_wait(struct px_proxy *px, uint64_t ms, bool kickable)
 {
 	struct timespec ts;
 	uint64_t ns;
@@ -243,9 +244,13 @@ static void hb_wait(struct px_proxy *px, uint64_t ms, bool kickable)
 	ns = (uint64_t)ts.tv_nsec + ms * 1000000ull;
 	ts.tv_sec += (time_t)(ns / 1000000000ull);
 	ts.tv_nsec = (long)(ns % 1000000000ull);
-	while (!atomic_load(&px->stopping) && !(kickable && atomic_exchange(&px->hb_kick, false)))
+	while (!atomic_load(&px->stopping)) {
+		if (kickable && atomic_exchange(&px->hb_kick, false))
+			return true;
 		if (pthread_cond_timedwait(&px->hb_cond, &px->hb_lock, &ts) == ETIMEDOUT)
 			break;
+	}
+	return false;
 }
 
 /* SPEC §13: an --insecure node says so at start and once a minute. */
@@ -267,6 +272,7 @@ static void *heartbeat_main(void *arg)
 {
 	struct px_proxy *px = arg;
 	uint64_t warned_ms = 0, full_ms = 0;
+	bool kicked = false;
 	int was_ok = 1;
 
 	pthread_mutex_lock(&px->hb_lock);
@@ -274,7 +280,8 @@ static void *heartbeat_main(void *arg)
 		hb_wait(px, px->cfg.debug_hb_delay_ms, false);
 	while (!atomic_load(&px->stopping)) {
 		uint64_t now = lc_now_ms();
-		int full = !full_ms || now - full_ms >= px->cfg.ping_interval_ms;
+		/* A kick (a new leader, a remount asked for) wants the whole beat. */
+		int full = kicked || !full_ms || now - full_ms >= px->cfg.ping_interval_ms;
 
 		pthread_mutex_unlock(&px->hb_lock);
 		warn_insecure(px, &warned_ms);
@@ -285,8 +292,8 @@ static void *heartbeat_main(void *arg)
 			px_master_ping(px);
 		}
 		pthread_mutex_lock(&px->hb_lock);
-		hb_wait(px, px_disk_busy(px) ? PX_OFFLOAD_POLL_MS : px->cfg.ping_interval_ms,
-			true);
+		kicked = hb_wait(px, px_disk_busy(px) ? PX_OFFLOAD_POLL_MS : px->cfg.ping_interval_ms,
+				 true);
 	}
 	pthread_mutex_unlock(&px->hb_lock);
 	return NULL;

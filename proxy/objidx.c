@@ -230,6 +230,71 @@ static void batch_add(struct batch *b, const struct entry *e)
 	b->objp[b->rq.n_objects++] = o;
 }
 
+/* Entries by their first placement's segment, then offset. */
+static int by_place(const void *x, const void *y)
+{
+	const struct entry *a = *(const struct entry *const *)x;
+	const struct entry *b = *(const struct entry *const *)y;
+	int c;
+
+	if (!a->nplace || !b->nplace)
+		return !!a->nplace - !!b->nplace;
+	c = strcmp(a->place[0].seg, b->place[0].seg);
+	if (c)
+		return c;
+	return a->place[0].off < b->place[0].off ? -1 : a->place[0].off > b->place[0].off;
+}
+
+/*
+ * The index's entries in address order (x locked), or NULL (ENOMEM; then
+ * bucket order). The leader takes each reported range in its segment's
+ * allocator walking from its last stop: in address order the whole report
+ * walks each segment once; in hash order each batch could walk it all (1M
+ * objects: 13 s instead of well under one).
+ */
+static const struct entry **sorted(struct px_objidx *x, size_t *n)
+{
+	const struct entry **v = malloc((x->n + 1) * sizeof(*v));
+
+	*n = 0;
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < BUCKETS; i++)
+		for (const struct entry *e = x->tab[i]; e && *n < x->n; e = e->next)
+			v[(*n)++] = e;
+	qsort(v, *n, sizeof(*v), by_place);
+	return v;
+}
+
+/* Add e to b, sending b first when full; 0 or batch_send's code. */
+static int batch_put(struct px_proxy *px, struct batch *b, const struct entry *e)
+{
+	int rc = 0;
+
+	if (b->rq.n_objects == BATCH || b->npl + e->nplace > BATCH * 2)
+		rc = batch_send(px, b, 0);
+	if (!rc)
+		batch_add(b, e);
+	return rc;
+}
+
+/* Send every entry of x (locked) but the last batch, in address order
+ * (bucket order without memory for the sort): the objects added, *rc. */
+static uint64_t report_all(struct px_proxy *px, struct px_objidx *x, struct batch *b, int *rc)
+{
+	size_t n = 0;
+	const struct entry **v = sorted(x, &n);
+	uint64_t sent = 0;
+
+	for (size_t i = 0; v && i < n && !*rc; i++, sent++)
+		*rc = batch_put(px, b, v[i]);
+	for (size_t i = 0; !v && i < BUCKETS && !*rc; i++)
+		for (const struct entry *e = x->tab[i]; e && !*rc; e = e->next, sent++)
+			*rc = batch_put(px, b, e);
+	free(v);
+	return sent;
+}
+
 int px_objidx_report(struct px_proxy *px, int *again)
 {
 	struct px_objidx *x = px->objidx;
@@ -244,14 +309,13 @@ int px_objidx_report(struct px_proxy *px, int *again)
 	b->rq.objects = b->objp;
 	/* The whole walk under the lock: puts wait to index (not to run). */
 	pthread_mutex_lock(&x->lock);
-	for (size_t i = 0; i < BUCKETS && !rc; i++)
-		for (const struct entry *e = x->tab[i]; e && !rc; e = e->next) {
-			if (b->rq.n_objects == BATCH || b->npl + e->nplace > BATCH * 2)
-				rc = batch_send(px, b, 0);
-			batch_add(b, e);
-			n++;
-		}
+	n = report_all(px, x, b, &rc);
 	if (!rc)
+		rc = batch_send(px, b, 0);
+	/* "last" (an empty batch) only when no placement waited for a segment
+	 * to be mounted: the leader starts placing once every proxy said last,
+	 * and would place over the ranges this report sends again next beat. */
+	if (!rc && !b->missing)
 		rc = batch_send(px, b, 1);
 	pthread_mutex_unlock(&x->lock);
 	*again = b->missing && ++x->tries < REPORT_TRIES;

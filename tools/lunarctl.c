@@ -31,12 +31,13 @@
 #define CTL_GET_TRIES 3
 
 static const char usage_short[] =
-    "usage: lunarctl [--socket PATH] [--master HOST:PORT | --http HOST:PORT] [-o text|json]\n"
+    "usage: lunarctl [--socket PATH] [--master HOST:PORT|etcd://HOSTS/CLUSTER | --http HOST:PORT]\n"
+    "                [-o text|json]\n"
     "                [--timeout-ms N] [--tenant NAME] VERB ...\n"
     "verbs: status | put KEY FILE|- [--replicas N] | get KEY [FILE|-] | exists KEY |\n"
     "       rm [--force] KEY | rm --regex PATTERN --yes | rm --all --yes |\n"
     "       keys [PATTERN] [--limit N] [--all-tenants] | stat KEY | segment list |\n"
-    "       client list | metrics | disk status | keygen FILE | help\n"
+    "       client list | metrics | disk status | master status | keygen FILE | help\n"
     "Try 'lunarctl --help' for details.\n";
 
 static const char usage_long[] =
@@ -78,6 +79,9 @@ static const char usage_long[] =
     "                             its embedded master's; the master's with --master)\n"
     "  disk status                the proxy's disk tier (/disk/status on --http,\n"
     "                             never --master); exit 1 when it has none\n"
+    "  master status              the election (/admin/ha): the leader, its view, the\n"
+    "                             role of the master asked, the standbys registered\n"
+    "                             in etcd (with --master etcd://, the leader's)\n"
     "\n"
     "Cluster key:\n"
     "  keygen FILE                write a new random cluster key to FILE (mode 0600;\n"
@@ -92,6 +96,9 @@ static const char usage_long[] =
     "                             /tmp/lunar-$UID/proxy.sock)\n"
     "  --master HOST:PORT         the master's HTTP address (lunar-master\n"
     "                             --http-port; port default 9003) for admin verbs\n"
+    "  --master etcd://H1:2379[,H2:2379...]/CLUSTER\n"
+    "                             the leader of CLUSTER: its HTTP address read from\n"
+    "                             its etcd key (/lunar/CLUSTER/leader)\n"
     "  --http HOST:PORT           the proxy's HTTP address (lunar-proxy --http-port)\n"
     "                             for admin verbs; default: the one the proxy behind\n"
     "                             --socket tells (127.0.0.1:9300 if it tells none)\n"
@@ -548,6 +555,7 @@ static const struct verb verbs[] = {
     {"segment", "list", "segment list", 0, 0, ctl_segment_list},
     {"client", "list", "client list", 0, 0, ctl_client_list},
     {"disk", "status", "disk status", 0, 0, ctl_disk_status},
+    {"master", "status", "master status", 0, 0, ctl_master_status},
     {"keygen", NULL, "keygen", 1, 1, cmd_keygen},
 };
 
@@ -598,7 +606,7 @@ static int parse_addr(const char *v, const char *flag, const char **out)
 static int parse_opt(struct ctl *x, int argc, char **argv, int *i)
 {
 	const char *a = argv[*i], *v;
-	int missing = 0;
+	int missing = 0, rc;
 
 	if ((v = opt_value(argc, argv, i, "--socket", &missing)))
 		x->opts.socket_path = v;
@@ -614,9 +622,12 @@ static int parse_opt(struct ctl *x, int argc, char **argv, int *i)
 		if (strcmp(v, "text") && strcmp(v, "json"))
 			return usage_error("bad output format '%s' (want text or json)", v);
 		x->json = !strcmp(v, "json");
-	} else if ((v = opt_value(argc, argv, i, "--master", &missing)))
+	} else if ((v = opt_value(argc, argv, i, "--master", &missing))) {
+		rc = ctl_master_url(x, v);
+		if (rc)
+			return rc < 0 ? EXIT_USAGE : EXIT_OK;
 		return parse_addr(v, "--master", &x->master);
-	else if ((v = opt_value(argc, argv, i, "--cluster-key", &missing)))
+	} else if ((v = opt_value(argc, argv, i, "--cluster-key", &missing)))
 		x->key_path = v;
 	else if ((v = opt_value(argc, argv, i, "--http", &missing)))
 		return parse_addr(v, "--http", &x->http);

@@ -3,7 +3,9 @@
 // document against the OpenAPI schema of its kind (kubernetes-models), then
 // Lunar's own rules: a daemon listening beyond loopback has --cluster-key,
 // the key's Secret is mounted read-only with mode 0400 or 0600, the Lunar
-// image is the one this tree builds. Prints one line per document; exit 0
+// image is the one this tree builds, a master with --etcd advertises an
+// address others can dial (its $(VARS) defined), and more than one master
+// replica elects through etcd. Prints one line per document; exit 0
 // when all pass, 1 otherwise, 2 on usage.
 //
 //   node validate.js [--image localhost/lunar:VERSION] FILE.yaml...
@@ -40,10 +42,52 @@ function flag(argv, name) {
 
 const loopback = (a) => a === undefined || a === 'localhost' || /^127\./.test(a) || a === '::1';
 
+// $(VAR) references in s that the container's env does not define (Kubernetes
+// would leave them as they are).
+function undefinedVars(s, c) {
+	const env = new Set((c.env || []).map((e) => e.name));
+	return [...(s || '').matchAll(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g)].map((m) => m[1]).filter((v) => !env.has(v));
+}
+
+// A master with --etcd (SPEC §14) advertises tcp://HOST:PORT, HOST from the
+// pod (a $(VAR) the container defines) and never a loopback address.
+function haRules(argv, c, what) {
+	const bad = [];
+	if (!argv.includes('--etcd')) return bad;
+	const adv = flag(argv, '--advertise');
+	if (!adv || !/^tcp:\/\/[^:/]+:[0-9]+$/.test(adv.replace(/\$\([A-Za-z0-9_]+\)/g, 'h')))
+		bad.push(`${what}: --etcd needs --advertise tcp://HOST:PORT`);
+	else if (/^tcp:\/\/(127\.|localhost|0\.0\.0\.0)/.test(adv))
+		bad.push(`${what}: --advertise ${adv}: proxies on other nodes cannot dial it`);
+	for (const f of ['--advertise', '--advertise-http', '--etcd'])
+		for (const v of undefinedVars(flag(argv, f), c))
+			bad.push(`${what}: ${f} uses $(${v}), which the container's env does not define`);
+	if (!/^http:\/\//.test(flag(argv, '--etcd') || ''))
+		bad.push(`${what}: --etcd wants http://HOST:PORT[,...]`);
+	return bad;
+}
+
+// Several masters must elect a leader: a Deployment (or StatefulSet) of more
+// than one lunar-master replica without --etcd would have two serving.
+function replicaRules(doc) {
+	const spec = podSpec(doc);
+	if (!spec || !doc.spec || !(doc.spec.replicas > 1)) return [];
+	return (spec.containers || []).filter((c) => {
+		const argv = [...(c.command || []), ...(c.args || [])];
+		return argv.some((a) => /(^|\/)lunar-master$/.test(a)) && !argv.includes('--etcd');
+	}).map((c) => `container ${c.name}: ${doc.spec.replicas} lunar-master replicas without --etcd (no election)`);
+}
+
+function claimNames(doc) {
+	return ((doc.spec && doc.spec.volumeClaimTemplates) || []).map((t) => t.metadata && t.metadata.name);
+}
+
 // Lunar's rules for one pod spec; returns the problems found.
-function lunarRules(spec, image) {
+// claims: the names of a StatefulSet's volumeClaimTemplates (volumes too).
+function lunarRules(spec, image, claims) {
 	const bad = [];
 	const vols = new Map((spec.volumes || []).map((v) => [v.name, v]));
+	for (const n of claims || []) vols.set(n, {name: n});
 	const all = [...(spec.initContainers || []), ...(spec.containers || [])];
 
 	for (const v of vols.values()) {
@@ -70,6 +114,7 @@ function lunarRules(spec, image) {
 		const key = flag(argv, '--cluster-key');
 		if (argv.includes('--insecure')) bad.push(`${what}: --insecure`);
 		if (open && !key) bad.push(`${what}: ${daemon} reachable beyond loopback without --cluster-key`);
+		if (daemon.endsWith('master')) bad.push(...haRules(argv, c, what));
 		if (key) {
 			const m = (c.volumeMounts || []).find((vm) => key.startsWith(vm.mountPath.replace(/\/?$/, '/')));
 			if (!m) bad.push(`${what}: --cluster-key ${key} is on no volume`);
@@ -110,7 +155,7 @@ function main() {
 					}
 				}
 				const spec = podSpec(doc);
-				if (spec) problems.push(...lunarRules(spec, image));
+				if (spec) problems.push(...lunarRules(spec, image, claimNames(doc)), ...replicaRules(doc));
 			}
 			if (problems.length) {
 				failed++;

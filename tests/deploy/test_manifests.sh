@@ -65,6 +65,37 @@ spec:
       volumeMounts: [{name: k, mountPath: /k}]
   volumes: [{name: k, secret: {secretName: s, defaultMode: 0644}}]
 YAML
+cat >"$tmp/replicas.yaml" <<'YAML'
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: two-masters-no-election}
+spec:
+  replicas: 2
+  selector: {matchLabels: {a: m}}
+  template:
+    metadata: {labels: {a: m}}
+    spec: {containers: [{name: m, image: i, command: [lunar-master, --listen, 127.0.0.1]}]}
+YAML
+cat >"$tmp/advertise.yaml" <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: advertise-var-undefined}
+spec:
+  containers:
+    - name: m
+      image: i
+      command: [lunar-master, --listen, 127.0.0.1, --etcd, "http://e:2379", --advertise, "tcp://$(POD_IP):50051"]
+YAML
+cat >"$tmp/loopback.yaml" <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: advertise-loopback}
+spec:
+  containers:
+    - name: m
+      image: i
+      command: [lunar-master, --listen, 127.0.0.1, --etcd, "http://e:2379", --advertise, "tcp://127.0.0.1:50051"]
+YAML
 for f in "$tmp"/*.yaml; do
 	if out=$(node deploy/validate/validate.js "$f" 2>&1); then
 		echo "$out"

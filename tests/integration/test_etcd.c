@@ -20,6 +20,7 @@
 #include "etcd_util.h"
 #include "harness.h"
 #include "etcd/etcd.h"
+#include "etcd/leader.h"
 
 static struct e_cluster ec;
 
@@ -89,6 +90,43 @@ static void test_etcd_create_only_when_absent(void **state)
 	etcd_free(e);
 }
 
+static void test_etcd_put_list_and_members(void **state)
+{
+	struct etcd_client *e = client(ec.urls);
+	struct etcd_leader ms[4];
+	struct etcd_kv kv[4];
+	char key[256], val[256];
+	int64_t id, ttl;
+
+	(void)state;
+	H_ASSERT_EQ(etcd_list(e, "/lunar/t2/members/", kv, 4), 0);
+	H_ASSERT_EQ(etcd_lease_grant(e, 5, &id, &ttl), 0);
+	for (int i = 1; i <= 3; i++) {
+		char rpc[64];
+
+		snprintf(rpc, sizeof(rpc), "tcp://127.0.0.1:%d", i);
+		H_ASSERT_EQ(etcd_member_key("t2", rpc, key, sizeof(key)), 0);
+		H_ASSERT(etcd_leader_encode(rpc, "http://127.0.0.1:9", val, sizeof(val)) > 0);
+		H_ASSERT_EQ(etcd_put(e, key, val, i == 3 ? 0 : id), 0);
+	}
+	/* Put replaces; a key outside the prefix is not listed */
+	H_ASSERT_EQ(etcd_put(e, key, "tcp://127.0.0.1:3", 0), 0);
+	H_ASSERT_EQ(etcd_put(e, "/lunar/t2/members0", "x", 0), 0);
+	H_ASSERT_EQ(etcd_list(e, "/lunar/t2/members/", kv, 4), 3);
+	H_ASSERT_EQ(etcd_list(e, "/lunar/t2/members/", kv, 2), 2);
+	H_ASSERT_EQ(etcd_members_read(e, "t2", ms, 4), 3);
+	H_ASSERT(!strcmp(ms[0].rpc, "tcp://127.0.0.1:1") &&
+		 !strcmp(ms[0].http, "http://127.0.0.1:9"));
+	H_ASSERT(!strcmp(ms[2].rpc, "tcp://127.0.0.1:3") && !ms[2].http[0]);
+	/* Members go with their lease; a put on an unknown lease fails */
+	H_ASSERT_EQ(etcd_lease_revoke(e, id), 0);
+	H_ASSERT_EQ(etcd_members_read(e, "t2", ms, 4), 1);
+	H_ASSERT_EQ(etcd_put(e, key, val, id), -EIO);
+	H_ASSERT_EQ(etcd_list(e, "", kv, 4), -EINVAL);
+	H_ASSERT_EQ(etcd_member_key("t2", "tcp://a\"b", key, sizeof(key)), -EINVAL);
+	etcd_free(e);
+}
+
 static void test_etcd_dead_endpoint_is_skipped(void **state)
 {
 	char urls[512];
@@ -140,6 +178,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_etcd_lease_grant_keepalive_revoke),
 	    cmocka_unit_test(test_etcd_create_only_when_absent),
+	    cmocka_unit_test(test_etcd_put_list_and_members),
 	    cmocka_unit_test(test_etcd_dead_endpoint_is_skipped),
 	    cmocka_unit_test(test_etcd_all_dead_fails_in_bounded_time),
 	    cmocka_unit_test(test_etcd_cancel_and_bad_lists),

@@ -208,6 +208,75 @@ static void test_ha_one_of_two_leads(void **state)
 		 strstr(text, "\"role\":\"standby\"") && strstr(text, lead->adv));
 }
 
+/* Run lunarctl with args (a shell word list, no quotes needed) into out:
+ * its exit code, or -1. */
+static int ctl(char *out, size_t cap, const char *args)
+{
+	char cmd[1024];
+	size_t len = 0, n;
+	FILE *f;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s %s 2>&1", h_bin("lunarctl"), args);
+	if (!(f = popen(cmd, "r")))
+		return -1;
+	while (len < cap - 1 && (n = fread(out + len, 1, cap - 1 - len, f)) > 0)
+		len += n;
+	out[len] = '\0';
+	st = pclose(f);
+	printf("# lunarctl %s -> %d\n%s", args, WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_ha_lunarctl_finds_leader_and_standbys(void **state)
+{
+	struct e_cluster ec;
+	struct node a, b, *lead, *other;
+	char args[512], want[256];
+	uint64_t view, t0;
+
+	(void)state;
+	H_ASSERT_EQ(e_start(&ec, 1), 0);
+	start_node(&a, "masterA", ec.urls);
+	start_node(&b, "masterB", ec.urls);
+	H_ASSERT((lead = which_leads(&a, &b, ELECT_MS)) != NULL);
+	other = lead == &a ? &b : &a;
+	H_ASSERT((view = wait_leads(lead, ELECT_MS)) > 0);
+	/* Masters register themselves: the leader lists the other as standby */
+	snprintf(want, sizeof(want), "\"standbys\":[\"%s\"]", other->adv);
+	t0 = h_now_ms();
+	while (!(hg_get(lead->http, "/admin/ha", text, 1 << 16) == 200 && strstr(text, want)) &&
+	       h_now_ms() - t0 < 3000)
+		h_sleep_ms(100);
+	H_ASSERT_MSG(strstr(text, want), "/admin/ha: %s", text);
+	/* lunarctl --master etcd:// asks the leader it finds in etcd */
+	snprintf(args, sizeof(args), "--master etcd://%.56s/t master status", ec.m[0].url + 7);
+	H_ASSERT_EQ(ctl(text, 1 << 16, args), 0);
+	snprintf(want, sizeof(want), "leader: %s (http://127.0.0.1:%d)", lead->adv, lead->http);
+	H_ASSERT_MSG(strstr(text, want), "no '%s'", want);
+	snprintf(want, sizeof(want), "view: %llu\n", (unsigned long long)view);
+	H_ASSERT(strstr(text, want) && strstr(text, "role: leader"));
+	snprintf(want, sizeof(want), "standbys: %s\n", other->adv);
+	H_ASSERT_MSG(strstr(text, want), "no '%s'", want);
+	snprintf(args, sizeof(args), "--master etcd://%.56s/t -o json master status",
+		 ec.m[0].url + 7);
+	H_ASSERT_EQ(ctl(text, 1 << 16, args), 0);
+	snprintf(want, sizeof(want), "\"view\":%llu", (unsigned long long)view);
+	H_ASSERT(strstr(text, want) && strstr(text, "\"role\":\"leader\"") &&
+		 strstr(text, other->adv));
+	/* Admin verbs go to the leader */
+	snprintf(args, sizeof(args), "--master etcd://%.56s/t segment list", ec.m[0].url + 7);
+	H_ASSERT_EQ(ctl(text, 1 << 16, args), 0);
+	/* A standby asked directly says so */
+	snprintf(args, sizeof(args), "--master 127.0.0.1:%d master status", other->http);
+	H_ASSERT_EQ(ctl(text, 1 << 16, args), 0);
+	H_ASSERT(strstr(text, "role: standby"));
+	/* No leader in a cluster: a plain failure */
+	snprintf(args, sizeof(args), "--master etcd://%.56s/none master status", ec.m[0].url + 7);
+	H_ASSERT_EQ(ctl(text, 1 << 16, args), 1);
+	H_ASSERT(strstr(text, "no leader"));
+}
+
 static void test_ha_killed_leader_is_replaced(void **state)
 {
 	struct e_cluster ec;
@@ -312,6 +381,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_ha_one_of_two_leads, case_setup, case_teardown),
+	    cmocka_unit_test_setup_teardown(test_ha_lunarctl_finds_leader_and_standbys, case_setup,
+					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_ha_killed_leader_is_replaced, case_setup,
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_ha_frozen_leader_is_fenced, case_setup,

@@ -5,7 +5,10 @@
  * within the lease TTL + 2 s, every object committed before the kill reads
  * back byte-exact (the proxies' reports rebuilt the metadata), puts resume
  * and no read returns a wrong byte. A standby killed: no client sees an
- * error. Skips (77) without etcd.
+ * error. The leader SIGSTOPped past its lease under load, then SIGCONTed:
+ * it does not lead, and its log's commits (LUNAR_LOG=debug: one line per
+ * committed put, with its view) all come before the new leader's first one,
+ * so at no instant did two masters both commit. Skips (77) without etcd.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,6 +36,7 @@
 #define TTL_ARG	 "2s"
 #define ELECT_MS (TTL_S * 1000 + 2000)
 #define KEYS_MAX 4096
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
 #define VAL_MAX	 (32 * 1024)
 
 struct node {
@@ -311,5 +315,100 @@ static void test_ha_failover_standby_killed_no_error(void **state)
 	H_ASSERT_EQ(atomic_load(&l[0].wrong) + atomic_load(&l[1].wrong), 0);
 }
 
+/* The commits a master's debug log records: count, and the first and last
+ * (milliseconds of the UTC day), of views other than 0. */
+struct commits {
+	int n;
+	uint64_t view_min, view_max;
+	long first_ms, last_ms;
+};
+
+static void scan_commits(int i, struct commits *c)
+{
+	char name[32], line[1024];
+	unsigned long long view;
+	int hh, mm, ss, ms;
+	FILE *f;
+
+	snprintf(name, sizeof(name), "master%d.log", i);
+	memset(c, 0, sizeof(*c));
+	c->first_ms = -1;
+	H_ASSERT((f = fopen(h_path(name), "r")) != NULL);
+	while (fgets(line, sizeof(line), f)) {
+		const char *v = strstr(line, " in view ");
+		long t;
+
+		if (!strstr(line, "DEBUG ha: committed put ") || !v ||
+		    sscanf(line, "%d:%d:%d.%d", &hh, &mm, &ss, &ms) != 4 ||
+		    sscanf(v, " in view %llu", &view) != 1)
+			continue;
+		t = ((hh * 60L + mm) * 60 + ss) * 1000 + ms;
+		if (!c->n || view < c->view_min)
+			c->view_min = view;
+		if (view > c->view_max)
+			c->view_max = view;
+		if (c->first_ms < 0)
+			c->first_ms = t;
+		c->last_ms = t;
+		c->n++;
+	}
+	fclose(f);
+}
+
+static void test_ha_failover_frozen_leader_never_commits_with_new(void **state)
+{
+	struct load l[2];
+	struct commits old, neu;
+	uint64_t t_stop;
+	int lead, next;
+
+	(void)state;
+	setenv("LUNAR_LOG", "debug", 1); /* the masters log every commit */
+	start_master(0);
+	start_master(1);
+	unsetenv("LUNAR_LOG");
+	H_ASSERT((lead = leader(ELECT_MS, -1)) >= 0);
+	start_proxy(0);
+	start_proxy(1);
+	h_sleep_ms(3200);
+	loads_start(l);
+	h_sleep_ms(1000);
+	/* When the leader freezes past its lease, under load */
+	H_ASSERT_EQ(kill(masters[lead].p->pid, SIGSTOP), 0);
+	t_stop = h_now_ms();
+	next = leader(ELECT_MS + 2000, lead);
+	H_ASSERT_MSG(next >= 0, "no standby leads within %d ms", ELECT_MS + 2000);
+	while (h_now_ms() < t_stop + 10000 && atomic_load(&l[0].last_ok_ms) <= t_stop &&
+	       atomic_load(&l[1].last_ok_ms) <= t_stop)
+		h_sleep_ms(10);
+	printf("# first put %llu ms after the SIGSTOP\n",
+	       (unsigned long long)(MAX(atomic_load(&l[0].last_ok_ms),
+				       atomic_load(&l[1].last_ok_ms)) -
+				   t_stop));
+	/* Then it wakes, with requests still queued to it, and does not lead */
+	H_ASSERT_EQ(kill(masters[lead].p->pid, SIGCONT), 0);
+	h_sleep_ms(1000);
+	H_ASSERT_EQ(metric(&masters[lead], "lunar_master_is_leader"), 0);
+	H_ASSERT(metric(&masters[lead], "lunar_master_view") > 0);
+	loads_stop(l);
+	H_ASSERT_EQ(atomic_load(&l[0].wrong) + atomic_load(&l[1].wrong), 0);
+	/* And every commit of the old view came before the first of the new */
+	scan_commits(lead, &old);
+	scan_commits(next, &neu);
+	printf("# old leader: %d commits in view %llu, last at %ld; new: %d in view %llu from "
+	       "%ld (ms of the day)\n",
+	       old.n, (unsigned long long)old.view_max, old.last_ms, neu.n,
+	       (unsigned long long)neu.view_min, neu.first_ms);
+	H_ASSERT(old.n > 0 && neu.n > 0);
+	H_ASSERT_EQ(old.view_min, old.view_max);
+	H_ASSERT(neu.view_min > old.view_max);
+	H_ASSERT_MSG(old.last_ms < neu.first_ms || neu.first_ms < 60000,
+		     "a commit of view %llu at %ld, after view %llu's first at %ld",
+		     (unsigned long long)old.view_max, old.last_ms,
+		     (unsigned long long)neu.view_min, neu.first_ms);
+	assert_kept(l, t_stop);
+}
+
 LUNAR_TEST_MAIN_EACH(case_setup, case_teardown, test_ha_failover_kill_leader_keeps_cache,
-		     test_ha_failover_standby_killed_no_error)
+		     test_ha_failover_standby_killed_no_error,
+		     test_ha_failover_frozen_leader_never_commits_with_new)

@@ -67,6 +67,8 @@ static int src_pick(struct ctl *x, int proxy_only, struct src *s)
 {
 	int rc;
 
+	if (x->etcd_urls[0] && !x->master && !proxy_only && (rc = ctl_master_resolve(x)))
+		return rc;
 	if (x->master && !proxy_only) {
 		*s = (struct src){x->master, CTL_MASTER_HTTP_PORT, "master"};
 		return EXIT_OK;
@@ -182,6 +184,16 @@ static int fetch(const struct ctl *x, const struct src *s, const char *target,
 	snprintf(msg, sizeof(msg), "%.200s from the %s at %s: %s", target, s->what, r->peer,
 		 r->err);
 	return complain(x, s, EXIT_FAIL, msg);
+}
+
+int ctl_admin_get(struct ctl *x, const char *target, struct ctl_http_resp *r)
+{
+	struct src s;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	rc = src_pick(x, 0, &s);
+	return rc ? rc : fetch(x, &s, target, r);
 }
 
 /* The first line of a body, for messages. */

@@ -31,6 +31,11 @@ struct ctl {
 	/* Admin verbs: --master (master's HTTP) else --http (the proxy's). */
 	const char *master;
 	const char *http;
+	/* --master etcd://h1:2379,h2:2379/C: the leader's HTTP address, read
+	 * from its key by ctl_master_resolve into master_found (then master). */
+	char etcd_urls[1024];
+	char cluster[128];
+	char master_found[256];
 	char http_told[64]; /* the HTTP address the proxy behind the socket told */
 	const char *key_path; /* --cluster-key: proves the key to /admin (bearer token) */
 	unsigned limit; /* keys --limit; 0: the master's default */
@@ -59,5 +64,28 @@ int ctl_client_list(struct ctl *x);
 int ctl_stat(struct ctl *x);
 int ctl_metrics(struct ctl *x);
 int ctl_disk_status(struct ctl *x);
+
+/*
+ * ctl_admin_get - GET target from the admin endpoint (--master, else the
+ * proxy's HTTP port as for the verbs above) into r, whatever its HTTP status;
+ * a transport failure is reported and returned as an exit code. Free r with
+ * ctl_http_resp_fini either way. Main thread.
+ */
+struct ctl_http_resp;
+int ctl_admin_get(struct ctl *x, const char *target, struct ctl_http_resp *r);
+
+/*
+ * tools/ctl/ha.c. ctl_master_url - for --master: when v is etcd://HOSTS/C,
+ * keep its etcd URLs and cluster in x and return 1; 0 when v is not one;
+ * -1 after saying why it is malformed.
+ * ctl_master_resolve - with etcd URLs in x, read the leader key and point
+ * x->master at the leader's HTTP address: EXIT_OK, or an exit code after
+ * saying why (no leader, etcd unreachable, a leader without an HTTP
+ * address). ctl_master_status - verb "master status": /admin/ha of the
+ * master (the leader with etcd://): role, leader, view, standbys.
+ */
+int ctl_master_url(struct ctl *x, const char *v);
+int ctl_master_resolve(struct ctl *x);
+int ctl_master_status(struct ctl *x);
 
 #endif /* LUNAR_TOOLS_CTL_CTL_H */
