@@ -29,6 +29,7 @@
 #define ENG_SLICE_MIN	       (4ull << 20) /* bytes; smaller transfers use one connection */
 #define ENG_SLICE_MAX	       4	    /* slices (connections) of one transfer */
 #define ENG_NO_DEADLINE	       UINT64_MAX /* wait without a time limit */
+#define ENG_SOCK_BUF	       (4 << 20) /* bytes of socket buffer each way (eng_sock_bufs) */
 
 /*
  * TCP wire protocol, version 1. All integers little-endian, headers fixed
@@ -274,6 +275,13 @@ int eng_addr_resolve(const char *endpoint, struct sockaddr_storage *sa, socklen_
 int eng_addr_format(char *buf, size_t cap, const char *host, uint16_t port);
 /* eng_sock_nodelay - TCP_NODELAY on fd; returns 0 or -errno. */
 int eng_sock_nodelay(int fd);
+/*
+ * eng_sock_bufs - ENG_SOCK_BUF send and receive buffers on fd (best
+ * effort, capped by net.core.[rw]mem_max), so one socket holds a whole
+ * slice in flight. Before connect() or listen(): the window scale is
+ * agreed in the handshake, and accepted sockets inherit the listener's.
+ */
+void eng_sock_bufs(int fd);
 
 /*
  * The request a data-port connection is serving: where to reply, and on a

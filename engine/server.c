@@ -418,6 +418,7 @@ static int listen_on(const struct eng_engine *e, uint16_t *port)
 	fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	eng_sock_bufs(fd); /* inherited by every accepted connection */
 	/* A restarted proxy must get its data port back despite TIME_WAIT. */
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
 	    bind(fd, (struct sockaddr *)&sa, len) < 0 || listen(fd, ENG_SRV_BACKLOG) < 0)
