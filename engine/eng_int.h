@@ -26,8 +26,10 @@
 #define ENG_DEFAULT_TIMEOUT_MS 5000
 #define ENG_DEFAULT_CONNS      8
 #define ENG_DEFAULT_IO_THREADS 4
-#define ENG_SLICE_MIN	       (4ull << 20) /* bytes; smaller transfers use one connection */
+#define ENG_SLICE_MIN	       (256ull << 10) /* bytes; smaller transfers use one connection */
 #define ENG_SLICE_MAX	       4	    /* slices (connections) of one transfer */
+static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / sizeof(uint32_t),
+	      "a CRC32C slot per slice");
 #define ENG_NO_DEADLINE	       UINT64_MAX /* wait without a time limit */
 #define ENG_SOCK_BUF	       (4 << 20) /* bytes of socket buffer each way (eng_sock_bufs) */
 

@@ -4,7 +4,9 @@
  * A transfer above ENG_SLICE_MIN is cut into a few slices, which the
  * engine's I/O threads (aio.c) and the caller run on connections of their
  * own in parallel. A CRC32C the caller asks for is computed beside the
- * socket I/O, a chunk at a time while the bytes are in the cache. On a
+ * socket I/O, a chunk at a time while the bytes are in the cache, each
+ * slice its own; the slices' CRCs are then combined (lc_crc32c_combine),
+ * never a second pass over the bytes. On a
  * keyed engine a new connection first passes the handshake, and each
  * request carries the capability, the payload's CRC32C and a MAC; each
  * reply's MAC is checked.
@@ -27,8 +29,8 @@ struct tcp_slice {
 	uint64_t skip;
 	uint64_t len;
 	uint32_t crc;  /* keyed WRITE: CRC32C of this slice's bytes (sent in the header) */
-	int fuse_crc;  /* the slice is the whole op and op wants a CRC: computed on the way */
-	uint32_t ocrc; /* fused: the op's CRC32C */
+	int fuse_crc;  /* op wants a CRC: this slice's computed on the way */
+	uint32_t ocrc; /* fused: the slice's CRC32C */
 	int *live;     /* where to publish the socket while it runs, or NULL */
 };
 
@@ -262,27 +264,31 @@ int eng_tcp_slice(struct eng_engine *e, struct eng_op *op, unsigned idx, int *ra
 	/* A keyed WRITE names its CRC32C in the header: a pass before it. */
 	if (keyed_write)
 		s.crc = iov_crc(op->iov, op->iovcnt, s.skip, s.len);
-	s.fuse_crc = op->want_crc && op->priv.nslices == 1 && !keyed_write;
+	s.fuse_crc = op->want_crc && !keyed_write;
 	rc = eng_tcp_run(e, op->endpoint, op->priv.deadline_ns, slice_conn, &s, ran);
 	if (rc) {
 		LC_DEBUG(ENG_LOG, "transfer of %llu bytes with %s failed: %s",
 			 (unsigned long long)s.len, op->endpoint, strerror(-rc));
 		return rc;
 	}
-	if (op->want_crc && op->priv.nslices == 1) {
-		op->priv.scrc = keyed_write ? s.crc : s.ocrc;
-		op->priv.has_scrc = 1;
-	}
+	if (op->want_crc)
+		op->priv.slice_crc[idx] = keyed_write ? s.crc : s.ocrc;
 	return 0;
 }
 
 uint32_t eng_tcp_crc(const struct eng_op *op)
 {
+	uint64_t chunk = op->priv.chunk, last = op->priv.total - (op->priv.nslices - 1u) * chunk;
+	uint32_t crc = op->priv.slice_crc[0];
+
 	if (op->priv.has_scrc)
 		return op->priv.scrc;
-	/* Slices cannot be combined without a CRC shift: one pass over the
-	 * local bytes, on the thread that finished the last slice. */
-	return iov_crc(op->iov, op->iovcnt, 0, op->priv.total);
+	/* Each slice checksummed its own bytes beside its socket: no second
+	 * pass over the transfer, only a shift per slice. */
+	for (unsigned i = 1; i < op->priv.nslices; i++)
+		crc = lc_crc32c_combine(crc, op->priv.slice_crc[i],
+					i == op->priv.nslices - 1u ? last : chunk);
+	return crc;
 }
 
 /* The synchronous table entry: the slices one after the other, here. */
