@@ -7,7 +7,10 @@
  * from its best replica (our own segment first) straight into the client's
  * memory, checksummed on the way, and reported only if its CRC32C matches
  * and the lease still held when the transfer ended. A mismatch through a
- * cached list drops the entry and asks the master again.
+ * cached list drops the entry and asks the master again. A get of several
+ * keys reads its values together, as one engine batch (each from its first
+ * MEMORY replica); a value that read fails goes through the replica order
+ * alone.
  */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -142,6 +145,129 @@ static int64_t serve(struct px_proxy *px, const struct px_req *r, const struct p
 	}
 }
 
+/* A value of a batched get: its item and its replica list. */
+struct get_one {
+	uint32_t item;
+	int done; /* read by the batch, result set */
+	struct px_cached e;
+};
+
+/* The replica read_value would read first: a local MEMORY one, else the
+ * first remote MEMORY one not given up on; -1 when none. */
+static int first_memory(const struct px_proxy *px, const struct px_cached *e,
+			const struct px_down *down)
+{
+	int best = -1;
+
+	for (unsigned k = 0; k < e->nrep; k++) {
+		const struct px_cached_replica *rp = &e->rep[k];
+
+		if (rp->type != LUNAR__REPLICA_TYPE__MEMORY || rp->length != e->size)
+			continue;
+		if (!strcmp(rp->endpoint, px->endpoint))
+			return (int)k;
+		if (best < 0 && !px_down_has(down, rp->endpoint))
+			best = (int)k;
+	}
+	return best;
+}
+
+/* Add the read of g's value from its first MEMORY replica to ops (iov: its
+ * LUNAR_IOV_MAX slots); 0 when it has none to try this way. */
+static int plan_read(struct px_proxy *px, const struct px_req *r, struct get_one *g,
+		     const struct px_down *down, struct iovec *iov, struct eng_op *op)
+{
+	const struct px_item *it = &r->items[g->item];
+	int k = first_memory(px, &g->e, down), iovcnt;
+
+	if (k < 0 || g->e.size > it->total)
+		return 0;
+	iovcnt = trim_iov(it, g->e.size, iov);
+	if (!iovcnt)
+		return 0;
+	*op = (struct eng_op){
+	    .endpoint = g->e.rep[k].endpoint,
+	    .dir = px_item_read_dir(it),
+	    .off = g->e.rep[k].offset,
+	    .iov = iov,
+	    .iovcnt = iovcnt,
+	    .cap = g->e.rep[k].has_cap ? &g->e.rep[k].cap : NULL,
+	    .want_crc = 1,
+	    .user = g,
+	};
+	return 1;
+}
+
+/*
+ * Read the values of g[0..n) together: one engine batch of each value's
+ * first MEMORY replica, so the reads run at once over several connections
+ * and I/O threads; a value whose read failed, or whose bytes are not its
+ * CRC32C, then goes through read_value's replica order as alone.
+ */
+static void read_batch(struct px_proxy *px, const struct px_req *r, struct get_one *g, size_t n,
+		       struct px_down *down)
+{
+	struct eng_op *ops = calloc(n, sizeof(*ops));
+	struct iovec *iov = calloc(n * LUNAR_IOV_MAX, sizeof(*iov));
+	int m = 0;
+
+	for (size_t i = 0; ops && iov && i < n; i++)
+		m += plan_read(px, r, &g[i], down, &iov[i * LUNAR_IOV_MAX], &ops[m]);
+	eng_xfer_batch(px->engine, ops, m);
+	for (int j = 0; j < m; j++) {
+		struct get_one *one = ops[j].user;
+
+		if (!ops[j].result && ops[j].crc == one->e.crc) {
+			r->items[one->item].result = lc_now_ms() > one->e.deadline_ms
+							 ? LUNAR_ERR_LEASE_EXPIRED
+							 : (int64_t)one->e.size;
+			one->done = 1;
+		} else if (ops[j].result && strcmp(ops[j].endpoint, px->endpoint)) {
+			px_down_add(down, ops[j].endpoint);
+		}
+	}
+	free(ops);
+	free(iov);
+}
+
+/* The values of a get of several keys, read together once listed. */
+struct get_batch {
+	struct get_one *g; /* NULL: each value is read as it is listed */
+	size_t n;
+};
+
+static void batch_init(struct get_batch *gb, const struct px_req *r)
+{
+	gb->n = 0;
+	gb->g = r->sqe.op == LC_OP_GET && r->count > 1 ? calloc(r->count, sizeof(*gb->g)) : NULL;
+}
+
+/* Defer the read of item's value (list e) to batch_run: 1, or 0 to read
+ * it now (not a batched get). */
+static int batch_add(struct get_batch *gb, uint32_t item, const struct px_cached *e)
+{
+	if (!gb->g)
+		return 0;
+	gb->g[gb->n].item = item;
+	gb->g[gb->n].e = *e;
+	gb->n++;
+	return 1;
+}
+
+/* Read every deferred value; those the batch did not read, one at a time. */
+static void batch_run(struct px_proxy *px, const struct px_req *r, struct get_batch *gb,
+		      struct px_down *down)
+{
+	if (gb->n)
+		read_batch(px, r, gb->g, gb->n, down);
+	for (size_t i = 0; i < gb->n; i++) {
+		struct get_one *g = &gb->g[i];
+
+		if (!g->done)
+			r->items[g->item].result = serve(px, r, &r->items[g->item], &g->e, down);
+	}
+}
+
 /* Exists and prefix match only ask whether each key is there to read. */
 static bool asks_existence(const struct px_req *r)
 {
@@ -158,13 +284,26 @@ static int64_t unlisted(const struct px_req *r, int code)
 	return code;
 }
 
+/* A value read through a cached list that failed: forget the list, and
+ * leave the key pending (the master is asked). */
+static void cached_failed(struct px_proxy *px, const struct px_req *r, struct px_item *it)
+{
+	if (it->result == LUNAR_ERR_CHECKSUM_MISMATCH || it->result == LUNAR_ERR_TRANSFER_FAIL ||
+	    it->result == LUNAR_ERR_OBJECT_NOT_FOUND) {
+		px_lease_cache_drop(px->leases, r->s->tenant, it->key);
+		it->result = 0; /* ask the master */
+	}
+}
+
 /* Serve what the lease cache can; leave misses (and stale hits) pending. */
 static void get_cached(struct px_proxy *px, struct px_req *r, struct px_down *down)
 {
 	uint64_t now = lc_now_ms();
 	struct px_read rd = px_read_by(px, r->s, now);
+	struct get_batch gb;
 	struct px_cached e;
 
+	batch_init(&gb, r);
 	for (uint32_t i = 0; i < r->count; i++) {
 		struct px_item *it = &r->items[i];
 
@@ -172,13 +311,15 @@ static void get_cached(struct px_proxy *px, struct px_req *r, struct px_down *do
 						      px_lease_margin_ms(px), &rd, &e))
 			continue;
 		PX_COUNT(px, lease_hits, 1);
+		if (batch_add(&gb, i, &e))
+			continue;
 		it->result = serve(px, r, it, &e, down);
-		if (it->result == LUNAR_ERR_CHECKSUM_MISMATCH || it->result == LUNAR_ERR_TRANSFER_FAIL ||
-		    it->result == LUNAR_ERR_OBJECT_NOT_FOUND) {
-			px_lease_cache_drop(px->leases, r->s->tenant, it->key);
-			it->result = 0; /* ask the master */
-		}
+		cached_failed(px, r, it);
 	}
+	batch_run(px, r, &gb, down);
+	for (size_t i = 0; i < gb.n; i++)
+		cached_failed(px, r, &r->items[gb.g[i].item]);
+	free(gb.g);
 }
 
 static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
@@ -186,6 +327,7 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 {
 	const Lunar__BatchGetReplicaListReply *rl;
 	uint64_t sent = lc_now_ms();
+	struct get_batch gb;
 	struct px_read rd;
 	ProtobufCMessage *rep;
 	int rc;
@@ -197,6 +339,7 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 		return;
 	}
 	rl = (const Lunar__BatchGetReplicaListReply *)rep;
+	batch_init(&gb, r);
 	atomic_store(&px->lease_ttl_ms, rl->lease_ttl_ms);
 	rd = px_read_by(px, r->s, sent);
 	PX_COUNT(px, lease_misses, b->n);
@@ -219,9 +362,12 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 			prefetch_local(px, &e);
 		if (rl->lease_ttl_ms)
 			px_lease_cache_put(px->leases, r->s->tenant, it->key, &e, &rd);
-		it->result = serve(px, r, it, &e, down);
+		if (!batch_add(&gb, b->idx[i], &e))
+			it->result = serve(px, r, it, &e, down);
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
+	batch_run(px, r, &gb, down);
+	free(gb.g);
 }
 
 int64_t px_run_get(struct px_proxy *px, struct px_req *r)
