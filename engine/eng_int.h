@@ -234,12 +234,23 @@ struct eng_iovc {
 	int idx;       /* current entry */
 	size_t off;    /* bytes of iov[idx] already moved */
 	uint64_t left; /* bytes still to move */
+	/* Sends only: a frame header that goes out before the bytes, in the
+	 * same sendmsg (eng_iovc_head); not counted in left. */
+	const char *head;
+	size_t hlen; /* header bytes still to send */
 };
 
-/* eng_iovc_init - a cursor over len bytes of iov starting skip bytes in.
- * The caller makes sure skip + len lies inside iov. */
+/* eng_iovc_init - a cursor over len bytes of iov starting skip bytes in,
+ * no header. The caller makes sure skip + len lies inside iov. */
 void eng_iovc_init(struct eng_iovc *c, const struct iovec *iov, int cnt, uint64_t skip,
 		   uint64_t len);
+/* eng_iovc_head - send the hlen bytes at head (kept valid until sent)
+ * before c's bytes, in the same syscall: one sendmsg per frame, not two. */
+static inline void eng_iovc_head(struct eng_iovc *c, const void *head, size_t hlen)
+{
+	c->head = head;
+	c->hlen = hlen;
+}
 /*
  * eng_io_wait - wait until fd is ready for poll() events or deadline_ns
  * passes. Errors and hang-ups count as ready: the next syscall reports them.

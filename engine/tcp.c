@@ -34,32 +34,42 @@ struct tcp_slice {
 	int *live;     /* where to publish the socket while it runs, or NULL */
 };
 
+/* Encode req for c into *k (as eng_send_req sends it); its size. */
+static size_t req_build(struct eng_cconn *c, const struct eng_wire_req *req,
+			const struct eng_cap *cap, uint32_t crc, const void *name, size_t nlen,
+			struct eng_wire_kreq *k, uint64_t *ctr)
+{
+	*k = (struct eng_wire_kreq){.h = *req, .crc = crc};
+	*ctr = 0;
+	if (!c->keyed) {
+		k->h.version = ENG_WIRE_VERSION;
+		eng_wire_req_encode(&k->h);
+		return sizeof(k->h);
+	}
+	k->h.version = ENG_WIRE_VERSION_KEYED;
+	if (cap) {
+		k->cap_offset = cap->offset;
+		k->cap_length = cap->length;
+		k->cap_version = cap->version;
+		k->cap_expiry_ms = cap->expiry_ms;
+		memcpy(k->cap, cap->tag, sizeof(k->cap));
+	}
+	eng_wire_kreq_encode(k);
+	eng_wire_kreq_seal(k, &c->s, name, nlen, ctr);
+	return sizeof(*k);
+}
+
 int eng_send_req(struct eng_cconn *c, const struct eng_wire_req *req, const struct eng_cap *cap,
 		 uint32_t crc, const void *name, size_t nlen, int flags, uint64_t deadline_ns,
 		 uint64_t *ctr)
 {
-	struct eng_wire_kreq k = {.h = *req, .crc = crc};
-	struct iovec v[2] = {{&k, sizeof(k)}, {(void *)name, nlen}};
+	struct eng_wire_kreq k;
+	struct iovec v = {(void *)name, nlen};
 	struct eng_iovc it;
+	size_t hlen = req_build(c, req, cap, crc, name, nlen, &k, ctr);
 
-	*ctr = 0;
-	if (!c->keyed) {
-		k.h.version = ENG_WIRE_VERSION;
-		eng_wire_req_encode(&k.h);
-		v[0].iov_len = sizeof(k.h);
-	} else {
-		k.h.version = ENG_WIRE_VERSION_KEYED;
-		if (cap) {
-			k.cap_offset = cap->offset;
-			k.cap_length = cap->length;
-			k.cap_version = cap->version;
-			k.cap_expiry_ms = cap->expiry_ms;
-			memcpy(k.cap, cap->tag, sizeof(k.cap));
-		}
-		eng_wire_kreq_encode(&k);
-		eng_wire_kreq_seal(&k, &c->s, name, nlen, ctr);
-	}
-	eng_iovc_init(&it, v, name && nlen ? 2 : 1, 0, v[0].iov_len + (name ? nlen : 0));
+	eng_iovc_init(&it, &v, 1, 0, name ? nlen : 0);
+	eng_iovc_head(&it, &k, hlen);
 	return eng_io_send(c->fd, &it, flags, deadline_ns);
 }
 
@@ -128,18 +138,22 @@ static int slice_on(struct tcp_slice *s, struct eng_cconn *c, int *replied)
 	    .length = s->len,
 	    .id = atomic_fetch_add(&s->e->next_id, 1),
 	};
-	/* The payload follows at once: let the header share its first segment. */
-	int flags = op->dir == ENG_WRITE ? MSG_MORE : 0;
 	uint64_t deadline = op->priv.deadline_ns;
+	struct eng_wire_kreq k;
 	struct eng_iovc data;
 	uint64_t ctr;
 	int rc;
 
 	*replied = 0;
 	eng_iovc_init(&data, op->iov, op->iovcnt, s->skip, s->len);
-	rc = eng_send_req(c, &req, op->cap, s->crc, NULL, 0, flags, deadline, &ctr);
-	if (!rc && op->dir == ENG_WRITE)
+	/* A WRITE's header goes out with its payload's first bytes, in one
+	 * sendmsg; a READ's alone. */
+	if (op->dir == ENG_WRITE) {
+		eng_iovc_head(&data, &k, req_build(c, &req, op->cap, s->crc, NULL, 0, &k, &ctr));
 		rc = slice_payload(s, c, &data);
+	} else {
+		rc = eng_send_req(c, &req, op->cap, s->crc, NULL, 0, 0, deadline, &ctr);
+	}
 	if (!rc)
 		rc = recv_rep(c, ctr, req.id, s->len, deadline, replied);
 	if (!rc && op->dir != ENG_WRITE)
