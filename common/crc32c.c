@@ -376,6 +376,30 @@ uint32_t lc_crc32c(uint32_t crc, const void *buf, size_t len)
 	return ~sw_run(~crc, NULL, buf, len);
 }
 
+/* a * b modulo the CRC32C polynomial, both reflected (bit 31 is x^0). */
+static uint32_t mult_modp(uint32_t a, uint32_t b)
+{
+	uint32_t m = 1u << 31, p = 0;
+
+	for (; m; m >>= 1) {
+		if (a & m)
+			p ^= b;
+		b = b & 1 ? (b >> 1) ^ 0x82f63b78u : b >> 1;
+	}
+	return p;
+}
+
+uint32_t lc_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+	uint32_t sq = 1u << 23, x = 1u << 31; /* x^8 (one byte), x^0 */
+
+	/* x^(8 * len_b) by square and multiply: zlib's crc32_combine. */
+	for (; len_b; len_b >>= 1, sq = mult_modp(sq, sq))
+		if (len_b & 1)
+			x = mult_modp(sq, x);
+	return mult_modp(x, crc_a) ^ crc_b;
+}
+
 /* Copy and checksum; stream: write dst with non-temporal stores. */
 static uint32_t copy_crc(void *dst, const void *src, size_t len, uint32_t crc, int stream)
 {

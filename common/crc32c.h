@@ -26,6 +26,14 @@
 uint32_t lc_crc32c(uint32_t crc, const void *buf, size_t len);
 
 /*
+ * lc_crc32c_combine - the CRC32C of a || b from crc_a = lc_crc32c(0, a, la)
+ * and crc_b = lc_crc32c(0, b, len_b), without the bytes: for pieces
+ * checksummed apart (the slices of a transfer, each on its connection).
+ * O(log len_b) carry-less products, about a microsecond.
+ */
+uint32_t lc_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
+/*
  * lc_copy_crc32c - copy len bytes from src to dst (which must not overlap)
  * and return lc_crc32c(crc, src, len), reading src once. From
  * LC_COPY_CRC32C_NT_MIN bytes on, dst is written with non-temporal stores

@@ -73,3 +73,12 @@ int eng_sock_nodelay(int fd)
 		return -errno;
 	return 0;
 }
+
+void eng_sock_bufs(int fd)
+{
+	int buf = ENG_SOCK_BUF;
+
+	/* Best effort: the kernel caps them at net.core.[rw]mem_max. */
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}

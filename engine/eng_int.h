@@ -26,9 +26,12 @@
 #define ENG_DEFAULT_TIMEOUT_MS 5000
 #define ENG_DEFAULT_CONNS      8
 #define ENG_DEFAULT_IO_THREADS 4
-#define ENG_SLICE_MIN	       (4ull << 20) /* bytes; smaller transfers use one connection */
+#define ENG_SLICE_MIN	       (256ull << 10) /* bytes; smaller transfers use one connection */
 #define ENG_SLICE_MAX	       4	    /* slices (connections) of one transfer */
+static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / sizeof(uint32_t),
+	      "a CRC32C slot per slice");
 #define ENG_NO_DEADLINE	       UINT64_MAX /* wait without a time limit */
+#define ENG_SOCK_BUF	       (4 << 20) /* bytes of socket buffer each way (eng_sock_bufs) */
 
 /*
  * TCP wire protocol, version 1. All integers little-endian, headers fixed
@@ -231,12 +234,23 @@ struct eng_iovc {
 	int idx;       /* current entry */
 	size_t off;    /* bytes of iov[idx] already moved */
 	uint64_t left; /* bytes still to move */
+	/* Sends only: a frame header that goes out before the bytes, in the
+	 * same sendmsg (eng_iovc_head); not counted in left. */
+	const char *head;
+	size_t hlen; /* header bytes still to send */
 };
 
-/* eng_iovc_init - a cursor over len bytes of iov starting skip bytes in.
- * The caller makes sure skip + len lies inside iov. */
+/* eng_iovc_init - a cursor over len bytes of iov starting skip bytes in,
+ * no header. The caller makes sure skip + len lies inside iov. */
 void eng_iovc_init(struct eng_iovc *c, const struct iovec *iov, int cnt, uint64_t skip,
 		   uint64_t len);
+/* eng_iovc_head - send the hlen bytes at head (kept valid until sent)
+ * before c's bytes, in the same syscall: one sendmsg per frame, not two. */
+static inline void eng_iovc_head(struct eng_iovc *c, const void *head, size_t hlen)
+{
+	c->head = head;
+	c->hlen = hlen;
+}
 /*
  * eng_io_wait - wait until fd is ready for poll() events or deadline_ns
  * passes. Errors and hang-ups count as ready: the next syscall reports them.
@@ -274,6 +288,13 @@ int eng_addr_resolve(const char *endpoint, struct sockaddr_storage *sa, socklen_
 int eng_addr_format(char *buf, size_t cap, const char *host, uint16_t port);
 /* eng_sock_nodelay - TCP_NODELAY on fd; returns 0 or -errno. */
 int eng_sock_nodelay(int fd);
+/*
+ * eng_sock_bufs - ENG_SOCK_BUF send and receive buffers on fd (best
+ * effort, capped by net.core.[rw]mem_max), so one socket holds a whole
+ * slice in flight. Before connect() or listen(): the window scale is
+ * agreed in the handshake, and accepted sockets inherit the listener's.
+ */
+void eng_sock_bufs(int fd);
 
 /*
  * The request a data-port connection is serving: where to reply, and on a

@@ -236,7 +236,8 @@ struct eng_op {
 		struct eng_cq *cq;
 		const void *ops; /* the transport */
 		uint64_t total, chunk, deadline_ns;
-		uint32_t scrc; /* a one-slice transfer's CRC32C, when known */
+		uint32_t scrc; /* another transport's CRC32C, when known */
+		uint32_t slice_crc[4]; /* TCP: each slice's own CRC32C (ENG_SLICE_MAX) */
 		uint8_t nslices, claimed, finished, ran, failed, has_scrc;
 	} priv;
 };

@@ -27,6 +27,8 @@ void eng_iovc_init(struct eng_iovc *c, const struct iovec *iov, int cnt, uint64_
 	c->idx = 0;
 	c->off = 0;
 	c->left = len;
+	c->head = NULL;
+	c->hlen = 0;
 	while (c->idx < cnt && skip >= iov[c->idx].iov_len) {
 		skip -= iov[c->idx].iov_len;
 		c->idx++;
@@ -41,6 +43,10 @@ static int iovc_window(const struct eng_iovc *c, struct iovec *win)
 	size_t off = c->off;
 	int n = 0;
 
+	if (c->hlen) {
+		win[n].iov_base = (void *)c->head;
+		win[n++].iov_len = c->hlen;
+	}
 	for (int i = c->idx; i < c->cnt && n < ENG_IOV_WINDOW && left; i++, off = 0) {
 		uint64_t len = c->iov[i].iov_len - off;
 
@@ -60,6 +66,11 @@ static int iovc_window(const struct eng_iovc *c, struct iovec *win)
 
 static void iovc_advance(struct eng_iovc *c, size_t n)
 {
+	size_t h = n < c->hlen ? n : c->hlen;
+
+	c->head += h;
+	c->hlen -= h;
+	n -= h;
 	c->left -= n;
 	while (n) {
 		size_t avail = c->iov[c->idx].iov_len - c->off;
@@ -101,7 +112,7 @@ int eng_io_wait(int fd, short events, uint64_t deadline_ns)
 
 int eng_io_send(int fd, struct eng_iovc *c, int flags, uint64_t deadline_ns)
 {
-	while (c->left) {
+	while (c->left || c->hlen) {
 		struct iovec win[ENG_IOV_WINDOW];
 		struct msghdr msg = {.msg_iov = win};
 		ssize_t n;

@@ -70,6 +70,7 @@ static int dial(const struct sockaddr_storage *sa, socklen_t len, uint64_t deadl
 	rc = eng_sock_nodelay(fd);
 	if (rc)
 		goto err_close;
+	eng_sock_bufs(fd);
 	if (connect(fd, (const struct sockaddr *)sa, len) == 0)
 		return fd;
 	rc = -errno;

@@ -52,22 +52,30 @@ struct eng_srv_conn {
 	struct auth_session s; /* keyed engines: from the handshake */
 };
 
+/* Encode the reply to q into *rep; its size. */
+static size_t rep_build(const struct eng_srv_req *q, int32_t status, uint64_t length,
+			struct eng_wire_krep *rep)
+{
+	*rep = (struct eng_wire_krep){
+	    .h = {.magic = ENG_WIRE_REP_MAGIC, .status = status, .id = q->id, .length = length},
+	};
+	if (!q->s) {
+		eng_wire_rep_encode(&rep->h);
+		return sizeof(rep->h);
+	}
+	eng_wire_krep_encode(rep);
+	eng_wire_krep_seal(rep, q->s, q->ctr);
+	return sizeof(*rep);
+}
+
 int eng_send_rep(const struct eng_srv_req *q, int32_t status, uint64_t length, int flags,
 		 uint64_t deadline_ns)
 {
-	struct eng_wire_krep rep = {
-	    .h = {.magic = ENG_WIRE_REP_MAGIC, .status = status, .id = q->id, .length = length},
-	};
-	struct iovec v = {&rep, q->s ? sizeof(rep) : sizeof(rep.h)};
+	struct eng_wire_krep rep;
 	struct eng_iovc c;
 
-	if (q->s) {
-		eng_wire_krep_encode(&rep);
-		eng_wire_krep_seal(&rep, q->s, q->ctr);
-	} else {
-		eng_wire_rep_encode(&rep.h);
-	}
-	eng_iovc_init(&c, &v, 1, 0, v.iov_len);
+	eng_iovc_init(&c, NULL, 0, 0, 0);
+	eng_iovc_head(&c, &rep, rep_build(q, status, length, &rep));
 	return eng_io_send(q->fd, &c, flags, deadline_ns);
 }
 
@@ -77,6 +85,7 @@ static int serve_range(struct eng_engine *e, const struct eng_srv_req *q,
 		       const struct eng_wire_req *req, const uint32_t *crc, uint64_t deadline)
 {
 	struct iovec v = {(char *)e->cfg.seg_base + req->offset, (size_t)req->length};
+	struct eng_wire_krep rep;
 	struct eng_iovc c;
 	int rc;
 
@@ -95,8 +104,9 @@ static int serve_range(struct eng_engine *e, const struct eng_srv_req *q,
 		}
 		return eng_send_rep(q, 0, req->length, 0, deadline);
 	}
-	rc = eng_send_rep(q, 0, req->length, MSG_MORE, deadline);
-	return rc ? rc : eng_io_send(q->fd, &c, 0, deadline);
+	/* The reply header and the bytes in one sendmsg. */
+	eng_iovc_head(&c, &rep, rep_build(q, 0, req->length, &rep));
+	return eng_io_send(q->fd, &c, 0, deadline);
 }
 
 /* Refuse req with status after a bad header; always < 0 (close). */
@@ -116,6 +126,28 @@ static int recv_all(int fd, void *buf, size_t len, uint64_t deadline)
 
 	eng_iovc_init(&c, &v, 1, 0, len);
 	return eng_io_recv(fd, &c, deadline);
+}
+
+/* Wait as long as it takes for a request's first bytes, and take up to
+ * len of them at once: how many (>= 1), or -errno (-ECONNRESET: EOF). */
+static ssize_t recv_first(int fd, void *buf, size_t len)
+{
+	for (;;) {
+		ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
+		int rc;
+
+		if (n > 0)
+			return n;
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		rc = eng_io_wait(fd, POLLIN, ENG_NO_DEADLINE);
+		if (rc)
+			return rc;
+	}
 }
 
 /* Serve a keyed request whose header k (as received) came in full. */
@@ -179,6 +211,7 @@ static int serve_one(struct eng_srv_conn *conn)
 	struct eng_srv_req q = {.fd = conn->fd};
 	size_t size = e->keyed ? sizeof(k) : sizeof(k.h);
 	uint64_t deadline, idle = lc_now_ns();
+	ssize_t got;
 	int status, rc;
 
 	/* An idle pooled connection may sit here for as long as its client
@@ -186,13 +219,13 @@ static int serve_one(struct eng_srv_conn *conn)
 	 * first byte came, the rest must follow within the timeout: else a peer
 	 * could hold a connection slot, and its thread, with a byte apiece. */
 	atomic_store(&conn->idle_since, idle);
-	rc = recv_all(conn->fd, &k, 1, ENG_NO_DEADLINE);
-	if (rc)
-		return rc;
+	got = recv_first(conn->fd, &k, size); /* usually the whole header: one syscall */
+	if (got < 0)
+		return (int)got;
 	if (!atomic_compare_exchange_strong(&conn->idle_since, &idle, 0))
 		return -ECONNABORTED; /* evicted as the request came */
 	deadline = lc_now_ns() + e->timeout_ns;
-	rc = recv_all(conn->fd, (char *)&k + 1, size - 1, deadline);
+	rc = recv_all(conn->fd, (char *)&k + got, size - (size_t)got, deadline);
 	if (rc)
 		return rc;
 	if (e->keyed)
@@ -418,6 +451,7 @@ static int listen_on(const struct eng_engine *e, uint16_t *port)
 	fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	eng_sock_bufs(fd); /* inherited by every accepted connection */
 	/* A restarted proxy must get its data port back despite TIME_WAIT. */
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
 	    bind(fd, (struct sockaddr *)&sa, len) < 0 || listen(fd, ENG_SRV_BACKLOG) < 0)

@@ -4,7 +4,9 @@
  * A transfer above ENG_SLICE_MIN is cut into a few slices, which the
  * engine's I/O threads (aio.c) and the caller run on connections of their
  * own in parallel. A CRC32C the caller asks for is computed beside the
- * socket I/O, a chunk at a time while the bytes are in the cache. On a
+ * socket I/O, a chunk at a time while the bytes are in the cache, each
+ * slice its own; the slices' CRCs are then combined (lc_crc32c_combine),
+ * never a second pass over the bytes. On a
  * keyed engine a new connection first passes the handshake, and each
  * request carries the capability, the payload's CRC32C and a MAC; each
  * reply's MAC is checked.
@@ -28,37 +30,47 @@ struct tcp_slice {
 	uint64_t skip;
 	uint64_t len;
 	uint32_t crc;  /* keyed WRITE: CRC32C of this slice's bytes (sent in the header) */
-	int fuse_crc;  /* the slice is the whole op and op wants a CRC: computed on the way */
-	uint32_t ocrc; /* fused: the op's CRC32C */
+	int fuse_crc;  /* op wants a CRC: this slice's computed on the way */
+	uint32_t ocrc; /* fused: the slice's CRC32C */
 	int *live;     /* where to publish the socket while it runs, or NULL */
 };
+
+/* Encode req for c into *k (as eng_send_req sends it); its size. */
+static size_t req_build(struct eng_cconn *c, const struct eng_wire_req *req,
+			const struct eng_cap *cap, uint32_t crc, const void *name, size_t nlen,
+			struct eng_wire_kreq *k, uint64_t *ctr)
+{
+	*k = (struct eng_wire_kreq){.h = *req, .crc = crc};
+	*ctr = 0;
+	if (!c->keyed) {
+		k->h.version = ENG_WIRE_VERSION;
+		eng_wire_req_encode(&k->h);
+		return sizeof(k->h);
+	}
+	k->h.version = ENG_WIRE_VERSION_KEYED;
+	if (cap) {
+		k->cap_offset = cap->offset;
+		k->cap_length = cap->length;
+		k->cap_version = cap->version;
+		k->cap_expiry_ms = cap->expiry_ms;
+		memcpy(k->cap, cap->tag, sizeof(k->cap));
+	}
+	eng_wire_kreq_encode(k);
+	eng_wire_kreq_seal(k, &c->s, name, nlen, ctr);
+	return sizeof(*k);
+}
 
 int eng_send_req(struct eng_cconn *c, const struct eng_wire_req *req, const struct eng_cap *cap,
 		 uint32_t crc, const void *name, size_t nlen, int flags, uint64_t deadline_ns,
 		 uint64_t *ctr)
 {
-	struct eng_wire_kreq k = {.h = *req, .crc = crc};
-	struct iovec v[2] = {{&k, sizeof(k)}, {(void *)name, nlen}};
+	struct eng_wire_kreq k;
+	struct iovec v = {(void *)name, nlen};
 	struct eng_iovc it;
+	size_t hlen = req_build(c, req, cap, crc, name, nlen, &k, ctr);
 
-	*ctr = 0;
-	if (!c->keyed) {
-		k.h.version = ENG_WIRE_VERSION;
-		eng_wire_req_encode(&k.h);
-		v[0].iov_len = sizeof(k.h);
-	} else {
-		k.h.version = ENG_WIRE_VERSION_KEYED;
-		if (cap) {
-			k.cap_offset = cap->offset;
-			k.cap_length = cap->length;
-			k.cap_version = cap->version;
-			k.cap_expiry_ms = cap->expiry_ms;
-			memcpy(k.cap, cap->tag, sizeof(k.cap));
-		}
-		eng_wire_kreq_encode(&k);
-		eng_wire_kreq_seal(&k, &c->s, name, nlen, ctr);
-	}
-	eng_iovc_init(&it, v, name && nlen ? 2 : 1, 0, v[0].iov_len + (name ? nlen : 0));
+	eng_iovc_init(&it, &v, 1, 0, name ? nlen : 0);
+	eng_iovc_head(&it, &k, hlen);
 	return eng_io_send(c->fd, &it, flags, deadline_ns);
 }
 
@@ -127,18 +139,22 @@ static int slice_on(struct tcp_slice *s, struct eng_cconn *c, int *replied)
 	    .length = s->len,
 	    .id = atomic_fetch_add(&s->e->next_id, 1),
 	};
-	/* The payload follows at once: let the header share its first segment. */
-	int flags = op->dir == ENG_WRITE ? MSG_MORE : 0;
 	uint64_t deadline = op->priv.deadline_ns;
+	struct eng_wire_kreq k;
 	struct eng_iovc data;
 	uint64_t ctr;
 	int rc;
 
 	*replied = 0;
 	eng_iovc_init(&data, op->iov, op->iovcnt, s->skip, s->len);
-	rc = eng_send_req(c, &req, op->cap, s->crc, NULL, 0, flags, deadline, &ctr);
-	if (!rc && op->dir == ENG_WRITE)
+	/* A WRITE's header goes out with its payload's first bytes, in one
+	 * sendmsg; a READ's alone. */
+	if (op->dir == ENG_WRITE) {
+		eng_iovc_head(&data, &k, req_build(c, &req, op->cap, s->crc, NULL, 0, &k, &ctr));
 		rc = slice_payload(s, c, &data);
+	} else {
+		rc = eng_send_req(c, &req, op->cap, s->crc, NULL, 0, 0, deadline, &ctr);
+	}
 	if (!rc)
 		rc = recv_rep(c, ctr, req.id, s->len, deadline, replied);
 	if (!rc && op->dir != ENG_WRITE)
@@ -263,27 +279,31 @@ int eng_tcp_slice(struct eng_engine *e, struct eng_op *op, unsigned idx, int *ra
 	/* A keyed WRITE names its CRC32C in the header: a pass before it. */
 	if (keyed_write)
 		s.crc = iov_crc(op->iov, op->iovcnt, s.skip, s.len);
-	s.fuse_crc = op->want_crc && op->priv.nslices == 1 && !keyed_write;
+	s.fuse_crc = op->want_crc && !keyed_write;
 	rc = eng_tcp_run(e, op->endpoint, op->priv.deadline_ns, slice_conn, &s, ran);
 	if (rc) {
 		LC_DEBUG(ENG_LOG, "transfer of %llu bytes with %s failed: %s",
 			 (unsigned long long)s.len, op->endpoint, strerror(-rc));
 		return rc;
 	}
-	if (op->want_crc && op->priv.nslices == 1) {
-		op->priv.scrc = keyed_write ? s.crc : s.ocrc;
-		op->priv.has_scrc = 1;
-	}
+	if (op->want_crc)
+		op->priv.slice_crc[idx] = keyed_write ? s.crc : s.ocrc;
 	return 0;
 }
 
 uint32_t eng_tcp_crc(const struct eng_op *op)
 {
+	uint64_t chunk = op->priv.chunk, last = op->priv.total - (op->priv.nslices - 1u) * chunk;
+	uint32_t crc = op->priv.slice_crc[0];
+
 	if (op->priv.has_scrc)
 		return op->priv.scrc;
-	/* Slices cannot be combined without a CRC shift: one pass over the
-	 * local bytes, on the thread that finished the last slice. */
-	return iov_crc(op->iov, op->iovcnt, 0, op->priv.total);
+	/* Each slice checksummed its own bytes beside its socket: no second
+	 * pass over the transfer, only a shift per slice. */
+	for (unsigned i = 1; i < op->priv.nslices; i++)
+		crc = lc_crc32c_combine(crc, op->priv.slice_crc[i],
+					i == op->priv.nslices - 1u ? last : chunk);
+	return crc;
 }
 
 /* The synchronous table entry: the slices one after the other, here. */

@@ -3,7 +3,8 @@
  * lunar-proxies A and B with 64 MiB segments each. Objects written through A
  * with two replicas read byte-exact through B, and still do after A is
  * SIGKILLed, which proves the replicas sit on two distinct segments. Batch
- * exists and prefix match answer index-aligned through B.
+ * exists and prefix match answer index-aligned through B; batch gets read
+ * their values together, remote and local.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -149,6 +150,57 @@ static void test_cluster_batch_exists_and_prefix_match(void **state)
 	H_ASSERT_EQ(lunar_prefix_match(cb, 1, &keys[2]), 0);
 }
 
+/*
+ * A get of several keys reads its values together (one engine batch): one
+ * replica of each, wherever the master put it, so through one of A and B
+ * every read is remote, through the other local. Through the master's
+ * lists first, then the lease cache; a missing key keeps its own code.
+ */
+static void test_cluster_batch_get_reads_together(void **state)
+{
+	enum { N = 6 };
+	static const size_t lens[N] = {4096, MIB + 3, 0, 300 * KIB, 77, 2 * MIB + 4099};
+	const struct lunar_put_cfg one = {.replica_num = 1};
+	struct lunar_client *via[2] = {ca, cb};
+	const char *keys[N];
+	char names[N][32];
+	struct iovec v[N];
+	const struct iovec *vp[N];
+	int cnt[N];
+	int64_t res[N];
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "cluster/bg-%d", i);
+		keys[i] = names[i];
+		v[i].iov_len = lens[i] ? lens[i] : 64;
+		v[i].iov_base = malloc(v[i].iov_len);
+		H_ASSERT(v[i].iov_base != NULL);
+		vp[i] = &v[i];
+		cnt[i] = 1;
+		if (!lens[i])
+			continue;
+		h_fill(v[i].iov_base, lens[i], h_seed(keys[i]));
+		H_ASSERT_EQ(lunar_put(ca, keys[i], v[i].iov_base, lens[i], &one), 0);
+	}
+	for (int pass = 0; pass < 4; pass++) {
+		for (int i = 0; i < N; i++)
+			memset(v[i].iov_base, 0, v[i].iov_len);
+		H_ASSERT_EQ(lunar_batch_get_into(via[pass % 2], N, keys, vp, cnt, res), 0);
+		for (int i = 0; i < N; i++) {
+			if (!lens[i]) {
+				H_ASSERT_EQ(res[i], LUNAR_ERR_OBJECT_NOT_FOUND);
+				continue;
+			}
+			H_ASSERT_MSG(res[i] == (int64_t)lens[i], "pass %d: %s = %lld (%s)", pass,
+				     keys[i], (long long)res[i], h_code(res[i]));
+			H_ASSERT_EQ(h_verify(v[i].iov_base, lens[i], h_seed(keys[i])), -1);
+		}
+	}
+	for (int i = 0; i < N; i++)
+		free(v[i].iov_base);
+}
+
 static void test_cluster_replicas_survive_proxy_a_death(void **state)
 {
 	uint64_t killed;
@@ -173,4 +225,5 @@ static void test_cluster_replicas_survive_proxy_a_death(void **state)
 
 LUNAR_TEST_MAIN(setup, teardown, test_cluster_put_on_a_reads_exact_on_b,
 		test_cluster_batch_exists_and_prefix_match,
+		test_cluster_batch_get_reads_together,
 		test_cluster_replicas_survive_proxy_a_death)

@@ -197,6 +197,25 @@ static void test_crc32c_copy_streaming_sizes(void **state)
 	free(dbuf);
 }
 
+/* Combining the CRCs of two pieces gives the CRC of both, at every split. */
+static void test_crc32c_combine(void **state)
+{
+	static const size_t lens[] = {0, 1, 7, 4096, 65537, (1u << 20) + 3};
+	size_t max = (2u << 20) + 16;
+	unsigned char *buf = random_buf(max, 5);
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		for (size_t j = 0; j < sizeof(lens) / sizeof(lens[0]); j++) {
+			size_t la = lens[i], lb = lens[j];
+			uint32_t a = lc_crc32c(0, buf, la), b = lc_crc32c(0, buf + la, lb);
+
+			assert_int_equal(lc_crc32c_combine(a, b, lb), lc_crc32c(0, buf, la + lb));
+		}
+	}
+	free(buf);
+}
+
 LUNAR_TEST_MAIN(NULL, NULL, test_crc32c_known_vectors, test_crc32c_hw_matches_table,
 		test_crc32c_chaining, test_crc32c_copy_matches_memcpy,
-		test_crc32c_copy_streaming_sizes)
+		test_crc32c_copy_streaming_sizes, test_crc32c_combine)

@@ -337,6 +337,38 @@ static void test_engine_auth_wrong_grants_refused(void **state)
 	node_stop(&b);
 }
 
+/* A keyed transfer cut into slices (several connections, each slice's
+ * CRC32C in its own header) lands whole, and the CRC32C reported is the
+ * whole value's, the slices' combined; the source spans two iovecs. */
+static void test_engine_auth_sliced_crc(void **state)
+{
+	struct node a = node_start(&key), b = node_start(&key);
+	const char *seg = eng_engine_endpoint(b.e);
+	size_t len = 3 * MIB + 4099, half = MIB + 17;
+	unsigned char *src = malloc(len), *dst = calloc(1, len);
+	struct iovec w[2] = {{src, half}, {src + half, len - half}}, r = {dst, len};
+	struct eng_cap wc = grant(secret, seg, ENG_OP_WRITE, 64, len, 3, UINT64_MAX);
+	struct eng_cap rc = grant(secret, seg, ENG_OP_READ, 64, len, 3, UINT64_MAX);
+	uint32_t crc = 1;
+
+	(void)state;
+	assert_non_null(src);
+	assert_non_null(dst);
+	for (size_t i = 0; i < len; i++)
+		src[i] = (unsigned char)(i * 2654435761u >> 13);
+	assert_int_equal(eng_xfer(a.e, seg, ENG_WRITE, 64, w, 2, &wc, &crc), 0);
+	assert_int_equal(crc, lc_crc32c(0, src, len));
+	assert_memory_equal(b.seg + 64, src, len);
+	crc = 1;
+	assert_int_equal(eng_xfer(a.e, seg, ENG_READ, 64, &r, 1, &rc, &crc), 0);
+	assert_int_equal(crc, lc_crc32c(0, src, len));
+	assert_memory_equal(dst, src, len);
+	free(src);
+	free(dst);
+	node_stop(&a);
+	node_stop(&b);
+}
+
 static void test_engine_auth_keyless_peers_refused(void **state)
 {
 	struct node a = node_start(&key), b = node_start(&key), c = node_start(NULL);
@@ -447,4 +479,4 @@ static void test_engine_auth_replay_bitflip_and_crc(void **state)
 LUNAR_TEST_MAIN(setup, NULL, test_engine_auth_frame_bits_and_counters,
 		test_engine_auth_reply_bound_to_request, test_engine_auth_capability_checks,
 		test_engine_auth_keyed_transfers, test_engine_auth_wrong_grants_refused,
-		test_engine_auth_keyless_peers_refused, test_engine_auth_replay_bitflip_and_crc)
+		test_engine_auth_keyless_peers_refused, test_engine_auth_sliced_crc, test_engine_auth_replay_bitflip_and_crc)
