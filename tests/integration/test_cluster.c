@@ -151,12 +151,11 @@ static void test_cluster_batch_exists_and_prefix_match(void **state)
 }
 
 /*
- * A get of several keys reads its values together (one engine batch): one
- * replica of each, wherever the master put it, so through one of A and B
- * every read is remote, through the other local. Through the master's
+ * A get of several keys: one replica of each, wherever the master put it,
+ * so through one of A and B every read is remote, through the other local. Through the master's
  * lists first, then the lease cache; a missing key keeps its own code.
  */
-static void test_cluster_batch_get_reads_together(void **state)
+static void test_cluster_batch_get_mixed_local_remote(void **state)
 {
 	enum { N = 6 };
 	static const size_t lens[N] = {4096, MIB + 3, 0, 300 * KIB, 77, 2 * MIB + 4099};
@@ -225,5 +224,5 @@ static void test_cluster_replicas_survive_proxy_a_death(void **state)
 
 LUNAR_TEST_MAIN(setup, teardown, test_cluster_put_on_a_reads_exact_on_b,
 		test_cluster_batch_exists_and_prefix_match,
-		test_cluster_batch_get_reads_together,
+		test_cluster_batch_get_mixed_local_remote,
 		test_cluster_replicas_survive_proxy_a_death)
