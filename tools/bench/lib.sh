@@ -147,7 +147,11 @@ bl_record() {
 # bl_port_flags BINARY - "--http-port 0" when BINARY has that flag, so several
 # daemons on one host never fight over a fixed default port.
 bl_port_flags() {
-	if "$1" --help 2>&1 | grep -q -- '--http-port'; then
+	local help
+	# Read the whole text first: grep -q would stop reading early, and under
+	# pipefail the writer's SIGPIPE made the test fail now and then.
+	help=$("$1" --help 2>&1 || true)
+	if grep -q -- '--http-port' <<<"$help"; then
 		printf '%s\n' --http-port 0
 	fi
 }
