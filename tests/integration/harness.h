@@ -97,14 +97,18 @@ void h_dump_logs(void);
 /* h_wait_tcp - wait until a TCP connect to 127.0.0.1:port succeeds while p
  * runs. 0 or -1 (with p's log printed). */
 int h_wait_tcp(struct h_proc *p, int port, int timeout_ms);
+/* h_wait_log - wait until p's log, since p's start, holds text while p
+ * runs. 0 or -1 (with p's log printed). */
+int h_wait_log(struct h_proc *p, const char *text, int timeout_ms);
 /* h_wait_proxy - wait until sockpath exists and lunar_connect + lunar_health
  * == 0 succeed while p runs. 0 or -1 (with p's log printed). */
 int h_wait_proxy(struct h_proc *p, const char *sockpath, int timeout_ms);
 
 /*
  * h_start_master - start "$BUILD/bin/lunar-master --listen 127.0.0.1 --port
- * port" plus the NULL-terminated extra arguments, and wait until it accepts
- * TCP connections. The log is "<name>.log". NULL on failure (log printed).
+ * port" plus the NULL-terminated extra arguments, and wait until it logs
+ * that it serves RPC and HTTP and accepts TCP connections. The log is
+ * "<name>.log". NULL on failure (log printed).
  */
 struct h_proc *h_start_master(const char *name, int port, ...);
 /*
