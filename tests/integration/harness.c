@@ -47,6 +47,11 @@ static pid_t owner_pid; /* forked test children must not run our clean-up */
 static int initialized;
 static int keep_tmpdir; /* $LUNAR_TEST_KEEP, read once: getenv is not signal-safe */
 
+const char *h_sanitizer(void)
+{
+	return getenv("LUNAR_TEST_SANITIZER");
+}
+
 uint64_t h_now_ms(void)
 {
 	struct timespec ts;

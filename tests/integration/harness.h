@@ -18,12 +18,18 @@
 
 #include "lunar.h"
 
+/* h_sanitizer - the sanitizer the build has ($LUNAR_TEST_SANITIZER, set by
+ * make asan and make tsan), or NULL. Any thread. */
+const char *h_sanitizer(void);
+/* A bound on a wait, 3 times longer under a sanitizer, whose build runs
+ * several times slower: waits end on their event, the bound only fails. */
+#define H_BOUND_MS(ms) (h_sanitizer() ? 3 * (ms) : (ms))
 /* Bounds every readiness wait; a process not ready by then fails the test. */
-#define H_READY_TIMEOUT_MS 10000
+#define H_READY_TIMEOUT_MS H_BOUND_MS(10000)
 /* h_stop: SIGTERM, then SIGKILL after this long. */
-#define H_STOP_GRACE_MS 3000
+#define H_STOP_GRACE_MS H_BOUND_MS(3000)
 /* Default client timeout, so a lost reply fails a call instead of hanging. */
-#define H_CLIENT_TIMEOUT_MS 10000
+#define H_CLIENT_TIMEOUT_MS H_BOUND_MS(10000)
 /* h_start_proxy's master_port for a proxy with --embedded-master. */
 #define H_EMBEDDED 0
 

@@ -127,7 +127,7 @@ static int proxy_answers(const char *sockpath)
 	struct lunar_client *c = NULL;
 	int ok;
 
-	c = h_client_try(sockpath, 2000, NULL);
+	c = h_client_try(sockpath, H_BOUND_MS(2000), NULL);
 	if (!c)
 		return 0;
 	ok = lunar_health(c) == 0;
