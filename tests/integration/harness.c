@@ -39,6 +39,7 @@
 
 #define H_MAX_PROCS 64
 #define H_LOG_TAIL  4096
+#define H_REPORT_MAX 16384 /* of a sanitizer report, printed */
 
 static struct h_proc procs[H_MAX_PROCS];
 static int nprocs;
@@ -106,10 +107,54 @@ static void on_signal(int sig)
 	raise(sig);
 }
 
+/* Sanitizer reports found in the children's logs: the test binary then
+ * exits 1, since a daemon's report (a race, a leak at exit) ends no test. */
+static int sanitizer_reports;
+
+/* Under a sanitizer, print and count a report in p's log, if it has one. */
+static void check_reports(const struct h_proc *p)
+{
+	static const char *const marks[] = {"WARNING: ThreadSanitizer:",
+					    "ERROR: AddressSanitizer:", "ERROR: LeakSanitizer:",
+					    "runtime error:"};
+	char buf[H_REPORT_MAX + 1];
+	struct stat st;
+	char *text, *at;
+	ssize_t n;
+	int fd;
+
+	fd = open(p->log, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) != 0 || !(text = malloc((size_t)st.st_size + 1))) {
+		close(fd);
+		return;
+	}
+	n = pread(fd, text, (size_t)st.st_size, 0);
+	close(fd);
+	for (size_t i = 0; n > 0 && i < sizeof(marks) / sizeof(marks[0]); i++) {
+		at = memmem(text, (size_t)n, marks[i], strlen(marks[i]));
+		if (!at)
+			continue;
+		snprintf(buf, sizeof(buf), "%.*s", (int)(text + n - at), at);
+		fprintf(stderr, "harness: a sanitizer report in the log of %s (%s):\n%s\n", p->name,
+			p->log, buf);
+		sanitizer_reports++;
+		break;
+	}
+	free(text);
+}
+
 static void at_exit(void)
 {
-	if (getpid() == owner_pid)
-		h_cleanup();
+	if (getpid() != owner_pid)
+		return;
+	h_cleanup();
+	if (sanitizer_reports) {
+		fprintf(stderr, "harness: %d sanitizer report(s) in the children's logs\n",
+			sanitizer_reports);
+		_exit(1);
+	}
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -127,6 +172,8 @@ void h_cleanup(void)
 	if (!initialized || getpid() != owner_pid)
 		return;
 	h_stop_all();
+	for (int i = 0; h_sanitizer() && i < nprocs; i++)
+		check_reports(&procs[i]);
 	if (tmpdir[0]) {
 		if (keep_tmpdir)
 			fprintf(stderr, "harness: keeping %s\n", tmpdir);
