@@ -363,6 +363,11 @@ void mst_server_stop(struct mst_server *s)
 {
 	if (!s)
 		return;
+	/* Accept no more peers first, so no connection arrives while the
+	 * contexts and the socket close (LeakSanitizer once found a pipe of
+	 * nng's own still allocated at a master's exit). */
+	if (nng_listener_id(s->l) > 0)
+		nng_listener_close(s->l);
 	/* Stop each worker's aio, then close its context, then the socket:
 	 * closing the socket under open contexts can wait forever (nng 1.5). */
 	for (unsigned i = 0; i < s->n; i++) {
