@@ -114,9 +114,8 @@ static int sanitizer_reports;
 /* Under a sanitizer, print and count a report in p's log, if it has one. */
 static void check_reports(const struct h_proc *p)
 {
-	static const char *const marks[] = {"WARNING: ThreadSanitizer:",
-					    "ERROR: AddressSanitizer:", "ERROR: LeakSanitizer:",
-					    "runtime error:"};
+	static const char *const marks[] = {"WARNING: ThreadSanitizer:", "ERROR: AddressSanitizer:",
+					    "ERROR: LeakSanitizer:", "runtime error:"};
 	char buf[H_REPORT_MAX + 1];
 	struct stat st;
 	char *text, *at;

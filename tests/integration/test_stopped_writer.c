@@ -33,7 +33,7 @@
 #define SEG_B	       "256MiB"
 #define CLIENT_TIMEOUT 30000
 
-#define WAIT_MS	       H_BOUND_MS(10000) /* for the master to see what the test waits on */
+#define WAIT_MS H_BOUND_MS(10000) /* for the master to see what the test waits on */
 
 static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[H_SEG_NAME];
 static int master_http;
@@ -113,11 +113,11 @@ static int64_t master_count(const char *const *samples)
 	return sum;
 }
 
-static const char *const write_starts[] = {
-    "lunar_master_calls_total{method=\"PutStart\"}",
-    "lunar_master_calls_total{method=\"BatchPutStart\"}",
-    "lunar_master_calls_total{method=\"UpsertStart\"}",
-    "lunar_master_calls_total{method=\"BatchUpsertStart\"}", NULL};
+static const char *const write_starts[] = {"lunar_master_calls_total{method=\"PutStart\"}",
+					   "lunar_master_calls_total{method=\"BatchPutStart\"}",
+					   "lunar_master_calls_total{method=\"UpsertStart\"}",
+					   "lunar_master_calls_total{method=\"BatchUpsertStart\"}",
+					   NULL};
 static const char *const clients[] = {"lunar_master_clients", NULL};
 
 /* Wait until the master's figures in samples change from; fails the test
