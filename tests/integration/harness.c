@@ -111,6 +111,40 @@ static void on_signal(int sig)
  * exits 1, since a daemon's report (a race, a leak at exit) ends no test. */
 static int sanitizer_reports;
 
+/*
+ * Whether the LeakSanitizer report at r (up to its SUMMARY line) names only
+ * blocks allocated on nng's own threads: every frame above the allocator in
+ * libnng or the thread start. nng 1.5 frees some pipes of peers it closed
+ * (a rejected or killed peer) late, on its reaper, and at a daemon's exit
+ * after nng_fini they can remain; a leak of ours has a frame of ours.
+ */
+static int nng_own_leak(const char *r)
+{
+	const char *end = strstr(r, "SUMMARY:"), *line, *eol;
+	int frames = 0;
+
+	if (!end)
+		return 0;
+	for (line = r; line < end; line = eol + 1) {
+		const char *hash = line;
+		size_t len;
+
+		eol = memchr(line, '\n', (size_t)(end - line));
+		if (!eol)
+			eol = end;
+		len = (size_t)(eol - line);
+		while (hash < eol && *hash == ' ')
+			hash++;
+		if (hash == eol || *hash != '#' || !strncmp(hash, "#0 ", 3))
+			continue;
+		frames++;
+		if (!memmem(line, len, "libnng.so", 9) && !memmem(line, len, "start_thread", 12) &&
+		    !memmem(line, len, "libc.so", 7))
+			return 0;
+	}
+	return frames > 0;
+}
+
 /* Under a sanitizer, print and count a report in p's log, if it has one. */
 static void check_reports(const struct h_proc *p)
 {
@@ -131,11 +165,19 @@ static void check_reports(const struct h_proc *p)
 	}
 	n = pread(fd, text, (size_t)st.st_size, 0);
 	close(fd);
+	if (n > 0)
+		text[n] = '\0';
 	for (size_t i = 0; n > 0 && i < sizeof(marks) / sizeof(marks[0]); i++) {
 		at = memmem(text, (size_t)n, marks[i], strlen(marks[i]));
 		if (!at)
 			continue;
 		snprintf(buf, sizeof(buf), "%.*s", (int)(text + n - at), at);
+		if (i == 2 && nng_own_leak(at)) {
+			fprintf(stderr, "harness: not counted: %s's leak report names only blocks of "
+				"nng's own threads (nng 1.5 frees closed peers' pipes late):\n%s\n",
+				p->name, buf);
+			continue;
+		}
 		fprintf(stderr, "harness: a sanitizer report in the log of %s (%s):\n%s\n", p->name,
 			p->log, buf);
 		sanitizer_reports++;
