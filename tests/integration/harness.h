@@ -103,6 +103,8 @@ void h_dump_logs(void);
 /* h_wait_tcp - wait until a TCP connect to 127.0.0.1:port succeeds while p
  * runs. 0 or -1 (with p's log printed). */
 int h_wait_tcp(struct h_proc *p, int port, int timeout_ms);
+/* What lunar-master logs once it serves RPC and HTTP (master/main.c). */
+#define H_MASTER_READY "lunar-master: listening on tcp://"
 /* h_wait_log - wait until p's log, since p's start, holds text while p
  * runs. 0 or -1 (with p's log printed). */
 int h_wait_log(struct h_proc *p, const char *text, int timeout_ms);

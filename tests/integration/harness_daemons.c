@@ -34,8 +34,6 @@
 #include "harness.h"
 
 #define H_MAX_ARGS 48
-/* What lunar-master logs once it serves RPC and HTTP (master/main.c). */
-#define MASTER_READY_LINE "lunar-master: listening on tcp://"
 
 static int tcp_connects(int port)
 {
@@ -196,7 +194,7 @@ static struct h_proc *start_master_v(const char *name, int port, va_list ap)
 	if (!p)
 		return NULL;
 	/* The ready line follows the RPC and the HTTP listener both. */
-	if (h_wait_log(p, MASTER_READY_LINE, H_READY_TIMEOUT_MS) != 0 ||
+	if (h_wait_log(p, H_MASTER_READY, H_READY_TIMEOUT_MS) != 0 ||
 	    h_wait_tcp(p, port, H_READY_TIMEOUT_MS) != 0) {
 		h_kill(p);
 		return NULL;

@@ -102,6 +102,7 @@ static void test_safe_defaults_master_open_bind_with_key(void **state)
 	snprintf(port, sizeof(port), "%d", rpc);
 	p = h_spawn("master-keyed", argv);
 	H_ASSERT(p);
+	H_ASSERT_EQ(h_wait_log(p, H_MASTER_READY, H_READY_TIMEOUT_MS), 0);
 	H_ASSERT_EQ(h_wait_tcp(p, rpc, H_READY_TIMEOUT_MS), 0);
 	H_ASSERT(!log_has(p, "--insecure"));
 	H_ASSERT(WIFEXITED(h_stop(p)));
