@@ -14,6 +14,7 @@
 
 #include "auth.h"
 #include "log.h"
+#include "lunar.h"
 #include "ha.h"
 #include "http.h"
 #include "http_gate.h"
@@ -271,7 +272,7 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 	snprintf(url, sizeof(url), "tcp://%s:%u", o->listen, (unsigned)o->port);
 	rc = mst_server_start(m, url, (unsigned)o->workers, o->keyed ? &o->key : NULL, &s);
 	if (rc) {
-		LC_ERROR("master", "cannot listen on %s: %d", url, rc);
+		LC_ERROR("master", "cannot listen on %s: %s", url, lunar_strerror(rc));
 		mst_ha_free(ha);
 		mst_master_destroy(m);
 		return 1;

@@ -263,14 +263,15 @@ static void worker_cb(void *arg)
 	nng_ctx_recv(w->ctx, w->aio);
 }
 
+/* The module's edge: nng's codes become SPEC §9's (the nng error is logged
+ * by the caller); out of memory is INTERNAL, as mst_code makes it. */
 static int code_of_nng(int rv)
 {
 	switch (rv) {
-	case NNG_ENOMEM: return -ENOMEM;
-	case NNG_EADDRINUSE: return -EADDRINUSE;
+	case NNG_EADDRINUSE: return LUNAR_ERR_BUSY;
 	case NNG_EADDRINVAL:
 	case NNG_EINVAL:
-	case NNG_ENOTSUP: return -EINVAL;
+	case NNG_ENOTSUP: return LUNAR_ERR_INVALID_PARAMS;
 	default: return LUNAR_ERR_INTERNAL;
 	}
 }
@@ -318,7 +319,7 @@ int mst_server_start(struct mst_master *m, const char *url, unsigned nworkers,
 	int rv;
 
 	if (!s)
-		return -ENOMEM;
+		return LUNAR_ERR_INTERNAL;
 	s->m = m;
 	s->keyed = key != NULL;
 	if (key)
@@ -326,16 +327,19 @@ int mst_server_start(struct mst_master *m, const char *url, unsigned nworkers,
 	s->n = nworkers ? nworkers : 1;
 	s->w = calloc(s->n, sizeof(*s->w));
 	if (!s->w || (key && mst_sesstab_create(&s->sess))) {
+		LC_ERROR("master", "out of memory for %u workers", s->n);
+		auth_key_wipe(&s->key);
 		free(s->w);
 		free(s);
-		return -ENOMEM;
+		return LUNAR_ERR_INTERNAL;
 	}
 	rv = nng_rep0_open(&s->sock);
 	if (rv) {
+		LC_ERROR("master", "nng_rep0_open: %s", nng_strerror(rv));
 		mst_sesstab_destroy(s->sess);
+		auth_key_wipe(&s->key);
 		free(s->w);
 		free(s);
-		LC_ERROR("master", "nng_rep0_open: %s", nng_strerror(rv));
 		return code_of_nng(rv);
 	}
 	rv = listen_on(s, url);
@@ -359,6 +363,11 @@ void mst_server_stop(struct mst_server *s)
 {
 	if (!s)
 		return;
+	/* Accept no more peers first, so no connection arrives while the
+	 * contexts and the socket close (LeakSanitizer once found a pipe of
+	 * nng's own still allocated at a master's exit). */
+	if (nng_listener_id(s->l) > 0)
+		nng_listener_close(s->l);
 	/* Stop each worker's aio, then close its context, then the socket:
 	 * closing the socket under open contexts can wait forever (nng 1.5). */
 	for (unsigned i = 0; i < s->n; i++) {

@@ -18,10 +18,10 @@ struct auth_key;
  * every message is then an authenticated envelope (proto/rpc_auth.h), each
  * call checked against its session's role and client ids, and a peer that
  * fails a check is closed unanswered. NULL serves the plain keyless
- * protocol (loopback demo mode). Returns 0 and *out; unlike master.h's
- * calls, failures are -errno (-EINVAL bad url, -EADDRINUSE, -ENOMEM) or
- * LUNAR_ERR_INTERNAL for other nng errors, the nng error logged. m must
- * outlive the server. Blocks only to bind; start-up thread.
+ * protocol (loopback demo mode). Returns 0 and *out, or a LUNAR_ERR_*
+ * code with the nng error logged: INVALID_PARAMS for a bad url, BUSY when
+ * the address is in use, INTERNAL for out of memory and other nng errors.
+ * m must outlive the server. Blocks only to bind; start-up thread.
  */
 int mst_server_start(struct mst_master *m, const char *url, unsigned nworkers,
 		     const struct auth_key *key, struct mst_server **out);

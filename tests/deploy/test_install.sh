@@ -45,8 +45,10 @@ export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 flags=$(pkg-config --cflags --libs lunar) || fail "pkg-config --cflags --libs lunar"
 echo "  pkg-config: $flags"
 case $flags in *"-Wl,-rpath,$prefix/lib"*) ;; *) fail "no rpath to $prefix/lib in lunar.pc" ;; esac
+# $LDFLAGS as `make test` passes them: a sanitizer's library needs its
+# runtime in the program (make asan, make tsan).
 # shellcheck disable=SC2086
-cc -o "$tmp/app" "$tmp/app.c" $flags || fail "cc with pkg-config's flags"
+cc ${LDFLAGS:-} -o "$tmp/app" "$tmp/app.c" $flags || fail "cc with pkg-config's flags"
 out=$(env -u LD_LIBRARY_PATH "$tmp/app") || fail "the app failed: $out"
 echo "  app: $out"
 ldd "$tmp/app" | grep -q "liblunar.so.1 => $prefix/lib/liblunar.so.1" || fail "app loads $(ldd "$tmp/app" | grep lunar)"

@@ -114,6 +114,15 @@ static int allowed(const void *p, uint64_t len)
 
 /* Register this input's ranges: heap blocks of exactly their length, one
  * reference each (the session table's). */
+/* The engine's deregistration, which px_mreg_put calls on a range's last
+ * reference (the target links no engine): the target holds one reference
+ * on every range until mregs_drop, so it is never called. */
+void eng_mem_del(struct eng_mem *m)
+{
+	(void)m;
+	abort();
+}
+
 static void mregs_add(const struct fz_input *in)
 {
 	memset(rg.mregs, 0, sizeof(rg.mregs));

@@ -39,6 +39,7 @@
 
 #define H_MAX_PROCS 64
 #define H_LOG_TAIL  4096
+#define H_REPORT_MAX 16384 /* of a sanitizer report, printed */
 
 static struct h_proc procs[H_MAX_PROCS];
 static int nprocs;
@@ -46,6 +47,11 @@ static char tmpdir[128];
 static pid_t owner_pid; /* forked test children must not run our clean-up */
 static int initialized;
 static int keep_tmpdir; /* $LUNAR_TEST_KEEP, read once: getenv is not signal-safe */
+
+const char *h_sanitizer(void)
+{
+	return getenv("LUNAR_TEST_SANITIZER");
+}
 
 uint64_t h_now_ms(void)
 {
@@ -101,10 +107,95 @@ static void on_signal(int sig)
 	raise(sig);
 }
 
+/* Sanitizer reports found in the children's logs: the test binary then
+ * exits 1, since a daemon's report (a race, a leak at exit) ends no test. */
+static int sanitizer_reports;
+
+/*
+ * Whether the LeakSanitizer report at r (up to its SUMMARY line) names only
+ * blocks allocated on nng's own threads: every frame above the allocator in
+ * libnng or the thread start. nng 1.5 frees some pipes of peers it closed
+ * (a rejected or killed peer) late, on its reaper, and at a daemon's exit
+ * after nng_fini they can remain; a leak of ours has a frame of ours.
+ */
+static int nng_own_leak(const char *r)
+{
+	const char *end = strstr(r, "SUMMARY:"), *line, *eol;
+	int frames = 0;
+
+	if (!end)
+		return 0;
+	for (line = r; line < end; line = eol + 1) {
+		const char *hash = line;
+		size_t len;
+
+		eol = memchr(line, '\n', (size_t)(end - line));
+		if (!eol)
+			eol = end;
+		len = (size_t)(eol - line);
+		while (hash < eol && *hash == ' ')
+			hash++;
+		if (hash == eol || *hash != '#' || !strncmp(hash, "#0 ", 3))
+			continue;
+		frames++;
+		if (!memmem(line, len, "libnng.so", 9) && !memmem(line, len, "start_thread", 12) &&
+		    !memmem(line, len, "libc.so", 7))
+			return 0;
+	}
+	return frames > 0;
+}
+
+/* Under a sanitizer, print and count a report in p's log, if it has one. */
+static void check_reports(const struct h_proc *p)
+{
+	static const char *const marks[] = {"WARNING: ThreadSanitizer:", "ERROR: AddressSanitizer:",
+					    "ERROR: LeakSanitizer:", "runtime error:"};
+	char buf[H_REPORT_MAX + 1];
+	struct stat st;
+	char *text, *at;
+	ssize_t n;
+	int fd;
+
+	fd = open(p->log, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) != 0 || !(text = malloc((size_t)st.st_size + 1))) {
+		close(fd);
+		return;
+	}
+	n = pread(fd, text, (size_t)st.st_size, 0);
+	close(fd);
+	if (n > 0)
+		text[n] = '\0';
+	for (size_t i = 0; n > 0 && i < sizeof(marks) / sizeof(marks[0]); i++) {
+		at = memmem(text, (size_t)n, marks[i], strlen(marks[i]));
+		if (!at)
+			continue;
+		snprintf(buf, sizeof(buf), "%.*s", (int)(text + n - at), at);
+		if (i == 2 && nng_own_leak(at)) {
+			fprintf(stderr, "harness: not counted: %s's leak report names only blocks of "
+				"nng's own threads (nng 1.5 frees closed peers' pipes late):\n%s\n",
+				p->name, buf);
+			continue;
+		}
+		fprintf(stderr, "harness: a sanitizer report in the log of %s (%s):\n%s\n", p->name,
+			p->log, buf);
+		sanitizer_reports++;
+		break;
+	}
+	free(text);
+}
+
 static void at_exit(void)
 {
-	if (getpid() == owner_pid)
-		h_cleanup();
+	if (getpid() != owner_pid)
+		return;
+	h_cleanup();
+	if (sanitizer_reports) {
+		fprintf(stderr, "harness: %d sanitizer report(s) in the children's logs\n",
+			sanitizer_reports);
+		_exit(1);
+	}
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -122,6 +213,8 @@ void h_cleanup(void)
 	if (!initialized || getpid() != owner_pid)
 		return;
 	h_stop_all();
+	for (int i = 0; h_sanitizer() && i < nprocs; i++)
+		check_reports(&procs[i]);
 	if (tmpdir[0]) {
 		if (keep_tmpdir)
 			fprintf(stderr, "harness: keeping %s\n", tmpdir);

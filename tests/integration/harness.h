@@ -18,12 +18,18 @@
 
 #include "lunar.h"
 
+/* h_sanitizer - the sanitizer the build has ($LUNAR_TEST_SANITIZER, set by
+ * make asan and make tsan), or NULL. Any thread. */
+const char *h_sanitizer(void);
+/* A bound on a wait, 3 times longer under a sanitizer, whose build runs
+ * several times slower: waits end on their event, the bound only fails. */
+#define H_BOUND_MS(ms) (h_sanitizer() ? 3 * (ms) : (ms))
 /* Bounds every readiness wait; a process not ready by then fails the test. */
-#define H_READY_TIMEOUT_MS 10000
+#define H_READY_TIMEOUT_MS H_BOUND_MS(10000)
 /* h_stop: SIGTERM, then SIGKILL after this long. */
-#define H_STOP_GRACE_MS 3000
+#define H_STOP_GRACE_MS H_BOUND_MS(3000)
 /* Default client timeout, so a lost reply fails a call instead of hanging. */
-#define H_CLIENT_TIMEOUT_MS 10000
+#define H_CLIENT_TIMEOUT_MS H_BOUND_MS(10000)
 /* h_start_proxy's master_port for a proxy with --embedded-master. */
 #define H_EMBEDDED 0
 
@@ -97,14 +103,20 @@ void h_dump_logs(void);
 /* h_wait_tcp - wait until a TCP connect to 127.0.0.1:port succeeds while p
  * runs. 0 or -1 (with p's log printed). */
 int h_wait_tcp(struct h_proc *p, int port, int timeout_ms);
+/* What lunar-master logs once it serves RPC and HTTP (master/main.c). */
+#define H_MASTER_READY "lunar-master: listening on tcp://"
+/* h_wait_log - wait until p's log, since p's start, holds text while p
+ * runs. 0 or -1 (with p's log printed). */
+int h_wait_log(struct h_proc *p, const char *text, int timeout_ms);
 /* h_wait_proxy - wait until sockpath exists and lunar_connect + lunar_health
  * == 0 succeed while p runs. 0 or -1 (with p's log printed). */
 int h_wait_proxy(struct h_proc *p, const char *sockpath, int timeout_ms);
 
 /*
  * h_start_master - start "$BUILD/bin/lunar-master --listen 127.0.0.1 --port
- * port" plus the NULL-terminated extra arguments, and wait until it accepts
- * TCP connections. The log is "<name>.log". NULL on failure (log printed).
+ * port" plus the NULL-terminated extra arguments, and wait until it logs
+ * that it serves RPC and HTTP and accepts TCP connections. The log is
+ * "<name>.log". NULL on failure (log printed).
  */
 struct h_proc *h_start_master(const char *name, int port, ...);
 /*

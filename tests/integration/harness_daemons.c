@@ -73,12 +73,59 @@ int h_wait_tcp(struct h_proc *p, int port, int timeout_ms)
 	}
 }
 
+/* Whether p's log says text since p's own start line (a restarted process
+ * appends to the log of the one before it). */
+static int log_says(const struct h_proc *p, const char *text)
+{
+	static const char start_line[] = "==== harness: start:";
+	char *buf, *from, *next;
+	int found = 0;
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	fd = open(p->log, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &st) != 0 || !(buf = malloc((size_t)st.st_size + 1))) {
+		close(fd);
+		return 0;
+	}
+	n = pread(fd, buf, (size_t)st.st_size, 0);
+	close(fd);
+	if (n > 0) {
+		buf[n] = '\0';
+		from = buf;
+		while ((next = memmem(from + 1, (size_t)(buf + n - from - 1), start_line,
+				      sizeof(start_line) - 1)))
+			from = next;
+		found = memmem(from, (size_t)(buf + n - from), text, strlen(text)) != NULL;
+	}
+	free(buf);
+	return found;
+}
+
+int h_wait_log(struct h_proc *p, const char *text, int timeout_ms)
+{
+	uint64_t start = h_now_ms(), end = start + (uint64_t)timeout_ms;
+
+	for (;;) {
+		if (log_says(p, text))
+			return 0;
+		if (!h_alive(p))
+			return not_ready(p, "it exited", start);
+		if (h_now_ms() >= end)
+			return not_ready(p, text, start);
+		h_sleep_ms(20);
+	}
+}
+
 static int proxy_answers(const char *sockpath)
 {
 	struct lunar_client *c = NULL;
 	int ok;
 
-	c = h_client_try(sockpath, 2000, NULL);
+	c = h_client_try(sockpath, H_BOUND_MS(2000), NULL);
 	if (!c)
 		return 0;
 	ok = lunar_health(c) == 0;
@@ -146,7 +193,9 @@ static struct h_proc *start_master_v(const char *name, int port, va_list ap)
 	p = h_spawn(name, argv);
 	if (!p)
 		return NULL;
-	if (h_wait_tcp(p, port, H_READY_TIMEOUT_MS) != 0) {
+	/* The ready line follows the RPC and the HTTP listener both. */
+	if (h_wait_log(p, H_MASTER_READY, H_READY_TIMEOUT_MS) != 0 ||
+	    h_wait_tcp(p, port, H_READY_TIMEOUT_MS) != 0) {
 		h_kill(p);
 		return NULL;
 	}

@@ -202,12 +202,13 @@ static void check_config_errors(const char *bin)
 	EXPECT_IN(out, "--config given twice");
 }
 
-/* Start argv as name, see it listen on port, stop it cleanly. */
+/* Start argv as name, see it ready and listening on port, stop it cleanly. */
 static void master_serves_on(const char *name, char *const argv[], int port)
 {
 	struct h_proc *m = h_spawn(name, argv);
 
 	H_ASSERT(m != NULL);
+	H_ASSERT_EQ(h_wait_log(m, H_MASTER_READY, H_READY_TIMEOUT_MS), 0);
 	H_ASSERT_EQ(h_wait_tcp(m, port, H_READY_TIMEOUT_MS), 0);
 	H_ASSERT(h_stop(m) == 0);
 }

@@ -9,8 +9,8 @@
  * two keys succeeds within 3 s, while the third key stays leased for the
  * parent, who is alive and read it.
  *
- * With a 3 s lease: a child reads a key twice, so that the proxy's
- * heartbeat renews the lease (the master grants a renewal to the proxy, not
+ * With a 3 s lease: a child reads a key twice, a second apart, so that the
+ * proxy's heartbeat renews the lease (the master grants a renewal to the proxy, not
  * to the child). Once the renewal is seen and the child is killed, the
  * remove succeeds within 1.5 s, long before the renewed lease would end.
  *
@@ -40,6 +40,7 @@
 #define RELEASE_MS    3000 /* well inside the 10 s lease */
 #define ALIVE_MS      1500 /* over a heartbeat: a live reader's leases stay */
 #define SHORT_TTL     "3s"
+#define REREAD_MS     1000 /* over 3 s / 4, under 3 s * 3 / 4: a cached hit to renew */
 #define RENEW_WAIT_MS 5000 /* for the heartbeat to renew a 3 s lease */
 #define RENEWED_MS    1500 /* well inside a renewed 3 s lease */
 #define CALLS_BGRL    "lunar_master_calls_total{method=\"BatchGetReplicaList\"}"
@@ -159,9 +160,10 @@ static void test_dead_reader_leases_dropped(void **state)
 	H_ASSERT_EQ(lunar_remove(cl, "shared", 1), 0);
 }
 
-/* The child of the renewal case: read "renewed" twice (a miss, then, late
- * in the 3 s lease, a hit the lease no longer covers for a whole TTL, which
- * the heartbeat renews), say so, then wait to be killed. */
+/* The child of the renewal case: read "renewed" twice (a miss, then a hit
+ * the heartbeat renews: REREAD_MS later, past the quarter of the TTL a
+ * renewal must add to what the grant covers), say so, then wait to be
+ * killed. */
 static void rereader_main(int ready_fd, void *arg)
 {
 	struct lunar_opts o = {.socket_path = sock, .timeout_ms = 10000};
@@ -175,7 +177,7 @@ static void rereader_main(int ready_fd, void *arg)
 	if (lunar_connect(&o, &c))
 		_exit(2);
 	got1 = lunar_get_into(c, "renewed", buf, sizeof(buf));
-	usleep(2000 * 1000);
+	h_sleep_ms(REREAD_MS);
 	got2 = lunar_get_into(c, "renewed", buf, sizeof(buf));
 	if (got1 != VAL_LEN || got2 != VAL_LEN) {
 		fprintf(stderr, "rereader: get %s, %s\n", h_code(got1), h_code(got2));

@@ -229,7 +229,7 @@ static void test_fork_cancel_cancelled_thread_leaves_the_handle_usable(void **st
 /* Sessions opened and closed as fast as they go, until stop. */
 struct churn {
 	int stop; /* atomic */
-	int opened;
+	int opened; /* atomic */
 };
 
 static void *churn_main(void *arg)
@@ -241,7 +241,7 @@ static void *churn_main(void *arg)
 		struct lunar_client *c;
 
 		if (!lunar_connect(&o, &c)) {
-			k->opened++;
+			lc_store_release(&k->opened, k->opened + 1); /* only this thread writes */
 			lunar_close(c);
 		}
 	}
@@ -276,14 +276,16 @@ static void test_fork_cancel_forked_child_holds_no_session_socket(void **state)
 	struct h_proc *proxy = start_proxy("forkfd", NULL);
 	struct churn k = {0};
 	int before = count_sockets(), held = 0, forks = 0;
-	uint64_t end;
+	uint64_t start, now;
 	pthread_t t;
 
 	(void)state;
 	H_ASSERT(proxy != NULL && before >= 0);
 	H_ASSERT_EQ(pthread_create(&t, NULL, churn_main, &k), 0);
-	end = h_now_ms() + 3000;
-	while (h_now_ms() < end) {
+	/* 3 s, and on until 100 of each (a sanitizer's build forks slowly) */
+	start = now = h_now_ms();
+	while (now < start + 3000 || ((forks <= 100 || lc_load_acquire(&k.opened) <= 100) &&
+				      now < start + H_BOUND_MS(10000))) {
 		pid_t pid = fork();
 
 		H_ASSERT(pid >= 0);
@@ -291,6 +293,7 @@ static void test_fork_cancel_forked_child_holds_no_session_socket(void **state)
 			_exit(count_sockets() > before);
 		forks++;
 		held += child_exit_code(pid, 5000) != 0;
+		now = h_now_ms();
 	}
 	lc_store_release(&k.stop, 1); /* pairs with the acquire in churn_main */
 	pthread_join(t, NULL);

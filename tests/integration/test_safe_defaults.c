@@ -86,7 +86,8 @@ static void test_safe_defaults_master_open_bind_with_insecure_warns(void **state
 	p = h_spawn("master-insecure", argv);
 	H_ASSERT(p);
 	H_ASSERT_EQ(h_wait_tcp(p, rpc, H_READY_TIMEOUT_MS), 0);
-	H_ASSERT(log_has(p, "--insecure: anyone who reaches 0.0.0.0"));
+	/* the warning follows the ready line, after the listeners */
+	H_ASSERT_EQ(h_wait_log(p, "--insecure: anyone who reaches 0.0.0.0", H_READY_TIMEOUT_MS), 0);
 	H_ASSERT(WIFEXITED(h_stop(p)));
 }
 
@@ -102,6 +103,7 @@ static void test_safe_defaults_master_open_bind_with_key(void **state)
 	snprintf(port, sizeof(port), "%d", rpc);
 	p = h_spawn("master-keyed", argv);
 	H_ASSERT(p);
+	H_ASSERT_EQ(h_wait_log(p, H_MASTER_READY, H_READY_TIMEOUT_MS), 0);
 	H_ASSERT_EQ(h_wait_tcp(p, rpc, H_READY_TIMEOUT_MS), 0);
 	H_ASSERT(!log_has(p, "--insecure"));
 	H_ASSERT(WIFEXITED(h_stop(p)));

@@ -22,6 +22,7 @@
 
 #include "harness.h"
 #include "tests/cmocka_main.h"
+#include "http_get.h"
 
 #define MIB (1024u * 1024u)
 /* Larger than what the sockets between A and B buffer while B sleeps,
@@ -31,20 +32,24 @@
  * (600 s): B's segment holds three values with room to spare, so the
  * master never evicts the value under test (watermark 0.90). */
 #define SEG_B	       "256MiB"
-#define CLIENT_TTL_MS  1000
 #define CLIENT_TIMEOUT 30000
 
+#define WAIT_MS H_BOUND_MS(10000) /* for the master to see what the test waits on */
+
 static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[H_SEG_NAME];
+static int master_http;
 static struct h_proc *proxy_a, *proxy_b;
 static struct lunar_client *ca, *cb;
 
 static int setup(void **state)
 {
+	struct h_proc *master;
 	int port;
 
 	(void)state;
-	if (!h_cluster_master(&port, "--client-ttl", "1s", NULL))
+	if (!(master = h_cluster_master(&port, "--client-ttl", "1s", NULL)))
 		return -1;
+	master_http = hg_log_http_port(master->log);
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
 	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", "--ping-interval",
@@ -96,6 +101,38 @@ static void *write_main(void *arg)
 	return NULL;
 }
 
+/* The sum of the master's counters named in samples (NULL-terminated). */
+static int64_t master_count(const char *const *samples)
+{
+	static char text[1 << 17];
+	int64_t sum = 0, v;
+
+	H_ASSERT_EQ(hg_get(master_http, "/metrics", text, sizeof(text)), 200);
+	for (; *samples; samples++)
+		if ((v = hg_metric(text, *samples)) > 0)
+			sum += v;
+	return sum;
+}
+
+static const char *const write_starts[] = {"lunar_master_calls_total{method=\"PutStart\"}",
+					   "lunar_master_calls_total{method=\"BatchPutStart\"}",
+					   "lunar_master_calls_total{method=\"UpsertStart\"}",
+					   "lunar_master_calls_total{method=\"BatchUpsertStart\"}",
+					   NULL};
+static const char *const clients[] = {"lunar_master_clients", NULL};
+
+/* Wait until the master's figures in samples change from; fails the test
+ * with what when they do not within WAIT_MS. */
+static void master_count_wait(const char *const *samples, int64_t from, const char *what)
+{
+	uint64_t end = h_now_ms() + WAIT_MS;
+
+	while (master_count(samples) == from) {
+		H_ASSERT_MSG(h_now_ms() < end, "%s in %d ms", what, WAIT_MS);
+		h_sleep_ms(20);
+	}
+}
+
 static void signal_group(struct h_proc *p, int sig)
 {
 	H_ASSERT(p->running);
@@ -115,22 +152,25 @@ static void check_stopped_writer(const char *old_key, const char *new_key, int u
 	uint8_t *old = malloc(VAL_LEN), *val = malloc(VAL_LEN);
 	struct write_job job = {.key = old_key, .buf = old, .upsert = upsert, .rc = 1};
 	pthread_t th;
-	int64_t got, bad;
+	int64_t got, bad, starts, alive;
 
 	H_ASSERT(old && val);
 	h_fill(old, VAL_LEN, h_seed(old_key));
 	h_fill(val, VAL_LEN, h_seed(new_key));
 	if (upsert)
 		H_ASSERT_EQ(lunar_put(ca, old_key, "small", 5, &on_b), 0);
-	/* B sleeps: A's write starts and fills the socket buffers, then A
-	 * sleeps too, with most of the value still to send. */
+	/* B sleeps: A's write starts (the master has it) and fills the socket
+	 * buffers, then A sleeps too, with most of the value still to send. */
+	starts = master_count(write_starts);
+	alive = master_count(clients);
 	signal_group(proxy_b, SIGSTOP);
 	H_ASSERT_EQ(pthread_create(&th, NULL, write_main, &job), 0);
+	master_count_wait(write_starts, starts, "A's write did not reach the master");
 	h_sleep_ms(600);
 	signal_group(proxy_a, SIGSTOP);
 	signal_group(proxy_b, SIGCONT);
-	/* The master declares A dead and drops its write. */
-	h_sleep_ms(CLIENT_TTL_MS + 800);
+	/* The master declares A dead (one client fewer) and drops its write. */
+	master_count_wait(clients, alive, "the master did not declare A dead");
 	H_ASSERT_EQ(lunar_put(cb, new_key, val, VAL_LEN, &on_b), 0);
 	/* A wakes, sends what it had left, and fails its write. */
 	signal_group(proxy_a, SIGCONT);

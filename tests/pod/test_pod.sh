@@ -6,7 +6,8 @@
 # the proxy passes over the socket; uid 4243, not allow-listed, is refused.
 # Builds the image first (deploy/image.sh; quick once its base is cached).
 # Exit 0 pass, 77 skipped (the reason printed: no podman, not root, no
-# Debian archive, containers cannot run here), else fail. Removes its pod.
+# Debian archive, containers cannot run here, a sanitizer's build), else
+# fail. Removes its pod.
 set -u
 
 BUILD=${BUILD:-build}
@@ -21,6 +22,11 @@ fail() {
 	exit 1
 }
 
+# The image is the release artifact: make test checks it, built from the
+# release build; a sanitizer's build would replace it under the same tag.
+[ -z "${LUNAR_TEST_SANITIZER:-}" ] ||
+	skip "built with a sanitizer ($LUNAR_TEST_SANITIZER): the image would ship it as" \
+		"localhost/lunar:VERSION (make test builds and runs the release image)"
 [ "$(id -u)" = 0 ] || skip "needs root (podman with runc, as set up here)"
 for t in podman buildah mmdebstrap runc; do
 	command -v $t >/dev/null ||

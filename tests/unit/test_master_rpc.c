@@ -170,11 +170,30 @@ static void test_master_rpc_survives_garbage(void **state)
 	nng_close(raw);
 }
 
+/* Failures to listen come back as the public codes, not nng's or errno's */
+static void test_master_rpc_listen_failures_are_lunar_codes(void **state)
+{
+	struct fixture *f = *state;
+	struct mst_server *s = NULL;
+	char url[64];
+
+	/* Given: the server's own port, taken */
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%u", (unsigned)mst_server_port(f->s));
+	/* When: another server listens there, or on a url nng cannot parse */
+	/* Then: BUSY and INVALID_PARAMS, with nothing returned */
+	assert_int_equal(mst_server_start(f->m, url, 1, NULL, &s), LUNAR_ERR_BUSY);
+	assert_int_equal(mst_server_start(f->m, "nonsense://x", 1, NULL, &s),
+			 LUNAR_ERR_INVALID_PARAMS);
+	assert_null(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_master_rpc_ping_and_put, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_master_rpc_survives_garbage, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_master_rpc_listen_failures_are_lunar_codes, setup,
+					    teardown),
 	};
 
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
