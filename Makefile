@@ -343,6 +343,11 @@ image: all
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
+# The check make test runs too (tests/build/test_format.sh).
+.PHONY: format-check
+format-check:
+	$(Q)bash tests/build/test_format.sh
+
 clean:
 	rm -rf $(BUILD) build-asan build-tsan
 

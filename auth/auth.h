@@ -83,7 +83,7 @@ struct auth_session {
 	unsigned char tx_key[AUTH_KEY_BYTES];
 	unsigned char rx_key[AUTH_KEY_BYTES];
 	unsigned char box_key[AUTH_KEY_BYTES];
-	uint32_t role;	 /* the client's claimed and proven role */
+	uint32_t role;	  /* the client's claimed and proven role */
 	uint64_t tx_next; /* next counter to send; see auth_tx_next */
 	uint64_t rx_top;  /* one above the highest counter accepted, 0: none yet */
 	uint64_t rx_seen; /* bit i set: counter rx_top - 1 - i was accepted */
@@ -171,10 +171,10 @@ struct auth_cap {
 	size_t segment_len;
 	const void *subject; /* NULL for segment ranges */
 	size_t subject_len;
-	uint32_t op;	     /* the data port's op code */
+	uint32_t op; /* the data port's op code */
 	uint64_t offset;
 	uint64_t length;
-	uint64_t version;    /* the object's version: a new value needs a new grant */
+	uint64_t version; /* the object's version: a new value needs a new grant */
 	uint64_t expiry_ms;
 };
 

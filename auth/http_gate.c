@@ -16,9 +16,9 @@
 #define GATE_LOG_EVERY_MS 1000
 
 static const char *const reason_name[AUTH_HTTP_VERDICTS] = {
-	[AUTH_HTTP_KEYLESS] = "keyless",
-	[AUTH_HTTP_NO_TOKEN] = "no_token",
-	[AUTH_HTTP_BAD_TOKEN] = "bad_token",
+    [AUTH_HTTP_KEYLESS] = "keyless",
+    [AUTH_HTTP_NO_TOKEN] = "no_token",
+    [AUTH_HTTP_BAD_TOKEN] = "bad_token",
 };
 
 void auth_http_gate_init(struct auth_http_gate *g, const struct auth_key *key, const char *who)
@@ -73,8 +73,8 @@ int auth_http_gate_admit(struct auth_http_gate *g, const struct lc_http_req *req
 	last = atomic_load_explicit(&g->logged_ms, memory_order_relaxed);
 	/* One thread wins the second's log line; the rest only count. */
 	if ((last == 0 || now - last >= GATE_LOG_EVERY_MS) &&
-	    atomic_compare_exchange_strong_explicit(&g->logged_ms, &last, now,
-						    memory_order_relaxed, memory_order_relaxed))
+	    atomic_compare_exchange_strong_explicit(&g->logged_ms, &last, now, memory_order_relaxed,
+						    memory_order_relaxed))
 		LC_WARN(g->who, "HTTP: refused %.200s to %s (%s)", req->path, req->peer,
 			reason_name[v]);
 	rep->status = 403;

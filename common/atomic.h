@@ -10,17 +10,21 @@
 #include <stdatomic.h>
 
 #define LC_READ_ONCE(x) atomic_load_explicit((_Atomic __typeof__(x) *)&(x), memory_order_relaxed)
-#define LC_WRITE_ONCE(x, v) \
+#define LC_WRITE_ONCE(x, v)                                                                        \
 	atomic_store_explicit((_Atomic __typeof__(x) *)&(x), (v), memory_order_relaxed)
-#define lc_load_acquire(p) atomic_load_explicit((_Atomic __typeof__(*(p)) *)(p), memory_order_acquire)
-#define lc_store_release(p, v) \
+#define lc_load_acquire(p)                                                                         \
+	atomic_load_explicit((_Atomic __typeof__(*(p)) *)(p), memory_order_acquire)
+#define lc_store_release(p, v)                                                                     \
 	atomic_store_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_release)
-#define lc_xchg(p, v) atomic_exchange_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
-#define lc_cas(p, expp, v)                                                             \
-	atomic_compare_exchange_strong_explicit((_Atomic __typeof__(*(p)) *)(p), (expp), (v), \
+#define lc_xchg(p, v)                                                                              \
+	atomic_exchange_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
+#define lc_cas(p, expp, v)                                                                         \
+	atomic_compare_exchange_strong_explicit((_Atomic __typeof__(*(p)) *)(p), (expp), (v),      \
 						memory_order_acq_rel, memory_order_acquire)
-#define lc_fetch_add(p, v) atomic_fetch_add_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
-#define lc_fetch_or(p, v) atomic_fetch_or_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
+#define lc_fetch_add(p, v)                                                                         \
+	atomic_fetch_add_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
+#define lc_fetch_or(p, v)                                                                          \
+	atomic_fetch_or_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_acq_rel)
 /* Relaxed read-modify-writes: counters and statistics that order nothing. */
 #define lc_fetch_add_relaxed(p, v)                                                                 \
 	atomic_fetch_add_explicit((_Atomic __typeof__(*(p)) *)(p), (v), memory_order_relaxed)

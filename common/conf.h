@@ -20,7 +20,7 @@
 #define LC_CONF_MAX_BYTES (1u << 20) /* a larger file is refused */
 
 struct lc_conf {
-	char **args;     /* "--name=value" or "--name", heap copies */
+	char **args;	 /* "--name=value" or "--name", heap copies */
 	unsigned *lines; /* args[i] came from line lines[i] */
 	size_t n;
 };

@@ -306,11 +306,11 @@ FOLD_FN static void fold_put(unsigned char *d, __m512i v, int mode)
  * end the lanes fold into one and the crc32 instruction reduces its 16
  * bytes. The register enters by xor into the first four message bytes.
  */
-FOLD_FN static uint32_t fold_run(uint32_t crc, unsigned char *d, const unsigned char *s,
-				 size_t len, int mode)
+FOLD_FN static uint32_t fold_run(uint32_t crc, unsigned char *d, const unsigned char *s, size_t len,
+				 int mode)
 {
-	__m512i k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k[0][1],
-							  (long long)fold_k[0][0]));
+	__m512i k = _mm512_broadcast_i32x4(
+	    _mm_set_epi64x((long long)fold_k[0][1], (long long)fold_k[0][0]));
 	size_t head = mode == RUN_STREAM ? (-(uintptr_t)d) & 63 : 0;
 	uint64_t c = crc;
 	__m512i acc;

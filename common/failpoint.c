@@ -101,8 +101,8 @@ static void refresh(void)
 	if (!path || now < fp_next_check_ms)
 		return;
 	fp_next_check_ms = now + FP_CHECK_MS;
-	if (stat(path, &st) || (st.st_mtim.tv_sec == fp_mtime.tv_sec &&
-				st.st_mtim.tv_nsec == fp_mtime.tv_nsec))
+	if (stat(path, &st) ||
+	    (st.st_mtim.tv_sec == fp_mtime.tv_sec && st.st_mtim.tv_nsec == fp_mtime.tv_nsec))
 		return;
 	fp_mtime = st.st_mtim;
 	f = fopen(path, "re");

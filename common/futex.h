@@ -17,7 +17,8 @@
  * wake, -ETIMEDOUT, -EAGAIN (value differed) or -EINTR. */
 static inline int lc_futex_wait(uint32_t *word, uint32_t val, uint64_t timeout_ns)
 {
-	struct timespec ts = { (time_t)(timeout_ns / 1000000000ull), (long)(timeout_ns % 1000000000ull) };
+	struct timespec ts = {(time_t)(timeout_ns / 1000000000ull),
+			      (long)(timeout_ns % 1000000000ull)};
 
 	if (syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0) < 0)
 		return -errno;

@@ -43,10 +43,10 @@ struct lc_http {
 	lc_http_handler_fn fn;
 	void *arg;
 	pthread_t thread;
-	int64_t last_warn_ms; /* of accept failures, to rate-limit them */
-	pthread_mutex_t lock; /* live, conns, stopping */
-	pthread_cond_t done;  /* a connection thread ended, or stopping */
-	unsigned live;	      /* connection threads running */
+	int64_t last_warn_ms;	 /* of accept failures, to rate-limit them */
+	pthread_mutex_t lock;	 /* live, conns, stopping */
+	pthread_cond_t done;	 /* a connection thread ended, or stopping */
+	unsigned live;		 /* connection threads running */
 	struct http_conn *conns; /* theirs */
 	bool stopping;
 	pthread_mutex_t fn_lock; /* one handler call at a time */

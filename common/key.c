@@ -94,8 +94,8 @@ int lc_tenant_check(const char *tenant, size_t len)
 	for (size_t i = 0; i < len; i++) {
 		char ch = tenant[i];
 
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-		      ch == '_' || ch == '.' || ch == '-'))
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-'))
 			return LUNAR_ERR_INVALID_PARAMS;
 	}
 	return 0;

@@ -37,7 +37,7 @@ int lc_log_enabled(enum lc_log_level level)
 
 void lc_log(enum lc_log_level level, const char *comp, const char *fmt, ...)
 {
-	static const char *const names[] = { "ERROR", "WARN", "INFO", "DEBUG" };
+	static const char *const names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 	char line[1024];
 	struct timespec ts;
 	struct tm tm;

@@ -49,20 +49,19 @@ static int scaled(const char *s, const char *const *names, const uint64_t *scale
 
 int lc_parse_size(const char *s, uint64_t *bytes)
 {
-	static const char *const names[] = { "", "B", "K", "KB", "KiB", "M", "MB", "MiB",
-					     "G", "GB", "GiB", "T", "TB", "TiB" };
-	static const uint64_t scales[] = { 1, 1, 1ull << 10, 1ull << 10, 1ull << 10,
-					   1ull << 20, 1ull << 20, 1ull << 20, 1ull << 30,
-					   1ull << 30, 1ull << 30, 1ull << 40, 1ull << 40,
-					   1ull << 40 };
+	static const char *const names[] = {"",	   "B", "K",  "KB",  "KiB", "M",  "MB",
+					    "MiB", "G", "GB", "GiB", "T",   "TB", "TiB"};
+	static const uint64_t scales[] = {
+	    1,		1,	    1ull << 10, 1ull << 10, 1ull << 10, 1ull << 20, 1ull << 20,
+	    1ull << 20, 1ull << 30, 1ull << 30, 1ull << 30, 1ull << 40, 1ull << 40, 1ull << 40};
 
 	return scaled(s, names, scales, sizeof(scales) / sizeof(scales[0]), bytes);
 }
 
 int lc_parse_duration_ms(const char *s, uint64_t *ms)
 {
-	static const char *const names[] = { "", "ms", "s", "m", "h" };
-	static const uint64_t scales[] = { 1000, 1, 1000, 60000, 3600000 };
+	static const char *const names[] = {"", "ms", "s", "m", "h"};
+	static const uint64_t scales[] = {1000, 1, 1000, 60000, 3600000};
 
 	return scaled(s, names, scales, sizeof(scales) / sizeof(scales[0]), ms);
 }

@@ -33,7 +33,8 @@ int lc_ring_reserve(struct lc_ring_prod *p, uint32_t entries, uint32_t n, uint32
 			/* Producers may have reserved on a newer cons_head than
 			 * ours: only a pair that holds still is corrupt. */
 			if (tries == RESERVE_TRIES ||
-			    (lc_load_acquire(&p->ctl->cons_head) == cons && LC_READ_ONCE(p->head) == h))
+			    (lc_load_acquire(&p->ctl->cons_head) == cons &&
+			     LC_READ_ONCE(p->head) == h))
 				return -EPROTO;
 			continue;
 		}

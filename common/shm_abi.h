@@ -20,10 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LC_SHM_MAGIC 0x524e554cu /* "LUNR" little-endian */
+#define LC_SHM_MAGIC	 0x524e554cu /* "LUNR" little-endian */
 #define LC_PROTO_VERSION 1
-#define LC_TENANT_MAX 64 /* bytes including the NUL */
-#define LC_CACHELINE 64
+#define LC_TENANT_MAX	 64 /* bytes including the NUL */
+#define LC_CACHELINE	 64
 #define LC_HTTP_ADDR_MAX 64 /* lc_shm_hdr.http_addr, bytes including the NUL */
 
 /* Handshake, over the UNIX socket. */
@@ -33,7 +33,7 @@ struct lc_hello {
 	uint16_t flags;
 	uint32_t pid;
 	uint32_t rsvd;
-	uint64_t arena_bytes; /* 0: proxy default */
+	uint64_t arena_bytes;	    /* 0: proxy default */
 	char tenant[LC_TENANT_MAX]; /* NUL-terminated; empty: "default" */
 };
 
@@ -58,7 +58,7 @@ struct lc_welcome {
  * bytes long. DEL drops a region once requests using it have finished.
  * Every request gets exactly one reply, in order.
  */
-#define LC_REG_MAGIC 0x4745524cu /* "LREG" */
+#define LC_REG_MAGIC   0x4745524cu /* "LREG" */
 #define LC_MAX_REGIONS 64
 
 enum lc_reg_op { LC_REG_ADD = 1, LC_REG_DEL = 2 };
@@ -128,33 +128,33 @@ struct lc_ring_ctl {
 };
 
 enum lc_op {
-	LC_OP_PUT = 1,      /* items: key + value segments */
-	LC_OP_UPSERT,       /* items: key + value segments */
-	LC_OP_GET,          /* items: key + destination segments; result = bytes */
-	LC_OP_GET_SIZE,     /* items: key; result = size */
-	LC_OP_EXISTS,       /* items: key; result = 1, 0 or code */
-	LC_OP_REMOVE,       /* items: key */
+	LC_OP_PUT = 1,	    /* items: key + value segments */
+	LC_OP_UPSERT,	    /* items: key + value segments */
+	LC_OP_GET,	    /* items: key + destination segments; result = bytes */
+	LC_OP_GET_SIZE,	    /* items: key; result = size */
+	LC_OP_EXISTS,	    /* items: key; result = 1, 0 or code */
+	LC_OP_REMOVE,	    /* items: key */
 	LC_OP_REMOVE_ALL,   /* no args; completion result = count */
 	LC_OP_REMOVE_REGEX, /* arg = the pattern bytes; completion result = count */
 	LC_OP_PREFIX_MATCH, /* items: keys; completion result = leading hits */
-	LC_OP_HEALTH,       /* no args; completion result = 0 or 2 */
+	LC_OP_HEALTH,	    /* no args; completion result = 0 or 2 */
 	LC_OP_MAX
 };
 
-#define LC_SQE_FORCE 1u     /* remove: ignore leases */
-#define LC_SQE_HARD_PIN 2u  /* put: hard pin */
-#define LC_SQE_SOFT_PIN 4u  /* put: soft pin */
+#define LC_SQE_FORCE	1u /* remove: ignore leases */
+#define LC_SQE_HARD_PIN 2u /* put: hard pin */
+#define LC_SQE_SOFT_PIN 4u /* put: soft pin */
 
 /* Submission descriptor. Single-key calls are batches of one item. */
 struct lc_sqe {
-	uint16_t op;    /* enum lc_op */
+	uint16_t op;	/* enum lc_op */
 	uint16_t flags; /* LC_SQE_* */
-	uint32_t slot;  /* completion slot index */
+	uint32_t slot;	/* completion slot index */
 	uint32_t count; /* items at arg_off */
 	uint32_t replica_num;
 	uint64_t arg_off; /* region offset of the argument block */
 	uint64_t arg_len; /* its bytes */
-	uint64_t seq;     /* echoed in the completion slot */
+	uint64_t seq;	  /* echoed in the completion slot */
 	uint32_t soft_pin_ttl_ms;
 	uint32_t rsvd0;
 	/* put/upsert: preferred segment names, NUL-terminated one after the
@@ -163,16 +163,16 @@ struct lc_sqe {
 	uint64_t pref_len;
 };
 
-#define LC_PREF_MAX 8
+#define LC_PREF_MAX   8
 #define LC_PREF_BYTES 1024
 
 /* One key of a request. The proxy writes result back when done. */
 struct lc_item {
 	uint64_t key_off; /* region offset of key bytes (no NUL needed) */
 	uint32_t key_len;
-	uint32_t nseg;    /* struct lc_seg at seg_off */
+	uint32_t nseg; /* struct lc_seg at seg_off */
 	uint64_t seg_off;
-	int64_t result;   /* per key: bytes, 1/0, or a LUNAR_ERR_* code */
+	int64_t result; /* per key: bytes, 1/0, or a LUNAR_ERR_* code */
 };
 
 /* One piece of a value. region 0 is the session region itself (off is a
@@ -216,7 +216,7 @@ static_assert(sizeof(struct lc_cslot) == 64, "lc_cslot layout");
 
 /* Every field's offset, as docs/shm-abi.md gives it: a change here is a
  * change of LC_PROTO_VERSION. */
-#define LC_AT(type, field, off) \
+#define LC_AT(type, field, off)                                                                    \
 	static_assert(offsetof(struct type, field) == (off), #type "." #field " offset")
 LC_AT(lc_hello, magic, 0);
 LC_AT(lc_hello, version, 4);

@@ -173,7 +173,7 @@ int lc_uds_socket(void)
 
 int lc_uds_connect_fd(int fd, const char *path, unsigned timeout_ms)
 {
-	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
+	struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
 	struct sockaddr_un sa;
 	int rc = fill_addr(&sa, path);
 
@@ -202,8 +202,8 @@ int lc_uds_connect(const char *path, unsigned timeout_ms)
 int lc_uds_send(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
 	union lc_uds_ctl ctl;
-	struct iovec iov = { (void *)buf, len };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct iovec iov = {(void *)buf, len};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
 	ssize_t n;
 
 	if (nfds < 0 || nfds > LC_UDS_MAX_FDS)
@@ -279,9 +279,9 @@ int lc_uds_recv(int sock, void *buf, size_t len, int *fds, int maxfds, int timeo
 	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 
 	while (done < len) {
-		struct iovec iov = { (char *)buf + done, len - done };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-		struct pollfd pfd = { sock, POLLIN, 0 };
+		struct iovec iov = {(char *)buf + done, len - done};
+		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+		struct pollfd pfd = {sock, POLLIN, 0};
 		ssize_t n;
 		int rc;
 
@@ -314,9 +314,9 @@ int lc_uds_recv(int sock, void *buf, size_t len, int *fds, int maxfds, int timeo
 		}
 		done += (size_t)n;
 		continue;
-timeout:
+	timeout:
 		rc = -ETIMEDOUT;
-fail:
+	fail:
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		return rc;

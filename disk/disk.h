@@ -179,9 +179,9 @@ int64_t dsk_get(struct dsk_store *s, const char *tenant, const char *key, const 
 /* One read of a dsk_get_batch: inputs, then the outcome. */
 struct dsk_get_item {
 	const char *tenant, *key;
-	void *buf;	 /* the destination, cap bytes */
+	void *buf; /* the destination, cap bytes */
 	uint64_t cap;
-	int64_t res;	 /* out: as dsk_get returns */
+	int64_t res;	   /* out: as dsk_get returns */
 	uint32_t crc32c;   /* out: the record's CRC32C, when it was found */
 	uint64_t length;   /* out: its length, likewise */
 	uint64_t location; /* out: its location, likewise */

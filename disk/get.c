@@ -85,7 +85,7 @@ static int dsk_get_into(struct dsk_ioctx *c, const struct dsk_get_plan *p, const
 }
 
 int dsk_get_read(struct dsk_ioctx *c, const struct dsk_get_plan *p, const struct iovec *iov,
-			int iovcnt)
+		 int iovcnt)
 {
 	uint32_t crc;
 	int rc;

@@ -28,8 +28,9 @@ static int64_t sync_rw(struct dsk_io *io)
 		ssize_t r;
 
 		do
-			r = io->op == DSK_IO_READ ? preadv(io->fd, io->vec, io->nvec, (off_t)io->off)
-						  : pwritev(io->fd, io->vec, io->nvec, (off_t)io->off);
+			r = io->op == DSK_IO_READ
+				? preadv(io->fd, io->vec, io->nvec, (off_t)io->off)
+				: pwritev(io->fd, io->vec, io->nvec, (off_t)io->off);
 		while (r < 0 && errno == EINTR);
 		return r < 0 ? -errno : (int64_t)r;
 	}

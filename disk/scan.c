@@ -131,8 +131,9 @@ static int dsk_scan_valid(const char *p, size_t left, const struct dsk_meta_hdr 
 		return 0;
 	if (h->rec_len != dsk_meta_size(h->tenant_len, h->key_len) || h->rec_len > left)
 		return 0;
-	if (h->type == DSK_META_PUT && (!h->length || h->offset % DSK_ALIGN || h->offset > UINT64_MAX / 2 ||
-					h->length > UINT64_MAX / 2 - h->offset))
+	if (h->type == DSK_META_PUT &&
+	    (!h->length || h->offset % DSK_ALIGN || h->offset > UINT64_MAX / 2 ||
+	     h->length > UINT64_MAX / 2 - h->offset))
 		return 0;
 	crc = lc_crc32c(0, p, 4);
 	crc = lc_crc32c(crc, zero, 4);

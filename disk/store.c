@@ -21,7 +21,8 @@ static atomic_int dsk_no_direct; /* dsk_test_no_direct */
 static int dsk_config_check(const struct dsk_config *in, struct dsk_config *cfg)
 {
 	if (!in || !in->dir || !*in->dir || !in->capacity || in->high_watermark < 0 ||
-	    in->high_watermark > 1 || (in->policy != DSK_FIFO && in->policy != DSK_LRU && in->policy != DSK_CLOCK))
+	    in->high_watermark > 1 ||
+	    (in->policy != DSK_FIFO && in->policy != DSK_LRU && in->policy != DSK_CLOCK))
 		return LUNAR_ERR_INVALID_PARAMS;
 	*cfg = *in;
 	if (!cfg->bucket_bytes)

@@ -263,8 +263,7 @@ static int op_prepare(struct eng_engine *e, struct eng_cq *cq, struct eng_op *op
 		rc = eng_local_ops.xfer(e, op->endpoint, op->dir, op->off, op->iov, op->iovcnt,
 					total, op->cap, op->want_crc ? &op->crc : NULL);
 		eng_xfer_count(e, ENG_TR_LOCAL, total, rc);
-	}
-	else if (!rc && op->priv.ops == &eng_tcp_ops)
+	} else if (!rc && op->priv.ops == &eng_tcp_ops)
 		rc = eng_tcp_plan(e, op);
 	else if (!rc)
 		op->priv.nslices = 1;
@@ -310,8 +309,7 @@ static unsigned queue_ops(struct eng_engine *e, struct eng_op *ops, const int *r
 
 /* Prepare ops[]; run[i] says whether ops[i] still has slices. A stopping
  * engine cancels them all. Returns how many have. */
-static int prepare_all(struct eng_engine *e, struct eng_cq *cq, struct eng_op *ops, int n,
-		       int *run)
+static int prepare_all(struct eng_engine *e, struct eng_cq *cq, struct eng_op *ops, int n, int *run)
 {
 	int stopping, left = 0;
 

@@ -64,8 +64,8 @@ static int64_t read_value(struct eng_engine *e, const char *tenant, const char *
 
 /* The request's name: read here (keyless), or already read and MAC'd
  * (keyed, into name); split at its NUL. 0, or < 0 to close. */
-static int disk_name(const struct eng_srv_req *q, const struct eng_wire_req *req,
-		     const char *given, char *name, const char **key, uint64_t deadline_ns)
+static int disk_name(const struct eng_srv_req *q, const struct eng_wire_req *req, const char *given,
+		     char *name, const char **key, uint64_t deadline_ns)
 {
 	int rc = 0;
 

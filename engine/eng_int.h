@@ -27,11 +27,11 @@
 #define ENG_DEFAULT_CONNS      8
 #define ENG_DEFAULT_IO_THREADS 4
 #define ENG_SLICE_MIN	       (256ull << 10) /* bytes; smaller transfers use one connection */
-#define ENG_SLICE_MAX	       4	    /* slices (connections) of one transfer */
+#define ENG_SLICE_MAX	       4	      /* slices (connections) of one transfer */
 static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / sizeof(uint32_t),
 	      "a CRC32C slot per slice");
-#define ENG_NO_DEADLINE	       UINT64_MAX /* wait without a time limit */
-#define ENG_SOCK_BUF	       (4 << 20) /* bytes of socket buffer each way (eng_sock_bufs) */
+#define ENG_NO_DEADLINE UINT64_MAX /* wait without a time limit */
+#define ENG_SOCK_BUF	(4 << 20)  /* bytes of socket buffer each way (eng_sock_bufs) */
 
 /*
  * TCP wire protocol, version 1. All integers little-endian, headers fixed
@@ -113,7 +113,7 @@ static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / si
 #define ENG_WIRE_REP_SIZE      24
 #define ENG_WIRE_KREQ_SIZE     112
 #define ENG_WIRE_KREP_SIZE     48
-#define ENG_WIRE_KREQ_MACD     96 /* bytes of the keyed request under its MAC */
+#define ENG_WIRE_KREQ_MACD     96   /* bytes of the keyed request under its MAC */
 #define ENG_CAP_SKEW_MS	       2000 /* clock skew between master and owner tolerated */
 
 enum eng_wire_op {
@@ -414,7 +414,7 @@ struct eng_engine {
 	char seg_name[ENG_ENDPOINT_MAX];
 	atomic_uint_fast64_t rejected[ENG_REJ_COUNT];
 	_Atomic uint64_t reject_logged_ns;
-	struct eng_rdma *rdma; /* NULL: no RDMA device (rdma_int.h) */
+	struct eng_rdma *rdma;			     /* NULL: no RDMA device (rdma_int.h) */
 	atomic_uint_fast64_t xstat[ENG_TR_COUNT][3]; /* xfers, bytes, failures */
 };
 
@@ -485,8 +485,8 @@ int eng_send_req(struct eng_cconn *c, const struct eng_wire_req *req, const stru
  * *rep (decoded; its MAC checked on a keyed connection: -EPROTO when it
  * does not). *replied tells whether a byte came. 0 or -errno.
  */
-int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep,
-		 uint64_t deadline_ns, int *replied);
+int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep, uint64_t deadline_ns,
+		 int *replied);
 int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,
 		void *arg, int *ran);
 

@@ -23,13 +23,13 @@
 struct auth_key;
 
 struct eng_config {
-	const char *host;        /* listen and advertised address; "127.0.0.1" */
-	uint16_t port;           /* data port; 0 picks a free one */
-	void *seg_base;          /* the local segment served (NULL with seg_size 0) */
+	const char *host; /* listen and advertised address; "127.0.0.1" */
+	uint16_t port;	  /* data port; 0 picks a free one */
+	void *seg_base;	  /* the local segment served (NULL with seg_size 0) */
 	uint64_t seg_size;
-	unsigned io_timeout_ms;  /* per transfer; 0: 5000 */
+	unsigned io_timeout_ms;	 /* per transfer; 0: 5000 */
 	unsigned conns_per_peer; /* pooled connections kept per peer; 0: 8 */
-	unsigned io_threads;     /* threads running submitted transfers (eng_xfer_submit); 0: 4 */
+	unsigned io_threads;	 /* threads running submitted transfers (eng_xfer_submit); 0: 4 */
 	/*
 	 * Serves disk reads from peers (eng_xfer_disk): read the value of
 	 * (tenant, key) from this proxy's disk tier into iov (total = the
@@ -37,8 +37,8 @@ struct eng_config {
 	 * data-port thread, several at once; may block on disk I/O. NULL: such
 	 * requests get OBJECT_NOT_FOUND.
 	 */
-	int64_t (*disk_read)(void *arg, const char *tenant, const char *key, const struct iovec *iov,
-			     int iovcnt);
+	int64_t (*disk_read)(void *arg, const char *tenant, const char *key,
+			     const struct iovec *iov, int iovcnt);
 	void *disk_arg;
 	/*
 	 * The cluster key (copied at create; the caller may wipe its own):
@@ -75,11 +75,11 @@ struct eng_cap {
 
 /* Why a keyed data port refused a peer (eng_engine_rejected). */
 enum eng_reject {
-	ENG_REJ_HANDSHAKE, /* no key, wrong key, or a malformed handshake */
-	ENG_REJ_MAC,	   /* a frame whose MAC does not check */
-	ENG_REJ_REPLAY,	   /* a counter seen before, or out of order */
+	ENG_REJ_HANDSHAKE,  /* no key, wrong key, or a malformed handshake */
+	ENG_REJ_MAC,	    /* a frame whose MAC does not check */
+	ENG_REJ_REPLAY,	    /* a counter seen before, or out of order */
 	ENG_REJ_CAPABILITY, /* no capability, or one not for this request */
-	ENG_REJ_CRC,	   /* a WRITE payload unlike the CRC32C its header named */
+	ENG_REJ_CRC,	    /* a WRITE payload unlike the CRC32C its header named */
 	ENG_REJ_COUNT,
 };
 
@@ -175,10 +175,9 @@ void eng_engine_destroy(struct eng_engine *e);
  * op). Returns 0,
  * ENG_XFER_UNSENT, or LUNAR_ERR_TRANSFER_FAIL (refused out of bounds,
  * timeout, short transfer, a connection lost); the connection of a failed
- * transfer is dropped, never reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from 0)
- * of the bytes moved; a local transfer computes it in the same pass as the
- * copy. Local copies of 64 KiB and more use non-temporal stores (lc_copy,
- * lc_copy_crc32c), except for ENG_READ_STAGED.
+ * transfer is dropped, never reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from
+ * 0) of the bytes moved; a local transfer computes it in the same pass as the copy. Local copies of
+ * 64 KiB and more use non-temporal stores (lc_copy, lc_copy_crc32c), except for ENG_READ_STAGED.
  * cap: the master's grant for the range, sent with a remote request of a
  * keyed engine (a keyed remote transfer without one fails unsent); NULL for
  * local copies and keyless engines, where it is ignored. Only read.
@@ -236,7 +235,7 @@ struct eng_op {
 		struct eng_cq *cq;
 		const void *ops; /* the transport */
 		uint64_t total, chunk, deadline_ns;
-		uint32_t scrc; /* another transport's CRC32C, when known */
+		uint32_t scrc;	       /* another transport's CRC32C, when known */
 		uint32_t slice_crc[4]; /* TCP: each slice's own CRC32C (ENG_SLICE_MAX) */
 		uint8_t nslices, claimed, finished, ran, failed, has_scrc;
 	} priv;

@@ -23,9 +23,8 @@
 #define HS_SERVER_SIZE (HS_HEAD + AUTH_HELLO_BYTES + AUTH_PROOF_BYTES)
 
 static const char *const reject_names[ENG_REJ_COUNT] = {
-    [ENG_REJ_HANDSHAKE] = "handshake", [ENG_REJ_MAC] = "mac",
-    [ENG_REJ_REPLAY] = "replay",       [ENG_REJ_CAPABILITY] = "capability",
-    [ENG_REJ_CRC] = "crc",
+    [ENG_REJ_HANDSHAKE] = "handshake",	 [ENG_REJ_MAC] = "mac", [ENG_REJ_REPLAY] = "replay",
+    [ENG_REJ_CAPABILITY] = "capability", [ENG_REJ_CRC] = "crc",
 };
 
 const char *eng_reject_name(enum eng_reject r)
@@ -70,8 +69,7 @@ void eng_reject(struct eng_engine *e, enum eng_reject r, int fd, const char *why
 		return;
 	peer_text(fd, peer, sizeof(peer));
 	LC_WARN(ENG_LOG, "data port: refused %s (%s): %s; %llu refused so far for that reason",
-		peer, eng_reject_name(r), why,
-		(unsigned long long)atomic_load(&e->rejected[r]));
+		peer, eng_reject_name(r), why, (unsigned long long)atomic_load(&e->rejected[r]));
 }
 
 static int recv_exact(int fd, void *buf, size_t len, uint64_t deadline_ns)

@@ -24,7 +24,7 @@
 #define ENG_RDMA_CHUNK	     (1u << 20) /* bytes of one work request */
 #define ENG_RDMA_QPS_DEFAULT 4
 #define ENG_RDMA_RETRY_NS    (30ull * 1000000000ull) /* after a refusal: TCP this long */
-#define ENG_RDMA_REDIAL_NS   (1ull * 1000000000ull)	 /* after an I/O error */
+#define ENG_RDMA_REDIAL_NS   (1ull * 1000000000ull)  /* after an I/O error */
 
 enum peer_state { PEER_CONNECTING, PEER_UP, PEER_TCP };
 
@@ -192,8 +192,7 @@ static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigne
 /* Set up p's QPs with its owner; 0, -ECONNREFUSED (the owner cannot), or
  * another -errno. On failure p holds nothing. */
 static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_dir dir,
-			uint64_t off, uint64_t total, const struct eng_cap *cap,
-			uint64_t deadline)
+			uint64_t off, uint64_t total, const struct eng_cap *cap, uint64_t deadline)
 {
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_hs mine, theirs;
@@ -241,9 +240,9 @@ static struct eng_rdma_peer *peer_new(struct eng_rdma *r, const char *endpoint)
  * RDMA with it, or not yet). The first transfer to a peer sets it up,
  * transfers meanwhile go over TCP.
  */
-static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint,
-				      enum eng_dir dir, uint64_t off, uint64_t total,
-				      const struct eng_cap *cap, uint64_t deadline)
+static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint, enum eng_dir dir,
+				      uint64_t off, uint64_t total, const struct eng_cap *cap,
+				      uint64_t deadline)
 {
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_peer *p;
@@ -268,8 +267,8 @@ connect:
 	rc = peer_connect(e, p, dir, off, total, cap, deadline);
 	pthread_mutex_lock(&r->lock);
 	p->state = rc ? PEER_TCP : PEER_UP;
-	p->retry_ns = lc_now_ns() +
-		      (rc == -ECONNREFUSED || rc == -EPROTO ? ENG_RDMA_RETRY_NS : ENG_RDMA_REDIAL_NS);
+	p->retry_ns = lc_now_ns() + (rc == -ECONNREFUSED || rc == -EPROTO ? ENG_RDMA_RETRY_NS
+									  : ENG_RDMA_REDIAL_NS);
 	pthread_mutex_unlock(&r->lock);
 	if (!rc) {
 		LC_INFO(ENG_LOG, "RDMA to %s: %u queue pairs", endpoint, r->nqp);
@@ -325,8 +324,8 @@ static int run(struct eng_rdma *r, struct eng_rdma_peer *p, enum eng_dir dir, ui
 	return rc ? rc : wrc;
 }
 
-static int tcp_instead(struct eng_engine *e, const char *endpoint, enum eng_dir dir,
-		       uint64_t off, const struct iovec *iov, int iovcnt, uint64_t total,
+static int tcp_instead(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
+		       const struct iovec *iov, int iovcnt, uint64_t total,
 		       const struct eng_cap *cap, uint32_t *crc)
 {
 	int rc;

@@ -51,9 +51,9 @@ static int port_ok(struct eng_rdma_dev *d, uint8_t port)
 		return 0;
 	if (d->ibv.query_device(d->ctx, &da))
 		return 0;
-	d->max_rd_atom = (unsigned)(da.max_qp_rd_atom < da.max_qp_init_rd_atom
-					    ? da.max_qp_rd_atom
-					    : da.max_qp_init_rd_atom);
+	d->max_rd_atom =
+	    (unsigned)(da.max_qp_rd_atom < da.max_qp_init_rd_atom ? da.max_qp_rd_atom
+								  : da.max_qp_init_rd_atom);
 	if (d->max_rd_atom > 16)
 		d->max_rd_atom = 16;
 	if (!d->max_rd_atom)
@@ -225,8 +225,10 @@ struct eng_mem *eng_mem_add(struct eng_engine *e, void *base, uint64_t len)
 		return NULL;
 	m->mr = reg(d, base, len, 0);
 	if (!m->mr) {
-		LC_WARN(ENG_LOG, "RDMA: cannot register %llu bytes of client memory (%s): "
-			"its transfers use TCP", (unsigned long long)len, strerror(errno));
+		LC_WARN(ENG_LOG,
+			"RDMA: cannot register %llu bytes of client memory (%s): "
+			"its transfers use TCP",
+			(unsigned long long)len, strerror(errno));
 		free(m);
 		return NULL;
 	}

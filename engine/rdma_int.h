@@ -112,7 +112,7 @@ struct eng_rdma_dev {
 	int gid_index;
 	uint8_t gid[16];
 	unsigned max_rd_atom; /* RDMA READs in flight per QP, both directions */
-	struct eng_mem seg; /* the engine's segment; seg.mr NULL without one */
+	struct eng_mem seg;   /* the engine's segment; seg.mr NULL without one */
 	pthread_rwlock_t mem_lock;
 	struct eng_mem *mems;
 	int refuse; /* test hook: $LUNAR_RDMA_DEBUG_REFUSE, answer every connect no */
@@ -151,8 +151,8 @@ struct eng_rdma_qps {
 	int nqp;
 	struct ibv_qp *qp[ENG_RDMA_QP_MAX];
 	atomic_int credits[ENG_RDMA_QP_MAX];
-	atomic_uint next; /* round robin over the QPs */
-	atomic_int broken; /* a completion failed or a QP was forced to ERR */
+	atomic_uint next;	   /* round robin over the QPs */
+	atomic_int broken;	   /* a completion failed or a QP was forced to ERR */
 	pthread_mutex_t poll_lock; /* whoever holds it polls the CQ for all */
 	pthread_mutex_t wait_lock;
 	pthread_cond_t wait_cond; /* broadcast after completions were dispatched */

@@ -19,8 +19,8 @@
 #include "clock.h"
 #include "log.h"
 
-#define ENG_RDMA_SPINS	   2000	 /* empty CQ polls before sleeping on the channel */
-#define ENG_RDMA_NAP_MS	   1	 /* the longest sleep before looking again */
+#define ENG_RDMA_SPINS	   2000 /* empty CQ polls before sleeping on the channel */
+#define ENG_RDMA_NAP_MS	   1	/* the longest sleep before looking again */
 #define ENG_RDMA_FLUSH_NS  (10ull * 1000000000ull) /* flushes are late: log it */
 #define ENG_RDMA_WC_BATCH  16
 #define ENG_RDMA_RETRY_CNT 7
@@ -36,8 +36,8 @@ static int qp_init(struct eng_rdma_qps *q, struct ibv_qp *qp, int owner)
 	    .qp_access_flags = owner ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE : 0,
 	};
 
-	return q->dev->ibv.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-						     IBV_QP_ACCESS_FLAGS);
+	return q->dev->ibv.modify_qp(
+	    qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
 static struct ibv_qp *qp_new(struct eng_rdma_qps *q, int owner)
@@ -47,8 +47,10 @@ static struct ibv_qp *qp_new(struct eng_rdma_qps *q, int owner)
 	    .recv_cq = q->cq,
 	    .qp_type = IBV_QPT_RC,
 	    .sq_sig_all = 0,
-	    .cap = {.max_send_wr = ENG_RDMA_SQ_DEPTH, .max_recv_wr = 1,
-		    .max_send_sge = 1, .max_recv_sge = 1},
+	    .cap = {.max_send_wr = ENG_RDMA_SQ_DEPTH,
+		    .max_recv_wr = 1,
+		    .max_send_sge = 1,
+		    .max_recv_sge = 1},
 	};
 	struct ibv_qp *qp = q->dev->ibv.create_qp(q->dev->pd, &ia);
 
@@ -115,8 +117,8 @@ int eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner, struct eng_r
 	return 0;
 }
 
-static int qp_rtr(struct eng_rdma_qps *q, struct ibv_qp *qp, const struct eng_rdma_hs *peer,
-		  int i, uint8_t mtu)
+static int qp_rtr(struct eng_rdma_qps *q, struct ibv_qp *qp, const struct eng_rdma_hs *peer, int i,
+		  uint8_t mtu)
 {
 	struct eng_rdma_dev *d = q->dev;
 	struct ibv_qp_attr a = {
@@ -135,9 +137,10 @@ static int qp_rtr(struct eng_rdma_qps *q, struct ibv_qp *qp, const struct eng_rd
 		a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
 		a.ah_attr.grh.hop_limit = 64;
 	}
-	return d->ibv.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-						IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-						IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	return d->ibv.modify_qp(qp, &a,
+				IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+				    IBV_QP_MIN_RNR_TIMER);
 }
 
 static int qp_rts(struct eng_rdma_qps *q, struct ibv_qp *qp, uint32_t psn)
@@ -151,9 +154,10 @@ static int qp_rts(struct eng_rdma_qps *q, struct ibv_qp *qp, uint32_t psn)
 	    .max_rd_atomic = (uint8_t)q->dev->max_rd_atom,
 	};
 
-	return q->dev->ibv.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-						     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-						     IBV_QP_MAX_QP_RD_ATOMIC);
+	return q->dev->ibv.modify_qp(qp, &a,
+				     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					 IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+					 IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 int eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,

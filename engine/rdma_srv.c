@@ -53,9 +53,8 @@ static void hold(int fd)
 }
 
 /* The body and range of the request, checked: 0, or the refusal status. */
-static int check_request(struct eng_engine *e, const struct eng_srv_req *q,
-			 struct eng_wire_kreq *k, const unsigned char *body,
-			 struct eng_rdma_hs *peer)
+static int check_request(struct eng_engine *e, const struct eng_srv_req *q, struct eng_wire_kreq *k,
+			 const unsigned char *body, struct eng_rdma_hs *peer)
 {
 	struct eng_wire_req *h = &k->h;
 	int rc = eng_rdma_hs_decode(body, ENG_RDMA_HS_SIZE, 0, peer);
@@ -105,8 +104,7 @@ int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng
 	}
 	/* No device, no segment MR, or QPs that will not connect: the
 	 * client uses TCP, on this very connection if it likes. */
-	if (!d || !d->seg.mr || d->refuse ||
-	    eng_rdma_qps_create(d, peer.nqp, 1, &qps, &mine) ||
+	if (!d || !d->seg.mr || d->refuse || eng_rdma_qps_create(d, peer.nqp, 1, &qps, &mine) ||
 	    eng_rdma_qps_connect(qps, &mine, &peer, 1)) {
 		eng_rdma_qps_destroy(qps);
 		return answer(q, LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS, NULL, deadline_ns);

@@ -94,7 +94,8 @@ static int serve_range(struct eng_engine *e, const struct eng_srv_req *q,
 		uint32_t got = 0;
 
 		/* The CRC32C of each chunk as it lands, while it is in the cache. */
-		rc = crc ? eng_io_recv_crc(q->fd, &c, &got, deadline) : eng_io_recv(q->fd, &c, deadline);
+		rc = crc ? eng_io_recv_crc(q->fd, &c, &got, deadline)
+			 : eng_io_recv(q->fd, &c, deadline);
 		if (rc)
 			return rc;
 		if (crc && got != *crc) {
@@ -188,7 +189,8 @@ static int serve_keyed(struct eng_srv_conn *conn, struct eng_wire_kreq *k, uint6
 		return eng_rdma_serve(e, &q, k, (const unsigned char *)name, deadline);
 	if (disk)
 		rc = k->h.magic != ENG_WIRE_REQ_MAGIC || k->h.version != ENG_WIRE_VERSION_KEYED
-			 ? LUNAR_ERR_PROTOCOL : 0;
+			 ? LUNAR_ERR_PROTOCOL
+			 : 0;
 	else
 		rc = eng_wire_req_check(&k->h, e->cfg.seg_size, ENG_WIRE_VERSION_KEYED);
 	if (rc)

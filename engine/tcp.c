@@ -74,8 +74,8 @@ int eng_send_req(struct eng_cconn *c, const struct eng_wire_req *req, const stru
 	return eng_io_send(c->fd, &it, flags, deadline_ns);
 }
 
-int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep,
-		 uint64_t deadline_ns, int *replied)
+int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep, uint64_t deadline_ns,
+		 int *replied)
 {
 	struct eng_wire_krep k;
 	size_t size = c->keyed ? sizeof(k) : sizeof(k.h);
@@ -178,8 +178,8 @@ static int slice_conn(void *arg, struct eng_cconn *c, int *replied)
 
 /* A connection for one exchange: pooled, or new (and past the handshake
  * on a keyed engine); 0 and *out, or -errno. */
-static int take_conn(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns,
-		     int *pooled, struct eng_cconn **out)
+static int take_conn(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *pooled,
+		     struct eng_cconn **out)
 {
 	int rc = eng_pool_take(&e->pool, endpoint, deadline_ns, pooled, out);
 
@@ -311,8 +311,13 @@ static int tcp_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir
 		    const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
 		    uint32_t *crc)
 {
-	struct eng_op op = {.endpoint = endpoint, .dir = dir, .off = off, .iov = iov,
-			    .iovcnt = iovcnt, .cap = cap, .want_crc = crc != NULL};
+	struct eng_op op = {.endpoint = endpoint,
+			    .dir = dir,
+			    .off = off,
+			    .iov = iov,
+			    .iovcnt = iovcnt,
+			    .cap = cap,
+			    .want_crc = crc != NULL};
 	int rc, ran, anyran = 0;
 
 	op.priv.total = total;

@@ -245,7 +245,7 @@ int etcd_lease_revoke(struct etcd_client *e, int64_t id)
 }
 
 int etcd_create(struct etcd_client *e, const char *key, const char *value, int64_t lease,
-		    int64_t *create_rev)
+		int64_t *create_rev)
 {
 	static const char *const pok[] = {"succeeded"}, *const prev[] = {"header", "revision"};
 	char k64[KEY_MAX * 4 / 3 + 8], v64[ETCD_VALUE_MAX * 4 / 3 + 8], *body;

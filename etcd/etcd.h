@@ -12,9 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ETCD_ENDPOINTS_MAX 16    /* URLs in one --etcd list */
-#define ETCD_VALUE_MAX     1024  /* bytes of a value this client reads back */
-#define ETCD_REPLY_MAX     65536 /* bytes of one gateway reply; more is an error */
+#define ETCD_ENDPOINTS_MAX 16	 /* URLs in one --etcd list */
+#define ETCD_VALUE_MAX	   1024	 /* bytes of a value this client reads back */
+#define ETCD_REPLY_MAX	   65536 /* bytes of one gateway reply; more is an error */
 
 struct etcd_client;
 
@@ -68,7 +68,7 @@ int etcd_lease_revoke(struct etcd_client *e, int64_t id);
  * the key existed, with *create_rev left untouched.
  */
 int etcd_create(struct etcd_client *e, const char *key, const char *value, int64_t lease,
-		    int64_t *create_rev);
+		int64_t *create_rev);
 /* etcd_get - read key (a linearizable read): 0 and *kv, -ENOENT when it
  * does not exist, -EPROTO when its value is longer than ETCD_VALUE_MAX. */
 int etcd_get(struct etcd_client *e, const char *key, struct etcd_kv *kv);

@@ -124,7 +124,8 @@ int mst_http_handle(void *arg, const struct lc_http_req *req, struct lc_http_rep
 		return lc_http_reply_printf(rep, "ok\n");
 	if (!strcmp(path, "/ready")) {
 		rep->status = mst_master_ready(m) ? 200 : 503;
-		return lc_http_reply_printf(rep, "%s\n", rep->status == 200 ? "ready" : "no segment");
+		return lc_http_reply_printf(rep, "%s\n",
+					    rep->status == 200 ? "ready" : "no segment");
 	}
 	if (auth_http_is_admin(path) && !auth_http_gate_admit(mh->gate, req, rep))
 		return 0;

@@ -127,8 +127,9 @@ static int32_t code_one(struct mst_master *m, uint32_t method, const Lunar__Batc
 		return mst_obj_put_revoke(m, rq->client_id, rq->tenant, key, rq->late);
 	case LUNAR__METHOD__BATCH_UPSERT_REVOKE:
 		return mst_obj_upsert_revoke(m, rq->client_id, rq->tenant, key, rq->late);
-	default: return mst_obj_exist(m, &(struct mst_lessee){rq->client_id, rq->reader}, rq->tenant,
-				      key);
+	default:
+		return mst_obj_exist(m, &(struct mst_lessee){rq->client_id, rq->reader}, rq->tenant,
+				     key);
 	}
 }
 
@@ -172,9 +173,9 @@ static int batch_get(struct mst_master *m, const Lunar__BatchKeysRequest *rq,
 		r->results[i] = res;
 		r->n_results = i + 1;
 		who.reader = rq->n_readers ? rq->readers[i] : rq->reader;
-		res->code = mst_code(mst_obj_get(m, &who, rq->tenant, rq->keys[i], &res->size,
-						 &res->crc32c, &res->replicas, &res->n_replicas,
-						 &res->lease_seq));
+		res->code =
+		    mst_code(mst_obj_get(m, &who, rq->tenant, rq->keys[i], &res->size, &res->crc32c,
+					 &res->replicas, &res->n_replicas, &res->lease_seq));
 	}
 	r->lease_ttl_ms = m->cfg.kv_lease_ttl_ms;
 	*rep = &r->base;
@@ -207,9 +208,9 @@ int mst_batch_lease_release(struct mst_master *m, const ProtobufCMessage *req,
 	if (!r)
 		return -ENOMEM;
 	for (size_t i = 0; i < r->n_codes; i++)
-		r->codes[i] = mst_code(mst_obj_lease_release(
-		    m, &(struct mst_lessee){rq->client_id, rq->readers[i]}, rq->tenant, rq->keys[i],
-		    rq->lease_seqs[i]));
+		r->codes[i] = mst_code(
+		    mst_obj_lease_release(m, &(struct mst_lessee){rq->client_id, rq->readers[i]},
+					  rq->tenant, rq->keys[i], rq->lease_seqs[i]));
 	*rep = &r->base;
 	return 0;
 }
@@ -256,10 +257,11 @@ int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, Protobu
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < r->n_codes; i++) {
-		struct auth_key *k = r->n_segment_secrets ? (void *)r->segment_secrets[i].data : NULL;
+		struct auth_key *k =
+		    r->n_segment_secrets ? (void *)r->segment_secrets[i].data : NULL;
 
-		r->codes[i] = mst_code(rc < 0 ? rc : mst_segment_mount(m, rq->client_id,
-								      rq->segments[i], k));
+		r->codes[i] =
+		    mst_code(rc < 0 ? rc : mst_segment_mount(m, rq->client_id, rq->segments[i], k));
 		/* A failed mount's entry stays empty. Plain here: the RPC layer
 		 * seals the secrets for the session on the wire. */
 		if (k && r->codes[i])

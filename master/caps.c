@@ -20,8 +20,8 @@ uint64_t mst_wall_deadline(uint64_t mono_ms)
 	return mono_ms > now ? wall + (mono_ms - now) : wall;
 }
 
-int mst_cap_one(Lunar__Replica *p, const struct auth_key *secret, uint32_t op,
-		const void *subject, size_t subject_len, uint64_t version, uint64_t expiry_ms)
+int mst_cap_one(Lunar__Replica *p, const struct auth_key *secret, uint32_t op, const void *subject,
+		size_t subject_len, uint64_t version, uint64_t expiry_ms)
 {
 	struct auth_cap c = {
 	    .segment = p->segment,

@@ -158,13 +158,14 @@ void mst_clients_expire(struct mst_master *m)
 	for (size_t i = 0; i < n; i++) {
 		if (i < EXPIRED_LOGGED)
 			LC_WARN("master", "client %016llx silent for %llu ms: dead",
-				(unsigned long long)ids[i], (unsigned long long)m->cfg.client_ttl_ms);
+				(unsigned long long)ids[i],
+				(unsigned long long)m->cfg.client_ttl_ms);
 		mst_offload_drop_client(m, ids[i]);
 		mst_segments_drop_client(m, ids[i]);
 	}
 	if (n > EXPIRED_LOGGED)
-		LC_WARN("master", "and %zu more clients silent for %llu ms: dead", n - EXPIRED_LOGGED,
-			(unsigned long long)m->cfg.client_ttl_ms);
+		LC_WARN("master", "and %zu more clients silent for %llu ms: dead",
+			n - EXPIRED_LOGGED, (unsigned long long)m->cfg.client_ttl_ms);
 	/* Their unfinished writes, all in one sweep of the objects: client ids
 	 * cost nothing to make up, so a sweep each would cost ids x objects. */
 	if (n)

@@ -307,7 +307,7 @@ int mst_disk_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMess
 {
 	const Lunar__DiskRecordsRequest *rq = (const void *)req;
 	Lunar__BatchCodesReply *r;
-	struct disk_owner w = { 0 }; /* freed below, also when never filled */
+	struct disk_owner w = {0}; /* freed below, also when never filled */
 	int rc;
 
 	if (method != LUNAR__METHOD__OFFLOAD_DONE &&

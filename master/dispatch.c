@@ -102,8 +102,8 @@ static int start(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMes
 
 	if (!r) {
 		if (!rc)
-			(upsert ? mst_obj_upsert_revoke : mst_obj_put_revoke)(m, rq->client_id,
-									      rq->tenant, rq->key, 0);
+			(upsert ? mst_obj_upsert_revoke
+				: mst_obj_put_revoke)(m, rq->client_id, rq->tenant, rq->key, 0);
 		for (size_t i = 0; i < n; i++)
 			protobuf_c_message_free_unpacked(&reps[i]->base, NULL);
 		free(reps);
@@ -167,8 +167,8 @@ static int h_get(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMes
 	uint64_t seq;
 	uint32_t crc = 0;
 	/* No client_id in this request: a lease nobody can release early. */
-	int rc = mst_obj_get(m, &(struct mst_lessee){0, 0}, rq->tenant, rq->key, &size, &crc,
-			     &reps, &n, &seq);
+	int rc = mst_obj_get(m, &(struct mst_lessee){0, 0}, rq->tenant, rq->key, &size, &crc, &reps,
+			     &n, &seq);
 	Lunar__GetReplicaListReply *r =
 	    REPLY(Lunar__GetReplicaListReply, lunar__get_replica_list_reply__descriptor, rc);
 

@@ -42,10 +42,10 @@ struct census_arg {
 	struct mst_census *cs;
 	int fresh; /* cs was taken in this round */
 	int nomem;
-	uint64_t queued; /* MEMORY bytes of objects queued for offload: going soon */
-	int queue_full;	 /* an offload queue refused a task in this round */
-	size_t dropped;	 /* evicted without a copy in this round */
-	int may_drop;	 /* a put waited for the disk in vain: objects may go uncopied */
+	uint64_t queued;  /* MEMORY bytes of objects queued for offload: going soon */
+	int queue_full;	  /* an offload queue refused a task in this round */
+	size_t dropped;	  /* evicted without a copy in this round */
+	int may_drop;	  /* a put waited for the disk in vain: objects may go uncopied */
 	int alloc_failed; /* the round runs for a put whose allocation failed */
 };
 
@@ -177,8 +177,8 @@ static int evict_obj(struct mst_master *m, struct mst_shard *s, struct mst_objec
 		mst_obj_drop_memory(m, o);
 		return 1;
 	}
-	if (m->cfg.enable_offload && m->cfg.offload == MST_OFFLOAD_ON_EVICT &&
-	    !o->offload_failed && offload_keeps(m, o, a))
+	if (m->cfg.enable_offload && m->cfg.offload == MST_OFFLOAD_ON_EVICT && !o->offload_failed &&
+	    offload_keeps(m, o, a))
 		return 0;
 	for (unsigned i = 0; i < o->nrep; i++)
 		bytes += o->reps[i].len;
@@ -298,8 +298,8 @@ static int64_t evict_chunk(struct mst_master *m, struct census_arg *a, size_t k)
 
 	while ((size_t)n < k && !stalled(m, a)) {
 		struct mst_cand_list *c = cs->plain.off < cs->plain.n ? &cs->plain
-					  : cs->soft.off < cs->soft.n	? &cs->soft
-									: NULL;
+					  : cs->soft.off < cs->soft.n ? &cs->soft
+								      : NULL;
 
 		if (c) {
 			n += evict_oldest(m, c, k - (size_t)n, a);

@@ -179,8 +179,7 @@ static void lead_tick(struct mst_ha *h)
 			LC_INFO("ha", "lease renewed through %s: leading view %llu again",
 				etcd_endpoint(h->e), (unsigned long long)h->view);
 		h->fenced = 0;
-	} else if (!h->fenced &&
-		   lc_now_ms() >= LC_READ_ONCE(h->g->fence_ms)) {
+	} else if (!h->fenced && lc_now_ms() >= LC_READ_ONCE(h->g->fence_ms)) {
 		h->fenced = 1;
 		LC_WARN("ha", "fenced: no lease renewal for %llu ms; refusing calls",
 			(unsigned long long)(h->ttl_ms / 2));
@@ -233,7 +232,8 @@ static void standby_tick(struct mst_ha *h)
 	if (rc == 0 && etcd_leader_decode(kv.value, kv.value_len, &l))
 		snprintf(l.rpc, sizeof(l.rpc), "unreadable");
 	if (rc == 0 && (uint64_t)kv.create_rev != LC_READ_ONCE(h->g->view))
-		LC_INFO("ha", "standing by: %s leads in view %lld", l.rpc, (long long)kv.create_rev);
+		LC_INFO("ha", "standing by: %s leads in view %lld", l.rpc,
+			(long long)kv.create_rev);
 	if (rc == 0)
 		mst_ha_gate_follow(h->g, l.rpc, (uint64_t)kv.create_rev);
 	else if (rc == -ENOENT)

@@ -14,11 +14,11 @@ struct mst_master;
 struct mst_ha;
 
 struct mst_ha_config {
-	const char *etcd;	/* --etcd http://h1:2379,http://h2:2379; NULL: no HA */
-	const char *cluster_id; /* --cluster-id lunar */
-	const char *advertise;	/* --advertise tcp://HOST:PORT, what proxies dial */
+	const char *etcd;	    /* --etcd http://h1:2379,http://h2:2379; NULL: no HA */
+	const char *cluster_id;	    /* --cluster-id lunar */
+	const char *advertise;	    /* --advertise tcp://HOST:PORT, what proxies dial */
 	const char *advertise_http; /* --advertise-http http://HOST:PORT, lunarctl's */
-	uint64_t lease_ttl_ms;	/* --etcd-lease-ttl 5s */
+	uint64_t lease_ttl_ms;	    /* --etcd-lease-ttl 5s */
 };
 
 /* mst_ha_config_defaults - no HA, cluster "lunar", a 5 s lease. */

@@ -24,7 +24,7 @@
 #include "rpc_server.h"
 #include "sdnotify.h"
 
-#define VERSION "0.1.0"
+#define VERSION		 "0.1.0"
 #define MST_STOP_BOUND_S 10 /* after this long stopping, SIGALRM ends the process */
 
 struct opts {
@@ -38,34 +38,37 @@ struct opts {
 	int keyed;
 	struct mst_config cfg;
 	struct mst_ha_config ha; /* --etcd and friends (ha.h) */
-	struct lc_conf conf; /* --config's settings; cfg may point into them */
+	struct lc_conf conf;	 /* --config's settings; cfg may point into them */
 };
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: lunar-master [flags]\n"
-		"  --port PORT                      RPC port, 0 picks a free one (50051)\n"
-		"  --listen ADDR                    address to listen on (127.0.0.1); any other needs\n"
-		"                                   --cluster-key or --insecure\n"
-		"  --http-port PORT                 /metrics, /health, /ready, /admin (9003; 0 picks)\n"
-		"  --workers N                      parallel RPC workers (8)\n"
-		"  --cluster-key FILE               the cluster key (lunarctl keygen; env\n"
-		"                                   LUNAR_CLUSTER_KEY_FILE): every caller must prove it\n"
-		"  --insecure                       allow a non-loopback --listen without a key (warns)\n"
-		"%s%s"
-		"  --config FILE                    settings from FILE, one 'name = value' a line,\n"
-		"                                   under the command line's\n"
-		"  --help                           this text\n"
-		"  --version                        print the version\n"
-		"Flags take --name value or --name=value. DURATION: 250ms, 10s, 30m, 1h.\n",
-		mst_config_usage(), mst_ha_usage());
+	fprintf(
+	    f,
+	    "usage: lunar-master [flags]\n"
+	    "  --port PORT                      RPC port, 0 picks a free one (50051)\n"
+	    "  --listen ADDR                    address to listen on (127.0.0.1); any other needs\n"
+	    "                                   --cluster-key or --insecure\n"
+	    "  --http-port PORT                 /metrics, /health, /ready, /admin (9003; 0 picks)\n"
+	    "  --workers N                      parallel RPC workers (8)\n"
+	    "  --cluster-key FILE               the cluster key (lunarctl keygen; env\n"
+	    "                                   LUNAR_CLUSTER_KEY_FILE): every caller must prove "
+	    "it\n"
+	    "  --insecure                       allow a non-loopback --listen without a key "
+	    "(warns)\n"
+	    "%s%s"
+	    "  --config FILE                    settings from FILE, one 'name = value' a line,\n"
+	    "                                   under the command line's\n"
+	    "  --help                           this text\n"
+	    "  --version                        print the version\n"
+	    "Flags take --name value or --name=value. DURATION: 250ms, 10s, 30m, 1h.\n",
+	    mst_config_usage(), mst_ha_usage());
 }
 
 static int known(const char *name)
 {
-	static const char *const own[] = {"listen",  "port",	     "http-port",
-					    "workers", "cluster-key", "insecure", "config"};
+	static const char *const own[] = {"listen",	 "port",     "http-port", "workers",
+					  "cluster-key", "insecure", "config"};
 
 	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
 		if (!strcmp(name, own[i]))
@@ -210,8 +213,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 static void warn_insecure(const struct opts *o)
 {
 	if (!o->keyed && !auth_host_is_loopback(o->listen))
-		LC_WARN("lunar-master", "--insecure: anyone who reaches %s can read and change "
-			"the cache; give --cluster-key", o->listen);
+		LC_WARN("lunar-master",
+			"--insecure: anyone who reaches %s can read and change "
+			"the cache; give --cluster-key",
+			o->listen);
 }
 
 /* SIGTERM or SIGINT; an insecure master repeats its warning once a minute. */
@@ -301,7 +306,7 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 	mst_server_stop(s);
 	mst_ha_free(ha);
 	mst_master_destroy(m);
-	nng_fini(); /* nng's own threads: exit with nothing left running */
+	nng_fini();			/* nng's own threads: exit with nothing left running */
 	return sig == SIGUSR1 ? 75 : 0; /* deposed: EX_TEMPFAIL, restart me */
 }
 

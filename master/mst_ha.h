@@ -31,16 +31,16 @@ enum mst_role { MST_ROLE_STANDBY, MST_ROLE_LEADER };
  * only ever sets it to a time before the lease can have expired in etcd.
  */
 struct mst_ha_gate {
-	int role;		       /* atomic: enum mst_role */
-	uint64_t view;		       /* atomic: create revision of the leader key; 0 unknown */
-	uint64_t fence_ms;	       /* atomic: leader admits calls while now < fence_ms */
-	uint64_t failovers;	       /* atomic: times the leader key changed hands, seen here */
-	uint64_t refused;	       /* atomic: calls refused by the gate */
-	pthread_mutex_t lock;	       /* guards leader[] and members[] */
+	int role;	      /* atomic: enum mst_role */
+	uint64_t view;	      /* atomic: create revision of the leader key; 0 unknown */
+	uint64_t fence_ms;    /* atomic: leader admits calls while now < fence_ms */
+	uint64_t failovers;   /* atomic: times the leader key changed hands, seen here */
+	uint64_t refused;     /* atomic: calls refused by the gate */
+	pthread_mutex_t lock; /* guards leader[] and members[] */
 	char members[MST_HA_MEMBERS_MAX]; /* registered masters, comma-separated; "" unknown */
-	char leader[MST_HA_ADDR_MAX];  /* the leader's address as its key says; "" unknown */
-	char self[MST_HA_ADDR_MAX];    /* --advertise; set before serving, then read-only */
-	char cluster[MST_HA_ADDR_MAX]; /* --cluster-id; same */
+	char leader[MST_HA_ADDR_MAX];	  /* the leader's address as its key says; "" unknown */
+	char self[MST_HA_ADDR_MAX];	  /* --advertise; set before serving, then read-only */
+	char cluster[MST_HA_ADDR_MAX];	  /* --cluster-id; same */
 };
 
 /* mst_ha_gate_alloc - a gate for a standby that knows no leader; NULL on

@@ -39,9 +39,9 @@ struct mst_segment {
 	uint64_t owner;	      /* client_id of the mounting proxy */
 	pthread_mutex_t lock; /* guards ra and used */
 	struct lc_ralloc *ra;
-	uint64_t used;	       /* written under lock, read relaxed for placement */
-	uint64_t drain_due_ms; /* graceful unmount: no new allocations, retired at
-				* this time; 0 when not draining. Under the table lock. */
+	uint64_t used;		/* written under lock, read relaxed for placement */
+	uint64_t drain_due_ms;	/* graceful unmount: no new allocations, retired at
+				 * this time; 0 when not draining. Under the table lock. */
 	struct auth_key secret; /* capabilities for it are MACs under this; from mount */
 };
 
@@ -98,9 +98,9 @@ struct mst_tenants {
 	struct mst_tenant *head; /* tenants with bytes charged */
 };
 
-#define MST_METHODS_MAX	 64 /* method ids counted by mst_dispatch */
-#define MST_CODES_MAX	 32 /* distinct error codes counted */
-#define MST_HIST_BUCKETS 11 /* value size: 1 KiB * 4^i, i < 11 (to 1 GiB), + Inf */
+#define MST_METHODS_MAX	     64	 /* method ids counted by mst_dispatch */
+#define MST_CODES_MAX	     32	 /* distinct error codes counted */
+#define MST_HIST_BUCKETS     11	 /* value size: 1 KiB * 4^i, i < 11 (to 1 GiB), + Inf */
 #define MST_SEGMENT_NAME_MAX 255 /* bytes of a segment name or endpoint */
 
 /* Why the keyed RPC server closed a peer without an answer (SPEC §13);
@@ -120,14 +120,14 @@ enum mst_reject {
 /* Counters for /metrics: atomics, relaxed. */
 /* HA rebuild figures, all atomic (rebuild.c). */
 struct mst_rebuild_ctr {
-	uint64_t reported;	/* objects proxies reported */
-	uint64_t rebuilt;	/* objects recreated from reports */
-	uint64_t merged;	/* reports that added replicas to a known object */
-	uint64_t refused;	/* reports not taken (older, range taken, no segment...) */
-	uint64_t proxies_done;	/* proxies that sent their last batch */
-	uint64_t lead_ms;	/* when this master began to lead (ha.c); 0 never */
-	uint64_t first_ms;	/* CLOCK_MONOTONIC ms of the first report, 0 none */
-	uint64_t last_ms;	/* and of the latest */
+	uint64_t reported;     /* objects proxies reported */
+	uint64_t rebuilt;      /* objects recreated from reports */
+	uint64_t merged;       /* reports that added replicas to a known object */
+	uint64_t refused;      /* reports not taken (older, range taken, no segment...) */
+	uint64_t proxies_done; /* proxies that sent their last batch */
+	uint64_t lead_ms;      /* when this master began to lead (ha.c); 0 never */
+	uint64_t first_ms;     /* CLOCK_MONOTONIC ms of the first report, 0 none */
+	uint64_t last_ms;      /* and of the latest */
 };
 
 /* mst_rebuild_settling - 1 while a new leader waits for the proxies'
@@ -180,7 +180,7 @@ struct mst_master {
 	struct mst_tenants tenants;
 	struct mst_offload offload;
 	struct mst_counters ctr;
-	struct mst_rebuild_ctr rebuild; /* HA: objects proxies reported (rebuild.c) */
+	struct mst_rebuild_ctr rebuild;	   /* HA: objects proxies reported (rebuild.c) */
 	uint64_t n_complete, n_processing; /* atomics */
 	uint64_t capacity, used;	   /* atomics, bytes over all segments */
 	uint64_t next_obj_id;		   /* atomic; also numbers object versions */
@@ -247,8 +247,8 @@ int mst_caps_grant(struct mst_master *m, const struct mst_object *o, const struc
  * offset, length) under secret; subject NULL or "tenant\0key" (READ_DISK:
  * offset 0). 0 or -ENOMEM.
  */
-int mst_cap_one(Lunar__Replica *p, const struct auth_key *secret, uint32_t op,
-		const void *subject, size_t subject_len, uint64_t version, uint64_t expiry_ms);
+int mst_cap_one(Lunar__Replica *p, const struct auth_key *secret, uint32_t op, const void *subject,
+		size_t subject_len, uint64_t version, uint64_t expiry_ms);
 /* mst_replicas_pb_free - free n replica messages and the array v. */
 void mst_replicas_pb_free(Lunar__Replica **v, size_t n);
 /* mst_wall_deadline - a monotonic deadline (lc_now_ms clock) as CLOCK_REALTIME ms. */

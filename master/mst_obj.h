@@ -14,8 +14,8 @@
 #include "lunar.h"
 #include "mst_int.h"
 
-#define MST_MAX_REPLICAS 64 /* replica_num above this is clamped (best effort anyway) */
-#define MST_TENANT_MAX	 63
+#define MST_MAX_REPLICAS  64 /* replica_num above this is clamped (best effort anyway) */
+#define MST_TENANT_MAX	  63
 #define MST_PREFERRED_MAX 64 /* preferred segments a put may name */
 
 enum { MST_ST_PROCESSING, MST_ST_COMPLETE };
@@ -23,7 +23,7 @@ enum { MST_ST_PROCESSING, MST_ST_COMPLETE };
 /* An upsert in flight on a COMPLETE object: the new replicas being written. */
 struct mst_upsert {
 	uint64_t writer, size, start_ms;
-	uint64_t version; /* the new value's, from next_obj_id */
+	uint64_t version;	  /* the new value's, from next_obj_id */
 	struct mst_replica *reps; /* heap */
 	unsigned nrep;
 	int hard_pin, soft_pin;
@@ -40,7 +40,7 @@ struct mst_disk_replica {
 
 struct mst_object {
 	uint64_t hash;
-	uint64_t id; /* unique for the master's life: eviction re-finds by (pointer, id) */
+	uint64_t id;	  /* unique for the master's life: eviction re-finds by (pointer, id) */
 	uint64_t version; /* the value's identity (capabilities): new at put and upsert */
 	uint64_t size;
 	uint64_t writer;	   /* client_id of the PutStart (or last UpsertEnd) */

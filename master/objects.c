@@ -359,8 +359,9 @@ int mst_obj_put_locked(struct mst_master *m, struct mst_shard *s, uint64_t clien
 	if (!rc) {
 		o->tenant = t;
 		rc = mst_replicas_pb(o->reps, o->nrep, LUNAR__REPLICA_STATE__PROCESSING, reps, n);
-		if (!rc && mst_caps_grant(m, o, o->reps, o->nrep, *reps, *n, MST_CAP_WRITE,
-					  o->version, lc_wall_ms() + m->cfg.put_start_discard_timeout_ms)) {
+		if (!rc &&
+		    mst_caps_grant(m, o, o->reps, o->nrep, *reps, *n, MST_CAP_WRITE, o->version,
+				   lc_wall_ms() + m->cfg.put_start_discard_timeout_ms)) {
 			mst_replicas_pb_free(*reps, *n);
 			*reps = NULL;
 			*n = 0;
@@ -415,9 +416,10 @@ static void too_big_log(struct mst_master *m, uint64_t len)
 
 	if ((prev && now - prev < 10000) || !atomic_compare_exchange_strong(&last_ms, &prev, now))
 		return;
-	LC_INFO("master", "put refused (NO_AVAILABLE_HANDLE): value of %llu bytes is larger than "
-		"any segment (largest %llu)", (unsigned long long)len,
-		(unsigned long long)mst_segments_largest(m));
+	LC_INFO("master",
+		"put refused (NO_AVAILABLE_HANDLE): value of %llu bytes is larger than "
+		"any segment (largest %llu)",
+		(unsigned long long)len, (unsigned long long)mst_segments_largest(m));
 }
 
 int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,

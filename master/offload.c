@@ -27,10 +27,10 @@ struct mst_task {
 	uint32_t crc;
 	uint64_t off, len; /* the source MEMORY replica */
 	char *segment, *endpoint;
-	uint64_t version;      /* the object's, for the source's capability */
-	uint64_t cap_ttl_ms;   /* keyed: the capability's life from handing out; 0 keyless */
+	uint64_t version;	/* the object's, for the source's capability */
+	uint64_t cap_ttl_ms;	/* keyed: the capability's life from handing out; 0 keyless */
 	struct auth_key secret; /* keyed: the source segment's */
-	size_t klen, tlen; /* kbuf: tenant "\0" key */
+	size_t klen, tlen;	/* kbuf: tenant "\0" key */
 	char kbuf[];
 };
 
@@ -45,7 +45,7 @@ struct mst_forget {
 struct mst_oqueue {
 	struct mst_oqueue *next;
 	uint64_t client;
-	struct mst_task *queued, **tail; /* FIFO */
+	struct mst_task *queued, **tail;    /* FIFO */
 	struct mst_task *inflight, **itail; /* FIFO: oldest sent first */
 	uint64_t n;			    /* queued + in flight */
 	uint64_t bytes;			    /* their sizes */
@@ -281,8 +281,7 @@ static int task_is(const struct mst_task *t, const struct mst_okey *k)
 /* Unlink and free the task for k from the FIFO at pp whose tail pointer is
  * *tail; its size, or 0 if not found. Tasks end about in the order they
  * were sent, so the one sought is near the head. */
-static uint64_t list_remove(struct mst_task **pp, struct mst_task ***tail,
-			    const struct mst_okey *k)
+static uint64_t list_remove(struct mst_task **pp, struct mst_task ***tail, const struct mst_okey *k)
 {
 	for (; *pp; pp = &(*pp)->next) {
 		struct mst_task *t = *pp;

@@ -202,22 +202,22 @@ int mst_rebuild_settling(struct mst_master *m)
 	if (now - lead >= MST_REBUILD_GRACE_MS)
 		return 0;
 	return now - lead < 300 || !LC_READ_ONCE(m->segs.n) ||
-	       LC_READ_ONCE(m->rebuild.proxies_done) <
-		   LC_READ_ONCE(m->segs.n);
+	       LC_READ_ONCE(m->rebuild.proxies_done) < LC_READ_ONCE(m->segs.n);
 }
 
 int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
 {
 	const Lunar__ReportObjectsRequest *rq = (const void *)req;
-	Lunar__ReportObjectsReply *r = (void *)lp_reply_new(&lunar__report_objects_reply__descriptor,
-							    0, mst_view(m));
+	Lunar__ReportObjectsReply *r =
+	    (void *)lp_reply_new(&lunar__report_objects_reply__descriptor, 0, mst_view(m));
 	uint64_t now = lc_now_ms(), zero = 0;
 	uint32_t *order;
 
 	if (!r)
 		return -ENOMEM;
 	*rep = &r->base;
-	if (rq->n_objects > REPORT_MAX || !(r->codes = calloc(rq->n_objects + 1, sizeof(int32_t)))) {
+	if (rq->n_objects > REPORT_MAX ||
+	    !(r->codes = calloc(rq->n_objects + 1, sizeof(int32_t)))) {
 		lp_status(&r->base)->code = LUNAR_ERR_INVALID_PARAMS;
 		return 0;
 	}

@@ -105,8 +105,7 @@ static int reject(struct mst_server *s, nng_msg *msg, enum mst_reject why)
 
 	mst_metrics_reject(s->m, why);
 	nng_pipe_close(nng_msg_get_pipe(msg));
-	if (now - last >= 1000 &&
-	    lc_cas(&s->warned_ms, &last, now))
+	if (now - last >= 1000 && lc_cas(&s->warned_ms, &last, now))
 		LC_WARN("master", "RPC peer closed: %s (lunar_master_rpc_rejected_total)",
 			words[why]);
 	return -EPERM;
@@ -148,8 +147,7 @@ static int keyed_proof(struct mst_server *s, nng_msg *msg, const struct lp_env *
 /* The authentic request's reply: refused UNAUTHORIZED by the session's
  * identity, or dispatched with its segment secrets sealed. */
 static int keyed_dispatch(struct mst_server *s, const struct mst_sess_view *v,
-			  const struct lp_method *mt, ProtobufCMessage *req,
-			  ProtobufCMessage **rep)
+			  const struct lp_method *mt, ProtobufCMessage *req, ProtobufCMessage **rep)
 {
 	int rc;
 

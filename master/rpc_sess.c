@@ -221,16 +221,12 @@ static int needs_admin(uint32_t method, const ProtobufCMessage *req)
 	case LUNAR__METHOD__LIST_KEYS:
 	case LUNAR__METHOD__LIST_SEGMENTS:
 	case LUNAR__METHOD__LIST_CLIENTS:
-	case LUNAR__METHOD__STAT_KEY:
-		return 1;
-	case LUNAR__METHOD__REMOVE:
-		return ((const Lunar__RemoveRequest *)req)->force;
-	case LUNAR__METHOD__BATCH_REMOVE:
-		return ((const Lunar__BatchRemoveRequest *)req)->force;
+	case LUNAR__METHOD__STAT_KEY: return 1;
+	case LUNAR__METHOD__REMOVE: return ((const Lunar__RemoveRequest *)req)->force;
+	case LUNAR__METHOD__BATCH_REMOVE: return ((const Lunar__BatchRemoveRequest *)req)->force;
 	case LUNAR__METHOD__REMOVE_BY_REGEX:
 		return ((const Lunar__RemoveByRegexRequest *)req)->force;
-	default:
-		return 0;
+	default: return 0;
 	}
 }
 
@@ -238,7 +234,7 @@ static int needs_admin(uint32_t method, const ProtobufCMessage *req)
 static int client_of(const ProtobufCMessage *req, uint64_t *id)
 {
 	const ProtobufCFieldDescriptor *f =
-		protobuf_c_message_descriptor_get_field_by_name(req->descriptor, "client_id");
+	    protobuf_c_message_descriptor_get_field_by_name(req->descriptor, "client_id");
 
 	if (!f || f->type != PROTOBUF_C_TYPE_UINT64 || f->label == PROTOBUF_C_LABEL_REPEATED)
 		return 0;
@@ -275,8 +271,8 @@ static int bind_id(struct mst_sesstab *t, uint64_t sid, uint64_t id)
 	return 0;
 }
 
-int mst_sess_guard(struct mst_sesstab *t, const struct mst_sess_view *v,
-		   const struct lp_method *mt, const ProtobufCMessage *req)
+int mst_sess_guard(struct mst_sesstab *t, const struct mst_sess_view *v, const struct lp_method *mt,
+		   const ProtobufCMessage *req)
 {
 	int admin = v->role == AUTH_ROLE_ADMIN, may_bind, rc;
 	const struct sess *x;

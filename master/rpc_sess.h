@@ -15,10 +15,10 @@
 #include "rpc.h"
 #include "rpc_auth.h"
 
-#define MST_SESS_SLOTS	    4096u   /* sessions at once, open or half-open */
-#define MST_SESS_IDS	    16u	    /* client ids one session may act for */
-#define MST_SESS_HALF_MS    10000u  /* a HELLO not followed by its PROOF */
-#define MST_SESS_IDLE_MS    600000u /* an open session without a call */
+#define MST_SESS_SLOTS	 4096u	 /* sessions at once, open or half-open */
+#define MST_SESS_IDS	 16u	 /* client ids one session may act for */
+#define MST_SESS_HALF_MS 10000u	 /* a HELLO not followed by its PROOF */
+#define MST_SESS_IDLE_MS 600000u /* an open session without a call */
 
 struct mst_sesstab;
 
@@ -66,7 +66,7 @@ int mst_sess_call(struct mst_sesstab *t, const struct lp_env *in, struct mst_ses
  * without a segment never mounts). An ADMIN session may name any id.
  * 0 or LUNAR_ERR_UNAUTHORIZED. Any thread; takes the table's lock.
  */
-int mst_sess_guard(struct mst_sesstab *t, const struct mst_sess_view *v,
-		   const struct lp_method *mt, const ProtobufCMessage *req);
+int mst_sess_guard(struct mst_sesstab *t, const struct mst_sess_view *v, const struct lp_method *mt,
+		   const ProtobufCMessage *req);
 
 #endif /* LUNAR_MASTER_RPC_SESS_H */

@@ -18,8 +18,8 @@
 
 #define LIST_DEFAULT_LIMIT 1000
 #define LIST_MAX_LIMIT	   10000 /* a larger limit is taken as this */
-#define PATTERN_COST_MAX 256 /* automaton nodes a key pattern may need */
-#define PATTERN_DEPTH_MAX 32 /* groups a key pattern may nest */
+#define PATTERN_COST_MAX   256	 /* automaton nodes a key pattern may need */
+#define PATTERN_DEPTH_MAX  32	 /* groups a key pattern may nest */
 
 struct remove_arg {
 	const char *tenant; /* with its "\0" */
@@ -135,7 +135,7 @@ static const char *interval_end(const char *p, unsigned long *max)
  */
 static int pattern_cost_ok(const char *p)
 {
-	uint64_t sum[PATTERN_DEPTH_MAX + 1] = { 0 }, last = 0, times;
+	uint64_t sum[PATTERN_DEPTH_MAX + 1] = {0}, last = 0, times;
 	unsigned depth = 0;
 	unsigned long max;
 	const char *e;
@@ -245,7 +245,7 @@ static int visit_collect(struct mst_master *m, struct mst_object *o, void *arg)
 		}
 		c->v = v;
 	}
-	c->v[c->n] = (struct candidate){ .o = o, .id = o->id, .hash = o->hash };
+	c->v[c->n] = (struct candidate){.o = o, .id = o->id, .hash = o->hash};
 	if (!(c->v[c->n].key = strdup(mst_obj_key(o)))) {
 		c->nomem = 1;
 		return -1;
@@ -259,7 +259,7 @@ static int visit_collect(struct mst_master *m, struct mst_object *o, void *arg)
 static int64_t shard_remove_matching(struct mst_master *m, size_t i, const struct remove_arg *a,
 				     const regex_t *re)
 {
-	struct collect_arg c = { .match = a };
+	struct collect_arg c = {.match = a};
 	struct mst_shard *s = &m->shards[i];
 	struct mst_object **pp;
 	int64_t n = 0;
@@ -350,9 +350,10 @@ static int visit_list(struct mst_master *m, struct mst_object *o, void *arg)
 
 int mst_obj_list(struct mst_master *m, const Lunar__ListKeysRequest *rq, Lunar__ListKeysReply *r)
 {
-	struct list_arg a = {.r = r, .limit = !rq->limit ? LIST_DEFAULT_LIMIT
-					     : rq->limit > LIST_MAX_LIMIT ? LIST_MAX_LIMIT
-									  : rq->limit};
+	struct list_arg a = {.r = r,
+			     .limit = !rq->limit		   ? LIST_DEFAULT_LIMIT
+				      : rq->limit > LIST_MAX_LIMIT ? LIST_MAX_LIMIT
+								   : rq->limit};
 	regex_t re;
 	int rc = 0;
 

@@ -54,12 +54,11 @@ static int put_value(struct lc_http_reply *rep, const ProtobufCFieldDescriptor *
 		return lc_http_reply_printf(rep, "%" PRIu64, *(const uint64_t *)p);
 	case PROTOBUF_C_TYPE_FLOAT:
 		return lc_http_reply_printf(rep, "%g", (double)*(const float *)p);
-	case PROTOBUF_C_TYPE_DOUBLE:
-		return lc_http_reply_printf(rep, "%g", *(const double *)p);
+	case PROTOBUF_C_TYPE_DOUBLE: return lc_http_reply_printf(rep, "%g", *(const double *)p);
 	case PROTOBUF_C_TYPE_BOOL:
-		return lc_http_reply_printf(rep, "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
-	case PROTOBUF_C_TYPE_ENUM:
-		return put_enum(rep, f->descriptor, *(const int *)p);
+		return lc_http_reply_printf(rep, "%s",
+					    *(const protobuf_c_boolean *)p ? "true" : "false");
+	case PROTOBUF_C_TYPE_ENUM: return put_enum(rep, f->descriptor, *(const int *)p);
 	case PROTOBUF_C_TYPE_STRING:
 		return put_string(rep, *(char *const *)p ? *(char *const *)p : "");
 	case PROTOBUF_C_TYPE_BYTES:
@@ -80,17 +79,12 @@ static size_t type_size(const ProtobufCFieldDescriptor *f)
 	case PROTOBUF_C_TYPE_SFIXED64:
 	case PROTOBUF_C_TYPE_UINT64:
 	case PROTOBUF_C_TYPE_FIXED64:
-	case PROTOBUF_C_TYPE_DOUBLE:
-		return 8;
+	case PROTOBUF_C_TYPE_DOUBLE: return 8;
 	case PROTOBUF_C_TYPE_STRING:
-	case PROTOBUF_C_TYPE_MESSAGE:
-		return sizeof(void *);
-	case PROTOBUF_C_TYPE_BYTES:
-		return sizeof(ProtobufCBinaryData);
-	case PROTOBUF_C_TYPE_BOOL:
-		return sizeof(protobuf_c_boolean);
-	default:
-		return 4;
+	case PROTOBUF_C_TYPE_MESSAGE: return sizeof(void *);
+	case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
+	case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
+	default: return 4;
 	}
 }
 

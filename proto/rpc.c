@@ -9,44 +9,46 @@
 
 #include "lunar.h"
 
-#define M(id, name, rq, rp) \
-	{ LUNAR__METHOD__##id, name, &lunar__##rq##__descriptor, &lunar__##rp##__descriptor }
+#define M(id, name, rq, rp)                                                                        \
+	{                                                                                          \
+		LUNAR__METHOD__##id, name, &lunar__##rq##__descriptor, &lunar__##rp##__descriptor  \
+	}
 
 static const struct lp_method methods[] = {
-	M(MOUNT_SEGMENT, "MountSegment", mount_segment_request, mount_segment_reply),
-	M(UNMOUNT_SEGMENT, "UnmountSegment", unmount_segment_request, unmount_segment_reply),
-	M(REMOUNT_SEGMENT, "ReMountSegment", re_mount_segment_request, re_mount_segment_reply),
-	M(PING, "Ping", ping_request, ping_reply),
-	M(PUT_START, "PutStart", put_start_request, put_start_reply),
-	M(PUT_END, "PutEnd", put_end_request, put_end_reply),
-	M(PUT_REVOKE, "PutRevoke", put_revoke_request, put_revoke_reply),
-	M(GET_REPLICA_LIST, "GetReplicaList", get_replica_list_request, get_replica_list_reply),
-	M(EXIST_KEY, "ExistKey", exist_key_request, exist_key_reply),
-	M(REMOVE, "Remove", remove_request, remove_reply),
-	M(REMOVE_ALL, "RemoveAll", remove_all_request, remove_all_reply),
-	M(BATCH_PUT_START, "BatchPutStart", batch_put_start_request, batch_put_start_reply),
-	M(BATCH_PUT_END, "BatchPutEnd", batch_put_end_request, batch_codes_reply),
-	M(BATCH_GET_REPLICA_LIST, "BatchGetReplicaList", batch_keys_request,
-	  batch_get_replica_list_reply),
-	M(BATCH_EXIST_KEY, "BatchExistKey", batch_keys_request, batch_codes_reply),
-	M(BATCH_PUT_REVOKE, "BatchPutRevoke", batch_keys_request, batch_codes_reply),
-	M(UPSERT_START, "UpsertStart", put_start_request, put_start_reply),
-	M(UPSERT_END, "UpsertEnd", put_end_request, put_end_reply),
-	M(UPSERT_REVOKE, "UpsertRevoke", put_revoke_request, put_revoke_reply),
-	M(BATCH_UPSERT_START, "BatchUpsertStart", batch_put_start_request, batch_put_start_reply),
-	M(BATCH_UPSERT_END, "BatchUpsertEnd", batch_put_end_request, batch_codes_reply),
-	M(BATCH_UPSERT_REVOKE, "BatchUpsertRevoke", batch_keys_request, batch_codes_reply),
-	M(REMOVE_BY_REGEX, "RemoveByRegex", remove_by_regex_request, remove_all_reply),
-	M(BATCH_REMOVE, "BatchRemove", batch_remove_request, batch_codes_reply),
-	M(LIST_KEYS, "ListKeys", list_keys_request, list_keys_reply),
-	M(LIST_SEGMENTS, "ListSegments", list_segments_request, list_segments_reply),
-	M(LIST_CLIENTS, "ListClients", list_clients_request, list_clients_reply),
-	M(STAT_KEY, "StatKey", stat_key_request, stat_key_reply),
-	M(OFFLOAD_DONE, "OffloadDone", disk_records_request, batch_codes_reply),
-	M(DISK_REPLICAS_REMOVE, "DiskReplicasRemove", disk_records_request, batch_codes_reply),
-	M(DISK_REPLICAS_ADD, "DiskReplicasAdd", disk_records_request, batch_codes_reply),
-	M(BATCH_LEASE_RELEASE, "BatchLeaseRelease", lease_release_request, batch_codes_reply),
-	M(REPORT_OBJECTS, "ReportObjects", report_objects_request, report_objects_reply),
+    M(MOUNT_SEGMENT, "MountSegment", mount_segment_request, mount_segment_reply),
+    M(UNMOUNT_SEGMENT, "UnmountSegment", unmount_segment_request, unmount_segment_reply),
+    M(REMOUNT_SEGMENT, "ReMountSegment", re_mount_segment_request, re_mount_segment_reply),
+    M(PING, "Ping", ping_request, ping_reply),
+    M(PUT_START, "PutStart", put_start_request, put_start_reply),
+    M(PUT_END, "PutEnd", put_end_request, put_end_reply),
+    M(PUT_REVOKE, "PutRevoke", put_revoke_request, put_revoke_reply),
+    M(GET_REPLICA_LIST, "GetReplicaList", get_replica_list_request, get_replica_list_reply),
+    M(EXIST_KEY, "ExistKey", exist_key_request, exist_key_reply),
+    M(REMOVE, "Remove", remove_request, remove_reply),
+    M(REMOVE_ALL, "RemoveAll", remove_all_request, remove_all_reply),
+    M(BATCH_PUT_START, "BatchPutStart", batch_put_start_request, batch_put_start_reply),
+    M(BATCH_PUT_END, "BatchPutEnd", batch_put_end_request, batch_codes_reply),
+    M(BATCH_GET_REPLICA_LIST, "BatchGetReplicaList", batch_keys_request,
+      batch_get_replica_list_reply),
+    M(BATCH_EXIST_KEY, "BatchExistKey", batch_keys_request, batch_codes_reply),
+    M(BATCH_PUT_REVOKE, "BatchPutRevoke", batch_keys_request, batch_codes_reply),
+    M(UPSERT_START, "UpsertStart", put_start_request, put_start_reply),
+    M(UPSERT_END, "UpsertEnd", put_end_request, put_end_reply),
+    M(UPSERT_REVOKE, "UpsertRevoke", put_revoke_request, put_revoke_reply),
+    M(BATCH_UPSERT_START, "BatchUpsertStart", batch_put_start_request, batch_put_start_reply),
+    M(BATCH_UPSERT_END, "BatchUpsertEnd", batch_put_end_request, batch_codes_reply),
+    M(BATCH_UPSERT_REVOKE, "BatchUpsertRevoke", batch_keys_request, batch_codes_reply),
+    M(REMOVE_BY_REGEX, "RemoveByRegex", remove_by_regex_request, remove_all_reply),
+    M(BATCH_REMOVE, "BatchRemove", batch_remove_request, batch_codes_reply),
+    M(LIST_KEYS, "ListKeys", list_keys_request, list_keys_reply),
+    M(LIST_SEGMENTS, "ListSegments", list_segments_request, list_segments_reply),
+    M(LIST_CLIENTS, "ListClients", list_clients_request, list_clients_reply),
+    M(STAT_KEY, "StatKey", stat_key_request, stat_key_reply),
+    M(OFFLOAD_DONE, "OffloadDone", disk_records_request, batch_codes_reply),
+    M(DISK_REPLICAS_REMOVE, "DiskReplicasRemove", disk_records_request, batch_codes_reply),
+    M(DISK_REPLICAS_ADD, "DiskReplicasAdd", disk_records_request, batch_codes_reply),
+    M(BATCH_LEASE_RELEASE, "BatchLeaseRelease", lease_release_request, batch_codes_reply),
+    M(REPORT_OBJECTS, "ReportObjects", report_objects_request, report_objects_reply),
 };
 
 const struct lp_method *lp_method_find(uint32_t id)
@@ -122,7 +124,7 @@ static void budget_free(void *data, void *p)
 static ProtobufCMessage *unpack(const ProtobufCMessageDescriptor *d, size_t budget,
 				const uint8_t *buf, size_t len)
 {
-	ProtobufCAllocator a = { budget_alloc, budget_free, &budget };
+	ProtobufCAllocator a = {budget_alloc, budget_free, &budget};
 
 	return protobuf_c_message_unpack(d, &a, len, buf);
 }
@@ -132,7 +134,8 @@ ProtobufCMessage *lp_reply_unpack(const struct lp_method *mt, const void *buf, s
 	return len > LP_MAX_MSG ? NULL : unpack(mt->rep, LP_REPLY_BUDGET, buf, len);
 }
 
-int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m, ProtobufCMessage **req)
+int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m,
+		      ProtobufCMessage **req)
 {
 	const uint8_t *b = buf;
 	const struct lp_method *mt;
@@ -153,7 +156,8 @@ int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m, P
 
 Lunar__Status *lp_status(const ProtobufCMessage *rep)
 {
-	const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(rep->descriptor, 1);
+	const ProtobufCFieldDescriptor *f =
+	    protobuf_c_message_descriptor_get_field(rep->descriptor, 1);
 
 	if (!f || f->type != PROTOBUF_C_TYPE_MESSAGE || f->descriptor != &lunar__status__descriptor)
 		return NULL;

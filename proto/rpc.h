@@ -11,8 +11,8 @@
 #include "lunar.pb-c.h"
 
 #define LP_REQ_MAGIC 0x51524d4cu /* "LMRQ" little-endian */
-#define LP_HDR_SIZE 8
-#define LP_MAX_MSG (64u << 20) /* largest request or reply accepted */
+#define LP_HDR_SIZE  8
+#define LP_MAX_MSG   (64u << 20) /* largest request or reply accepted */
 
 struct lp_method {
 	uint32_t id; /* Lunar__Method */
@@ -36,7 +36,8 @@ int lp_request_pack(uint32_t method, const ProtobufCMessage *req, void **buf, si
  * or LUNAR_ERR_PROTOCOL (bad header, undecodable body, or one whose unpacked
  * form would take more than 32 MiB).
  */
-int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m, ProtobufCMessage **req);
+int lp_request_unpack(const void *buf, size_t len, const struct lp_method **m,
+		      ProtobufCMessage **req);
 /*
  * lp_reply_unpack - parse an untrusted reply to method mt; free it with
  * protobuf_c_message_free_unpacked(rep, NULL). NULL when it is over 64 MiB,

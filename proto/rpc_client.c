@@ -22,7 +22,7 @@
 #include "lunar.h"
 #include "rpc_auth.h"
 
-#define NO_SESSION 1	      /* call_in: the master forgot our session */
+#define NO_SESSION    1	     /* call_in: the master forgot our session */
 #define WARN_EVERY_MS 10000u /* how often a refused key is logged again */
 
 /* An open session; c->cur holds one reference, each call using it one. */
@@ -47,8 +47,8 @@ struct lp_client {
 	void *drop_arg;
 };
 
-int lp_client_create(const char *url, const struct auth_key *key, uint32_t role,
-		     unsigned flags, struct lp_client **out)
+int lp_client_create(const char *url, const struct auth_key *key, uint32_t role, unsigned flags,
+		     struct lp_client **out)
 {
 	struct lp_client *c;
 	int rv;
@@ -208,8 +208,8 @@ static ProtobufCMessage *reply_of(const struct lp_method *mt, const void *buf, s
 	return NULL;
 }
 
-static int call_plain(struct lp_client *c, const struct lp_method *mt, const void *buf,
-		      size_t len, ProtobufCMessage **rep, uint64_t deadline)
+static int call_plain(struct lp_client *c, const struct lp_method *mt, const void *buf, size_t len,
+		      ProtobufCMessage **rep, uint64_t deadline)
 {
 	nng_msg *msg, *reply = NULL;
 	struct xchg x;
@@ -429,8 +429,8 @@ static int call_send(struct lp_client *c, struct lp_csess *cs, struct lp_env *e,
 }
 
 /* The reply to the CALL numbered ctr: ours, untouched, secrets opened. */
-static int call_reply(struct lp_csess *cs, const struct lp_method *mt, uint64_t ctr,
-		      nng_msg *reply, ProtobufCMessage **rep)
+static int call_reply(struct lp_csess *cs, const struct lp_method *mt, uint64_t ctr, nng_msg *reply,
+		      ProtobufCMessage **rep)
 {
 	struct lp_env r;
 
@@ -475,8 +475,8 @@ static int call_in(struct lp_client *c, struct lp_csess *cs, const struct lp_met
 }
 
 /* A call on the session, opened again once if the master forgot it. */
-static int call_keyed(struct lp_client *c, const struct lp_method *mt, const void *buf,
-		      size_t len, ProtobufCMessage **rep, uint64_t deadline)
+static int call_keyed(struct lp_client *c, const struct lp_method *mt, const void *buf, size_t len,
+		      ProtobufCMessage **rep, uint64_t deadline)
 {
 	struct lp_csess *cs;
 	int rc = NO_SESSION;
@@ -487,7 +487,7 @@ static int call_keyed(struct lp_client *c, const struct lp_method *mt, const voi
 		rc = call_in(c, cs, mt, buf, len, rep, deadline);
 		if (rc == NO_SESSION) {
 			LC_INFO("rpc", "master does not know our session (restarted?): "
-				"opening a new one");
+				       "opening a new one");
 			sess_drop(c, cs);
 		}
 		sess_put(c, cs);

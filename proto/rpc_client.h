@@ -30,8 +30,8 @@ struct lp_client;
  * or LUNAR_ERR_INVALID_PARAMS (bad url, no master with LP_CLIENT_DIAL_NOW,
  * or a role a client may not claim). Blocks only with LP_CLIENT_DIAL_NOW.
  */
-int lp_client_create(const char *url, const struct auth_key *key, uint32_t role,
-		     unsigned flags, struct lp_client **out);
+int lp_client_create(const char *url, const struct auth_key *key, uint32_t role, unsigned flags,
+		     struct lp_client **out);
 /*
  * lp_client_call - one call of method mt, blocking up to timeout_ms for the
  * whole exchange (handshake included). Thread-safe: any number of threads

@@ -22,12 +22,12 @@
 #include "lunar.h"
 #include "rpc_client.h"
 
-#define POLL_MS	   500	 /* etcd read period while all is well */
-#define FAST_MS	   100	 /* ... and for SUSPECT_MS after trouble */
-#define SUSPECT_MS 10000
-#define RETRY_MS   50	 /* pause before a refused call goes again */
+#define POLL_MS	    500 /* etcd read period while all is well */
+#define FAST_MS	    100 /* ... and for SUSPECT_MS after trouble */
+#define SUSPECT_MS  10000
+#define RETRY_MS    50	 /* pause before a refused call goes again */
 #define ETCD_TMO_MS 1000 /* one etcd request */
-#define HINT	   "standby: the leader is "
+#define HINT	    "standby: the leader is "
 
 struct target {
 	struct lp_client *c;
@@ -126,8 +126,8 @@ static int switch_to(struct lp_follow *f, const char *url, uint64_t view)
 	pthread_mutex_unlock(&f->lock);
 	view_raise(f, view);
 	lc_fetch_add_relaxed(&f->switches, 1);
-	LC_INFO("rpc", "following the master at %s (view %llu)%s", t->url,
-		(unsigned long long)view, old ? "" : ": first contact");
+	LC_INFO("rpc", "following the master at %s (view %llu)%s", t->url, (unsigned long long)view,
+		old ? "" : ": first contact");
 	if (old) {
 		lp_client_close(old->c); /* calls waiting on it fail now */
 		target_put(f, old);
@@ -350,9 +350,8 @@ static int follow_plain(struct lp_follow *f, const char *url, unsigned flags)
 	return 0;
 }
 
-int lp_follow_create(const char *master, const struct auth_key *key, uint32_t role,
-		     unsigned flags, void (*on_switch)(void *arg), void *arg,
-		     struct lp_follow **out)
+int lp_follow_create(const char *master, const struct auth_key *key, uint32_t role, unsigned flags,
+		     void (*on_switch)(void *arg), void *arg, struct lp_follow **out)
 {
 	struct lp_follow *f = calloc(1, sizeof(*f));
 	char urls[2048];

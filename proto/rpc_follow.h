@@ -32,9 +32,8 @@ struct lp_follow;
  * *out, or LUNAR_ERR_INVALID_PARAMS (bad address, no master with
  * LP_CLIENT_DIAL_NOW), LUNAR_ERR_INTERNAL.
  */
-int lp_follow_create(const char *master, const struct auth_key *key, uint32_t role,
-		     unsigned flags, void (*on_switch)(void *arg), void *arg,
-		     struct lp_follow **out);
+int lp_follow_create(const char *master, const struct auth_key *key, uint32_t role, unsigned flags,
+		     void (*on_switch)(void *arg), void *arg, struct lp_follow **out);
 /*
  * lp_follow_call - lp_client_call on the current leader, within timeout_ms
  * in all. A call refused with UNAVAILABLE_IN_CURRENT_STATUS (it did not run)

@@ -13,7 +13,20 @@
 #include "px_int.h"
 #include "uds.h"
 
-enum kind { K_STR, K_SIZE, K_MS, K_U16, K_UINT, K_KEYS, K_BOOL, K_UIDS, K_GIDS, K_POLICY, K_MODE, K_GROUP };
+enum kind {
+	K_STR,
+	K_SIZE,
+	K_MS,
+	K_U16,
+	K_UINT,
+	K_KEYS,
+	K_BOOL,
+	K_UIDS,
+	K_GIDS,
+	K_POLICY,
+	K_MODE,
+	K_GROUP
+};
 
 struct flag {
 	const char *name;
@@ -22,79 +35,91 @@ struct flag {
 	const char *help;
 };
 
-#define F(n, k, field, h) { n, k, offsetof(struct px_config, field), h }
+#define F(n, k, field, h)                                                                          \
+	{                                                                                          \
+		n, k, offsetof(struct px_config, field), h                                         \
+	}
 static const struct flag flags[] = {
-	F("socket", K_STR, socket_path, "PATH  client socket (/run/lunar/proxy.sock as root, else\n"
-	  "                             $XDG_RUNTIME_DIR/lunar/proxy.sock or /tmp/lunar-UID/proxy.sock)"),
-	F("master", K_STR, master_url, "URL   master to use: tcp://HOST:PORT or ipc://PATH"),
-	F("embedded-master", K_BOOL, embedded, "      run the master inside this proxy (single node)"),
-	F("host", K_STR, host, "ADDR  address of the data and HTTP ports, advertised to peers\n"
-	  "                             (127.0.0.1)"),
-	F("data-port", K_U16, data_port, "N     data port for peers (12345; 0 picks a free one)"),
-	F("segment-size", K_SIZE, segment_size, "SIZE  DRAM contributed to the cluster (4GiB; 0 = none)"),
-	F("arena-size", K_SIZE, arena_size, "SIZE  default shared arena per client (64MiB)"),
-	F("max-clients", K_UINT, max_clients, "N     most clients at once (1024)"),
-	F("max-inflight", K_UINT, max_inflight, "N     requests in flight per client; more get BUSY (256)"),
-	F("max-registrations", K_UINT, max_registrations,
-	  "N     registered memory ranges of all clients, of one uid half\n"
-	  "                             (what vm.max_map_count leaves the clients)"),
-	F("lease-cache-keys", K_KEYS, lease_cache_keys,
-	  "N     replica lists kept while their leases hold, 64..4194304\n"
-	  "                             (one per 16KiB of segment, at least 65536)"),
-	F("max-client-leases", K_KEYS, max_client_leases,
-	  "N     keys one client may hold read leases on, 64..4194304; reads\n"
-	  "                             of more get BUSY until its leases run out (262144)"),
-	F("allow-uid", K_UIDS, allow_uid, "UIDS  comma-separated uids allowed besides ours and root"),
-	F("allow-gid", K_GIDS, allow_gid, "GIDS  comma-separated gids allowed besides our group"),
-	F("socket-mode", K_MODE, socket_mode,
-	  "MODE  octal mode of the socket file (0660); its directory, when we\n"
-	  "                             create it, lets the same classes search it"),
-	F("socket-group", K_GROUP, socket_gid,
-	  "GROUP gid or name owning the socket and the directory we create\n"
-	  "                             (ours); --allow-uid/--allow-gid still decide who is served"),
-	F("workers", K_UINT, workers, "N     request worker threads (8)"),
-	F("rpc-timeout", K_MS, rpc_timeout_ms, "DUR   master call timeout (5s)"),
-	F("ping-interval", K_MS, ping_interval_ms, "DUR   heartbeat to the master (1s)"),
-	F("grace", K_MS, grace_ms, "DUR   on SIGTERM: segment readable, no new data, this long (0)"),
-	F("http-port", K_U16, http_port, "N     metrics/health/admin HTTP port (9300; 0 picks one)"),
-	F("debug-put-delay", K_MS, debug_put_delay_ms, "DUR   test hook: delay before committing a put (0)"),
-	F("debug-disk-read-delay", K_MS, debug_disk_read_delay_ms,
-	  "DUR   test hook: delay each read from the SSD tier (0)"),
-	F("debug-heartbeat-delay", K_MS, debug_hb_delay_ms,
-	  "DUR   test hook: hold the heartbeat thread's first beat (0)"),
-	F("rdma-devices", K_STR, rdma_devices,
-	  "LIST  RDMA devices for peer transfers: auto (the first active port),\n"
-	  "                             none, or names like mlx5_0,mlx5_1:2 (auto); TCP otherwise"),
-	F("disk-dir", K_STR, disk_dir, "DIR   SSD tier directory (none: no SSD tier)"),
-	F("disk-capacity", K_SIZE, disk_capacity, "SIZE  bytes of the SSD tier (16GiB)"),
-	F("disk-eviction", K_POLICY, disk_policy,
-	  "NAME  SSD eviction by bucket: fifo|lru|clock (clock)"),
-	F("dumpable", K_BOOL, dumpable,
-	  "      let processes of our uid ptrace us and read our memory, and\n"
-	  "                             dump core (off: a client could reach the others' memory)"),
-	F("cluster-key", K_STR, key_path,
-	  "FILE  the cluster key (lunarctl keygen; env LUNAR_CLUSTER_KEY_FILE):\n"
-	  "                             master and peers must prove it, and so must we"),
-	F("admin-calls", K_BOOL, admin_calls,
-	  "      open our master session as ADMIN (needs --cluster-key): this\n"
-	  "                             node's apps may then remove all or force removes"),
-	F("insecure", K_BOOL, insecure,
-	  "      allow a --host other than loopback without a cluster key (warns)"),
-	F("config", K_STR, config_path,
-	  "FILE  settings from FILE, one 'name = value' a line, under the command line's"),
+    F("socket", K_STR, socket_path,
+      "PATH  client socket (/run/lunar/proxy.sock as root, else\n"
+      "                             $XDG_RUNTIME_DIR/lunar/proxy.sock or "
+      "/tmp/lunar-UID/proxy.sock)"),
+    F("master", K_STR, master_url, "URL   master to use: tcp://HOST:PORT or ipc://PATH"),
+    F("embedded-master", K_BOOL, embedded, "      run the master inside this proxy (single node)"),
+    F("host", K_STR, host,
+      "ADDR  address of the data and HTTP ports, advertised to peers\n"
+      "                             (127.0.0.1)"),
+    F("data-port", K_U16, data_port, "N     data port for peers (12345; 0 picks a free one)"),
+    F("segment-size", K_SIZE, segment_size,
+      "SIZE  DRAM contributed to the cluster (4GiB; 0 = none)"),
+    F("arena-size", K_SIZE, arena_size, "SIZE  default shared arena per client (64MiB)"),
+    F("max-clients", K_UINT, max_clients, "N     most clients at once (1024)"),
+    F("max-inflight", K_UINT, max_inflight,
+      "N     requests in flight per client; more get BUSY (256)"),
+    F("max-registrations", K_UINT, max_registrations,
+      "N     registered memory ranges of all clients, of one uid half\n"
+      "                             (what vm.max_map_count leaves the clients)"),
+    F("lease-cache-keys", K_KEYS, lease_cache_keys,
+      "N     replica lists kept while their leases hold, 64..4194304\n"
+      "                             (one per 16KiB of segment, at least 65536)"),
+    F("max-client-leases", K_KEYS, max_client_leases,
+      "N     keys one client may hold read leases on, 64..4194304; reads\n"
+      "                             of more get BUSY until its leases run out (262144)"),
+    F("allow-uid", K_UIDS, allow_uid, "UIDS  comma-separated uids allowed besides ours and root"),
+    F("allow-gid", K_GIDS, allow_gid, "GIDS  comma-separated gids allowed besides our group"),
+    F("socket-mode", K_MODE, socket_mode,
+      "MODE  octal mode of the socket file (0660); its directory, when we\n"
+      "                             create it, lets the same classes search it"),
+    F("socket-group", K_GROUP, socket_gid,
+      "GROUP gid or name owning the socket and the directory we create\n"
+      "                             (ours); --allow-uid/--allow-gid still decide who is served"),
+    F("workers", K_UINT, workers, "N     request worker threads (8)"),
+    F("rpc-timeout", K_MS, rpc_timeout_ms, "DUR   master call timeout (5s)"),
+    F("ping-interval", K_MS, ping_interval_ms, "DUR   heartbeat to the master (1s)"),
+    F("grace", K_MS, grace_ms, "DUR   on SIGTERM: segment readable, no new data, this long (0)"),
+    F("http-port", K_U16, http_port, "N     metrics/health/admin HTTP port (9300; 0 picks one)"),
+    F("debug-put-delay", K_MS, debug_put_delay_ms,
+      "DUR   test hook: delay before committing a put (0)"),
+    F("debug-disk-read-delay", K_MS, debug_disk_read_delay_ms,
+      "DUR   test hook: delay each read from the SSD tier (0)"),
+    F("debug-heartbeat-delay", K_MS, debug_hb_delay_ms,
+      "DUR   test hook: hold the heartbeat thread's first beat (0)"),
+    F("rdma-devices", K_STR, rdma_devices,
+      "LIST  RDMA devices for peer transfers: auto (the first active port),\n"
+      "                             none, or names like mlx5_0,mlx5_1:2 (auto); TCP otherwise"),
+    F("disk-dir", K_STR, disk_dir, "DIR   SSD tier directory (none: no SSD tier)"),
+    F("disk-capacity", K_SIZE, disk_capacity, "SIZE  bytes of the SSD tier (16GiB)"),
+    F("disk-eviction", K_POLICY, disk_policy,
+      "NAME  SSD eviction by bucket: fifo|lru|clock (clock)"),
+    F("dumpable", K_BOOL, dumpable,
+      "      let processes of our uid ptrace us and read our memory, and\n"
+      "                             dump core (off: a client could reach the others' memory)"),
+    F("cluster-key", K_STR, key_path,
+      "FILE  the cluster key (lunarctl keygen; env LUNAR_CLUSTER_KEY_FILE):\n"
+      "                             master and peers must prove it, and so must we"),
+    F("admin-calls", K_BOOL, admin_calls,
+      "      open our master session as ADMIN (needs --cluster-key): this\n"
+      "                             node's apps may then remove all or force removes"),
+    F("insecure", K_BOOL, insecure,
+      "      allow a --host other than loopback without a cluster key (warns)"),
+    F("config", K_STR, config_path,
+      "FILE  settings from FILE, one 'name = value' a line, under the command line's"),
 };
 #undef F
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: lunar-proxy [--embedded-master | --master URL] [flags]\n\n"
-		     "The per-node Lunar daemon: serves applications over shared memory,\n"
-		     "contributes a DRAM segment and moves bytes to and from its peers.\n\n"
-		     "Flags (--name VALUE or --name=VALUE; sizes take KiB/MiB/GiB, durations ms/s/m/h):\n");
+	fprintf(
+	    out,
+	    "usage: lunar-proxy [--embedded-master | --master URL] [flags]\n\n"
+	    "The per-node Lunar daemon: serves applications over shared memory,\n"
+	    "contributes a DRAM segment and moves bytes to and from its peers.\n\n"
+	    "Flags (--name VALUE or --name=VALUE; sizes take KiB/MiB/GiB, durations ms/s/m/h):\n");
 	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
 		fprintf(out, "  --%-18s %s\n", flags[i].name, flags[i].help);
-	fprintf(out, "  --%-18s       this text\n  --%-18s       print the version\n\n"
-		     "With --embedded-master, master flags too:\n%s",
+	fprintf(out,
+		"  --%-18s       this text\n  --%-18s       print the version\n\n"
+		"With --embedded-master, master flags too:\n%s",
 		"help", "version", mst_config_usage());
 }
 
@@ -184,10 +209,8 @@ static int set_flag(struct px_config *c, const struct flag *f, const char *v)
 			*(const char **)p = v;
 		}
 		return 0;
-	case K_SIZE:
-		return lc_parse_size(v, (uint64_t *)p);
-	case K_MS:
-		return lc_parse_duration_ms(v, (uint64_t *)p);
+	case K_SIZE: return lc_parse_size(v, (uint64_t *)p);
+	case K_MS: return lc_parse_duration_ms(v, (uint64_t *)p);
 	case K_U16:
 		if (lc_parse_u64(v, &x) || x > 65535)
 			return -EINVAL;
@@ -203,18 +226,11 @@ static int set_flag(struct px_config *c, const struct flag *f, const char *v)
 			return -EINVAL;
 		*(unsigned *)p = (unsigned)x;
 		return 0;
-	case K_BOOL:
-		*(int *)p = 1;
-		return 0;
-	case K_UIDS:
-		return parse_ids(v, (uint32_t *)c->allow_uid, &c->n_allow_uid);
-	case K_GIDS:
-		return parse_ids(v, (uint32_t *)c->allow_gid, &c->n_allow_gid);
-	case K_MODE:
-		return parse_mode(v, &c->socket_mode);
-	case K_GROUP:
-		c->socket_group_set = 1;
-		return parse_group(v, &c->socket_gid);
+	case K_BOOL: *(int *)p = 1; return 0;
+	case K_UIDS: return parse_ids(v, (uint32_t *)c->allow_uid, &c->n_allow_uid);
+	case K_GIDS: return parse_ids(v, (uint32_t *)c->allow_gid, &c->n_allow_gid);
+	case K_MODE: return parse_mode(v, &c->socket_mode);
+	case K_GROUP: c->socket_group_set = 1; return parse_group(v, &c->socket_gid);
 	case K_POLICY: /* enum dsk_policy */
 		if (strcmp(v, "fifo") && strcmp(v, "lru") && strcmp(v, "clock"))
 			return -EINVAL;
@@ -259,7 +275,8 @@ static int parse_one(struct px_config *c, int argc, char **argv, int *i, const c
 		return bad("unknown flag '--%s'", name);
 	if (eq)
 		v = eq + 1;
-	else if (!f && mst_config_is_switch(name) && (*i + 1 == argc || !strncmp(argv[*i + 1], "--", 2)))
+	else if (!f && mst_config_is_switch(name) &&
+		 (*i + 1 == argc || !strncmp(argv[*i + 1], "--", 2)))
 		v = "true";
 	else if (*i + 1 < argc)
 		v = argv[++*i];
@@ -268,11 +285,8 @@ static int parse_one(struct px_config *c, int argc, char **argv, int *i, const c
 	if (f)
 		return set_flag(c, f, v) ? bad("bad value for --%s", name) : 0;
 	switch (mst_config_set(&c->mcfg, name, v)) {
-	case 0:
-		*mflag = argv[at];
-		return 0;
-	default:
-		return bad("bad value for --%s", name);
+	case 0: *mflag = argv[at]; return 0;
+	default: return bad("bad value for --%s", name);
 	}
 }
 
@@ -350,7 +364,8 @@ int px_config_parse(struct px_config *c, int argc, char **argv)
 	if (mflag && !c->embedded)
 		return bad("'%s' is a master flag: it needs --embedded-master", mflag);
 	if (c->master_url && lc_parse_rpc_url(c->master_url))
-		return bad("bad --master '%s': want " LC_RPC_URL_FORMS " (e.g. tcp://127.0.0.1:50051)",
+		return bad("bad --master '%s': want " LC_RPC_URL_FORMS
+			   " (e.g. tcp://127.0.0.1:50051)",
 			   c->master_url);
 	if (c->disk_dir && (!c->segment_size || !c->disk_capacity))
 		return bad("%s", "--disk-dir needs a --segment-size and a --disk-capacity above 0");

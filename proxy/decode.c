@@ -99,8 +99,8 @@ static int resolve_segs(const struct px_region *rg, struct px_req *r, const stru
 /* One allocation per item: its key, then its iovecs (none: iov NULL). */
 static int item_alloc(struct px_item *pi, uint32_t key_len, uint32_t nseg)
 {
-	size_t key_bytes = ((size_t)key_len + 1 + _Alignof(struct iovec) - 1) &
-			   ~(_Alignof(struct iovec) - 1);
+	size_t key_bytes =
+	    ((size_t)key_len + 1 + _Alignof(struct iovec) - 1) & ~(_Alignof(struct iovec) - 1);
 
 	pi->key = malloc(key_bytes + nseg * sizeof(struct iovec));
 	if (!pi->key)
@@ -120,7 +120,8 @@ static int decode_item(const struct px_region *rg, struct px_req *r, uint64_t of
 
 	memcpy(&it, rg->base + off, sizeof(it));
 	pi->item_off = off;
-	if (it.key_len == 0 || it.key_len > LUNAR_KEY_MAX || !in_arena(rg, it.key_off, it.key_len)) {
+	if (it.key_len == 0 || it.key_len > LUNAR_KEY_MAX ||
+	    !in_arena(rg, it.key_off, it.key_len)) {
 		*why = "key outside the arena or of bad length";
 		return LUNAR_ERR_PROTOCOL;
 	}

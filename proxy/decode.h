@@ -67,15 +67,15 @@ struct px_region {
 };
 
 struct px_item {
-	char *key;          /* private NUL-terminated copy; owns iov[] too */
+	char *key; /* private NUL-terminated copy; owns iov[] too */
 	uint32_t key_len;
-	int64_t result;     /* written back to the item at item_off */
-	uint64_t item_off;  /* region offset of this item's lc_item */
-	struct iovec *iov;  /* validated pointers into the region, after key */
+	int64_t result;	   /* written back to the item at item_off */
+	uint64_t item_off; /* region offset of this item's lc_item */
+	struct iovec *iov; /* validated pointers into the region, after key */
 	int iovcnt;
-	uint64_t total;     /* sum of iov lengths */
-	uint32_t crc;       /* put: CRC32C of the value as written */
-	bool staged;        /* get: every segment in the arena (px_item_read_dir) */
+	uint64_t total; /* sum of iov lengths */
+	uint32_t crc;	/* put: CRC32C of the value as written */
+	bool staged;	/* get: every segment in the arena (px_item_read_dir) */
 };
 
 struct px_req {
@@ -84,11 +84,11 @@ struct px_req {
 	uint32_t count;
 	struct px_item *items; /* &one when count is 1 */
 	struct px_item one;
-	char *pattern;        /* LC_OP_REMOVE_REGEX: private NUL-terminated copy */
-	char *pref_buf;       /* put/upsert: private copy of the preferred names */
+	char *pattern;	/* LC_OP_REMOVE_REGEX: private NUL-terminated copy */
+	char *pref_buf; /* put/upsert: private copy of the preferred names */
 	unsigned npref;
 	uint32_t nheld;
-	struct px_req *next;  /* pool queue link */
+	struct px_req *next; /* pool queue link */
 	/* Valid up to npref and nheld; px_decode zeroes only what is above. */
 	char *pref[LC_PREF_MAX];
 	struct px_mreg *held[LC_MAX_REGIONS]; /* registered ranges in use */

@@ -188,8 +188,7 @@ int px_disk_status(struct px_proxy *px, struct lc_http_reply *rep)
 	    (unsigned long long)st.dropped_at_scan, (unsigned long long)st.evicted_buckets,
 	    (unsigned long long)st.notify_failures, st.uring ? "true" : "false",
 	    st.direct ? "true" : "false", (unsigned long long)atomic_load(&d->offload_bytes),
-	    (unsigned long long)atomic_load(&d->offload_write_us),
-	    (unsigned long long)st.rescued);
+	    (unsigned long long)atomic_load(&d->offload_write_us), (unsigned long long)st.rescued);
 	rc = rc ?: json_str(rep, px->cfg.disk_dir);
 	return rc ?: lc_http_reply_printf(rep, "}\n");
 }

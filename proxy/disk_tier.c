@@ -440,11 +440,12 @@ static void log_scan(const struct px_config *c, const struct dsk_scan_stats *sc,
 		"disk tier %s: %llu bytes, %s eviction, %s%s; scan kept %llu records in %llu "
 		"buckets, dropped %llu records and %llu buckets",
 		c->disk_dir, (unsigned long long)c->disk_capacity,
-		c->disk_policy == DSK_LRU ? "lru" : c->disk_policy == DSK_CLOCK ? "clock" : "fifo",
-		st.uring ? "io_uring" : "sync I/O",
-		st.direct ? ", O_DIRECT" : "", (unsigned long long)sc->records_ok,
-		(unsigned long long)sc->buckets, (unsigned long long)sc->records_dropped,
-		(unsigned long long)sc->buckets_dropped);
+		c->disk_policy == DSK_LRU     ? "lru"
+		: c->disk_policy == DSK_CLOCK ? "clock"
+					      : "fifo",
+		st.uring ? "io_uring" : "sync I/O", st.direct ? ", O_DIRECT" : "",
+		(unsigned long long)sc->records_ok, (unsigned long long)sc->buckets,
+		(unsigned long long)sc->records_dropped, (unsigned long long)sc->buckets_dropped);
 }
 
 int px_disk_open(struct px_proxy *px)

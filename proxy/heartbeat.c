@@ -27,8 +27,10 @@ static void take_secret(struct px_proxy *px, const ProtobufCBinaryData *secret)
 	    !eng_engine_set_secret(px->engine, px->endpoint, secret->data))
 		return;
 	if (!atomic_exchange(&warned, 1))
-		LC_WARN("proxy", "the master sent no capability secret for segment %s (a keyless "
-			"master?): peers cannot read or write it", px->endpoint);
+		LC_WARN("proxy",
+			"the master sent no capability secret for segment %s (a keyless "
+			"master?): peers cannot read or write it",
+			px->endpoint);
 }
 
 /* The ReMountSegment of our one segment; its code. */
@@ -262,8 +264,10 @@ static void warn_insecure(const struct px_proxy *px, uint64_t *last_ms)
 	    (*last_ms && now - *last_ms < 60000))
 		return;
 	*last_ms = now;
-	LC_WARN("proxy", "--insecure: anyone who reaches %s can read and change this node's "
-		"segment; give --cluster-key", px->cfg.host);
+	LC_WARN("proxy",
+		"--insecure: anyone who reaches %s can read and change this node's "
+		"segment; give --cluster-key",
+		px->cfg.host);
 }
 
 /* While the disk tier is busy, Pings come every PX_OFFLOAD_POLL_MS to
@@ -292,8 +296,8 @@ static void *heartbeat_main(void *arg)
 			px_master_ping(px);
 		}
 		pthread_mutex_lock(&px->hb_lock);
-		kicked = hb_wait(px, px_disk_busy(px) ? PX_OFFLOAD_POLL_MS : px->cfg.ping_interval_ms,
-				 true);
+		kicked = hb_wait(
+		    px, px_disk_busy(px) ? PX_OFFLOAD_POLL_MS : px->cfg.ping_interval_ms, true);
 	}
 	pthread_mutex_unlock(&px->hb_lock);
 	return NULL;

@@ -17,11 +17,16 @@
 #include "px_int.h"
 
 static const char *const op_names[LC_OP_MAX] = {
-	[LC_OP_PUT] = "put",		 [LC_OP_UPSERT] = "upsert",
-	[LC_OP_GET] = "get",		 [LC_OP_GET_SIZE] = "get_size",
-	[LC_OP_EXISTS] = "exists",	 [LC_OP_REMOVE] = "remove",
-	[LC_OP_REMOVE_ALL] = "remove_all", [LC_OP_REMOVE_REGEX] = "remove_by_regex",
-	[LC_OP_PREFIX_MATCH] = "prefix_match", [LC_OP_HEALTH] = "health",
+    [LC_OP_PUT] = "put",
+    [LC_OP_UPSERT] = "upsert",
+    [LC_OP_GET] = "get",
+    [LC_OP_GET_SIZE] = "get_size",
+    [LC_OP_EXISTS] = "exists",
+    [LC_OP_REMOVE] = "remove",
+    [LC_OP_REMOVE_ALL] = "remove_all",
+    [LC_OP_REMOVE_REGEX] = "remove_by_regex",
+    [LC_OP_PREFIX_MATCH] = "prefix_match",
+    [LC_OP_HEALTH] = "health",
 };
 
 #define LOAD(x) ((unsigned long long)atomic_load_explicit(&(x), memory_order_relaxed))
@@ -36,15 +41,16 @@ static int counter(struct lc_http_reply *rep, const char *name, const char *help
 /* Data-port peers refused, by reason (keyed proxies; zeros otherwise). */
 static int rejected_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 {
-	int rc = lc_http_reply_printf(rep,
-				      "# HELP lunar_proxy_data_rejected_total Data-port peers refused "
-				      "(no key, bad MAC, replay, no capability, bad CRC).\n"
-				      "# TYPE lunar_proxy_data_rejected_total counter\n");
+	int rc = lc_http_reply_printf(
+	    rep, "# HELP lunar_proxy_data_rejected_total Data-port peers refused "
+		 "(no key, bad MAC, replay, no capability, bad CRC).\n"
+		 "# TYPE lunar_proxy_data_rejected_total counter\n");
 
 	for (int r = 0; !rc && r < ENG_REJ_COUNT; r++) {
 		uint64_t n = px->engine ? eng_engine_rejected(px->engine, r) : 0;
 
-		rc = lc_http_reply_printf(rep, "lunar_proxy_data_rejected_total{reason=\"%s\"} %llu\n",
+		rc = lc_http_reply_printf(rep,
+					  "lunar_proxy_data_rejected_total{reason=\"%s\"} %llu\n",
 					  eng_reject_name(r), (unsigned long long)n);
 	}
 	return rc;
@@ -73,14 +79,17 @@ static int transport_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 						  eng_transport_name(t), (unsigned long long)v);
 		}
 	}
-	rc = rc ?: counter(rep, "lunar_proxy_rdma_fallbacks_total",
-			   "Remote transfers that went over TCP although RDMA is on here.",
-			   (unsigned long long)eng_engine_rdma_fallbacks(px->engine));
-	return rc ?: lc_http_reply_printf(rep,
-					  "# HELP lunar_proxy_rdma_enabled 1 when an RDMA device is in use.\n"
-					  "# TYPE lunar_proxy_rdma_enabled gauge\n"
-					  "lunar_proxy_rdma_enabled %d\n",
-					  eng_engine_rdma_device(px->engine) ? 1 : 0);
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_rdma_fallbacks_total",
+			    "Remote transfers that went over TCP although RDMA is on here.",
+			    (unsigned long long)eng_engine_rdma_fallbacks(px->engine));
+	return rc
+		   ?: lc_http_reply_printf(
+			  rep,
+			  "# HELP lunar_proxy_rdma_enabled 1 when an RDMA device is in use.\n"
+			  "# TYPE lunar_proxy_rdma_enabled gauge\n"
+			  "lunar_proxy_rdma_enabled %d\n",
+			  eng_engine_rdma_device(px->engine) ? 1 : 0);
 }
 
 /* Clients that hung up, idle or in the middle of calls (they died), and
@@ -88,11 +97,11 @@ static int transport_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 static int hangup_counters(const struct px_stats *st, struct lc_http_reply *rep)
 {
 	static const char *const reasons[PX_REJECT_MAX] = {
-		[PX_REJECT_UNAUTHORIZED] = "unauthorized",
-		[PX_REJECT_TOO_MANY_CLIENTS] = "too_many_clients",
-		[PX_REJECT_VERSION] = "version_mismatch",
-		[PX_REJECT_BAD_HELLO] = "bad_hello",
-		[PX_REJECT_INTERNAL] = "internal",
+	    [PX_REJECT_UNAUTHORIZED] = "unauthorized",
+	    [PX_REJECT_TOO_MANY_CLIENTS] = "too_many_clients",
+	    [PX_REJECT_VERSION] = "version_mismatch",
+	    [PX_REJECT_BAD_HELLO] = "bad_hello",
+	    [PX_REJECT_INTERNAL] = "internal",
 	};
 	int rc = lc_http_reply_printf(
 	    rep,
@@ -116,49 +125,66 @@ static int hangup_counters(const struct px_stats *st, struct lc_http_reply *rep)
 static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 {
 	const struct px_stats *st = &px->stats;
-	int rc = lc_http_reply_printf(rep,
-				      "# HELP lunar_proxy_requests_total Client requests by operation.\n"
-				      "# TYPE lunar_proxy_requests_total counter\n");
+	int rc = lc_http_reply_printf(
+	    rep, "# HELP lunar_proxy_requests_total Client requests by operation.\n"
+		 "# TYPE lunar_proxy_requests_total counter\n");
 
 	for (int op = 1; !rc && op < LC_OP_MAX; op++)
 		rc = lc_http_reply_printf(rep, "lunar_proxy_requests_total{op=\"%s\"} %llu\n",
 					  op_names[op], LOAD(st->requests[op]));
-	rc = rc ?: counter(rep, "lunar_proxy_requests_inline_total",
-			   "Requests run on the event loop itself; the rest went to workers.",
-			   LOAD(st->requests_inline));
-	rc = rc ?: counter(rep, "lunar_proxy_key_errors_total", "Per-key results that were errors.",
-			   LOAD(st->key_errors));
-	rc = rc ?: counter(rep, "lunar_proxy_lease_cache_hits_total",
-			   "Keys served from a held lease, no master call.", LOAD(st->lease_hits));
-	rc = rc ?: counter(rep, "lunar_proxy_lease_cache_misses_total",
-			   "Keys that needed the master.", LOAD(st->lease_misses));
-	rc = rc ?: counter(rep, "lunar_proxy_leases_released_total",
-			   "Leases given back when the only client reading them closed.",
-			   LOAD(st->leases_released));
-	rc = rc ?: counter(rep, "lunar_proxy_checksum_failures_total",
-			   "Replica reads whose CRC32C did not match.", LOAD(st->checksum_failures));
-	rc = rc ?: counter(rep, "lunar_proxy_put_bytes_total", "Value bytes stored.",
-			   LOAD(st->bytes_put));
-	rc = rc ?: counter(rep, "lunar_proxy_get_bytes_total", "Value bytes read.", LOAD(st->bytes_got));
-	rc = rc ?: counter(rep, "lunar_proxy_busy_total", "Requests refused with BUSY.",
-			   LOAD(st->busy));
-	rc = rc ?: counter(rep, "lunar_proxy_client_violations_total",
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_requests_inline_total",
+			    "Requests run on the event loop itself; the rest went to workers.",
+			    LOAD(st->requests_inline));
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_key_errors_total",
+			    "Per-key results that were errors.", LOAD(st->key_errors));
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_lease_cache_hits_total",
+			    "Keys served from a held lease, no master call.", LOAD(st->lease_hits));
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_lease_cache_misses_total",
+			    "Keys that needed the master.", LOAD(st->lease_misses));
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_leases_released_total",
+			    "Leases given back when the only client reading them closed.",
+			    LOAD(st->leases_released));
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_checksum_failures_total",
+			    "Replica reads whose CRC32C did not match.",
+			    LOAD(st->checksum_failures));
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_put_bytes_total", "Value bytes stored.",
+			    LOAD(st->bytes_put));
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_get_bytes_total", "Value bytes read.",
+			    LOAD(st->bytes_got));
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_busy_total", "Requests refused with BUSY.",
+			    LOAD(st->busy));
+	rc =
+	    rc
+		?: counter(rep, "lunar_proxy_client_violations_total",
 			   "Clients disconnected for breaking the protocol.", LOAD(st->violations));
-	rc = rc ?: counter(rep, "lunar_proxy_clients_total", "Clients accepted.",
-			   LOAD(st->clients_total));
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_clients_total", "Clients accepted.",
+			    LOAD(st->clients_total));
 	rc = rc ?: hangup_counters(st, rep);
-	rc = rc ?: counter(rep, "lunar_proxy_lease_cap_busy_total",
+	rc =
+	    rc
+		?: counter(rep, "lunar_proxy_lease_cap_busy_total",
 			   "Reads refused with BUSY: their client held --max-client-leases leases.",
 			   LOAD(st->lease_cap_busy));
-	rc = rc ?: lc_http_reply_printf(rep,
-					"# HELP lunar_proxy_segment_bytes DRAM contributed.\n"
-					"# TYPE lunar_proxy_segment_bytes gauge\n"
-					"lunar_proxy_segment_bytes %llu\n"
-					"# HELP lunar_proxy_segment_mounted 1 while mounted.\n"
-					"# TYPE lunar_proxy_segment_mounted gauge\n"
-					"lunar_proxy_segment_mounted %d\n",
-					(unsigned long long)px->cfg.segment_size,
-					atomic_load(&px->mounted) ? 1 : 0);
+	rc = rc
+		 ?: lc_http_reply_printf(rep,
+					 "# HELP lunar_proxy_segment_bytes DRAM contributed.\n"
+					 "# TYPE lunar_proxy_segment_bytes gauge\n"
+					 "lunar_proxy_segment_bytes %llu\n"
+					 "# HELP lunar_proxy_segment_mounted 1 while mounted.\n"
+					 "# TYPE lunar_proxy_segment_mounted gauge\n"
+					 "lunar_proxy_segment_mounted %d\n",
+					 (unsigned long long)px->cfg.segment_size,
+					 atomic_load(&px->mounted) ? 1 : 0);
 	rc = rc ?: rejected_metrics(px, rep);
 	return rc ?: transport_metrics(px, rep);
 }

@@ -51,7 +51,7 @@ struct slot {
 struct shard {
 	pthread_mutex_t lock;
 	unsigned count;
-	size_t bytes; /* of its entries */
+	size_t bytes;	  /* of its entries */
 	uint64_t lost_ms; /* what reads of entries dropped from it needed */
 	struct entry *oldest, *newest;
 	struct slot *tab; /* mask + 1 slots */
@@ -60,7 +60,7 @@ struct shard {
 struct px_lease_cache {
 	unsigned per_shard;
 	size_t shard_bytes; /* the budget of a shard's entries */
-	unsigned mask; /* table slots per shard - 1: at least twice per_shard */
+	unsigned mask;	    /* table slots per shard - 1: at least twice per_shard */
 	struct shard s[SHARDS];
 };
 
@@ -167,8 +167,8 @@ static void entry_remove(const struct px_lease_cache *c, struct shard *s, unsign
 
 /* Drop the entries leased longest ago, but not keep, until the shard holds
  * no more than it may with extra more bytes and one more entry (keep: 0). */
-static void make_room(const struct px_lease_cache *c, struct shard *s, size_t extra,
-		      unsigned more, const struct entry *keep)
+static void make_room(const struct px_lease_cache *c, struct shard *s, size_t extra, unsigned more,
+		      const struct entry *keep)
 {
 	while (s->oldest && s->oldest != keep &&
 	       (s->count + more > c->per_shard || s->bytes + extra > c->shard_bytes))
@@ -192,7 +192,8 @@ static struct entry *entry_new(uint64_t h, const char *tenant, const char *key,
 			       const struct px_cached *v)
 {
 	size_t tl = strlen(tenant), kl = strlen(key);
-	size_t bytes = sizeof(struct entry) + v->nrep * sizeof(struct px_cached_replica) + tl + kl + 2;
+	size_t bytes =
+	    sizeof(struct entry) + v->nrep * sizeof(struct px_cached_replica) + tl + kl + 2;
 	struct entry *e = malloc(bytes);
 
 	if (!e)
@@ -267,7 +268,7 @@ unsigned px_lease_cache_default_keys(uint64_t segment_size)
 {
 	uint64_t n = segment_size / PX_LEASE_BYTES_PER_KEY;
 
-	return n < PX_LEASE_KEYS_MIN ? PX_LEASE_KEYS_MIN
+	return n < PX_LEASE_KEYS_MIN   ? PX_LEASE_KEYS_MIN
 	       : n > PX_LEASE_KEYS_MAX ? PX_LEASE_KEYS_MAX
 				       : (unsigned)n;
 }

@@ -16,7 +16,7 @@
 #include "lunar.pb-c.h"
 
 #define PX_CACHE_MAX_REPLICAS 8
-#define PX_ENDPOINT_MAX 72
+#define PX_ENDPOINT_MAX	      72
 
 struct px_cached_replica {
 	int type; /* Lunar__ReplicaType */
@@ -44,8 +44,8 @@ struct px_lease_cache;
  * [PX_LEASE_KEYS_MIN, PX_LEASE_KEYS_MAX]. Entries also take at most
  * PX_LEASE_ENTRY_BYTES each on average (one replica and a 40-byte key of
  * tenant "default" take about 270, 320 with a keyed cluster's capability):
- * long keys or many replicas make room for fewer. So the cache takes at most 2 % of the segment, and 1.25 GiB at
- * the most keys. */
+ * long keys or many replicas make room for fewer. So the cache takes at most 2 % of the segment,
+ * and 1.25 GiB at the most keys. */
 #define PX_LEASE_BYTES_PER_KEY (16u << 10)
 #define PX_LEASE_KEYS_MIN      65536u
 #define PX_LEASE_KEYS_MAX      (4u << 20)
@@ -140,8 +140,8 @@ void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t wi
  * have nothing to give back. Heartbeat thread; release is called without
  * cache locks held.
  */
-typedef void (*px_lease_release_fn)(void *arg, const char *tenant, char **keys,
-				    uint64_t *seqs, uint64_t *readers, size_t n);
+typedef void (*px_lease_release_fn)(void *arg, const char *tenant, char **keys, uint64_t *seqs,
+				    uint64_t *readers, size_t n);
 void px_lease_cache_orphan(struct px_lease_cache *c, uint64_t *gone, size_t n, uint64_t now_ms,
 			   px_lease_release_fn release, void *arg);
 

@@ -41,8 +41,9 @@ static int renew_tenant(void *arg, const char *tenant, char **keys, const uint64
 	for (size_t i = 0; i < n; i++) {
 		const Lunar__GetReplicaListResult *res = i < rl->n_results ? rl->results[i] : NULL;
 
-		found[i] = res && !res->code &&
-			   !px_lease_cache_fill(res, sent + rl->lease_ttl_ms, readers[i], &fresh[i]);
+		found[i] =
+		    res && !res->code &&
+		    !px_lease_cache_fill(res, sent + rl->lease_ttl_ms, readers[i], &fresh[i]);
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return 0;

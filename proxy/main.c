@@ -56,7 +56,7 @@ static int make_socket_dir(const struct px_config *cfg)
 /* One huge page a call: the call holds the address space's lock, which
  * every mmap (a client's region, a thread's stack) then waits for, so a
  * chunk must take well under a millisecond whatever the segment's size. */
-#define PX_PREFAULT_CHUNK (2ull << 20)
+#define PX_PREFAULT_CHUNK     (2ull << 20)
 #define PX_GOODBYE_TIMEOUT_MS 500
 
 /*
@@ -90,13 +90,14 @@ static void *segment_prefault(void *arg)
 			((volatile char *)seg)[off + p] = 0;
 	}
 	if (!atomic_load(&px->stopping))
-		LC_INFO("proxy", "segment resident (%llu ms)", (unsigned long long)(lc_now_ms() - t0));
+		LC_INFO("proxy", "segment resident (%llu ms)",
+			(unsigned long long)(lc_now_ms() - t0));
 	return NULL;
 }
 
 static int start_data_plane(struct px_proxy *px)
 {
-	struct eng_config ec = { .host = px->cfg.host, .port = px->cfg.data_port };
+	struct eng_config ec = {.host = px->cfg.host, .port = px->cfg.data_port};
 	int rc;
 
 	if (px->cfg.segment_size) {
@@ -115,8 +116,8 @@ static int start_data_plane(struct px_proxy *px)
 	}
 	/* The address lets an operator (or a test) inspect the segment. */
 	if (px->segment)
-		LC_INFO("proxy", "segment of %llu bytes at %p", (unsigned long long)px->cfg.segment_size,
-			px->segment);
+		LC_INFO("proxy", "segment of %llu bytes at %p",
+			(unsigned long long)px->cfg.segment_size, px->segment);
 	ec.seg_base = px->segment;
 	ec.seg_size = px->cfg.segment_size;
 	ec.disk_read = px_disk_read;
@@ -165,7 +166,7 @@ static int start_control_plane(struct px_proxy *px)
 	return px_http_start(px);
 }
 
-#define PX_FDS_PER_CLIENT 4 /* socket, region memfd, eventfd, one in passing */
+#define PX_FDS_PER_CLIENT 4   /* socket, region memfd, eventfd, one in passing */
 #define PX_FDS_OWN	  256 /* the proxy's own: data port, master, disk, ... */
 
 /*
@@ -186,7 +187,8 @@ static void raise_open_files(const struct px_proxy *px)
 			getrlimit(RLIMIT_NOFILE, &rl);
 	}
 	if (rl.rlim_cur < need)
-		LC_WARN("proxy", "open files limited to %llu: %u clients need about %llu "
+		LC_WARN("proxy",
+			"open files limited to %llu: %u clients need about %llu "
 			"(raise LimitNOFILE or ulimit -n, or lower --max-clients)",
 			(unsigned long long)rl.rlim_cur, px->cfg.max_clients,
 			(unsigned long long)need);
@@ -212,8 +214,8 @@ static int start_clients(struct px_proxy *px)
 	raise_open_files(px);
 	rc = make_socket_dir(&px->cfg);
 	if (rc == 0)
-		rc = px->listen_fd = lc_uds_listen_file(px->cfg.socket_path, px->cfg.socket_mode,
-							&px->sock_file);
+		rc = px->listen_fd =
+		    lc_uds_listen_file(px->cfg.socket_path, px->cfg.socket_mode, &px->sock_file);
 	/* Nobody is served before the loop runs, so the group may come after
 	 * the bind; who is served is still the allow-list's (peer_allowed). */
 	if (rc >= 0 && px->cfg.socket_group_set &&
@@ -291,8 +293,10 @@ static void stop(struct px_proxy *px)
 static int keep_out_peers(const struct px_config *cfg)
 {
 	if (cfg->dumpable) {
-		LC_WARN("proxy", "--dumpable: processes of uid %u can read and write every "
-			"client's memory through this proxy", (unsigned)geteuid());
+		LC_WARN("proxy",
+			"--dumpable: processes of uid %u can read and write every "
+			"client's memory through this proxy",
+			(unsigned)geteuid());
 		return 0;
 	}
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) {
@@ -342,7 +346,8 @@ int main(int argc, char **argv)
 		LC_INFO("proxy", "serving %s; data port %s; segment %llu bytes; master %s",
 			px.cfg.socket_path, px.endpoint, (unsigned long long)px.cfg.segment_size,
 			px.cfg.embedded ? "embedded" : px.cfg.master_url);
-		LC_INFO("proxy", "up to %u clients, %u registered ranges (%u a uid), %u leased keys",
+		LC_INFO("proxy",
+			"up to %u clients, %u registered ranges (%u a uid), %u leased keys",
 			px.cfg.max_clients, px.cfg.max_registrations,
 			(px.cfg.max_registrations + 1) / 2, px.cfg.lease_cache_keys);
 		lc_sd_notify("READY=1");

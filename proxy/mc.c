@@ -22,8 +22,8 @@ struct px_mc {
 	atomic_bool down; /* the last Ping got no answer; never set when embedded */
 };
 
-int px_mc_follow(const char *url, uint64_t timeout_ms, const struct auth_key *key,
-		 uint32_t role, void (*on_switch)(void *arg), void *arg, struct px_mc **out)
+int px_mc_follow(const char *url, uint64_t timeout_ms, const struct auth_key *key, uint32_t role,
+		 void (*on_switch)(void *arg), void *arg, struct px_mc **out)
 {
 	struct px_mc *mc = calloc(1, sizeof(*mc));
 	int rc;

@@ -17,9 +17,9 @@
 #include "lunar.h"
 #include "px_int.h"
 
-#define BUCKETS	    (1u << 18)
-#define BATCH	    4096 /* objects per ReportObjects */
-#define REPORT_TRIES 20	 /* beats a report with unmounted segments is sent again */
+#define BUCKETS	     (1u << 18)
+#define BATCH	     4096 /* objects per ReportObjects */
+#define REPORT_TRIES 20	  /* beats a report with unmounted segments is sent again */
 
 struct place {
 	const char *seg;
@@ -95,8 +95,8 @@ static struct entry *unlink_key(struct px_objidx *x, uint64_t h, const char *ten
 }
 
 /* One allocation: the entry, its places, then tenant, key, segment names. */
-static struct entry *entry_new(const char *tenant, const char *key,
-			       Lunar__Replica *const *reps, size_t n)
+static struct entry *entry_new(const char *tenant, const char *key, Lunar__Replica *const *reps,
+			       size_t n)
 {
 	size_t tl = strlen(tenant) + 1, kl = strlen(key) + 1, sz = tl + kl, np = 0;
 	struct entry *e;
@@ -117,8 +117,8 @@ static struct entry *entry_new(const char *tenant, const char *key,
 
 		if (r->type != LUNAR__REPLICA_TYPE__MEMORY || !r->segment)
 			continue;
-		e->place[e->nplace++] = (struct place){memcpy(p, r->segment, strlen(r->segment) + 1),
-						       r->offset, r->length};
+		e->place[e->nplace++] = (struct place){
+		    memcpy(p, r->segment, strlen(r->segment) + 1), r->offset, r->length};
 		p += strlen(r->segment) + 1;
 	}
 	return e;
@@ -173,7 +173,7 @@ struct batch {
 	Lunar__ReportedObject obj[BATCH], *objp[BATCH];
 	Lunar__Placement pl[BATCH * 2], *plp[BATCH * 2];
 	size_t npl;
-	int missing; /* some placement's segment is not mounted yet */
+	int missing;	  /* some placement's segment is not mounted yet */
 	uint64_t refused; /* objects the leader could not take, but for newer values */
 	int why;	  /* the first such code */
 };
@@ -325,9 +325,11 @@ int px_objidx_report(struct px_proxy *px, int *again)
 		LC_WARN("proxy", "the leader could not take %llu reported object(s): %s",
 			(unsigned long long)b->refused, lunar_strerror(b->why));
 	LC_INFO("proxy", "reported %llu object(s) to the leader in %llu ms%s%s",
-		(unsigned long long)n, (unsigned long long)(lc_now_ms() - t0),
-		rc ? ": " : "", rc ? lunar_strerror(rc) : b->missing ? " (some segments not "
-								    "mounted yet)" : "");
+		(unsigned long long)n, (unsigned long long)(lc_now_ms() - t0), rc ? ": " : "",
+		rc	     ? lunar_strerror(rc)
+		: b->missing ? " (some segments not "
+			       "mounted yet)"
+			     : "");
 	free(b);
 	return rc;
 }

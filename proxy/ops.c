@@ -168,7 +168,7 @@ int px_req_inline(const struct px_proxy *px, const struct px_req *r)
 	case LC_OP_GET:
 		if (px->disk)
 			return 0; /* may read an SSD copy */
-		/* fall through */
+				  /* fall through */
 	case LC_OP_PUT:
 	case LC_OP_UPSERT:
 		for (uint32_t i = 0; i < r->count; i++)
@@ -177,13 +177,10 @@ int px_req_inline(const struct px_proxy *px, const struct px_req *r)
 			return 0;
 		/* a put that cannot fit waits for an eviction round */
 		return r->sqe.op == LC_OP_GET || !mst_put_may_wait(px->master, bytes);
-	case LC_OP_HEALTH:
-		return 1;
+	case LC_OP_HEALTH: return 1;
 	case LC_OP_REMOVE_ALL:
-	case LC_OP_REMOVE_REGEX:
-		return 0; /* visits every object: never on the loop */
-	default:
-		return r->count <= 64;
+	case LC_OP_REMOVE_REGEX: return 0; /* visits every object: never on the loop */
+	default: return r->count <= 64;
 	}
 }
 
@@ -208,24 +205,14 @@ void px_req_run(struct px_proxy *px, struct px_req *r)
 	}
 	switch (r->sqe.op) {
 	case LC_OP_PUT:
-	case LC_OP_UPSERT:
-		result = px_run_put(px, r);
-		break;
+	case LC_OP_UPSERT: result = px_run_put(px, r); break;
 	case LC_OP_GET:
 	case LC_OP_GET_SIZE:
 	case LC_OP_EXISTS:
-	case LC_OP_PREFIX_MATCH:
-		result = px_run_get(px, r);
-		break;
-	case LC_OP_REMOVE:
-		result = px_run_remove(px, r);
-		break;
-	case LC_OP_HEALTH:
-		result = px_master_ping(px) || !px_segment_ready(px) ? 2 : 0;
-		break;
-	default:
-		result = run_remove_many(px, r);
-		break;
+	case LC_OP_PREFIX_MATCH: result = px_run_get(px, r); break;
+	case LC_OP_REMOVE: result = px_run_remove(px, r); break;
+	case LC_OP_HEALTH: result = px_master_ping(px) || !px_segment_ready(px) ? 2 : 0; break;
+	default: result = run_remove_many(px, r); break;
 	}
 	px_req_count(px, r);
 	/* Out of the client's in-flight counts before DONE: the request its

@@ -54,15 +54,16 @@ static int read_replica(struct px_proxy *px, const char *tenant, const struct px
 	const struct eng_cap *cap = rp->has_cap ? &rp->cap : NULL;
 
 	if (rp->type == LUNAR__REPLICA_TYPE__MEMORY) {
-		if (eng_xfer(px->engine, rp->endpoint, px_item_read_dir(it), rp->offset, iov, iovcnt,
-			     cap, &crc))
+		if (eng_xfer(px->engine, rp->endpoint, px_item_read_dir(it), rp->offset, iov,
+			     iovcnt, cap, &crc))
 			return LUNAR_ERR_TRANSFER_FAIL;
 		return crc == e->crc ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
 	}
 	if (local)
 		n = px_disk_get(px, tenant, it->key, iov, iovcnt, e->crc);
 	else
-		n = eng_xfer_disk(px->engine, rp->endpoint, tenant, it->key, iov, iovcnt, cap, &crc);
+		n = eng_xfer_disk(px->engine, rp->endpoint, tenant, it->key, iov, iovcnt, cap,
+				  &crc);
 	if (n < 0)
 		return (int)n;
 	return n == (int64_t)e->size && (local || crc == e->crc) ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
@@ -159,7 +160,7 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, const struct 
 			}
 			if (!rc)
 				return type == LUNAR__REPLICA_TYPE__MEMORY &&
-						       lc_now_ms() > e->deadline_ms
+					       lc_now_ms() > e->deadline_ms
 					   ? LUNAR_ERR_LEASE_EXPIRED
 					   : (int64_t)e->size;
 		}

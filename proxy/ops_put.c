@@ -24,12 +24,11 @@ struct put_calls {
 	uint32_t start, end, revoke;
 };
 
-static const struct put_calls put_calls = { LUNAR__METHOD__BATCH_PUT_START,
-					    LUNAR__METHOD__BATCH_PUT_END,
-					    LUNAR__METHOD__BATCH_PUT_REVOKE };
-static const struct put_calls upsert_calls = { LUNAR__METHOD__BATCH_UPSERT_START,
-					       LUNAR__METHOD__BATCH_UPSERT_END,
-					       LUNAR__METHOD__BATCH_UPSERT_REVOKE };
+static const struct put_calls put_calls = {
+    LUNAR__METHOD__BATCH_PUT_START, LUNAR__METHOD__BATCH_PUT_END, LUNAR__METHOD__BATCH_PUT_REVOKE};
+static const struct put_calls upsert_calls = {LUNAR__METHOD__BATCH_UPSERT_START,
+					      LUNAR__METHOD__BATCH_UPSERT_END,
+					      LUNAR__METHOD__BATCH_UPSERT_REVOKE};
 
 /* Start the puts of b; results (or failure codes) land in *rep. */
 static int put_start(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
@@ -88,8 +87,8 @@ struct put_writes {
 };
 
 /* Add the writes of item i (placed as res) to w; the item's result. */
-static int put_plan(struct px_item *it, const Lunar__PutStartResult *res,
-		    size_t i, struct put_writes *w)
+static int put_plan(struct px_item *it, const Lunar__PutStartResult *res, size_t i,
+		    struct put_writes *w)
 {
 	if (res->n_replicas == 0)
 		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
@@ -120,7 +119,7 @@ static int put_plan(struct px_item *it, const Lunar__PutStartResult *res,
 static void put_results(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
 			const struct put_writes *w, int *started)
 {
-	struct px_down down = { 0 };
+	struct px_down down = {0};
 
 	for (size_t j = 0; j < w->n; j++) {
 		const struct eng_op *op = &w->ops[j];
@@ -136,7 +135,8 @@ static void put_results(struct px_proxy *px, struct px_req *r, const struct px_b
 		it->result = LUNAR_ERR_TRANSFER_FAIL;
 		if (remote && !px_down_has(&down, op->endpoint)) {
 			px_down_add(&down, op->endpoint);
-			LC_DEBUG("proxy", "put: a write to %s failed (%d)", op->endpoint, op->result);
+			LC_DEBUG("proxy", "put: a write to %s failed (%d)", op->endpoint,
+				 op->result);
 		}
 		/* Sent in part, or queued: its bytes may still land. */
 		if (remote && op->result != ENG_XFER_UNSENT)
@@ -163,7 +163,7 @@ static size_t put_count(const Lunar__BatchPutStartReply *rep, size_t n)
 static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
 			   const Lunar__BatchPutStartReply *rep, int *started)
 {
-	struct put_writes w = { .ops = w.ops_in, .caps = w.caps_in };
+	struct put_writes w = {.ops = w.ops_in, .caps = w.caps_in};
 	size_t n = 0, room = put_count(rep, b->n);
 
 	if (room > PX_BATCH_INLINE) {
@@ -184,8 +184,8 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 		}
 		n++;
 		started[i] = PUT_PLACED;
-		it->result = w.ops && w.caps ? put_plan(it, rep->results[i], i, &w)
-					     : LUNAR_ERR_INTERNAL;
+		it->result =
+		    w.ops && w.caps ? put_plan(it, rep->results[i], i, &w) : LUNAR_ERR_INTERNAL;
 	}
 	eng_xfer_batch(px->engine, w.ops, (int)w.n);
 	put_results(px, r, b, &w, started);
@@ -202,7 +202,7 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 static void debug_delay(struct px_proxy *px, struct px_session *s)
 {
 	uint64_t end = lc_now_ms() + px->cfg.debug_put_delay_ms;
-	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	struct timespec ts = {0, 50 * 1000 * 1000};
 
 	while (lc_now_ms() < end && !atomic_load(&s->dead))
 		nanosleep(&ts, NULL);
@@ -239,7 +239,8 @@ static void put_commit(struct px_proxy *px, struct px_req *r, const struct px_ba
 		goto fail;
 	codes = (const Lunar__BatchCodesReply *)rep;
 	for (size_t i = 0; i < keys->n; i++)
-		r->items[keys->idx[i]].result = i < codes->n_codes ? codes->codes[i] : LUNAR_ERR_PROTOCOL;
+		r->items[keys->idx[i]].result =
+		    i < codes->n_codes ? codes->codes[i] : LUNAR_ERR_PROTOCOL;
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return;
 fail:
@@ -258,8 +259,7 @@ static void put_revoke(struct px_proxy *px, struct px_req *r, const struct px_ba
 		LC_INFO("proxy", "client %llu gone: revoking %zu put(s)",
 			(unsigned long long)r->s->client_id, keys->n);
 	if (keys->n &&
-	    !px_batch_keys_call(px, r->s->tenant, method, keys->keys, keys->n, late, 0, NULL,
-				&rep))
+	    !px_batch_keys_call(px, r->s->tenant, method, keys->keys, keys->n, late, 0, NULL, &rep))
 		protobuf_c_message_free_unpacked(rep, NULL);
 }
 
@@ -287,11 +287,12 @@ static void put_index(struct px_proxy *px, struct px_req *r, const struct px_bat
 {
 	for (size_t i = 0; px->objidx && i < b->n && i < rep->n_results; i++) {
 		const struct px_item *it = &r->items[b->idx[i]];
-		struct px_objidx_val v = { .size = it->total, .crc = it->crc,
-					   .hard_pin = (r->sqe.flags & LC_SQE_HARD_PIN) != 0,
-					   .soft_pin_ttl_ms = (r->sqe.flags & LC_SQE_SOFT_PIN)
-								  ? r->sqe.soft_pin_ttl_ms
-								  : 0 };
+		struct px_objidx_val v = {.size = it->total,
+					  .crc = it->crc,
+					  .hard_pin = (r->sqe.flags & LC_SQE_HARD_PIN) != 0,
+					  .soft_pin_ttl_ms = (r->sqe.flags & LC_SQE_SOFT_PIN)
+								 ? r->sqe.soft_pin_ttl_ms
+								 : 0};
 
 		if (!it->result && !rep->results[i]->code)
 			px_objidx_put(px->objidx, r->s->tenant, b->keys[i], &v,
@@ -342,7 +343,7 @@ static uint32_t put_mark_dups(struct px_req *r, uint16_t first[LUNAR_BATCH_MAX])
 static int64_t put_run(struct px_proxy *px, struct px_req *r)
 {
 	const struct put_calls *calls = r->sqe.op == LC_OP_UPSERT ? &upsert_calls : &put_calls;
-	struct px_batch b, commit = { 0 }, revoke[2] = { { 0 } };
+	struct px_batch b, commit = {0}, revoke[2] = {{0}};
 	ProtobufCMessage *rep = NULL;
 	int started_in[PX_BATCH_INLINE], *started = started_in;
 	int rc;

@@ -41,45 +41,45 @@ struct px_disk;
 
 struct px_config {
 	char socket_path[256];
-	const char *master_url;   /* NULL with embedded */
-	int embedded;             /* --embedded-master */
-	struct mst_config mcfg;   /* master flags, embedded only */
-	const char *host;         /* --host: data-plane address */
-	uint16_t data_port;       /* --data-port */
-	uint64_t segment_size;    /* --segment-size */
-	uint64_t arena_size;      /* --arena-size: per-client default */
-	unsigned max_clients;     /* --max-clients */
-	unsigned max_inflight;    /* --max-inflight: requests per client */
+	const char *master_url;	    /* NULL with embedded */
+	int embedded;		    /* --embedded-master */
+	struct mst_config mcfg;	    /* master flags, embedded only */
+	const char *host;	    /* --host: data-plane address */
+	uint16_t data_port;	    /* --data-port */
+	uint64_t segment_size;	    /* --segment-size */
+	uint64_t arena_size;	    /* --arena-size: per-client default */
+	unsigned max_clients;	    /* --max-clients */
+	unsigned max_inflight;	    /* --max-inflight: requests per client */
 	unsigned max_registrations; /* --max-registrations: ranges of all clients */
-	unsigned lease_cache_keys; /* --lease-cache-keys: replica lists kept */
+	unsigned lease_cache_keys;  /* --lease-cache-keys: replica lists kept */
 	unsigned max_client_leases; /* --max-client-leases: keys one client may lease */
-	uid_t allow_uid[16];      /* --allow-uid: besides our own uid and root */
+	uid_t allow_uid[16];	    /* --allow-uid: besides our own uid and root */
 	unsigned n_allow_uid;
-	gid_t allow_gid[16];      /* --allow-gid: besides the socket's group */
+	gid_t allow_gid[16]; /* --allow-gid: besides the socket's group */
 	unsigned n_allow_gid;
-	unsigned socket_mode;     /* --socket-mode: of the socket file (0660) */
-	gid_t socket_gid;         /* --socket-group: of the socket and its directory */
-	int socket_group_set;     /* --socket-group given */
-	unsigned workers;         /* --workers */
-	uint64_t rpc_timeout_ms;  /* --rpc-timeout */
-	uint64_t ping_interval_ms;/* --ping-interval */
-	uint64_t debug_put_delay_ms; /* --debug-put-delay: test hook */
-	uint64_t debug_hb_delay_ms;  /* --debug-heartbeat-delay: test hook */
+	unsigned socket_mode;		   /* --socket-mode: of the socket file (0660) */
+	gid_t socket_gid;		   /* --socket-group: of the socket and its directory */
+	int socket_group_set;		   /* --socket-group given */
+	unsigned workers;		   /* --workers */
+	uint64_t rpc_timeout_ms;	   /* --rpc-timeout */
+	uint64_t ping_interval_ms;	   /* --ping-interval */
+	uint64_t debug_put_delay_ms;	   /* --debug-put-delay: test hook */
+	uint64_t debug_hb_delay_ms;	   /* --debug-heartbeat-delay: test hook */
 	uint64_t debug_disk_read_delay_ms; /* --debug-disk-read-delay: test hook */
-	uint16_t http_port;       /* --http-port: metrics, health, admin */
-	uint64_t grace_ms;        /* --grace: serve reads this long after SIGTERM */
-	const char *disk_dir;     /* --disk-dir: SSD tier; NULL: none */
-	const char *rdma_devices; /* --rdma-devices: "auto", "none" or device names */
-	uint64_t disk_capacity;   /* --disk-capacity */
-	int disk_policy;          /* --disk-eviction: enum dsk_policy */
-	int dumpable;             /* --dumpable: ptrace and core dumps allowed */
-	const char *config_path;  /* --config */
-	const char *key_path;     /* --cluster-key (or $LUNAR_CLUSTER_KEY_FILE) */
-	int insecure;             /* --insecure: a non-loopback --host without a key */
-	int keyed;                /* cluster_key holds the key */
-	int admin_calls;          /* --admin-calls: our master session is ADMIN */
+	uint16_t http_port;		   /* --http-port: metrics, health, admin */
+	uint64_t grace_ms;		   /* --grace: serve reads this long after SIGTERM */
+	const char *disk_dir;		   /* --disk-dir: SSD tier; NULL: none */
+	const char *rdma_devices;	   /* --rdma-devices: "auto", "none" or device names */
+	uint64_t disk_capacity;		   /* --disk-capacity */
+	int disk_policy;		   /* --disk-eviction: enum dsk_policy */
+	int dumpable;			   /* --dumpable: ptrace and core dumps allowed */
+	const char *config_path;	   /* --config */
+	const char *key_path;		   /* --cluster-key (or $LUNAR_CLUSTER_KEY_FILE) */
+	int insecure;			   /* --insecure: a non-loopback --host without a key */
+	int keyed;			   /* cluster_key holds the key */
+	int admin_calls;		   /* --admin-calls: our master session is ADMIN */
 	struct auth_key cluster_key;
-	struct lc_conf conf;      /* its settings; fields above may point into them */
+	struct lc_conf conf; /* its settings; fields above may point into them */
 };
 
 /* px_config_parse - argv into cfg. Returns 0, 1 after --help/--version was
@@ -104,8 +104,8 @@ int px_mc_create(struct mst_master *m, const char *url, uint64_t timeout_ms,
 /* px_mc_follow - what px_mc_create does with an etcd://HOSTS/CLUSTER url
  * (rpc_follow.h): the same, following the leader; on_switch(arg) runs on the
  * follower's thread each time the leader changed. */
-int px_mc_follow(const char *url, uint64_t timeout_ms, const struct auth_key *key,
-		 uint32_t role, void (*on_switch)(void *arg), void *arg, struct px_mc **out);
+int px_mc_follow(const char *url, uint64_t timeout_ms, const struct auth_key *key, uint32_t role,
+		 void (*on_switch)(void *arg), void *arg, struct px_mc **out);
 /* px_master_client - px->mc for the proxy's flags: embedded, tcp://, or
  * etcd:// (then with px->objidx, and a leader change re-mounts at once).
  * Start-up thread, before px_heartbeat_start. 0 or px_mc_create's codes. */
@@ -177,12 +177,12 @@ struct px_session {
 	uid_t uid;
 	char tenant[LC_TENANT_MAX];
 	struct px_region rg; /* the proxy's own copy of the layout */
-	uint32_t cons;       /* private consumer index; loop thread only */
+	uint32_t cons;	     /* private consumer index; loop thread only */
 	uint64_t active_ns;  /* when its ring last brought work; loop thread only */
 	/* Socket input, loop thread only: the hello until open, then
 	 * registration messages, gathered without ever blocking the loop. */
 	int open;
-	int refusal; /* decided at accept, answered after the hello */
+	int refusal;		 /* decided at accept, answered after the hello */
 	uint64_t rx_deadline_ms; /* for the hello, then for a started message */
 	union {
 		struct lc_hello hello;
@@ -192,11 +192,11 @@ struct px_session {
 	int rxfd; /* a descriptor that came with the message being gathered */
 	atomic_int refs;
 	atomic_bool dead;
-	atomic_bool leased; /* it looked keys up: leases may be held for it */
+	atomic_bool leased;		/* it looked keys up: leases may be held for it */
 	struct px_lease_cap *lease_cap; /* its leased keys (lease_cap.c) */
-	atomic_uint inflight; /* requests queued or running */
-	atomic_uint inflight_items; /* and the keys they name */
-	uint64_t reg_bytes;   /* registered memory mapped; loop thread only */
+	atomic_uint inflight;		/* requests queued or running */
+	atomic_uint inflight_items;	/* and the keys they name */
+	uint64_t reg_bytes;		/* registered memory mapped; loop thread only */
 	struct px_proxy *px;
 	struct px_session *prev, *next; /* px->sessions; loop thread only */
 };
@@ -220,24 +220,25 @@ enum px_reject {
 
 struct px_stats {
 	atomic_uint_fast64_t requests[LC_OP_MAX]; /* by enum lc_op */
-	atomic_uint_fast64_t requests_inline;     /* run on the event loop itself */
-	atomic_uint_fast64_t key_errors;          /* per-key results < 0 */
-	atomic_uint_fast64_t lease_hits;          /* served without the master */
+	atomic_uint_fast64_t requests_inline;	  /* run on the event loop itself */
+	atomic_uint_fast64_t key_errors;	  /* per-key results < 0 */
+	atomic_uint_fast64_t lease_hits;	  /* served without the master */
 	atomic_uint_fast64_t lease_misses;
-	atomic_uint_fast64_t leases_released;     /* given back when their reader closed */
+	atomic_uint_fast64_t leases_released; /* given back when their reader closed */
 	atomic_uint_fast64_t checksum_failures;
 	atomic_uint_fast64_t bytes_put;
 	atomic_uint_fast64_t bytes_got;
-	atomic_uint_fast64_t busy;                /* requests refused with BUSY */
-	atomic_uint_fast64_t violations;          /* clients disconnected for cause */
+	atomic_uint_fast64_t busy;	 /* requests refused with BUSY */
+	atomic_uint_fast64_t violations; /* clients disconnected for cause */
 	atomic_uint_fast64_t clients_total;
-	atomic_uint_fast64_t hangups[2];          /* ended by the client's hang-up: [1] in
-						   * the middle of a call (it died) */
+	atomic_uint_fast64_t hangups[2];	      /* ended by the client's hang-up: [1] in
+						       * the middle of a call (it died) */
 	atomic_uint_fast64_t rejected[PX_REJECT_MAX]; /* by enum px_reject */
-	atomic_uint_fast64_t lease_cap_busy; /* reads refused by --max-client-leases */
+	atomic_uint_fast64_t lease_cap_busy;	      /* reads refused by --max-client-leases */
 };
 
-#define PX_COUNT(px, field, n) atomic_fetch_add_explicit(&(px)->stats.field, (n), memory_order_relaxed)
+#define PX_COUNT(px, field, n)                                                                     \
+	atomic_fetch_add_explicit(&(px)->stats.field, (n), memory_order_relaxed)
 
 /* --- the proxy --- */
 struct px_proxy {
@@ -246,10 +247,10 @@ struct px_proxy {
 	struct lc_http *http;
 	char http_addr[LC_HTTP_ADDR_MAX]; /* "HOST:PORT" of http, told to clients; set before
 					   * the loop starts */
-	struct auth_http_gate http_gate; /* of the embedded master's /admin pages */
-	struct mst_http master_http;	 /* what the embedded master's pages serve */
-	uint64_t client_id; /* this proxy's id at the master */
-	struct mst_master *master; /* embedded only */
+	struct auth_http_gate http_gate;  /* of the embedded master's /admin pages */
+	struct mst_http master_http;	  /* what the embedded master's pages serve */
+	uint64_t client_id;		  /* this proxy's id at the master */
+	struct mst_master *master;	  /* embedded only */
 	struct px_mc *mc;
 	struct px_lease_cache *leases;
 	atomic_uint_fast64_t lease_ttl_ms; /* as the master last granted */
@@ -269,18 +270,18 @@ struct px_proxy {
 	struct px_session *sessions;
 	struct px_disk *disk; /* the SSD tier, NULL without --disk-dir */
 	atomic_bool mounted;
-	struct px_objidx *objidx;	     /* HA (--master etcd://) only, else NULL */
+	struct px_objidx *objidx;	    /* HA (--master etcd://) only, else NULL */
 	atomic_uint_fast64_t reported_view; /* the view our objects were reported in */
-	atomic_bool hb_live;		     /* hb_lock and hb_cond are set up */
-	atomic_int mount_err; /* the last mount's failure code, logged once */
-	atomic_bool master_ok; /* the last heartbeat got an answer */
-	atomic_uint_fast64_t reg_bytes; /* registered memory of all clients */
-	uint32_t reg_ranges;            /* and its ranges; loop thread only */
-	struct px_reg_owner *reg_owners; /* the same by uid; loop thread only */
+	atomic_bool hb_live;		    /* hb_lock and hb_cond are set up */
+	atomic_int mount_err;		    /* the last mount's failure code, logged once */
+	atomic_bool master_ok;		    /* the last heartbeat got an answer */
+	atomic_uint_fast64_t reg_bytes;	    /* registered memory of all clients */
+	uint32_t reg_ranges;		    /* and its ranges; loop thread only */
+	struct px_reg_owner *reg_owners;    /* the same by uid; loop thread only */
 	size_t n_reg_owners;
 	atomic_bool stopping;
 	uint64_t drain_until_ms; /* after SIGTERM with --grace; loop thread only */
-	atomic_bool hb_kick; /* ping again at once (more offload work waits) */
+	atomic_bool hb_kick;	 /* ping again at once (more offload work waits) */
 	pthread_t heartbeat;
 	pthread_t prefault; /* makes the segment resident at start */
 	bool prefault_started;

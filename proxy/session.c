@@ -21,10 +21,10 @@
 #include "ring.h"
 #include "uds.h"
 
-#define PX_RING_ENTRIES 256u
-#define PX_SLOTS 256u
-#define PX_ARENA_MIN (1ull << 20)
-#define PX_ARENA_MAX (16ull << 30)
+#define PX_RING_ENTRIES	    256u
+#define PX_SLOTS	    256u
+#define PX_ARENA_MIN	    (1ull << 20)
+#define PX_ARENA_MAX	    (16ull << 30)
 #define PX_HELLO_TIMEOUT_MS 2000
 
 static uint64_t align_up(uint64_t v, uint64_t a)
@@ -77,10 +77,10 @@ static void region_layout(struct px_region *rg, uint8_t *base, uint64_t arena, u
 /* Create, size, seal and map the session's memfd. */
 static int region_create(struct px_session *s, uint64_t arena)
 {
-	uint64_t hdr_bytes = align_up(4096 + sizeof(struct lc_ring_ctl) +
-					      PX_RING_ENTRIES * sizeof(struct lc_sqe) +
-					      PX_SLOTS * sizeof(struct lc_cslot),
-				      4096);
+	uint64_t hdr_bytes =
+	    align_up(4096 + sizeof(struct lc_ring_ctl) + PX_RING_ENTRIES * sizeof(struct lc_sqe) +
+			 PX_SLOTS * sizeof(struct lc_cslot),
+		     4096);
 	uint64_t size = hdr_bytes + arena;
 	void *base;
 
@@ -168,7 +168,7 @@ static enum px_reject reject_reason(int code)
 
 static void refuse(int sock, int code)
 {
-	struct lc_welcome w = { .magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION, .code = code };
+	struct lc_welcome w = {.magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION, .code = code};
 
 	send(sock, &w, sizeof(w), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
@@ -210,7 +210,7 @@ err:
 /* The hello is complete: check it, make the region, send the welcome. */
 static int session_open(struct px_proxy *px, struct px_session *s)
 {
-	struct lc_welcome w = { .magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION };
+	struct lc_welcome w = {.magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION};
 	uint64_t arena;
 	int rc, fds[2];
 
@@ -281,8 +281,8 @@ static int gather(struct px_session *s, size_t want, const char **why)
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(int) * PX_SCM_MAX_FD)];
 	} ctl;
-	struct iovec iov = { (char *)&s->rx + s->rxlen, want - s->rxlen };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct iovec iov = {(char *)&s->rx + s->rxlen, want - s->rxlen};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
 	ssize_t n;
 
 	msg.msg_control = ctl.buf;

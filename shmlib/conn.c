@@ -103,7 +103,7 @@ static int region_map(struct shm_conn *cn, int memfd, const struct lc_welcome *w
 		return LUNAR_ERR_PROTOCOL;
 	}
 	cn->ring = (struct lc_ring_ctl *)(cn->base + h.ring_off);
-	cn->prod = (struct lc_ring_prod){ .ctl = cn->ring };
+	cn->prod = (struct lc_ring_prod){.ctl = cn->ring};
 	cn->sqes = (struct lc_sqe *)(cn->base + h.sqes_off);
 	cn->slots = (struct lc_cslot *)(cn->base + h.slots_off);
 	cn->entries = h.ring_entries;
@@ -370,8 +370,9 @@ void shm_conn_fence(struct shm_conn *cn)
 			break;
 	}
 	if (!lc_xchg(&cn->fence_failed, 1))
-		LC_ERROR(SHM_LOG, "the proxy did not finish this session's requests in %u ms: "
-				  "it may still touch registered memory they named",
+		LC_ERROR(SHM_LOG,
+			 "the proxy did not finish this session's requests in %u ms: "
+			 "it may still touch registered memory they named",
 			 cn->timeout_ms);
 }
 
@@ -407,8 +408,8 @@ static struct shm_conn *current_get(struct lunar_client *c)
 /*
  * Free the structs of replaced sessions that nobody can reach any more:
  * released (no reference left, and the last one done releasing), and no
- * reader that may have loaded c->conn before it was replaced. A reader not counted yet loads the new c->conn (a fence
- * on each side); while one is counted, they wait for the next reconnect.
+ * reader that may have loaded c->conn before it was replaced. A reader not counted yet loads the
+ * new c->conn (a fence on each side); while one is counted, they wait for the next reconnect.
  * c->lock held, after c->conn was replaced.
  */
 static void conns_reclaim(struct lunar_client *c)

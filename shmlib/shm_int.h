@@ -44,14 +44,14 @@ struct shm_bits {
  * released and no such thread is counted in the handle's readers.
  */
 struct shm_conn {
-	int refs;   /* atomic */
-	int broken; /* atomic; once set, never cleared: the region is dropped */
-	int released; /* atomic; set once the last reference released the resources */
+	int refs;		/* atomic */
+	int broken;		/* atomic; once set, never cleared: the region is dropped */
+	int released;		/* atomic; set once the last reference released the resources */
 	struct shm_conn *older; /* the handle's earlier session, or NULL */
-	int sock;   /* liveness: hang-up means the proxy died, or is done with us */
-	unsigned timeout_ms; /* the handle's, for shm_conn_fence */
-	int fence_failed;    /* atomic; a fence timed out: later ones do not wait */
-	int evfd;   /* written to wake the proxy when it sleeps */
+	int sock;		/* liveness: hang-up means the proxy died, or is done with us */
+	unsigned timeout_ms;	/* the handle's, for shm_conn_fence */
+	int fence_failed;	/* atomic; a fence timed out: later ones do not wait */
+	int evfd;		/* written to wake the proxy when it sleeps */
 	uint8_t *base;
 	uint64_t size;
 	struct lc_ring_ctl *ring;
@@ -65,21 +65,21 @@ struct shm_conn {
 	uint64_t arena_off;
 	uint64_t arena_size;
 	char http_addr[LC_HTTP_ADDR_MAX]; /* the header's, checked; "" when not told */
-	uint64_t seq;	  /* atomic; the handle's request counter for this session */
+	uint64_t seq;		    /* atomic; the handle's request counter for this session */
 	uint32_t lat_ns[LC_OP_MAX]; /* relaxed; average completion time by op (spin.h) */
-	uint32_t watching; /* threads watching a completion without sleeping (atomic) */
+	uint32_t watching;	    /* threads watching a completion without sleeping (atomic) */
 
 	struct shm_bits free_slots;
 	/* The arena: SHM_CELL-sized cells at its start, taken without a lock
 	 * by requests that fit one; the rest is cut by a range allocator. */
 	struct shm_bits free_cells;
 	uint64_t cells_end; /* region offset where the cells end */
-	uint64_t arena_max;  /* the largest range a request can get */
+	uint64_t arena_max; /* the largest range a request can get */
 
 	pthread_mutex_t lock;
-	pthread_cond_t cond; /* a slot or arena range was freed, or broken */
+	pthread_cond_t cond;	 /* a slot or arena range was freed, or broken */
 	struct lc_ralloc *arena; /* [cells_end, arena_off + arena_size) */
-	uint32_t waiters; /* atomic; threads waiting on cond for a slot or range */
+	uint32_t waiters;	 /* atomic; threads waiting on cond for a slot or range */
 
 	/* On fork.c's list while its descriptors are open (under its lock). */
 	struct shm_conn *open_next, *open_prev;
@@ -282,7 +282,7 @@ void shm_bits_give(struct shm_bits *b, uint32_t i);
 /* Arena blocks are cache-line aligned: staged values copy fast and two
  * requests never share a line the proxy writes results into. */
 #define SHM_ARENA_ALIGN LC_CACHELINE
-#define SHM_CELL (8u * 1024) /* a request whose block fits takes no lock */
+#define SHM_CELL	(8u * 1024) /* a request whose block fits takes no lock */
 
 /* shm_arena_init - cut [arena_off, arena_off + arena_size) into at most
  * slot_count cells (an eighth of the arena at most) and the allocator's

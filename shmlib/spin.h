@@ -17,7 +17,7 @@
 
 #include "shm_abi.h"
 
-#define SHM_SPIN_MIN_NS 2000u  /* a brief probe */
+#define SHM_SPIN_MIN_NS 2000u	/* a brief probe */
 #define SHM_SPIN_MAX_NS 500000u /* never spin longer */
 /* Requests completing on average sooner than this are spun for by every
  * waiter: about what a sched_yield that switches threads costs a waiter on

@@ -22,7 +22,7 @@
 #include "ring.h"
 #include "spin.h"
 
-#define SHM_SLICE_NS	50000000ull /* how soon a dead proxy is noticed */
+#define SHM_SLICE_NS 50000000ull /* how soon a dead proxy is noticed */
 
 int shm_wait_cond(struct shm_conn *cn, uint64_t deadline_ns)
 {
@@ -235,8 +235,8 @@ static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint16_t op, ui
 		rc = slot_sleep(cn, slot, deadline_ns);
 	/* Racing threads may lose each other's samples: it is only a hint. */
 	if (!rc)
-		LC_WRITE_ONCE(*lat,
-			      shm_lat_update(LC_READ_ONCE(*lat), start, LC_READ_ONCE(slot->done_ns)));
+		LC_WRITE_ONCE(
+		    *lat, shm_lat_update(LC_READ_ONCE(*lat), start, LC_READ_ONCE(slot->done_ns)));
 	return rc;
 }
 

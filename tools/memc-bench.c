@@ -138,8 +138,8 @@ static int check_get(const struct worker *w, uint64_t i, int full)
 
 	return (full ? memcmp(w->io, want, c->size) != 0
 		     : !bench_sampled_equal(w->io, want, c->size))
-		       ? -1
-		       : 0;
+		   ? -1
+		   : 0;
 }
 
 static void *worker_main(void *arg)
@@ -159,7 +159,8 @@ static void *worker_main(void *arg)
 		w->busy_ns += dt;
 		/* Compared outside the timing, as lunar-bench does. */
 		if (!rc && get)
-			rc = check_get(w, i, w->phase == MB_VERIFY || w->c->check == BENCH_CHECK_FULL);
+			rc = check_get(w, i,
+				       w->phase == MB_VERIFY || w->c->check == BENCH_CHECK_FULL);
 		if (rc && w->errors++ < 3)
 			fprintf(stderr, "memc-bench: %s mb-%" PRIu64 " failed\n",
 				mb_phase_names[w->phase], i);
@@ -201,8 +202,8 @@ static uint64_t run_phase(struct cfg *c, struct worker *ws, enum mb_phase ph)
 	printf("%s_ops_per_s=%.1f\n", name, s > 0 ? (double)c->count / s : 0.0);
 	printf("%s_gb_per_s=%.3f\n", name,
 	       s > 0 ? (double)c->count * (double)c->size / s / 1e9 : 0.0);
-	printf("%s_p50_us=%.2f\n%s_p99_us=%.2f\n", name, bench_pct_us(c->lat, c->count, 50),
-	       name, bench_pct_us(c->lat, c->count, 99));
+	printf("%s_p50_us=%.2f\n%s_p99_us=%.2f\n", name, bench_pct_us(c->lat, c->count, 50), name,
+	       bench_pct_us(c->lat, c->count, 99));
 	fflush(stdout);
 	return errors;
 }

@@ -65,10 +65,10 @@ struct lunar_client; /* opaque */
 /* Zeroed = defaults; more fields may follow in later versions. */
 struct lunar_opts {
 	const char *socket_path; /* NULL: $LUNAR_SOCKET, then the default path */
-	const char *tenant;      /* NULL: "default" */
+	const char *tenant;	 /* NULL: "default" */
 	/* A call that times out returns PROXY_UNAVAILABLE once the proxy is
 	 * done with its memory, waiting up to the timeout again for that. */
-	unsigned timeout_ms;     /* 0: $LUNAR_TIMEOUT_MS, then 30000 */
+	unsigned timeout_ms; /* 0: $LUNAR_TIMEOUT_MS, then 30000 */
 	/*
 	 * The size of the session's shared arena. Each call copies its keys
 	 * and lists there, and its value too unless the value lies in memory
@@ -81,13 +81,13 @@ struct lunar_opts {
 	 * chunks stay until lunar_close); a larger batch goes as several
 	 * requests.
 	 */
-	size_t arena_bytes;      /* 0: the proxy's default (--arena-size) */
+	size_t arena_bytes; /* 0: the proxy's default (--arena-size) */
 };
 
 /* NULL or zeroed = 1 replica, no pins. */
 struct lunar_put_cfg {
 	unsigned replica_num;
-	int soft_pin;             /* 1: soft pin with the master's default TTL */
+	int soft_pin;		  /* 1: soft pin with the master's default TTL */
 	unsigned soft_pin_ttl_ms; /* 0: default */
 	int hard_pin;
 	const char *const *preferred_segments;

@@ -66,7 +66,8 @@ static int setup(void **state)
 		served = (unsigned)((rl.rlim_cur - 256) / FDS_EACH);
 		total = served * WANT_TOTAL / WANT_SERVED;
 		printf("  scaled down: open files limited to %llu here, so %u clients served of "
-		       "%u\n", (unsigned long long)rl.rlim_cur, served, total);
+		       "%u\n",
+		       (unsigned long long)rl.rlim_cur, served, total);
 	}
 	snprintf(maxc, sizeof(maxc), "%u", served + 1);
 	h_named_sock(sock, "storm");
@@ -116,9 +117,9 @@ static void test_chaos_connection_storm(void **state)
 		}
 	}
 	printf("  %u clients in %llu ms: %u served, %u TOO_MANY_CLIENTS, %u other (first %d); "
-	       "proxy: at most %d descriptors of %ld\n", total,
-	       (unsigned long long)(h_now_ms() - t0), ok, refused, other, first_other, max_fds,
-	       limit);
+	       "proxy: at most %d descriptors of %ld\n",
+	       total, (unsigned long long)(h_now_ms() - t0), ok, refused, other, first_other,
+	       max_fds, limit);
 	H_ASSERT_EQ(ok, served);
 	H_ASSERT_EQ(refused, total - served);
 	H_ASSERT_EQ(other, 0);

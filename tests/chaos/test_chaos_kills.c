@@ -91,12 +91,8 @@ static void *work(void *arg)
 		snprintf(key, sizeof(key), "chaos/%d/%llu", (int)getpid(),
 			 (unsigned long long)(i % KEYS_EACH));
 		switch ((r >> 16) % 4) {
-		case 0:
-			lunar_put(w->c, key, buf, len, NULL);
-			break;
-		case 1:
-			lunar_get_into(w->c, key, buf, MAX_VAL);
-			break;
+		case 0: lunar_put(w->c, key, buf, len, NULL); break;
+		case 1: lunar_get_into(w->c, key, buf, MAX_VAL); break;
 		case 2:
 			for (; n < 16; n++)
 				if (lunar_put_async(w->c, key, buf, len / 16 + 1, NULL, &p[n]))
@@ -104,8 +100,7 @@ static void *work(void *arg)
 			while (n > 0)
 				lunar_wait(p[--n]);
 			break;
-		default:
-			lunar_remove(w->c, key, 1);
+		default: lunar_remove(w->c, key, 1);
 		}
 	}
 	return NULL;

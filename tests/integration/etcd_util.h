@@ -57,11 +57,28 @@ static inline int e_start_member(struct e_cluster *c, unsigned i, const char *st
 {
 	struct e_member *m = &c->m[i];
 	char data[PATH_MAX], purl[64];
-	char *argv[] = {(char *)e_bin(), "--name", m->name, "--data-dir", data,
-			"--listen-client-urls", m->url, "--advertise-client-urls", m->url,
-			"--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
-			"--initial-cluster", c->initial, "--initial-cluster-state", (char *)state,
-			"--heartbeat-interval", "100", "--election-timeout", "1000", NULL};
+	char *argv[] = {(char *)e_bin(),
+			"--name",
+			m->name,
+			"--data-dir",
+			data,
+			"--listen-client-urls",
+			m->url,
+			"--advertise-client-urls",
+			m->url,
+			"--listen-peer-urls",
+			purl,
+			"--initial-advertise-peer-urls",
+			purl,
+			"--initial-cluster",
+			c->initial,
+			"--initial-cluster-state",
+			(char *)state,
+			"--heartbeat-interval",
+			"100",
+			"--election-timeout",
+			"1000",
+			NULL};
 
 	snprintf(data, sizeof(data), "%s/%s.etcd", h_tmpdir(), m->name);
 	snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", m->peer);

@@ -37,8 +37,8 @@
 
 #include "auth.h"
 
-#define H_MAX_PROCS 64
-#define H_LOG_TAIL  4096
+#define H_MAX_PROCS  64
+#define H_LOG_TAIL   4096
 #define H_REPORT_MAX 16384 /* of a sanitizer report, printed */
 
 static struct h_proc procs[H_MAX_PROCS];
@@ -173,7 +173,8 @@ static void check_reports(const struct h_proc *p)
 			continue;
 		snprintf(buf, sizeof(buf), "%.*s", (int)(text + n - at), at);
 		if (i == 2 && nng_own_leak(at)) {
-			fprintf(stderr, "harness: not counted: %s's leak report names only blocks of "
+			fprintf(stderr,
+				"harness: not counted: %s's leak report names only blocks of "
 				"nng's own threads (nng 1.5 frees closed peers' pipes late):\n%s\n",
 				p->name, buf);
 			continue;

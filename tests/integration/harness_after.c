@@ -177,8 +177,8 @@ void h_after_begin(struct h_after *a, const char *sock, struct h_proc *proxy, in
 	H_ASSERT_MSG(a->fds > 0 && a->maps >= 0 && a->used >= 0 && a->keys >= 0,
 		     "h_after: no baseline (fds %d, maps %d, used %lld, keys %lld)", a->fds,
 		     a->maps, (long long)a->used, (long long)a->keys);
-	a->shm = mmap(NULL, sizeof(*a->shm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-		      -1, 0);
+	a->shm =
+	    mmap(NULL, sizeof(*a->shm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	H_ASSERT(a->shm != MAP_FAILED);
 	memset(a->shm, 0, sizeof(*a->shm));
 	ba = (struct bg_arg){a->sock, a->shm};
@@ -187,10 +187,13 @@ void h_after_begin(struct h_after *a, const char *sock, struct h_proc *proxy, in
 	end = h_now_ms() + H_READY_TIMEOUT_MS;
 	while (atomic_load(&a->shm->rounds) == 0 && h_now_ms() < end)
 		h_sleep_ms(2);
-	H_ASSERT_MSG(atomic_load(&a->shm->rounds) > 0, "h_after: the background client made no "
-		     "round (%s)", a->shm->first_err);
+	H_ASSERT_MSG(atomic_load(&a->shm->rounds) > 0,
+		     "h_after: the background client made no "
+		     "round (%s)",
+		     a->shm->first_err);
 	printf("  aftermath baseline: proxy %d fds, %d memfd maps; master %lld used bytes, "
-	       "%lld keys\n", a->fds, a->maps, (long long)a->used, (long long)a->keys);
+	       "%lld keys\n",
+	       a->fds, a->maps, (long long)a->used, (long long)a->keys);
 }
 
 void h_after_pause(struct h_after *a)
@@ -269,11 +272,11 @@ void h_after_end(struct h_after *a)
 		h_sleep_ms(50);
 	} while (h_now_ms() < end);
 	printf("  aftermath: %llu clean rounds; proxy %d fds (baseline %d), %d memfd maps (%d); "
-	       "master %lld used bytes (%lld), %lld keys (%lld)\n", (unsigned long long)rounds,
-	       now.fds, a->fds, now.maps, a->maps, (long long)now.used, (long long)a->used,
-	       (long long)now.keys, (long long)a->keys);
-	H_ASSERT_MSG(now.fds == a->fds, "aftermath: proxy holds %d descriptors, %d before",
-		     now.fds, a->fds);
+	       "master %lld used bytes (%lld), %lld keys (%lld)\n",
+	       (unsigned long long)rounds, now.fds, a->fds, now.maps, a->maps, (long long)now.used,
+	       (long long)a->used, (long long)now.keys, (long long)a->keys);
+	H_ASSERT_MSG(now.fds == a->fds, "aftermath: proxy holds %d descriptors, %d before", now.fds,
+		     a->fds);
 	H_ASSERT_MSG(now.maps == a->maps, "aftermath: proxy maps %d memfd ranges, %d before",
 		     now.maps, a->maps);
 	H_ASSERT_MSG(now.used == a->used, "aftermath: master has %lld bytes used, %lld before",

@@ -38,7 +38,6 @@
 #include "shm_abi.h"
 #include "uds.h"
 
-
 #define HANGUP_MS  2000 /* a violator must be cut off within this */
 #define B_STALL_MS 1000 /* longest B call tolerated while others misbehave */
 #define B_MAX_LEN  (64u * 1024u)
@@ -190,7 +189,6 @@ static inline void expect_cut_off(struct raw *c, const char *what)
 	H_ASSERT(h_alive(proxy));
 	raw_close(c);
 }
-
 
 /* --- fixtures and checks --- */
 

@@ -331,8 +331,16 @@ static int case_teardown(void **state)
 static struct h_proc *start_master(struct fx *f, const char *name, const char *host)
 {
 	char port[16], hport[16];
-	char *argv[] = {(char *)h_bin("lunar-master"), "--listen", (char *)host, "--port", port,
-			"--http-port", hport, "--cluster-key", key_path, NULL};
+	char *argv[] = {(char *)h_bin("lunar-master"),
+			"--listen",
+			(char *)host,
+			"--port",
+			port,
+			"--http-port",
+			hport,
+			"--cluster-key",
+			key_path,
+			NULL};
 	struct h_proc *p;
 
 	f->http_port = h_free_port();

@@ -55,7 +55,8 @@ static void test_bench_modes_evict_round(void **state)
 	assert_int_equal(run(cmd, out, sizeof(out)), 0);
 	assert_non_null(strstr(out, "evicted=100\n"));
 	assert_non_null(strstr(out, "eviction_round_ms="));
-	snprintf(cmd, sizeof(cmd), "%s --evict-round 2000 --bogus 2>/dev/null", h_bin("lunar-bench"));
+	snprintf(cmd, sizeof(cmd), "%s --evict-round 2000 --bogus 2>/dev/null",
+		 h_bin("lunar-bench"));
 	assert_int_equal(run(cmd, out, sizeof(out)), 2);
 }
 

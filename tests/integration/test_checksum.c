@@ -20,8 +20,8 @@
 #include "case_util.h"
 #include "tests/cmocka_main.h"
 
-#define KIB 1024u
-#define MIB (1024u * 1024u)
+#define KIB	    1024u
+#define MIB	    (1024u * 1024u)
 #define CORRUPT_LEN (256 * KIB)
 
 static void test_checksum_flipped_byte_is_mismatch(void **state)

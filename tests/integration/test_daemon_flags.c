@@ -111,9 +111,8 @@ static void test_daemon_flags_proxy(void **state)
 
 	(void)state;
 	check_daemon("lunar-proxy", "--segment-size");
-	check_empty_values("lunar-proxy",
-			   (const char *const[]){"--socket", "--master", "--host", "--disk-dir",
-						 "--config", NULL});
+	check_empty_values("lunar-proxy", (const char *const[]){"--socket", "--master", "--host",
+								"--disk-dir", "--config", NULL});
 	/* where the socket goes when --socket is not given */
 	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--help", NULL), 0);
 	EXPECT_IN(out, "/run/lunar/proxy.sock");
@@ -122,8 +121,7 @@ static void test_daemon_flags_proxy(void **state)
 	EXPECT_IN(out, "--lease-cache-keys");
 	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--lease-cache-keys", "63", NULL), 2);
 	EXPECT_IN(out, "lease-cache-keys");
-	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--lease-cache-keys", "4194305", NULL),
-		    2);
+	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--lease-cache-keys", "4194305", NULL), 2);
 	EXPECT_IN(out, "lease-cache-keys");
 }
 
@@ -133,9 +131,9 @@ static void test_daemon_flags_proxy(void **state)
 static void test_daemon_flags_master_url(void **state)
 {
 	static char out[1 << 16];
-	static const char *const bad[] = {"127.0.0.1:50051", "tcp://127.0.0.1", "tcp://:50051",
-					  "tcp://h:0", "tcp://h:65536", "ipc://", "http://h:1",
-					  NULL};
+	static const char *const bad[] = {
+	    "127.0.0.1:50051", "tcp://127.0.0.1", "tcp://:50051", "tcp://h:0",
+	    "tcp://h:65536",   "ipc://",	  "http://h:1",	  NULL};
 
 	(void)state;
 	for (const char *const *u = bad; *u; u++) {
@@ -167,7 +165,9 @@ static void check_config_errors(const char *bin)
 	static const struct {
 		const char *file, *text, *says[2];
 	} bad[] = {
-	    {"unknown.conf", "# ok\n\nclient-ttl = 1s\nno-such-flag = 3\n", {"no-such-flag", "line 4"}},
+	    {"unknown.conf",
+	     "# ok\n\nclient-ttl = 1s\nno-such-flag = 3\n",
+	     {"no-such-flag", "line 4"}},
 	    {"badvalue.conf", "client-ttl soon\n", {"client-ttl", "line 1"}},
 	    {"syntax.conf", "client-ttl 1s\n--client-ttl 2s\n", {"line 2"}},
 	    {"quote.conf", "listen \"127.0.0.1\n", {"closing quote"}},
@@ -225,12 +225,13 @@ static void test_daemon_flags_master_config(void **state)
 	H_ASSERT(file_port > 0 && cli_port > 0 && file_port != cli_port);
 	snprintf(text, sizeof(text), "listen = 127.0.0.1\nport %d\nhttp-port=0\n", file_port);
 	c = conf("master.conf", text);
-	master_serves_on("master-conf", (char *[]){(char *)h_bin("lunar-master"), "--config",
-						   (char *)c, NULL},
+	master_serves_on("master-conf",
+			 (char *[]){(char *)h_bin("lunar-master"), "--config", (char *)c, NULL},
 			 file_port);
 	snprintf(portstr, sizeof(portstr), "%d", cli_port);
-	master_serves_on("master-cli", (char *[]){(char *)h_bin("lunar-master"), "--port", portstr,
-						  "--config", (char *)c, NULL},
+	master_serves_on("master-cli",
+			 (char *[]){(char *)h_bin("lunar-master"), "--port", portstr, "--config",
+				    (char *)c, NULL},
 			 cli_port);
 	check_config_errors("lunar-master");
 }
@@ -249,8 +250,8 @@ static void test_daemon_flags_proxy_config(void **state)
 		 "host 127.0.0.1\ndata-port 0\nhttp-port = 0\nclient-ttl 5s\n",
 		 sock);
 	c = conf("proxy.conf", text);
-	p = h_spawn("proxy-conf", (char *[]){(char *)h_bin("lunar-proxy"), "--config", (char *)c,
-					     NULL});
+	p = h_spawn("proxy-conf",
+		    (char *[]){(char *)h_bin("lunar-proxy"), "--config", (char *)c, NULL});
 	H_ASSERT(p != NULL);
 	H_ASSERT_EQ(h_wait_proxy(p, sock, H_READY_TIMEOUT_MS), 0);
 	H_ASSERT(h_stop(p) == 0);

@@ -95,9 +95,9 @@ static void test_daemon_notify_bad_socket_logged(void **state)
 	H_ASSERT_EQ(setenv("NOTIFY_SOCKET", "relative/name", 1), 0);
 	p = h_start_proxy("badnote", h_path("b.sock"), H_EMBEDDED, NULL);
 	H_ASSERT(p != NULL);
-	H_ASSERT_MSG(hg_log_find(p->log, "cannot send READY=1 to $NOTIFY_SOCKET", line,
-				 sizeof(line)) == 0,
-		     "the bad NOTIFY_SOCKET was not logged");
+	H_ASSERT_MSG(
+	    hg_log_find(p->log, "cannot send READY=1 to $NOTIFY_SOCKET", line, sizeof(line)) == 0,
+	    "the bad NOTIFY_SOCKET was not logged");
 	H_ASSERT(h_stop(p) == 0);
 }
 

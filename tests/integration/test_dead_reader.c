@@ -282,8 +282,7 @@ static void test_dead_reader_many_closed_before_a_beat(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_dead_reader_leases_dropped, setup,
-					    teardown),
+	    cmocka_unit_test_setup_teardown(test_dead_reader_leases_dropped, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_dead_reader_renewed_lease_dropped,
 					    setup_short_lease, teardown),
 	    cmocka_unit_test_setup_teardown(test_dead_reader_many_closed_before_a_beat,

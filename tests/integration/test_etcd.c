@@ -75,8 +75,7 @@ static void test_etcd_create_only_when_absent(void **state)
 	H_ASSERT_EQ(etcd_lease_grant(e, 5, &id, &ttl), 0);
 	H_ASSERT_EQ(etcd_create(e, "/lunar/t1/leader", "tcp://127.0.0.1:1", id, &rev), 0);
 	H_ASSERT(rev > 0);
-	H_ASSERT_EQ(etcd_create(e, "/lunar/t1/leader", "tcp://127.0.0.1:2", id, &rev2),
-		    -EEXIST);
+	H_ASSERT_EQ(etcd_create(e, "/lunar/t1/leader", "tcp://127.0.0.1:2", id, &rev2), -EEXIST);
 	H_ASSERT_EQ(rev2, -1);
 	H_ASSERT_EQ(etcd_get(e, "/lunar/t1/leader", &kv), 0);
 	H_ASSERT(!strcmp(kv.value, "tcp://127.0.0.1:1"));

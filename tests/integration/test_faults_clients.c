@@ -31,9 +31,9 @@
 #include "case_util.h"
 #include "harness_after.h"
 
-#define MIB	     (1024u * 1024u)
+#define MIB	      (1024u * 1024u)
 #define HUP_IN_FLIGHT "lunar_proxy_client_hangups_total{calls=\"in_flight\"}"
-#define HUP_NONE     "lunar_proxy_client_hangups_total{calls=\"none\"}"
+#define HUP_NONE      "lunar_proxy_client_hangups_total{calls=\"none\"}"
 
 static char sock[PATH_MAX];
 static struct h_proc *proxy;
@@ -156,8 +156,8 @@ static void test_faults_kill_mid_put(void **state)
 
 /* --- 2. SIGKILL while the proxy copies into the client's region mid-get --- */
 
-#define GET_KEYS 6
-#define GET_LEN	 (12u * MIB)
+#define GET_KEYS    6
+#define GET_LEN	    (12u * MIB)
 #define GET_THREADS 4
 
 static void *get_loop(void *arg)
@@ -230,7 +230,7 @@ static void test_faults_kill_mid_get(void **state)
 
 /* --- 3. 64 registered regions, 1,000 asynchronous calls in flight --- */
 
-#define A_HANDLES 4			     /* each with 16 regions and 250 calls */
+#define A_HANDLES 4 /* each with 16 regions and 250 calls */
 #define A_REGIONS (64 / A_HANDLES)
 #define A_CALLS	  (1000 / A_HANDLES)
 #define A_LEN	  (16u * 1024u)

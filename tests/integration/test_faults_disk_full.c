@@ -100,7 +100,8 @@ static void test_faults_disk_full_then_freed(void **state)
 	H_ASSERT(buf != NULL);
 	if (mount("lunar-test", mnt, "tmpfs", MS_NOSUID | MS_NODEV, "size=24m,mode=0700")) {
 		printf("skipped: cannot mount a tmpfs here (%s); a real full file system needs "
-		       "it\n", strerror(errno));
+		       "it\n",
+		       strerror(errno));
 		free(buf);
 		skip();
 	}

@@ -29,13 +29,13 @@
 #include "case_util.h"
 #include "harness_after.h"
 
-#define MIB	    (1024u * 1024u)
-#define LEN	    (4u * MIB)
-#define KEY	    "faults/preempt"
-#define USED	    "lunar_master_segment_used_bytes"
-#define DISCARDED   "lunar_master_discarded_puts_total"
-#define DISCARD_MS  2000
-#define RELEASE_MS  6000
+#define MIB	   (1024u * 1024u)
+#define LEN	   (4u * MIB)
+#define KEY	   "faults/preempt"
+#define USED	   "lunar_master_segment_used_bytes"
+#define DISCARDED  "lunar_master_discarded_puts_total"
+#define DISCARD_MS 2000
+#define RELEASE_MS 6000
 
 static char sock_w[PATH_MAX], sock_b[PATH_MAX];
 static struct h_proc *master, *proxy_w, *proxy_b;
@@ -46,9 +46,9 @@ static int start(const char *ttl)
 {
 	int port = h_free_port();
 
-	master = track(h_start_master("master", port, "--put-start-discard-timeout", "2s",
-				      "--put-start-release-timeout", "6s", "--client-ttl", ttl,
-				      NULL));
+	master =
+	    track(h_start_master("master", port, "--put-start-discard-timeout", "2s",
+				 "--put-start-release-timeout", "6s", "--client-ttl", ttl, NULL));
 	if (!master)
 		return -1;
 	mhttp = http_port_of(master);
@@ -57,9 +57,9 @@ static int start(const char *ttl)
 	proxy_b = track(h_start_proxy("proxyB", sock_b, port, "--segment-size", "64MiB",
 				      "--ping-interval", "100ms", NULL));
 	/* W contributes no DRAM: its put lands on B's segment. */
-	proxy_w = track(h_start_proxy("proxyW", sock_w, port, "--segment-size", "0",
-				      "--ping-interval", "100ms", "--debug-put-delay", "60s",
-				      NULL));
+	proxy_w =
+	    track(h_start_proxy("proxyW", sock_w, port, "--segment-size", "0", "--ping-interval",
+				"100ms", "--debug-put-delay", "60s", NULL));
 	return proxy_b && proxy_w ? 0 : -1;
 }
 

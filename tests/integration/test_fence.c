@@ -30,9 +30,9 @@
 #include "harness_raw.h"
 #include "tests/cmocka_main.h"
 
-#define BLOCK_S	    6    /* how long the close of the blocker takes */
+#define BLOCK_S	    6	 /* how long the close of the blocker takes */
 #define PROMPT_MS   2000 /* a hang-up must come well before BLOCK_S */
-#define SHORT_MS    500  /* the timeout of the client that gives up */
+#define SHORT_MS    500	 /* the timeout of the client that gives up */
 #define LONG_KEYS   600
 #define LONG_KEY_AS 3990
 #define VLEN	    65536

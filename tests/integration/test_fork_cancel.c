@@ -228,7 +228,7 @@ static void test_fork_cancel_cancelled_thread_leaves_the_handle_usable(void **st
 
 /* Sessions opened and closed as fast as they go, until stop. */
 struct churn {
-	int stop; /* atomic */
+	int stop;   /* atomic */
 	int opened; /* atomic */
 };
 
@@ -395,7 +395,7 @@ static void test_fork_cancel_forked_close_during_release(void **state)
 
 	(void)state;
 	H_ASSERT_EQ(lunar_exists(c, "held/none"), 0); /* reconnected */
-	shm_fork_close(old); /* the call's release has begun */
+	shm_fork_close(old);			      /* the call's release has begun */
 	pid = fork();
 	if (pid == 0) {
 		lunar_close(c);

@@ -20,7 +20,7 @@
 #include "tests/cmocka_main.h"
 
 #define NOBJ 4
-#define OBJ (1u << 20)
+#define OBJ  (1u << 20)
 
 static void key_of(int i, char *k, size_t n)
 {

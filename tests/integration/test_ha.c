@@ -175,8 +175,8 @@ static int refusal_names(const struct node *n, const char *leader)
  * Masters "masterA" (a) and "masterB" (b) on a new one-member etcd cluster
  * ec: the one elected is *lead, the standby *other; the leader's view.
  */
-static uint64_t elect_pair(struct e_cluster *ec, struct node *a, struct node *b,
-			   struct node **lead, struct node **other)
+static uint64_t elect_pair(struct e_cluster *ec, struct node *a, struct node *b, struct node **lead,
+			   struct node **other)
 {
 	uint64_t view;
 

@@ -32,12 +32,12 @@
 #include "lunar.h"
 #include "tests/cmocka_main.h"
 
-#define TTL_S	 2
-#define TTL_ARG	 "2s"
-#define ELECT_MS (TTL_S * 1000 + 2000)
-#define KEYS_MAX 4096
+#define TTL_S	  2
+#define TTL_ARG	  "2s"
+#define ELECT_MS  (TTL_S * 1000 + 2000)
+#define KEYS_MAX  4096
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
-#define VAL_MAX	 (32 * 1024)
+#define VAL_MAX	  (32 * 1024)
 
 struct node {
 	struct h_proc *p;
@@ -86,8 +86,8 @@ static void start_master(int i)
 	snprintf(http, sizeof(http), "%d", n->http);
 	snprintf(name, sizeof(name), "master%d", i);
 	snprintf(n->adv, sizeof(n->adv), "tcp://127.0.0.1:%d", n->port);
-	n->p = h_start_master(name, n->port, "--http-port", http, "--etcd", ec.urls,
-			      "--cluster-id", "t", "--advertise", n->adv, "--etcd-lease-ttl", TTL_ARG,
+	n->p = h_start_master(name, n->port, "--http-port", http, "--etcd", ec.urls, "--cluster-id",
+			      "t", "--advertise", n->adv, "--etcd-lease-ttl", TTL_ARG,
 			      "--cluster-key", key_path, NULL);
 	H_ASSERT(n->p != NULL);
 }
@@ -100,13 +100,14 @@ static int64_t metric(const struct node *n, const char *name)
 }
 
 /* The master that leads within timeout_ms, or -1. */
-static int leader(int timeout_ms, int not)
+static int leader(int timeout_ms, int not )
 {
 	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
 
 	while (h_now_ms() < end) {
 		for (int i = 0; i < 2; i++)
-			if (i != not && masters[i].p && metric(&masters[i], "lunar_master_is_leader") == 1)
+			if (i != not &&masters[i].p &&
+			    metric(&masters[i], "lunar_master_is_leader") == 1)
 				return i;
 		h_sleep_ms(20);
 	}
@@ -116,10 +117,26 @@ static int leader(int timeout_ms, int not)
 static void start_proxy(int i)
 {
 	char name[16];
-	char *argv[] = {(char *)h_bin("lunar-proxy"), "--socket", socks[i], "--master", etcd_master,
-			"--host", "127.0.0.1", "--data-port", "0", "--http-port", "0",
-			"--segment-size", "64MiB", "--cluster-key", key_path,
-			"--ping-interval", "200ms", "--rpc-timeout", "2s", NULL};
+	char *argv[] = {(char *)h_bin("lunar-proxy"),
+			"--socket",
+			socks[i],
+			"--master",
+			etcd_master,
+			"--host",
+			"127.0.0.1",
+			"--data-port",
+			"0",
+			"--http-port",
+			"0",
+			"--segment-size",
+			"64MiB",
+			"--cluster-key",
+			key_path,
+			"--ping-interval",
+			"200ms",
+			"--rpc-timeout",
+			"2s",
+			NULL};
 
 	snprintf(name, sizeof(name), "proxy%d", i);
 	h_named_sock(socks[i], name);
@@ -381,10 +398,10 @@ static void test_ha_failover_frozen_leader_never_commits_with_new(void **state)
 	while (h_now_ms() < t_stop + 10000 && atomic_load(&l[0].last_ok_ms) <= t_stop &&
 	       atomic_load(&l[1].last_ok_ms) <= t_stop)
 		h_sleep_ms(10);
-	printf("# first put %llu ms after the SIGSTOP\n",
-	       (unsigned long long)(MAX(atomic_load(&l[0].last_ok_ms),
-				       atomic_load(&l[1].last_ok_ms)) -
-				   t_stop));
+	printf(
+	    "# first put %llu ms after the SIGSTOP\n",
+	    (unsigned long long)(MAX(atomic_load(&l[0].last_ok_ms), atomic_load(&l[1].last_ok_ms)) -
+				 t_stop));
 	/* Then it wakes, with requests still queued to it, and does not lead */
 	H_ASSERT_EQ(kill(masters[lead].p->pid, SIGCONT), 0);
 	h_sleep_ms(1000);

@@ -65,11 +65,28 @@ static void start_proxy(int i)
 {
 	struct node *n = &proxies[i];
 	char name[16];
-	char *argv[] = {(char *)h_bin("lunar-proxy"), "--socket", n->sock, "--master", etcd_master,
-			"--host", "127.0.0.1", "--data-port", "0", "--http-port", "0",
-			"--segment-size", "32MiB", "--disk-dir", n->dir,
-			"--disk-capacity", "256MiB", "--ping-interval", "200ms",
-			"--rpc-timeout", "2s", NULL};
+	char *argv[] = {(char *)h_bin("lunar-proxy"),
+			"--socket",
+			n->sock,
+			"--master",
+			etcd_master,
+			"--host",
+			"127.0.0.1",
+			"--data-port",
+			"0",
+			"--http-port",
+			"0",
+			"--segment-size",
+			"32MiB",
+			"--disk-dir",
+			n->dir,
+			"--disk-capacity",
+			"256MiB",
+			"--ping-interval",
+			"200ms",
+			"--rpc-timeout",
+			"2s",
+			NULL};
 
 	snprintf(name, sizeof(name), "proxy%d", i);
 	H_ASSERT((n->p = h_spawn(name, argv)) != NULL);
@@ -79,14 +96,14 @@ static void start_proxy(int i)
 
 /* The master that leads (its /metrics say so) within timeout_ms, other than
  * not; -1 when none does. */
-static int leader(int timeout_ms, int not)
+static int leader(int timeout_ms, int not )
 {
 	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
 
 	while (h_now_ms() < end) {
 		for (int i = 0; i < 2; i++)
-			if (i != not &&
-			    hg_get(masters[i].http, "/metrics", text, sizeof(text)) == 200 &&
+			if (i != not &&hg_get(masters[i].http, "/metrics", text, sizeof(text)) ==
+				200 &&
 			    hg_metric(text, "lunar_master_is_leader") == 1)
 				return i;
 		h_sleep_ms(50);

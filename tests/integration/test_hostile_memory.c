@@ -81,7 +81,9 @@ static void test_hostile_too_many_descriptors(void **state)
 		char buf[CMSG_SPACE(sizeof(int) * N)];
 	} ctl;
 	struct iovec iov = {&q, sizeof(q)};
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+	struct msghdr msg = {.msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = ctl.buf,
 			     .msg_controllen = sizeof(ctl.buf)};
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
 	int fd = memfd_of(1 << 16, 1);

@@ -305,8 +305,7 @@ static void test_leases_end_one_ttl_after_the_last_read(void **state)
 
 	(void)state;
 	/* Given an embedded-master proxy granting 300 ms leases (heartbeat 1 s) */
-	H_ASSERT(h_start_proxy("proxy", sock, H_EMBEDDED, "--kv-lease-ttl", "300ms", NULL) !=
-		 NULL);
+	H_ASSERT(h_start_proxy("proxy", sock, H_EMBEDDED, "--kv-lease-ttl", "300ms", NULL) != NULL);
 	c = h_client(sock);
 
 	/* When a key is read once and 375 ms pass, Then an unforced remove

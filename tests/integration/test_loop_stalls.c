@@ -121,7 +121,8 @@ static void test_loop_stalls_sent_socket_disarmed(void **state)
  * for good: the proxy disarms it only as it closes it. */
 static void test_loop_stalls_sent_socket_rearmed(void **state)
 {
-	struct lc_reg_req q = {.magic = LC_REG_MAGIC, .op = LC_REG_ADD, .length = 4096, .cookie = 1};
+	struct lc_reg_req q = {
+	    .magic = LC_REG_MAGIC, .op = LC_REG_ADD, .length = 4096, .cookie = 1};
 	struct linger lg = {.l_onoff = 1, .l_linger = BLOCK_S};
 	struct pollfd p = {.events = 0};
 	struct raw evil;
@@ -189,9 +190,9 @@ static void test_loop_stalls_lone_stuck_close_interrupted(void **state)
 	raw_open(&evil, s2);
 	raw_register_blocker(&evil, 3, &peer);
 	h_sleep_ms(3500);
-	H_ASSERT_MSG(hg_log_find(p->log, "closing a client's descriptor took", line,
-				 sizeof(line)) != 0,
-		     "the close lasted the linger time:%s", line);
+	H_ASSERT_MSG(
+	    hg_log_find(p->log, "closing a client's descriptor took", line, sizeof(line)) != 0,
+	    "the close lasted the linger time:%s", line);
 	close(peer);
 	raw_close(&evil);
 	h_stop(p);

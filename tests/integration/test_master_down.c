@@ -22,11 +22,11 @@
 #include "tests/cmocka_main.h"
 
 /* A generous bound for "at once": a behaviour, not a benchmark. */
-#define FAST_MS	      100
+#define FAST_MS 100
 /* Long beside FAST_MS, so a call that waits for the master is told apart. */
-#define RPC_TIMEOUT   "2s"
-#define NOTICE_MS     10000 /* for the proxy to see the master gone, and back */
-#define VALUE_LEN     4096
+#define RPC_TIMEOUT "2s"
+#define NOTICE_MS   10000 /* for the proxy to see the master gone, and back */
+#define VALUE_LEN   4096
 
 /* Wait until lunar_health says want (0 ok, 2 master unreachable). */
 static void wait_health(struct lunar_client *c, int want)

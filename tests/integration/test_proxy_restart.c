@@ -375,10 +375,21 @@ static struct lunar_client *connect_asap(struct h_proc *px, const char *path)
 
 static void test_proxy_restart_first_put_finds_segment(void **state)
 {
-	char path[PATH_MAX], *argv[] = {
-		(char *)h_bin("lunar-proxy"), "--socket", path, "--embedded-master", "--host",
-		"127.0.0.1", "--data-port", "0", "--http-port", "0", "--segment-size", "64MiB",
-		"--debug-heartbeat-delay", "10s", NULL};
+	char path[PATH_MAX], *argv[] = {(char *)h_bin("lunar-proxy"),
+					"--socket",
+					path,
+					"--embedded-master",
+					"--host",
+					"127.0.0.1",
+					"--data-port",
+					"0",
+					"--http-port",
+					"0",
+					"--segment-size",
+					"64MiB",
+					"--debug-heartbeat-delay",
+					"10s",
+					NULL};
 	static uint8_t val[4096];
 
 	(void)state;

@@ -20,8 +20,8 @@
 #include "case_util.h"
 #include "tests/cmocka_main.h"
 
-#define KIB 1024u
-#define MIB (1024u * 1024u)
+#define KIB	       1024u
+#define MIB	       (1024u * 1024u)
 #define PREFERRED_PUTS 6
 
 static void test_replicas_distinct_and_preferred_honoured(void **state)

@@ -29,7 +29,7 @@
 #include "rpc_client.h"
 #include "tests/cmocka_main.h"
 
-#define NVAL	  8
+#define NVAL	     8
 #define NO_ANSWER_MS 1500 /* how long a refused request waits for nothing */
 
 static char key_path[PATH_MAX], wrong_path[PATH_MAX], sock_a[PATH_MAX], sock_b[PATH_MAX];
@@ -53,8 +53,8 @@ static void val_key(int i, char *k, size_t cap)
 static int put_on(struct lunar_client *c, const char *k, size_t len, const char *seg)
 {
 	const char *pref[1] = {seg};
-	struct lunar_put_cfg cfg = {.replica_num = 1, .preferred_segments = pref,
-				    .preferred_count = 1};
+	struct lunar_put_cfg cfg = {
+	    .replica_num = 1, .preferred_segments = pref, .preferred_count = 1};
 	uint8_t *buf = malloc(len);
 	int rc;
 
@@ -427,9 +427,22 @@ static void test_rpc_auth_replayed_or_flipped_call_refused(void **state)
 static void test_rpc_auth_wrong_key_proxy_cannot_join(void **state)
 {
 	char master[64], sock[PATH_MAX], line[256], body[256];
-	char *argv[] = {(char *)h_bin("lunar-proxy"), "--socket", sock, "--master", master,
-			"--host", "127.0.0.1", "--data-port", "0", "--http-port", "0",
-			"--segment-size", "16MiB", "--cluster-key", wrong_path, NULL};
+	char *argv[] = {(char *)h_bin("lunar-proxy"),
+			"--socket",
+			sock,
+			"--master",
+			master,
+			"--host",
+			"127.0.0.1",
+			"--data-port",
+			"0",
+			"--http-port",
+			"0",
+			"--segment-size",
+			"16MiB",
+			"--cluster-key",
+			wrong_path,
+			NULL};
 	struct auth_key wrong;
 	struct lp_client *cl;
 	Lunar__PingRequest pg = LUNAR__PING_REQUEST__INIT;
@@ -442,8 +455,7 @@ static void test_rpc_auth_wrong_key_proxy_cannot_join(void **state)
 	snprintf(sock, sizeof(sock), "%s", h_path("wrong.sock"));
 	p = h_spawn("wrongkey", argv);
 	H_ASSERT(p != NULL);
-	while (h_now_ms() - t0 < H_READY_TIMEOUT_MS && h_alive(p) &&
-	       (!logged || port <= 0)) {
+	while (h_now_ms() - t0 < H_READY_TIMEOUT_MS && h_alive(p) && (!logged || port <= 0)) {
 		logged = !hg_log_find(p->log, "master refused our cluster key", line, sizeof(line));
 		port = hg_log_http_port(p->log);
 		h_sleep_ms(100);
@@ -474,8 +486,8 @@ static int master_has(struct lp_client *cl, const char *k)
 
 	ek.tenant = "default";
 	ek.key = (char *)k;
-	H_ASSERT_EQ(lp_client_call(cl, lp_method_find(LUNAR__METHOD__EXIST_KEY), &ek.base, &rep,
-				   5000), 0);
+	H_ASSERT_EQ(
+	    lp_client_call(cl, lp_method_find(LUNAR__METHOD__EXIST_KEY), &ek.base, &rep, 5000), 0);
 	has = ((Lunar__ExistKeyReply *)rep)->exists;
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return has;
@@ -494,16 +506,17 @@ static void test_rpc_auth_admin_session_may_remove_all(void **state)
 	(void)state;
 	H_ASSERT_EQ(lp_client_create(url, &key, AUTH_ROLE_ADMIN, LP_CLIENT_DIAL_NOW, &cl), 0);
 	H_ASSERT(master_has(cl, "auth/v0"));
-	H_ASSERT_EQ(lp_client_call(cl, lp_method_find(LUNAR__METHOD__LIST_SEGMENTS), &ls.base,
-				   &rep, 5000), 0);
+	H_ASSERT_EQ(
+	    lp_client_call(cl, lp_method_find(LUNAR__METHOD__LIST_SEGMENTS), &ls.base, &rep, 5000),
+	    0);
 	H_ASSERT_EQ(lp_status(rep)->code, 0);
 	H_ASSERT_EQ(((Lunar__ListSegmentsReply *)rep)->n_segments, 2);
 	protobuf_c_message_free_unpacked(rep, NULL);
 	lp_client_destroy(cl);
 
 	snprintf(sock_c, sizeof(sock_c), "%s", h_path("c.sock"));
-	H_ASSERT(h_start_proxy("proxyC", sock_c, mport, "--cluster-key", key_path,
-			       "--admin-calls", "--segment-size", "16MiB", NULL) != NULL);
+	H_ASSERT(h_start_proxy("proxyC", sock_c, mport, "--cluster-key", key_path, "--admin-calls",
+			       "--segment-size", "16MiB", NULL) != NULL);
 	cc = h_client(sock_c);
 	n = lunar_remove_all(cc, 1); /* forced: the reads above hold leases */
 	H_ASSERT_MSG(n >= NVAL, "RemoveAll through an --admin-calls proxy: %s", h_code(n));
@@ -522,11 +535,11 @@ static void test_rpc_auth_admin_session_may_remove_all(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_rpc_auth_keyless_client_gets_nothing),
-		cmocka_unit_test(test_rpc_auth_node_session_is_confined),
-		cmocka_unit_test(test_rpc_auth_replayed_or_flipped_call_refused),
-		cmocka_unit_test(test_rpc_auth_wrong_key_proxy_cannot_join),
-		cmocka_unit_test(test_rpc_auth_admin_session_may_remove_all),
+	    cmocka_unit_test(test_rpc_auth_keyless_client_gets_nothing),
+	    cmocka_unit_test(test_rpc_auth_node_session_is_confined),
+	    cmocka_unit_test(test_rpc_auth_replayed_or_flipped_call_refused),
+	    cmocka_unit_test(test_rpc_auth_wrong_key_proxy_cannot_join),
+	    cmocka_unit_test(test_rpc_auth_admin_session_may_remove_all),
 	};
 
 	int failed = cmocka_run_group_tests(tests, setup, teardown);

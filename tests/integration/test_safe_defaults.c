@@ -66,8 +66,14 @@ static const char *keygen(const char *name)
 static void test_safe_defaults_master_refuses_open_bind_without_key(void **state)
 {
 	struct h_proc *p;
-	char *argv[] = {(char *)h_bin("lunar-master"), "--listen", "0.0.0.0", "--port", "0",
-			"--http-port", "0", NULL};
+	char *argv[] = {(char *)h_bin("lunar-master"),
+			"--listen",
+			"0.0.0.0",
+			"--port",
+			"0",
+			"--http-port",
+			"0",
+			NULL};
 
 	H_ASSERT_EQ(exit_code("master-open", argv, &p), 2);
 	H_ASSERT(log_has(p, "without a cluster key"));
@@ -79,8 +85,15 @@ static void test_safe_defaults_master_open_bind_with_insecure_warns(void **state
 	char port[16];
 	int rpc = h_free_port();
 	struct h_proc *p;
-	char *argv[] = {(char *)h_bin("lunar-master"), "--listen", "0.0.0.0", "--port", port,
-			"--http-port", "0", "--insecure", NULL};
+	char *argv[] = {(char *)h_bin("lunar-master"),
+			"--listen",
+			"0.0.0.0",
+			"--port",
+			port,
+			"--http-port",
+			"0",
+			"--insecure",
+			NULL};
 
 	snprintf(port, sizeof(port), "%d", rpc);
 	p = h_spawn("master-insecure", argv);
@@ -97,8 +110,16 @@ static void test_safe_defaults_master_open_bind_with_key(void **state)
 	int rpc = h_free_port();
 	const char *key = keygen("master.key");
 	struct h_proc *p;
-	char *argv[] = {(char *)h_bin("lunar-master"), "--listen", "0.0.0.0", "--port", port,
-			"--http-port", "0", "--cluster-key", (char *)key, NULL};
+	char *argv[] = {(char *)h_bin("lunar-master"),
+			"--listen",
+			"0.0.0.0",
+			"--port",
+			port,
+			"--http-port",
+			"0",
+			"--cluster-key",
+			(char *)key,
+			NULL};
 
 	snprintf(port, sizeof(port), "%d", rpc);
 	p = h_spawn("master-keyed", argv);
@@ -113,11 +134,27 @@ static void test_safe_defaults_readable_key_file_refused(void **state)
 {
 	char key[PATH_MAX], sock[PATH_MAX];
 	struct h_proc *p;
-	char *master[] = {(char *)h_bin("lunar-master"), "--port", "0", "--http-port", "0",
-			  "--cluster-key", key, NULL};
-	char *proxy[] = {(char *)h_bin("lunar-proxy"), "--embedded-master", "--socket", sock,
-			 "--data-port", "0", "--http-port", "0", "--segment-size", "16MiB",
-			 "--cluster-key", key, NULL};
+	char *master[] = {(char *)h_bin("lunar-master"),
+			  "--port",
+			  "0",
+			  "--http-port",
+			  "0",
+			  "--cluster-key",
+			  key,
+			  NULL};
+	char *proxy[] = {(char *)h_bin("lunar-proxy"),
+			 "--embedded-master",
+			 "--socket",
+			 sock,
+			 "--data-port",
+			 "0",
+			 "--http-port",
+			 "0",
+			 "--segment-size",
+			 "16MiB",
+			 "--cluster-key",
+			 key,
+			 NULL};
 
 	snprintf(key, sizeof(key), "%s", keygen("shared.key"));
 	h_named_sock(sock, "readable-key");
@@ -138,8 +175,17 @@ static void test_safe_defaults_proxy_refuses_open_host_without_key(void **state)
 {
 	char sock[PATH_MAX];
 	struct h_proc *p;
-	char *argv[] = {(char *)h_bin("lunar-proxy"), "--embedded-master", "--socket", sock,
-			"--host", "0.0.0.0", "--data-port", "0", "--http-port", "0", NULL};
+	char *argv[] = {(char *)h_bin("lunar-proxy"),
+			"--embedded-master",
+			"--socket",
+			sock,
+			"--host",
+			"0.0.0.0",
+			"--data-port",
+			"0",
+			"--http-port",
+			"0",
+			NULL};
 
 	h_named_sock(sock, "open-host");
 	H_ASSERT_EQ(exit_code("proxy-open", argv, &p), 2);

@@ -120,7 +120,7 @@ static struct h_proc *start(const char *name, char *sock, size_t cap)
 static int setup(void **state)
 {
 	(void)state;
-	umask(022); /* what the proxy's mkdir gets, so the modes below are its own */
+	umask(022);  /* what the proxy's mkdir gets, so the modes below are its own */
 	h_keyless(); /* local-socket security; a proxy run as nobody cannot read our key */
 	return h_init();
 }
@@ -369,16 +369,27 @@ static void test_security_open_files_raised(void **state)
 	 * (set by prlimit(1), which then runs the proxy as itself) */
 	snprintf(sock, sizeof(sock), "%s", h_path("nofile-low.sock"));
 	{
-		char *argv[] = {"prlimit", "--nofile=100:200", (char *)h_bin("lunar-proxy"),
-				"--socket", sock, "--embedded-master", "--data-port", "0",
-				"--http-port", "0", "--segment-size", "16MiB", "--max-clients", "2",
+		char *argv[] = {"prlimit",
+				"--nofile=100:200",
+				(char *)h_bin("lunar-proxy"),
+				"--socket",
+				sock,
+				"--embedded-master",
+				"--data-port",
+				"0",
+				"--http-port",
+				"0",
+				"--segment-size",
+				"16MiB",
+				"--max-clients",
+				"2",
 				NULL};
 
 		p = h_spawn("nofile-low", argv);
 	}
 	H_ASSERT(p != NULL && h_wait_proxy(p, sock, 10000) == 0);
-	H_ASSERT_EQ(hg_log_find(p->log, "open files limited to 200: 2 clients need about 264",
-				line, sizeof(line)),
+	H_ASSERT_EQ(hg_log_find(p->log, "open files limited to 200: 2 clients need about 264", line,
+				sizeof(line)),
 		    0);
 	h_stop(p);
 }

@@ -184,16 +184,22 @@ static void test_socket_access_group(void **state)
 /* Bad values stop the proxy before it starts, exit 2. */
 static void test_socket_access_bad_values(void **state)
 {
-	const char *bad[][2] = {{"--socket-mode", "0400"},	  {"--socket-mode", "4770"},
-				{"--socket-mode", "66x"},	  {"--socket-mode", "-0666"},
+	const char *bad[][2] = {{"--socket-mode", "0400"},
+				{"--socket-mode", "4770"},
+				{"--socket-mode", "66x"},
+				{"--socket-mode", "-0666"},
 				{"--socket-group", "no-such-group-x"}};
 	struct h_proc *p;
 	int st;
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		char *argv[] = {(char *)h_bin("lunar-proxy"), "--embedded-master", "--socket",
-				(char *)h_path("bad.sock"), (char *)bad[i][0], (char *)bad[i][1],
+		char *argv[] = {(char *)h_bin("lunar-proxy"),
+				"--embedded-master",
+				"--socket",
+				(char *)h_path("bad.sock"),
+				(char *)bad[i][0],
+				(char *)bad[i][1],
 				NULL};
 
 		p = h_spawn("bad", argv);

@@ -27,7 +27,7 @@
 #define MIB (1024u * 1024u)
 /* Larger than what the sockets between A and B buffer while B sleeps,
  * so A is stopped with bytes still to send. */
-#define VAL_LEN	       (40u * MIB + 4096u + 8u)
+#define VAL_LEN (40u * MIB + 4096u + 8u)
 /* The dropped writes' ranges stay taken for put_start_release_timeout
  * (600 s): B's segment holds three values with room to spare, so the
  * master never evicts the value under test (watermark 0.90). */
@@ -55,9 +55,9 @@ static int setup(void **state)
 	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", "--ping-interval",
 				"100ms", "--arena-size", "64MiB", NULL);
 	/* B's app clears each case's key with a forced remove: an admin call. */
-	proxy_b = h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", SEG_B,
-			       "--ping-interval", "100ms", "--arena-size", "64MiB", "--admin-calls",
-			       NULL);
+	proxy_b =
+	    h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", SEG_B, "--ping-interval",
+			 "100ms", "--arena-size", "64MiB", "--admin-calls", NULL);
 	if (!proxy_a || !proxy_b)
 		return -1;
 	ca = h_client_try(sock_a, CLIENT_TIMEOUT, NULL);

@@ -415,8 +415,8 @@ static void test_threads_batches_at_the_bound(void **state)
 		busy += b[i].busy;
 		failed += b[i].failed;
 	}
-	print_message("%d threads x %d batches of %d keys: %ld BUSY, %ld failed\n",
-		      BATCH_THREADS, BATCH_ROUNDS, BATCH_KEYS, busy, failed);
+	print_message("%d threads x %d batches of %d keys: %ld BUSY, %ld failed\n", BATCH_THREADS,
+		      BATCH_ROUNDS, BATCH_KEYS, busy, failed);
 	H_ASSERT_EQ(busy, 0);
 	H_ASSERT_EQ(failed, 0);
 }

@@ -24,8 +24,8 @@
 #include "case_util.h"
 #include "tests/cmocka_main.h"
 
-#define KIB 1024u
-#define MIB (1024u * 1024u)
+#define KIB	     1024u
+#define MIB	     (1024u * 1024u)
 #define READERS	     4
 #define UPSERT_LEN   (256 * KIB)
 #define UPSERT_SHORT (200 * KIB + 7)

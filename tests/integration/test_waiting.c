@@ -227,7 +227,8 @@ static void test_waiting_busy_path_makes_no_syscalls(void **state)
 		H_ASSERT_EQ(lunar_exists(c, "busy"), 1);
 	for (int w = 0; w < 3 && (syscalls < 0 || syscalls * 4 >= calls); w++) {
 		syscalls = busy_window(c, out, &calls);
-		printf("  %lld calls in %d ms; the proxy made %lld system calls in 1 s (%.3f a call)\n",
+		printf("  %lld calls in %d ms; the proxy made %lld system calls in 1 s (%.3f a "
+		       "call)\n",
 		       calls, BUSY_MS, syscalls, (double)syscalls / (double)calls);
 		H_ASSERT(syscalls >= 0);
 	}
@@ -353,9 +354,25 @@ static void test_waiting_own_cpu_proxy_lets_a_one_cpu_client_spin(void **state)
 	h_named_sock(own, "own-spin");
 	p = on_cpu(last, start_own_proxy, own);
 	snprintf(count, sizeof(count), "%d", BENCH_COUNT);
-	char *const argv[] = {"perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-o", out,
-			      "--", (char *)h_bin("lunar-bench"), "--socket", own, "--size",
-			      "1KiB", "--count", count, "--baseline-size", "0", "--zero-copy", NULL};
+	char *const argv[] = {"perf",
+			      "stat",
+			      "-x,",
+			      "-e",
+			      "raw_syscalls:sys_enter",
+			      "-o",
+			      out,
+			      "--",
+			      (char *)h_bin("lunar-bench"),
+			      "--socket",
+			      own,
+			      "--size",
+			      "1KiB",
+			      "--count",
+			      count,
+			      "--baseline-size",
+			      "0",
+			      "--zero-copy",
+			      NULL};
 	struct bench_run run = {argv};
 
 	for (int i = 0; i < 3 && (syscalls < 0 || syscalls * 4 >= BENCH_CALLS); i++) {

@@ -70,7 +70,8 @@ static int setup(void **state)
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
 	proxy_a = h_start_proxy("proxyA", sock_a, master_port, "--segment-size", "0", NULL);
-	proxy_b = h_start_peer("proxyB", sock_b, master_port, seg_b, "--segment-size", "64MiB", NULL);
+	proxy_b =
+	    h_start_peer("proxyB", sock_b, master_port, seg_b, "--segment-size", "64MiB", NULL);
 	if (!proxy_a || !proxy_b)
 		return -1;
 	ca = connect_small_arena(sock_a);
@@ -204,7 +205,8 @@ static void test_zero_copy_cluster_preferred_segment_placement(void **state)
 
 	(void)state;
 	snprintf(sock_c, sizeof(sock_c), "%s", h_path("c.sock"));
-	proxy_c = h_start_peer("proxyC", sock_c, master_port, seg_c, "--segment-size", "64MiB", NULL);
+	proxy_c =
+	    h_start_peer("proxyC", sock_c, master_port, seg_c, "--segment-size", "64MiB", NULL);
 	H_ASSERT(proxy_c != NULL);
 	for (int i = 0; i < 2 * NPREF; i++) {
 		uint8_t *src = mem_a + (size_t)(i % 4) * 2 * MIB + 4096 + (size_t)i;

@@ -17,7 +17,7 @@
 #include "proxy/decode.h"
 #include "tests/cmocka_main.h"
 
-#define REGION (1u << 20)
+#define REGION	  (1u << 20)
 #define ARENA_OFF 65536u
 
 struct fix {
@@ -65,9 +65,9 @@ static uint64_t put_bytes(struct fix *f, const void *p, size_t n)
 /* One item with key k and one value segment of len bytes. */
 static struct lc_sqe one_item(struct fix *f, uint16_t op, const char *k, uint64_t len)
 {
-	struct lc_seg seg = { 0, 0, f->next + 4096, len };
-	struct lc_item it = { 0 };
-	struct lc_sqe q = { .op = op, .slot = 3, .count = 1, .seq = 9 };
+	struct lc_seg seg = {0, 0, f->next + 4096, len};
+	struct lc_item it = {0};
+	struct lc_sqe q = {.op = op, .slot = 3, .count = 1, .seq = 9};
 
 	it.key_off = put_bytes(f, k, strlen(k));
 	it.key_len = (uint32_t)strlen(k);
@@ -284,7 +284,17 @@ static void test_decode_preferred_segments(void **state)
 	q.pref_off = put_bytes(f, "\0x\0", 3);
 	q.pref_len = 3;
 	expect_violation(f, &q);
-	q.pref_off = put_bytes(f, "1\0" "2\0" "3\0" "4\0" "5\0" "6\0" "7\0" "8\0" "9", 18);
+	q.pref_off = put_bytes(f,
+			       "1\0"
+			       "2\0"
+			       "3\0"
+			       "4\0"
+			       "5\0"
+			       "6\0"
+			       "7\0"
+			       "8\0"
+			       "9",
+			       18);
 	q.pref_len = 18;
 	expect_violation(f, &q);
 	q = one_item(f, LC_OP_GET, "k", 10);
@@ -308,7 +318,7 @@ static void test_decode_bad_key_is_per_item(void **state)
 static void test_decode_no_args_ops(void **state)
 {
 	struct fix *f = *state;
-	struct lc_sqe q = { .op = LC_OP_HEALTH, .slot = 1 };
+	struct lc_sqe q = {.op = LC_OP_HEALTH, .slot = 1};
 	struct px_req *r;
 	const char *why;
 
@@ -321,7 +331,7 @@ static void test_decode_no_args_ops(void **state)
 static void test_decode_pattern(void **state)
 {
 	struct fix *f = *state;
-	struct lc_sqe q = { .op = LC_OP_REMOVE_REGEX, .slot = 1 };
+	struct lc_sqe q = {.op = LC_OP_REMOVE_REGEX, .slot = 1};
 	struct px_req *r;
 	const char *why;
 

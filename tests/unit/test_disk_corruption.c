@@ -357,7 +357,8 @@ static void test_disk_many_deletions_scan_fast(void **st)
 	assert_true(mfd >= 0);
 	for (uint32_t i = 0; i < N; i++) {
 		snprintf(key, sizeof(key), "k%u", i);
-		meta_append(mfd, DSK_META_PUT, i, key, sizeof(data), lc_crc32c(0, data, sizeof(data)));
+		meta_append(mfd, DSK_META_PUT, i, key, sizeof(data),
+			    lc_crc32c(0, data, sizeof(data)));
 	}
 	for (uint32_t i = 0; i < N; i++)
 		meta_append(mfd, DSK_META_DEL, i, "k", 0, 0);

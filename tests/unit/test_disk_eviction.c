@@ -261,8 +261,8 @@ static void test_disk_read_inflight_delays_delete(void **st)
 	for (int i = 0; i < 200 && !notes_n(&no); i++)
 		usleep(1000);
 	usleep(100 * 1000);
-	assert_int_equal(notes_n(&no), 1);				/* notified ... */
-	assert_false(atomic_load(&f.evict_done));			/* ... but waiting */
+	assert_int_equal(notes_n(&no), 1);	  /* notified ... */
+	assert_false(atomic_load(&f.evict_done)); /* ... but waiting */
 	assert_true(file_exists(1, "dat"));
 	assert_int_equal(get_pat(f.s, "k0", OBJ, 0, 0), LUNAR_ERR_OBJECT_NOT_FOUND);
 	sem_post(&f.release);

@@ -74,8 +74,7 @@ static inline struct dsk_config cfg_base(uint64_t capacity)
 	return (struct dsk_config){.dir = dir, .capacity = capacity};
 }
 
-static inline struct dsk_store *open_ok(const struct dsk_config *cfg,
-					struct dsk_scan_stats *scan)
+static inline struct dsk_store *open_ok(const struct dsk_config *cfg, struct dsk_scan_stats *scan)
 {
 	struct dsk_store *s = NULL;
 
@@ -136,7 +135,6 @@ static inline int file_exists(uint32_t id, const char *ext)
 	bucket_file(id, ext, p, sizeof(p));
 	return access(p, F_OK) == 0;
 }
-
 
 static inline void put3(struct dsk_store *s)
 {

@@ -166,7 +166,8 @@ static void test_engine_local_memcpy(void **state)
 	struct iovec w[] = {{src, 1000}, {src + 1000, 2000}};
 
 	test_fill(src, sizeof(src), 3);
-	assert_int_equal(eng_xfer(a.e, self, ENG_WRITE, SEG_SIZE - sizeof(src), w, 2, NULL, NULL), 0);
+	assert_int_equal(eng_xfer(a.e, self, ENG_WRITE, SEG_SIZE - sizeof(src), w, 2, NULL, NULL),
+			 0);
 	assert_memory_equal(a.seg + SEG_SIZE - sizeof(src), src, sizeof(src));
 	assert_int_equal(xfer1(a.e, self, ENG_READ, SEG_SIZE - sizeof(src), dst, sizeof(dst)), 0);
 	assert_memory_equal(dst, src, sizeof(src));
@@ -479,7 +480,8 @@ static void test_engine_disk_reply_positive_status(void **state)
 
 	(void)state;
 	assert_int_equal(pthread_create(&th, NULL, positive_status_server, &lfd), 0);
-	assert_int_equal(eng_xfer_disk(a.e, ep, "t", "k", &v, 1, NULL, &crc), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(eng_xfer_disk(a.e, ep, "t", "k", &v, 1, NULL, &crc),
+			 LUNAR_ERR_TRANSFER_FAIL);
 	node_stop(&a);
 	pthread_join(th, NULL);
 	close(lfd);

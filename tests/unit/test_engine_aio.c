@@ -91,8 +91,12 @@ static void test_engine_aio_batch_submit(void **state)
 		ops[i] = (struct eng_op){
 		    /* Every third to ourselves: a copy at submit. */
 		    .endpoint = eng_engine_endpoint(i % 3 == 2 ? a.e : b.e),
-		    .dir = ENG_WRITE, .off = off, .iov = &src[i], .iovcnt = 1,
-		    .want_crc = 1, .user = (void *)(intptr_t)(i + 1000),
+		    .dir = ENG_WRITE,
+		    .off = off,
+		    .iov = &src[i],
+		    .iovcnt = 1,
+		    .want_crc = 1,
+		    .user = (void *)(intptr_t)(i + 1000),
 		};
 		off += sizes[i];
 	}
@@ -147,15 +151,25 @@ static void test_engine_aio_partial_failure(void **state)
 	(void)state;
 	fill(buf, 2 * MIB, 9);
 	snprintf(dead, sizeof(dead), "127.0.0.1:%u", dead_port());
-	ops[0] = (struct eng_op){.endpoint = eng_engine_endpoint(b.e), .dir = ENG_WRITE,
-				 .off = MIB, .iov = &v, .iovcnt = 1, .want_crc = 1};
+	ops[0] = (struct eng_op){.endpoint = eng_engine_endpoint(b.e),
+				 .dir = ENG_WRITE,
+				 .off = MIB,
+				 .iov = &v,
+				 .iovcnt = 1,
+				 .want_crc = 1};
 	ops[1] = (struct eng_op){.endpoint = dead, .dir = ENG_WRITE, .iov = &v, .iovcnt = 1};
-	ops[2] = (struct eng_op){.endpoint = eng_engine_endpoint(b.e), .dir = ENG_WRITE,
-				 .off = SEG_SIZE - MIB, .iov = &v, .iovcnt = 1};
-	ops[3] = (struct eng_op){.endpoint = eng_engine_endpoint(b.e), .dir = ENG_READ,
-				 .iov = &v, .iovcnt = 0};
-	ops[4] = (struct eng_op){.endpoint = eng_engine_endpoint(b.e), .dir = ENG_READ,
-				 .off = 0, .iov = &w, .iovcnt = 1};
+	ops[2] = (struct eng_op){.endpoint = eng_engine_endpoint(b.e),
+				 .dir = ENG_WRITE,
+				 .off = SEG_SIZE - MIB,
+				 .iov = &v,
+				 .iovcnt = 1};
+	ops[3] = (struct eng_op){
+	    .endpoint = eng_engine_endpoint(b.e), .dir = ENG_READ, .iov = &v, .iovcnt = 0};
+	ops[4] = (struct eng_op){.endpoint = eng_engine_endpoint(b.e),
+				 .dir = ENG_READ,
+				 .off = 0,
+				 .iov = &w,
+				 .iovcnt = 1};
 	eng_xfer_batch(a.e, ops, 5);
 	assert_int_equal(ops[0].result, 0);
 	assert_int_equal(ops[0].crc, lc_crc32c(0, buf, 2 * MIB));
@@ -200,7 +214,10 @@ static void test_engine_aio_cancel_at_shutdown(void **state)
 	snprintf(ep, sizeof(ep), "127.0.0.1:%u", ntohs(sa.sin_port));
 	assert_int_equal(eng_cq_alloc(&cq), 0);
 	for (int i = 0; i < N; i++)
-		ops[i] = (struct eng_op){.endpoint = ep, .dir = ENG_READ, .iov = &v, .iovcnt = 1,
+		ops[i] = (struct eng_op){.endpoint = ep,
+					 .dir = ENG_READ,
+					 .iov = &v,
+					 .iovcnt = 1,
 					 .user = (void *)(intptr_t)(i + 1000)};
 	assert_int_equal(eng_xfer_submit(a.e, cq, ops, N), 0);
 	/* Nothing completes while the peer is silent. */

@@ -65,9 +65,15 @@ static void node_stop(struct node *n)
 static struct eng_cap grant(const unsigned char *sec, const char *seg, uint32_t op, uint64_t off,
 			    uint64_t len, uint64_t version, uint64_t expiry_ms)
 {
-	struct eng_cap cap = {.offset = off, .length = len, .version = version, .expiry_ms = expiry_ms};
-	struct auth_cap c = {.segment = seg, .segment_len = strlen(seg), .op = op, .offset = off,
-			     .length = len, .version = version, .expiry_ms = expiry_ms};
+	struct eng_cap cap = {
+	    .offset = off, .length = len, .version = version, .expiry_ms = expiry_ms};
+	struct auth_cap c = {.segment = seg,
+			     .segment_len = strlen(seg),
+			     .op = op,
+			     .offset = off,
+			     .length = len,
+			     .version = version,
+			     .expiry_ms = expiry_ms};
 
 	auth_cap_make(sec, &c, cap.tag);
 	return cap;
@@ -113,8 +119,12 @@ static struct eng_wire_kreq kreq(struct auth_session *c, uint16_t op, uint64_t o
 				 const struct eng_cap *cap)
 {
 	struct eng_wire_kreq k = {
-	    .h = {.magic = ENG_WIRE_REQ_MAGIC, .version = ENG_WIRE_VERSION_KEYED, .op = op,
-		  .offset = off, .length = len, .id = 7},
+	    .h = {.magic = ENG_WIRE_REQ_MAGIC,
+		  .version = ENG_WIRE_VERSION_KEYED,
+		  .op = op,
+		  .offset = off,
+		  .length = len,
+		  .id = 7},
 	    .cap_offset = cap->offset,
 	    .cap_length = cap->length,
 	    .cap_version = cap->version,
@@ -187,7 +197,8 @@ static int check(uint16_t op, uint64_t off, uint64_t len, const struct eng_cap *
 		 const char *seg, const void *subject, size_t slen)
 {
 	struct eng_wire_kreq k = {
-	    .h = {.magic = ENG_WIRE_REQ_MAGIC, .version = 2, .op = op, .offset = off, .length = len},
+	    .h =
+		{.magic = ENG_WIRE_REQ_MAGIC, .version = 2, .op = op, .offset = off, .length = len},
 	    .cap_offset = cap->offset,
 	    .cap_length = cap->length,
 	    .cap_version = cap->version,
@@ -211,7 +222,8 @@ static void test_engine_auth_capability_checks(void **state)
 	assert_int_equal(check(ENG_OP_WRITE, 0, 4096, &w, "seg", NULL, 0), LUNAR_ERR_UNAUTHORIZED);
 	assert_int_equal(check(ENG_OP_WRITE, 8192, 8192, &w, "seg", NULL, 0),
 			 LUNAR_ERR_UNAUTHORIZED);
-	assert_int_equal(check(ENG_OP_READ, 4096, 8192, &w, "seg", NULL, 0), LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(check(ENG_OP_READ, 4096, 8192, &w, "seg", NULL, 0),
+			 LUNAR_ERR_UNAUTHORIZED);
 	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &w, "seh", NULL, 0),
 			 LUNAR_ERR_UNAUTHORIZED);
 	x = w;
@@ -227,7 +239,8 @@ static void test_engine_auth_capability_checks(void **state)
 	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &x, "seg", NULL, 0),
 			 LUNAR_ERR_UNAUTHORIZED);
 	/* Expired: refused past the skew tolerance, taken within it. */
-	x = grant(secret, "seg", ENG_OP_WRITE, 4096, 8192, 3, lc_wall_ms() - ENG_CAP_SKEW_MS - 1000);
+	x = grant(secret, "seg", ENG_OP_WRITE, 4096, 8192, 3,
+		  lc_wall_ms() - ENG_CAP_SKEW_MS - 1000);
 	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &x, "seg", NULL, 0),
 			 LUNAR_ERR_UNAUTHORIZED);
 	x = grant(secret, "seg", ENG_OP_WRITE, 4096, 8192, 3, lc_wall_ms() - ENG_CAP_SKEW_MS / 2);
@@ -246,9 +259,14 @@ static void test_engine_auth_capability_checks(void **state)
 	assert_int_equal(check(ENG_OP_READ_DISK, 10, 100, &x, "seg", name, 10),
 			 LUNAR_ERR_UNAUTHORIZED); /* made without the subject */
 	{
-		struct auth_cap c = {.segment = "seg", .segment_len = 3, .subject = name,
-				     .subject_len = 10, .op = ENG_OP_READ_DISK, .length = 100,
-				     .version = 3, .expiry_ms = later};
+		struct auth_cap c = {.segment = "seg",
+				     .segment_len = 3,
+				     .subject = name,
+				     .subject_len = 10,
+				     .op = ENG_OP_READ_DISK,
+				     .length = 100,
+				     .version = 3,
+				     .expiry_ms = later};
 
 		auth_cap_make(secret, &c, x.tag);
 	}
@@ -306,7 +324,7 @@ static void test_engine_auth_wrong_grants_refused(void **state)
 
 	(void)state;
 	auth_random(other, sizeof(other));
-	caps[0] = grant(secret, seg, ENG_OP_WRITE, 0, 4096, 1, later);	/* another range */
+	caps[0] = grant(secret, seg, ENG_OP_WRITE, 0, 4096, 1, later);	 /* another range */
 	caps[1] = grant(secret, seg, ENG_OP_READ, 8192, 4096, 1, later); /* another op */
 	caps[2] = grant(secret, seg, ENG_OP_WRITE, 8192, 4096, 1, lc_wall_ms() - 60000);
 	caps[3] = grant(other, seg, ENG_OP_WRITE, 8192, 4096, 1, later);
@@ -320,8 +338,10 @@ static void test_engine_auth_wrong_grants_refused(void **state)
 	/* Before the master gave the segment a secret, nothing is granted. */
 	{
 		struct node c = node_start(NULL);
-		struct eng_config cfg = {.host = "127.0.0.1", .seg_size = SEG_SIZE,
-					 .seg_base = c.seg, .cluster_key = &key};
+		struct eng_config cfg = {.host = "127.0.0.1",
+					 .seg_size = SEG_SIZE,
+					 .seg_base = c.seg,
+					 .cluster_key = &key};
 		struct eng_engine *d;
 
 		assert_int_equal(eng_engine_create(&cfg, &d), 0);
@@ -375,8 +395,8 @@ static void test_engine_auth_keyless_peers_refused(void **state)
 	struct auth_key other;
 	struct node d;
 	unsigned char buf[4096];
-	struct eng_cap cap = grant(secret, eng_engine_endpoint(b.e), ENG_OP_READ, 0, 4096, 1,
-				   lc_wall_ms() + 60000);
+	struct eng_cap cap =
+	    grant(secret, eng_engine_endpoint(b.e), ENG_OP_READ, 0, 4096, 1, lc_wall_ms() + 60000);
 
 	(void)state;
 	/* A keyless engine's plain frame is not a handshake: closed at once. */
@@ -402,7 +422,8 @@ static void test_engine_auth_keyless_peers_refused(void **state)
 static int raw_keyed(struct node *a, struct node *b, struct auth_session *s)
 {
 	const char *colon = strrchr(eng_engine_endpoint(b->e), ':');
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)atoi(colon + 1))};
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -479,4 +500,5 @@ static void test_engine_auth_replay_bitflip_and_crc(void **state)
 LUNAR_TEST_MAIN(setup, NULL, test_engine_auth_frame_bits_and_counters,
 		test_engine_auth_reply_bound_to_request, test_engine_auth_capability_checks,
 		test_engine_auth_keyed_transfers, test_engine_auth_wrong_grants_refused,
-		test_engine_auth_keyless_peers_refused, test_engine_auth_sliced_crc, test_engine_auth_replay_bitflip_and_crc)
+		test_engine_auth_keyless_peers_refused, test_engine_auth_sliced_crc,
+		test_engine_auth_replay_bitflip_and_crc)

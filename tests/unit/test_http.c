@@ -505,44 +505,57 @@ static void test_http_header_get_parses(void **state)
 	(void)state;
 	/* present, in any case, blanks around the value dropped */
 	assert_int_equal(lc_http_header_get("Host: x\r\nAuthorization: Bearer ab\r\n\r\n",
-					    "Authorization", buf, sizeof(buf)), 9);
+					    "Authorization", buf, sizeof(buf)),
+			 9);
 	assert_string_equal(buf, "Bearer ab");
 	assert_int_equal(lc_http_header_get("aUTHORIZATION:\t  tok \t\r\n\r\n", "Authorization",
-					    buf, sizeof(buf)), 3);
+					    buf, sizeof(buf)),
+			 3);
 	assert_string_equal(buf, "tok");
-	assert_int_equal(lc_http_header_get("authorization:x\n\n", "Authorization", buf,
-					    sizeof(buf)), 1);
-	assert_int_equal(lc_http_header_get("Authorization:\r\n\r\n", "Authorization", buf,
-					    sizeof(buf)), 0);
+	assert_int_equal(
+	    lc_http_header_get("authorization:x\n\n", "Authorization", buf, sizeof(buf)), 1);
+	assert_int_equal(
+	    lc_http_header_get("Authorization:\r\n\r\n", "Authorization", buf, sizeof(buf)), 0);
 	/* absent: no headers, a longer or shorter name, one after the blank line */
 	assert_int_equal(lc_http_header_get("\r\n", "Authorization", buf, sizeof(buf)), -ENOENT);
 	assert_int_equal(lc_http_header_get("", "Authorization", buf, sizeof(buf)), -ENOENT);
 	assert_int_equal(lc_http_header_get("Authorizations: a\r\nAuthorizatio: b\r\n\r\n",
-					    "Authorization", buf, sizeof(buf)), -ENOENT);
-	assert_int_equal(lc_http_header_get("Host: x\r\n\r\nAuthorization: a\r\n",
-					    "Authorization", buf, sizeof(buf)), -ENOENT);
+					    "Authorization", buf, sizeof(buf)),
+			 -ENOENT);
+	assert_int_equal(lc_http_header_get("Host: x\r\n\r\nAuthorization: a\r\n", "Authorization",
+					    buf, sizeof(buf)),
+			 -ENOENT);
 	assert_int_equal(lc_http_header_get("X-Authorization: a\r\nNoColon\r\n\r\n",
-					    "Authorization", buf, sizeof(buf)), -ENOENT);
+					    "Authorization", buf, sizeof(buf)),
+			 -ENOENT);
 	/* duplicated, even with another case or an equal value */
 	assert_int_equal(lc_http_header_get("Authorization: a\r\nauthorization: a\r\n\r\n",
-					    "Authorization", buf, sizeof(buf)), -EEXIST);
+					    "Authorization", buf, sizeof(buf)),
+			 -EEXIST);
 	/* oversized: 15 bytes fit in 16, 16 do not */
 	assert_int_equal(lc_http_header_get("Authorization: 123456789012345\r\n\r\n",
-					    "Authorization", buf, sizeof(buf)), 15);
+					    "Authorization", buf, sizeof(buf)),
+			 15);
 	assert_int_equal(lc_http_header_get("Authorization: 1234567890123456\r\n\r\n",
-					    "Authorization", buf, sizeof(buf)), -E2BIG);
+					    "Authorization", buf, sizeof(buf)),
+			 -E2BIG);
 	/* malformed: blank before the colon, folded, control bytes */
-	assert_int_equal(lc_http_header_get("Authorization : a\r\n\r\n", "Authorization", buf,
-					    sizeof(buf)), -EINVAL);
-	assert_int_equal(lc_http_header_get("Authorization: a\r\n b\r\n\r\n", "Authorization",
-					    buf, sizeof(buf)), -EINVAL);
-	assert_int_equal(lc_http_header_get("Authorization: a\rb\r\n\r\n", "Authorization", buf,
-					    sizeof(buf)), -EINVAL);
-	assert_int_equal(lc_http_header_get("Authorization: a\x7f\r\n\r\n", "Authorization",
-					    buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(
+	    lc_http_header_get("Authorization : a\r\n\r\n", "Authorization", buf, sizeof(buf)),
+	    -EINVAL);
+	assert_int_equal(
+	    lc_http_header_get("Authorization: a\r\n b\r\n\r\n", "Authorization", buf, sizeof(buf)),
+	    -EINVAL);
+	assert_int_equal(
+	    lc_http_header_get("Authorization: a\rb\r\n\r\n", "Authorization", buf, sizeof(buf)),
+	    -EINVAL);
+	assert_int_equal(
+	    lc_http_header_get("Authorization: a\x7f\r\n\r\n", "Authorization", buf, sizeof(buf)),
+	    -EINVAL);
 	/* a folded line under another header is not ours */
 	assert_int_equal(lc_http_header_get("X: a\r\n b\r\nAuthorization: c\r\n\r\n",
-					    "Authorization", buf, sizeof(buf)), 1);
+					    "Authorization", buf, sizeof(buf)),
+			 1);
 }
 
 static void test_http_handler_sees_authorization(void **state)
@@ -627,8 +640,8 @@ static void test_http_gate_admits_and_counts(void **state)
 	struct auth_http_gate gate;
 	struct auth_key key;
 	struct lc_http_reply rep = {.status = 200};
-	struct lc_http_req req = {.method = "GET", .path = "/admin/keys", .query = "",
-				  .peer = "169.254.77.2"};
+	struct lc_http_req req = {
+	    .method = "GET", .path = "/admin/keys", .query = "", .peer = "169.254.77.2"};
 
 	(void)state;
 	assert_int_equal(auth_init(), 0);
@@ -670,7 +683,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_http_big_body, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_http_oversize_head_rejected, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_http_garbage_rejected, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_http_slow_clients_do_not_delay_others, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_http_slow_clients_do_not_delay_others, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_http_silent_sockets_give_way, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_http_stop_joins, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_http_start_errors, setup, teardown),

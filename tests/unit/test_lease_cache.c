@@ -25,8 +25,8 @@
 
 static struct px_cached entry(uint64_t size, uint64_t deadline_ms)
 {
-	struct px_cached v = {.size = size, .crc = (uint32_t)size, .deadline_ms = deadline_ms,
-			      .nrep = 1};
+	struct px_cached v = {
+	    .size = size, .crc = (uint32_t)size, .deadline_ms = deadline_ms, .nrep = 1};
 
 	snprintf(v.rep[0].endpoint, sizeof(v.rep[0].endpoint), "127.0.0.1:%llu",
 		 (unsigned long long)size);
@@ -167,8 +167,8 @@ struct renew_log {
 	int keys;
 };
 
-static int renew_all(void *arg, const char *tenant, char **keys, const uint64_t *readers,
-		     size_t n, struct px_cached *fresh, int *found)
+static int renew_all(void *arg, const char *tenant, char **keys, const uint64_t *readers, size_t n,
+		     struct px_cached *fresh, int *found)
 {
 	struct renew_log *log = arg;
 
@@ -181,8 +181,8 @@ static int renew_all(void *arg, const char *tenant, char **keys, const uint64_t 
 	return 0;
 }
 
-static int renew_wide(void *arg, const char *tenant, char **keys, const uint64_t *readers,
-		      size_t n, struct px_cached *fresh, int *found)
+static int renew_wide(void *arg, const char *tenant, char **keys, const uint64_t *readers, size_t n,
+		      struct px_cached *fresh, int *found)
 {
 	(void)arg;
 	(void)tenant;
@@ -257,8 +257,8 @@ static void release_log(void *arg, const char *tenant, char **keys, uint64_t *se
 
 /* Put (tenant, key) with lease_seq seq, as the master gave it for a read by
  * reader needing the lease until until_ms. */
-static void put_read(struct px_lease_cache *c, const char *tenant, const char *key,
-		     uint64_t seq, uint64_t reader, uint64_t until_ms)
+static void put_read(struct px_lease_cache *c, const char *tenant, const char *key, uint64_t seq,
+		     uint64_t reader, uint64_t until_ms)
 {
 	struct px_cached v = entry(1, 100000);
 
@@ -269,21 +269,18 @@ static void put_read(struct px_lease_cache *c, const char *tenant, const char *k
 
 /* A read of (t, key) served from the cache for reader, needing the lease
  * until until_ms. */
-static void read_hit(struct px_lease_cache *c, const char *key, uint64_t reader,
-		     uint64_t until_ms)
+static void read_hit(struct px_lease_cache *c, const char *key, uint64_t reader, uint64_t until_ms)
 {
 	struct px_cached out;
 
-	assert_int_equal(px_lease_cache_get(c, "t", key, 0, 0, &(struct px_read){reader, until_ms},
-					    &out),
-			 1);
+	assert_int_equal(
+	    px_lease_cache_get(c, "t", key, 0, 0, &(struct px_read){reader, until_ms}, &out), 1);
 }
 
 /* A renewal as the proxy makes it: grant 40 + the key's last digit, to
  * the key's latest reader, who must be reader 1. */
-static int renew_for_readers(void *arg, const char *tenant, char **keys,
-			     const uint64_t *readers, size_t n, struct px_cached *fresh,
-			     int *found)
+static int renew_for_readers(void *arg, const char *tenant, char **keys, const uint64_t *readers,
+			     size_t n, struct px_cached *fresh, int *found)
 {
 	(void)arg;
 	(void)tenant;
@@ -409,15 +406,15 @@ static void test_lease_cache_replicas_grow_and_shrink(void **state)
 	const unsigned counts[] = {1, PX_CACHE_MAX_REPLICAS, 2, 0, 3};
 	struct px_cached out;
 
-	px_lease_cache_put(c, "t", "other", &(struct px_cached){.nrep = 0, .deadline_ms = 1000}, NULL);
+	px_lease_cache_put(c, "t", "other", &(struct px_cached){.nrep = 0, .deadline_ms = 1000},
+			   NULL);
 	for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
 		struct px_cached v = entry_of(10 + k, counts[k]);
 
 		memset(&out, 0xa5, sizeof(out));
 		px_lease_cache_put(c, "t", "k", &v, NULL);
-		assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, &(struct px_read){1, 2000},
-						    &out),
-				 1);
+		assert_int_equal(
+		    px_lease_cache_get(c, "t", "k", 0, 0, &(struct px_read){1, 2000}, &out), 1);
 		assert_int_equal(out.size, 10 + k);
 		assert_int_equal(out.nrep, counts[k]);
 		for (unsigned i = 0; i < counts[k]; i++) {
@@ -478,7 +475,8 @@ static void test_lease_cache_random_against_model(void **state)
 		what = (int)((x >> 32) % 100);
 		snprintf(key, sizeof(key), "k%d", i);
 		if (what < 55) {
-			struct px_cached v = entry_of(1 + (x >> 40) % 1000, 1 + (unsigned)(x >> 50) % 3);
+			struct px_cached v =
+			    entry_of(1 + (x >> 40) % 1000, 1 + (unsigned)(x >> 50) % 3);
 
 			px_lease_cache_put(c, tenants[t], key, &v, NULL);
 			model[t][i] = v.size;

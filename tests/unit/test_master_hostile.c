@@ -293,8 +293,8 @@ static int admin_keys_status(struct mst_master *m, const char *query)
 	struct lc_http_reply rep = {.status = 200};
 	struct auth_http_gate gate;
 	struct mst_http mh = {.m = m, .gate = &gate};
-	struct lc_http_req req = {.method = "GET", .path = "/admin/keys", .query = query,
-				  .peer_loopback = 1};
+	struct lc_http_req req = {
+	    .method = "GET", .path = "/admin/keys", .query = query, .peer_loopback = 1};
 
 	auth_http_gate_init(&gate, NULL, "test");
 	assert_int_equal(mst_http_handle(&mh, &req, &rep), 0);

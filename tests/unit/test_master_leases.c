@@ -160,8 +160,8 @@ static void test_master_lease_release(void **state)
 		rq.n_keys = 2;
 		rq.readers = readers;
 		rq.n_readers = 2;
-		r = (Lunar__BatchGetReplicaListReply *)call(m, LUNAR__METHOD__BATCH_GET_REPLICA_LIST,
-							    &rq);
+		r = (Lunar__BatchGetReplicaListReply *)call(
+		    m, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, &rq);
 		assert_int_equal(r->n_results, 2);
 		s1 = r->results[0]->lease_seq;
 		s2 = r->results[1]->lease_seq;

@@ -285,8 +285,7 @@ static void test_master_remove_by_regex(void **state)
 	 * backslash before a digit */
 	assert_int_equal(remove_regex(m, NULL, "(", 1), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(remove_regex(m, NULL, "", 1), LUNAR_ERR_INVALID_PARAMS);
-	assert_int_equal(remove_regex(m, NULL, "(.*)*(.*)*\\1\\2!", 1),
-			 LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, "(.*)*(.*)*\\1\\2!", 1), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(remove_regex(m, NULL, "^b\\\\1", 1), 0);
 	assert_int_equal(exist(m, NULL, "b1"), 1);
 	mst_master_destroy(m);
@@ -310,12 +309,16 @@ static void test_master_remove_by_regex_bounds_its_cost(void **state)
 	assert_int_equal(remove_regex(m, NULL, "(((a|b){0,20}){0,20}){0,20}x", 1),
 			 LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(remove_regex(m, NULL, ")(a{0,64}){0,64}x", 1), LUNAR_ERR_INVALID_PARAMS);
-	assert_int_equal(remove_regex(m, NULL, "((((((((((((((((((((((((((((((((((a))))))))))))))))))))))))))))))))))", 1),
-			 LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(
+	    remove_regex(m, NULL,
+			 "((((((((((((((((((((((((((((((((((a))))))))))))))))))))))))))))))))))",
+			 1),
+	    LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(remove_regex(m, NULL, "a{0,300}x", 1), LUNAR_ERR_INVALID_PARAMS);
 	/* glibc reads "{,n}" as "{0,n}" (it took 5.9 s on a 1000-byte key) */
 	assert_int_equal(remove_regex(m, NULL, "(a{,64}){,64}x", 1), LUNAR_ERR_INVALID_PARAMS);
-	assert_int_equal(remove_regex(m, NULL, "((a{,40}){,40}){,40}x", 1), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(remove_regex(m, NULL, "((a{,40}){,40}){,40}x", 1),
+			 LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(remove_regex(m, NULL, "a{,300}x", 1), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(remove_regex(m, NULL, "a{99999999999999999999999}x", 1),
 			 LUNAR_ERR_INVALID_PARAMS);
@@ -356,7 +359,7 @@ static void test_master_remove_by_regex_matches_outside_the_lock(void **state)
 {
 	/* Given: 200 keys of 2000 bytes in the shard of the key "victim" */
 	struct mst_master *m = master_new(NULL, NULL);
-	struct slow_remove r = { .m = m };
+	struct slow_remove r = {.m = m};
 	size_t shard = shard_of("victim");
 	char key[2016];
 	uint64_t t0, ms;

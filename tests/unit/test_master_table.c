@@ -11,8 +11,8 @@
 #include "master/mst_obj.h"
 #include "tests/cmocka_main.h"
 
-#define SHARD  7    /* the shard every key of these tests lands in */
-#define NKEYS  3000 /* a table of 8192 slots at most half full */
+#define SHARD 7	   /* the shard every key of these tests lands in */
+#define NKEYS 3000 /* a table of 8192 slots at most half full */
 
 /* Linked with --wrap=calloc (Makefile): while fail_slots is set, a slot
  * array cannot be allocated, so a table cannot grow. */

@@ -32,7 +32,9 @@ struct node {
 
 static int node_start(struct node *n)
 {
-	struct eng_config cfg = {.host = "127.0.0.1", .seg_size = SEG_SIZE, .io_timeout_ms = 10000,
+	struct eng_config cfg = {.host = "127.0.0.1",
+				 .seg_size = SEG_SIZE,
+				 .io_timeout_ms = 10000,
 				 .rdma_devices = "auto"};
 
 	n->seg = aligned_alloc(4096, SEG_SIZE);
@@ -65,8 +67,8 @@ static void test_rdma_device_round_trip(void **state)
 	assert_non_null(m2);
 	for (size_t i = 0; i < LEN; i++)
 		buf[i] = (unsigned char)rand_r(&seed);
-	assert_int_equal(eng_xfer(a.e, eng_engine_endpoint(b.e), ENG_WRITE, 4096, &v, 1, NULL, NULL),
-			 0);
+	assert_int_equal(
+	    eng_xfer(a.e, eng_engine_endpoint(b.e), ENG_WRITE, 4096, &v, 1, NULL, NULL), 0);
 	assert_memory_equal(b.seg + 4096, buf, LEN);
 	assert_int_equal(eng_xfer(a.e, eng_engine_endpoint(b.e), ENG_READ, 4096, &w, 1, NULL, NULL),
 			 0);
@@ -77,9 +79,9 @@ static void test_rdma_device_round_trip(void **state)
 	assert_int_equal(st.xfers, 2);
 	assert_int_equal(st.bytes, 2ull * LEN);
 	/* Past the peer's segment: refused before a byte moves. */
-	assert_int_equal(eng_xfer(a.e, eng_engine_endpoint(b.e), ENG_READ, SEG_SIZE - 10, &w, 1,
-				  NULL, NULL),
-			 LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(
+	    eng_xfer(a.e, eng_engine_endpoint(b.e), ENG_READ, SEG_SIZE - 10, &w, 1, NULL, NULL),
+	    LUNAR_ERR_TRANSFER_FAIL);
 	/* The owner goes away: transfers fail, never succeed with other bytes. */
 	{
 		char ep[64];

@@ -31,17 +31,16 @@
 #define MIB	 (1u << 20)
 
 /* ---- the fake device layer ---- */
-static int fake;	      /* 0: the real functions */
-static int fake_opens;	      /* dev_open calls so far */
-static int fake_nodev_at;     /* the open (1-based) that finds no device; 0 none */
-static int fake_connect_rc;   /* what qps_connect returns */
+static int fake;	    /* 0: the real functions */
+static int fake_opens;	    /* dev_open calls so far */
+static int fake_nodev_at;   /* the open (1-based) that finds no device; 0 none */
+static int fake_connect_rc; /* what qps_connect returns */
 static int fake_connects;
 
 int __real_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
 			     struct eng_rdma_dev **out);
 void __real_eng_rdma_dev_put(struct eng_rdma_dev *d);
-int __real_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len,
-			     uint32_t *lkey);
+int __real_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey);
 int __real_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner,
 			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine);
 int __real_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
@@ -82,10 +81,8 @@ void __wrap_eng_rdma_dev_put(struct eng_rdma_dev *d)
 	free(d);
 }
 
-int __wrap_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len,
-			     uint32_t *lkey);
-int __wrap_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len,
-			     uint32_t *lkey)
+int __wrap_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey);
+int __wrap_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey)
 {
 	if (!fake)
 		return __real_eng_rdma_mem_lkey(d, p, len, lkey);
@@ -142,7 +139,9 @@ struct node {
 static int node_start(struct node *n, const char *rdma)
 {
 	struct eng_config cfg = {
-	    .host = "127.0.0.1", .seg_size = SEG_SIZE, .io_timeout_ms = 10000,
+	    .host = "127.0.0.1",
+	    .seg_size = SEG_SIZE,
+	    .io_timeout_ms = 10000,
 	    .rdma_devices = rdma,
 	};
 
@@ -289,8 +288,12 @@ static int raw_connect(const char *ep)
  * the connection closed without one. */
 static int send_connect(int fd, const unsigned char *body, uint64_t off, uint64_t len)
 {
-	struct eng_wire_req h = {.magic = ENG_WIRE_REQ_MAGIC, .version = ENG_WIRE_VERSION,
-				 .op = ENG_OP_RDMA_CONNECT, .offset = off, .length = len, .id = 5};
+	struct eng_wire_req h = {.magic = ENG_WIRE_REQ_MAGIC,
+				 .version = ENG_WIRE_VERSION,
+				 .op = ENG_OP_RDMA_CONNECT,
+				 .offset = off,
+				 .length = len,
+				 .id = 5};
 	struct eng_wire_rep rep;
 
 	eng_wire_req_encode(&h);
@@ -313,8 +316,8 @@ static int closed(int fd)
 
 static void test_rdma_fallback_owner_checks_body(void **state)
 {
-	struct eng_rdma_hs h = {.nqp = 2, .mtu = 3, .port = 1, .cap_op = ENG_OP_READ,
-				.qpn = {7, 8}, .gid = {1}};
+	struct eng_rdma_hs h = {
+	    .nqp = 2, .mtu = 3, .port = 1, .cap_op = ENG_OP_READ, .qpn = {7, 8}, .gid = {1}};
 	unsigned char body[ENG_RDMA_HS_SIZE], rb[ENG_RDMA_HS_SIZE];
 	struct eng_rdma_hs theirs;
 	struct node b;

@@ -109,22 +109,22 @@ static void test_rdma_wire_bad_fields(void **state)
 	struct eng_rdma_hs h;
 
 	(void)state;
-	expect_bad(client_hs(), 0, 0, 0, LUNAR_ERR_PROTOCOL);		 /* magic */
+	expect_bad(client_hs(), 0, 0, 0, LUNAR_ERR_PROTOCOL);	      /* magic */
 	expect_bad(client_hs(), 0, 4, 2, LUNAR_ERR_VERSION_MISMATCH); /* version */
-	expect_bad(client_hs(), 0, 6, 0, LUNAR_ERR_PROTOCOL);		 /* nqp 0 */
-	expect_bad(client_hs(), 0, 6, 9, LUNAR_ERR_PROTOCOL);		 /* nqp > 8 */
-	expect_bad(client_hs(), 0, 7, 1, LUNAR_ERR_PROTOCOL);		 /* nqp 260 */
-	expect_bad(client_hs(), 0, 8, 0, LUNAR_ERR_PROTOCOL);		 /* mtu 0 */
-	expect_bad(client_hs(), 0, 8, 6, LUNAR_ERR_PROTOCOL);		 /* mtu 6 */
-	expect_bad(client_hs(), 0, 9, 0, LUNAR_ERR_PROTOCOL);		 /* port 0 */
-	expect_bad(client_hs(), 0, 12, 3, LUNAR_ERR_PROTOCOL);	 /* cap_op READ_DISK */
-	expect_bad(client_hs(), 0, 12, 0, LUNAR_ERR_PROTOCOL);	 /* cap_op none */
-	expect_bad(client_hs(), 0, 14, 1, LUNAR_ERR_PROTOCOL);	 /* flags */
-	expect_bad(client_hs(), 0, 53, 1, LUNAR_ERR_PROTOCOL);	 /* reserved */
-	expect_bad(client_hs(), 0, 32, 1, LUNAR_ERR_PROTOCOL);	 /* client addr */
-	expect_bad(client_hs(), 0, 40, 1, LUNAR_ERR_PROTOCOL);	 /* client length */
-	expect_bad(client_hs(), 0, 48, 1, LUNAR_ERR_PROTOCOL);	 /* client rkey */
-	expect_bad(owner_hs(), 1, 12, 1, LUNAR_ERR_PROTOCOL);		 /* owner cap_op */
+	expect_bad(client_hs(), 0, 6, 0, LUNAR_ERR_PROTOCOL);	      /* nqp 0 */
+	expect_bad(client_hs(), 0, 6, 9, LUNAR_ERR_PROTOCOL);	      /* nqp > 8 */
+	expect_bad(client_hs(), 0, 7, 1, LUNAR_ERR_PROTOCOL);	      /* nqp 260 */
+	expect_bad(client_hs(), 0, 8, 0, LUNAR_ERR_PROTOCOL);	      /* mtu 0 */
+	expect_bad(client_hs(), 0, 8, 6, LUNAR_ERR_PROTOCOL);	      /* mtu 6 */
+	expect_bad(client_hs(), 0, 9, 0, LUNAR_ERR_PROTOCOL);	      /* port 0 */
+	expect_bad(client_hs(), 0, 12, 3, LUNAR_ERR_PROTOCOL);	      /* cap_op READ_DISK */
+	expect_bad(client_hs(), 0, 12, 0, LUNAR_ERR_PROTOCOL);	      /* cap_op none */
+	expect_bad(client_hs(), 0, 14, 1, LUNAR_ERR_PROTOCOL);	      /* flags */
+	expect_bad(client_hs(), 0, 53, 1, LUNAR_ERR_PROTOCOL);	      /* reserved */
+	expect_bad(client_hs(), 0, 32, 1, LUNAR_ERR_PROTOCOL);	      /* client addr */
+	expect_bad(client_hs(), 0, 40, 1, LUNAR_ERR_PROTOCOL);	      /* client length */
+	expect_bad(client_hs(), 0, 48, 1, LUNAR_ERR_PROTOCOL);	      /* client rkey */
+	expect_bad(owner_hs(), 1, 12, 1, LUNAR_ERR_PROTOCOL);	      /* owner cap_op */
 	/* QP table: qpn 0, above 24 bits, psn above 24 bits, a duplicate, an
 	 * unused slot not zero. */
 	expect_bad(client_hs(), 0, ENG_RDMA_HS_HEAD, 0, LUNAR_ERR_PROTOCOL);
@@ -183,8 +183,8 @@ static void test_rdma_wire_random_bytes(void **state)
 static void test_rdma_wire_reply_mac(void **state)
 {
 	struct auth_session s;
-	struct eng_wire_krep rep = {.h = {.magic = ENG_WIRE_REP_MAGIC, .id = 9,
-					  .length = ENG_RDMA_HS_SIZE}};
+	struct eng_wire_krep rep = {
+	    .h = {.magic = ENG_WIRE_REP_MAGIC, .id = 9, .length = ENG_RDMA_HS_SIZE}};
 	struct eng_wire_krep copy;
 	unsigned char body[ENG_RDMA_HS_SIZE];
 	struct eng_rdma_hs h = owner_hs();

@@ -30,7 +30,7 @@ static void ring_at(struct lc_ring_prod *p, struct lc_ring_ctl *r, uint32_t star
 	lc_ring_init(r);
 	r->prod_tail = start;
 	r->cons_head = start;
-	*p = (struct lc_ring_prod){ .ctl = r, .head = start, .tail = start };
+	*p = (struct lc_ring_prod){.ctl = r, .head = start, .tail = start};
 }
 
 static void sleep_ms(long ms)
@@ -59,7 +59,7 @@ static void test_ring_empty_full(void **state)
 {
 	const uint32_t entries = 8;
 	struct lc_ring_ctl r;
-	struct lc_ring_prod p = { .ctl = &r };
+	struct lc_ring_prod p = {.ctl = &r};
 	uint32_t head;
 
 	lc_ring_init(&r);
@@ -105,7 +105,7 @@ static void test_ring_empty_full(void **state)
 static void test_ring_reserve_more_than_entries(void **state)
 {
 	struct lc_ring_ctl r;
-	struct lc_ring_prod p = { .ctl = &r };
+	struct lc_ring_prod p = {.ctl = &r};
 	uint32_t head = 7;
 
 	lc_ring_init(&r);
@@ -218,7 +218,7 @@ static void test_ring_consumer_cannot_stall_producers(void **state)
 {
 	const uint32_t entries = 8;
 	struct lc_ring_ctl r;
-	struct lc_ring_prod p = { .ctl = &r };
+	struct lc_ring_prod p = {.ctl = &r};
 	uint32_t head;
 
 	lc_ring_init(&r);
@@ -306,7 +306,7 @@ static void test_ring_commit_order(void **state)
 static void test_ring_commit_in_order_no_wait(void **state)
 {
 	struct lc_ring_ctl r;
-	struct lc_ring_prod p = { .ctl = &r };
+	struct lc_ring_prod p = {.ctl = &r};
 	uint32_t a, b;
 
 	lc_ring_init(&r);

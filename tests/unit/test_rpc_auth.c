@@ -38,9 +38,15 @@ static int setup(void **state)
 /* One well-formed message of each kind. */
 static struct lp_env sample(uint32_t kind)
 {
-	struct lp_env e = {.kind = kind, .role = AUTH_ROLE_NODE, .sid = 0x1122334455667788ull,
-			   .ctr = 42, .hello = hello, .proof = proof, .tag = tag,
-			   .body = body, .body_len = sizeof(body)};
+	struct lp_env e = {.kind = kind,
+			   .role = AUTH_ROLE_NODE,
+			   .sid = 0x1122334455667788ull,
+			   .ctr = 42,
+			   .hello = hello,
+			   .proof = proof,
+			   .tag = tag,
+			   .body = body,
+			   .body_len = sizeof(body)};
 	return e;
 }
 

@@ -37,7 +37,6 @@
 #include "uds.h"
 #include "tests/unit/test_fds.h"
 
-
 /* cmocka's asserts must not run in the fake's threads. */
 #define FAKE_CHECK(x)                                                                              \
 	do {                                                                                       \
@@ -84,7 +83,7 @@ struct fake {
 	/* behaviour, set before fake_start */
 	int32_t refuse;
 	int bad_magic;
-	int hang; /* atomic: consume requests, never complete them */
+	int hang;	   /* atomic: consume requests, never complete them */
 	int ring_scribble; /* 1: write the producers' old prod_head word, 2: cons_head */
 	int bad_evfd;	   /* 1: a blocking pipe for the eventfd, 2: a blocking eventfd */
 	uint32_t entries, slots;

@@ -19,7 +19,7 @@
 #include "master/master.h"
 #include "rpc.h"
 
-#define EV_OBJ 4096u
+#define EV_OBJ	  4096u
 #define EV_CLIENT 0xbe1cull
 
 static int call(struct mst_master *m, uint32_t method, const ProtobufCMessage *rq)

@@ -544,8 +544,8 @@ static int connect_master(struct mb *b)
 		fprintf(stderr, "lunar-bench: cluster key: %s\n", why);
 		return -1;
 	}
-	rc = lp_follow_create(b->url, keyed ? &key : NULL, AUTH_ROLE_NODE, LP_CLIENT_DIAL_NOW,
-			      NULL, NULL, &b->cl);
+	rc = lp_follow_create(b->url, keyed ? &key : NULL, AUTH_ROLE_NODE, LP_CLIENT_DIAL_NOW, NULL,
+			      NULL, &b->cl);
 	auth_key_wipe(&key);
 	if (rc)
 		fprintf(stderr, "lunar-bench: cannot reach the master at %s\n", b->url);

@@ -48,8 +48,10 @@ int bench_sync_wait(struct bench_sync *s, unsigned k, unsigned timeout_ms)
 	c = &s->count[k];
 	v = lc_fetch_add(c, 1u) + 1;
 	if (v > s->procs) {
-		fprintf(stderr, "lunar-bench: --sync-file: more than %u processes at barrier %u "
-				"(a file used before?)\n", s->procs, k);
+		fprintf(stderr,
+			"lunar-bench: --sync-file: more than %u processes at barrier %u "
+			"(a file used before?)\n",
+			s->procs, k);
 		return -1;
 	}
 	if (v == s->procs) {
@@ -60,8 +62,10 @@ int bench_sync_wait(struct bench_sync *s, unsigned k, unsigned timeout_ms)
 		uint64_t now = lc_now_ns();
 
 		if (now >= end) {
-			fprintf(stderr, "lunar-bench: --sync-file: %u of %u processes at barrier %u "
-					"after %u ms\n", v, s->procs, k, timeout_ms);
+			fprintf(stderr,
+				"lunar-bench: --sync-file: %u of %u processes at barrier %u "
+				"after %u ms\n",
+				v, s->procs, k, timeout_ms);
 			return -1;
 		}
 		lc_futex_wait(c, v, end - now);

@@ -61,7 +61,8 @@ static int tb_recv(int fd, void *buf, size_t len, int busy)
 	size_t got = 0;
 
 	while (got < len) {
-		ssize_t n = recv(fd, (char *)buf + got, len - got, busy ? MSG_DONTWAIT : MSG_WAITALL);
+		ssize_t n =
+		    recv(fd, (char *)buf + got, len - got, busy ? MSG_DONTWAIT : MSG_WAITALL);
 
 		if (n > 0)
 			got += (size_t)n;
@@ -133,8 +134,8 @@ static int tb_connect(struct tb_run *r, struct tb_thread *cl, struct tb_thread *
 	socklen_t len = sizeof(sa);
 
 	r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&sa, len) ||
-	    listen(r->lfd, TB_MAX_T) || getsockname(r->lfd, (struct sockaddr *)&sa, &len))
+	if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&sa, len) || listen(r->lfd, TB_MAX_T) ||
+	    getsockname(r->lfd, (struct sockaddr *)&sa, &len))
 		return -1;
 	for (unsigned i = 0; i < r->threads; i++) {
 		cl[i] = (struct tb_thread){.r = r, .idx = i};
@@ -217,7 +218,8 @@ static int tb_parse(struct tb_run *r, int argc, char **argv)
 			r->threads = (unsigned)x;
 		} else
 			return bench_usage_error("--tcp-baseline takes --size, --count, --threads; "
-						 "not '%s'", argv[i]);
+						 "not '%s'",
+						 argv[i]);
 		if (missing)
 			return bench_usage_error("option %s needs a value", argv[i]);
 		if (rc)
@@ -235,8 +237,9 @@ int bench_tcp_main(int argc, char **argv)
 		return rc;
 	r.per = TB_SET / r.threads / r.size * r.size;
 	if (!r.count) /* ~ 2 GiB a style, at least 2000 answers */
-		r.count = (2ull << 30) / r.size / r.threads > 2000 ? (2ull << 30) / r.size / r.threads
-								   : 2000;
+		r.count = (2ull << 30) / r.size / r.threads > 2000
+			      ? (2ull << 30) / r.size / r.threads
+			      : 2000;
 	r.src = mmap(NULL, TB_SET, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	r.dst = mmap(NULL, TB_SET, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	r.lat = calloc(r.count * r.threads, sizeof(*r.lat));

@@ -721,8 +721,8 @@ static int check_replay(const struct tr *b, int64_t inf, int rc)
 	printf("check_min_hit_ratio=%.4f\n", want);
 	printf("check=%s\n", ok ? "ok" : "failed");
 	if (!ok)
-		fprintf(stderr, "lunar-bench: --check: hit ratio %.4f (least %.4f), %" PRIu64
-				" errors\n",
+		fprintf(stderr,
+			"lunar-bench: --check: hit ratio %.4f (least %.4f), %" PRIu64 " errors\n",
 			got, want, hard_errors(b));
 	return ok ? rc : BENCH_EXIT_FAIL;
 }

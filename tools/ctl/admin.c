@@ -50,8 +50,8 @@ static int proxy_http_ask(struct ctl *x)
 			x->c = NULL;
 			snprintf(msg, sizeof(msg), "cannot connect to the proxy at %.900s: %s (%d)",
 				 x->socket_shown, lunar_strerror(rc), rc);
-			return complain(x, &s, rc == LUNAR_ERR_PROXY_UNAVAILABLE ? EXIT_NOCONN
-										 : EXIT_FAIL,
+			return complain(x, &s,
+					rc == LUNAR_ERR_PROXY_UNAVAILABLE ? EXIT_NOCONN : EXIT_FAIL,
 					msg);
 		}
 	}
@@ -75,7 +75,9 @@ static int src_pick(struct ctl *x, int proxy_only, struct src *s)
 	}
 	if (!x->http && (rc = proxy_http_ask(x)))
 		return rc;
-	*s = (struct src){x->http ? x->http : x->http_told[0] ? x->http_told : CTL_PROXY_HTTP,
+	*s = (struct src){x->http	    ? x->http
+			  : x->http_told[0] ? x->http_told
+					    : CTL_PROXY_HTTP,
 			  CTL_PROXY_HTTP_PORT, "proxy's HTTP port"};
 	return EXIT_OK;
 }

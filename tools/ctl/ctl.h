@@ -36,9 +36,9 @@ struct ctl {
 	char etcd_urls[1024];
 	char cluster[128];
 	char master_found[256];
-	char http_told[64]; /* the HTTP address the proxy behind the socket told */
+	char http_told[64];   /* the HTTP address the proxy behind the socket told */
 	const char *key_path; /* --cluster-key: proves the key to /admin (bearer token) */
-	unsigned limit; /* keys --limit; 0: the master's default */
+	unsigned limit;	      /* keys --limit; 0: the master's default */
 	int limit_set;
 	int all_tenants;
 	/* rm over many keys */

@@ -27,7 +27,7 @@ struct ctl_http_resp {
 	char *body;
 	size_t len;
 	int connected;
-	int answered;   /* some byte of a reply came back */
+	int answered;	/* some byte of a reply came back */
 	char peer[280]; /* "host:port" as dialed, once addr parsed */
 	char err[256];
 };
