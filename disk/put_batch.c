@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "failpoint.h"
 #include "lunar.h"
 
 #define DSK_GROUP_BYTES (4u << 20) /* data bytes of one group's write */
@@ -137,6 +138,30 @@ static unsigned group_ios(struct dsk_wbatch *w, struct dsk_wgroup *g, struct dsk
 	return n;
 }
 
+#ifdef LUNAR_FAILPOINTS
+/* Test builds only (common/failpoint.h): die as on a power cut inside the
+ * first group's write - its data written and no metadata, or the metadata
+ * torn - as dsk_put_failpoints does for one record. */
+static void batch_failpoints(struct dsk_wbatch *w, struct dsk_io *ios, unsigned n)
+{
+	int torn = LC_FAILPOINT("disk-torn-meta");
+	struct dsk_wgroup *g = &w->g[0];
+
+	if (!torn && !LC_FAILPOINT("disk-crash-before-meta"))
+		return;
+	if (torn) {
+		memset(g->meta + 24, 0, g->mend - g->moff - 24);
+	} else {
+		ios[0].flags = 0; /* the data alone */
+		n = 1;
+	}
+	dsk_io_run(w->c, ios, n);
+	lc_failpoint_crash(torn ? "disk-torn-meta" : "disk-crash-before-meta");
+}
+#else
+#define batch_failpoints(w, ios, n) ((void)0)
+#endif
+
 /* Write every group in one submission; publish or drop its records. */
 static void batch_write(struct dsk_store *s, struct dsk_wbatch *w)
 {
@@ -148,6 +173,8 @@ static void batch_write(struct dsk_store *s, struct dsk_wbatch *w)
 		n += group_ios(w, &w->g[k], ios + n);
 	}
 	at[w->ng] = n;
+	if (w->ng && at[1])
+		batch_failpoints(w, ios, at[1]);
 	if (n)
 		dsk_io_run(w->c, ios, n);
 	for (unsigned k = 0; k < w->ng; k++) {
