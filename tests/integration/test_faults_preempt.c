@@ -54,8 +54,9 @@ static int start(const char *ttl)
 	mhttp = http_port_of(master);
 	h_named_sock(sock_b, "b");
 	h_named_sock(sock_w, "w");
+	/* B's apps (the aftermath's client) remove by force: admin calls. */
 	proxy_b = track(h_start_proxy("proxyB", sock_b, port, "--segment-size", "64MiB",
-				      "--ping-interval", "100ms", NULL));
+				      "--ping-interval", "100ms", "--admin-calls", NULL));
 	/* W contributes no DRAM: its put lands on B's segment. */
 	proxy_w =
 	    track(h_start_proxy("proxyW", sock_w, port, "--segment-size", "0", "--ping-interval",
