@@ -514,6 +514,21 @@ void eng_exec_stop(struct eng_engine *e);
  * one place that chooses. */
 const struct eng_transport_ops *eng_transport(const struct eng_engine *e, const char *endpoint);
 
+/* eng_op_of - an op for one synchronous transfer of eng_xfer's arguments
+ * (its CRC wanted when crc is not NULL). */
+static inline struct eng_op eng_op_of(const char *endpoint, enum eng_dir dir, uint64_t off,
+				      const struct iovec *iov, int iovcnt,
+				      const struct eng_cap *cap, const uint32_t *crc)
+{
+	return (struct eng_op){.endpoint = endpoint,
+			       .dir = dir,
+			       .off = off,
+			       .iov = iov,
+			       .iovcnt = iovcnt,
+			       .cap = cap,
+			       .want_crc = crc != NULL};
+}
+
 extern const struct eng_transport_ops eng_local_ops;
 extern const struct eng_transport_ops eng_tcp_ops;
 

@@ -123,13 +123,7 @@ const struct eng_transport_ops *eng_transport(const struct eng_engine *e, const 
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 	     const struct iovec *iov, int iovcnt, const struct eng_cap *cap, uint32_t *crc)
 {
-	struct eng_op op = {.endpoint = endpoint,
-			    .dir = dir,
-			    .off = off,
-			    .iov = iov,
-			    .iovcnt = iovcnt,
-			    .cap = cap,
-			    .want_crc = crc != NULL};
+	struct eng_op op = eng_op_of(endpoint, dir, off, iov, iovcnt, cap, crc);
 
 	if (!e)
 		return LUNAR_ERR_TRANSFER_FAIL;

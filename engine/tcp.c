@@ -311,13 +311,7 @@ static int tcp_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir
 		    const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
 		    uint32_t *crc)
 {
-	struct eng_op op = {.endpoint = endpoint,
-			    .dir = dir,
-			    .off = off,
-			    .iov = iov,
-			    .iovcnt = iovcnt,
-			    .cap = cap,
-			    .want_crc = crc != NULL};
+	struct eng_op op = eng_op_of(endpoint, dir, off, iov, iovcnt, cap, crc);
 	int rc, ran, anyran = 0;
 
 	op.priv.total = total;
