@@ -155,7 +155,7 @@ static void *io_main(void *arg)
 {
 	struct eng_engine *e = arg;
 	struct eng_exec *x = &e->exec;
-	struct eng_op *op;
+	struct eng_op *op = NULL;
 	unsigned self, idx;
 
 	pthread_mutex_lock(&x->lock);
@@ -178,7 +178,7 @@ int eng_exec_start(struct eng_engine *e)
 {
 	struct eng_exec *x = &e->exec;
 	unsigned n = e->cfg.io_threads;
-	int rc;
+	int rc = 0;
 
 	memset(x, 0, sizeof(*x));
 	x->threads = calloc(n, sizeof(*x->threads));
