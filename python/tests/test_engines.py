@@ -114,11 +114,11 @@ class SGLangHiCacheTest(unittest.TestCase):
         key_strs, ptrs, sizes = self.mha_meta(pool, keys, first_page)
         exist = store.batch_is_exist(key_strs)
         results = [0 if e == 1 else -1 for e in exist]
-        todo = [i for i, e in enumerate(exist) if e != 1]
-        if todo:
-            put = store.batch_put_from([key_strs[i] for i in todo], [ptrs[i] for i in todo],
-                                       [sizes[i] for i in todo])
-            for i, r in zip(todo, put):
+        missing = [i for i, e in enumerate(exist) if e != 1]
+        if missing:
+            put = store.batch_put_from([key_strs[i] for i in missing], [ptrs[i] for i in missing],
+                                       [sizes[i] for i in missing])
+            for i, r in zip(missing, put):
                 results[i] = r
         return [all(r == 0 for r in results[i:i + 2]) for i in range(0, len(results), 2)]
 
