@@ -39,10 +39,16 @@ static int64_t self_cpu_ms(void)
 	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
 }
 
-/* CPU of the proxy and of this process over IDLE_MS from now. */
+/* CPU of the proxy and of this process over IDLE_MS, from the moment the
+ * proxy's segment is resident (the prefault runs beside serving and is
+ * work, not idling: on a loaded machine it overlaps the window). */
 static void measure(struct h_proc *px, int64_t *proxy_ms, int64_t *self_ms)
 {
-	int64_t p0 = h_pid_cpu_ms(px->pid), s0 = self_cpu_ms();
+	int64_t p0, s0;
+
+	H_ASSERT_EQ(h_wait_log(px, "segment resident", H_BOUND_MS(30000)), 0);
+	p0 = h_pid_cpu_ms(px->pid);
+	s0 = self_cpu_ms();
 
 	h_sleep_ms(IDLE_MS);
 	*proxy_ms = h_pid_cpu_ms(px->pid) - p0;
