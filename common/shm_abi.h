@@ -192,14 +192,23 @@ enum lc_slot_state {
 	LC_SLOT_DONE = 3,    /* result, seq and done_ns are valid */
 };
 
+/* Why a call failed, beyond its code (the code stays what engines act on). */
+enum lc_reason {
+	LC_REASON_NONE = 0,
+	/* a put's value is larger than every segment; reason_arg: the largest
+	 * segment's bytes. Its items say NO_AVAILABLE_HANDLE. */
+	LC_REASON_TOO_LARGE = 1,
+};
+
 /* Completion slot: the futex word the waiting thread watches. */
 struct lc_cslot {
-	uint32_t state; /* enum lc_slot_state; futex word */
-	uint32_t rsvd;
+	uint32_t state;	 /* enum lc_slot_state; futex word */
+	uint32_t reason; /* enum lc_reason */
 	int64_t result;
 	uint64_t seq;
-	uint64_t done_ns; /* CLOCK_MONOTONIC at completion: steers the waiter's spin */
-	uint64_t pad[4];
+	uint64_t done_ns;    /* CLOCK_MONOTONIC at completion: steers the waiter's spin */
+	uint64_t reason_arg; /* see enum lc_reason */
+	uint64_t pad[3];
 };
 
 static_assert(sizeof(struct lc_hello) == 88, "lc_hello layout");
@@ -292,10 +301,11 @@ LC_AT(lc_seg, rsvd, 4);
 LC_AT(lc_seg, off, 8);
 LC_AT(lc_seg, len, 16);
 LC_AT(lc_cslot, state, 0);
-LC_AT(lc_cslot, rsvd, 4);
+LC_AT(lc_cslot, reason, 4);
 LC_AT(lc_cslot, result, 8);
 LC_AT(lc_cslot, seq, 16);
 LC_AT(lc_cslot, done_ns, 24);
+LC_AT(lc_cslot, reason_arg, 32);
 #undef LC_AT
 
 #endif /* LUNAR_COMMON_SHM_ABI_H */

@@ -26,6 +26,7 @@ static Lunar__PutStartResult *put_start_one(struct mst_master *m, start_fn start
 	lunar__put_start_result__init(res);
 	res->code =
 	    mst_code(start(m, rq->client_id, rq->tenant, item, &res->replicas, &res->n_replicas));
+	res->largest_segment = mst_obj_too_large(m, res->code, item->size);
 	return res;
 }
 

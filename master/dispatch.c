@@ -111,6 +111,7 @@ static int start(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMes
 	}
 	r->replicas = reps;
 	r->n_replicas = n;
+	r->largest_segment = mst_obj_too_large(m, rc, rq->size);
 	*rep = &r->base;
 	return 0;
 }

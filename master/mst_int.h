@@ -311,6 +311,10 @@ void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint6
  */
 int mst_obj_put_start(struct mst_master *m, uint64_t client, const char *tenant,
 		      const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n);
+/* mst_obj_too_large - for a start that ended rc: the largest segment's
+ * bytes when rc is NO_AVAILABLE_HANDLE because len exceeds every segment
+ * taking new data (no eviction can help), else 0. */
+uint64_t mst_obj_too_large(struct mst_master *m, int rc, uint64_t len);
 /*
  * mst_obj_put_end - PutEnd: commit client's PROCESSING object with its
  * CRC32C. 0 (also for a repeat with the same crc); OBJECT_NOT_FOUND;

@@ -422,6 +422,13 @@ static void too_big_log(struct mst_master *m, uint64_t len)
 		(unsigned long long)len, (unsigned long long)mst_segments_largest(m));
 }
 
+uint64_t mst_obj_too_large(struct mst_master *m, int rc, uint64_t len)
+{
+	if (rc != LUNAR_ERR_NO_AVAILABLE_HANDLE || mst_segments_could_hold(m, len))
+		return 0;
+	return mst_segments_largest(m);
+}
+
 int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
 		  const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n,
 		  mst_start_try_fn try_start)

@@ -273,12 +273,16 @@ void px_req_free(struct px_req *r)
 	free(r);
 }
 
-/* Stamp the slot of sqe (in range) with result, then DONE; wake its waiter. */
-static void complete_slot(const struct px_region *rg, const struct lc_sqe *sqe, int64_t result)
+/* Stamp the slot of sqe (in range) with result and the reason (r's, or
+ * none without r), then DONE; wake its waiter. */
+static void complete_slot(const struct px_region *rg, const struct lc_sqe *sqe,
+			  const struct px_req *r, int64_t result)
 {
 	struct lc_cslot *slot = &rg->slots[sqe->slot];
 	uint32_t old;
 
+	LC_WRITE_ONCE(slot->reason, r ? r->reason : (uint32_t)LC_REASON_NONE);
+	LC_WRITE_ONCE(slot->reason_arg, r ? r->reason_arg : 0);
 	LC_WRITE_ONCE(slot->result, result);
 	LC_WRITE_ONCE(slot->seq, sqe->seq);
 	LC_WRITE_ONCE(slot->done_ns, lc_now_ns());
@@ -295,7 +299,7 @@ int px_refuse(const struct px_region *rg, const struct lc_sqe *sqe, int64_t resu
 		*why = "completion slot out of range";
 		return LUNAR_ERR_PROTOCOL;
 	}
-	complete_slot(rg, sqe, result);
+	complete_slot(rg, sqe, NULL, result);
 	return 0;
 }
 
@@ -307,5 +311,5 @@ void px_complete(const struct px_region *rg, const struct px_req *r, int64_t res
 
 		LC_WRITE_ONCE(*res, r->items[i].result);
 	}
-	complete_slot(rg, &r->sqe, result);
+	complete_slot(rg, &r->sqe, r, result);
 }

@@ -88,6 +88,8 @@ struct px_req {
 	char *pref_buf; /* put/upsert: private copy of the preferred names */
 	unsigned npref;
 	uint32_t nheld;
+	uint32_t reason;     /* enum lc_reason, for the completion slot */
+	uint64_t reason_arg; /* its argument */
 	struct px_req *next; /* pool queue link */
 	/* Valid up to npref and nheld; px_decode zeroes only what is above. */
 	char *pref[LC_PREF_MAX];

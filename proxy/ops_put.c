@@ -180,6 +180,10 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 		}
 		if (code) {
 			it->result = code;
+			if (rep->results[i]->largest_segment) {
+				r->reason = LC_REASON_TOO_LARGE;
+				r->reason_arg = rep->results[i]->largest_segment;
+			}
 			continue;
 		}
 		n++;

@@ -387,6 +387,9 @@ int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t take_by_ns, uint6
 int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns,
 		 int64_t *result);
 int shm_ticket_ready(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns);
+/* shm_detail_set - remember a completion's reason (enum lc_reason, as the
+ * proxy wrote it) and its argument for lunar_error_detail in this thread. */
+void shm_detail_set(uint32_t reason, uint64_t arg);
 /* shm_wait_cond - wait on cn->cond (cn->lock held) until deadline_ns;
  * -ETIMEDOUT when it passed. */
 int shm_wait_cond(struct shm_conn *cn, uint64_t deadline_ns);

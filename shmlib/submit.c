@@ -290,6 +290,8 @@ int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadl
 		shm_conn_fence(cn); /* the request is in the proxy's hands */
 	else
 		*result = LC_READ_ONCE(slot->result);
+	shm_detail_set(rc ? LC_REASON_NONE : LC_READ_ONCE(slot->reason),
+		       rc ? 0 : LC_READ_ONCE(slot->reason_arg));
 	slot_give(cn, t->slot);
 	return rc;
 }

@@ -330,11 +330,12 @@ static int cmd_put(struct ctl *x)
 	}
 	rc = lunar_put(x->c, x->args[0], buf, len, &cfg);
 	free(buf);
-	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE)
+	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && *lunar_error_detail())
+		fprintf(stderr, "lunarctl: put: %zu bytes: %s\n", len, lunar_error_detail());
+	else if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE)
 		fprintf(stderr,
-			"lunarctl: put: no segment had room for %zu bytes: the value may be larger "
-			"than any segment ('lunarctl segment list' shows their sizes; the master "
-			"logs the largest), or they are full of leased or pinned values\n",
+			"lunarctl: put: no segment had room for %zu bytes now: they are full of "
+			"leased or pinned values; try again later\n",
 			len);
 	if (rc < 0)
 		return fail(x, rc);

@@ -36,6 +36,7 @@ __all__ = [
     "HostMemAllocator",
     "MooncakeHostMemAllocator",
     "strerror",
+    "error_detail",
     "address_of",
 ]
 
@@ -43,3 +44,10 @@ __all__ = [
 def strerror(code):
     """lunar_strerror's name for code (e.g. 'OBJECT_NOT_FOUND')."""
     return _ffi.lib().lunar_strerror(int(code)).decode()
+
+
+def error_detail():
+    """What the proxy said beyond the code about this thread's last call
+    (lunar_error_detail): why a put of a value larger than every segment
+    got NO_AVAILABLE_HANDLE; '' when it said nothing."""
+    return _ffi.lib().lunar_error_detail().decode()

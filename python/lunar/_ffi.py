@@ -95,6 +95,7 @@ _PROTOS = {
     "lunar_unregister": (_c.c_int, [_vp, _vp]),
     "lunar_health": (_c.c_int, [_vp]),
     "lunar_strerror": (_cp, [_c.c_int]),
+    "lunar_error_detail": (_cp, []),
 }
 
 _lib = None

@@ -151,6 +151,15 @@ class StoreTest(unittest.TestCase):
 
     # --- single keys -------------------------------------------------------
 
+    def test_put_larger_than_every_segment_says_why(self):
+        # Mooncake's code (-200, back-pressure to engines); the words say
+        # that no eviction can help: the only segment holds 64 MiB.
+        self.assertEqual(self.s.put("py/too-big", bytes(65 << 20)), lunar.NO_AVAILABLE_HANDLE)
+        self.assertIn("larger than every segment", lunar.error_detail())
+        self.assertIn("the largest holds 67108864 bytes", lunar.error_detail())
+        self.assertEqual(self.s.is_exist("py/too-big"), 0)
+        self.assertEqual(lunar.error_detail(), "")
+
     def test_put_get(self):
         data = pattern("py/one", 100000)
         self.assertEqual(self.s.is_exist("py/one"), 0)

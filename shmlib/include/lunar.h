@@ -249,6 +249,14 @@ int lunar_proxy_http_addr(struct lunar_client *c, char *buf, size_t cap);
 int lunar_health(struct lunar_client *c);
 /* lunar_strerror - a static string naming code; never NULL. */
 const char *lunar_strerror(int code);
+/*
+ * lunar_error_detail - what the proxy said, beyond the code, about the last
+ * call whose completion this thread collected: "" when it said nothing.
+ * Today: a put whose value is larger than every segment of the cluster
+ * (its code stays NO_AVAILABLE_HANDLE, which engines act on; retrying
+ * cannot help). Valid until this thread's next call; never NULL.
+ */
+const char *lunar_error_detail(void);
 
 #ifdef __cplusplus
 }

@@ -447,7 +447,8 @@ static void test_lunarctl_master_pair(void **state)
 }
 
 /* A value larger than the only segment (64 MiB): the code engines act on
- * (NO_AVAILABLE_HANDLE), and words that say why, with the value's size. */
+ * (NO_AVAILABLE_HANDLE), and the master's reason as the proxy passed it on
+ * (lunar_error_detail), with the value's size and the largest segment's. */
 static void test_lunarctl_put_larger_than_segment_says_why(void **state)
 {
 	(void)state;
@@ -455,7 +456,8 @@ static void test_lunarctl_put_larger_than_segment_says_why(void **state)
 	EXPECT_RC(1);
 	EXPECT_IN(R.err, "NO_AVAILABLE_HANDLE");
 	EXPECT_IN(R.err, "67112960 bytes");
-	EXPECT_IN(R.err, "larger than any segment");
+	EXPECT_IN(R.err,
+		  "larger than every segment of the cluster (the largest holds 67108864 bytes)");
 }
 
 /* Admin verbs without --http or --master ask the proxy behind --socket,

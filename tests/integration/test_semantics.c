@@ -411,6 +411,8 @@ static void test_semantics_store_full_no_available_handle(void **state)
 	}
 	H_ASSERT_MSG(rc != 0, "64 MiB of puts all fit in a 16 MiB segment");
 	H_ASSERT_EQ(rc, LUNAR_ERR_NO_AVAILABLE_HANDLE);
+	/* full, not too large: the proxy says nothing beyond the code */
+	H_ASSERT_MSG(!*lunar_error_detail(), "detail: \"%s\"", lunar_error_detail());
 	H_ASSERT_MSG(stored >= 8, "only %d MiB fit in a 16 MiB segment", stored);
 	/* Everything stored is still intact. */
 	for (int i = 0; i < stored; i++) {
@@ -430,6 +432,23 @@ static void test_semantics_store_full_no_available_handle(void **state)
 	expect_pattern("sem/after-full", MIB, "sem/after-full");
 }
 
+/*
+ * A value larger than every segment (17 MiB, the only one holds 16 MiB):
+ * NO_AVAILABLE_HANDLE as Mooncake says (engines act on the code), and
+ * lunar_error_detail says why, with the largest segment's size, until the
+ * thread's next call.
+ */
+static void test_semantics_value_larger_than_every_segment_says_why(void **state)
+{
+	(void)state;
+	H_ASSERT_EQ(put_pattern("sem/too-big", 17 * MIB, NULL), LUNAR_ERR_NO_AVAILABLE_HANDLE);
+	H_ASSERT_MSG(strstr(lunar_error_detail(), "larger than every segment") &&
+			 strstr(lunar_error_detail(), "the largest holds 16777216 bytes"),
+		     "detail: \"%s\"", lunar_error_detail());
+	H_ASSERT_EQ(lunar_exists(cl, "sem/too-big"), 0);
+	H_ASSERT_MSG(!*lunar_error_detail(), "detail: \"%s\"", lunar_error_detail());
+}
+
 LUNAR_TEST_MAIN(setup, teardown, test_semantics_put_existing_keeps_first,
 		test_semantics_get_missing_not_found, test_semantics_invalid_keys,
 		test_semantics_zero_size_invalid_params, test_semantics_small_buffer_overflow,
@@ -437,5 +456,6 @@ LUNAR_TEST_MAIN(setup, teardown, test_semantics_put_existing_keeps_first,
 		test_semantics_putv_getv_roundtrip, test_semantics_batch_bad_key_in_middle,
 		test_semantics_batch_larger_than_arena,
 		test_semantics_prefix_match_larger_than_arena,
-		test_semantics_value_larger_than_arena, test_semantics_remove_all_counts,
-		test_semantics_store_full_no_available_handle)
+		test_semantics_value_larger_than_arena,
+		test_semantics_value_larger_than_every_segment_says_why,
+		test_semantics_remove_all_counts, test_semantics_store_full_no_available_handle)
