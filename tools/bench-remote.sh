@@ -8,7 +8,9 @@
 # 4 MiB) from 1 and 4 threads: put and get GB/s, and their share of plain
 # TCP measured in the same run (lunar-bench --tcp-baseline, the better of
 # its blocking and busy-poll styles, as many connections as threads), and
-# 4 KiB p50/p99. Run from the repo root against $BUILD (default build).
+# 4 KiB p50/p99; then the batch calls engines make (lunar_batch_put and
+# lunar_batch_get_into, BATCH keys a call, one thread) at 4 KiB, 64 KiB and
+# 1 MiB. Run from the repo root against $BUILD (default build).
 #   --quick        fewer objects (noisy figures, for a smoke test)
 #   --modes LIST   keyed,keyless (default both)
 # Exit 1 if any run failed.
@@ -35,6 +37,8 @@ bl_init lunar-bench-remote
 
 SIZES=(4KiB 64KiB 1MiB 4MiB)
 THREADS=(1 4)
+BATCH=16
+BATCH_SIZES=(4KiB 64KiB 1MiB)
 declare -A COUNT=([4KiB]=5000 [64KiB]=4000 [1MiB]=1400 [4MiB]=360)
 if [ "$QUICK" -eq 1 ]; then
 	COUNT=([4KiB]=1000 [64KiB]=800 [1MiB]=300 [4MiB]=80)
@@ -83,7 +87,32 @@ run_mode() {
 				--baseline-size 0 --check sampled || true
 		done
 	done
+	for size in "${BATCH_SIZES[@]}"; do
+		bl_run "$BL_TMP/$mode-$size-batch.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$sa" \
+			--size "$size" --count "${COUNT[$size]}" --batch "$BATCH" \
+			--baseline-size 0 --check sampled || true
+	done
 	bl_stop_all
+}
+
+# The batch calls of one mode, one thread, against the one-connection wire.
+batch_table() {
+	local mode=$1 f size wire
+	echo
+	echo "$mode, $BATCH keys a call (latencies are the call's):"
+	echo
+	echo "| size | put GB/s | put / wire | get GB/s | get / wire | put call p50 µs | get call p50 µs | errors |"
+	echo "|---|---|---|---|---|---|---|---|"
+	for size in "${BATCH_SIZES[@]}"; do
+		f=$BL_TMP/$mode-$size-batch.out
+		wire=$(wire_gbps "$size" 1)
+		echo "| $size | $(bl_fmt "$(bl_kv "$f" put_gb_per_s)" 2) |" \
+			"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$wire" 2) |" \
+			"$(bl_fmt "$(bl_kv "$f" get_gb_per_s)" 2) |" \
+			"$(bl_div "$(bl_kv "$f" get_gb_per_s)" "$wire" 2) |" \
+			"$(bl_fmt "$(bl_kv "$f" put_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" get_p50_us)" 1) |" \
+			"$(bl_kv "$f" errors) |"
+	done
 }
 
 table() {
@@ -131,6 +160,7 @@ done
 for mode in ${MODES//,/ }; do
 	run_mode "$mode"
 	table "$mode"
+	batch_table "$mode"
 done
 bl_cmds_flush
 [ "$BL_FAILED" -eq 0 ]

@@ -48,6 +48,7 @@ struct bench {
 	uint64_t size, count, baseline_bytes;
 	unsigned threads, replicas;
 	unsigned depth; /* calls each thread keeps in flight in put and get */
+	unsigned batch; /* objects a call in put and get (lunar_batch_*) */
 	const char *prefix;
 	int keep;
 	int zero_copy; /* values and get buffers in lunar_alloc memory */
@@ -72,9 +73,10 @@ struct worker {
 	pthread_t tid;
 	enum phase phase;
 	uint64_t first, n;
-	unsigned char *buf; /* this thread's get buffers: depth of size bytes */
+	unsigned char *buf; /* this thread's get buffers: bench_slots of size bytes */
 	uint64_t busy_ns, errors;
 	char *key;
+	char **keys;	 /* --batch: a key buffer per object of a call */
 	size_t key_head; /* bytes of "<prefix>-<pid>-" at the start of key */
 };
 
@@ -108,6 +110,8 @@ static const char usage_text[] =
     "                         (lunar_put_async, lunar_get_async; default 1: the\n"
     "                         synchronous calls); exists, verify and rm stay\n"
     "                         synchronous. With D > 1, THREADS x D is at most 256\n"
+    "  --batch K              put and get K objects a call (lunar_batch_put,\n"
+    "                         lunar_batch_get_into; default 1), not with --depth\n"
     "  --replicas R           replicas per object (default 1)\n"
     "  --prefix STR           key prefix; keys are STR-<pid>-<i> (default lunar-bench)\n"
     "  --keep                 leave the objects in the store\n"
@@ -140,7 +144,8 @@ static const char usage_text[] =
     "  ops_per_s and gb_per_s count time inside liblunar calls: ops divided by the\n"
     "  busiest thread's summed call time (checking the bytes read is outside it;\n"
     "  with --depth, a call's time is its start's and its lunar_wait's, and its\n"
-    "  latency runs from its start to the end of its lunar_wait);\n"
+    "  latency runs from its start to the end of its lunar_wait; with --batch,\n"
+    "  each object's latency is its batch call's);\n"
     "  _wall_s is the phase's wall-clock time, checking included; _start_ns and\n"
     "  _end_ns bound it on CLOCK_MONOTONIC (to add up several processes).\n"
     "\n"
@@ -181,9 +186,10 @@ static int pattern_init(struct bench *b)
 /* Object i's key: the worker's "<prefix>-<pid>-", then i in decimal. No
  * printf per call: it took 5 % of 8 client threads' CPU on 4 KiB puts, and
  * redis-benchmark formats no key per request either. */
-static void key_of(struct worker *w, uint64_t i)
+/* Object i's key into key, a buffer that starts with the worker's head. */
+static void key_at(const struct worker *w, char *key, uint64_t i)
 {
-	char digits[20], *p = w->key + w->key_head;
+	char digits[20], *p = key + w->key_head;
 	int n = 0;
 
 	do
@@ -192,6 +198,17 @@ static void key_of(struct worker *w, uint64_t i)
 	while (n)
 		*p++ = digits[--n];
 	*p = '\0';
+}
+
+static void key_of(struct worker *w, uint64_t i)
+{
+	key_at(w, w->key, i);
+}
+
+/* Get buffers (and calls in flight) a thread has. */
+static unsigned bench_slots(const struct bench *b)
+{
+	return b->depth > b->batch ? b->depth : b->batch;
 }
 
 static void report_error(struct worker *w, const char *what, uint64_t i, const char *detail)
@@ -358,6 +375,51 @@ static void run_async(struct worker *w)
 	}
 }
 
+/* --batch: b->batch objects a call; each object's latency is its call's. */
+static void run_batch(struct worker *w)
+{
+	struct bench *b = w->b;
+	struct lunar_put_cfg cfg = {.replica_num = b->replicas};
+	const char *keys[LUNAR_BATCH_MAX];
+	struct iovec iov[LUNAR_BATCH_MAX];
+	const struct iovec *iovs[LUNAR_BATCH_MAX];
+	int cnt[LUNAR_BATCH_MAX], put_res[LUNAR_BATCH_MAX];
+	int64_t get_res[LUNAR_BATCH_MAX];
+	uint64_t end = w->first + w->n;
+
+	for (uint64_t i = w->first; i < end; i += b->batch) {
+		unsigned k = end - i < b->batch ? (unsigned)(end - i) : b->batch;
+		uint64_t t0, dt;
+		int rc;
+
+		for (unsigned j = 0; j < k; j++) {
+			unsigned char *buf = w->buf + (uint64_t)j * b->size;
+
+			key_at(w, w->keys[j], i + j);
+			keys[j] = w->keys[j];
+			if (w->phase == PH_GET)
+				bench_poison_samples(buf, pattern_of(b, i + j), b->size);
+			iov[j] = (struct iovec){
+			    w->phase == PH_GET ? buf : (void *)pattern_of(b, i + j), b->size};
+			iovs[j] = &iov[j];
+			cnt[j] = 1;
+		}
+		t0 = lc_now_ns();
+		rc = w->phase == PH_PUT ? lunar_batch_put(b->c, k, keys, iovs, cnt, &cfg, put_res)
+					: lunar_batch_get_into(b->c, k, keys, iovs, cnt, get_res);
+		dt = lc_now_ns() - t0;
+		w->busy_ns += dt;
+		for (unsigned j = 0; j < k; j++) {
+			b->lat[i + j] = dt;
+			key_of(w, i + j); /* named in a report */
+			op_done(w, w->buf + (uint64_t)j * b->size, i + j,
+				rc		     ? rc
+				: w->phase == PH_PUT ? put_res[j]
+						     : get_res[j]);
+		}
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -367,7 +429,9 @@ static void *worker_main(void *arg)
 	while (!b->gate_open)
 		pthread_cond_wait(&b->gate_cond, &b->gate_lock);
 	pthread_mutex_unlock(&b->gate_lock);
-	if (b->depth > 1 && (w->phase == PH_PUT || w->phase == PH_GET))
+	if (b->batch > 1 && (w->phase == PH_PUT || w->phase == PH_GET))
+		run_batch(w);
+	else if (b->depth > 1 && (w->phase == PH_PUT || w->phase == PH_GET))
 		run_async(w);
 	else
 		run_sync(w);
@@ -560,6 +624,10 @@ static int parse_one(struct bench *b, int argc, char **argv, int *i)
 		rc = bench_parse_num("--depth", v, 0, 1, BENCH_MAX_DEPTH, &x);
 		b->depth = (unsigned)x;
 		return rc;
+	} else if ((v = bench_opt_value(argc, argv, i, "--batch", &missing))) {
+		rc = bench_parse_num("--batch", v, 0, 1, LUNAR_BATCH_MAX, &x);
+		b->batch = (unsigned)x;
+		return rc;
 	} else if ((v = bench_opt_value(argc, argv, i, "--replicas", &missing))) {
 		rc = bench_parse_num("--replicas", v, 0, 1, UINT_MAX, &x);
 		b->replicas = (unsigned)x;
@@ -593,6 +661,8 @@ static int parse_args(struct bench *b, int argc, char **argv)
 	}
 	if (!b->sync_path != !b->sync_procs)
 		return bench_usage_error("--sync-file and --sync-procs go together");
+	if (b->depth > 1 && b->batch > 1)
+		return bench_usage_error("--depth and --batch do not go together");
 	/* The threads share one session: each may hold depth slots at once. */
 	if (b->depth > 1 && (uint64_t)b->threads * b->depth > BENCH_MAX_DEPTH)
 		return bench_usage_error("--threads x --depth is more than %d, a session's "
@@ -606,7 +676,8 @@ static int parse_args(struct bench *b, int argc, char **argv)
 
 static void print_config(struct bench *b)
 {
-	uint64_t arena = bench_round_up((uint64_t)b->threads * b->depth * b->size * 2, 1ull << 20);
+	uint64_t arena =
+	    bench_round_up((uint64_t)b->threads * bench_slots(b) * b->size * 2, 1ull << 20);
 
 	/* Every call in flight may have one value staged in the arena each way. */
 	b->opts.arena_bytes = arena < BENCH_MIN_ARENA ? BENCH_MIN_ARENA : (size_t)arena;
@@ -617,6 +688,7 @@ static void print_config(struct bench *b)
 	printf("count=%llu\n", (unsigned long long)b->count);
 	printf("threads=%u\n", b->threads);
 	printf("depth=%u\n", b->depth);
+	printf("batch=%u\n", b->batch);
 	printf("replicas=%u\n", b->replicas);
 	printf("key_prefix=%s-%d-\n", b->prefix, (int)b->pid);
 	printf("keep=%d\n", b->keep);
@@ -626,6 +698,50 @@ static void print_config(struct bench *b)
 	printf("arena_bytes=%zu\n", b->opts.arena_bytes);
 	printf("baseline_bytes=%llu\n", (unsigned long long)b->baseline_bytes);
 	fflush(stdout);
+}
+
+/* A key buffer of w's that starts with "<prefix>-<pid>-"; NULL: ENOMEM. */
+static char *key_buf(const struct bench *b, struct worker *w)
+{
+	size_t room = strlen(b->prefix) + BENCH_KEY_ROOM;
+	char *k = malloc(room);
+
+	if (k)
+		w->key_head = (size_t)snprintf(k, room, "%s-%d-", b->prefix, (int)b->pid);
+	return k;
+}
+
+static void worker_free(const struct bench *b, struct worker *w)
+{
+	free(w->buf);
+	free(w->key);
+	for (unsigned j = 0; w->keys && j < b->batch; j++)
+		free(w->keys[j]);
+	free(w->keys);
+}
+
+/* w's get buffers and key buffers; -1 on ENOMEM (worker_free frees). */
+static int worker_alloc(const struct bench *b, struct worker *w)
+{
+	w->buf = alloc_touched(b->size * bench_slots(b), 0);
+	w->key = key_buf(b, w);
+	if (!w->buf || !w->key)
+		return -1;
+	if (b->batch <= 1)
+		return 0;
+	if (!(w->keys = calloc(b->batch, sizeof(*w->keys))))
+		return -1;
+	for (unsigned j = 0; j < b->batch; j++)
+		if (!(w->keys[j] = key_buf(b, w)))
+			return -1;
+	return 0;
+}
+
+static void workers_free(struct bench *b, struct worker *ws)
+{
+	for (unsigned t = 0; ws && t < b->threads; t++)
+		worker_free(b, &ws[t]);
+	free(ws);
 }
 
 /* Split the objects evenly; give each thread its buffers up front. */
@@ -639,31 +755,12 @@ static struct worker *workers_alloc(struct bench *b)
 		ws[t].b = b;
 		ws[t].first = b->count * t / b->threads;
 		ws[t].n = b->count * (t + 1) / b->threads - ws[t].first;
-		ws[t].buf = alloc_touched(b->size * b->depth, 0);
-		ws[t].key = malloc(strlen(b->prefix) + BENCH_KEY_ROOM);
-		if (ws[t].key)
-			ws[t].key_head =
-			    (size_t)snprintf(ws[t].key, strlen(b->prefix) + BENCH_KEY_ROOM,
-					     "%s-%d-", b->prefix, (int)b->pid);
-		if (!ws[t].buf || !ws[t].key) {
-			for (unsigned u = 0; u <= t; u++) {
-				free(ws[u].buf);
-				free(ws[u].key);
-			}
-			free(ws);
+		if (worker_alloc(b, &ws[t])) {
+			workers_free(b, ws);
 			return NULL;
 		}
 	}
 	return ws;
-}
-
-static void workers_free(struct bench *b, struct worker *ws)
-{
-	for (unsigned t = 0; ws && t < b->threads; t++) {
-		free(ws[t].buf);
-		free(ws[t].key);
-	}
-	free(ws);
 }
 
 /*
@@ -681,11 +778,11 @@ static int zero_copy_init(struct bench *b, struct worker *ws)
 	free(b->pattern);
 	b->pattern = p;
 	for (unsigned t = 0; t < b->threads; t++) {
-		unsigned char *buf = lunar_alloc(b->c, b->size * b->depth);
+		unsigned char *buf = lunar_alloc(b->c, b->size * bench_slots(b));
 
 		if (!buf)
 			return -1;
-		memset(buf, 0, b->size * b->depth);
+		memset(buf, 0, b->size * bench_slots(b));
 		free(ws[t].buf);
 		ws[t].buf = buf;
 	}
@@ -733,6 +830,7 @@ int main(int argc, char **argv)
 			  .count = 10000,
 			  .threads = 1,
 			  .depth = 1,
+			  .batch = 1,
 			  .replicas = 1,
 			  .prefix = "lunar-bench",
 			  .baseline_bytes = 256ull << 20,

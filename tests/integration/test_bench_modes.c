@@ -261,39 +261,62 @@ static void test_bench_modes_sampled_check(void **state)
 	h_cleanup();
 }
 
+/* One node's run with args: exit 0, the configuration line config (as
+ * "name=value") printed, ops gets, no error; then each of bad (NULL-ended)
+ * added to args is refused with exit 2. */
+static void mode_runs(const char *args, const char *config, int64_t ops, const char *const *bad)
+{
+	char cmd[PATH_MAX + 256], more[PATH_MAX + 300], out[8192], line[64];
+
+	bench_node(cmd, args);
+	out[0] = '\n';
+	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
+	snprintf(line, sizeof(line), "\n%s\n", config);
+	H_ASSERT_MSG(strstr(out, line) != NULL, "no %s in %s", config, out);
+	H_ASSERT_EQ(figure(out, "get_ops"), ops);
+	H_ASSERT_EQ(figure(out, "put_errors"), 0);
+	H_ASSERT_EQ(figure(out, "get_errors"), 0);
+	H_ASSERT_EQ(figure(out, "errors"), 0);
+	for (; bad && *bad; bad++) {
+		snprintf(more, sizeof(more), "%s %s 2>/dev/null", cmd, *bad);
+		H_ASSERT_EQ(run(more, out, sizeof(out)), 2);
+	}
+	h_cleanup();
+}
+
 /* --depth: puts and gets kept in flight with the asynchronous calls, from
  * ordinary and from registered memory, every byte compared; a depth of 0,
  * and threads x depth past a session's 256 slots, are refused, while 300
  * threads of synchronous calls are not. */
 static void test_bench_modes_depth(void **state)
 {
-	static const char *const runs[] = {
-	    "--size 4KiB --count 1001 --threads 2 --depth 8 --baseline-size 0",
-	    "--size 64KiB --count 301 --threads 1 --depth 5 --zero-copy --baseline-size 0"};
-	static const char *const bad[] = {"--depth 0", "--depth 257", "--depth 129"};
-	char cmd[PATH_MAX + 256], more[PATH_MAX + 300], out[8192];
+	static const char *const bad[] = {"--depth 0", "--depth 257", "--depth 129", NULL};
+	char cmd[PATH_MAX + 256], out[8192];
 
 	(void)state;
-	for (size_t i = 0; i < 2; i++) {
-		bench_node(cmd, runs[i]);
-		out[0] = '\n';
-		H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
-		H_ASSERT(strstr(out, i ? "\ndepth=5\n" : "\ndepth=8\n") != NULL);
-		H_ASSERT_EQ(figure(out, "get_ops"), i ? 301 : 1001);
-		H_ASSERT_EQ(figure(out, "put_errors"), 0);
-		H_ASSERT_EQ(figure(out, "get_errors"), 0);
-		H_ASSERT_EQ(figure(out, "errors"), 0);
-		if (!i) {
-			for (size_t j = 0; j < 3; j++) {
-				snprintf(more, sizeof(more), "%s %s 2>/dev/null", cmd, bad[j]);
-				H_ASSERT_EQ(run(more, out, sizeof(out)), 2);
-			}
-			/* Synchronous threads are bounded by --threads alone. */
-			snprintf(more, sizeof(more), "%s --threads 300 --depth 1", cmd);
-			H_ASSERT_EQ(run(more, out, sizeof(out)), 0);
-		}
-		h_cleanup();
-	}
+	mode_runs("--size 4KiB --count 1001 --threads 2 --depth 8 --baseline-size 0", "depth=8",
+		  1001, bad);
+	mode_runs("--size 64KiB --count 301 --threads 1 --depth 5 --zero-copy --baseline-size 0",
+		  "depth=5", 301, NULL);
+	/* Synchronous threads are bounded by --threads alone. */
+	bench_node(cmd, "--size 4KiB --count 1001 --baseline-size 0 --threads 300 --depth 1");
+	H_ASSERT_EQ(run(cmd, out, sizeof(out)), 0);
+	h_cleanup();
+}
+
+/* --batch: K objects a call (lunar_batch_put, lunar_batch_get_into), the
+ * last call of a thread shorter, from ordinary and from registered memory,
+ * every byte compared; 0, more than LUNAR_BATCH_MAX, and with --depth are
+ * refused. */
+static void test_bench_modes_batch(void **state)
+{
+	static const char *const bad[] = {"--batch 0", "--batch 1025", "--depth 2", NULL};
+
+	(void)state;
+	mode_runs("--size 4KiB --count 1001 --threads 2 --batch 16 --baseline-size 0", "batch=16",
+		  1001, bad);
+	mode_runs("--size 64KiB --count 301 --batch 7 --zero-copy --baseline-size 0", "batch=7",
+		  301, NULL);
 }
 
 static void test_bench_modes_copy_baselines(void **state)
@@ -315,4 +338,4 @@ static void test_bench_modes_copy_baselines(void **state)
 LUNAR_TEST_MAIN(NULL, NULL, test_bench_modes_evict_round, test_bench_modes_trace_simulation,
 		test_bench_modes_phase_clock, test_bench_modes_sync_file,
 		test_bench_modes_sampled_check, test_bench_modes_memc_sampled_check,
-		test_bench_modes_depth, test_bench_modes_copy_baselines)
+		test_bench_modes_depth, test_bench_modes_batch, test_bench_modes_copy_baselines)
