@@ -275,6 +275,7 @@ struct px_proxy {
 	atomic_bool hb_live;		    /* hb_lock and hb_cond are set up */
 	atomic_int mount_err;		    /* the last mount's failure code, logged once */
 	atomic_bool master_ok;		    /* the last heartbeat got an answer */
+	atomic_bool ping_lost;		    /* a Ping went unanswered since our last mount */
 	atomic_uint_fast64_t reg_bytes;	    /* registered memory of all clients */
 	uint32_t reg_ranges;		    /* and its ranges; loop thread only */
 	struct px_reg_owner *reg_owners;    /* the same by uid; loop thread only */
