@@ -112,8 +112,8 @@ static void gap_call(struct tally *t, const char *what, const char *key, int64_t
 	t->calls++;
 	if (ms > t->longest_ms)
 		t->longest_ms = ms;
-	H_ASSERT_MSG(ms <= FAST_MS, "%s %s with the master gone took %llu ms (%lld, %s)", what,
-		     key, (unsigned long long)ms, (long long)rc, h_code(rc));
+	H_ASSERT_MSG(ms <= FAST_MS, "%s %s with the master gone took %llu ms (%lld, %s)", what, key,
+		     (unsigned long long)ms, (long long)rc, h_code(rc));
 	if (want > 0 && rc == want) {
 		t->hits++;
 		return;

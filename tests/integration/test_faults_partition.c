@@ -177,14 +177,15 @@ static void test_faults_partition_proxy_declared_dead(void **state)
 	       (unsigned long long)g.longest_ms);
 	H_ASSERT_MSG(g.bad == 0, "%d calls broke the rules while the master was stopped; first: %s",
 		     g.bad, g.first);
-	H_ASSERT_MSG(g.fast_fails > g.calls / 2, "only %d of %d calls failed at once",
-		     g.fast_fails, g.calls);
+	H_ASSERT_MSG(g.fast_fails > g.calls / 2, "only %d of %d calls failed at once", g.fast_fails,
+		     g.calls);
 
 	/* The master declared the proxy dead; the proxy was told to re-mount. */
 	H_ASSERT_EQ(h_wait_log(master, "silent for", H_BOUND_MS(5000)), 0);
 	H_ASSERT_EQ(h_wait_log(proxy, "re-mount", H_BOUND_MS(5000)), 0);
 	h_wait_health(c, 0, H_BOUND_MS(5000));
-	printf("  healthy again %llu ms after SIGCONT\n", (unsigned long long)(h_now_ms() - t_cont));
+	printf("  healthy again %llu ms after SIGCONT\n",
+	       (unsigned long long)(h_now_ms() - t_cont));
 	H_ASSERT_MSG(h_metric_sum(mhttp, REMOUNTS) > remounts, "no ReMountSegment after SIGCONT");
 
 	/* What it held is gone, and a lease from before is no way back. */
@@ -193,8 +194,9 @@ static void test_faults_partition_proxy_declared_dead(void **state)
 
 		key_of(key, "old", i);
 		rc = lunar_get_into(c, key, buf, LEN);
-		H_ASSERT_MSG(rc == LUNAR_ERR_OBJECT_NOT_FOUND, "get %s after the re-mount = %lld (%s)",
-			     key, (long long)rc, h_code(rc));
+		H_ASSERT_MSG(rc == LUNAR_ERR_OBJECT_NOT_FOUND,
+			     "get %s after the re-mount = %lld (%s)", key, (long long)rc,
+			     h_code(rc));
 		H_ASSERT_EQ(lunar_exists(c, key), 0);
 	}
 	for (int i = 0; i < NNEW; i++) {
