@@ -262,8 +262,8 @@ static void test_faults_evict_reads_leased_never_evicted(void **state)
 	for (int i = 0; i < WRITERS; i++) {
 		H_ASSERT_MSG(w[i].other == 0, "writer %d: a put failed with %d (%s)", i,
 			     w[i].first_other, h_code(w[i].first_other));
-		H_ASSERT_MSG(w[i].ok >= WRITES_MIN, "writer %d put %d values in %d ms", i,
-			     w[i].ok, RUN_MS);
+		H_ASSERT_MSG(w[i].ok >= WRITES_MIN, "writer %d put %d values in %d ms", i, w[i].ok,
+			     RUN_MS);
 	}
 	H_ASSERT_MSG(ev >= ((int64_t)puts_ok * LEN - 32 * MIB) / LEN,
 		     "%lld evictions for %d values of 256 KiB into 32 MiB", (long long)ev, puts_ok);

@@ -98,12 +98,12 @@ static struct h_proc *restart_b(void)
 {
 	const char *port = strrchr(seg_b, ':') + 1;
 
-	return track(with_disk ? h_start_proxy("proxyB2", sock_b, mport, "--data-port", port,
-					       "--ping-interval", "100ms", "--admin-calls",
-					       "--disk-dir", disk_b, "--disk-capacity", "64MiB",
-					       NULL)
-			       : h_start_proxy("proxyB2", sock_b, mport, "--data-port", port,
-					       "--ping-interval", "100ms", "--admin-calls", NULL));
+	return track(with_disk
+			 ? h_start_proxy("proxyB2", sock_b, mport, "--data-port", port,
+					 "--ping-interval", "100ms", "--admin-calls", "--disk-dir",
+					 disk_b, "--disk-capacity", "64MiB", NULL)
+			 : h_start_proxy("proxyB2", sock_b, mport, "--data-port", port,
+					 "--ping-interval", "100ms", "--admin-calls", NULL));
 }
 
 static void key_of(char key[64], const char *kind, int i)
