@@ -106,6 +106,9 @@ int px_segment_unmount(struct px_proxy *px, uint64_t grace_ms, uint64_t timeout_
 	ProtobufCMessage *rep;
 	int rc;
 
+	/* A re-mount would end the graceful unmount (the master takes it for
+	 * one): after a lost Ping, or when the master restarted meanwhile. */
+	atomic_store(&px->leaving, true);
 	if (!atomic_load(&px->mounted))
 		return 0;
 	rq.client_id = px->client_id;
@@ -155,7 +158,8 @@ static int ping_and_mount(struct px_proxy *px, int *mounted)
 	protobuf_c_message_free_unpacked(rep, NULL);
 	if (rc)
 		return rc;
-	if (px->cfg.segment_size && (remount || !atomic_load(&px->mounted))) {
+	if (px->cfg.segment_size && !atomic_load(&px->leaving) &&
+	    (remount || !atomic_load(&px->mounted))) {
 		bool again = atomic_exchange(&px->mounted, false);
 
 		if (again && asked)
