@@ -21,6 +21,11 @@ int mst_clients_init(struct mst_clients *c)
 		free(c->buckets);
 		return -ENOMEM;
 	}
+	if (pthread_mutex_init(&c->bury_lock, NULL)) {
+		pthread_mutex_destroy(&c->lock);
+		free(c->buckets);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -35,6 +40,7 @@ void mst_clients_fini(struct mst_clients *c)
 		}
 	}
 	free(c->buckets);
+	pthread_mutex_destroy(&c->bury_lock);
 	pthread_mutex_destroy(&c->lock);
 }
 
@@ -71,33 +77,98 @@ static void clients_grow(struct mst_clients *c)
 	c->nbuckets = g.nbuckets;
 }
 
+/* Dead clients named in the log each round; the rest are counted. */
+#define EXPIRED_LOGGED 16
+
+/* Declare clients ids[0..n) dead, already out of the table: drop their
+ * segments, the replicas on them and their unfinished puts. Call with
+ * bury_lock held. */
+static void clients_bury(struct mst_master *m, uint64_t *ids, size_t n, uint64_t now)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (i < EXPIRED_LOGGED)
+			LC_WARN("master", "client %016llx silent for %llu ms: dead",
+				(unsigned long long)ids[i],
+				(unsigned long long)m->cfg.client_ttl_ms);
+		mst_offload_drop_client(m, ids[i]);
+		mst_segments_drop_client(m, ids[i]);
+	}
+	if (n > EXPIRED_LOGGED)
+		LC_WARN("master", "and %zu more clients silent for %llu ms: dead",
+			n - EXPIRED_LOGGED, (unsigned long long)m->cfg.client_ttl_ms);
+	/* Their unfinished writes, all in one sweep of the objects: client ids
+	 * cost nothing to make up, so a sweep each would cost ids x objects. */
+	if (n)
+		mst_objects_drop(m, NULL, ids, n, now);
+}
+
+/* Whether x has been silent for client_ttl at now. */
+static int silent(const struct mst_master *m, const struct mst_client *x, uint64_t now)
+{
+	return now >= m->cfg.client_ttl_ms && x->last_ping_ms < now - m->cfg.client_ttl_ms;
+}
+
+/* Add client, unknown to c, pinged now; with c->lock held. */
+static int client_add(struct mst_clients *c, uint64_t client, uint64_t now)
+{
+	struct mst_client *x = calloc(1, sizeof(*x));
+
+	if (!x)
+		return -ENOMEM;
+	x->id = client;
+	x->last_ping_ms = now;
+	*client_find(c, client) = x;
+	c->n++;
+	if (c->n > c->nbuckets)
+		clients_grow(c);
+	return 0;
+}
+
 int mst_client_touch(struct mst_master *m, uint64_t client)
 {
 	struct mst_clients *c = &m->clients;
+	uint64_t now = lc_now_ms();
 	struct mst_client **pp, *x;
-	int fresh = 0;
+	int dead = 0, rc;
 
 	pthread_mutex_lock(&c->lock);
 	pp = client_find(c, client);
-	if (!*pp) {
-		x = calloc(1, sizeof(*x));
-		if (!x) {
-			pthread_mutex_unlock(&c->lock);
-			return -ENOMEM;
-		}
-		x->id = client;
-		*pp = x;
-		c->n++;
-		fresh = 1;
-		if (c->n > c->nbuckets)
-			clients_grow(c);
+	if (*pp && !silent(m, *pp, now)) {
+		(*pp)->last_ping_ms = now;
+		pthread_mutex_unlock(&c->lock);
+		return 0;
 	}
-	/* re-find: growing may have moved it */
-	(*client_find(c, client))->last_ping_ms = lc_now_ms();
 	pthread_mutex_unlock(&c->lock);
-	if (fresh)
-		LC_INFO("master", "client %016llx registered", (unsigned long long)client);
-	return fresh;
+	/* Unknown, or silent for the TTL: its death (ours to declare, or the
+	 * housekeeper's in progress) is over before its next life begins. */
+	pthread_mutex_lock(&c->bury_lock);
+	now = lc_now_ms();
+	pthread_mutex_lock(&c->lock);
+	pp = client_find(c, client);
+	if (*pp && !silent(m, *pp, now)) {
+		(*pp)->last_ping_ms = now; /* another call registered it meanwhile */
+		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(&c->bury_lock);
+		return 0;
+	}
+	if (*pp) {
+		x = *pp;
+		*pp = x->next;
+		c->n--;
+		free(x);
+		dead = 1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (dead)
+		clients_bury(m, &client, 1, now);
+	pthread_mutex_lock(&c->lock);
+	rc = client_add(c, client, lc_now_ms());
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->bury_lock);
+	if (rc)
+		return rc;
+	LC_INFO("master", "client %016llx registered", (unsigned long long)client);
+	return 1;
 }
 
 int mst_client_alive(struct mst_master *m, uint64_t client)
@@ -144,9 +215,6 @@ out:
 	return n;
 }
 
-/* Dead clients named in the log each round; the rest are counted. */
-#define EXPIRED_LOGGED 16
-
 void mst_clients_expire(struct mst_master *m)
 {
 	uint64_t now = lc_now_ms(), *ids;
@@ -154,22 +222,10 @@ void mst_clients_expire(struct mst_master *m)
 
 	if (now < m->cfg.client_ttl_ms)
 		return;
+	pthread_mutex_lock(&m->clients.bury_lock);
 	n = take_expired(&m->clients, now - m->cfg.client_ttl_ms, &ids);
-	for (size_t i = 0; i < n; i++) {
-		if (i < EXPIRED_LOGGED)
-			LC_WARN("master", "client %016llx silent for %llu ms: dead",
-				(unsigned long long)ids[i],
-				(unsigned long long)m->cfg.client_ttl_ms);
-		mst_offload_drop_client(m, ids[i]);
-		mst_segments_drop_client(m, ids[i]);
-	}
-	if (n > EXPIRED_LOGGED)
-		LC_WARN("master", "and %zu more clients silent for %llu ms: dead",
-			n - EXPIRED_LOGGED, (unsigned long long)m->cfg.client_ttl_ms);
-	/* Their unfinished writes, all in one sweep of the objects: client ids
-	 * cost nothing to make up, so a sweep each would cost ids x objects. */
-	if (n)
-		mst_objects_drop(m, NULL, ids, n, now);
+	clients_bury(m, ids, n, now);
+	pthread_mutex_unlock(&m->clients.bury_lock);
 	free(ids);
 }
 

@@ -66,6 +66,10 @@ struct mst_client {
 
 struct mst_clients {
 	pthread_mutex_t lock;
+	/* Held while a client is declared dead and its segments and puts are
+	 * dropped, and by a touch that (re-)registers one: a client's next
+	 * life begins after the last one is buried. Taken before lock. */
+	pthread_mutex_t bury_lock;
 	struct mst_client **buckets;
 	size_t nbuckets, n;
 };
@@ -535,8 +539,10 @@ int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, Protobu
  * mst_clients_fini - free it (the master is going). */
 int mst_clients_init(struct mst_clients *c);
 void mst_clients_fini(struct mst_clients *c);
-/* mst_client_touch - mark client alive now; returns 1 if it was unknown,
- * 0 if known, -ENOMEM. */
+/* mst_client_touch - mark client alive now; returns 1 if it was unknown
+ * (or silent for client_ttl: then it is declared dead first, as
+ * mst_clients_expire would have, whichever thread runs first after a
+ * stall), 0 if known, -ENOMEM. */
 int mst_client_touch(struct mst_master *m, uint64_t client);
 /* mst_client_alive - 1 if client is known (not expired), else 0. Takes the
  * client table lock. */

@@ -106,6 +106,9 @@ int px_segment_unmount(struct px_proxy *px, uint64_t grace_ms, uint64_t timeout_
 	ProtobufCMessage *rep;
 	int rc;
 
+	/* A re-mount would end the graceful unmount (the master takes it for
+	 * one): after a lost Ping, or when the master restarted meanwhile. */
+	atomic_store(&px->leaving, true);
 	if (!atomic_load(&px->mounted))
 		return 0;
 	rq.client_id = px->client_id;
@@ -119,24 +122,34 @@ int px_segment_unmount(struct px_proxy *px, uint64_t grace_ms, uint64_t timeout_
 	return rc;
 }
 
-/* A Ping, and a (re-)mount when the master asks or our last mount failed
- * (the master asks only once); *mounted says a mount succeeded. The Ping's
- * code. */
+/*
+ * A Ping, and a (re-)mount when the master asks, when our last mount failed,
+ * or when a Ping went unanswered since we mounted; *mounted says a mount
+ * succeeded. The master asks only once, in its answer to the first Ping it
+ * gets from a client it does not know: after a stall (a master stopped, a
+ * partition) that may be a Ping we gave up on, still queued on the
+ * connection, whose answer nobody reads. The master may have declared us
+ * dead meanwhile, and a ReMountSegment of a segment it still has is a no-op.
+ * The Ping's code.
+ */
 static int ping_and_mount(struct px_proxy *px, int *mounted)
 {
 	Lunar__PingRequest rq = LUNAR__PING_REQUEST__INIT;
 	ProtobufCMessage *rep;
 	const Lunar__PingReply *r;
-	bool remount;
+	bool asked, remount;
 	int rc;
 
 	rq.client_id = px->client_id;
 	rc = px_mc_call(px->mc, LUNAR__METHOD__PING, &rq.base, &rep);
+	if (rc == LUNAR_ERR_RPC_FAIL || rc == LUNAR_ERR_RPC_TIMEOUT)
+		atomic_store(&px->ping_lost, true);
 	if (rc)
 		return rc;
 	rc = px_mc_code(rep);
 	r = (const Lunar__PingReply *)rep;
-	remount = r->need_remount;
+	asked = r->need_remount;
+	remount = asked || (!rc && atomic_load(&px->ping_lost));
 	*mounted = 0;
 	if (!rc && r->n_forget)
 		px_disk_forget(px, r->forget, r->n_forget);
@@ -145,11 +158,21 @@ static int ping_and_mount(struct px_proxy *px, int *mounted)
 	protobuf_c_message_free_unpacked(rep, NULL);
 	if (rc)
 		return rc;
-	if (px->cfg.segment_size && (remount || !atomic_load(&px->mounted))) {
+	if (px->cfg.segment_size && !atomic_load(&px->leaving) &&
+	    (remount || !atomic_load(&px->mounted))) {
 		bool again = atomic_exchange(&px->mounted, false);
 
-		if (again)
+		if (again && asked)
 			LC_WARN("proxy", "master asks for a re-mount");
+		else if (again)
+			LC_WARN("proxy", "master answers again after a lost Ping: re-mounting");
+		atomic_store(&px->ping_lost, false);
+		/* The leases we hold were granted before the master forgot us
+		 * (or may have been): they protect nothing now, and a key read
+		 * through one may be gone from the master and its range
+		 * given to a new value. */
+		if (again)
+			px_lease_cache_clear(px->leases, NULL);
 		/* A failed mount is no failed ping: leases are still renewed,
 		 * and /ready and health say the segment is not mounted. */
 		*mounted = !mount_segment(px, again);

@@ -445,7 +445,7 @@ static void sweep(struct px_lease_cache *c, uint64_t from_ms, visit_fn visit, vo
 
 static void clear_visit(struct px_lease_cache *c, struct shard *s, struct entry *e, void *tenant)
 {
-	if (!strcmp(e->name, tenant))
+	if (!tenant || !strcmp(e->name, tenant))
 		entry_remove(c, s, find_entry(c, s, e));
 }
 

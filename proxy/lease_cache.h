@@ -100,7 +100,7 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 			const struct px_cached *e, const struct px_read *rd);
 /* px_lease_cache_drop - forget (tenant, key). */
 void px_lease_cache_drop(struct px_lease_cache *c, const char *tenant, const char *key);
-/* px_lease_cache_clear - forget every key of tenant. */
+/* px_lease_cache_clear - forget every key of tenant (NULL: of every tenant). */
 void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant);
 
 /*

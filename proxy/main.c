@@ -29,6 +29,22 @@
 #include "sdnotify.h"
 #include "uds.h"
 
+#ifdef __SANITIZE_THREAD__
+/*
+ * Segment bytes pass from one thread to the next through orderings TSan
+ * cannot see: a data-port thread sends a range to a peer, the peer's reads
+ * end, the master (another process) gives the range to a new value, and a
+ * worker copies that in. TSan would report those bytes as a race; so, as in
+ * tests/unit/test_engine.c, it does not track the memory that socket calls
+ * read and write. Everything else it still checks. The hook's name is TSan's.
+ */
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void)
+{
+	return "ignore_interceptors_accesses=1";
+}
+#endif
+
 /*
  * The socket's directory, made when missing: mode 0750, and search for
  * others too when --socket-mode lets them at the socket; --socket-group's

@@ -275,6 +275,8 @@ struct px_proxy {
 	atomic_bool hb_live;		    /* hb_lock and hb_cond are set up */
 	atomic_int mount_err;		    /* the last mount's failure code, logged once */
 	atomic_bool master_ok;		    /* the last heartbeat got an answer */
+	atomic_bool ping_lost;		    /* a Ping went unanswered since our last mount */
+	atomic_bool leaving;		    /* our segment given back: never mount it again */
 	atomic_uint_fast64_t reg_bytes;	    /* registered memory of all clients */
 	uint32_t reg_ranges;		    /* and its ranges; loop thread only */
 	struct px_reg_owner *reg_owners;    /* the same by uid; loop thread only */
@@ -468,7 +470,8 @@ int px_http_start(struct px_proxy *px);
  * health and readiness report the master unusable until then. */
 int px_segment_ready(struct px_proxy *px);
 /* px_segment_unmount - give our segment back (grace_ms > 0: it stays
- * readable and takes no new data for that long, then goes). 0 or a code. */
+ * readable and takes no new data for that long, then goes), for good: the
+ * heartbeat mounts it no more. 0 or a code. */
 int px_segment_unmount(struct px_proxy *px, uint64_t grace_ms, uint64_t timeout_ms);
 /* px_master_ping - one Ping (and a re-mount if asked). 0 or a code. */
 int px_master_ping(struct px_proxy *px);

@@ -3,12 +3,14 @@
  * the master and proxies of the tests that run a cluster, a tiny HTTP GET
  * against a daemon's HTTP port, the port a proxy logged,
  * puts that wait out NO_AVAILABLE_HANDLE (offload back-pressure), reads
- * checked byte for byte, and percentiles. Static, test main thread only.
+ * checked byte for byte, a record damaged on disk, and percentiles.
+ * Static, test main thread only.
  */
 #ifndef LUNAR_TESTS_INTEGRATION_DISK_UTIL_H
 #define LUNAR_TESTS_INTEGRATION_DISK_UTIL_H
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -188,6 +190,64 @@ static inline int64_t d_get_exact(struct lunar_client *c, const char *key, uint8
 	H_ASSERT_MSG(bad < 0, "%s read %lld bytes, wrong at byte %lld", key, (long long)n,
 		     (long long)bad);
 	return n;
+}
+
+/*
+ * d_corrupt_record - flip one byte in the middle of the data of the record
+ * of (tenant, key) in the SSD tier under dir, found through the bucket
+ * metadata files (bNNNNNNNN.meta: records of a 48-byte header, struct
+ * dsk_meta_hdr of disk/dsk_int.h, little-endian, then tenant and key; the
+ * data's offset at byte 24 of the header, its length at 32). For a proxy
+ * that is down: its restart scan must drop the record. 0, or -1 when no
+ * record of the key is found.
+ */
+static inline int d_corrupt_record(const char *dir, const char *tenant, const char *key)
+{
+	size_t tlen = strlen(tenant), klen = strlen(key);
+	static char meta[1 << 20];
+	char path[PATH_MAX + 300];
+	struct dirent *e;
+	int rc = -1;
+	DIR *d = opendir(dir);
+
+	while (d && rc && (e = readdir(d))) {
+		size_t nlen = strlen(e->d_name);
+		ssize_t n;
+		int fd;
+
+		if (nlen < 6 || strcmp(e->d_name + nlen - 5, ".meta"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		n = fd < 0 ? -1 : read(fd, meta, sizeof(meta));
+		if (fd >= 0)
+			close(fd);
+		for (ssize_t h = 0; h + 48 + (ssize_t)(tlen + klen) <= n && rc; h += 8) {
+			const uint8_t *p = (const uint8_t *)meta + h;
+			uint64_t off, len;
+			uint8_t b;
+
+			/* magic "DSK\x1a", type PUT (1), the names' lengths, the names */
+			if (memcmp(p, "DSK\x1a", 4) || p[8] != 1 || p[9] ||
+			    p[12] + 256u * p[13] != tlen || p[14] + 256u * p[15] != klen ||
+			    memcmp(p + 48, tenant, tlen) || memcmp(p + 48 + tlen, key, klen))
+				continue;
+			memcpy(&off, p + 24, 8);
+			memcpy(&len, p + 32, 8);
+			snprintf(path, sizeof(path), "%s/%.*s.dat", dir, (int)(nlen - 5),
+				 e->d_name);
+			fd = open(path, O_RDWR | O_CLOEXEC);
+			if (fd >= 0 && pread(fd, &b, 1, (off_t)(off + len / 2)) == 1) {
+				b ^= 0x5a;
+				rc = pwrite(fd, &b, 1, (off_t)(off + len / 2)) == 1 ? 0 : -1;
+			}
+			if (fd >= 0)
+				close(fd);
+		}
+	}
+	if (d)
+		closedir(d);
+	return rc;
 }
 
 static inline int d_cmp_u64(const void *a, const void *b)

@@ -198,6 +198,14 @@ int h_put_seeded(struct lunar_client *c, const char *key, size_t len, uint64_t s
  */
 void h_expect_seeded(struct lunar_client *c, const char *key, size_t len, uint64_t seed);
 
+/*
+ * h_wait_health - wait up to timeout_ms until lunar_health(c) says want (0
+ * ok, 1 proxy unreachable, 2 master unreachable or segment not mounted),
+ * polling every 20 ms: the milliseconds it took. Fails the current test
+ * with the last answer when it never does.
+ */
+uint64_t h_wait_health(struct lunar_client *c, int want, int timeout_ms);
+
 /* h_code - lunar_strerror's name for a negative code, "-" otherwise. */
 const char *h_code(int64_t v);
 

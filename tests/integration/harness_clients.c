@@ -167,3 +167,14 @@ void h_expect_seeded(struct lunar_client *c, const char *key, size_t len, uint64
 	H_ASSERT_MSG(bad < 0, "%s: wrong byte at offset %lld", key, (long long)bad);
 	free(buf);
 }
+
+uint64_t h_wait_health(struct lunar_client *c, int want, int timeout_ms)
+{
+	uint64_t t0 = h_now_ms();
+	int h;
+
+	while ((h = lunar_health(c)) != want && h_now_ms() - t0 < (uint64_t)timeout_ms)
+		h_sleep_ms(20);
+	H_ASSERT_MSG(h == want, "lunar_health = %d after %d ms, want %d", h, timeout_ms, want);
+	return h_now_ms() - t0;
+}

@@ -28,17 +28,6 @@
 #define NOTICE_MS   10000 /* for the proxy to see the master gone, and back */
 #define VALUE_LEN   4096
 
-/* Wait until lunar_health says want (0 ok, 2 master unreachable). */
-static void wait_health(struct lunar_client *c, int want)
-{
-	uint64_t t0 = h_now_ms();
-	int h;
-
-	while ((h = lunar_health(c)) != want && h_now_ms() - t0 < NOTICE_MS)
-		h_sleep_ms(20);
-	H_ASSERT_MSG(h == want, "lunar_health = %d after %d ms, want %d", h, NOTICE_MS, want);
-}
-
 static void test_master_down_calls_fail_fast(void **state)
 {
 	static char value[VALUE_LEN];
@@ -60,7 +49,7 @@ static void test_master_down_calls_fail_fast(void **state)
 	H_ASSERT_EQ(lunar_put(c, "up", value, sizeof(value), NULL), 0);
 
 	H_ASSERT_EQ(h_stop_group(m), 0);
-	wait_health(c, 2);
+	h_wait_health(c, 2, NOTICE_MS);
 	t0 = h_now_ms();
 	rc = lunar_put(c, "while-down", value, sizeof(value), NULL);
 	took = h_now_ms() - t0;
@@ -76,7 +65,7 @@ static void test_master_down_calls_fail_fast(void **state)
 
 	/* back: the next answered Ping ends the fast failures */
 	H_ASSERT_EQ(kill(-m->pid, SIGCONT), 0);
-	wait_health(c, 0);
+	h_wait_health(c, 0, NOTICE_MS);
 	H_ASSERT_EQ(lunar_put(c, "after", value, sizeof(value), NULL), 0);
 	H_ASSERT_EQ(lunar_exists(c, "after"), 1);
 

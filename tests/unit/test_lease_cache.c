@@ -1,7 +1,7 @@
 /*
  * test_lease_cache.c - the proxy's cache of leased replica lists: hits only
  * while the lease holds past the margin, replacement, drop and clear by
- * tenant, a full cache dropping the entry leased longest ago (in constant
+ * tenant or of all, a full cache dropping the entry leased longest ago (in constant
  * time), renewal of read entries only, and entries that hold just the
  * replicas they have, growing and shrinking with them; and, against a
  * plain array, a long random run of puts, drops and clears over a small
@@ -87,6 +87,12 @@ static void test_lease_cache_replace_drop_clear(void **state)
 	assert_int_equal(px_lease_cache_get(c, "odd", "k1", 0, 0, NULL, &out), 0);
 	assert_int_equal(px_lease_cache_get(c, "even", "k0", 0, 0, NULL, &out), 1);
 	assert_int_equal(px_lease_cache_get(c, "even", "k298", 0, 0, NULL, &out), 1);
+	/* every tenant's (the proxy's re-mount) */
+	px_lease_cache_put(c, "odd", "k1", &v, NULL);
+	px_lease_cache_clear(c, NULL);
+	assert_int_equal(px_lease_cache_get(c, "odd", "k1", 0, 0, NULL, &out), 0);
+	assert_int_equal(px_lease_cache_get(c, "even", "k0", 0, 0, NULL, &out), 0);
+	assert_int_equal(px_lease_cache_get(c, "even", "k298", 0, 0, NULL, &out), 0);
 	px_lease_cache_destroy(c);
 }
 
