@@ -161,6 +161,7 @@ void mst_clients_expire(struct mst_master *m)
 				(unsigned long long)ids[i],
 				(unsigned long long)m->cfg.client_ttl_ms);
 		mst_offload_drop_client(m, ids[i]);
+		mst_resv_drop_client(m, ids[i]); /* late: it may only be asleep */
 		mst_segments_drop_client(m, ids[i]);
 	}
 	if (n > EXPIRED_LOGGED)

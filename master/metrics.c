@@ -220,6 +220,9 @@ static void counters(struct mst_master *m, FILE *f)
 		"# TYPE lunar_master_discarded_puts_total counter\n"
 		"lunar_master_discarded_puts_total %llu\n",
 		(unsigned long long)get(&m->ctr.discarded_puts));
+	/* part of the segments' used bytes: set aside for puts ahead (resv.c) */
+	fprintf(f, "# TYPE lunar_master_reserved_bytes gauge\nlunar_master_reserved_bytes %llu\n",
+		(unsigned long long)mst_resv_bytes(m));
 	offload_counters(m, f);
 }
 

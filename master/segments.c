@@ -89,6 +89,7 @@ static struct mst_segment *segtab_take(struct mst_master *m, size_t i)
 static void segment_retire(struct mst_master *m, struct mst_segment *s)
 {
 	mst_objects_drop(m, s, NULL, 0, 0);
+	mst_resv_drop_segment(m, s);	 /* before deferred: an expiry may move ranges there */
 	mst_deferred_drop_segment(m, s); /* after the objects: see deferred.c */
 	lc_fetch_sub_relaxed(&m->capacity, s->size);
 	lc_fetch_sub_relaxed(&m->used, s->used);
@@ -372,6 +373,14 @@ int mst_segment_take_at(struct mst_master *m, const char *name, uint64_t off, ui
 	r->off = off;
 	r->len = len;
 	lc_fetch_add_relaxed(&m->used, lc_ralloc_round(s->ra, len));
+	return 0;
+}
+
+int mst_segment_live(struct mst_master *m, const struct mst_segment *s)
+{
+	for (size_t i = 0; i < m->segs.n; i++)
+		if (m->segs.v[i] == s)
+			return 1;
 	return 0;
 }
 
