@@ -445,8 +445,8 @@ struct lc_range *lc_ralloc_split(struct lc_ralloc *a, struct lc_range *r, uint64
 	struct lc_range *n[2];
 
 	len = lc_ralloc_round(a, len);
-	if (r->free || !len || (off & (a->align - 1)) || off < r->off ||
-	    off - r->off > r->len || len > r->len - (off - r->off)) {
+	if (r->free || !len || (off & (a->align - 1)) || off < r->off || off - r->off > r->len ||
+	    len > r->len - (off - r->off)) {
 		*err = -EINVAL; /* written so that nothing wraps */
 		return NULL;
 	}

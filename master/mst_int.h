@@ -556,8 +556,7 @@ void mst_resvtab_fini(struct mst_resvtab *t);
  * (client not alive), NO_AVAILABLE_HANDLE, BUSY (MST_RESV_PER_CLIENT held),
  * INVALID_PARAMS, -ENOMEM. Takes the table, list and segment locks.
  */
-int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size,
-		   Lunar__Reservation **out);
+int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size, Lunar__Reservation **out);
 /* mst_resv_release - ReserveRelease: end client's reservations ids[0..n),
  * their space given back now, or late (due + put_start_release_timeout:
  * bytes may still land there); codes[i] (if not NULL) 0 or ILLEGAL_CLIENT. */
@@ -570,8 +569,8 @@ void mst_resv_release(struct mst_master *m, uint64_t client, const uint64_t *ids
  * draining or going, or the range is not inside what it still holds;
  * -ENOMEM. Call with the key's shard lock held.
  */
-int mst_resv_carve(struct mst_master *m, uint64_t client, uint64_t id, uint64_t off,
-		   uint64_t len, struct mst_replica *out);
+int mst_resv_carve(struct mst_master *m, uint64_t client, uint64_t id, uint64_t off, uint64_t len,
+		   struct mst_replica *out);
 /* mst_resv_expire - end, late, the reservations due at now. Housekeeping.
  * mst_resv_drop_client - end client's, late (it was declared dead).
  * mst_resv_drop_all - end every one, late (a new term: ha.c).
@@ -586,8 +585,7 @@ uint64_t mst_resv_bytes(struct mst_master *m);
 
 /* commit.c */
 /* mst_batch_put_commit - BatchPutCommit (a BatchPutStartReply). */
-int mst_batch_put_commit(struct mst_master *m, const ProtobufCMessage *req,
-			 ProtobufCMessage **rep);
+int mst_batch_put_commit(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
 
 /* clients.c */
 /* mst_clients_init - an empty client table; 0 or -ENOMEM.

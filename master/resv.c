@@ -28,9 +28,9 @@ struct mst_resv {
 	struct mst_resv *next;
 	uint64_t id, client;
 	struct mst_segment *seg;
-	uint64_t off, len;	       /* the extent granted (its capability's range) */
-	uint64_t grant_ms, due_ms;     /* monotonic: granted, forgotten */
-	struct mst_replica *pieces;    /* heap: the parts not committed, by offset */
+	uint64_t off, len;	    /* the extent granted (its capability's range) */
+	uint64_t grant_ms, due_ms;  /* monotonic: granted, forgotten */
+	struct mst_replica *pieces; /* heap: the parts not committed, by offset */
 	unsigned n, cap;
 };
 
@@ -150,6 +150,7 @@ static int resv_pb(struct mst_master *m, const struct mst_resv *r, Lunar__Reserv
 	p->extent->length = r->len;
 	p->id = r->id;
 	p->ttl_ms = r->due_ms - r->grant_ms;
+	p->align = lc_ralloc_round(r->seg->ra, 1);
 	if (m->cfg.keyed && mst_cap_one(p->extent, &r->seg->secret, MST_CAP_WRITE, NULL, 0, r->id,
 					mst_wall_deadline(r->due_ms))) {
 		protobuf_c_message_free_unpacked(&p->base, NULL);
@@ -335,15 +336,15 @@ static int cut(struct mst_master *m, struct mst_resv *r, unsigned i, uint64_t of
 		uint64_t toff = off + lc_ralloc_round(s->ra, len);
 
 		memmove(&r->pieces[at + 1], &r->pieces[at], (r->n - at) * sizeof(*p));
-		r->pieces[at] = (struct mst_replica){
-		    .seg = s, .range = tail, .off = toff, .len = pend - toff};
+		r->pieces[at] =
+		    (struct mst_replica){.seg = s, .range = tail, .off = toff, .len = pend - toff};
 		r->n++;
 	}
 	return 0;
 }
 
-int mst_resv_carve(struct mst_master *m, uint64_t client, uint64_t id, uint64_t off,
-		   uint64_t len, struct mst_replica *out)
+int mst_resv_carve(struct mst_master *m, uint64_t client, uint64_t id, uint64_t off, uint64_t len,
+		   struct mst_replica *out)
 {
 	uint64_t now = lc_now_ms();
 	struct mst_resv *r;
