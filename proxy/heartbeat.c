@@ -138,6 +138,8 @@ static int ping_and_mount(struct px_proxy *px, int *mounted)
 	r = (const Lunar__PingReply *)rep;
 	remount = r->need_remount;
 	*mounted = 0;
+	if (remount)
+		px_resv_drop_all(px); /* a master that forgot us forgot them too */
 	if (!rc && r->n_forget)
 		px_disk_forget(px, r->forget, r->n_forget);
 	if (!rc && r->n_offload)
