@@ -42,6 +42,7 @@ struct mst_segment {
 	pthread_mutex_t lock; /* guards ra and used */
 	struct lc_ralloc *ra;
 	uint64_t used;		/* written under lock, read relaxed for placement */
+	uint64_t reserved;	/* of used, put-ahead reservations' (resv.c); same */
 	uint64_t drain_due_ms;	/* graceful unmount: no new allocations, retired at
 				 * this time; 0 when not draining. Under the table lock. */
 	struct auth_key secret; /* capabilities for it are MACs under this; from mount */
@@ -294,6 +295,9 @@ int mst_place(struct mst_master *m, uint64_t client, uint64_t len, unsigned want
  * -ENOMEM. Takes the segment table and segment locks. */
 int mst_segment_take_at(struct mst_master *m, const char *name, uint64_t off, uint64_t len,
 			struct mst_replica *r);
+/* mst_segment_used - the bytes of s in use but not reserved ahead (what
+ * the figures call used: objects, and ranges waiting to be given back). */
+uint64_t mst_segment_used(const struct mst_segment *s);
 /* mst_segment_live - 1 if s is in the segment table (not being retired).
  * With the table's lock held (read or write). */
 int mst_segment_live(struct mst_master *m, const struct mst_segment *s);

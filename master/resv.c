@@ -63,6 +63,15 @@ static uint64_t pieces_bytes(const struct mst_resv *r)
 	return b;
 }
 
+/* Count d more bytes of s as reserved (the figures say them apart from
+ * used; placement and eviction see them as used). */
+static void seg_reserved_add(struct mst_segment *s, int64_t d)
+{
+	pthread_mutex_lock(&s->lock);
+	LC_WRITE_ONCE(s->reserved, s->reserved + (uint64_t)d);
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* Unlink r and give its pieces back: now, or late (its writer may still be
  * writing there) with the deferred list. List lock held. */
 static void resv_end(struct mst_master *m, struct mst_resv **pp, int late)
@@ -71,6 +80,7 @@ static void resv_end(struct mst_master *m, struct mst_resv **pp, int late)
 
 	*pp = r->next;
 	m->resv.bytes -= pieces_bytes(r);
+	seg_reserved_add(r->seg, -(int64_t)pieces_bytes(r));
 	if (late) {
 		/* the last write may start just before due_ms */
 		mst_deferred_add(m, r->pieces, r->n,
@@ -122,6 +132,7 @@ static int resv_insert(struct mst_master *m, struct mst_resv *r)
 		r->next = m->resv.head;
 		m->resv.head = r;
 		m->resv.bytes += pieces_bytes(r);
+		seg_reserved_add(r->seg, (int64_t)pieces_bytes(r));
 	} else if (rc == LUNAR_ERR_BUSY) {
 		mst_replicas_free(m, r->pieces, r->n);
 	}
@@ -322,6 +333,8 @@ static int cut(struct mst_master *m, struct mst_resv *r, unsigned i, uint64_t of
 	}
 	pthread_mutex_lock(&s->lock);
 	mid = lc_ralloc_split(s->ra, p->range, off, len, &head, &tail, &rc);
+	if (mid)
+		LC_WRITE_ONCE(s->reserved, s->reserved - lc_ralloc_round(s->ra, len));
 	pthread_mutex_unlock(&s->lock);
 	if (!mid)
 		return rc;
