@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "atomic.h"
 #include "clock.h"
@@ -90,6 +91,19 @@ static void resv_end(struct mst_master *m, struct mst_resv **pp, int late)
 		free(r->pieces);
 	}
 	free(r);
+}
+
+/* A new reservation's id: random, so that an id a proxy kept from a master
+ * that restarted (or an older leader) names none of this master's; a
+ * proxy's late release of it then ends nothing it still uses. */
+static uint64_t resv_id(void)
+{
+	uint64_t id = 0;
+
+	while (!id)
+		if (getrandom(&id, sizeof(id), 0) != sizeof(id))
+			id = lc_now_ns() * 0x9e3779b97f4a7c15ull; /* never expected */
+	return id;
 }
 
 static unsigned count_of(const struct mst_resvtab *t, uint64_t client)
@@ -200,8 +214,7 @@ int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size, Lunar__
 	r->seg = r->pieces[0].seg;
 	r->off = r->pieces[0].off;
 	r->len = len;
-	/* ids come from the object counter: above every older term's (ha.c) */
-	r->id = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
+	r->id = resv_id();
 	r->grant_ms = lc_now_ms();
 	r->due_ms = r->grant_ms + m->cfg.reserve_ttl_ms;
 	rc = resv_insert(m, r); /* on a code, the range is freed or gone */

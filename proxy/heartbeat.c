@@ -168,6 +168,7 @@ static void on_switch(void *arg)
 	struct px_proxy *px = arg;
 
 	atomic_store(&px->mounted, false);
+	px_resv_drop_all(px); /* they lived in the old leader's memory */
 	if (atomic_load(&px->hb_live))
 		px_heartbeat_kick(px);
 }

@@ -105,7 +105,8 @@ static void write_all(struct px_proxy *px, struct px_req *r, const struct px_bat
 		}
 		LC_DEBUG("proxy", "put-ahead: a write to %s failed (%d)", op->endpoint, op->result);
 		settle(px, a, i,
-		       remote && op->result != ENG_XFER_UNSENT ? PX_PIECE_TAINTED : PX_PIECE_UNUSED);
+		       remote && op->result != ENG_XFER_UNSENT ? PX_PIECE_TAINTED
+							       : PX_PIECE_UNUSED);
 	}
 }
 
@@ -151,8 +152,8 @@ static void index_one(struct px_proxy *px, struct px_req *r, const char *key,
 
 /* Fold the commit's answer into the keys and their pieces. */
 static void commit_results(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-			   struct ahead *a, const Lunar__BatchPutStartReply *rep,
-			   const size_t *pos, size_t n)
+			   struct ahead *a, const Lunar__BatchPutStartReply *rep, const size_t *pos,
+			   size_t n)
 {
 	for (size_t j = 0; j < n; j++) {
 		size_t i = pos[j];
@@ -175,8 +176,16 @@ static void commit_results(struct px_proxy *px, struct px_req *r, const struct p
 		case LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS:
 			settle(px, a, i, PX_PIECE_UNUSED);
 			break;
-		default:
+		case LUNAR_ERR_TENANT_QUOTA_EXCEEDED:
+		case LUNAR_ERR_INVALID_KEY:
+		case LUNAR_ERR_INVALID_PARAMS: /* refused before its piece was touched */
 			settle(px, a, i, PX_PIECE_UNUSED);
+			it->result = res->code;
+			break;
+		default:
+			/* INTERNAL and codes of newer masters: the piece may have
+			 * been cut out and freed, so it is never written again */
+			settle(px, a, i, PX_PIECE_TAINTED);
 			it->result = res->code;
 			break;
 		}
@@ -185,8 +194,7 @@ static void commit_results(struct px_proxy *px, struct px_req *r, const struct p
 
 /* Commit the keys written. A call that failed may have committed them: its
  * keys fail with its code (as a failed PutEnd's), their pieces tainted. */
-static void commit(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-		   struct ahead *a)
+static void commit(struct px_proxy *px, struct px_req *r, const struct px_batch *b, struct ahead *a)
 {
 	Lunar__BatchPutCommitRequest rq = LUNAR__BATCH_PUT_COMMIT_REQUEST__INIT;
 	Lunar__PutCommitItem *items = calloc(b->n, sizeof(*items));

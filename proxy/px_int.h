@@ -154,7 +154,7 @@ enum px_piece_end {
 	PX_PIECE_COMMITTED, /* the master made it an object */
 	PX_PIECE_UNUSED,    /* not committed, and no byte is on its way there */
 	PX_PIECE_TAINTED,   /* bytes may still land, or the commit's answer was lost */
-	PX_PIECE_GONE,	    /* the master does not know the reservation (any more) */
+	PX_PIECE_GONE,	    /* the master refused the reservation: no more pieces of it */
 };
 /* px_resv_start - with a remote master, --reserve-size and
  * --reserve-value-max not 0 and no --debug-put-delay: px->resv and its

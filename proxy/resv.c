@@ -19,11 +19,11 @@
 #include "lunar.h"
 #include "px_int.h"
 
-#define RESV_TICK_MS	 100  /* the thread's look at the pool when nothing wakes it */
-#define RESV_HELD_MAX	 2    /* reservations taking pieces at once */
-#define RESV_BACKOFF_MS	 1000 /* after a refused Reserve */
-#define RESV_OLD_MS	 30000 /* after a master that does not know Reserve */
-#define RESV_ENDPOINT_MAX 256
+#define RESV_TICK_MS	   100	 /* the thread's look at the pool when nothing wakes it */
+#define RESV_HELD_MAX	   2	 /* reservations taking pieces at once */
+#define RESV_BACKOFF_MS	   1000	 /* after a refused Reserve */
+#define RESV_OLD_MS	   30000 /* after a master that does not know Reserve */
+#define RESV_ENDPOINT_MAX  256
 #define PX_RESV_GOODBYE_MS 500 /* a release at shutdown waits no longer */
 
 struct px_resv {
@@ -47,10 +47,10 @@ struct px_resv_pool {
 	pthread_t thread;
 	int started, stop, wake;
 	struct px_resv *head;
-	uint64_t view;	      /* the master view the reservations are of */
-	uint64_t retry_ms;    /* no Reserve before then */
-	uint64_t size;	      /* --reserve-size */
-	uint64_t value_max;   /* --reserve-value-max */
+	uint64_t view;	    /* the master view the reservations are of */
+	uint64_t retry_ms;  /* no Reserve before then */
+	uint64_t size;	    /* --reserve-size */
+	uint64_t value_max; /* --reserve-value-max */
 };
 
 int px_resv_enabled(const struct px_proxy *px)
@@ -78,6 +78,14 @@ int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out)
 	if (!p)
 		return -1;
 	pthread_mutex_lock(&p->lock);
+	/* A new leader knows none of them: none is used from the moment the
+	 * view changed, not from the thread's next look. */
+	if (px_mc_view(px->mc) != p->view) {
+		p->wake = 1;
+		pthread_cond_signal(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+		return -1;
+	}
 	for (r = p->head; r; r = r->next) {
 		uint64_t need;
 
@@ -136,7 +144,7 @@ void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end 
 	case PX_PIECE_TAINTED: /* bytes may land, or it may be committed */
 		r->retired = r->late = 1;
 		break;
-	case PX_PIECE_GONE: r->retired = r->gone = 1; break;
+	case PX_PIECE_GONE: r->retired = 1; break; /* released anyway: harmless */
 	}
 	if (!--r->holders && r->retired) {
 		p->wake = 1;
@@ -289,10 +297,9 @@ static void tend(struct px_proxy *px, struct px_resv_pool *p)
 	} else if (!rc) {
 		free(r); /* granted by a leader gone since: the master ends it */
 	} else {
-		/* a master without put-ahead says so for good: ask rarely */
-		int old = rc == LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS || rc == LUNAR_ERR_PROTOCOL;
-
-		p->retry_ms = lc_now_ms() + (old ? RESV_OLD_MS : RESV_BACKOFF_MS);
+		/* a master without the call says so for good: ask rarely */
+		p->retry_ms =
+		    lc_now_ms() + (rc == LUNAR_ERR_PROTOCOL ? RESV_OLD_MS : RESV_BACKOFF_MS);
 		LC_DEBUG("proxy", "put-ahead: Reserve refused (%s)", lunar_strerror(rc));
 	}
 }
