@@ -42,8 +42,7 @@ static struct h_proc *start_master(const char *name, int port, const char *const
 
 	for (int i = 0; i < 8 && flags && flags[i]; i++)
 		a[i] = flags[i];
-	return h_start_master(name, port, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7],
-			      NULL);
+	return h_start_master(name, port, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], NULL);
 }
 
 /* Master, O (owner, segment of seg_size, puts nothing ahead) and W
@@ -159,8 +158,8 @@ static void test_put_ahead_duplicate_keeps_first_no_leak(void **state)
  * life, as a dead writer's PROCESSING put's), and what W committed stays. */
 static void test_put_ahead_writer_killed_space_returns(void **state)
 {
-	static const char *const flags[] = {"--client-ttl", "1s", "--reserve-ttl", "3s",
-					    "--put-start-release-timeout", "1s", NULL};
+	static const char *const flags[] = {
+	    "--client-ttl", "1s", "--reserve-ttl", "3s", "--put-start-release-timeout", "1s", NULL};
 	struct lunar_client *cw, *co;
 	uint8_t buf[8 * KIB];
 	uint64_t end;

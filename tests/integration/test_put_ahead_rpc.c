@@ -47,7 +47,8 @@ static struct lp_client *session(uint64_t id)
 	H_ASSERT_EQ(lp_client_create(url, &key, AUTH_ROLE_NODE, LP_CLIENT_DIAL_NOW, &c), 0);
 	auth_key_wipe(&key);
 	pg.client_id = id; /* binds the id to this session, and makes it alive */
-	H_ASSERT_EQ(lp_client_call(c, lp_method_find(LUNAR__METHOD__PING), &pg.base, &rep, 5000), 0);
+	H_ASSERT_EQ(lp_client_call(c, lp_method_find(LUNAR__METHOD__PING), &pg.base, &rep, 5000),
+		    0);
 	H_ASSERT_EQ(lp_status(rep)->code, 0);
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return c;
