@@ -554,7 +554,8 @@ void mst_resvtab_fini(struct mst_resvtab *t);
 /*
  * mst_resv_grant - Reserve: set aside up to size bytes on one segment for
  * client (at most --reserve-max and a sixteenth of the largest segment,
- * only from room under the eviction watermark: never evicts). On 0, *out is
+ * from room under the eviction watermark: when there is none, one
+ * eviction round as for a put, and a second try). On 0, *out is
  * a heap Reservation (the extent with a WRITE capability when keyed). Else
  * UNAVAILABLE_IN_CURRENT_STATUS (put-ahead off, HA settling), ILLEGAL_CLIENT
  * (client not alive), NO_AVAILABLE_HANDLE, BUSY (MST_RESV_PER_CLIENT held),

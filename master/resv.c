@@ -116,18 +116,25 @@ static unsigned count_of(const struct mst_resvtab *t, uint64_t client)
 }
 
 /* How much to grant for a wish of size bytes: at most --reserve-max and a
- * sixteenth of the largest segment, and only from room under the eviction
- * watermark (a reservation never makes eviction run). 0: none. */
+ * sixteenth of the largest segment (0: no segment). */
 static uint64_t grant_size(struct mst_master *m, uint64_t size)
 {
-	double room = m->cfg.eviction_high_watermark_ratio * (double)LC_READ_ONCE(m->capacity) -
-		      (double)LC_READ_ONCE(m->used);
 	uint64_t len = size < m->cfg.reserve_max ? size : m->cfg.reserve_max;
 	uint64_t most = mst_segments_largest(m) / 16;
 
-	if (len > most)
-		len = most;
-	return room < (double)len ? 0 : len;
+	return len > most ? most : len;
+}
+
+/* Place len bytes for client into *r, from room under the eviction
+ * watermark only; 0, NO_AVAILABLE_HANDLE or a code of mst_place. */
+static int grant_place(struct mst_master *m, uint64_t client, uint64_t len, struct mst_replica *r)
+{
+	double room = m->cfg.eviction_high_watermark_ratio * (double)LC_READ_ONCE(m->capacity) -
+		      (double)LC_READ_ONCE(m->used);
+
+	if (room < (double)len)
+		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
+	return mst_place(m, client, len, 1, NULL, 0, r);
 }
 
 /* Insert r unless its segment went meanwhile (then its range went with
@@ -188,7 +195,7 @@ static int resv_pb(struct mst_master *m, const struct mst_resv *r, Lunar__Reserv
 int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size, Lunar__Reservation **out)
 {
 	struct mst_resv *r;
-	uint64_t len;
+	uint64_t len, gen;
 	int rc;
 
 	if (!m->cfg.reserve_max)
@@ -203,7 +210,13 @@ int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size, Lunar__
 		free(r);
 		return -ENOMEM;
 	}
-	rc = mst_place(m, client, len, 1, NULL, 0, r->pieces);
+	/* A full store makes room as for a put of len bytes (a full cache is
+	 * the usual state): one eviction round, and once more. The space
+	 * reserved is then filled by puts, which need not evict for it. */
+	gen = lc_load_acquire(&m->evict_gen);
+	rc = grant_place(m, client, len, r->pieces);
+	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && mst_evict_after_failure(m, gen))
+		rc = grant_place(m, client, len, r->pieces);
 	if (rc < 0) {
 		free(r->pieces);
 		free(r);

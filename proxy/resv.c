@@ -20,7 +20,8 @@
 #include "px_int.h"
 
 #define RESV_TICK_MS	   100	 /* the thread's look at the pool when nothing wakes it */
-#define RESV_HELD_MAX	   2	 /* reservations taking pieces at once */
+#define RESV_HELD_MAX	   2	 /* reservations taking pieces at once, while puts come */
+#define RESV_IDLE_MS	   10000 /* no put ahead for this long: keep only one */
 #define RESV_BACKOFF_MS	   1000	 /* after a refused Reserve */
 #define RESV_OLD_MS	   30000 /* after a master that does not know Reserve */
 #define RESV_ENDPOINT_MAX  256
@@ -47,11 +48,28 @@ struct px_resv_pool {
 	pthread_t thread;
 	int started, stop, wake;
 	struct px_resv *head;
-	uint64_t view;	    /* the master view the reservations are of */
-	uint64_t retry_ms;  /* no Reserve before then */
-	uint64_t size;	    /* --reserve-size */
-	uint64_t value_max; /* --reserve-value-max */
+	uint64_t view;	       /* the master view the reservations are of */
+	uint64_t retry_ms;     /* no Reserve before then */
+	uint64_t size;	       /* --reserve-size */
+	uint64_t value_max;    /* --reserve-value-max */
+	uint64_t last_take_ms; /* the last put that wanted a piece */
 };
+
+/* Room below which a reservation takes no more pieces: what the largest
+ * value ahead needs, but no more than a quarter of it (the rest goes back
+ * when its last piece is settled, not late). */
+static uint64_t short_of(const struct px_resv_pool *p, const struct px_resv *r)
+{
+	return p->value_max < r->len / 4 ? p->value_max : r->len / 4;
+}
+
+/* Retire r when its life for pieces is over or it is nearly full. */
+static int retire_if_done(const struct px_resv_pool *p, struct px_resv *r, uint64_t now)
+{
+	if (!r->retired && (now >= r->until_ms || r->len - r->used < short_of(p, r)))
+		r->retired = 1;
+	return r->retired;
+}
 
 int px_resv_enabled(const struct px_proxy *px)
 {
@@ -86,15 +104,12 @@ int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out)
 		pthread_mutex_unlock(&p->lock);
 		return -1;
 	}
+	p->last_take_ms = now;
 	for (r = p->head; r; r = r->next) {
 		uint64_t need;
 
-		if (r->retired || r->gone)
+		if (r->gone || retire_if_done(p, r, now))
 			continue;
-		if (now >= r->until_ms) {
-			r->retired = 1;
-			continue;
-		}
 		need = round_up(len, r->align);
 		if (rc && need <= r->len - r->used) {
 			*out = (struct px_piece){.r = r, .off = r->off + r->used, .len = need};
@@ -234,8 +249,7 @@ static void reap(struct px_resv_pool *p, uint64_t now, uint64_t *ids, size_t *n,
 	struct px_resv **pp = &p->head, *r;
 
 	while ((r = *pp)) {
-		if (!r->retired && now >= r->until_ms)
-			r->retired = 1;
+		retire_if_done(p, r, now);
 		if (!r->retired || r->holders || *n == max || *nlate == max) {
 			pp = &r->next;
 			continue;
@@ -264,12 +278,14 @@ static unsigned held(const struct px_resv_pool *p, uint64_t *room)
 }
 
 /* One look at the pool: drop what an older view granted, give back what
- * is done, ask for more when short. Lock held; dropped for the calls. */
-static void tend(struct px_proxy *px, struct px_resv_pool *p)
+ * is done, ask for more when short. Lock held; dropped for the calls.
+ * 1 when it was granted one (look again at once: it may still be short). */
+static int tend(struct px_proxy *px, struct px_resv_pool *p)
 {
 	uint64_t ids[16], late[16], room, now = lc_now_ms(), view = px_mc_view(px->mc);
 	size_t n = 0, nlate = 0;
 	struct px_resv *r = NULL;
+	unsigned want;
 	int rc;
 
 	if (view != p->view) { /* a new leader knows none of them */
@@ -278,13 +294,14 @@ static void tend(struct px_proxy *px, struct px_resv_pool *p)
 		p->view = view;
 	}
 	reap(p, now, ids, &n, late, &nlate, 16);
-	if (held(p, &room) >= RESV_HELD_MAX || room >= p->size / 2 || now < p->retry_ms ||
+	want = now - p->last_take_ms < RESV_IDLE_MS ? RESV_HELD_MAX : 1;
+	if (held(p, &room) >= want || room >= p->size / 2 || now < p->retry_ms ||
 	    !atomic_load(&px->master_ok)) {
 		pthread_mutex_unlock(&p->lock);
 		release_call(px, ids, n, 0, px->cfg.rpc_timeout_ms);
 		release_call(px, late, nlate, 1, px->cfg.rpc_timeout_ms);
 		pthread_mutex_lock(&p->lock);
-		return;
+		return 0;
 	}
 	pthread_mutex_unlock(&p->lock);
 	release_call(px, ids, n, 0, px->cfg.rpc_timeout_ms);
@@ -294,6 +311,7 @@ static void tend(struct px_proxy *px, struct px_resv_pool *p)
 	if (!rc && px_mc_view(px->mc) == p->view) {
 		r->next = p->head;
 		p->head = r;
+		return 1;
 	} else if (!rc) {
 		free(r); /* granted by a leader gone since: the master ends it */
 	} else {
@@ -302,6 +320,7 @@ static void tend(struct px_proxy *px, struct px_resv_pool *p)
 		    lc_now_ms() + (rc == LUNAR_ERR_PROTOCOL ? RESV_OLD_MS : RESV_BACKOFF_MS);
 		LC_DEBUG("proxy", "put-ahead: Reserve refused (%s)", lunar_strerror(rc));
 	}
+	return 0;
 }
 
 static void *resv_main(void *arg)
@@ -312,7 +331,8 @@ static void *resv_main(void *arg)
 
 	pthread_mutex_lock(&p->lock);
 	while (!p->stop) {
-		tend(px, p);
+		if (tend(px, p))
+			continue; /* granted one: still short? */
 		if (p->stop)
 			break;
 		if (!p->wake) {
