@@ -312,6 +312,40 @@ static void test_put_ahead_fallbacks_still_work(void **state)
 	free(buf);
 }
 
+/* A tenant's quota holds for puts ahead: the commit that would pass it is
+ * refused, its piece goes back to W, and what fits still goes ahead. */
+static void test_put_ahead_tenant_quota(void **state)
+{
+	static const char *const flags[] = {"--reserve-ttl", "60s", "--tenant-quota", "q=16KiB",
+					    NULL};
+	struct lunar_client *cw, *co;
+	uint8_t buf[4 * KIB];
+	int64_t commits;
+	char k[64];
+
+	(void)state;
+	start(flags, "64MiB", NULL, NULL);
+	wait_reserved();
+	cw = tenant_client(sock_w, "q");
+	co = tenant_client(sock_o, "q");
+	commits = metric(mhttp, COMMITS);
+	for (int i = 0; i < 4; i++) {
+		key_of(k, sizeof(k), "quota", i);
+		put_seeded(cw, k, buf, sizeof(buf), h_seed(k), NULL);
+	}
+	h_fill(buf, sizeof(buf), h_seed("over"));
+	H_ASSERT_EQ(lunar_put(cw, "ahead/quota/over", buf, sizeof(buf), NULL),
+		    LUNAR_ERR_TENANT_QUOTA_EXCEEDED);
+	H_ASSERT_EQ(metric(mhttp, COMMITS) - commits, 5);
+	H_ASSERT_EQ(used_o(), 4 * sizeof(buf));
+	H_ASSERT_EQ(lunar_remove(cw, "ahead/quota/0", 0), 0);
+	put_seeded(cw, "ahead/quota/again", buf, sizeof(buf), h_seed("again"), NULL);
+	check_seeded(co, "ahead/quota/again", buf, sizeof(buf), h_seed("again"));
+	H_ASSERT_EQ(lunar_exists(co, "ahead/quota/over"), 0);
+	lunar_close(cw);
+	lunar_close(co);
+}
+
 /* W with --reserve-size 0: every put makes two calls, as before. */
 static void test_put_ahead_off(void **state)
 {
@@ -347,6 +381,7 @@ int main(void)
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_ahead_fallbacks_still_work, case_setup,
 					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_put_ahead_tenant_quota, case_setup, case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_ahead_off, case_setup, case_teardown),
 	};
 
