@@ -255,7 +255,7 @@ void px_put_ahead(struct px_proxy *px, struct px_req *r)
 	struct px_batch b;
 	struct ahead a;
 
-	if (px_batch_collect(r, &b))
+	if (!px_resv_enabled(px) || r->sqe.op != LC_OP_PUT || px_batch_collect(r, &b))
 		return;
 	if (!eligible(px, r, &b)) {
 		px_batch_fini(&b);

@@ -309,8 +309,11 @@ static int tend(struct px_proxy *px, struct px_resv_pool *p)
 	rc = reserve_call(px, p->size, &r);
 	pthread_mutex_lock(&p->lock);
 	if (!rc && px_mc_view(px->mc) == p->view) {
-		r->next = p->head;
-		p->head = r;
+		struct px_resv **pp = &p->head;
+
+		while (*pp) /* oldest first: pieces come from it before it ages out */
+			pp = &(*pp)->next;
+		*pp = r;
 		return 1;
 	} else if (!rc) {
 		free(r); /* granted by a leader gone since: the master ends it */
