@@ -127,10 +127,12 @@ static int ping_and_mount(struct px_proxy *px, int *mounted)
 	Lunar__PingRequest rq = LUNAR__PING_REQUEST__INIT;
 	ProtobufCMessage *rep;
 	const Lunar__PingReply *r;
+	uint64_t sent_ns;
 	bool remount;
 	int rc;
 
 	rq.client_id = px->client_id;
+	sent_ns = lc_now_ns();
 	rc = px_mc_call(px->mc, LUNAR__METHOD__PING, &rq.base, &rep);
 	if (rc)
 		return rc;
@@ -138,8 +140,8 @@ static int ping_and_mount(struct px_proxy *px, int *mounted)
 	r = (const Lunar__PingReply *)rep;
 	remount = r->need_remount;
 	*mounted = 0;
-	if (remount)
-		px_resv_drop_all(px); /* a master that forgot us forgot them too */
+	if (remount) /* a master that forgot us forgot them too */
+		px_resv_drop_before(px, sent_ns);
 	if (!rc && r->n_forget)
 		px_disk_forget(px, r->forget, r->n_forget);
 	if (!rc && r->n_offload)

@@ -183,8 +183,12 @@ const char *px_piece_endpoint(const struct px_piece *pc);
 const struct eng_cap *px_piece_cap(const struct px_piece *pc);
 uint64_t px_piece_resv(const struct px_piece *pc);
 /* px_resv_drop_all - forget every reservation without a word: the master
- * forgot them (it restarted, or declared us dead). Any thread. */
+ * forgot them (a new leader). px_resv_drop_before - those whose Reserve
+ * was sent before asked_ns (lc_now_ns): a Ping sent then found that the
+ * master forgot us (it restarted, or declared us dead); one asked for
+ * since was granted by the master that knows us now. Any thread. */
 void px_resv_drop_all(struct px_proxy *px);
+void px_resv_drop_before(struct px_proxy *px, uint64_t asked_ns);
 
 /* --- HA: what this proxy committed, for a new leader (objidx.c) --- */
 struct px_objidx;

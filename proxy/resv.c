@@ -36,10 +36,11 @@ struct px_resv {
 	uint64_t until_ms;	  /* no new pieces from then (monotonic) */
 	struct eng_cap cap;
 	int has_cap;
-	unsigned holders; /* pieces handed out and not settled */
-	int retired;	  /* takes no pieces */
-	int late;	  /* bytes may still land: released late */
-	int gone;	  /* the master forgot it: nothing to release */
+	unsigned holders;  /* pieces handed out and not settled */
+	int retired;	   /* takes no pieces */
+	int late;	   /* bytes may still land: released late */
+	int gone;	   /* the master forgot it: nothing to release */
+	uint64_t asked_ns; /* when its Reserve was sent (monotonic) */
 };
 
 struct px_resv_pool {
@@ -169,7 +170,7 @@ void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end 
 	pc->r = NULL;
 }
 
-void px_resv_drop_all(struct px_proxy *px)
+void px_resv_drop_before(struct px_proxy *px, uint64_t asked_ns)
 {
 	struct px_resv_pool *p = px->resv;
 
@@ -177,10 +178,16 @@ void px_resv_drop_all(struct px_proxy *px)
 		return;
 	pthread_mutex_lock(&p->lock);
 	for (struct px_resv *r = p->head; r; r = r->next)
-		r->retired = r->gone = 1;
+		if (r->asked_ns < asked_ns)
+			r->retired = r->gone = 1;
 	p->wake = 1;
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
+}
+
+void px_resv_drop_all(struct px_proxy *px)
+{
+	px_resv_drop_before(px, UINT64_MAX);
 }
 
 /* Ask for one reservation; 0 with *out (heap), else a code. No lock held. */
@@ -191,7 +198,7 @@ static int reserve_call(struct px_proxy *px, uint64_t size, struct px_resv **out
 	const Lunar__Replica *e;
 	ProtobufCMessage *rep;
 	struct px_resv *r;
-	uint64_t t0 = lc_now_ms();
+	uint64_t t0 = lc_now_ms(), asked_ns = lc_now_ns();
 	int rc;
 
 	rq.client_id = px->client_id;
@@ -218,6 +225,7 @@ static int reserve_call(struct px_proxy *px, uint64_t size, struct px_resv **out
 		/* half its life for pieces; the rest for their writes and commits */
 		r->until_ms = t0 + g->ttl_ms / 2;
 		r->has_cap = px_replica_cap(e, &r->cap);
+		r->asked_ns = asked_ns;
 		*out = r;
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
