@@ -6,7 +6,9 @@
  * from O; a key put twice keeps its first value and leaks no space; W
  * SIGKILLed holding reservations gets its space back once declared dead;
  * eviction under reservations loses no byte; a master restart drops them
- * and puts go on; puts that cannot go ahead take the two calls.
+ * and puts go on; puts that cannot go ahead take the two calls; a tenant's
+ * quota holds. A leader change under put-ahead is test_ha_failover's (its
+ * proxies put ahead).
  */
 #include <setjmp.h>
 #include <signal.h>
