@@ -245,6 +245,8 @@ SRC_test_bench_util := tools/bench/util.c
 # COMP_<test>: components an integration test links besides liblunar's.
 # test_rpc_auth speaks the master's RPC itself.
 COMP_test_rpc_auth := proto
+# test_put_ahead_rpc speaks Reserve and BatchPutCommit to the master itself.
+COMP_test_put_ahead_rpc := proto
 # The HA tests speak to etcd (test_etcd: the master's etcd client) and to the
 # masters' RPC (test_ha) themselves.
 COMP_test_etcd := master proto etcd

@@ -438,6 +438,51 @@ struct lc_range *lc_ralloc_take_at(struct lc_ralloc *a, uint64_t off, uint64_t l
 	return b;
 }
 
+struct lc_range *lc_ralloc_split(struct lc_ralloc *a, struct lc_range *r, uint64_t off,
+				 uint64_t len, struct lc_range **head, struct lc_range **tail,
+				 int *err)
+{
+	struct lc_range *n[2];
+
+	len = lc_ralloc_round(a, len);
+	if (r->free || !len || (off & (a->align - 1)) || off < r->off || off - r->off > r->len ||
+	    len > r->len - (off - r->off)) {
+		*err = -EINVAL; /* written so that nothing wraps */
+		return NULL;
+	}
+	/* Both blocks first: once r is cut, nothing may fail. */
+	n[0] = blk_new(a);
+	n[1] = n[0] ? blk_new(a) : NULL;
+	if (!n[1]) {
+		if (n[0])
+			blk_release(a, n[0]);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	*head = *tail = NULL;
+	if (r->off < off) { /* r keeps the head, n[0] becomes the middle */
+		n[0]->off = off;
+		n[0]->len = r->off + r->len - off;
+		link_after(r, n[0]);
+		r->len = off - r->off;
+		*head = r;
+		r = n[0];
+		n[0] = NULL;
+	}
+	if (r->len > len) {
+		n[1]->off = off + len;
+		n[1]->len = r->len - len;
+		link_after(r, n[1]);
+		r->len = len;
+		*tail = n[1];
+		n[1] = NULL;
+	}
+	for (int i = 0; i < 2; i++)
+		if (n[i])
+			blk_release(a, n[i]);
+	return r;
+}
+
 int lc_ralloc_put(struct lc_ralloc *a, uint64_t off, uint64_t *freed)
 {
 	struct lc_range **slot = hash_find(a, off);

@@ -43,6 +43,18 @@ struct lc_range *lc_ralloc_take_at(struct lc_ralloc *a, uint64_t off, uint64_t l
  * its bookkeeping has been reused since. r is invalid after the give, and
  * after lc_ralloc_destroy. */
 int lc_ralloc_give(struct lc_ralloc *a, struct lc_range *r, uint64_t *freed);
+/*
+ * lc_ralloc_split - cut the allocated range r (a handle from take, take_at
+ * or split) into up to three allocated ranges around [off, off + len) (len
+ * rounded up; it must lie inside r): returns the handle of [off, off + len);
+ * *head is the part of r before it (r itself) or NULL, *tail the part after
+ * it or NULL. Nothing changes state: lc_ralloc_used stays. For carving a
+ * piece out of space set aside earlier. NULL with *err -EINVAL (r free,
+ * off unaligned, or the range not inside r) or -ENOMEM; r is then unchanged.
+ */
+struct lc_range *lc_ralloc_split(struct lc_ralloc *a, struct lc_range *r, uint64_t off,
+				 uint64_t len, struct lc_range **head, struct lc_range **tail,
+				 int *err);
 /* lc_ralloc_round - len rounded up to the alignment, as lc_ralloc_get takes it. */
 uint64_t lc_ralloc_round(const struct lc_ralloc *a, uint64_t len);
 /* lc_ralloc_put - free the range that lc_ralloc_get returned at off, and

@@ -91,6 +91,7 @@ static void clients_bury(struct mst_master *m, uint64_t *ids, size_t n, uint64_t
 				(unsigned long long)ids[i],
 				(unsigned long long)m->cfg.client_ttl_ms);
 		mst_offload_drop_client(m, ids[i]);
+		mst_resv_drop_client(m, ids[i]); /* late: it may only be asleep */
 		mst_segments_drop_client(m, ids[i]);
 	}
 	if (n > EXPIRED_LOGGED)

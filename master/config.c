@@ -35,6 +35,8 @@ static const struct flag flags[] = {
     F("put-start-discard-timeout", DURATION, put_start_discard_timeout_ms),
     F("put-start-release-timeout", DURATION, put_start_release_timeout_ms),
     F("allocation-strategy", STRATEGY, strategy),
+    F("reserve-max", SIZE, reserve_max),
+    F("reserve-ttl", DURATION, reserve_ttl_ms),
     F("default-tenant-quota", SIZE, default_tenant_quota),
     F("tenant-quota", QUOTA, tenant_quotas),
     F("enable-offload", SWITCH, enable_offload),
@@ -64,6 +66,8 @@ void mst_config_defaults(struct mst_config *cfg)
 	    .put_start_discard_timeout_ms = 30000,
 	    .put_start_release_timeout_ms = 600000,
 	    .strategy = MST_ALLOC_RANDOM,
+	    .reserve_max = 64ull << 20,
+	    .reserve_ttl_ms = 10000,
 	    .offload = MST_OFFLOAD_ON_EVICT,
 	    .offload_queue = 65536,
 	    .offload_queue_bytes = 64ull << 20,
@@ -204,6 +208,9 @@ const char *mst_config_usage(void)
 	       "  --put-start-discard-timeout DURATION  an unfinished put may be pre-empted (30s)\n"
 	       "  --put-start-release-timeout DURATION  an unfinished put's space is freed (600s)\n"
 	       "  --allocation-strategy NAME       random|free_ratio_first|local_first (random)\n"
+	       "  --reserve-max SIZE               space a proxy may reserve ahead of its puts\n"
+	       "                                   at once (64MiB; 0: no put-ahead)\n"
+	       "  --reserve-ttl DURATION           a reservation's life (10s)\n"
 	       "  --tenant-quota NAME=SIZE         bytes tenant NAME may store (repeatable)\n"
 	       "  --default-tenant-quota SIZE      bytes any other tenant may store (0: no "
 	       "limit)\n"

@@ -236,6 +236,47 @@ static int h_remove_regex(struct mst_master *m, const ProtobufCMessage *req, Pro
 	return count_reply(mst_obj_remove_regex(m, rq->tenant, rq->pattern, rq->force), rep);
 }
 
+static int h_reserve(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+{
+	const Lunar__ReserveRequest *rq = (const void *)req;
+	Lunar__Reservation *res = NULL;
+	int rc = mst_resv_grant(m, rq->client_id, rq->size, &res);
+	Lunar__ReserveReply *r = REPLY(Lunar__ReserveReply, lunar__reserve_reply__descriptor, rc);
+
+	if (!r) {
+		if (res) {
+			mst_resv_release(m, rq->client_id, &res->id, 1, 0, NULL);
+			protobuf_c_message_free_unpacked(&res->base, NULL);
+		}
+		return -ENOMEM;
+	}
+	r->reservation = res;
+	*rep = &r->base;
+	return 0;
+}
+
+static int h_reserve_release(struct mst_master *m, const ProtobufCMessage *req,
+			     ProtobufCMessage **rep)
+{
+	const Lunar__ReserveReleaseRequest *rq = (const void *)req;
+	int bad = rq->n_ids > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0;
+	Lunar__BatchCodesReply *r =
+	    REPLY(Lunar__BatchCodesReply, lunar__batch_codes_reply__descriptor, bad);
+
+	if (!r)
+		return -ENOMEM;
+	if (!bad && rq->n_ids) {
+		if (!(r->codes = calloc(rq->n_ids, sizeof(*r->codes)))) {
+			protobuf_c_message_free_unpacked(&r->base, NULL);
+			return -ENOMEM;
+		}
+		r->n_codes = rq->n_ids;
+		mst_resv_release(m, rq->client_id, rq->ids, rq->n_ids, rq->late, r->codes);
+	}
+	*rep = &r->base;
+	return 0;
+}
+
 /* Calls whose handler does not need the method id. */
 static int call(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 		ProtobufCMessage **rep)
@@ -267,6 +308,9 @@ static int call(struct mst_master *m, uint32_t method, const ProtobufCMessage *r
 	case LUNAR__METHOD__BATCH_EXIST_KEY: return mst_batch_keys(m, method, req, rep);
 	case LUNAR__METHOD__BATCH_LEASE_RELEASE: return mst_batch_lease_release(m, req, rep);
 	case LUNAR__METHOD__REPORT_OBJECTS: return mst_rebuild_report(m, req, rep);
+	case LUNAR__METHOD__RESERVE: return h_reserve(m, req, rep);
+	case LUNAR__METHOD__RESERVE_RELEASE: return h_reserve_release(m, req, rep);
+	case LUNAR__METHOD__BATCH_PUT_COMMIT: return mst_batch_put_commit(m, req, rep);
 	case LUNAR__METHOD__OFFLOAD_DONE:
 	case LUNAR__METHOD__DISK_REPLICAS_REMOVE:
 	case LUNAR__METHOD__DISK_REPLICAS_ADD: return mst_disk_dispatch(m, method, req, rep);

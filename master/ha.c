@@ -215,6 +215,9 @@ static void campaign(struct mst_ha *h)
 						     ? (h->view << 32) - h->m->next_obj_id
 						     : 0);
 	h->fenced = 0;
+	/* A term of ours long ago left reservations its proxies have dropped
+	 * since (they drop theirs at every leader change): end them, late. */
+	mst_resv_drop_all(h->m);
 	LC_WRITE_ONCE(h->m->rebuild.proxies_done, 0);
 	LC_WRITE_ONCE(h->m->rebuild.lead_ms, lc_now_ms());
 	mst_ha_gate_lead(h->g, h->view, fence_of(h, t0, granted));

@@ -22,6 +22,7 @@ static void housekeep(struct mst_master *m)
 
 	mst_clients_expire(m);
 	mst_segments_drain_sweep(m, now);
+	mst_resv_expire(m, now);
 	mst_deferred_sweep(m, now);
 	mst_evict_maybe(m);
 }
@@ -85,8 +86,10 @@ int mst_master_create(const struct mst_config *cfg, struct mst_master **out)
 		goto err_segs;
 	if ((rc = mst_deferred_init(&m->deferred)))
 		goto err_clients;
-	if ((rc = mst_tenants_init(&m->tenants)))
+	if ((rc = mst_resvtab_init(&m->resv)))
 		goto err_deferred;
+	if ((rc = mst_tenants_init(&m->tenants)))
+		goto err_resv;
 	if ((rc = mst_offload_init(&m->offload)))
 		goto err_tenants;
 	if ((rc = -pthread_mutex_init(&m->evict_lock, NULL)))
@@ -106,6 +109,8 @@ err_offload:
 	mst_offload_fini(&m->offload);
 err_tenants:
 	mst_tenants_fini(&m->tenants);
+err_resv:
+	mst_resvtab_fini(&m->resv);
 err_deferred:
 	mst_deferred_fini(&m->deferred);
 err_clients:
@@ -132,7 +137,9 @@ void mst_master_destroy(struct mst_master *m)
 	pthread_join(m->housekeeper, NULL);
 	pthread_mutex_destroy(&m->stop_lock);
 	pthread_cond_destroy(&m->stop_cond);
-	mst_objects_fini(m); /* objects and deferred ranges first: they point into segments */
+	mst_objects_fini(m); /* objects, reserved and deferred ranges first: they
+			      * point into segments */
+	mst_resvtab_fini(&m->resv);
 	mst_deferred_fini(&m->deferred);
 	mst_segtab_fini(m);
 	mst_clients_fini(&m->clients);

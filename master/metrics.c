@@ -142,11 +142,12 @@ static void gauges(struct mst_master *m, FILE *f)
  * and escaped anyway. */
 static void segment_gauges(struct mst_master *m, FILE *f)
 {
-	static const char *const names[2] = {"lunar_master_segment_capacity_bytes",
-					     "lunar_master_segment_used_bytes"};
+	static const char *const names[3] = {"lunar_master_segment_capacity_bytes",
+					     "lunar_master_segment_used_bytes",
+					     "lunar_master_segment_reserved_bytes"};
 
 	pthread_rwlock_rdlock(&m->segs.lock);
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
 		fprintf(f, "# TYPE %s gauge\n", names[k]);
 		for (size_t i = 0; i < m->segs.n; i++) {
 			const struct mst_segment *s = m->segs.v[i];
@@ -155,7 +156,10 @@ static void segment_gauges(struct mst_master *m, FILE *f)
 			for (const char *c = s->name; *c; c++)
 				fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : "%c",
 					*c == '\n' ? 'n' : *c);
-			fprintf(f, "\"} %llu\n", (unsigned long long)(k ? get(&s->used) : s->size));
+			fprintf(f, "\"} %llu\n",
+				(unsigned long long)(k == 2   ? get(&s->reserved)
+						     : k == 1 ? mst_segment_used(s)
+							      : s->size));
 		}
 	}
 	pthread_rwlock_unlock(&m->segs.lock);
@@ -220,6 +224,9 @@ static void counters(struct mst_master *m, FILE *f)
 		"# TYPE lunar_master_discarded_puts_total counter\n"
 		"lunar_master_discarded_puts_total %llu\n",
 		(unsigned long long)get(&m->ctr.discarded_puts));
+	/* part of the segments' used bytes: set aside for puts ahead (resv.c) */
+	fprintf(f, "# TYPE lunar_master_reserved_bytes gauge\nlunar_master_reserved_bytes %llu\n",
+		(unsigned long long)mst_resv_bytes(m));
 	offload_counters(m, f);
 }
 

@@ -8,6 +8,8 @@
  *   object shard lock -> tenant table lock
  *   object shard lock -> deferred-free lock -> one segment's lock
  *   object shard lock -> offload queue lock (a leaf: nothing is taken under it)
+ *   object shard lock -> segment table rwlock -> reservation lock -> deferred-free
+ *     lock -> one segment's lock (resv.c)
  * The hot path (object calls) takes one shard lock, the segment table for
  * reading, and briefly the allocator lock of the segments it touches.
  * Counters in struct mst_master are atomics updated without locks.
@@ -40,6 +42,7 @@ struct mst_segment {
 	pthread_mutex_t lock; /* guards ra and used */
 	struct lc_ralloc *ra;
 	uint64_t used;		/* written under lock, read relaxed for placement */
+	uint64_t reserved;	/* of used, put-ahead reservations' (resv.c); same */
 	uint64_t drain_due_ms;	/* graceful unmount: no new allocations, retired at
 				 * this time; 0 when not draining. Under the table lock. */
 	struct auth_key secret; /* capabilities for it are MACs under this; from mount */
@@ -96,6 +99,16 @@ struct mst_deferred_list {
 	pthread_mutex_t lock;
 	struct mst_deferred *head;
 };
+
+/* Put-ahead reservations (resv.c): few, a handful per proxy, so a list. */
+struct mst_resv;
+struct mst_resvtab {
+	pthread_mutex_t lock;
+	struct mst_resv *head;
+	uint64_t bytes; /* reserved and not committed (allocator lengths), under lock */
+};
+
+#define MST_RESV_PER_CLIENT 4 /* reservations one client may hold at once */
 
 struct mst_tenants {
 	pthread_mutex_t lock;
@@ -181,6 +194,7 @@ struct mst_master {
 	struct mst_segtab segs;
 	struct mst_clients clients;
 	struct mst_deferred_list deferred;
+	struct mst_resvtab resv;
 	struct mst_tenants tenants;
 	struct mst_offload offload;
 	struct mst_counters ctr;
@@ -285,6 +299,12 @@ int mst_place(struct mst_master *m, uint64_t client, uint64_t len, unsigned want
  * -ENOMEM. Takes the segment table and segment locks. */
 int mst_segment_take_at(struct mst_master *m, const char *name, uint64_t off, uint64_t len,
 			struct mst_replica *r);
+/* mst_segment_used - the bytes of s in use but not reserved ahead (what
+ * the figures call used: objects, and ranges waiting to be given back). */
+uint64_t mst_segment_used(const struct mst_segment *s);
+/* mst_segment_live - 1 if s is in the segment table (not being retired).
+ * With the table's lock held (read or write). */
+int mst_segment_live(struct mst_master *m, const struct mst_segment *s);
 /* mst_replica_free - give a replica's range back to its segment. */
 void mst_replica_free(struct mst_master *m, const struct mst_replica *r);
 
@@ -533,6 +553,52 @@ int mst_batch_lease_release(struct mst_master *m, const ProtobufCMessage *req,
 /* mst_batch_remount - ReMountSegment: MountSegment of each segment, in
  * order (INVALID_PARAMS for more than MST_SEGMENTS_PER_CLIENT). */
 int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
+
+/* resv.c: put-ahead reservations (docs/protocol.md, "Reservations"). */
+/* mst_resvtab_init - an empty table; 0 or -errno. mst_resvtab_fini - forget
+ * every entry (space is not given back: the master is going). */
+int mst_resvtab_init(struct mst_resvtab *t);
+void mst_resvtab_fini(struct mst_resvtab *t);
+/*
+ * mst_resv_grant - Reserve: set aside up to size bytes on one segment for
+ * client (at most --reserve-max and a sixteenth of the largest segment,
+ * from room under the eviction watermark: when there is none, one
+ * eviction round as for a put, and a second try). On 0, *out is
+ * a heap Reservation (the extent with a WRITE capability when keyed). Else
+ * UNAVAILABLE_IN_CURRENT_STATUS (put-ahead off, HA settling), ILLEGAL_CLIENT
+ * (client not alive), NO_AVAILABLE_HANDLE, BUSY (MST_RESV_PER_CLIENT held),
+ * INVALID_PARAMS, -ENOMEM. Takes the table, list and segment locks.
+ */
+int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size, Lunar__Reservation **out);
+/* mst_resv_release - ReserveRelease: end client's reservations ids[0..n),
+ * their space given back now, or late (due + put_start_release_timeout:
+ * bytes may still land there); codes[i] (if not NULL) 0 or ILLEGAL_CLIENT. */
+void mst_resv_release(struct mst_master *m, uint64_t client, const uint64_t *ids, size_t n,
+		      int late, int32_t *codes);
+/*
+ * mst_resv_carve - take [off, off + len) out of client's reservation id into
+ * *out, a replica of its own (still counted as used; no longer reserved).
+ * 0; ILLEGAL_CLIENT when id is not client's, is due, its segment is
+ * draining or going, or the range is not inside what it still holds;
+ * -ENOMEM. Call with the key's shard lock held.
+ */
+int mst_resv_carve(struct mst_master *m, uint64_t client, uint64_t id, uint64_t off, uint64_t len,
+		   struct mst_replica *out);
+/* mst_resv_expire - end, late, the reservations due at now. Housekeeping.
+ * mst_resv_drop_client - end client's, late (it was declared dead).
+ * mst_resv_drop_all - end every one, late (a new term: ha.c).
+ * mst_resv_drop_segment - forget those on seg (it is going away: its
+ * ranges go with it); before the segment is freed. */
+void mst_resv_expire(struct mst_master *m, uint64_t now);
+void mst_resv_drop_client(struct mst_master *m, uint64_t client);
+void mst_resv_drop_all(struct mst_master *m);
+void mst_resv_drop_segment(struct mst_master *m, const struct mst_segment *seg);
+/* mst_resv_bytes - bytes reserved and not committed. */
+uint64_t mst_resv_bytes(struct mst_master *m);
+
+/* commit.c */
+/* mst_batch_put_commit - BatchPutCommit (a BatchPutStartReply). */
+int mst_batch_put_commit(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
 
 /* clients.c */
 /* mst_clients_init - an empty client table; 0 or -ENOMEM.

@@ -89,6 +89,7 @@ static struct mst_segment *segtab_take(struct mst_master *m, size_t i)
 static void segment_retire(struct mst_master *m, struct mst_segment *s)
 {
 	mst_objects_drop(m, s, NULL, 0, 0);
+	mst_resv_drop_segment(m, s);	 /* before deferred: an expiry may move ranges there */
 	mst_deferred_drop_segment(m, s); /* after the objects: see deferred.c */
 	lc_fetch_sub_relaxed(&m->capacity, s->size);
 	lc_fetch_sub_relaxed(&m->used, s->used);
@@ -263,7 +264,8 @@ static Lunar__SegmentInfo *segment_info(const struct mst_segment *s)
 	si->endpoint = strdup(s->endpoint);
 	si->owner = s->owner;
 	si->size = s->size;
-	si->used = LC_READ_ONCE(s->used);
+	si->used = mst_segment_used(s);
+	si->reserved = LC_READ_ONCE(s->reserved);
 	si->draining = s->drain_due_ms != 0;
 	if (!si->name || !si->endpoint) {
 		protobuf_c_message_free_unpacked(&si->base, NULL);
@@ -372,6 +374,21 @@ int mst_segment_take_at(struct mst_master *m, const char *name, uint64_t off, ui
 	r->off = off;
 	r->len = len;
 	lc_fetch_add_relaxed(&m->used, lc_ralloc_round(s->ra, len));
+	return 0;
+}
+
+uint64_t mst_segment_used(const struct mst_segment *s)
+{
+	uint64_t used = LC_READ_ONCE(s->used), resv = LC_READ_ONCE(s->reserved);
+
+	return used > resv ? used - resv : 0; /* two reads: clamped */
+}
+
+int mst_segment_live(struct mst_master *m, const struct mst_segment *s)
+{
+	for (size_t i = 0; i < m->segs.n; i++)
+		if (m->segs.v[i] == s)
+			return 1;
 	return 0;
 }
 

@@ -49,6 +49,9 @@ static const struct lp_method methods[] = {
     M(DISK_REPLICAS_ADD, "DiskReplicasAdd", disk_records_request, batch_codes_reply),
     M(BATCH_LEASE_RELEASE, "BatchLeaseRelease", lease_release_request, batch_codes_reply),
     M(REPORT_OBJECTS, "ReportObjects", report_objects_request, report_objects_reply),
+    M(RESERVE, "Reserve", reserve_request, reserve_reply),
+    M(RESERVE_RELEASE, "ReserveRelease", reserve_release_request, batch_codes_reply),
+    M(BATCH_PUT_COMMIT, "BatchPutCommit", batch_put_commit_request, batch_put_start_reply),
 };
 
 const struct lp_method *lp_method_find(uint32_t id)

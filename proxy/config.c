@@ -78,6 +78,11 @@ static const struct flag flags[] = {
     F("ping-interval", K_MS, ping_interval_ms, "DUR   heartbeat to the master (1s)"),
     F("grace", K_MS, grace_ms, "DUR   on SIGTERM: segment readable, no new data, this long (0)"),
     F("http-port", K_U16, http_port, "N     metrics/health/admin HTTP port (9300; 0 picks one)"),
+    F("reserve-size", K_SIZE, reserve_size,
+      "SIZE  space to keep reserved at the master for puts ahead (16MiB;\n"
+      "                             0: every put makes two master calls)"),
+    F("reserve-value-max", K_SIZE, reserve_value_max,
+      "SIZE  largest value put into reserved space (1MiB)"),
     F("debug-put-delay", K_MS, debug_put_delay_ms,
       "DUR   test hook: delay before committing a put (0)"),
     F("debug-disk-read-delay", K_MS, debug_disk_read_delay_ms,
@@ -139,6 +144,8 @@ static void defaults(struct px_config *c)
 	c->workers = 8;
 	c->rpc_timeout_ms = 5000;
 	c->ping_interval_ms = 1000;
+	c->reserve_size = 16ull << 20;
+	c->reserve_value_max = 1ull << 20;
 	c->disk_capacity = 16ull << 30;
 	c->rdma_devices = "auto";
 	c->disk_policy = 2; /* DSK_CLOCK */

@@ -137,10 +137,12 @@ static int ping_and_mount(struct px_proxy *px, int *mounted)
 	Lunar__PingRequest rq = LUNAR__PING_REQUEST__INIT;
 	ProtobufCMessage *rep;
 	const Lunar__PingReply *r;
+	uint64_t sent_ns;
 	bool asked, remount;
 	int rc;
 
 	rq.client_id = px->client_id;
+	sent_ns = lc_now_ns();
 	rc = px_mc_call(px->mc, LUNAR__METHOD__PING, &rq.base, &rep);
 	if (rc == LUNAR_ERR_RPC_FAIL || rc == LUNAR_ERR_RPC_TIMEOUT)
 		atomic_store(&px->ping_lost, true);
@@ -151,6 +153,8 @@ static int ping_and_mount(struct px_proxy *px, int *mounted)
 	asked = r->need_remount;
 	remount = asked || (!rc && atomic_load(&px->ping_lost));
 	*mounted = 0;
+	if (remount) /* a master that forgot us forgot them too */
+		px_resv_drop_before(px, sent_ns);
 	if (!rc && r->n_forget)
 		px_disk_forget(px, r->forget, r->n_forget);
 	if (!rc && r->n_offload)
@@ -189,6 +193,7 @@ static void on_switch(void *arg)
 	struct px_proxy *px = arg;
 
 	atomic_store(&px->mounted, false);
+	px_resv_drop_all(px); /* they lived in the old leader's memory */
 	if (atomic_load(&px->hb_live))
 		px_heartbeat_kick(px);
 }

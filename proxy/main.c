@@ -179,6 +179,9 @@ static int start_control_plane(struct px_proxy *px)
 	rc = px_heartbeat_start(px);
 	if (rc)
 		return rc;
+	rc = px_resv_start(px);
+	if (rc)
+		return rc;
 	return px_http_start(px);
 }
 
@@ -274,14 +277,18 @@ static void stop(struct px_proxy *px)
 	}
 	/* Say goodbye while the master answers, then cut the line: nothing
 	 * below may wait out an RPC timeout on a master that is gone. */
-	if (px->mc && atomic_load(&px->master_ok))
+	px_resv_stop(px);
+	if (px->mc && atomic_load(&px->master_ok)) {
+		px_resv_release_all(px);
 		px_segment_unmount(px, 0, PX_GOODBYE_TIMEOUT_MS);
+	}
 	px_mc_close(px->mc);
 	if (px->heartbeat)
 		px_heartbeat_stop(px);
 	px_disk_stop(px);
 	px_pool_destroy(px->pool);
 	px_closer_destroy(px->closer); /* after the pool: its requests hold sessions */
+	px_resv_destroy(px);	       /* and pieces */
 	px_mc_destroy(px->mc);
 	px_objidx_destroy(px->objidx);
 	px_lease_cache_destroy(px->leases);

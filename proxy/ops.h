@@ -38,6 +38,17 @@ void px_batch_fail(struct px_req *r, const struct px_batch *b, int code);
 int px_batch_keys_call(struct px_proxy *px, const char *tenant, uint32_t method, char **keys,
 		       size_t n, int late, uint64_t reader, const uint64_t *readers,
 		       ProtobufCMessage **rep);
+/*
+ * px_put_ahead - put r's pending keys ahead (ops_ahead.c) when every one
+ * may (a put, one replica, no preferred segment, values up to
+ * --reserve-value-max, a piece of reserved space at hand for each): a key
+ * done ends with result PX_AHEAD_DONE (success, to be turned into 0 once
+ * the two-call path has run), a failed one with its code; keys left
+ * pending take the two-call path. Worker thread; blocks on the transfer
+ * and one master call.
+ */
+#define PX_AHEAD_DONE (INT64_MIN + 1)
+void px_put_ahead(struct px_proxy *px, struct px_req *r);
 /* px_batch_drop_leases - forget cached leases of b's keys (we changed them). */
 void px_batch_drop_leases(struct px_proxy *px, struct px_req *r, const struct px_batch *b);
 

@@ -405,7 +405,11 @@ int64_t px_run_put(struct px_proxy *px, struct px_req *r)
 		if (!r->items[i].result && r->items[i].total == 0)
 			r->items[i].result = LUNAR_ERR_INVALID_PARAMS;
 	ndup = put_mark_dups(r, first);
+	px_put_ahead(px, r); /* what it leaves pending takes two calls */
 	rc64 = put_run(px, r);
+	for (uint32_t i = 0; i < r->count; i++)
+		if (r->items[i].result == PX_AHEAD_DONE)
+			r->items[i].result = 0;
 	for (uint32_t i = 0; ndup && i < r->count; i++)
 		if (r->items[i].result == PX_DUP_PENDING)
 			r->items[i].result = r->items[first[i]].result;

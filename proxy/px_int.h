@@ -64,6 +64,8 @@ struct px_config {
 	uint64_t rpc_timeout_ms;	   /* --rpc-timeout */
 	uint64_t ping_interval_ms;	   /* --ping-interval */
 	uint64_t debug_put_delay_ms;	   /* --debug-put-delay: test hook */
+	uint64_t reserve_size;		   /* --reserve-size: put-ahead space asked for */
+	uint64_t reserve_value_max;	   /* --reserve-value-max: largest value put ahead */
 	uint64_t debug_hb_delay_ms;	   /* --debug-heartbeat-delay: test hook */
 	uint64_t debug_disk_read_delay_ms; /* --debug-disk-read-delay: test hook */
 	uint16_t http_port;		   /* --http-port: metrics, health, admin */
@@ -138,6 +140,55 @@ int px_mc_call_timed(struct px_mc *mc, uint32_t method, const ProtobufCMessage *
 		     ProtobufCMessage **rep, uint64_t timeout_ms);
 /* px_mc_code - the status code of a reply (LUNAR_ERR_PROTOCOL if none). */
 int px_mc_code(const ProtobufCMessage *rep);
+
+/* --- put-ahead: space reserved for small puts (resv.c) --- */
+struct px_resv;
+struct px_resv_pool;
+/* A piece of a reservation one put writes into; holds the reservation. */
+struct px_piece {
+	struct px_resv *r;
+	uint64_t off, len; /* len: the value's length rounded to the alignment */
+};
+/* How a put is done with its piece (px_resv_settle). */
+enum px_piece_end {
+	PX_PIECE_COMMITTED, /* the master made it an object */
+	PX_PIECE_UNUSED,    /* not committed, and no byte is on its way there */
+	PX_PIECE_TAINTED,   /* bytes may still land, or the commit's answer was lost */
+	PX_PIECE_GONE,	    /* the master refused the reservation: no more pieces of it */
+};
+/* px_resv_start - with a remote master, --reserve-size and
+ * --reserve-value-max not 0 and no --debug-put-delay: px->resv and its
+ * thread, which asks for reservations at once. 0, or LUNAR_ERR_INTERNAL.
+ * px_resv_stop - join the thread (puts may still take and settle pieces).
+ * px_resv_release_all - give back every reservation no put holds a piece
+ * of (shutdown, while the master answers). px_resv_destroy - free the pool
+ * (no put may run). All no-ops without a pool. */
+int px_resv_start(struct px_proxy *px);
+void px_resv_stop(struct px_proxy *px);
+void px_resv_release_all(struct px_proxy *px);
+void px_resv_destroy(struct px_proxy *px);
+/* px_resv_enabled - 1 if puts may go ahead; px_resv_value_max - the
+ * largest value that may. */
+int px_resv_enabled(const struct px_proxy *px);
+uint64_t px_resv_value_max(const struct px_proxy *px);
+/* px_resv_take - a piece of len bytes (> 0) in *out: 0, or -1 when none is
+ * at hand (then the put takes the two-call path). Never blocks on I/O;
+ * any thread. Every piece taken is settled once. */
+int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out);
+/* px_resv_settle - the put is done with pc (see enum px_piece_end). */
+void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end how);
+/* px_piece_endpoint, px_piece_cap (NULL keyless), px_piece_resv - where a
+ * piece is written, with which capability, and its reservation's id. */
+const char *px_piece_endpoint(const struct px_piece *pc);
+const struct eng_cap *px_piece_cap(const struct px_piece *pc);
+uint64_t px_piece_resv(const struct px_piece *pc);
+/* px_resv_drop_all - forget every reservation without a word: the master
+ * forgot them (a new leader). px_resv_drop_before - those whose Reserve
+ * was sent before asked_ns (lc_now_ns): a Ping sent then found that the
+ * master forgot us (it restarted, or declared us dead); one asked for
+ * since was granted by the master that knows us now. Any thread. */
+void px_resv_drop_all(struct px_proxy *px);
+void px_resv_drop_before(struct px_proxy *px, uint64_t asked_ns);
 
 /* --- HA: what this proxy committed, for a new leader (objidx.c) --- */
 struct px_objidx;
@@ -271,6 +322,7 @@ struct px_proxy {
 	struct px_disk *disk; /* the SSD tier, NULL without --disk-dir */
 	atomic_bool mounted;
 	struct px_objidx *objidx;	    /* HA (--master etcd://) only, else NULL */
+	struct px_resv_pool *resv;	    /* put-ahead (resv.c); NULL when off */
 	atomic_uint_fast64_t reported_view; /* the view our objects were reported in */
 	atomic_bool hb_live;		    /* hb_lock and hb_cond are set up */
 	atomic_int mount_err;		    /* the last mount's failure code, logged once */

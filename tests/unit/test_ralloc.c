@@ -250,6 +250,47 @@ static void test_ralloc_random_against_model(void **state)
 	lc_ralloc_destroy(a);
 }
 
+static void test_ralloc_split(void **state)
+{
+	/* Given: 16-byte alignment and a 1 KiB range taken */
+	struct lc_ralloc *a = lc_ralloc_create(4096, 16);
+	struct lc_range *r, *mid, *head, *tail, *m2;
+	uint64_t off, freed;
+	int rc = 0;
+
+	assert_non_null(a);
+	r = lc_ralloc_take(a, 1024, &off, &rc);
+	assert_non_null(r);
+	/* When: 100 bytes at off + 32 are cut out of it */
+	mid = lc_ralloc_split(a, r, off + 32, 100, &head, &tail, &rc);
+	/* Then: a head, a middle of 112 and a tail, all still allocated */
+	assert_non_null(mid);
+	assert_ptr_equal(head, r);
+	assert_non_null(tail);
+	assert_int_equal(lc_ralloc_used(a), 1024);
+	/* And: what lies outside the piece, is unaligned or free is refused */
+	assert_null(lc_ralloc_split(a, mid, off + 32, 128, &head, &tail, &rc));
+	assert_int_equal(rc, -EINVAL);
+	assert_null(lc_ralloc_split(a, tail, off + 145, 16, &head, &tail, &rc));
+	assert_int_equal(rc, -EINVAL);
+	/* And: a cut at the very start of a piece leaves no head */
+	m2 = lc_ralloc_split(a, tail, off + 144, 16, &head, &tail, &rc);
+	assert_non_null(m2);
+	assert_null(head);
+	assert_non_null(tail);
+	/* And: each piece frees alone, and all of them free the whole */
+	assert_int_equal(lc_ralloc_give(a, mid, &freed), 0);
+	assert_int_equal(freed, 112);
+	assert_int_equal(lc_ralloc_give(a, r, &freed), 0);
+	assert_int_equal(freed, 32);
+	assert_int_equal(lc_ralloc_give(a, m2, NULL), 0);
+	assert_int_equal(lc_ralloc_give(a, tail, &freed), 0);
+	assert_int_equal(freed, 1024 - 160);
+	assert_int_equal(lc_ralloc_used(a), 0);
+	assert_int_equal(lc_ralloc_largest_free(a), 4096);
+	lc_ralloc_destroy(a);
+}
+
 static void test_ralloc_million(void **state)
 {
 	/* Given: room for a million 64-byte ranges */
@@ -274,4 +315,4 @@ static void test_ralloc_million(void **state)
 LUNAR_TEST_MAIN(NULL, NULL, test_ralloc_bad_arguments, test_ralloc_fragmentation,
 		test_ralloc_coalescing, test_ralloc_exhaustion, test_ralloc_alignment,
 		test_ralloc_free_unknown, test_ralloc_take_give, test_ralloc_random_against_model,
-		test_ralloc_million)
+		test_ralloc_split, test_ralloc_million)

@@ -1,0 +1,444 @@
+/*
+ * resv.c - put-ahead: the space the master reserved for this proxy's small
+ * puts (docs/protocol.md, "Reservations"). A thread of its own keeps one
+ * or two reservations granted (Reserve), off the put path; a put takes its
+ * piece with a bump of a pointer (px_resv_take), writes there, and commits
+ * with one master call. Reservations stop taking pieces half-way through
+ * their life and are given back (ReserveRelease) once no put holds a piece
+ * of them; a leader change, a master that forgot us or a commit that names
+ * an unknown reservation drops them all without a word (the master ended
+ * them itself).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "log.h"
+#include "lunar.h"
+#include "px_int.h"
+
+#define RESV_TICK_MS	   100	 /* the thread's look at the pool when nothing wakes it */
+#define RESV_HELD_MAX	   2	 /* reservations taking pieces at once, while puts come */
+#define RESV_IDLE_MS	   10000 /* no put ahead for this long: keep only one */
+#define RESV_BACKOFF_MS	   1000	 /* after a refused Reserve */
+#define RESV_OLD_MS	   30000 /* after a master that does not know Reserve */
+#define RESV_ENDPOINT_MAX  256
+#define PX_RESV_GOODBYE_MS 500 /* a release at shutdown waits no longer */
+
+struct px_resv {
+	struct px_resv *next;
+	uint64_t id;
+	char endpoint[RESV_ENDPOINT_MAX];
+	uint64_t off, len, align; /* the extent */
+	uint64_t used;		  /* bytes handed out from off */
+	uint64_t until_ms;	  /* no new pieces from then (monotonic) */
+	struct eng_cap cap;
+	int has_cap;
+	unsigned holders;  /* pieces handed out and not settled */
+	int retired;	   /* takes no pieces */
+	int late;	   /* bytes may still land: released late */
+	int gone;	   /* the master forgot it: nothing to release */
+	uint64_t asked_ns; /* when its Reserve was sent (monotonic) */
+};
+
+struct px_resv_pool {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_t thread;
+	int started, stop, wake;
+	struct px_resv *head;
+	uint64_t view;	       /* the master view the reservations are of */
+	uint64_t retry_ms;     /* no Reserve before then */
+	uint64_t size;	       /* --reserve-size */
+	uint64_t value_max;    /* --reserve-value-max */
+	uint64_t last_take_ms; /* the last put that wanted a piece */
+};
+
+/* Room below which a reservation takes no more pieces: what the largest
+ * value ahead needs, but no more than a quarter of it (the rest goes back
+ * when its last piece is settled, not late). */
+static uint64_t short_of(const struct px_resv_pool *p, const struct px_resv *r)
+{
+	return p->value_max < r->len / 4 ? p->value_max : r->len / 4;
+}
+
+/* Retire r when its life for pieces is over or it is nearly full. */
+static int retire_if_done(const struct px_resv_pool *p, struct px_resv *r, uint64_t now)
+{
+	if (!r->retired && (now >= r->until_ms || r->len - r->used < short_of(p, r)))
+		r->retired = 1;
+	return r->retired;
+}
+
+int px_resv_enabled(const struct px_proxy *px)
+{
+	return px->resv != NULL;
+}
+
+uint64_t px_resv_value_max(const struct px_proxy *px)
+{
+	return px->resv ? px->resv->value_max : 0;
+}
+
+static uint64_t round_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out)
+{
+	struct px_resv_pool *p = px->resv;
+	uint64_t now = lc_now_ms();
+	struct px_resv *r;
+	int rc = -1, low = 1;
+
+	if (!p)
+		return -1;
+	pthread_mutex_lock(&p->lock);
+	/* A new leader knows none of them: none is used from the moment the
+	 * view changed, not from the thread's next look. */
+	if (px_mc_view(px->mc) != p->view) {
+		p->wake = 1;
+		pthread_cond_signal(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+		return -1;
+	}
+	p->last_take_ms = now;
+	for (r = p->head; r; r = r->next) {
+		uint64_t need;
+
+		if (r->gone || retire_if_done(p, r, now))
+			continue;
+		need = round_up(len, r->align);
+		if (rc && need <= r->len - r->used) {
+			*out = (struct px_piece){.r = r, .off = r->off + r->used, .len = need};
+			r->used += need;
+			r->holders++;
+			rc = 0;
+		}
+		if (r->len - r->used >= r->len / 2)
+			low = 0;
+	}
+	if (low) { /* running short: the thread asks for more now */
+		p->wake = 1;
+		pthread_cond_signal(&p->cond);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+const char *px_piece_endpoint(const struct px_piece *pc)
+{
+	return pc->r->endpoint;
+}
+
+const struct eng_cap *px_piece_cap(const struct px_piece *pc)
+{
+	return pc->r->has_cap ? &pc->r->cap : NULL;
+}
+
+uint64_t px_piece_resv(const struct px_piece *pc)
+{
+	return pc->r->id;
+}
+
+void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end how)
+{
+	struct px_resv_pool *p = px->resv;
+	struct px_resv *r = pc->r;
+
+	pthread_mutex_lock(&p->lock);
+	switch (how) {
+	case PX_PIECE_COMMITTED: break;
+	case PX_PIECE_UNUSED:
+		/* the last piece handed out comes back for the next put */
+		if (r->off + r->used == pc->off + pc->len)
+			r->used -= pc->len;
+		break;
+	case PX_PIECE_TAINTED: /* bytes may land, or it may be committed */
+		r->retired = r->late = 1;
+		break;
+	case PX_PIECE_GONE: r->retired = 1; break; /* released anyway: harmless */
+	}
+	if (!--r->holders && r->retired) {
+		p->wake = 1;
+		pthread_cond_signal(&p->cond);
+	}
+	pthread_mutex_unlock(&p->lock);
+	pc->r = NULL;
+}
+
+void px_resv_drop_before(struct px_proxy *px, uint64_t asked_ns)
+{
+	struct px_resv_pool *p = px->resv;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	for (struct px_resv *r = p->head; r; r = r->next)
+		if (r->asked_ns < asked_ns)
+			r->retired = r->gone = 1;
+	p->wake = 1;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void px_resv_drop_all(struct px_proxy *px)
+{
+	px_resv_drop_before(px, UINT64_MAX);
+}
+
+/* Ask for one reservation; 0 with *out (heap), else a code. No lock held. */
+static int reserve_call(struct px_proxy *px, uint64_t size, struct px_resv **out)
+{
+	Lunar__ReserveRequest rq = LUNAR__RESERVE_REQUEST__INIT;
+	const Lunar__Reservation *g;
+	const Lunar__Replica *e;
+	ProtobufCMessage *rep;
+	struct px_resv *r;
+	uint64_t t0 = lc_now_ms(), asked_ns = lc_now_ns();
+	int rc;
+
+	rq.client_id = px->client_id;
+	rq.size = size;
+	rc = px_mc_call(px->mc, LUNAR__METHOD__RESERVE, &rq.base, &rep);
+	if (rc)
+		return rc;
+	rc = px_mc_code(rep);
+	g = ((const Lunar__ReserveReply *)rep)->reservation;
+	e = g ? g->extent : NULL;
+	/* untrusted: an extent we can use, or nothing */
+	if (!rc && (!e || !e->endpoint || strlen(e->endpoint) >= RESV_ENDPOINT_MAX || !e->length ||
+		    e->length > size || !g->align || (g->align & (g->align - 1)) ||
+		    e->offset % g->align || e->offset + e->length < e->offset || !g->ttl_ms))
+		rc = LUNAR_ERR_PROTOCOL;
+	if (!rc && !(r = calloc(1, sizeof(*r))))
+		rc = LUNAR_ERR_INTERNAL;
+	if (!rc) {
+		r->id = g->id;
+		strcpy(r->endpoint, e->endpoint);
+		r->off = e->offset;
+		r->len = e->length;
+		r->align = g->align;
+		/* half its life for pieces; the rest for their writes and commits */
+		r->until_ms = t0 + g->ttl_ms / 2;
+		r->has_cap = px_replica_cap(e, &r->cap);
+		r->asked_ns = asked_ns;
+		*out = r;
+	}
+	protobuf_c_message_free_unpacked(rep, NULL);
+	return rc;
+}
+
+/* ReserveRelease of ids; best effort (the master ends them anyway). */
+static void release_call(struct px_proxy *px, uint64_t *ids, size_t n, int late,
+			 uint64_t timeout_ms)
+{
+	Lunar__ReserveReleaseRequest rq = LUNAR__RESERVE_RELEASE_REQUEST__INIT;
+	ProtobufCMessage *rep;
+
+	if (!n)
+		return;
+	rq.client_id = px->client_id;
+	rq.n_ids = n;
+	rq.ids = ids;
+	rq.late = late;
+	if (!px_mc_call_timed(px->mc, LUNAR__METHOD__RESERVE_RELEASE, &rq.base, &rep, timeout_ms))
+		protobuf_c_message_free_unpacked(rep, NULL);
+}
+
+/* Unlink the retired reservations nobody holds a piece of; their ids to
+ * release now (ids[0..*n) of room max) and late (late[0..*nlate)). Lock held. */
+static void reap(struct px_resv_pool *p, uint64_t now, uint64_t *ids, size_t *n, uint64_t *late,
+		 size_t *nlate, size_t max)
+{
+	struct px_resv **pp = &p->head, *r;
+
+	while ((r = *pp)) {
+		retire_if_done(p, r, now);
+		if (!r->retired || r->holders || *n == max || *nlate == max) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		if (!r->gone && r->late)
+			late[(*nlate)++] = r->id;
+		else if (!r->gone)
+			ids[(*n)++] = r->id;
+		free(r);
+	}
+}
+
+/* Reservations taking pieces, and how much room they have left. */
+static unsigned held(const struct px_resv_pool *p, uint64_t *room)
+{
+	unsigned n = 0;
+
+	*room = 0;
+	for (const struct px_resv *r = p->head; r; r = r->next)
+		if (!r->retired) {
+			n++;
+			*room += r->len - r->used;
+		}
+	return n;
+}
+
+/* One look at the pool: drop what an older view granted, give back what
+ * is done, ask for more when short. Lock held; dropped for the calls.
+ * 1 when it was granted one (look again at once: it may still be short). */
+static int tend(struct px_proxy *px, struct px_resv_pool *p)
+{
+	uint64_t ids[16], late[16], room, now = lc_now_ms(), view = px_mc_view(px->mc);
+	size_t n = 0, nlate = 0;
+	struct px_resv *r = NULL;
+	unsigned want;
+	int rc;
+
+	if (view != p->view) { /* a new leader knows none of them */
+		for (struct px_resv *q = p->head; q; q = q->next)
+			q->retired = q->gone = 1;
+		p->view = view;
+	}
+	reap(p, now, ids, &n, late, &nlate, 16);
+	want = now - p->last_take_ms < RESV_IDLE_MS ? RESV_HELD_MAX : 1;
+	if (held(p, &room) >= want || room >= p->size / 2 || now < p->retry_ms ||
+	    !atomic_load(&px->master_ok)) {
+		pthread_mutex_unlock(&p->lock);
+		release_call(px, ids, n, 0, px->cfg.rpc_timeout_ms);
+		release_call(px, late, nlate, 1, px->cfg.rpc_timeout_ms);
+		pthread_mutex_lock(&p->lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&p->lock);
+	release_call(px, ids, n, 0, px->cfg.rpc_timeout_ms);
+	release_call(px, late, nlate, 1, px->cfg.rpc_timeout_ms);
+	rc = reserve_call(px, p->size, &r);
+	pthread_mutex_lock(&p->lock);
+	if (!rc && px_mc_view(px->mc) == p->view) {
+		struct px_resv **pp = &p->head;
+
+		while (*pp) /* oldest first: pieces come from it before it ages out */
+			pp = &(*pp)->next;
+		*pp = r;
+		return 1;
+	} else if (!rc) {
+		free(r); /* granted by a leader gone since: the master ends it */
+	} else {
+		/* a master without the call says so for good: ask rarely */
+		p->retry_ms =
+		    lc_now_ms() + (rc == LUNAR_ERR_PROTOCOL ? RESV_OLD_MS : RESV_BACKOFF_MS);
+		LC_DEBUG("proxy", "put-ahead: Reserve refused (%s)", lunar_strerror(rc));
+	}
+	return 0;
+}
+
+static void *resv_main(void *arg)
+{
+	struct px_proxy *px = arg;
+	struct px_resv_pool *p = px->resv;
+	struct timespec ts;
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		if (tend(px, p))
+			continue; /* granted one: still short? */
+		if (p->stop)
+			break;
+		if (!p->wake) {
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_nsec += RESV_TICK_MS * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&p->cond, &p->lock, &ts);
+		}
+		p->wake = 0;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+int px_resv_start(struct px_proxy *px)
+{
+	struct px_resv_pool *p;
+	pthread_condattr_t ca;
+
+	/* An embedded master answers without a round trip; the debug hook
+	 * holds a PutStart'ed put open, which put-ahead has none of. */
+	if (px->master || !px->cfg.reserve_size || !px->cfg.reserve_value_max ||
+	    px->cfg.debug_put_delay_ms)
+		return 0;
+	if (!(p = calloc(1, sizeof(*p))))
+		return LUNAR_ERR_INTERNAL;
+	p->size = px->cfg.reserve_size;
+	p->value_max = px->cfg.reserve_value_max;
+	p->view = px_mc_view(px->mc);
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	px->resv = p;
+	if (pthread_create(&p->thread, NULL, resv_main, px)) {
+		px->resv = NULL;
+		pthread_cond_destroy(&p->cond);
+		pthread_mutex_destroy(&p->lock);
+		free(p);
+		return LUNAR_ERR_INTERNAL;
+	}
+	p->started = 1;
+	return 0;
+}
+
+void px_resv_stop(struct px_proxy *px)
+{
+	struct px_resv_pool *p = px->resv;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = 1;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(p->thread, NULL);
+}
+
+void px_resv_release_all(struct px_proxy *px)
+{
+	struct px_resv_pool *p = px->resv;
+	uint64_t ids[16], late[16];
+	size_t n, nlate;
+
+	if (!p)
+		return;
+	do {
+		n = nlate = 0;
+		pthread_mutex_lock(&p->lock);
+		for (struct px_resv *r = p->head; r; r = r->next)
+			r->retired = 1;
+		reap(p, lc_now_ms(), ids, &n, late, &nlate, 16);
+		pthread_mutex_unlock(&p->lock);
+		release_call(px, ids, n, 0, PX_RESV_GOODBYE_MS);
+		release_call(px, late, nlate, 1, PX_RESV_GOODBYE_MS);
+	} while (n == 16 || nlate == 16);
+}
+
+void px_resv_destroy(struct px_proxy *px)
+{
+	struct px_resv_pool *p = px->resv;
+	struct px_resv *r, *next;
+
+	if (!p)
+		return;
+	px->resv = NULL;
+	for (r = p->head; r; r = next) {
+		next = r->next;
+		free(r);
+	}
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
