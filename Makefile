@@ -257,12 +257,14 @@ $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t
 $(foreach t,$(CHAOS_BINS),$(eval $(call link,$(t),tests/chaos/$(notdir $(t)).c \
 	$(HARNESS_SRC),shmlib $(AUTH) common tests)))
 
-# A lunar-proxy with failpoints compiled in (common/failpoint.h), for
-# tests/integration/test_failpoints.c only: its own objects under
-# $(BUILD)/failpoints, so the release binaries never contain them.
+# A lunar-proxy and a lunar-master with failpoints compiled in
+# (common/failpoint.h), for tests/integration/test_failpoints.c and
+# test_clock_jump.c only: their own objects under $(BUILD)/failpoints, so
+# the release binaries never contain them.
 failpoints:
 	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/failpoints \
-		CPPFLAGS="$(CPPFLAGS) -DLUNAR_FAILPOINTS" $(BUILD)/failpoints/bin/lunar-proxy
+		CPPFLAGS="$(CPPFLAGS) -DLUNAR_FAILPOINTS" $(BUILD)/failpoints/bin/lunar-proxy \
+		$(BUILD)/failpoints/bin/lunar-master
 
 # ---- Running -------------------------------------------------------------------
 # Deployment checks (scripts): manifests, podman pod, systemd units, install.
