@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "failpoint.h"
 #include "log.h"
 #include "lunar.h"
@@ -69,7 +70,10 @@ static unsigned item_pieces(struct dsk_wbatch *w, const struct dsk_put_item *it,
 		return 2;
 	}
 	dst = (char *)w->c->bounce + w->staged;
+	/* The caller's bytes may change meanwhile (dsk_put): untracked. */
+	LC_UNTRACKED_BEGIN();
 	memcpy(dst, it->buf, it->len);
+	LC_UNTRACKED_END();
 	memset(dst + it->len, 0, dlen - it->len);
 	w->staged += dlen;
 	w->vec[w->nv++] = (struct iovec){dst, dlen};
