@@ -1,6 +1,6 @@
 /*
  * test_chaos_flipper.c - the descriptor flipper of
- * tests/integration/flipper.h for minutes ($FLIP_SECONDS, default 240):
+ * tests/integration/flipper.h for minutes ($FLIP_SECONDS, default 180):
  * requests submitted on a raw client while a second thread flips their
  * shared-memory descriptors, clients cut off and connecting again thousands
  * of times; the proxy survives, client B never fails, a new client is
@@ -15,7 +15,7 @@
 static void test_chaos_flipper_minutes(void **state)
 {
 	(void)state;
-	flip_run(flip_seconds(240));
+	flip_run(flip_seconds(180));
 }
 
 LUNAR_TEST_MAIN(flip_setup, teardown, test_chaos_flipper_minutes)
