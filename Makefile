@@ -259,12 +259,14 @@ $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t
 $(foreach t,$(CHAOS_BINS),$(eval $(call link,$(t),tests/chaos/$(notdir $(t)).c \
 	$(HARNESS_SRC),shmlib $(AUTH) common tests)))
 
-# A lunar-proxy with failpoints compiled in (common/failpoint.h), for
-# tests/integration/test_failpoints.c only: its own objects under
-# $(BUILD)/failpoints, so the release binaries never contain them.
+# A lunar-proxy and a lunar-master with failpoints compiled in
+# (common/failpoint.h), for tests/integration/test_failpoints.c and
+# test_clock_jump.c only: their own objects under $(BUILD)/failpoints, so
+# the release binaries never contain them.
 failpoints:
 	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/failpoints \
-		CPPFLAGS="$(CPPFLAGS) -DLUNAR_FAILPOINTS" $(BUILD)/failpoints/bin/lunar-proxy
+		CPPFLAGS="$(CPPFLAGS) -DLUNAR_FAILPOINTS" $(BUILD)/failpoints/bin/lunar-proxy \
+		$(BUILD)/failpoints/bin/lunar-master
 
 # ---- Running -------------------------------------------------------------------
 # Deployment checks (scripts): manifests, podman pod, systemd units, install.
@@ -298,15 +300,18 @@ demo: all
 	$(Q)BUILD=$(BUILD) bash tools/demo.sh
 
 # tests/lsan.supp: blocks nng 1.5.2 frees late on its own threads.
+# SAN_GOAL: what runs under the sanitizer, `make test` unless given
+# (make asan SAN_GOAL=chaos runs the long fault tests under ASan).
+SAN_GOAL ?= test
 asan:
 	LUNAR_TEST_SANITIZER=address LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 		$(MAKE) BUILD=build-asan \
 		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
-		LDFLAGS="-fsanitize=address,undefined" test
+		LDFLAGS="-fsanitize=address,undefined" $(SAN_GOAL)
 
 tsan:
 	LUNAR_TEST_SANITIZER=thread $(MAKE) BUILD=build-tsan CFLAGS="-O1 -g -fsanitize=thread" \
-		LDFLAGS="-fsanitize=thread" test
+		LDFLAGS="-fsanitize=thread" $(SAN_GOAL)
 
 # The library as liblunar.so.1.0.0, its soname link liblunar.so.1 and the
 # link liblunar.so to link with. A system prefix (/usr, /usr/local) is in the

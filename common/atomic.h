@@ -45,6 +45,25 @@ static _Atomic unsigned lc_fence_word __attribute__((unused));
 #define lc_smp_mb() atomic_thread_fence(memory_order_seq_cst)
 #endif
 
+/*
+ * LC_UNTRACKED_BEGIN, LC_UNTRACKED_END - around accesses to a segment's
+ * bytes that ThreadSanitizer cannot judge: those ordered through another
+ * process (a range is written, the master hears of it, a peer reads it
+ * over the data port - or it is freed and placed again), and reads that
+ * race with writers by design and are checked after (a CRC). TSan neither
+ * checks nor records this thread's memory accesses in between (its
+ * annotations; no code elsewhere). Keep the span to those accesses alone.
+ */
+#if defined(__SANITIZE_THREAD__)
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+#define LC_UNTRACKED_BEGIN() AnnotateIgnoreReadsBegin(__FILE__, __LINE__)
+#define LC_UNTRACKED_END()   AnnotateIgnoreReadsEnd(__FILE__, __LINE__)
+#else
+#define LC_UNTRACKED_BEGIN() ((void)0)
+#define LC_UNTRACKED_END()   ((void)0)
+#endif
+
 static inline void lc_cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)

@@ -1,12 +1,18 @@
 /*
- * clock.h - monotonic time for timeouts, leases and latency figures, and
- * wall-clock time for expiries another machine checks.
+ * clock.h - monotonic time for timeouts, leases, expiries and latency
+ * figures. Nothing in Lunar compares wall-clock times, within a process or
+ * across machines: a capability's expiry is on the master's monotonic clock,
+ * which each owner estimates from readings the master sends (SPEC §13,
+ * eng_engine_set_clock), so a wall-clock step (NTP, an operator) expires
+ * nothing early and keeps nothing alive.
  */
 #ifndef LUNAR_COMMON_CLOCK_H
 #define LUNAR_COMMON_CLOCK_H
 
 #include <stdint.h>
 #include <time.h>
+
+#include "failpoint.h"
 
 /* lc_now_ns - CLOCK_MONOTONIC in nanoseconds. Any thread. */
 static inline uint64_t lc_now_ns(void)
@@ -22,14 +28,31 @@ static inline uint64_t lc_now_ms(void)
 	return lc_now_ns() / 1000000ull;
 }
 
-/* lc_wall_ms - CLOCK_REALTIME in milliseconds: for expiries that cross
- * machines (data-port capabilities), never for timeouts. Any thread. */
+/* A wall-clock step, in failpoint builds (failpoint.h): a test steps the
+ * daemons' wall clock by an hour either way while they run, and checks that
+ * nothing expires early or lives on (tests/integration/test_clock_jump.c). */
+#define LC_WALL_STEP_MS 3600000ll
+
+/*
+ * lc_wall_ms - CLOCK_REALTIME in milliseconds: the one wall-clock read of
+ * the daemons' logic, so that test_clock_jump.c can step it. No daemon code
+ * calls it today (capability expiries did until they moved to the master's
+ * monotonic clock); should a date ever be needed, read it here, and never
+ * use it for a timeout or an expiry, nor compare it with another machine's.
+ * (Log lines' timestamps read the clock in log.c: a failpoint logs.) Any
+ * thread.
+ */
 static inline uint64_t lc_wall_ms(void)
 {
 	struct timespec ts;
+	int64_t step = 0;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+	if (LC_FAILPOINT("wall-clock-ahead-1h"))
+		step += LC_WALL_STEP_MS;
+	if (LC_FAILPOINT("wall-clock-behind-1h"))
+		step -= LC_WALL_STEP_MS;
+	return (uint64_t)((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + step);
 }
 
 #endif /* LUNAR_COMMON_CLOCK_H */

@@ -126,7 +126,10 @@ void dsk_store_close(struct dsk_store *s);
  * dsk_put - store the value iov[0..iovcnt) (total > 0, as one object) under
  * (tenant, key), with crc32c its CRC32C as computed by the caller (the
  * store records it without recomputing: a wrong one makes every read of the
- * object fail with CHECKSUM_MISMATCH, never return wrong bytes). The caller keeps ownership of iov
+ * object fail with CHECKSUM_MISMATCH, never return wrong bytes). The value's bytes may change
+ * while the store copies them (an offload's source, a segment range freed and placed again
+ * meanwhile): the record then fails its reads the same way; ThreadSanitizer does not track
+ * those copies (LC_UNTRACKED_BEGIN, atomic.h). The caller keeps ownership of iov
  * and its memory; the store does not hold it after the call. Blocks until the data and metadata
  * writes complete (and are flushed, with sync_writes). Any thread, several at once; takes the store
  * lock briefly, I/O runs outside it. If the object does not fit, first evicts buckets by policy

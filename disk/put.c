@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "failpoint.h"
 #include "key.h"
 #include "log.h"
@@ -208,10 +209,12 @@ static int dsk_put_write(struct dsk_ioctx *c, const struct dsk_put_plan *p, cons
 		if (pos < len) { /* O_DIRECT: the last partial block, zero padded */
 			size_t tail = (size_t)(len - pos);
 
+			LC_UNTRACKED_BEGIN(); /* the caller's bytes (dsk_put) */
 			memcpy(c->bounce,
 			       (const char *)iov[iovcnt - 1].iov_base +
 				   (iov[iovcnt - 1].iov_len - tail),
 			       tail);
+			LC_UNTRACKED_END();
 			memset((char *)c->bounce + tail, 0, DSK_ALIGN - tail);
 			dsk_io_set(&ios[n++], DSK_IO_WRITE, p->dfd, c->bounce, DSK_ALIGN, off + pos,
 				   c->bounce_index);
@@ -224,7 +227,9 @@ static int dsk_put_write(struct dsk_ioctx *c, const struct dsk_put_plan *p, cons
 		size_t chunk = len - pos > DSK_BOUNCE ? DSK_BOUNCE : (size_t)(len - pos);
 		size_t padded = (size_t)DSK_PAD(chunk, DSK_ALIGN);
 
+		LC_UNTRACKED_BEGIN(); /* the caller's bytes (dsk_put) */
 		dsk_iov_to_buf(iov, iovcnt, pos, c->bounce, chunk);
+		LC_UNTRACKED_END();
 		memset((char *)c->bounce + chunk, 0, padded - chunk);
 		dsk_io_set(&ios[0], DSK_IO_WRITE, p->dfd, c->bounce, padded, off + pos,
 			   c->bounce_index);

@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "failpoint.h"
+#include "log.h"
 #include "lunar.h"
 
 #define DSK_GROUP_BYTES (4u << 20) /* data bytes of one group's write */
@@ -68,7 +70,10 @@ static unsigned item_pieces(struct dsk_wbatch *w, const struct dsk_put_item *it,
 		return 2;
 	}
 	dst = (char *)w->c->bounce + w->staged;
+	/* The caller's bytes may change meanwhile (dsk_put): untracked. */
+	LC_UNTRACKED_BEGIN();
 	memcpy(dst, it->buf, it->len);
+	LC_UNTRACKED_END();
 	memset(dst + it->len, 0, dlen - it->len);
 	w->staged += dlen;
 	w->vec[w->nv++] = (struct iovec){dst, dlen};
@@ -242,13 +247,32 @@ void dsk_put_batch(struct dsk_store *s, struct dsk_put_item *v, size_t n)
 	dsk_put_batch_ex(s, v, n, 0);
 }
 
+/*
+ * The batch being built, per thread and per level: an eviction a put of
+ * this batch runs may rescue records by writing them anew, a batch of its
+ * own on this thread (dsk_rescue_write, no_evict, so no deeper). With one
+ * batch a thread, the rescue's took the outer batch's I/O context: the
+ * outer one then wrote through a context it no longer held, unlocked it a
+ * second time, and left its own locked for good.
+ */
+#define DSK_WBATCH_LEVELS 2
+static __thread struct dsk_wbatch wbatch[DSK_WBATCH_LEVELS];
+static __thread unsigned wlevel;
+
 void dsk_put_batch_ex(struct dsk_store *s, struct dsk_put_item *v, size_t n, int no_evict)
 {
-	static __thread struct dsk_wbatch w;
+	struct dsk_wbatch *w;
 
-	w.c = dsk_ctx_get(s);
-	w.n = w.ng = w.nv = 0;
-	w.staged = 0;
+	if (wlevel >= DSK_WBATCH_LEVELS) {
+		LC_ERROR(DSK_LOG, "a put batch %u deep: refused", wlevel + 1);
+		for (size_t i = 0; i < n; i++)
+			v[i].rc = LUNAR_ERR_INTERNAL;
+		return;
+	}
+	w = &wbatch[wlevel++];
+	w->c = dsk_ctx_get(s);
+	w->n = w->ng = w->nv = 0;
+	w->staged = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct dsk_put_item *it = &v[i];
 		uint64_t dlen = DSK_PAD(it->len, DSK_ALIGN);
@@ -261,18 +285,22 @@ void dsk_put_batch_ex(struct dsk_store *s, struct dsk_put_item *v, size_t n, int
 		if (dlen > DSK_BOUNCE) {
 			struct iovec iov = {(void *)it->buf, it->len};
 
+			/* It may evict, as below: our pending records first. */
+			if (w->n)
+				batch_write(s, w);
 			it->rc =
 			    dsk_put(s, it->tenant, it->key, &iov, 1, it->crc32c, &it->location);
 			continue;
 		}
-		if (w.n && (batch_full(&w, it, dlen) || (!no_evict && would_evict(s, it, dlen))))
-			batch_write(s, &w);
+		if (w->n && (batch_full(w, it, dlen) || (!no_evict && would_evict(s, it, dlen))))
+			batch_write(s, w);
 		it->rc = item_reserve(s, it, &p, no_evict);
 		if (it->rc == 0)
-			batch_add(&w, &p, it, dlen);
+			batch_add(w, &p, it, dlen);
 	}
-	if (w.n)
-		batch_write(s, &w);
-	dsk_ctx_put(w.c);
+	if (w->n)
+		batch_write(s, w);
+	dsk_ctx_put(w->c);
+	wlevel--;
 	dsk_evict_watermark(s);
 }

@@ -114,7 +114,7 @@ static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / si
 #define ENG_WIRE_KREQ_SIZE     112
 #define ENG_WIRE_KREP_SIZE     48
 #define ENG_WIRE_KREQ_MACD     96   /* bytes of the keyed request under its MAC */
-#define ENG_CAP_SKEW_MS	       2000 /* clock skew between master and owner tolerated */
+#define ENG_CAP_SKEW_MS	       2000 /* error of the owner's estimate of the master's clock */
 
 enum eng_wire_op {
 	ENG_OP_READ = 1,
@@ -215,7 +215,8 @@ int eng_wire_krep_open(struct eng_wire_krep *raw, const struct auth_session *s, 
  * eng_wire_cap_check - whether the decoded keyed request r may touch its
  * range under the segment's secret: the capability checks for (segment,
  * subject, op, cap range, version, expiry) with ENG_CAP_SKEW_MS of grace
- * at now_ms (CLOCK_REALTIME), and r's range lies inside the cap's (for
+ * at now_ms (the master's capability clock as the owner estimates it,
+ * eng_engine_set_clock), and r's range lies inside the cap's (for
  * READ_DISK: r's length is at most cap_length). 0 or LUNAR_ERR_UNAUTHORIZED.
  * O(1): one keyed BLAKE2b over a few dozen bytes.
  */
@@ -335,8 +336,10 @@ int eng_hs_client(struct eng_engine *e, int fd, struct auth_session *s, uint64_t
 /*
  * eng_secret_check - eng_wire_cap_check of the decoded keyed request r
  * (subject: a READ_DISK's name, else NULL) under the segment's secret and
- * name, now; LUNAR_ERR_UNAUTHORIZED also before eng_engine_set_secret. Any
- * thread (a read lock).
+ * name, now on the master's capability clock (our CLOCK_MONOTONIC plus the
+ * offset eng_engine_set_clock measured; never the wall clock, which may be
+ * stepped on either machine); LUNAR_ERR_UNAUTHORIZED also before
+ * eng_engine_set_secret. Any thread (a read lock).
  */
 int eng_secret_check(struct eng_engine *e, const struct eng_wire_kreq *r, const void *subject,
 		     size_t subject_len);
@@ -412,6 +415,9 @@ struct eng_engine {
 	int have_secret;
 	unsigned char secret[AUTH_KEY_BYTES];
 	char seg_name[ENG_ENDPOINT_MAX];
+	/* The master's capability clock minus our CLOCK_MONOTONIC, in ms
+	 * (eng_engine_set_clock), under secret_lock like the secret. */
+	int64_t clock_off_ms;
 	atomic_uint_fast64_t rejected[ENG_REJ_COUNT];
 	_Atomic uint64_t reject_logged_ns;
 	struct eng_rdma *rdma;			     /* NULL: no RDMA device (rdma_int.h) */

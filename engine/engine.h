@@ -62,7 +62,8 @@ struct eng_config {
  * A capability the master granted for one replica (Replica.cap and its
  * fields): op on [offset, offset + length) of the segment (a transfer may
  * move any part of it; for a disk read offset is 0 and length the most
- * bytes), for the object's version, until expiry_ms (CLOCK_REALTIME).
+ * bytes), for the object's version, until expiry_ms (the master's
+ * capability clock, eng_engine_set_clock).
  */
 #define ENG_CAP_BYTES 16
 struct eng_cap {
@@ -121,6 +122,16 @@ const char *eng_engine_endpoint(const struct eng_engine *e);
  * thread. 0, or LUNAR_ERR_INVALID_PARAMS (a name too long, a keyless engine).
  */
 int eng_engine_set_secret(struct eng_engine *e, const char *segment, const unsigned char *secret);
+/*
+ * eng_engine_set_clock - the master's capability clock read master_ms
+ * (MountSegmentReply.clock_ms and the like) at about local_ms on our
+ * CLOCK_MONOTONIC (lc_now_ms; the middle of the call that brought it):
+ * capability expiries are checked against lc_now_ms() + (master_ms -
+ * local_ms) from now on, so that neither a wall-clock step nor a monotonic
+ * clock unlike the master's (another machine, a time namespace) expires
+ * every grant or keeps one alive. Replaces the offset before. Any thread.
+ */
+void eng_engine_set_clock(struct eng_engine *e, uint64_t master_ms, uint64_t local_ms);
 /* eng_engine_rejected - peers refused for reason r so far (a relaxed read). */
 uint64_t eng_engine_rejected(const struct eng_engine *e, enum eng_reject r);
 /* eng_reject_name - "handshake", "mac", "replay", "capability" or "crc". */

@@ -191,17 +191,27 @@ int eng_engine_set_secret(struct eng_engine *e, const char *segment, const unsig
 	return 0;
 }
 
+void eng_engine_set_clock(struct eng_engine *e, uint64_t master_ms, uint64_t local_ms)
+{
+	if (!e)
+		return;
+	pthread_rwlock_wrlock(&e->secret_lock);
+	e->clock_off_ms = (int64_t)(master_ms - local_ms);
+	pthread_rwlock_unlock(&e->secret_lock);
+}
+
 int eng_secret_check(struct eng_engine *e, const struct eng_wire_kreq *r, const void *subject,
 		     size_t subject_len)
 {
-	uint64_t now = lc_wall_ms();
+	uint64_t now = lc_now_ms();
 	int rc = LUNAR_ERR_UNAUTHORIZED;
 
 	/* Held for one keyed BLAKE2b of a few dozen bytes; only a re-mount
-	 * writes. */
+	 * and the master's clock readings write. */
 	pthread_rwlock_rdlock(&e->secret_lock);
 	if (e->have_secret)
-		rc = eng_wire_cap_check(r, e->secret, e->seg_name, subject, subject_len, now);
+		rc = eng_wire_cap_check(r, e->secret, e->seg_name, subject, subject_len,
+					now + (uint64_t)e->clock_off_ms);
 	pthread_rwlock_unlock(&e->secret_lock);
 	return rc;
 }

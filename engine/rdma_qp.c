@@ -65,6 +65,7 @@ static struct ibv_qp *qp_new(struct eng_rdma_qps *q, int owner)
 static int qps_base(struct eng_rdma_qps *q, int nqp)
 {
 	struct eng_rdma_dev *d = q->dev;
+	pthread_condattr_t ca;
 
 	q->ch = d->ibv.create_comp_channel(d->ctx);
 	if (!q->ch)
@@ -76,7 +77,12 @@ static int qps_base(struct eng_rdma_qps *q, int nqp)
 		return -ENOMEM;
 	pthread_mutex_init(&q->poll_lock, NULL);
 	pthread_mutex_init(&q->wait_lock, NULL);
-	pthread_cond_init(&q->wait_cond, NULL);
+	/* The nap counts on the monotonic clock: on the wall clock a step
+	 * back during it would stretch it by the step. */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&q->wait_cond, &ca);
+	pthread_condattr_destroy(&ca);
 	return 0;
 }
 
@@ -271,7 +277,7 @@ static void progress(struct eng_rdma_qps *q, struct eng_rdma_wait *w, unsigned *
 		return;
 	}
 	/* A broadcast between the check and the wait is lost: hence the nap's bound. */
-	clock_gettime(CLOCK_REALTIME, &ts);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	ts.tv_nsec += ENG_RDMA_NAP_MS * 1000000L;
 	if (ts.tv_nsec >= 1000000000L) {
 		ts.tv_sec++;

@@ -268,6 +268,8 @@ int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, Protobu
 		if (k && r->codes[i])
 			r->segment_secrets[i].len = 0;
 	}
+	if (m->cfg.keyed)
+		r->clock_ms = mst_cap_clock_ms();
 	*rep = &r->base;
 	return 0;
 }

@@ -13,11 +13,9 @@
 #include "mst_int.h"
 #include "mst_obj.h"
 
-uint64_t mst_wall_deadline(uint64_t mono_ms)
+uint64_t mst_cap_clock_ms(void)
 {
-	uint64_t now = lc_now_ms(), wall = lc_wall_ms();
-
-	return mono_ms > now ? wall + (mono_ms - now) : wall;
+	return lc_now_ms();
 }
 
 int mst_cap_one(Lunar__Replica *p, const struct auth_key *secret, uint32_t op, const void *subject,

@@ -47,6 +47,7 @@ static int h_mount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCM
 		} else {
 			memcpy(r->segment_secret.data, secret.k, sizeof(secret.k));
 			r->segment_secret.len = sizeof(secret.k);
+			r->clock_ms = mst_cap_clock_ms();
 		}
 	}
 	auth_key_wipe(&secret);
@@ -72,6 +73,8 @@ static int h_ping(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMe
 	if (!r)
 		return -ENOMEM;
 	r->need_remount = fresh == 1;
+	if (m->cfg.keyed)
+		r->clock_ms = mst_cap_clock_ms();
 	/* Forgets first, tasks only once none are left: a task must not reach
 	 * the proxy before the forget of an older copy of its key, which it
 	 * could otherwise adopt as its own copy just before it goes. Tasks lost

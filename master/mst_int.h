@@ -253,7 +253,7 @@ enum { MST_CAP_READ = 1, MST_CAP_WRITE = 2, MST_CAP_READ_DISK = 3 };
  * v a capability (Replica.cap, cap_expiry_ms, version): the first nrep are
  * the MEMORY replicas reps[] in order (op on their range), the rest
  * LOCAL_DISK ones of o (READ_DISK, subject o's "tenant\0key"); version and
- * expiry (CLOCK_REALTIME ms) as given. A keyless master: 0, nothing added.
+ * expiry (mst_cap_clock_ms's clock) as given. A keyless master: 0, nothing added.
  * 0 or -ENOMEM. With o's shard lock held (takes the segment table's read
  * lock for disk replicas).
  */
@@ -269,8 +269,15 @@ int mst_cap_one(Lunar__Replica *p, const struct auth_key *secret, uint32_t op, c
 		size_t subject_len, uint64_t version, uint64_t expiry_ms);
 /* mst_replicas_pb_free - free n replica messages and the array v. */
 void mst_replicas_pb_free(Lunar__Replica **v, size_t n);
-/* mst_wall_deadline - a monotonic deadline (lc_now_ms clock) as CLOCK_REALTIME ms. */
-uint64_t mst_wall_deadline(uint64_t mono_ms);
+/*
+ * mst_cap_clock_ms - now on the capability clock: the master's
+ * CLOCK_MONOTONIC in ms (lc_now_ms, the clock of its leases), sent to every
+ * owner with its mount and each ping (clock_ms) so that the owner checks
+ * expiries against its estimate of this clock. Never the wall clock: a
+ * wall-clock step on either side would expire every grant at once or keep
+ * grants alive an hour. Any thread.
+ */
+uint64_t mst_cap_clock_ms(void);
 /* mst_segment_unmount - grace_ms 0: at once; otherwise mark it draining. */
 int mst_segment_unmount(struct mst_master *m, uint64_t client, const char *name, uint64_t grace_ms);
 /* mst_segments_list - the ListSegments reply body. */

@@ -361,7 +361,7 @@ int mst_obj_put_locked(struct mst_master *m, struct mst_shard *s, uint64_t clien
 		rc = mst_replicas_pb(o->reps, o->nrep, LUNAR__REPLICA_STATE__PROCESSING, reps, n);
 		if (!rc &&
 		    mst_caps_grant(m, o, o->reps, o->nrep, *reps, *n, MST_CAP_WRITE, o->version,
-				   lc_wall_ms() + m->cfg.put_start_discard_timeout_ms)) {
+				   mst_cap_clock_ms() + m->cfg.put_start_discard_timeout_ms)) {
 			mst_replicas_pb_free(*reps, *n);
 			*reps = NULL;
 			*n = 0;
@@ -584,7 +584,7 @@ int mst_obj_get(struct mst_master *m, const struct mst_lessee *who, const char *
 		*seq = lease_grant(m, o, who);
 		/* The grants end with the lease: a reader past it rereads anyway. */
 		if (mst_caps_grant(m, o, o->reps, o->nrep, *reps, *n, MST_CAP_READ, o->version,
-				   mst_wall_deadline(o->lease_ms))) {
+				   o->lease_ms)) {
 			mst_replicas_pb_free(*reps, *n);
 			*reps = NULL;
 			*n = 0;

@@ -388,7 +388,7 @@ static Lunar__OffloadTask *task_pb(const struct mst_task *t)
 	r->endpoint = strdup(t->endpoint);
 	if (!p->tenant || !p->key || !r->segment || !r->endpoint ||
 	    (t->cap_ttl_ms && mst_cap_one(r, &t->secret, MST_CAP_READ, NULL, 0, t->version,
-					  lc_wall_ms() + t->cap_ttl_ms))) {
+					  mst_cap_clock_ms() + t->cap_ttl_ms))) {
 		protobuf_c_message_free_unpacked(&p->base, NULL);
 		return NULL;
 	}

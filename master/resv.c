@@ -184,7 +184,7 @@ static int resv_pb(struct mst_master *m, const struct mst_resv *r, Lunar__Reserv
 	p->ttl_ms = r->due_ms - r->grant_ms;
 	p->align = lc_ralloc_round(r->seg->ra, 1);
 	if (m->cfg.keyed && mst_cap_one(p->extent, &r->seg->secret, MST_CAP_WRITE, NULL, 0, r->id,
-					mst_wall_deadline(r->due_ms))) {
+					r->due_ms /* lc_now_ms: the capability clock */)) {
 		protobuf_c_message_free_unpacked(&p->base, NULL);
 		return -ENOMEM;
 	}

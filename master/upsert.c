@@ -67,7 +67,7 @@ static int upsert_place(struct mst_master *m, struct mst_object *o, uint64_t cli
 		rc = mst_replicas_pb(up->reps, up->nrep, LUNAR__REPLICA_STATE__PROCESSING, reps, n);
 		if (!rc &&
 		    mst_caps_grant(m, o, up->reps, up->nrep, *reps, *n, MST_CAP_WRITE, up->version,
-				   lc_wall_ms() + m->cfg.put_start_discard_timeout_ms)) {
+				   mst_cap_clock_ms() + m->cfg.put_start_discard_timeout_ms)) {
 			mst_replicas_pb_free(*reps, *n);
 			*reps = NULL;
 			*n = 0;

@@ -378,6 +378,9 @@ int px_config_parse(struct px_config *c, int argc, char **argv)
 		return bad("%s", "--disk-dir needs a --segment-size and a --disk-capacity above 0");
 	if (check_security(c))
 		return 2;
+	/* Before what scales with the segment: its size may shrink here. */
+	if (px_mem_fit(c))
+		return 2;
 	if (!c->lease_cache_keys)
 		c->lease_cache_keys = px_lease_cache_default_keys(c->segment_size);
 	/* A reader of 26,000 new keys a second for a 10 s lease; its set of

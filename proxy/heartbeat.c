@@ -33,12 +33,32 @@ static void take_secret(struct px_proxy *px, const ProtobufCBinaryData *secret)
 			px->endpoint);
 }
 
+/* A ping's reading of the master's clock refreshes the estimate only when
+ * its round trip was this short: the estimate is off by up to half of it,
+ * and the owner tolerates ENG_CAP_SKEW_MS (2 s) of error in all. */
+#define PX_CLOCK_RTT_MAX_MS 200
+
+/*
+ * Give the engine the master's capability clock, read master_ms during a
+ * call that ran from t0 to t1 on our monotonic clock (SPEC §13: expiries are
+ * on the master's clock; neither machine's wall clock is ever compared). A
+ * mount's reading always counts: it comes with the secret its grants use.
+ */
+static void take_clock(struct px_proxy *px, uint64_t master_ms, uint64_t t0, uint64_t t1,
+		       bool mount)
+{
+	if (!px->cfg.keyed || !master_ms || (!mount && t1 - t0 > PX_CLOCK_RTT_MAX_MS))
+		return;
+	eng_engine_set_clock(px->engine, master_ms, t0 + (t1 - t0) / 2);
+}
+
 /* The ReMountSegment of our one segment; its code. */
 static int remount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 {
 	Lunar__ReMountSegmentRequest rq = LUNAR__RE_MOUNT_SEGMENT_REQUEST__INIT;
 	const Lunar__ReMountSegmentReply *codes;
 	ProtobufCMessage *rep;
+	uint64_t t0 = lc_now_ms();
 	int rc;
 
 	rq.client_id = px->client_id;
@@ -51,8 +71,10 @@ static int remount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 	rc = px_mc_code(rep);
 	if (!rc)
 		rc = codes->n_codes == 1 ? codes->codes[0] : LUNAR_ERR_PROTOCOL;
-	if (!rc)
+	if (!rc) {
+		take_clock(px, codes->clock_ms, t0, lc_now_ms(), true);
 		take_secret(px, codes->n_segment_secrets == 1 ? &codes->segment_secrets[0] : NULL);
+	}
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return rc;
 }
@@ -61,7 +83,9 @@ static int remount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 static int mount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 {
 	Lunar__MountSegmentRequest rq = LUNAR__MOUNT_SEGMENT_REQUEST__INIT;
+	const Lunar__MountSegmentReply *r;
 	ProtobufCMessage *rep;
+	uint64_t t0 = lc_now_ms();
 	int rc;
 
 	rq.client_id = px->client_id;
@@ -70,8 +94,11 @@ static int mount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 	if (rc)
 		return rc;
 	rc = px_mc_code(rep);
-	if (!rc)
-		take_secret(px, &((const Lunar__MountSegmentReply *)rep)->segment_secret);
+	r = (const Lunar__MountSegmentReply *)rep;
+	if (!rc) {
+		take_clock(px, r->clock_ms, t0, lc_now_ms(), true);
+		take_secret(px, &r->segment_secret);
+	}
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return rc;
 }
@@ -152,6 +179,10 @@ static int ping_and_mount(struct px_proxy *px, int *mounted)
 	r = (const Lunar__PingReply *)rep;
 	asked = r->need_remount;
 	remount = asked || (!rc && atomic_load(&px->ping_lost));
+	/* Only the clock of the master our segment is mounted with (after a
+	 * leader change the re-mount brings the new one's). */
+	if (!rc && !remount && atomic_load(&px->mounted))
+		take_clock(px, r->clock_ms, sent_ns / 1000000u, lc_now_ms(), false);
 	*mounted = 0;
 	if (remount) /* a master that forgot us forgot them too */
 		px_resv_drop_before(px, sent_ns);

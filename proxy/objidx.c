@@ -40,7 +40,7 @@ struct px_objidx {
 	pthread_mutex_t lock;
 	struct entry **tab;
 	uint64_t n;
-	unsigned tries; /* of the current view's report */
+	unsigned tries; /* of the current view's report; under lock */
 };
 
 static uint64_t hash_of(const char *tenant, const char *key)
@@ -317,10 +317,12 @@ int px_objidx_report(struct px_proxy *px, int *again)
 	 * and would place over the ranges this report sends again next beat. */
 	if (!rc && !b->missing)
 		rc = batch_send(px, b, 1);
-	pthread_mutex_unlock(&x->lock);
+	/* Under the lock too: the heartbeat and a client's ping (a pool
+	 * thread) may both report. */
 	*again = b->missing && ++x->tries < REPORT_TRIES;
 	if (!*again)
 		x->tries = 0;
+	pthread_mutex_unlock(&x->lock);
 	if (b->refused)
 		LC_WARN("proxy", "the leader could not take %llu reported object(s): %s",
 			(unsigned long long)b->refused, lunar_strerror(b->why));

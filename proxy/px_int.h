@@ -87,6 +87,17 @@ struct px_config {
 /* px_config_parse - argv into cfg. Returns 0, 1 after --help/--version was
  * printed, or 2 after a usage error was printed (the exit codes). */
 int px_config_parse(struct px_config *cfg, int argc, char **argv);
+/*
+ * px_mem_limit - the bytes the proxy's memory cgroup lets it use (the
+ * smallest limit of v2's memory.max up its hierarchy and v1's memory
+ * controller), or UINT64_MAX when none binds or none can be read.
+ * px_mem_fit - shrink cfg's segment to what fits under that limit beside
+ * what the proxy needs for itself, with a warning (memlimit.c); 0, or
+ * LUNAR_ERR_INVALID_PARAMS (said why) when not even a small segment fits.
+ * Main thread, at start.
+ */
+uint64_t px_mem_limit(void);
+int px_mem_fit(struct px_config *cfg);
 
 /* --- master client (mc.c) --- */
 struct px_proxy;

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/mman.h>
@@ -34,6 +35,11 @@ void raw_connect(struct raw *c, const char *sock_path)
 
 void raw_hello(struct raw *c)
 {
+	raw_hello_tenant(c, NULL);
+}
+
+void raw_hello_tenant(struct raw *c, const char *tenant)
+{
 	struct lc_hello hello = {.magic = LC_SHM_MAGIC,
 				 .version = LC_PROTO_VERSION,
 				 .pid = (uint32_t)getpid(),
@@ -42,6 +48,8 @@ void raw_hello(struct raw *c)
 	struct stat st;
 	int fds[2], n;
 
+	if (tenant)
+		snprintf(hello.tenant, sizeof(hello.tenant), "%s", tenant);
 	H_ASSERT_EQ(lc_uds_send(c->sock, &hello, sizeof(hello), NULL, 0), 0);
 	n = lc_uds_recv(c->sock, &w, sizeof(w), fds, 2, 5000);
 	H_ASSERT_MSG(n == 2 && w.code == 0, "welcome: %d fds, code %d", n, n >= 0 ? w.code : 0);

@@ -33,6 +33,8 @@ void raw_open(struct raw *c, const char *sock_path);
  * hello, the welcome and the mapping. */
 void raw_connect(struct raw *c, const char *sock_path);
 void raw_hello(struct raw *c);
+/* raw_hello_tenant - raw_hello as tenant (NULL: the default tenant). */
+void raw_hello_tenant(struct raw *c, const char *tenant);
 /* raw_close - unmap and close everything; c may be half open. */
 void raw_close(struct raw *c);
 /* raw_put - copy n bytes into the arena; returns their region offset (8-aligned). */

@@ -190,6 +190,18 @@ static void child_get(int ready_fd, void *arg)
 	_exit(3);
 }
 
+/* 300 ms, and until the proxy served a first GET_LEN value since got0
+ * (bounded: the assertion after the kill tells). */
+static void wait_first_get(int64_t got0)
+{
+	uint64_t t0 = h_now_ms(), end = t0 + (uint64_t)H_BOUND_MS(5000);
+
+	while (h_now_ms() < end &&
+	       (h_now_ms() < t0 + 300 ||
+		h_metric_sum(http, "lunar_proxy_get_bytes_total") - got0 < (int64_t)GET_LEN))
+		h_sleep_ms(10);
+}
+
 static void test_faults_kill_mid_get(void **state)
 {
 	struct lunar_client *c = h_client(sock);
@@ -211,8 +223,9 @@ static void test_faults_kill_mid_get(void **state)
 	pid = fork_child(child_get, NULL);
 	/* Four threads copy 12 MiB values back to back: the kill lands in
 	 * a copy (or between two), and the proxy finishes writing into a
-	 * region whose process is gone. */
-	h_sleep_ms(300);
+	 * region whose process is gone. Killed once a first value was read
+	 * (a sanitizer's copies take several times longer), or after 300 ms. */
+	wait_first_get(got0);
 	kill_child(pid);
 	printf("  the child read %lld MiB before its death\n",
 	       (long long)(h_metric_sum(http, "lunar_proxy_get_bytes_total") - got0) / MIB);

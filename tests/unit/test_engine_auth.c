@@ -206,12 +206,12 @@ static int check(uint16_t op, uint64_t off, uint64_t len, const struct eng_cap *
 	};
 
 	memcpy(k.cap, cap->tag, sizeof(k.cap));
-	return eng_wire_cap_check(&k, secret, seg, subject, slen, lc_wall_ms());
+	return eng_wire_cap_check(&k, secret, seg, subject, slen, lc_now_ms());
 }
 
 static void test_engine_auth_capability_checks(void **state)
 {
-	uint64_t later = lc_wall_ms() + 60000, big = UINT64_MAX - 10;
+	uint64_t later = lc_now_ms() + 60000, big = UINT64_MAX - 10;
 	struct eng_cap w = grant(secret, "seg", ENG_OP_WRITE, 4096, 8192, 3, later), x;
 	unsigned char other[AUTH_KEY_BYTES];
 	const char name[] = "default\0k1";
@@ -239,11 +239,10 @@ static void test_engine_auth_capability_checks(void **state)
 	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &x, "seg", NULL, 0),
 			 LUNAR_ERR_UNAUTHORIZED);
 	/* Expired: refused past the skew tolerance, taken within it. */
-	x = grant(secret, "seg", ENG_OP_WRITE, 4096, 8192, 3,
-		  lc_wall_ms() - ENG_CAP_SKEW_MS - 1000);
+	x = grant(secret, "seg", ENG_OP_WRITE, 4096, 8192, 3, lc_now_ms() - ENG_CAP_SKEW_MS - 1000);
 	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &x, "seg", NULL, 0),
 			 LUNAR_ERR_UNAUTHORIZED);
-	x = grant(secret, "seg", ENG_OP_WRITE, 4096, 8192, 3, lc_wall_ms() - ENG_CAP_SKEW_MS / 2);
+	x = grant(secret, "seg", ENG_OP_WRITE, 4096, 8192, 3, lc_now_ms() - ENG_CAP_SKEW_MS / 2);
 	assert_int_equal(check(ENG_OP_WRITE, 4096, 8192, &x, "seg", NULL, 0), 0);
 	/* Ranges near the top of u64 cannot wrap past the check. */
 	x = grant(secret, "seg", ENG_OP_READ, big, 10, 3, later);
@@ -283,7 +282,7 @@ static void test_engine_auth_keyed_transfers(void **state)
 {
 	struct node a = node_start(&key), b = node_start(&key);
 	const char *seg = eng_engine_endpoint(b.e);
-	uint64_t later = lc_wall_ms() + 60000;
+	uint64_t later = lc_now_ms() + 60000;
 	size_t len = 5 * MIB + 77; /* sliced over several connections */
 	unsigned char *w = malloc(len), *r = malloc(len);
 	struct eng_cap wc = grant(secret, seg, ENG_OP_WRITE, 4096, len, 9, later);
@@ -318,7 +317,7 @@ static void test_engine_auth_wrong_grants_refused(void **state)
 {
 	struct node a = node_start(&key), b = node_start(&key);
 	const char *seg = eng_engine_endpoint(b.e);
-	uint64_t later = lc_wall_ms() + 60000;
+	uint64_t later = lc_now_ms() + 60000;
 	unsigned char buf[4096], zero[4096] = {0}, other[AUTH_KEY_BYTES];
 	struct eng_cap caps[5];
 
@@ -326,7 +325,7 @@ static void test_engine_auth_wrong_grants_refused(void **state)
 	auth_random(other, sizeof(other));
 	caps[0] = grant(secret, seg, ENG_OP_WRITE, 0, 4096, 1, later);	 /* another range */
 	caps[1] = grant(secret, seg, ENG_OP_READ, 8192, 4096, 1, later); /* another op */
-	caps[2] = grant(secret, seg, ENG_OP_WRITE, 8192, 4096, 1, lc_wall_ms() - 60000);
+	caps[2] = grant(secret, seg, ENG_OP_WRITE, 8192, 4096, 1, lc_now_ms() - 60000);
 	caps[3] = grant(other, seg, ENG_OP_WRITE, 8192, 4096, 1, later);
 	caps[4] = grant(secret, "127.0.0.1:1", ENG_OP_WRITE, 8192, 4096, 1, later);
 	memset(buf, 0xAB, sizeof(buf));
@@ -353,6 +352,36 @@ static void test_engine_auth_wrong_grants_refused(void **state)
 		eng_engine_destroy(d);
 		node_stop(&c);
 	}
+	node_stop(&a);
+	node_stop(&b);
+}
+
+/*
+ * Expiries are on the master's capability clock as the owner estimates it
+ * (eng_engine_set_clock), never on the owner's own clocks: with the master's
+ * clock a day ahead of b's (another machine, or b in a time namespace), a
+ * grant the master made for 60 s from its now is good, one that ended 60 s
+ * ago on its clock is refused, and so is one that would only be good on b's
+ * own clock.
+ */
+static void test_engine_auth_expiry_on_master_clock(void **state)
+{
+	struct node a = node_start(&key), b = node_start(&key);
+	const char *seg = eng_engine_endpoint(b.e);
+	uint64_t day = 86400000ull, now = lc_now_ms(), mnow = now + day;
+	unsigned char buf[4096];
+	struct eng_cap good = grant(secret, seg, ENG_OP_READ, 0, 4096, 1, mnow + 60000);
+	struct eng_cap past = grant(secret, seg, ENG_OP_READ, 0, 4096, 1, mnow - 60000);
+	struct eng_cap ours = grant(secret, seg, ENG_OP_READ, 0, 4096, 1, now + 60000);
+
+	(void)state;
+	eng_engine_set_clock(b.e, mnow, now);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &good), 0);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &past),
+			 LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &ours),
+			 LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), 2);
 	node_stop(&a);
 	node_stop(&b);
 }
@@ -396,7 +425,7 @@ static void test_engine_auth_keyless_peers_refused(void **state)
 	struct node d;
 	unsigned char buf[4096];
 	struct eng_cap cap =
-	    grant(secret, eng_engine_endpoint(b.e), ENG_OP_READ, 0, 4096, 1, lc_wall_ms() + 60000);
+	    grant(secret, eng_engine_endpoint(b.e), ENG_OP_READ, 0, 4096, 1, lc_now_ms() + 60000);
 
 	(void)state;
 	/* A keyless engine's plain frame is not a handshake: closed at once. */
@@ -450,8 +479,8 @@ static void test_engine_auth_replay_bitflip_and_crc(void **state)
 {
 	struct node a = node_start(&key), b = node_start(&key);
 	const char *seg = eng_engine_endpoint(b.e);
-	struct eng_cap rc = grant(secret, seg, ENG_OP_READ, 0, 64, 1, lc_wall_ms() + 60000);
-	struct eng_cap wc = grant(secret, seg, ENG_OP_WRITE, 0, 64, 1, lc_wall_ms() + 60000);
+	struct eng_cap rc = grant(secret, seg, ENG_OP_READ, 0, 64, 1, lc_now_ms() + 60000);
+	struct eng_cap wc = grant(secret, seg, ENG_OP_WRITE, 0, 64, 1, lc_now_ms() + 60000);
 	unsigned char buf[ENG_WIRE_KREP_SIZE + 64], payload[64];
 	struct auth_session s;
 	struct eng_wire_kreq k;
@@ -500,5 +529,5 @@ static void test_engine_auth_replay_bitflip_and_crc(void **state)
 LUNAR_TEST_MAIN(setup, NULL, test_engine_auth_frame_bits_and_counters,
 		test_engine_auth_reply_bound_to_request, test_engine_auth_capability_checks,
 		test_engine_auth_keyed_transfers, test_engine_auth_wrong_grants_refused,
-		test_engine_auth_keyless_peers_refused, test_engine_auth_sliced_crc,
-		test_engine_auth_replay_bitflip_and_crc)
+		test_engine_auth_expiry_on_master_clock, test_engine_auth_keyless_peers_refused,
+		test_engine_auth_sliced_crc, test_engine_auth_replay_bitflip_and_crc)
