@@ -389,6 +389,20 @@ static struct lc_range *block_at(struct lc_ralloc *a, uint64_t off)
 	return b;
 }
 
+/* Two spare blocks into n[] for a cut: 0, or -1 with *err = -ENOMEM and
+ * none taken. */
+static int blk_pair(struct lc_ralloc *a, struct lc_range *n[2], int *err)
+{
+	n[0] = blk_new(a);
+	n[1] = n[0] ? blk_new(a) : NULL;
+	if (n[1])
+		return 0;
+	if (n[0])
+		blk_release(a, n[0]);
+	*err = -ENOMEM;
+	return -1;
+}
+
 struct lc_range *lc_ralloc_take_at(struct lc_ralloc *a, uint64_t off, uint64_t len, int *err)
 {
 	struct lc_range *b, *n[2];
@@ -403,14 +417,8 @@ struct lc_range *lc_ralloc_take_at(struct lc_ralloc *a, uint64_t off, uint64_t l
 		*err = -EEXIST;
 		return NULL;
 	}
-	n[0] = blk_new(a);
-	n[1] = n[0] ? blk_new(a) : NULL;
-	if (!n[1]) {
-		if (n[0])
-			blk_release(a, n[0]);
-		*err = -ENOMEM;
+	if (blk_pair(a, n, err))
 		return NULL;
-	}
 	free_remove(a, b);
 	if (b->off < off) { /* the head of b stays free */
 		n[0]->off = off;
@@ -451,14 +459,8 @@ struct lc_range *lc_ralloc_split(struct lc_ralloc *a, struct lc_range *r, uint64
 		return NULL;
 	}
 	/* Both blocks first: once r is cut, nothing may fail. */
-	n[0] = blk_new(a);
-	n[1] = n[0] ? blk_new(a) : NULL;
-	if (!n[1]) {
-		if (n[0])
-			blk_release(a, n[0]);
-		*err = -ENOMEM;
+	if (blk_pair(a, n, err))
 		return NULL;
-	}
 	*head = *tail = NULL;
 	if (r->off < off) { /* r keeps the head, n[0] becomes the middle */
 		n[0]->off = off;

@@ -359,6 +359,7 @@ struct eng_cconn {
 	int fd;
 	int keyed;
 	struct auth_session s;
+	struct eng_pool *pool; /* whose open count it is in */
 };
 /* eng_cconn_close - close and free c (its session wiped). NULL ok. */
 void eng_cconn_close(struct eng_cconn *c);
@@ -370,6 +371,7 @@ struct eng_pool {
 	pthread_mutex_t lock;
 	struct eng_peer *bucket[ENG_POOL_BUCKETS];
 	unsigned max_idle;
+	atomic_uint open; /* connections dialled and not yet closed, idle or in use */
 };
 
 /*

@@ -138,6 +138,10 @@ uint64_t eng_engine_rejected(const struct eng_engine *e, enum eng_reject r);
 const char *eng_reject_name(enum eng_reject r);
 /* eng_transport_name - "local", "tcp" or "rdma". */
 const char *eng_transport_name(enum eng_transport t);
+/* eng_engine_peer_conns - connections this engine dialled to peers' data
+ * ports and has not closed yet, idle in its pool or in use (a relaxed
+ * read). Any thread. */
+unsigned eng_engine_peer_conns(const struct eng_engine *e);
 /* eng_engine_xfer_stats - the counters of transport t so far (relaxed
  * reads; zeros for a bad t). Any thread. */
 void eng_engine_xfer_stats(const struct eng_engine *e, enum eng_transport t,

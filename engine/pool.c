@@ -121,14 +121,15 @@ void eng_cconn_close(struct eng_cconn *c)
 {
 	if (!c)
 		return;
+	atomic_fetch_sub_explicit(&c->pool->open, 1, memory_order_relaxed);
 	close(c->fd);
 	sodium_memzero(&c->s, sizeof(c->s));
 	free(c);
 }
 
-/* A new connection to sa; 0 and *out, or -errno. */
-static int dial_conn(const struct sockaddr_storage *sa, socklen_t len, uint64_t deadline_ns,
-		     struct eng_cconn **out)
+/* A new connection of p's to sa; 0 and *out, or -errno. */
+static int dial_conn(struct eng_pool *p, const struct sockaddr_storage *sa, socklen_t len,
+		     uint64_t deadline_ns, struct eng_cconn **out)
 {
 	struct eng_cconn *c = calloc(1, sizeof(*c));
 
@@ -141,6 +142,8 @@ static int dial_conn(const struct sockaddr_storage *sa, socklen_t len, uint64_t 
 		free(c);
 		return rc;
 	}
+	c->pool = p;
+	atomic_fetch_add_explicit(&p->open, 1, memory_order_relaxed);
 	*out = c;
 	return 0;
 }
@@ -179,7 +182,7 @@ int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns
 			add_peer(p, endpoint, &sa, len);
 		pthread_mutex_unlock(&p->lock);
 	}
-	return dial_conn(&sa, len, deadline_ns, out);
+	return dial_conn(p, &sa, len, deadline_ns, out);
 }
 
 void eng_pool_give(struct eng_pool *p, const char *endpoint, struct eng_cconn *c)
@@ -206,4 +209,9 @@ void eng_pool_flush(struct eng_pool *p, const char *endpoint)
 	for (; peer && peer->nidle; peer->nidle--)
 		eng_cconn_close(peer->idle[peer->nidle - 1]);
 	pthread_mutex_unlock(&p->lock);
+}
+
+unsigned eng_engine_peer_conns(const struct eng_engine *e)
+{
+	return atomic_load_explicit(&e->pool.open, memory_order_relaxed);
 }

@@ -33,12 +33,7 @@ static struct mst_object *make(struct mst_master *m, const struct mst_okey *k, u
 	}
 	o->reps[0] = *rep;
 	o->nrep = 1;
-	memcpy(o->kbuf, k->buf, k->len);
-	o->klen = k->len;
-	o->tlen = k->tlen;
-	o->hash = k->hash;
-	o->id = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
-	o->version = o->id;
+	mst_obj_name(m, o, k);
 	o->size = it->size;
 	o->crc = it->crc32c;
 	o->writer = client;

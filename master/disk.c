@@ -231,12 +231,7 @@ static int disk_create(struct mst_master *m, struct mst_shard *s, const struct m
 		mst_tenant_uncharge(m, t, rec->size);
 		return -ENOMEM;
 	}
-	memcpy(o->kbuf, k->buf, k->len);
-	o->klen = k->len;
-	o->tlen = k->tlen;
-	o->hash = k->hash;
-	o->id = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
-	o->version = o->id;
+	mst_obj_name(m, o, k);
 	o->size = rec->size;
 	o->crc = rec->crc32c;
 	o->writer = w->client;

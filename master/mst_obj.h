@@ -132,6 +132,9 @@ int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
  * key nothing is locked and the code is returned. */
 int mst_obj_lookup(struct mst_master *m, const char *tenant, const char *key, struct mst_shard **s,
 		   struct mst_object ***pp);
+/* mst_obj_name - give o, allocated with room for k's bytes, k's key and a
+ * fresh id, which is also its first version. Any thread. */
+void mst_obj_name(struct mst_master *m, struct mst_object *o, const struct mst_okey *k);
 /* mst_obj_find_key - the slot of k in shard s: the object, or the empty
  * slot where its probe ended. A slot stays valid until the shard changes
  * (an insert or an erase). */

@@ -327,12 +327,7 @@ static int obj_create(struct mst_master *m, uint64_t client, const struct mst_ok
 		return rc;
 	}
 	o->nrep = (unsigned)rc;
-	memcpy(o->kbuf, k->buf, k->len);
-	o->klen = k->len;
-	o->tlen = k->tlen;
-	o->hash = k->hash;
-	o->id = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
-	o->version = o->id;
+	mst_obj_name(m, o, k);
 	o->size = rq->size;
 	o->writer = client;
 	o->put_start_ms = lc_now_ms();
@@ -460,6 +455,16 @@ int mst_obj_put_start(struct mst_master *m, uint64_t client, const char *tenant,
 		      const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n)
 {
 	return mst_obj_start(m, client, tenant, rq, reps, n, put_start_try);
+}
+
+void mst_obj_name(struct mst_master *m, struct mst_object *o, const struct mst_okey *k)
+{
+	memcpy(o->kbuf, k->buf, k->len);
+	o->klen = k->len;
+	o->tlen = k->tlen;
+	o->hash = k->hash;
+	o->id = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
+	o->version = o->id;
 }
 
 int mst_obj_lookup(struct mst_master *m, const char *tenant, const char *key, struct mst_shard **s,

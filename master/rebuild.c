@@ -99,12 +99,8 @@ static int create(struct mst_master *m, struct mst_shard *s, const struct mst_ok
 	}
 	memcpy(o->reps, reps, (size_t)n * sizeof(*reps));
 	o->nrep = (unsigned)n;
-	memcpy(o->kbuf, k->buf, k->len);
-	o->klen = k->len;
-	o->tlen = k->tlen;
-	o->hash = k->hash;
-	o->id = lc_fetch_add_relaxed(&m->next_obj_id, 1) + 1;
-	o->version = ro->version;
+	mst_obj_name(m, o, k);
+	o->version = ro->version; /* the reported one: readers compare it */
 	o->size = ro->size;
 	o->crc = ro->crc32c;
 	o->writer = client;

@@ -186,7 +186,15 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 					 (unsigned long long)px->cfg.segment_size,
 					 atomic_load(&px->mounted) ? 1 : 0);
 	rc = rc ?: rejected_metrics(px, rep);
-	return rc ?: transport_metrics(px, rep);
+	rc = rc ?: transport_metrics(px, rep);
+	return rc
+		   ?: lc_http_reply_printf(
+			  rep,
+			  "# HELP lunar_proxy_peer_connections Connections open to "
+			  "other nodes' data ports, idle or in use.\n"
+			  "# TYPE lunar_proxy_peer_connections gauge\n"
+			  "lunar_proxy_peer_connections %u\n",
+			  eng_engine_peer_conns(px->engine));
 }
 
 static int handle(void *arg, const struct lc_http_req *req, struct lc_http_reply *rep)

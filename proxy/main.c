@@ -276,13 +276,16 @@ static void stop(struct px_proxy *px)
 		close(px->listen_fd);
 	}
 	/* Say goodbye while the master answers, then cut the line: nothing
-	 * below may wait out an RPC timeout on a master that is gone. */
-	px_resv_stop(px);
+	 * below may wait out an RPC timeout on a master that is gone, the
+	 * put-ahead thread's call included (it is joined after the cut; what
+	 * it is granted meanwhile, the master ends with our client). */
+	px_resv_quit(px);
 	if (px->mc && atomic_load(&px->master_ok)) {
 		px_resv_release_all(px);
 		px_segment_unmount(px, 0, PX_GOODBYE_TIMEOUT_MS);
 	}
 	px_mc_close(px->mc);
+	px_resv_stop(px);
 	if (px->heartbeat)
 		px_heartbeat_stop(px);
 	px_disk_stop(px);

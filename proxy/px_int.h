@@ -170,11 +170,15 @@ enum px_piece_end {
 /* px_resv_start - with a remote master, --reserve-size and
  * --reserve-value-max not 0 and no --debug-put-delay: px->resv and its
  * thread, which asks for reservations at once. 0, or LUNAR_ERR_INTERNAL.
- * px_resv_stop - join the thread (puts may still take and settle pieces).
+ * px_resv_quit - ask the thread to end; it may be inside a call to the
+ * master, which px_mc_close cuts short.
+ * px_resv_stop - px_resv_quit, then join the thread (puts may still take
+ * and settle pieces).
  * px_resv_release_all - give back every reservation no put holds a piece
  * of (shutdown, while the master answers). px_resv_destroy - free the pool
  * (no put may run). All no-ops without a pool. */
 int px_resv_start(struct px_proxy *px);
+void px_resv_quit(struct px_proxy *px);
 void px_resv_stop(struct px_proxy *px);
 void px_resv_release_all(struct px_proxy *px);
 void px_resv_destroy(struct px_proxy *px);

@@ -393,7 +393,7 @@ int px_resv_start(struct px_proxy *px)
 	return 0;
 }
 
-void px_resv_stop(struct px_proxy *px)
+void px_resv_quit(struct px_proxy *px)
 {
 	struct px_resv_pool *p = px->resv;
 
@@ -403,7 +403,13 @@ void px_resv_stop(struct px_proxy *px)
 	p->stop = 1;
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
-	pthread_join(p->thread, NULL);
+}
+
+void px_resv_stop(struct px_proxy *px)
+{
+	px_resv_quit(px);
+	if (px->resv)
+		pthread_join(px->resv->thread, NULL);
 }
 
 void px_resv_release_all(struct px_proxy *px)

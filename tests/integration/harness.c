@@ -336,6 +336,21 @@ const char *h_bin(const char *name)
 	return b;
 }
 
+int h_failpoint_build(const char *daemon)
+{
+	char fp_build[PATH_MAX];
+	const char *build = getenv("BUILD"), *bin;
+
+	snprintf(fp_build, sizeof(fp_build), "%s/failpoints", build && *build ? build : "build");
+	setenv("BUILD", fp_build, 1);
+	bin = h_bin(daemon);
+	if (access(bin, X_OK)) {
+		printf("skipped: no %s (make failpoints builds it; make test does)\n", bin);
+		return 77;
+	}
+	return 0;
+}
+
 int h_free_port(void)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};

@@ -71,6 +71,13 @@ const char *h_path(const char *name);
 void h_named_sock(char sock[PATH_MAX], const char *name);
 /* h_bin - "$BUILD/bin/<name>" ($BUILD defaults to "build"), static buffer. */
 const char *h_bin(const char *name);
+/*
+ * h_failpoint_build - make every daemon the harness starts from now on the
+ * failpoint build's ("$BUILD/failpoints", which `make failpoints` fills):
+ * 0; or 77, with the reason printed, when its daemon (e.g. "lunar-proxy")
+ * is not there. Call from main() before the tests run.
+ */
+int h_failpoint_build(const char *daemon);
 
 /* h_free_port - a loopback TCP port free right now (bind :0, read, close). */
 int h_free_port(void);

@@ -135,7 +135,9 @@ static void bg_main(int ready_fd, void *arg)
 /* The proxy's and the master's figures into *now (fields fds..keys). */
 static void snapshot(const struct h_after *a, struct h_after *now)
 {
-	now->fds = h_pid_fd_count(a->proxy->pid);
+	int64_t peers = h_metric_sum(a->proxy_http, "lunar_proxy_peer_connections");
+
+	now->fds = peers < 0 ? -1 : h_pid_fd_count(a->proxy->pid) - (int)peers;
 	now->maps = h_pid_maps_count(a->proxy->pid, "memfd:");
 	now->used = h_metric_sum(a->master_http, "lunar_master_segment_used_bytes");
 	now->keys = h_metric_sum(a->master_http, "lunar_master_keys");
@@ -173,6 +175,8 @@ void h_after_begin(struct h_after *a, const char *sock, struct h_proc *proxy, in
 	snprintf(a->sock, sizeof(a->sock), "%s", sock);
 	a->proxy = proxy;
 	a->master_http = master_http;
+	a->proxy_http = hg_log_http_port(proxy->log);
+	H_ASSERT_MSG(a->proxy_http > 0, "h_after: %s logged no HTTP port", proxy->name);
 	settle(a);
 	H_ASSERT_MSG(a->fds > 0 && a->maps >= 0 && a->used >= 0 && a->keys >= 0,
 		     "h_after: no baseline (fds %d, maps %d, used %lld, keys %lld)", a->fds,

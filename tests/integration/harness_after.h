@@ -1,9 +1,12 @@
 /*
  * harness_after.h - the aftermath every fault test ends with: a well-behaved
  * client, a process of its own, runs put/get/verify/remove through the fault
- * and must see no error; and once the fault is over, the proxy's descriptors,
- * its shared-memory mappings and the master's used segment bytes are back at
- * the baseline taken before the fault. The fault's own counter is read with
+ * and must see no error; and once the fault is over, the proxy's descriptors
+ * (less its connections to other nodes' data ports, a pool of up to 8 a
+ * peer whose size follows the transfers' concurrency:
+ * lunar_proxy_peer_connections), its shared-memory mappings and the
+ * master's used segment bytes are back at the baseline taken before the
+ * fault. The fault's own counter is read with
  * h_metric_sum. Main thread only (cmocka), like the rest of the harness.
  *
  *	struct h_after a;
@@ -33,10 +36,11 @@ struct h_after {
 	int master_http; /* the port whose /metrics has lunar_master_* */
 	pid_t bg;	 /* the background client, 0 when none runs */
 	struct h_after_shm *shm;
-	int fds;      /* the proxy's descriptors before the fault */
-	int maps;     /* its "memfd:" mappings */
-	int64_t used; /* the master's used segment bytes, all segments */
-	int64_t keys; /* the master's keys */
+	int proxy_http; /* the proxy's HTTP port (its /metrics) */
+	int fds;	/* the proxy's descriptors before the fault, less peer connections */
+	int maps;	/* its "memfd:" mappings */
+	int64_t used;	/* the master's used segment bytes, all segments */
+	int64_t keys;	/* the master's keys */
 };
 
 /*

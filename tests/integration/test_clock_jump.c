@@ -298,16 +298,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_clock_jump_wall_steps, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_clock_jump_monotonic_far_apart, setup, teardown),
 	};
-	char fp_build[PATH_MAX], bin[PATH_MAX + 32];
-	const char *build = getenv("BUILD");
-
-	snprintf(fp_build, sizeof(fp_build), "%s/failpoints", build && *build ? build : "build");
-	snprintf(bin, sizeof(bin), "%s/bin/lunar-master", fp_build);
-	if (access(bin, X_OK)) {
-		printf("skipped: no %s (make failpoints builds it; make test does)\n", bin);
-		return 77;
-	}
 	/* Every daemon the harness starts here is the failpoint build's. */
-	setenv("BUILD", fp_build, 1);
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	int rc = h_failpoint_build("lunar-master");
+
+	return rc ? rc : cmocka_run_group_tests(tests, NULL, NULL);
 }

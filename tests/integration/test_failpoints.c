@@ -217,16 +217,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_failpoints_alloc_fails_one_call, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_failpoints_disk_crash_mid_record, setup, teardown),
 	};
-	char fp_build[PATH_MAX], bin[PATH_MAX + 32];
-	const char *build = getenv("BUILD");
-
-	snprintf(fp_build, sizeof(fp_build), "%s/failpoints", build && *build ? build : "build");
-	snprintf(bin, sizeof(bin), "%s/bin/lunar-proxy", fp_build);
-	if (access(bin, X_OK)) {
-		printf("skipped: no %s (make failpoints builds it; make test does)\n", bin);
-		return 77;
-	}
 	/* Every daemon the harness starts here is the failpoint build's. */
-	setenv("BUILD", fp_build, 1);
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	int rc = h_failpoint_build("lunar-proxy");
+
+	return rc ? rc : cmocka_run_group_tests(tests, NULL, NULL);
 }
