@@ -176,10 +176,13 @@ static int start_control_plane(struct px_proxy *px)
 	rc = px_pool_create(px, px->cfg.workers, &px->pool);
 	if (rc)
 		return rc;
-	rc = px_heartbeat_start(px);
+	/* The pool before the heartbeat, which drops reservations at a
+	 * re-mount; the pool's thread asks for none until a beat says the
+	 * master answers (master_ok). */
+	rc = px_resv_start(px);
 	if (rc)
 		return rc;
-	rc = px_resv_start(px);
+	rc = px_heartbeat_start(px);
 	if (rc)
 		return rc;
 	return px_http_start(px);
