@@ -263,8 +263,8 @@ $(foreach t,$(CHAOS_BINS),$(eval $(call link,$(t),tests/chaos/$(notdir $(t)).c \
 # (common/failpoint.h), for tests/integration/test_failpoints.c and
 # test_clock_jump.c only: their own objects under $(BUILD)/failpoints, so
 # the release binaries never contain them.
-failpoints:
-	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/failpoints \
+failpoints: $(DEPS_STAMP)
+	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/failpoints DEPS_STAMP=$(DEPS_STAMP) \
 		CPPFLAGS="$(CPPFLAGS) -DLUNAR_FAILPOINTS" $(BUILD)/failpoints/bin/lunar-proxy \
 		$(BUILD)/failpoints/bin/lunar-master
 

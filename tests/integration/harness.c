@@ -492,8 +492,10 @@ int h_stop(struct h_proc *p)
 	signal_group(p, SIGTERM);
 	if (h_wait_exit(p, H_STOP_GRACE_MS) != -1)
 		return p->status;
-	fprintf(stderr, "harness: %s ignored SIGTERM for %d ms, killing it\n", p->name,
-		H_STOP_GRACE_MS);
+	fprintf(stderr, "harness: %s ignored SIGTERM for %d ms, killing it; its threads:\n",
+		p->name, H_STOP_GRACE_MS);
+	h_pid_dump_threads(p->pid);
+	h_dump_log(p);
 	signal_group(p, SIGKILL);
 	reap(p, 0);
 	return p->status;

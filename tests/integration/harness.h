@@ -222,8 +222,10 @@ const char *h_code(int64_t v);
  * h_pid_maps_count - lines of /proc/<pid>/maps containing needle, or -1.
  * h_pid_cpu_ms - utime + stime of /proc/<pid>/stat in milliseconds, or -1.
  * h_pid_minor_faults - minor page faults of /proc/<pid>/stat, or -1.
- * h_pid_dump_threads - print each thread's name and CPU milliseconds to
- * stderr (to say which thread burned CPU when a test says too much).
+ * h_pid_dump_threads - print each thread's name, CPU milliseconds, wait
+ * channel and syscall to stderr (which thread burned CPU when a test says
+ * too much, or where a process that ignored SIGTERM waits: h_stop prints
+ * it then, with the log's tail).
  */
 int h_pid_fd_count(pid_t pid);
 int h_pid_maps_count(pid_t pid, const char *needle);

@@ -128,9 +128,22 @@ int64_t h_pid_minor_faults(pid_t pid)
 	return read_stat(path, NULL, 0, &n, NULL) < 0 ? -1 : n;
 }
 
+/* The first line of a /proc file into buf ("?" if it cannot be read). */
+static void read_line(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "re");
+
+	if (!f || !fgets(buf, (int)len, f))
+		snprintf(buf, len, "?");
+	else
+		buf[strcspn(buf, "\n")] = 0;
+	if (f)
+		fclose(f);
+}
+
 void h_pid_dump_threads(pid_t pid)
 {
-	char path[320], comm[64];
+	char path[320], comm[64], wchan[64], sys[128];
 	struct dirent *e;
 	DIR *d;
 
@@ -145,8 +158,12 @@ void h_pid_dump_threads(pid_t pid)
 			continue;
 		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
 		ms = read_stat(path, comm, sizeof(comm), NULL, NULL);
-		fprintf(stderr, "  pid %d thread %s (%s): %lld ms CPU\n", (int)pid, e->d_name, comm,
-			(long long)ms);
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/wchan", (int)pid, e->d_name);
+		read_line(path, wchan, sizeof(wchan));
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/syscall", (int)pid, e->d_name);
+		read_line(path, sys, sizeof(sys));
+		fprintf(stderr, "  pid %d thread %s (%s): %lld ms CPU, in %s, syscall %.40s\n",
+			(int)pid, e->d_name, comm, (long long)ms, wchan, sys);
 	}
 	closedir(d);
 }
