@@ -28,11 +28,16 @@ struct ahead {
 
 enum { AH_NONE, AH_HELD /* piece held, bytes written */, AH_DONE /* piece settled */ };
 
+/* Only the states start zeroed (AH_NONE): a piece is read only once taken
+ * and an op only once built, and the inline arrays are KiBs a put. */
 static int ahead_init(struct ahead *a, size_t n)
 {
-	*a = (struct ahead){.n = n, .pc = a->pc_in, .ops = a->ops_in, .state = a->state_in};
+	a->n = n;
+	a->pc = a->pc_in;
+	a->ops = a->ops_in;
+	a->state = a->state_in;
 	if (n <= PX_BATCH_INLINE) {
-		memset(a->state_in, 0, sizeof(a->state_in));
+		memset(a->state_in, 0, n * sizeof(*a->state_in));
 		return 0;
 	}
 	a->pc = calloc(n, sizeof(*a->pc));
