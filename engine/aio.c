@@ -298,12 +298,14 @@ static unsigned queue_ops(struct eng_engine *e, struct eng_op *ops, const int *r
 			x->head = op;
 		x->tail = op;
 	}
+	pthread_mutex_unlock(&x->lock);
+	/* Woken after the unlock, a thread finds the lock free, not taken by
+	 * us: no second sleep on it (x and its cond live as the engine does). */
 	if (slices >= x->nthreads)
 		pthread_cond_broadcast(&x->cond);
 	else
 		for (unsigned i = 0; i < slices; i++)
 			pthread_cond_signal(&x->cond);
-	pthread_mutex_unlock(&x->lock);
 	return slices;
 }
 
