@@ -75,7 +75,8 @@ void px_pool_submit(struct px_pool *p, struct px_req *r)
 		p->head = r;
 	p->tail = r;
 	pthread_mutex_unlock(&p->lock);
-	pthread_cond_signal(&p->cond); /* after the unlock: the woken worker takes the lock at once */
+	/* After the unlock: the woken worker takes the lock at once. */
+	pthread_cond_signal(&p->cond);
 }
 
 void px_pool_drop(struct px_pool *p, struct px_session *s)
