@@ -6,8 +6,9 @@ nothing can be fetched offline. This backend writes the wheel itself: the
 packages listed in pyproject.toml's [tool.pep517-pure] packages, plus the
 dist-info (METADATA, WHEEL, RECORD). Name, version, description,
 requires-python and dependencies come from [project]. The same file serves
-python/ and python/mooncake-compat/ (a copy: a backend must live in its
-project); tests/test_install.py checks the two are identical.
+python/ and python/mooncake-compat/, whose _build/pep517_pure.py is a link
+here: pip takes a backend only from inside its project, and a link inside
+it counts (tests/test_install.py builds both).
 """
 
 import base64

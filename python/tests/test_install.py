@@ -3,7 +3,6 @@ without build isolation, into a temporary prefix: the packages import from
 there and uninstall cleanly. Skipped when this python3 has no pip.
 """
 
-import filecmp
 import os
 import shutil
 import subprocess
@@ -59,9 +58,8 @@ class InstallTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(site, "mooncake")))
 
     def test_build_backends_are_one_file(self):
-        self.assertTrue(filecmp.cmp(os.path.join(PY, "_build", "pep517_pure.py"),
-                                    os.path.join(COMPAT, "_build", "pep517_pure.py"),
-                                    shallow=False))
+        self.assertTrue(os.path.samefile(os.path.join(PY, "_build", "pep517_pure.py"),
+                                         os.path.join(COMPAT, "_build", "pep517_pure.py")))
 
 
 if __name__ == "__main__":
