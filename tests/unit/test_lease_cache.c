@@ -462,12 +462,15 @@ static void model_check(struct px_lease_cache *c, const char *const *tenants)
 
 static void test_lease_cache_random_against_model(void **state)
 {
-	/* 16 entries a shard at most, 32 slots: 600 keys over 64 shards stay
-	 * under the bound (so nothing is dropped for room) yet share runs. With
-	 * this seed the fullest shard holds 14 (a drop for room would fail a
-	 * check); test_lease_cache_drop_for_room covers those drops. */
+	/* 32 entries a shard at most, 64 slots. About 330 of the 600 keys are
+	 * cached at a time, 5 a shard on average; the names' hash is seeded at
+	 * random per process, and at 16 a shard 24 runs in 1000 had a shard
+	 * fill up and drop an entry for room, which fails a check. At 32 that
+	 * takes a shard 6 times the average (0 in 1000 runs), while keys still
+	 * share probe runs. test_lease_cache_drop_for_room covers drops for
+	 * room. */
 	static const char *const tenants[] = {"a", "b"};
-	struct px_lease_cache *c = px_lease_cache_create(64 * 16);
+	struct px_lease_cache *c = px_lease_cache_create(64 * 32);
 	uint64_t x = 0x9e3779b97f4a7c15ull;
 
 	memset(model, 0, sizeof(model));
