@@ -228,6 +228,13 @@ const char *h_code(int64_t v);
  * it then, with the log's tail).
  */
 int h_pid_fd_count(pid_t pid);
+/* h_pid_fd_count_but_ports - h_pid_fd_count less pid's TCP connections
+ * (not its listeners) on the local ports ports[0..nports): a proxy's HTTP
+ * port's, which it closes a little after answering, and its data port's,
+ * which peers keep in their pools. */
+int h_pid_fd_count_but_ports(pid_t pid, const int *ports, int nports);
+/* h_pid_dump_fds - print what each of pid's descriptors is to stderr. */
+void h_pid_dump_fds(pid_t pid);
 int h_pid_maps_count(pid_t pid, const char *needle);
 /* h_app_memfd - an app-owned memfd of len bytes the way an engine makes one
  * for lunar_register: sealed against shrinking, mapped shared. *fd stays

@@ -137,7 +137,12 @@ static void snapshot(const struct h_after *a, struct h_after *now)
 {
 	int64_t peers = h_metric_sum(a->proxy_http, "lunar_proxy_peer_connections");
 
-	now->fds = peers < 0 ? -1 : h_pid_fd_count(a->proxy->pid) - (int)peers;
+	const int ports[] = {a->proxy_http, a->proxy_data};
+
+	/* Neither the connection that read the gauge, if still open, nor
+	 * connections into the data port, which peers pool: ours to them are
+	 * the gauge. */
+	now->fds = peers < 0 ? -1 : h_pid_fd_count_but_ports(a->proxy->pid, ports, 2) - (int)peers;
 	now->maps = h_pid_maps_count(a->proxy->pid, "memfd:");
 	now->used = h_metric_sum(a->master_http, "lunar_master_segment_used_bytes");
 	now->keys = h_metric_sum(a->master_http, "lunar_master_keys");
@@ -177,6 +182,8 @@ void h_after_begin(struct h_after *a, const char *sock, struct h_proc *proxy, in
 	a->master_http = master_http;
 	a->proxy_http = hg_log_http_port(proxy->log);
 	H_ASSERT_MSG(a->proxy_http > 0, "h_after: %s logged no HTTP port", proxy->name);
+	a->proxy_data = hg_log_data_port(proxy->log);
+	H_ASSERT_MSG(a->proxy_data > 0, "h_after: %s logged no data port", proxy->name);
 	settle(a);
 	H_ASSERT_MSG(a->fds > 0 && a->maps >= 0 && a->used >= 0 && a->keys >= 0,
 		     "h_after: no baseline (fds %d, maps %d, used %lld, keys %lld)", a->fds,
@@ -279,6 +286,8 @@ void h_after_end(struct h_after *a)
 	       "master %lld used bytes (%lld), %lld keys (%lld)\n",
 	       (unsigned long long)rounds, now.fds, a->fds, now.maps, a->maps, (long long)now.used,
 	       (long long)a->used, (long long)now.keys, (long long)a->keys);
+	if (now.fds != a->fds)
+		h_pid_dump_fds(a->proxy->pid);
 	H_ASSERT_MSG(now.fds == a->fds, "aftermath: proxy holds %d descriptors, %d before", now.fds,
 		     a->fds);
 	H_ASSERT_MSG(now.maps == a->maps, "aftermath: proxy maps %d memfd ranges, %d before",

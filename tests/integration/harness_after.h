@@ -37,7 +37,9 @@ struct h_after {
 	pid_t bg;	 /* the background client, 0 when none runs */
 	struct h_after_shm *shm;
 	int proxy_http; /* the proxy's HTTP port (its /metrics) */
-	int fds;	/* the proxy's descriptors before the fault, less peer connections */
+	int proxy_data; /* its data port */
+	int fds;	/* the proxy's descriptors before the fault, less connections to and from
+			 * peers and to its HTTP port */
 	int maps;	/* its "memfd:" mappings */
 	int64_t used;	/* the master's used segment bytes, all segments */
 	int64_t keys;	/* the master's keys */

@@ -51,6 +51,122 @@ int h_pid_fd_count(pid_t pid)
 	return n;
 }
 
+/* Add to out (up to cap) the inodes of the TCP connections (not
+ * listeners) of pid's network namespace whose local port is one of
+ * ports[0..nports); the new count. */
+static int port_conn_inodes(pid_t pid, const char *table, const int *ports, int nports,
+			    unsigned long *out, int n, int cap)
+{
+	char path[64], line[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/net/%s", (int)pid, table);
+	f = fopen(path, "re");
+	if (!f)
+		return n;
+	while (fgets(line, sizeof(line), f) && n < cap) {
+		unsigned lport, st;
+		unsigned long inode;
+
+		/* sl local:port remote:port st tx:rx tr:when retrnsmt uid timeout inode */
+		if (sscanf(line,
+			   " %*d: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*x:%*x %*x:%*x %*x %*u "
+			   "%*u %lu",
+			   &lport, &st, &inode) == 3 &&
+		    st != 0x0a /* LISTEN */)
+			for (int i = 0; i < nports; i++)
+				if ((int)lport == ports[i]) {
+					out[n++] = inode;
+					break;
+				}
+	}
+	fclose(f);
+	return n;
+}
+
+int h_pid_fd_count_but_ports(pid_t pid, const int *ports, int nports)
+{
+	unsigned long skip[256];
+	char path[320], link[64];
+	int nskip = 0, n = 0;
+	struct dirent *e;
+	DIR *d;
+
+	nskip = port_conn_inodes(pid, "tcp", ports, nports, skip, nskip, 256);
+	nskip = port_conn_inodes(pid, "tcp6", ports, nports, skip, nskip, 256);
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) != NULL) {
+		unsigned long inode;
+		ssize_t len;
+		int skipped = 0;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)pid, e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len > 0) {
+			link[len] = 0;
+			if (sscanf(link, "socket:[%lu]", &inode) == 1)
+				for (int i = 0; i < nskip && !skipped; i++)
+					skipped = skip[i] == inode;
+		}
+		n += !skipped;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Print the line of pid's TCP tables that names inode, if one does. */
+static void dump_socket(pid_t pid, unsigned long inode)
+{
+	static const char *const tables[] = {"tcp", "tcp6"};
+	char path[64], line[512];
+
+	for (int t = 0; t < 2; t++) {
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/%d/net/%s", (int)pid, tables[t]);
+		if (!(f = fopen(path, "re")))
+			continue;
+		while (fgets(line, sizeof(line), f)) {
+			unsigned long ino;
+
+			if (sscanf(line, " %*d: %*s %*s %*x %*s %*s %*x %*u %*u %lu", &ino) == 1 &&
+			    ino == inode)
+				fprintf(stderr, "    %s: %s", tables[t], line);
+		}
+		fclose(f);
+	}
+}
+
+void h_pid_dump_fds(pid_t pid)
+{
+	char path[320], link[256];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		ssize_t len;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)pid, e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		link[len > 0 ? len : 0] = 0;
+		fprintf(stderr, "  pid %d fd %s -> %s\n", (int)pid, e->d_name, link);
+		if (!strncmp(link, "socket:[", 8))
+			dump_socket(pid, strtoul(link + 8, NULL, 10));
+	}
+	closedir(d);
+}
+
 int h_pid_maps_count(pid_t pid, const char *needle)
 {
 	char path[64], *line = NULL;

@@ -233,4 +233,20 @@ static inline int hg_log_http_port(const char *logpath)
 	return colon ? atoi(colon + 1) : -1;
 }
 
+/*
+ * hg_log_data_port - the data port a lunar-proxy logged it serves
+ * ("...; data port HOST:PORT; ..."), or -1.
+ */
+static inline int hg_log_data_port(const char *logpath)
+{
+	char rest[256], *end, *colon;
+
+	if (hg_log_find(logpath, "; data port ", rest, sizeof(rest)))
+		return -1;
+	if ((end = strchr(rest, ';')))
+		*end = 0;
+	colon = strrchr(rest, ':');
+	return colon ? atoi(colon + 1) : -1;
+}
+
 #endif /* LUNAR_TESTS_INTEGRATION_HTTP_GET_H */
