@@ -35,20 +35,7 @@
 
 int h_pid_fd_count(pid_t pid)
 {
-	char path[64];
-	struct dirent *e;
-	DIR *d;
-	int n = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	if (!d)
-		return -1;
-	while ((e = readdir(d)) != NULL)
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
+	return h_pid_fd_count_but_ports(pid, NULL, 0);
 }
 
 /* Add to out (up to cap) the inodes of the TCP connections (not
@@ -92,8 +79,10 @@ int h_pid_fd_count_but_ports(pid_t pid, const int *ports, int nports)
 	struct dirent *e;
 	DIR *d;
 
-	nskip = port_conn_inodes(pid, "tcp", ports, nports, skip, nskip, 256);
-	nskip = port_conn_inodes(pid, "tcp6", ports, nports, skip, nskip, 256);
+	if (nports) {
+		nskip = port_conn_inodes(pid, "tcp", ports, nports, skip, nskip, 256);
+		nskip = port_conn_inodes(pid, "tcp6", ports, nports, skip, nskip, 256);
+	}
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
 	d = opendir(path);
 	if (!d)
