@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -103,12 +104,97 @@ void lp_client_on_drop(struct lp_client *c, void (*fn)(void *arg), void *arg)
 	nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_gone, c);
 }
 
+/*
+ * nng 1.5.2's nng_close can hang for good when it races an exchange in
+ * flight on the socket (nanomsg/nng#1543 and #1813, fixed after 1.5.2): a
+ * proxy stopping while its heartbeat's Ping was out waited there until it
+ * was killed. So the close runs on a thread of its own, waited for
+ * LP_CLOSE_WAIT_MS at most; one still stuck then is left behind (to end
+ * with the process), and whichever of the two sides is last frees k.
+ */
+#define LP_CLOSE_WAIT_MS 1000
+
+struct closing {
+	nng_socket sock;
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* on CLOCK_MONOTONIC */
+	bool done, abandoned;
+};
+
+static void closing_free(struct closing *k)
+{
+	pthread_cond_destroy(&k->cond);
+	pthread_mutex_destroy(&k->lock);
+	free(k);
+}
+
+static void *close_main(void *arg)
+{
+	struct closing *k = arg;
+	bool abandoned;
+
+	nng_close(k->sock);
+	pthread_mutex_lock(&k->lock);
+	k->done = true;
+	abandoned = k->abandoned;
+	pthread_cond_signal(&k->cond);
+	pthread_mutex_unlock(&k->lock);
+	if (abandoned)
+		closing_free(k);
+	return NULL;
+}
+
+static void close_bounded(nng_socket sock)
+{
+	struct closing *k = calloc(1, sizeof(*k));
+	pthread_condattr_t ca;
+	pthread_attr_t attr;
+	struct timespec ts;
+	pthread_t t;
+	bool done;
+
+	if (!k || pthread_condattr_init(&ca)) {
+		free(k);
+		nng_close(sock);
+		return;
+	}
+	k->sock = sock;
+	pthread_mutex_init(&k->lock, NULL);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&k->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, close_main, k)) {
+		pthread_attr_destroy(&attr);
+		closing_free(k);
+		nng_close(sock);
+		return;
+	}
+	pthread_attr_destroy(&attr);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += LP_CLOSE_WAIT_MS / 1000;
+	pthread_mutex_lock(&k->lock);
+	while (!k->done && pthread_cond_timedwait(&k->cond, &k->lock, &ts) != ETIMEDOUT)
+		;
+	done = k->done;
+	k->abandoned = !done;
+	pthread_mutex_unlock(&k->lock);
+	if (done)
+		closing_free(k);
+	else
+		LC_WARN("rpc",
+			"closing the master connection took over %d ms (nng 1.5.2): "
+			"not waiting for it",
+			LP_CLOSE_WAIT_MS);
+}
+
 void lp_client_close(struct lp_client *c)
 {
 	if (c && !atomic_exchange(&c->closed, true)) {
 		if (c->on_drop) /* no callback may outlive c */
 			nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
-		nng_close(c->sock);
+		close_bounded(c->sock);
 	}
 }
 
