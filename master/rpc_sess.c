@@ -64,12 +64,16 @@ void mst_sesstab_destroy(struct mst_sesstab *t)
 	free(t);
 }
 
-/* Under the table's lock (either mode); last_ms read racily under the read
- * lock is fine: a session at the edge of expiry may count either way. */
+/* Whether x is in use at now. Under the table's lock (either mode); last_ms
+ * read racily under the read lock is fine: a session at the edge of expiry
+ * may count either way. A caller reads the clock before it takes x, so
+ * another call may have recorded a later use meanwhile: that is live. */
 static int live(const struct sess *x, uint64_t now)
 {
 	uint64_t last = LC_READ_ONCE(x->last_ms);
 
+	if (last >= now)
+		return x->state != S_FREE;
 	if (x->state == S_OPEN)
 		return now - last < MST_SESS_IDLE_MS;
 	return x->state == S_HALF && now - last < MST_SESS_HALF_MS;
