@@ -190,11 +190,14 @@ static void test_leases_stale_cached_list_is_caught_by_crc(void **state)
 	mhttp = http_port_of(master);
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
-	pa = track(h_start_proxy("proxyA", sock_a, mport, "--segment-size", "0", NULL));
+	/* No space reserved ahead for puts: a reservation taken on B's segment
+	 * once K1 is gone could push K2 past K1's place. */
+	pa = track(h_start_proxy("proxyA", sock_a, mport, "--segment-size", "0", "--reserve-size",
+				 "0", NULL));
 	H_ASSERT(pa != NULL);
 	/* B's app removes a leased key by force: an admin call. */
 	pb = track(h_start_proxy("proxyB", sock_b, mport, "--segment-size", "2MiB", "--admin-calls",
-				 NULL));
+				 "--reserve-size", "0", NULL));
 	H_ASSERT(pb != NULL);
 	port_a = http_port_of(pa);
 	ca = h_client(sock_a);
