@@ -85,6 +85,8 @@ static const struct flag flags[] = {
       "SIZE  largest value put into reserved space (1MiB)"),
     F("debug-put-delay", K_MS, debug_put_delay_ms,
       "DUR   test hook: delay before committing a put (0)"),
+    F("debug-get-delay", K_MS, debug_get_delay_ms,
+      "DUR   test hook: delay a get, exists or prefix match before its reads (0)"),
     F("debug-disk-read-delay", K_MS, debug_disk_read_delay_ms,
       "DUR   test hook: delay each read from the SSD tier (0)"),
     F("debug-heartbeat-delay", K_MS, debug_hb_delay_ms,

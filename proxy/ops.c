@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "clock.h"
 #include "lunar.h"
 #include "ops.h"
 
@@ -162,7 +164,7 @@ int px_req_inline(const struct px_proxy *px, const struct px_req *r)
 {
 	uint64_t bytes = 0;
 
-	if (!px->master || px->cfg.debug_put_delay_ms)
+	if (!px->master || px->cfg.debug_put_delay_ms || px->cfg.debug_get_delay_ms)
 		return 0;
 	switch (r->sqe.op) {
 	case LC_OP_GET:
@@ -182,6 +184,15 @@ int px_req_inline(const struct px_proxy *px, const struct px_req *r)
 	case LC_OP_REMOVE_REGEX: return 0; /* visits every object: never on the loop */
 	default: return r->count <= 64;
 	}
+}
+
+void px_debug_hold(const struct px_session *s, uint64_t ms)
+{
+	uint64_t end = lc_now_ms() + ms;
+	struct timespec ts = {0, 50 * 1000 * 1000};
+
+	while (lc_now_ms() < end && !atomic_load(&s->dead))
+		nanosleep(&ts, NULL);
 }
 
 /* Take r out of its session's in-flight counts (admission, loop.c). */

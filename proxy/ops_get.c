@@ -330,6 +330,8 @@ int64_t px_run_get(struct px_proxy *px, struct px_req *r)
 	struct px_batch b;
 	int64_t leading = 0;
 
+	if (px->cfg.debug_get_delay_ms)
+		px_debug_hold(r->s, px->cfg.debug_get_delay_ms);
 	/* Every key looked up is leased: within --max-client-leases only. */
 	for (uint32_t i = 0; i < r->count; i++) {
 		struct px_item *it = &r->items[i];

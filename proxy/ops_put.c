@@ -9,9 +9,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "clock.h"
 #include "crc32c.h"
 #include "engine/engine.h"
 #include "failpoint.h"
@@ -200,18 +198,6 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 	return n;
 }
 
-/* Test hook (--debug-put-delay): hold the commit back, but not past death
- * (looked at every 50 ms: the hook must stay idle enough for the idle-CPU
- * test, also under the sanitizers). */
-static void debug_delay(struct px_proxy *px, struct px_session *s)
-{
-	uint64_t end = lc_now_ms() + px->cfg.debug_put_delay_ms;
-	struct timespec ts = {0, 50 * 1000 * 1000};
-
-	while (lc_now_ms() < end && !atomic_load(&s->dead))
-		nanosleep(&ts, NULL);
-}
-
 /* Commit the written keys with their checksums; failures become results. */
 static void put_commit(struct px_proxy *px, struct px_req *r, const struct px_batch *keys,
 		       uint32_t method)
@@ -374,7 +360,7 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 	/* Nothing placed, nothing to hold back: a put refused for space fails fast. */
 	if (put_transfer(px, r, &b, (const Lunar__BatchPutStartReply *)rep, started) &&
 	    px->cfg.debug_put_delay_ms)
-		debug_delay(px, r->s);
+		px_debug_hold(r->s, px->cfg.debug_put_delay_ms);
 	put_sort(r, &b, started, &commit, revoke);
 	put_revoke(px, r, &revoke[0], calls->revoke, 0);
 	put_revoke(px, r, &revoke[1], calls->revoke, 1);

@@ -64,6 +64,7 @@ struct px_config {
 	uint64_t rpc_timeout_ms;	   /* --rpc-timeout */
 	uint64_t ping_interval_ms;	   /* --ping-interval */
 	uint64_t debug_put_delay_ms;	   /* --debug-put-delay: test hook */
+	uint64_t debug_get_delay_ms;	   /* --debug-get-delay: test hook */
 	uint64_t reserve_size;		   /* --reserve-size: put-ahead space asked for */
 	uint64_t reserve_value_max;	   /* --reserve-value-max: largest value put ahead */
 	uint64_t debug_hb_delay_ms;	   /* --debug-heartbeat-delay: test hook */
@@ -444,6 +445,12 @@ void px_req_drop(struct px_req *r);
 int64_t px_run_put(struct px_proxy *px, struct px_req *r);
 int64_t px_run_get(struct px_proxy *px, struct px_req *r);
 int64_t px_run_remove(struct px_proxy *px, struct px_req *r);
+/*
+ * px_debug_hold - the --debug-*-delay test hooks: sleep ms, but not past the
+ * death of s (looked at every 50 ms: a hook must stay idle enough for the
+ * idle-CPU test, also under the sanitizers). Worker thread.
+ */
+void px_debug_hold(const struct px_session *s, uint64_t ms);
 
 /* px_lease_margin_ms - how long before its deadline a cached lease is no
  * longer used: a read must end inside the lease. */

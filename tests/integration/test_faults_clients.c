@@ -40,34 +40,35 @@ static struct h_proc *proxy;
 static int http;
 static struct h_after after;
 
-static int start(const char *delay)
+static int start(void **state, const char *name, const char *hook, const char *delay)
 {
-	proxy = track(h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "128MiB",
-				    "--debug-put-delay", delay, NULL));
-	return proxy ? 0 : -1;
+	if (case_setup(state))
+		return -1;
+	h_named_sock(sock, name);
+	proxy = track(h_start_proxy("proxy", sock, H_EMBEDDED, "--segment-size", "128MiB", hook,
+				    delay, NULL));
+	if (!proxy)
+		return -1;
+	http = http_port_of(proxy);
+	return 0;
 }
 
 static int setup(void **state)
 {
-	if (case_setup(state))
-		return -1;
-	h_named_sock(sock, "faults");
-	if (start("0"))
-		return -1;
-	http = http_port_of(proxy);
-	return 0;
+	return start(state, "faults", "--debug-put-delay", "0");
 }
 
 /* The mid-put case holds every put 1 s before its commit. */
-static int setup_delayed(void **state)
+static int setup_put_held(void **state)
 {
-	if (case_setup(state))
-		return -1;
-	h_named_sock(sock, "faults-delayed");
-	if (start("1s"))
-		return -1;
-	http = http_port_of(proxy);
-	return 0;
+	return start(state, "faults-put-held", "--debug-put-delay", "1s");
+}
+
+/* The mid-get case holds every get 200 ms before its reads: the kill finds
+ * the child's calls in the proxy, not between two of them. */
+static int setup_get_held(void **state)
+{
+	return start(state, "faults-get-held", "--debug-get-delay", "200ms");
 }
 
 static int teardown(void **state)
@@ -163,7 +164,7 @@ static void test_faults_kill_mid_put(void **state)
 static void *get_loop(void *arg)
 {
 	struct lunar_client *c = arg;
-	uint8_t *buf = malloc(GET_LEN);
+	uint8_t *buf = lunar_alloc(c, GET_LEN); /* the proxy writes into it */
 	char key[32];
 
 	for (unsigned i = 0; buf; i++) {
@@ -221,10 +222,12 @@ static void test_faults_kill_mid_get(void **state)
 	hup = h_metric_sum(http, HUP_IN_FLIGHT);
 	got0 = h_metric_sum(http, "lunar_proxy_get_bytes_total");
 	pid = fork_child(child_get, NULL);
-	/* Four threads copy 12 MiB values back to back: the kill lands in
-	 * a copy (or between two), and the proxy finishes writing into a
-	 * region whose process is gone. Killed once a first value was read
-	 * (a sanitizer's copies take several times longer), or after 300 ms. */
+	/* Four threads get 12 MiB values back to back into shared memory
+	 * (no copy of their own after a call: under TSan a 12 MiB memcpy
+	 * outlasts the wait below), each held 200 ms in the proxy before its
+	 * reads: the kill lands in held calls, and the proxy then writes into
+	 * a region whose process is gone. Killed once a first value was read,
+	 * and after 300 ms. */
 	wait_first_get(got0);
 	kill_child(pid);
 	printf("  the child read %lld MiB before its death\n",
@@ -456,8 +459,8 @@ static void test_faults_batch_duplicate_keys(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_faults_kill_mid_put, setup_delayed, teardown),
-	    cmocka_unit_test_setup_teardown(test_faults_kill_mid_get, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_faults_kill_mid_put, setup_put_held, teardown),
+	    cmocka_unit_test_setup_teardown(test_faults_kill_mid_get, setup_get_held, teardown),
 	    cmocka_unit_test_setup_teardown(test_faults_kill_async_regions, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_faults_same_key_race, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_faults_batch_duplicate_keys, setup, teardown),
