@@ -238,9 +238,14 @@ $(eval $(call link,$(BUILD)/bin/memc-bench,tools/memc-bench.c tools/bench/util.c
 # Unit tests link every library; the linker takes what each needs.
 # SRC_<test> adds a test's own sources besides tests/unit/<test>.c.
 LINK_test_master_table := -Wl,--wrap=calloc
-# The RDMA device layer faked: handshakes and fallbacks without hardware.
-LINK_test_rdma_fallback := $(foreach f,dev_open dev_put mem_lkey qps_create qps_connect \
-	qps_destroy,-Wl,--wrap=eng_rdma_$(f))
+# The RDMA device layer faked (tests/unit/rdma_fake.h): handshakes,
+# fallbacks and keyed transfers without hardware.
+RDMA_FAKE_WRAPS := $(foreach f,dev_open dev_put mem_keys qps_create qps_connect qps_destroy \
+	qps_post qps_wait qps_fence,-Wl,--wrap=eng_rdma_$(f))
+LINK_test_rdma_fallback := $(RDMA_FAKE_WRAPS)
+LINK_test_rdma_transfer := $(RDMA_FAKE_WRAPS)
+SRC_test_rdma_fallback := tests/unit/rdma_fake.c
+SRC_test_rdma_transfer := tests/unit/rdma_fake.c
 SRC_test_bench_util := tools/bench/util.c
 # COMP_<test>: components an integration test links besides liblunar's.
 # test_rpc_auth speaks the master's RPC itself.

@@ -59,7 +59,9 @@ static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / si
  * after which the connection stays usable.
  * RDMA_CONNECT: a 120-byte body follows (rdma_int.h); the server answers
  * with its own body, or a refusal, and the connection then only keeps the
- * queue pairs alive (docs/protocol.md).
+ * queue pairs alive (docs/protocol.md); on a keyed wire it then carries
+ * RDMA_XFER requests, each with a 264-byte body under its MAC (rdma_int.h),
+ * which the owner serves with its QPs and answers with a reply header.
  * The server refuses (status != 0) a bad magic, version or op, a length of 0,
  * and a range not inside its segment; after a refusal it closes the
  * connection (a refused WRITE's payload is never read). A client drops a
@@ -121,6 +123,7 @@ enum eng_wire_op {
 	ENG_OP_WRITE = 2,
 	ENG_OP_READ_DISK = 3,
 	ENG_OP_RDMA_CONNECT = 4, /* rdma_int.h: set up queue pairs, body follows */
+	ENG_OP_RDMA_XFER = 5,	 /* rdma_int.h: keyed, after a connect: the owner moves */
 };
 #define ENG_DISK_NAME_MAX (64 + 1 + 4096)
 

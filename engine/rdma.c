@@ -21,7 +21,6 @@
 #include "log.h"
 #include "lunar.h"
 
-#define ENG_RDMA_CHUNK	     (1u << 20) /* bytes of one work request */
 #define ENG_RDMA_QPS_DEFAULT 4
 #define ENG_RDMA_RETRY_NS    (30ull * 1000000000ull) /* after a refusal: TCP this long */
 #define ENG_RDMA_REDIAL_NS   (1ull * 1000000000ull)  /* after an I/O error */
@@ -35,7 +34,8 @@ struct eng_rdma_peer {
 	uint64_t retry_ns;     /* PEER_TCP: try again after */
 	atomic_int users;      /* the peer list holds one while linked */
 	struct eng_rdma_qps *q;
-	struct eng_cconn *c; /* the lifeline */
+	struct eng_cconn *c;	/* the lifeline */
+	pthread_mutex_t c_lock; /* keyed: one transfer request on c at a time */
 	uint64_t raddr, rlen;
 	uint32_t rkey;
 };
@@ -81,6 +81,7 @@ static void peer_free(struct eng_rdma_peer *p)
 {
 	eng_rdma_qps_destroy(p->q);
 	eng_cconn_close(p->c);
+	pthread_mutex_destroy(&p->c_lock);
 	free(p);
 }
 
@@ -197,7 +198,7 @@ static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_hs mine, theirs;
 	unsigned char body[ENG_RDMA_HS_SIZE];
-	int rc = eng_rdma_qps_create(r->dev, (int)r->nqp, 0, &p->q, &mine);
+	int rc = eng_rdma_qps_create(r->dev, (int)r->nqp, e->keyed, &p->q, &mine);
 
 	if (rc)
 		return rc;
@@ -207,7 +208,7 @@ static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_
 	if (!rc && theirs.nqp != mine.nqp)
 		rc = -EPROTO;
 	if (!rc)
-		rc = eng_rdma_qps_connect(p->q, &mine, &theirs, 0);
+		rc = eng_rdma_qps_connect(p->q, &mine, &theirs);
 	if (!rc) {
 		p->raddr = theirs.addr;
 		p->rlen = theirs.length;
@@ -230,6 +231,7 @@ static struct eng_rdma_peer *peer_new(struct eng_rdma *r, const char *endpoint)
 		return NULL;
 	strcpy(p->endpoint, endpoint);
 	atomic_init(&p->users, 1);
+	pthread_mutex_init(&p->c_lock, NULL);
 	p->next = r->peers;
 	r->peers = p;
 	return p;
@@ -284,10 +286,11 @@ connect:
 /* Whether every byte of iov lies in registered memory. */
 static int registered(struct eng_rdma_dev *d, const struct iovec *iov, int iovcnt)
 {
-	uint32_t lkey;
+	uint32_t lkey, rkey;
 
 	for (int i = 0; i < iovcnt; i++)
-		if (iov[i].iov_len && eng_rdma_mem_lkey(d, iov[i].iov_base, iov[i].iov_len, &lkey))
+		if (iov[i].iov_len &&
+		    eng_rdma_mem_keys(d, iov[i].iov_base, iov[i].iov_len, 0, &lkey, &rkey))
 			return 0;
 	return 1;
 }
@@ -298,30 +301,91 @@ static int run(struct eng_rdma *r, struct eng_rdma_peer *p, enum eng_dir dir, ui
 {
 	struct eng_rdma_wait w;
 	uint64_t raddr = p->raddr + off;
+	uint32_t lkey, rkey;
 	int rc = 0, wrc;
 
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
 	for (int i = 0; i < iovcnt && !rc; i++) {
-		char *b = iov[i].iov_base;
-		uint64_t n = iov[i].iov_len;
-		uint32_t lkey = 0;
-
-		if (n && (rc = eng_rdma_mem_lkey(r->dev, b, n, &lkey)))
-			break;
-		while (n && !rc) {
-			uint32_t len = n > ENG_RDMA_CHUNK ? ENG_RDMA_CHUNK : (uint32_t)n;
-
-			rc = eng_rdma_qps_post(p->q, &w, dir == ENG_WRITE, b, len, lkey, raddr,
-					       p->rkey, deadline);
-			b += len;
-			n -= len;
-			raddr += len;
-		}
+		if (!iov[i].iov_len)
+			continue;
+		rc = eng_rdma_mem_keys(r->dev, iov[i].iov_base, iov[i].iov_len, 0, &lkey, &rkey);
+		if (!rc)
+			rc = eng_rdma_qps_post(p->q, &w, dir == ENG_WRITE, iov[i].iov_base,
+					       iov[i].iov_len, lkey, raddr, p->rkey, deadline);
+		raddr += iov[i].iov_len;
 	}
 	/* Even after a failed post: what was posted must finish first. */
 	wrc = eng_rdma_qps_wait(p->q, &w, deadline);
 	return rc ? rc : wrc;
+}
+
+/* iov as the pieces of a keyed transfer (rdma_int.h) into *x: 0, or
+ * -ENOENT when memory is not open to the owner or takes too many pieces. */
+static int to_sges(struct eng_rdma_dev *d, enum eng_dir dir, const struct iovec *iov, int iovcnt,
+		   struct eng_rdma_xf *x)
+{
+	*x = (struct eng_rdma_xf){.cap_op = dir == ENG_WRITE ? ENG_OP_WRITE : ENG_OP_READ};
+	for (int i = 0; i < iovcnt; i++) {
+		const char *b = iov[i].iov_base;
+		uint64_t n = iov[i].iov_len;
+		uint32_t lkey, rkey;
+
+		if (n && eng_rdma_mem_keys(d, b, n, 1, &lkey, &rkey))
+			return -ENOENT;
+		while (n) {
+			uint32_t len = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+
+			if (x->nsge == ENG_RDMA_SGE_MAX)
+				return -ENOENT;
+			x->sge[x->nsge++] = (struct eng_rdma_sge){(uintptr_t)b, len, rkey};
+			b += len;
+			n -= len;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Ask p's owner for the keyed transfer x of [off, off + total) under cap
+ * (crc: a WRITE's payload CRC32C, which the owner checks): it moves the
+ * bytes with its QPs and answers once they are in place. 0 or -errno;
+ * after an error our QPs are fenced, so the owner can no longer touch the
+ * memory the caller gets back.
+ */
+static int ask(struct eng_engine *e, struct eng_rdma_peer *p, const struct eng_rdma_xf *x,
+	       uint64_t off, uint64_t total, const struct eng_cap *cap, uint32_t crc,
+	       uint64_t deadline)
+{
+	struct eng_wire_req req = {
+	    .magic = ENG_WIRE_REQ_MAGIC,
+	    .op = ENG_OP_RDMA_XFER,
+	    .offset = off,
+	    .length = total,
+	    .id = atomic_fetch_add(&e->next_id, 1),
+	};
+	unsigned char body[ENG_RDMA_XF_SIZE];
+	struct eng_wire_rep rep;
+	int rc, replied;
+	uint64_t ctr;
+
+	eng_rdma_xf_encode(x, body);
+	pthread_mutex_lock(&p->c_lock);
+	rc = eng_send_req(p->c, &req, cap, crc, body, sizeof(body), 0, deadline, &ctr);
+	if (!rc)
+		rc = eng_recv_rep(p->c, ctr, &rep, deadline, &replied);
+	pthread_mutex_unlock(&p->c_lock);
+	if (!rc && (rep.magic != ENG_WIRE_REP_MAGIC || rep.id != req.id))
+		rc = -EPROTO;
+	if (rc) {
+		eng_rdma_qps_fence(p->q);
+		return rc;
+	}
+	if (rep.status) {
+		LC_DEBUG(ENG_LOG, "RDMA transfer refused by %s: %d", p->endpoint, rep.status);
+		return -EPROTO;
+	}
+	return rep.length == total ? 0 : -EPROTO;
 }
 
 static int tcp_instead(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
@@ -336,6 +400,16 @@ static int tcp_instead(struct eng_engine *e, const char *endpoint, enum eng_dir 
 	return rc;
 }
 
+/* The CRC32C of iov's bytes. */
+static uint32_t iov_crc(const struct iovec *iov, int iovcnt)
+{
+	uint32_t crc = 0;
+
+	for (int i = 0; i < iovcnt; i++)
+		crc = lc_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
+	return crc;
+}
+
 static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		     const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
 		     uint32_t *crc)
@@ -343,16 +417,24 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 	uint64_t deadline = lc_now_ns() + e->timeout_ns;
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_peer *p;
+	struct eng_rdma_xf x;
+	uint32_t wcrc = 0;
 	int rc;
 
 	if (e->keyed && !cap)
 		return ENG_XFER_UNSENT; /* as over TCP: the owner would refuse it */
-	if (!registered(r->dev, iov, iovcnt) ||
+	if ((e->keyed ? to_sges(r->dev, dir, iov, iovcnt, &x) != 0
+		      : !registered(r->dev, iov, iovcnt)) ||
 	    !(p = peer_get(e, endpoint, dir, off, total, cap, deadline)))
 		return tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
+	/* The owner checks a keyed WRITE's bytes against their CRC32C. */
+	if (e->keyed && dir == ENG_WRITE)
+		wcrc = iov_crc(iov, iovcnt);
 	/* The owner's data port would refuse it: so do we, before a byte moves. */
 	if (off > p->rlen || total > p->rlen - off)
 		rc = -ERANGE;
+	else if (e->keyed)
+		rc = ask(e, p, &x, off, total, cap, wcrc, deadline);
 	else
 		rc = run(r, p, dir, off, iov, iovcnt, deadline);
 	if (rc && rc != -ERANGE) {
@@ -363,12 +445,9 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 	eng_xfer_count(e, ENG_TR_RDMA, total, rc);
 	if (rc)
 		return LUNAR_ERR_TRANSFER_FAIL;
-	if (crc) {
-		/* The NIC moved the bytes: one pass over them here. */
-		*crc = 0;
-		for (int i = 0; i < iovcnt; i++)
-			*crc = lc_crc32c(*crc, iov[i].iov_base, iov[i].iov_len);
-	}
+	/* The NIC moved the bytes: one pass over them here. */
+	if (crc)
+		*crc = e->keyed && dir == ENG_WRITE ? wcrc : iov_crc(iov, iovcnt);
 	return 0;
 }
 
@@ -384,7 +463,7 @@ int eng_rdma_init(struct eng_engine *e)
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return LUNAR_ERR_INTERNAL;
-	rc = eng_rdma_dev_open(spec, e->cfg.seg_base, e->cfg.seg_size, &r->dev);
+	rc = eng_rdma_dev_open(spec, e->cfg.seg_base, e->cfg.seg_size, e->keyed, &r->dev);
 	if (rc) {
 		free(r);
 		if (!strcmp(spec, "auto")) {

@@ -130,7 +130,7 @@ static struct ibv_mr *reg(struct eng_rdma_dev *d, void *base, uint64_t len, int 
 	return d->ibv.reg_mr(d->pd, base, (size_t)len, access);
 }
 
-int eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
+int eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size, int keyed,
 		      struct eng_rdma_dev **out)
 {
 	struct eng_rdma_dev *d = calloc(1, sizeof(*d));
@@ -149,7 +149,7 @@ int eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
 	if (!d->pd)
 		goto err_close;
 	if (seg_size) {
-		d->seg.mr = reg(d, seg_base, seg_size, 1);
+		d->seg.mr = reg(d, seg_base, seg_size, !keyed);
 		if (!d->seg.mr) {
 			rc = -errno ? -errno : -ENOMEM;
 			LC_WARN(ENG_LOG, "RDMA: cannot register the %llu-byte segment: %s",
@@ -159,7 +159,10 @@ int eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
 		d->seg.base = seg_base;
 		d->seg.len = seg_size;
 		d->seg.lkey = d->seg.mr->lkey;
+		d->seg.rkey = d->seg.mr->rkey;
+		d->seg.remote = !keyed;
 	}
+	d->keyed = keyed;
 	pthread_rwlock_init(&d->mem_lock, NULL);
 	atomic_init(&d->refs, 1);
 	d->refuse = getenv("LUNAR_RDMA_DEBUG_REFUSE") != NULL;
@@ -190,30 +193,33 @@ void eng_rdma_dev_put(struct eng_rdma_dev *d)
 	free(d);
 }
 
-static int holds(const struct eng_mem *m, const char *p, uint64_t len)
+/* Whether m holds all of [p, p + len), and is open to the peer when remote. */
+static int holds(const struct eng_mem *m, const char *p, uint64_t len, int remote)
 {
 	return m->mr && p >= m->base && (uint64_t)(p - m->base) <= m->len &&
-	       len <= m->len - (uint64_t)(p - m->base);
+	       len <= m->len - (uint64_t)(p - m->base) && (!remote || m->remote);
 }
 
-int eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey)
+int eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
+		      uint32_t *lkey, uint32_t *rkey)
 {
-	int rc = -ENOENT;
+	const struct eng_mem *found = NULL;
 
-	if (holds(&d->seg, p, len)) {
+	if (holds(&d->seg, p, len, remote)) {
 		*lkey = d->seg.lkey;
+		*rkey = d->seg.rkey;
 		return 0;
 	}
 	/* A list: registrations are few per client and rarely change. */
 	pthread_rwlock_rdlock(&d->mem_lock);
-	for (const struct eng_mem *m = d->mems; m; m = m->next)
-		if (holds(m, p, len)) {
+	for (const struct eng_mem *m = d->mems; m && !found; m = m->next)
+		if (holds(m, p, len, remote)) {
+			found = m;
 			*lkey = m->lkey;
-			rc = 0;
-			break;
+			*rkey = m->rkey;
 		}
 	pthread_rwlock_unlock(&d->mem_lock);
-	return rc;
+	return found ? 0 : -ENOENT;
 }
 
 struct eng_mem *eng_mem_add(struct eng_engine *e, void *base, uint64_t len)
@@ -223,7 +229,7 @@ struct eng_mem *eng_mem_add(struct eng_engine *e, void *base, uint64_t len)
 
 	if (!d || !base || !len || !(m = calloc(1, sizeof(*m))))
 		return NULL;
-	m->mr = reg(d, base, len, 0);
+	m->mr = reg(d, base, len, d->keyed);
 	if (!m->mr) {
 		LC_WARN(ENG_LOG,
 			"RDMA: cannot register %llu bytes of client memory (%s): "
@@ -236,6 +242,8 @@ struct eng_mem *eng_mem_add(struct eng_engine *e, void *base, uint64_t len)
 	m->base = base;
 	m->len = len;
 	m->lkey = m->mr->lkey;
+	m->rkey = m->mr->rkey;
+	m->remote = d->keyed;
 	atomic_fetch_add(&d->refs, 1);
 	pthread_rwlock_wrlock(&d->mem_lock);
 	m->next = d->mems;

@@ -72,6 +72,50 @@ void eng_rdma_hs_encode(const struct eng_rdma_hs *h, unsigned char *out);
 int eng_rdma_hs_decode(const unsigned char *buf, size_t len, int from_owner,
 		       struct eng_rdma_hs *out);
 /*
+ * The transfer frame's body, version 1 (keyed engines only: ENG_OP_RDMA_XFER
+ * on a connection whose connect succeeded; docs/protocol.md): ENG_RDMA_XF_SIZE
+ * bytes, little-endian. The owner moves the bytes with its own QPs, so its
+ * segment is never open to remote access and each transfer is checked
+ * against its capability, as over TCP.
+ *    0 u16 cap_op   READ: the owner RDMA WRITEs [offset, offset + length)
+ *                   of its segment into the SGEs; WRITE: it RDMA READs the
+ *                   SGEs into that range (what the capability grants)
+ *    2 u16 nsge     1..ENG_RDMA_SGE_MAX
+ *    4 u32 reserved 0
+ *    8 ENG_RDMA_SGE_MAX entries of {u64 addr, u32 len, u32 rkey}: the
+ *      client's registered memory, in order; the first nsge used (len > 0,
+ *      addr + len does not wrap), the rest all zero
+ * The used lengths sum to the request header's length.
+ */
+#define ENG_RDMA_SGE_MAX 16
+#define ENG_RDMA_XF_HEAD 8
+#define ENG_RDMA_XF_SIZE (ENG_RDMA_XF_HEAD + 16 * ENG_RDMA_SGE_MAX)
+
+struct eng_rdma_sge {
+	uint64_t addr;
+	uint32_t len;
+	uint32_t rkey;
+};
+
+struct eng_rdma_xf {
+	uint16_t cap_op;
+	uint16_t nsge;
+	struct eng_rdma_sge sge[ENG_RDMA_SGE_MAX];
+};
+
+/* eng_rdma_xf_encode - x into the ENG_RDMA_XF_SIZE bytes of out. Any thread. */
+void eng_rdma_xf_encode(const struct eng_rdma_xf *x, unsigned char *out);
+/*
+ * eng_rdma_xf_decode - validate len untrusted bytes of buf as a transfer
+ * body for a request of total bytes, into *out: 0, or LUNAR_ERR_PROTOCOL
+ * (wrong length, op, counts, an entry empty or wrapping, non-zero unused
+ * bytes, lengths that do not sum to total). Never reads past len; *out is
+ * written only on success. Any thread.
+ */
+int eng_rdma_xf_decode(const unsigned char *buf, size_t len, uint64_t total,
+		       struct eng_rdma_xf *out);
+
+/*
  * eng_rdma_rep_seal / _open - the MAC of a keyed connect reply: the 32
  * bytes of the reply before its MAC, then body (blen bytes; 0 on a
  * refusal), numbered by the request's counter. seal fills raw->ctr and
@@ -91,7 +135,8 @@ struct eng_mem {
 	char *base;
 	uint64_t len;
 	struct ibv_mr *mr;
-	uint32_t lkey;
+	uint32_t lkey, rkey;
+	int remote; /* registered for the peer's RDMA READ and WRITE */
 };
 
 /*
@@ -115,6 +160,7 @@ struct eng_rdma_dev {
 	struct eng_mem seg;   /* the engine's segment; seg.mr NULL without one */
 	pthread_rwlock_t mem_lock;
 	struct eng_mem *mems;
+	int keyed;  /* eng_rdma_dev_open's keyed */
 	int refuse; /* test hook: $LUNAR_RDMA_DEBUG_REFUSE, answer every connect no */
 };
 
@@ -122,21 +168,25 @@ struct eng_rdma_dev {
  * eng_rdma_dev_open - open the device named by spec ("auto": the first
  * device with an active port; else a comma-separated list of device names,
  * each optionally ":port", the first that opens with an active port) and
- * register [seg_base, seg_base + seg_size) (none when seg_size is 0).
+ * register [seg_base, seg_base + seg_size) (none when seg_size is 0):
+ * open to the peers' RDMA READ and WRITE, or on a keyed engine (keyed),
+ * where owners move the bytes, local only, and client memory then open.
  * 0 and *out (one reference), -ENOENT when no library or no such device
  * (no active port), or -errno of the verbs. Blocks; engine create only.
  */
-int eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
+int eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size, int keyed,
 		      struct eng_rdma_dev **out);
 /* eng_rdma_dev_put - drop a reference; the last deregisters the segment,
  * frees the PD, closes the device. NULL ok. */
 void eng_rdma_dev_put(struct eng_rdma_dev *d);
 /*
- * eng_rdma_mem_lkey - the lkey of registered memory holding all of
- * [p, p + len): the segment's or an eng_mem's; 0 and *lkey, or -ENOENT.
- * Any thread (a read lock).
+ * eng_rdma_mem_keys - the keys of registered memory holding all of
+ * [p, p + len): the segment's or an eng_mem's, and when remote only memory
+ * open to the peer's RDMA; 0 and *lkey, *rkey, or -ENOENT. Any thread (a
+ * read lock).
  */
-int eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey);
+int eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
+		      uint32_t *lkey, uint32_t *rkey);
 
 /*
  * A set of RC queue pairs to one peer, sharing a completion queue and its
@@ -167,7 +217,8 @@ struct eng_rdma_wait {
 
 /*
  * eng_rdma_qps_create - nqp (1..ENG_RDMA_QP_MAX) QPs in INIT, a CQ and a
- * completion channel on d; owner: they accept remote READ and WRITE. Fills
+ * completion channel on d; remote: they accept the peer's RDMA READ and
+ * WRITE (a keyless owner's QPs, a keyed client's). Fills
  * the local half of *mine (nqp, mtu, port, lid, gid, qpn, psn). 0 and *out,
  * or -errno. Any thread.
  * eng_rdma_qps_connect - move every QP to RTR then RTS towards the peer's
@@ -175,20 +226,22 @@ struct eng_rdma_wait {
  * eng_rdma_qps_destroy - destroy the QPs, the CQ, the channel; NULL ok.
  * Only once no transfer uses q.
  */
-int eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner, struct eng_rdma_qps **out,
+int eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote, struct eng_rdma_qps **out,
 			struct eng_rdma_hs *mine);
 int eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
-			 const struct eng_rdma_hs *peer, int owner);
+			 const struct eng_rdma_hs *peer);
 void eng_rdma_qps_destroy(struct eng_rdma_qps *q);
 /*
- * eng_rdma_qps_post - post one signaled RDMA READ (write 0) or WRITE of
- * [local, local + len) (lkey) to/from raddr (rkey) on the next QP with a
- * credit, counted in *w. Waits (making progress on completions) while
- * every QP's queue is full, until deadline_ns. 0, -ETIMEDOUT or -errno
- * (the request was not posted).
+ * eng_rdma_qps_post - post signaled RDMA READs (write 0) or WRITEs of
+ * [local, local + len) (lkey) from/to raddr (rkey), cut in ENG_RDMA_CHUNK
+ * pieces spread over the QPs with credits, counted in *w. Waits (making
+ * progress on completions) while every QP's queue is full, until
+ * deadline_ns. 0, -ETIMEDOUT or -errno (the pieces from the failed one on
+ * were not posted; those before were, and must be waited for).
  */
+#define ENG_RDMA_CHUNK (1u << 20) /* bytes of one work request */
 int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, void *local,
-		      uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+		      uint64_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
 		      uint64_t deadline_ns);
 /*
  * eng_rdma_qps_wait - until every request of *w completed: polls, then
@@ -198,6 +251,12 @@ int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write
  * when this returns no request of w can still touch local memory.
  */
 int eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns);
+/*
+ * eng_rdma_qps_fence - force every QP of q to the error state: requests
+ * outstanding complete as flushed, and no request of ours or of the peer
+ * touches memory through them afterwards. q is unusable after. Any thread.
+ */
+void eng_rdma_qps_fence(struct eng_rdma_qps *q);
 
 /* The transport's state in an engine (rdma.c): the device and the peers. */
 struct eng_rdma_peer;

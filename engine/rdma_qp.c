@@ -27,20 +27,20 @@
 #define ENG_RDMA_RNR_CNT   7
 #define ENG_RDMA_TIMEOUT   14 /* 4.096 us * 2^14: 67 ms per ack timeout */
 
-static int qp_init(struct eng_rdma_qps *q, struct ibv_qp *qp, int owner)
+static int qp_init(struct eng_rdma_qps *q, struct ibv_qp *qp, int remote)
 {
 	struct ibv_qp_attr a = {
 	    .qp_state = IBV_QPS_INIT,
 	    .pkey_index = 0,
 	    .port_num = q->dev->port,
-	    .qp_access_flags = owner ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE : 0,
+	    .qp_access_flags = remote ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE : 0,
 	};
 
 	return q->dev->ibv.modify_qp(
 	    qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
-static struct ibv_qp *qp_new(struct eng_rdma_qps *q, int owner)
+static struct ibv_qp *qp_new(struct eng_rdma_qps *q, int remote)
 {
 	struct ibv_qp_init_attr ia = {
 	    .send_cq = q->cq,
@@ -54,7 +54,7 @@ static struct ibv_qp *qp_new(struct eng_rdma_qps *q, int owner)
 	};
 	struct ibv_qp *qp = q->dev->ibv.create_qp(q->dev->pd, &ia);
 
-	if (qp && qp_init(q, qp, owner)) {
+	if (qp && qp_init(q, qp, remote)) {
 		q->dev->ibv.destroy_qp(qp);
 		return NULL;
 	}
@@ -86,7 +86,7 @@ static int qps_base(struct eng_rdma_qps *q, int nqp)
 	return 0;
 }
 
-int eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner, struct eng_rdma_qps **out,
+int eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote, struct eng_rdma_qps **out,
 			struct eng_rdma_hs *mine)
 {
 	struct eng_rdma_qps *q;
@@ -99,7 +99,7 @@ int eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner, struct eng_r
 	rc = qps_base(q, nqp);
 	memset(mine, 0, sizeof(*mine));
 	for (int i = 0; !rc && i < nqp; i++) {
-		q->qp[i] = qp_new(q, owner);
+		q->qp[i] = qp_new(q, remote);
 		if (!q->qp[i]) {
 			rc = -ENOMEM;
 			break;
@@ -167,12 +167,11 @@ static int qp_rts(struct eng_rdma_qps *q, struct ibv_qp *qp, uint32_t psn)
 }
 
 int eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
-			 const struct eng_rdma_hs *peer, int owner)
+			 const struct eng_rdma_hs *peer)
 {
 	uint8_t mtu = mine->mtu < peer->mtu ? mine->mtu : peer->mtu;
 	int rc;
 
-	(void)owner;
 	if (peer->nqp != q->nqp)
 		return -EPROTO;
 	for (int i = 0; i < q->nqp; i++) {
@@ -323,9 +322,10 @@ static int post_on(struct eng_rdma_qps *q, unsigned i, struct eng_rdma_wait *w, 
 	return rc > 0 ? -rc : -EIO;
 }
 
-int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, void *local,
-		      uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
-		      uint64_t deadline_ns)
+/* Post one piece on the next QP with a credit. */
+static int post_one(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, void *local,
+		    uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+		    uint64_t deadline_ns)
 {
 	unsigned idle = 0;
 
@@ -344,8 +344,25 @@ int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write
 	}
 }
 
-/* Stop every QP: their outstanding requests complete as flushed. */
-static void force_error(struct eng_rdma_qps *q)
+int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, void *local,
+		      uint64_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+		      uint64_t deadline_ns)
+{
+	char *b = local;
+	int rc = 0;
+
+	while (len && !rc) {
+		uint32_t n = len > ENG_RDMA_CHUNK ? ENG_RDMA_CHUNK : (uint32_t)len;
+
+		rc = post_one(q, w, write, b, n, lkey, raddr, rkey, deadline_ns);
+		b += n;
+		raddr += n;
+		len -= n;
+	}
+	return rc;
+}
+
+void eng_rdma_qps_fence(struct eng_rdma_qps *q)
 {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
 
@@ -376,7 +393,7 @@ int eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t 
 	if (!rc)
 		return 0;
 	/* Never return while the NIC may still write into the caller's memory. */
-	force_error(q);
+	eng_rdma_qps_fence(q);
 	warn_at = lc_now_ns() + ENG_RDMA_FLUSH_NS;
 	while (atomic_load(&w->left)) {
 		progress(q, w, &idle);

@@ -1,9 +1,12 @@
 /*
- * rdma_srv.c - the owner's side of the RDMA connect (rdma_int.h): check the
- * client's body and, on a keyed engine, the capability it brought; create
+ * rdma_srv.c - the owner's side of RDMA (rdma_int.h): check the client's
+ * connect body and, on a keyed engine, the capability it brought; create
  * as many QPs, connect them to the client's, answer with their numbers and
  * the segment's address and rkey; then hold them for as long as the
- * connection that asked stays open, which is the client's to close.
+ * connection that asked stays open, which is the client's to close. On a
+ * keyed engine that connection then carries the client's transfer
+ * requests: each checked against its capability like a TCP one, then
+ * served by RDMA from this side into or out of the client's memory.
  */
 #include "rdma_int.h"
 
@@ -11,8 +14,9 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
-#include <sys/socket.h>
 
+#include "clock.h"
+#include "crc32c.h"
 #include "log.h"
 #include "lunar.h"
 
@@ -34,29 +38,46 @@ static int answer(const struct eng_srv_req *q, int32_t status, const unsigned ch
 	return eng_io_send(q->fd, &c, 0, deadline);
 }
 
-/* Hold the QPs until the peer closes (or sends anything: a violation), or
- * the server shuts the connection down. */
-static void hold(int fd)
+/* Wait until fd has input (or EOF), or the server shut it down: 0, or
+ * -errno of poll. */
+static int wait_input(int fd)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
-	char b;
 
-	for (;;) {
-		if (poll(&p, 1, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			return;
-		}
-		if (recv(fd, &b, 1, MSG_DONTWAIT) != -1 || (errno != EAGAIN && errno != EINTR))
-			return;
-	}
+	while (poll(&p, 1, -1) < 0)
+		if (errno != EINTR)
+			return -errno;
+	return 0;
+}
+
+/* Whether [offset, offset + length) is a non-empty range of the segment. */
+static int in_segment(const struct eng_engine *e, const struct eng_wire_req *h)
+{
+	return h->length && h->offset <= e->cfg.seg_size &&
+	       h->length <= e->cfg.seg_size - h->offset;
+}
+
+/* The capability of keyed request k, for op (READ or WRITE) of its range:
+ * 0, or refused (counted, logged: why). */
+static int cap_check(struct eng_engine *e, struct eng_wire_kreq *k, uint16_t op, int fd,
+		     const char *why)
+{
+	uint16_t was = k->h.op;
+	int rc;
+
+	k->h.op = op;
+	rc = eng_secret_check(e, k, NULL, 0);
+	k->h.op = was;
+	if (rc)
+		eng_reject(e, ENG_REJ_CAPABILITY, fd, why);
+	return rc;
 }
 
 /* The body and range of the request, checked: 0, or the refusal status. */
 static int check_request(struct eng_engine *e, const struct eng_srv_req *q, struct eng_wire_kreq *k,
 			 const unsigned char *body, struct eng_rdma_hs *peer)
 {
-	struct eng_wire_req *h = &k->h;
+	const struct eng_wire_req *h = &k->h;
 	int rc = eng_rdma_hs_decode(body, ENG_RDMA_HS_SIZE, 0, peer);
 
 	if (rc)
@@ -65,17 +86,105 @@ static int check_request(struct eng_engine *e, const struct eng_srv_req *q, stru
 		return LUNAR_ERR_PROTOCOL;
 	if (h->version != (q->s ? ENG_WIRE_VERSION_KEYED : ENG_WIRE_VERSION))
 		return LUNAR_ERR_VERSION_MISMATCH;
-	if (!h->length || h->offset > e->cfg.seg_size || h->length > e->cfg.seg_size - h->offset)
+	if (!in_segment(e, h))
 		return LUNAR_ERR_INVALID_PARAMS;
-	if (!q->s)
-		return 0;
 	/* The capability the peer brought is for a READ or a WRITE of the range. */
-	h->op = peer->cap_op;
-	rc = eng_secret_check(e, k, NULL, 0);
-	h->op = ENG_OP_RDMA_CONNECT;
+	return q->s ? cap_check(e, k, peer->cap_op, q->fd, "no capability for an RDMA connect") : 0;
+}
+
+/* Receive the transfer request whose first byte came, with its body; its
+ * MAC and counter checked, q numbered after it. 0, or < 0 to close. */
+static int xfer_recv(struct eng_engine *e, struct eng_srv_req *q, struct eng_wire_kreq *k,
+		     unsigned char *body, uint64_t deadline)
+{
+	struct iovec v[2] = {{k, sizeof(*k)}, {body, ENG_RDMA_XF_SIZE}};
+	struct eng_iovc c;
+	int rc;
+
+	eng_iovc_init(&c, v, 2, 0, sizeof(*k) + ENG_RDMA_XF_SIZE);
+	rc = eng_io_recv(q->fd, &c, deadline);
 	if (rc)
-		eng_reject(e, ENG_REJ_CAPABILITY, q->fd, "no capability for an RDMA connect");
-	return rc;
+		return rc;
+	rc = eng_wire_kreq_open(k, q->s, body, ENG_RDMA_XF_SIZE);
+	if (rc) {
+		eng_reject(e, rc, q->fd, rc == ENG_REJ_MAC ? "bad MAC" : "counter seen before");
+		return -EACCES;
+	}
+	q->ctr = k->ctr;
+	q->id = k->h.id;
+	return 0;
+}
+
+/* A transfer request's header, body and capability: 0 and *x, or the
+ * refusal status. */
+static int xfer_check(struct eng_engine *e, const struct eng_srv_req *q, struct eng_wire_kreq *k,
+		      const unsigned char *body, struct eng_rdma_xf *x)
+{
+	const struct eng_wire_req *h = &k->h;
+	int rc;
+
+	if (h->magic != ENG_WIRE_REQ_MAGIC || h->version != ENG_WIRE_VERSION_KEYED ||
+	    h->op != ENG_OP_RDMA_XFER)
+		return LUNAR_ERR_PROTOCOL;
+	if (!in_segment(e, h))
+		return LUNAR_ERR_INVALID_PARAMS;
+	rc = eng_rdma_xf_decode(body, ENG_RDMA_XF_SIZE, h->length, x);
+	if (rc)
+		return rc;
+	return cap_check(e, k, x->cap_op, q->fd, "no capability for an RDMA transfer");
+}
+
+/* Move x's bytes between [off, ...) of the segment and the client's
+ * memory: 0, or -errno (the QPs are then fenced). */
+static int xfer_run(struct eng_rdma_dev *d, struct eng_rdma_qps *qps, const struct eng_rdma_xf *x,
+		    uint64_t off, uint64_t deadline)
+{
+	struct eng_rdma_wait w;
+	char *seg = d->seg.base + off;
+	int rc = 0, wrc;
+
+	atomic_init(&w.left, 0);
+	atomic_init(&w.failed, 0);
+	for (unsigned i = 0; i < x->nsge && !rc; i++) {
+		rc = eng_rdma_qps_post(qps, &w, x->cap_op == ENG_OP_READ, seg, x->sge[i].len,
+				       d->seg.lkey, x->sge[i].addr, x->sge[i].rkey, deadline);
+		seg += x->sge[i].len;
+	}
+	/* Even after a failed post: what was posted must finish first. */
+	wrc = eng_rdma_qps_wait(qps, &w, deadline);
+	if (rc && !wrc)
+		eng_rdma_qps_fence(qps);
+	return rc ? rc : wrc;
+}
+
+/* Serve the client's transfers on q's connection until it closes, the
+ * server shuts it down, or a request is refused or fails (keyed only). */
+static void serve_xfers(struct eng_engine *e, const struct eng_srv_req *lifeline,
+			struct eng_rdma_qps *qps)
+{
+	struct eng_rdma_dev *d = e->rdma->dev;
+	struct eng_srv_req q = *lifeline;
+	unsigned char body[ENG_RDMA_XF_SIZE];
+	struct eng_wire_kreq k;
+	struct eng_rdma_xf x;
+	uint64_t deadline;
+	int32_t status;
+
+	while (!wait_input(q.fd)) {
+		deadline = lc_now_ns() + e->timeout_ns;
+		if (xfer_recv(e, &q, &k, body, deadline))
+			return;
+		status = xfer_check(e, &q, &k, body, &x);
+		if (!status && xfer_run(d, qps, &x, k.h.offset, deadline))
+			status = LUNAR_ERR_TRANSFER_FAIL;
+		/* A WRITE's bytes are what the client's header said, as over TCP. */
+		if (!status && x.cap_op == ENG_OP_WRITE &&
+		    lc_crc32c(0, d->seg.base + k.h.offset, k.h.length) != k.crc)
+			status = LUNAR_ERR_CHECKSUM_MISMATCH;
+		if (eng_send_rep(&q, status, status ? 0 : k.h.length, 0, deadline) ||
+		    (status && status != LUNAR_ERR_CHECKSUM_MISMATCH))
+			return;
+	}
 }
 
 int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng_wire_kreq *k,
@@ -104,8 +213,9 @@ int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng
 	}
 	/* No device, no segment MR, or QPs that will not connect: the
 	 * client uses TCP, on this very connection if it likes. */
-	if (!d || !d->seg.mr || d->refuse || eng_rdma_qps_create(d, peer.nqp, 1, &qps, &mine) ||
-	    eng_rdma_qps_connect(qps, &mine, &peer, 1)) {
+	if (!d || !d->seg.mr || d->refuse ||
+	    eng_rdma_qps_create(d, peer.nqp, !e->keyed, &qps, &mine) ||
+	    eng_rdma_qps_connect(qps, &mine, &peer)) {
 		eng_rdma_qps_destroy(qps);
 		return answer(q, LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS, NULL, deadline_ns);
 	}
@@ -114,8 +224,10 @@ int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng
 	mine.rkey = d->seg.mr->rkey;
 	eng_rdma_hs_encode(&mine, out);
 	rc = answer(q, 0, out, deadline_ns);
-	if (!rc)
-		hold(q->fd);
+	if (!rc && q->s)
+		serve_xfers(e, q, qps);
+	else if (!rc)
+		wait_input(q->fd); /* EOF, or a byte: a violation either way */
 	eng_rdma_qps_destroy(qps);
 	return -ECONNRESET; /* done with this connection */
 }

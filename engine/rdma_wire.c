@@ -1,8 +1,9 @@
 /*
- * rdma_wire.c - the RDMA connect frame (rdma_int.h): its body's byte
- * layout, the validation of a body that came from the network (a fixed
- * size, every field bounded, nothing read past the buffer), and the MAC of
- * a keyed connect reply, which unlike other replies covers a body too.
+ * rdma_wire.c - the RDMA connect and transfer frames (rdma_int.h): their
+ * bodies' byte layout, the validation of a body that came from the network
+ * (a fixed size, every field bounded, nothing read past the buffer), and
+ * the MAC of a keyed connect reply, which unlike other replies covers a
+ * body too.
  */
 #include "rdma_int.h"
 
@@ -155,6 +156,51 @@ int eng_rdma_hs_decode(const unsigned char *buf, size_t len, int from_owner,
 	if (!rc)
 		*out = h;
 	return rc;
+}
+
+void eng_rdma_xf_encode(const struct eng_rdma_xf *x, unsigned char *out)
+{
+	memset(out, 0, ENG_RDMA_XF_SIZE);
+	put16(out, x->cap_op);
+	put16(out + 2, x->nsge);
+	for (unsigned i = 0; i < x->nsge && i < ENG_RDMA_SGE_MAX; i++) {
+		unsigned char *e = out + ENG_RDMA_XF_HEAD + 16 * i;
+
+		put64(e, x->sge[i].addr);
+		put32(e + 8, x->sge[i].len);
+		put32(e + 12, x->sge[i].rkey);
+	}
+}
+
+int eng_rdma_xf_decode(const unsigned char *buf, size_t len, uint64_t total,
+		       struct eng_rdma_xf *out)
+{
+	struct eng_rdma_xf x = {0};
+	uint64_t sum = 0;
+
+	if (!buf || len != ENG_RDMA_XF_SIZE)
+		return LUNAR_ERR_PROTOCOL;
+	x.cap_op = get16(buf);
+	x.nsge = get16(buf + 2);
+	if ((x.cap_op != ENG_OP_READ && x.cap_op != ENG_OP_WRITE) || !x.nsge ||
+	    x.nsge > ENG_RDMA_SGE_MAX || get32(buf + 4))
+		return LUNAR_ERR_PROTOCOL;
+	for (unsigned i = 0; i < x.nsge; i++) {
+		const unsigned char *e = buf + ENG_RDMA_XF_HEAD + 16 * i;
+		struct eng_rdma_sge *g = &x.sge[i];
+
+		g->addr = get64(e);
+		g->len = get32(e + 8);
+		g->rkey = get32(e + 12);
+		if (!g->len || g->addr > UINT64_MAX - g->len)
+			return LUNAR_ERR_PROTOCOL;
+		sum += g->len; /* at most 16 * 2^32: no wrap */
+	}
+	if (sum != total || !all_zero(buf + ENG_RDMA_XF_HEAD + 16 * x.nsge,
+				      16 * (size_t)(ENG_RDMA_SGE_MAX - x.nsge)))
+		return LUNAR_ERR_PROTOCOL;
+	*out = x;
+	return 0;
 }
 
 /* The MAC'd parts of a connect reply: its first 32 bytes and the body. */

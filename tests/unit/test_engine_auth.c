@@ -28,6 +28,7 @@
 #include "crc32c.h"
 #include "engine/eng_int.h"
 #include "lunar.h"
+#include "test_engine_util.h"
 #include "tests/cmocka_main.h"
 
 #define SEG_SIZE (8u << 20)
@@ -36,47 +37,14 @@
 static struct auth_key key;
 static unsigned char secret[AUTH_KEY_BYTES];
 
-struct node {
-	struct eng_engine *e;
-	unsigned char *seg;
-};
-
 static struct node node_start(const struct auth_key *k)
 {
 	struct eng_config cfg = {.host = "127.0.0.1", .seg_size = SEG_SIZE, .cluster_key = k};
-	struct node n;
+	struct node n = node_create(cfg);
 
-	n.seg = calloc(1, SEG_SIZE);
-	assert_non_null(n.seg);
-	cfg.seg_base = n.seg;
-	assert_int_equal(eng_engine_create(&cfg, &n.e), 0);
 	if (k)
 		assert_int_equal(eng_engine_set_secret(n.e, eng_engine_endpoint(n.e), secret), 0);
 	return n;
-}
-
-static void node_stop(struct node *n)
-{
-	eng_engine_destroy(n->e);
-	free(n->seg);
-}
-
-/* A grant as the master makes it, for the segment named seg. */
-static struct eng_cap grant(const unsigned char *sec, const char *seg, uint32_t op, uint64_t off,
-			    uint64_t len, uint64_t version, uint64_t expiry_ms)
-{
-	struct eng_cap cap = {
-	    .offset = off, .length = len, .version = version, .expiry_ms = expiry_ms};
-	struct auth_cap c = {.segment = seg,
-			     .segment_len = strlen(seg),
-			     .op = op,
-			     .offset = off,
-			     .length = len,
-			     .version = version,
-			     .expiry_ms = expiry_ms};
-
-	auth_cap_make(sec, &c, cap.tag);
-	return cap;
 }
 
 static int xfer(struct node *a, struct node *b, enum eng_dir dir, uint64_t off, void *buf,

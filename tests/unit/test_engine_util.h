@@ -1,12 +1,15 @@
 /*
- * test_engine_util.h - what the test_engine*.c binaries share: a node, one
- * engine on loopback over a zeroed segment of its own. Include after cmocka.h
- * and engine/engine.h.
+ * test_engine_util.h - what the engine tests share: a node, one engine on
+ * loopback over a zeroed segment of its own, and a capability as the master
+ * grants it. Include after cmocka.h and engine/engine.h.
  */
 #ifndef LUNAR_TESTS_UNIT_TEST_ENGINE_UTIL_H
 #define LUNAR_TESTS_UNIT_TEST_ENGINE_UTIL_H
 
 #include <stdlib.h>
+#include <string.h>
+
+#include "auth.h"
 
 struct node {
 	struct eng_engine *e;
@@ -34,6 +37,25 @@ static inline void node_stop(struct node *n)
 {
 	eng_engine_destroy(n->e);
 	free(n->seg);
+}
+
+/* grant - a capability as the master makes it, under the segment secret
+ * sec, for op of [off, off + len) of the segment named seg. */
+static inline struct eng_cap grant(const unsigned char *sec, const char *seg, uint32_t op,
+				   uint64_t off, uint64_t len, uint64_t version, uint64_t expiry_ms)
+{
+	struct eng_cap cap = {
+	    .offset = off, .length = len, .version = version, .expiry_ms = expiry_ms};
+	struct auth_cap c = {.segment = seg,
+			     .segment_len = strlen(seg),
+			     .op = op,
+			     .offset = off,
+			     .length = len,
+			     .version = version,
+			     .expiry_ms = expiry_ms};
+
+	auth_cap_make(sec, &c, cap.tag);
+	return cap;
 }
 
 #endif /* LUNAR_TESTS_UNIT_TEST_ENGINE_UTIL_H */

@@ -2,9 +2,8 @@
  * test_rdma_fallback.c - transport choice without RDMA hardware. Engines
  * on loopback with --rdma-devices auto on a host with no device (or no
  * libibverbs) move bytes over TCP; a named device that is not there makes
- * create fail. With the device layer faked (-Wl,--wrap of
- * eng_rdma_dev_open, eng_rdma_qps_*: real handshake frames on the real
- * data port, no verbs), a handshake the owner cannot complete and an owner
+ * create fail. With the device layer faked (rdma_fake.h: real handshake
+ * frames on the real data port, no verbs), a handshake the owner cannot complete and an owner
  * without a device both fall back to TCP byte-exact, counted; and the
  * owner refuses a malformed connect body and closes.
  */
@@ -25,110 +24,11 @@
 
 #include "engine/rdma_int.h"
 #include "lunar.h"
+#include "rdma_fake.h"
 #include "tests/cmocka_main.h"
 
 #define SEG_SIZE (8u << 20)
 #define MIB	 (1u << 20)
-
-/* ---- the fake device layer ---- */
-static int fake;	    /* 0: the real functions */
-static int fake_opens;	    /* dev_open calls so far */
-static int fake_nodev_at;   /* the open (1-based) that finds no device; 0 none */
-static int fake_connect_rc; /* what qps_connect returns */
-static int fake_connects;
-
-int __real_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
-			     struct eng_rdma_dev **out);
-void __real_eng_rdma_dev_put(struct eng_rdma_dev *d);
-int __real_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey);
-int __real_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner,
-			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine);
-int __real_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
-				const struct eng_rdma_hs *peer, int owner);
-void __real_eng_rdma_qps_destroy(struct eng_rdma_qps *q);
-
-int __wrap_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
-			     struct eng_rdma_dev **out);
-int __wrap_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size,
-			     struct eng_rdma_dev **out)
-{
-	struct eng_rdma_dev *d;
-
-	if (!fake)
-		return __real_eng_rdma_dev_open(spec, seg_base, seg_size, out);
-	if (++fake_opens == fake_nodev_at)
-		return -ENOENT;
-	d = calloc(1, sizeof(*d));
-	d->seg.mr = calloc(1, sizeof(*d->seg.mr));
-	d->seg.mr->rkey = 0x42;
-	d->seg.base = seg_base;
-	d->seg.len = seg_size;
-	d->mtu = 3;
-	d->port = 1;
-	d->gid[15] = 1;
-	strcpy(d->name, "fake0:1");
-	atomic_init(&d->refs, 1);
-	*out = d;
-	return 0;
-}
-
-void __wrap_eng_rdma_dev_put(struct eng_rdma_dev *d);
-void __wrap_eng_rdma_dev_put(struct eng_rdma_dev *d)
-{
-	if (!fake)
-		return __real_eng_rdma_dev_put(d);
-	free(d->seg.mr);
-	free(d);
-}
-
-int __wrap_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey);
-int __wrap_eng_rdma_mem_lkey(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey)
-{
-	if (!fake)
-		return __real_eng_rdma_mem_lkey(d, p, len, lkey);
-	*lkey = 1;
-	return 0;
-}
-
-int __wrap_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner,
-			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine);
-int __wrap_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int owner,
-			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine)
-{
-	if (!fake)
-		return __real_eng_rdma_qps_create(d, nqp, owner, out, mine);
-	*out = calloc(1, sizeof(**out));
-	(*out)->nqp = nqp;
-	memset(mine, 0, sizeof(*mine));
-	mine->nqp = (uint16_t)nqp;
-	mine->mtu = d->mtu;
-	mine->port = d->port;
-	memcpy(mine->gid, d->gid, 16);
-	for (int i = 0; i < nqp; i++) {
-		mine->qpn[i] = 100 + (uint32_t)i + (owner ? 50u : 0u);
-		mine->psn[i] = (uint32_t)i;
-	}
-	return 0;
-}
-
-int __wrap_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
-				const struct eng_rdma_hs *peer, int owner);
-int __wrap_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
-				const struct eng_rdma_hs *peer, int owner)
-{
-	if (!fake)
-		return __real_eng_rdma_qps_connect(q, mine, peer, owner);
-	fake_connects++;
-	return fake_connect_rc;
-}
-
-void __wrap_eng_rdma_qps_destroy(struct eng_rdma_qps *q);
-void __wrap_eng_rdma_qps_destroy(struct eng_rdma_qps *q)
-{
-	if (!fake)
-		return __real_eng_rdma_qps_destroy(q);
-	free(q);
-}
 
 /* ---- engines ---- */
 struct node {
@@ -191,7 +91,7 @@ static void test_rdma_fallback_auto_without_device(void **state)
 	struct node a, b;
 
 	(void)state;
-	fake = 0;
+	rdma_fake_reset(0);
 	assert_int_equal(node_start(&a, "auto"), 0);
 	if (eng_engine_rdma_device(a.e)) {
 		node_stop(&a);
@@ -212,7 +112,7 @@ static void test_rdma_fallback_no_library(void **state)
 	struct node a, b;
 
 	(void)state;
-	fake = 0;
+	rdma_fake_reset(0);
 	setenv(ENG_IBV_LIB_ENV, "/nonexistent/libibverbs.so.1", 1);
 	assert_int_equal(node_start(&a, "auto"), 0);
 	assert_null(eng_engine_rdma_device(a.e));
@@ -234,20 +134,19 @@ static void test_rdma_fallback_handshake_fails(void **state)
 	struct node a, b;
 
 	(void)state;
-	fake = 1;
-	fake_opens = fake_nodev_at = fake_connects = 0;
-	fake_connect_rc = -EIO; /* the owner's QPs will not connect */
+	rdma_fake_reset(1);
+	rdma_fake.connect_rc = -EIO; /* the owner's QPs will not connect */
 	assert_int_equal(node_start(&a, "auto"), 0);
 	assert_int_equal(node_start(&b, "auto"), 0);
 	assert_string_equal(eng_engine_rdma_device(a.e), "fake0:1");
 	round_trip(&a, &b, 123, 3 * MIB);
-	assert_int_equal(fake_connects, 1); /* once: then TCP for a while */
+	assert_int_equal(rdma_fake.connects, 1); /* once: then TCP for a while */
 	assert_int_equal(stat_of(&a, ENG_TR_TCP, 0), 2);
 	assert_int_equal(stat_of(&a, ENG_TR_RDMA, 0), 0);
 	assert_int_equal(eng_engine_rdma_fallbacks(a.e), 2);
 	node_stop(&b);
 	node_stop(&a);
-	fake = 0;
+	rdma_fake_reset(0);
 }
 
 static void test_rdma_fallback_peer_without_device(void **state)
@@ -255,15 +154,13 @@ static void test_rdma_fallback_peer_without_device(void **state)
 	struct node a, b;
 
 	(void)state;
-	fake = 1;
-	fake_opens = fake_connects = 0;
-	fake_nodev_at = 2; /* b has none */
-	fake_connect_rc = 0;
+	rdma_fake_reset(1);
+	rdma_fake.nodev_at = 2; /* b has none */
 	assert_int_equal(node_start(&a, "auto"), 0);
 	assert_int_equal(node_start(&b, "auto"), 0);
 	assert_null(eng_engine_rdma_device(b.e));
 	round_trip(&a, &b, 0, 64 * 1024);
-	assert_int_equal(fake_connects, 0); /* the owner said no before any QP */
+	assert_int_equal(rdma_fake.connects, 0); /* the owner said no before any QP */
 	assert_int_equal(stat_of(&a, ENG_TR_TCP, 0), 2);
 	assert_int_equal(eng_engine_rdma_fallbacks(a.e), 2);
 	/* And the other way: b has no device, so it never tries. */
@@ -271,7 +168,7 @@ static void test_rdma_fallback_peer_without_device(void **state)
 	assert_int_equal(stat_of(&b, ENG_TR_TCP, 0), 2);
 	node_stop(&b);
 	node_stop(&a);
-	fake = 0;
+	rdma_fake_reset(0);
 }
 
 static int raw_connect(const char *ep)
@@ -324,9 +221,7 @@ static void test_rdma_fallback_owner_checks_body(void **state)
 	int fd;
 
 	(void)state;
-	fake = 1;
-	fake_opens = fake_nodev_at = 0;
-	fake_connect_rc = 0;
+	rdma_fake_reset(1);
 	assert_int_equal(node_start(&b, "auto"), 0);
 	/* A malformed body (9 QPs): refused, closed. */
 	eng_rdma_hs_encode(&h, body);
@@ -351,7 +246,7 @@ static void test_rdma_fallback_owner_checks_body(void **state)
 	assert_int_equal(theirs.length, SEG_SIZE);
 	close(fd);
 	node_stop(&b); /* joins the holding thread: no leak under ASan */
-	fake = 0;
+	rdma_fake_reset(0);
 }
 
 LUNAR_TEST_MAIN(NULL, NULL, test_rdma_fallback_auto_without_device, test_rdma_fallback_no_library,

@@ -1,9 +1,11 @@
 /*
- * test_rdma_wire.c - the RDMA connect frame as untrusted input
- * (engine/rdma_wire.c): a body round-trips; every truncation, a longer
- * buffer, each bad field and absurd value is refused without reading past
- * the buffer; random bytes never pass as a valid body by accident of a
- * missing check; a keyed reply's MAC covers its body.
+ * test_rdma_wire.c - the RDMA connect and transfer frames as untrusted
+ * input (engine/rdma_wire.c): a body round-trips; every truncation, a
+ * longer buffer, each bad field and absurd value is refused without reading
+ * past the buffer; random bytes never pass as a valid body by accident of a
+ * missing check; a keyed reply's MAC covers its body. A transfer body's
+ * pieces must be non-empty, not wrap, leave unused entries zero and sum to
+ * the request's length.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -206,5 +208,71 @@ static void test_rdma_wire_reply_mac(void **state)
 	assert_int_equal(eng_rdma_rep_open(&copy, &s, 3, body, sizeof(body)), -EPROTO);
 }
 
+/* A transfer body of n pieces of 1000 bytes each. */
+static struct eng_rdma_xf xf_of(uint16_t n)
+{
+	struct eng_rdma_xf x = {.cap_op = ENG_OP_WRITE, .nsge = n};
+
+	for (uint16_t i = 0; i < n; i++)
+		x.sge[i] = (struct eng_rdma_sge){0x10000 + 4096ull * i, 1000, 0x77 + i};
+	return x;
+}
+
+/* x encoded, the byte at `at` (if inside) set to v, decoded for total. */
+static int xf_dec(struct eng_rdma_xf x, size_t at, unsigned char v, uint64_t total)
+{
+	unsigned char b[ENG_RDMA_XF_SIZE];
+	struct eng_rdma_xf out;
+
+	eng_rdma_xf_encode(&x, b);
+	if (at < sizeof(b))
+		b[at] = v;
+	return eng_rdma_xf_decode(b, sizeof(b), total, &out);
+}
+
+static void test_rdma_wire_xfer_body(void **state)
+{
+	unsigned char b[ENG_RDMA_XF_SIZE + 1];
+	struct eng_rdma_xf x = xf_of(3), out;
+	const size_t e1 = ENG_RDMA_XF_HEAD + 16; /* the second entry */
+
+	(void)state;
+	eng_rdma_xf_encode(&x, b);
+	assert_int_equal(eng_rdma_xf_decode(b, ENG_RDMA_XF_SIZE, 3000, &out), 0);
+	assert_memory_equal(&out, &x, sizeof(x));
+	for (size_t len = 0; len <= sizeof(b); len++)
+		if (len != ENG_RDMA_XF_SIZE)
+			assert_int_equal(eng_rdma_xf_decode(b, len, 3000, &out),
+					 LUNAR_ERR_PROTOCOL);
+	assert_int_equal(eng_rdma_xf_decode(NULL, ENG_RDMA_XF_SIZE, 3000, &out),
+			 LUNAR_ERR_PROTOCOL);
+	assert_int_equal(xf_dec(x, SIZE_MAX, 0, 2999), LUNAR_ERR_PROTOCOL); /* sum short */
+	assert_int_equal(xf_dec(x, SIZE_MAX, 0, 3001), LUNAR_ERR_PROTOCOL); /* sum long */
+	assert_int_equal(xf_dec(x, 0, 3, 3000), LUNAR_ERR_PROTOCOL);	    /* op READ_DISK */
+	assert_int_equal(xf_dec(x, 0, 0, 3000), LUNAR_ERR_PROTOCOL);	    /* op none */
+	assert_int_equal(xf_dec(x, 0, ENG_OP_READ, 3000), 0);
+	assert_int_equal(xf_dec(x, 2, 0, 3000), LUNAR_ERR_PROTOCOL);  /* no pieces */
+	assert_int_equal(xf_dec(x, 2, 17, 3000), LUNAR_ERR_PROTOCOL); /* too many */
+	assert_int_equal(xf_dec(x, 5, 1, 3000), LUNAR_ERR_PROTOCOL);  /* reserved */
+	/* An empty piece; one that wraps; a used count below what is there. */
+	x.sge[1].len = 0;
+	x.sge[2].len = 2000;
+	assert_int_equal(xf_dec(x, SIZE_MAX, 0, 3000), LUNAR_ERR_PROTOCOL);
+	x = xf_of(3);
+	x.sge[1].addr = UINT64_MAX - 999;
+	assert_int_equal(xf_dec(x, SIZE_MAX, 0, 3000), LUNAR_ERR_PROTOCOL);
+	x.sge[1].addr = UINT64_MAX - 1000;
+	assert_int_equal(xf_dec(x, SIZE_MAX, 0, 3000), 0);
+	x = xf_of(3);
+	assert_int_equal(xf_dec(x, 2, 2, 2000), LUNAR_ERR_PROTOCOL); /* entry 3 not zero */
+	assert_int_equal(xf_dec(xf_of(1), e1 + 15, 1, 1000), LUNAR_ERR_PROTOCOL);
+	/* The most pieces, each the most bytes: the sum does not wrap. */
+	x = xf_of(ENG_RDMA_SGE_MAX);
+	for (int i = 0; i < ENG_RDMA_SGE_MAX; i++)
+		x.sge[i].len = UINT32_MAX;
+	assert_int_equal(xf_dec(x, SIZE_MAX, 0, (uint64_t)UINT32_MAX * ENG_RDMA_SGE_MAX), 0);
+}
+
 LUNAR_TEST_MAIN(NULL, NULL, test_rdma_wire_round_trip, test_rdma_wire_truncations,
-		test_rdma_wire_bad_fields, test_rdma_wire_random_bytes, test_rdma_wire_reply_mac)
+		test_rdma_wire_bad_fields, test_rdma_wire_random_bytes, test_rdma_wire_reply_mac,
+		test_rdma_wire_xfer_body)

@@ -1,0 +1,179 @@
+/*
+ * rdma_fake.c - the fake RDMA device layer (rdma_fake.h).
+ */
+#include "rdma_fake.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/rdma_int.h"
+
+struct rdma_fake rdma_fake;
+
+void rdma_fake_reset(int on)
+{
+	memset(&rdma_fake, 0, sizeof(rdma_fake));
+	rdma_fake.on = on;
+}
+
+int __real_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size, int keyed,
+			     struct eng_rdma_dev **out);
+void __real_eng_rdma_dev_put(struct eng_rdma_dev *d);
+int __real_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
+			     uint32_t *lkey, uint32_t *rkey);
+int __real_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote,
+			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine);
+int __real_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
+				const struct eng_rdma_hs *peer);
+void __real_eng_rdma_qps_destroy(struct eng_rdma_qps *q);
+int __real_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write,
+			     void *local, uint64_t len, uint32_t lkey, uint64_t raddr,
+			     uint32_t rkey, uint64_t deadline_ns);
+int __real_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns);
+void __real_eng_rdma_qps_fence(struct eng_rdma_qps *q);
+
+int __wrap_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size, int keyed,
+			     struct eng_rdma_dev **out);
+void __wrap_eng_rdma_dev_put(struct eng_rdma_dev *d);
+int __wrap_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
+			     uint32_t *lkey, uint32_t *rkey);
+int __wrap_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote,
+			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine);
+int __wrap_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
+				const struct eng_rdma_hs *peer);
+void __wrap_eng_rdma_qps_destroy(struct eng_rdma_qps *q);
+int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write,
+			     void *local, uint64_t len, uint32_t lkey, uint64_t raddr,
+			     uint32_t rkey, uint64_t deadline_ns);
+int __wrap_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns);
+void __wrap_eng_rdma_qps_fence(struct eng_rdma_qps *q);
+
+int __wrap_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size, int keyed,
+			     struct eng_rdma_dev **out)
+{
+	struct eng_rdma_dev *d;
+
+	if (!rdma_fake.on)
+		return __real_eng_rdma_dev_open(spec, seg_base, seg_size, keyed, out);
+	if (++rdma_fake.opens == rdma_fake.nodev_at)
+		return -ENOENT;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->seg.mr = calloc(1, sizeof(*d->seg.mr));
+	if (!d->seg.mr) {
+		free(d);
+		return -ENOMEM;
+	}
+	d->seg.mr->rkey = 0x42;
+	d->seg.base = seg_base;
+	d->seg.len = seg_size;
+	d->seg.lkey = 0x41;
+	d->seg.rkey = 0x42;
+	d->seg.remote = !keyed;
+	d->keyed = keyed;
+	d->mtu = 3;
+	d->port = 1;
+	d->gid[15] = 1;
+	strcpy(d->name, "fake0:1");
+	atomic_init(&d->refs, 1);
+	*out = d;
+	return 0;
+}
+
+void __wrap_eng_rdma_dev_put(struct eng_rdma_dev *d)
+{
+	if (!rdma_fake.on)
+		return __real_eng_rdma_dev_put(d);
+	free(d->seg.mr);
+	free(d);
+}
+
+int __wrap_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
+			     uint32_t *lkey, uint32_t *rkey)
+{
+	if (!rdma_fake.on)
+		return __real_eng_rdma_mem_keys(d, p, len, remote, lkey, rkey);
+	if (rdma_fake.unregistered)
+		return -ENOENT;
+	*lkey = 1;
+	*rkey = 0x77;
+	return 0;
+}
+
+int __wrap_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote,
+			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine)
+{
+	if (!rdma_fake.on)
+		return __real_eng_rdma_qps_create(d, nqp, remote, out, mine);
+	*out = calloc(1, sizeof(**out));
+	if (!*out)
+		return -ENOMEM;
+	(*out)->nqp = nqp;
+	(*out)->dev = d;
+	memset(mine, 0, sizeof(*mine));
+	mine->nqp = (uint16_t)nqp;
+	mine->mtu = d->mtu;
+	mine->port = d->port;
+	memcpy(mine->gid, d->gid, 16);
+	for (int i = 0; i < nqp; i++) {
+		mine->qpn[i] = 100 + (uint32_t)i + (remote ? 50u : 0u);
+		mine->psn[i] = (uint32_t)i;
+	}
+	return 0;
+}
+
+int __wrap_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
+				const struct eng_rdma_hs *peer)
+{
+	if (!rdma_fake.on)
+		return __real_eng_rdma_qps_connect(q, mine, peer);
+	atomic_fetch_add(&rdma_fake.connects, 1);
+	return rdma_fake.connect_rc;
+}
+
+void __wrap_eng_rdma_qps_destroy(struct eng_rdma_qps *q)
+{
+	if (!rdma_fake.on)
+		return __real_eng_rdma_qps_destroy(q);
+	free(q);
+}
+
+/* The "NIC": READ brings raddr's bytes to local, WRITE takes them there. */
+int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write,
+			     void *local, uint64_t len, uint32_t lkey, uint64_t raddr,
+			     uint32_t rkey, uint64_t deadline_ns)
+{
+	void *remote = (void *)(uintptr_t)raddr;
+	unsigned char *to = write ? remote : local;
+
+	if (!rdma_fake.on)
+		return __real_eng_rdma_qps_post(q, w, write, local, len, lkey, raddr, rkey,
+						deadline_ns);
+	if (atomic_load(&q->broken))
+		return -EIO;
+	if (rdma_fake.post_rc)
+		return rdma_fake.post_rc;
+	memcpy(to, write ? local : remote, len);
+	if (rdma_fake.corrupt && len)
+		to[0] ^= 1;
+	atomic_fetch_add(&rdma_fake.posts, 1);
+	atomic_fetch_add(&rdma_fake.moved, len);
+	return 0;
+}
+
+int __wrap_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns)
+{
+	if (!rdma_fake.on)
+		return __real_eng_rdma_qps_wait(q, w, deadline_ns);
+	return atomic_load(&w->failed) ? -EIO : 0;
+}
+
+void __wrap_eng_rdma_qps_fence(struct eng_rdma_qps *q)
+{
+	if (!rdma_fake.on)
+		return __real_eng_rdma_qps_fence(q);
+	atomic_store(&q->broken, 1);
+	atomic_fetch_add(&rdma_fake.fences, 1);
+}

@@ -1,0 +1,279 @@
+/*
+ * test_rdma_transfer.c - RDMA transfers between engines on loopback with
+ * the device layer faked (rdma_fake.h: real frames on the real data port,
+ * a "NIC" that moves each work request's bytes with memcpy).
+ *
+ * Keyless, the client posts one-sided READs and WRITEs at the owner's
+ * segment. Keyed (SPEC §13), the owner's segment is never open to remote
+ * access: each transfer is asked for on the connect's connection with its
+ * capability, and the owner moves the bytes with its QPs. Then: the bytes
+ * move exactly, both ways; on an established connection a transfer whose
+ * grant is for another range or op is refused before a byte moves, and
+ * counted; a WRITE whose bytes do not match their CRC32C is refused; an
+ * owner that went away gives TRANSFER_FAIL with our QPs fenced, and a new
+ * owner is reached afresh; memory not open to the owner goes over TCP.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth.h"
+#include "clock.h"
+#include "crc32c.h"
+#include "engine/rdma_int.h"
+#include "lunar.h"
+#include "rdma_fake.h"
+#include "test_engine_util.h"
+#include "tests/cmocka_main.h"
+
+#define SEG_SIZE (8u << 20)
+#define MIB	 (1u << 20)
+
+static struct auth_key key;
+static unsigned char secret[AUTH_KEY_BYTES];
+
+static int setup(void **state)
+{
+	(void)state;
+	assert_int_equal(auth_init(), 0);
+	auth_random(key.k, sizeof(key.k));
+	auth_random(secret, sizeof(secret));
+	return 0;
+}
+
+/* An engine with the fake device; keyed: with the cluster key and the
+ * segment secret the master would have given it. */
+static struct node node_start(int keyed)
+{
+	struct eng_config cfg = {.host = "127.0.0.1",
+				 .seg_size = SEG_SIZE,
+				 .io_timeout_ms = 10000,
+				 .rdma_devices = "auto",
+				 .cluster_key = keyed ? &key : NULL};
+	struct node n = node_create(cfg);
+
+	assert_string_equal(eng_engine_rdma_device(n.e), "fake0:1");
+	if (keyed)
+		assert_int_equal(eng_engine_set_secret(n.e, eng_engine_endpoint(n.e), secret), 0);
+	return n;
+}
+
+/* A grant for op of [off, off + len) of owner's segment, valid a minute. */
+static struct eng_cap cap_for(struct node *owner, uint32_t op, uint64_t off, uint64_t len)
+{
+	return grant(secret, eng_engine_endpoint(owner->e), op, off, len, 1, lc_now_ms() + 60000);
+}
+
+static int xfer(struct node *a, struct node *b, enum eng_dir dir, uint64_t off, void *buf,
+		size_t len, const struct eng_cap *cap)
+{
+	struct iovec v = {buf, len};
+
+	return eng_xfer(a->e, eng_engine_endpoint(b->e), dir, off, &v, 1, cap, NULL);
+}
+
+static uint64_t xfers(struct node *n, enum eng_transport t)
+{
+	struct eng_xfer_stats s;
+
+	eng_engine_xfer_stats(n->e, t, &s);
+	return s.xfers;
+}
+
+static void fill(unsigned char *p, size_t len, unsigned seed)
+{
+	for (size_t i = 0; i < len; i++)
+		p[i] = (unsigned char)rand_r(&seed);
+}
+
+/* a writes len bytes at off of b's segment and reads them back, with
+ * grants when keyed; both byte-exact, the CRC the caller gets right. */
+static void round_trip(struct node *a, struct node *b, int keyed, uint64_t off, size_t len)
+{
+	unsigned char *src = malloc(len), *dst = calloc(1, len);
+	struct eng_cap wc = cap_for(b, ENG_OP_WRITE, off, len),
+		       rc = cap_for(b, ENG_OP_READ, off, len);
+	struct iovec v = {src, len}, w = {dst, len};
+	const char *ep = eng_engine_endpoint(b->e);
+	uint32_t crc = 0;
+
+	assert_non_null(src);
+	assert_non_null(dst);
+	fill(src, len, (unsigned)len);
+	assert_int_equal(eng_xfer(a->e, ep, ENG_WRITE, off, &v, 1, keyed ? &wc : NULL, &crc), 0);
+	assert_int_equal(crc, lc_crc32c(0, src, len));
+	assert_memory_equal(b->seg + off, src, len);
+	assert_int_equal(eng_xfer(a->e, ep, ENG_READ, off, &w, 1, keyed ? &rc : NULL, &crc), 0);
+	assert_memory_equal(dst, src, len);
+	assert_int_equal(crc, lc_crc32c(0, src, len));
+	free(src);
+	free(dst);
+}
+
+static void test_rdma_transfer_keyless_client_posts(void **state)
+{
+	struct node a, b;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(0);
+	b = node_start(0);
+	assert_true(b.e->rdma->dev->seg.remote); /* the client reaches into it */
+	round_trip(&a, &b, 0, 4096 + 3, 3 * MIB + 5);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);
+	assert_int_equal(rdma_fake.moved, 2 * (3 * MIB + 5));
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+static void test_rdma_transfer_keyed_owner_moves(void **state)
+{
+	struct node a, b;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	assert_false(b.e->rdma->dev->seg.remote); /* closed: only its owner posts */
+	round_trip(&a, &b, 1, 4096 + 3, 3 * MIB + 5);
+	round_trip(&a, &b, 1, 0, 1);		 /* on the same connection */
+	assert_int_equal(rdma_fake.connects, 2); /* one QP set a side */
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 4);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);
+	assert_int_equal(rdma_fake.moved, 2 * (3 * MIB + 5) + 2);
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), 0);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+/* A good READ of [0, 4096): the connection up (again) over RDMA. */
+static void good_read(struct node *a, struct node *b)
+{
+	unsigned char buf[4096];
+	struct eng_cap c = cap_for(b, ENG_OP_READ, 0, sizeof(buf));
+	uint64_t before = xfers(a, ENG_TR_RDMA);
+
+	assert_int_equal(xfer(a, b, ENG_READ, 0, buf, sizeof(buf), &c), 0);
+	assert_int_equal(xfers(a, ENG_TR_RDMA), before + 1);
+}
+
+static void test_rdma_transfer_keyed_grant_per_transfer(void **state)
+{
+	unsigned char buf[4096], want[4096];
+	struct eng_cap bad[3];
+	struct node a, b;
+	int posts;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	fill(want, sizeof(want), 3);
+	memcpy(b.seg + 8192, want, sizeof(want));
+	bad[0] = cap_for(&b, ENG_OP_WRITE, 0, 4096);   /* another range */
+	bad[1] = cap_for(&b, ENG_OP_READ, 8192, 4096); /* another op */
+	bad[2] = grant(secret, eng_engine_endpoint(b.e), ENG_OP_WRITE, 8192, 4096, 1,
+		       lc_now_ms() - 60000); /* expired */
+	for (int i = 0; i < 3; i++) {
+		good_read(&a, &b);
+		posts = rdma_fake.posts;
+		memset(buf, 0xee, sizeof(buf));
+		assert_int_equal(xfer(&a, &b, ENG_WRITE, 8192, buf, sizeof(buf), &bad[i]),
+				 LUNAR_ERR_TRANSFER_FAIL);
+		assert_int_equal(rdma_fake.posts, posts); /* not a byte moved */
+		assert_memory_equal(b.seg + 8192, want, sizeof(want));
+		assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), (uint64_t)i + 1);
+	}
+	good_read(&a, &b); /* a refusal costs the connection, not the peer */
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+static void test_rdma_transfer_keyed_write_crc_checked(void **state)
+{
+	unsigned char buf[4096];
+	struct node a, b;
+	struct eng_cap c;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	c = cap_for(&b, ENG_OP_WRITE, 0, sizeof(buf));
+	fill(buf, sizeof(buf), 5);
+	rdma_fake.corrupt = 1; /* the bytes the owner reads are not those sent */
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &c), LUNAR_ERR_TRANSFER_FAIL);
+	rdma_fake.corrupt = 0;
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &c), 0);
+	assert_memory_equal(b.seg, buf, sizeof(buf));
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+static void test_rdma_transfer_keyed_owner_failures(void **state)
+{
+	unsigned char buf[4096];
+	char ep[ENG_ENDPOINT_MAX];
+	struct iovec v = {buf, sizeof(buf)};
+	struct node a, b, b2;
+	struct eng_cap c;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	/* The owner's post fails: TRANSFER_FAIL, its QPs fenced. */
+	good_read(&a, &b);
+	c = cap_for(&b, ENG_OP_READ, 0, sizeof(buf));
+	rdma_fake.post_rc = -EIO;
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &c), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(rdma_fake.fences, 1);
+	rdma_fake.post_rc = 0;
+	good_read(&a, &b);
+	/* The owner goes away with the connection up: TRANSFER_FAIL, and
+	 * our QPs fenced before the caller has its memory back. */
+	snprintf(ep, sizeof(ep), "%s", eng_engine_endpoint(b.e));
+	node_stop(&b);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 0, &v, 1, &c, NULL), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(rdma_fake.fences, 2);
+	b2 = node_start(1);
+	good_read(&a, &b2);
+	node_stop(&b2);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+static void test_rdma_transfer_keyed_unopened_memory_uses_tcp(void **state)
+{
+	struct node a, b;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	rdma_fake.unregistered = 1;
+	round_trip(&a, &b, 1, 0, MIB);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 2);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 0);
+	assert_int_equal(eng_engine_rdma_fallbacks(a.e), 2);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+LUNAR_TEST_MAIN(setup, NULL, test_rdma_transfer_keyless_client_posts,
+		test_rdma_transfer_keyed_owner_moves, test_rdma_transfer_keyed_grant_per_transfer,
+		test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
+		test_rdma_transfer_keyed_unopened_memory_uses_tcp)
