@@ -161,18 +161,24 @@ static int recv_answer(struct eng_cconn *c, uint64_t ctr, uint64_t id, unsigned 
 	return *status ? -ECONNREFUSED : 0;
 }
 
+/* A request header of ours for op of [off, off + total). */
+static struct eng_wire_req request(struct eng_engine *e, uint16_t op, uint64_t off, uint64_t total)
+{
+	return (struct eng_wire_req){
+	    .magic = ENG_WIRE_REQ_MAGIC,
+	    .op = op,
+	    .offset = off,
+	    .length = total,
+	    .id = atomic_fetch_add(&e->next_id, 1),
+	};
+}
+
 /* Exchange bodies on a connection to the owner; 0 and *theirs. */
 static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigned char *mine,
 		    uint64_t off, uint64_t total, const struct eng_cap *cap, uint64_t deadline,
 		    struct eng_rdma_hs *theirs)
 {
-	struct eng_wire_req req = {
-	    .magic = ENG_WIRE_REQ_MAGIC,
-	    .op = ENG_OP_RDMA_CONNECT,
-	    .offset = off,
-	    .length = total,
-	    .id = atomic_fetch_add(&e->next_id, 1),
-	};
+	struct eng_wire_req req = request(e, ENG_OP_RDMA_CONNECT, off, total);
 	unsigned char body[ENG_RDMA_HS_SIZE];
 	int32_t status = 0;
 	uint64_t ctr;
@@ -357,13 +363,7 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, const struct eng_r
 	       uint64_t off, uint64_t total, const struct eng_cap *cap, uint32_t crc,
 	       uint64_t deadline)
 {
-	struct eng_wire_req req = {
-	    .magic = ENG_WIRE_REQ_MAGIC,
-	    .op = ENG_OP_RDMA_XFER,
-	    .offset = off,
-	    .length = total,
-	    .id = atomic_fetch_add(&e->next_id, 1),
-	};
+	struct eng_wire_req req = request(e, ENG_OP_RDMA_XFER, off, total);
 	unsigned char body[ENG_RDMA_XF_SIZE];
 	struct eng_wire_rep rep;
 	int rc, replied;

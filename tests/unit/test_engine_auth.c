@@ -58,9 +58,7 @@ static int xfer(struct node *a, struct node *b, enum eng_dir dir, uint64_t off, 
 static int setup(void **state)
 {
 	(void)state;
-	assert_int_equal(auth_init(), 0);
-	auth_random(key.k, sizeof(key.k));
-	auth_random(secret, sizeof(secret));
+	keys_make(&key, secret);
 	return 0;
 }
 

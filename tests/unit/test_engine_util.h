@@ -39,6 +39,14 @@ static inline void node_stop(struct node *n)
 	free(n->seg);
 }
 
+/* keys_make - auth ready, a random cluster key and segment secret. */
+static inline void keys_make(struct auth_key *key, unsigned char *secret)
+{
+	assert_int_equal(auth_init(), 0);
+	auth_random(key->k, sizeof(key->k));
+	auth_random(secret, AUTH_KEY_BYTES);
+}
+
 /* grant - a capability as the master makes it, under the segment secret
  * sec, for op of [off, off + len) of the segment named seg. */
 static inline struct eng_cap grant(const unsigned char *sec, const char *seg, uint32_t op,

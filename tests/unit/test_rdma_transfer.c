@@ -42,9 +42,7 @@ static unsigned char secret[AUTH_KEY_BYTES];
 static int setup(void **state)
 {
 	(void)state;
-	assert_int_equal(auth_init(), 0);
-	auth_random(key.k, sizeof(key.k));
-	auth_random(secret, sizeof(secret));
+	keys_make(&key, secret);
 	return 0;
 }
 
