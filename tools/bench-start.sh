@@ -4,7 +4,8 @@
 # every 10 ms from the moment of the exec until one succeeds (start -> first
 # put); then a 4 KiB put/get run of lunar-bench goes on while the segment is
 # still being made resident beside it (its put and get p99 show whether the
-# loop stalls); then the wait for the proxy's "segment resident (N ms)".
+# loop stalls); then the wait for the proxy's "segment resident (N ms)",
+# and the same run again once it is, to compare.
 # Prints markdown: a table, and the commands.
 #   bash tools/bench-start.sh          Env: BUILD (build), SIZES ("2GiB 8GiB")
 set -euo pipefail
@@ -14,7 +15,8 @@ SIZES=${SIZES:-2GiB 8GiB}
 bl_init lunar-start
 echo "hello" >"$BL_TMP/value"
 
-echo "| segment | start -> first put ms | 4 KiB put p99 µs | get p99 µs | resident after ms | run began before residency |"
+echo "| segment | start -> first put ms | resident after ms | run began before residency |" \
+	"4 KiB put / get p99 µs then | once resident |"
 echo "|---|---|---|---|---|---|"
 for size in $SIZES; do
 	sock="$BL_TMP/p-$size.sock" log="$BL_TMP/p-$size.log" out="$BL_TMP/bench-$size.out"
@@ -33,8 +35,11 @@ for size in $SIZES; do
 		--baseline-size 0
 	for _ in $(seq 600); do grep -q "segment resident" "$log" && break; sleep 0.1; done
 	resident=$(sed -n 's/.*segment resident (\([0-9]*\) ms).*/\1/p' "$log")
-	echo "| $size | $first_ms | $(bl_kv "$out" put_p99_us) | $(bl_kv "$out" get_p99_us) |" \
-		"${resident:--} | $during |"
+	bl_run "$out.after" 120 "$BIN/lunar-bench" --socket "$sock" --size 4KiB --count 5000 \
+		--baseline-size 0
+	echo "| $size | $first_ms | ${resident:--} | $during |" \
+		"$(bl_kv "$out" put_p99_us) / $(bl_kv "$out" get_p99_us) |" \
+		"$(bl_kv "$out.after" put_p99_us) / $(bl_kv "$out.after" get_p99_us) |"
 	bl_stop_all
 done
 bl_cmds_flush
