@@ -451,6 +451,22 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 	return 0;
 }
 
+/* Register the segment beside serving: pinning a large one takes seconds. */
+static void *seg_register(void *arg)
+{
+	struct eng_engine *e = arg;
+	uint64_t t0 = lc_now_ms();
+	int rc = eng_rdma_seg_register(e->rdma->dev, e->cfg.seg_base, e->cfg.seg_size);
+
+	if (rc)
+		LC_WARN(ENG_LOG, "RDMA: cannot register the %llu-byte segment (%s): peers use TCP",
+			(unsigned long long)e->cfg.seg_size, strerror(-rc));
+	else
+		LC_INFO(ENG_LOG, "RDMA: segment registered (%llu ms)",
+			(unsigned long long)(lc_now_ms() - t0));
+	return NULL;
+}
+
 int eng_rdma_init(struct eng_engine *e)
 {
 	const char *spec = e->cfg.rdma_devices;
@@ -463,7 +479,7 @@ int eng_rdma_init(struct eng_engine *e)
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return LUNAR_ERR_INTERNAL;
-	rc = eng_rdma_dev_open(spec, e->cfg.seg_base, e->cfg.seg_size, e->keyed, &r->dev);
+	rc = eng_rdma_dev_open(spec, e->keyed, &r->dev);
 	if (rc) {
 		free(r);
 		if (!strcmp(spec, "auto")) {
@@ -480,6 +496,10 @@ int eng_rdma_init(struct eng_engine *e)
 	atomic_init(&r->fallbacks, 0);
 	e->rdma = r;
 	LC_INFO(ENG_LOG, "RDMA device %s (%u QPs per peer)", r->dev->name, r->nqp);
+	if (e->cfg.seg_size)
+		r->seg_thread_started = !pthread_create(&r->seg_thread, NULL, seg_register, e);
+	if (e->cfg.seg_size && !r->seg_thread_started)
+		LC_WARN(ENG_LOG, "RDMA: no thread to register the segment: peers use TCP");
 	return 0;
 }
 
@@ -489,6 +509,8 @@ void eng_rdma_fini(struct eng_engine *e)
 
 	if (!r)
 		return;
+	if (r->seg_thread_started)
+		pthread_join(r->seg_thread, NULL); /* a registration cannot be cut short */
 	while (r->peers)
 		peer_retire(r, r->peers);
 	pthread_mutex_destroy(&r->lock);

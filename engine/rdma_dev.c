@@ -130,8 +130,7 @@ static struct ibv_mr *reg(struct eng_rdma_dev *d, void *base, uint64_t len, int 
 	return d->ibv.reg_mr(d->pd, base, (size_t)len, access);
 }
 
-int eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size, int keyed,
-		      struct eng_rdma_dev **out)
+int eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out)
 {
 	struct eng_rdma_dev *d = calloc(1, sizeof(*d));
 	int rc = -ENOMEM;
@@ -148,29 +147,14 @@ int eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size, int k
 	d->pd = d->ibv.alloc_pd(d->ctx);
 	if (!d->pd)
 		goto err_close;
-	if (seg_size) {
-		d->seg.mr = reg(d, seg_base, seg_size, !keyed);
-		if (!d->seg.mr) {
-			rc = -errno ? -errno : -ENOMEM;
-			LC_WARN(ENG_LOG, "RDMA: cannot register the %llu-byte segment: %s",
-				(unsigned long long)seg_size, strerror(-rc));
-			goto err_pd;
-		}
-		d->seg.base = seg_base;
-		d->seg.len = seg_size;
-		d->seg.lkey = d->seg.mr->lkey;
-		d->seg.rkey = d->seg.mr->rkey;
-		d->seg.remote = !keyed;
-	}
 	d->keyed = keyed;
 	pthread_rwlock_init(&d->mem_lock, NULL);
 	atomic_init(&d->refs, 1);
+	atomic_init(&d->seg_ready, 0);
 	d->refuse = getenv("LUNAR_RDMA_DEBUG_REFUSE") != NULL;
 	*out = d;
 	return 0;
 
-err_pd:
-	d->ibv.dealloc_pd(d->pd);
 err_close:
 	d->ibv.close_device(d->ctx);
 err_unload:
@@ -178,6 +162,27 @@ err_unload:
 err_free:
 	free(d);
 	return rc;
+}
+
+int eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t len)
+{
+	struct ibv_mr *mr = reg(d, base, len, !d->keyed);
+
+	if (!mr)
+		return errno ? -errno : -ENOMEM;
+	d->seg.mr = mr;
+	d->seg.base = base;
+	d->seg.len = len;
+	d->seg.lkey = mr->lkey;
+	d->seg.rkey = mr->rkey;
+	d->seg.remote = !d->keyed;
+	atomic_store_explicit(&d->seg_ready, 1, memory_order_release);
+	return 0;
+}
+
+int eng_rdma_seg_ready(struct eng_rdma_dev *d)
+{
+	return atomic_load_explicit(&d->seg_ready, memory_order_acquire);
 }
 
 void eng_rdma_dev_put(struct eng_rdma_dev *d)
@@ -205,7 +210,7 @@ int eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int r
 {
 	const struct eng_mem *found = NULL;
 
-	if (holds(&d->seg, p, len, remote)) {
+	if (eng_rdma_seg_ready(d) && holds(&d->seg, p, len, remote)) {
 		*lkey = d->seg.lkey;
 		*rkey = d->seg.rkey;
 		return 0;

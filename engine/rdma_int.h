@@ -157,7 +157,8 @@ struct eng_rdma_dev {
 	int gid_index;
 	uint8_t gid[16];
 	unsigned max_rd_atom; /* RDMA READs in flight per QP, both directions */
-	struct eng_mem seg;   /* the engine's segment; seg.mr NULL without one */
+	struct eng_mem seg;   /* the engine's segment, once seg_ready */
+	atomic_int seg_ready; /* eng_rdma_seg_register published seg */
 	pthread_rwlock_t mem_lock;
 	struct eng_mem *mems;
 	int keyed;  /* eng_rdma_dev_open's keyed */
@@ -167,15 +168,25 @@ struct eng_rdma_dev {
 /*
  * eng_rdma_dev_open - open the device named by spec ("auto": the first
  * device with an active port; else a comma-separated list of device names,
- * each optionally ":port", the first that opens with an active port) and
- * register [seg_base, seg_base + seg_size) (none when seg_size is 0):
- * open to the peers' RDMA READ and WRITE, or on a keyed engine (keyed),
- * where owners move the bytes, local only, and client memory then open.
+ * each optionally ":port", the first that opens with an active port). On a
+ * keyed engine (keyed) owners move the bytes: the segment will be
+ * registered for local access only, client memory open to the owner.
  * 0 and *out (one reference), -ENOENT when no library or no such device
  * (no active port), or -errno of the verbs. Blocks; engine create only.
  */
-int eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size, int keyed,
-		      struct eng_rdma_dev **out);
+int eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out);
+/*
+ * eng_rdma_seg_register - register [base, base + len) as d's segment (open
+ * to the peers' RDMA READ and WRITE, or keyed local only) and publish it.
+ * Registering pins every page, seconds for a large segment: the engine
+ * runs it beside serving (rdma.c), and until it is done the owner answers
+ * connects "no" (peers use TCP). 0 or -errno (the segment stays
+ * unregistered). Once per device.
+ * eng_rdma_seg_ready - whether it is done (an acquire: d->seg may then be
+ * read). Any thread.
+ */
+int eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t len);
+int eng_rdma_seg_ready(struct eng_rdma_dev *d);
 /* eng_rdma_dev_put - drop a reference; the last deregisters the segment,
  * frees the PD, closes the device. NULL ok. */
 void eng_rdma_dev_put(struct eng_rdma_dev *d);
@@ -266,6 +277,8 @@ struct eng_rdma {
 	pthread_mutex_t lock;
 	struct eng_rdma_peer *peers;
 	atomic_uint_fast64_t fallbacks; /* transfers that went over TCP instead */
+	pthread_t seg_thread;		/* runs eng_rdma_seg_register */
+	int seg_thread_started;
 };
 
 /*

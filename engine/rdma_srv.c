@@ -211,9 +211,9 @@ int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng
 		answer(q, rc, NULL, deadline_ns);
 		return -EPROTO;
 	}
-	/* No device, no segment MR, or QPs that will not connect: the
+	/* No device, no segment MR (yet), or QPs that will not connect: the
 	 * client uses TCP, on this very connection if it likes. */
-	if (!d || !d->seg.mr || d->refuse ||
+	if (!d || !eng_rdma_seg_ready(d) || d->refuse ||
 	    eng_rdma_qps_create(d, peer.nqp, !e->keyed, &qps, &mine) ||
 	    eng_rdma_qps_connect(qps, &mine, &peer)) {
 		eng_rdma_qps_destroy(qps);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/rdma_int.h"
 
@@ -17,8 +18,17 @@ void rdma_fake_reset(int on)
 	rdma_fake.on = on;
 }
 
-int __real_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size, int keyed,
-			     struct eng_rdma_dev **out);
+int rdma_fake_wait_segment(const struct eng_engine *e)
+{
+	struct timespec ms = {0, 1000000};
+
+	for (int i = 0; i < 10000 && !eng_rdma_seg_ready(e->rdma->dev); i++)
+		nanosleep(&ms, NULL);
+	return eng_rdma_seg_ready(e->rdma->dev);
+}
+
+int __real_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out);
+int __real_eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t len);
 void __real_eng_rdma_dev_put(struct eng_rdma_dev *d);
 int __real_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
 			     uint32_t *lkey, uint32_t *rkey);
@@ -33,8 +43,8 @@ int __real_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, in
 int __real_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns);
 void __real_eng_rdma_qps_fence(struct eng_rdma_qps *q);
 
-int __wrap_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size, int keyed,
-			     struct eng_rdma_dev **out);
+int __wrap_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out);
+int __wrap_eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t len);
 void __wrap_eng_rdma_dev_put(struct eng_rdma_dev *d);
 int __wrap_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
 			     uint32_t *lkey, uint32_t *rkey);
@@ -49,36 +59,47 @@ int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, in
 int __wrap_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns);
 void __wrap_eng_rdma_qps_fence(struct eng_rdma_qps *q);
 
-int __wrap_eng_rdma_dev_open(const char *spec, void *seg_base, uint64_t seg_size, int keyed,
-			     struct eng_rdma_dev **out)
+int __wrap_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out)
 {
 	struct eng_rdma_dev *d;
 
 	if (!rdma_fake.on)
-		return __real_eng_rdma_dev_open(spec, seg_base, seg_size, keyed, out);
+		return __real_eng_rdma_dev_open(spec, keyed, out);
 	if (++rdma_fake.opens == rdma_fake.nodev_at)
 		return -ENOENT;
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
-	d->seg.mr = calloc(1, sizeof(*d->seg.mr));
-	if (!d->seg.mr) {
-		free(d);
-		return -ENOMEM;
-	}
-	d->seg.mr->rkey = 0x42;
-	d->seg.base = seg_base;
-	d->seg.len = seg_size;
-	d->seg.lkey = 0x41;
-	d->seg.rkey = 0x42;
-	d->seg.remote = !keyed;
 	d->keyed = keyed;
 	d->mtu = 3;
 	d->port = 1;
 	d->gid[15] = 1;
 	strcpy(d->name, "fake0:1");
 	atomic_init(&d->refs, 1);
+	atomic_init(&d->seg_ready, 0);
 	*out = d;
+	return 0;
+}
+
+/* Registration takes register_ms, then the segment is published. */
+int __wrap_eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t len)
+{
+	struct timespec ts = {rdma_fake.register_ms / 1000,
+			      (long)(rdma_fake.register_ms % 1000) * 1000000};
+
+	if (!rdma_fake.on)
+		return __real_eng_rdma_seg_register(d, base, len);
+	nanosleep(&ts, NULL);
+	d->seg.mr = calloc(1, sizeof(*d->seg.mr));
+	if (!d->seg.mr)
+		return -ENOMEM;
+	d->seg.mr->rkey = 0x42;
+	d->seg.base = base;
+	d->seg.len = len;
+	d->seg.lkey = 0x41;
+	d->seg.rkey = 0x42;
+	d->seg.remote = !d->keyed;
+	atomic_store_explicit(&d->seg_ready, 1, memory_order_release);
 	return 0;
 }
 

@@ -1,6 +1,6 @@
 /*
  * rdma_fake.h - a fake RDMA device layer for tests on hosts without one.
- * Linked with -Wl,--wrap of eng_rdma_dev_open, _dev_put, _mem_keys,
+ * Linked with -Wl,--wrap of eng_rdma_dev_open, _seg_register, _dev_put, _mem_keys,
  * _qps_create, _qps_connect, _qps_destroy, _qps_post, _qps_wait and
  * _qps_fence (RDMA_FAKE_WRAPS, Makefile): with rdma_fake.on set, engines
  * see a device "fake0:1" whose handshakes carry real frames over the real
@@ -16,13 +16,14 @@
 #include <stdint.h>
 
 struct rdma_fake {
-	int on;		  /* 0: the real functions */
-	int nodev_at;	  /* the dev_open (1-based) that finds no device; 0 none */
-	int connect_rc;	  /* what qps_connect returns */
-	int unregistered; /* mem_keys finds nothing */
-	int post_rc;	  /* what qps_post returns instead of moving bytes (0: moves) */
-	int corrupt;	  /* flip the first byte each post moves */
-	int opens;	  /* dev_open calls so far */
+	int on;		      /* 0: the real functions */
+	int nodev_at;	      /* the dev_open (1-based) that finds no device; 0 none */
+	int connect_rc;	      /* what qps_connect returns */
+	int unregistered;     /* mem_keys finds nothing */
+	int post_rc;	      /* what qps_post returns instead of moving bytes (0: moves) */
+	int corrupt;	      /* flip the first byte each post moves */
+	unsigned register_ms; /* how long registering a segment takes */
+	int opens;	      /* dev_open calls so far */
 	atomic_int connects, fences;
 	atomic_int posts;	    /* work requests the "NIC" ran */
 	atomic_uint_fast64_t moved; /* bytes it moved */
@@ -32,5 +33,9 @@ extern struct rdma_fake rdma_fake;
 
 /* rdma_fake_reset - knobs and counters to zero, on set to on. */
 void rdma_fake_reset(int on);
+/* rdma_fake_wait_segment - until e's segment is registered (engines
+ * register it beside serving), 10 s at most; whether it is. */
+struct eng_engine;
+int rdma_fake_wait_segment(const struct eng_engine *e);
 
 #endif

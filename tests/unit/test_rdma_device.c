@@ -18,8 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "engine/engine.h"
+#include "engine/rdma_int.h"
 #include "lunar.h"
 
 #define SEG_SIZE (64u << 20)
@@ -37,10 +38,16 @@ static int node_start(struct node *n)
 				 .io_timeout_ms = 10000,
 				 .rdma_devices = "auto"};
 
+	int rc;
+
 	n->seg = aligned_alloc(4096, SEG_SIZE);
 	memset(n->seg, 0, SEG_SIZE);
 	cfg.seg_base = n->seg;
-	return eng_engine_create(&cfg, &n->e);
+	rc = eng_engine_create(&cfg, &n->e);
+	/* The segment is registered beside serving: wait for it (10 s). */
+	for (int i = 0; !rc && n->e->rdma && !eng_rdma_seg_ready(n->e->rdma->dev) && i < 1000; i++)
+		usleep(10000);
+	return rc;
 }
 
 static void node_stop(struct node *n)

@@ -45,9 +45,15 @@ static int node_start(struct node *n, const char *rdma)
 	    .rdma_devices = rdma,
 	};
 
+	int rc;
+
 	n->seg = calloc(1, SEG_SIZE);
 	cfg.seg_base = n->seg;
-	return eng_engine_create(&cfg, &n->e);
+	rc = eng_engine_create(&cfg, &n->e);
+	/* A device's segment is registered beside serving: wait for it. */
+	if (!rc && n->e->rdma)
+		assert_true(rdma_fake_wait_segment(n->e));
+	return rc;
 }
 
 static void node_stop(struct node *n)

@@ -11,7 +11,8 @@
  * grant is for another range or op is refused before a byte moves, and
  * counted; a WRITE whose bytes do not match their CRC32C is refused; an
  * owner that went away gives TRANSFER_FAIL with our QPs fenced, and a new
- * owner is reached afresh; memory not open to the owner goes over TCP.
+ * owner is reached afresh; memory not open to the owner goes over TCP. An
+ * engine serves before its segment is registered, peers using TCP meanwhile.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -58,6 +59,7 @@ static struct node node_start(int keyed)
 	struct node n = node_create(cfg);
 
 	assert_string_equal(eng_engine_rdma_device(n.e), "fake0:1");
+	assert_true(rdma_fake_wait_segment(n.e));
 	if (keyed)
 		assert_int_equal(eng_engine_set_secret(n.e, eng_engine_endpoint(n.e), secret), 0);
 	return n;
@@ -271,7 +273,41 @@ static void test_rdma_transfer_keyed_unopened_memory_uses_tcp(void **state)
 	rdma_fake_reset(0);
 }
 
+/* An engine serves at once; its segment is registered beside it (pinning a
+ * large one takes seconds), and until then peers reach it over TCP. */
+static void test_rdma_transfer_segment_registered_beside_serving(void **state)
+{
+	struct eng_config cfg = {.host = "127.0.0.1",
+				 .seg_size = SEG_SIZE,
+				 .io_timeout_ms = 10000,
+				 .rdma_devices = "auto"};
+	unsigned char buf[4096];
+	struct node a, b, c;
+	uint64_t t0;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(0);
+	rdma_fake.register_ms = 1500;
+	t0 = lc_now_ms();
+	b = node_create(cfg);
+	assert_true(lc_now_ms() - t0 < 1000); /* create did not wait for it */
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), NULL), 0);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 1); /* b said no to RDMA: not yet */
+	assert_int_equal(eng_engine_rdma_fallbacks(a.e), 1);
+	assert_true(rdma_fake_wait_segment(b.e));
+	rdma_fake.register_ms = 0;
+	c = node_start(0); /* a new peer: over RDMA now */
+	assert_int_equal(xfer(&c, &b, ENG_READ, 0, buf, sizeof(buf), NULL), 0);
+	assert_int_equal(xfers(&c, ENG_TR_RDMA), 1);
+	node_stop(&c);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
 LUNAR_TEST_MAIN(setup, NULL, test_rdma_transfer_keyless_client_posts,
 		test_rdma_transfer_keyed_owner_moves, test_rdma_transfer_keyed_grant_per_transfer,
 		test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
-		test_rdma_transfer_keyed_unopened_memory_uses_tcp)
+		test_rdma_transfer_keyed_unopened_memory_uses_tcp,
+		test_rdma_transfer_segment_registered_beside_serving)
