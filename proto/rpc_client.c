@@ -33,13 +33,25 @@ struct lp_csess {
 	unsigned refs; /* under c->lock */
 };
 
+/* nng 1.5 has no synchronous context calls: one aio per exchange, waited
+ * on, the send and the receive within one deadline. */
+struct xchg {
+	struct lp_client *c;
+	struct xchg *next; /* in c->calls */
+	nng_ctx ctx;
+	nng_aio *aio;
+	uint64_t deadline;
+};
+
 struct lp_client {
 	nng_socket sock;
-	atomic_bool closed;
+	atomic_bool closed;	   /* set once, then under lock: no exchange starts */
+	struct xchg *calls;	   /* exchanges with an open context, under lock */
+	pthread_cond_t calls_done; /* the last of them left after close */
 	int keyed;
 	uint32_t role;
 	struct auth_key key;
-	pthread_mutex_t lock;	   /* cur, refs, warned_ms */
+	pthread_mutex_t lock;	   /* cur, refs, warned_ms, calls */
 	pthread_mutex_t hs_lock;   /* one handshake at a time */
 	pthread_mutex_t send_lock; /* counters leave in the order they are taken */
 	struct lp_csess *cur;
@@ -66,6 +78,7 @@ int lp_client_create(const char *url, const struct auth_key *key, uint32_t role,
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->hs_lock, NULL);
 	pthread_mutex_init(&c->send_lock, NULL);
+	pthread_cond_init(&c->calls_done, NULL);
 	rv = nng_req0_open(&c->sock);
 	if (rv)
 		goto err_free;
@@ -84,6 +97,7 @@ err_close:
 err_free:
 	LC_ERROR("rpc", "master client for %s: %s", url, nng_strerror(rv));
 	auth_key_wipe(&c->key);
+	pthread_cond_destroy(&c->calls_done);
 	free(c);
 	return LUNAR_ERR_INVALID_PARAMS;
 }
@@ -189,13 +203,26 @@ static void close_bounded(nng_socket sock)
 			LP_CLOSE_WAIT_MS);
 }
 
+/*
+ * Closing the socket while another thread closes a context of it panics
+ * nng 1.5.2 (a freed mutex, in nng_ctx_close: a proxy's heartbeat, its Ping
+ * cut short by a switch to a new leader). So no exchange starts once
+ * closed is set, those under way are cancelled, and the socket is closed
+ * only once the last has closed its context.
+ */
 void lp_client_close(struct lp_client *c)
 {
-	if (c && !atomic_exchange(&c->closed, true)) {
-		if (c->on_drop) /* no callback may outlive c */
-			nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
-		close_bounded(c->sock);
-	}
+	if (!c || atomic_exchange(&c->closed, true))
+		return;
+	if (c->on_drop) /* no callback may outlive c */
+		nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
+	pthread_mutex_lock(&c->lock);
+	for (struct xchg *x = c->calls; x; x = x->next)
+		nng_aio_cancel(x->aio);
+	while (c->calls)
+		pthread_cond_wait(&c->calls_done, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+	close_bounded(c->sock);
 }
 
 void lp_client_destroy(struct lp_client *c)
@@ -211,16 +238,9 @@ void lp_client_destroy(struct lp_client *c)
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->hs_lock);
 	pthread_mutex_destroy(&c->send_lock);
+	pthread_cond_destroy(&c->calls_done);
 	free(c);
 }
-
-/* nng 1.5 has no synchronous context calls: one aio per exchange, waited
- * on, the send and the receive within one deadline. */
-struct xchg {
-	nng_ctx ctx;
-	nng_aio *aio;
-	uint64_t deadline;
-};
 
 static int aio_rc(int rv)
 {
@@ -234,12 +254,39 @@ static nng_duration left_ms(uint64_t deadline)
 	return now < deadline ? (nng_duration)(deadline - now) : 0;
 }
 
+/* x leaves c->calls; the last to leave a closed client wakes its close. */
+static void xchg_leave(struct xchg *x)
+{
+	struct lp_client *c = x->c;
+	struct xchg **pp = &c->calls;
+
+	pthread_mutex_lock(&c->lock);
+	while (*pp != x)
+		pp = &(*pp)->next;
+	*pp = x->next;
+	if (!c->calls && atomic_load(&c->closed))
+		pthread_cond_broadcast(&c->calls_done);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* A context for one exchange, unless c is closed: 0, or a code. */
 static int xchg_open(struct lp_client *c, struct xchg *x, uint64_t deadline)
 {
+	x->c = c;
 	x->deadline = deadline;
 	if (nng_aio_alloc(&x->aio, NULL, NULL))
 		return LUNAR_ERR_INTERNAL;
+	pthread_mutex_lock(&c->lock);
+	if (atomic_load(&c->closed)) {
+		pthread_mutex_unlock(&c->lock);
+		nng_aio_free(x->aio);
+		return LUNAR_ERR_RPC_FAIL;
+	}
+	x->next = c->calls;
+	c->calls = x;
+	pthread_mutex_unlock(&c->lock);
 	if (nng_ctx_open(&x->ctx, c->sock)) {
+		xchg_leave(x);
 		nng_aio_free(x->aio);
 		return LUNAR_ERR_RPC_FAIL;
 	}
@@ -249,15 +296,37 @@ static int xchg_open(struct lp_client *c, struct xchg *x, uint64_t deadline)
 static void xchg_close(struct xchg *x)
 {
 	nng_ctx_close(x->ctx);
+	xchg_leave(x);
 	nng_aio_free(x->aio);
 }
 
-/* Start sending msg (taken). */
-static void xchg_send(struct xchg *x, nng_msg *msg)
+/* Start x's send (send) or receive, unless its client is closed: under
+ * the lock lp_client_close cancels under, so none starts after it. */
+static int xchg_start(struct xchg *x, bool send)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&x->c->lock);
+	if (atomic_load(&x->c->closed))
+		rc = LUNAR_ERR_RPC_FAIL;
+	else if (send)
+		nng_ctx_send(x->ctx, x->aio);
+	else
+		nng_ctx_recv(x->ctx, x->aio);
+	pthread_mutex_unlock(&x->c->lock);
+	return rc;
+}
+
+/* Start sending msg (taken, also on failure): 0, or a code. */
+static int xchg_send(struct xchg *x, nng_msg *msg)
 {
 	nng_aio_set_timeout(x->aio, left_ms(x->deadline));
 	nng_aio_set_msg(x->aio, msg);
-	nng_ctx_send(x->ctx, x->aio);
+	if (!xchg_start(x, true))
+		return 0;
+	nng_aio_set_msg(x->aio, NULL);
+	nng_msg_free(msg);
+	return LUNAR_ERR_RPC_FAIL;
 }
 
 /* Wait for the send, then the reply, by the deadline. */
@@ -272,7 +341,8 @@ static int xchg_finish(struct xchg *x, nng_msg **reply)
 		return aio_rc(rv);
 	}
 	nng_aio_set_timeout(x->aio, left_ms(x->deadline));
-	nng_ctx_recv(x->ctx, x->aio);
+	if (xchg_start(x, false))
+		return LUNAR_ERR_RPC_FAIL;
 	nng_aio_wait(x->aio);
 	rv = nng_aio_result(x->aio);
 	if (rv)
@@ -308,8 +378,9 @@ static int call_plain(struct lp_client *c, const struct lp_method *mt, const voi
 		nng_msg_free(msg);
 		return rc;
 	}
-	xchg_send(&x, msg);
-	rc = xchg_finish(&x, &reply);
+	rc = xchg_send(&x, msg);
+	if (!rc)
+		rc = xchg_finish(&x, &reply);
 	xchg_close(&x);
 	if (rc)
 		return rc;
@@ -347,8 +418,9 @@ static int hs_step(struct lp_client *c, const struct lp_env *e, uint32_t want, s
 		nng_msg_free(msg);
 		return rc;
 	}
-	xchg_send(&x, msg);
-	rc = xchg_finish(&x, keep);
+	rc = xchg_send(&x, msg);
+	if (!rc)
+		rc = xchg_finish(&x, keep);
 	xchg_close(&x);
 	if (rc)
 		return rc;
@@ -508,7 +580,7 @@ static int call_send(struct lp_client *c, struct lp_csess *cs, struct lp_env *e,
 	lp_env_tag(cs->s.tx_key, e, tag);
 	rc = env_msg(e, &msg);
 	if (!rc)
-		xchg_send(x, msg);
+		rc = xchg_send(x, msg);
 	pthread_mutex_unlock(&c->send_lock);
 	e->tag = NULL;
 	return rc;
