@@ -4,7 +4,10 @@
  * connection that carried it stays open as the QPs' lifeline: when it
  * closes, the owner destroys its side), then each transfer is one-sided
  * RDMA READ/WRITE between registered local memory and the owner's segment,
- * cut in ENG_RDMA_CHUNK pieces spread over the QPs. A transfer goes over
+ * cut in ENG_RDMA_CHUNK pieces spread over the QPs. Keyed, the owner moves
+ * the bytes instead, one transfer at a time per QP set as the client asks
+ * on its lifeline, so concurrent transfers to a peer open more sets. A
+ * transfer goes over
  * TCP instead when the peer has no device, the handshake failed (retried
  * later), or local memory is not registered. Also the per-transport
  * transfer counters of every engine.
@@ -27,6 +30,7 @@
 
 enum peer_state { PEER_CONNECTING, PEER_UP, PEER_TCP };
 
+/* A QP set with one owner and its lifeline (rdma_int.h: how many a peer). */
 struct eng_rdma_peer {
 	struct eng_rdma_peer *next;
 	char endpoint[ENG_ENDPOINT_MAX];
@@ -34,8 +38,8 @@ struct eng_rdma_peer {
 	uint64_t retry_ns;     /* PEER_TCP: try again after */
 	atomic_int users;      /* the peer list holds one while linked */
 	struct eng_rdma_qps *q;
-	struct eng_cconn *c;	/* the lifeline */
-	pthread_mutex_t c_lock; /* keyed: one transfer request on c at a time */
+	struct eng_cconn *c; /* the lifeline */
+	int busy;	     /* keyed: a transfer uses c; under eng_rdma.lock */
 	uint64_t raddr, rlen;
 	uint32_t rkey;
 };
@@ -81,7 +85,6 @@ static void peer_free(struct eng_rdma_peer *p)
 {
 	eng_rdma_qps_destroy(p->q);
 	eng_cconn_close(p->c);
-	pthread_mutex_destroy(&p->c_lock);
 	free(p);
 }
 
@@ -237,56 +240,99 @@ static struct eng_rdma_peer *peer_new(struct eng_rdma *r, const char *endpoint)
 		return NULL;
 	strcpy(p->endpoint, endpoint);
 	atomic_init(&p->users, 1);
-	pthread_mutex_init(&p->c_lock, NULL);
 	p->next = r->peers;
 	r->peers = p;
 	return p;
 }
 
+/* Connect p (linked, PEER_CONNECTING, referenced, keyed: busy) and publish
+ * the outcome; p, or NULL after dropping what we hold of it. */
+static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer *p,
+				     enum eng_dir dir, uint64_t off, uint64_t total,
+				     const struct eng_cap *cap, uint64_t deadline)
+{
+	struct eng_rdma *r = e->rdma;
+	int rc = peer_connect(e, p, dir, off, total, cap, deadline);
+
+	pthread_mutex_lock(&r->lock);
+	p->state = rc ? PEER_TCP : PEER_UP;
+	p->retry_ns = lc_now_ns() + (rc == -ECONNREFUSED || rc == -EPROTO ? ENG_RDMA_RETRY_NS
+									  : ENG_RDMA_REDIAL_NS);
+	if (rc)
+		p->busy = 0;
+	pthread_cond_broadcast(&r->freed);
+	pthread_mutex_unlock(&r->lock);
+	if (!rc) {
+		LC_INFO(ENG_LOG, "RDMA to %s: %u queue pairs", p->endpoint, r->nqp);
+		return p;
+	}
+	LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", p->endpoint,
+		rc == -ECONNREFUSED ? "the peer has no device, or its QPs did not connect"
+				    : strerror(-rc));
+	peer_put(p);
+	return NULL;
+}
+
 /*
- * The peer to run a transfer on, with a reference; NULL: use TCP now (no
- * RDMA with it, or not yet). The first transfer to a peer sets it up,
- * transfers meanwhile go over TCP.
+ * The QP set to run a transfer to endpoint on, with a reference and, keyed,
+ * marked busy (peer_release); NULL: use TCP now (no RDMA with the peer, or
+ * not yet). The first transfer to a peer sets one up; keyed, a transfer
+ * that finds every set busy sets up the next, up to ENG_RDMA_CHANNELS, or
+ * waits for one to be free. None is set up while another is being set up
+ * or the peer's last refusal is recent; with no set up yet, TCP.
  */
 static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint, enum eng_dir dir,
 				      uint64_t off, uint64_t total, const struct eng_cap *cap,
 				      uint64_t deadline)
 {
+	unsigned max = e->keyed ? ENG_RDMA_CHANNELS : 1;
 	struct eng_rdma *r = e->rdma;
-	struct eng_rdma_peer *p;
-	int rc;
+	struct eng_rdma_peer *p, *redial;
 
 	pthread_mutex_lock(&r->lock);
-	for (p = r->peers; p && strcmp(p->endpoint, endpoint); p = p->next)
-		;
-	if (p && p->state == PEER_UP)
-		atomic_fetch_add(&p->users, 1);
-	else if (p && (p->state == PEER_CONNECTING || lc_now_ns() < p->retry_ns))
-		p = NULL;
-	else if (p || (p = peer_new(r, endpoint)))
-		goto connect;
-	pthread_mutex_unlock(&r->lock);
-	return p;
+	for (;;) {
+		int busy = 0, hold_off = 0;
+		unsigned n = 0;
 
-connect:
-	p->state = PEER_CONNECTING;
-	atomic_fetch_add(&p->users, 1);
-	pthread_mutex_unlock(&r->lock);
-	rc = peer_connect(e, p, dir, off, total, cap, deadline);
-	pthread_mutex_lock(&r->lock);
-	p->state = rc ? PEER_TCP : PEER_UP;
-	p->retry_ns = lc_now_ns() + (rc == -ECONNREFUSED || rc == -EPROTO ? ENG_RDMA_RETRY_NS
-									  : ENG_RDMA_REDIAL_NS);
-	pthread_mutex_unlock(&r->lock);
-	if (!rc) {
-		LC_INFO(ENG_LOG, "RDMA to %s: %u queue pairs", endpoint, r->nqp);
-		return p;
+		redial = NULL;
+		for (p = r->peers; p; p = p->next) {
+			if (strcmp(p->endpoint, endpoint))
+				continue;
+			n++;
+			if (p->state == PEER_UP && !p->busy)
+				break;
+			if (p->state == PEER_UP)
+				busy = 1;
+			else if (p->state == PEER_CONNECTING || lc_now_ns() < p->retry_ns)
+				hold_off = 1;
+			else
+				redial = p;
+		}
+		if (!p && !hold_off && !redial && n < max)
+			redial = peer_new(r, endpoint);
+		if (!p && !hold_off && redial) {
+			p = redial;
+			p->state = PEER_CONNECTING;
+		}
+		if (p || !busy)
+			break;
+		pthread_cond_wait(&r->freed, &r->lock);
 	}
-	LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", endpoint,
-		rc == -ECONNREFUSED ? "the peer has no device, or its QPs did not connect"
-				    : strerror(-rc));
-	peer_put(p);
-	return NULL;
+	if (p) {
+		p->busy = e->keyed;
+		atomic_fetch_add(&p->users, 1);
+	}
+	pthread_mutex_unlock(&r->lock);
+	return p && p == redial ? peer_up(e, p, dir, off, total, cap, deadline) : p;
+}
+
+/* The transfer on p is over: a waiting one may take it. Keyed only. */
+static void peer_release(struct eng_rdma *r, struct eng_rdma_peer *p)
+{
+	pthread_mutex_lock(&r->lock);
+	p->busy = 0;
+	pthread_cond_broadcast(&r->freed);
+	pthread_mutex_unlock(&r->lock);
 }
 
 /* Whether every byte of iov lies in registered memory. */
@@ -353,7 +399,7 @@ static int to_sges(struct eng_rdma_dev *d, enum eng_dir dir, const struct iovec 
 }
 
 /*
- * Ask p's owner for the keyed transfer x of [off, off + total) under cap
+ * Ask p's owner (p busy: ours) for the keyed transfer x of [off, off + total) under cap
  * (crc: a WRITE's payload CRC32C, which the owner checks): it moves the
  * bytes with its QPs and answers once they are in place. 0 or -errno;
  * after an error our QPs are fenced, so the owner can no longer touch the
@@ -370,11 +416,9 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, const struct eng_r
 	uint64_t ctr;
 
 	eng_rdma_xf_encode(x, body);
-	pthread_mutex_lock(&p->c_lock);
 	rc = eng_send_req(p->c, &req, cap, crc, body, sizeof(body), 0, deadline, &ctr);
 	if (!rc)
 		rc = eng_recv_rep(p->c, ctr, &rep, deadline, &replied);
-	pthread_mutex_unlock(&p->c_lock);
 	if (!rc && (rep.magic != ENG_WIRE_REP_MAGIC || rep.id != req.id))
 		rc = -EPROTO;
 	if (rc) {
@@ -441,6 +485,8 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 		LC_DEBUG(ENG_LOG, "RDMA transfer with %s failed: %s", endpoint, strerror(-rc));
 		peer_retire(r, p); /* a new connection next time */
 	}
+	if (e->keyed)
+		peer_release(r, p);
 	peer_put(p);
 	eng_xfer_count(e, ENG_TR_RDMA, total, rc);
 	if (rc)
@@ -493,9 +539,10 @@ int eng_rdma_init(struct eng_engine *e)
 	if (r->nqp > ENG_RDMA_QP_MAX)
 		r->nqp = ENG_RDMA_QP_MAX;
 	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->freed, NULL);
 	atomic_init(&r->fallbacks, 0);
 	e->rdma = r;
-	LC_INFO(ENG_LOG, "RDMA device %s (%u QPs per peer)", r->dev->name, r->nqp);
+	LC_INFO(ENG_LOG, "RDMA device %s (%u QPs a set)", r->dev->name, r->nqp);
 	if (e->cfg.seg_size)
 		r->seg_thread_started = !pthread_create(&r->seg_thread, NULL, seg_register, e);
 	if (e->cfg.seg_size && !r->seg_thread_started)
@@ -513,6 +560,7 @@ void eng_rdma_fini(struct eng_engine *e)
 		pthread_join(r->seg_thread, NULL); /* a registration cannot be cut short */
 	while (r->peers)
 		peer_retire(r, r->peers);
+	pthread_cond_destroy(&r->freed);
 	pthread_mutex_destroy(&r->lock);
 	eng_rdma_dev_put(r->dev);
 	free(r);

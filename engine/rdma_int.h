@@ -269,12 +269,16 @@ int eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t 
  */
 void eng_rdma_qps_fence(struct eng_rdma_qps *q);
 
-/* The transport's state in an engine (rdma.c): the device and the peers. */
+/* The transport's state in an engine (rdma.c): the device and the peers.
+ * Keyed, the owner serves one transfer at a time on each QP set a peer
+ * connects, so a peer has up to ENG_RDMA_CHANNELS sets; keyless, one. */
+#define ENG_RDMA_CHANNELS 4
 struct eng_rdma_peer;
 struct eng_rdma {
 	struct eng_rdma_dev *dev;
-	unsigned nqp; /* QPs per peer */
+	unsigned nqp; /* QPs per set */
 	pthread_mutex_t lock;
+	pthread_cond_t freed; /* keyed: a QP set is free, or its set-up ended */
 	struct eng_rdma_peer *peers;
 	atomic_uint_fast64_t fallbacks; /* transfers that went over TCP instead */
 	pthread_t seg_thread;		/* runs eng_rdma_seg_register */

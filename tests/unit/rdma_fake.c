@@ -168,6 +168,7 @@ int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, in
 {
 	void *remote = (void *)(uintptr_t)raddr;
 	unsigned char *to = write ? remote : local;
+	int running;
 
 	if (!rdma_fake.on)
 		return __real_eng_rdma_qps_post(q, w, write, local, len, lkey, raddr, rkey,
@@ -176,6 +177,13 @@ int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, in
 		return -EIO;
 	if (rdma_fake.post_rc)
 		return rdma_fake.post_rc;
+	running = atomic_fetch_add(&rdma_fake.running, 1) + 1;
+	for (int most = atomic_load(&rdma_fake.most);
+	     running > most && !atomic_compare_exchange_weak(&rdma_fake.most, &most, running);)
+		;
+	if (rdma_fake.post_ms)
+		nanosleep(&(struct timespec){0, rdma_fake.post_ms * 1000000l}, NULL);
+	atomic_fetch_sub(&rdma_fake.running, 1);
 	memcpy(to, write ? local : remote, len);
 	if (rdma_fake.corrupt && len)
 		to[0] ^= 1;

@@ -23,9 +23,11 @@ struct rdma_fake {
 	int post_rc;	      /* what qps_post returns instead of moving bytes (0: moves) */
 	int corrupt;	      /* flip the first byte each post moves */
 	unsigned register_ms; /* how long registering a segment takes */
+	unsigned post_ms;     /* how long the "NIC" takes a work request */
 	int opens;	      /* dev_open calls so far */
 	atomic_int connects, fences;
 	atomic_int posts;	    /* work requests the "NIC" ran */
+	atomic_int running, most;   /* work requests it runs now, and at most */
 	atomic_uint_fast64_t moved; /* bytes it moved */
 };
 

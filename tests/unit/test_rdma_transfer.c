@@ -11,7 +11,9 @@
  * grant is for another range or op is refused before a byte moves, and
  * counted; a WRITE whose bytes do not match their CRC32C is refused; an
  * owner that went away gives TRANSFER_FAIL with our QPs fenced, and a new
- * owner is reached afresh; memory not open to the owner goes over TCP. An
+ * owner is reached afresh; memory not open to the owner goes over TCP;
+ * concurrent keyed transfers to one owner run at once, on up to
+ * ENG_RDMA_CHANNELS QP sets. An
  * engine serves before its segment is registered, peers using TCP meanwhile.
  */
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +258,67 @@ static void test_rdma_transfer_keyed_owner_failures(void **state)
 	rdma_fake_reset(0);
 }
 
+#define NWRITERS 4
+#define ROUNDS	 6
+
+struct writer {
+	struct node *a, *b;
+	pthread_barrier_t *go;
+	int slot; /* writes [slot MiB, slot + 1 MiB) */
+};
+
+/* ROUNDS writes of its own MiB, all writers starting each round together. */
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	unsigned char *buf = malloc(MIB);
+	struct eng_cap c = cap_for(w->b, ENG_OP_WRITE, (uint64_t)w->slot * MIB, MIB);
+	intptr_t bad = buf == NULL;
+
+	for (int i = 0; i < ROUNDS && !bad; i++) {
+		fill(buf, MIB, (unsigned)(w->slot * ROUNDS + i));
+		pthread_barrier_wait(w->go);
+		bad = xfer(w->a, w->b, ENG_WRITE, (uint64_t)w->slot * MIB, buf, MIB, &c) != 0 ||
+		      memcmp(w->b->seg + (size_t)w->slot * MIB, buf, MIB) != 0;
+	}
+	free(buf);
+	return (void *)bad;
+}
+
+static void test_rdma_transfer_keyed_concurrent_on_sets(void **state)
+{
+	struct writer w[NWRITERS];
+	pthread_t t[NWRITERS];
+	pthread_barrier_t go;
+	struct node a, b;
+	void *bad;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	good_read(&a, &b);	/* one set up */
+	rdma_fake.post_ms = 20; /* long enough for the writes to meet */
+	assert_int_equal(pthread_barrier_init(&go, NULL, NWRITERS), 0);
+	for (int i = 0; i < NWRITERS; i++) {
+		w[i] = (struct writer){&a, &b, &go, i};
+		assert_int_equal(pthread_create(&t[i], NULL, writer_main, &w[i]), 0);
+	}
+	for (int i = 0; i < NWRITERS; i++) {
+		assert_int_equal(pthread_join(t[i], &bad), 0);
+		assert_null(bad);
+	}
+	pthread_barrier_destroy(&go);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 1 + NWRITERS * ROUNDS);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);
+	assert_true(rdma_fake.most >= 2); /* the owner ran two at once */
+	/* QP sets, counted on both sides: more than one, never too many. */
+	assert_in_range(rdma_fake.connects, 2 * 2, 2 * ENG_RDMA_CHANNELS);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
 static void test_rdma_transfer_keyed_unopened_memory_uses_tcp(void **state)
 {
 	struct node a, b;
@@ -309,5 +373,6 @@ static void test_rdma_transfer_segment_registered_beside_serving(void **state)
 LUNAR_TEST_MAIN(setup, NULL, test_rdma_transfer_keyless_client_posts,
 		test_rdma_transfer_keyed_owner_moves, test_rdma_transfer_keyed_grant_per_transfer,
 		test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
+		test_rdma_transfer_keyed_concurrent_on_sets,
 		test_rdma_transfer_keyed_unopened_memory_uses_tcp,
 		test_rdma_transfer_segment_registered_beside_serving)
