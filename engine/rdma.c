@@ -139,7 +139,7 @@ static int recv_n(int fd, void *buf, size_t len, uint64_t deadline)
 }
 
 /* The owner's answer to request (ctr, id): its body into body. 0, -EPROTO,
- * -ECONNREFUSED (it said no: *status), or -errno. */
+ * -ECONNREFUSED (it said no: *status), -EAGAIN (not yet: BUSY), or -errno. */
 static int recv_answer(struct eng_cconn *c, uint64_t ctr, uint64_t id, unsigned char *body,
 		       uint64_t deadline, int32_t *status)
 {
@@ -161,6 +161,8 @@ static int recv_answer(struct eng_cconn *c, uint64_t ctr, uint64_t id, unsigned 
 		eng_wire_rep_decode(&k.h);
 	if (k.h.magic != ENG_WIRE_REP_MAGIC || k.h.id != id || k.h.length != blen)
 		return -EPROTO;
+	if (*status == LUNAR_ERR_BUSY)
+		return -EAGAIN;
 	return *status ? -ECONNREFUSED : 0;
 }
 
@@ -199,8 +201,8 @@ static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigne
 	return rc;
 }
 
-/* Set up p's QPs with its owner; 0, -ECONNREFUSED (the owner cannot), or
- * another -errno. On failure p holds nothing. */
+/* Set up p's QPs with its owner; 0, -ECONNREFUSED (the owner cannot),
+ * -EAGAIN (not yet), or another -errno. On failure p holds nothing. */
 static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_dir dir,
 			uint64_t off, uint64_t total, const struct eng_cap *cap, uint64_t deadline)
 {
@@ -268,6 +270,7 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 	}
 	LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", p->endpoint,
 		rc == -ECONNREFUSED ? "the peer has no device, or its QPs did not connect"
+		: rc == -EAGAIN	    ? "the peer is still registering its segment; again in 1 s"
 				    : strerror(-rc));
 	peer_put(p);
 	return NULL;

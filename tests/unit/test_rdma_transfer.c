@@ -13,8 +13,8 @@
  * owner that went away gives TRANSFER_FAIL with our QPs fenced, and a new
  * owner is reached afresh; memory not open to the owner goes over TCP;
  * concurrent keyed transfers to one owner run at once, on up to
- * ENG_RDMA_CHANNELS QP sets. An
- * engine serves before its segment is registered, peers using TCP meanwhile.
+ * ENG_RDMA_CHANNELS QP sets. An engine serves before its segment is
+ * registered, peers using TCP meanwhile and RDMA a second after it is.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "clock.h"
@@ -361,7 +362,11 @@ static void test_rdma_transfer_segment_registered_beside_serving(void **state)
 	assert_int_equal(eng_engine_rdma_fallbacks(a.e), 1);
 	assert_true(rdma_fake_wait_segment(b.e));
 	rdma_fake.register_ms = 0;
-	c = node_start(0); /* a new peer: over RDMA now */
+	/* It said "not yet": a asks again a second later, and is answered. */
+	usleep(1100 * 1000);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), NULL), 0);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 1);
+	c = node_start(0); /* a new peer: over RDMA at once */
 	assert_int_equal(xfer(&c, &b, ENG_READ, 0, buf, sizeof(buf), NULL), 0);
 	assert_int_equal(xfers(&c, ENG_TR_RDMA), 1);
 	node_stop(&c);
