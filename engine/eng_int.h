@@ -181,11 +181,15 @@ void eng_wire_rep_encode(struct eng_wire_rep *r);
 void eng_wire_rep_decode(struct eng_wire_rep *r);
 /*
  * eng_wire_req_check - whether a decoded request of wire version version
- * (ENG_WIRE_VERSION or _KEYED) may be served on a segment of seg_size
- * bytes: 0, or the status to refuse it with. The range check
- * cannot overflow whatever offset and length hold.
+ * (ENG_WIRE_VERSION or _KEYED), for one of the ops in the set ops
+ * (ENG_OP_SET), may be served on a segment of seg_size bytes: 0, or the
+ * status to refuse it with. The range check cannot overflow whatever
+ * offset and length hold.
  */
-int eng_wire_req_check(const struct eng_wire_req *r, uint64_t seg_size, uint16_t version);
+#define ENG_OP_SET(op) (1u << (op))
+#define ENG_OPS_DATA   (ENG_OP_SET(ENG_OP_READ) | ENG_OP_SET(ENG_OP_WRITE))
+int eng_wire_req_check(const struct eng_wire_req *r, uint64_t seg_size, uint16_t version,
+		       unsigned ops);
 /* eng_wire_kreq_encode/_decode, eng_wire_krep_encode/_decode - the same for
  * the keyed headers (the embedded plain header too); in place. */
 void eng_wire_kreq_encode(struct eng_wire_kreq *r);

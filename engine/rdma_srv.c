@@ -50,13 +50,6 @@ static int wait_input(int fd)
 	return 0;
 }
 
-/* Whether [offset, offset + length) is a non-empty range of the segment. */
-static int in_segment(const struct eng_engine *e, const struct eng_wire_req *h)
-{
-	return h->length && h->offset <= e->cfg.seg_size &&
-	       h->length <= e->cfg.seg_size - h->offset;
-}
-
 /* The capability of keyed request k, for op (READ or WRITE) of its range:
  * 0, or refused (counted, logged: why). */
 static int cap_check(struct eng_engine *e, struct eng_wire_kreq *k, uint16_t op, int fd,
@@ -77,17 +70,14 @@ static int cap_check(struct eng_engine *e, struct eng_wire_kreq *k, uint16_t op,
 static int check_request(struct eng_engine *e, const struct eng_srv_req *q, struct eng_wire_kreq *k,
 			 const unsigned char *body, struct eng_rdma_hs *peer)
 {
-	const struct eng_wire_req *h = &k->h;
+	uint16_t version = q->s ? ENG_WIRE_VERSION_KEYED : ENG_WIRE_VERSION;
 	int rc = eng_rdma_hs_decode(body, ENG_RDMA_HS_SIZE, 0, peer);
 
+	if (!rc)
+		rc = eng_wire_req_check(&k->h, e->cfg.seg_size, version,
+					ENG_OP_SET(ENG_OP_RDMA_CONNECT));
 	if (rc)
 		return rc;
-	if (h->magic != ENG_WIRE_REQ_MAGIC)
-		return LUNAR_ERR_PROTOCOL;
-	if (h->version != (q->s ? ENG_WIRE_VERSION_KEYED : ENG_WIRE_VERSION))
-		return LUNAR_ERR_VERSION_MISMATCH;
-	if (!in_segment(e, h))
-		return LUNAR_ERR_INVALID_PARAMS;
 	/* The capability the peer brought is for a READ or a WRITE of the range. */
 	return q->s ? cap_check(e, k, peer->cap_op, q->fd, "no capability for an RDMA connect") : 0;
 }
@@ -120,15 +110,11 @@ static int xfer_recv(struct eng_engine *e, struct eng_srv_req *q, struct eng_wir
 static int xfer_check(struct eng_engine *e, const struct eng_srv_req *q, struct eng_wire_kreq *k,
 		      const unsigned char *body, struct eng_rdma_xf *x)
 {
-	const struct eng_wire_req *h = &k->h;
-	int rc;
+	int rc = eng_wire_req_check(&k->h, e->cfg.seg_size, ENG_WIRE_VERSION_KEYED,
+				    ENG_OP_SET(ENG_OP_RDMA_XFER));
 
-	if (h->magic != ENG_WIRE_REQ_MAGIC || h->version != ENG_WIRE_VERSION_KEYED ||
-	    h->op != ENG_OP_RDMA_XFER)
-		return LUNAR_ERR_PROTOCOL;
-	if (!in_segment(e, h))
-		return LUNAR_ERR_INVALID_PARAMS;
-	rc = eng_rdma_xf_decode(body, ENG_RDMA_XF_SIZE, h->length, x);
+	if (!rc)
+		rc = eng_rdma_xf_decode(body, ENG_RDMA_XF_SIZE, k->h.length, x);
 	if (rc)
 		return rc;
 	return cap_check(e, k, x->cap_op, q->fd, "no capability for an RDMA transfer");

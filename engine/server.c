@@ -200,7 +200,8 @@ static int serve_keyed(struct eng_srv_conn *conn, struct eng_wire_kreq *k, uint6
 			 ? LUNAR_ERR_PROTOCOL
 			 : 0;
 	else
-		rc = eng_wire_req_check(&k->h, e->cfg.seg_size, ENG_WIRE_VERSION_KEYED);
+		rc = eng_wire_req_check(&k->h, e->cfg.seg_size, ENG_WIRE_VERSION_KEYED,
+					ENG_OPS_DATA);
 	if (rc)
 		return refuse(&q, &k->h, rc, deadline);
 	if (eng_secret_check(e, k, disk ? name : NULL, nlen)) {
@@ -247,7 +248,7 @@ static int serve_one(struct eng_srv_conn *conn)
 		return eng_disk_serve(e, &q, &k.h, NULL, deadline);
 	if (k.h.magic == ENG_WIRE_REQ_MAGIC && k.h.op == ENG_OP_RDMA_CONNECT)
 		return eng_rdma_serve(e, &q, &k, NULL, deadline);
-	status = eng_wire_req_check(&k.h, e->cfg.seg_size, ENG_WIRE_VERSION);
+	status = eng_wire_req_check(&k.h, e->cfg.seg_size, ENG_WIRE_VERSION, ENG_OPS_DATA);
 	if (status)
 		return refuse(&q, &k.h, status, deadline);
 	return serve_range(e, &q, &k.h, NULL, deadline);

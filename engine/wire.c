@@ -48,13 +48,14 @@ void eng_wire_rep_decode(struct eng_wire_rep *r)
 	r->length = le64toh(r->length);
 }
 
-int eng_wire_req_check(const struct eng_wire_req *r, uint64_t seg_size, uint16_t version)
+int eng_wire_req_check(const struct eng_wire_req *r, uint64_t seg_size, uint16_t version,
+		       unsigned ops)
 {
 	if (r->magic != ENG_WIRE_REQ_MAGIC)
 		return LUNAR_ERR_PROTOCOL;
 	if (r->version != version)
 		return LUNAR_ERR_VERSION_MISMATCH;
-	if (r->op != ENG_OP_READ && r->op != ENG_OP_WRITE)
+	if (r->op >= 32 || !(ops & ENG_OP_SET(r->op)))
 		return LUNAR_ERR_PROTOCOL;
 	/* Written so that no sum can wrap: offset <= size first, then the room. */
 	if (r->length == 0 || r->offset > seg_size || r->length > seg_size - r->offset)

@@ -37,7 +37,7 @@ static void plain(const uint8_t *d, size_t n)
 	memcpy(&r, d, sizeof(r));
 	eng_wire_req_decode(&r);
 	for (uint16_t v = ENG_WIRE_VERSION; v <= ENG_WIRE_VERSION_KEYED; v++)
-		if (!eng_wire_req_check(&r, SEG_SIZE, v) && r.op != ENG_OP_READ_DISK)
+		if (!eng_wire_req_check(&r, SEG_SIZE, v, ~0u))
 			FZ_CHECK(r.offset <= SEG_SIZE && r.length <= SEG_SIZE - r.offset);
 }
 
@@ -56,7 +56,7 @@ static void keyed(const uint8_t *d, size_t n)
 		FZ_CHECK(s.rx_top > 0); /* a counter was taken */
 	memcpy(&k, d, sizeof(k));
 	eng_wire_kreq_decode(&k);
-	if (!eng_wire_req_check(&k.h, SEG_SIZE, ENG_WIRE_VERSION_KEYED))
+	if (!eng_wire_req_check(&k.h, SEG_SIZE, ENG_WIRE_VERSION_KEYED, ENG_OPS_DATA))
 		(void)eng_wire_cap_check(&k, secret, "127.0.0.1:1", NULL, 0, 1000);
 	memcpy(&p, d, sizeof(p));
 	(void)eng_wire_krep_open(&p, &s, k.ctr);
