@@ -401,29 +401,47 @@ static int to_sges(struct eng_rdma_dev *d, enum eng_dir dir, const struct iovec 
 	return 0;
 }
 
-/*
- * Ask p's owner (p busy: ours) for the keyed transfer x of [off, off + total) under cap
- * (crc: a WRITE's payload CRC32C, which the owner checks): it moves the
- * bytes with its QPs and answers once they are in place. 0 or -errno;
- * after an error our QPs are fenced, so the owner can no longer touch the
- * memory the caller gets back.
- */
-static int ask(struct eng_engine *e, struct eng_rdma_peer *p, const struct eng_rdma_xf *x,
-	       uint64_t off, uint64_t total, const struct eng_cap *cap, uint32_t crc,
-	       uint64_t deadline)
+/* Send the keyed transfer request for x and take the owner's answer:
+ * 0 and *rep, or -errno. */
+static int exchange_xfer(struct eng_engine *e, struct eng_rdma_peer *p, const struct eng_rdma_xf *x,
+			 uint64_t off, uint64_t total, const struct eng_cap *cap, uint32_t crc,
+			 uint64_t deadline, struct eng_wire_rep *rep)
 {
 	struct eng_wire_req req = request(e, ENG_OP_RDMA_XFER, off, total);
 	unsigned char body[ENG_RDMA_XF_SIZE];
-	struct eng_wire_rep rep;
 	int rc, replied;
 	uint64_t ctr;
 
 	eng_rdma_xf_encode(x, body);
 	rc = eng_send_req(p->c, &req, cap, crc, body, sizeof(body), 0, deadline, &ctr);
 	if (!rc)
-		rc = eng_recv_rep(p->c, ctr, &rep, deadline, &replied);
-	if (!rc && (rep.magic != ENG_WIRE_REP_MAGIC || rep.id != req.id))
+		rc = eng_recv_rep(p->c, ctr, rep, deadline, &replied);
+	if (!rc && (rep->magic != ENG_WIRE_REP_MAGIC || rep->id != req.id))
 		rc = -EPROTO;
+	return rc;
+}
+
+/*
+ * Ask p's owner (p busy: ours) for the keyed transfer x of [off, off + total) under cap
+ * (crc: a WRITE's payload CRC32C, which the owner checks): it moves the
+ * bytes with its QPs and answers once they are in place. With memory
+ * windows, x's pieces are opened to the owner for this transfer only.
+ * 0 or -errno; after an error our QPs are fenced, so the owner can no
+ * longer touch the memory the caller gets back.
+ */
+static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf *x, uint64_t off,
+	       uint64_t total, const struct eng_cap *cap, uint32_t crc, uint64_t deadline)
+{
+	int windows = e->rdma->dev->windows, rc = 0, closed;
+	struct eng_wire_rep rep;
+
+	if (windows)
+		rc = eng_rdma_qps_open(p->q, x, deadline);
+	if (!rc)
+		rc = exchange_xfer(e, p, x, off, total, cap, crc, deadline, &rep);
+	/* Whatever came of it: the windows close before the memory goes back. */
+	if (windows && (closed = eng_rdma_qps_close(p->q, x->nsge, deadline)) && !rc)
+		rc = closed;
 	if (rc) {
 		eng_rdma_qps_fence(p->q);
 		return rc;

@@ -71,6 +71,8 @@ static int try_device(struct eng_rdma_dev *d, struct ibv_device *dev, uint8_t po
 		return -ENOENT;
 	memset(&da, 0, sizeof(da));
 	if (!d->ibv.query_device(d->ctx, &da)) {
+		d->windows =
+		    (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW) && da.max_mw >= ENG_RDMA_SGE_MAX;
 		for (uint8_t p = port ? port : 1; p <= (port ? port : da.phys_port_cnt); p++)
 			if (port_ok(d, p)) {
 				snprintf(d->name, sizeof(d->name), "%s:%u",
@@ -121,11 +123,15 @@ static int open_ctx(struct eng_rdma_dev *d, const char *spec)
 	return rc;
 }
 
+/* Register [base, base + len): open to the peer when remote, with windows
+ * only through those bound to it. */
 static struct ibv_mr *reg(struct eng_rdma_dev *d, void *base, uint64_t len, int remote)
 {
 	int access = IBV_ACCESS_LOCAL_WRITE;
 
-	if (remote)
+	if (remote && d->windows)
+		access |= IBV_ACCESS_MW_BIND;
+	else if (remote)
 		access |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
 	return d->ibv.reg_mr(d->pd, base, (size_t)len, access);
 }
@@ -148,6 +154,12 @@ int eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out)
 	if (!d->pd)
 		goto err_close;
 	d->keyed = keyed;
+	d->windows &= keyed;
+	if (keyed && !d->windows)
+		LC_WARN(ENG_LOG,
+			"RDMA device %s has no memory windows: an owner serving a "
+			"transfer of ours can reach all of the client range it names",
+			d->name);
 	pthread_rwlock_init(&d->mem_lock, NULL);
 	atomic_init(&d->refs, 1);
 	atomic_init(&d->seg_ready, 0);
@@ -205,26 +217,47 @@ static int holds(const struct eng_mem *m, const char *p, uint64_t len, int remot
 	       len <= m->len - (uint64_t)(p - m->base) && (!remote || m->remote);
 }
 
+/* The client memory holding all of [p, p + len) (open to the peer when
+ * remote), or NULL; mem_lock held. A list: registrations are few per
+ * client and rarely change. */
+static const struct eng_mem *mem_find(struct eng_rdma_dev *d, const char *p, uint64_t len,
+				      int remote)
+{
+	const struct eng_mem *m = d->mems;
+
+	while (m && !holds(m, p, len, remote))
+		m = m->next;
+	return m;
+}
+
 int eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
 		      uint32_t *lkey, uint32_t *rkey)
 {
-	const struct eng_mem *found = NULL;
+	const struct eng_mem *found;
 
 	if (eng_rdma_seg_ready(d) && holds(&d->seg, p, len, remote)) {
 		*lkey = d->seg.lkey;
 		*rkey = d->seg.rkey;
 		return 0;
 	}
-	/* A list: registrations are few per client and rarely change. */
 	pthread_rwlock_rdlock(&d->mem_lock);
-	for (const struct eng_mem *m = d->mems; m && !found; m = m->next)
-		if (holds(m, p, len, remote)) {
-			found = m;
-			*lkey = m->lkey;
-			*rkey = m->rkey;
-		}
+	found = mem_find(d, p, len, remote);
+	if (found) {
+		*lkey = found->lkey;
+		*rkey = found->rkey;
+	}
 	pthread_rwlock_unlock(&d->mem_lock);
 	return found ? 0 : -ENOENT;
+}
+
+struct ibv_mr *eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len)
+{
+	const struct eng_mem *m;
+
+	pthread_rwlock_rdlock(&d->mem_lock);
+	m = mem_find(d, p, len, 1);
+	pthread_rwlock_unlock(&d->mem_lock);
+	return m ? m->mr : NULL;
 }
 
 struct eng_mem *eng_mem_add(struct eng_engine *e, void *base, uint64_t len)

@@ -136,7 +136,8 @@ struct eng_mem {
 	uint64_t len;
 	struct ibv_mr *mr;
 	uint32_t lkey, rkey;
-	int remote; /* registered for the peer's RDMA READ and WRITE */
+	int remote; /* open to the peer's RDMA READ and WRITE: through the MR's
+		     * rkey, or with dev->windows through a window a transfer binds */
 };
 
 /*
@@ -161,8 +162,9 @@ struct eng_rdma_dev {
 	atomic_int seg_ready; /* eng_rdma_seg_register published seg */
 	pthread_rwlock_t mem_lock;
 	struct eng_mem *mems;
-	int keyed;  /* eng_rdma_dev_open's keyed */
-	int refuse; /* test hook: $LUNAR_RDMA_DEBUG_REFUSE, answer every connect no */
+	int keyed;   /* eng_rdma_dev_open's keyed */
+	int windows; /* keyed, and the device binds type 1 memory windows */
+	int refuse;  /* test hook: $LUNAR_RDMA_DEBUG_REFUSE, answer every connect no */
 };
 
 /*
@@ -170,7 +172,9 @@ struct eng_rdma_dev {
  * device with an active port; else a comma-separated list of device names,
  * each optionally ":port", the first that opens with an active port). On a
  * keyed engine (keyed) owners move the bytes: the segment will be
- * registered for local access only, client memory open to the owner.
+ * registered for local access only, client memory open to the owner, and
+ * when the device has memory windows (d->windows) only to the windows a
+ * transfer binds (eng_rdma_qps_open), never through the MR's own rkey.
  * 0 and *out (one reference), -ENOENT when no library or no such device
  * (no active port), or -errno of the verbs. Blocks; engine create only.
  */
@@ -198,6 +202,9 @@ void eng_rdma_dev_put(struct eng_rdma_dev *d);
  */
 int eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
 		      uint32_t *lkey, uint32_t *rkey);
+/* eng_rdma_mem_mr - the MR of client memory (an eng_mem open to the peer)
+ * holding all of [p, p + len), or NULL. Any thread (a read lock). */
+struct ibv_mr *eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len);
 
 /*
  * A set of RC queue pairs to one peer, sharing a completion queue and its
@@ -218,6 +225,9 @@ struct eng_rdma_qps {
 	pthread_mutex_t wait_lock;
 	pthread_cond_t wait_cond; /* broadcast after completions were dispatched */
 	int armed;		  /* under poll_lock: a notification was requested */
+	/* With dev->windows, on a keyed client's set: one window per piece of
+	 * a transfer, bound for its length only (eng_rdma_qps_open). */
+	struct ibv_mw *mw[ENG_RDMA_SGE_MAX];
 };
 
 /* A transfer's outstanding work requests; on the caller's stack. */
@@ -229,7 +239,8 @@ struct eng_rdma_wait {
 /*
  * eng_rdma_qps_create - nqp (1..ENG_RDMA_QP_MAX) QPs in INIT, a CQ and a
  * completion channel on d; remote: they accept the peer's RDMA READ and
- * WRITE (a keyless owner's QPs, a keyed client's). Fills
+ * WRITE (a keyless owner's QPs, a keyed client's, which also gets its
+ * windows when d->windows). Fills
  * the local half of *mine (nqp, mtu, port, lid, gid, qpn, psn). 0 and *out,
  * or -errno. Any thread.
  * eng_rdma_qps_connect - move every QP to RTR then RTS towards the peer's
@@ -268,6 +279,18 @@ int eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t 
  * touches memory through them afterwards. q is unusable after. Any thread.
  */
 void eng_rdma_qps_fence(struct eng_rdma_qps *q);
+/*
+ * eng_rdma_qps_open - bind window i of q (d->windows) to exactly
+ * x->sge[i], for the owner's RDMA WRITE into it (x->cap_op READ: a get) or
+ * its RDMA READ from it (a put), and put the window's new rkey in
+ * x->sge[i].rkey; waits for the binds. 0, or -errno (some may be bound:
+ * close them).
+ * eng_rdma_qps_close - unbind windows [0, n) and wait: afterwards their
+ * rkeys reach nothing. When that fails (q broken) the QPs are fenced and
+ * the windows freed. 0 or -errno. The owner of q's only transfer.
+ */
+int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, uint64_t deadline_ns);
+int eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
 
 /* The transport's state in an engine (rdma.c): the device and the peers.
  * Keyed, the owner serves one transfer at a time on each QP set a peer

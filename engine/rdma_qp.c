@@ -110,6 +110,9 @@ int eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote, struct eng_
 		mine->qpn[i] = q->qp[i]->qp_num;
 		mine->psn[i] = rnd & ENG_RDMA_QPN_MAX;
 	}
+	for (int i = 0; !rc && remote && d->windows && i < ENG_RDMA_SGE_MAX; i++)
+		if (!(q->mw[i] = ibv_alloc_mw(d->pd, IBV_MW_TYPE_1)))
+			rc = -ENOMEM;
 	if (rc) {
 		eng_rdma_qps_destroy(q);
 		return rc;
@@ -184,6 +187,16 @@ int eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
 	return 0;
 }
 
+/* Free q's windows: bound or not, their rkeys reach nothing after. */
+static void windows_free(struct eng_rdma_qps *q)
+{
+	for (int i = 0; i < ENG_RDMA_SGE_MAX; i++)
+		if (q->mw[i]) {
+			ibv_dealloc_mw(q->mw[i]);
+			q->mw[i] = NULL;
+		}
+}
+
 void eng_rdma_qps_destroy(struct eng_rdma_qps *q)
 {
 	if (!q)
@@ -191,6 +204,7 @@ void eng_rdma_qps_destroy(struct eng_rdma_qps *q)
 	for (int i = 0; i < ENG_RDMA_QP_MAX; i++)
 		if (q->qp[i])
 			q->dev->ibv.destroy_qp(q->qp[i]);
+	windows_free(q);
 	if (q->cq) {
 		q->dev->ibv.destroy_cq(q->cq);
 		pthread_mutex_destroy(&q->poll_lock);
@@ -298,23 +312,36 @@ static int take_credit(atomic_int *c)
 	return 0;
 }
 
-static int post_on(struct eng_rdma_qps *q, unsigned i, struct eng_rdma_wait *w, int write,
-		   void *local, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey)
+/* The next QP with a credit, the credit taken: its index, or -errno. */
+static int take_qp(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns)
 {
-	struct ibv_sge sge = {.addr = (uintptr_t)local, .length = len, .lkey = lkey};
-	struct ibv_send_wr wr = {
-	    .wr_id = (uintptr_t)w | i, /* w is 8-aligned: the QP's index fits below */
-	    .sg_list = &sge,
-	    .num_sge = 1,
-	    .opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
-	    .send_flags = IBV_SEND_SIGNALED,
-	    .wr.rdma = {.remote_addr = raddr, .rkey = rkey},
-	};
-	struct ibv_send_wr *bad;
-	int rc;
+	unsigned idle = 0;
 
-	atomic_fetch_add(&w->left, 1);
-	rc = ibv_post_send(q->qp[i], &wr, &bad);
+	for (;;) {
+		if (atomic_load(&q->broken))
+			return -EIO;
+		for (int k = 0; k < q->nqp; k++) {
+			unsigned i = atomic_fetch_add(&q->next, 1) % (unsigned)q->nqp;
+
+			if (take_credit(&q->credits[i]))
+				return (int)i;
+		}
+		if (lc_now_ns() > deadline_ns)
+			return -ETIMEDOUT;
+		progress(q, w, &idle);
+	}
+}
+
+/* A work request's id: its wait, and QP i's index below (w is 8-aligned). */
+static uint64_t wr_id(const struct eng_rdma_wait *w, unsigned i)
+{
+	return (uintptr_t)w | i;
+}
+
+/* Count a request just given to QP i (rc of the verb) in *w: 0, or on
+ * failure the count and the credit back and -errno. */
+static int posted(struct eng_rdma_qps *q, unsigned i, struct eng_rdma_wait *w, int rc)
+{
 	if (!rc)
 		return 0;
 	atomic_fetch_sub(&w->left, 1);
@@ -327,21 +354,41 @@ static int post_one(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, 
 		    uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
 		    uint64_t deadline_ns)
 {
-	unsigned idle = 0;
+	struct ibv_sge sge = {.addr = (uintptr_t)local, .length = len, .lkey = lkey};
+	struct ibv_send_wr wr = {
+	    .sg_list = &sge,
+	    .num_sge = 1,
+	    .opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+	    .send_flags = IBV_SEND_SIGNALED,
+	    .wr.rdma = {.remote_addr = raddr, .rkey = rkey},
+	};
+	struct ibv_send_wr *bad;
+	int i = take_qp(q, w, deadline_ns);
 
-	for (;;) {
-		if (atomic_load(&q->broken))
-			return -EIO;
-		for (int k = 0; k < q->nqp; k++) {
-			unsigned i = atomic_fetch_add(&q->next, 1) % (unsigned)q->nqp;
+	if (i < 0)
+		return i;
+	wr.wr_id = wr_id(w, (unsigned)i);
+	atomic_fetch_add(&w->left, 1);
+	return posted(q, (unsigned)i, w, ibv_post_send(q->qp[i], &wr, &bad));
+}
 
-			if (take_credit(&q->credits[i]))
-				return post_on(q, i, w, write, local, len, lkey, raddr, rkey);
-		}
-		if (lc_now_ns() > deadline_ns)
-			return -ETIMEDOUT;
-		progress(q, w, &idle);
-	}
+/* Bind window mw to [addr, addr + len) of mr with access (all zero:
+ * unbind) on the next QP with a credit. */
+static int bind_one(struct eng_rdma_qps *q, struct eng_rdma_wait *w, struct ibv_mw *mw,
+		    struct ibv_mr *mr, uint64_t addr, uint64_t len, unsigned access,
+		    uint64_t deadline_ns)
+{
+	struct ibv_mw_bind b = {
+	    .send_flags = IBV_SEND_SIGNALED,
+	    .bind_info = {.mr = mr, .addr = addr, .length = len, .mw_access_flags = access},
+	};
+	int i = take_qp(q, w, deadline_ns);
+
+	if (i < 0)
+		return i;
+	b.wr_id = wr_id(w, (unsigned)i);
+	atomic_fetch_add(&w->left, 1);
+	return posted(q, (unsigned)i, w, ibv_bind_mw(q->qp[i], mw, &b));
 }
 
 int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, void *local,
@@ -403,4 +450,50 @@ int eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t 
 		}
 	}
 	return rc;
+}
+
+int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, uint64_t deadline_ns)
+{
+	/* A get: the owner writes into the pieces; a put: it reads them. */
+	unsigned access =
+	    x->cap_op == ENG_OP_READ ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
+	struct eng_rdma_wait w;
+	int rc = 0, wrc;
+
+	atomic_init(&w.left, 0);
+	atomic_init(&w.failed, 0);
+	for (unsigned i = 0; i < x->nsge && !rc; i++) {
+		void *p = (void *)(uintptr_t)x->sge[i].addr;
+		struct ibv_mr *mr = eng_rdma_mem_mr(q->dev, p, x->sge[i].len);
+
+		rc = mr && q->mw[i] ? bind_one(q, &w, q->mw[i], mr, x->sge[i].addr, x->sge[i].len,
+					       access, deadline_ns)
+				    : -ENOENT;
+	}
+	/* Even after a failed bind: what was posted must finish first. */
+	wrc = eng_rdma_qps_wait(q, &w, deadline_ns);
+	if (rc || wrc)
+		return rc ? rc : wrc;
+	for (unsigned i = 0; i < x->nsge; i++)
+		x->sge[i].rkey = q->mw[i]->rkey;
+	return 0;
+}
+
+int eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns)
+{
+	struct eng_rdma_wait w;
+	int rc = 0, wrc;
+
+	atomic_init(&w.left, 0);
+	atomic_init(&w.failed, 0);
+	for (unsigned i = 0; i < n && !rc; i++)
+		rc = q->mw[i] ? bind_one(q, &w, q->mw[i], NULL, 0, 0, 0, deadline_ns) : -EIO;
+	wrc = eng_rdma_qps_wait(q, &w, deadline_ns);
+	if (!rc && !wrc)
+		return 0;
+	/* Unbound or not, freed windows open nothing, and fenced QPs let
+	 * no request in. */
+	eng_rdma_qps_fence(q);
+	windows_free(q);
+	return rc ? rc : wrc;
 }

@@ -4,6 +4,8 @@
 #include "rdma_fake.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,6 +13,82 @@
 #include "engine/rdma_int.h"
 
 struct rdma_fake rdma_fake;
+
+#define MEM_RKEY 0x77u	     /* every client range's MR */
+#define WIN_KEY	 0x80000000u /* a window's rkey; no MR key of the fake has this bit */
+
+/* A window: what its current rkey opens. */
+struct fake_win {
+	struct ibv_mw mw; /* first: q->mw[i] points here */
+	struct fake_win *next;
+	uint64_t addr, len;
+	unsigned access;
+	int bound;
+};
+static pthread_mutex_t win_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_win *wins;
+static uint32_t win_ids;
+
+static struct fake_win *win_of(struct ibv_mw *mw)
+{
+	return (struct fake_win *)((char *)mw - offsetof(struct fake_win, mw));
+}
+
+/* Whether a request with rkey may reach [addr, addr + len) for write
+ * (the peer writes) or read; MR keys count in mr_key_posts. */
+static int win_allows(uint32_t rkey, uint64_t addr, uint64_t len, int write)
+{
+	unsigned need = write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
+	int ok = 0;
+
+	if (!(rkey & WIN_KEY)) {
+		if (rkey == MEM_RKEY)
+			atomic_fetch_add(&rdma_fake.mr_key_posts, 1);
+		return 1;
+	}
+	pthread_mutex_lock(&win_lock);
+	for (struct fake_win *w = wins; w; w = w->next)
+		if (w->mw.rkey == rkey && w->bound && (w->access & need) && addr >= w->addr &&
+		    addr - w->addr <= w->len && len <= w->len - (addr - w->addr))
+			ok = 1;
+	pthread_mutex_unlock(&win_lock);
+	if (!ok)
+		atomic_fetch_add(&rdma_fake.denied, 1);
+	return ok;
+}
+
+/* Bind (len > 0) or unbind w; a new rkey at each bind, as type 1 windows get. */
+static void win_bind(struct fake_win *w, uint64_t addr, uint64_t len, unsigned access)
+{
+	pthread_mutex_lock(&win_lock);
+	if (len) {
+		w->mw.rkey = (w->mw.rkey & ~0xffu) | ((w->mw.rkey + 1) & 0xffu);
+		atomic_fetch_add(&rdma_fake.binds, 1);
+	}
+	if (w->bound != (len != 0))
+		atomic_fetch_add(&rdma_fake.bound, len ? 1 : -1);
+	w->addr = addr;
+	w->len = len;
+	w->access = access;
+	w->bound = len != 0;
+	pthread_mutex_unlock(&win_lock);
+}
+
+static void wins_free(struct eng_rdma_qps *q)
+{
+	for (int i = 0; i < ENG_RDMA_SGE_MAX && q->mw[i]; i++) {
+		struct fake_win *w = win_of(q->mw[i]), **pp;
+
+		win_bind(w, 0, 0, 0);
+		pthread_mutex_lock(&win_lock);
+		for (pp = &wins; *pp != w; pp = &(*pp)->next)
+			;
+		*pp = w->next;
+		pthread_mutex_unlock(&win_lock);
+		free(w);
+		q->mw[i] = NULL;
+	}
+}
 
 void rdma_fake_reset(int on)
 {
@@ -58,6 +136,10 @@ int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, in
 			     uint32_t rkey, uint64_t deadline_ns);
 int __wrap_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns);
 void __wrap_eng_rdma_qps_fence(struct eng_rdma_qps *q);
+int __real_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, uint64_t deadline_ns);
+int __real_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
+int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, uint64_t deadline_ns);
+int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
 
 int __wrap_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out)
 {
@@ -71,6 +153,7 @@ int __wrap_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **
 	if (!d)
 		return -ENOMEM;
 	d->keyed = keyed;
+	d->windows = keyed && !rdma_fake.no_windows;
 	d->mtu = 3;
 	d->port = 1;
 	d->gid[15] = 1;
@@ -119,7 +202,7 @@ int __wrap_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len
 	if (rdma_fake.unregistered)
 		return -ENOENT;
 	*lkey = 1;
-	*rkey = 0x77;
+	*rkey = MEM_RKEY;
 	return 0;
 }
 
@@ -142,6 +225,18 @@ int __wrap_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote,
 		mine->qpn[i] = 100 + (uint32_t)i + (remote ? 50u : 0u);
 		mine->psn[i] = (uint32_t)i;
 	}
+	for (int i = 0; remote && d->windows && i < ENG_RDMA_SGE_MAX; i++) {
+		struct fake_win *w = calloc(1, sizeof(*w));
+
+		if (!w)
+			abort();
+		pthread_mutex_lock(&win_lock);
+		w->mw.rkey = WIN_KEY | (++win_ids << 8);
+		w->next = wins;
+		wins = w;
+		pthread_mutex_unlock(&win_lock);
+		(*out)->mw[i] = &w->mw;
+	}
 	return 0;
 }
 
@@ -158,6 +253,8 @@ void __wrap_eng_rdma_qps_destroy(struct eng_rdma_qps *q)
 {
 	if (!rdma_fake.on)
 		return __real_eng_rdma_qps_destroy(q);
+	if (q)
+		wins_free(q);
 	free(q);
 }
 
@@ -177,6 +274,11 @@ int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, in
 		return -EIO;
 	if (rdma_fake.post_rc)
 		return rdma_fake.post_rc;
+	if (rdma_fake.overreach)
+		len++;
+	/* Our side's write lands in the remote memory: the peer's access. */
+	if (!win_allows(rkey, raddr, len, write))
+		return -EIO;
 	running = atomic_fetch_add(&rdma_fake.running, 1) + 1;
 	for (int most = atomic_load(&rdma_fake.most);
 	     running > most && !atomic_compare_exchange_weak(&rdma_fake.most, &most, running);)
@@ -205,4 +307,33 @@ void __wrap_eng_rdma_qps_fence(struct eng_rdma_qps *q)
 		return __real_eng_rdma_qps_fence(q);
 	atomic_store(&q->broken, 1);
 	atomic_fetch_add(&rdma_fake.fences, 1);
+}
+
+int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, uint64_t deadline_ns)
+{
+	unsigned access =
+	    x->cap_op == ENG_OP_READ ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
+
+	if (!rdma_fake.on)
+		return __real_eng_rdma_qps_open(q, x, deadline_ns);
+	for (unsigned i = 0; i < x->nsge; i++) {
+		if (atomic_load(&q->broken) || !q->mw[i])
+			return -EIO;
+		win_bind(win_of(q->mw[i]), x->sge[i].addr, x->sge[i].len, access);
+		x->sge[i].rkey = q->mw[i]->rkey;
+	}
+	return 0;
+}
+
+int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns)
+{
+	if (!rdma_fake.on)
+		return __real_eng_rdma_qps_close(q, n, deadline_ns);
+	if (atomic_load(&q->broken)) {
+		wins_free(q); /* as the real one does when it cannot unbind */
+		return -EIO;
+	}
+	for (unsigned i = 0; i < n && q->mw[i]; i++)
+		win_bind(win_of(q->mw[i]), 0, 0, 0);
+	return 0;
 }

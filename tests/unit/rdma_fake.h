@@ -1,13 +1,17 @@
 /*
  * rdma_fake.h - a fake RDMA device layer for tests on hosts without one.
  * Linked with -Wl,--wrap of eng_rdma_dev_open, _seg_register, _dev_put, _mem_keys,
- * _qps_create, _qps_connect, _qps_destroy, _qps_post, _qps_wait and
- * _qps_fence (RDMA_FAKE_WRAPS, Makefile): with rdma_fake.on set, engines
- * see a device "fake0:1" whose handshakes carry real frames over the real
- * data port, and whose "NIC" moves a work request's bytes with memcpy,
- * which is right while both engines live in the test's process; with it
- * clear, the real functions run. Knobs and counters below; the test sets
- * the knobs between transfers (the data port's threads read them).
+ * _qps_create, _qps_connect, _qps_destroy, _qps_post, _qps_wait, _qps_fence,
+ * _qps_open and _qps_close (RDMA_FAKE_WRAPS, Makefile): with rdma_fake.on
+ * set, engines see a device "fake0:1" whose handshakes carry real frames
+ * over the real data port, and whose "NIC" moves a work request's bytes
+ * with memcpy, which is right while both engines live in the test's
+ * process; with it clear, the real functions run. The device has memory
+ * windows (unless no_windows): a request whose rkey is a window's moves
+ * bytes only inside the window while it is bound, for the access it was
+ * bound for, and fails otherwise, as a NIC's would. Knobs and counters
+ * below; the test sets the knobs between transfers (the data port's
+ * threads read them).
  */
 #ifndef LUNAR_TESTS_RDMA_FAKE_H
 #define LUNAR_TESTS_RDMA_FAKE_H
@@ -24,10 +28,15 @@ struct rdma_fake {
 	int corrupt;	      /* flip the first byte each post moves */
 	unsigned register_ms; /* how long registering a segment takes */
 	unsigned post_ms;     /* how long the "NIC" takes a work request */
+	int no_windows;	      /* devices opened now have no memory windows */
+	int overreach;	      /* each request moves one byte more than asked */
 	int opens;	      /* dev_open calls so far */
 	atomic_int connects, fences;
 	atomic_int posts;	    /* work requests the "NIC" ran */
 	atomic_int running, most;   /* work requests it runs now, and at most */
+	atomic_int binds, bound;    /* window binds so far; windows bound now */
+	atomic_int mr_key_posts;    /* requests that reached client memory by its MR's rkey */
+	atomic_int denied;	    /* requests a window did not allow */
 	atomic_uint_fast64_t moved; /* bytes it moved */
 };
 

@@ -7,7 +7,9 @@
  * counted as rdma; a range past the peer's segment fails before a byte
  * moves; an owner that goes away mid-stream makes transfers fail with
  * TRANSFER_FAIL, never succeed with wrong bytes; a forced handshake
- * refusal falls back to TCP.
+ * refusal falls back to TCP. Keyed, the owner moves the bytes through the
+ * memory windows the client binds for each transfer, and a grant for
+ * another range moves none.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,23 +22,26 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "engine/rdma_int.h"
 #include "lunar.h"
+#include "test_engine_util.h"
 
 #define SEG_SIZE (64u << 20)
 #define LEN	 (9u << 20)
 
-struct node {
-	struct eng_engine *e;
-	unsigned char *seg;
-};
+static struct auth_key key;
+static unsigned char secret[AUTH_KEY_BYTES];
 
-static int node_start(struct node *n)
+/* An engine on a segment of its own, registered; keyed: with the cluster
+ * key and the segment secret. */
+static int node_start_keyed(struct node *n, int keyed)
 {
 	struct eng_config cfg = {.host = "127.0.0.1",
 				 .seg_size = SEG_SIZE,
 				 .io_timeout_ms = 10000,
-				 .rdma_devices = "auto"};
+				 .rdma_devices = "auto",
+				 .cluster_key = keyed ? &key : NULL};
 
 	int rc;
 
@@ -47,13 +52,14 @@ static int node_start(struct node *n)
 	/* The segment is registered beside serving: wait for it (10 s). */
 	for (int i = 0; !rc && n->e->rdma && !eng_rdma_seg_ready(n->e->rdma->dev) && i < 1000; i++)
 		usleep(10000);
+	if (!rc && keyed)
+		rc = eng_engine_set_secret(n->e, eng_engine_endpoint(n->e), secret);
 	return rc;
 }
 
-static void node_stop(struct node *n)
+static int node_start(struct node *n)
 {
-	eng_engine_destroy(n->e);
-	free(n->seg);
+	return node_start_keyed(n, 0);
 }
 
 static void test_rdma_device_round_trip(void **state)
@@ -106,6 +112,54 @@ static void test_rdma_device_round_trip(void **state)
 	free(back);
 }
 
+static void test_rdma_device_keyed_windows(void **state)
+{
+	unsigned char *buf = aligned_alloc(4096, LEN), *back = aligned_alloc(4096, LEN);
+	struct iovec v = {buf, LEN}, w = {back, LEN};
+	uint64_t exp = lc_now_ms() + 60000;
+	struct eng_mem *m1, *m2;
+	struct eng_xfer_stats st;
+	struct eng_cap wc, rc, other;
+	struct node a, b;
+	const char *ep;
+	unsigned seed = 2;
+
+	(void)state;
+	keys_make(&key, secret);
+	assert_int_equal(node_start_keyed(&a, 1), 0);
+	assert_int_equal(node_start_keyed(&b, 1), 0);
+	printf("memory windows: %s\n", a.e->rdma->dev->windows ? "yes" : "no (whole ranges)");
+	ep = eng_engine_endpoint(b.e);
+	wc = grant(secret, ep, ENG_OP_WRITE, 4096, LEN, 1, exp);
+	rc = grant(secret, ep, ENG_OP_READ, 4096, LEN, 1, exp);
+	other = grant(secret, ep, ENG_OP_READ, 0, LEN, 1, exp);
+	m1 = eng_mem_add(a.e, buf, LEN);
+	m2 = eng_mem_add(a.e, back, LEN);
+	assert_non_null(m1);
+	assert_non_null(m2);
+	for (size_t i = 0; i < LEN; i++)
+		buf[i] = (unsigned char)rand_r(&seed);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 4096, &v, 1, &wc, NULL), 0);
+	assert_memory_equal(b.seg + 4096, buf, LEN);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 4096, &w, 1, &rc, NULL), 0);
+	assert_memory_equal(back, buf, LEN);
+	eng_engine_xfer_stats(a.e, ENG_TR_RDMA, &st);
+	assert_int_equal(st.xfers, 2);
+	/* A grant for another range: refused by the owner, nothing moved. */
+	memset(back, 0, LEN);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 4096, &w, 1, &other, NULL),
+			 LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(back[0], 0);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 4096, &w, 1, &rc, NULL), 0);
+	assert_memory_equal(back, buf, LEN);
+	eng_mem_del(m1);
+	eng_mem_del(m2);
+	node_stop(&b);
+	node_stop(&a);
+	free(buf);
+	free(back);
+}
+
 static void test_rdma_device_forced_refusal(void **state)
 {
 	struct node a, b;
@@ -137,6 +191,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_rdma_device_round_trip),
+	    cmocka_unit_test(test_rdma_device_keyed_windows),
 	    cmocka_unit_test(test_rdma_device_forced_refusal),
 	};
 	struct node probe;

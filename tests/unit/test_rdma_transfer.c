@@ -155,6 +155,12 @@ static void test_rdma_transfer_keyed_owner_moves(void **state)
 	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);
 	assert_int_equal(rdma_fake.moved, 2 * (3 * MIB + 5) + 2);
 	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), 0);
+	/* Each transfer opened its bytes by a window, closed after it; the
+	 * owner never held the range's own key. */
+	assert_int_equal(rdma_fake.binds, 4);
+	assert_int_equal(rdma_fake.bound, 0);
+	assert_int_equal(rdma_fake.mr_key_posts, 0);
+	assert_int_equal(rdma_fake.denied, 0);
 	node_stop(&b);
 	node_stop(&a);
 	rdma_fake_reset(0);
@@ -201,6 +207,47 @@ static void test_rdma_transfer_keyed_grant_per_transfer(void **state)
 	good_read(&a, &b); /* a refusal costs the connection, not the peer */
 	node_stop(&b);
 	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+/* An owner that reaches one byte past a get's bytes: stopped by the
+ * transfer's window; without windows (a device that has none) it lands
+ * in the byte after them, which the range's key opens. */
+static void test_rdma_transfer_keyed_window_bounds_owner(void **state)
+{
+	unsigned char buf[4096 + 1];
+	struct node a, b;
+	struct eng_cap c;
+	int rc;
+
+	(void)state;
+	for (int windows = 1; windows >= 0; windows--) {
+		rdma_fake_reset(1);
+		rdma_fake.no_windows = !windows;
+		a = node_start(1);
+		b = node_start(1);
+		assert_int_equal(b.e->rdma->dev->windows, windows);
+		good_read(&a, &b);
+		memset(b.seg, 0xab, 8192);
+		memset(buf, 0, sizeof(buf));
+		c = cap_for(&b, ENG_OP_READ, 0, 4096);
+		rdma_fake.overreach = 1;
+		rc = xfer(&a, &b, ENG_READ, 0, buf, 4096, &c);
+		rdma_fake.overreach = 0;
+		if (windows) {
+			assert_int_equal(rc, LUNAR_ERR_TRANSFER_FAIL);
+			assert_int_equal(buf[4096], 0);
+			assert_int_equal(rdma_fake.denied, 1);
+			assert_int_equal(rdma_fake.mr_key_posts, 0);
+		} else {
+			assert_int_equal(rc, 0);
+			assert_int_equal(buf[4096], 0xab);
+			assert_int_equal(rdma_fake.binds, 0);
+		}
+		assert_int_equal(rdma_fake.bound, 0);
+		node_stop(&b);
+		node_stop(&a);
+	}
 	rdma_fake_reset(0);
 }
 
@@ -252,6 +299,7 @@ static void test_rdma_transfer_keyed_owner_failures(void **state)
 	node_stop(&b);
 	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 0, &v, 1, &c, NULL), LUNAR_ERR_TRANSFER_FAIL);
 	assert_int_equal(rdma_fake.fences, 2);
+	assert_int_equal(rdma_fake.bound, 0); /* no window outlived a failure */
 	b2 = node_start(1);
 	good_read(&a, &b2);
 	node_stop(&b2);
@@ -377,6 +425,7 @@ static void test_rdma_transfer_segment_registered_beside_serving(void **state)
 
 LUNAR_TEST_MAIN(setup, NULL, test_rdma_transfer_keyless_client_posts,
 		test_rdma_transfer_keyed_owner_moves, test_rdma_transfer_keyed_grant_per_transfer,
+		test_rdma_transfer_keyed_window_bounds_owner,
 		test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
 		test_rdma_transfer_keyed_concurrent_on_sets,
 		test_rdma_transfer_keyed_unopened_memory_uses_tcp,
