@@ -62,24 +62,31 @@ static int node_start(struct node *n)
 	return node_start_keyed(n, 0);
 }
 
+/* a registers buf and back (LEN bytes each) into m[0], m[1], and buf is
+ * filled from seed. */
+static void regions_add(struct node *a, unsigned char *buf, unsigned char *back, unsigned seed,
+			struct eng_mem *m[2])
+{
+	m[0] = eng_mem_add(a->e, buf, LEN);
+	m[1] = eng_mem_add(a->e, back, LEN);
+	assert_non_null(m[0]);
+	assert_non_null(m[1]);
+	for (size_t i = 0; i < LEN; i++)
+		buf[i] = (unsigned char)rand_r(&seed);
+}
+
 static void test_rdma_device_round_trip(void **state)
 {
 	struct node a, b;
 	unsigned char *buf = aligned_alloc(4096, LEN), *back = aligned_alloc(4096, LEN);
-	struct eng_mem *m1, *m2;
+	struct eng_mem *m[2];
 	struct eng_xfer_stats st;
 	struct iovec v = {buf, LEN}, w = {back, LEN};
-	unsigned seed = 1;
 
 	(void)state;
 	assert_int_equal(node_start(&a), 0);
 	assert_int_equal(node_start(&b), 0);
-	m1 = eng_mem_add(a.e, buf, LEN);
-	m2 = eng_mem_add(a.e, back, LEN);
-	assert_non_null(m1);
-	assert_non_null(m2);
-	for (size_t i = 0; i < LEN; i++)
-		buf[i] = (unsigned char)rand_r(&seed);
+	regions_add(&a, buf, back, 1, m);
 	assert_int_equal(
 	    eng_xfer(a.e, eng_engine_endpoint(b.e), ENG_WRITE, 4096, &v, 1, NULL, NULL), 0);
 	assert_memory_equal(b.seg + 4096, buf, LEN);
@@ -105,8 +112,8 @@ static void test_rdma_device_round_trip(void **state)
 		rc = eng_xfer(a.e, ep, ENG_READ, 4096, &w, 1, NULL, NULL);
 		assert_true(rc == LUNAR_ERR_TRANSFER_FAIL || rc == ENG_XFER_UNSENT);
 	}
-	eng_mem_del(m1);
-	eng_mem_del(m2);
+	eng_mem_del(m[0]);
+	eng_mem_del(m[1]);
 	node_stop(&a);
 	free(buf);
 	free(back);
@@ -117,12 +124,11 @@ static void test_rdma_device_keyed_windows(void **state)
 	unsigned char *buf = aligned_alloc(4096, LEN), *back = aligned_alloc(4096, LEN);
 	struct iovec v = {buf, LEN}, w = {back, LEN};
 	uint64_t exp = lc_now_ms() + 60000;
-	struct eng_mem *m1, *m2;
+	struct eng_mem *m[2];
 	struct eng_xfer_stats st;
 	struct eng_cap wc, rc, other;
 	struct node a, b;
 	const char *ep;
-	unsigned seed = 2;
 
 	(void)state;
 	keys_make(&key, secret);
@@ -133,12 +139,7 @@ static void test_rdma_device_keyed_windows(void **state)
 	wc = grant(secret, ep, ENG_OP_WRITE, 4096, LEN, 1, exp);
 	rc = grant(secret, ep, ENG_OP_READ, 4096, LEN, 1, exp);
 	other = grant(secret, ep, ENG_OP_READ, 0, LEN, 1, exp);
-	m1 = eng_mem_add(a.e, buf, LEN);
-	m2 = eng_mem_add(a.e, back, LEN);
-	assert_non_null(m1);
-	assert_non_null(m2);
-	for (size_t i = 0; i < LEN; i++)
-		buf[i] = (unsigned char)rand_r(&seed);
+	regions_add(&a, buf, back, 2, m);
 	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 4096, &v, 1, &wc, NULL), 0);
 	assert_memory_equal(b.seg + 4096, buf, LEN);
 	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 4096, &w, 1, &rc, NULL), 0);
@@ -152,8 +153,8 @@ static void test_rdma_device_keyed_windows(void **state)
 	assert_int_equal(back[0], 0);
 	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 4096, &w, 1, &rc, NULL), 0);
 	assert_memory_equal(back, buf, LEN);
-	eng_mem_del(m1);
-	eng_mem_del(m2);
+	eng_mem_del(m[0]);
+	eng_mem_del(m[1]);
 	node_stop(&b);
 	node_stop(&a);
 	free(buf);
