@@ -137,31 +137,6 @@ static int grant_place(struct mst_master *m, uint64_t client, uint64_t len, stru
 	return mst_place(m, client, len, 1, NULL, 0, r);
 }
 
-/* Insert r unless its segment went meanwhile (then its range went with
- * it); 0 or ILLEGAL_CLIENT. */
-static int resv_insert(struct mst_master *m, struct mst_resv *r)
-{
-	int rc = 0;
-
-	pthread_rwlock_rdlock(&m->segs.lock);
-	pthread_mutex_lock(&m->resv.lock);
-	if (!mst_segment_live(m, r->seg))
-		rc = LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
-	else if (count_of(&m->resv, r->client) >= MST_RESV_PER_CLIENT)
-		rc = LUNAR_ERR_BUSY;
-	if (!rc) {
-		r->next = m->resv.head;
-		m->resv.head = r;
-		m->resv.bytes += pieces_bytes(r);
-		seg_reserved_add(r->seg, (int64_t)pieces_bytes(r));
-	} else if (rc == LUNAR_ERR_BUSY) {
-		mst_replicas_free(m, r->pieces, r->n);
-	}
-	pthread_mutex_unlock(&m->resv.lock);
-	pthread_rwlock_unlock(&m->segs.lock);
-	return rc;
-}
-
 /* The reply's Reservation for r: the extent with a WRITE capability over
  * it until its due time. 0 or -ENOMEM. */
 static int resv_pb(struct mst_master *m, const struct mst_resv *r, Lunar__Reservation **out)
@@ -190,6 +165,42 @@ static int resv_pb(struct mst_master *m, const struct mst_resv *r, Lunar__Reserv
 	}
 	*out = p;
 	return 0;
+}
+
+/*
+ * Insert r unless its segment went meanwhile (then its range went with
+ * it), and make the reply's Reservation for it (*out) before another
+ * thread can end it: a dead client's, an expiry or a release would free r
+ * once the list lock is let go. 0, or UNAVAILABLE_IN_CURRENT_STATUS, BUSY
+ * or -ENOMEM with r ended and freed.
+ */
+static int resv_insert(struct mst_master *m, struct mst_resv *r, Lunar__Reservation **out)
+{
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&m->segs.lock);
+	pthread_mutex_lock(&m->resv.lock);
+	if (!mst_segment_live(m, r->seg))
+		rc = LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
+	else if (count_of(&m->resv, r->client) >= MST_RESV_PER_CLIENT)
+		rc = LUNAR_ERR_BUSY;
+	if (!rc) {
+		r->next = m->resv.head;
+		m->resv.head = r;
+		m->resv.bytes += pieces_bytes(r);
+		seg_reserved_add(r->seg, (int64_t)pieces_bytes(r));
+		rc = resv_pb(m, r, out);
+		if (rc)
+			resv_end(m, &m->resv.head, 0); /* r, just linked first */
+	} else {
+		if (rc == LUNAR_ERR_BUSY)
+			mst_replicas_free(m, r->pieces, r->n);
+		free(r->pieces);
+		free(r);
+	}
+	pthread_mutex_unlock(&m->resv.lock);
+	pthread_rwlock_unlock(&m->segs.lock);
+	return rc;
 }
 
 int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size, Lunar__Reservation **out)
@@ -230,16 +241,7 @@ int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size, Lunar__
 	r->id = resv_id();
 	r->grant_ms = lc_now_ms();
 	r->due_ms = r->grant_ms + m->cfg.reserve_ttl_ms;
-	rc = resv_insert(m, r); /* on a code, the range is freed or gone */
-	if (rc) {
-		free(r->pieces);
-		free(r);
-		return rc;
-	}
-	rc = resv_pb(m, r, out);
-	if (rc)
-		mst_resv_release(m, client, &r->id, 1, 0, NULL);
-	return rc;
+	return resv_insert(m, r, out);
 }
 
 void mst_resv_release(struct mst_master *m, uint64_t client, const uint64_t *ids, size_t n,
