@@ -14,6 +14,7 @@
 
 #include <sodium.h>
 
+#include "cpus.h"
 #include "log.h"
 #include "lunar.h"
 
@@ -35,6 +36,12 @@ static int config_init(struct eng_engine *e, const struct eng_config *cfg)
 		e->cfg.conns_per_peer = ENG_DEFAULT_CONNS;
 	if (!e->cfg.io_threads)
 		e->cfg.io_threads = ENG_DEFAULT_IO_THREADS;
+	if (!e->cfg.slices)
+		e->cfg.slices = lc_usable_cpus() / 2;
+	if (e->cfg.slices > ENG_SLICE_MAX)
+		e->cfg.slices = ENG_SLICE_MAX;
+	if (!e->cfg.slices)
+		e->cfg.slices = 1;
 	e->timeout_ns = (uint64_t)e->cfg.io_timeout_ms * 1000000ull;
 	atomic_init(&e->next_id, 1);
 	if (cfg->cluster_key) {

@@ -31,6 +31,13 @@ struct eng_config {
 	unsigned conns_per_peer; /* pooled connections kept per peer; 0: 8 */
 	unsigned io_threads;	 /* threads running submitted transfers (eng_xfer_submit); 0: 4 */
 	/*
+	 * The most connections one TCP transfer of several ENG_SLICE_MIN is
+	 * cut over, 1..4. A slice keeps a thread copying on each side, so more
+	 * slices than CPUs to run them only contend: 0 is half the CPUs this
+	 * thread may use, at least 1, at most 4.
+	 */
+	unsigned slices;
+	/*
 	 * Serves disk reads from peers (eng_xfer_disk): read the value of
 	 * (tenant, key) from this proxy's disk tier into iov (total = the
 	 * peer's capacity); return its length or a negative code. Called on a

@@ -1,12 +1,11 @@
 /*
  * tcp.c - the TCP transport: one request/reply per pooled connection (wire
  * format in eng_int.h), the caller's iovecs handed straight to the socket.
- * A transfer above ENG_SLICE_MIN is cut into a few slices, which the
- * engine's I/O threads (aio.c) and the caller run on connections of their
- * own in parallel. A CRC32C the caller asks for is computed beside the
- * socket I/O, a chunk at a time while the bytes are in the cache, each
- * slice its own; the slices' CRCs are then combined (lc_crc32c_combine),
- * never a second pass over the bytes. On a
+ * A transfer above ENG_SLICE_MIN is cut into a few slices (at most
+ * eng_config.slices), which the engine's I/O threads (aio.c) and the
+ * caller run on connections of their own in parallel. A CRC32C the caller asks for is computed
+ * beside the socket I/O, a chunk at a time while the bytes are in the cache, each slice its own;
+ * the slices' CRCs are then combined (lc_crc32c_combine), never a second pass over the bytes. On a
  * keyed engine a new connection first passes the handshake, and each
  * request carries the capability, the payload's CRC32C and a MAC; each
  * reply's MAC is checked.
@@ -258,7 +257,7 @@ int eng_tcp_plan(struct eng_engine *e, struct eng_op *op)
 		LC_DEBUG(ENG_LOG, "no capability for a transfer with %s", op->endpoint);
 		return ENG_XFER_UNSENT; /* the owner would refuse it: nothing sent */
 	}
-	op->priv.nslices = n > ENG_SLICE_MAX ? ENG_SLICE_MAX : (uint8_t)n;
+	op->priv.nslices = n > e->cfg.slices ? (uint8_t)e->cfg.slices : (uint8_t)n;
 	op->priv.chunk = (op->priv.total + op->priv.nslices - 1) / op->priv.nslices;
 	op->priv.deadline_ns = lc_now_ns() + e->timeout_ns;
 	return 0;

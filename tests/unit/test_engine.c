@@ -57,6 +57,7 @@ static struct node node_start(uint16_t port, unsigned timeout_ms)
 	    .port = port,
 	    .seg_size = SEG_SIZE,
 	    .io_timeout_ms = timeout_ms ? timeout_ms : TIMEOUT_MS,
+	    .slices = 4, /* the most (engine.h): sliced whatever the CPUs */
 	});
 }
 

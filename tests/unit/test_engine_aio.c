@@ -4,7 +4,8 @@
  * once completes each op once with its bytes and CRC32C; a batch where
  * some transfers cannot work fails those alone, each with its own code;
  * destroying an engine with transfers queued and running to a peer that
- * never answers completes every one of them at once.
+ * never answers completes every one of them at once; a transfer is cut in
+ * at most eng_config.slices slices, by default half the usable CPUs.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,8 +22,9 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "cpus.h"
 #include "crc32c.h"
-#include "engine/engine.h"
+#include "engine/eng_int.h"
 #include "lunar.h"
 #include "tests/unit/test_engine_util.h"
 #include "tests/cmocka_main.h"
@@ -37,6 +39,7 @@ static struct node node_start(unsigned timeout_ms, unsigned io_threads)
 	    .seg_size = SEG_SIZE,
 	    .io_timeout_ms = timeout_ms,
 	    .io_threads = io_threads,
+	    .slices = ENG_SLICE_MAX, /* sliced whatever the CPUs */
 	});
 }
 
@@ -241,5 +244,37 @@ static void test_engine_aio_cancel_at_shutdown(void **state)
 	free(buf);
 }
 
+/* How many slices an engine configured with slices (0: by CPUs) cuts a
+ * transfer of total bytes in. */
+static unsigned slices_of(unsigned slices, uint64_t total)
+{
+	struct node n = node_create(
+	    (struct eng_config){.host = "127.0.0.1", .seg_size = 4096, .slices = slices});
+	struct iovec v = {NULL, total};
+	struct eng_op op = eng_op_of("127.0.0.1:1", ENG_READ, 0, &v, 1, NULL, NULL);
+
+	op.priv.total = total;
+	assert_int_equal(eng_tcp_plan(n.e, &op), 0);
+	node_stop(&n);
+	return op.priv.nslices;
+}
+
+static void test_engine_aio_slices_follow_config(void **state)
+{
+	unsigned cpus = lc_usable_cpus() / 2;
+
+	(void)state;
+	assert_int_equal(slices_of(1, 4 * MIB), 1);
+	assert_int_equal(slices_of(2, 4 * MIB), 2);
+	assert_int_equal(slices_of(4, 4 * MIB), 4);
+	assert_int_equal(slices_of(9, 4 * MIB), ENG_SLICE_MAX);
+	assert_int_equal(slices_of(4, ENG_SLICE_MIN), 1); /* one slice's worth */
+	assert_int_equal(slices_of(4, ENG_SLICE_MIN + 1), 2);
+	/* By default: half the CPUs this thread may use, 1 to ENG_SLICE_MAX. */
+	assert_int_equal(slices_of(0, 4 * MIB), cpus < 1	       ? 1
+						: cpus > ENG_SLICE_MAX ? ENG_SLICE_MAX
+								       : cpus);
+}
+
 LUNAR_TEST_MAIN(NULL, NULL, test_engine_aio_batch_submit, test_engine_aio_partial_failure,
-		test_engine_aio_cancel_at_shutdown)
+		test_engine_aio_cancel_at_shutdown, test_engine_aio_slices_follow_config)

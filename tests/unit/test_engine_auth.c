@@ -39,7 +39,10 @@ static unsigned char secret[AUTH_KEY_BYTES];
 
 static struct node node_start(const struct auth_key *k)
 {
-	struct eng_config cfg = {.host = "127.0.0.1", .seg_size = SEG_SIZE, .cluster_key = k};
+	struct eng_config cfg = {.host = "127.0.0.1",
+				 .seg_size = SEG_SIZE,
+				 .cluster_key = k,
+				 .slices = ENG_SLICE_MAX}; /* sliced whatever the CPUs */
 	struct node n = node_create(cfg);
 
 	if (k)
