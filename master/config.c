@@ -37,6 +37,7 @@ static const struct flag flags[] = {
     F("allocation-strategy", STRATEGY, strategy),
     F("reserve-max", SIZE, reserve_max),
     F("reserve-ttl", DURATION, reserve_ttl_ms),
+    F("debug-reserve-delay", DURATION, debug_reserve_delay_ms),
     F("default-tenant-quota", SIZE, default_tenant_quota),
     F("tenant-quota", QUOTA, tenant_quotas),
     F("enable-offload", SWITCH, enable_offload),
@@ -211,6 +212,8 @@ const char *mst_config_usage(void)
 	       "  --reserve-max SIZE               space a proxy may reserve ahead of its puts\n"
 	       "                                   at once (64MiB; 0: no put-ahead)\n"
 	       "  --reserve-ttl DURATION           a reservation's life (10s)\n"
+	       "  --debug-reserve-delay DURATION   test hook: hold each grant between its\n"
+	       "                                   placement and its insert (0)\n"
 	       "  --tenant-quota NAME=SIZE         bytes tenant NAME may store (repeatable)\n"
 	       "  --default-tenant-quota SIZE      bytes any other tenant may store (0: no "
 	       "limit)\n"

@@ -50,6 +50,7 @@ struct mst_config {
 	enum mst_alloc_strategy strategy;      /* --allocation-strategy random */
 	uint64_t reserve_max;		       /* --reserve-max 64MiB: a put-ahead grant; 0 off */
 	uint64_t reserve_ttl_ms;	       /* --reserve-ttl 10s: a reservation's life */
+	uint64_t debug_reserve_delay_ms;       /* test hook: hold a grant placed, not inserted */
 	uint64_t default_tenant_quota;	       /* --default-tenant-quota 0 (none) */
 	unsigned n_tenant_quotas;	       /* --tenant-quota NAME=SIZE, repeatable */
 	struct mst_tenant_quota tenant_quotas[MST_TENANT_QUOTAS_MAX];

@@ -106,6 +106,11 @@ struct mst_resvtab {
 	pthread_mutex_t lock;
 	struct mst_resv *head;
 	uint64_t bytes; /* reserved and not committed (allocator lengths), under lock */
+	/* Grants between placement and insert, counted in the slot of the
+	 * phase they began in (atomics); a retiring segment waits for those
+	 * of the phase before its own flip (mst_resv_drop_segment). */
+	unsigned placing[2], phase;
+	pthread_mutex_t grace_lock; /* one such wait at a time */
 };
 
 #define MST_RESV_PER_CLIENT 4 /* reservations one client may hold at once */
@@ -595,7 +600,9 @@ int mst_resv_carve(struct mst_master *m, uint64_t client, uint64_t id, uint64_t 
  * mst_resv_drop_client - end client's, late (it was declared dead).
  * mst_resv_drop_all - end every one, late (a new term: ha.c).
  * mst_resv_drop_segment - forget those on seg (it is going away: its
- * ranges go with it); before the segment is freed. */
+ * ranges go with it), and wait for grants placed on it but not yet
+ * inserted (they find it gone); before the segment is freed, once it is
+ * out of the table. */
 void mst_resv_expire(struct mst_master *m, uint64_t now);
 void mst_resv_drop_client(struct mst_master *m, uint64_t client);
 void mst_resv_drop_all(struct mst_master *m);

@@ -12,9 +12,11 @@
  * lock) before it frees it, so every range here is freed under the lock.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "atomic.h"
 #include "clock.h"
@@ -39,6 +41,8 @@ int mst_resvtab_init(struct mst_resvtab *t)
 {
 	t->head = NULL;
 	t->bytes = 0;
+	t->placing[0] = t->placing[1] = t->phase = 0;
+	pthread_mutex_init(&t->grace_lock, NULL);
 	return -pthread_mutex_init(&t->lock, NULL);
 }
 
@@ -51,6 +55,7 @@ void mst_resvtab_fini(struct mst_resvtab *t)
 		free(r->pieces);
 		free(r);
 	}
+	pthread_mutex_destroy(&t->grace_lock);
 	pthread_mutex_destroy(&t->lock);
 }
 
@@ -203,20 +208,14 @@ static int resv_insert(struct mst_master *m, struct mst_resv *r, Lunar__Reservat
 	return rc;
 }
 
-int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size, Lunar__Reservation **out)
+/* A reservation of len bytes for client, placed and inserted: 0 and *out,
+ * or a code. Counted in placing (mst_resv_drop_segment). */
+static int grant_new(struct mst_master *m, uint64_t client, uint64_t len, Lunar__Reservation **out)
 {
 	struct mst_resv *r;
-	uint64_t len, gen;
+	uint64_t gen;
 	int rc;
 
-	if (!m->cfg.reserve_max)
-		return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS; /* put-ahead off */
-	if (!size)
-		return LUNAR_ERR_INVALID_PARAMS;
-	if (!mst_client_alive(m, client))
-		return LUNAR_ERR_ILLEGAL_CLIENT;
-	if (!(len = grant_size(m, size)))
-		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
 	if (!(r = calloc(1, sizeof(*r))) || !(r->pieces = calloc(1, sizeof(*r->pieces)))) {
 		free(r);
 		return -ENOMEM;
@@ -233,6 +232,12 @@ int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size, Lunar__
 		free(r);
 		return rc;
 	}
+	if (m->cfg.debug_reserve_delay_ms) { /* test hook: the window below, wide */
+		uint64_t ms = m->cfg.debug_reserve_delay_ms;
+
+		nanosleep(&(struct timespec){(time_t)(ms / 1000), (long)(ms % 1000) * 1000000},
+			  NULL);
+	}
 	r->n = r->cap = 1;
 	r->client = client;
 	r->seg = r->pieces[0].seg;
@@ -242,6 +247,36 @@ int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size, Lunar__
 	r->grant_ms = lc_now_ms();
 	r->due_ms = r->grant_ms + m->cfg.reserve_ttl_ms;
 	return resv_insert(m, r, out);
+}
+
+int mst_resv_grant(struct mst_master *m, uint64_t client, uint64_t size, Lunar__Reservation **out)
+{
+	uint64_t len;
+	unsigned ph;
+	int rc;
+
+	if (!m->cfg.reserve_max)
+		return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS; /* put-ahead off */
+	if (!size)
+		return LUNAR_ERR_INVALID_PARAMS;
+	if (!mst_client_alive(m, client))
+		return LUNAR_ERR_ILLEGAL_CLIENT;
+	if (!(len = grant_size(m, size)))
+		return LUNAR_ERR_NO_AVAILABLE_HANDLE;
+	/*
+	 * From placement to insert the reservation's segment is held by
+	 * nothing: one retired meanwhile would be freed, and a segment mounted
+	 * next could take its address and pass resv_insert's check. So a
+	 * retiring segment waits for the grants counted before it flipped the
+	 * phase. Ours is counted before mst_place takes the table lock, and
+	 * the segment leaves the table before the flip: a grant it does not
+	 * wait for cannot have placed on it.
+	 */
+	ph = lc_load_acquire(&m->resv.phase) & 1u;
+	lc_fetch_add(&m->resv.placing[ph], 1u);
+	rc = grant_new(m, client, len, out);
+	lc_fetch_add(&m->resv.placing[ph], (unsigned)-1);
+	return rc;
 }
 
 void mst_resv_release(struct mst_master *m, uint64_t client, const uint64_t *ids, size_t n,
@@ -311,6 +346,7 @@ void mst_resv_drop_all(struct mst_master *m)
 void mst_resv_drop_segment(struct mst_master *m, const struct mst_segment *seg)
 {
 	struct mst_resv **pp, *r;
+	unsigned ph;
 
 	pthread_mutex_lock(&m->resv.lock);
 	for (pp = &m->resv.head; (r = *pp);) {
@@ -324,6 +360,14 @@ void mst_resv_drop_segment(struct mst_master *m, const struct mst_segment *seg)
 		free(r);
 	}
 	pthread_mutex_unlock(&m->resv.lock);
+	/* seg is out of the table: a grant still placing on it finds it gone
+	 * at insert. New grants count in the other slot, so this ends. */
+	pthread_mutex_lock(&m->resv.grace_lock);
+	ph = LC_READ_ONCE(m->resv.phase) & 1u; /* only ever written here */
+	lc_store_release(&m->resv.phase, ph ^ 1u);
+	while (lc_load_acquire(&m->resv.placing[ph]))
+		sched_yield();
+	pthread_mutex_unlock(&m->resv.grace_lock);
 }
 
 /* The piece of r that holds [off, off + len), or -1. */

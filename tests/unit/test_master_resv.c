@@ -4,53 +4,92 @@
  * silent, and drops its reservations while its queued Reserves are
  * served): every grant answers with a whole reservation or a code, and
  * none is read after the drop freed it (which ASan and TSan, run on this
- * test by make asan and make tsan, would report).
+ * test by make asan and make tsan, would report); and granted while their
+ * segment is unmounted and mounted again, which retires and frees it and
+ * makes a new one that may take its address: a reservation placed on the
+ * old one never lands on the new one's allocator. With the grant held
+ * between placement and insert (--debug-reserve-delay), a remount in that
+ * window waits for the grant, which is refused: its segment went.
  */
 #include "test_master_util.h"
 
 #include <sched.h>
 #include <stdatomic.h>
 
+#include "atomic.h"
+#include "clock.h"
 #include "master/mst_int.h"
 #include "tests/cmocka_main.h"
 
-#define ROUNDS 3000
-#define SIZE   4096u
+#define ROUNDS	  3000
+#define MIN_DROPS 200 /* and at least this many drops or remounts beside them */
+#define MAX_MS	  10000
+#define SIZE	  4096u
 
 struct dropper {
 	struct mst_master *m;
 	atomic_int stop;
-	unsigned drops;
+	atomic_uint drops;
+	int remount; /* unmount and mount seg-a instead of dropping */
 };
 
-/* Declare A's reservations dead, again and again, until told to stop. */
+static void seg_remount(struct mst_master *m)
+{
+	Lunar__UnmountSegmentRequest rq = LUNAR__UNMOUNT_SEGMENT_REQUEST__INIT;
+
+	rq.client_id = CLIENT_A;
+	rq.name = "seg-a";
+	assert_int_equal(call_code(m, LUNAR__METHOD__UNMOUNT_SEGMENT, &rq), 0);
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", 1024 * MIB), 0);
+}
+
+/* Declare A's reservations dead (or remount its segment), again and
+ * again, until told to stop. */
 static void *drop_main(void *arg)
 {
 	struct dropper *d = arg;
 
 	while (!atomic_load(&d->stop)) {
-		mst_resv_drop_client(d->m, CLIENT_A);
-		d->drops++;
+		if (d->remount)
+			seg_remount(d->m);
+		else
+			mst_resv_drop_client(d->m, CLIENT_A);
+		atomic_fetch_add(&d->drops, 1u);
 		sched_yield();
 	}
 	return NULL;
 }
 
-static void test_master_resv_grant_while_client_dropped(void **state)
+/* Give reservation id back now (not late). */
+static void release(struct mst_master *m, uint64_t id)
+{
+	Lunar__ReserveReleaseRequest rq = LUNAR__RESERVE_RELEASE_REQUEST__INIT;
+
+	rq.client_id = CLIENT_A;
+	rq.ids = &id;
+	rq.n_ids = 1;
+	assert_int_equal(call_code(m, LUNAR__METHOD__RESERVE_RELEASE, &rq), 0);
+}
+
+/* ROUNDS grants for A beside a thread that drops them (or remounts A's
+ * segment); those granted are released at once when remount. */
+static void grants_beside(int remount)
 {
 	struct mst_master *m = master_new(NULL, NULL);
 	Lunar__ReserveRequest rq = LUNAR__RESERVE_REQUEST__INIT;
-	struct dropper d = {.m = m};
+	struct dropper d = {.m = m, .remount = remount};
+	uint64_t end = lc_now_ms() + MAX_MS;
 	unsigned granted = 0;
 	pthread_t t;
 
-	(void)state;
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", 1024 * MIB), 0);
 	rq.client_id = CLIENT_A;
 	rq.size = SIZE;
 	atomic_init(&d.stop, 0);
+	atomic_init(&d.drops, 0);
 	assert_int_equal(pthread_create(&t, NULL, drop_main, &d), 0);
-	for (int i = 0; i < ROUNDS; i++) {
+	for (int i = 0; (i < ROUNDS || atomic_load(&d.drops) < MIN_DROPS) && lc_now_ms() < end;
+	     i++) {
 		Lunar__ReserveReply *r =
 		    (Lunar__ReserveReply *)call(m, LUNAR__METHOD__RESERVE, &rq);
 		int code = r->status->code;
@@ -61,17 +100,82 @@ static void test_master_resv_grant_while_client_dropped(void **state)
 			assert_int_equal(r->reservation->extent->length, SIZE);
 			assert_string_equal(r->reservation->extent->segment, "seg-a");
 			granted++;
+			if (remount) /* a no-op when it went with its segment */
+				release(m, r->reservation->id);
 		} else {
 			assert_true(code == LUNAR_ERR_BUSY ||
-				    code == LUNAR_ERR_NO_AVAILABLE_HANDLE);
+				    code == LUNAR_ERR_NO_AVAILABLE_HANDLE ||
+				    (remount && code == LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS));
 		}
 		protobuf_c_message_free_unpacked(&r->base, NULL);
 	}
 	atomic_store(&d.stop, 1);
 	assert_int_equal(pthread_join(t, NULL), 0);
-	printf("  %u of %d reservations granted, %u drops beside them\n", granted, ROUNDS, d.drops);
+	printf("  %u reservations granted, %u %s beside them\n", granted, atomic_load(&d.drops),
+	       remount ? "remounts" : "drops");
+	assert_true(atomic_load(&d.drops) >= MIN_DROPS);
 	assert_true(granted > 0);
 	mst_master_destroy(m);
 }
 
-LUNAR_TEST_MAIN(NULL, NULL, test_master_resv_grant_while_client_dropped)
+struct held_grant {
+	struct mst_master *m;
+	int code;
+	atomic_int done;
+};
+
+static void *grant_main(void *arg)
+{
+	struct held_grant *g = arg;
+	Lunar__ReserveRequest rq = LUNAR__RESERVE_REQUEST__INIT;
+	Lunar__ReserveReply *r;
+
+	rq.client_id = CLIENT_A;
+	rq.size = SIZE;
+	r = (Lunar__ReserveReply *)call(g->m, LUNAR__METHOD__RESERVE, &rq);
+	g->code = r->status->code;
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	atomic_store(&g->done, 1);
+	return NULL;
+}
+
+static void test_master_resv_remount_waits_for_placed_grant(void **state)
+{
+	struct held_grant g = {.m = master_new("debug-reserve-delay", "1s")};
+	struct mst_resvtab *rt;
+	pthread_t t;
+
+	(void)state;
+	rt = &g.m->resv;
+	atomic_init(&g.done, 0);
+	assert_int_equal(mount(g.m, CLIENT_A, "seg-a", 1024 * MIB), 0);
+	assert_int_equal(pthread_create(&t, NULL, grant_main, &g), 0);
+	/* Counted, then placed in microseconds, then held for a second. */
+	for (int i = 0; i < 5000 && !LC_READ_ONCE(rt->placing[0]) && !LC_READ_ONCE(rt->placing[1]);
+	     i++)
+		usleep(1000);
+	usleep(50 * 1000);
+	assert_false(atomic_load(&g.done));
+	seg_remount(g.m);		   /* a new seg-a, likely at the old one's address */
+	assert_true(atomic_load(&g.done)); /* the unmount waited for the grant */
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(g.code, LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS);
+	assert_int_equal(mst_resv_bytes(g.m), 0); /* nothing reserved on the new one */
+	mst_master_destroy(g.m);
+}
+
+static void test_master_resv_grant_while_client_dropped(void **state)
+{
+	(void)state;
+	grants_beside(0);
+}
+
+static void test_master_resv_grant_while_segment_remounted(void **state)
+{
+	(void)state;
+	grants_beside(1);
+}
+
+LUNAR_TEST_MAIN(NULL, NULL, test_master_resv_grant_while_client_dropped,
+		test_master_resv_grant_while_segment_remounted,
+		test_master_resv_remount_waits_for_placed_grant)
