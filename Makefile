@@ -241,7 +241,7 @@ LINK_test_master_table := -Wl,--wrap=calloc
 # The RDMA device layer faked (tests/unit/rdma_fake.h): handshakes,
 # fallbacks and keyed transfers without hardware.
 RDMA_FAKE_WRAPS := $(foreach f,dev_open seg_register dev_put mem_keys qps_create qps_connect qps_destroy \
-	qps_post qps_wait qps_fence qps_open qps_close,-Wl,--wrap=eng_rdma_$(f))
+	qps_post qps_wait qps_fence qps_open qps_close mem_mr,-Wl,--wrap=eng_rdma_$(f))
 LINK_test_rdma_fallback := $(RDMA_FAKE_WRAPS)
 LINK_test_rdma_transfer := $(RDMA_FAKE_WRAPS)
 SRC_test_rdma_fallback := tests/unit/rdma_fake.c

@@ -378,21 +378,25 @@ static int run(struct eng_rdma *r, struct eng_rdma_peer *p, enum eng_dir dir, ui
 /* iov as the pieces of a keyed transfer (rdma_int.h) into *x: 0, or
  * -ENOENT when memory is not open to the owner or takes too many pieces. */
 static int to_sges(struct eng_rdma_dev *d, enum eng_dir dir, const struct iovec *iov, int iovcnt,
-		   struct eng_rdma_xf *x)
+		   struct eng_rdma_xf *x, struct ibv_mr *mr[ENG_RDMA_SGE_MAX])
 {
 	*x = (struct eng_rdma_xf){.cap_op = dir == ENG_WRITE ? ENG_OP_WRITE : ENG_OP_READ};
 	for (int i = 0; i < iovcnt; i++) {
 		const char *b = iov[i].iov_base;
 		uint64_t n = iov[i].iov_len;
-		uint32_t lkey, rkey;
+		struct ibv_mr *m = NULL;
+		uint32_t lkey, rkey = 0;
 
-		if (n && eng_rdma_mem_keys(d, b, n, 1, &lkey, &rkey))
+		/* With windows the MR to bind them to; else the range's rkey. */
+		if (n && (d->windows ? !(m = eng_rdma_mem_mr(d, b, n))
+				     : eng_rdma_mem_keys(d, b, n, 1, &lkey, &rkey) != 0))
 			return -ENOENT;
 		while (n) {
 			uint32_t len = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 
 			if (x->nsge == ENG_RDMA_SGE_MAX)
 				return -ENOENT;
+			mr[x->nsge] = m;
 			x->sge[x->nsge++] = (struct eng_rdma_sge){(uintptr_t)b, len, rkey};
 			b += len;
 			n -= len;
@@ -429,14 +433,15 @@ static int exchange_xfer(struct eng_engine *e, struct eng_rdma_peer *p, const st
  * 0 or -errno; after an error our QPs are fenced, so the owner can no
  * longer touch the memory the caller gets back.
  */
-static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf *x, uint64_t off,
-	       uint64_t total, const struct eng_cap *cap, uint32_t crc, uint64_t deadline)
+static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf *x,
+	       struct ibv_mr *const mr[], uint64_t off, uint64_t total, const struct eng_cap *cap,
+	       uint32_t crc, uint64_t deadline)
 {
 	int windows = e->rdma->dev->windows, rc = 0, closed;
 	struct eng_wire_rep rep;
 
 	if (windows)
-		rc = eng_rdma_qps_open(p->q, x, deadline);
+		rc = eng_rdma_qps_open(p->q, x, mr, deadline);
 	if (!rc)
 		rc = exchange_xfer(e, p, x, off, total, cap, crc, deadline, &rep);
 	/* Whatever came of it: the windows close before the memory goes back. */
@@ -482,13 +487,14 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 	uint64_t deadline = lc_now_ns() + e->timeout_ns;
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_peer *p;
+	struct ibv_mr *mr[ENG_RDMA_SGE_MAX];
 	struct eng_rdma_xf x;
 	uint32_t wcrc = 0;
 	int rc;
 
 	if (e->keyed && !cap)
 		return ENG_XFER_UNSENT; /* as over TCP: the owner would refuse it */
-	if ((e->keyed ? to_sges(r->dev, dir, iov, iovcnt, &x) != 0
+	if ((e->keyed ? to_sges(r->dev, dir, iov, iovcnt, &x, mr) != 0
 		      : !registered(r->dev, iov, iovcnt)) ||
 	    !(p = peer_get(e, endpoint, dir, off, total, cap, deadline)))
 		return tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
@@ -499,7 +505,7 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 	if (off > p->rlen || total > p->rlen - off)
 		rc = -ERANGE;
 	else if (e->keyed)
-		rc = ask(e, p, &x, off, total, cap, wcrc, deadline);
+		rc = ask(e, p, &x, mr, off, total, cap, wcrc, deadline);
 	else
 		rc = run(r, p, dir, off, iov, iovcnt, deadline);
 	if (rc && rc != -ERANGE) {

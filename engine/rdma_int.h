@@ -281,15 +281,14 @@ int eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t 
 void eng_rdma_qps_fence(struct eng_rdma_qps *q);
 /*
  * eng_rdma_qps_open - bind window i of q (d->windows) to exactly
- * x->sge[i], for the owner's RDMA WRITE into it (x->cap_op READ: a get) or
- * its RDMA READ from it (a put), and put the window's new rkey in
- * x->sge[i].rkey; waits for the binds. 0, or -errno (some may be bound:
- * close them).
- * eng_rdma_qps_close - unbind windows [0, n) and wait: afterwards their
- * rkeys reach nothing. When that fails (q broken) the QPs are fenced and
- * the windows freed. 0 or -errno. The owner of q's only transfer.
+ * x->sge[i], which lies in mr[i] (eng_rdma_mem_mr), for the owner's RDMA WRITE into it (x->cap_op
+ * READ: a get) or its RDMA READ from it (a put), and put the window's new rkey in x->sge[i].rkey;
+ * waits for the binds. 0, or -errno (some may be bound: close them). eng_rdma_qps_close - unbind
+ * windows [0, n) and wait: afterwards their rkeys reach nothing. When that fails (q broken) the QPs
+ * are fenced and the windows freed. 0 or -errno. The owner of q's only transfer.
  */
-int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, uint64_t deadline_ns);
+int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_mr *const mr[],
+		      uint64_t deadline_ns);
 int eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
 
 /* The transport's state in an engine (rdma.c): the device and the peers.

@@ -452,7 +452,8 @@ int eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t 
 	return rc;
 }
 
-int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, uint64_t deadline_ns)
+int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_mr *const mr[],
+		      uint64_t deadline_ns)
 {
 	/* A get: the owner writes into the pieces; a put: it reads them. */
 	unsigned access =
@@ -462,14 +463,10 @@ int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, uint64_t de
 
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
-	for (unsigned i = 0; i < x->nsge && !rc; i++) {
-		void *p = (void *)(uintptr_t)x->sge[i].addr;
-		struct ibv_mr *mr = eng_rdma_mem_mr(q->dev, p, x->sge[i].len);
-
-		rc = mr && q->mw[i] ? bind_one(q, &w, q->mw[i], mr, x->sge[i].addr, x->sge[i].len,
-					       access, deadline_ns)
-				    : -ENOENT;
-	}
+	for (unsigned i = 0; i < x->nsge && !rc; i++)
+		rc = q->mw[i] ? bind_one(q, &w, q->mw[i], mr[i], x->sge[i].addr, x->sge[i].len,
+					 access, deadline_ns)
+			      : -EIO;
 	/* Even after a failed bind: what was posted must finish first. */
 	wrc = eng_rdma_qps_wait(q, &w, deadline_ns);
 	if (rc || wrc)

@@ -136,9 +136,13 @@ int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, in
 			     uint32_t rkey, uint64_t deadline_ns);
 int __wrap_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns);
 void __wrap_eng_rdma_qps_fence(struct eng_rdma_qps *q);
-int __real_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, uint64_t deadline_ns);
+int __real_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
+			     struct ibv_mr *const mr[], uint64_t deadline_ns);
 int __real_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
-int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, uint64_t deadline_ns);
+int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
+			     struct ibv_mr *const mr[], uint64_t deadline_ns);
+struct ibv_mr *__real_eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len);
+struct ibv_mr *__wrap_eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len);
 int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
 
 int __wrap_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out)
@@ -204,6 +208,16 @@ int __wrap_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len
 	*lkey = 1;
 	*rkey = MEM_RKEY;
 	return 0;
+}
+
+/* Every range is registered, in one MR, unless unregistered. */
+struct ibv_mr *__wrap_eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len)
+{
+	static struct ibv_mr mr = {.lkey = 1, .rkey = MEM_RKEY};
+
+	if (!rdma_fake.on)
+		return __real_eng_rdma_mem_mr(d, p, len);
+	return rdma_fake.unregistered ? NULL : &mr;
 }
 
 int __wrap_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote,
@@ -309,15 +323,16 @@ void __wrap_eng_rdma_qps_fence(struct eng_rdma_qps *q)
 	atomic_fetch_add(&rdma_fake.fences, 1);
 }
 
-int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, uint64_t deadline_ns)
+int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
+			     struct ibv_mr *const mr[], uint64_t deadline_ns)
 {
 	unsigned access =
 	    x->cap_op == ENG_OP_READ ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
 
 	if (!rdma_fake.on)
-		return __real_eng_rdma_qps_open(q, x, deadline_ns);
+		return __real_eng_rdma_qps_open(q, x, mr, deadline_ns);
 	for (unsigned i = 0; i < x->nsge; i++) {
-		if (atomic_load(&q->broken) || !q->mw[i])
+		if (atomic_load(&q->broken) || !q->mw[i] || !mr[i])
 			return -EIO;
 		win_bind(win_of(q->mw[i]), x->sge[i].addr, x->sge[i].len, access);
 		x->sge[i].rkey = q->mw[i]->rkey;

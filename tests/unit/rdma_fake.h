@@ -1,8 +1,8 @@
 /*
  * rdma_fake.h - a fake RDMA device layer for tests on hosts without one.
  * Linked with -Wl,--wrap of eng_rdma_dev_open, _seg_register, _dev_put, _mem_keys,
- * _qps_create, _qps_connect, _qps_destroy, _qps_post, _qps_wait, _qps_fence,
- * _qps_open and _qps_close (RDMA_FAKE_WRAPS, Makefile): with rdma_fake.on
+ * _mem_mr, _qps_create, _qps_connect, _qps_destroy, _qps_post, _qps_wait,
+ * _qps_fence, _qps_open and _qps_close (RDMA_FAKE_WRAPS, Makefile): with rdma_fake.on
  * set, engines see a device "fake0:1" whose handshakes carry real frames
  * over the real data port, and whose "NIC" moves a work request's bytes
  * with memcpy, which is right while both engines live in the test's
