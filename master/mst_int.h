@@ -4,7 +4,7 @@
  *
  * Lock order (never take an earlier lock while holding a later one):
  *   eviction lock -> object shard lock -> segment table rwlock -> one segment's lock
- *   segment table rwlock -> client table lock
+ *   segment table rwlock -> reservation lock -> client table lock
  *   object shard lock -> tenant table lock
  *   object shard lock -> deferred-free lock -> one segment's lock
  *   object shard lock -> offload queue lock (a leaf: nothing is taken under it)
@@ -308,7 +308,11 @@ int mst_place(struct mst_master *m, uint64_t client, uint64_t len, unsigned want
 /* mst_segment_take_at - allocate exactly [off, off + len) on the segment
  * called name into *r (an HA rebuild: a range a proxy reports in use). 0,
  * LUNAR_ERR_SEGMENT_NOT_FOUND, -EEXIST (part of it is taken), -EINVAL or
- * -ENOMEM. Takes the segment table and segment locks. */
+ * -ENOMEM. Takes the segment table and segment locks. Call with the shard
+ * lock of the object r is for held, until r is in the object or freed:
+ * r->seg is then held by nothing else, and a segment unmounted meanwhile
+ * is freed only after its retirement dropped the replicas on it, which
+ * takes every shard's lock in turn. */
 int mst_segment_take_at(struct mst_master *m, const char *name, uint64_t off, uint64_t len,
 			struct mst_replica *r);
 /* mst_segment_used - the bytes of s in use but not reserved ahead (what
@@ -625,7 +629,7 @@ void mst_clients_fini(struct mst_clients *c);
  * stall), 0 if known, -ENOMEM. */
 int mst_client_touch(struct mst_master *m, uint64_t client);
 /* mst_client_alive - 1 if client is known (not expired), else 0. Takes the
- * client table lock. */
+ * client table lock, innermost (resv.c calls it under the reservation lock). */
 int mst_client_alive(struct mst_master *m, uint64_t client);
 /* mst_clients_expire - declare clients silent for client_ttl dead and drop
  * their segments and puts. Run by the housekeeping thread. */

@@ -174,10 +174,14 @@ static int resv_pb(struct mst_master *m, const struct mst_resv *r, Lunar__Reserv
 
 /*
  * Insert r unless its segment went meanwhile (then its range went with
- * it), and make the reply's Reservation for it (*out) before another
- * thread can end it: a dead client's, an expiry or a release would free r
- * once the list lock is let go. 0, or UNAVAILABLE_IN_CURRENT_STATUS, BUSY
- * or -ENOMEM with r ended and freed.
+ * it) or its client was declared dead (whose reservations were dropped
+ * before this one came: it would stay till it expired), and make the
+ * reply's Reservation for it (*out) before another thread can end it: a
+ * dead client's, an expiry or a release would free r once the list lock is
+ * let go. A client declared dead after the check finds r on the list: the
+ * drop takes the list lock after its client left the table. 0, or
+ * UNAVAILABLE_IN_CURRENT_STATUS, ILLEGAL_CLIENT, BUSY or -ENOMEM with r
+ * ended and freed.
  */
 static int resv_insert(struct mst_master *m, struct mst_resv *r, Lunar__Reservation **out)
 {
@@ -187,6 +191,8 @@ static int resv_insert(struct mst_master *m, struct mst_resv *r, Lunar__Reservat
 	pthread_mutex_lock(&m->resv.lock);
 	if (!mst_segment_live(m, r->seg))
 		rc = LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
+	else if (!mst_client_alive(m, r->client))
+		rc = LUNAR_ERR_ILLEGAL_CLIENT;
 	else if (count_of(&m->resv, r->client) >= MST_RESV_PER_CLIENT)
 		rc = LUNAR_ERR_BUSY;
 	if (!rc) {
@@ -198,7 +204,7 @@ static int resv_insert(struct mst_master *m, struct mst_resv *r, Lunar__Reservat
 		if (rc)
 			resv_end(m, &m->resv.head, 0); /* r, just linked first */
 	} else {
-		if (rc == LUNAR_ERR_BUSY)
+		if (rc != LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS)
 			mst_replicas_free(m, r->pieces, r->n);
 		free(r->pieces);
 		free(r);

@@ -364,17 +364,18 @@ int mst_segment_take_at(struct mst_master *m, const char *name, uint64_t off, ui
 	s = m->segs.v[i];
 	pthread_mutex_lock(&s->lock);
 	r->range = lc_ralloc_take_at(s->ra, off, len, &rc);
-	if (r->range)
-		LC_WRITE_ONCE(s->used, s->used + lc_ralloc_round(s->ra, len));
+	if (r->range) {
+		uint64_t round = lc_ralloc_round(s->ra, len);
+
+		LC_WRITE_ONCE(s->used, s->used + round);
+		lc_fetch_add_relaxed(&m->used, round);
+		r->seg = s;
+		r->off = off;
+		r->len = len;
+	}
 	pthread_mutex_unlock(&s->lock);
 	pthread_rwlock_unlock(&m->segs.lock);
-	if (!r->range)
-		return rc;
-	r->seg = s;
-	r->off = off;
-	r->len = len;
-	lc_fetch_add_relaxed(&m->used, lc_ralloc_round(s->ra, len));
-	return 0;
+	return r->range ? 0 : rc;
 }
 
 uint64_t mst_segment_used(const struct mst_segment *s)

@@ -9,7 +9,9 @@
  * makes a new one that may take its address: a reservation placed on the
  * old one never lands on the new one's allocator. With the grant held
  * between placement and insert (--debug-reserve-delay), a remount in that
- * window waits for the grant, which is refused: its segment went.
+ * window waits for the grant, which is refused: its segment went; and a
+ * client declared dead in that window gets no reservation (none is left
+ * behind for it).
  */
 #include "test_master_util.h"
 
@@ -164,6 +166,49 @@ static void test_master_resv_remount_waits_for_placed_grant(void **state)
 	mst_master_destroy(g.m);
 }
 
+/* Client id alive now, as its Ping would make it. */
+static void touch(struct mst_master *m, uint64_t id)
+{
+	assert_true(mst_client_touch(m, id) >= 0);
+}
+
+static void test_master_resv_grant_refused_for_client_dead_before_insert(void **state)
+{
+	static const char *const flags[][2] = {{"debug-reserve-delay", "1s"},
+					       {"client-ttl", "300ms"}};
+	struct held_grant g = {.m = master_with(flags, 2)};
+	struct mst_resvtab *rt;
+	pthread_t t;
+
+	(void)state;
+	rt = &g.m->resv;
+	atomic_init(&g.done, 0);
+	/* B's segment: A's death takes only A's grant, not the space under it. */
+	assert_int_equal(mount(g.m, CLIENT_B, "seg-b", 1024 * MIB), 0);
+	touch(g.m, CLIENT_A);
+	assert_int_equal(pthread_create(&t, NULL, grant_main, &g), 0);
+	for (int i = 0; i < 5000 && !LC_READ_ONCE(rt->placing[0]) && !LC_READ_ONCE(rt->placing[1]);
+	     i++)
+		usleep(1000);
+	for (int i = 0; i < 4; i++) { /* A silent past its TTL, B not; the grant held */
+		usleep(100 * 1000);
+		touch(g.m, CLIENT_B);
+	}
+	mst_clients_expire(g.m); /* A dead: nothing of its to drop yet */
+	assert_false(atomic_load(&g.done));
+	while (!atomic_load(&g.done)) { /* B kept alive (the master expires too) */
+		usleep(50 * 1000);
+		touch(g.m, CLIENT_B);
+	}
+	assert_int_equal(pthread_join(t, NULL), 0);
+	/* Without the check at insert the grant answers 0 and its space stays
+	 * reserved for a dead client until it expires. */
+	assert_int_equal(g.code, LUNAR_ERR_ILLEGAL_CLIENT);
+	assert_int_equal(mst_resv_bytes(g.m), 0);
+	assert_int_equal(LC_READ_ONCE(g.m->used), 0); /* its range freed */
+	mst_master_destroy(g.m);
+}
+
 static void test_master_resv_grant_while_client_dropped(void **state)
 {
 	(void)state;
@@ -178,4 +223,5 @@ static void test_master_resv_grant_while_segment_remounted(void **state)
 
 LUNAR_TEST_MAIN(NULL, NULL, test_master_resv_grant_while_client_dropped,
 		test_master_resv_grant_while_segment_remounted,
-		test_master_resv_remount_waits_for_placed_grant)
+		test_master_resv_remount_waits_for_placed_grant,
+		test_master_resv_grant_refused_for_client_dead_before_insert)
