@@ -7,9 +7,12 @@
  * from its best replica (our own segment first) straight into the client's
  * memory, checksummed on the way, and reported only if its CRC32C matches
  * and the lease still held when the transfer ended. A mismatch through a
- * cached list drops the entry and asks the master again. Values whose best
- * replica is on our SSD are read together at the end of each pass, in one
- * dsk_get_batch; such a read is not bound by the lease (see read_value).
+ * cached list drops the entry and asks the master again. In a request of
+ * several keys the reads are held and run together at the end of each
+ * pass: those from a MEMORY replica in one eng_xfer_batch (on as many
+ * connections at once), those from our SSD in one dsk_get_batch (such a
+ * read is not bound by the lease, see read_value); a held read that fails
+ * is done again the one-by-one way.
  */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -108,9 +111,62 @@ static void dreads_fini(struct px_dreads *dr)
 	free(dr->v);
 }
 
-/* Where read_value may hold a read from our SSD for the batch. */
+/* The request's reads of values from a MEMORY replica, run at once. */
+struct px_mreads {
+	uint32_t n;
+	uint32_t *idx;			    /* the items, in r->items */
+	struct px_cached *e;		    /* their lists (ops[k].cap points into e[k]) */
+	struct eng_op *ops;		    /* their transfers */
+	struct iovec (*iov)[LUNAR_IOV_MAX]; /* their destinations, trimmed */
+};
+
+/* Hold item i's read of replica rp of e into iov[0..iovcnt) for the batch;
+ * false when it cannot be (no room: read it now). */
+static bool hold_xfer(struct px_mreads *mr, uint32_t count, uint32_t i, const struct px_item *it,
+		      const struct px_cached *e, const struct px_cached_replica *rp,
+		      const struct iovec *iov, int iovcnt)
+{
+	uint32_t k = mr->n;
+
+	if (!mr->idx) {
+		mr->idx = calloc(count, sizeof(*mr->idx));
+		mr->e = calloc(count, sizeof(*mr->e));
+		mr->ops = calloc(count, sizeof(*mr->ops));
+		mr->iov = calloc(count, sizeof(*mr->iov));
+		if (!mr->idx || !mr->e || !mr->ops || !mr->iov)
+			return false;
+	}
+	if (k >= count)
+		return false;
+	mr->idx[k] = i;
+	mr->e[k] = *e;
+	memcpy(mr->iov[k], iov, (size_t)iovcnt * sizeof(*iov));
+	rp = &mr->e[k].rep[rp - e->rep];
+	mr->ops[k] = (struct eng_op){
+	    .endpoint = rp->endpoint,
+	    .dir = px_item_read_dir(it),
+	    .off = rp->offset,
+	    .iov = mr->iov[k],
+	    .iovcnt = iovcnt,
+	    .cap = rp->has_cap ? &rp->cap : NULL,
+	    .want_crc = 1,
+	};
+	mr->n++;
+	return true;
+}
+
+static void mreads_fini(struct px_mreads *mr)
+{
+	free(mr->idx);
+	free(mr->e);
+	free(mr->ops);
+	free(mr->iov);
+}
+
+/* Where read_value may hold a read for the request's batches. */
 struct px_defer {
 	struct px_dreads *dr;
+	struct px_mreads *mr;
 	uint32_t count, i;
 };
 
@@ -118,7 +174,8 @@ struct px_defer {
  * Read one value from the replicas of e: local MEMORY, remote MEMORY, local
  * LOCAL_DISK, remote LOCAL_DISK, skipping peers the request gave up on (a
  * transfer there failed). Size or a code; OBJECT_NOT_FOUND when every
- * replica tried was gone; PX_DEFERRED when df took the local SSD read.
+ * replica tried was gone; PX_DEFERRED when df took the first read (a
+ * MEMORY replica's, or the local SSD's).
  * The lease bounds reads of MEMORY replicas only: a range in a segment can
  * be reused once the lease ends, but a disk record is never rewritten in
  * place (its bucket goes only after the reads on it end), and its bytes are
@@ -147,8 +204,11 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, const struct 
 			tried++;
 			if (!local && px_down_has(down, rp->endpoint))
 				continue;
-			if (df && local && type == LUNAR__REPLICA_TYPE__LOCAL_DISK && iovcnt == 1 &&
-			    defer_read(df->dr, df->count, df->i, tenant, it, e, iov))
+			if (df && df->mr && type == LUNAR__REPLICA_TYPE__MEMORY &&
+			    hold_xfer(df->mr, df->count, df->i, it, e, rp, iov, iovcnt))
+				return PX_DEFERRED;
+			if (df && df->dr && local && type == LUNAR__REPLICA_TYPE__LOCAL_DISK &&
+			    iovcnt == 1 && defer_read(df->dr, df->count, df->i, tenant, it, e, iov))
 				return PX_DEFERRED;
 			rc = read_replica(px, tenant, it, e, rp, local, iov, iovcnt);
 			if (rc == LUNAR_ERR_TRANSFER_FAIL && !local)
@@ -194,13 +254,28 @@ static void prefetch_local(const struct px_proxy *px, const struct px_cached *e)
 	}
 }
 
-static int64_t serve(struct px_proxy *px, const struct px_req *r, const struct px_item *it,
-		     const struct px_cached *e, struct px_down *down, struct px_dreads *dr)
+/* The reads a request holds for its batches. */
+struct px_held {
+	struct px_dreads dr; /* from our SSD */
+	struct px_mreads mr; /* from MEMORY replicas */
+};
+
+static void held_fini(struct px_held *h)
 {
-	struct px_defer df = {dr, r->count, (uint32_t)(it - r->items)};
+	dreads_fini(&h->dr);
+	mreads_fini(&h->mr);
+}
+
+static int64_t serve(struct px_proxy *px, const struct px_req *r, const struct px_item *it,
+		     const struct px_cached *e, struct px_down *down, struct px_held *h)
+{
+	/* A single read runs at once: no batch to wait for. */
+	struct px_defer df = {px->disk ? &h->dr : NULL, r->count > 1 ? &h->mr : NULL, r->count,
+			      (uint32_t)(it - r->items)};
 
 	switch (r->sqe.op) {
-	case LC_OP_GET: return read_value(px, r->s->tenant, it, e, down, px->disk ? &df : NULL);
+	case LC_OP_GET:
+		return read_value(px, r->s->tenant, it, e, down, df.dr || df.mr ? &df : NULL);
 	case LC_OP_GET_SIZE: return (int64_t)e->size;
 	default: return 1; /* exists, prefix match */
 	}
@@ -229,33 +304,71 @@ static bool stale_hit(int64_t result)
 	       result == LUNAR_ERR_OBJECT_NOT_FOUND;
 }
 
-/* The held SSD reads, in one batch; a read that fails is tried again the
- * one-by-one way (other replicas, and the failure reported). Through
- * cached lists (cached), a failure leaves the item to ask the master. */
+/* Item it's result once its held read ended (ok: its bytes are e's value):
+ * a read that failed is done again the one-by-one way (other replicas, and
+ * the failure reported). Through cached lists (cached), a failure leaves
+ * the item to ask the master. */
+static void held_done(struct px_proxy *px, struct px_req *r, struct px_item *it,
+		      const struct px_cached *e, struct px_down *down, bool cached, bool ok)
+{
+	it->result = ok ? (int64_t)e->size : read_value(px, r->s->tenant, it, e, down, NULL);
+	if (cached && stale_hit(it->result)) {
+		px_lease_cache_drop(px->leases, r->s->tenant, it->key);
+		it->result = 0; /* ask the master */
+	}
+}
+
+/* The held SSD reads, in one batch. */
 static void dreads_flush(struct px_proxy *px, struct px_req *r, struct px_dreads *dr,
 			 struct px_down *down, bool cached)
 {
 	px_disk_get_batch(px, dr->v, dr->n);
 	for (uint32_t k = 0; k < dr->n; k++) {
-		struct px_item *it = &r->items[dr->idx[k]];
 		const struct px_cached *e = &dr->e[k];
 		const struct dsk_get_item *v = &dr->v[k];
 
-		if (v->res == (int64_t)e->size && v->crc32c == e->crc)
-			it->result = (int64_t)e->size;
-		else
-			it->result = read_value(px, r->s->tenant, it, e, down, NULL);
-		if (cached && stale_hit(it->result)) {
-			px_lease_cache_drop(px->leases, r->s->tenant, it->key);
-			it->result = 0; /* ask the master */
-		}
+		held_done(px, r, &r->items[dr->idx[k]], e, down, cached,
+			  v->res == (int64_t)e->size && v->crc32c == e->crc);
 	}
 	dr->n = 0;
 }
 
+/* The held MEMORY reads, at once; each as read_replica and read_value
+ * judge one: its CRC32C, then its lease. */
+static void mreads_flush(struct px_proxy *px, struct px_req *r, struct px_mreads *mr,
+			 struct px_down *down, bool cached)
+{
+	eng_xfer_batch(px->engine, mr->ops, (int)mr->n);
+	for (uint32_t k = 0; k < mr->n; k++) {
+		struct px_item *it = &r->items[mr->idx[k]];
+		const struct px_cached *e = &mr->e[k];
+		const struct eng_op *op = &mr->ops[k];
+
+		if (op->result && strcmp(op->endpoint, px->endpoint))
+			px_down_add(down, op->endpoint);
+		if (!op->result && op->crc != e->crc)
+			PX_COUNT(px, checksum_failures, 1);
+		if (!op->result && op->crc == e->crc && lc_now_ms() > e->deadline_ms)
+			it->result = LUNAR_ERR_LEASE_EXPIRED;
+		else
+			held_done(px, r, it, e, down, cached, !op->result && op->crc == e->crc);
+	}
+	mr->n = 0;
+}
+
+/* Run the reads held in this pass. */
+static void held_flush(struct px_proxy *px, struct px_req *r, struct px_held *h,
+		       struct px_down *down, bool cached)
+{
+	if (h->mr.n)
+		mreads_flush(px, r, &h->mr, down, cached);
+	if (h->dr.n)
+		dreads_flush(px, r, &h->dr, down, cached);
+}
+
 /* Serve what the lease cache can; leave misses (and stale hits) pending. */
 static void get_cached(struct px_proxy *px, struct px_req *r, struct px_down *down,
-		       struct px_dreads *dr)
+		       struct px_held *h)
 {
 	uint64_t now = lc_now_ms();
 	struct px_read rd = px_read_by(px, r->s, now);
@@ -268,18 +381,17 @@ static void get_cached(struct px_proxy *px, struct px_req *r, struct px_down *do
 						      px_lease_margin_ms(px), &rd, &e))
 			continue;
 		PX_COUNT(px, lease_hits, 1);
-		it->result = serve(px, r, it, &e, down, dr);
+		it->result = serve(px, r, it, &e, down, h);
 		if (stale_hit(it->result)) {
 			px_lease_cache_drop(px->leases, r->s->tenant, it->key);
 			it->result = 0; /* ask the master */
 		}
 	}
-	if (dr->n)
-		dreads_flush(px, r, dr, down, true);
+	held_flush(px, r, h, down, true);
 }
 
 static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-		      struct px_down *down, struct px_dreads *dr)
+		      struct px_down *down, struct px_held *h)
 {
 	const Lunar__BatchGetReplicaListReply *rl;
 	uint64_t sent = lc_now_ms();
@@ -316,17 +428,16 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 			prefetch_local(px, &e);
 		if (rl->lease_ttl_ms)
 			px_lease_cache_put(px->leases, r->s->tenant, it->key, &e, &rd);
-		it->result = serve(px, r, it, &e, down, dr);
+		it->result = serve(px, r, it, &e, down, h);
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
-	if (dr->n)
-		dreads_flush(px, r, dr, down, false);
+	held_flush(px, r, h, down, false);
 }
 
 int64_t px_run_get(struct px_proxy *px, struct px_req *r)
 {
 	struct px_down down = {0};
-	struct px_dreads dr = {0};
+	struct px_held h = {0};
 	struct px_batch b;
 	int64_t leading = 0;
 
@@ -343,15 +454,15 @@ int64_t px_run_get(struct px_proxy *px, struct px_req *r)
 			PX_COUNT(px, lease_cap_busy, 1);
 		}
 	}
-	get_cached(px, r, &down, &dr);
+	get_cached(px, r, &down, &h);
 	if (px_batch_collect(r, &b)) {
-		dreads_fini(&dr);
+		held_fini(&h);
 		return LUNAR_ERR_INTERNAL;
 	}
 	if (b.n)
-		get_fresh(px, r, &b, &down, &dr);
+		get_fresh(px, r, &b, &down, &h);
 	px_batch_fini(&b);
-	dreads_fini(&dr);
+	held_fini(&h);
 	if (r->sqe.op != LC_OP_PREFIX_MATCH)
 		return 0;
 	while (leading < r->count && r->items[leading].result == 1)
