@@ -7,7 +7,8 @@
  *   segment table rwlock -> reservation lock -> client table lock
  *   object shard lock -> tenant table lock
  *   object shard lock -> deferred-free lock -> one segment's lock
- *   object shard lock -> offload queue lock (a leaf: nothing is taken under it)
+ *   object shard lock -> offload queue lock (only the client table lock is
+ *     taken under it, by mst_offload_register)
  *   object shard lock -> segment table rwlock -> reservation lock -> deferred-free
  *     lock -> one segment's lock (resv.c)
  * The hot path (object calls) takes one shard lock, the segment table for
@@ -476,7 +477,9 @@ uint64_t mst_deferred_bytes(struct mst_master *m);
  * mst_offload_fini - free every queue and task (the master is going). */
 int mst_offload_init(struct mst_offload *q);
 void mst_offload_fini(struct mst_offload *q);
-/* mst_offload_register - client has a disk tier: give it a queue. 0 or -ENOMEM. */
+/* mst_offload_register - client has a disk tier: give it a queue. 0,
+ * ILLEGAL_CLIENT (it is not alive: a queue made now would outlive its
+ * drop) or -ENOMEM. */
 int mst_offload_register(struct mst_master *m, uint64_t client);
 /* mst_offload_take - for client's Ping: tasks in flight for over
  * MST_OFFLOAD_TIMEOUT_MS go back to the queue, then up to MST_OFFLOAD_BATCH

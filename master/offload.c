@@ -137,15 +137,18 @@ int mst_offload_register(struct mst_master *m, uint64_t client)
 	pthread_mutex_lock(&m->offload.lock);
 	pp = oqueue_find(&m->offload, client);
 	if (!*pp) {
-		q = calloc(1, sizeof(*q));
-		if (q) {
+		/* Checked under the lock: a client declared dead after this finds
+		 * its queue (its drop takes the lock once it left the table). */
+		if (!mst_client_alive(m, client)) {
+			rc = LUNAR_ERR_ILLEGAL_CLIENT;
+		} else if (!(q = calloc(1, sizeof(*q)))) {
+			rc = -ENOMEM;
+		} else {
 			q->client = client;
 			q->tail = &q->queued;
 			q->itail = &q->inflight;
 			q->ftail = &q->forget;
 			*pp = q;
-		} else {
-			rc = -ENOMEM;
 		}
 	}
 	pthread_mutex_unlock(&m->offload.lock);

@@ -3,7 +3,8 @@
  * and on_evict (queued, busy, kept when the queue is full unless forced),
  * tasks handed out by Ping and re-queued when late, OffloadDone adding
  * LOCAL_DISK replicas (listed after MEMORY ones), DiskReplicasRemove and
- * DiskReplicasAdd, a dead proxy's disk replicas going with it, and the
+ * DiskReplicasAdd, a dead proxy's disk replicas going with it (and no
+ * queue made for one already dead), and the
  * forget records a Ping carries when an object with disk copies is removed
  * or replaced (never when the proxy itself dropped the copy).
  */
@@ -383,6 +384,24 @@ static void test_master_disk_dead_proxy_drops_disk(void **state)
 	mst_master_destroy(m);
 }
 
+/* A proxy's disk-tier queue is made only while it is alive: one made for a
+ * client already declared dead (its late DiskReplicasAdd) would never be
+ * dropped, and offload tasks queued to it would wait for nobody. */
+static void test_master_disk_queue_only_for_live_client(void **state)
+{
+	struct mst_master *m = master_new(NULL, NULL);
+
+	(void)state;
+	assert_int_equal(mst_offload_register(m, CLIENT_B), LUNAR_ERR_ILLEGAL_CLIENT);
+	assert_null(m->offload.head);
+	assert_true(mst_client_touch(m, CLIENT_B) >= 0);
+	assert_int_equal(mst_offload_register(m, CLIENT_B), 0);
+	assert_non_null(m->offload.head);
+	mst_offload_drop_client(m, CLIENT_B);
+	assert_null(m->offload.head);
+	mst_master_destroy(m);
+}
+
 /* The offload tasks the last ping_forgets saw. */
 static size_t forget_ping_tasks;
 
@@ -597,7 +616,8 @@ LUNAR_TEST_MAIN(NULL, NULL, test_master_disk_on_put_adds_local_disk,
 		test_master_disk_put_waits_then_drops, test_master_disk_put_waits_for_offload,
 		test_master_disk_no_disk_tier_evicts, test_master_disk_failed_offload_evicts_later,
 		test_master_disk_task_requeued_when_late, test_master_disk_add_and_remove,
-		test_master_disk_dead_proxy_drops_disk, test_master_disk_remove_forgets,
-		test_master_disk_batch_remove_forgets, test_master_disk_remove_all_and_regex_forget,
-		test_master_disk_upsert_forgets, test_master_disk_proxy_remove_no_forget,
-		test_master_disk_forget_queue_bounded, test_master_disk_flags)
+		test_master_disk_dead_proxy_drops_disk, test_master_disk_queue_only_for_live_client,
+		test_master_disk_remove_forgets, test_master_disk_batch_remove_forgets,
+		test_master_disk_remove_all_and_regex_forget, test_master_disk_upsert_forgets,
+		test_master_disk_proxy_remove_no_forget, test_master_disk_forget_queue_bounded,
+		test_master_disk_flags)
