@@ -224,6 +224,35 @@ static void test_shmlib_put_get(void **state)
 	fake_stop(&F);
 }
 
+/* Each staged piece of a value starts on a cache line of the arena,
+ * whatever the length of the keys before it and of the pieces beside it:
+ * the copies into and out of a piece (the kernel's, into and out of a
+ * socket) run at half speed or worse when it does not. */
+static void test_shmlib_staged_values_line_aligned(void **state)
+{
+	static uint8_t val[1080], out[1080];
+	struct iovec in[2] = {{val, 1003}, {val + 1003, 77}};
+	struct iovec dst[2] = {{out, 77}, {out + 77, 1003}};
+	char key[80];
+	struct lunar_client *c;
+
+	(void)state;
+	fake_start(&F);
+	c = connect_fake(0);
+	fill(val, sizeof(val), 9);
+	for (size_t len = 1; len < sizeof(key) - 10; len++) {
+		memset(key, 'k', len);
+		key[len] = '\0';
+		assert_int_equal(lunar_putv(c, key, in, 2, NULL), 0);
+		memset(out, 0, sizeof(out));
+		assert_int_equal(lunar_getv(c, key, dst, 2), (int64_t)sizeof(val));
+		assert_memory_equal(out, val, sizeof(val));
+	}
+	assert_int_equal(fake_unaligned(), 0);
+	lunar_close(c);
+	fake_stop(&F);
+}
+
 static void test_shmlib_batch_get(void **state)
 {
 	enum { N = 40 };
@@ -360,5 +389,6 @@ static void test_shmlib_timeout(void **state)
 
 LUNAR_TEST_MAIN_EACH(setup, teardown, test_shmlib_handshake, test_shmlib_refused,
 		     test_shmlib_bad_header, test_shmlib_ring_scribbled, test_shmlib_bad_eventfd,
-		     test_shmlib_arguments, test_shmlib_put_get, test_shmlib_batch_get,
+		     test_shmlib_arguments, test_shmlib_put_get,
+		     test_shmlib_staged_values_line_aligned, test_shmlib_batch_get,
 		     test_shmlib_proxy_death, test_shmlib_timeout)

@@ -95,6 +95,7 @@ struct fake {
 	char tenant[LC_TENANT_MAX];
 	uint32_t last_region; /* of the first segment of the last put or get */
 	uint8_t *last_ptr;    /* where that segment began, in the fake's mappings */
+	int unaligned;	      /* staged segments not on a cache line of the arena */
 	int nadd, ndel, bad_regs;
 	uint32_t last_add;
 	struct fake_sess *sess[FAKE_SESS_MAX];
@@ -269,8 +270,14 @@ static inline void fake_validate(const struct fake_sess *s, const struct lc_sqe 
 			continue;
 		FAKE_CHECK(it[i].seg_off % 8 == 0 &&
 			   fake_in_arena(s, it[i].seg_off, it[i].nseg * sizeof(*sg)));
-		for (uint32_t j = 0; j < it[i].nseg; j++)
+		for (uint32_t j = 0; j < it[i].nseg; j++) {
 			FAKE_CHECK(fake_seg_ok(s, &sg[j]));
+			if (!sg[j].region && sg[j].off % LC_CACHELINE) {
+				pthread_mutex_lock(&s->f->lock);
+				s->f->unaligned++;
+				pthread_mutex_unlock(&s->f->lock);
+			}
+		}
 	}
 }
 
@@ -581,6 +588,16 @@ static inline uint8_t fake_last_byte(void)
 	b = *F.last_ptr;
 	pthread_mutex_unlock(&F.lock);
 	return b;
+}
+
+static inline int fake_unaligned(void)
+{
+	int n;
+
+	pthread_mutex_lock(&F.lock);
+	n = F.unaligned;
+	pthread_mutex_unlock(&F.lock);
+	return n;
 }
 
 static inline uint32_t fake_last_region(void)
