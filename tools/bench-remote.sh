@@ -10,7 +10,11 @@
 # its blocking and busy-poll styles, as many connections as threads), and
 # 4 KiB p50/p99; then the batch calls engines make (lunar_batch_put and
 # lunar_batch_get_into, BATCH keys a call, one thread) at 4 KiB, 64 KiB and
-# 1 MiB. Run from the repo root against $BUILD (default build).
+# 1 MiB. Placed as two nodes would be: the CPUs split in halves, A and its
+# client on the first, B on the second (the master anywhere); the wire's
+# client and server threads likewise. Unplaced, a proxy woken onto its
+# peer's CPU takes turns with it, and a run's figures halve or not by that
+# chance. Run from the repo root against $BUILD (default build).
 #   --quick        fewer objects (noisy figures, for a smoke test)
 #   --modes LIST   keyed,keyless (default both)
 # Exit 1 if any run failed.
@@ -26,7 +30,7 @@ while [ $# -gt 0 ]; do
 	--quick) QUICK=1 ;;
 	--modes) MODES=$2; shift ;;
 	--modes=*) MODES=${1#--modes=} ;;
-	-h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) bl_log "bench-remote: unknown argument '$1'"; exit 2 ;;
 	esac
 	shift
@@ -44,14 +48,24 @@ if [ "$QUICK" -eq 1 ]; then
 	COUNT=([4KiB]=1000 [64KiB]=800 [1MiB]=300 [4MiB]=80)
 fi
 RUN_SECS=600
+# Node A's CPUs and node B's, as taskset lists; both empty on one CPU.
+NCPU=$(nproc)
+A_CPUS= B_CPUS=
+if [ "$NCPU" -ge 2 ]; then
+	A_CPUS=0-$((NCPU / 2 - 1))
+	B_CPUS=$((NCPU / 2))-$((NCPU - 1))
+fi
 
 # The wire: plain TCP at every size and thread count, once for all modes.
 baseline() {
 	local size t
+	local -a server=()
+	[ -z "$B_CPUS" ] || server=(--server-cpus "$B_CPUS")
+	BL_CLIENT_CPUS=$A_CPUS
 	for size in "${SIZES[@]}"; do
 		for t in "${THREADS[@]}"; do
 			bl_run "$BL_TMP/tcp-$size-$t.out" "$RUN_SECS" "$BIN/lunar-bench" --tcp-baseline \
-				--size "$size" --threads "$t" || true
+				--size "$size" --threads "$t" "${server[@]}" || true
 		done
 	done
 }
@@ -71,15 +85,16 @@ run_mode() {
 		"$BIN/lunarctl" keygen "$BL_TMP/cluster.key" >/dev/null
 		key=(--cluster-key "$BL_TMP/cluster.key")
 	fi
-	bl_start_master "master-$mode" "${key[@]}"
+	BL_SERVER_CPUS= bl_start_master "master-$mode" "${key[@]}"
 	# A removes what the runs put: a keyed master takes removals from ADMIN
 	# sessions only.
 	local -a admin=()
 	[ "$mode" = keyed ] && admin=(--admin-calls)
-	bl_start_proxy "proxy-$mode-a" "$sa" "${key[@]}" "${admin[@]}" --master "$BL_MASTER_URL" \
-		--segment-size 0
-	bl_start_proxy "proxy-$mode-b" "$sb" "${key[@]}" --master "$BL_MASTER_URL" \
-		--segment-size 2GiB
+	BL_SERVER_CPUS=$A_CPUS bl_start_proxy "proxy-$mode-a" "$sa" "${key[@]}" "${admin[@]}" \
+		--master "$BL_MASTER_URL" --segment-size 0
+	BL_SERVER_CPUS=$B_CPUS bl_start_proxy "proxy-$mode-b" "$sb" "${key[@]}" \
+		--master "$BL_MASTER_URL" --segment-size 2GiB
+	BL_CLIENT_CPUS=$A_CPUS
 	for size in "${SIZES[@]}"; do
 		for t in "${THREADS[@]}"; do
 			bl_run "$BL_TMP/$mode-$size-$t.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$sa" \
@@ -144,6 +159,10 @@ echo "runs on A, so every put and get crosses B's data port. wire: plain TCP in 
 echo "run (\`lunar-bench --tcp-baseline\`: 16-byte request, SIZE-byte answer from a cold"
 echo "256 MiB set into a cold set, 8 MiB socket buffers, TCP_NODELAY; the better of"
 echo "blocking MSG_WAITALL and busy-poll receive; one connection per thread)."
+if [ -n "$A_CPUS" ]; then
+	echo "Placed as two nodes: A and its client on CPUs $A_CPUS, B on $B_CPUS, the master"
+	echo "anywhere; the wire's clients on $A_CPUS, its servers on $B_CPUS."
+fi
 echo "4 KiB rows: the p50/p99 columns are the latency figures."
 echo
 echo "| size | threads | wire blocking GB/s | wire busy-poll GB/s | wire p50 µs |"

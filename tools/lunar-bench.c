@@ -90,6 +90,7 @@ static const char usage_text[] =
     "       lunar-bench --master URL [OPTIONS]     (see lunar-bench --master x --help)\n"
     "       lunar-bench --trace FILE --block-size SIZE [OPTIONS]   (likewise)\n"
     "       lunar-bench --tcp-baseline [--size SIZE] [--threads T] [--count N]\n"
+    "              [--server-cpus LIST]\n"
     "              (plain loopback TCP, 16-byte request -> SIZE-byte answer, blocking\n"
     "              and busy-poll receive: the wire remote transfers are measured against)\n"
     "       lunar-bench --evict-round N   (the master's eviction round at N objects,\n"

@@ -9,7 +9,8 @@
  * memc-bench, against memcached when there is one), --depth keeps puts
  * and gets in flight with every byte still checked, and the
  * copy baselines (cold source and destination, and memcpy into a cached
- * destination) are all given.
+ * destination) are all given, and the wire's baseline runs with its server
+ * threads placed (--server-cpus).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include <cmocka.h>
 
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,7 +337,36 @@ static void test_bench_modes_copy_baselines(void **state)
 	h_cleanup();
 }
 
+/* The wire's baseline with its server threads placed on a CPU of ours;
+ * a CPU list it cannot read is a usage error. */
+static void test_bench_modes_tcp_baseline_placed(void **state)
+{
+	char cmd[PATH_MAX + 256], out[4096];
+	cpu_set_t set;
+	int cpu = 0;
+
+	(void)state;
+	H_ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+	while (!CPU_ISSET(cpu, &set))
+		cpu++;
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 60 %s --tcp-baseline --size 4KiB --count 200 --server-cpus %d",
+		 h_bin("lunar-bench"), cpu);
+	out[0] = '\n';
+	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
+	H_ASSERT_MSG(rate(out, "tcp_blocking_gbps") > 0, "%s", out);
+	H_ASSERT_MSG(rate(out, "tcp_busypoll_gbps") > 0, "%s", out);
+	for (int i = 0; i < 3; i++) {
+		static const char *const bad[] = {"x", "1-", "99999"};
+
+		snprintf(cmd, sizeof(cmd), "%s --tcp-baseline --server-cpus %s 2>/dev/null",
+			 h_bin("lunar-bench"), bad[i]);
+		H_ASSERT_EQ(run(cmd, out, sizeof(out)), 2);
+	}
+}
+
 LUNAR_TEST_MAIN(NULL, NULL, test_bench_modes_evict_round, test_bench_modes_trace_simulation,
 		test_bench_modes_phase_clock, test_bench_modes_sync_file,
 		test_bench_modes_sampled_check, test_bench_modes_memc_sampled_check,
-		test_bench_modes_depth, test_bench_modes_batch, test_bench_modes_copy_baselines)
+		test_bench_modes_depth, test_bench_modes_batch, test_bench_modes_copy_baselines,
+		test_bench_modes_tcp_baseline_placed)

@@ -7,6 +7,7 @@
 #ifndef LUNAR_TOOLS_BENCH_BENCH_H
 #define LUNAR_TOOLS_BENCH_BENCH_H
 
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,10 @@ const char *bench_opt_value(int argc, char **argv, int *i, const char *name, int
  * [min, max] into *out; BENCH_EXIT_USAGE after printing why otherwise. */
 int bench_parse_num(const char *flag, const char *s, int is_size, uint64_t min, uint64_t max,
 		    uint64_t *out);
+
+/* bench_parse_cpus - a CPU list ("1", "0-3", "0,2-3") into *set; each CPU
+ * below CPU_SETSIZE; BENCH_EXIT_USAGE after printing why otherwise. */
+int bench_parse_cpus(const char *flag, const char *s, cpu_set_t *set);
 
 /* bench_splitmix64 - SplitMix64's output for state x (x + the golden gamma,
  * mixed): a well-spread 64-bit number per x. Pure. */

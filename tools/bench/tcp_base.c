@@ -7,11 +7,15 @@
  * another (both walked in order, so no answer comes from the cache). 8 MiB
  * socket buffers, TCP_NODELAY. Two receive styles, one after the other:
  * blocking recv(MSG_WAITALL), and a busy-poll of recv(MSG_DONTWAIT).
+ * --server-cpus LIST runs the server threads on those CPUs (the clients stay
+ * where the process runs), as two nodes would: on a small machine a server
+ * woken onto its client's CPU takes turns with it instead of running beside.
  */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +35,8 @@ struct tb_run {
 	uint64_t size, count, per; /* per: bytes of each set one thread walks */
 	unsigned threads;
 	int busy;
+	int pin; /* server threads on server_cpus */
+	cpu_set_t server_cpus;
 	unsigned char *src, *dst;
 	uint64_t *lat; /* count per thread, thread-major */
 	int lfd;
@@ -175,8 +181,16 @@ static int tb_run_style(struct tb_run *r)
 		perror("lunar-bench --tcp-baseline: loopback connection");
 		return BENCH_EXIT_FAIL;
 	}
+	pthread_attr_t sa;
+
+	pthread_attr_init(&sa);
+	if (r->pin && pthread_attr_setaffinity_np(&sa, sizeof(r->server_cpus), &r->server_cpus)) {
+		fprintf(stderr, "lunar-bench --tcp-baseline: cannot place the server threads\n");
+		return BENCH_EXIT_FAIL;
+	}
 	for (unsigned i = 0; i < r->threads; i++)
-		pthread_create(&st[i], NULL, tb_serve, &sv[i]);
+		pthread_create(&st[i], &sa, tb_serve, &sv[i]);
+	pthread_attr_destroy(&sa);
 	t0 = lc_now_ns();
 	for (unsigned i = 0; i < r->threads; i++)
 		pthread_create(&ct[i], NULL, tb_client, &cl[i]);
@@ -216,9 +230,12 @@ static int tb_parse(struct tb_run *r, int argc, char **argv)
 		else if ((v = bench_opt_value(argc, argv, &i, "--threads", &missing))) {
 			rc = bench_parse_num("--threads", v, 0, 1, TB_MAX_T, &x);
 			r->threads = (unsigned)x;
+		} else if ((v = bench_opt_value(argc, argv, &i, "--server-cpus", &missing))) {
+			rc = bench_parse_cpus("--server-cpus", v, &r->server_cpus);
+			r->pin = 1;
 		} else
-			return bench_usage_error("--tcp-baseline takes --size, --count, --threads; "
-						 "not '%s'",
+			return bench_usage_error("--tcp-baseline takes --size, --count, --threads, "
+						 "--server-cpus; not '%s'",
 						 argv[i]);
 		if (missing)
 			return bench_usage_error("option %s needs a value", argv[i]);

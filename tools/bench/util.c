@@ -53,6 +53,37 @@ int bench_parse_num(const char *flag, const char *s, int is_size, uint64_t min, 
 	return BENCH_EXIT_OK;
 }
 
+int bench_parse_cpus(const char *flag, const char *s, cpu_set_t *set)
+{
+	const char *p = s;
+
+	CPU_ZERO(set);
+	for (;;) {
+		char *end;
+		unsigned long lo = strtoul(p, &end, 10), hi = lo;
+
+		if (end == p || *p == '-' || *p == '+')
+			break;
+		if (*end == '-') {
+			p = end + 1;
+			hi = strtoul(p, &end, 10);
+			if (end == p || *p == '-' || *p == '+')
+				break;
+		}
+		if (lo > hi || hi >= CPU_SETSIZE)
+			break;
+		for (unsigned long c = lo; c <= hi; c++)
+			CPU_SET(c, set);
+		if (!*end)
+			return BENCH_EXIT_OK;
+		if (*end != ',')
+			break;
+		p = end + 1;
+	}
+	return bench_usage_error("bad value '%s' for %s (want a CPU list such as 1 or 0-3,6)", s,
+				 flag);
+}
+
 uint64_t bench_splitmix64(uint64_t x)
 {
 	x += 0x9e3779b97f4a7c15ull;
