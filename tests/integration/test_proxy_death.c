@@ -1,7 +1,9 @@
 /*
  * test_proxy_death.c - a proxy that dies (SPEC §3 client liveness, §5.7).
  * Master with --client-ttl 2s, proxies A and B. Objects with one replica each
- * are written through A, so some live only on A's segment; then A is
+ * are written through A, every other one preferring A's segment (the others
+ * go ahead into reserved space, on A or B: all on B when the one
+ * reservation they fit in landed there), so some live only on A; then A is
  * SIGKILLed. A's client fails fast with PROXY_UNAVAILABLE instead of hanging;
  * B never returns wrong bytes, and once the master has dropped A, every object
  * reads byte-exact or OBJECT_NOT_FOUND. Restarting A, the old handle
@@ -30,7 +32,7 @@
 #define B_TIMEOUT_MS  3000
 #define B_READ_MAX_MS 2500
 
-static char sock_a[PATH_MAX], sock_b[PATH_MAX];
+static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_a[H_SEG_NAME];
 static int master_port;
 static struct h_proc *proxy_a;
 static struct lunar_client *ca, *cb;
@@ -41,8 +43,12 @@ static int setup(void **state)
 	(void)state;
 	if (!h_cluster_master(&master_port, "--client-ttl", "2s", NULL))
 		return -1;
-	proxy_a = h_proxy_pair(master_port, sock_a, sock_b);
-	if (!proxy_a)
+	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
+	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
+	proxy_a =
+	    h_start_peer("proxyA", sock_a, master_port, seg_a, "--segment-size", "64MiB", NULL);
+	if (!proxy_a ||
+	    !h_start_proxy("proxyB", sock_b, master_port, "--segment-size", "64MiB", NULL))
 		return -1;
 	ca = h_client_try(sock_a, H_CLIENT_TIMEOUT_MS, NULL);
 	cb = h_client_try(sock_b, B_TIMEOUT_MS, NULL);
@@ -93,7 +99,10 @@ static int64_t read_object(int i, uint8_t *buf, const char *when)
 
 static void test_proxy_death_client_fails_fast(void **state)
 {
-	const struct lunar_put_cfg one = {.replica_num = 1};
+	const char *pref[1] = {seg_a};
+	const struct lunar_put_cfg one = {.replica_num = 1}, on_a = {.replica_num = 1,
+								     .preferred_segments = pref,
+								     .preferred_count = 1};
 	uint8_t *buf = malloc(MAX_LEN);
 	uint64_t t0, took;
 	char key[64];
@@ -104,7 +113,7 @@ static void test_proxy_death_client_fails_fast(void **state)
 	for (int i = 0; i < NOBJ; i++) {
 		obj_key(i, key, sizeof(key));
 		h_fill(buf, OBJ_LEN(i), h_seed(key));
-		H_ASSERT_EQ(lunar_put(ca, key, buf, OBJ_LEN(i), &one), 0);
+		H_ASSERT_EQ(lunar_put(ca, key, buf, OBJ_LEN(i), i % 2 ? &one : &on_a), 0);
 	}
 	for (int i = 0; i < NOBJ; i++)
 		H_ASSERT_EQ(read_object(i, buf, "before the kill"), OBJ_LEN(i));
