@@ -141,21 +141,24 @@ static void *grant_main(void *arg)
 	return NULL;
 }
 
-static void test_master_resv_remount_waits_for_placed_grant(void **state)
+/* Until a grant is counted (then placed in microseconds, then held). */
+static void wait_placed(const struct mst_resvtab *rt)
 {
-	struct held_grant g = {.m = master_new("debug-reserve-delay", "1s")};
-	struct mst_resvtab *rt;
-	pthread_t t;
-
-	(void)state;
-	rt = &g.m->resv;
-	atomic_init(&g.done, 0);
-	assert_int_equal(mount(g.m, CLIENT_A, "seg-a", 1024 * MIB), 0);
-	assert_int_equal(pthread_create(&t, NULL, grant_main, &g), 0);
-	/* Counted, then placed in microseconds, then held for a second. */
 	for (int i = 0; i < 5000 && !LC_READ_ONCE(rt->placing[0]) && !LC_READ_ONCE(rt->placing[1]);
 	     i++)
 		usleep(1000);
+}
+
+static void test_master_resv_remount_waits_for_placed_grant(void **state)
+{
+	struct held_grant g = {.m = master_new("debug-reserve-delay", "1s")};
+	pthread_t t;
+
+	(void)state;
+	atomic_init(&g.done, 0);
+	assert_int_equal(mount(g.m, CLIENT_A, "seg-a", 1024 * MIB), 0);
+	assert_int_equal(pthread_create(&t, NULL, grant_main, &g), 0);
+	wait_placed(&g.m->resv);
 	usleep(50 * 1000);
 	assert_false(atomic_load(&g.done));
 	seg_remount(g.m);		   /* a new seg-a, likely at the old one's address */
@@ -177,19 +180,15 @@ static void test_master_resv_grant_refused_for_client_dead_before_insert(void **
 	static const char *const flags[][2] = {{"debug-reserve-delay", "1s"},
 					       {"client-ttl", "300ms"}};
 	struct held_grant g = {.m = master_with(flags, 2)};
-	struct mst_resvtab *rt;
 	pthread_t t;
 
 	(void)state;
-	rt = &g.m->resv;
 	atomic_init(&g.done, 0);
 	/* B's segment: A's death takes only A's grant, not the space under it. */
 	assert_int_equal(mount(g.m, CLIENT_B, "seg-b", 1024 * MIB), 0);
 	touch(g.m, CLIENT_A);
 	assert_int_equal(pthread_create(&t, NULL, grant_main, &g), 0);
-	for (int i = 0; i < 5000 && !LC_READ_ONCE(rt->placing[0]) && !LC_READ_ONCE(rt->placing[1]);
-	     i++)
-		usleep(1000);
+	wait_placed(&g.m->resv);
 	for (int i = 0; i < 4; i++) { /* A silent past its TTL, B not; the grant held */
 		usleep(100 * 1000);
 		touch(g.m, CLIENT_B);
