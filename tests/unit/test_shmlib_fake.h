@@ -568,14 +568,19 @@ static inline void fake_stop(struct fake *f)
 }
 
 /* What the fake saw, read under its lock from the test's thread. */
-static inline int fake_nsess(void)
+static inline int fake_seen(const int *what)
 {
 	int n;
 
 	pthread_mutex_lock(&F.lock);
-	n = F.nsess;
+	n = *what;
 	pthread_mutex_unlock(&F.lock);
 	return n;
+}
+
+static inline int fake_nsess(void)
+{
+	return fake_seen(&F.nsess);
 }
 
 /* The byte the fake sees where the last put's value (or get's destination)
@@ -592,12 +597,7 @@ static inline uint8_t fake_last_byte(void)
 
 static inline int fake_unaligned(void)
 {
-	int n;
-
-	pthread_mutex_lock(&F.lock);
-	n = F.unaligned;
-	pthread_mutex_unlock(&F.lock);
-	return n;
+	return fake_seen(&F.unaligned);
 }
 
 static inline uint32_t fake_last_region(void)
