@@ -50,7 +50,7 @@ struct eng_config {
 	/*
 	 * The cluster key (copied at create; the caller may wipe its own):
 	 * handshake, MACs and capability checks on the data port, both as a
-	 * server and as a client. NULL: keyless, frames as in wire version 1.
+	 * server and as a client. NULL: keyless, frames as in wire version 3.
 	 */
 	const struct auth_key *cluster_key;
 	/*

@@ -62,11 +62,11 @@ static size_t rep_build(const struct eng_srv_req *q, int32_t status, uint64_t le
 	};
 	if (!q->s) {
 		eng_wire_rep_encode(&rep->h);
-		return sizeof(rep->h);
+		return eng_wire_rep_frame(0);
 	}
 	eng_wire_krep_encode(rep);
 	eng_wire_krep_seal(rep, q->s, q->ctr);
-	return sizeof(*rep);
+	return eng_wire_rep_frame(1);
 }
 
 int eng_send_rep(const struct eng_srv_req *q, int32_t status, uint64_t length, int flags,
@@ -220,7 +220,7 @@ static int serve_one(struct eng_srv_conn *conn)
 	struct eng_engine *e = conn->e;
 	struct eng_wire_kreq k;
 	struct eng_srv_req q = {.fd = conn->fd};
-	size_t size = e->keyed ? sizeof(k) : sizeof(k.h);
+	size_t size = eng_wire_req_frame(e->keyed);
 	uint64_t deadline, idle = lc_now_ns();
 	ssize_t got;
 	int status, rc;

@@ -39,14 +39,15 @@ static size_t req_build(struct eng_cconn *c, const struct eng_wire_req *req,
 			const struct eng_cap *cap, uint32_t crc, const void *name, size_t nlen,
 			struct eng_wire_kreq *k, uint64_t *ctr)
 {
-	*k = (struct eng_wire_kreq){.h = *req, .crc = crc};
+	*k = (struct eng_wire_kreq){.h = *req};
 	*ctr = 0;
 	if (!c->keyed) {
 		k->h.version = ENG_WIRE_VERSION;
 		eng_wire_req_encode(&k->h);
-		return sizeof(k->h);
+		return eng_wire_req_frame(0);
 	}
 	k->h.version = ENG_WIRE_VERSION_KEYED;
+	k->crc = crc;
 	if (cap) {
 		k->cap_offset = cap->offset;
 		k->cap_length = cap->length;
@@ -56,7 +57,7 @@ static size_t req_build(struct eng_cconn *c, const struct eng_wire_req *req,
 	}
 	eng_wire_kreq_encode(k);
 	eng_wire_kreq_seal(k, &c->s, name, nlen, ctr);
-	return sizeof(*k);
+	return eng_wire_req_frame(1);
 }
 
 int eng_send_req(struct eng_cconn *c, const struct eng_wire_req *req, const struct eng_cap *cap,
@@ -77,7 +78,7 @@ int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep, ui
 		 int *replied)
 {
 	struct eng_wire_krep k;
-	size_t size = c->keyed ? sizeof(k) : sizeof(k.h);
+	size_t size = eng_wire_rep_frame(c->keyed);
 	struct iovec v = {&k, size};
 	struct eng_iovc it;
 	int rc;

@@ -166,13 +166,14 @@ static size_t drain(int fd, uint8_t *buf, size_t cap)
 	return got;
 }
 
-/* A keyless (wire version 1) request header. */
-static void plain_req(uint8_t out[32], uint16_t op, uint64_t off, uint64_t len)
+/* A keyless (wire version 3) request frame: the header, then zeros. */
+static void plain_req(uint8_t out[64], uint16_t op, uint64_t off, uint64_t len)
 {
 	uint32_t magic = htole32(REQ_MAGIC);
-	uint16_t ver = htole16(1), o = htole16(op);
+	uint16_t ver = htole16(3), o = htole16(op);
 	uint64_t f[3] = {htole64(off), htole64(len), htole64(42)};
 
+	memset(out, 0, 64);
 	memcpy(out, &magic, 4);
 	memcpy(out + 4, &ver, 2);
 	memcpy(out + 6, &o, 2);
@@ -181,7 +182,7 @@ static void plain_req(uint8_t out[32], uint16_t op, uint64_t off, uint64_t len)
 
 static void test_data_port_auth_keyless_frames_refused(void **state)
 {
-	uint8_t req[32], buf[4096], junk[SECRET_LEN] = {0};
+	uint8_t req[64], buf[4096], junk[SECRET_LEN] = {0};
 	int fd;
 
 	(void)state;
@@ -215,7 +216,7 @@ static int handshake(int fd, const struct auth_key *k, struct auth_session *s)
 {
 	uint8_t out[72], in[104], proof[AUTH_PROOF_BYTES];
 	uint32_t magic = htole32(HS_MAGIC);
-	uint16_t ver = htole16(2), role = htole16(AUTH_ROLE_NODE);
+	uint16_t ver = htole16(4), role = htole16(AUTH_ROLE_NODE);
 	struct auth_hs hs;
 
 	memcpy(out, &magic, 4);
@@ -232,9 +233,9 @@ static int handshake(int fd, const struct auth_key *k, struct auth_session *s)
 	return auth_hs_finish(&hs, k, AUTH_ROLE_NODE, s);
 }
 
-/* A keyed (version 2) request: header, counter, crc, a made-up grant
- * (tag), MAC under s. */
-static void keyed_req(uint8_t out[112], struct auth_session *s, uint16_t op, uint64_t off,
+/* A keyed (version 4) request: header, counter, crc, a made-up grant
+ * (tag), MAC under s, zeros. */
+static void keyed_req(uint8_t out[128], struct auth_session *s, uint16_t op, uint64_t off,
 		      uint64_t len, uint32_t crc, const uint8_t tag[16])
 {
 	uint64_t ctr = auth_tx_next(s);
@@ -244,13 +245,14 @@ static void keyed_req(uint8_t out[112], struct auth_session *s, uint16_t op, uin
 	struct iovec v = {out, 96};
 
 	plain_req(out, op, off, len);
-	out[4] = 2; /* version */
+	out[4] = 4; /* version */
 	memcpy(out + 32, f, sizeof(f));
 	memcpy(out + 40, &c, 4);
 	memset(out + 44, 0, 4);
 	memcpy(out + 72, &expiry, 8);
 	memcpy(out + 80, tag, 16);
 	auth_mac(s->tx_key, ctr, &v, 1, out + 96);
+	memset(out + 112, 0, 16);
 }
 
 /* One keyed request on a fresh handshaken connection, payload after it;
@@ -261,13 +263,13 @@ static size_t keyed_try(const uint8_t *frame, const void *payload, size_t plen, 
 	int fd = dial_b();
 
 	H_ASSERT_EQ(handshake(fd, &ckey, s), 0);
-	H_ASSERT_EQ(send(fd, frame, 112, plen ? MSG_MORE : 0), 112);
+	H_ASSERT_EQ(send(fd, frame, 128, plen ? MSG_MORE : 0), 128);
 	if (plen)
 		(void)!send(fd, payload, plen, MSG_NOSIGNAL);
 	return drain(fd, buf, cap);
 }
 
-/* The status of a 48-byte keyed reply whose MAC checks under s. */
+/* The status of a 64-byte keyed reply whose MAC checks under s. */
 static int32_t keyed_status(const uint8_t *rep, const struct auth_session *s, uint64_t ctr)
 {
 	struct iovec v = {(void *)rep, 32};
@@ -280,7 +282,7 @@ static int32_t keyed_status(const uint8_t *rep, const struct auth_session *s, ui
 
 static void test_data_port_auth_crc_forgery_refused(void **state)
 {
-	uint8_t forged[SECRET_LEN], req[112], buf[4096], tag[16] = {0};
+	uint8_t forged[SECRET_LEN], req[128], buf[4096], tag[16] = {0};
 	uint32_t want = lc_crc32c(0, secret_val, SECRET_LEN);
 	struct auth_session s;
 	int fd;
@@ -293,7 +295,7 @@ static void test_data_port_auth_crc_forgery_refused(void **state)
 	/* Keyless, as the original script did. */
 	plain_req(req, OP_WRITE, secret_off, SECRET_LEN);
 	fd = dial_b();
-	H_ASSERT_EQ(send(fd, req, 32, MSG_MORE), 32);
+	H_ASSERT_EQ(send(fd, req, 64, MSG_MORE), 64);
 	(void)!send(fd, forged, SECRET_LEN, MSG_NOSIGNAL);
 	H_ASSERT_EQ(drain(fd, buf, sizeof(buf)), 0);
 	/* With the key but no grant: UNAUTHORIZED, the payload never read. */
@@ -308,9 +310,9 @@ static void test_data_port_auth_crc_forgery_refused(void **state)
 		fd = dial_b();
 		H_ASSERT_EQ(handshake(fd, &ckey, &live), 0);
 		keyed_req(req, &live, OP_WRITE, secret_off, SECRET_LEN, want, tag);
-		H_ASSERT_EQ(send(fd, req, 112, MSG_MORE), 112);
+		H_ASSERT_EQ(send(fd, req, 128, MSG_MORE), 128);
 		(void)!send(fd, forged, SECRET_LEN, MSG_NOSIGNAL);
-		H_ASSERT_EQ(drain(fd, buf, sizeof(buf)), 48);
+		H_ASSERT_EQ(drain(fd, buf, sizeof(buf)), 64);
 		H_ASSERT_EQ(keyed_status(buf, &live, 0), LUNAR_ERR_UNAUTHORIZED);
 	}
 	secret_intact();
@@ -318,7 +320,7 @@ static void test_data_port_auth_crc_forgery_refused(void **state)
 
 static void test_data_port_auth_key_without_grant(void **state)
 {
-	uint8_t req[112], buf[4096], tag[16] = {0};
+	uint8_t req[128], buf[4096], tag[16] = {0};
 	struct auth_session s;
 	int fd;
 
@@ -330,8 +332,8 @@ static void test_data_port_auth_key_without_grant(void **state)
 			auth_random(tag, sizeof(tag)); /* a made-up grant */
 		keyed_req(req, &s, OP_READ, secret_off, SECRET_LEN, 0, tag);
 		H_ASSERT_EQ(send(fd, req, sizeof(req), 0), (ssize_t)sizeof(req));
-		/* A 48-byte UNAUTHORIZED reply, then the close: no byte of the value. */
-		H_ASSERT_EQ(drain(fd, buf, sizeof(buf)), 48);
+		/* A 64-byte UNAUTHORIZED reply, then the close: no byte of the value. */
+		H_ASSERT_EQ(drain(fd, buf, sizeof(buf)), 64);
 		H_ASSERT_EQ(keyed_status(buf, &s, 0), LUNAR_ERR_UNAUTHORIZED);
 	}
 	/* A handshake with another key fails: closed, nothing served. */
@@ -348,7 +350,7 @@ static void test_data_port_auth_key_without_grant(void **state)
 
 static void test_data_port_auth_replay_and_bitflip(void **state)
 {
-	uint8_t req[112], buf[4096], tag[16] = {0};
+	uint8_t req[128], buf[4096], tag[16] = {0};
 	struct auth_session s1, s2;
 	int fd;
 

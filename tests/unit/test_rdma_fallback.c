@@ -197,13 +197,16 @@ static int send_connect(int fd, const unsigned char *body, uint64_t off, uint64_
 				 .offset = off,
 				 .length = len,
 				 .id = 5};
+	unsigned char frame[ENG_WIRE_REQ_FRAME] = {0}, rframe[ENG_WIRE_REP_FRAME];
 	struct eng_wire_rep rep;
 
 	eng_wire_req_encode(&h);
-	assert_int_equal(send(fd, &h, sizeof(h), MSG_NOSIGNAL), sizeof(h));
+	memcpy(frame, &h, sizeof(h)); /* then zeros */
+	assert_int_equal(send(fd, frame, sizeof(frame), MSG_NOSIGNAL), sizeof(frame));
 	assert_int_equal(send(fd, body, ENG_RDMA_HS_SIZE, MSG_NOSIGNAL), ENG_RDMA_HS_SIZE);
-	if (recv(fd, &rep, sizeof(rep), MSG_WAITALL) != sizeof(rep))
+	if (recv(fd, rframe, sizeof(rframe), MSG_WAITALL) != sizeof(rframe))
 		return 1;
+	memcpy(&rep, rframe, sizeof(rep));
 	eng_wire_rep_decode(&rep);
 	assert_int_equal(rep.magic, ENG_WIRE_REP_MAGIC);
 	return rep.status;
