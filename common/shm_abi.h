@@ -41,8 +41,8 @@ struct lc_hello {
 struct lc_welcome {
 	uint32_t magic;
 	uint16_t version;
-	uint16_t rsvd;
-	int32_t code; /* 0, or a LUNAR_ERR_* refusal (no fds then) */
+	uint16_t flags; /* LC_WELCOME_*; an older proxy's 0 asks for nothing */
+	int32_t code;	/* 0, or a LUNAR_ERR_* refusal (no fds then) */
 	uint32_t rsvd2;
 	uint64_t client_id;
 	uint64_t region_size;
@@ -144,6 +144,12 @@ enum lc_op {
 #define LC_SQE_FORCE	1u /* remove: ignore leases */
 #define LC_SQE_HARD_PIN 2u /* put: hard pin */
 #define LC_SQE_SOFT_PIN 4u /* put: soft pin */
+#define LC_SQE_SEG_CRC	8u /* put: each lc_seg's crc is the CRC32C of its bytes */
+
+/* Take each put piece's CRC32C in the staging copy and send it
+ * (LC_SQE_SEG_CRC): the proxy's puts mostly go to other nodes, whose
+ * writes then need no pass over the bytes before they go. */
+#define LC_WELCOME_SEG_CRC 1u
 
 /* Submission descriptor. Single-key calls are batches of one item. */
 struct lc_sqe {
@@ -177,10 +183,12 @@ struct lc_item {
 
 /* One piece of a value. region 0 is the session region itself (off is a
  * region offset inside the arena); 1..LC_MAX_REGIONS a registered region
- * (off relative to its start). */
+ * (off relative to its start). crc: with LC_SQE_SEG_CRC, the CRC32C of the
+ * piece's bytes as the client staged them (its word, which the owner of
+ * every remote replica checks the bytes against); else 0. */
 struct lc_seg {
 	uint32_t region;
-	uint32_t rsvd;
+	uint32_t crc;
 	uint64_t off;
 	uint64_t len;
 };
@@ -236,7 +244,7 @@ LC_AT(lc_hello, arena_bytes, 16);
 LC_AT(lc_hello, tenant, 24);
 LC_AT(lc_welcome, magic, 0);
 LC_AT(lc_welcome, version, 4);
-LC_AT(lc_welcome, rsvd, 6);
+LC_AT(lc_welcome, flags, 6);
 LC_AT(lc_welcome, code, 8);
 LC_AT(lc_welcome, rsvd2, 12);
 LC_AT(lc_welcome, client_id, 16);
@@ -297,7 +305,7 @@ LC_AT(lc_item, nseg, 12);
 LC_AT(lc_item, seg_off, 16);
 LC_AT(lc_item, result, 24);
 LC_AT(lc_seg, region, 0);
-LC_AT(lc_seg, rsvd, 4);
+LC_AT(lc_seg, crc, 4);
 LC_AT(lc_seg, off, 8);
 LC_AT(lc_seg, len, 16);
 LC_AT(lc_cslot, state, 0);

@@ -247,7 +247,12 @@ struct eng_op {
 	int iovcnt;
 	const struct eng_cap *cap;
 	int want_crc; /* set crc to the CRC32C of the bytes moved */
-	void *user;   /* the caller's: never read or written by the engine */
+	/* WRITE: known_crc is the CRC32C of the bytes already (the caller's
+	 * word, which a keyed owner checks them against); a transfer in one
+	 * slice names it rather than reading the bytes for it first. */
+	int crc_known;
+	uint32_t known_crc;
+	void *user; /* the caller's: never read or written by the engine */
 	/* Outputs, once completed: eng_xfer's return value, and the CRC. */
 	int result;
 	uint32_t crc;

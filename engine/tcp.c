@@ -276,9 +276,12 @@ int eng_tcp_slice(struct eng_engine *e, struct eng_op *op, unsigned idx, int *ra
 	};
 	int keyed_write = e->keyed && op->dir == ENG_WRITE, rc;
 
-	/* A keyed WRITE names its CRC32C in the header: a pass before it. */
+	/* A keyed WRITE names its CRC32C in the header: the caller's for a
+	 * whole transfer, else a pass before it. */
 	if (keyed_write)
-		s.crc = iov_crc(op->iov, op->iovcnt, s.skip, s.len);
+		s.crc = op->crc_known && op->priv.nslices == 1
+			    ? op->known_crc
+			    : iov_crc(op->iov, op->iovcnt, s.skip, s.len);
 	s.fuse_crc = op->want_crc && !keyed_write;
 	rc = eng_tcp_run(e, op->endpoint, op->priv.deadline_ns, slice_conn, &s, ran);
 	if (rc) {

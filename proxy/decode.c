@@ -11,6 +11,7 @@
 
 #include "atomic.h"
 #include "clock.h"
+#include "crc32c.h"
 #include "failpoint.h"
 #include "futex.h"
 #include "key.h"
@@ -77,9 +78,24 @@ static int copy_segs(const struct px_region *rg, const struct lc_item *it, struc
 	return 0;
 }
 
+/* The value's CRC32C from its pieces' (LC_SQE_SEG_CRC): the client's word. */
+static void given_crc(const struct px_req *r, const struct lc_seg *segs, struct px_item *pi)
+{
+	uint32_t crc = 0;
+
+	if (!(r->sqe.flags & LC_SQE_SEG_CRC) ||
+	    (r->sqe.op != LC_OP_PUT && r->sqe.op != LC_OP_UPSERT))
+		return;
+	for (int i = 0; i < pi->iovcnt; i++)
+		crc = i ? lc_crc32c_combine(crc, segs[i].crc, segs[i].len) : segs[i].crc;
+	pi->crc = crc;
+	pi->crc_given = true;
+}
+
 static int resolve_segs(const struct px_region *rg, struct px_req *r, const struct lc_seg *segs,
 			struct px_item *pi, const char **why)
 {
+	given_crc(r, segs, pi);
 	pi->staged = true;
 	for (int i = 0; i < pi->iovcnt; i++) {
 		uint8_t *p = seg_base(rg, r, &segs[i]);

@@ -75,6 +75,7 @@ struct px_item {
 	int iovcnt;
 	uint64_t total; /* sum of iov lengths */
 	uint32_t crc;	/* put: CRC32C of the value as written */
+	bool crc_given; /* put: crc is the client's (LC_SQE_SEG_CRC), before any write */
 	bool staged;	/* get: every segment in the arena (px_item_read_dir) */
 };
 

@@ -96,7 +96,9 @@ static void write_all(struct px_proxy *px, struct px_req *r, const struct px_bat
 		    .iov = it->iov,
 		    .iovcnt = it->iovcnt,
 		    .cap = px_piece_cap(&a->pc[i]),
-		    .want_crc = 1,
+		    .want_crc = !it->crc_given,
+		    .crc_known = it->crc_given,
+		    .known_crc = it->crc,
 		};
 	}
 	eng_xfer_batch(px->engine, a->ops, (int)b->n);
@@ -105,7 +107,8 @@ static void write_all(struct px_proxy *px, struct px_req *r, const struct px_bat
 		int remote = strcmp(op->endpoint, px->endpoint) != 0;
 
 		if (!op->result) {
-			r->items[b->idx[i]].crc = op->crc;
+			if (op->want_crc)
+				r->items[b->idx[i]].crc = op->crc;
 			continue;
 		}
 		LC_DEBUG("proxy", "put-ahead: a write to %s failed (%d)", op->endpoint, op->result);

@@ -104,7 +104,10 @@ static int put_plan(struct px_item *it, const Lunar__PutStartResult *res, size_t
 		    .iov = it->iov,
 		    .iovcnt = it->iovcnt,
 		    .cap = px_replica_cap(rp, &w->caps[w->n]) ? &w->caps[w->n] : NULL,
-		    .want_crc = k == 0, /* checksummed on the way into the first */
+		    /* checksummed on the way into the first, unless liblunar did */
+		    .want_crc = k == 0 && !it->crc_given,
+		    .crc_known = it->crc_given,
+		    .known_crc = it->crc,
 		    .user = (void *)(uintptr_t)i,
 		};
 		w->n++;

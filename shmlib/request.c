@@ -17,6 +17,7 @@
 
 #include "atomic.h"
 #include "clock.h"
+#include "crc32c.h"
 
 /* Where each staged piece of a value starts in the arena: on a cache line,
  * whatever the keys before it. The copies into and out of it (the
@@ -191,13 +192,19 @@ static void pref_fill(const struct shm_req *r, const struct shm_layout *l)
 	memcpy(r->cn->base + r->off + l->pref_at, l->pref, l->pref_len);
 }
 
-/* Write items, segments and keys; stage put values. */
-static void items_fill(const struct shm_req *r, const struct shm_layout *l,
-		       const struct shm_item *items, uint32_t n, int is_get)
+/*
+ * Write items, segments and keys; stage put values, each piece's CRC32C
+ * taken in the same pass when the proxy asked (LC_WELCOME_SEG_CRC: it then
+ * need not read the bytes once more before it sends them). The descriptor
+ * flags that go with it: LC_SQE_SEG_CRC when every piece of a put was
+ * staged so, else 0.
+ */
+static uint16_t items_fill(const struct shm_req *r, const struct shm_layout *l,
+			   const struct shm_item *items, uint32_t n, int is_get)
 {
 	uint8_t *base = r->cn->base;
 	uint64_t seg = r->off + l->segs_at, key = r->off + l->keys_at, data = r->off + l->data_at;
-	int staged;
+	int staged, pieces = 0, all_staged = r->cn->seg_crc;
 
 	for (uint32_t i = 0; i < n; i++) {
 		const struct shm_item *it = &items[i];
@@ -213,12 +220,18 @@ static void items_fill(const struct shm_req *r, const struct shm_layout *l,
 			if (!v->iov_len)
 				continue;
 			ls = piece_place(r, v, &data, &staged);
-			if (staged && !is_get)
+			if (staged && !is_get && r->cn->seg_crc)
+				ls.crc = lc_copy_crc32c_cached(base + ls.off, v->iov_base,
+							       v->iov_len, 0);
+			else if (staged && !is_get)
 				memcpy(base + ls.off, v->iov_base, v->iov_len);
+			all_staged = all_staged && staged;
+			pieces++;
 			memcpy(base + seg, &ls, sizeof(ls));
 			seg += sizeof(ls);
 		}
 	}
+	return !is_get && pieces && all_staged ? LC_SQE_SEG_CRC : 0;
 }
 
 /* Copy the first got bytes of a staged get result back to the user. */
@@ -446,9 +459,11 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 	if (!rc)
 		rc = req_alloc(&r, l.total, r.deadline_ns);
 	if (!rc) {
-		items_fill(&r, &l, items, n, is_get);
+		struct shm_op o = *op;
+
+		o.flags |= items_fill(&r, &l, items, n, is_get);
 		pref_fill(&r, &l);
-		rc = req_send(&r, op, n, (uint64_t)n * sizeof(struct lc_item), &l);
+		rc = req_send(&r, &o, n, (uint64_t)n * sizeof(struct lc_item), &l);
 		if (rc >= 0)
 			items_collect(&r, &l, items, n, is_get);
 	}
@@ -504,7 +519,8 @@ int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_
 	if (!rc)
 		rc = req_alloc(r, l.total, 0);
 	if (!rc) {
-		items_fill(r, &l, &p->it, 1, op->op == LC_OP_GET);
+		uint16_t flags = items_fill(r, &l, &p->it, 1, op->op == LC_OP_GET);
+
 		pref_fill(r, &l);
 		p->staged = !shm_regs_find(c, r->cn, p->v.iov_base, p->v.iov_len, &region, &reg_off,
 					   &p->in_place);
@@ -513,6 +529,7 @@ int shm_start_one(struct lunar_client *c, const struct shm_op *op, struct lunar_
 		if (p->in_place)
 			lc_fetch_add(p->in_place, 1u);
 		sqe = req_sqe(r, op, 1, sizeof(struct lc_item), &l);
+		sqe.flags |= flags;
 		rc = shm_send(r->cn, &sqe, 0, r->deadline_ns, &p->t);
 	}
 	shm_regs_unlock(c);

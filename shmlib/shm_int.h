@@ -64,6 +64,7 @@ struct shm_conn {
 	uint32_t max_segs;
 	uint64_t arena_off;
 	uint64_t arena_size;
+	int seg_crc; /* LC_WELCOME_SEG_CRC: stage puts with their pieces' CRC32C */
 	char http_addr[LC_HTTP_ADDR_MAX]; /* the header's, checked; "" when not told */
 	uint64_t seq;		    /* atomic; the handle's request counter for this session */
 	uint32_t lat_ns[LC_OP_MAX]; /* relaxed; average completion time by op (spin.h) */

@@ -56,6 +56,7 @@ void raw_hello_tenant(struct raw *c, const char *tenant)
 	c->memfd = fds[0];
 	c->efd = fds[1];
 	c->client_id = w.client_id;
+	c->welcome_flags = w.flags;
 	H_ASSERT(fstat(c->memfd, &st) == 0 && (uint64_t)st.st_size == w.region_size);
 	c->size = w.region_size;
 	c->base = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);

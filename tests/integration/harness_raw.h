@@ -19,6 +19,7 @@ struct raw {
 	uint8_t *base;
 	uint64_t size;
 	uint64_t client_id;
+	uint16_t welcome_flags; /* the welcome's LC_WELCOME_* */
 	struct lc_shm_hdr h;
 	struct lc_ring_ctl *ring;
 	struct lc_ring_prod prod; /* producer indexes, as liblunar keeps them */

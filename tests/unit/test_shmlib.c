@@ -253,6 +253,45 @@ static void test_shmlib_staged_values_line_aligned(void **state)
 	fake_stop(&F);
 }
 
+/* When the proxy asks (LC_WELCOME_SEG_CRC), a put's staged pieces carry
+ * the CRC32C of their bytes, taken in the staging copy, and say so
+ * (LC_SQE_SEG_CRC): the proxy then sends them without a pass of its own. A
+ * put of registered memory, which is not copied, and a get carry none, nor
+ * does any put when the proxy did not ask. */
+static void test_shmlib_staged_puts_carry_crcs(void **state)
+{
+	static uint8_t val[70000], out[70000];
+	struct iovec in[3] = {{val, 1}, {val + 1, 4095}, {val + 4096, sizeof(val) - 4096}};
+	struct lunar_client *c;
+	uint8_t *reg;
+
+	(void)state;
+	fill(val, sizeof(val), 3);
+	fake_start(&F);
+	c = connect_fake(0);
+	assert_int_equal(lunar_putv(c, "unasked", in, 3, NULL), 0);
+	assert_int_equal(fake_crc_puts(), 0);
+	lunar_close(c);
+	fake_stop(&F);
+	F.welcome_flags = LC_WELCOME_SEG_CRC;
+	fake_start(&F);
+	c = connect_fake(0);
+	assert_int_equal(lunar_putv(c, "three", in, 3, NULL), 0);
+	assert_int_equal(lunar_put(c, "one", val, 100, NULL), 0);
+	assert_int_equal(fake_crc_puts(), 2);
+	assert_int_equal(lunar_get_into(c, "three", out, sizeof(out)), (int64_t)sizeof(val));
+	assert_memory_equal(out, val, sizeof(val));
+	reg = lunar_alloc(c, 4096);
+	assert_non_null(reg);
+	memcpy(reg, val, 4096);
+	assert_int_equal(lunar_put(c, "registered", reg, 4096, NULL), 0);
+	assert_int_equal(fake_crc_puts(), 2);
+	assert_int_equal(fake_crc_wrong(), 0);
+	lunar_free(c, reg);
+	lunar_close(c);
+	fake_stop(&F);
+}
+
 static void test_shmlib_batch_get(void **state)
 {
 	enum { N = 40 };
@@ -390,5 +429,5 @@ static void test_shmlib_timeout(void **state)
 LUNAR_TEST_MAIN_EACH(setup, teardown, test_shmlib_handshake, test_shmlib_refused,
 		     test_shmlib_bad_header, test_shmlib_ring_scribbled, test_shmlib_bad_eventfd,
 		     test_shmlib_arguments, test_shmlib_put_get,
-		     test_shmlib_staged_values_line_aligned, test_shmlib_batch_get,
-		     test_shmlib_proxy_death, test_shmlib_timeout)
+		     test_shmlib_staged_values_line_aligned, test_shmlib_staged_puts_carry_crcs,
+		     test_shmlib_batch_get, test_shmlib_proxy_death, test_shmlib_timeout)

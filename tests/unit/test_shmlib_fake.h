@@ -29,6 +29,7 @@
 
 #include "atomic.h"
 #include "clock.h"
+#include "crc32c.h"
 #include "futex.h"
 #include "lunar.h"
 #include "ring.h"
@@ -83,9 +84,10 @@ struct fake {
 	/* behaviour, set before fake_start */
 	int32_t refuse;
 	int bad_magic;
-	int hang;	   /* atomic: consume requests, never complete them */
-	int ring_scribble; /* 1: write the producers' old prod_head word, 2: cons_head */
-	int bad_evfd;	   /* 1: a blocking pipe for the eventfd, 2: a blocking eventfd */
+	int hang;		/* atomic: consume requests, never complete them */
+	int ring_scribble;	/* 1: write the producers' old prod_head word, 2: cons_head */
+	int bad_evfd;		/* 1: a blocking pipe for the eventfd, 2: a blocking eventfd */
+	uint16_t welcome_flags; /* LC_WELCOME_* */
 	uint32_t entries, slots;
 	/* behaviour, under lock */
 	int delay_ms;	    /* before completing each request */
@@ -96,6 +98,8 @@ struct fake {
 	uint32_t last_region; /* of the first segment of the last put or get */
 	uint8_t *last_ptr;    /* where that segment began, in the fake's mappings */
 	int unaligned;	      /* staged segments not on a cache line of the arena */
+	int crc_puts;	      /* puts that came with LC_SQE_SEG_CRC */
+	int crc_wrong;	      /* their pieces whose crc is not their bytes' */
 	int nadd, ndel, bad_regs;
 	uint32_t last_add;
 	struct fake_sess *sess[FAKE_SESS_MAX];
@@ -259,6 +263,12 @@ static inline void fake_validate(const struct fake_sess *s, const struct lc_sqe 
 		return;
 	}
 	FAKE_CHECK(e->count >= 1 && e->count <= LUNAR_BATCH_MAX && e->arg_off % 8 == 0);
+	FAKE_CHECK(!(e->flags & LC_SQE_SEG_CRC) || e->op == LC_OP_PUT || e->op == LC_OP_UPSERT);
+	if (e->flags & LC_SQE_SEG_CRC) {
+		pthread_mutex_lock(&s->f->lock);
+		s->f->crc_puts++;
+		pthread_mutex_unlock(&s->f->lock);
+	}
 	FAKE_CHECK(e->arg_len == (uint64_t)e->count * sizeof(*it));
 	for (uint32_t i = 0; i < e->count; i++) {
 		const struct lc_seg *sg = (const struct lc_seg *)(s->base + it[i].seg_off);
@@ -272,6 +282,12 @@ static inline void fake_validate(const struct fake_sess *s, const struct lc_sqe 
 			   fake_in_arena(s, it[i].seg_off, it[i].nseg * sizeof(*sg)));
 		for (uint32_t j = 0; j < it[i].nseg; j++) {
 			FAKE_CHECK(fake_seg_ok(s, &sg[j]));
+			if (e->flags & LC_SQE_SEG_CRC &&
+			    sg[j].crc != lc_crc32c(0, seg_ptr(s, &sg[j]), sg[j].len)) {
+				pthread_mutex_lock(&s->f->lock);
+				s->f->crc_wrong++;
+				pthread_mutex_unlock(&s->f->lock);
+			}
 			if (!sg[j].region && sg[j].off % LC_CACHELINE) {
 				pthread_mutex_lock(&s->f->lock);
 				s->f->unaligned++;
@@ -475,7 +491,8 @@ static inline int fake_region(struct fake_sess *s, int *memfd)
 
 static inline void fake_handshake(struct fake *f, int sock)
 {
-	struct lc_welcome w = {.magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION};
+	struct lc_welcome w = {
+	    .magic = LC_SHM_MAGIC, .version = LC_PROTO_VERSION, .flags = f->welcome_flags};
 	struct lc_hello hello;
 	struct fake_sess *s;
 	int fds[2];
@@ -598,6 +615,17 @@ static inline uint8_t fake_last_byte(void)
 static inline int fake_unaligned(void)
 {
 	return fake_seen(&F.unaligned);
+}
+
+/* Puts that came with LC_SQE_SEG_CRC, and their pieces with a wrong crc. */
+static inline int fake_crc_puts(void)
+{
+	return fake_seen(&F.crc_puts);
+}
+
+static inline int fake_crc_wrong(void)
+{
+	return fake_seen(&F.crc_wrong);
 }
 
 static inline uint32_t fake_last_region(void)
