@@ -37,21 +37,24 @@ static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / si
  * TCP wire protocol, version 3. All integers little-endian, headers fixed
  * size. One request in flight per connection; a client reuses a
  * connection for the next request once the reply has been read in full.
- * Every frame header is a multiple of 64 bytes (ENG_WIRE_ALIGN): the kernel
- * fills a socket's buffers in stream order, from page fragments of its
- * thread, so a payload behind such a header lands on a cache line there
- * (when the payloads before it were multiples of 64 too) and both copies,
- * into the socket and out of it, run at full speed; a payload 24 bytes off
- * the line made the sender's copy four times slower on the bench machine.
+ * A request header is 128 bytes and a reply header 64, keyed or not (a
+ * keyless one is the keyed layout below with everything after the first
+ * 32 or 24 bytes zero). The kernel copies a payload into a socket's
+ * buffers right behind its header, from page fragments of the sending
+ * thread, and how fast depends on where it lands there: with version 1's
+ * 24-byte replies the owner's copy of 1 MiB gets from 4 threads ran at a
+ * quarter of its speed, and 64-byte requests made 4 MiB puts under some
+ * key lengths half as fast (the proxy's RPCs to the master go out from the
+ * same thread and move those fragments too); these sizes measured evenly.
  *
- *   request (64 bytes)                 reply (64 bytes)
+ *   request (128 bytes)                reply (64 bytes)
  *   u32 magic   ENG_WIRE_REQ_MAGIC     u32 magic   ENG_WIRE_REP_MAGIC
  *   u16 version ENG_WIRE_VERSION       i32 status  0 or a LUNAR_ERR_* code
  *   u16 op      ENG_OP_READ/WRITE      u64 id      the request's id
  *   u64 offset  into the segment       u64 length  the request's length
  *   u64 length  bytes, > 0
  *   u64 id      chosen by the client   40 bytes zero
- *   32 bytes zero
+ *   96 bytes zero
  *
  * WRITE: the request is followed by `length` payload bytes, which the server
  * stores at [offset, offset + length) of its segment, then it replies.
@@ -119,13 +122,10 @@ static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / si
 #define ENG_WIRE_HS_MAGIC      0x53484e4cu /* "LNHS" */
 #define ENG_WIRE_VERSION       3
 #define ENG_WIRE_VERSION_KEYED 4
-#define ENG_WIRE_ALIGN	       64 /* every frame header's size is a multiple */
-#define ENG_WIRE_REQ_SIZE      32 /* the request's fields */
-#define ENG_WIRE_REP_SIZE      24 /* the reply's fields */
-#define ENG_WIRE_REQ_FRAME     64 /* a keyless request: the fields, then zeros */
-#define ENG_WIRE_REP_FRAME     64 /* a keyless reply: likewise */
-#define ENG_WIRE_KREQ_SIZE     128
-#define ENG_WIRE_KREP_SIZE     64
+#define ENG_WIRE_REQ_SIZE      32   /* the request's fields */
+#define ENG_WIRE_REP_SIZE      24   /* the reply's fields */
+#define ENG_WIRE_REQ_FRAME     128  /* a request header on the wire, keyed or not */
+#define ENG_WIRE_REP_FRAME     64   /* a reply header on the wire, keyed or not */
 #define ENG_WIRE_KREQ_MACD     96   /* bytes of the keyed request under its MAC */
 #define ENG_CAP_SKEW_MS	       2000 /* error of the owner's estimate of the master's clock */
 
@@ -176,8 +176,8 @@ struct eng_wire_krep {
 };
 
 static_assert(sizeof(struct eng_wire_req) == ENG_WIRE_REQ_SIZE, "request header size");
-static_assert(sizeof(struct eng_wire_kreq) == ENG_WIRE_KREQ_SIZE, "keyed request size");
-static_assert(sizeof(struct eng_wire_krep) == ENG_WIRE_KREP_SIZE, "keyed reply size");
+static_assert(sizeof(struct eng_wire_kreq) == ENG_WIRE_REQ_FRAME, "keyed request size");
+static_assert(sizeof(struct eng_wire_krep) == ENG_WIRE_REP_FRAME, "keyed reply size");
 static_assert(offsetof(struct eng_wire_kreq, mac) == ENG_WIRE_KREQ_MACD, "keyed request layout");
 static_assert(offsetof(struct eng_wire_kreq, cap) == 80, "keyed request layout");
 static_assert(offsetof(struct eng_wire_krep, mac) == 32, "keyed reply layout");
@@ -185,24 +185,6 @@ static_assert(ENG_CAP_BYTES == AUTH_CAP_BYTES, "capability size");
 static_assert(sizeof(struct eng_wire_rep) == ENG_WIRE_REP_SIZE, "reply header size");
 static_assert(offsetof(struct eng_wire_req, id) == 24, "request header layout");
 static_assert(offsetof(struct eng_wire_rep, length) == 16, "reply header layout");
-static_assert(ENG_WIRE_REQ_FRAME <= ENG_WIRE_KREQ_SIZE && ENG_WIRE_REP_FRAME <= ENG_WIRE_KREP_SIZE,
-	      "a keyless frame is read into a keyed header");
-static_assert(ENG_WIRE_REQ_FRAME % ENG_WIRE_ALIGN == 0 &&
-		  ENG_WIRE_REP_FRAME % ENG_WIRE_ALIGN == 0 &&
-		  ENG_WIRE_KREQ_SIZE % ENG_WIRE_ALIGN == 0 &&
-		  ENG_WIRE_KREP_SIZE % ENG_WIRE_ALIGN == 0,
-	      "payloads start on a cache line of the socket's buffers");
-
-/* The bytes of a request or reply header on the wire, keyed or not. */
-static inline size_t eng_wire_req_frame(int keyed)
-{
-	return keyed ? ENG_WIRE_KREQ_SIZE : ENG_WIRE_REQ_FRAME;
-}
-
-static inline size_t eng_wire_rep_frame(int keyed)
-{
-	return keyed ? ENG_WIRE_KREP_SIZE : ENG_WIRE_REP_FRAME;
-}
 
 /* eng_wire_req_encode/_decode, eng_wire_rep_encode/_decode - host order <->
  * the little-endian bytes on the wire; in place, any thread. */

@@ -144,7 +144,7 @@ static int recv_answer(struct eng_cconn *c, uint64_t ctr, uint64_t id, unsigned 
 		       uint64_t deadline, int32_t *status)
 {
 	struct eng_wire_krep k;
-	size_t hsz = eng_wire_rep_frame(c->keyed);
+	size_t hsz = sizeof(k);
 	size_t blen;
 	int rc = recv_n(c->fd, &k, hsz, deadline);
 

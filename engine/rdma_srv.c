@@ -28,7 +28,7 @@ static int answer(const struct eng_srv_req *q, int32_t status, const unsigned ch
 	struct eng_wire_krep rep = {
 	    .h = {.magic = ENG_WIRE_REP_MAGIC, .status = status, .id = q->id, .length = blen},
 	};
-	struct iovec v[2] = {{&rep, eng_wire_rep_frame(q->s != NULL)}, {(void *)body, blen}};
+	struct iovec v[2] = {{&rep, sizeof(rep)}, {(void *)body, blen}};
 	struct eng_iovc c;
 
 	eng_wire_rep_encode(&rep.h);

@@ -53,20 +53,20 @@ struct eng_srv_conn {
 	struct auth_session s; /* keyed engines: from the handshake */
 };
 
-/* Encode the reply to q into *rep; its size. */
-static size_t rep_build(const struct eng_srv_req *q, int32_t status, uint64_t length,
-			struct eng_wire_krep *rep)
+/* Encode the reply to q into *rep, all of which goes (a keyless reply
+ * leaves the fields after rep->h zero). */
+static void rep_build(const struct eng_srv_req *q, int32_t status, uint64_t length,
+		      struct eng_wire_krep *rep)
 {
 	*rep = (struct eng_wire_krep){
 	    .h = {.magic = ENG_WIRE_REP_MAGIC, .status = status, .id = q->id, .length = length},
 	};
 	if (!q->s) {
 		eng_wire_rep_encode(&rep->h);
-		return eng_wire_rep_frame(0);
+		return;
 	}
 	eng_wire_krep_encode(rep);
 	eng_wire_krep_seal(rep, q->s, q->ctr);
-	return eng_wire_rep_frame(1);
 }
 
 int eng_send_rep(const struct eng_srv_req *q, int32_t status, uint64_t length, int flags,
@@ -75,8 +75,9 @@ int eng_send_rep(const struct eng_srv_req *q, int32_t status, uint64_t length, i
 	struct eng_wire_krep rep;
 	struct eng_iovc c;
 
+	rep_build(q, status, length, &rep);
 	eng_iovc_init(&c, NULL, 0, 0, 0);
-	eng_iovc_head(&c, &rep, rep_build(q, status, length, &rep));
+	eng_iovc_head(&c, &rep, sizeof(rep));
 	return eng_io_send(q->fd, &c, flags, deadline_ns);
 }
 
@@ -111,7 +112,8 @@ static int serve_range(struct eng_engine *e, const struct eng_srv_req *q,
 		return eng_send_rep(q, 0, req->length, 0, deadline);
 	}
 	/* The reply header and the bytes in one sendmsg (untracked, as above). */
-	eng_iovc_head(&c, &rep, rep_build(q, 0, req->length, &rep));
+	rep_build(q, 0, req->length, &rep);
+	eng_iovc_head(&c, &rep, sizeof(rep));
 	LC_UNTRACKED_BEGIN();
 	rc = eng_io_send(q->fd, &c, 0, deadline);
 	LC_UNTRACKED_END();
@@ -220,7 +222,7 @@ static int serve_one(struct eng_srv_conn *conn)
 	struct eng_engine *e = conn->e;
 	struct eng_wire_kreq k;
 	struct eng_srv_req q = {.fd = conn->fd};
-	size_t size = eng_wire_req_frame(e->keyed);
+	size_t size = sizeof(k);
 	uint64_t deadline, idle = lc_now_ns();
 	ssize_t got;
 	int status, rc;

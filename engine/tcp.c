@@ -34,17 +34,18 @@ struct tcp_slice {
 	int *live;     /* where to publish the socket while it runs, or NULL */
 };
 
-/* Encode req for c into *k (as eng_send_req sends it); its size. */
-static size_t req_build(struct eng_cconn *c, const struct eng_wire_req *req,
-			const struct eng_cap *cap, uint32_t crc, const void *name, size_t nlen,
-			struct eng_wire_kreq *k, uint64_t *ctr)
+/* Encode req for c into *k, as eng_send_req sends it (all of it, keyed or
+ * not: a keyless request leaves the fields after k->h zero). */
+static void req_build(struct eng_cconn *c, const struct eng_wire_req *req,
+		      const struct eng_cap *cap, uint32_t crc, const void *name, size_t nlen,
+		      struct eng_wire_kreq *k, uint64_t *ctr)
 {
 	*k = (struct eng_wire_kreq){.h = *req};
 	*ctr = 0;
 	if (!c->keyed) {
 		k->h.version = ENG_WIRE_VERSION;
 		eng_wire_req_encode(&k->h);
-		return eng_wire_req_frame(0);
+		return;
 	}
 	k->h.version = ENG_WIRE_VERSION_KEYED;
 	k->crc = crc;
@@ -57,7 +58,6 @@ static size_t req_build(struct eng_cconn *c, const struct eng_wire_req *req,
 	}
 	eng_wire_kreq_encode(k);
 	eng_wire_kreq_seal(k, &c->s, name, nlen, ctr);
-	return eng_wire_req_frame(1);
 }
 
 int eng_send_req(struct eng_cconn *c, const struct eng_wire_req *req, const struct eng_cap *cap,
@@ -67,10 +67,10 @@ int eng_send_req(struct eng_cconn *c, const struct eng_wire_req *req, const stru
 	struct eng_wire_kreq k;
 	struct iovec v = {(void *)name, nlen};
 	struct eng_iovc it;
-	size_t hlen = req_build(c, req, cap, crc, name, nlen, &k, ctr);
 
+	req_build(c, req, cap, crc, name, nlen, &k, ctr);
 	eng_iovc_init(&it, &v, 1, 0, name ? nlen : 0);
-	eng_iovc_head(&it, &k, hlen);
+	eng_iovc_head(&it, &k, sizeof(k));
 	return eng_io_send(c->fd, &it, flags, deadline_ns);
 }
 
@@ -78,7 +78,7 @@ int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep, ui
 		 int *replied)
 {
 	struct eng_wire_krep k;
-	size_t size = eng_wire_rep_frame(c->keyed);
+	size_t size = sizeof(k);
 	struct iovec v = {&k, size};
 	struct eng_iovc it;
 	int rc;
@@ -150,7 +150,8 @@ static int slice_on(struct tcp_slice *s, struct eng_cconn *c, int *replied)
 	/* A WRITE's header goes out with its payload's first bytes, in one
 	 * sendmsg; a READ's alone. */
 	if (op->dir == ENG_WRITE) {
-		eng_iovc_head(&data, &k, req_build(c, &req, op->cap, s->crc, NULL, 0, &k, &ctr));
+		req_build(c, &req, op->cap, s->crc, NULL, 0, &k, &ctr);
+		eng_iovc_head(&data, &k, sizeof(k));
 		rc = slice_payload(s, c, &data);
 	} else {
 		rc = eng_send_req(c, &req, op->cap, s->crc, NULL, 0, 0, deadline, &ctr);

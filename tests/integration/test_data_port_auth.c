@@ -167,13 +167,13 @@ static size_t drain(int fd, uint8_t *buf, size_t cap)
 }
 
 /* A keyless (wire version 3) request frame: the header, then zeros. */
-static void plain_req(uint8_t out[64], uint16_t op, uint64_t off, uint64_t len)
+static void plain_req(uint8_t out[128], uint16_t op, uint64_t off, uint64_t len)
 {
 	uint32_t magic = htole32(REQ_MAGIC);
 	uint16_t ver = htole16(3), o = htole16(op);
 	uint64_t f[3] = {htole64(off), htole64(len), htole64(42)};
 
-	memset(out, 0, 64);
+	memset(out, 0, 128);
 	memcpy(out, &magic, 4);
 	memcpy(out + 4, &ver, 2);
 	memcpy(out + 6, &o, 2);
@@ -182,7 +182,7 @@ static void plain_req(uint8_t out[64], uint16_t op, uint64_t off, uint64_t len)
 
 static void test_data_port_auth_keyless_frames_refused(void **state)
 {
-	uint8_t req[64], buf[4096], junk[SECRET_LEN] = {0};
+	uint8_t req[128], buf[4096], junk[SECRET_LEN] = {0};
 	int fd;
 
 	(void)state;
@@ -252,7 +252,6 @@ static void keyed_req(uint8_t out[128], struct auth_session *s, uint16_t op, uin
 	memcpy(out + 72, &expiry, 8);
 	memcpy(out + 80, tag, 16);
 	auth_mac(s->tx_key, ctr, &v, 1, out + 96);
-	memset(out + 112, 0, 16);
 }
 
 /* One keyed request on a fresh handshaken connection, payload after it;
@@ -295,7 +294,7 @@ static void test_data_port_auth_crc_forgery_refused(void **state)
 	/* Keyless, as the original script did. */
 	plain_req(req, OP_WRITE, secret_off, SECRET_LEN);
 	fd = dial_b();
-	H_ASSERT_EQ(send(fd, req, 64, MSG_MORE), 64);
+	H_ASSERT_EQ(send(fd, req, 128, MSG_MORE), 128);
 	(void)!send(fd, forged, SECRET_LEN, MSG_NOSIGNAL);
 	H_ASSERT_EQ(drain(fd, buf, sizeof(buf)), 0);
 	/* With the key but no grant: UNAUTHORIZED, the payload never read. */

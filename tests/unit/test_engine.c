@@ -281,10 +281,10 @@ static uint64_t get_le(const unsigned char *p, int bytes)
 }
 
 /* A request frame as the wire comment in eng_int.h lays it out: the
- * 32-byte header, then 32 zeros. */
-static void make_req(unsigned char h[64], uint16_t op, uint64_t off, uint64_t len)
+ * 32-byte header, then 96 zeros. */
+static void make_req(unsigned char h[128], uint16_t op, uint64_t off, uint64_t len)
 {
-	memset(h, 0, 64);
+	memset(h, 0, 128);
 	put_le(h, 0x51524e4cu, 4);
 	put_le(h + 4, 3, 2);
 	put_le(h + 6, op, 2);
@@ -325,7 +325,7 @@ static void test_engine_hostile_peer(void **state)
 	struct node a = node_start(0, 0), b = node_start(0, 0);
 	const char *ep = eng_engine_endpoint(b.e);
 	uint16_t port = node_port(&b);
-	unsigned char h[80], buf[100] = {0};
+	unsigned char h[128], buf[100] = {0};
 	int fd;
 
 	/* A short header, then hang-up. */
@@ -334,40 +334,40 @@ static void test_engine_hostile_peer(void **state)
 	close(fd);
 	/* Garbage: refused with a reply, then closed. */
 	fd = raw_connect(port);
-	memset(h, 0xab, 64);
-	assert_int_equal(write(fd, h, 64), 64);
+	memset(h, 0xab, 128);
+	assert_int_equal(write(fd, h, 128), 128);
 	assert_int_equal(drain(fd), 64);
 	close(fd);
 	/* A huge WRITE: refused before any payload is read. */
 	fd = raw_connect(port);
 	make_req(h, 2, 0, UINT64_MAX);
-	assert_int_equal(write(fd, h, 64), 64);
+	assert_int_equal(write(fd, h, 128), 128);
 	assert_int_equal(drain(fd), 64);
 	close(fd);
 	/* Wrong version and unknown op. */
 	fd = raw_connect(port);
 	make_req(h, 9, 0, 10);
-	assert_int_equal(write(fd, h, 64), 64);
+	assert_int_equal(write(fd, h, 128), 128);
 	assert_int_equal(drain(fd), 64);
 	close(fd);
 	fd = raw_connect(port);
 	make_req(h, 1, 0, 10);
 	put_le(h + 4, 77, 2);
-	assert_int_equal(write(fd, h, 64), 64);
+	assert_int_equal(write(fd, h, 128), 128);
 	assert_int_equal(drain(fd), 64);
 	close(fd);
 	/* A WRITE whose payload stops half-way (away from the bytes read below:
 	 * its server thread may still be storing them). */
 	fd = raw_connect(port);
 	make_req(h, 2, 4096, sizeof(buf));
-	assert_int_equal(write(fd, h, 64), 64);
+	assert_int_equal(write(fd, h, 128), 128);
 	assert_int_equal(write(fd, buf, 50), 50);
 	close(fd);
 	/* A valid READ by hand: the wire format is what eng_int.h says. */
 	memset(b.seg, 0x5a, 10);
 	fd = raw_connect(port);
 	make_req(h, 1, 0, 10);
-	assert_int_equal(write(fd, h, 64), 64);
+	assert_int_equal(write(fd, h, 128), 128);
 	assert_int_equal(recv(fd, h, 74, MSG_WAITALL), 74);
 	assert_int_equal(get_le(h, 4), 0x50524e4cu); /* reply magic */
 	assert_int_equal(get_le(h + 4, 4), 0);	     /* status */
@@ -452,7 +452,7 @@ static void test_engine_timeout(void **state)
 static void *positive_status_server(void *arg)
 {
 	int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
-	unsigned char req[64], name[256], rep[64] = {0};
+	unsigned char req[128], name[256], rep[64] = {0};
 
 	if (fd < 0)
 		return NULL;

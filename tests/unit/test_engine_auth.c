@@ -451,7 +451,7 @@ static void test_engine_auth_replay_bitflip_and_crc(void **state)
 	const char *seg = eng_engine_endpoint(b.e);
 	struct eng_cap rc = grant(secret, seg, ENG_OP_READ, 0, 64, 1, lc_now_ms() + 60000);
 	struct eng_cap wc = grant(secret, seg, ENG_OP_WRITE, 0, 64, 1, lc_now_ms() + 60000);
-	unsigned char buf[ENG_WIRE_KREP_SIZE + 64], payload[64];
+	unsigned char buf[ENG_WIRE_REP_FRAME + 64], payload[64];
 	struct auth_session s;
 	struct eng_wire_kreq k;
 	struct eng_wire_krep rep;
@@ -466,7 +466,7 @@ static void test_engine_auth_replay_bitflip_and_crc(void **state)
 	memcpy(&rep, buf, sizeof(rep));
 	assert_int_equal(eng_wire_krep_open(&rep, &s, le64toh(k.ctr)), 0);
 	assert_int_equal(rep.h.status, 0);
-	assert_int_equal(buf[ENG_WIRE_KREP_SIZE], 0x5A);
+	assert_int_equal(buf[ENG_WIRE_REP_FRAME], 0x5A);
 	/* The recorded frame again on the same connection: closed, no byte. */
 	assert_int_equal(send(fd, &k, sizeof(k), 0), sizeof(k));
 	assert_int_equal(drain(fd, buf, sizeof(buf)), 0);
@@ -486,7 +486,7 @@ static void test_engine_auth_replay_bitflip_and_crc(void **state)
 	k = kreq(&s, ENG_OP_WRITE, 0, 64, &wc); /* crc 0 sealed in */
 	assert_int_equal(send(fd, &k, sizeof(k), 0), sizeof(k));
 	assert_int_equal(send(fd, payload, sizeof(payload), 0), sizeof(payload));
-	assert_int_equal(drain(fd, buf, sizeof(buf)), ENG_WIRE_KREP_SIZE);
+	assert_int_equal(drain(fd, buf, sizeof(buf)), ENG_WIRE_REP_FRAME);
 	memcpy(&rep, buf, sizeof(rep));
 	assert_int_equal(eng_wire_krep_open(&rep, &s, le64toh(k.ctr)), 0);
 	assert_int_equal(rep.h.status, LUNAR_ERR_CHECKSUM_MISMATCH);
