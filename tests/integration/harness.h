@@ -155,6 +155,15 @@ struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_
  */
 struct h_proc *h_start_peer(const char *name, const char *sockpath, int master_port,
 			    char seg[H_SEG_NAME], ...);
+/*
+ * h_remote_pair - proxies "proxyA", with no segment (every value its
+ * clients put lands on B), and "proxyB", with a 64 MiB segment whose name
+ * goes to seg_b, joined to the master on port, on sockets a.sock and b.sock
+ * in the temp dir (written to sock_a and sock_b), into *a and *b: 0, or -1
+ * if either did not start.
+ */
+int h_remote_pair(int port, char sock_a[PATH_MAX], char sock_b[PATH_MAX], char seg_b[H_SEG_NAME],
+		  struct h_proc **a, struct h_proc **b);
 
 /*
  * h_embedded_node - for a group setup: h_init, then a proxy with

@@ -238,6 +238,16 @@ struct h_proc *h_proxy_pair(int port, char sock_a[PATH_MAX], char sock_b[PATH_MA
 	return a;
 }
 
+int h_remote_pair(int port, char sock_a[PATH_MAX], char sock_b[PATH_MAX], char seg_b[H_SEG_NAME],
+		  struct h_proc **a, struct h_proc **b)
+{
+	snprintf(sock_a, PATH_MAX, "%s", h_path("a.sock"));
+	snprintf(sock_b, PATH_MAX, "%s", h_path("b.sock"));
+	*a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", NULL);
+	*b = h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", "64MiB", NULL);
+	return *a && *b ? 0 : -1;
+}
+
 /* data_port 0: the kernel picks it. */
 /* Whether this process has CAP_SYS_PTRACE, which reads any process's /proc. */
 static int can_ptrace_any(void)

@@ -131,6 +131,15 @@ int raw_wait_done(struct raw *c, uint32_t slot, int ms)
 	return 0;
 }
 
+int64_t raw_call(struct raw *c, const struct lc_sqe *q, int ms)
+{
+	c->slots[q->slot].state = LC_SLOT_PENDING;
+	raw_submit(c, q);
+	H_ASSERT_MSG(raw_wait_done(c, q->slot, ms), "request in slot %u not done in %d ms", q->slot,
+		     ms);
+	return c->slots[q->slot].result;
+}
+
 int raw_close_blocker(int secs, int *peer)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

@@ -46,6 +46,9 @@ void raw_kick(struct raw *c);
 void raw_submit(struct raw *c, const struct lc_sqe *q);
 /* raw_wait_done - 1 once slot is DONE, 0 after ms without. */
 int raw_wait_done(struct raw *c, uint32_t slot, int ms);
+/* raw_call - mark q's slot PENDING, submit q and wait up to ms for it: the
+ * slot's result; fails the test when it does not complete. */
+int64_t raw_call(struct raw *c, const struct lc_sqe *q, int ms);
 /*
  * raw_close_blocker - a descriptor whose last close blocks for about secs:
  * a connected loopback TCP socket whose send queue is full (the peer never

@@ -37,13 +37,8 @@ static int setup(void **state)
 	int port;
 
 	(void)state;
-	if (!h_cluster_master(&port, NULL))
-		return -1;
-	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
-	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
-	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", NULL);
-	proxy_b = h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", "64MiB", NULL);
-	if (!proxy_a || !proxy_b)
+	if (!h_cluster_master(&port, NULL) ||
+	    h_remote_pair(port, sock_a, sock_b, seg_b, &proxy_a, &proxy_b))
 		return -1;
 	ca = h_client(sock_a);
 	return ca ? 0 : -1;

@@ -40,11 +40,7 @@ static int start(void)
 
 	if (!h_cluster_master(&port, NULL))
 		return -1;
-	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
-	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
-	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", NULL);
-	proxy_b = h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", "64MiB", NULL);
-	return proxy_a && proxy_b ? 0 : -1;
+	return h_remote_pair(port, sock_a, sock_b, seg_b, &proxy_a, &proxy_b);
 }
 
 static int keyed_setup(void **state)
@@ -81,17 +77,15 @@ static int64_t put_claimed(struct raw *c, const char *key, uint32_t crc)
 			   .count = 1,
 			   .seq = 9,
 			   .replica_num = 1};
+	int64_t code;
 
 	seg.off = raw_put(c, val, VAL_LEN);
 	it.key_off = raw_put(c, key, it.key_len);
 	it.seg_off = raw_put(c, &seg, sizeof(seg));
 	q.arg_len = sizeof(it);
 	q.arg_off = raw_put(c, &it, sizeof(it));
-	c->slots[q.slot].state = LC_SLOT_PENDING;
-	raw_submit(c, &q);
-	H_ASSERT(raw_wait_done(c, q.slot, H_BOUND_MS(15000)));
-	if (c->slots[q.slot].result < 0)
-		return c->slots[q.slot].result;
+	if ((code = raw_call(c, &q, H_BOUND_MS(15000))) < 0)
+		return code;
 	memcpy(&it, c->base + q.arg_off, sizeof(it));
 	return it.result;
 }

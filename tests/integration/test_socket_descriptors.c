@@ -53,10 +53,7 @@ static int64_t put_page(struct raw *c, uint32_t region, const char *key)
 	it.seg_off = raw_put(c, &seg, sizeof(seg));
 	q.arg_len = sizeof(it);
 	q.arg_off = raw_put(c, &it, sizeof(it));
-	c->slots[q.slot].state = LC_SLOT_PENDING;
-	raw_submit(c, &q);
-	H_ASSERT(raw_wait_done(c, q.slot, 5000));
-	return c->slots[q.slot].result;
+	return raw_call(c, &q, 5000);
 }
 
 /*
