@@ -43,7 +43,7 @@ CFLAGS="-std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SO
 AUTH_SRC="auth/mac.c auth/cap.c auth/key.c auth/handshake.c"
 lib_src() {
 	case $1 in
-	decode) echo "proxy/decode.c common/ring.c common/key.c" ;;
+	decode) echo "proxy/decode.c common/ring.c common/key.c common/crc32c.c" ;;
 	meta)
 		echo $(ls disk/*.c | grep -v '^disk/scan.c$') common/crc32c.c common/key.c \
 			common/log.c
