@@ -338,36 +338,37 @@ static void peer_release(struct eng_rdma *r, struct eng_rdma_peer *p)
 	pthread_mutex_unlock(&r->lock);
 }
 
-/* Whether every byte of iov lies in registered memory. */
-static int registered(struct eng_rdma_dev *d, const struct iovec *iov, int iovcnt)
+/* The local keys of iov's pieces into lkey[] (iovcnt at most
+ * LUNAR_IOV_MAX): 0, or -ENOENT when a byte lies outside registered memory. */
+static int local_keys(struct eng_rdma_dev *d, const struct iovec *iov, int iovcnt,
+		      uint32_t lkey[LUNAR_IOV_MAX])
 {
-	uint32_t lkey, rkey;
+	uint32_t rkey;
 
+	if (iovcnt > LUNAR_IOV_MAX)
+		return -ENOENT;
 	for (int i = 0; i < iovcnt; i++)
 		if (iov[i].iov_len &&
-		    eng_rdma_mem_keys(d, iov[i].iov_base, iov[i].iov_len, 0, &lkey, &rkey))
-			return 0;
-	return 1;
+		    eng_rdma_mem_keys(d, iov[i].iov_base, iov[i].iov_len, 0, &lkey[i], &rkey))
+			return -ENOENT;
+	return 0;
 }
 
-/* Post the whole transfer, then wait for every piece; 0 or -errno. */
-static int run(struct eng_rdma *r, struct eng_rdma_peer *p, enum eng_dir dir, uint64_t off,
-	       const struct iovec *iov, int iovcnt, uint64_t deadline)
+/* Post the whole transfer (lkey[]: iov's local keys), then wait for every
+ * piece; 0 or -errno. */
+static int run(struct eng_rdma_peer *p, enum eng_dir dir, uint64_t off, const struct iovec *iov,
+	       int iovcnt, const uint32_t *lkey, uint64_t deadline)
 {
 	struct eng_rdma_wait w;
 	uint64_t raddr = p->raddr + off;
-	uint32_t lkey, rkey;
 	int rc = 0, wrc;
 
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
 	for (int i = 0; i < iovcnt && !rc; i++) {
-		if (!iov[i].iov_len)
-			continue;
-		rc = eng_rdma_mem_keys(r->dev, iov[i].iov_base, iov[i].iov_len, 0, &lkey, &rkey);
-		if (!rc)
+		if (iov[i].iov_len)
 			rc = eng_rdma_qps_post(p->q, &w, dir == ENG_WRITE, iov[i].iov_base,
-					       iov[i].iov_len, lkey, raddr, p->rkey, deadline);
+					       iov[i].iov_len, lkey[i], raddr, p->rkey, deadline);
 		raddr += iov[i].iov_len;
 	}
 	/* Even after a failed post: what was posted must finish first. */
@@ -489,13 +490,13 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 	struct eng_rdma_peer *p;
 	struct ibv_mr *mr[ENG_RDMA_SGE_MAX];
 	struct eng_rdma_xf x;
-	uint32_t wcrc = 0;
+	uint32_t wcrc = 0, lkey[LUNAR_IOV_MAX];
 	int rc;
 
 	if (e->keyed && !cap)
 		return ENG_XFER_UNSENT; /* as over TCP: the owner would refuse it */
 	if ((e->keyed ? to_sges(r->dev, dir, iov, iovcnt, &x, mr) != 0
-		      : !registered(r->dev, iov, iovcnt)) ||
+		      : local_keys(r->dev, iov, iovcnt, lkey) != 0) ||
 	    !(p = peer_get(e, endpoint, dir, off, total, cap, deadline)))
 		return tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
 	/* The owner checks a keyed WRITE's bytes against their CRC32C. */
@@ -507,7 +508,7 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 	else if (e->keyed)
 		rc = ask(e, p, &x, mr, off, total, cap, wcrc, deadline);
 	else
-		rc = run(r, p, dir, off, iov, iovcnt, deadline);
+		rc = run(p, dir, off, iov, iovcnt, lkey, deadline);
 	if (rc && rc != -ERANGE) {
 		LC_DEBUG(ENG_LOG, "RDMA transfer with %s failed: %s", endpoint, strerror(-rc));
 		peer_retire(r, p); /* a new connection next time */

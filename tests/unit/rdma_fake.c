@@ -203,6 +203,7 @@ int __wrap_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len
 {
 	if (!rdma_fake.on)
 		return __real_eng_rdma_mem_keys(d, p, len, remote, lkey, rkey);
+	atomic_fetch_add(&rdma_fake.key_lookups, 1);
 	if (rdma_fake.unregistered)
 		return -ENOENT;
 	*lkey = 1;

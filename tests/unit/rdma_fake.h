@@ -37,6 +37,7 @@ struct rdma_fake {
 	atomic_int binds, bound;    /* window binds so far; windows bound now */
 	atomic_int mr_key_posts;    /* requests that reached client memory by its MR's rkey */
 	atomic_int denied;	    /* requests a window did not allow */
+	atomic_int key_lookups;	    /* mem_keys calls */
 	atomic_uint_fast64_t moved; /* bytes it moved */
 };
 

@@ -139,6 +139,38 @@ static void test_rdma_transfer_keyless_client_posts(void **state)
 	rdma_fake_reset(0);
 }
 
+/* A keyless transfer of several pieces looks each piece's key up once,
+ * and each lands where it belongs. */
+static void test_rdma_transfer_keyless_pieces_keyed_once(void **state)
+{
+	unsigned char src[3][1000], dst[3][1000];
+	struct iovec w[3] = {{src[0], 1000}, {src[1], 0}, {src[2], 1000}},
+		     r[3] = {{dst[0], 1000}, {dst[1], 0}, {dst[2], 1000}};
+	struct node a, b;
+	const char *ep;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(0);
+	b = node_start(0);
+	ep = eng_engine_endpoint(b.e);
+	fill(src[0], 1000, 1);
+	fill(src[2], 1000, 2);
+	memset(dst, 0, sizeof(dst));
+	atomic_store(&rdma_fake.key_lookups, 0);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 64, w, 3, NULL, NULL), 0);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 64, r, 3, NULL, NULL), 0);
+	assert_int_equal(atomic_load(&rdma_fake.key_lookups), 4); /* 2 pieces, 2 transfers */
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
+	assert_memory_equal(b.seg + 64, src[0], 1000);
+	assert_memory_equal(b.seg + 1064, src[2], 1000);
+	assert_memory_equal(dst[0], src[0], 1000);
+	assert_memory_equal(dst[2], src[2], 1000);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
 static void test_rdma_transfer_keyed_owner_moves(void **state)
 {
 	struct node a, b;
@@ -424,7 +456,8 @@ static void test_rdma_transfer_segment_registered_beside_serving(void **state)
 }
 
 LUNAR_TEST_MAIN(setup, NULL, test_rdma_transfer_keyless_client_posts,
-		test_rdma_transfer_keyed_owner_moves, test_rdma_transfer_keyed_grant_per_transfer,
+		test_rdma_transfer_keyless_pieces_keyed_once, test_rdma_transfer_keyed_owner_moves,
+		test_rdma_transfer_keyed_grant_per_transfer,
 		test_rdma_transfer_keyed_window_bounds_owner,
 		test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
 		test_rdma_transfer_keyed_concurrent_on_sets,
