@@ -8,7 +8,8 @@
 # 4 MiB) from 1 and 4 threads: put and get GB/s, and their share of plain
 # TCP measured in the same run (lunar-bench --tcp-baseline, the better of
 # its blocking and busy-poll styles, as many connections as threads), and
-# 4 KiB p50/p99; then the batch calls engines make (lunar_batch_put and
+# 4 KiB p50/p99 (the wire measured just before and just after each cell,
+# the share against their mean); then the batch calls engines make (lunar_batch_put and
 # lunar_batch_get_into, BATCH keys a call, one thread) at 4 KiB, 64 KiB and
 # 1 MiB. Placed as two nodes would be: the CPUs split in halves, A and its
 # client on the first, B and the master on the second; the wire's
@@ -56,24 +57,30 @@ if [ "$NCPU" -ge 2 ]; then
 	B_CPUS=$((NCPU / 2))-$((NCPU - 1))
 fi
 
-# The wire: plain TCP at every size and thread count, once for all modes.
-baseline() {
-	local size t
+# The wire at one size and thread count, placed as the nodes are, into
+# tcp-TAG.out. Each cell of a mode is measured between two of these: plain
+# TCP on this machine drifts by a third between runs minutes apart (1 MiB
+# p50 260 -> 370 us), and a share is fair only against the wire of its time.
+wire_run() {
+	local tag=$1 size=$2 t=$3
 	local -a server=()
 	[ -z "$B_CPUS" ] || server=(--server-cpus "$B_CPUS")
-	BL_CLIENT_CPUS=$A_CPUS
-	for size in "${SIZES[@]}"; do
-		for t in "${THREADS[@]}"; do
-			bl_run "$BL_TMP/tcp-$size-$t.out" "$RUN_SECS" "$BIN/lunar-bench" --tcp-baseline \
-				--size "$size" --threads "$t" "${server[@]}" || true
-		done
-	done
+	BL_CLIENT_CPUS=$A_CPUS bl_run "$BL_TMP/tcp-$tag.out" "$RUN_SECS" "$BIN/lunar-bench" \
+		--tcp-baseline --size "$size" --threads "$t" "${server[@]}" || true
 }
 
-# The better of the two receive styles of a baseline run, in GB/s.
+# wire_kv MODE SIZE T KEY - the mean of KEY in the runs before and after
+# the cell, or "-".
+wire_kv() {
+	local f=$BL_TMP/tcp-$1-$2-$3
+	awk -v a="$(bl_kv "$f-before.out" "$4")" -v b="$(bl_kv "$f-after.out" "$4")" \
+		'BEGIN { if (a == "-" || b == "-") print "-"; else print (a + b) / 2 }'
+}
+
+# The wire beside a cell: the better of the two receive styles, in GB/s.
 wire_gbps() {
-	local f=$BL_TMP/tcp-$1-$2.out
-	awk -v a="$(bl_kv "$f" tcp_blocking_gbps)" -v b="$(bl_kv "$f" tcp_busypoll_gbps)" \
+	awk -v a="$(wire_kv "$1" "$2" "$3" tcp_blocking_gbps)" \
+		-v b="$(wire_kv "$1" "$2" "$3" tcp_busypoll_gbps)" \
 		'BEGIN { if (a == "-") a = 0; if (b == "-") b = 0; print (a > b ? a : b) }'
 }
 
@@ -105,9 +112,11 @@ run_mode() {
 	sleep 1
 	for size in "${SIZES[@]}"; do
 		for t in "${THREADS[@]}"; do
+			wire_run "$mode-$size-$t-before" "$size" "$t"
 			bl_run "$BL_TMP/$mode-$size-$t.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$sa" \
 				--size "$size" --count "${COUNT[$size]}" --threads "$t" \
 				--baseline-size 0 --check sampled || true
+			wire_run "$mode-$size-$t-after" "$size" "$t"
 		done
 	done
 	for size in "${BATCH_SIZES[@]}"; do
@@ -128,7 +137,7 @@ batch_table() {
 	echo "|---|---|---|---|---|---|---|---|"
 	for size in "${BATCH_SIZES[@]}"; do
 		f=$BL_TMP/$mode-$size-batch.out
-		wire=$(wire_gbps "$size" 1)
+		wire=$(wire_gbps "$mode" "$size" 1)
 		echo "| $size | $(bl_fmt "$(bl_kv "$f" put_gb_per_s)" 2) |" \
 			"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$wire" 2) |" \
 			"$(bl_fmt "$(bl_kv "$f" get_gb_per_s)" 2) |" \
@@ -138,17 +147,38 @@ batch_table() {
 	done
 }
 
+# The wire beside each cell of a mode: the runs before and after it.
+wire_table() {
+	local mode=$1 size t f
+	echo
+	echo "The wire beside each cell (GB/s: the mean of the runs just before and just"
+	echo "after it; p50: before -> after):"
+	echo
+	echo "| size | threads | blocking GB/s | busy-poll GB/s | p50 µs |"
+	echo "|---|---|---|---|---|"
+	for size in "${SIZES[@]}"; do
+		for t in "${THREADS[@]}"; do
+			f=$BL_TMP/tcp-$mode-$size-$t
+			echo "| $size | $t | $(bl_fmt "$(wire_kv "$mode" "$size" "$t" tcp_blocking_gbps)" 2) |" \
+				"$(bl_fmt "$(wire_kv "$mode" "$size" "$t" tcp_busypoll_gbps)" 2) |" \
+				"$(bl_fmt "$(bl_kv "$f-before.out" tcp_blocking_p50_us)" 1) ->" \
+				"$(bl_fmt "$(bl_kv "$f-after.out" tcp_blocking_p50_us)" 1) |"
+		done
+	done
+}
+
 table() {
 	local mode=$1 f size t wire
 	echo
 	echo "### $mode"
+	wire_table "$mode"
 	echo
 	echo "| size | threads | wire GB/s | put GB/s | put / wire | get GB/s | get / wire | put p50 µs | put p99 µs | get p50 µs | get p99 µs | errors |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for size in "${SIZES[@]}"; do
 		for t in "${THREADS[@]}"; do
 			f=$BL_TMP/$mode-$size-$t.out
-			wire=$(wire_gbps "$size" "$t")
+			wire=$(wire_gbps "$mode" "$size" "$t")
 			echo "| $size | $t | $(bl_fmt "$wire" 2) | $(bl_fmt "$(bl_kv "$f" put_gb_per_s)" 2) |" \
 				"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$wire" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" get_gb_per_s)" 2) |" \
@@ -164,26 +194,15 @@ echo "## Remote transfers against the wire"
 echo
 echo "\`lunar-master\` and two proxies on loopback; A has no segment, B 2 GiB; the client"
 echo "runs on A, so every put and get crosses B's data port. wire: plain TCP in the same"
-echo "run (\`lunar-bench --tcp-baseline\`: 16-byte request, SIZE-byte answer from a cold"
-echo "256 MiB set into a cold set, 8 MiB socket buffers, TCP_NODELAY; the better of"
+echo "run, just before and just after each cell (\`lunar-bench --tcp-baseline\`: 16-byte"
+echo "request, SIZE-byte answer from a cold 256 MiB set into a cold set, 8 MiB socket"
+echo "buffers, TCP_NODELAY; the mean of the two runs, the better of"
 echo "blocking MSG_WAITALL and busy-poll receive; one connection per thread)."
 if [ -n "$A_CPUS" ]; then
 	echo "Placed as two nodes: A and its client on CPUs $A_CPUS, B and the master on"
 	echo "$B_CPUS; the wire's clients on $A_CPUS, its servers on $B_CPUS."
 fi
 echo "4 KiB rows: the p50/p99 columns are the latency figures."
-echo
-echo "| size | threads | wire blocking GB/s | wire busy-poll GB/s | wire p50 µs |"
-echo "|---|---|---|---|---|"
-baseline
-for size in "${SIZES[@]}"; do
-	for t in "${THREADS[@]}"; do
-		f=$BL_TMP/tcp-$size-$t.out
-		echo "| $size | $t | $(bl_fmt "$(bl_kv "$f" tcp_blocking_gbps)" 2) |" \
-			"$(bl_fmt "$(bl_kv "$f" tcp_busypoll_gbps)" 2) |" \
-			"$(bl_fmt "$(bl_kv "$f" tcp_blocking_p50_us)" 1) |"
-	done
-done
 for mode in ${MODES//,/ }; do
 	run_mode "$mode"
 	table "$mode"
