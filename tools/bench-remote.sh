@@ -4,12 +4,14 @@
 # A lunar-master and two proxies on loopback: A contributes no memory, B a
 # 2 GiB segment, the client runs on A, so every byte crosses B's data port.
 # For each mode (keyed: a cluster key, every frame MAC'd and capability-
-# checked; keyless: --insecure, no key) and each size (4 KiB, 64 KiB, 1 MiB,
-# 4 MiB) from 1 and 4 threads: put and get GB/s, and their share of plain
-# TCP measured in the same run (lunar-bench --tcp-baseline, the better of
-# its blocking and busy-poll styles, as many connections as threads), and
-# 4 KiB p50/p99 (the wire measured just before and just after each cell,
-# the share against their mean); then the batch calls engines make (lunar_batch_put and
+# checked; keyless: --insecure, no key), each size (4 KiB, 64 KiB, 1 MiB,
+# 4 MiB) from 1 and 4 threads, on the app's own buffers (staged through
+# liblunar's arena) and, at 1 and 4 MiB, on registered ones (--zero-copy,
+# as engines register theirs): put and get GB/s, their share of plain TCP
+# measured just before and just after each cell (lunar-bench
+# --tcp-baseline, the better of its blocking and busy-poll styles, as many
+# connections as threads; the share is against the two runs' mean), and
+# p50/p99; then the batch calls engines make (lunar_batch_put and
 # lunar_batch_get_into, BATCH keys a call, one thread) at 4 KiB, 64 KiB and
 # 1 MiB. Placed as two nodes would be: the CPUs split in halves, A and its
 # client on the first, B and the master on the second; the wire's
@@ -31,7 +33,7 @@ while [ $# -gt 0 ]; do
 	--quick) QUICK=1 ;;
 	--modes) MODES=$2; shift ;;
 	--modes=*) MODES=${1#--modes=} ;;
-	-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) bl_log "bench-remote: unknown argument '$1'"; exit 2 ;;
 	esac
 	shift
@@ -43,6 +45,7 @@ bl_init lunar-bench-remote
 SIZES=(4KiB 64KiB 1MiB 4MiB)
 THREADS=(1 4)
 BATCH=16
+ZC_SIZES=(1MiB 4MiB)
 BATCH_SIZES=(4KiB 64KiB 1MiB)
 declare -A COUNT=([4KiB]=5000 [64KiB]=4000 [1MiB]=1400 [4MiB]=360)
 if [ "$QUICK" -eq 1 ]; then
@@ -69,24 +72,43 @@ wire_run() {
 		--tcp-baseline --size "$size" --threads "$t" "${server[@]}" || true
 }
 
-# wire_kv MODE SIZE T KEY - the mean of KEY in the runs before and after
-# the cell, or "-".
+# wire_kv CELL KEY - the mean of KEY in the wire runs just before and just
+# after CELL, or "-".
 wire_kv() {
-	local f=$BL_TMP/tcp-$1-$2-$3
-	awk -v a="$(bl_kv "$f-before.out" "$4")" -v b="$(bl_kv "$f-after.out" "$4")" \
+	local f=$BL_TMP/tcp-$1
+	awk -v a="$(bl_kv "$f-before.out" "$2")" -v b="$(bl_kv "$f-after.out" "$2")" \
 		'BEGIN { if (a == "-" || b == "-") print "-"; else print (a + b) / 2 }'
 }
 
-# The wire beside a cell: the better of the two receive styles, in GB/s.
+# The wire beside CELL: the better of the two receive styles, in GB/s.
 wire_gbps() {
-	awk -v a="$(wire_kv "$1" "$2" "$3" tcp_blocking_gbps)" \
-		-v b="$(wire_kv "$1" "$2" "$3" tcp_busypoll_gbps)" \
+	awk -v a="$(wire_kv "$1" tcp_blocking_gbps)" -v b="$(wire_kv "$1" tcp_busypoll_gbps)" \
 		'BEGIN { if (a == "-") a = 0; if (b == "-") b = 0; print (a > b ? a : b) }'
+}
+
+# The sizes of a kind of cell: staged (the app's own buffers, copied
+# through liblunar's arena) at every size; registered (--zero-copy, values
+# and get buffers in lunar_alloc memory, as engines register theirs) at the
+# sizes of KV blocks.
+kind_sizes() {
+	if [ "$1" = zc ]; then echo "${ZC_SIZES[@]}"; else echo "${SIZES[@]}"; fi
+}
+
+# One cell, between two wire runs: MODE KIND SIZE T SOCKET.
+cell() {
+	local mode=$1 kind=$2 size=$3 t=$4 sock=$5 tag=$1-$2-$3-$4
+	local -a zc=()
+	[ "$kind" = zc ] && zc=(--zero-copy)
+	wire_run "$tag-before" "$size" "$t"
+	bl_run "$BL_TMP/$tag.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$sock" \
+		--size "$size" --count "${COUNT[$size]}" --threads "$t" "${zc[@]}" \
+		--baseline-size 0 --check sampled || true
+	wire_run "$tag-after" "$size" "$t"
 }
 
 # One mode: a master, A (no segment) and B (2 GiB), every size and thread count.
 run_mode() {
-	local mode=$1 sa=$BL_TMP/$1-a.sock sb=$BL_TMP/$1-b.sock size t
+	local mode=$1 sa=$BL_TMP/$1-a.sock sb=$BL_TMP/$1-b.sock kind size t
 	local -a key=(--insecure)
 	if [ "$mode" = keyed ]; then
 		"$BIN/lunarctl" keygen "$BL_TMP/cluster.key" >/dev/null
@@ -110,13 +132,11 @@ run_mode() {
 	bl_run "$BL_TMP/$mode-warm-up.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$sa" \
 		--size 4KiB --count 500 --baseline-size 0 --check sampled || true
 	sleep 1
-	for size in "${SIZES[@]}"; do
-		for t in "${THREADS[@]}"; do
-			wire_run "$mode-$size-$t-before" "$size" "$t"
-			bl_run "$BL_TMP/$mode-$size-$t.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$sa" \
-				--size "$size" --count "${COUNT[$size]}" --threads "$t" \
-				--baseline-size 0 --check sampled || true
-			wire_run "$mode-$size-$t-after" "$size" "$t"
+	for kind in staged zc; do
+		for size in $(kind_sizes "$kind"); do
+			for t in "${THREADS[@]}"; do
+				cell "$mode" "$kind" "$size" "$t" "$sa"
+			done
 		done
 	done
 	for size in "${BATCH_SIZES[@]}"; do
@@ -137,7 +157,7 @@ batch_table() {
 	echo "|---|---|---|---|---|---|---|---|"
 	for size in "${BATCH_SIZES[@]}"; do
 		f=$BL_TMP/$mode-$size-batch.out
-		wire=$(wire_gbps "$mode" "$size" 1)
+		wire=$(wire_gbps "$mode-staged-$size-1")
 		echo "| $size | $(bl_fmt "$(bl_kv "$f" put_gb_per_s)" 2) |" \
 			"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$wire" 2) |" \
 			"$(bl_fmt "$(bl_kv "$f" get_gb_per_s)" 2) |" \
@@ -149,36 +169,36 @@ batch_table() {
 
 # The wire beside each cell of a mode: the runs before and after it.
 wire_table() {
-	local mode=$1 size t f
+	local mode=$1 kind size t c
 	echo
 	echo "The wire beside each cell (GB/s: the mean of the runs just before and just"
 	echo "after it; p50: before -> after):"
 	echo
-	echo "| size | threads | blocking GB/s | busy-poll GB/s | p50 µs |"
-	echo "|---|---|---|---|---|"
-	for size in "${SIZES[@]}"; do
-		for t in "${THREADS[@]}"; do
-			f=$BL_TMP/tcp-$mode-$size-$t
-			echo "| $size | $t | $(bl_fmt "$(wire_kv "$mode" "$size" "$t" tcp_blocking_gbps)" 2) |" \
-				"$(bl_fmt "$(wire_kv "$mode" "$size" "$t" tcp_busypoll_gbps)" 2) |" \
-				"$(bl_fmt "$(bl_kv "$f-before.out" tcp_blocking_p50_us)" 1) ->" \
-				"$(bl_fmt "$(bl_kv "$f-after.out" tcp_blocking_p50_us)" 1) |"
+	echo "| cell | size | threads | blocking GB/s | busy-poll GB/s | p50 µs |"
+	echo "|---|---|---|---|---|---|"
+	for kind in staged zc; do
+		for size in $(kind_sizes "$kind"); do
+			for t in "${THREADS[@]}"; do
+				c=$mode-$kind-$size-$t
+				echo "| $kind | $size | $t | $(bl_fmt "$(wire_kv "$c" tcp_blocking_gbps)" 2) |" \
+					"$(bl_fmt "$(wire_kv "$c" tcp_busypoll_gbps)" 2) |" \
+					"$(bl_fmt "$(bl_kv "$BL_TMP/tcp-$c-before.out" tcp_blocking_p50_us)" 1) ->" \
+					"$(bl_fmt "$(bl_kv "$BL_TMP/tcp-$c-after.out" tcp_blocking_p50_us)" 1) |"
+			done
 		done
 	done
 }
 
+# A mode's cells of one kind against their wire.
 table() {
-	local mode=$1 f size t wire
-	echo
-	echo "### $mode"
-	wire_table "$mode"
+	local mode=$1 kind=$2 f size t wire
 	echo
 	echo "| size | threads | wire GB/s | put GB/s | put / wire | get GB/s | get / wire | put p50 µs | put p99 µs | get p50 µs | get p99 µs | errors |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-	for size in "${SIZES[@]}"; do
+	for size in $(kind_sizes "$kind"); do
 		for t in "${THREADS[@]}"; do
-			f=$BL_TMP/$mode-$size-$t.out
-			wire=$(wire_gbps "$mode" "$size" "$t")
+			f=$BL_TMP/$mode-$kind-$size-$t.out
+			wire=$(wire_gbps "$mode-$kind-$size-$t")
 			echo "| $size | $t | $(bl_fmt "$wire" 2) | $(bl_fmt "$(bl_kv "$f" put_gb_per_s)" 2) |" \
 				"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$wire" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" get_gb_per_s)" 2) |" \
@@ -205,7 +225,16 @@ fi
 echo "4 KiB rows: the p50/p99 columns are the latency figures."
 for mode in ${MODES//,/ }; do
 	run_mode "$mode"
-	table "$mode"
+	echo
+	echo "### $mode"
+	wire_table "$mode"
+	echo
+	echo "Staged: lunar_put and lunar_get_into on the app's own buffers."
+	table "$mode" staged
+	echo
+	echo "Registered (\`--zero-copy\`): values and get buffers in lunar_alloc memory,"
+	echo "as engines register theirs; no copy through the arena."
+	table "$mode" zc
 	batch_table "$mode"
 done
 bl_cmds_flush
