@@ -13,7 +13,9 @@
 # connections as threads; the share is against the two runs' mean), and
 # p50/p99; then the batch calls engines make (lunar_batch_put and
 # lunar_batch_get_into, BATCH keys a call, one thread) at 4 KiB, 64 KiB and
-# 1 MiB. Placed as two nodes would be: the CPUs split in halves, A and its
+# 1 MiB. The modes' clusters run side by side, and each cell is measured
+# for one mode right after the other, so they are compared at the same
+# minutes. Placed as two nodes would be: the CPUs split in halves, A and its
 # client on the first, B and the master on the second; the wire's
 # client and server threads likewise. Unplaced, a proxy woken onto its
 # peer's CPU takes turns with it, and a run's figures halve or not by that
@@ -33,7 +35,7 @@ while [ $# -gt 0 ]; do
 	--quick) QUICK=1 ;;
 	--modes) MODES=$2; shift ;;
 	--modes=*) MODES=${1#--modes=} ;;
-	-h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) bl_log "bench-remote: unknown argument '$1'"; exit 2 ;;
 	esac
 	shift
@@ -94,22 +96,28 @@ kind_sizes() {
 	if [ "$1" = zc ]; then echo "${ZC_SIZES[@]}"; else echo "${SIZES[@]}"; fi
 }
 
-# One cell, between two wire runs: MODE KIND SIZE T SOCKET.
+# A's socket in MODE's cluster.
+sock_of() {
+	echo "$BL_TMP/$1-a.sock"
+}
+
+# One cell, between two wire runs: MODE KIND SIZE T.
 cell() {
-	local mode=$1 kind=$2 size=$3 t=$4 sock=$5 tag=$1-$2-$3-$4
+	local mode=$1 kind=$2 size=$3 t=$4 tag=$1-$2-$3-$4
 	local -a zc=()
 	[ "$kind" = zc ] && zc=(--zero-copy)
 	wire_run "$tag-before" "$size" "$t"
-	bl_run "$BL_TMP/$tag.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$sock" \
+	bl_run "$BL_TMP/$tag.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$(sock_of "$mode")" \
 		--size "$size" --count "${COUNT[$size]}" --threads "$t" "${zc[@]}" \
 		--baseline-size 0 --check sampled || true
 	wire_run "$tag-after" "$size" "$t"
 }
 
-# One mode: a master, A (no segment) and B (2 GiB), every size and thread count.
-run_mode() {
-	local mode=$1 sa=$BL_TMP/$1-a.sock sb=$BL_TMP/$1-b.sock kind size t
+# One mode's cluster: a master, A (no segment) and B (2 GiB), warmed up.
+start_mode() {
+	local mode=$1 sa sb=$BL_TMP/$1-b.sock
 	local -a key=(--insecure)
+	sa=$(sock_of "$mode")
 	if [ "$mode" = keyed ]; then
 		"$BIN/lunarctl" keygen "$BL_TMP/cluster.key" >/dev/null
 		key=(--cluster-key "$BL_TMP/cluster.key")
@@ -131,18 +139,32 @@ run_mode() {
 	# find no reservation at hand yet and take the two master calls.
 	bl_run "$BL_TMP/$mode-warm-up.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$sa" \
 		--size 4KiB --count 500 --baseline-size 0 --check sampled || true
+}
+
+# Every cell, the modes' side by side: both clusters run (idle but for the
+# one measured), and each cell of one mode is followed by the same cell of
+# the next, so the modes are compared at the same minutes.
+run_all() {
+	local mode kind size t
+	for mode in ${MODES//,/ }; do
+		start_mode "$mode"
+	done
 	sleep 1
 	for kind in staged zc; do
 		for size in $(kind_sizes "$kind"); do
 			for t in "${THREADS[@]}"; do
-				cell "$mode" "$kind" "$size" "$t" "$sa"
+				for mode in ${MODES//,/ }; do
+					cell "$mode" "$kind" "$size" "$t"
+				done
 			done
 		done
 	done
 	for size in "${BATCH_SIZES[@]}"; do
-		bl_run "$BL_TMP/$mode-$size-batch.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$sa" \
-			--size "$size" --count "${COUNT[$size]}" --batch "$BATCH" \
-			--baseline-size 0 --check sampled || true
+		for mode in ${MODES//,/ }; do
+			bl_run "$BL_TMP/$mode-$size-batch.out" "$RUN_SECS" "$BIN/lunar-bench" \
+				--socket "$(sock_of "$mode")" --size "$size" --count "${COUNT[$size]}" \
+				--batch "$BATCH" --baseline-size 0 --check sampled || true
+		done
 	done
 	bl_stop_all
 }
@@ -222,9 +244,11 @@ if [ -n "$A_CPUS" ]; then
 	echo "Placed as two nodes: A and its client on CPUs $A_CPUS, B and the master on"
 	echo "$B_CPUS; the wire's clients on $A_CPUS, its servers on $B_CPUS."
 fi
+echo "Both modes' clusters run side by side; each cell is measured for one mode"
+echo "right after the other."
 echo "4 KiB rows: the p50/p99 columns are the latency figures."
+run_all
 for mode in ${MODES//,/ }; do
-	run_mode "$mode"
 	echo
 	echo "### $mode"
 	wire_table "$mode"
