@@ -339,6 +339,7 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 	struct px_batch b, commit = {0}, revoke[2] = {{0}};
 	ProtobufCMessage *rep = NULL;
 	int started_in[PX_BATCH_INLINE], *started = started_in;
+	size_t placed;
 	int rc;
 
 	if (px_batch_collect(r, &b))
@@ -360,9 +361,11 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 		px_batch_fail(r, &b, rc);
 		goto out;
 	}
+	placed = put_transfer(px, r, &b, (const Lunar__BatchPutStartReply *)rep, started);
+	if (placed)
+		px_resv_room_seen(px);
 	/* Nothing placed, nothing to hold back: a put refused for space fails fast. */
-	if (put_transfer(px, r, &b, (const Lunar__BatchPutStartReply *)rep, started) &&
-	    px->cfg.debug_put_delay_ms)
+	if (placed && px->cfg.debug_put_delay_ms)
 		px_debug_hold(r->s, px->cfg.debug_put_delay_ms);
 	put_sort(r, &b, started, &commit, revoke);
 	put_revoke(px, r, &revoke[0], calls->revoke, 0);

@@ -191,6 +191,11 @@ uint64_t px_resv_value_max(const struct px_proxy *px);
  * at hand (then the put takes the two-call path). Never blocks on I/O;
  * any thread. Every piece taken is settled once. */
 int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out);
+/* px_resv_room_seen - a put found room (the master placed it): after a
+ * refused Reserve, the thread asks again RESV_SOON_MS after the refusal
+ * rather than a second after (a cluster whose first segment came up, or
+ * whose eviction made room). Any thread; a no-op without a pool. */
+void px_resv_room_seen(struct px_proxy *px);
 /* px_resv_settle - the put is done with pc (see enum px_piece_end). */
 void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end how);
 /* px_piece_endpoint, px_piece_cap (NULL keyless), px_piece_resv - where a

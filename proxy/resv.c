@@ -23,6 +23,7 @@
 #define RESV_HELD_MAX	   2	 /* reservations taking pieces at once, while puts come */
 #define RESV_IDLE_MS	   10000 /* no put ahead for this long: keep only one */
 #define RESV_BACKOFF_MS	   1000	 /* after a refused Reserve */
+#define RESV_SOON_MS	   100	 /* after one, once puts find room */
 #define RESV_OLD_MS	   30000 /* after a master that does not know Reserve */
 #define RESV_ENDPOINT_MAX  256
 #define PX_RESV_GOODBYE_MS 500 /* a release at shutdown waits no longer */
@@ -51,6 +52,8 @@ struct px_resv_pool {
 	struct px_resv *head;
 	uint64_t view;	       /* the master view the reservations are of */
 	uint64_t retry_ms;     /* no Reserve before then */
+	uint64_t refused_ms;   /* when the last Reserve was refused */
+	int old_master;	       /* ... by a master that does not know it */
 	uint64_t size;	       /* --reserve-size */
 	uint64_t value_max;    /* --reserve-value-max */
 	uint64_t last_take_ms; /* the last put that wanted a piece */
@@ -127,6 +130,23 @@ int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out)
 	}
 	pthread_mutex_unlock(&p->lock);
 	return rc;
+}
+
+void px_resv_room_seen(struct px_proxy *px)
+{
+	struct px_resv_pool *p = px->resv;
+	uint64_t soon;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	soon = p->refused_ms + RESV_SOON_MS;
+	if (!p->old_master && p->retry_ms > soon) {
+		p->retry_ms = soon;
+		p->wake = 1;
+		pthread_cond_signal(&p->cond);
+	}
+	pthread_mutex_unlock(&p->lock);
 }
 
 const char *px_piece_endpoint(const struct px_piece *pc)
@@ -327,8 +347,9 @@ static int tend(struct px_proxy *px, struct px_resv_pool *p)
 		free(r); /* granted by a leader gone since: the master ends it */
 	} else {
 		/* a master without the call says so for good: ask rarely */
-		p->retry_ms =
-		    lc_now_ms() + (rc == LUNAR_ERR_PROTOCOL ? RESV_OLD_MS : RESV_BACKOFF_MS);
+		p->refused_ms = lc_now_ms();
+		p->old_master = rc == LUNAR_ERR_PROTOCOL;
+		p->retry_ms = p->refused_ms + (p->old_master ? RESV_OLD_MS : RESV_BACKOFF_MS);
 		LC_DEBUG("proxy", "put-ahead: Reserve refused (%s)", lunar_strerror(rc));
 	}
 	return 0;

@@ -6,8 +6,9 @@
  * from O; a key put twice keeps its first value and leaks no space; W
  * SIGKILLed holding reservations gets its space back once declared dead;
  * eviction under reservations loses no byte; a master restart drops them
- * and puts go on; puts that cannot go ahead take the two calls; a tenant's
- * quota holds. A leader change under put-ahead is test_ha_failover's (its
+ * and puts go on; puts that cannot go ahead take the two calls; a writer
+ * refused a reservation asks again soon once its puts find room; a
+ * tenant's quota holds. A leader change under put-ahead is test_ha_failover's (its
  * proxies put ahead).
  */
 #include <setjmp.h>
@@ -32,6 +33,7 @@
 #define SEG_USED "lunar_master_segment_used_bytes"
 #define COMMITS	 "lunar_master_calls_total{method=\"BatchPutCommit\"}"
 #define STARTS	 "lunar_master_calls_total{method=\"BatchPutStart\"}"
+#define RESERVES "lunar_master_calls_total{method=\"Reserve\"}"
 
 static int mport, mhttp;
 static char sock_w[PATH_MAX], sock_o[PATH_MAX], seg_o[H_SEG_NAME];
@@ -316,6 +318,65 @@ static void test_put_ahead_fallbacks_still_work(void **state)
 	free(buf);
 }
 
+/* W starts before any segment exists, so its Reserve is refused, and it
+ * would wait a second before the next. Once O is up and a put through W
+ * finds room (two calls), W asks again at once and the next put goes
+ * ahead. */
+static void test_put_ahead_asks_again_once_puts_find_room(void **state)
+{
+	struct lunar_client *cw, *co;
+	uint8_t buf[4 * KIB];
+	uint64_t end, put_ms;
+	int64_t asked, commits;
+	int rc = -1;
+
+	(void)state;
+	mport = h_free_port();
+	master = track(start_master("master", mport, long_life));
+	H_ASSERT(master != NULL);
+	mhttp = http_port_of(master);
+	h_named_sock(sock_w, "w");
+	h_named_sock(sock_o, "o");
+	proxy_w = track(h_start_proxy("proxyW", sock_w, mport, "--segment-size", "0",
+				      "--ping-interval", "200ms", NULL));
+	H_ASSERT(proxy_w != NULL);
+	/* Catch a refusal as it happens: the next is a second away. */
+	end = h_now_ms() + H_BOUND_MS(10000);
+	while (metric(mhttp, RESERVES) < 1 && h_now_ms() < end)
+		h_sleep_ms(5);
+	asked = metric(mhttp, RESERVES);
+	while (metric(mhttp, RESERVES) == asked && h_now_ms() < end)
+		h_sleep_ms(5);
+	H_ASSERT_MSG(metric(mhttp, RESERVES) > asked, "W asked for no reservation");
+	H_ASSERT_EQ(metric(mhttp, RESERVED), 0);
+	proxy_o = track(h_start_peer("proxyO", sock_o, mport, seg_o, "--segment-size", "64MiB",
+				     "--reserve-size", "0", NULL));
+	H_ASSERT(proxy_o != NULL);
+	cw = h_client(sock_w);
+	co = h_client(sock_o);
+	h_fill(buf, sizeof(buf), h_seed("room"));
+	while (rc && h_now_ms() < end) { /* until the master knows O's segment */
+		rc = lunar_put(cw, "ahead/room", buf, sizeof(buf), NULL);
+		if (rc)
+			h_sleep_ms(5);
+	}
+	H_ASSERT_MSG(rc == 0, "put through W = %d (%s)", rc, h_code(rc));
+	put_ms = h_now_ms();
+	while (metric(mhttp, RESERVED) == 0 && h_now_ms() < end)
+		h_sleep_ms(5);
+	H_ASSERT_MSG(metric(mhttp, RESERVED) > 0, "W was granted no reservation");
+	H_ASSERT_MSG(h_now_ms() - put_ms < H_BOUND_MS(400),
+		     "W asked again %llu ms after a put found room",
+		     (unsigned long long)(h_now_ms() - put_ms));
+	commits = metric(mhttp, COMMITS);
+	put_seeded(cw, "ahead/next", buf, sizeof(buf), h_seed("next"), NULL);
+	H_ASSERT_EQ(metric(mhttp, COMMITS) - commits, 1);
+	check_seeded(co, "ahead/room", buf, sizeof(buf), h_seed("room"));
+	check_seeded(co, "ahead/next", buf, sizeof(buf), h_seed("next"));
+	lunar_close(cw);
+	lunar_close(co);
+}
+
 /* A tenant's quota holds for puts ahead: the commit that would pass it is
  * refused, its piece goes back to W, and what fits still goes ahead. */
 static void test_put_ahead_tenant_quota(void **state)
@@ -385,6 +446,8 @@ int main(void)
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_ahead_fallbacks_still_work, case_setup,
 					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_put_ahead_asks_again_once_puts_find_room,
+					    case_setup, case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_ahead_tenant_quota, case_setup, case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_ahead_off, case_setup, case_teardown),
 	};
