@@ -203,6 +203,8 @@ void eng_engine_destroy(struct eng_engine *e);
  * cap: the master's grant for the range, sent with a remote request of a
  * keyed engine (a keyed remote transfer without one fails unsent); NULL for
  * local copies and keyless engines, where it is ignored. Only read.
+ * Over RDMA, a transfer of more than LUNAR_IOV_MAX pieces (keyed: more
+ * than ENG_RDMA_SGE_MAX) takes TCP instead.
  */
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 	     const struct iovec *iov, int iovcnt, const struct eng_cap *cap, uint32_t *crc);

@@ -192,9 +192,9 @@ uint64_t px_resv_value_max(const struct px_proxy *px);
  * any thread. Every piece taken is settled once. */
 int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out);
 /* px_resv_room_seen - a put found room (the master placed it): after a
- * refused Reserve, the thread asks again RESV_SOON_MS after the refusal
- * rather than a second after (a cluster whose first segment came up, or
- * whose eviction made room). Any thread; a no-op without a pool. */
+ * Reserve refused for want of room (no segment yet, a full cluster), the
+ * thread asks again RESV_SOON_MS after the refusal rather than a second
+ * after; once between grants. Any thread; a no-op without a pool. */
 void px_resv_room_seen(struct px_proxy *px);
 /* px_resv_settle - the put is done with pc (see enum px_piece_end). */
 void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end how);

@@ -23,7 +23,7 @@
 #define RESV_HELD_MAX	   2	 /* reservations taking pieces at once, while puts come */
 #define RESV_IDLE_MS	   10000 /* no put ahead for this long: keep only one */
 #define RESV_BACKOFF_MS	   1000	 /* after a refused Reserve */
-#define RESV_SOON_MS	   100	 /* after one, once puts find room */
+#define RESV_SOON_MS	   100	 /* after one for room, once a put finds some */
 #define RESV_OLD_MS	   30000 /* after a master that does not know Reserve */
 #define RESV_ENDPOINT_MAX  256
 #define PX_RESV_GOODBYE_MS 500 /* a release at shutdown waits no longer */
@@ -53,7 +53,8 @@ struct px_resv_pool {
 	uint64_t view;	       /* the master view the reservations are of */
 	uint64_t retry_ms;     /* no Reserve before then */
 	uint64_t refused_ms;   /* when the last Reserve was refused */
-	int old_master;	       /* ... by a master that does not know it */
+	int refused_for_room;  /* ... for want of room (NO_AVAILABLE_HANDLE) */
+	int hurried;	       /* a put's room moved a retry since the last grant */
 	uint64_t size;	       /* --reserve-size */
 	uint64_t value_max;    /* --reserve-value-max */
 	uint64_t last_take_ms; /* the last put that wanted a piece */
@@ -141,8 +142,11 @@ void px_resv_room_seen(struct px_proxy *px)
 		return;
 	pthread_mutex_lock(&p->lock);
 	soon = p->refused_ms + RESV_SOON_MS;
-	if (!p->old_master && p->retry_ms > soon) {
+	/* Once between grants: a cluster that stays full is not asked ten
+	 * times a second. */
+	if (p->refused_for_room && !p->hurried && p->retry_ms > soon) {
 		p->retry_ms = soon;
+		p->hurried = 1;
 		p->wake = 1;
 		pthread_cond_signal(&p->cond);
 	}
@@ -342,14 +346,16 @@ static int tend(struct px_proxy *px, struct px_resv_pool *p)
 		while (*pp) /* oldest first: pieces come from it before it ages out */
 			pp = &(*pp)->next;
 		*pp = r;
+		p->hurried = 0;
 		return 1;
 	} else if (!rc) {
 		free(r); /* granted by a leader gone since: the master ends it */
 	} else {
 		/* a master without the call says so for good: ask rarely */
 		p->refused_ms = lc_now_ms();
-		p->old_master = rc == LUNAR_ERR_PROTOCOL;
-		p->retry_ms = p->refused_ms + (p->old_master ? RESV_OLD_MS : RESV_BACKOFF_MS);
+		p->refused_for_room = rc == LUNAR_ERR_NO_AVAILABLE_HANDLE;
+		p->retry_ms =
+		    p->refused_ms + (rc == LUNAR_ERR_PROTOCOL ? RESV_OLD_MS : RESV_BACKOFF_MS);
 		LC_DEBUG("proxy", "put-ahead: Reserve refused (%s)", lunar_strerror(rc));
 	}
 	return 0;

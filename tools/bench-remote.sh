@@ -173,7 +173,8 @@ run_all() {
 batch_table() {
 	local mode=$1 f size wire
 	echo
-	echo "$mode, $BATCH keys a call (latencies are the call's):"
+	echo "$mode, $BATCH keys a call (latencies are the call's; wire: the one beside"
+	echo "the one-thread staged cell of the same size):"
 	echo
 	echo "| size | put GB/s | put / wire | get GB/s | get / wire | put call p50 µs | get call p50 µs | errors |"
 	echo "|---|---|---|---|---|---|---|---|"

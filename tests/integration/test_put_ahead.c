@@ -318,16 +318,18 @@ static void test_put_ahead_fallbacks_still_work(void **state)
 	free(buf);
 }
 
-/* W starts before any segment exists, so its Reserve is refused, and it
- * would wait a second before the next. Once O is up and a put through W
- * finds room (two calls), W asks again at once and the next put goes
- * ahead. */
+/* W starts before any segment exists, so its Reserve is refused for want
+ * of room, and it would wait a second before the next. Once O is up and a
+ * put through W finds room (two calls), W asks again 100 ms after the
+ * refusal and the next put goes ahead. The bound is the behaviour under
+ * test, so it is not scaled for sanitizers; when O took so long to come
+ * up that a second had nearly passed anyway, it cannot tell and says so. */
 static void test_put_ahead_asks_again_once_puts_find_room(void **state)
 {
 	struct lunar_client *cw, *co;
 	uint8_t buf[4 * KIB];
-	uint64_t end, put_ms;
-	int64_t asked, commits;
+	uint64_t end, refused_ms, put_ms, granted_ms;
+	int64_t asked, commits, starts;
 	int rc = -1;
 
 	(void)state;
@@ -347,14 +349,16 @@ static void test_put_ahead_asks_again_once_puts_find_room(void **state)
 	asked = metric(mhttp, RESERVES);
 	while (metric(mhttp, RESERVES) == asked && h_now_ms() < end)
 		h_sleep_ms(5);
+	refused_ms = h_now_ms();
 	H_ASSERT_MSG(metric(mhttp, RESERVES) > asked, "W asked for no reservation");
-	H_ASSERT_EQ(metric(mhttp, RESERVED), 0);
 	proxy_o = track(h_start_peer("proxyO", sock_o, mport, seg_o, "--segment-size", "64MiB",
 				     "--reserve-size", "0", NULL));
 	H_ASSERT(proxy_o != NULL);
 	cw = h_client(sock_w);
 	co = h_client(sock_o);
 	h_fill(buf, sizeof(buf), h_seed("room"));
+	H_ASSERT_EQ(metric(mhttp, RESERVED), 0);
+	starts = metric(mhttp, STARTS);
 	while (rc && h_now_ms() < end) { /* until the master knows O's segment */
 		rc = lunar_put(cw, "ahead/room", buf, sizeof(buf), NULL);
 		if (rc)
@@ -362,12 +366,19 @@ static void test_put_ahead_asks_again_once_puts_find_room(void **state)
 	}
 	H_ASSERT_MSG(rc == 0, "put through W = %d (%s)", rc, h_code(rc));
 	put_ms = h_now_ms();
+	H_ASSERT_EQ(metric(mhttp, STARTS) - starts, 1); /* it took the two calls */
 	while (metric(mhttp, RESERVED) == 0 && h_now_ms() < end)
 		h_sleep_ms(5);
+	granted_ms = h_now_ms();
 	H_ASSERT_MSG(metric(mhttp, RESERVED) > 0, "W was granted no reservation");
-	H_ASSERT_MSG(h_now_ms() - put_ms < H_BOUND_MS(400),
-		     "W asked again %llu ms after a put found room",
-		     (unsigned long long)(h_now_ms() - put_ms));
+	if (put_ms - refused_ms < 700)
+		H_ASSERT_MSG(granted_ms - refused_ms < 1000,
+			     "granted %llu ms after the refusal, %llu after a put found room",
+			     (unsigned long long)(granted_ms - refused_ms),
+			     (unsigned long long)(granted_ms - put_ms));
+	else
+		print_message("not timed: the first put found room %llu ms after the refusal\n",
+			      (unsigned long long)(put_ms - refused_ms));
 	commits = metric(mhttp, COMMITS);
 	put_seeded(cw, "ahead/next", buf, sizeof(buf), h_seed("next"), NULL);
 	H_ASSERT_EQ(metric(mhttp, COMMITS) - commits, 1);
