@@ -49,10 +49,8 @@ static struct h_proc *start_master(const char *name, int port, const char *const
 	return h_start_master(name, port, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], NULL);
 }
 
-/* Master, O (owner, segment of seg_size, puts nothing ahead) and W
- * (writer, no segment) with W's extra flag pair (or NULL). */
-static void start(const char *const *mflags, const char *seg_size, const char *wflag,
-		  const char *wval)
+/* The master with extra flags; the proxies' socket paths. */
+static void start_master_for(const char *const *mflags)
 {
 	mport = h_free_port();
 	master = track(start_master("master", mport, mflags));
@@ -60,12 +58,31 @@ static void start(const char *const *mflags, const char *seg_size, const char *w
 	mhttp = http_port_of(master);
 	h_named_sock(sock_o, "o");
 	h_named_sock(sock_w, "w");
+}
+
+/* O: the owner, a segment of seg_size; it puts nothing ahead. */
+static void start_owner(const char *seg_size)
+{
 	proxy_o = track(h_start_peer("proxyO", sock_o, mport, seg_o, "--segment-size", seg_size,
 				     "--ping-interval", "200ms", "--reserve-size", "0", NULL));
 	H_ASSERT(proxy_o != NULL);
+}
+
+/* W: the writer, no segment, with an extra flag pair (or NULL). */
+static void start_writer(const char *wflag, const char *wval)
+{
 	proxy_w = track(h_start_proxy("proxyW", sock_w, mport, "--segment-size", "0",
 				      "--ping-interval", "200ms", wflag, wval, NULL));
 	H_ASSERT(proxy_w != NULL);
+}
+
+/* Master, O and W. */
+static void start(const char *const *mflags, const char *seg_size, const char *wflag,
+		  const char *wval)
+{
+	start_master_for(mflags);
+	start_owner(seg_size);
+	start_writer(wflag, wval);
 }
 
 /* Wait until W holds reserved space (its thread asks once the master
@@ -333,15 +350,8 @@ static void test_put_ahead_asks_again_once_puts_find_room(void **state)
 	int rc = -1;
 
 	(void)state;
-	mport = h_free_port();
-	master = track(start_master("master", mport, long_life));
-	H_ASSERT(master != NULL);
-	mhttp = http_port_of(master);
-	h_named_sock(sock_w, "w");
-	h_named_sock(sock_o, "o");
-	proxy_w = track(h_start_proxy("proxyW", sock_w, mport, "--segment-size", "0",
-				      "--ping-interval", "200ms", NULL));
-	H_ASSERT(proxy_w != NULL);
+	start_master_for(long_life);
+	start_writer(NULL, NULL);
 	/* Catch a refusal as it happens: the next is a second away. */
 	end = h_now_ms() + H_BOUND_MS(10000);
 	while (metric(mhttp, RESERVES) < 1 && h_now_ms() < end)
@@ -351,9 +361,7 @@ static void test_put_ahead_asks_again_once_puts_find_room(void **state)
 		h_sleep_ms(5);
 	refused_ms = h_now_ms();
 	H_ASSERT_MSG(metric(mhttp, RESERVES) > asked, "W asked for no reservation");
-	proxy_o = track(h_start_peer("proxyO", sock_o, mport, seg_o, "--segment-size", "64MiB",
-				     "--reserve-size", "0", NULL));
-	H_ASSERT(proxy_o != NULL);
+	start_owner("64MiB");
 	cw = h_client(sock_w);
 	co = h_client(sock_o);
 	h_fill(buf, sizeof(buf), h_seed("room"));
