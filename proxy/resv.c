@@ -53,8 +53,8 @@ struct px_resv_pool {
 	uint64_t view;	       /* the master view the reservations are of */
 	uint64_t retry_ms;     /* no Reserve before then */
 	uint64_t refused_ms;   /* when the last Reserve was refused */
-	int refused_for_room;  /* ... for want of room (NO_AVAILABLE_HANDLE) */
 	int hurried;	       /* a put's room moved a retry since the last grant */
+	atomic_int may_hurry;  /* refused for room, not hurried: read unlocked */
 	uint64_t size;	       /* --reserve-size */
 	uint64_t value_max;    /* --reserve-value-max */
 	uint64_t last_take_ms; /* the last put that wanted a piece */
@@ -136,17 +136,18 @@ int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out)
 void px_resv_room_seen(struct px_proxy *px)
 {
 	struct px_resv_pool *p = px->resv;
-	uint64_t soon;
 
-	if (!p)
+	/* The usual case, every put that took the two calls: no lock. */
+	if (!p || !atomic_load_explicit(&p->may_hurry, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&p->lock);
-	soon = p->refused_ms + RESV_SOON_MS;
 	/* Once between grants: a cluster that stays full is not asked ten
 	 * times a second. */
-	if (p->refused_for_room && !p->hurried && p->retry_ms > soon) {
-		p->retry_ms = soon;
+	if (atomic_load_explicit(&p->may_hurry, memory_order_relaxed)) {
+		atomic_store_explicit(&p->may_hurry, 0, memory_order_relaxed);
 		p->hurried = 1;
+		if (p->retry_ms > p->refused_ms + RESV_SOON_MS)
+			p->retry_ms = p->refused_ms + RESV_SOON_MS;
 		p->wake = 1;
 		pthread_cond_signal(&p->cond);
 	}
@@ -353,7 +354,9 @@ static int tend(struct px_proxy *px, struct px_resv_pool *p)
 	} else {
 		/* a master without the call says so for good: ask rarely */
 		p->refused_ms = lc_now_ms();
-		p->refused_for_room = rc == LUNAR_ERR_NO_AVAILABLE_HANDLE;
+		atomic_store_explicit(&p->may_hurry,
+				      rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && !p->hurried,
+				      memory_order_relaxed);
 		p->retry_ms =
 		    p->refused_ms + (rc == LUNAR_ERR_PROTOCOL ? RESV_OLD_MS : RESV_BACKOFF_MS);
 		LC_DEBUG("proxy", "put-ahead: Reserve refused (%s)", lunar_strerror(rc));
