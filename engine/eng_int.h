@@ -275,6 +275,8 @@ static inline void eng_iovc_head(struct eng_iovc *c, const void *head, size_t hl
 /*
  * eng_io_wait - wait until fd is ready for poll() events or deadline_ns
  * passes. Errors and hang-ups count as ready: the next syscall reports them.
+ * With a deadline (bytes are due) it busy-polls first (eng_busy_poll_set);
+ * ENG_NO_DEADLINE (an idle connection) sleeps at once.
  * Returns 0, -ETIMEDOUT or -errno.
  */
 int eng_io_wait(int fd, short events, uint64_t deadline_ns);

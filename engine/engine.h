@@ -161,6 +161,22 @@ uint64_t eng_engine_rdma_fallbacks(const struct eng_engine *e);
 const char *eng_engine_rdma_device(const struct eng_engine *e);
 
 /*
+ * eng_busy_poll_set - how long, in microseconds, a thread waiting on a TCP
+ * connection for bytes that are due (a reply or the rest of a transfer;
+ * never an idle connection) polls it without sleeping before it sleeps:
+ * 0 (the default) sleeps at once; at most ENG_BUSY_POLL_MAX_US. The poll
+ * yields between looks. Process-wide, for every engine, as busy polling is
+ * the host's choice (what a wakeup costs there against a spent CPU), and
+ * any thread may change it at any time.
+ * eng_busy_poll_stats - waits that ended while polling (the reply came
+ * within the budget) and waits that went to sleep after it, process-wide
+ * (relaxed reads).
+ */
+#define ENG_BUSY_POLL_MAX_US 1000u
+void eng_busy_poll_set(unsigned us);
+void eng_busy_poll_stats(uint64_t *polled, uint64_t *slept);
+
+/*
  * eng_mem_add - register [base, base + len) (memory that stays mapped until
  * eng_mem_del) with the RDMA device, so transfers to and from it move
  * without a copy. NULL when the engine has no device or the registration

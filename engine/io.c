@@ -2,13 +2,18 @@
  * io.c - whole scatter/gather transfers on a stream socket: a cursor over an
  * iovec list feeds sendmsg/recvmsg straight from the caller's memory (no
  * staging buffer), resuming after partial I/O and EINTR, and poll() bounds
- * every wait by one deadline for the whole transfer.
+ * every wait by one deadline for the whole transfer. A wait for bytes that
+ * are due (a transfer under way) first polls without sleeping for the
+ * busy-poll budget: a sleeping thread's wakeup is what a small remote
+ * transfer mostly waits for on a virtual machine.
  */
 #include "eng_int.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
+#include <stdatomic.h>
 
 #include "clock.h"
 #include "crc32c.h"
@@ -85,10 +90,51 @@ static void iovc_advance(struct eng_iovc *c, size_t n)
 	}
 }
 
+static atomic_uint busy_poll_ns;
+static atomic_ullong busy_polled, busy_slept;
+
+void eng_busy_poll_set(unsigned us)
+{
+	atomic_store_explicit(&busy_poll_ns,
+			      us > ENG_BUSY_POLL_MAX_US ? ENG_BUSY_POLL_MAX_US * 1000u : us * 1000u,
+			      memory_order_relaxed);
+}
+
+void eng_busy_poll_stats(uint64_t *polled, uint64_t *slept)
+{
+	*polled = atomic_load_explicit(&busy_polled, memory_order_relaxed);
+	*slept = atomic_load_explicit(&busy_slept, memory_order_relaxed);
+}
+
+/* Poll pfd without sleeping until it is ready (1), the busy-poll budget is
+ * spent or deadline_ns passes (0). Yields between looks, so that a thread
+ * the CPU is wanted for runs first. */
+static int busy_poll(struct pollfd *pfd, uint64_t deadline_ns)
+{
+	unsigned budget = atomic_load_explicit(&busy_poll_ns, memory_order_relaxed);
+	uint64_t end;
+
+	if (!budget)
+		return 0;
+	end = lc_now_ns() + budget;
+	end = end < deadline_ns ? end : deadline_ns;
+	do {
+		if (poll(pfd, 1, 0) > 0) {
+			atomic_fetch_add_explicit(&busy_polled, 1, memory_order_relaxed);
+			return 1;
+		}
+		sched_yield();
+	} while (lc_now_ns() < end);
+	atomic_fetch_add_explicit(&busy_slept, 1, memory_order_relaxed);
+	return 0;
+}
+
 int eng_io_wait(int fd, short events, uint64_t deadline_ns)
 {
 	struct pollfd pfd = {.fd = fd, .events = events};
 
+	if (deadline_ns != ENG_NO_DEADLINE && busy_poll(&pfd, deadline_ns))
+		return 0;
 	for (;;) {
 		int ms = -1;
 

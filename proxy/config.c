@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine.h"
 #include "parse.h"
 #include "px_int.h"
 #include "uds.h"
@@ -25,7 +26,8 @@ enum kind {
 	K_GIDS,
 	K_POLICY,
 	K_MODE,
-	K_GROUP
+	K_GROUP,
+	K_US
 };
 
 struct flag {
@@ -91,6 +93,9 @@ static const struct flag flags[] = {
       "DUR   test hook: delay each read from the SSD tier (0)"),
     F("debug-heartbeat-delay", K_MS, debug_hb_delay_ms,
       "DUR   test hook: hold the heartbeat thread's first beat (0)"),
+    F("busy-poll-us", K_US, busy_poll_us,
+      "N     microseconds a transfer waiting for its peer's bytes polls\n"
+      "                             before it sleeps, 0..1000 (50; 0: sleep at once)"),
     F("rdma-devices", K_STR, rdma_devices,
       "LIST  RDMA devices for peer transfers: auto (the first active port),\n"
       "                             none, or names like mlx5_0,mlx5_1:2 (auto); TCP otherwise"),
@@ -144,6 +149,7 @@ static void defaults(struct px_config *c)
 	c->socket_mode = 0660;
 	c->max_inflight = 256;
 	c->workers = 8;
+	c->busy_poll_us = 50;
 	c->rpc_timeout_ms = 5000;
 	c->ping_interval_ms = 1000;
 	c->reserve_size = 16ull << 20;
@@ -227,6 +233,11 @@ static int set_flag(struct px_config *c, const struct flag *f, const char *v)
 		return 0;
 	case K_UINT:
 		if (lc_parse_u64(v, &x) || x == 0 || x > 65536)
+			return -EINVAL;
+		*(unsigned *)p = (unsigned)x;
+		return 0;
+	case K_US:
+		if (lc_parse_u64(v, &x) || x > ENG_BUSY_POLL_MAX_US)
 			return -EINVAL;
 		*(unsigned *)p = (unsigned)x;
 		return 0;

@@ -92,6 +92,23 @@ static int transport_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 			  eng_engine_rdma_device(px->engine) ? 1 : 0);
 }
 
+/* Waits for a peer's bytes that ended while busy-polling, and those that
+ * slept after it (--busy-poll-us): a guide to its worth here. */
+static int busy_poll_metrics(struct lc_http_reply *rep)
+{
+	uint64_t polled, slept;
+
+	eng_busy_poll_stats(&polled, &slept);
+	return lc_http_reply_printf(
+	    rep,
+	    "# HELP lunar_proxy_busy_poll_waits_total Waits for a peer's bytes by how they "
+	    "ended: while busy-polling, or asleep after it.\n"
+	    "# TYPE lunar_proxy_busy_poll_waits_total counter\n"
+	    "lunar_proxy_busy_poll_waits_total{ended=\"polling\"} %llu\n"
+	    "lunar_proxy_busy_poll_waits_total{ended=\"asleep\"} %llu\n",
+	    (unsigned long long)polled, (unsigned long long)slept);
+}
+
 /* Clients that hung up, idle or in the middle of calls (they died), and
  * connections refused before a session opened, by reason. */
 static int hangup_counters(const struct px_stats *st, struct lc_http_reply *rep)
@@ -187,6 +204,7 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 					 atomic_load(&px->mounted) ? 1 : 0);
 	rc = rc ?: rejected_metrics(px, rep);
 	rc = rc ?: transport_metrics(px, rep);
+	rc = rc ?: busy_poll_metrics(rep);
 	return rc
 		   ?: lc_http_reply_printf(
 			  rep,

@@ -140,6 +140,7 @@ static int start_data_plane(struct px_proxy *px)
 	ec.disk_arg = px;
 	ec.cluster_key = px->cfg.keyed ? &px->cfg.cluster_key : NULL;
 	ec.rdma_devices = px->cfg.rdma_devices;
+	eng_busy_poll_set(px->cfg.busy_poll_us);
 	rc = px_disk_open(px);
 	if (rc)
 		return rc;

@@ -73,6 +73,7 @@ struct px_config {
 	uint64_t grace_ms;		   /* --grace: serve reads this long after SIGTERM */
 	const char *disk_dir;		   /* --disk-dir: SSD tier; NULL: none */
 	const char *rdma_devices;	   /* --rdma-devices: "auto", "none" or device names */
+	unsigned busy_poll_us;		   /* --busy-poll-us: eng_busy_poll_set */
 	uint64_t disk_capacity;		   /* --disk-capacity */
 	int disk_policy;		   /* --disk-eviction: enum dsk_policy */
 	int dumpable;			   /* --dumpable: ptrace and core dumps allowed */

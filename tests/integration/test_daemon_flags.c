@@ -119,10 +119,14 @@ static void test_daemon_flags_proxy(void **state)
 	EXPECT_IN(out, "XDG_RUNTIME_DIR");
 	/* the lease cache: one key a shard at least, 4 Mi keys at most */
 	EXPECT_IN(out, "--lease-cache-keys");
+	EXPECT_IN(out, "--busy-poll-us");
 	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--lease-cache-keys", "63", NULL), 2);
 	EXPECT_IN(out, "lease-cache-keys");
 	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--lease-cache-keys", "4194305", NULL), 2);
 	EXPECT_IN(out, "lease-cache-keys");
+	/* busy polling: off, or up to a millisecond */
+	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--busy-poll-us", "1001", NULL), 2);
+	EXPECT_IN(out, "busy-poll-us");
 }
 
 /* A master given without its scheme says which forms --master takes, in
