@@ -162,13 +162,14 @@ const char *eng_engine_rdma_device(const struct eng_engine *e);
 
 /*
  * eng_busy_poll_set - how long, in microseconds, a thread waiting on a TCP
- * connection for bytes that are due (a reply or the rest of a transfer;
- * never an idle connection) polls it without sleeping before it sleeps:
- * 0 (the default) sleeps at once; at most ENG_BUSY_POLL_MAX_US. The poll
- * yields between looks. Process-wide, for every engine, as busy polling is
- * the host's choice (what a wakeup costs there against a spent CPU), and
- * any thread may change it at any time.
- * eng_busy_poll_stats - waits that ended while polling (the reply came
+ * connection for a peer's bytes polls it without sleeping before it
+ * sleeps: bytes that are due (a reply, the rest of a transfer), and on the
+ * data port a peer's next request right after a read it served (not after
+ * a write, whose writer commits to the master before its next; a
+ * connection idle longer sleeps). 0 (the default) sleeps at once; at most
+ * ENG_BUSY_POLL_MAX_US. The poll yields between looks. Process-wide, for every engine, as busy
+ * polling is the host's choice (what a wakeup costs there against a spent CPU), and any thread may
+ * change it at any time. eng_busy_poll_stats - waits that ended while polling (the reply came
  * within the budget) and waits that went to sleep after it, process-wide
  * (relaxed reads).
  */

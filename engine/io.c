@@ -106,11 +106,9 @@ void eng_busy_poll_stats(uint64_t *polled, uint64_t *slept)
 	*slept = atomic_load_explicit(&busy_slept, memory_order_relaxed);
 }
 
-/* Poll pfd without sleeping until it is ready (1), the busy-poll budget is
- * spent or deadline_ns passes (0). Yields between looks, so that a thread
- * the CPU is wanted for runs first. */
-static int busy_poll(struct pollfd *pfd, uint64_t deadline_ns)
+int eng_io_poll(int fd, short events, uint64_t deadline_ns)
 {
+	struct pollfd pfd = {.fd = fd, .events = events};
 	unsigned budget = atomic_load_explicit(&busy_poll_ns, memory_order_relaxed);
 	uint64_t end;
 
@@ -119,11 +117,11 @@ static int busy_poll(struct pollfd *pfd, uint64_t deadline_ns)
 	end = lc_now_ns() + budget;
 	end = end < deadline_ns ? end : deadline_ns;
 	do {
-		if (poll(pfd, 1, 0) > 0) {
+		if (poll(&pfd, 1, 0) > 0) {
 			atomic_fetch_add_explicit(&busy_polled, 1, memory_order_relaxed);
 			return 1;
 		}
-		sched_yield();
+		sched_yield(); /* a thread the CPU is wanted for runs first */
 	} while (lc_now_ns() < end);
 	atomic_fetch_add_explicit(&busy_slept, 1, memory_order_relaxed);
 	return 0;
@@ -133,7 +131,7 @@ int eng_io_wait(int fd, short events, uint64_t deadline_ns)
 {
 	struct pollfd pfd = {.fd = fd, .events = events};
 
-	if (deadline_ns != ENG_NO_DEADLINE && busy_poll(&pfd, deadline_ns))
+	if (deadline_ns != ENG_NO_DEADLINE && eng_io_poll(fd, events, deadline_ns))
 		return 0;
 	for (;;) {
 		int ms = -1;

@@ -50,6 +50,7 @@ struct eng_srv_conn {
 	/* When it began to wait for a request; 0 while it serves one. A CAS
 	 * decides between the request's first byte and an eviction. */
 	_Atomic uint64_t idle_since;
+	int after_read;	       /* the last request served was a READ */
 	struct auth_session s; /* keyed engines: from the handshake */
 };
 
@@ -140,9 +141,12 @@ static int recv_all(int fd, void *buf, size_t len, uint64_t deadline)
 }
 
 /* Wait as long as it takes for a request's first bytes, and take up to
- * len of them at once: how many (>= 1), or -errno (-ECONNRESET: EOF). */
-static ssize_t recv_first(int fd, void *buf, size_t len)
+ * len of them at once: how many (>= 1), or -errno (-ECONNRESET: EOF).
+ * With busy, busy-poll for them first (once), then sleep. */
+static ssize_t recv_first(int fd, void *buf, size_t len, int busy)
 {
+	int polled = !busy;
+
 	for (;;) {
 		ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
 		int rc;
@@ -155,6 +159,8 @@ static ssize_t recv_first(int fd, void *buf, size_t len)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return -errno;
+		if (!polled++ && eng_io_poll(fd, POLLIN, ENG_NO_DEADLINE))
+			continue;
 		rc = eng_io_wait(fd, POLLIN, ENG_NO_DEADLINE);
 		if (rc)
 			return rc;
@@ -232,7 +238,11 @@ static int serve_one(struct eng_srv_conn *conn)
 	 * first byte came, the rest must follow within the timeout: else a peer
 	 * could hold a connection slot, and its thread, with a byte apiece. */
 	atomic_store(&conn->idle_since, idle);
-	got = recv_first(conn->fd, &k, size); /* usually the whole header: one syscall */
+	/* A reader's next read often follows its last at once (the blocks of
+	 * a prefix, one after the other); a writer's next write comes only
+	 * after its commit to the master, which the poll would slow where the
+	 * two share a CPU. Usually the whole header: one syscall. */
+	got = recv_first(conn->fd, &k, size, conn->after_read);
 	if (got < 0)
 		return (int)got;
 	if (!atomic_compare_exchange_strong(&conn->idle_since, &idle, 0))
@@ -241,6 +251,7 @@ static int serve_one(struct eng_srv_conn *conn)
 	rc = recv_all(conn->fd, (char *)&k + got, size - (size_t)got, deadline);
 	if (rc)
 		return rc;
+	conn->after_read = le16toh(k.h.op) == ENG_OP_READ; /* a hint, unchecked */
 	if (e->keyed)
 		return serve_keyed(conn, &k, deadline);
 	eng_wire_req_decode(&k.h);

@@ -94,8 +94,9 @@ static const struct flag flags[] = {
     F("debug-heartbeat-delay", K_MS, debug_hb_delay_ms,
       "DUR   test hook: hold the heartbeat thread's first beat (0)"),
     F("busy-poll-us", K_US, busy_poll_us,
-      "N     microseconds a transfer waiting for its peer's bytes polls\n"
-      "                             before it sleeps, 0..1000 (50; 0: sleep at once)"),
+      "N     microseconds a thread waiting for a peer's bytes (a reply,\n"
+      "                             a reader's next request) polls before it sleeps,\n"
+      "                             0..1000 (50; 0: sleep at once)"),
     F("rdma-devices", K_STR, rdma_devices,
       "LIST  RDMA devices for peer transfers: auto (the first active port),\n"
       "                             none, or names like mlx5_0,mlx5_1:2 (auto); TCP otherwise"),

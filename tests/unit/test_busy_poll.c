@@ -1,27 +1,34 @@
 /*
- * test_busy_poll.c - the engine's waits for a peer's bytes (eng_io_wait) on
- * a socket pair: with a budget, bytes already there end the wait while
- * polling; bytes that come after the budget end it asleep, still in time;
- * an idle connection's wait (no deadline) and a zero budget never poll;
- * the budget is capped.
+ * test_busy_poll.c - the engine's waits for a peer's bytes (eng_io_wait,
+ * eng_io_poll) on a socket pair: with a budget, bytes already there end the
+ * wait while polling; bytes that come after the budget end it asleep, still
+ * in time; a wait without a deadline and a zero budget never poll; the
+ * budget is capped, and bounds a poll without a deadline. A real data
+ * port polls for a peer's next request after a read, not after a write.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "engine/eng_int.h"
+#include "tests/unit/test_engine_util.h"
 #include "tests/cmocka_main.h"
 
 #define LATE_MS 100 /* far past the longest budget, ENG_BUSY_POLL_MAX_US */
+#define GAP_US	200 /* well within it, and time for a thread to be back waiting */
 
 struct counts {
 	uint64_t polled, slept;
@@ -130,6 +137,112 @@ static void test_busy_poll_budget_capped(void **state)
 	close(sv[1]);
 }
 
+/* eng_io_poll with no deadline stops at the budget: 0, asleep, nothing read. */
+static void test_busy_poll_without_deadline_stops_at_budget(void **state)
+{
+	struct counts before;
+	int sv[2];
+
+	(void)state;
+	pair(sv);
+	eng_busy_poll_set(100);
+	before = counts_now();
+	assert_int_equal(eng_io_poll(sv[0], POLLIN, ENG_NO_DEADLINE), 0);
+	assert_int_equal(counts_now().slept, before.slept + 1);
+	assert_int_equal(write(sv[1], "x", 1), 1);
+	assert_int_equal(eng_io_poll(sv[0], POLLIN, ENG_NO_DEADLINE), 1);
+	assert_int_equal(counts_now().polled, before.polled + 1);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+/* A keyless peer of endpoint ("host:port"), by hand: its waits are plain
+ * blocking calls, so that every busy poll counted is the owner's. */
+static int dial(const char *endpoint)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	const char *colon = strrchr(endpoint, ':');
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_non_null(colon);
+	a.sin_port = htons((uint16_t)atoi(colon + 1));
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+/* READ (or WRITE) 64 bytes at 0 as request id, and take the reply (and
+ * the bytes read). */
+static void xfer_once(int fd, uint16_t op, uint64_t id)
+{
+	struct {
+		struct eng_wire_kreq k;
+		char data[64];
+	} req = {.k.h = {.magic = ENG_WIRE_REQ_MAGIC,
+			 .version = ENG_WIRE_VERSION,
+			 .op = op,
+			 .length = 64,
+			 .id = id}};
+	struct {
+		struct eng_wire_krep r;
+		char data[64];
+	} rep;
+	size_t out = op == ENG_OP_WRITE ? sizeof(req) : sizeof(req.k);
+	size_t in = op == ENG_OP_READ ? sizeof(rep) : sizeof(rep.r);
+
+	eng_wire_req_encode(&req.k.h);
+	assert_int_equal(send(fd, &req, out, MSG_NOSIGNAL), (ssize_t)out);
+	assert_int_equal(recv(fd, &rep, in, MSG_WAITALL), (ssize_t)in);
+	eng_wire_rep_decode(&rep.r.h);
+	assert_int_equal(rep.r.h.status, 0);
+	assert_int_equal(rep.r.h.id, id);
+}
+
+/* A real data port served 20 reads, each GAP_US after the last's reply:
+ * its thread, back to wait for the next, polled for it (and mostly had it
+ * while polling; on a loaded machine its poll yields the CPU to others,
+ * and may then sleep). With no budget, or after a write (whose writer
+ * commits to the master before its next), it sleeps at once. */
+static void test_busy_poll_data_port_after_reads_only(void **state)
+{
+	struct node owner = node_create((struct eng_config){.host = "127.0.0.1", .seg_size = 4096});
+	const struct timespec gap = {0, GAP_US * 1000L};
+	struct counts before, now;
+	uint64_t id = 0;
+	int fd;
+
+	(void)state;
+	eng_busy_poll_set(0);
+	fd = dial(eng_engine_endpoint(owner.e));
+	before = counts_now();
+	for (int i = 0; i < 20; i++)
+		xfer_once(fd, ENG_OP_READ, id++);
+	assert_int_equal(counts_now().polled, before.polled);
+	assert_int_equal(counts_now().slept, before.slept);
+	eng_busy_poll_set(ENG_BUSY_POLL_MAX_US);
+	xfer_once(fd, ENG_OP_WRITE, id++); /* the owner's thread slept with no budget */
+	before = counts_now();
+	for (int i = 0; i < 20; i++) {
+		nanosleep(&gap, NULL);
+		xfer_once(fd, ENG_OP_WRITE, id++);
+	}
+	assert_int_equal(counts_now().polled, before.polled);
+	assert_int_equal(counts_now().slept, before.slept);
+	xfer_once(fd, ENG_OP_READ, id++);
+	before = counts_now();
+	for (int i = 0; i < 20; i++) {
+		nanosleep(&gap, NULL);
+		xfer_once(fd, ENG_OP_READ, id++);
+	}
+	now = counts_now();
+	assert_true(now.polled + now.slept - before.polled - before.slept >= 10);
+	eng_busy_poll_set(0);
+	close(fd);
+	node_stop(&owner);
+}
+
 LUNAR_TEST_MAIN(NULL, NULL, test_busy_poll_ready_ends_while_polling,
 		test_busy_poll_late_bytes_end_asleep, test_busy_poll_never_for_idle_or_zero_budget,
-		test_busy_poll_budget_capped)
+		test_busy_poll_budget_capped, test_busy_poll_without_deadline_stops_at_budget,
+		test_busy_poll_data_port_after_reads_only)
