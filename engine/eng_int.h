@@ -275,15 +275,17 @@ static inline void eng_iovc_head(struct eng_iovc *c, const void *head, size_t hl
 /*
  * eng_io_poll - poll fd for events without sleeping, yielding between
  * looks, for the busy-poll budget (eng_busy_poll_set) or until deadline_ns
- * if sooner: 1 once ready, 0 when the budget is spent (at once with none).
- * Counted in eng_busy_poll_stats, unless the budget is 0.
- * eng_io_wait - wait until fd is ready for poll() events or deadline_ns
- * passes. Errors and hang-ups count as ready: the next syscall reports them.
- * With a deadline (bytes are due) it busy-polls first (eng_io_poll);
- * with ENG_NO_DEADLINE it sleeps at once.
- * Returns 0, -ETIMEDOUT or -errno.
+ * if sooner: 1 once ready (errors and hang-ups count as ready), 0 when the
+ * budget is spent, at once with no budget. Counted in eng_busy_poll_stats
+ * (polled or slept), unless the budget is 0.
  */
 int eng_io_poll(int fd, short events, uint64_t deadline_ns);
+/*
+ * eng_io_wait - wait until fd is ready for poll() events or deadline_ns
+ * passes. Errors and hang-ups count as ready: the next syscall reports them.
+ * A wait for POLLIN with a deadline (bytes are due) busy-polls first
+ * (eng_io_poll); any other sleeps at once. Returns 0, -ETIMEDOUT or -errno.
+ */
 int eng_io_wait(int fd, short events, uint64_t deadline_ns);
 /*
  * eng_io_send - send all c->left bytes on the stream socket fd (blocking or

@@ -162,19 +162,22 @@ const char *eng_engine_rdma_device(const struct eng_engine *e);
 
 /*
  * eng_busy_poll_set - how long, in microseconds, a thread waiting on a TCP
- * connection for a peer's bytes polls it without sleeping before it
- * sleeps: bytes that are due (a reply, the rest of a transfer), and on the
- * data port a peer's next request right after a read it served (not after
- * a write, whose writer commits to the master before its next; a
- * connection idle longer sleeps). 0 (the default) sleeps at once; at most
- * ENG_BUSY_POLL_MAX_US. The poll yields between looks. Process-wide, for every engine, as busy
- * polling is the host's choice (what a wakeup costs there against a spent CPU), and any thread may
- * change it at any time. eng_busy_poll_stats - waits that ended while polling (the reply came
- * within the budget) and waits that went to sleep after it, process-wide
- * (relaxed reads).
+ * connection for a peer's bytes polls it before it sleeps: bytes that are
+ * due (a reply, the rest of a transfer), and on the data port a peer's
+ * next request right after a read it served (not after a write, whose
+ * writer commits to the master before its next; a connection idle longer
+ * sleeps). The poll yields between looks. 0 (the default) sleeps at once;
+ * at most ENG_BUSY_POLL_MAX_US. Process-wide, for every engine, as busy
+ * polling is the host's choice (what a wakeup costs there against a spent
+ * CPU); any thread, at any time.
  */
 #define ENG_BUSY_POLL_MAX_US 1000u
 void eng_busy_poll_set(unsigned us);
+/*
+ * eng_busy_poll_stats - busy polls so far, process-wide (relaxed reads):
+ * those that ended with the connection ready (bytes, or a hang-up or
+ * error) and those that ran out of budget and went to sleep.
+ */
 void eng_busy_poll_stats(uint64_t *polled, uint64_t *slept);
 
 /*

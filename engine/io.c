@@ -131,8 +131,12 @@ int eng_io_wait(int fd, short events, uint64_t deadline_ns)
 {
 	struct pollfd pfd = {.fd = fd, .events = events};
 
-	if (deadline_ns != ENG_NO_DEADLINE && eng_io_poll(fd, events, deadline_ns))
-		return 0;
+	if (deadline_ns != ENG_NO_DEADLINE && events == POLLIN) {
+		if (lc_now_ns() >= deadline_ns)
+			return -ETIMEDOUT;
+		if (eng_io_poll(fd, events, deadline_ns))
+			return 0;
+	}
 	for (;;) {
 		int ms = -1;
 

@@ -50,7 +50,7 @@ struct eng_srv_conn {
 	/* When it began to wait for a request; 0 while it serves one. A CAS
 	 * decides between the request's first byte and an eviction. */
 	_Atomic uint64_t idle_since;
-	int after_read;	       /* the last request served was a READ */
+	int after_read;	       /* the last request served was a READ; its thread only */
 	struct auth_session s; /* keyed engines: from the handshake */
 };
 
@@ -159,8 +159,11 @@ static ssize_t recv_first(int fd, void *buf, size_t len, int busy)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return -errno;
-		if (!polled++ && eng_io_poll(fd, POLLIN, ENG_NO_DEADLINE))
-			continue;
+		if (!polled) {
+			polled = 1;
+			if (eng_io_poll(fd, POLLIN, ENG_NO_DEADLINE))
+				continue;
+		}
 		rc = eng_io_wait(fd, POLLIN, ENG_NO_DEADLINE);
 		if (rc)
 			return rc;
@@ -251,7 +254,8 @@ static int serve_one(struct eng_srv_conn *conn)
 	rc = recv_all(conn->fd, (char *)&k + got, size - (size_t)got, deadline);
 	if (rc)
 		return rc;
-	conn->after_read = le16toh(k.h.op) == ENG_OP_READ; /* a hint, unchecked */
+	/* Acted on only once the request was served: a refused one closes. */
+	conn->after_read = le16toh(k.h.op) == ENG_OP_READ;
 	if (e->keyed)
 		return serve_keyed(conn, &k, deadline);
 	eng_wire_req_decode(&k.h);

@@ -101,8 +101,8 @@ static int busy_poll_metrics(struct lc_http_reply *rep)
 	eng_busy_poll_stats(&polled, &slept);
 	return lc_http_reply_printf(
 	    rep,
-	    "# HELP lunar_proxy_busy_poll_waits_total Waits for a peer's bytes by how they "
-	    "ended: while busy-polling, or asleep after it.\n"
+	    "# HELP lunar_proxy_busy_poll_waits_total Busy polls for a peer's bytes by how they "
+	    "ended: the connection ready (or hung up), or asleep after the budget.\n"
 	    "# TYPE lunar_proxy_busy_poll_waits_total counter\n"
 	    "lunar_proxy_busy_poll_waits_total{ended=\"polling\"} %llu\n"
 	    "lunar_proxy_busy_poll_waits_total{ended=\"asleep\"} %llu\n",

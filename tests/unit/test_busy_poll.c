@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -27,8 +28,8 @@
 #include "tests/unit/test_engine_util.h"
 #include "tests/cmocka_main.h"
 
-#define LATE_MS 100 /* far past the longest budget, ENG_BUSY_POLL_MAX_US */
-#define GAP_US	200 /* well within it, and time for a thread to be back waiting */
+#define LATE_MS 500 /* far past the longest budget, ENG_BUSY_POLL_MAX_US */
+#define WAIT_MS 10000
 
 struct counts {
 	uint64_t polled, slept;
@@ -42,6 +43,27 @@ static struct counts counts_now(void)
 	return c;
 }
 
+static uint64_t polls(struct counts c)
+{
+	return c.polled + c.slept;
+}
+
+/* Wait (at most WAIT_MS) for a busy poll to end after *seen; 1 and *seen
+ * updated, or 0. */
+static int next_poll(struct counts *seen)
+{
+	uint64_t until = lc_now_ns() + WAIT_MS * 1000000ull;
+	const struct timespec tick = {0, 50000};
+
+	while (polls(counts_now()) == polls(*seen)) {
+		if (lc_now_ns() > until)
+			return 0;
+		nanosleep(&tick, NULL);
+	}
+	*seen = counts_now();
+	return 1;
+}
+
 static void pair(int sv[2])
 {
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -52,16 +74,29 @@ static uint64_t in_ms(unsigned ms)
 	return lc_now_ns() + (uint64_t)ms * 1000000u;
 }
 
-static void *write_late(void *arg)
-{
-	int fd = *(int *)arg;
-	struct timespec ts = {0, LATE_MS * 1000000L};
+/* A writer of one byte to fd: LATE_MS from its start (late), or once a
+ * busy poll after seen has gone to sleep (after_poll). rc: the write's. */
+struct writer {
+	int fd, after_poll;
+	struct counts seen;
+	ssize_t rc;
+};
 
-	nanosleep(&ts, NULL);
-	assert_int_equal(write(fd, "x", 1), 1);
+static void *write_later(void *arg)
+{
+	struct writer *w = arg;
+	struct timespec late = {LATE_MS / 1000, (LATE_MS % 1000) * 1000000L};
+
+	if (w->after_poll)
+		next_poll(&w->seen);
+	else
+		nanosleep(&late, NULL);
+	w->rc = write(w->fd, "x", 1);
 	return NULL;
 }
 
+/* Bytes already there end the wait while polling; a wait past its
+ * deadline times out, ready or not, without polling. */
 static void test_busy_poll_ready_ends_while_polling(void **state)
 {
 	struct counts before;
@@ -75,29 +110,37 @@ static void test_busy_poll_ready_ends_while_polling(void **state)
 	assert_int_equal(eng_io_wait(sv[0], POLLIN, in_ms(5000)), 0);
 	assert_int_equal(counts_now().polled, before.polled + 1);
 	assert_int_equal(counts_now().slept, before.slept);
+	assert_int_equal(eng_io_wait(sv[0], POLLIN, lc_now_ns() - 1), -ETIMEDOUT);
+	assert_int_equal(polls(counts_now()), polls(before) + 1);
 	close(sv[0]);
 	close(sv[1]);
 }
 
+/* Bytes that come only after the budget was spent end the wait asleep. */
 static void test_busy_poll_late_bytes_end_asleep(void **state)
 {
+	struct writer w = {.after_poll = 1};
 	struct counts before;
 	pthread_t t;
 	int sv[2];
 
 	(void)state;
 	pair(sv);
+	w.fd = sv[1];
 	eng_busy_poll_set(ENG_BUSY_POLL_MAX_US);
-	before = counts_now();
-	assert_int_equal(pthread_create(&t, NULL, write_late, &sv[1]), 0);
-	assert_int_equal(eng_io_wait(sv[0], POLLIN, in_ms(10000)), 0);
+	before = w.seen = counts_now();
+	assert_int_equal(pthread_create(&t, NULL, write_later, &w), 0);
+	assert_int_equal(eng_io_wait(sv[0], POLLIN, in_ms(WAIT_MS)), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(w.rc, 1);
 	assert_int_equal(counts_now().polled, before.polled);
 	assert_int_equal(counts_now().slept, before.slept + 1);
-	pthread_join(t, NULL);
 	close(sv[0]);
 	close(sv[1]);
 }
 
+/* A wait without a deadline, one for room to write, and any with no
+ * budget sleep at once. */
 static void test_busy_poll_never_for_idle_or_zero_budget(void **state)
 {
 	struct counts before;
@@ -109,6 +152,7 @@ static void test_busy_poll_never_for_idle_or_zero_budget(void **state)
 	eng_busy_poll_set(50);
 	before = counts_now();
 	assert_int_equal(eng_io_wait(sv[0], POLLIN, ENG_NO_DEADLINE), 0);
+	assert_int_equal(eng_io_wait(sv[0], POLLOUT, in_ms(5000)), 0);
 	eng_busy_poll_set(0);
 	assert_int_equal(eng_io_wait(sv[0], POLLIN, in_ms(5000)), 0);
 	assert_int_equal(counts_now().polled, before.polled);
@@ -118,21 +162,24 @@ static void test_busy_poll_never_for_idle_or_zero_budget(void **state)
 }
 
 /* A budget past the cap polls for the cap: a wait for bytes LATE_MS away
- * goes to sleep long before they come. */
+ * goes to sleep long before they come (uncapped, it would poll through). */
 static void test_busy_poll_budget_capped(void **state)
 {
+	struct writer w = {.after_poll = 0};
 	struct counts before;
 	pthread_t t;
 	int sv[2];
 
 	(void)state;
 	pair(sv);
+	w.fd = sv[1];
 	eng_busy_poll_set(ENG_BUSY_POLL_MAX_US * 1000);
 	before = counts_now();
-	assert_int_equal(pthread_create(&t, NULL, write_late, &sv[1]), 0);
-	assert_int_equal(eng_io_wait(sv[0], POLLIN, in_ms(10000)), 0);
-	assert_int_equal(counts_now().slept, before.slept + 1);
+	assert_int_equal(pthread_create(&t, NULL, write_later, &w), 0);
+	assert_int_equal(eng_io_wait(sv[0], POLLIN, in_ms(WAIT_MS)), 0);
 	pthread_join(t, NULL);
+	assert_int_equal(w.rc, 1);
+	assert_int_equal(counts_now().slept, before.slept + 1);
 	close(sv[0]);
 	close(sv[1]);
 }
@@ -199,16 +246,15 @@ static void xfer_once(int fd, uint16_t op, uint64_t id)
 	assert_int_equal(rep.r.h.id, id);
 }
 
-/* A real data port served 20 reads, each GAP_US after the last's reply:
- * its thread, back to wait for the next, polled for it (and mostly had it
- * while polling; on a loaded machine its poll yields the CPU to others,
- * and may then sleep). With no budget, or after a write (whose writer
- * commits to the master before its next), it sleeps at once. */
+/* A real data port's thread, after each of 20 reads, busy-polled for the
+ * next request (its poll ends, by the budget, before the next is sent).
+ * After writes (whose writer commits to the master before its next), and
+ * with no budget, it sleeps at once. */
 static void test_busy_poll_data_port_after_reads_only(void **state)
 {
 	struct node owner = node_create((struct eng_config){.host = "127.0.0.1", .seg_size = 4096});
-	const struct timespec gap = {0, GAP_US * 1000L};
-	struct counts before, now;
+	const struct timespec gap = {0, 200000}; /* within the budget */
+	struct counts before, seen;
 	uint64_t id = 0;
 	int fd;
 
@@ -218,8 +264,7 @@ static void test_busy_poll_data_port_after_reads_only(void **state)
 	before = counts_now();
 	for (int i = 0; i < 20; i++)
 		xfer_once(fd, ENG_OP_READ, id++);
-	assert_int_equal(counts_now().polled, before.polled);
-	assert_int_equal(counts_now().slept, before.slept);
+	assert_int_equal(polls(counts_now()), polls(before));
 	eng_busy_poll_set(ENG_BUSY_POLL_MAX_US);
 	xfer_once(fd, ENG_OP_WRITE, id++); /* the owner's thread slept with no budget */
 	before = counts_now();
@@ -227,16 +272,12 @@ static void test_busy_poll_data_port_after_reads_only(void **state)
 		nanosleep(&gap, NULL);
 		xfer_once(fd, ENG_OP_WRITE, id++);
 	}
-	assert_int_equal(counts_now().polled, before.polled);
-	assert_int_equal(counts_now().slept, before.slept);
-	xfer_once(fd, ENG_OP_READ, id++);
-	before = counts_now();
+	assert_int_equal(polls(counts_now()), polls(before));
+	seen = counts_now();
 	for (int i = 0; i < 20; i++) {
-		nanosleep(&gap, NULL);
 		xfer_once(fd, ENG_OP_READ, id++);
+		assert_true(next_poll(&seen));
 	}
-	now = counts_now();
-	assert_true(now.polled + now.slept - before.polled - before.slept >= 10);
 	eng_busy_poll_set(0);
 	close(fd);
 	node_stop(&owner);
