@@ -69,6 +69,19 @@ static void pair(int sv[2])
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
 }
 
+/* A pair whose sv[0] has a byte to read. */
+static void pair_ready(int sv[2])
+{
+	pair(sv);
+	assert_int_equal(write(sv[1], "x", 1), 1);
+}
+
+static void unpair(int sv[2])
+{
+	close(sv[0]);
+	close(sv[1]);
+}
+
 static uint64_t in_ms(unsigned ms)
 {
 	return lc_now_ns() + (uint64_t)ms * 1000000u;
@@ -103,8 +116,7 @@ static void test_busy_poll_ready_ends_while_polling(void **state)
 	int sv[2];
 
 	(void)state;
-	pair(sv);
-	assert_int_equal(write(sv[1], "x", 1), 1);
+	pair_ready(sv);
 	eng_busy_poll_set(50);
 	before = counts_now();
 	assert_int_equal(eng_io_wait(sv[0], POLLIN, in_ms(5000)), 0);
@@ -112,31 +124,39 @@ static void test_busy_poll_ready_ends_while_polling(void **state)
 	assert_int_equal(counts_now().slept, before.slept);
 	assert_int_equal(eng_io_wait(sv[0], POLLIN, lc_now_ns() - 1), -ETIMEDOUT);
 	assert_int_equal(polls(counts_now()), polls(before) + 1);
-	close(sv[0]);
-	close(sv[1]);
+	unpair(sv);
 }
 
-/* Bytes that come only after the budget was spent end the wait asleep. */
-static void test_busy_poll_late_bytes_end_asleep(void **state)
+/* A wait, under a budget of us, for the byte a writer sends later
+ * (struct writer): the counters as they were before it. */
+static struct counts wait_for_writer(int after_poll, unsigned us)
 {
-	struct writer w = {.after_poll = 1};
+	struct writer w = {.after_poll = after_poll};
 	struct counts before;
 	pthread_t t;
 	int sv[2];
 
-	(void)state;
 	pair(sv);
 	w.fd = sv[1];
-	eng_busy_poll_set(ENG_BUSY_POLL_MAX_US);
+	eng_busy_poll_set(us);
 	before = w.seen = counts_now();
 	assert_int_equal(pthread_create(&t, NULL, write_later, &w), 0);
 	assert_int_equal(eng_io_wait(sv[0], POLLIN, in_ms(WAIT_MS)), 0);
 	pthread_join(t, NULL);
 	assert_int_equal(w.rc, 1);
+	unpair(sv);
+	return before;
+}
+
+/* Bytes that come only after the budget was spent end the wait asleep. */
+static void test_busy_poll_late_bytes_end_asleep(void **state)
+{
+	struct counts before;
+
+	(void)state;
+	before = wait_for_writer(1, ENG_BUSY_POLL_MAX_US);
 	assert_int_equal(counts_now().polled, before.polled);
 	assert_int_equal(counts_now().slept, before.slept + 1);
-	close(sv[0]);
-	close(sv[1]);
 }
 
 /* A wait without a deadline, one for room to write, and any with no
@@ -147,8 +167,7 @@ static void test_busy_poll_never_for_idle_or_zero_budget(void **state)
 	int sv[2];
 
 	(void)state;
-	pair(sv);
-	assert_int_equal(write(sv[1], "x", 1), 1);
+	pair_ready(sv);
 	eng_busy_poll_set(50);
 	before = counts_now();
 	assert_int_equal(eng_io_wait(sv[0], POLLIN, ENG_NO_DEADLINE), 0);
@@ -157,31 +176,18 @@ static void test_busy_poll_never_for_idle_or_zero_budget(void **state)
 	assert_int_equal(eng_io_wait(sv[0], POLLIN, in_ms(5000)), 0);
 	assert_int_equal(counts_now().polled, before.polled);
 	assert_int_equal(counts_now().slept, before.slept);
-	close(sv[0]);
-	close(sv[1]);
+	unpair(sv);
 }
 
 /* A budget past the cap polls for the cap: a wait for bytes LATE_MS away
  * goes to sleep long before they come (uncapped, it would poll through). */
 static void test_busy_poll_budget_capped(void **state)
 {
-	struct writer w = {.after_poll = 0};
 	struct counts before;
-	pthread_t t;
-	int sv[2];
 
 	(void)state;
-	pair(sv);
-	w.fd = sv[1];
-	eng_busy_poll_set(ENG_BUSY_POLL_MAX_US * 1000);
-	before = counts_now();
-	assert_int_equal(pthread_create(&t, NULL, write_later, &w), 0);
-	assert_int_equal(eng_io_wait(sv[0], POLLIN, in_ms(WAIT_MS)), 0);
-	pthread_join(t, NULL);
-	assert_int_equal(w.rc, 1);
+	before = wait_for_writer(0, ENG_BUSY_POLL_MAX_US * 1000);
 	assert_int_equal(counts_now().slept, before.slept + 1);
-	close(sv[0]);
-	close(sv[1]);
 }
 
 /* eng_io_poll with no deadline stops at the budget: 0, asleep, nothing read. */
@@ -199,8 +205,7 @@ static void test_busy_poll_without_deadline_stops_at_budget(void **state)
 	assert_int_equal(write(sv[1], "x", 1), 1);
 	assert_int_equal(eng_io_poll(sv[0], POLLIN, ENG_NO_DEADLINE), 1);
 	assert_int_equal(counts_now().polled, before.polled + 1);
-	close(sv[0]);
-	close(sv[1]);
+	unpair(sv);
 }
 
 /* A keyless peer of endpoint ("host:port"), by hand: its waits are plain
