@@ -16,7 +16,6 @@
  * connection as the lifeline of the queue pairs it set up.
  */
 #include "eng_int.h"
-#include "failpoint.h"
 #include "rdma_int.h"
 
 #include <endian.h>
@@ -96,9 +95,6 @@ static int serve_range(struct eng_engine *e, const struct eng_srv_req *q,
 	eng_iovc_init(&c, &v, 1, 0, req->length);
 	if (req->op == ENG_OP_WRITE) {
 		uint32_t got = 0;
-
-		if (LC_FAILPOINT("eng-srv-write-cut"))
-			return -EPROTO; /* the owner went before the bytes landed */
 
 		/* The CRC32C of each chunk as it lands, while it is in the cache.
 		 * The range's bytes are ordered by the master's grants, across

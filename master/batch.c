@@ -125,9 +125,7 @@ static int32_t code_one(struct mst_master *m, uint32_t method, const Lunar__Batc
 {
 	switch (method) {
 	case LUNAR__METHOD__BATCH_PUT_REVOKE:
-		return rq->committed
-			   ? mst_obj_put_uncommit(m, rq->client_id, rq->tenant, key)
-			   : mst_obj_put_revoke(m, rq->client_id, rq->tenant, key, rq->late);
+		return mst_obj_put_revoke(m, rq->client_id, rq->tenant, key, rq->late);
 	case LUNAR__METHOD__BATCH_UPSERT_REVOKE:
 		return mst_obj_upsert_revoke(m, rq->client_id, rq->tenant, key, rq->late);
 	default:

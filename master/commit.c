@@ -1,14 +1,11 @@
 /*
  * commit.c - BatchPutCommit, the one master call of a put-ahead put: the
- * proxy writes each value into space reserved for it (resv.c) while this
- * call is on its way, and here each becomes a COMPLETE object at once, its
- * range carved out of the reservation, with the same checks a PutStart
- * makes (a key committed or being written, the tenant's quota). A refused
- * item's piece stays reserved for the proxy to use again. Every field is
- * the caller's word: the range must lie inside what the caller's own
- * reservation still holds. Until the bytes land, a reader finds them
- * unlike the CRC32C committed (a miss, never wrong bytes); a write that
- * failed has its commit taken back (mst_obj_put_uncommit).
+ * proxy already wrote each value into space reserved for it (resv.c), and
+ * here each becomes a COMPLETE object at once, its range carved out of the
+ * reservation, with the same checks a PutStart makes (a key committed or
+ * being written, the tenant's quota). A refused item's piece stays
+ * reserved for the proxy to use again. Every field is the caller's word:
+ * the range must lie inside what the caller's own reservation still holds.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -156,28 +153,4 @@ int mst_batch_put_commit(struct mst_master *m, const ProtobufCMessage *req, Prot
 		r->results[i]->code = commit_one(m, rq->client_id, mst_tenant_name(rq->tenant),
 						 rq->items[i], r->results[i]);
 	return 0;
-}
-
-int mst_obj_put_uncommit(struct mst_master *m, uint64_t client, const char *tenant, const char *key)
-{
-	struct mst_shard *s;
-	struct mst_object **pp, *o;
-	int rc = mst_obj_lookup(m, tenant, key, &s, &pp);
-
-	if (rc)
-		return rc;
-	o = *pp;
-	if (!o)
-		rc = LUNAR_ERR_OBJECT_NOT_FOUND;
-	else if (o->writer != client)
-		rc = LUNAR_ERR_ILLEGAL_CLIENT;
-	else if (o->state != MST_ST_COMPLETE ||
-		 lc_now_ms() - o->put_start_ms >= m->cfg.put_start_discard_timeout_ms)
-		rc = LUNAR_ERR_INVALID_PARAMS;
-	if (!rc) {
-		mst_obj_release_late(m, o);
-		mst_obj_erase(m, s, pp);
-	}
-	pthread_mutex_unlock(&s->lock);
-	return rc;
 }

@@ -370,15 +370,6 @@ int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, c
  * put_start_release_timeout after its PutStart (as a discarded put's). */
 int mst_obj_put_revoke(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		       int late);
-/* mst_obj_put_uncommit - take back client's own COMPLETE object of key,
- * committed (BatchPutCommit or PutEnd) within put_start_discard_timeout,
- * whose bytes then failed to land: it goes whatever its leases, and its
- * ranges go back put_start_release_timeout after the commit (bytes may
- * still land). 0; OBJECT_NOT_FOUND; ILLEGAL_CLIENT (another writer's);
- * INVALID_PARAMS (not COMPLETE, or committed longer ago). Takes the key's
- * shard lock. */
-int mst_obj_put_uncommit(struct mst_master *m, uint64_t client, const char *tenant,
-			 const char *key);
 /* Who a read lease goes to: a caller's client_id (0 if it gave none) and
  * which of its own clients the read is for (0: the caller itself). */
 struct mst_lessee {

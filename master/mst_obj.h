@@ -186,10 +186,9 @@ int mst_obj_finish(struct mst_master *m, struct mst_shard *s, struct mst_object 
 /* mst_obj_discard - a stale PROCESSING put pre-empted: its ranges are given
  * back after put_start_release_timeout, the object goes now. */
 void mst_obj_discard(struct mst_master *m, struct mst_shard *s, struct mst_object **pp);
-/* mst_obj_release_late - hand the ranges of o (PROCESSING, or a commit
- * taken back) to the deferred list, due put_start_release_timeout after its
- * PutStart (its commit, for a put ahead): its writer may still be writing
- * there. o keeps no replica. */
+/* mst_obj_release_late - hand the ranges of the PROCESSING object o to the
+ * deferred list, due put_start_release_timeout after its PutStart: its
+ * writer may still be writing there. o keeps no replica. */
 void mst_obj_release_late(struct mst_master *m, struct mst_object *o);
 
 /* mst_shard_sweep - apply fn to every object of shard i under its lock,

@@ -1,19 +1,15 @@
 /*
  * ops_ahead.c - a put ahead: each value is written into a piece of the
- * space the master reserved for this proxy (resv.c) while one
- * BatchPutCommit, sent beside the writes, makes them objects. One data
- * round trip and one master round trip, at once, where PutStart + write +
- * PutEnd make two master round trips one after the other. The put returns
- * only after both: a value returned 0 for is visible everywhere. Until its
- * bytes land, a reader finds them unlike the CRC32C committed (a miss,
- * never wrong bytes); a key whose write failed has its commit taken back.
- * Keys it cannot do (no piece at hand, a failed write, a reservation the
- * master no longer knows) are left to the two-call path.
+ * space the master reserved for this proxy (resv.c), then one BatchPutCommit
+ * makes them objects. One data round trip and one master round trip,
+ * where PutStart + write + PutEnd make two master round trips. The put
+ * returns only after the commit: a value returned 0 for is visible
+ * everywhere. Keys it cannot do (no piece at hand, a failed write, a
+ * reservation the master no longer knows) are left to the two-call path.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32c.h"
 #include "engine/engine.h"
 #include "log.h"
 #include "lunar.h"
@@ -85,27 +81,10 @@ static int take_all(struct px_proxy *px, struct px_req *r, const struct px_batch
 	return 0;
 }
 
-/* The CRC32C of every value liblunar did not checksum, one pass each: the
- * commit names it before the bytes are sent. */
-static void checksum_all(struct px_req *r, const struct px_batch *b)
-{
-	for (size_t i = 0; i < b->n; i++) {
-		struct px_item *it = &r->items[b->idx[i]];
-		uint32_t crc = 0;
-
-		if (it->crc_given)
-			continue;
-		for (int k = 0; k < it->iovcnt; k++)
-			crc = lc_crc32c(crc, it->iov[k].iov_base, it->iov[k].iov_len);
-		it->crc = crc;
-		it->crc_given = true;
-	}
-}
-
-/* Start writing every value to its piece; the engine's I/O threads carry
- * them while this thread makes the commit. 0, or -1 with nothing sent. */
-static int write_start(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-		       struct ahead *a, struct eng_cq *cq)
+/* Write every value to its piece at once; a key whose write failed goes
+ * back to the two-call path, its piece tainted if bytes may still land. */
+static void write_all(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+		      struct ahead *a)
 {
 	for (size_t i = 0; i < b->n; i++) {
 		struct px_item *it = &r->items[b->idx[i]];
@@ -117,32 +96,26 @@ static int write_start(struct px_proxy *px, struct px_req *r, const struct px_ba
 		    .iov = it->iov,
 		    .iovcnt = it->iovcnt,
 		    .cap = px_piece_cap(&a->pc[i]),
-		    .crc_known = 1,
+		    .want_crc = !it->crc_given,
+		    .crc_known = it->crc_given,
 		    .known_crc = it->crc,
 		};
 	}
-	return eng_xfer_submit(px->engine, cq, a->ops, (int)b->n) ? -1 : 0;
-}
+	eng_xfer_batch(px->engine, a->ops, (int)b->n);
+	for (size_t i = 0; i < b->n; i++) {
+		const struct eng_op *op = &a->ops[i];
+		int remote = strcmp(op->endpoint, px->endpoint) != 0;
 
-/* Wait for the n writes started; this thread runs those still queued. */
-static void write_wait(struct eng_cq *cq, size_t n)
-{
-	struct eng_op *done[16];
-
-	while (n)
-		n -= (size_t)eng_cq_wait(cq, done, 16, ENG_WAIT_FOREVER);
-}
-
-/* Did key i's write fail, and may its bytes still land? */
-static int write_failed(struct px_proxy *px, const struct ahead *a, size_t i, int *landing)
-{
-	const struct eng_op *op = &a->ops[i];
-
-	*landing =
-	    op->result && op->result != ENG_XFER_UNSENT && strcmp(op->endpoint, px->endpoint) != 0;
-	if (op->result)
+		if (!op->result) {
+			if (op->want_crc)
+				r->items[b->idx[i]].crc = op->crc;
+			continue;
+		}
 		LC_DEBUG("proxy", "put-ahead: a write to %s failed (%d)", op->endpoint, op->result);
-	return op->result != 0;
+		settle(px, a, i,
+		       remote && op->result != ENG_XFER_UNSENT ? PX_PIECE_TAINTED
+							       : PX_PIECE_UNUSED);
+	}
 }
 
 /* The commit request's items for the keys written; n_items of them. */
@@ -185,59 +158,36 @@ static void index_one(struct px_proxy *px, struct px_req *r, const char *key,
 		px_objidx_put(px->objidx, r->s->tenant, key, &v, res->replicas, res->n_replicas);
 }
 
-/* The keys whose commit is to be taken back: their write failed, or their
- * client died, after the commit was sent. */
-struct undo {
-	size_t n;
-	char **keys;
-	size_t *pos; /* the keys' places in the batch */
-};
-
-/* Key i's piece, which its commit did not make an object: as the commit's
- * answer says, unless bytes of a failed write may still land there. */
-static void settle_unmade(struct px_proxy *px, struct ahead *a, size_t i, enum px_piece_end how,
-			  int landing)
-{
-	settle(px, a, i, landing && how == PX_PIECE_UNUSED ? PX_PIECE_TAINTED : how);
-}
-
-/* Fold the commit's answer and the writes' results into the keys and their
- * pieces; a key committed whose bytes did not all land goes into u. */
+/* Fold the commit's answer into the keys and their pieces. */
 static void commit_results(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
 			   struct ahead *a, const Lunar__BatchPutStartReply *rep, const size_t *pos,
-			   size_t n, int dead, struct undo *u)
+			   size_t n)
 {
 	for (size_t j = 0; j < n; j++) {
 		size_t i = pos[j];
 		struct px_item *it = &r->items[b->idx[i]];
 		const Lunar__PutStartResult *res = rep->results[j];
-		int landing, failed = write_failed(px, a, i, &landing) || dead;
 
 		switch (res->code) {
 		case 0:
 			settle(px, a, i, PX_PIECE_COMMITTED);
-			if (failed) {
-				u->keys[u->n] = b->keys[i];
-				u->pos[u->n++] = i;
-				break;
-			}
 			index_one(px, r, b->keys[i], it, res);
 			it->result = PX_AHEAD_DONE;
 			break;
 		case LUNAR_ERR_OBJECT_ALREADY_EXISTS: /* first value kept, as PutStart's */
-			settle_unmade(px, a, i, PX_PIECE_UNUSED, landing);
+			settle(px, a, i, PX_PIECE_UNUSED);
 			it->result = PX_AHEAD_DONE;
 			break;
 		case LUNAR_ERR_ILLEGAL_CLIENT: /* the reservation is gone: two calls */
 			settle(px, a, i, PX_PIECE_GONE);
 			break;
 		case LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS:
-			settle_unmade(px, a, i, PX_PIECE_UNUSED, landing);
+			settle(px, a, i, PX_PIECE_UNUSED);
 			break;
 		case LUNAR_ERR_TENANT_QUOTA_EXCEEDED:
 		case LUNAR_ERR_INVALID_KEY:
 		case LUNAR_ERR_INVALID_PARAMS: /* refused before its piece was touched */
-			settle_unmade(px, a, i, PX_PIECE_UNUSED, landing);
+			settle(px, a, i, PX_PIECE_UNUSED);
 			it->result = res->code;
 			break;
 		default:
@@ -250,130 +200,48 @@ static void commit_results(struct px_proxy *px, struct px_req *r, const struct p
 	}
 }
 
-/* Take back the commits in u (their ranges given back late): each key
- * then takes the two-call path, or fails when its client is gone or the
- * master kept the object (its readers then miss it: its bytes are unlike
- * its CRC32C). */
-static void uncommit(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-		     const struct undo *u, int dead)
-{
-	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
-	const Lunar__BatchCodesReply *codes = NULL;
-	ProtobufCMessage *rep = NULL;
-	int rc, kept = 0;
-
-	if (!u->n)
-		return;
-	rq.client_id = px->client_id;
-	rq.tenant = r->s->tenant;
-	rq.n_keys = u->n;
-	rq.keys = u->keys;
-	rq.late = true;
-	rq.committed = true;
-	rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_REVOKE, &rq.base, &rep);
-	if (!rc && !(rc = px_mc_code(rep)))
-		codes = (const Lunar__BatchCodesReply *)rep;
-	for (size_t j = 0; j < u->n; j++) {
-		int code = codes ? (j < codes->n_codes ? codes->codes[j] : LUNAR_ERR_PROTOCOL) : rc;
-
-		kept += code != 0;
-		if (code || dead)
-			r->items[b->idx[u->pos[j]]].result = LUNAR_ERR_TRANSFER_FAIL;
-	}
-	if (kept)
-		LC_WARN("proxy", "put-ahead: %d commit(s) of failed writes not taken back (%s)",
-			kept, lunar_strerror(codes ? LUNAR_ERR_INTERNAL : rc));
-	if (rep)
-		protobuf_c_message_free_unpacked(rep, NULL);
-}
-
-/* The commit of the keys being written, sent beside their writes. */
-struct commit_call {
-	Lunar__PutCommitItem *items;
-	Lunar__PutCommitItem **ptrs;
-	size_t *pos, n;
-	int rc;		       /* the call's: it may have committed them */
-	int refused;	       /* its reply's status: nothing committed */
-	ProtobufCMessage *rep; /* on neither */
-};
-
-static void commit_send(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-			struct ahead *a, struct commit_call *c)
+/* Commit the keys written. A call that failed may have committed them: its
+ * keys fail with its code (as a failed PutEnd's), their pieces tainted. */
+static void commit(struct px_proxy *px, struct px_req *r, const struct px_batch *b, struct ahead *a)
 {
 	Lunar__BatchPutCommitRequest rq = LUNAR__BATCH_PUT_COMMIT_REQUEST__INIT;
+	Lunar__PutCommitItem *items = calloc(b->n, sizeof(*items));
+	Lunar__PutCommitItem **ptrs = calloc(b->n, sizeof(*ptrs));
+	size_t *pos = calloc(b->n, sizeof(*pos));
+	const Lunar__BatchPutStartReply *res;
+	ProtobufCMessage *rep = NULL;
+	int rc = 0, code;
 
-	*c = (struct commit_call){.items = calloc(b->n, sizeof(*c->items)),
-				  .ptrs = calloc(b->n, sizeof(*c->ptrs)),
-				  .pos = calloc(b->n, sizeof(*c->pos))};
-	if (!c->items || !c->ptrs || !c->pos)
-		return; /* nothing sent */
-	rq.client_id = px->client_id;
-	rq.tenant = r->s->tenant;
-	rq.items = c->ptrs;
-	rq.n_items = c->n = (size_t)commit_items(r, b, a, c->items, c->ptrs, c->pos);
-	c->rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_COMMIT, &rq.base, &c->rep);
-	if (!c->rc && (c->refused = px_mc_code(c->rep)) != 0) {
-		protobuf_c_message_free_unpacked(c->rep, NULL);
-		c->rep = NULL;
+	if (items && ptrs && pos) {
+		rq.client_id = px->client_id;
+		rq.tenant = r->s->tenant;
+		rq.items = ptrs;
+		rq.n_items = (size_t)commit_items(r, b, a, items, ptrs, pos);
 	}
-}
-
-/* Once the writes ended: settle every key by the commit's answer and its
- * write. A call that failed may have committed them: its keys fail with
- * its code (as a failed PutEnd's), their pieces tainted. */
-static void commit_end(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-		       struct ahead *a, struct commit_call *c, int dead)
-{
-	const Lunar__BatchPutStartReply *res = (const Lunar__BatchPutStartReply *)c->rep;
-	char *keys_in[PX_BATCH_INLINE];
-	size_t pos_in[PX_BATCH_INLINE];
-	struct undo u = {.keys = keys_in, .pos = pos_in};
-	int landing;
-
-	if (b->n > PX_BATCH_INLINE) {
-		u.keys = calloc(b->n, sizeof(*u.keys));
-		u.pos = calloc(b->n, sizeof(*u.pos));
-	}
-	if (!c->n || c->refused) { /* nothing committed: the two-call path decides */
-		for (size_t i = 0; i < b->n; i++) {
-			write_failed(px, a, i, &landing);
-			settle_unmade(px, a, i, PX_PIECE_UNUSED, landing);
-			if (dead)
-				r->items[b->idx[i]].result = LUNAR_ERR_TRANSFER_FAIL;
+	if (rq.n_items)
+		rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_COMMIT, &rq.base, &rep);
+	if (!rq.n_items) {
+		for (size_t i = 0; i < b->n; i++)
+			settle(px, a, i, PX_PIECE_UNUSED); /* nothing sent */
+	} else if (rc) {
+		for (size_t j = 0; j < rq.n_items; j++) {
+			settle(px, a, pos[j], PX_PIECE_TAINTED);
+			r->items[b->idx[pos[j]]].result = rc;
 		}
-	} else if (!u.keys || !u.pos) { /* committed, maybe, with no room to undo */
-		for (size_t i = 0; i < b->n; i++) {
-			settle(px, a, i, PX_PIECE_TAINTED);
-			r->items[b->idx[i]].result = LUNAR_ERR_TRANSFER_FAIL;
-		}
-	} else if (c->rc) {
-		for (size_t j = 0; j < c->n; j++) {
-			settle(px, a, c->pos[j], PX_PIECE_TAINTED);
-			r->items[b->idx[c->pos[j]]].result = c->rc;
-		}
-	} else if (res->n_results == c->n) {
-		commit_results(px, r, b, a, res, c->pos, c->n, dead, &u);
-		uncommit(px, r, b, &u, dead);
 	} else {
-		/* an answer that does not add up (it may have committed): the
-		 * two-call path decides, unless the bytes did not all land */
-		for (size_t j = 0; j < c->n; j++) {
-			size_t i = c->pos[j];
-
-			settle(px, a, i, PX_PIECE_TAINTED);
-			if (write_failed(px, a, i, &landing) || dead)
-				r->items[b->idx[i]].result = LUNAR_ERR_TRANSFER_FAIL;
-		}
+		res = (const Lunar__BatchPutStartReply *)rep;
+		code = px_mc_code(rep);
+		if (!code && res->n_results == rq.n_items)
+			commit_results(px, r, b, a, res, pos, rq.n_items);
+		/* refused whole (nothing committed), or an answer that does
+		 * not add up (it may have): the two-call path decides */
+		for (size_t j = 0; j < rq.n_items; j++)
+			settle(px, a, pos[j], code ? PX_PIECE_UNUSED : PX_PIECE_TAINTED);
+		protobuf_c_message_free_unpacked(rep, NULL);
 	}
-	if (u.keys != keys_in)
-		free(u.keys);
-	if (u.pos != pos_in)
-		free(u.pos);
-	if (c->rep)
-		protobuf_c_message_free_unpacked(c->rep, NULL);
-	free(c->items);
-	free(c->ptrs);
-	free(c->pos);
+	free(items);
+	free(ptrs);
+	free(pos);
 }
 
 /* May r's keys go ahead at all? */
@@ -388,32 +256,6 @@ static int eligible(struct px_proxy *px, const struct px_req *r, const struct px
 		if (r->items[b->idx[i]].total > max)
 			return 0;
 	return 1;
-}
-
-/* Write r's keys into their pieces and commit them, at once. */
-static void put_ahead_all(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-			  struct ahead *a)
-{
-	struct commit_call c;
-	struct eng_cq *cq;
-
-	if (atomic_load(&r->s->dead) || eng_cq_alloc(&cq)) {
-		for (size_t i = 0; i < b->n; i++) /* nothing sent */
-			settle(px, a, i, PX_PIECE_UNUSED);
-		if (atomic_load(&r->s->dead)) /* its client is gone */
-			px_batch_fail(r, b, LUNAR_ERR_TRANSFER_FAIL);
-		return;
-	}
-	checksum_all(r, b);
-	if (write_start(px, r, b, a, cq)) {
-		for (size_t i = 0; i < b->n; i++)
-			settle(px, a, i, PX_PIECE_UNUSED);
-	} else {
-		commit_send(px, r, b, a, &c);
-		write_wait(cq, b->n);
-		commit_end(px, r, b, a, &c, atomic_load(&r->s->dead));
-	}
-	eng_cq_free(cq);
 }
 
 void px_put_ahead(struct px_proxy *px, struct px_req *r)
@@ -432,8 +274,17 @@ void px_put_ahead(struct px_proxy *px, struct px_req *r)
 		px_batch_fini(&b);
 		return;
 	}
-	if (!take_all(px, r, &b, &a))
-		put_ahead_all(px, r, &b, &a);
+	if (!take_all(px, r, &b, &a)) {
+		write_all(px, r, &b, &a);
+		if (atomic_load(&r->s->dead)) { /* its client is gone: nothing to commit */
+			for (size_t i = 0; i < b.n; i++)
+				if (a.state[i] == AH_HELD) {
+					settle(px, &a, i, PX_PIECE_UNUSED);
+					r->items[b.idx[i]].result = LUNAR_ERR_TRANSFER_FAIL;
+				}
+		}
+		commit(px, r, &b, &a);
+	}
 	ahead_fini(&a);
 	px_batch_fini(&b);
 }

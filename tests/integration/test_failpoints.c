@@ -10,10 +10,6 @@
  * a record's data and its metadata, or halfway through the metadata: on
  * restart the intact records are recovered and read back byte-exact, the
  * torn one is dropped and counted, the half-written objects never appear.
- * And an owner's data port cutting a put-ahead write, whose commit went to
- * the master beside it: the commit is taken back, so the key is absent
- * (not an object whose bytes never landed) and a later put of it is read
- * back byte-exact.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,9 +34,6 @@
 #define DROPPED	   "lunar_proxy_disk_dropped_at_scan_total"
 #define OFFLOADS   "lunar_proxy_disk_offloads_total"
 #define VIOLATIONS "lunar_proxy_client_violations_total"
-#define RESERVED   "lunar_master_reserved_bytes"
-#define COMMITS	   "lunar_master_calls_total{method=\"BatchPutCommit\"}"
-#define REVOKES	   "lunar_master_calls_total{method=\"BatchPutRevoke\"}"
 
 static char sock[PATH_MAX], fpfile[PATH_MAX], disk_dir[PATH_MAX];
 static struct h_proc *proxy;
@@ -218,56 +211,11 @@ static void test_failpoints_disk_crash_mid_record(void **state)
 	free(buf);
 }
 
-/* --- an owner cutting a write whose commit is on its way --- */
-
-static void test_failpoints_write_cut_after_commit(void **state)
-{
-	char sock_w[PATH_MAX], sock_o[PATH_MAX], seg_o[H_SEG_NAME];
-	int mport = h_free_port(), mhttp;
-	uint8_t *buf = malloc(LEN);
-	struct lunar_client *c;
-	int64_t commits, revokes;
-	uint64_t end;
-
-	(void)state;
-	H_ASSERT(buf != NULL);
-	mhttp = http_port_of(track(h_start_master("master", mport, NULL)));
-	h_named_sock(sock_o, "o");
-	h_named_sock(sock_w, "w");
-	/* O owns the only segment and puts nothing ahead; W writes there. */
-	H_ASSERT(track(h_start_peer("proxyO", sock_o, mport, seg_o, "--segment-size", "32MiB",
-				    "--reserve-size", "0", NULL)) != NULL);
-	H_ASSERT(track(h_start_proxy("proxyW", sock_w, mport, "--segment-size", "0", NULL)) !=
-		 NULL);
-	end = h_now_ms() + H_BOUND_MS(10000);
-	while (metric(mhttp, RESERVED) == 0 && h_now_ms() < end)
-		h_sleep_ms(20);
-	H_ASSERT_MSG(metric(mhttp, RESERVED) > 0, "W was granted no reservation");
-	c = h_client(sock_w);
-	commits = metric(mhttp, COMMITS);
-	revokes = metric(mhttp, REVOKES);
-
-	arm("eng-srv-write-cut=return");
-	h_fill(buf, LEN, h_seed("fp/cut"));
-	H_ASSERT_EQ(lunar_put(c, "fp/cut", buf, LEN, NULL), LUNAR_ERR_TRANSFER_FAIL);
-	arm("");
-	/* It went ahead and was committed, then taken back. */
-	H_ASSERT_EQ(metric(mhttp, COMMITS) - commits, 1);
-	H_ASSERT(metric(mhttp, REVOKES) > revokes);
-	H_ASSERT_EQ(lunar_exists(c, "fp/cut"), 0);
-	put_seeded(c, "fp/cut", buf, LEN, h_seed("fp/cut"), NULL);
-	check_seeded(c, "fp/cut", buf, LEN, h_seed("fp/cut"));
-	lunar_close(c);
-	free(buf);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_failpoints_alloc_fails_one_call, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_failpoints_disk_crash_mid_record, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_failpoints_write_cut_after_commit, setup,
-					    teardown),
 	};
 	/* Every daemon the harness starts here is the failpoint build's. */
 	int rc = h_failpoint_build("lunar-proxy");

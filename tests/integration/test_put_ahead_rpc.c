@@ -6,18 +6,14 @@
  * reservation, a range outside or across what is left, unaligned, wrapping,
  * already committed) is refused with ILLEGAL_CLIENT and changes nothing; a
  * fuzzed stream of commits never overlaps two objects, never places one
- * outside the reservation, and leaves the accounting exact. A writer may
- * take back its own commit (BatchPutRevoke with committed) for a short
- * while, and nobody else may.
+ * outside the reservation, and leaves the accounting exact.
  */
 #include <setjmp.h>
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -63,8 +59,7 @@ static int setup(void **state)
 	if (case_setup(state))
 		return -1;
 	mport = h_free_port();
-	if (!track(h_start_master("master", mport, "--reserve-ttl", "60s",
-				  "--put-start-discard-timeout", "2s", NULL)))
+	if (!track(h_start_master("master", mport, "--reserve-ttl", "60s", NULL)))
 		return -1;
 	mhttp = http_port_of(tracked[0]);
 	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", mport);
@@ -274,96 +269,6 @@ static void test_put_ahead_rpc_claims_refused(void **state)
 	protobuf_c_message_free_unpacked(&g->base, NULL);
 }
 
-/* BatchPutRevoke of one key as id through c (committed: take back a
- * commit); the key's code, or the call's. */
-static int revoke1(struct lp_client *c, uint64_t id, const char *key, bool committed)
-{
-	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
-	const Lunar__BatchCodesReply *r;
-	ProtobufCMessage *rep;
-	char *k = (char *)key;
-	int rc;
-
-	rq.client_id = id;
-	rq.keys = &k;
-	rq.n_keys = 1;
-	rq.late = true;
-	rq.committed = committed;
-	rep = call(c, LUNAR__METHOD__BATCH_PUT_REVOKE, &rq.base);
-	r = (const Lunar__BatchCodesReply *)rep;
-	rc = lp_status(rep)->code ? lp_status(rep)->code : r->n_codes == 1 ? r->codes[0] : -1;
-	protobuf_c_message_free_unpacked(rep, NULL);
-	return rc;
-}
-
-static bool exists(const char *key)
-{
-	Lunar__ExistKeyRequest rq = LUNAR__EXIST_KEY_REQUEST__INIT;
-	ProtobufCMessage *rep;
-	bool yes;
-
-	rq.key = (char *)key;
-	rep = call(x, LUNAR__METHOD__EXIST_KEY, &rq.base);
-	H_ASSERT_EQ(lp_status(rep)->code, 0);
-	yes = ((Lunar__ExistKeyReply *)rep)->exists;
-	protobuf_c_message_free_unpacked(rep, NULL);
-	return yes;
-}
-
-/* A writer whose bytes did not land takes its commit back: the object
- * goes at once, its range only late (bytes may still land there), and the
- * key may be put again. Only the writer, only a COMPLETE object, and only
- * within put_start_discard_timeout (2 s here) of the commit. */
-static void test_put_ahead_rpc_uncommit(void **state)
-{
-	Lunar__BatchPutStartRequest ps = LUNAR__BATCH_PUT_START_REQUEST__INIT;
-	Lunar__PutStartRequest item = LUNAR__PUT_START_REQUEST__INIT, *items = &item;
-	Lunar__ReserveReply *g = NULL;
-	uint64_t id, off, used0 = (uint64_t)seg_used();
-	ProtobufCMessage *rep;
-
-	(void)state;
-	H_ASSERT_EQ(reserve(x, X_ID, 1 << 20, &g), 0);
-	id = g->reservation->id;
-	off = g->reservation->extent->offset;
-	H_ASSERT_EQ(commit1(x, X_ID, "rpc/u", id, off, 100), 0);
-	H_ASSERT(exists("rpc/u"));
-
-	H_ASSERT_EQ(revoke1(y, Y_ID, "rpc/u", true), LUNAR_ERR_ILLEGAL_CLIENT);
-	H_ASSERT_EQ(revoke1(y, X_ID, "rpc/u", true), LUNAR_ERR_UNAUTHORIZED);
-	H_ASSERT_EQ(revoke1(x, X_ID, "rpc/u", false),
-		    LUNAR_ERR_INVALID_PARAMS); /* a plain revoke */
-	H_ASSERT_EQ(revoke1(x, X_ID, "rpc/none", true), LUNAR_ERR_OBJECT_NOT_FOUND);
-	H_ASSERT(exists("rpc/u"));
-	H_ASSERT_EQ(revoke1(x, X_ID, "rpc/u", true), 0);
-	H_ASSERT(!exists("rpc/u"));
-	H_ASSERT_EQ(revoke1(x, X_ID, "rpc/u", true), LUNAR_ERR_OBJECT_NOT_FOUND);
-	/* Its range is not free yet: a write may still be landing there. */
-	H_ASSERT_EQ((uint64_t)seg_used(), used0 + ALIGN * 2);
-	H_ASSERT_EQ(commit1(x, X_ID, "rpc/u", id, off + 128, 100), 0);
-	H_ASSERT(exists("rpc/u"));
-
-	/* A put under way is not a commit. */
-	item.key = "rpc/p";
-	item.size = 100;
-	ps.client_id = X_ID;
-	ps.items = &items;
-	ps.n_items = 1;
-	rep = call(x, LUNAR__METHOD__BATCH_PUT_START, &ps.base);
-	H_ASSERT_EQ(lp_status(rep)->code, 0);
-	H_ASSERT_EQ(((Lunar__BatchPutStartReply *)rep)->results[0]->code, 0);
-	protobuf_c_message_free_unpacked(rep, NULL);
-	H_ASSERT_EQ(revoke1(x, X_ID, "rpc/p", true), LUNAR_ERR_INVALID_PARAMS);
-	H_ASSERT_EQ(revoke1(x, X_ID, "rpc/p", false), 0);
-
-	/* Too late to take back. */
-	usleep(2100 * 1000);
-	H_ASSERT_EQ(revoke1(x, X_ID, "rpc/u", true), LUNAR_ERR_INVALID_PARAMS);
-	H_ASSERT(exists("rpc/u"));
-	H_ASSERT_EQ(release(x, X_ID, id), 0);
-	protobuf_c_message_free_unpacked(&g->base, NULL);
-}
-
 /* A cheap deterministic generator. */
 static uint64_t rnd(uint64_t *s)
 {
@@ -476,7 +381,6 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_put_ahead_rpc_claims_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_put_ahead_rpc_fuzz, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_put_ahead_rpc_uncommit, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
