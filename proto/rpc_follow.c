@@ -237,34 +237,39 @@ static void follow_hint(struct lp_follow *f, const struct target *t, const Lunar
 		switch_to(f, url, st->view);
 }
 
-/* One call on t; 1 when it was refused (it did not run) and may go again. */
+/* One call on t; 1 when it was refused (it did not run) and may go again.
+ * *rep is set only on 0: a reply dropped here never reaches the caller. */
 static int call_once(struct lp_follow *f, struct target *t, const struct lp_method *mt,
 		     const ProtobufCMessage *req, ProtobufCMessage **rep, uint64_t deadline)
 {
 	uint64_t now = lc_now_ms();
 	const Lunar__Status *st;
-	int rc = lp_client_call(t->c, mt, req, rep, deadline > now ? deadline - now : 0);
+	ProtobufCMessage *r;
+	int rc = lp_client_call(t->c, mt, req, &r, deadline > now ? deadline - now : 0);
 
 	if (rc) {
 		if (f->e)
 			kick(f);
 		return rc;
 	}
-	st = lp_status(*rep);
+	st = lp_status(r);
 	if (st->view && st->view < LC_READ_ONCE(f->view)) {
 		warn_stale(f, t->url, st->view);
-		protobuf_c_message_free_unpacked(*rep, NULL);
+		protobuf_c_message_free_unpacked(r, NULL);
 		kick(f);
 		return LUNAR_ERR_RPC_FAIL;
 	}
 	view_raise(f, st->view);
-	if (st->code != LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS || !f->e)
-		return 0;
-	follow_hint(f, t, st);
-	if (lc_now_ms() + RETRY_MS >= deadline)
-		return 0; /* no time for another try: the refusal is the answer */
-	protobuf_c_message_free_unpacked(*rep, NULL);
-	return 1;
+	if (st->code == LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS && f->e) {
+		follow_hint(f, t, st);
+		if (lc_now_ms() + RETRY_MS < deadline) {
+			protobuf_c_message_free_unpacked(r, NULL);
+			return 1;
+		}
+		/* no time for another try: the refusal is the answer */
+	}
+	*rep = r;
+	return 0;
 }
 
 int lp_follow_call(struct lp_follow *f, const struct lp_method *mt, const ProtobufCMessage *req,

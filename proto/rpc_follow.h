@@ -40,7 +40,9 @@ int lp_follow_create(const char *master, const struct auth_key *key, uint32_t ro
  * is sent again to the leader the refusal or etcd names while time is left;
  * other failures are returned (the call may have run). With no leader known
  * it waits for one up to the deadline. Thread-safe; codes as
- * lp_client_call's, plus the refusal's reply when time ran out.
+ * lp_client_call's, plus the refusal's reply when time ran out; as there,
+ * *rep is set only on 0 (a stale leader's reply or a refusal tried again
+ * is freed here, never left behind).
  */
 int lp_follow_call(struct lp_follow *f, const struct lp_method *mt, const ProtobufCMessage *req,
 		   ProtobufCMessage **rep, uint64_t timeout_ms);
