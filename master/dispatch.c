@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "failpoint.h"
 #include "lunar.h"
 #include "mst_ha.h"
 #include "mst_int.h"
@@ -243,7 +244,9 @@ static int h_reserve(struct mst_master *m, const ProtobufCMessage *req, Protobuf
 {
 	const Lunar__ReserveRequest *rq = (const void *)req;
 	Lunar__Reservation *res = NULL;
-	int rc = mst_resv_grant(m, rq->client_id, rq->size, &res);
+	/* a test's slow master (sleep) or a failed grant (return) */
+	int rc = LC_FAILPOINT("master-reserve") ? LUNAR_ERR_INTERNAL
+						: mst_resv_grant(m, rq->client_id, rq->size, &res);
 	Lunar__ReserveReply *r = REPLY(Lunar__ReserveReply, lunar__reserve_reply__descriptor, rc);
 
 	if (!r) {

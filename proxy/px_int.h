@@ -176,8 +176,9 @@ enum px_piece_end {
  * master, which px_mc_close cuts short.
  * px_resv_stop - px_resv_quit, then join the thread (puts may still take
  * and settle pieces).
- * px_resv_release_all - give back every reservation no put holds a piece
- * of (shutdown, while the master answers). px_resv_destroy - free the pool
+ * px_resv_release_all - after px_resv_quit: wait up to 500 ms for a
+ * Reserve the thread has under way, then give back every reservation no
+ * put holds a piece of (shutdown, while the master answers). px_resv_destroy - free the pool
  * (no put may run). All no-ops without a pool. */
 int px_resv_start(struct px_proxy *px);
 void px_resv_quit(struct px_proxy *px);

@@ -47,8 +47,10 @@ struct px_resv {
 struct px_resv_pool {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
+	pthread_cond_t idle; /* calling went back to 0 */
 	pthread_t thread;
 	int started, stop, wake;
+	int calling; /* the thread is between deciding to Reserve and keeping the grant */
 	struct px_resv *head;
 	uint64_t view;	       /* the master view the reservations are of */
 	uint64_t retry_ms;     /* no Reserve before then */
@@ -328,7 +330,7 @@ static int tend(struct px_proxy *px, struct px_resv_pool *p)
 	}
 	reap(p, now, ids, &n, late, &nlate, 16);
 	want = now - p->last_take_ms < RESV_IDLE_MS ? RESV_HELD_MAX : 1;
-	if (held(p, &room) >= want || room >= p->size / 2 || now < p->retry_ms ||
+	if (p->stop || held(p, &room) >= want || room >= p->size / 2 || now < p->retry_ms ||
 	    !atomic_load(&px->master_ok)) {
 		pthread_mutex_unlock(&p->lock);
 		release_call(px, ids, n, 0, px->cfg.rpc_timeout_ms);
@@ -336,11 +338,14 @@ static int tend(struct px_proxy *px, struct px_resv_pool *p)
 		pthread_mutex_lock(&p->lock);
 		return 0;
 	}
+	p->calling = 1; /* a shutdown's release waits for the grant */
 	pthread_mutex_unlock(&p->lock);
 	release_call(px, ids, n, 0, px->cfg.rpc_timeout_ms);
 	release_call(px, late, nlate, 1, px->cfg.rpc_timeout_ms);
 	rc = reserve_call(px, p->size, &r);
 	pthread_mutex_lock(&p->lock);
+	p->calling = 0;
+	pthread_cond_broadcast(&p->idle);
 	if (!rc && px_mc_view(px->mc) == p->view) {
 		struct px_resv **pp = &p->head;
 
@@ -364,6 +369,18 @@ static int tend(struct px_proxy *px, struct px_resv_pool *p)
 	return 0;
 }
 
+/* *ts: ms from now on CLOCK_MONOTONIC, the pool's conditions' clock. */
+static void deadline_after(struct timespec *ts, uint64_t ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += (time_t)(ms / 1000);
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
 static void *resv_main(void *arg)
 {
 	struct px_proxy *px = arg;
@@ -377,12 +394,7 @@ static void *resv_main(void *arg)
 		if (p->stop)
 			break;
 		if (!p->wake) {
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			ts.tv_nsec += RESV_TICK_MS * 1000000L;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
+			deadline_after(&ts, RESV_TICK_MS);
 			pthread_cond_timedwait(&p->cond, &p->lock, &ts);
 		}
 		p->wake = 0;
@@ -410,10 +422,12 @@ int px_resv_start(struct px_proxy *px)
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&p->cond, &ca);
+	pthread_cond_init(&p->idle, &ca);
 	pthread_condattr_destroy(&ca);
 	px->resv = p;
 	if (pthread_create(&p->thread, NULL, resv_main, px)) {
 		px->resv = NULL;
+		pthread_cond_destroy(&p->idle);
 		pthread_cond_destroy(&p->cond);
 		pthread_mutex_destroy(&p->lock);
 		free(p);
@@ -446,10 +460,18 @@ void px_resv_release_all(struct px_proxy *px)
 {
 	struct px_resv_pool *p = px->resv;
 	uint64_t ids[16], late[16];
+	struct timespec ts;
 	size_t n, nlate;
 
 	if (!p)
 		return;
+	/* A Reserve the thread has under way is granted after our releases
+	 * otherwise, and held by the master until it declares us dead. */
+	pthread_mutex_lock(&p->lock);
+	deadline_after(&ts, PX_RESV_GOODBYE_MS);
+	while (p->calling && !pthread_cond_timedwait(&p->idle, &p->lock, &ts))
+		;
+	pthread_mutex_unlock(&p->lock);
 	do {
 		n = nlate = 0;
 		pthread_mutex_lock(&p->lock);
@@ -474,6 +496,7 @@ void px_resv_destroy(struct px_proxy *px)
 		next = r->next;
 		free(r);
 	}
+	pthread_cond_destroy(&p->idle);
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
