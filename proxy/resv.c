@@ -50,7 +50,7 @@ struct px_resv_pool {
 	pthread_cond_t idle; /* calling went back to 0 */
 	pthread_t thread;
 	int started, stop, wake;
-	int calling; /* the thread is between deciding to Reserve and keeping the grant */
+	int calling; /* the thread is in its master calls (unlocked), a grant not yet kept */
 	struct px_resv *head;
 	uint64_t view;	       /* the master view the reservations are of */
 	uint64_t retry_ms;     /* no Reserve before then */
@@ -321,7 +321,7 @@ static int tend(struct px_proxy *px, struct px_resv_pool *p)
 	size_t n = 0, nlate = 0;
 	struct px_resv *r = NULL;
 	unsigned want;
-	int rc;
+	int ask, rc;
 
 	if (view != p->view) { /* a new leader knows none of them */
 		for (struct px_resv *q = p->head; q; q = q->next)
@@ -330,22 +330,20 @@ static int tend(struct px_proxy *px, struct px_resv_pool *p)
 	}
 	reap(p, now, ids, &n, late, &nlate, 16);
 	want = now - p->last_take_ms < RESV_IDLE_MS ? RESV_HELD_MAX : 1;
-	if (p->stop || held(p, &room) >= want || room >= p->size / 2 || now < p->retry_ms ||
-	    !atomic_load(&px->master_ok)) {
-		pthread_mutex_unlock(&p->lock);
-		release_call(px, ids, n, 0, px->cfg.rpc_timeout_ms);
-		release_call(px, late, nlate, 1, px->cfg.rpc_timeout_ms);
-		pthread_mutex_lock(&p->lock);
+	ask = !p->stop && held(p, &room) < want && room < p->size / 2 && now >= p->retry_ms &&
+	      atomic_load(&px->master_ok);
+	if (!ask && !n && !nlate)
 		return 0;
-	}
-	p->calling = 1; /* a shutdown's release waits for the grant */
+	p->calling = 1; /* a shutdown's release waits for these calls */
 	pthread_mutex_unlock(&p->lock);
 	release_call(px, ids, n, 0, px->cfg.rpc_timeout_ms);
 	release_call(px, late, nlate, 1, px->cfg.rpc_timeout_ms);
-	rc = reserve_call(px, p->size, &r);
+	rc = ask ? reserve_call(px, p->size, &r) : 0;
 	pthread_mutex_lock(&p->lock);
 	p->calling = 0;
 	pthread_cond_broadcast(&p->idle);
+	if (!ask)
+		return 0;
 	if (!rc && px_mc_view(px->mc) == p->view) {
 		struct px_resv **pp = &p->head;
 
