@@ -267,8 +267,8 @@ $(foreach t,$(CHAOS_BINS),$(eval $(call link,$(t),tests/chaos/$(notdir $(t)).c \
 # A lunar-proxy and a lunar-master with failpoints compiled in
 # (common/failpoint.h), for the tests/integration tests that arm them
 # (test_failpoints, test_clock_jump, test_put_ahead_shutdown) only: their
-# own objects under $(BUILD)/failpoints, so
-# the release binaries never contain them.
+# own objects under $(BUILD)/failpoints, so the release binaries never
+# contain them.
 failpoints: $(DEPS_STAMP)
 	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/failpoints DEPS_STAMP=$(DEPS_STAMP) \
 		CPPFLAGS="$(CPPFLAGS) -DLUNAR_FAILPOINTS" $(BUILD)/failpoints/bin/lunar-proxy \

@@ -5,8 +5,8 @@
  * the branch: no failpoint code, name or lookup is in lunar-proxy,
  * lunar-master or liblunar. Only a build with -DLUNAR_FAILPOINTS has them:
  * `make failpoints` (a dependency of `make test`) builds such a lunar-proxy
- * into $(BUILD)/failpoints/bin/, beside the release one, for
- * tests/integration/test_failpoints.c.
+ * and lunar-master into $(BUILD)/failpoints/bin/, beside the release ones,
+ * for the integration tests that arm them.
  *
  * In that build the failpoints are read from $LUNAR_FAILPOINTS at the first
  * evaluation, and from the file $LUNAR_FAILPOINTS_FILE whenever it changes

@@ -72,8 +72,7 @@ static int make_socket_dir(const struct px_config *cfg)
 /* One huge page a call: the call holds the address space's lock, which
  * every mmap (a client's region, a thread's stack) then waits for, so a
  * chunk must take well under a millisecond whatever the segment's size. */
-#define PX_PREFAULT_CHUNK     (2ull << 20)
-#define PX_GOODBYE_TIMEOUT_MS 500
+#define PX_PREFAULT_CHUNK (2ull << 20)
 
 /*
  * Make the segment resident, in huge pages where the kernel gives them: a
@@ -281,12 +280,13 @@ static void stop(struct px_proxy *px)
 	}
 	/* Say goodbye while the master answers, then cut the line: nothing
 	 * below may wait out an RPC timeout on a master that is gone, the
-	 * put-ahead thread's call included (it is joined after the cut; what
-	 * it is granted meanwhile, the master ends with our client). */
+	 * put-ahead thread's calls included (waited for up to PX_GOODBYE_MS,
+	 * joined after the cut; what one still under way is granted, the
+	 * master holds until --client-ttl declares us dead). */
 	px_resv_quit(px);
 	if (px->mc && atomic_load(&px->master_ok)) {
 		px_resv_release_all(px);
-		px_segment_unmount(px, 0, PX_GOODBYE_TIMEOUT_MS);
+		px_segment_unmount(px, 0, PX_GOODBYE_MS);
 	}
 	px_mc_close(px->mc);
 	px_resv_stop(px);

@@ -169,6 +169,10 @@ enum px_piece_end {
 	PX_PIECE_TAINTED,   /* bytes may still land, or the commit's answer was lost */
 	PX_PIECE_GONE,	    /* the master refused the reservation: no more pieces of it */
 };
+/* The longest any one goodbye to the master at shutdown waits (a release,
+ * an unmount, a call of the put-ahead thread's under way). */
+#define PX_GOODBYE_MS 500
+
 /* px_resv_start - with a remote master, --reserve-size and
  * --reserve-value-max not 0 and no --debug-put-delay: px->resv and its
  * thread, which asks for reservations at once. 0, or LUNAR_ERR_INTERNAL.
@@ -176,10 +180,14 @@ enum px_piece_end {
  * master, which px_mc_close cuts short.
  * px_resv_stop - px_resv_quit, then join the thread (puts may still take
  * and settle pieces).
- * px_resv_release_all - after px_resv_quit: wait up to 500 ms for a
- * Reserve the thread has under way, then give back every reservation no
- * put holds a piece of (shutdown, while the master answers). px_resv_destroy - free the pool
- * (no put may run). All no-ops without a pool. */
+ * px_resv_release_all - stop the thread asking (as px_resv_quit), wait up
+ * to PX_GOODBYE_MS for the master calls it has under way (a Reserve's
+ * grant is then kept), then give back every reservation no put holds a
+ * piece of (shutdown, while the master answers). A call that takes longer
+ * (a master gone since its last Ping) loses its release or grant to the
+ * master's --client-ttl.
+ * px_resv_destroy - free the pool (no put may run).
+ * All no-ops without a pool. */
 int px_resv_start(struct px_proxy *px);
 void px_resv_quit(struct px_proxy *px);
 void px_resv_stop(struct px_proxy *px);

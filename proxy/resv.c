@@ -19,14 +19,13 @@
 #include "lunar.h"
 #include "px_int.h"
 
-#define RESV_TICK_MS	   100	 /* the thread's look at the pool when nothing wakes it */
-#define RESV_HELD_MAX	   2	 /* reservations taking pieces at once, while puts come */
-#define RESV_IDLE_MS	   10000 /* no put ahead for this long: keep only one */
-#define RESV_BACKOFF_MS	   1000	 /* after a refused Reserve */
-#define RESV_SOON_MS	   100	 /* after one for room, once a put finds some */
-#define RESV_OLD_MS	   30000 /* after a master that does not know Reserve */
-#define RESV_ENDPOINT_MAX  256
-#define PX_RESV_GOODBYE_MS 500 /* a release at shutdown waits no longer */
+#define RESV_TICK_MS	  100	/* the thread's look at the pool when nothing wakes it */
+#define RESV_HELD_MAX	  2	/* reservations taking pieces at once, while puts come */
+#define RESV_IDLE_MS	  10000 /* no put ahead for this long: keep only one */
+#define RESV_BACKOFF_MS	  1000	/* after a refused Reserve */
+#define RESV_SOON_MS	  100	/* after one for room, once a put finds some */
+#define RESV_OLD_MS	  30000 /* after a master that does not know Reserve */
+#define RESV_ENDPOINT_MAX 256
 
 struct px_resv {
 	struct px_resv *next;
@@ -463,10 +462,11 @@ void px_resv_release_all(struct px_proxy *px)
 
 	if (!p)
 		return;
-	/* A Reserve the thread has under way is granted after our releases
-	 * otherwise, and held by the master until it declares us dead. */
+	/* A call the thread has under way would otherwise end after ours (or
+	 * be cut), its grant or release left to the master's --client-ttl. */
 	pthread_mutex_lock(&p->lock);
-	deadline_after(&ts, PX_RESV_GOODBYE_MS);
+	p->stop = 1;
+	deadline_after(&ts, PX_GOODBYE_MS);
 	while (p->calling && !pthread_cond_timedwait(&p->idle, &p->lock, &ts))
 		;
 	pthread_mutex_unlock(&p->lock);
@@ -477,8 +477,8 @@ void px_resv_release_all(struct px_proxy *px)
 			r->retired = 1;
 		reap(p, lc_now_ms(), ids, &n, late, &nlate, 16);
 		pthread_mutex_unlock(&p->lock);
-		release_call(px, ids, n, 0, PX_RESV_GOODBYE_MS);
-		release_call(px, late, nlate, 1, PX_RESV_GOODBYE_MS);
+		release_call(px, ids, n, 0, PX_GOODBYE_MS);
+		release_call(px, late, nlate, 1, PX_GOODBYE_MS);
 	} while (n == 16 || nlate == 16);
 }
 
