@@ -67,7 +67,8 @@ proto_SRC := $(BUILD)/proto/lunar.pb-c.c $(wildcard proto/*.c)
 proto_API := -Iproto -I$(BUILD)/proto
 proto_SEES := etcd common shmlib $(AUTH)
 proto_PKGS := libprotobuf-c
-# Debian's libnng-dev ships no nng.pc: a plain -lnng (rpc_client.c dials).
+# Debian's libnng-dev ships no nng.pc: a plain -lnng (for the programs and
+# tests that link proto/ beside an nng socket of their own).
 proto_LIBS := -lnng
 
 engine_SRC := $(wildcard engine/*.c)

@@ -2,7 +2,9 @@
  * rpc_client.c - the master RPC's client (rpc_client.h): plain framed
  * requests for a keyless master; with a cluster key, a session opened by
  * the three-message handshake and every call wrapped in a CALL envelope
- * whose reply must carry our counter and the master's tag.
+ * whose reply must carry our counter and the master's tag. The messages
+ * travel on sp_req.h's requester: nng's wire, the calling thread's own
+ * exchange.
  */
 #include "rpc_client.h"
 
@@ -14,14 +16,13 @@
 #include <string.h>
 #include <time.h>
 
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 #include <sodium.h>
 
 #include "clock.h"
 #include "log.h"
 #include "lunar.h"
 #include "rpc_auth.h"
+#include "sp_req.h"
 
 #define NO_SESSION    1	     /* call_in: the master forgot our session */
 #define WARN_EVERY_MS 10000u /* how often a refused key is logged again */
@@ -33,32 +34,20 @@ struct lp_csess {
 	unsigned refs; /* under c->lock */
 };
 
-/* nng 1.5 has no synchronous context calls: one aio per exchange, waited
- * on, the send and the receive within one deadline. */
-struct xchg {
-	struct lp_client *c;
-	struct xchg *next; /* in c->calls */
-	nng_ctx ctx;
-	nng_aio *aio;
-	uint64_t deadline;
-};
-
 struct lp_client {
-	nng_socket sock;
-	atomic_bool closed;	   /* set once, then under lock: no exchange starts */
-	struct xchg *calls;	   /* exchanges with an open context, under lock */
-	pthread_cond_t calls_done; /* the last of them left after close */
+	struct lp_spreq *req;
 	int keyed;
 	uint32_t role;
 	struct auth_key key;
-	pthread_mutex_t lock;	   /* cur, refs, warned_ms, calls */
+	pthread_mutex_t lock;	   /* cur, refs, warned_ms */
 	pthread_mutex_t hs_lock;   /* one handshake at a time */
-	pthread_mutex_t send_lock; /* counters leave in the order they are taken */
+	pthread_mutex_t send_lock; /* counters are taken and tagged one at a time */
 	struct lp_csess *cur;
 	uint64_t warned_ms;
-	void (*on_drop)(void *arg);
-	void *drop_arg;
 };
+
+/* A tool's dial (LP_CLIENT_DIAL_NOW) gives up after this long. */
+#define DIAL_NOW_MS 2000
 
 int lp_client_create(const char *url, const struct auth_key *key, uint32_t role, unsigned flags,
 		     struct lp_client **out)
@@ -71,6 +60,16 @@ int lp_client_create(const char *url, const struct auth_key *key, uint32_t role,
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return LUNAR_ERR_INTERNAL;
+	rv = lp_spreq_alloc(url, LP_MAX_MSG, &c->req);
+	if (!rv && (flags & LP_CLIENT_DIAL_NOW))
+		rv = lp_spreq_dial(c->req, lc_now_ms() + DIAL_NOW_MS);
+	if (rv) {
+		LC_ERROR("rpc", "master client for %s: %s", url,
+			 rv == -EINVAL ? "not tcp://HOST:PORT or ipc://PATH" : strerror(-rv));
+		lp_spreq_free(c->req);
+		free(c);
+		return LUNAR_ERR_INVALID_PARAMS;
+	}
 	c->keyed = key != NULL;
 	if (key)
 		c->key = *key;
@@ -78,158 +77,26 @@ int lp_client_create(const char *url, const struct auth_key *key, uint32_t role,
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->hs_lock, NULL);
 	pthread_mutex_init(&c->send_lock, NULL);
-	pthread_cond_init(&c->calls_done, NULL);
-	rv = nng_req0_open(&c->sock);
-	if (rv)
-		goto err_free;
-	if ((rv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) ||
-	    (rv = nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, LP_MAX_MSG)) ||
-	    (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000)))
-		goto err_close;
-	/* Non-blocking dial: the master may come up after us; nng keeps trying. */
-	rv = nng_dial(c->sock, url, NULL, flags & LP_CLIENT_DIAL_NOW ? 0 : NNG_FLAG_NONBLOCK);
-	if (rv)
-		goto err_close;
 	*out = c;
 	return 0;
-err_close:
-	nng_close(c->sock);
-err_free:
-	LC_ERROR("rpc", "master client for %s: %s", url, nng_strerror(rv));
-	auth_key_wipe(&c->key);
-	pthread_cond_destroy(&c->calls_done);
-	free(c);
-	return LUNAR_ERR_INVALID_PARAMS;
-}
-
-static void pipe_gone(nng_pipe p, nng_pipe_ev ev, void *arg)
-{
-	struct lp_client *c = arg;
-
-	(void)p;
-	(void)ev;
-	c->on_drop(c->drop_arg);
 }
 
 void lp_client_on_drop(struct lp_client *c, void (*fn)(void *arg), void *arg)
 {
-	c->on_drop = fn;
-	c->drop_arg = arg;
-	nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_gone, c);
+	lp_spreq_on_drop(c->req, fn, arg);
 }
 
-/*
- * nng 1.5.2's nng_close can hang for good when it races an exchange in
- * flight on the socket (nanomsg/nng#1543 and #1813, fixed after 1.5.2): a
- * proxy stopping while its heartbeat's Ping was out waited there until it
- * was killed. So the close runs on a thread of its own, waited for
- * LP_CLOSE_WAIT_MS at most; one still stuck then is left behind (to end
- * with the process), and whichever of the two sides is last frees k.
- */
-#define LP_CLOSE_WAIT_MS 1000
-
-struct closing {
-	nng_socket sock;
-	pthread_mutex_t lock;
-	pthread_cond_t cond; /* on CLOCK_MONOTONIC */
-	bool done, abandoned;
-};
-
-static void closing_free(struct closing *k)
-{
-	pthread_cond_destroy(&k->cond);
-	pthread_mutex_destroy(&k->lock);
-	free(k);
-}
-
-static void *close_main(void *arg)
-{
-	struct closing *k = arg;
-	bool abandoned;
-
-	nng_close(k->sock);
-	pthread_mutex_lock(&k->lock);
-	k->done = true;
-	abandoned = k->abandoned;
-	pthread_cond_signal(&k->cond);
-	pthread_mutex_unlock(&k->lock);
-	if (abandoned)
-		closing_free(k);
-	return NULL;
-}
-
-static void close_bounded(nng_socket sock)
-{
-	struct closing *k = calloc(1, sizeof(*k));
-	pthread_condattr_t ca;
-	pthread_attr_t attr;
-	struct timespec ts;
-	pthread_t t;
-	bool done;
-
-	if (!k || pthread_condattr_init(&ca)) {
-		free(k);
-		nng_close(sock);
-		return;
-	}
-	k->sock = sock;
-	pthread_mutex_init(&k->lock, NULL);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&k->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, close_main, k)) {
-		pthread_attr_destroy(&attr);
-		closing_free(k);
-		nng_close(sock);
-		return;
-	}
-	pthread_attr_destroy(&attr);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += LP_CLOSE_WAIT_MS / 1000;
-	pthread_mutex_lock(&k->lock);
-	while (!k->done && pthread_cond_timedwait(&k->cond, &k->lock, &ts) != ETIMEDOUT)
-		;
-	done = k->done;
-	k->abandoned = !done;
-	pthread_mutex_unlock(&k->lock);
-	if (done)
-		closing_free(k);
-	else
-		LC_WARN("rpc",
-			"closing the master connection took over %d ms (nng 1.5.2): "
-			"not waiting for it",
-			LP_CLOSE_WAIT_MS);
-}
-
-/*
- * Closing the socket while another thread closes a context of it panics
- * nng 1.5.2 (a freed mutex, in nng_ctx_close: a proxy's heartbeat, its Ping
- * cut short by a switch to a new leader). So no exchange starts once
- * closed is set, those under way are cancelled, and the socket is closed
- * only once the last has closed its context.
- */
 void lp_client_close(struct lp_client *c)
 {
-	if (!c || atomic_exchange(&c->closed, true))
-		return;
-	if (c->on_drop) /* no callback may outlive c */
-		nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
-	pthread_mutex_lock(&c->lock);
-	for (struct xchg *x = c->calls; x; x = x->next)
-		nng_aio_cancel(x->aio);
-	while (c->calls)
-		pthread_cond_wait(&c->calls_done, &c->lock);
-	pthread_mutex_unlock(&c->lock);
-	close_bounded(c->sock);
+	if (c)
+		lp_spreq_close(c->req);
 }
 
 void lp_client_destroy(struct lp_client *c)
 {
 	if (!c)
 		return;
-	lp_client_close(c);
+	lp_spreq_free(c->req);
 	if (c->cur) {
 		sodium_memzero(c->cur, sizeof(*c->cur));
 		free(c->cur);
@@ -238,117 +105,18 @@ void lp_client_destroy(struct lp_client *c)
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->hs_lock);
 	pthread_mutex_destroy(&c->send_lock);
-	pthread_cond_destroy(&c->calls_done);
 	free(c);
 }
 
-static int aio_rc(int rv)
+/* lp_spreq's codes as SPEC §9's. */
+static int code_of(int rc)
 {
-	return rv == NNG_ETIMEDOUT ? LUNAR_ERR_RPC_TIMEOUT : LUNAR_ERR_RPC_FAIL;
-}
-
-static nng_duration left_ms(uint64_t deadline)
-{
-	uint64_t now = lc_now_ms();
-
-	return now < deadline ? (nng_duration)(deadline - now) : 0;
-}
-
-/* x leaves c->calls; the last to leave a closed client wakes its close. */
-static void xchg_leave(struct xchg *x)
-{
-	struct lp_client *c = x->c;
-	struct xchg **pp = &c->calls;
-
-	pthread_mutex_lock(&c->lock);
-	while (*pp != x)
-		pp = &(*pp)->next;
-	*pp = x->next;
-	if (!c->calls && atomic_load(&c->closed))
-		pthread_cond_broadcast(&c->calls_done);
-	pthread_mutex_unlock(&c->lock);
-}
-
-/* A context for one exchange, unless c is closed: 0, or a code. */
-static int xchg_open(struct lp_client *c, struct xchg *x, uint64_t deadline)
-{
-	x->c = c;
-	x->deadline = deadline;
-	if (nng_aio_alloc(&x->aio, NULL, NULL))
-		return LUNAR_ERR_INTERNAL;
-	pthread_mutex_lock(&c->lock);
-	if (atomic_load(&c->closed)) {
-		pthread_mutex_unlock(&c->lock);
-		nng_aio_free(x->aio);
-		return LUNAR_ERR_RPC_FAIL;
+	switch (rc) {
+	case 0: return 0;
+	case -ETIMEDOUT: return LUNAR_ERR_RPC_TIMEOUT;
+	case -ENOMEM: return LUNAR_ERR_INTERNAL;
+	default: return LUNAR_ERR_RPC_FAIL;
 	}
-	x->next = c->calls;
-	c->calls = x;
-	pthread_mutex_unlock(&c->lock);
-	if (nng_ctx_open(&x->ctx, c->sock)) {
-		xchg_leave(x);
-		nng_aio_free(x->aio);
-		return LUNAR_ERR_RPC_FAIL;
-	}
-	return 0;
-}
-
-static void xchg_close(struct xchg *x)
-{
-	nng_ctx_close(x->ctx);
-	xchg_leave(x);
-	nng_aio_free(x->aio);
-}
-
-/* Start x's send (send) or receive, unless its client is closed: under
- * the lock lp_client_close cancels under, so none starts after it. */
-static int xchg_start(struct xchg *x, bool send)
-{
-	int rc = 0;
-
-	pthread_mutex_lock(&x->c->lock);
-	if (atomic_load(&x->c->closed))
-		rc = LUNAR_ERR_RPC_FAIL;
-	else if (send)
-		nng_ctx_send(x->ctx, x->aio);
-	else
-		nng_ctx_recv(x->ctx, x->aio);
-	pthread_mutex_unlock(&x->c->lock);
-	return rc;
-}
-
-/* Start sending msg (taken, also on failure): 0, or a code. */
-static int xchg_send(struct xchg *x, nng_msg *msg)
-{
-	nng_aio_set_timeout(x->aio, left_ms(x->deadline));
-	nng_aio_set_msg(x->aio, msg);
-	if (!xchg_start(x, true))
-		return 0;
-	nng_aio_set_msg(x->aio, NULL);
-	nng_msg_free(msg);
-	return LUNAR_ERR_RPC_FAIL;
-}
-
-/* Wait for the send, then the reply, by the deadline. */
-static int xchg_finish(struct xchg *x, nng_msg **reply)
-{
-	int rv;
-
-	nng_aio_wait(x->aio);
-	rv = nng_aio_result(x->aio);
-	if (rv) {
-		nng_msg_free(nng_aio_get_msg(x->aio));
-		return aio_rc(rv);
-	}
-	nng_aio_set_timeout(x->aio, left_ms(x->deadline));
-	if (xchg_start(x, false))
-		return LUNAR_ERR_RPC_FAIL;
-	nng_aio_wait(x->aio);
-	rv = nng_aio_result(x->aio);
-	if (rv)
-		return aio_rc(rv);
-	*reply = nng_aio_get_msg(x->aio);
-	return 0;
 }
 
 /* The reply's inner bytes to a Status-bearing message of mt, or NULL. */
@@ -367,65 +135,49 @@ static ProtobufCMessage *reply_of(const struct lp_method *mt, const void *buf, s
 static int call_plain(struct lp_client *c, const struct lp_method *mt, const void *buf, size_t len,
 		      ProtobufCMessage **rep, uint64_t deadline)
 {
-	nng_msg *msg, *reply = NULL;
-	struct xchg x;
-	int rc;
+	void *reply;
+	size_t rlen;
+	int rc = code_of(lp_spreq_call(c->req, buf, len, &reply, &rlen, deadline));
 
-	if (nng_msg_alloc(&msg, len))
-		return LUNAR_ERR_INTERNAL;
-	memcpy(nng_msg_body(msg), buf, len);
-	if ((rc = xchg_open(c, &x, deadline))) {
-		nng_msg_free(msg);
-		return rc;
-	}
-	rc = xchg_send(&x, msg);
-	if (!rc)
-		rc = xchg_finish(&x, &reply);
-	xchg_close(&x);
 	if (rc)
 		return rc;
-	*rep = reply_of(mt, nng_msg_body(reply), nng_msg_len(reply));
-	nng_msg_free(reply);
+	*rep = reply_of(mt, reply, rlen);
+	free(reply);
 	return *rep ? 0 : LUNAR_ERR_RPC_FAIL;
 }
 
-/* e as a new nng message. */
-static int env_msg(const struct lp_env *e, nng_msg **out)
+/* e encoded into a new buffer (*out, *len). */
+static int env_buf(const struct lp_env *e, void **out, size_t *len)
 {
 	size_t n = lp_env_size(e);
 
-	if (!n || nng_msg_alloc(out, n))
+	if (!n || !(*out = malloc(n)))
 		return LUNAR_ERR_INTERNAL;
-	if (lp_env_encode(e, nng_msg_body(*out), n) < 0) {
-		nng_msg_free(*out);
+	if (lp_env_encode(e, *out, n) < 0) {
+		free(*out);
 		return LUNAR_ERR_INTERNAL;
 	}
+	*len = n;
 	return 0;
 }
 
 /* One handshake message out, its reply decoded into *r (of kind want)
- * with the reply message in *keep (the caller frees it; r points into it). */
+ * with the reply's bytes in *keep (the caller frees it; r points into it). */
 static int hs_step(struct lp_client *c, const struct lp_env *e, uint32_t want, struct lp_env *r,
-		   nng_msg **keep, uint64_t deadline)
+		   void **keep, uint64_t deadline)
 {
-	nng_msg *msg;
-	struct xchg x;
+	void *msg;
+	size_t len, rlen;
 	int rc;
 
-	if ((rc = env_msg(e, &msg)))
+	if ((rc = env_buf(e, &msg, &len)))
 		return rc;
-	if ((rc = xchg_open(c, &x, deadline))) {
-		nng_msg_free(msg);
-		return rc;
-	}
-	rc = xchg_send(&x, msg);
-	if (!rc)
-		rc = xchg_finish(&x, keep);
-	xchg_close(&x);
+	rc = code_of(lp_spreq_call(c->req, msg, len, keep, &rlen, deadline));
+	free(msg);
 	if (rc)
 		return rc;
-	if (lp_env_decode(nng_msg_body(*keep), nng_msg_len(*keep), r) || r->kind != want) {
-		nng_msg_free(*keep);
+	if (lp_env_decode(*keep, rlen, r) || r->kind != want) {
+		free(*keep);
 		return LUNAR_ERR_RPC_FAIL;
 	}
 	return 0;
@@ -453,7 +205,7 @@ static int hs_prove(struct lp_client *c, struct auth_hs *hs, uint64_t sid, uint6
 {
 	unsigned char proof[AUTH_PROOF_BYTES];
 	struct lp_env e = {.kind = LP_KIND_PROOF, .sid = sid, .proof = proof}, r;
-	nng_msg *keep;
+	void *keep;
 	int rc;
 
 	auth_hs_proof(hs, &c->key, c->role, proof);
@@ -461,12 +213,12 @@ static int hs_prove(struct lp_client *c, struct auth_hs *hs, uint64_t sid, uint6
 		return LUNAR_ERR_RPC_FAIL;
 	cs->sid = sid;
 	rc = hs_step(c, &e, LP_KIND_PROOF_REPLY, &r, &keep, deadline);
-	if (rc == LUNAR_ERR_RPC_TIMEOUT)
+	if (rc == LUNAR_ERR_RPC_TIMEOUT || rc == LUNAR_ERR_RPC_FAIL)
 		warn_key(c, "no answer to our proof (a different --cluster-key or role?)");
 	if (rc)
 		return rc;
 	rc = r.sid == sid && !lp_env_tag_check(cs->s.rx_key, &r) ? 0 : LUNAR_ERR_RPC_FAIL;
-	nng_msg_free(keep);
+	free(keep);
 	return rc;
 }
 
@@ -477,7 +229,7 @@ static int handshake(struct lp_client *c, uint64_t deadline, struct lp_csess **o
 	struct lp_env e = {.kind = LP_KIND_HELLO, .role = c->role, .hello = hello}, r;
 	struct lp_csess *cs;
 	struct auth_hs hs;
-	nng_msg *keep;
+	void *keep;
 	uint64_t sid;
 	int rc;
 
@@ -489,7 +241,7 @@ static int handshake(struct lp_client *c, uint64_t deadline, struct lp_csess **o
 	rc = auth_hs_peer(&hs, r.hello);
 	if (!rc && (rc = auth_hs_verify(&hs, &c->key, AUTH_ROLE_SERVER, r.proof)))
 		warn_key(c, "its proof does not match our key (a different --cluster-key?)");
-	nng_msg_free(keep);
+	free(keep);
 	if (rc)
 		goto out;
 	cs = calloc(1, sizeof(*cs));
@@ -565,34 +317,40 @@ static int sess_get(struct lp_client *c, uint64_t deadline, struct lp_csess **ou
 	return rc;
 }
 
-/* Send the CALL: its counter is taken and the message queued under
- * send_lock, so counters reach the master about in order and stay inside
- * its 64-counter window however threads are scheduled. */
-static int call_send(struct lp_client *c, struct lp_csess *cs, struct lp_env *e, struct xchg *x)
+/* Send the CALL on x. Its counter is taken and tagged under send_lock
+ * and the bytes sent right after, so counters reach the master about in
+ * order (over several connections) and stay well inside its 64-counter
+ * window; the send itself, which may wait on a full socket, holds no
+ * lock. 0, or a code of lp_spreq_send's (-ENOMEM for the envelope). */
+static int call_send(struct lp_client *c, struct lp_csess *cs, struct lp_env *e,
+		     struct lp_spreq_xchg *x)
 {
 	unsigned char tag[AUTH_TAG_BYTES];
-	nng_msg *msg;
+	void *msg;
+	size_t len;
 	int rc;
 
 	e->tag = tag;
 	pthread_mutex_lock(&c->send_lock);
 	e->ctr = auth_tx_next(&cs->s);
 	lp_env_tag(cs->s.tx_key, e, tag);
-	rc = env_msg(e, &msg);
-	if (!rc)
-		rc = xchg_send(x, msg);
+	rc = env_buf(e, &msg, &len) ? -ENOMEM : 0;
 	pthread_mutex_unlock(&c->send_lock);
 	e->tag = NULL;
+	if (rc)
+		return rc;
+	rc = lp_spreq_send(c->req, x, msg, len);
+	free(msg);
 	return rc;
 }
 
 /* The reply to the CALL numbered ctr: ours, untouched, secrets opened. */
-static int call_reply(struct lp_csess *cs, const struct lp_method *mt, uint64_t ctr, nng_msg *reply,
-		      ProtobufCMessage **rep)
+static int call_reply(struct lp_csess *cs, const struct lp_method *mt, uint64_t ctr,
+		      const void *reply, size_t rlen, ProtobufCMessage **rep)
 {
 	struct lp_env r;
 
-	if (lp_env_decode(nng_msg_body(reply), nng_msg_len(reply), &r))
+	if (lp_env_decode(reply, rlen, &r))
 		return LUNAR_ERR_RPC_FAIL;
 	if (r.kind == LP_KIND_NO_SESSION && r.sid == cs->sid)
 		return NO_SESSION;
@@ -615,20 +373,18 @@ static int call_in(struct lp_client *c, struct lp_csess *cs, const struct lp_met
 		   const void *buf, size_t len, ProtobufCMessage **rep, uint64_t deadline)
 {
 	struct lp_env e = {.kind = LP_KIND_CALL, .sid = cs->sid, .body = buf, .body_len = len};
-	nng_msg *reply = NULL;
-	struct xchg x;
+	struct lp_spreq_xchg x;
+	void *reply;
+	size_t rlen;
 	int rc;
 
-	if ((rc = xchg_open(c, &x, deadline)))
+	if ((rc = code_of(lp_spreq_begin(c->req, deadline, &x))))
 		return rc;
-	rc = call_send(c, cs, &e, &x);
-	if (!rc)
-		rc = xchg_finish(&x, &reply);
-	xchg_close(&x);
+	rc = code_of(lp_spreq_end(c->req, &x, call_send(c, cs, &e, &x), &reply, &rlen));
 	if (rc)
 		return rc;
-	rc = call_reply(cs, mt, e.ctr, reply, rep);
-	nng_msg_free(reply);
+	rc = call_reply(cs, mt, e.ctr, reply, rlen, rep);
+	free(reply);
 	return rc;
 }
 

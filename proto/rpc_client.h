@@ -1,7 +1,8 @@
 /*
  * rpc_client.h - the one client of the master RPC, shared by lunar-proxy
- * (proxy/mc.c) and lunar-bench --master: nng REQ with one context per call,
- * resends off so no call runs twice. With a cluster key it opens an
+ * (proxy/mc.c) and lunar-bench --master: nng's REQ wire (sp_req.h), each
+ * call exchanged by its own thread on a pooled connection, never sent
+ * twice. With a cluster key it opens an
  * authenticated session (rpc_auth.h) on the first call and again whenever
  * the master no longer knows it (a master restart), transparently.
  */
@@ -18,13 +19,14 @@
 struct lp_client;
 
 /* lp_client_create's flags: dial before returning, failing at once when no
- * master listens (a tool), instead of in the background (a daemon). */
+ * master listens (a tool), instead of at the first call (a daemon). */
 #define LP_CLIENT_DIAL_NOW 1u
 
 /*
- * lp_client_create - a client of the master at url, dialled in the
- * background (the master may come up later; nng keeps trying) unless flags
- * has LP_CLIENT_DIAL_NOW. key: the
+ * lp_client_create - a client of the master at url (tcp://HOST:PORT or
+ * ipc://PATH), dialled by the first call (which tries again until its
+ * deadline: the master may come up later) unless flags has
+ * LP_CLIENT_DIAL_NOW. key: the
  * cluster key (copied; NULL: the keyless plain protocol); role: the
  * auth_role the session claims (NODE or ADMIN; ignored keyless). 0 and *out,
  * or LUNAR_ERR_INVALID_PARAMS (bad url, no master with LP_CLIENT_DIAL_NOW,
@@ -45,14 +47,16 @@ int lp_client_create(const char *url, const struct auth_key *key, uint32_t role,
 int lp_client_call(struct lp_client *c, const struct lp_method *mt, const ProtobufCMessage *req,
 		   ProtobufCMessage **rep, uint64_t timeout_ms);
 /*
- * lp_client_on_drop - call fn(arg) on an nng thread each time a connection
- * to the master closes (it died or restarted). fn must not block or call
+ * lp_client_on_drop - call fn(arg), on a calling thread, each time a
+ * connection to the master is found closed (it died or restarted: a call
+ * broke on it, or the next call found it shut). fn must not block or call
  * into c. Call once, before the first call.
  */
 void lp_client_on_drop(struct lp_client *c, void (*fn)(void *arg), void *arg);
 /*
  * lp_client_close - fail every call in flight or to come at once
- * (shutdown). Idempotent and thread-safe; lp_client_destroy still frees.
+ * (shutdown), returning once those in flight have. Idempotent and
+ * thread-safe; lp_client_destroy still frees.
  */
 void lp_client_close(struct lp_client *c);
 /* lp_client_destroy - close, wipe the key, free. No call may be running. NULL is a no-op. */

@@ -15,6 +15,7 @@
 #include "lunar.h"
 #include "master/master.h"
 #include "px_int.h"
+#include "sp_req.h"
 
 static const char *const op_names[LC_OP_MAX] = {
     [LC_OP_PUT] = "put",
@@ -211,8 +212,12 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 			  "# HELP lunar_proxy_peer_connections Connections open to "
 			  "other nodes' data ports, idle or in use.\n"
 			  "# TYPE lunar_proxy_peer_connections gauge\n"
-			  "lunar_proxy_peer_connections %u\n",
-			  eng_engine_peer_conns(px->engine));
+			  "lunar_proxy_peer_connections %u\n"
+			  "# HELP lunar_proxy_master_connections Connections open to the "
+			  "master's RPC port, idle or in use.\n"
+			  "# TYPE lunar_proxy_master_connections gauge\n"
+			  "lunar_proxy_master_connections %u\n",
+			  eng_engine_peer_conns(px->engine), lp_spreq_connections());
 }
 
 static int handle(void *arg, const struct lc_http_req *req, struct lc_http_reply *rep)

@@ -27,6 +27,7 @@
 #include "lunar.h"
 #include "px_int.h"
 #include "sdnotify.h"
+#include "sp_req.h"
 #include "uds.h"
 
 #ifdef __SANITIZE_THREAD__
@@ -140,6 +141,7 @@ static int start_data_plane(struct px_proxy *px)
 	ec.cluster_key = px->cfg.keyed ? &px->cfg.cluster_key : NULL;
 	ec.rdma_devices = px->cfg.rdma_devices;
 	eng_busy_poll_set(px->cfg.busy_poll_us);
+	lp_spreq_busy_poll_set(px->cfg.busy_poll_us); /* the master's replies */
 	rc = px_disk_open(px);
 	if (rc)
 		return rc;

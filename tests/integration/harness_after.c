@@ -136,13 +136,16 @@ static void bg_main(int ready_fd, void *arg)
 static void snapshot(const struct h_after *a, struct h_after *now)
 {
 	int64_t peers = h_metric_sum(a->proxy_http, "lunar_proxy_peer_connections");
-
+	int64_t master = h_metric_sum(a->proxy_http, "lunar_proxy_master_connections");
 	const int ports[] = {a->proxy_http, a->proxy_data};
 
-	/* Neither the connection that read the gauge, if still open, nor
-	 * connections into the data port, which peers pool: ours to them are
-	 * the gauge. */
-	now->fds = peers < 0 ? -1 : h_pid_fd_count_but_ports(a->proxy->pid, ports, 2) - (int)peers;
+	/* Neither the connection that read the gauges, if still open, nor
+	 * connections into the data port, which peers pool: ours to them, and
+	 * those to the master (one a call in flight, a burst's for a second),
+	 * are the gauges (a proxy with an embedded master has none). */
+	now->fds = peers < 0 ? -1
+			     : h_pid_fd_count_but_ports(a->proxy->pid, ports, 2) - (int)peers -
+				   (master > 0 ? (int)master : 0);
 	now->maps = h_pid_maps_count(a->proxy->pid, "memfd:");
 	now->used = h_metric_sum(a->master_http, "lunar_master_segment_used_bytes");
 	now->keys = h_metric_sum(a->master_http, "lunar_master_keys");

@@ -39,7 +39,7 @@ struct h_after {
 	int proxy_http; /* the proxy's HTTP port (its /metrics) */
 	int proxy_data; /* its data port */
 	int fds;	/* the proxy's descriptors before the fault, less connections to and from
-			 * peers and to its HTTP port */
+			 * peers, to the master and to its HTTP port */
 	int maps;	/* its "memfd:" mappings */
 	int64_t used;	/* the master's used segment bytes, all segments */
 	int64_t keys;	/* the master's keys */
