@@ -186,7 +186,7 @@ section_c() {
 	echo
 	echo "\`lunar-bench --master\` drives a fresh \`lunar-master\` over its real nng RPC as one"
 	echo "fake proxy (a 1 TiB segment that never moves a byte, pinged every second), from"
-	echo "R requester threads with one nng context each. At each level it fills the master"
+	echo "R requester threads, each call on a pooled connection. At each level it fills the master"
 	echo "to that many objects with PutStart+PutEnd pairs (4 KiB objects), then measures"
 	echo "10,000 more pairs, 10,000 GetReplicaList calls on random resident keys and 1,000"
 	echo "BatchExistKey calls of 128 random resident keys. Rates are over wall-clock time,"

@@ -92,7 +92,7 @@ static const char usage_text[] =
     "\n"
     "Options:\n"
     "  --master URL          the master, e.g. tcp://127.0.0.1:50051\n"
-    "  --requesters R        requester threads, each call its own nng context (default 4)\n"
+    "  --requesters R        requester threads, each call its own connection (default 4)\n"
     "  --cluster-key FILE    the master's cluster key (env LUNAR_CLUSTER_KEY_FILE)\n"
     "  --objects N           objects resident at the top level (default 1000000)\n"
     "  --window W            calls per measured put and get window (default 10000)\n"
