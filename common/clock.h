@@ -28,6 +28,19 @@ static inline uint64_t lc_now_ms(void)
 	return lc_now_ns() / 1000000ull;
 }
 
+/* lc_monotonic_after - *ts: ms from now on CLOCK_MONOTONIC, the deadline
+ * of a pthread_cond_timedwait on a condition set to that clock. */
+static inline void lc_monotonic_after(struct timespec *ts, uint64_t ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += (time_t)(ms / 1000);
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
 /* A wall-clock step, in failpoint builds (failpoint.h): a test steps the
  * daemons' wall clock by an hour either way while they run, and checks that
  * nothing expires early or lives on (tests/integration/test_clock_jump.c). */

@@ -126,13 +126,7 @@ static int nap(struct mst_ha *h, uint64_t ms)
 	struct timespec ts;
 	int stop;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += (time_t)(ms / 1000);
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	lc_monotonic_after(&ts, ms);
 	pthread_mutex_lock(&h->lock);
 	if (!h->stopping)
 		pthread_cond_timedwait(&h->cond, &h->lock, &ts);

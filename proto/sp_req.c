@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "parse.h"
 
 #define SP_REQ0	     0x30u /* nng's protocol numbers */
 #define SP_REP0	     0x31u
@@ -72,29 +73,26 @@ void lp_spreq_busy_poll_set(unsigned us)
 	atomic_store_explicit(&spin_us, us < SPIN_MAX ? us : SPIN_MAX, memory_order_relaxed);
 }
 
-/* HOST:PORT of a tcp:// URL into r (HOST may be [v6]). 0 or -EINVAL. */
-static int parse_tcp(struct lp_spreq *r, const char *hp)
+/* HOST and PORT of url, a tcp:// URL lc_parse_rpc_url accepts, into r
+ * (HOST may be [v6]). 0 or -EINVAL. */
+static int parse_tcp(struct lp_spreq *r, const char *url)
 {
-	const char *colon = strrchr(hp, ':'), *h = hp;
+	const char *hp = url + 6, *colon, *h = hp;
 	size_t hlen;
-	char *end;
-	long port;
 
-	if (!colon)
+	if (lc_parse_rpc_url(url))
 		return -EINVAL;
+	colon = strrchr(hp, ':');
 	hlen = (size_t)(colon - hp);
 	if (hlen >= 2 && hp[0] == '[' && hp[hlen - 1] == ']') {
 		h++;
 		hlen -= 2;
 	}
-	errno = 0;
-	port = strtol(colon + 1, &end, 10);
-	if (!hlen || hlen >= HOST_MAX || errno || *end || end == colon + 1 || port < 1 ||
-	    port > 65535)
+	if (!hlen || hlen >= HOST_MAX || strlen(colon + 1) >= sizeof(r->port))
 		return -EINVAL;
 	memcpy(r->host, h, hlen);
 	r->host[hlen] = '\0';
-	snprintf(r->port, sizeof(r->port), "%ld", port);
+	strcpy(r->port, colon + 1);
 	return 0;
 }
 
@@ -107,7 +105,7 @@ int lp_spreq_alloc(const char *url, size_t max_reply, struct lp_spreq **out)
 	if (!r)
 		return -ENOMEM;
 	if (!strncmp(url, "tcp://", 6)) {
-		rc = parse_tcp(r, url + 6);
+		rc = parse_tcp(r, url);
 	} else if (!strncmp(url, "ipc://", 6) && url[6] &&
 		   strlen(url + 6) < sizeof(r->sun.sun_path)) {
 		r->ipc = true;
@@ -298,13 +296,13 @@ static int dial(struct lp_spreq *r, uint64_t deadline_ms, int *out)
 	int rc;
 
 	while ((rc = dial_once(r, deadline_ms, out)) == -ECONNREFUSED) {
-		uint64_t now = lc_now_ms(), until = now + SLICE_MS;
+		uint64_t now = lc_now_ms();
 		struct timespec ts;
 
 		if (now >= deadline_ms)
 			return -ETIMEDOUT;
-		until = until < deadline_ms ? until : deadline_ms;
-		ts = (struct timespec){(time_t)(until / 1000), (long)(until % 1000) * 1000000L};
+		lc_monotonic_after(&ts,
+				   deadline_ms - now < SLICE_MS ? deadline_ms - now : SLICE_MS);
 		pthread_mutex_lock(&r->lock);
 		if (!r->closed)
 			pthread_cond_timedwait(&r->cond, &r->lock, &ts);

@@ -366,18 +366,6 @@ static int tend(struct px_proxy *px, struct px_resv_pool *p)
 	return 0;
 }
 
-/* *ts: ms from now on CLOCK_MONOTONIC, the pool's conditions' clock. */
-static void deadline_after(struct timespec *ts, uint64_t ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += (time_t)(ms / 1000);
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
 static void *resv_main(void *arg)
 {
 	struct px_proxy *px = arg;
@@ -391,7 +379,7 @@ static void *resv_main(void *arg)
 		if (p->stop)
 			break;
 		if (!p->wake) {
-			deadline_after(&ts, RESV_TICK_MS);
+			lc_monotonic_after(&ts, RESV_TICK_MS);
 			pthread_cond_timedwait(&p->cond, &p->lock, &ts);
 		}
 		p->wake = 0;
@@ -466,7 +454,7 @@ void px_resv_release_all(struct px_proxy *px)
 	 * be cut), its grant or release left to the master's --client-ttl. */
 	pthread_mutex_lock(&p->lock);
 	p->stop = 1;
-	deadline_after(&ts, PX_GOODBYE_MS);
+	lc_monotonic_after(&ts, PX_GOODBYE_MS);
 	while (p->calling && !pthread_cond_timedwait(&p->idle, &p->lock, &ts))
 		;
 	pthread_mutex_unlock(&p->lock);
