@@ -67,9 +67,6 @@ proto_SRC := $(BUILD)/proto/lunar.pb-c.c $(wildcard proto/*.c)
 proto_API := -Iproto -I$(BUILD)/proto
 proto_SEES := etcd common shmlib $(AUTH)
 proto_PKGS := libprotobuf-c
-# Debian's libnng-dev ships no nng.pc: a plain -lnng (for the programs and
-# tests that link proto/ beside an nng socket of their own).
-proto_LIBS := -lnng
 
 engine_SRC := $(wildcard engine/*.c)
 engine_API := $(call exports,engine,engine/engine.h)
@@ -88,20 +85,18 @@ etcd_API := $(call exports,etcd,etcd/etcd.h etcd/leader.h)
 etcd_SEES := common
 etcd_PKGS := libcurl
 
-# Debian's libnng-dev ships CMake files but no nng.pc: a plain -lnng.
 master_SRC := $(filter-out master/main.c,$(wildcard master/*.c))
 master_MAIN := master/main.c
 master_API := $(call exports,master,master/master.h)
 master_SEES := proto etcd common shmlib $(AUTH)
 master_PKGS := libprotobuf-c
-master_LIBS := -lnng -lm
+master_LIBS := -lm
 
 # The proxy embeds the master through master.h only.
 proxy_SRC := $(filter-out proxy/main.c,$(wildcard proxy/*.c))
 proxy_MAIN := proxy/main.c
 proxy_SEES := engine disk master proto etcd common shmlib $(AUTH)
 proxy_PKGS := libprotobuf-c
-proxy_LIBS := -lnng
 
 # Compile-only layers: programs and tests.
 # tools: lunarctl and memc-bench, applications of liblunar.
@@ -111,12 +106,15 @@ tools_LIBS := -lm
 # bench: lunar-bench, whose --master mode speaks the master's RPC.
 bench_SRC := tools/lunar-bench.c $(wildcard tools/bench/*.c)
 bench_SEES := shmlib common proto etcd master $(AUTH)
-bench_LIBS := -lnng -lm
+bench_LIBS := -lm
 # tests see everything, internals included (-I.: "engine/eng_int.h").
 tests_SRC := $(wildcard tests/unit/*.c tests/integration/*.c tests/chaos/*.c)
 tests_API := -I.
 tests_SEES := $(COMPONENTS)
 tests_PKGS := cmocka
+# No daemon links nng: the tests do, for a real nng peer on each side of the
+# wire proto/ speaks (Debian's libnng-dev ships no nng.pc: a plain -lnng).
+tests_LIBS := -lnng
 
 LAYERS := $(COMPONENTS) tools bench tests
 

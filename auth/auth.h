@@ -154,7 +154,7 @@ int auth_mac_check(const unsigned char key[AUTH_KEY_BYTES], uint64_t ctr, const 
  * auth_replay_accept - record counter ctr as received on s after its MAC
  * checked. Accepts each counter once: counters above every one seen, or one
  * of the 64 below the highest that has not been seen (requests on several
- * nng contexts may arrive out of order). 0, or LUNAR_ERR_UNAUTHORIZED for a
+ * connections may arrive out of order). 0, or LUNAR_ERR_UNAUTHORIZED for a
  * replay or a counter older than the window. Not thread-safe on one s: the
  * caller holds the session's lock.
  */

@@ -245,7 +245,7 @@ static int h_reserve(struct mst_master *m, const ProtobufCMessage *req, Protobuf
 	const Lunar__ReserveRequest *rq = (const void *)req;
 	Lunar__Reservation *res = NULL;
 	/* a test's slow master (sleep: the failpoint build only, where this
-	 * call may block an nng thread) or a failed grant (return) */
+	 * call may block an RPC worker) or a failed grant (return) */
 	int rc = LC_FAILPOINT("master-reserve") ? LUNAR_ERR_INTERNAL
 						: mst_resv_grant(m, rq->client_id, rq->size, &res);
 	Lunar__ReserveReply *r = REPLY(Lunar__ReserveReply, lunar__reserve_reply__descriptor, rc);

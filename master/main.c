@@ -1,6 +1,6 @@
 /*
- * main.c - lunar-master: parse flags, create the master, serve it over nng
- * until SIGTERM or SIGINT, then stop cleanly.
+ * main.c - lunar-master: parse flags, create the master, serve it on nng's
+ * wire (rpc_server.h) until SIGTERM or SIGINT, then stop cleanly.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include <nng/nng.h>
 
 #include "auth.h"
 #include "log.h"
@@ -299,14 +297,14 @@ static int serve(const struct opts *o, const sigset_t *sigs)
 	sig = wait_signal(o, sigs);
 	LC_INFO("lunar-master", "signal %d: stopping", sig);
 	lc_sd_notify("STOPPING=1");
-	/* Never hang on the way out: nng's close waits on its own threads. */
+	/* Never hang on the way out: a handler stuck on a lock would hold
+	 * the server's stop. */
 	alarm(MST_STOP_BOUND_S);
 	mst_ha_stop(ha); /* step down first: a standby takes over at once */
 	lc_http_stop(http);
 	mst_server_stop(s);
 	mst_ha_free(ha);
 	mst_master_destroy(m);
-	nng_fini();			/* nng's own threads: exit with nothing left running */
 	return sig == SIGUSR1 ? 75 : 0; /* deposed: EX_TEMPFAIL, restart me */
 }
 

@@ -1,7 +1,7 @@
 /*
  * master.h - the Lunar master as a library: object metadata in shards,
  * segment space allocation, replica placement, leases and client liveness.
- * lunar-master serves it over nng (rpc_server.h); lunar-proxy
+ * lunar-master serves it on nng's wire (rpc_server.h); lunar-proxy
  * --embedded-master calls mst_dispatch directly, with no RPC and no second
  * copy of any master logic.
  *

@@ -1,5 +1,5 @@
 /*
- * rpc_server.h - serves a master over nng REP with several nng_ctx workers.
+ * rpc_server.h - serves a master on nng's REQ/REP wire with several workers.
  */
 #ifndef LUNAR_MASTER_RPC_SERVER_H
 #define LUNAR_MASTER_RPC_SERVER_H
@@ -12,24 +12,25 @@ struct mst_server;
 struct auth_key;
 
 /*
- * mst_server_start - listen on url ("tcp://127.0.0.1:0" picks a free port)
- * with nworkers contexts each receiving, dispatching and replying on their
- * own. key: the cluster key every caller must prove (SPEC §13), copied:
- * every message is then an authenticated envelope (proto/rpc_auth.h), each
+ * mst_server_start - listen on url ("tcp://HOST:PORT"; port 0 picks a free
+ * one) with nworkers threads, each receiving, dispatching and replying on
+ * its own (at most 4096 connections open; more are closed at accept).
+ * key: the cluster key every caller must prove (SPEC §13), copied: every
+ * message is then an authenticated envelope (proto/rpc_auth.h), each
  * call checked against its session's role and client ids, and a peer that
  * fails a check is closed unanswered. NULL serves the plain keyless
  * protocol (loopback demo mode). Returns 0 and *out, or a LUNAR_ERR_*
- * code with the nng error logged: INVALID_PARAMS for a bad url, BUSY when
- * the address is in use, INTERNAL for out of memory and other nng errors.
+ * code with the cause logged: INVALID_PARAMS for a bad url, BUSY when
+ * the address is in use, INTERNAL for out of memory and other errors.
  * m must outlive the server. Blocks only to bind; start-up thread.
  */
 int mst_server_start(struct mst_master *m, const char *url, unsigned nworkers,
 		     const struct auth_key *key, struct mst_server **out);
-/* mst_server_port - the bound TCP port (after port 0), 0 for ipc://. Any
- * thread. */
+/* mst_server_port - the bound TCP port (after port 0). Any thread. */
 uint16_t mst_server_port(const struct mst_server *s);
-/* mst_server_stop - close the socket, wait for workers (a call in progress
- * ends first), free. NULL is a no-op. Not concurrent with itself. */
+/* mst_server_stop - stop listening, wait for the workers (a call in
+ * progress ends first), close every connection, free. NULL is a no-op. Not
+ * concurrent with itself. */
 void mst_server_stop(struct mst_server *s);
 
 #endif /* LUNAR_MASTER_RPC_SERVER_H */

@@ -26,18 +26,14 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "parse.h"
+#include "sp_wire.h"
 
-#define SP_REQ0	     0x30u /* nng's protocol numbers */
-#define SP_REP0	     0x31u
-#define SP_IPC_MSG   0x01u /* ipc://: the byte before each length */
-#define SLICE_MS     100   /* longest single sleep, and the dial retry pause */
-#define IDLE_MAX     32	   /* pooled idle connections kept */
-#define IDLE_AGE_MS  1000  /* an idle one older closes (the newest stays) */
+#define SLICE_MS     100  /* longest single sleep, and the dial retry pause */
+#define IDLE_MAX     32	  /* pooled idle connections kept */
+#define IDLE_AGE_MS  1000 /* an idle one older closes (the newest stays) */
 #define HOST_MAX     256
 #define DEFAULT_SPIN 50	  /* µs */
 #define SPIN_MAX     1000 /* µs */
-#define REQ_ID_TOP   0x80000000u
 
 struct lp_spreq_conn {
 	struct lp_spreq_conn *next;
@@ -73,29 +69,6 @@ void lp_spreq_busy_poll_set(unsigned us)
 	atomic_store_explicit(&spin_us, us < SPIN_MAX ? us : SPIN_MAX, memory_order_relaxed);
 }
 
-/* HOST and PORT of url, a tcp:// URL lc_parse_rpc_url accepts, into r
- * (HOST may be [v6]). 0 or -EINVAL. */
-static int parse_tcp(struct lp_spreq *r, const char *url)
-{
-	const char *hp = url + 6, *colon, *h = hp;
-	size_t hlen;
-
-	if (lc_parse_rpc_url(url))
-		return -EINVAL;
-	colon = strrchr(hp, ':');
-	hlen = (size_t)(colon - hp);
-	if (hlen >= 2 && hp[0] == '[' && hp[hlen - 1] == ']') {
-		h++;
-		hlen -= 2;
-	}
-	if (!hlen || hlen >= HOST_MAX || strlen(colon + 1) >= sizeof(r->port))
-		return -EINVAL;
-	memcpy(r->host, h, hlen);
-	r->host[hlen] = '\0';
-	strcpy(r->port, colon + 1);
-	return 0;
-}
-
 int lp_spreq_alloc(const char *url, size_t max_reply, struct lp_spreq **out)
 {
 	struct lp_spreq *r = calloc(1, sizeof(*r));
@@ -105,7 +78,7 @@ int lp_spreq_alloc(const char *url, size_t max_reply, struct lp_spreq **out)
 	if (!r)
 		return -ENOMEM;
 	if (!strncmp(url, "tcp://", 6)) {
-		rc = parse_tcp(r, url);
+		rc = sp_tcp_split(url, 1, r->host, sizeof(r->host), r->port, sizeof(r->port));
 	} else if (!strncmp(url, "ipc://", 6) && url[6] &&
 		   strlen(url + 6) < sizeof(r->sun.sun_path)) {
 		r->ipc = true;
@@ -253,11 +226,11 @@ static int dial_once(struct lp_spreq *r, uint64_t deadline_ms, int *out)
 {
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV},
 			*ai = NULL;
-	static const uint8_t hello[8] = {0, 'S', 'P', 0, 0, SP_REQ0, 0, 0};
-	struct iovec iov = {(void *)hello, sizeof(hello)};
-	uint8_t peer[8];
+	uint8_t hello[SP_HELLO], peer[SP_HELLO];
+	struct iovec iov = {hello, sizeof(hello)};
 	int fd = -1, rc = -ECONNREFUSED;
 
+	sp_hello(hello, SP_REQ0);
 	if (r->ipc) {
 		rc = connect_to(r, (const struct sockaddr *)&r->sun, sizeof(r->sun), deadline_ms,
 				&fd);
@@ -270,7 +243,7 @@ static int dial_once(struct lp_spreq *r, uint64_t deadline_ms, int *out)
 		rc = send_all(r, fd, &iov, 1, deadline_ms);
 	if (!rc)
 		rc = recv_all(r, fd, peer, sizeof(peer), 0, deadline_ms);
-	if (!rc && (memcmp(peer, hello, 5) || peer[5] != SP_REP0 || peer[6] || peer[7]))
+	if (!rc && !sp_hello_is(peer, SP_REP0))
 		rc = -ECONNRESET; /* not a REP socket */
 	if (rc && fd >= 0)
 		close(fd);
@@ -487,7 +460,7 @@ int lp_spreq_send(struct lp_spreq *r, struct lp_spreq_xchg *call, const void *re
 	uint32_t id_be;
 	struct iovec iov[2] = {{head, off + 12}, {(void *)req, len}};
 
-	call->id = c->next_id++ | REQ_ID_TOP;
+	call->id = c->next_id++ | SP_ID_TOP;
 	id_be = htobe32(call->id);
 	head[0] = SP_IPC_MSG;
 	memcpy(head + off, &len_be, 8);

@@ -7,12 +7,8 @@
  * took 18 µs so, against 55-60 µs sleeping at once and 100-130 µs for
  * nng's own REQ socket (docs/architecture.md).
  *
- * The wire (nng's sp-tcp and sp-ipc mappings, request/reply protocol): a
- * connection opens with an 8-byte header each way, 00 'S' 'P' 00, the
- * sender's protocol (REQ 0x0030, REP 0x0031, big-endian), 00 00. Then each
- * message is a big-endian 64-bit length and that many bytes (ipc:// puts a
- * byte 0x01 before the length). A request's first 4 bytes are its id with
- * the top bit set; the reply starts with the same 4 bytes.
+ * The wire is nng's sp-tcp and sp-ipc mappings of the request/reply
+ * protocol (sp_wire.h); a request's backtrace is its id alone.
  *
  * Connections are pooled: a call takes an idle one (or opens one), uses it
  * for one exchange, and gives it back; a call that fails in any way closes

@@ -106,7 +106,7 @@ struct px_proxy;
 struct px_mc;
 /*
  * px_mc_create - a master client: embedded (m != NULL, calls run
- * mst_dispatch on the caller's thread) or remote (url, nng REQ; m NULL).
+ * mst_dispatch on the caller's thread) or remote (url, nng's REQ wire; m NULL).
  * Remote with key (not NULL; copied): calls go over a session authenticated
  * with the cluster key claiming role (AUTH_ROLE_NODE, or AUTH_ROLE_ADMIN
  * with --admin-calls). m must outlive it; url is only read. Returns 0 and
@@ -138,7 +138,7 @@ void px_mc_destroy(struct px_mc *mc);
  * *rep is the method's reply (free with protobuf_c_message_free_unpacked);
  * else LUNAR_ERR_RPC_FAIL, LUNAR_ERR_RPC_TIMEOUT or (keyed, the master does
  * not hold our cluster key) LUNAR_ERR_UNAUTHORIZED, and no reply.
- * Any thread; calls run in parallel (one nng context each).
+ * Any thread; calls run in parallel (one connection each).
  * A Ping (the heartbeat's) is the probe of a remote master: while the last
  * one got no answer (RPC_FAIL or RPC_TIMEOUT) the master is down, and every
  * other call fails at once with LUNAR_ERR_RPC_FAIL instead of waiting out
