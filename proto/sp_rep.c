@@ -46,7 +46,7 @@ enum cstate {
 
 struct conn {
 	struct conn *prev, *next; /* s->conns, under s->lock */
-	unsigned handoff;	  /* released before each arm, acquired after */
+	pthread_mutex_t own;	  /* held by the worker serving it, see arm() */
 	int fd;
 	enum cstate st;
 	uint8_t head[SP_HELLO]; /* C_HELLO, C_LEN: bytes so far in got */
@@ -102,20 +102,23 @@ static int grow(struct lp_spmsg *m, size_t got, size_t want)
 	return 0;
 }
 
-/* Hand c to the next worker epoll wakes for events. The epoll set orders
- * the hand-over; the release (and the acquire in worker()) say so to race
- * checkers, which do not know epoll. */
+/*
+ * Hand c to the next worker epoll wakes for events; c->own held. That
+ * worker may wake while this epoll_ctl is still returning: it takes c->own
+ * before it touches c, so it waits for this one to let go (and race
+ * checkers, which do not see epoll's ordering, see the lock's).
+ */
 static int arm(struct lp_sprep *s, struct conn *c, uint32_t events)
 {
 	struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = c};
 
-	lc_store_release(&c->handoff, c->handoff + 1);
 	return epoll_ctl(s->efd, EPOLL_CTL_MOD, c->fd, &ev) ? -errno : 0;
 }
 
 static void conn_free(struct conn *c)
 {
 	close(c->fd);
+	pthread_mutex_destroy(&c->own);
 	free(c->m.body);
 	free(c);
 }
@@ -325,6 +328,7 @@ static void conn_add(struct lp_sprep *s, int fd)
 	}
 	c->fd = fd;
 	c->st = C_HELLO;
+	pthread_mutex_init(&c->own, NULL);
 	if (conn_link(s, c)) {
 		warn_refused(s, "as many open as served");
 		conn_free(c);
@@ -332,12 +336,16 @@ static void conn_add(struct lp_sprep *s, int fd)
 	}
 	sp_hello(hello, SP_REP0);
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	lc_store_release(&c->handoff, 1);
 	ev.data.ptr = c;
 	/* a new socket's buffer takes 8 bytes at once */
-	if (send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello) ||
-	    epoll_ctl(s->efd, EPOLL_CTL_ADD, fd, &ev))
-		conn_drop(s, c);
+	pthread_mutex_lock(&c->own);
+	if (send(fd, hello, sizeof(hello), MSG_NOSIGNAL) == sizeof(hello) &&
+	    !epoll_ctl(s->efd, EPOLL_CTL_ADD, fd, &ev)) {
+		pthread_mutex_unlock(&c->own);
+		return;
+	}
+	pthread_mutex_unlock(&c->own);
+	conn_drop(s, c);
 }
 
 /* Take every connection waiting, then listen again. */
@@ -371,6 +379,7 @@ static void *worker(void *arg)
 	struct lp_sprep *s = arg;
 	struct epoll_event ev;
 	struct conn *c;
+	int rc;
 
 	for (;;) {
 		int n = epoll_wait(s->efd, &ev, 1, -1);
@@ -386,9 +395,11 @@ static void *worker(void *arg)
 			continue;
 		}
 		c = ev.data.ptr;
-		(void)lc_load_acquire(&c->handoff);
-		if (serve(s, c))
-			conn_drop(s, c);
+		pthread_mutex_lock(&c->own);
+		rc = serve(s, c);
+		pthread_mutex_unlock(&c->own); /* armed again (c is not ours), or */
+		if (rc)
+			conn_drop(s, c); /* not armed: no one else can have it */
 	}
 }
 
