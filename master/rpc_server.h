@@ -14,7 +14,8 @@ struct auth_key;
 /*
  * mst_server_start - listen on url ("tcp://HOST:PORT"; port 0 picks a free
  * one) with nworkers threads, each receiving, dispatching and replying on
- * its own (at most 4096 connections open; more are closed at accept).
+ * its own (4096 connections open at most: at the cap a new one shuts the
+ * one answered least recently, proto/sp_rep.h).
  * key: the cluster key every caller must prove (SPEC §13), copied: every
  * message is then an authenticated envelope (proto/rpc_auth.h), each
  * call checked against its session's role and client ids, and a peer that

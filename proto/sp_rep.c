@@ -31,11 +31,14 @@
 #include "log.h"
 #include "sp_wire.h"
 
-#define HOST_MAX   256
-#define BT_MAX	   (4 * SP_HOPS_MAX)
-#define BUF_FIRST  (64u << 10)	/* a request's buffer at first */
-#define BUF_KEEP   (256u << 10) /* a larger one is freed once answered */
-#define ACCEPT_GAP 10000	/* µs: a pause when out of fds */
+#define HOST_MAX     256
+#define BT_MAX	     (4 * SP_HOPS_MAX)
+#define BUF_FIRST    (64u << 10)  /* a request's buffer at first */
+#define BUF_KEEP     (256u << 10) /* a larger one is freed once answered */
+#define ACCEPT_GAP   10000	  /* µs: a pause when out of fds */
+#define KEEP_IDLE_S  60		  /* TCP keepalive: a silent peer probed after, */
+#define KEEP_INTVL_S 10		  /* every, */
+#define KEEP_CNT     3		  /* and given up after as many unanswered */
 
 enum cstate {
 	C_HELLO, /* reading the peer's opening header into head */
@@ -47,6 +50,8 @@ enum cstate {
 struct conn {
 	struct conn *prev, *next; /* s->conns, under s->lock */
 	pthread_mutex_t own;	  /* held by the worker serving it, see arm() */
+	uint64_t active_ms;	  /* its last request answered (or accept); relaxed */
+	bool evicted;		  /* shut down to make room; under s->lock */
 	int fd;
 	enum cstate st;
 	uint8_t head[SP_HELLO]; /* C_HELLO, C_LEN: bytes so far in got */
@@ -272,6 +277,7 @@ static int serve(struct lp_sprep *s, struct conn *c)
 		case C_SEND:
 			if ((rc = send_rest(c)) <= 0)
 				return rc ? rc : arm(s, c, EPOLLOUT);
+			LC_WRITE_ONCE(c->active_ms, lc_now_ms());
 			if (c->m.cap > BUF_KEEP) {
 				free(c->m.body);
 				c->m = (struct lp_spmsg){0};
@@ -285,25 +291,50 @@ static int serve(struct lp_sprep *s, struct conn *c)
 	}
 }
 
-/* Log at most once a second that connections are turned away, and why. */
-static void warn_refused(struct lp_sprep *s, const char *why)
+/* Log at most once a second what happened to connections. */
+static void warn(struct lp_sprep *s, const char *what)
 {
 	uint64_t now = lc_now_ms(), last = LC_READ_ONCE(s->warned_ms);
 
 	if (now - last >= 1000 && lc_cas(&s->warned_ms, &last, now))
-		LC_WARN("rpc", "connections refused: %s (%u open, at most %u)", why,
+		LC_WARN("rpc", "connections: %s (%u open, at most %u)", what,
 			lp_sprep_connections(s), s->cfg.max_conns);
 }
 
 /* c on the list, unless as many are open as served; 0 or -EBUSY. */
+/*
+ * At the cap, make room: shut down the connection answered least recently
+ * (idle, or a peer that never finished a request) - its owner, or the next
+ * worker its end of stream wakes, drops it. The fd stays open until then:
+ * conn_drop unlinks under s->lock, held here. 0, or -EBUSY when every
+ * connection is already being shut. Lock held.
+ */
+static int evict_oldest(struct lp_sprep *s)
+{
+	struct conn *old = NULL;
+
+	for (struct conn *c = s->conns; c; c = c->next)
+		if (!c->evicted &&
+		    (!old || LC_READ_ONCE(c->active_ms) <= LC_READ_ONCE(old->active_ms)))
+			old = c;
+	if (!old)
+		return -EBUSY;
+	old->evicted = true;
+	shutdown(old->fd, SHUT_RDWR);
+	return 0;
+}
+
+/* c on the list, making room at the cap; 0 or -EBUSY. */
 static int conn_link(struct lp_sprep *s, struct conn *c)
 {
+	bool full;
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->nconns >= s->cfg.max_conns) {
-		rc = -EBUSY;
-	} else {
+	full = s->nconns >= s->cfg.max_conns;
+	if (full)
+		rc = evict_oldest(s);
+	if (!rc) {
 		c->next = s->conns;
 		if (c->next)
 			c->next->prev = c;
@@ -311,6 +342,9 @@ static int conn_link(struct lp_sprep *s, struct conn *c)
 		s->nconns++;
 	}
 	pthread_mutex_unlock(&s->lock);
+	if (full)
+		warn(s, rc ? "at the cap, and every one is being shut: a new one closed"
+			   : "at the cap: the one answered least recently shut");
 	return rc;
 }
 
@@ -328,14 +362,19 @@ static void conn_add(struct lp_sprep *s, int fd)
 	}
 	c->fd = fd;
 	c->st = C_HELLO;
+	c->active_ms = lc_now_ms();
 	pthread_mutex_init(&c->own, NULL);
 	if (conn_link(s, c)) {
-		warn_refused(s, "as many open as served");
 		conn_free(c);
 		return;
 	}
 	sp_hello(hello, SP_REP0);
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* a peer gone without a word (a host down, a partition) is found */
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &(int){KEEP_IDLE_S}, sizeof(int));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &(int){KEEP_INTVL_S}, sizeof(int));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &(int){KEEP_CNT}, sizeof(int));
 	ev.data.ptr = c;
 	/* a new socket's buffer takes 8 bytes at once */
 	pthread_mutex_lock(&c->own);
@@ -358,11 +397,14 @@ static void accept_all(struct lp_sprep *s)
 	       errno == EINTR || errno == ECONNABORTED)
 		if (fd >= 0)
 			conn_add(s, fd);
-	if (errno != EAGAIN) { /* out of fds or memory: the backlog waits a while */
-		warn_refused(s, strerror(errno));
+	/* out of fds or memory: the backlog waits a while (another error is
+	 * the failed connection's own, and the next accept goes on) */
+	if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+		warn(s, strerror(errno));
 		usleep(ACCEPT_GAP);
 	}
-	epoll_ctl(s->efd, EPOLL_CTL_MOD, s->lfd, &ev);
+	if (epoll_ctl(s->efd, EPOLL_CTL_MOD, s->lfd, &ev))
+		LC_ERROR("rpc", "cannot listen again: %s", strerror(errno));
 }
 
 /* Wake one more worker blocked in epoll_wait to see the stop. */
@@ -386,6 +428,8 @@ static void *worker(void *arg)
 
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0)
+			LC_ERROR("rpc", "a worker stops: epoll_wait: %s", strerror(errno));
 		if (n < 0 || !ev.data.ptr) {
 			pass_stop(s);
 			return NULL;

@@ -15,6 +15,10 @@
  * a wrong header, a length over the limit, a backtrace without its last
  * word close that connection and no other. REQ requesters that keep
  * several requests in flight on one connection are answered in order.
+ * At the cap a new connection shuts the one answered least recently (an
+ * idle one, or a peer that never finished a request), so a flood of
+ * silent connections cannot shut out the others; TCP keepalive finds a
+ * peer gone without a word within about 90 s.
  */
 #ifndef LUNAR_PROTO_SP_REP_H
 #define LUNAR_PROTO_SP_REP_H
@@ -45,7 +49,7 @@ typedef int (*lp_sprep_fn)(void *arg, struct lp_spmsg *m);
 
 struct lp_sprep_cfg {
 	unsigned workers;   /* threads serving connections, >= 1 */
-	unsigned max_conns; /* connections served at once; more are closed at accept */
+	unsigned max_conns; /* connections open at once (see above) */
 	size_t max_request; /* longest request body accepted */
 	lp_sprep_fn fn;
 	void *arg;

@@ -6,8 +6,11 @@
  * stops half-way through a request, or never reads its large reply,
  * holds no worker from the others (one worker); every malformed opening
  * or message closes that connection alone; a handler's refusal closes its
- * connection unanswered; connections beyond the cap are closed at accept;
- * a stop waits for the handler running; bad URLs and a taken port.
+ * connection unanswered; at the cap a new connection shuts the silent one,
+ * not the one answered since; requests sent together and cut anywhere,
+ * with backtraces of 1 to 8 words, answered in order; a stop waits for
+ * the handler running, and wakes eight idle workers; bad URLs and a taken
+ * port.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -401,34 +404,113 @@ static void test_sp_rep_malformed_closes_that_connection(void **state)
 	lp_sprep_stop(v.s);
 }
 
-/* Two connections open of two served: a third is closed at once, without
- * a byte; once one goes, a new one is served. */
-static void test_sp_rep_connection_cap(void **state)
+/* Two connections open of two served: a third shuts the one answered
+ * least recently (a silent peer), not the one that was answered since. */
+static void test_sp_rep_cap_shuts_least_recent(void **state)
+{
+	uint32_t id = htobe32(0x80000001u);
+	uint8_t req[16 + 6], in[8 + 8 + 4 + 5];
+	struct lp_spreq *r;
+	struct srv v = {0};
+	struct pollfd p;
+	char got[128];
+	int silent, busy;
+
+	(void)state;
+	srv_start(&v, 1, 2);
+	silent = raw_connect(&v);
+	wait_conns(&v, 1);
+	usleep(5000);
+	busy = raw_connect(&v);
+	frame(req, 0x30, 6, &id, 4);
+	memcpy(req + 20, "hi", 2);
+	assert_int_equal(send(busy, req, sizeof(req), MSG_NOSIGNAL), (ssize_t)sizeof(req));
+	read_full(busy, in, sizeof(in));
+	assert_memory_equal(in + 20, "re:hi", 5);
+	usleep(5000);
+	assert_int_equal(lp_spreq_alloc(v.url, 4096, &r), 0);
+	assert_int_equal(call(r, "room now", 8, got, sizeof(got), 5000), 0);
+	assert_string_equal(got, "re:room now");
+	/* the silent one was shut: its opening header, then the end */
+	read_full(silent, in, 8);
+	p = (struct pollfd){.fd = silent, .events = POLLIN};
+	assert_int_equal(poll(&p, 1, 5000), 1);
+	assert_int_equal(recv(silent, in, sizeof(in), 0), 0);
+	/* the answered one is still served (its request without the hello) */
+	assert_int_equal(send(busy, req + 8, sizeof(req) - 8, MSG_NOSIGNAL),
+			 (ssize_t)(sizeof(req) - 8));
+	read_full(busy, in, 8 + 4 + 5);
+	assert_memory_equal(in + 12, "re:hi", 5);
+	lp_spreq_free(r);
+	close(silent);
+	close(busy);
+	wait_conns(&v, 0);
+	lp_sprep_stop(v.s);
+}
+
+/* Three requests in one write, the third cut inside its length and sent
+ * later, with backtraces of 1, 3 and 8 words: three replies, in order,
+ * each after its own backtrace. */
+static void test_sp_rep_pipelined_bytes(void **state)
+{
+	uint32_t bt[3][SP_HOPS_MAX];
+	const unsigned hops[3] = {1, 3, SP_HOPS_MAX};
+	uint8_t out[3 * (8 + 4 * SP_HOPS_MAX + 2)], in[8 + 4 * SP_HOPS_MAX + 5];
+	struct srv v = {0};
+	size_t n = 0, cut = 0;
+	int fd;
+
+	(void)state;
+	srv_start(&v, 2, 8);
+	for (int k = 0; k < 3; k++) {
+		uint64_t len = htobe64(4 * hops[k] + 2);
+
+		for (unsigned w = 0; w < hops[k]; w++)
+			bt[k][w] = htobe32(w + 1 == hops[k] ? 0x80000000u | (unsigned)k : w + 7);
+		if (k == 2)
+			cut = n + 3; /* inside the third length */
+		memcpy(out + n, &len, 8);
+		memcpy(out + n + 8, bt[k], 4 * hops[k]);
+		memcpy(out + n + 8 + 4 * hops[k], k == 0 ? "k0" : k == 1 ? "k1" : "k2", 2);
+		n += 8 + 4 * hops[k] + 2;
+	}
+	fd = raw_connect(&v);
+	assert_int_equal(send(fd, "\0SP\0\0\x30\0\0", 8, MSG_NOSIGNAL), 8);
+	assert_int_equal(send(fd, out, cut, MSG_NOSIGNAL), (ssize_t)cut);
+	read_full(fd, in, 8); /* the server's opening header */
+	for (int k = 0; k < 3; k++) {
+		size_t rlen = 8 + 4 * hops[k] + 5;
+		uint64_t want = htobe64(4 * hops[k] + 5);
+		char body[6];
+
+		if (k == 2) {
+			usleep(20000);
+			assert_int_equal(send(fd, out + cut, n - cut, MSG_NOSIGNAL),
+					 (ssize_t)(n - cut));
+		}
+		read_full(fd, in, rlen);
+		assert_memory_equal(in, &want, 8);
+		assert_memory_equal(in + 8, bt[k], 4 * hops[k]);
+		snprintf(body, sizeof(body), "re:k%d", k);
+		assert_memory_equal(in + 8 + 4 * hops[k], body, 5);
+	}
+	close(fd);
+	wait_conns(&v, 0);
+	lp_sprep_stop(v.s);
+}
+
+/* A stop with eight workers idle returns: each wakes the next. */
+static void test_sp_rep_stop_wakes_every_worker(void **state)
 {
 	struct lp_spreq *r;
 	struct srv v = {0};
 	char got[128];
-	uint8_t in[8];
-	int a, b;
 
 	(void)state;
-	srv_start(&v, 1, 2);
-	a = raw_connect(&v);
-	b = raw_connect(&v);
-	wait_conns(&v, 2);
-	{
-		int c = raw_connect(&v);
-
-		assert_int_equal(recv(c, in, sizeof(in), 0), 0); /* no opening header */
-		close(c);
-	}
-	close(a);
-	wait_conns(&v, 1);
+	srv_start(&v, 8, 8);
 	assert_int_equal(lp_spreq_alloc(v.url, 4096, &r), 0);
-	assert_int_equal(call(r, "room now", 8, got, sizeof(got), 5000), 0);
-	assert_string_equal(got, "re:room now");
+	assert_int_equal(call(r, "one", 3, got, sizeof(got), 5000), 0);
 	lp_spreq_free(r);
-	close(b);
 	lp_sprep_stop(v.s);
 }
 
@@ -513,7 +595,9 @@ int main(void)
 	    cmocka_unit_test(test_sp_rep_large_requests),
 	    cmocka_unit_test(test_sp_rep_slow_peers_hold_no_worker),
 	    cmocka_unit_test(test_sp_rep_malformed_closes_that_connection),
-	    cmocka_unit_test(test_sp_rep_connection_cap),
+	    cmocka_unit_test(test_sp_rep_cap_shuts_least_recent),
+	    cmocka_unit_test(test_sp_rep_pipelined_bytes),
+	    cmocka_unit_test(test_sp_rep_stop_wakes_every_worker),
 	    cmocka_unit_test(test_sp_rep_stop_waits_for_handler),
 	    cmocka_unit_test(test_sp_rep_bad_urls_and_taken_port),
 	};
