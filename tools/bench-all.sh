@@ -184,7 +184,7 @@ section_c() {
 	echo
 	echo "## (c) Master control plane"
 	echo
-	echo "\`lunar-bench --master\` drives a fresh \`lunar-master\` over its real nng RPC as one"
+	echo "\`lunar-bench --master\` drives a fresh \`lunar-master\` over its real RPC as one"
 	echo "fake proxy (a 1 TiB segment that never moves a byte, pinged every second), from"
 	echo "R requester threads, each call on a pooled connection. At each level it fills the master"
 	echo "to that many objects with PutStart+PutEnd pairs (4 KiB objects), then measures"
