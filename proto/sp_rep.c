@@ -3,11 +3,12 @@
  * (sp_rep.h). Workers block in epoll_wait on one set holding the listener,
  * every connection (each armed EPOLLONESHOT, so exactly one worker owns a
  * ready connection until it arms it again) and a stop eventfd: epoll
- * wakes one waiter a write, so each worker that sees it stopping writes
- * it again for the next. A connection is touched only by the
- * worker that owns it, or by lp_sprep_stop once the workers are gone; the
- * list of them is only for that. A request's buffer grows with the bytes
- * that come, not with the length announced.
+ * wakes one waiter a write, so each worker that sees it stopping writes it
+ * again for the next. A connection is touched only by the worker that owns
+ * it, or by lp_sprep_stop once the workers are gone; the list of them is
+ * for that and for making room at the cap (evict_oldest, which only shuts
+ * a socket down). A request's buffer grows with the bytes that come, not
+ * with the length announced.
  */
 #include "sp_rep.h"
 
@@ -71,7 +72,7 @@ struct lp_sprep {
 	pthread_mutex_t lock; /* conns, nconns */
 	struct conn *conns;
 	unsigned nconns;
-	uint64_t warned_ms; /* last "too many connections" line */
+	uint64_t warned_ms; /* last warn() line */
 };
 
 int lp_spmsg_reply(struct lp_spmsg *m, size_t len)
