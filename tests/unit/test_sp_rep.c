@@ -481,7 +481,7 @@ static void test_sp_rep_pipelined_bytes(void **state)
 	for (int k = 0; k < 3; k++) {
 		size_t rlen = 8 + 4 * hops[k] + 5;
 		uint64_t want = htobe64(4 * hops[k] + 5);
-		char body[6];
+		char body[16];
 
 		if (k == 2) {
 			usleep(20000);
