@@ -95,12 +95,13 @@ static void slice_done(struct eng_engine *e, struct eng_op *op, int rc, int ran)
 	pthread_mutex_lock(&cq->lock);
 	op->priv.ran |= ran != 0;
 	op->priv.failed |= rc != 0;
+	op->priv.refused |= rc == -EKEYREJECTED;
 	last = ++op->priv.finished == op->priv.nslices;
 	pthread_mutex_unlock(&cq->lock);
 	if (!last)
 		return;
 	if (op->priv.failed)
-		result = op->priv.ran ? LUNAR_ERR_TRANSFER_FAIL : ENG_XFER_UNSENT;
+		result = eng_xfer_failed(op->priv.refused ? -EKEYREJECTED : -EIO, op->priv.ran);
 	else if (op->want_crc)
 		op->crc = eng_tcp_crc(op);
 	if (op->priv.ops == &eng_tcp_ops) /* another transport counts itself */
@@ -122,6 +123,8 @@ static void slice_exec(struct eng_engine *e, struct eng_op *op, unsigned idx, in
 		rc = ops->xfer(e, op->endpoint, op->dir, op->off, op->iov, op->iovcnt,
 			       op->priv.total, op->cap, op->want_crc ? &crc : NULL);
 		ran = rc != ENG_XFER_UNSENT;
+		if (rc == LUNAR_ERR_UNAUTHORIZED)
+			rc = -EKEYREJECTED; /* as a TCP slice says it */
 		op->priv.scrc = crc;
 		op->priv.has_scrc = 1;
 	}

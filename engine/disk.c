@@ -154,7 +154,7 @@ static int disk_conn(void *arg, struct eng_cconn *conn, int *replied)
 		return -EPROTO;
 	if (rep.status == LUNAR_ERR_INVALID_PARAMS || rep.status == LUNAR_ERR_INVALID_KEY ||
 	    rep.status == LUNAR_ERR_UNAUTHORIZED)
-		return -EPROTO; /* a refusal: the peer closes */
+		return eng_refusal(rep.status); /* the peer closes */
 	d->result = rep.status ? rep.status : (int64_t)rep.length;
 	if (rep.status || !rep.length)
 		return rep.status ? 0 : -EPROTO;
@@ -217,7 +217,7 @@ static int64_t remote_read(struct eng_engine *e, const char *endpoint, const cha
 	if (rc) {
 		LC_DEBUG(ENG_LOG, "disk read of %s from %s failed: %s", key, endpoint,
 			 strerror(-rc));
-		return LUNAR_ERR_TRANSFER_FAIL;
+		return eng_xfer_failed(rc, 1);
 	}
 	return d.result;
 }

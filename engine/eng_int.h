@@ -13,8 +13,10 @@
 
 #include "engine.h"
 #include "auth.h"
+#include "lunar.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -524,6 +526,28 @@ int eng_send_req(struct eng_cconn *c, const struct eng_wire_req *req, const stru
  */
 int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep, uint64_t deadline_ns,
 		 int *replied);
+/*
+ * eng_refusal - the -errno of a peer's refusal with status (< 0):
+ * -EKEYREJECTED when the owner did not take the capability for the range
+ * (LUNAR_ERR_UNAUTHORIZED: a grant under a secret of another mount of its
+ * segment, which a fresh list replaces), -EPROTO for any other refusal.
+ */
+static inline int eng_refusal(int32_t status)
+{
+	return status == LUNAR_ERR_UNAUTHORIZED ? -EKEYREJECTED : -EPROTO;
+}
+/*
+ * eng_xfer_failed - eng_xfer's result for a transfer that failed with rc
+ * (-errno; ran: a byte of it may have left): LUNAR_ERR_UNAUTHORIZED for
+ * an owner's refusal of the capability, else TRANSFER_FAIL or, when
+ * nothing ran, ENG_XFER_UNSENT.
+ */
+static inline int eng_xfer_failed(int rc, int ran)
+{
+	if (rc == -EKEYREJECTED)
+		return LUNAR_ERR_UNAUTHORIZED;
+	return ran ? LUNAR_ERR_TRANSFER_FAIL : ENG_XFER_UNSENT;
+}
 int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,
 		void *arg, int *ran);
 

@@ -214,10 +214,13 @@ void eng_engine_destroy(struct eng_engine *e);
  * from [off, off + total) of the segment served at endpoint. When endpoint is
  * this engine's own, a copy. Synchronous: blocks the calling thread at most
  * io_timeout_ms; any number of threads at once (eng_xfer_batch of one
- * op). Returns 0,
- * ENG_XFER_UNSENT, or LUNAR_ERR_TRANSFER_FAIL (refused out of bounds,
- * timeout, short transfer, a connection lost); the connection of a failed
- * transfer is dropped, never reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from
+ * op). Returns 0, ENG_XFER_UNSENT, LUNAR_ERR_UNAUTHORIZED (the owner
+ * answered that cap does not grant the range: a grant under the secret of
+ * another mount of its segment, from a master since replaced or from
+ * before the owner restarted; a fresh grant may pass), or
+ * LUNAR_ERR_TRANSFER_FAIL (refused out of bounds, timeout, short
+ * transfer, a connection lost); the connection of a failed transfer is
+ * dropped, never reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from
  * 0) of the bytes moved; a local transfer computes it in the same pass as the copy. Local copies of
  * 64 KiB and more use non-temporal stores (lc_copy, lc_copy_crc32c), except for ENG_READ_STAGED.
  * cap: the master's grant for the range, sent with a remote request of a
@@ -237,8 +240,8 @@ int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint6
  * endpoint is ours, the disk_read callback runs on this thread instead.
  * Synchronous, bounded by io_timeout_ms; any thread. Returns the value's
  * length (bytes of iov written), or the owner's code (OBJECT_NOT_FOUND,
- * BUFFER_OVERFLOW, CHECKSUM_MISMATCH, FILE_READ_FAIL) or
- * LUNAR_ERR_TRANSFER_FAIL. If crc is not NULL, *crc is the CRC32C of the
+ * BUFFER_OVERFLOW, CHECKSUM_MISMATCH, FILE_READ_FAIL), UNAUTHORIZED (as
+ * for eng_xfer) or LUNAR_ERR_TRANSFER_FAIL. If crc is not NULL, *crc is the CRC32C of the
  * bytes received (set on success only). cap: as for eng_xfer, a READ_DISK
  * grant whose subject is "tenant\0key".
  */
@@ -286,7 +289,7 @@ struct eng_op {
 		uint64_t total, chunk, deadline_ns;
 		uint32_t scrc;	       /* another transport's CRC32C, when known */
 		uint32_t slice_crc[4]; /* TCP: each slice's own CRC32C (ENG_SLICE_MAX) */
-		uint8_t nslices, claimed, finished, ran, failed, has_scrc;
+		uint8_t nslices, claimed, finished, ran, failed, refused, has_scrc;
 	} priv;
 };
 

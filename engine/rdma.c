@@ -454,7 +454,7 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf
 	}
 	if (rep.status) {
 		LC_DEBUG(ENG_LOG, "RDMA transfer refused by %s: %d", p->endpoint, rep.status);
-		return -EPROTO;
+		return eng_refusal(rep.status);
 	}
 	return rep.length == total ? 0 : -EPROTO;
 }
@@ -518,7 +518,7 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 	peer_put(p);
 	eng_xfer_count(e, ENG_TR_RDMA, total, rc);
 	if (rc)
-		return LUNAR_ERR_TRANSFER_FAIL;
+		return eng_xfer_failed(rc, 1);
 	/* The NIC moved the bytes: one pass over them here. */
 	if (crc)
 		*crc = e->keyed && dir == ENG_WRITE ? wcrc : iov_crc(iov, iovcnt);

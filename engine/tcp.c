@@ -108,7 +108,7 @@ static int recv_rep(struct eng_cconn *c, uint64_t ctr, uint64_t id, uint64_t len
 	if (rep.status) {
 		LC_DEBUG(ENG_LOG, "peer refused request %llu: %d", (unsigned long long)id,
 			 rep.status);
-		return -EPROTO;
+		return eng_refusal(rep.status);
 	}
 	if (rep.magic != ENG_WIRE_REP_MAGIC || rep.id != id || rep.length != len)
 		return -EPROTO;
@@ -316,7 +316,7 @@ static int tcp_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir
 		    uint32_t *crc)
 {
 	struct eng_op op = eng_op_of(endpoint, dir, off, iov, iovcnt, cap, crc);
-	int rc, ran, anyran = 0;
+	int rc, ran = 0, anyran = 0;
 
 	op.priv.total = total;
 	rc = eng_tcp_plan(e, &op);
@@ -326,7 +326,7 @@ static int tcp_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir
 		rc = eng_tcp_slice(e, &op, i, &ran, NULL);
 		anyran |= ran;
 		if (rc)
-			return anyran ? LUNAR_ERR_TRANSFER_FAIL : ENG_XFER_UNSENT;
+			return eng_xfer_failed(rc, anyran);
 	}
 	if (crc)
 		*crc = eng_tcp_crc(&op);

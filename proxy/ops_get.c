@@ -42,7 +42,8 @@ static int trim_iov(const struct px_item *it, uint64_t size, struct iovec *out)
 
 /*
  * Read the value from one replica into iov: 0 when its bytes are the
- * value's (CRC32C as the master recorded), else a code. A local LOCAL_DISK
+ * value's (CRC32C as the master recorded), else a code (UNAUTHORIZED: the
+ * owner refused the list's grant, see eng_xfer). A local LOCAL_DISK
  * record is read straight into iov (the store checks its CRC, we check
  * that it is a copy of this value); a remote one through its owner's data
  * port.
@@ -51,15 +52,16 @@ static int read_replica(struct px_proxy *px, const char *tenant, const struct px
 			const struct px_cached *e, const struct px_cached_replica *rp, int local,
 			const struct iovec *iov, int iovcnt)
 {
+	const struct eng_cap *cap = rp->has_cap ? &rp->cap : NULL;
 	uint32_t crc = 0;
 	int64_t n;
-
-	const struct eng_cap *cap = rp->has_cap ? &rp->cap : NULL;
+	int rc;
 
 	if (rp->type == LUNAR__REPLICA_TYPE__MEMORY) {
-		if (eng_xfer(px->engine, rp->endpoint, px_item_read_dir(it), rp->offset, iov,
-			     iovcnt, cap, &crc))
-			return LUNAR_ERR_TRANSFER_FAIL;
+		rc = eng_xfer(px->engine, rp->endpoint, px_item_read_dir(it), rp->offset, iov,
+			      iovcnt, cap, &crc);
+		if (rc)
+			return rc == LUNAR_ERR_UNAUTHORIZED ? rc : LUNAR_ERR_TRANSFER_FAIL;
 		return crc == e->crc ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
 	}
 	if (local)
@@ -175,7 +177,9 @@ struct px_defer {
  * LOCAL_DISK, remote LOCAL_DISK, skipping peers the request gave up on (a
  * transfer there failed). Size or a code; OBJECT_NOT_FOUND when every
  * replica tried was gone; PX_DEFERRED when df took the first read (a
- * MEMORY replica's, or the local SSD's).
+ * MEMORY replica's, or the local SSD's). A peer whose transfer failed is
+ * skipped for the rest of the request (down); one that refused the list's
+ * grant is not: a list asked again carries a grant it takes.
  * The lease bounds reads of MEMORY replicas only: a range in a segment can
  * be reused once the lease ends, but a disk record is never rewritten in
  * place (its bucket goes only after the reads on it end), and its bytes are
@@ -344,7 +348,8 @@ static void mreads_flush(struct px_proxy *px, struct px_req *r, struct px_mreads
 		const struct px_cached *e = &mr->e[k];
 		const struct eng_op *op = &mr->ops[k];
 
-		if (op->result && strcmp(op->endpoint, px->endpoint))
+		if (op->result && op->result != LUNAR_ERR_UNAUTHORIZED &&
+		    strcmp(op->endpoint, px->endpoint))
 			px_down_add(down, op->endpoint);
 		if (!op->result && op->crc != e->crc)
 			PX_COUNT(px, checksum_failures, 1);

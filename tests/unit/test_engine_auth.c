@@ -5,7 +5,9 @@
  * or an expired grant and cannot be wrapped around; then engines on
  * loopback: a keyed pair moves bytes only with grants, a keyless peer gets
  * nothing, a replayed or altered frame and a WRITE unlike its CRC close the
- * connection, and each refusal is counted. White-box: it speaks the wire
+ * connection, a grant the owner refuses comes back UNAUTHORIZED (not a
+ * failed peer: a fresh grant may pass), and each refusal is counted.
+ * White-box: it speaks the wire
  * through engine/eng_int.h.
  */
 #include <stdarg.h>
@@ -301,7 +303,7 @@ static void test_engine_auth_wrong_grants_refused(void **state)
 	memset(buf, 0xAB, sizeof(buf));
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(xfer(&a, &b, ENG_WRITE, 8192, buf, sizeof(buf), &caps[i]),
-				 LUNAR_ERR_TRANSFER_FAIL);
+				 LUNAR_ERR_UNAUTHORIZED);
 	assert_memory_equal(b.seg + 8192, zero, sizeof(zero)); /* never touched */
 	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), 5);
 	/* Before the master gave the segment a secret, nothing is granted. */
@@ -317,7 +319,7 @@ static void test_engine_auth_wrong_grants_refused(void **state)
 		caps[0] = grant(secret, eng_engine_endpoint(d), ENG_OP_READ, 0, 4096, 1, later);
 		assert_int_equal(eng_xfer(a.e, eng_engine_endpoint(d), ENG_READ, 0,
 					  &(struct iovec){buf, 4096}, 1, &caps[0], NULL),
-				 LUNAR_ERR_TRANSFER_FAIL);
+				 LUNAR_ERR_UNAUTHORIZED);
 		assert_int_equal(eng_engine_rejected(d, ENG_REJ_CAPABILITY), 1);
 		eng_engine_destroy(d);
 		node_stop(&c);
@@ -348,9 +350,9 @@ static void test_engine_auth_expiry_on_master_clock(void **state)
 	eng_engine_set_clock(b.e, mnow, now);
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &good), 0);
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &past),
-			 LUNAR_ERR_TRANSFER_FAIL);
+			 LUNAR_ERR_UNAUTHORIZED);
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &ours),
-			 LUNAR_ERR_TRANSFER_FAIL);
+			 LUNAR_ERR_UNAUTHORIZED);
 	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), 2);
 	node_stop(&a);
 	node_stop(&b);

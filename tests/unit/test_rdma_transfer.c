@@ -231,7 +231,7 @@ static void test_rdma_transfer_keyed_grant_per_transfer(void **state)
 		posts = rdma_fake.posts;
 		memset(buf, 0xee, sizeof(buf));
 		assert_int_equal(xfer(&a, &b, ENG_WRITE, 8192, buf, sizeof(buf), &bad[i]),
-				 LUNAR_ERR_TRANSFER_FAIL);
+				 LUNAR_ERR_UNAUTHORIZED);
 		assert_int_equal(rdma_fake.posts, posts); /* not a byte moved */
 		assert_memory_equal(b.seg + 8192, want, sizeof(want));
 		assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), (uint64_t)i + 1);
