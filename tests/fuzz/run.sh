@@ -3,9 +3,10 @@
 # proxy's shared-memory validator), meta (the SSD tier's bucket metadata
 # decoder, disk/scan.c), http (the embedded HTTP server's request parsing,
 # common/http.c), frame (the data port's plain and keyed frames and the RDMA
-# connect body, engine/wire.c and rdma_wire.c) and envelope (the master
+# connect body, engine/wire.c and rdma_wire.c), envelope (the master
 # RPC's authenticated envelope and framed requests, proto/rpc_auth.c and
-# rpc.c). The targets run side by side, each for $FUZZ_SECONDS.
+# rpc.c) and sprep (the master's RPC server reading nng's sp-tcp framing,
+# proto/sp_rep.c). The targets run side by side, each for $FUZZ_SECONDS.
 #
 #   tests/fuzz/run.sh            build, then fuzz every target at once, each for
 #                                $FUZZ_SECONDS (default 45)
@@ -21,7 +22,7 @@
 # fuzz/crash-<target>-* for reproducers, fuzz/<target>.log for the last run's
 # log. Environment: FUZZ_CC (clang), FUZZ_SECONDS (per target), FUZZ_JOBS (1;
 # parallel workers per target), FUZZ_TARGETS ("decode meta http frame
-# envelope").
+# envelope sprep").
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 
@@ -32,13 +33,14 @@ JOBS=${FUZZ_JOBS:-1}
 # Absolute: with FUZZ_JOBS > 1 libFuzzer runs in $WORK (it writes fuzz-N.log).
 OUT=$(realpath -m "$BUILD/tests/fuzz")
 WORK=$(realpath -m "$BUILD/fuzz")
-TARGETS=${FUZZ_TARGETS:-decode meta http frame envelope}
+TARGETS=${FUZZ_TARGETS:-decode meta http frame envelope sprep}
 SEEDS=$OUT/fuzz_seeds
 SAN="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CFLAGS="-std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -pthread"
 # What each target links besides tests/fuzz/fuzz_<target>.c: fuzz_decode the
 # validator and the common code it calls; fuzz_meta includes disk/scan.c and
-# links the rest of disk/ (and liburing); fuzz_http includes common/http.c.
+# links the rest of disk/ (and liburing); fuzz_http includes common/http.c,
+# fuzz_sprep proto/sp_rep.c.
 # The cryptography the frame and envelope readers use (not the HTTP gate).
 AUTH_SRC="auth/mac.c auth/cap.c auth/key.c auth/handshake.c"
 lib_src() {
@@ -49,6 +51,7 @@ lib_src() {
 			common/log.c
 		;;
 	http) echo "common/log.c" ;;
+	sprep) echo "proto/sp_wire.c common/parse.c common/log.c" ;;
 	frame) echo engine/wire.c engine/rdma_wire.c $AUTH_SRC common/log.c common/crc32c.c ;;
 	envelope) echo proto/rpc_auth.c proto/rpc.c "$BUILD/proto/lunar.pb-c.c" $AUTH_SRC \
 		common/log.c common/errors.c ;;
@@ -69,6 +72,7 @@ max_len() {
 	meta) echo 16384 ;;
 	http) echo 16384 ;;
 	frame) echo 512 ;;
+	sprep) echo 8192 ;;
 	envelope) echo 16384 ;;
 	esac
 }
@@ -125,7 +129,7 @@ build_one() {
 	local lib
 	lib=$(lib_src "$t")
 	mkdir -p "$dir" "$corpus" || exit 1
-	if stale "$bin" "tests/fuzz/fuzz_$t.c" $lib disk/scan.c; then
+	if stale "$bin" "tests/fuzz/fuzz_$t.c" $lib disk/scan.c common/http.c proto/sp_rep.c; then
 		echo "  CLANG   $bin"
 		# Only our own file is -Werror: a clang-only warning in code built
 		# with gcc elsewhere is not a fuzzing failure. Each source compiles
@@ -154,6 +158,13 @@ build_one() {
 			'Authorization: Bearer 0123abcd' $'\r\n\r\n' >"$corpus/seed-admin"
 		printf 'HEAD /404 HTTP/1.1\n\n' >"$corpus/seed-head"
 		printf 'POST / HTTP/2.0\r\nX: y\r\n\r\n' >"$corpus/seed-post"
+		;;
+	sprep)
+		# The opening header, then requests: one with its one-word
+		# backtrace and a body, one whose backtrace has two words.
+		printf '\0SP\0\0\060\0\0\0\0\0\0\0\0\0\011\200\0\0\001hello\0\0\0\0\0\0\0\011\0\0\0\002\200\0\0\003x' \
+			>"$corpus/seed-two"
+		printf '\0SP\0\0\060\0\0\0\0\0\0\0\0\0\004\200\0\0\007' >"$corpus/seed-empty"
 		;;
 	esac
 }
