@@ -29,7 +29,11 @@
 #define ENG_DEFAULT_CONNS      8
 #define ENG_DEFAULT_IO_THREADS 4
 #define ENG_SLICE_MIN	       (256ull << 10) /* bytes; smaller transfers use one connection */
-#define ENG_SLICE_MAX	       4	      /* slices (connections) of one transfer */
+/* Bytes checksummed at a time beside the socket (io.c), and a keyed
+ * WRITE's frame (tcp.c): well inside L2, and large enough that the extra
+ * syscalls cost nothing. */
+#define ENG_CRC_CHUNK (256ull << 10)
+#define ENG_SLICE_MAX 4 /* slices (connections) of one transfer */
 static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / sizeof(uint32_t),
 	      "a CRC32C slot per slice");
 #define ENG_NO_DEADLINE UINT64_MAX /* wait without a time limit */

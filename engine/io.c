@@ -20,10 +20,6 @@
 
 #define ENG_IOV_WINDOW 64	    /* iovecs handed to one syscall */
 #define ENG_IOV_CHUNK  (1ull << 30) /* bytes of one iovec per syscall: far below SSIZE_MAX */
-/* Bytes checksummed at a time beside the socket: well inside L2, and large
- * enough that the extra syscalls cost nothing. */
-#define ENG_CRC_CHUNK (256u << 10)
-
 void eng_iovc_init(struct eng_iovc *c, const struct iovec *iov, int cnt, uint64_t skip,
 		   uint64_t len)
 {

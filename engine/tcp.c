@@ -8,7 +8,9 @@
  * the slices' CRCs are then combined (lc_crc32c_combine), never a second pass over the bytes. On a
  * keyed engine a new connection first passes the handshake, and each
  * request carries the capability, the payload's CRC32C and a MAC; each
- * reply's MAC is checked.
+ * reply's MAC is checked. A keyed WRITE whose CRC32C the caller did not
+ * give goes as frames of ENG_CRC_CHUNK bytes on its connection, each
+ * naming its own bytes' CRC32C (write_frames).
  */
 #include "eng_int.h"
 
@@ -29,6 +31,7 @@ struct tcp_slice {
 	uint64_t skip;
 	uint64_t len;
 	uint32_t crc;  /* keyed WRITE: CRC32C of this slice's bytes (sent in the header) */
+	int framed;    /* keyed WRITE, crc ours to compute: in frames (write_frames) */
 	int fuse_crc;  /* op wants a CRC: this slice's computed on the way */
 	uint32_t ocrc; /* fused: the slice's CRC32C */
 	int *live;     /* where to publish the socket while it runs, or NULL */
@@ -115,6 +118,27 @@ static int recv_rep(struct eng_cconn *c, uint64_t ctr, uint64_t id, uint64_t len
 	return 0;
 }
 
+/* CRC32C of bytes [skip, skip + len) of iov. */
+static uint32_t iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint64_t len)
+{
+	uint32_t crc = 0;
+
+	for (int i = 0; i < iovcnt && len; i++) {
+		size_t n = iov[i].iov_len;
+
+		if (skip >= n) {
+			skip -= n;
+			continue;
+		}
+		n -= (size_t)skip;
+		n = n < len ? n : (size_t)len;
+		crc = lc_crc32c(crc, (const char *)iov[i].iov_base + skip, n);
+		skip = 0;
+		len -= n;
+	}
+	return crc;
+}
+
 /* Move the payload of s on c: fused with its CRC32C when asked. */
 static int slice_payload(struct tcp_slice *s, struct eng_cconn *c, struct eng_iovc *data)
 {
@@ -126,6 +150,56 @@ static int slice_payload(struct tcp_slice *s, struct eng_cconn *c, struct eng_io
 	s->ocrc = 0;
 	return s->op->dir == ENG_WRITE ? eng_io_send_crc(c->fd, data, &s->ocrc, deadline)
 				       : eng_io_recv_crc(c->fd, data, &s->ocrc, deadline);
+}
+
+/*
+ * A keyed WRITE of s whose CRC32C is ours to compute, in frames of at most
+ * ENG_CRC_CHUNK bytes: each a request naming its own bytes' CRC32C, sent
+ * back to back, so each frame's checksum runs while the one before it
+ * crosses (one frame for the slice would hold every byte back until its
+ * checksum was done). Then their replies, in order. Sets s->crc, the
+ * slice's CRC32C. 0 leaves the connection idle again.
+ */
+static int write_frames(struct tcp_slice *s, struct eng_cconn *c, int *replied)
+{
+	const struct eng_op *op = s->op;
+	uint64_t deadline = op->priv.deadline_ns, ctr0 = 0, ctr;
+	uint64_t nf = (s->len + ENG_CRC_CHUNK - 1) / ENG_CRC_CHUNK;
+	uint64_t id = atomic_fetch_add(&s->e->next_id, nf);
+	int rc;
+
+	*replied = 0;
+	for (uint64_t i = 0, done = 0; i < nf; i++, done += ENG_CRC_CHUNK) {
+		uint64_t n = s->len - done < ENG_CRC_CHUNK ? s->len - done : ENG_CRC_CHUNK;
+		uint32_t crc = iov_crc(op->iov, op->iovcnt, s->skip + done, n);
+		struct eng_wire_req req = {
+		    .magic = ENG_WIRE_REQ_MAGIC,
+		    .op = ENG_OP_WRITE,
+		    .offset = op->off + s->skip + done,
+		    .length = n,
+		    .id = id + i,
+		};
+		struct eng_wire_kreq k;
+		struct eng_iovc data;
+
+		req_build(c, &req, op->cap, crc, NULL, 0, &k, &ctr);
+		if (!i)
+			ctr0 = ctr; /* one sender on c: the counters follow */
+		eng_iovc_init(&data, op->iov, op->iovcnt, s->skip + done, n);
+		eng_iovc_head(&data, &k, sizeof(k));
+		rc = eng_io_send(c->fd, &data, 0, deadline);
+		if (rc)
+			return rc;
+		s->crc = i ? lc_crc32c_combine(s->crc, crc, n) : crc;
+	}
+	for (uint64_t i = 0; i < nf; i++) {
+		uint64_t n = i == nf - 1 ? s->len - i * ENG_CRC_CHUNK : ENG_CRC_CHUNK;
+
+		rc = recv_rep(c, ctr0 + i, id + i, n, deadline, replied);
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 /* One request and its reply on c; 0 leaves the connection idle again. */
@@ -145,6 +219,8 @@ static int slice_on(struct tcp_slice *s, struct eng_cconn *c, int *replied)
 	uint64_t ctr;
 	int rc;
 
+	if (s->framed)
+		return write_frames(s, c, replied);
 	*replied = 0;
 	eng_iovc_init(&data, op->iov, op->iovcnt, s->skip, s->len);
 	/* A WRITE's header goes out with its payload's first bytes, in one
@@ -230,27 +306,6 @@ int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns
 	return rc;
 }
 
-/* CRC32C of bytes [skip, skip + len) of iov. */
-static uint32_t iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint64_t len)
-{
-	uint32_t crc = 0;
-
-	for (int i = 0; i < iovcnt && len; i++) {
-		size_t n = iov[i].iov_len;
-
-		if (skip >= n) {
-			skip -= n;
-			continue;
-		}
-		n -= (size_t)skip;
-		n = n < len ? n : (size_t)len;
-		crc = lc_crc32c(crc, (const char *)iov[i].iov_base + skip, n);
-		skip = 0;
-		len -= n;
-	}
-	return crc;
-}
-
 int eng_tcp_plan(struct eng_engine *e, struct eng_op *op)
 {
 	uint64_t n = (op->priv.total + ENG_SLICE_MIN - 1) / ENG_SLICE_MIN;
@@ -277,12 +332,12 @@ int eng_tcp_slice(struct eng_engine *e, struct eng_op *op, unsigned idx, int *ra
 	};
 	int keyed_write = e->keyed && op->dir == ENG_WRITE, rc;
 
-	/* A keyed WRITE names its CRC32C in the header: the caller's for a
-	 * whole transfer, else a pass before it. */
-	if (keyed_write)
-		s.crc = op->crc_known && op->priv.nslices == 1
-			    ? op->known_crc
-			    : iov_crc(op->iov, op->iovcnt, s.skip, s.len);
+	/* A keyed WRITE names its payload's CRC32C in the header: the
+	 * caller's for a whole transfer, else each frame's own. */
+	if (keyed_write && op->crc_known && op->priv.nslices == 1)
+		s.crc = op->known_crc;
+	else
+		s.framed = keyed_write;
 	s.fuse_crc = op->want_crc && !keyed_write;
 	rc = eng_tcp_run(e, op->endpoint, op->priv.deadline_ns, slice_conn, &s, ran);
 	if (rc) {

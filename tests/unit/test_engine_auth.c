@@ -5,7 +5,8 @@
  * or an expired grant and cannot be wrapped around; then engines on
  * loopback: a keyed pair moves bytes only with grants, a keyless peer gets
  * nothing, a replayed or altered frame and a WRITE unlike its CRC close the
- * connection, a grant the owner refuses comes back UNAUTHORIZED (not a
+ * connection, a keyed WRITE goes in frames that each name their own
+ * CRC32C, a grant the owner refuses comes back UNAUTHORIZED (not a
  * failed peer: a fresh grant may pass), and each refusal is counted.
  * White-box: it speaks the wire
  * through engine/eng_int.h.
@@ -19,7 +20,9 @@
 #include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -390,6 +393,98 @@ static void test_engine_auth_sliced_crc(void **state)
 	node_stop(&b);
 }
 
+/* The owner's side of one keyed connection, played by the test on a
+ * listening socket with b's engine for the handshake: it takes WRITE
+ * frames into seg until the writer closes, checking each. */
+struct frames {
+	struct node *b;
+	int lfd;
+	unsigned char *seg;
+	unsigned n;    /* frames taken */
+	uint64_t next; /* where the next frame must start */
+	int bad;       /* a frame over ENG_CRC_CHUNK, out of order or unlike its CRC */
+};
+
+static void *frames_serve(void *arg)
+{
+	struct frames *f = arg;
+	struct auth_session s;
+	struct eng_wire_kreq k;
+	int fd = accept(f->lfd, NULL, NULL);
+	uint64_t deadline = lc_now_ns() + 10000000000ull;
+
+	if (fd < 0 || eng_hs_server(f->b->e, fd, &s, deadline))
+		f->bad = 1;
+	while (!f->bad && recv(fd, &k, sizeof(k), MSG_WAITALL) == (ssize_t)sizeof(k)) {
+		struct eng_srv_req q = {.fd = fd, .s = &s, .ctr = le64toh(k.ctr)};
+
+		if (eng_wire_kreq_open(&k, &s, NULL, 0) || k.h.op != ENG_OP_WRITE ||
+		    k.h.length > ENG_CRC_CHUNK || k.h.offset != f->next ||
+		    recv(fd, f->seg + k.h.offset, k.h.length, MSG_WAITALL) != (ssize_t)k.h.length ||
+		    lc_crc32c(0, f->seg + k.h.offset, k.h.length) != k.crc) {
+			f->bad = 1;
+			break;
+		}
+		q.id = k.h.id;
+		f->next += k.h.length;
+		f->n++;
+		if (eng_send_rep(&q, 0, k.h.length, 0, deadline))
+			f->bad = 1;
+	}
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/* A keyed WRITE whose CRC32C the writer computes goes in frames of at most
+ * ENG_CRC_CHUNK bytes, each under its own MAC and counter and naming its
+ * own bytes' CRC32C, in order (so each frame's checksum runs while the
+ * last one crosses); the owner takes them all and the writer reports the
+ * whole value's CRC32C. One slice, so one connection, carries them. */
+static void test_engine_auth_keyed_write_in_frames(void **state)
+{
+	struct eng_config cfg = {
+	    .host = "127.0.0.1", .seg_size = SEG_SIZE, .cluster_key = &key, .slices = 1};
+	struct node a = node_create(cfg), b = node_start(&key);
+	size_t len = 4 * ENG_CRC_CHUNK + 5;
+	unsigned char *src = malloc(len);
+	struct frames f = {.b = &b, .seg = calloc(1, len)};
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t salen = sizeof(sa);
+	struct iovec v = {src, len};
+	char ep[64];
+	pthread_t t;
+	uint32_t crc = 1;
+
+	(void)state;
+	assert_non_null(src);
+	assert_non_null(f.seg);
+	for (size_t i = 0; i < len; i++)
+		src[i] = (unsigned char)(i * 2654435761u >> 11);
+	f.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(f.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(f.lfd, 1), 0);
+	assert_int_equal(getsockname(f.lfd, (struct sockaddr *)&sa, &salen), 0);
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", ntohs(sa.sin_port));
+	assert_int_equal(pthread_create(&t, NULL, frames_serve, &f), 0);
+	{
+		struct eng_cap wc = grant(secret, ep, ENG_OP_WRITE, 0, len, 1, UINT64_MAX);
+
+		assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 0, &v, 1, &wc, &crc), 0);
+	}
+	node_stop(&a); /* closes the pooled connection: the owner's loop ends */
+	pthread_join(t, NULL);
+	close(f.lfd);
+	assert_false(f.bad);
+	assert_int_equal(f.n, 5);
+	assert_int_equal(f.next, len);
+	assert_memory_equal(f.seg, src, len);
+	assert_int_equal(crc, lc_crc32c(0, src, len));
+	free(src);
+	free(f.seg);
+	node_stop(&b);
+}
+
 static void test_engine_auth_keyless_peers_refused(void **state)
 {
 	struct node a = node_start(&key), b = node_start(&key), c = node_start(NULL);
@@ -502,4 +597,5 @@ LUNAR_TEST_MAIN(setup, NULL, test_engine_auth_frame_bits_and_counters,
 		test_engine_auth_reply_bound_to_request, test_engine_auth_capability_checks,
 		test_engine_auth_keyed_transfers, test_engine_auth_wrong_grants_refused,
 		test_engine_auth_expiry_on_master_clock, test_engine_auth_keyless_peers_refused,
-		test_engine_auth_sliced_crc, test_engine_auth_replay_bitflip_and_crc)
+		test_engine_auth_sliced_crc, test_engine_auth_keyed_write_in_frames,
+		test_engine_auth_replay_bitflip_and_crc)
