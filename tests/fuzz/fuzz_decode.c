@@ -25,15 +25,7 @@
 #include "lunar.h"
 #include "proxy/decode.h"
 #include "ring.h"
-
-#define FZ_CHECK(cond)                                                                             \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "fuzz_decode: %s:%d: broken promise: %s\n", __FILE__,      \
-				__LINE__, #cond);                                                  \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
+#include "fuzz_check.h"
 
 static uint8_t *mem;  /* FZ_REGION_MAX bytes; the region is its tail */
 static uint8_t *base; /* this input's region: mem + FZ_ARENA_MAX - arena */

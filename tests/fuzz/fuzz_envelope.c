@@ -14,15 +14,7 @@
 
 #include "rpc.h"
 #include "rpc_auth.h"
-
-#define FZ_CHECK(cond)                                                                             \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "fuzz_envelope: %s:%d: broken promise: %s\n", __FILE__,    \
-				__LINE__, #cond);                                                  \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
+#include "fuzz_check.h"
 
 #define INSIDE(p, len, d, n)                                                                       \
 	(!(p) || ((const uint8_t *)(p) >= (d) && (const uint8_t *)(p) + (len) <= (d) + (n)))

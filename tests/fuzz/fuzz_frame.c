@@ -16,17 +16,9 @@
 #include "engine/eng_int.h"
 #include "engine/rdma_int.h"
 #include "lunar.h"
+#include "fuzz_check.h"
 
 #define SEG_SIZE (1ull << 30)
-
-#define FZ_CHECK(cond)                                                                             \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "fuzz_frame: %s:%d: broken promise: %s\n", __FILE__,       \
-				__LINE__, #cond);                                                  \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
 
 static void plain(const uint8_t *d, size_t n)
 {

@@ -11,15 +11,7 @@
 #include "../../common/http.c"
 
 #include <sys/socket.h>
-
-#define FZ_CHECK(cond)                                                                             \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "fuzz_http: %s:%d: broken promise: %s\n", __FILE__,        \
-				__LINE__, #cond);                                                  \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
+#include "fuzz_check.h"
 
 static struct lc_http server;
 

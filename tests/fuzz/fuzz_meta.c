@@ -11,15 +11,7 @@
 #include "../../disk/scan.c"
 
 #include <stdio.h>
-
-#define FZ_CHECK(cond)                                                                             \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "fuzz_meta: %s:%d: broken promise: %s\n", __FILE__,        \
-				__LINE__, #cond);                                                  \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
+#include "fuzz_check.h"
 
 /* Append one record to buf at *len. */
 static void seed_rec(char *buf, size_t *len, enum dsk_meta_type t, uint32_t idx, const char *key)

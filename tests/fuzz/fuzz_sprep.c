@@ -18,15 +18,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
-
-#define FZ_CHECK(cond)                                                                             \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "fuzz_sprep: %s:%d: broken promise: %s\n", __FILE__,       \
-				__LINE__, #cond);                                                  \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
+#include "fuzz_check.h"
 
 #define FZ_MAX_REQUEST 256
 #define FZ_INPUT_MAX   8192
