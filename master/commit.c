@@ -109,25 +109,31 @@ static int commit_one(struct mst_master *m, uint64_t client, const char *tenant,
 {
 	struct mst_shard *s;
 	struct mst_okey k;
+	uint64_t decided;
 	int rc = mst_okey_make(&k, tenant, it->key);
 
 	if (rc)
 		return rc;
 	if (!it->size)
 		return LUNAR_ERR_INVALID_PARAMS;
+	/* Each key checked as it commits: the batch's check came before
+	 * all of them, and the master may have frozen since. */
+	if ((rc = mst_ha_may_commit(m, &decided)))
+		return rc;
 	s = &m->shards[k.hash % MST_SHARDS];
 	pthread_mutex_lock(&s->lock);
 	rc = commit_locked(m, s, client, &k, it, res);
 	pthread_mutex_unlock(&s->lock);
 	if (!rc)
-		mst_ha_committed(m, "put", tenant, it->key);
+		mst_ha_committed(m, "put", tenant, it->key, decided);
 	return mst_code(rc);
 }
 
 int mst_batch_put_commit(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
 {
 	const Lunar__BatchPutCommitRequest *rq = (const void *)req;
-	int bad = rq->n_items > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : mst_ha_may_commit(m);
+	int bad =
+	    rq->n_items > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : mst_ha_may_commit(m, NULL);
 	Lunar__BatchPutStartReply *r =
 	    (void *)lp_reply_new(&lunar__batch_put_start_reply__descriptor, bad, MST_VIEW);
 

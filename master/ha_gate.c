@@ -84,10 +84,12 @@ int mst_ha_admit(struct mst_master *m, uint32_t method)
 	return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
 }
 
-int mst_ha_may_commit(struct mst_master *m)
+int mst_ha_may_commit(struct mst_master *m, uint64_t *decided_ms)
 {
 	struct mst_ha_gate *g = m->ha;
 
+	if (decided_ms)
+		*decided_ms = g ? lc_wall_ms() : 0;
 	if (!g)
 		return 0;
 	return lc_load_acquire(&g->role) == MST_ROLE_LEADER &&
@@ -96,11 +98,12 @@ int mst_ha_may_commit(struct mst_master *m)
 		   : LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
 }
 
-void mst_ha_committed(struct mst_master *m, const char *what, const char *tenant, const char *key)
+void mst_ha_committed(struct mst_master *m, const char *what, const char *tenant, const char *key,
+		      uint64_t decided_ms)
 {
 	if (m->ha) /* the key cut short: a debug line, not a record */
-		LC_DEBUG("ha", "committed %s %.64s/%.128s in view %llu", what, tenant, key,
-			 (unsigned long long)mst_view(m));
+		LC_DEBUG("ha", "committed %s %.64s/%.128s in view %llu decided %llu", what, tenant,
+			 key, (unsigned long long)mst_view(m), (unsigned long long)decided_ms);
 }
 
 int mst_ha_refuse(struct mst_master *m, const ProtobufCMessageDescriptor *d, ProtobufCMessage **rep)

@@ -59,16 +59,21 @@ void mst_ha_gate_free(struct mst_ha_gate *g);
  */
 int mst_ha_admit(struct mst_master *m, uint32_t method);
 /*
- * mst_ha_may_commit - checked again at the commit of a put or an upsert
- * (its End), so that a call admitted just before the master froze does not
- * commit after it woke past its fence: 0 (no HA, or leading before the
- * fence), else LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS. Lock-free.
+ * mst_ha_may_commit - checked again at the commit of each put or upsert
+ * (its End, each key of a batch), so that a call admitted just before the
+ * master froze does not commit after it woke past its fence: 0 (no HA, or
+ * leading before the fence), else LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS.
+ * *decided_ms (when not NULL): the wall-clock time of the check, in ms
+ * since the epoch. Lock-free.
  * mst_ha_committed - the debug log line of a commit, with the view it was
- * made in ("ha: committed put T/K in view V"), when HA is on and
- * LUNAR_LOG=debug. Any thread.
+ * made in and when mst_ha_may_commit let it ("ha: committed put T/K in
+ * view V decided W"): a master stopped between the check and the commit
+ * logs the line late, but its decision is what the fence bounds. When HA
+ * is on and LUNAR_LOG=debug. Any thread.
  */
-int mst_ha_may_commit(struct mst_master *m);
-void mst_ha_committed(struct mst_master *m, const char *what, const char *tenant, const char *key);
+int mst_ha_may_commit(struct mst_master *m, uint64_t *decided_ms);
+void mst_ha_committed(struct mst_master *m, const char *what, const char *tenant, const char *key,
+		      uint64_t decided_ms);
 /* mst_ha_refuse - *rep: a reply of descriptor d with that code and a message
  * naming the leader when it is known. 0, or -ENOMEM. Any thread. */
 int mst_ha_refuse(struct mst_master *m, const ProtobufCMessageDescriptor *d,

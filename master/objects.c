@@ -533,10 +533,11 @@ static int finish(struct mst_master *m, uint64_t client, const char *tenant, con
 int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		    uint32_t crc)
 {
-	int rc = mst_ha_may_commit(m);
+	uint64_t decided;
+	int rc = mst_ha_may_commit(m, &decided);
 
 	if (!rc && !(rc = finish(m, client, tenant, key, MST_END_COMMIT, crc)))
-		mst_ha_committed(m, "put", tenant, key);
+		mst_ha_committed(m, "put", tenant, key, decided);
 	return rc;
 }
 
