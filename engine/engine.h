@@ -164,8 +164,7 @@ const char *eng_engine_rdma_device(const struct eng_engine *e);
  * eng_busy_poll_set - how long, in microseconds, a thread waiting on a TCP
  * connection for a peer's bytes polls it before it sleeps: bytes that are
  * due (a reply, the rest of a transfer), and on the data port a peer's
- * next request right after a read it served (not after a write, whose
- * writer commits to the master before its next; a connection idle longer
+ * next request right after one it served (a connection idle longer
  * sleeps). The poll yields between looks. 0 (the default) sleeps at once;
  * at most ENG_BUSY_POLL_MAX_US. Process-wide, for every engine, as busy
  * polling is the host's choice (what a wakeup costs there against a spent

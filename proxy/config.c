@@ -95,7 +95,7 @@ static const struct flag flags[] = {
       "DUR   test hook: hold the heartbeat thread's first beat (0)"),
     F("busy-poll-us", K_US, busy_poll_us,
       "N     microseconds a thread waiting for a peer's bytes (a reply,\n"
-      "                             a reader's next request) polls before it sleeps,\n"
+      "                             a peer's next request) polls before it sleeps,\n"
       "                             0..1000 (50; 0: sleep at once)"),
     F("rdma-devices", K_STR, rdma_devices,
       "LIST  RDMA devices for peer transfers: auto (the first active port),\n"
