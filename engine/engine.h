@@ -216,8 +216,8 @@ void eng_engine_destroy(struct eng_engine *e);
  * op). Returns 0, ENG_XFER_UNSENT, LUNAR_ERR_UNAUTHORIZED (the owner
  * answered that cap does not grant the range: a grant under the secret of
  * another mount of its segment, from a master since replaced or from
- * before the owner restarted; a fresh grant may pass; a WRITE sent in
- * several frames may find the connection closed first, TRANSFER_FAIL), or
+ * before the owner restarted; a fresh grant may pass; also for a WRITE
+ * whose sending broke as the owner closed after refusing), or
  * LUNAR_ERR_TRANSFER_FAIL (refused out of bounds, timeout, short
  * transfer, a connection lost); the connection of a failed transfer is
  * dropped, never reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from

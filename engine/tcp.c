@@ -118,6 +118,21 @@ static int recv_rep(struct eng_cconn *c, uint64_t ctr, uint64_t id, uint64_t len
 	return 0;
 }
 
+/*
+ * A WRITE whose sending broke as the owner closed: the owner may have
+ * answered its first request before (a refusal of the grant, made from the
+ * header alone, then the close while the payload still came). That
+ * refusal (-EKEYREJECTED) when it is one, else rc.
+ */
+static int write_broken(struct eng_cconn *c, uint64_t ctr, uint64_t id, uint64_t len,
+			uint64_t deadline_ns, int *replied, int rc)
+{
+	if (rc != -EPIPE && rc != -ECONNRESET)
+		return rc;
+	return recv_rep(c, ctr, id, len, deadline_ns, replied) == -EKEYREJECTED ? -EKEYREJECTED
+										: rc;
+}
+
 /* CRC32C of bytes [skip, skip + len) of iov. */
 static uint32_t iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint64_t len)
 {
@@ -189,7 +204,8 @@ static int write_frames(struct tcp_slice *s, struct eng_cconn *c, int *replied)
 		eng_iovc_head(&data, &k, sizeof(k));
 		rc = eng_io_send(c->fd, &data, 0, deadline);
 		if (rc)
-			return rc;
+			return write_broken(c, ctr0, id, i ? ENG_CRC_CHUNK : n, deadline, replied,
+					    rc);
 		s->crc = i ? lc_crc32c_combine(s->crc, crc, n) : crc;
 	}
 	for (uint64_t i = 0; i < nf; i++) {
@@ -229,6 +245,8 @@ static int slice_on(struct tcp_slice *s, struct eng_cconn *c, int *replied)
 		req_build(c, &req, op->cap, s->crc, NULL, 0, &k, &ctr);
 		eng_iovc_head(&data, &k, sizeof(k));
 		rc = slice_payload(s, c, &data);
+		if (rc)
+			return write_broken(c, ctr, req.id, s->len, deadline, replied, rc);
 	} else {
 		rc = eng_send_req(c, &req, op->cap, s->crc, NULL, 0, 0, deadline, &ctr);
 	}

@@ -485,6 +485,51 @@ static void test_engine_auth_keyed_write_in_frames(void **state)
 	node_stop(&b);
 }
 
+/* A refused WRITE larger than the sockets hold: the owner answers the first
+ * request's grant with a refusal and closes while the writer is still
+ * sending, and the writer reads that answer rather than report the broken
+ * connection: UNAUTHORIZED, in frames (the CRC32C ours to compute) and
+ * whole (the caller's CRC32C), and not a byte written. */
+static void test_engine_auth_large_write_refused_unauthorized(void **state)
+{
+	enum { LEN = 48u << 20 };
+	struct eng_config cfg = {.host = "127.0.0.1", .seg_size = LEN, .cluster_key = &key};
+	struct node a = node_create((struct eng_config){.host = "127.0.0.1",
+							.seg_size = SEG_SIZE,
+							.cluster_key = &key,
+							.slices = 1}),
+		    b = node_create(cfg);
+	unsigned char *src = malloc(LEN), other[AUTH_KEY_BYTES];
+	struct iovec v = {src, LEN};
+	struct eng_cap cap;
+	struct eng_op op;
+	uint32_t crc;
+
+	(void)state;
+	assert_non_null(src);
+	memset(src, 0x5A, LEN);
+	assert_int_equal(eng_engine_set_secret(b.e, eng_engine_endpoint(b.e), secret), 0);
+	auth_random(other, sizeof(other));
+	cap = grant(other, eng_engine_endpoint(b.e), ENG_OP_WRITE, 0, LEN, 1, UINT64_MAX);
+	assert_int_equal(eng_xfer(a.e, eng_engine_endpoint(b.e), ENG_WRITE, 0, &v, 1, &cap, &crc),
+			 LUNAR_ERR_UNAUTHORIZED);
+	op = (struct eng_op){.endpoint = eng_engine_endpoint(b.e),
+			     .dir = ENG_WRITE,
+			     .iov = &v,
+			     .iovcnt = 1,
+			     .cap = &cap,
+			     .crc_known = 1,
+			     .known_crc = lc_crc32c(0, src, LEN)};
+	eng_xfer_batch(a.e, &op, 1);
+	assert_int_equal(op.result, LUNAR_ERR_UNAUTHORIZED);
+	for (size_t i = 0; i < LEN; i += 4096)
+		assert_int_equal(b.seg[i], 0);
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), 2);
+	free(src);
+	node_stop(&a);
+	node_stop(&b);
+}
+
 static void test_engine_auth_keyless_peers_refused(void **state)
 {
 	struct node a = node_start(&key), b = node_start(&key), c = node_start(NULL);
@@ -598,4 +643,5 @@ LUNAR_TEST_MAIN(setup, NULL, test_engine_auth_frame_bits_and_counters,
 		test_engine_auth_keyed_transfers, test_engine_auth_wrong_grants_refused,
 		test_engine_auth_expiry_on_master_clock, test_engine_auth_keyless_peers_refused,
 		test_engine_auth_sliced_crc, test_engine_auth_keyed_write_in_frames,
+		test_engine_auth_large_write_refused_unauthorized,
 		test_engine_auth_replay_bitflip_and_crc)
