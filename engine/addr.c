@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "resolve.h"
 
 /* Split "host:port" / "[host]:port" into host (copied into buf) and port. */
 static int split_endpoint(const char *endpoint, char *host, size_t cap, const char **port)
@@ -35,9 +36,10 @@ static int split_endpoint(const char *endpoint, char *host, size_t cap, const ch
 	return 0;
 }
 
-int eng_addr_resolve(const char *endpoint, struct sockaddr_storage *sa, socklen_t *len)
+int eng_addr_resolve(const char *endpoint, uint64_t deadline_ns, struct sockaddr_storage *sa,
+		     socklen_t *len)
 {
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+	const struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
 	struct addrinfo *res;
 	char host[ENG_ENDPOINT_MAX];
 	const char *port;
@@ -46,10 +48,12 @@ int eng_addr_resolve(const char *endpoint, struct sockaddr_storage *sa, socklen_
 	rc = split_endpoint(endpoint, host, sizeof(host), &port);
 	if (rc)
 		return rc;
-	rc = getaddrinfo(host, port, &hints, &res);
+	rc = lc_resolve(host, port, &hints,
+			deadline_ns == ENG_NO_DEADLINE ? LC_NO_DEADLINE : deadline_ns / 1000000,
+			&res);
 	if (rc) {
-		LC_DEBUG(ENG_LOG, "cannot resolve %s: %s", endpoint, gai_strerror(rc));
-		return -EHOSTUNREACH;
+		LC_DEBUG(ENG_LOG, "cannot resolve %s: %s", endpoint, strerror(-rc));
+		return rc;
 	}
 	memcpy(sa, res->ai_addr, res->ai_addrlen);
 	*len = res->ai_addrlen;

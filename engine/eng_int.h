@@ -316,10 +316,13 @@ int eng_io_recv_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline
 
 /*
  * eng_addr_resolve - the first address of "host:port" (IPv4 dotted, a host
- * name, or "[v6]:port") into *sa / *len. Blocks on DNS. Returns 0 or -EINVAL
- * (bad text) / -EHOSTUNREACH (name did not resolve).
+ * name, or "[v6]:port") into *sa / *len, a name looked up by deadline_ns
+ * (ENG_NO_DEADLINE: as long as DNS takes; lc_resolve). Returns 0 or -EINVAL
+ * (bad text) / -EHOSTUNREACH (name did not resolve) / -ETIMEDOUT (not by
+ * the deadline) / -ENOMEM.
  */
-int eng_addr_resolve(const char *endpoint, struct sockaddr_storage *sa, socklen_t *len);
+int eng_addr_resolve(const char *endpoint, uint64_t deadline_ns, struct sockaddr_storage *sa,
+		     socklen_t *len);
 /* eng_addr_format - "host:port" ("[host]:port" for an IPv6 literal) into buf. */
 int eng_addr_format(char *buf, size_t cap, const char *host, uint16_t port);
 /* eng_sock_nodelay - TCP_NODELAY on fd; returns 0 or -errno. */

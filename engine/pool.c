@@ -174,7 +174,7 @@ int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns
 	pthread_mutex_unlock(&p->lock);
 	if (!peer) {
 		/* Resolve without the lock: DNS must not stall transfers to other peers. */
-		rc = eng_addr_resolve(endpoint, &sa, &len);
+		rc = eng_addr_resolve(endpoint, deadline_ns, &sa, &len);
 		if (rc)
 			return rc;
 		pthread_mutex_lock(&p->lock);

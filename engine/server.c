@@ -473,7 +473,7 @@ static int listen_on(const struct eng_engine *e, uint16_t *port)
 
 	rc = eng_addr_format(ep, sizeof(ep), e->host, e->cfg.port);
 	if (!rc)
-		rc = eng_addr_resolve(ep, &sa, &len);
+		rc = eng_addr_resolve(ep, ENG_NO_DEADLINE, &sa, &len);
 	if (rc)
 		return rc;
 	fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);

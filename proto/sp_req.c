@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "resolve.h"
 #include "sp_wire.h"
 
 #define SLICE_MS     100  /* longest single sleep, and the dial retry pause */
@@ -224,8 +225,8 @@ static int connect_to(struct lp_spreq *r, const struct sockaddr *sa, socklen_t s
  * (-ECONNREFUSED when nobody, or no REP socket, answers). */
 static int dial_once(struct lp_spreq *r, uint64_t deadline_ms, int *out)
 {
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV},
-			*ai = NULL;
+	const struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+	struct addrinfo *ai = NULL;
 	uint8_t hello[SP_HELLO], peer[SP_HELLO];
 	struct iovec iov = {hello, sizeof(hello)};
 	int fd = -1, rc = -ECONNREFUSED;
@@ -234,10 +235,16 @@ static int dial_once(struct lp_spreq *r, uint64_t deadline_ms, int *out)
 	if (r->ipc) {
 		rc = connect_to(r, (const struct sockaddr *)&r->sun, sizeof(r->sun), deadline_ms,
 				&fd);
-	} else if (!getaddrinfo(r->host, r->port, &hints, &ai)) {
+	} else {
+		/* A name that does not resolve is tried again as a refusal;
+		 * a lookup the deadline cut short ends the call. */
+		rc = lc_resolve(r->host, r->port, &hints, deadline_ms, &ai);
+		if (!rc || rc == -EHOSTUNREACH)
+			rc = -ECONNREFUSED;
 		for (const struct addrinfo *a = ai; a && rc == -ECONNREFUSED; a = a->ai_next)
 			rc = connect_to(r, a->ai_addr, a->ai_addrlen, deadline_ms, &fd);
-		freeaddrinfo(ai);
+		if (ai)
+			freeaddrinfo(ai);
 	}
 	if (!rc)
 		rc = send_all(r, fd, &iov, 1, deadline_ms);
