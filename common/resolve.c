@@ -61,8 +61,7 @@ static int gai_code(int rc)
 	return rc == EAI_MEMORY ? -ENOMEM : -EHOSTUNREACH;
 }
 
-static struct lookup *lookup_new(const char *host, const char *port,
-				 const struct addrinfo *hints)
+static struct lookup *lookup_new(const char *host, const char *port, const struct addrinfo *hints)
 {
 	struct lookup *l = calloc(1, sizeof(*l));
 	pthread_condattr_t ca;

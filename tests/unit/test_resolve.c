@@ -6,7 +6,7 @@
  * socket nobody reads), a name's lookup gives up at its deadline, not
  * after the resolver's 5 s an attempt, and so do a master call
  * (lp_spreq_call) and a data transfer (eng_xfer) to a host of that name.
- * The namespace needs root; without it that part is skipped, saying so.
+ * The namespace needs root; without it that part is skipped, saying why.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -87,6 +87,13 @@ static int put_file(const char *path, const char *text)
 	return rc;
 }
 
+/* Why the namespace could not be made: a line, then -1. */
+static int no_ns(const char *step)
+{
+	fprintf(stderr, "test_resolve: %s: %s\n", step, strerror(errno));
+	return -1;
+}
+
 /* Loopback up, this resolv.conf and nsswitch.conf, and a DNS server on
  * 127.0.0.1:53 that never answers (its fd stays open): 0 or -1. */
 static int silent_dns(const char *dir)
@@ -102,16 +109,19 @@ static int silent_dns(const char *dir)
 	snprintf(ns_path, sizeof(ns_path), "%s/nsswitch.conf", dir);
 	strcpy(ifr.ifr_name, "lo");
 	if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
-		return -1;
+		return no_ns("loopback");
 	ifr.ifr_flags |= IFF_UP;
-	if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return -1;
+	if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+		return no_ns("loopback up");
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return no_ns("bind 127.0.0.1:53");
 	if (put_file(rc_path, "nameserver 127.0.0.1\noptions timeout:5 attempts:2\n") ||
 	    put_file(ns_path, "hosts: files dns\n"))
-		return -1;
-	if (mount(rc_path, "/etc/resolv.conf", NULL, MS_BIND, NULL) ||
-	    mount(ns_path, "/etc/nsswitch.conf", NULL, MS_BIND, NULL))
-		return -1;
+		return no_ns("a file in the temporary directory");
+	if (mount(rc_path, "/etc/resolv.conf", NULL, MS_BIND, NULL))
+		return no_ns("bind mount on /etc/resolv.conf");
+	if (mount(ns_path, "/etc/nsswitch.conf", NULL, MS_BIND, NULL))
+		return no_ns("bind mount on /etc/nsswitch.conf");
 	return 0;
 }
 
@@ -154,10 +164,13 @@ static int silent_checks(void)
 /* The checks in a child of its own mount and network namespaces. */
 static int child_main(const char *dir)
 {
-	if (unshare(CLONE_NEWNS | CLONE_NEWNET) ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) || silent_dns(dir))
-		return NO_NS;
-	return silent_checks();
+	if (unshare(CLONE_NEWNS | CLONE_NEWNET))
+		no_ns("unshare (needs root)");
+	else if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
+		no_ns("mounts private");
+	else if (!silent_dns(dir))
+		return silent_checks();
+	return NO_NS;
 }
 
 static void test_resolve_silent_dns_bounded_by_deadline(void **state)
@@ -193,7 +206,8 @@ static void test_resolve_silent_dns_bounded_by_deadline(void **state)
 	}
 	assert_true(WIFEXITED(st));
 	if (WEXITSTATUS(st) == NO_NS) {
-		print_message("skipped: no mount and network namespace here (needs root)\n");
+		print_message("skipped: no namespace with a silent DNS server here (the line "
+			      "above says why)\n");
 		skip();
 	}
 	assert_int_equal(WEXITSTATUS(st), 0);
