@@ -25,6 +25,7 @@
 #include "http.h"
 #include "log.h"
 #include "lunar.h"
+#include "prefault.h"
 #include "px_int.h"
 #include "sdnotify.h"
 #include "sp_req.h"
@@ -70,42 +71,21 @@ static int make_socket_dir(const struct px_config *cfg)
 	return 0;
 }
 
-/* One huge page a call: the call holds the address space's lock, which
- * every mmap (a client's region, a thread's stack) then waits for, so a
- * chunk must take well under a millisecond whatever the segment's size. */
-#define PX_PREFAULT_CHUNK (2ull << 20)
-
 /*
  * Make the segment resident, in huge pages where the kernel gives them: a
  * first-touch fault per 4 KiB page on the put path costs more than the copy.
- * Runs beside the proxy, which serves at once (faults taken by a put
- * meanwhile are just as safe), a chunk at a time so that neither stopping
- * nor an mmap elsewhere in the proxy waits long, at a lower priority than
- * the threads that serve.
+ * Runs beside the proxy, which serves at once, at a lower priority than the
+ * threads that serve; lc_prefault holds no lock an mmap elsewhere waits for.
  */
 static void *segment_prefault(void *arg)
 {
 	struct px_proxy *px = arg;
-	char *seg = px->segment;
-	long page = sysconf(_SC_PAGESIZE);
 	uint64_t t0 = lc_now_ms();
 
 	/* This thread only (Linux: a tid is a PRIO_PROCESS target). */
 	if (setpriority(PRIO_PROCESS, (id_t)gettid(), 10))
 		LC_DEBUG("proxy", "prefault: cannot lower its priority: %s", strerror(errno));
-	for (uint64_t off = 0; off < px->cfg.segment_size && !atomic_load(&px->stopping);
-	     off += PX_PREFAULT_CHUNK) {
-		uint64_t n = px->cfg.segment_size - off;
-
-		n = n < PX_PREFAULT_CHUNK ? n : PX_PREFAULT_CHUNK;
-#ifdef MADV_POPULATE_WRITE
-		if (!madvise(seg + off, n, MADV_POPULATE_WRITE))
-			continue;
-#endif
-		for (uint64_t p = 0; p < n; p += (uint64_t)page)
-			((volatile char *)seg)[off + p] = 0;
-	}
-	if (!atomic_load(&px->stopping))
+	if (!lc_prefault(px->segment, px->cfg.segment_size, &px->stopping))
 		LC_INFO("proxy", "segment resident (%llu ms)",
 			(unsigned long long)(lc_now_ms() - t0));
 	return NULL;
