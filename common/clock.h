@@ -9,6 +9,7 @@
 #ifndef LUNAR_COMMON_CLOCK_H
 #define LUNAR_COMMON_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -39,6 +40,24 @@ static inline void lc_monotonic_after(struct timespec *ts, uint64_t ms)
 		ts->tv_sec++;
 		ts->tv_nsec -= 1000000000L;
 	}
+}
+
+/*
+ * lc_cond_init - *cond on CLOCK_MONOTONIC, the clock of lc_now_* and
+ * lc_monotonic_after, so that a step of the wall clock neither stretches
+ * nor cuts a timed wait on it. 0, or pthread_cond_init's error number.
+ */
+static inline int lc_cond_init(pthread_cond_t *cond)
+{
+	pthread_condattr_t ca;
+	int rc = pthread_condattr_init(&ca);
+
+	if (rc)
+		return rc;
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	rc = pthread_cond_init(cond, &ca);
+	pthread_condattr_destroy(&ca);
+	return rc;
 }
 
 /* A wall-clock step, in failpoint builds (failpoint.h): a test steps the

@@ -64,7 +64,6 @@ static int gai_code(int rc)
 static struct lookup *lookup_new(const char *host, const char *port, const struct addrinfo *hints)
 {
 	struct lookup *l = calloc(1, sizeof(*l));
-	pthread_condattr_t ca;
 
 	if (!l)
 		return NULL;
@@ -78,10 +77,7 @@ static struct lookup *lookup_new(const char *host, const char *port, const struc
 	}
 	l->hints = *hints;
 	pthread_mutex_init(&l->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* lc_now_ms's clock */
-	pthread_cond_init(&l->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	lc_cond_init(&l->cond);
 	return l;
 }
 

@@ -22,17 +22,13 @@
 
 int eng_cq_init(struct eng_cq *cq)
 {
-	pthread_condattr_t ca;
 	int rc;
 
 	memset(cq, 0, sizeof(*cq));
 	if (pthread_mutex_init(&cq->lock, NULL))
 		return -ENOMEM;
 	/* Timed waits count on lc_now_ns()'s clock. */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	rc = pthread_cond_init(&cq->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	rc = lc_cond_init(&cq->cond);
 	if (rc) {
 		pthread_mutex_destroy(&cq->lock);
 		return -ENOMEM;

@@ -65,7 +65,6 @@ static struct ibv_qp *qp_new(struct eng_rdma_qps *q, int remote)
 static int qps_base(struct eng_rdma_qps *q, int nqp)
 {
 	struct eng_rdma_dev *d = q->dev;
-	pthread_condattr_t ca;
 
 	q->ch = d->ibv.create_comp_channel(d->ctx);
 	if (!q->ch)
@@ -79,10 +78,7 @@ static int qps_base(struct eng_rdma_qps *q, int nqp)
 	pthread_mutex_init(&q->wait_lock, NULL);
 	/* The nap counts on the monotonic clock: on the wall clock a step
 	 * back during it would stretch it by the step. */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&q->wait_cond, &ca);
-	pthread_condattr_destroy(&ca);
+	lc_cond_init(&q->wait_cond);
 	return 0;
 }
 

@@ -298,14 +298,8 @@ static void *run(void *arg)
 
 static int sync_init(struct mst_ha *h)
 {
-	pthread_condattr_t ca;
-	int rc;
+	int rc = lc_cond_init(&h->cond);
 
-	if (pthread_condattr_init(&ca))
-		return -ENOMEM;
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	rc = pthread_cond_init(&h->cond, &ca);
-	pthread_condattr_destroy(&ca);
 	if (rc)
 		return -rc;
 	if (pthread_mutex_init(&h->lock, NULL)) {

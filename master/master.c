@@ -53,14 +53,8 @@ static void *housekeeper(void *arg)
 
 static int stop_init(struct mst_master *m)
 {
-	pthread_condattr_t ca;
-	int rc;
+	int rc = lc_cond_init(&m->stop_cond);
 
-	if (pthread_condattr_init(&ca))
-		return -ENOMEM;
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	rc = pthread_cond_init(&m->stop_cond, &ca);
-	pthread_condattr_destroy(&ca);
 	if (rc)
 		return -rc;
 	if (pthread_mutex_init(&m->stop_lock, NULL)) {

@@ -55,17 +55,11 @@ struct mst_oqueue {
 
 int mst_offload_init(struct mst_offload *q)
 {
-	pthread_condattr_t ca;
 	int rc;
 
 	q->head = NULL;
 	q->nended = 0;
-	rc = pthread_condattr_init(&ca);
-	if (rc)
-		return -rc;
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	rc = pthread_cond_init(&q->ended, &ca);
-	pthread_condattr_destroy(&ca);
+	rc = lc_cond_init(&q->ended);
 	if (rc)
 		return -rc;
 	rc = pthread_mutex_init(&q->lock, NULL);

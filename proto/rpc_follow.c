@@ -322,16 +322,8 @@ static int follow_etcd(struct lp_follow *f, const char *urls, unsigned flags)
 
 static int follow_init(struct lp_follow *f)
 {
-	pthread_condattr_t ca;
-
-	if (pthread_condattr_init(&ca))
+	if (lc_cond_init(&f->cond))
 		return -1;
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	if (pthread_cond_init(&f->cond, &ca)) {
-		pthread_condattr_destroy(&ca);
-		return -1;
-	}
-	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&f->lock, NULL);
 	return 0;
 }

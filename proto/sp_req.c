@@ -73,7 +73,6 @@ void lp_spreq_busy_poll_set(unsigned us)
 int lp_spreq_alloc(const char *url, size_t max_reply, struct lp_spreq **out)
 {
 	struct lp_spreq *r = calloc(1, sizeof(*r));
-	pthread_condattr_t ca;
 	int rc = -EINVAL;
 
 	if (!r)
@@ -93,10 +92,7 @@ int lp_spreq_alloc(const char *url, size_t max_reply, struct lp_spreq **out)
 	}
 	r->max_reply = max_reply;
 	pthread_mutex_init(&r->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&r->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	lc_cond_init(&r->cond);
 	*out = r;
 	return 0;
 }

@@ -169,18 +169,14 @@ int px_closer_create(struct px_closer **out)
 {
 	struct sigaction sa = {.sa_handler = on_interrupt, .sa_flags = SA_RESTART};
 	struct px_closer *c = calloc(1, sizeof(*c));
-	pthread_condattr_t ca;
 
 	if (!c || sigaction(PX_CLOSER_SIGNAL, &sa, NULL)) {
 		free(c);
 		return LUNAR_ERR_INTERNAL;
 	}
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* lc_now_ms's clock */
-	pthread_cond_init(&c->work, &ca);
-	pthread_cond_init(&c->gone, &ca);
-	pthread_condattr_destroy(&ca);
+	lc_cond_init(&c->work);
+	lc_cond_init(&c->gone);
 	pthread_mutex_lock(&c->lock);
 	if (add_thread(c)) {
 		pthread_mutex_unlock(&c->lock);

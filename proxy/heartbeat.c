@@ -364,14 +364,10 @@ static void *heartbeat_main(void *arg)
 
 int px_heartbeat_start(struct px_proxy *px)
 {
-	pthread_condattr_t ca;
 	int remount;
 
 	pthread_mutex_init(&px->hb_lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&px->hb_cond, &ca);
-	pthread_condattr_destroy(&ca);
+	lc_cond_init(&px->hb_cond);
 	atomic_store(&px->hb_live, true);
 	/* An embedded master always answers: mount before the first client
 	 * is served, or a put racing the thread's first beat finds no segment.

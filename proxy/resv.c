@@ -391,7 +391,6 @@ static void *resv_main(void *arg)
 int px_resv_start(struct px_proxy *px)
 {
 	struct px_resv_pool *p;
-	pthread_condattr_t ca;
 
 	/* An embedded master answers without a round trip; the debug hook
 	 * holds a PutStart'ed put open, which put-ahead has none of. */
@@ -404,11 +403,8 @@ int px_resv_start(struct px_proxy *px)
 	p->value_max = px->cfg.reserve_value_max;
 	p->view = px_mc_view(px->mc);
 	pthread_mutex_init(&p->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->cond, &ca);
-	pthread_cond_init(&p->idle, &ca);
-	pthread_condattr_destroy(&ca);
+	lc_cond_init(&p->cond);
+	lc_cond_init(&p->idle);
 	px->resv = p;
 	if (pthread_create(&p->thread, NULL, resv_main, px)) {
 		px->resv = NULL;

@@ -127,7 +127,6 @@ static int conn_init_local(struct shm_conn *cn)
 static struct shm_conn *conn_alloc(void)
 {
 	struct shm_conn *cn = calloc(1, sizeof(*cn));
-	pthread_condattr_t ca;
 
 	if (!cn)
 		return NULL;
@@ -137,10 +136,7 @@ static struct shm_conn *conn_alloc(void)
 	for (size_t op = 0; op < LC_OP_MAX; op++)
 		cn->lat_ns[op] = SHM_LAT_INIT_NS;
 	pthread_mutex_init(&cn->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&cn->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	lc_cond_init(&cn->cond);
 	return cn;
 }
 

@@ -25,17 +25,13 @@
 static struct shm_conn *conn_new(uint64_t arena_size, uint32_t slots)
 {
 	struct shm_conn *cn = calloc(1, sizeof(*cn));
-	pthread_condattr_t ca;
 
 	assert_non_null(cn);
 	cn->arena_off = ARENA_OFF;
 	cn->arena_size = arena_size;
 	cn->slot_count = slots;
 	pthread_mutex_init(&cn->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&cn->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	lc_cond_init(&cn->cond);
 	assert_int_equal(shm_arena_init(cn), 0);
 	return cn;
 }
