@@ -10,8 +10,10 @@
 # as engines register theirs): put and get GB/s, their share of plain TCP
 # measured just before and just after each cell (lunar-bench
 # --tcp-baseline, the better of its blocking and busy-poll styles, as many
-# connections as threads; the share is against the two runs' mean), and
-# p50/p99; then the batch calls engines make (lunar_batch_put and
+# connections as threads; the share is against the two runs' mean): in a
+# get's direction, SIZE-byte answers, for both (the baseline the goals
+# name), and in a put's, SIZE-byte requests, for puts too; and p50/p99;
+# then the batch calls engines make (lunar_batch_put and
 # lunar_batch_get_into, BATCH keys a call, one thread) at 4 KiB, 64 KiB and
 # 1 MiB. The modes' clusters run side by side, and each cell is measured
 # for one mode right after the other, so they are compared at the same
@@ -83,8 +85,11 @@ wire_kv() {
 }
 
 # The wire beside CELL: the better of the two receive styles, in GB/s.
+# wire_gbps TAG [put_] - the better style's GB/s beside cell TAG, in a
+# get's direction or (put_) a put's.
 wire_gbps() {
-	awk -v a="$(wire_kv "$1" tcp_blocking_gbps)" -v b="$(wire_kv "$1" tcp_busypoll_gbps)" \
+	local d=${2:-}
+	awk -v a="$(wire_kv "$1" "tcp_${d}blocking_gbps")" -v b="$(wire_kv "$1" "tcp_${d}busypoll_gbps")" \
 		'BEGIN { if (a == "-") a = 0; if (b == "-") b = 0; print (a > b ? a : b) }'
 }
 
@@ -176,13 +181,14 @@ batch_table() {
 	echo "$mode, $BATCH keys a call (latencies are the call's; wire: the one beside"
 	echo "the one-thread staged cell of the same size):"
 	echo
-	echo "| size | put GB/s | put / wire | get GB/s | get / wire | put call p50 µs | get call p50 µs | errors |"
-	echo "|---|---|---|---|---|---|---|---|"
+	echo "| size | put GB/s | put / wire | put / put wire | get GB/s | get / wire | put call p50 µs | get call p50 µs | errors |"
+	echo "|---|---|---|---|---|---|---|---|---|"
 	for size in "${BATCH_SIZES[@]}"; do
 		f=$BL_TMP/$mode-$size-batch.out
 		wire=$(wire_gbps "$mode-staged-$size-1")
 		echo "| $size | $(bl_fmt "$(bl_kv "$f" put_gb_per_s)" 2) |" \
 			"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$wire" 2) |" \
+			"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$(wire_gbps "$mode-staged-$size-1" put_)" 2) |" \
 			"$(bl_fmt "$(bl_kv "$f" get_gb_per_s)" 2) |" \
 			"$(bl_div "$(bl_kv "$f" get_gb_per_s)" "$wire" 2) |" \
 			"$(bl_fmt "$(bl_kv "$f" put_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" get_p50_us)" 1) |" \
@@ -190,23 +196,31 @@ batch_table() {
 	done
 }
 
+# One direction's columns of the wire table: GB/s of both styles, and the
+# blocking p50 before -> after.
+wire_styles() {
+	local c=$1 d=$2
+	echo "$(bl_fmt "$(wire_kv "$c" "tcp_${d}blocking_gbps")" 2) |" \
+		"$(bl_fmt "$(wire_kv "$c" "tcp_${d}busypoll_gbps")" 2) |" \
+		"$(bl_fmt "$(bl_kv "$BL_TMP/tcp-$c-before.out" "tcp_${d}blocking_p50_us")" 1) ->" \
+		"$(bl_fmt "$(bl_kv "$BL_TMP/tcp-$c-after.out" "tcp_${d}blocking_p50_us")" 1) |"
+}
+
 # The wire beside each cell of a mode: the runs before and after it.
 wire_table() {
 	local mode=$1 kind size t c
 	echo
 	echo "The wire beside each cell (GB/s: the mean of the runs just before and just"
-	echo "after it; p50: before -> after):"
+	echo "after it; p50: before -> after), in a get's direction and in a put's:"
 	echo
-	echo "| cell | size | threads | blocking GB/s | busy-poll GB/s | p50 µs |"
-	echo "|---|---|---|---|---|---|"
+	echo "| cell | size | threads | blocking GB/s | busy-poll GB/s | p50 µs | put: blocking GB/s | busy-poll GB/s | p50 µs |"
+	echo "|---|---|---|---|---|---|---|---|---|"
 	for kind in staged zc; do
 		for size in $(kind_sizes "$kind"); do
 			for t in "${THREADS[@]}"; do
 				c=$mode-$kind-$size-$t
-				echo "| $kind | $size | $t | $(bl_fmt "$(wire_kv "$c" tcp_blocking_gbps)" 2) |" \
-					"$(bl_fmt "$(wire_kv "$c" tcp_busypoll_gbps)" 2) |" \
-					"$(bl_fmt "$(bl_kv "$BL_TMP/tcp-$c-before.out" tcp_blocking_p50_us)" 1) ->" \
-					"$(bl_fmt "$(bl_kv "$BL_TMP/tcp-$c-after.out" tcp_blocking_p50_us)" 1) |"
+				echo "| $kind | $size | $t | $(wire_styles "$c" "")" \
+					"$(wire_styles "$c" put_)"
 			done
 		done
 	done
@@ -214,16 +228,18 @@ wire_table() {
 
 # A mode's cells of one kind against their wire.
 table() {
-	local mode=$1 kind=$2 f size t wire
+	local mode=$1 kind=$2 f size t wire pwire
 	echo
-	echo "| size | threads | wire GB/s | put GB/s | put / wire | get GB/s | get / wire | put p50 µs | put p99 µs | get p50 µs | get p99 µs | errors |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| size | threads | wire GB/s | put GB/s | put / wire | put wire GB/s | put / put wire | get GB/s | get / wire | put p50 µs | put p99 µs | get p50 µs | get p99 µs | errors |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for size in $(kind_sizes "$kind"); do
 		for t in "${THREADS[@]}"; do
 			f=$BL_TMP/$mode-$kind-$size-$t.out
 			wire=$(wire_gbps "$mode-$kind-$size-$t")
+			pwire=$(wire_gbps "$mode-$kind-$size-$t" put_)
 			echo "| $size | $t | $(bl_fmt "$wire" 2) | $(bl_fmt "$(bl_kv "$f" put_gb_per_s)" 2) |" \
 				"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$wire" 2) |" \
+				"$(bl_fmt "$pwire" 2) | $(bl_div "$(bl_kv "$f" put_gb_per_s)" "$pwire" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" get_gb_per_s)" 2) |" \
 				"$(bl_div "$(bl_kv "$f" get_gb_per_s)" "$wire" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" put_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" put_p99_us)" 1) |" \
@@ -241,6 +257,8 @@ echo "run, just before and just after each cell (\`lunar-bench --tcp-baseline\`:
 echo "request, SIZE-byte answer from a cold 256 MiB set into a cold set, 8 MiB socket"
 echo "buffers, TCP_NODELAY; the mean of the two runs, the better of"
 echo "blocking MSG_WAITALL and busy-poll receive; one connection per thread)."
+echo "\"put wire\": the same in a put's direction, the client sending a 16-byte"
+echo "header and SIZE bytes, the server answering 16 bytes once they are in."
 if [ -n "$A_CPUS" ]; then
 	echo "Placed as two nodes: A and its client on CPUs $A_CPUS, B and the master on"
 	echo "$B_CPUS; the wire's clients on $A_CPUS, its servers on $B_CPUS."

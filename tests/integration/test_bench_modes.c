@@ -337,8 +337,9 @@ static void test_bench_modes_copy_baselines(void **state)
 	h_cleanup();
 }
 
-/* The wire's baseline with its server threads placed on a CPU of ours;
- * a CPU list it cannot read is a usage error. */
+/* The wire's baseline with its server threads placed on a CPU of ours,
+ * in both directions unless told one; a CPU list or a direction it cannot
+ * read is a usage error. */
 static void test_bench_modes_tcp_baseline_placed(void **state)
 {
 	char cmd[PATH_MAX + 256], out[4096];
@@ -356,11 +357,21 @@ static void test_bench_modes_tcp_baseline_placed(void **state)
 	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
 	H_ASSERT_MSG(rate(out, "tcp_blocking_gbps") > 0, "%s", out);
 	H_ASSERT_MSG(rate(out, "tcp_busypoll_gbps") > 0, "%s", out);
-	for (int i = 0; i < 3; i++) {
-		static const char *const bad[] = {"x", "1-", "99999"};
+	H_ASSERT_MSG(rate(out, "tcp_put_blocking_gbps") > 0, "%s", out);
+	H_ASSERT_MSG(rate(out, "tcp_put_busypoll_gbps") > 0, "%s", out);
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 60 %s --tcp-baseline --size 64KiB --count 100 --direction put",
+		 h_bin("lunar-bench"));
+	out[0] = '\n';
+	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
+	H_ASSERT_MSG(rate(out, "tcp_put_blocking_gbps") > 0, "%s", out);
+	H_ASSERT_MSG(!strstr(out, "\ntcp_blocking_gbps="), "%s", out);
+	for (int i = 0; i < 4; i++) {
+		static const char *const bad[] = {"--server-cpus x", "--server-cpus 1-",
+						  "--server-cpus 99999", "--direction sideways"};
 
-		snprintf(cmd, sizeof(cmd), "%s --tcp-baseline --server-cpus %s 2>/dev/null",
-			 h_bin("lunar-bench"), bad[i]);
+		snprintf(cmd, sizeof(cmd), "%s --tcp-baseline %s 2>/dev/null", h_bin("lunar-bench"),
+			 bad[i]);
 		H_ASSERT_EQ(run(cmd, out, sizeof(out)), 2);
 	}
 }

@@ -2,11 +2,14 @@
  * tcp_base.c - lunar-bench --tcp-baseline: what plain TCP does on this
  * machine, for remote puts and gets to be measured against. T client
  * threads, each with its own loopback connection to a server thread of this
- * process, send a 16-byte request and receive a SIZE-byte answer, the
- * server sending from a cold 256 MiB set and the client receiving into
- * another (both walked in order, so no answer comes from the cache). 8 MiB
+ * process, make round trips in either direction: a get's, a 16-byte request
+ * answered with SIZE bytes (figures tcp_*), and a put's, a 16-byte header
+ * and SIZE bytes answered with 16 (tcp_put_*). The side that sends SIZE
+ * bytes sends from a cold 256 MiB set, the other receives into another
+ * (both walked in order, so no payload comes from the cache). 8 MiB
  * socket buffers, TCP_NODELAY. Two receive styles, one after the other:
- * blocking recv(MSG_WAITALL), and a busy-poll of recv(MSG_DONTWAIT).
+ * blocking recv(MSG_WAITALL), and a busy-poll of recv(MSG_DONTWAIT) by the
+ * side waiting for SIZE bytes and by the client waiting for its answer.
  * --server-cpus LIST runs the server threads on those CPUs (the clients stay
  * where the process runs), as two nodes would: on a small machine a server
  * woken onto its client's CPU takes turns with it instead of running beside.
@@ -21,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -30,12 +34,16 @@
 #define TB_SOCKBUF (8 << 20)
 #define TB_MAX_T   64
 #define TB_REQ	   16
+#define TB_GET	   1u
+#define TB_PUT	   2u
 
 struct tb_run {
 	uint64_t size, count, per; /* per: bytes of each set one thread walks */
 	unsigned threads;
+	int put; /* this run's direction: SIZE bytes in the request, not the answer */
 	int busy;
-	int pin; /* server threads on server_cpus */
+	unsigned dirs; /* the directions to run: TB_GET | TB_PUT */
+	int pin;       /* server threads on server_cpus */
 	cpu_set_t server_cpus;
 	unsigned char *src, *dst;
 	uint64_t *lat; /* count per thread, thread-major */
@@ -78,50 +86,79 @@ static int tb_recv(int fd, void *buf, size_t len, int busy)
 	return 0;
 }
 
-static int tb_send(int fd, const void *buf, size_t len)
+/* Send the n pieces of v as one stream (v is advanced past what went):
+ * a header and its payload leave in one call. */
+static int tb_sendv(int fd, struct iovec *v, int n)
 {
-	size_t sent = 0;
+	while (n) {
+		struct msghdr msg = {.msg_iov = v, .msg_iovlen = (size_t)n};
+		ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
 
-	while (sent < len) {
-		ssize_t n = send(fd, (const char *)buf + sent, len - sent, MSG_NOSIGNAL);
-
-		if (n < 0 && errno != EINTR)
+		if (sent < 0 && errno != EINTR)
 			return -1;
-		if (n > 0)
-			sent += (size_t)n;
+		for (; sent > 0 && n; v++, n--) {
+			if ((size_t)sent < v->iov_len) {
+				v->iov_base = (char *)v->iov_base + sent;
+				v->iov_len -= (size_t)sent;
+				break;
+			}
+			sent -= (ssize_t)v->iov_len;
+		}
 	}
 	return 0;
 }
 
-/* The server side of one connection: answer each request from the source set. */
+static int tb_send(int fd, const void *buf, size_t len)
+{
+	struct iovec v = {(void *)buf, len};
+
+	return tb_sendv(fd, &v, 1);
+}
+
+/* The server side of one connection: answer each request, from the source
+ * set (a get's), or with the header once its payload is in the destination
+ * set (a put's). */
 static void *tb_serve(void *arg)
 {
 	struct tb_thread *t = arg;
 	const struct tb_run *r = t->r;
-	uint64_t req[2];
+	uint64_t req[2], base = (uint64_t)t->idx * r->per;
 
 	while (!tb_recv(t->fd, req, TB_REQ, 0)) {
 		if (req[0] > r->per - r->size)
 			break;
-		if (tb_send(t->fd, r->src + (uint64_t)t->idx * r->per + req[0], r->size))
+		if (r->put ? tb_recv(t->fd, r->dst + base + req[0], r->size, r->busy) ||
+				 tb_send(t->fd, req, TB_REQ)
+			   : tb_send(t->fd, r->src + base + req[0], r->size))
 			break;
 	}
 	close(t->fd);
 	return NULL;
 }
 
+/* One round trip of the client's, either direction, at off in its sets. */
+static int tb_trip(const struct tb_thread *t, uint64_t off)
+{
+	const struct tb_run *r = t->r;
+	uint64_t req[2] = {off, 0}, base = (uint64_t)t->idx * r->per;
+	struct iovec v[2] = {{req, TB_REQ}, {r->src + base + off, r->size}};
+
+	if (!r->put)
+		return tb_send(t->fd, req, TB_REQ) ||
+		       tb_recv(t->fd, r->dst + base + off, r->size, r->busy);
+	return tb_sendv(t->fd, v, 2) || tb_recv(t->fd, req, TB_REQ, r->busy);
+}
+
 static void *tb_client(void *arg)
 {
 	struct tb_thread *t = arg;
 	const struct tb_run *r = t->r;
-	unsigned char *dst = r->dst + (uint64_t)t->idx * r->per;
-	uint64_t off = 0, req[2] = {0, 0};
+	uint64_t off = 0;
 
 	for (uint64_t i = 0; i < r->count; i++) {
 		uint64_t t0 = lc_now_ns();
 
-		req[0] = off;
-		if (tb_send(t->fd, req, TB_REQ) || tb_recv(t->fd, dst + off, r->size, r->busy)) {
+		if (tb_trip(t, off)) {
 			t->rc = -1;
 			break;
 		}
@@ -168,12 +205,12 @@ static int tb_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* One timed run of one style; prints its figures. */
+/* One timed run of one direction and style; prints its figures. */
 static int tb_run_style(struct tb_run *r)
 {
 	struct tb_thread cl[TB_MAX_T], sv[TB_MAX_T];
 	pthread_t ct[TB_MAX_T], st[TB_MAX_T];
-	const char *style = r->busy ? "busypoll" : "blocking";
+	const char *dir = r->put ? "put_" : "", *style = r->busy ? "busypoll" : "blocking";
 	uint64_t t0, ns, n = r->count * r->threads;
 	int rc = 0;
 
@@ -206,11 +243,25 @@ static int tb_run_style(struct tb_run *r)
 	if (rc)
 		return BENCH_EXIT_FAIL;
 	qsort(r->lat, n, sizeof(*r->lat), tb_cmp);
-	printf("tcp_%s_gbps=%.3f\n", style, (double)(r->size * n) / (double)ns);
-	printf("tcp_%s_ops_per_s=%.0f\n", style, (double)n * 1e9 / (double)ns);
-	printf("tcp_%s_p50_us=%.2f\n", style, bench_pct_us(r->lat, n, 50));
-	printf("tcp_%s_p99_us=%.2f\n", style, bench_pct_us(r->lat, n, 99));
+	printf("tcp_%s%s_gbps=%.3f\n", dir, style, (double)(r->size * n) / (double)ns);
+	printf("tcp_%s%s_ops_per_s=%.0f\n", dir, style, (double)n * 1e9 / (double)ns);
+	printf("tcp_%s%s_p50_us=%.2f\n", dir, style, bench_pct_us(r->lat, n, 50));
+	printf("tcp_%s%s_p99_us=%.2f\n", dir, style, bench_pct_us(r->lat, n, 99));
 	return BENCH_EXIT_OK;
+}
+
+/* --direction get|put|both */
+static int tb_parse_dirs(const char *v, unsigned *dirs)
+{
+	if (!strcmp(v, "get"))
+		*dirs = TB_GET;
+	else if (!strcmp(v, "put"))
+		*dirs = TB_PUT;
+	else if (!strcmp(v, "both"))
+		*dirs = TB_GET | TB_PUT;
+	else
+		return bench_usage_error("--direction is get, put or both; not '%s'", v);
+	return 0;
 }
 
 static int tb_parse(struct tb_run *r, int argc, char **argv)
@@ -233,9 +284,11 @@ static int tb_parse(struct tb_run *r, int argc, char **argv)
 		} else if ((v = bench_opt_value(argc, argv, &i, "--server-cpus", &missing))) {
 			rc = bench_parse_cpus("--server-cpus", v, &r->server_cpus);
 			r->pin = 1;
-		} else
+		} else if ((v = bench_opt_value(argc, argv, &i, "--direction", &missing)))
+			rc = tb_parse_dirs(v, &r->dirs);
+		else
 			return bench_usage_error("--tcp-baseline takes --size, --count, --threads, "
-						 "--server-cpus; not '%s'",
+						 "--server-cpus, --direction; not '%s'",
 						 argv[i]);
 		if (missing)
 			return bench_usage_error("option %s needs a value", argv[i]);
@@ -247,7 +300,7 @@ static int tb_parse(struct tb_run *r, int argc, char **argv)
 
 int bench_tcp_main(int argc, char **argv)
 {
-	struct tb_run r = {.size = 1 << 20, .count = 0, .threads = 1};
+	struct tb_run r = {.size = 1 << 20, .count = 0, .threads = 1, .dirs = TB_GET | TB_PUT};
 	int rc = tb_parse(&r, argc, argv);
 
 	if (rc)
@@ -268,8 +321,12 @@ int bench_tcp_main(int argc, char **argv)
 	memset(r.dst, 0xa5, TB_SET);
 	printf("tcp_size=%llu\ntcp_threads=%u\ntcp_count=%llu\n", (unsigned long long)r.size,
 	       r.threads, (unsigned long long)r.count);
-	for (r.busy = 0; r.busy < 2 && !rc; r.busy++)
-		rc = tb_run_style(&r);
+	for (r.put = 0; r.put < 2 && !rc; r.put++) {
+		if (!(r.dirs & (r.put ? TB_PUT : TB_GET)))
+			continue;
+		for (r.busy = 0; r.busy < 2 && !rc; r.busy++)
+			rc = tb_run_style(&r);
+	}
 	munmap(r.src, TB_SET);
 	munmap(r.dst, TB_SET);
 	free(r.lat);
