@@ -153,11 +153,16 @@ int auth_mac_check(const unsigned char key[AUTH_KEY_BYTES], uint64_t ctr, const 
 /*
  * auth_replay_accept - record counter ctr as received on s after its MAC
  * checked. Accepts each counter once: counters above every one seen, or one
- * of the 64 below the highest that has not been seen (requests on several
- * connections may arrive out of order). 0, or LUNAR_ERR_UNAUTHORIZED for a
- * replay or a counter older than the window. Not thread-safe on one s: the
- * caller holds the session's lock.
+ * of the AUTH_REPLAY_WINDOW below the highest that has not been seen
+ * (requests on several connections may arrive out of order). 0 when
+ * accepted; LUNAR_ERR_UNAUTHORIZED for a counter seen before (a replay) or
+ * 2^64-1; AUTH_REPLAY_STALE for one below the window, which may be a replay
+ * or a request overtaken by more than the window's worth of others: it is
+ * not accepted, and a sender told so sends again with a new counter. Not
+ * thread-safe on one s: the caller holds the session's lock.
  */
+#define AUTH_REPLAY_WINDOW 64
+#define AUTH_REPLAY_STALE  1
 int auth_replay_accept(struct auth_session *s, uint64_t ctr);
 
 /*

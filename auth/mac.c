@@ -10,8 +10,6 @@
 #include "atomic.h"
 #include "lunar.h"
 
-#define WINDOW 64
-
 uint64_t auth_tx_next(struct auth_session *s)
 {
 	return lc_fetch_add(&s->tx_next, 1);
@@ -49,14 +47,14 @@ int auth_replay_accept(struct auth_session *s, uint64_t ctr)
 		return LUNAR_ERR_UNAUTHORIZED; /* rx_top would wrap */
 	if (ctr >= s->rx_top) {
 		shift = ctr + 1 - s->rx_top;
-		s->rx_seen = shift >= WINDOW ? 0 : s->rx_seen << shift;
+		s->rx_seen = shift >= AUTH_REPLAY_WINDOW ? 0 : s->rx_seen << shift;
 		s->rx_seen |= 1;
 		s->rx_top = ctr + 1;
 		return 0;
 	}
 	shift = s->rx_top - 1 - ctr;
-	if (shift >= WINDOW)
-		return LUNAR_ERR_UNAUTHORIZED;
+	if (shift >= AUTH_REPLAY_WINDOW)
+		return AUTH_REPLAY_STALE;
 	bit = 1ull << shift;
 	if (s->rx_seen & bit)
 		return LUNAR_ERR_UNAUTHORIZED;

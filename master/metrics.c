@@ -91,14 +91,20 @@ void mst_metrics_reject(struct mst_master *m, enum mst_reject why)
 		add(&m->ctr.rpc_rejected[why], 1);
 }
 
+void mst_metrics_stale(struct mst_master *m)
+{
+	add(&m->ctr.rpc_stale, 1);
+}
+
 void mst_metrics_unauthorized(struct mst_master *m, uint32_t method)
 {
 	if (method < MST_METHODS_MAX)
 		add(&m->ctr.unauthorized[method], 1);
 }
 
-/* The keyed RPC's refusals: peers closed unanswered, and authentic calls
- * answered UNAUTHORIZED. */
+/* The keyed RPC's refusals: peers closed unanswered, authentic calls too
+ * old to run (answered STALE: sent again), and authentic calls answered
+ * UNAUTHORIZED. */
 static void auth_counters(struct mst_master *m, FILE *f)
 {
 	static const char *const reasons[MST_REJ_MAX] = {
@@ -111,6 +117,9 @@ static void auth_counters(struct mst_master *m, FILE *f)
 	for (int i = 0; i < MST_REJ_MAX; i++)
 		fprintf(f, "lunar_master_rpc_rejected_total{reason=\"%s\"} %llu\n", reasons[i],
 			(unsigned long long)get(&m->ctr.rpc_rejected[i]));
+	fprintf(f, "# TYPE lunar_master_rpc_stale_total counter\n");
+	fprintf(f, "lunar_master_rpc_stale_total %llu\n",
+		(unsigned long long)get(&m->ctr.rpc_stale));
 	fprintf(f, "# TYPE lunar_master_unauthorized_total counter\n");
 	for (uint32_t i = 0; i < MST_METHODS_MAX; i++) {
 		const struct lp_method *mt = lp_method_find(i);

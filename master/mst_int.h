@@ -134,7 +134,7 @@ enum mst_reject {
 	MST_REJ_BAD_PROOF,   /* a handshake that proved no key, or a reflected hello */
 	MST_REJ_NO_HELLO,    /* a PROOF for no handshake in progress */
 	MST_REJ_BAD_MAC,     /* a CALL whose tag is wrong */
-	MST_REJ_REPLAY,	     /* a CALL whose counter was seen or is too old */
+	MST_REJ_REPLAY,	     /* a CALL whose counter was seen before */
 	MST_REJ_BAD_REQUEST, /* an authentic CALL whose request does not decode */
 	MST_REJ_TABLE_FULL,  /* a HELLO with every session slot live */
 	MST_REJ_MAX
@@ -165,6 +165,7 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 struct mst_counters {
 	uint64_t rpc_rejected[MST_REJ_MAX];
 	uint64_t unauthorized[MST_METHODS_MAX]; /* authentic calls refused, by method */
+	uint64_t rpc_stale;			/* authentic calls too old to run, answered STALE */
 	uint64_t calls[MST_METHODS_MAX];
 	uint64_t errors[MST_CODES_MAX];
 	uint64_t evictions, evicted_bytes, discarded_puts, evict_rounds, evict_censuses;
@@ -540,6 +541,7 @@ void mst_metrics_count(struct mst_master *m, uint32_t method, int code);
 void mst_metrics_value_size(struct mst_master *m, uint64_t size);
 void mst_metrics_reject(struct mst_master *m, enum mst_reject why);
 void mst_metrics_unauthorized(struct mst_master *m, uint32_t method);
+void mst_metrics_stale(struct mst_master *m);
 
 /*
  * The handlers mst_dispatch picks by method: each takes req of the method's

@@ -166,6 +166,22 @@ static int put_reply(struct lp_spmsg *msg, const struct mst_sess_view *v, uint64
 	return lp_env_encode(&r, msg->body, fixed) < 0 ? -ENOMEM : 0;
 }
 
+/* An authentic CALL overtaken by more than the replay window's worth of
+ * others (a caller's thread held up between numbering it and sending it):
+ * not run, and answered STALE, tagged, so the caller sends it again with a
+ * new counter instead of losing its connection. */
+static int stale_answer(struct mst_server *s, struct lp_spmsg *msg, const struct mst_sess_view *v,
+			uint64_t ctr)
+{
+	unsigned char tag[AUTH_TAG_BYTES];
+	struct lp_env r = {.kind = LP_KIND_STALE, .ctr = ctr};
+
+	mst_metrics_stale(s->m);
+	lp_env_tag(v->keys.tx_key, &r, tag);
+	r.tag = tag;
+	return put_env(msg, &r);
+}
+
 static int keyed_call(struct mst_server *s, struct lp_spmsg *msg, const struct lp_env *e)
 {
 	const struct lp_method *mt;
@@ -181,6 +197,11 @@ static int keyed_call(struct mst_server *s, struct lp_spmsg *msg, const struct l
 		struct lp_env r = {.kind = LP_KIND_NO_SESSION, .sid = e->sid};
 
 		return put_env(msg, &r);
+	}
+	if (rc == -ESTALE) {
+		rc = stale_answer(s, msg, &v, e->ctr);
+		sodium_memzero(&v, sizeof(v));
+		return rc;
 	}
 	if (rc)
 		return reject(s, rc == -EALREADY ? MST_REJ_REPLAY : MST_REJ_BAD_MAC);

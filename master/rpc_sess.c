@@ -203,8 +203,9 @@ int mst_sess_call(struct mst_sesstab *t, const struct lp_env *in, struct mst_ses
 		goto out;
 	}
 	pthread_mutex_lock(&x->lock);
-	rc = auth_replay_accept(&x->s, in->ctr) ? -EALREADY : 0;
-	if (!rc) {
+	rc = auth_replay_accept(&x->s, in->ctr);
+	rc = rc == AUTH_REPLAY_STALE ? -ESTALE : rc ? -EALREADY : 0;
+	if (rc != -EALREADY) {
 		LC_WRITE_ONCE(x->last_ms, now);
 		v->sid = x->sid;
 		v->role = x->role;

@@ -55,7 +55,9 @@ int mst_sess_prove(struct mst_sesstab *t, const struct auth_key *key, const stru
  * mst_sess_call - authenticate a decoded CALL: its session open and live,
  * its tag right, its counter never accepted before. On 0, *v is the
  * session's view. -ENOENT: unknown (or expired) session; -EBADMSG: bad
- * tag; -EALREADY: a replayed or too old counter.
+ * tag; -EALREADY: a replayed counter; -ESTALE: an authentic CALL whose
+ * counter is below the window (auth_replay_accept), not to be run: *v is
+ * the session's view, to tag the STALE answer with.
  */
 int mst_sess_call(struct mst_sesstab *t, const struct lp_env *in, struct mst_sess_view *v);
 /*

@@ -32,11 +32,12 @@ static const struct layout layouts[] = {
     [LP_KIND_CALL] = {-1, 8, 16, -1, -1, 24, 24 + AUTH_TAG_BYTES, LP_HDR_SIZE, 1},
     [LP_KIND_REPLY] = {-1, -1, 8, -1, -1, 16, 16 + AUTH_TAG_BYTES, 0, 1},
     [LP_KIND_NO_SESSION] = {-1, 8, -1, -1, -1, -1, 16, 0, 0},
+    [LP_KIND_STALE] = {-1, -1, 8, -1, -1, 16, 16 + AUTH_TAG_BYTES, 0, 0},
 };
 
 static const struct layout *layout_of(uint32_t kind)
 {
-	if (kind < LP_KIND_HELLO || kind > LP_KIND_NO_SESSION)
+	if (kind < LP_KIND_HELLO || kind > LP_KIND_STALE)
 		return NULL;
 	return &layouts[kind];
 }

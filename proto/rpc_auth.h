@@ -33,6 +33,7 @@ enum lp_kind {
 	LP_KIND_CALL = 5,	 /* c->s: session id, counter, tag, request */
 	LP_KIND_REPLY = 6,	 /* s->c: counter, tag, reply */
 	LP_KIND_NO_SESSION = 7,	 /* s->c: session id the master does not know */
+	LP_KIND_STALE = 8,	 /* s->c: counter, tag: that CALL is too old, not run */
 };
 
 /*
@@ -44,7 +45,7 @@ struct lp_env {
 	uint32_t kind;
 	uint32_t role;		    /* HELLO: enum auth_role claimed */
 	uint64_t sid;		    /* session id */
-	uint64_t ctr;		    /* CALL, REPLY: the request's counter */
+	uint64_t ctr;		    /* CALL, REPLY, STALE: the request's counter */
 	const unsigned char *hello; /* AUTH_HELLO_BYTES */
 	const unsigned char *proof; /* AUTH_PROOF_BYTES */
 	const unsigned char *tag;   /* AUTH_TAG_BYTES */
@@ -71,7 +72,7 @@ size_t lp_env_size(const struct lp_env *e);
  */
 int lp_env_encode(const struct lp_env *e, void *out, size_t cap);
 /*
- * lp_env_tag - the tag of e (PROOF_REPLY, CALL or REPLY) under key: the
+ * lp_env_tag - the tag of e (PROOF_REPLY, CALL, REPLY or STALE) under key: the
  * sender's tx_key, or the receiver's rx_key to check. lp_env_tag_check - 0
  * when e->tag is that tag (constant time), else LUNAR_ERR_UNAUTHORIZED.
  */

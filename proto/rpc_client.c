@@ -25,6 +25,8 @@
 #include "sp_req.h"
 
 #define NO_SESSION    1	     /* call_in: the master forgot our session */
+#define STALE	      2	     /* call_in: the master did not run it: too old */
+#define STALE_TRIES   8	     /* sends of one call answered STALE each time */
 #define WARN_EVERY_MS 10000u /* how often a refused key is logged again */
 
 /* An open session; c->cur holds one reference, each call using it one. */
@@ -354,6 +356,8 @@ static int call_reply(struct lp_csess *cs, const struct lp_method *mt, uint64_t 
 		return LUNAR_ERR_RPC_FAIL;
 	if (r.kind == LP_KIND_NO_SESSION && r.sid == cs->sid)
 		return NO_SESSION;
+	if (r.kind == LP_KIND_STALE && r.ctr == ctr && !lp_env_tag_check(cs->s.rx_key, &r))
+		return STALE;
 	if (r.kind != LP_KIND_REPLY || r.ctr != ctr || lp_env_tag_check(cs->s.rx_key, &r)) {
 		LC_WARN("rpc", "master sent an unauthentic %s reply", mt->name);
 		return LUNAR_ERR_RPC_FAIL;
@@ -388,14 +392,20 @@ static int call_in(struct lp_client *c, struct lp_csess *cs, const struct lp_met
 	return rc;
 }
 
-/* A call on the session, opened again once if the master forgot it. */
+/*
+ * A call on the session, opened again once if the master forgot it, and
+ * sent again with a new counter while the master answers that it was
+ * overtaken by more calls than its replay window holds (our thread was held
+ * up between numbering and sending it); neither answer means it ran.
+ */
 static int call_keyed(struct lp_client *c, const struct lp_method *mt, const void *buf, size_t len,
 		      ProtobufCMessage **rep, uint64_t deadline)
 {
+	unsigned forgotten = 0, stale = 0;
 	struct lp_csess *cs;
-	int rc = NO_SESSION;
+	int rc;
 
-	for (int attempt = 0; attempt < 2 && rc == NO_SESSION; attempt++) {
+	do {
 		if ((rc = sess_get(c, deadline, &cs)))
 			return rc;
 		rc = call_in(c, cs, mt, buf, len, rep, deadline);
@@ -405,8 +415,8 @@ static int call_keyed(struct lp_client *c, const struct lp_method *mt, const voi
 			sess_drop(c, cs);
 		}
 		sess_put(c, cs);
-	}
-	return rc == NO_SESSION ? LUNAR_ERR_RPC_FAIL : rc;
+	} while ((rc == NO_SESSION && !forgotten++) || (rc == STALE && ++stale < STALE_TRIES));
+	return rc == NO_SESSION || rc == STALE ? LUNAR_ERR_RPC_FAIL : rc;
 }
 
 int lp_client_call(struct lp_client *c, const struct lp_method *mt, const ProtobufCMessage *req,

@@ -2,9 +2,11 @@
  * rpc_client.h - the one client of the master RPC, shared by lunar-proxy
  * (proxy/mc.c) and lunar-bench --master: nng's REQ wire (sp_req.h), each
  * call exchanged by its own thread on a pooled connection, never sent
- * twice. With a cluster key it opens an
- * authenticated session (rpc_auth.h) on the first call and again whenever
- * the master no longer knows it (a master restart), transparently.
+ * twice unless the master answered that it did not run it. With a cluster
+ * key it opens an authenticated session (rpc_auth.h) on the first call and
+ * again whenever the master no longer knows it (a master restart), and
+ * sends a call again with a new counter when the master answers STALE (it
+ * arrived behind too many later ones), transparently.
  */
 #ifndef LUNAR_PROTO_RPC_CLIENT_H
 #define LUNAR_PROTO_RPC_CLIENT_H

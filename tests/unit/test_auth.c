@@ -208,9 +208,10 @@ static void test_auth_replay_window(void **state)
 	assert_int_equal(auth_replay_accept(&s, 3), LUNAR_ERR_UNAUTHORIZED);
 	assert_int_equal(auth_replay_accept(&s, 5), LUNAR_ERR_UNAUTHORIZED);
 	assert_int_equal(auth_replay_accept(&s, 100), 0);
-	assert_int_equal(auth_replay_accept(&s, 37), 0);		      /* 63 below the top */
-	assert_int_equal(auth_replay_accept(&s, 36), LUNAR_ERR_UNAUTHORIZED); /* 64 below */
-	assert_int_equal(auth_replay_accept(&s, 4), LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(auth_replay_accept(&s, 37), 0);		 /* 63 below the top */
+	assert_int_equal(auth_replay_accept(&s, 36), AUTH_REPLAY_STALE); /* 64 below */
+	assert_int_equal(auth_replay_accept(&s, 36), AUTH_REPLAY_STALE); /* still not taken */
+	assert_int_equal(auth_replay_accept(&s, 4), AUTH_REPLAY_STALE);
 	assert_int_equal(auth_replay_accept(&s, UINT64_MAX), LUNAR_ERR_UNAUTHORIZED);
 	for (uint64_t c = 101; c < 1000; c++)
 		assert_int_equal(auth_replay_accept(&s, c), 0);

@@ -64,7 +64,7 @@ static void test_rpc_auth_every_kind_round_trips(void **state)
 	unsigned char buf[256];
 	struct lp_env d;
 
-	for (uint32_t k = LP_KIND_HELLO; k <= LP_KIND_NO_SESSION; k++) {
+	for (uint32_t k = LP_KIND_HELLO; k <= LP_KIND_STALE; k++) {
 		struct lp_env e = sample(k);
 		size_t n = encode(&e, buf, sizeof(buf));
 
@@ -77,20 +77,22 @@ static void test_rpc_auth_every_kind_round_trips(void **state)
 		}
 		if (k == LP_KIND_HELLO_REPLY || k == LP_KIND_PROOF)
 			assert_memory_equal(d.proof, proof, sizeof(proof));
-		if (k != LP_KIND_HELLO && k != LP_KIND_REPLY)
+		if (k != LP_KIND_HELLO && k != LP_KIND_REPLY && k != LP_KIND_STALE)
 			assert_true(d.sid == e.sid);
-		if (k == LP_KIND_CALL || k == LP_KIND_REPLY) {
+		if (k == LP_KIND_CALL || k == LP_KIND_REPLY || k == LP_KIND_STALE) {
 			assert_true(d.ctr == 42);
 			assert_memory_equal(d.tag, tag, sizeof(tag));
+		}
+		if (k == LP_KIND_CALL || k == LP_KIND_REPLY) {
 			assert_int_equal(d.body_len, sizeof(body));
 			assert_memory_equal(d.body, body, sizeof(body));
 		}
 	}
 	/* The sizes docs/protocol.md gives. */
 	{
-		static const size_t want[] = {0, 76, 112, 48, 32, 40 + 64, 32 + 64, 16};
+		static const size_t want[] = {0, 76, 112, 48, 32, 40 + 64, 32 + 64, 16, 32};
 
-		for (uint32_t k = LP_KIND_HELLO; k <= LP_KIND_NO_SESSION; k++) {
+		for (uint32_t k = LP_KIND_HELLO; k <= LP_KIND_STALE; k++) {
 			struct lp_env e = sample(k);
 
 			assert_int_equal(lp_env_size(&e), want[k]);
@@ -103,7 +105,7 @@ static void test_rpc_auth_truncated_and_padded_refused(void **state)
 	unsigned char buf[256], pad[257];
 	struct lp_env d;
 
-	for (uint32_t k = LP_KIND_HELLO; k <= LP_KIND_NO_SESSION; k++) {
+	for (uint32_t k = LP_KIND_HELLO; k <= LP_KIND_STALE; k++) {
 		struct lp_env e = sample(k);
 		size_t n;
 
@@ -129,7 +131,7 @@ static void test_rpc_auth_bad_magic_kind_role_refused(void **state)
 	unsigned char buf[256];
 	struct lp_env e = sample(LP_KIND_HELLO), d;
 	size_t n = encode(&e, buf, sizeof(buf));
-	static const uint32_t kinds[] = {0, 8, 0x100, 0xffffffffu};
+	static const uint32_t kinds[] = {0, LP_KIND_STALE + 1, 0x100, 0xffffffffu};
 
 	buf[0] ^= 1;
 	assert_false(lp_env_is(buf, n));
@@ -154,7 +156,7 @@ static void test_rpc_auth_bad_magic_kind_role_refused(void **state)
 	}
 	/* Too big to be a message at all; an unknown kind does not encode. */
 	assert_int_equal(lp_env_decode(buf, (size_t)LP_MAX_MSG + 1, &d), LUNAR_ERR_PROTOCOL);
-	e.kind = 9;
+	e.kind = LP_KIND_STALE + 1;
 	assert_int_equal(lp_env_size(&e), 0);
 	assert_int_equal(lp_env_encode(&e, buf, sizeof(buf)), -EINVAL);
 	e = sample(LP_KIND_CALL);
