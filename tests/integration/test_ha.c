@@ -58,7 +58,8 @@ static int case_teardown(void **state)
 	return 0;
 }
 
-static void start_node(struct node *n, const char *name, const char *urls)
+/* A master of the election with an etcd lease of ttl (e.g. "3s"). */
+static void start_node_ttl(struct node *n, const char *name, const char *urls, const char *ttl)
 {
 	char http[16];
 
@@ -67,8 +68,13 @@ static void start_node(struct node *n, const char *name, const char *urls)
 	snprintf(http, sizeof(http), "%d", n->http);
 	snprintf(n->adv, sizeof(n->adv), "tcp://127.0.0.1:%d", n->port);
 	n->p = h_start_master(name, n->port, "--http-port", http, "--etcd", urls, "--cluster-id",
-			      "t", "--advertise", n->adv, "--etcd-lease-ttl", TTL_ARG, NULL);
+			      "t", "--advertise", n->adv, "--etcd-lease-ttl", ttl, NULL);
 	H_ASSERT(n->p != NULL);
+}
+
+static void start_node(struct node *n, const char *name, const char *urls)
+{
+	start_node_ttl(n, name, urls, TTL_ARG);
 }
 
 /* A metric of n's /metrics, or -1 when it does not answer. */
@@ -331,7 +337,10 @@ static void test_ha_survives_etcd_leader_loss(void **state)
 
 	(void)state;
 	H_ASSERT_EQ(e_start(&ec, 3), 0);
-	start_node(&a, "masterA", ec.urls);
+	/* A lease longer than etcd's hang, its re-election (1-2 s election
+	 * timeout) and the master's move to a survivor, with room for a
+	 * loaded machine: the lease is to outlive them, not to race them. */
+	start_node_ttl(&a, "masterA", ec.urls, "8s");
 	H_ASSERT((view = wait_leads(&a, ELECT_MS)) > 0);
 	H_ASSERT((el = e_leader(&ec)) >= 0);
 	/* When etcd's leader hangs, then dies */
