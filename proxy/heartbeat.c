@@ -261,8 +261,12 @@ int px_master_ping(struct px_proxy *px)
 {
 	int mounted, rc = ping_and_mount(px, &mounted);
 
-	if (rc)
+	if (rc) {
+		if (atomic_load(&px->hb_live) && !atomic_exchange(&px->ping_retried, true))
+			px_heartbeat_kick(px);
 		return rc;
+	}
+	atomic_store(&px->ping_retried, false);
 	report_objects(px);
 	/* the master learns of our disk records after each (re)mount */
 	return atomic_load(&px->mounted) ? px_disk_register(px, mounted) : 0;

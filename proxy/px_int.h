@@ -359,6 +359,7 @@ struct px_proxy {
 	atomic_int mount_err;		    /* the last mount's failure code, logged once */
 	atomic_bool master_ok;		    /* the last heartbeat got an answer */
 	atomic_bool ping_lost;		    /* a Ping went unanswered since our last mount */
+	atomic_bool ping_retried;	    /* the heartbeat was kicked since the last answer */
 	atomic_bool leaving;		    /* our segment given back: never mount it again */
 	atomic_uint_fast64_t reg_bytes;	    /* registered memory of all clients */
 	uint32_t reg_ranges;		    /* and its ranges; loop thread only */
@@ -562,7 +563,11 @@ int px_segment_ready(struct px_proxy *px);
  * readable and takes no new data for that long, then goes), for good: the
  * heartbeat mounts it no more. 0 or a code. */
 int px_segment_unmount(struct px_proxy *px, uint64_t grace_ms, uint64_t timeout_ms);
-/* px_master_ping - one Ping (and a re-mount if asked). 0 or a code. */
+/* px_master_ping - one Ping (and a re-mount if asked). 0 or a code. The
+ * first Ping lost after an answered one, the heartbeat's or a health
+ * check's, kicks the heartbeat to ping again at once: calls fail fast while
+ * the master is taken for down, and a blip (a connection cut, one slow
+ * answer) should cost them a round trip, not a ping interval. */
 int px_master_ping(struct px_proxy *px);
 /* px_heartbeat_kick - have the heartbeat ping now rather than at its next
  * interval. Any thread. */

@@ -5,7 +5,9 @@
  * each waiting out --rpc-timeout, and the first answered Ping after the
  * master is back ends that. The master is stopped with SIGSTOP (a master
  * that hangs, the worst case: nothing tells the proxy, only the timeout),
- * and killed at the end.
+ * and killed at the end. The first lost Ping is sent again at once, not a
+ * ping interval later: a master that answers again soon after is used
+ * again at once (a blip costs calls one round trip).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -74,4 +76,51 @@ static void test_master_down_calls_fail_fast(void **state)
 	h_kill(m);
 }
 
-LUNAR_TEST_MAIN(h_setup, h_teardown, test_master_down_calls_fail_fast)
+/* --ping-interval long beside --rpc-timeout: a proxy that waited out the
+ * interval after its lost Ping would take the master for down that long. */
+#define BLIP_INTERVAL "3s"
+#define BLIP_TIMEOUT  "1s"
+#define BLIP_BACK_MS  1500
+
+static void test_master_down_blip_ends_at_once(void **state)
+{
+	static char value[VALUE_LEN];
+	char sock[PATH_MAX];
+	struct h_proc *m, *p;
+	struct lunar_client *c;
+	uint64_t t0, took;
+	int port, rc;
+
+	(void)state;
+	m = h_cluster_master(&port, NULL);
+	H_ASSERT(m != NULL);
+	h_named_sock(sock, "blip");
+	p = h_start_proxy("proxy", sock, port, "--ping-interval", BLIP_INTERVAL, "--rpc-timeout",
+			  BLIP_TIMEOUT, NULL);
+	H_ASSERT(p != NULL);
+	c = h_client(sock);
+	h_fill(value, sizeof(value), h_seed("blip"));
+	H_ASSERT_EQ(lunar_put(c, "blip", value, sizeof(value), NULL), 0);
+
+	/* A Ping lost: the master is down for the proxy, and the Ping is out
+	 * again at once; the master wakes while that one waits. */
+	H_ASSERT_EQ(h_stop_group(m), 0);
+	h_wait_health(c, 2, NOTICE_MS);
+	H_ASSERT_EQ(kill(-m->pid, SIGCONT), 0);
+	t0 = h_now_ms();
+	while ((rc = lunar_exists(c, "blip")) != 1 && h_now_ms() - t0 < NOTICE_MS)
+		h_sleep_ms(10);
+	took = h_now_ms() - t0;
+	H_ASSERT_EQ(rc, 1);
+	printf("  master used again %llu ms after it woke (ping interval %s)\n",
+	       (unsigned long long)took, BLIP_INTERVAL);
+	H_ASSERT_MSG(took < BLIP_BACK_MS, "the master was used again only after %llu ms",
+		     (unsigned long long)took);
+
+	lunar_close(c);
+	h_stop(p);
+	h_kill(m);
+}
+
+LUNAR_TEST_MAIN(h_setup, h_teardown, test_master_down_calls_fail_fast,
+		test_master_down_blip_ends_at_once)
