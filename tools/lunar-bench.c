@@ -100,7 +100,8 @@ static const char usage_text[] =
     "\n"
     "Puts COUNT objects of SIZE bytes through the node's lunar-proxy from THREADS\n"
     "threads sharing one client, reads each back with lunar_get_into and checks\n"
-    "every byte (see --check), then removes them (unless --keep). Prints the\n"
+    "every byte (see --check), then removes them (unless --keep; by force, as\n"
+    "the gets leased them: a keyed node's proxy needs --admin-calls). Prints the\n"
     "configuration and then one key=value line per figure; exit 1 if any\n"
     "operation failed or any byte read back was wrong.\n"
     "\n"
@@ -279,9 +280,14 @@ static int is_read(const struct worker *w)
 
 static void report_rc(struct worker *w, uint64_t i, int64_t rc)
 {
-	char msg[96];
+	char msg[160];
 
-	snprintf(msg, sizeof(msg), "%s (%d)", lunar_strerror((int)rc), (int)rc);
+	/* The rm phase removes by force (the gets leased every object): a
+	 * node's proxy without --admin-calls may not. */
+	snprintf(msg, sizeof(msg), "%s (%d)%s", lunar_strerror((int)rc), (int)rc,
+		 w->phase == PH_RM && rc == LUNAR_ERR_UNAUTHORIZED
+		     ? ": removing leased objects needs a proxy with --admin-calls (or use --keep)"
+		     : "");
 	report_error(w, phase_names[w->phase], i, msg);
 }
 

@@ -10,7 +10,8 @@
  * and gets in flight with every byte still checked, and the
  * copy baselines (cold source and destination, and memcpy into a cached
  * destination) are all given, and the wire's baseline runs with its server
- * threads placed (--server-cpus).
+ * threads placed (--server-cpus); against a node's proxy, whose forced
+ * removals the master refuses, the rm phase says what would allow them.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -376,8 +377,34 @@ static void test_bench_modes_tcp_baseline_placed(void **state)
 	}
 }
 
+/* Against a node's proxy (no --admin-calls), the rm phase's forced
+ * removals are refused: the bench fails and says what would allow them;
+ * with --keep it has nothing to remove and passes. */
+static void test_bench_modes_rm_needs_admin(void **state)
+{
+	char sock[PATH_MAX], cmd[PATH_MAX + 256], out[4096];
+	int port;
+
+	(void)state;
+	H_ASSERT(h_cluster_master(&port, NULL) != NULL);
+	snprintf(sock, sizeof(sock), "%s", h_path("node.sock"));
+	H_ASSERT(h_start_proxy("proxy", sock, port, "--segment-size", "64MiB", NULL));
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 60 %s --socket %s --size 4KiB --count 3 --baseline-size 0 2>&1",
+		 h_bin("lunar-bench"), sock);
+	H_ASSERT_EQ(run(cmd, out, sizeof(out)), 1);
+	H_ASSERT_MSG(strstr(out, "UNAUTHORIZED (-2001): removing leased objects needs a proxy "
+				 "with --admin-calls (or use --keep)"),
+		     "%s", out);
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 60 %s --socket %s --size 4KiB --count 3 --baseline-size 0 --keep",
+		 h_bin("lunar-bench"), sock);
+	H_ASSERT_EQ(run(cmd, out, sizeof(out)), 0);
+	h_cleanup();
+}
+
 LUNAR_TEST_MAIN(NULL, NULL, test_bench_modes_evict_round, test_bench_modes_trace_simulation,
 		test_bench_modes_phase_clock, test_bench_modes_sync_file,
 		test_bench_modes_sampled_check, test_bench_modes_memc_sampled_check,
 		test_bench_modes_depth, test_bench_modes_batch, test_bench_modes_copy_baselines,
-		test_bench_modes_tcp_baseline_placed)
+		test_bench_modes_tcp_baseline_placed, test_bench_modes_rm_needs_admin)
