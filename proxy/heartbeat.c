@@ -262,7 +262,9 @@ int px_master_ping(struct px_proxy *px)
 	int mounted, rc = ping_and_mount(px, &mounted);
 
 	if (rc) {
-		if (atomic_load(&px->hb_live) && !atomic_exchange(&px->ping_retried, true))
+		bool lost = rc == LUNAR_ERR_RPC_FAIL || rc == LUNAR_ERR_RPC_TIMEOUT;
+
+		if (lost && atomic_load(&px->hb_live) && !atomic_exchange(&px->ping_retried, true))
 			px_heartbeat_kick(px);
 		return rc;
 	}
