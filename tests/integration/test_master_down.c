@@ -30,50 +30,68 @@
 #define NOTICE_MS   10000 /* for the proxy to see the master gone, and back */
 #define VALUE_LEN   4096
 
-static void test_master_down_calls_fail_fast(void **state)
-{
-	static char value[VALUE_LEN];
-	char sock[PATH_MAX];
+/* A master, a proxy with these heartbeat settings joined to it, and its
+ * client, which has put one value under its name. */
+struct node {
 	struct h_proc *m, *p;
 	struct lunar_client *c;
+};
+
+static char value[VALUE_LEN];
+
+static void node_start(struct node *n, const char *name, const char *interval, const char *timeout)
+{
+	char sock[PATH_MAX];
+	int port;
+
+	n->m = h_cluster_master(&port, NULL);
+	H_ASSERT(n->m != NULL);
+	h_named_sock(sock, name);
+	n->p = h_start_proxy("proxy", sock, port, "--ping-interval", interval, "--rpc-timeout",
+			     timeout, NULL);
+	H_ASSERT(n->p != NULL);
+	n->c = h_client(sock);
+	h_fill(value, sizeof(value), h_seed(name));
+	H_ASSERT_EQ(lunar_put(n->c, name, value, sizeof(value), NULL), 0);
+}
+
+static void node_stop(struct node *n)
+{
+	lunar_close(n->c);
+	h_stop(n->p);
+	h_kill(n->m);
+}
+
+static void test_master_down_calls_fail_fast(void **state)
+{
+	struct node n;
 	uint64_t t0, took;
-	int port, rc;
+	int rc;
 
 	(void)state;
-	m = h_cluster_master(&port, NULL);
-	H_ASSERT(m != NULL);
-	h_named_sock(sock, "down");
-	p = h_start_proxy("proxy", sock, port, "--ping-interval", "100ms", "--rpc-timeout",
-			  RPC_TIMEOUT, NULL);
-	H_ASSERT(p != NULL);
-	c = h_client(sock);
-	h_fill(value, sizeof(value), h_seed("up"));
-	H_ASSERT_EQ(lunar_put(c, "up", value, sizeof(value), NULL), 0);
-
-	H_ASSERT_EQ(h_stop_group(m), 0);
-	h_wait_health(c, 2, NOTICE_MS);
+	node_start(&n, "up", "100ms", RPC_TIMEOUT);
+	H_ASSERT_EQ(h_stop_group(n.m), 0);
+	h_wait_health(n.c, 2, NOTICE_MS);
 	t0 = h_now_ms();
-	rc = lunar_put(c, "while-down", value, sizeof(value), NULL);
+	rc = lunar_put(n.c, "while-down", value, sizeof(value), NULL);
 	took = h_now_ms() - t0;
 	H_ASSERT_EQ(rc, LUNAR_ERR_RPC_FAIL);
 	H_ASSERT_MSG(took < FAST_MS, "put with the master down took %llu ms",
 		     (unsigned long long)took);
 	t0 = h_now_ms();
-	rc = lunar_exists(c, "never-put");
+	rc = lunar_exists(n.c, "never-put");
 	took = h_now_ms() - t0;
 	H_ASSERT_EQ(rc, LUNAR_ERR_RPC_FAIL);
 	H_ASSERT_MSG(took < FAST_MS, "exists with the master down took %llu ms",
 		     (unsigned long long)took);
 
 	/* back: the next answered Ping ends the fast failures */
-	H_ASSERT_EQ(kill(-m->pid, SIGCONT), 0);
-	h_wait_health(c, 0, NOTICE_MS);
-	H_ASSERT_EQ(lunar_put(c, "after", value, sizeof(value), NULL), 0);
-	H_ASSERT_EQ(lunar_exists(c, "after"), 1);
+	H_ASSERT_EQ(kill(-n.m->pid, SIGCONT), 0);
+	h_wait_health(n.c, 0, NOTICE_MS);
+	H_ASSERT_EQ(lunar_put(n.c, "after", value, sizeof(value), NULL), 0);
+	H_ASSERT_EQ(lunar_exists(n.c, "after"), 1);
 
-	lunar_close(c);
-	h_stop(p);
-	h_kill(m);
+	node_stop(&n);
 }
 
 /* --ping-interval long beside --rpc-timeout: a proxy that waited out the
@@ -84,31 +102,19 @@ static void test_master_down_calls_fail_fast(void **state)
 
 static void test_master_down_blip_ends_at_once(void **state)
 {
-	static char value[VALUE_LEN];
-	char sock[PATH_MAX];
-	struct h_proc *m, *p;
-	struct lunar_client *c;
+	struct node n;
 	uint64_t t0, took;
-	int port, rc;
+	int rc;
 
 	(void)state;
-	m = h_cluster_master(&port, NULL);
-	H_ASSERT(m != NULL);
-	h_named_sock(sock, "blip");
-	p = h_start_proxy("proxy", sock, port, "--ping-interval", BLIP_INTERVAL, "--rpc-timeout",
-			  BLIP_TIMEOUT, NULL);
-	H_ASSERT(p != NULL);
-	c = h_client(sock);
-	h_fill(value, sizeof(value), h_seed("blip"));
-	H_ASSERT_EQ(lunar_put(c, "blip", value, sizeof(value), NULL), 0);
-
+	node_start(&n, "blip", BLIP_INTERVAL, BLIP_TIMEOUT);
 	/* A Ping lost: the master is down for the proxy, and the Ping is out
 	 * again at once; the master wakes while that one waits. */
-	H_ASSERT_EQ(h_stop_group(m), 0);
-	h_wait_health(c, 2, NOTICE_MS);
-	H_ASSERT_EQ(kill(-m->pid, SIGCONT), 0);
+	H_ASSERT_EQ(h_stop_group(n.m), 0);
+	h_wait_health(n.c, 2, NOTICE_MS);
+	H_ASSERT_EQ(kill(-n.m->pid, SIGCONT), 0);
 	t0 = h_now_ms();
-	while ((rc = lunar_exists(c, "blip")) != 1 && h_now_ms() - t0 < NOTICE_MS)
+	while ((rc = lunar_exists(n.c, "blip")) != 1 && h_now_ms() - t0 < NOTICE_MS)
 		h_sleep_ms(10);
 	took = h_now_ms() - t0;
 	H_ASSERT_EQ(rc, 1);
@@ -116,10 +122,7 @@ static void test_master_down_blip_ends_at_once(void **state)
 	       (unsigned long long)took, BLIP_INTERVAL);
 	H_ASSERT_MSG(took < BLIP_BACK_MS, "the master was used again only after %llu ms",
 		     (unsigned long long)took);
-
-	lunar_close(c);
-	h_stop(p);
-	h_kill(m);
+	node_stop(&n);
 }
 
 LUNAR_TEST_MAIN(h_setup, h_teardown, test_master_down_calls_fail_fast,
