@@ -84,9 +84,8 @@ wire_kv() {
 		'BEGIN { if (a == "-" || b == "-") print "-"; else print (a + b) / 2 }'
 }
 
-# The wire beside CELL: the better of the two receive styles, in GB/s.
-# wire_gbps TAG [put_] - the better style's GB/s beside cell TAG, in a
-# get's direction or (put_) a put's.
+# wire_gbps TAG [put_] - the wire beside cell TAG, in GB/s: the better of
+# the two receive styles, in a get's direction or (put_) a put's.
 wire_gbps() {
 	local d=${2:-}
 	awk -v a="$(wire_kv "$1" "tcp_${d}blocking_gbps")" -v b="$(wire_kv "$1" "tcp_${d}busypoll_gbps")" \

@@ -29,6 +29,7 @@
 #include "tests/unit/test_engine_util.h"
 #include "tests/unit/test_fds.h"
 #include "tests/unit/test_fill.h"
+#include "tests/unit/test_listen.h"
 #include "tests/cmocka_main.h"
 
 #define SEG_SIZE   (20u << 20)
@@ -417,16 +418,10 @@ static void test_engine_unreachable_fails_fast(void **state)
 /* A socket listening on a free loopback port, its endpoint in ep[64]. */
 static int listen_loopback(char *ep)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t len = sizeof(sa);
-	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	uint16_t port;
+	int lfd = test_listen_loopback(8, &port);
 
-	assert_true(lfd >= 0);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(listen(lfd, 8), 0);
-	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
-	snprintf(ep, 64, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+	snprintf(ep, 64, "127.0.0.1:%u", (unsigned)port);
 	return lfd;
 }
 

@@ -27,6 +27,7 @@
 #include "engine/eng_int.h"
 #include "lunar.h"
 #include "tests/unit/test_engine_util.h"
+#include "tests/unit/test_listen.h"
 #include "tests/cmocka_main.h"
 
 #define SEG_SIZE (32u << 20)
@@ -200,9 +201,8 @@ static void test_engine_aio_cancel_at_shutdown(void **state)
 {
 	enum { N = 10 };
 	struct node a = node_start(60000, 2);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(sa);
-	int lfd = socket(AF_INET, SOCK_STREAM, 0), unsent = 0, failed = 0;
+	uint16_t port;
+	int lfd = test_listen_loopback(64, &port), unsent = 0, failed = 0;
 	unsigned char *buf = malloc(64 * 1024);
 	struct iovec v = {buf, 64 * 1024};
 	struct eng_op ops[N];
@@ -211,10 +211,7 @@ static void test_engine_aio_cancel_at_shutdown(void **state)
 	uint64_t t0;
 
 	(void)state;
-	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, len), 0);
-	assert_int_equal(listen(lfd, 64), 0);
-	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
-	snprintf(ep, sizeof(ep), "127.0.0.1:%u", ntohs(sa.sin_port));
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)port);
 	assert_int_equal(eng_cq_alloc(&cq), 0);
 	for (int i = 0; i < N; i++)
 		ops[i] = (struct eng_op){.endpoint = ep,

@@ -34,6 +34,7 @@
 #include "engine/eng_int.h"
 #include "lunar.h"
 #include "test_engine_util.h"
+#include "test_listen.h"
 #include "tests/cmocka_main.h"
 
 #define SEG_SIZE (8u << 20)
@@ -449,8 +450,7 @@ static void test_engine_auth_keyed_write_in_frames(void **state)
 	size_t len = 4 * ENG_CRC_CHUNK + 5;
 	unsigned char *src = malloc(len);
 	struct frames f = {.b = &b, .seg = calloc(1, len)};
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t salen = sizeof(sa);
+	uint16_t port;
 	struct iovec v = {src, len};
 	char ep[64];
 	pthread_t t;
@@ -461,11 +461,8 @@ static void test_engine_auth_keyed_write_in_frames(void **state)
 	assert_non_null(f.seg);
 	for (size_t i = 0; i < len; i++)
 		src[i] = (unsigned char)(i * 2654435761u >> 11);
-	f.lfd = socket(AF_INET, SOCK_STREAM, 0);
-	assert_int_equal(bind(f.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(listen(f.lfd, 1), 0);
-	assert_int_equal(getsockname(f.lfd, (struct sockaddr *)&sa, &salen), 0);
-	snprintf(ep, sizeof(ep), "127.0.0.1:%u", ntohs(sa.sin_port));
+	f.lfd = test_listen_loopback(1, &port);
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)port);
 	assert_int_equal(pthread_create(&t, NULL, frames_serve, &f), 0);
 	{
 		struct eng_cap wc = grant(secret, ep, ENG_OP_WRITE, 0, len, 1, UINT64_MAX);

@@ -37,6 +37,7 @@
 #include "rpc.h"
 #include "rpc_auth.h"
 #include "rpc_client.h"
+#include "test_listen.h"
 
 #define OVERTAKERS (AUTH_REPLAY_WINDOW + 6)
 #define PUMPS_MAX  8
@@ -186,18 +187,9 @@ static void *accept_main(void *arg)
 
 static void relay_start(struct relay *r, uint16_t mport)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	socklen_t alen = sizeof(a);
-
 	memset(r, 0, sizeof(*r));
 	r->mport = mport;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(r->lfd >= 0);
-	assert_int_equal(bind(r->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(r->lfd, 16), 0);
-	assert_int_equal(getsockname(r->lfd, (struct sockaddr *)&a, &alen), 0);
-	r->port = ntohs(a.sin_port);
+	r->lfd = test_listen_loopback(16, &r->port);
 	assert_int_equal(pthread_create(&r->acceptor, NULL, accept_main, r), 0);
 }
 

@@ -30,6 +30,7 @@
 
 #include "clock.h"
 #include "sp_req.h"
+#include "test_listen.h"
 #include "tests/cmocka_main.h"
 
 #define MAX_REPLY 4096
@@ -261,7 +262,8 @@ static void test_sp_req_burst_connections_age_out(void **state)
 enum lie { LIE_NONE, LIE_ID, LIE_LONG, LIE_SHORT, LIE_CUT, LIE_NOT_REP };
 
 struct liar {
-	int lfd, port;
+	int lfd;
+	uint16_t port;
 	enum lie how;
 	pthread_t t;
 };
@@ -316,16 +318,8 @@ out:
 
 static void liar_start(struct liar *l, enum lie how)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(sa);
-
 	l->how = how;
-	l->lfd = socket(AF_INET, SOCK_STREAM, 0);
-	assert_true(l->lfd >= 0);
-	assert_int_equal(bind(l->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(listen(l->lfd, 4), 0);
-	assert_int_equal(getsockname(l->lfd, (struct sockaddr *)&sa, &len), 0);
-	l->port = ntohs(sa.sin_port);
+	l->lfd = test_listen_loopback(4, &l->port);
 	assert_int_equal(pthread_create(&l->t, NULL, liar_main, l), 0);
 }
 
@@ -345,7 +339,7 @@ static int call_liar(enum lie how, uint64_t timeout_ms, char *got)
 	int rc;
 
 	liar_start(&l, how);
-	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", l.port);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%u", (unsigned)l.port);
 	assert_int_equal(lp_spreq_alloc(url, MAX_REPLY, &r), 0);
 	rc = call(r, "question", got, timeout_ms);
 	lp_spreq_free(r);
