@@ -29,10 +29,15 @@
 #define ENG_DEFAULT_CONNS      8
 #define ENG_DEFAULT_IO_THREADS 4
 #define ENG_SLICE_MIN	       (256ull << 10) /* bytes; smaller transfers use one connection */
-/* Bytes checksummed at a time beside the socket (io.c), and a keyed
- * WRITE's frame (tcp.c): well inside L2, and large enough that the extra
- * syscalls cost nothing. */
+/* Bytes checksummed at a time beside the socket (io.c): well inside L2,
+ * and large enough that the extra syscalls cost nothing. */
 #define ENG_CRC_CHUNK (256ull << 10)
+/* A keyed WRITE's frame when the writer computes its CRC32C (tcp.c): the
+ * checksum pass leaves it in L2 for the send's copy (half of a 1 MiB L2),
+ * and fewer frames mean fewer replies and wakeups at the owner. Measured
+ * against 256 KiB, registered keyed puts, medians of 5-6 interleaved runs:
+ * 1 MiB 3.17 -> 3.40 GB/s, 4 MiB 4.01 -> 4.38. */
+#define ENG_WRITE_FRAME (512ull << 10)
 #define ENG_SLICE_MAX 4 /* slices (connections) of one transfer */
 static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / sizeof(uint32_t),
 	      "a CRC32C slot per slice");

@@ -9,7 +9,7 @@
  * keyed engine a new connection first passes the handshake, and each
  * request carries the capability, the payload's CRC32C and a MAC; each
  * reply's MAC is checked. A keyed WRITE whose CRC32C the caller did not
- * give goes as frames of ENG_CRC_CHUNK bytes on its connection, each
+ * give goes as frames of ENG_WRITE_FRAME bytes on its connection, each
  * naming its own bytes' CRC32C (write_frames).
  */
 #include "eng_int.h"
@@ -169,7 +169,7 @@ static int slice_payload(struct tcp_slice *s, struct eng_cconn *c, struct eng_io
 
 /*
  * A keyed WRITE of s whose CRC32C is ours to compute, in frames of at most
- * ENG_CRC_CHUNK bytes: each a request naming its own bytes' CRC32C, sent
+ * ENG_WRITE_FRAME bytes: each a request naming its own bytes' CRC32C, sent
  * back to back, so each frame's checksum runs while the one before it
  * crosses (one frame for the slice would hold every byte back until its
  * checksum was done). Then their replies, in order. Sets s->crc, the
@@ -179,13 +179,13 @@ static int write_frames(struct tcp_slice *s, struct eng_cconn *c, int *replied)
 {
 	const struct eng_op *op = s->op;
 	uint64_t deadline = op->priv.deadline_ns, ctr0 = 0, ctr;
-	uint64_t nf = (s->len + ENG_CRC_CHUNK - 1) / ENG_CRC_CHUNK;
+	uint64_t nf = (s->len + ENG_WRITE_FRAME - 1) / ENG_WRITE_FRAME;
 	uint64_t id = atomic_fetch_add(&s->e->next_id, nf);
 	int rc;
 
 	*replied = 0;
-	for (uint64_t i = 0, done = 0; i < nf; i++, done += ENG_CRC_CHUNK) {
-		uint64_t n = s->len - done < ENG_CRC_CHUNK ? s->len - done : ENG_CRC_CHUNK;
+	for (uint64_t i = 0, done = 0; i < nf; i++, done += ENG_WRITE_FRAME) {
+		uint64_t n = s->len - done < ENG_WRITE_FRAME ? s->len - done : ENG_WRITE_FRAME;
 		uint32_t crc = iov_crc(op->iov, op->iovcnt, s->skip + done, n);
 		struct eng_wire_req req = {
 		    .magic = ENG_WIRE_REQ_MAGIC,
@@ -204,12 +204,12 @@ static int write_frames(struct tcp_slice *s, struct eng_cconn *c, int *replied)
 		eng_iovc_head(&data, &k, sizeof(k));
 		rc = eng_io_send(c->fd, &data, 0, deadline);
 		if (rc)
-			return write_broken(c, ctr0, id, i ? ENG_CRC_CHUNK : n, deadline, replied,
+			return write_broken(c, ctr0, id, i ? ENG_WRITE_FRAME : n, deadline, replied,
 					    rc);
 		s->crc = i ? lc_crc32c_combine(s->crc, crc, n) : crc;
 	}
 	for (uint64_t i = 0; i < nf; i++) {
-		uint64_t n = i == nf - 1 ? s->len - i * ENG_CRC_CHUNK : ENG_CRC_CHUNK;
+		uint64_t n = i == nf - 1 ? s->len - i * ENG_WRITE_FRAME : ENG_WRITE_FRAME;
 
 		rc = recv_rep(c, ctr0 + i, id + i, n, deadline, replied);
 		if (rc)

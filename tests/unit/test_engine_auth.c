@@ -403,7 +403,7 @@ struct frames {
 	unsigned char *seg;
 	unsigned n;    /* frames taken */
 	uint64_t next; /* where the next frame must start */
-	int bad;       /* a frame over ENG_CRC_CHUNK, out of order or unlike its CRC */
+	int bad;       /* a frame over ENG_WRITE_FRAME, out of order or unlike its CRC */
 };
 
 static void *frames_serve(void *arg)
@@ -420,7 +420,7 @@ static void *frames_serve(void *arg)
 		struct eng_srv_req q = {.fd = fd, .s = &s, .ctr = le64toh(k.ctr)};
 
 		if (eng_wire_kreq_open(&k, &s, NULL, 0) || k.h.op != ENG_OP_WRITE ||
-		    k.h.length > ENG_CRC_CHUNK || k.h.offset != f->next ||
+		    k.h.length > ENG_WRITE_FRAME || k.h.offset != f->next ||
 		    recv(fd, f->seg + k.h.offset, k.h.length, MSG_WAITALL) != (ssize_t)k.h.length ||
 		    lc_crc32c(0, f->seg + k.h.offset, k.h.length) != k.crc) {
 			f->bad = 1;
@@ -438,7 +438,7 @@ static void *frames_serve(void *arg)
 }
 
 /* A keyed WRITE whose CRC32C the writer computes goes in frames of at most
- * ENG_CRC_CHUNK bytes, each under its own MAC and counter and naming its
+ * ENG_WRITE_FRAME bytes, each under its own MAC and counter and naming its
  * own bytes' CRC32C, in order (so each frame's checksum runs while the
  * last one crosses); the owner takes them all and the writer reports the
  * whole value's CRC32C. One slice, so one connection, carries them. */
@@ -447,7 +447,7 @@ static void test_engine_auth_keyed_write_in_frames(void **state)
 	struct eng_config cfg = {
 	    .host = "127.0.0.1", .seg_size = SEG_SIZE, .cluster_key = &key, .slices = 1};
 	struct node a = node_create(cfg), b = node_start(&key);
-	size_t len = 4 * ENG_CRC_CHUNK + 5;
+	size_t len = 4 * ENG_WRITE_FRAME + 5;
 	unsigned char *src = malloc(len);
 	struct frames f = {.b = &b, .seg = calloc(1, len)};
 	uint16_t port;
