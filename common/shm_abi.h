@@ -216,8 +216,35 @@ struct lc_cslot {
 	uint64_t seq;
 	uint64_t done_ns;    /* CLOCK_MONOTONIC at completion: steers the waiter's spin */
 	uint64_t reason_arg; /* see enum lc_reason */
-	uint64_t pad[3];
+	/* A one-value get staged in the arena: how much of the value has landed
+	 * there, as lc_landed_pack(gen, bytes) — its first bytes, in place, of
+	 * the proxy's attempt gen to read it. The client stores 0 before it
+	 * submits; the proxy stores a new gen with 0 bytes before each attempt
+	 * and raises the bytes (release) as a remote read lands. The waiter
+	 * may copy landed bytes out before DONE; only DONE's result says
+	 * whether they are the value: it keeps what it copied only when the
+	 * final word names the gen it copied from, else it copies again. */
+	uint64_t landed;
+	uint64_t pad[2];
 };
+
+#define LC_LANDED_BYTES_BITS 40
+#define LC_LANDED_BYTES_MASK ((1ull << LC_LANDED_BYTES_BITS) - 1)
+
+static inline uint64_t lc_landed_pack(uint32_t gen, uint64_t bytes)
+{
+	return (uint64_t)gen << LC_LANDED_BYTES_BITS | (bytes & LC_LANDED_BYTES_MASK);
+}
+
+static inline uint32_t lc_landed_gen(uint64_t word)
+{
+	return (uint32_t)(word >> LC_LANDED_BYTES_BITS);
+}
+
+static inline uint64_t lc_landed_bytes(uint64_t word)
+{
+	return word & LC_LANDED_BYTES_MASK;
+}
 
 static_assert(sizeof(struct lc_hello) == 88, "lc_hello layout");
 static_assert(sizeof(struct lc_welcome) == 32, "lc_welcome layout");

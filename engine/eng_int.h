@@ -38,7 +38,7 @@
  * against 256 KiB, registered keyed puts, medians of 5-6 interleaved runs:
  * 1 MiB 3.17 -> 3.40 GB/s, 4 MiB 4.01 -> 4.38. */
 #define ENG_WRITE_FRAME (512ull << 10)
-#define ENG_SLICE_MAX 4 /* slices (connections) of one transfer */
+#define ENG_SLICE_MAX	4 /* slices (connections) of one transfer */
 static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / sizeof(uint32_t),
 	      "a CRC32C slot per slice");
 #define ENG_NO_DEADLINE UINT64_MAX /* wait without a time limit */
@@ -314,10 +314,13 @@ int eng_io_recv(int fd, struct eng_iovc *c, uint64_t deadline_ns);
  * eng_io_send_crc / eng_io_recv_crc - eng_io_send / eng_io_recv that also
  * extend *crc (lc_crc32c) over the bytes moved, a chunk at a time while it
  * is in the cache: before sending it, right after receiving it. Same
- * returns; *crc is meaningful only on 0.
+ * returns; *crc is meaningful only on 0. A receive with landed not NULL
+ * stores landed_base + the bytes received so far there (release) as each
+ * chunk lands (struct eng_op's landed).
  */
 int eng_io_send_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns);
-int eng_io_recv_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns);
+int eng_io_recv_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns,
+		    uint64_t *landed, uint64_t landed_base);
 
 /*
  * eng_addr_resolve - the first address of "host:port" (IPv4 dotted, a host

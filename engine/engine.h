@@ -277,6 +277,13 @@ struct eng_op {
 	 * slice names it rather than reading the bytes for it first. */
 	int crc_known;
 	uint32_t known_crc;
+	/* READ with want_crc: where to say how much has landed, or NULL. The
+	 * engine stores landed_base + n there (release) once the first n
+	 * bytes of iov hold the transfer's bytes, as they land, where the
+	 * transport can tell (TCP: the first slice's); else it stores
+	 * nothing. Not a result: a failed transfer may have raised it. */
+	uint64_t *landed;
+	uint64_t landed_base;
 	void *user; /* the caller's: never read or written by the engine */
 	/* Outputs, once completed: eng_xfer's return value, and the CRC. */
 	int result;

@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "crc32c.h"
 
@@ -223,10 +224,12 @@ static uint32_t iovc_crc(struct eng_iovc c, uint64_t n, uint32_t crc)
 	return crc;
 }
 
-/* Move c's bytes a chunk at a time, checksumming each beside the I/O. */
-static int io_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns, int send)
+/* Move c's bytes a chunk at a time, checksumming each beside the I/O; a
+ * receive publishes each landed chunk at *landed when not NULL. */
+static int io_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns, int send,
+		  uint64_t *landed, uint64_t landed_base)
 {
-	while (c->left) {
+	for (uint64_t moved = 0; c->left;) {
 		uint64_t rest = c->left, n = rest < ENG_CRC_CHUNK ? rest : ENG_CRC_CHUNK;
 		struct eng_iovc start = *c;
 		int rc;
@@ -242,16 +245,20 @@ static int io_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_n
 			return rc;
 		if (!send)
 			*crc = iovc_crc(start, n, *crc);
+		moved += n;
+		if (landed)
+			lc_store_release(landed, landed_base + moved);
 	}
 	return 0;
 }
 
 int eng_io_send_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns)
 {
-	return io_crc(fd, c, crc, deadline_ns, 1);
+	return io_crc(fd, c, crc, deadline_ns, 1, NULL, 0);
 }
 
-int eng_io_recv_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns)
+int eng_io_recv_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns,
+		    uint64_t *landed, uint64_t landed_base)
 {
-	return io_crc(fd, c, crc, deadline_ns, 0);
+	return io_crc(fd, c, crc, deadline_ns, 0, landed, landed_base);
 }

@@ -99,7 +99,7 @@ static int serve_range(struct eng_engine *e, const struct eng_srv_req *q,
 		 * The range's bytes are ordered by the master's grants, across
 		 * processes: untracked (atomic.h). */
 		LC_UNTRACKED_BEGIN();
-		rc = crc ? eng_io_recv_crc(q->fd, &c, &got, deadline)
+		rc = crc ? eng_io_recv_crc(q->fd, &c, &got, deadline, NULL, 0)
 			 : eng_io_recv(q->fd, &c, deadline);
 		LC_UNTRACKED_END();
 		if (rc)

@@ -163,8 +163,11 @@ static int slice_payload(struct tcp_slice *s, struct eng_cconn *c, struct eng_io
 		return s->op->dir == ENG_WRITE ? eng_io_send(c->fd, data, 0, deadline)
 					       : eng_io_recv(c->fd, data, deadline);
 	s->ocrc = 0;
-	return s->op->dir == ENG_WRITE ? eng_io_send_crc(c->fd, data, &s->ocrc, deadline)
-				       : eng_io_recv_crc(c->fd, data, &s->ocrc, deadline);
+	if (s->op->dir == ENG_WRITE)
+		return eng_io_send_crc(c->fd, data, &s->ocrc, deadline);
+	/* The first slice's landed bytes are the transfer's first. */
+	return eng_io_recv_crc(c->fd, data, &s->ocrc, deadline, s->skip == 0 ? s->op->landed : NULL,
+			       s->op->landed_base);
 }
 
 /*

@@ -270,6 +270,9 @@ int px_decode(const struct px_region *rg, const struct lc_sqe *sqe, struct px_re
 		px_req_free(r);
 		return rc;
 	}
+	/* A value read into one piece of the arena is told as it lands. */
+	if (sqe->op == LC_OP_GET && r->count == 1 && r->items[0].staged && r->items[0].iovcnt == 1)
+		r->items[0].landed = &rg->slots[sqe->slot].landed;
 	*out = r;
 	return 0;
 }

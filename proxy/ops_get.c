@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "disk/disk.h"
 #include "engine/engine.h"
@@ -41,28 +42,58 @@ static int trim_iov(const struct px_item *it, uint64_t size, struct iovec *out)
 }
 
 /*
+ * A new attempt at item it: its slot's landed word (if it has one)
+ * names a new gen with no bytes, so that a waiter drops what it copied of
+ * an earlier attempt. Returns the word, the base the engine adds the
+ * landed bytes to.
+ */
+static uint64_t land_begin(struct px_proxy *px, const struct px_item *it)
+{
+	uint32_t gen;
+	uint64_t w;
+
+	if (!it->landed)
+		return 0;
+	/* Never 0, the client's "nothing yet"; 24 bits (lc_landed_pack). */
+	gen = atomic_fetch_add(&px->land_gen, 1) % 0xffffffu + 1;
+	w = lc_landed_pack(gen, 0);
+	lc_store_release(it->landed, w);
+	return w;
+}
+
+/*
  * Read the value from one replica into iov: 0 when its bytes are the
  * value's (CRC32C as the master recorded), else a code (UNAUTHORIZED: the
  * owner refused the list's grant, see eng_xfer). A local LOCAL_DISK
  * record is read straight into iov (the store checks its CRC, we check
  * that it is a copy of this value); a remote one through its owner's data
- * port.
+ * port. land: the attempt's landed word (land_begin), which a remote
+ * MEMORY read raises as its bytes land.
  */
 static int read_replica(struct px_proxy *px, const char *tenant, const struct px_item *it,
 			const struct px_cached *e, const struct px_cached_replica *rp, int local,
-			const struct iovec *iov, int iovcnt)
+			const struct iovec *iov, int iovcnt, uint64_t land)
 {
 	const struct eng_cap *cap = rp->has_cap ? &rp->cap : NULL;
 	uint32_t crc = 0;
 	int64_t n;
-	int rc;
 
 	if (rp->type == LUNAR__REPLICA_TYPE__MEMORY) {
-		rc = eng_xfer(px->engine, rp->endpoint, px_item_read_dir(it), rp->offset, iov,
-			      iovcnt, cap, &crc);
-		if (rc)
-			return rc == LUNAR_ERR_UNAUTHORIZED ? rc : LUNAR_ERR_TRANSFER_FAIL;
-		return crc == e->crc ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
+		struct eng_op op = {.endpoint = rp->endpoint,
+				    .dir = px_item_read_dir(it),
+				    .off = rp->offset,
+				    .iov = iov,
+				    .iovcnt = iovcnt,
+				    .cap = cap,
+				    .want_crc = 1,
+				    .landed = it->landed,
+				    .landed_base = land};
+
+		eng_xfer_batch(px->engine, &op, 1);
+		if (op.result)
+			return op.result == LUNAR_ERR_UNAUTHORIZED ? op.result
+								   : LUNAR_ERR_TRANSFER_FAIL;
+		return op.crc == e->crc ? 0 : LUNAR_ERR_CHECKSUM_MISMATCH;
 	}
 	if (local)
 		n = px_disk_get(px, tenant, it->key, iov, iovcnt, e->crc);
@@ -192,6 +223,7 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, const struct 
 {
 	struct iovec iov[LUNAR_IOV_MAX];
 	int iovcnt, mismatch = 0, tried = 0, missing = 0;
+	uint64_t land;
 
 	if (e->size > it->total)
 		return LUNAR_ERR_BUFFER_OVERFLOW;
@@ -208,13 +240,16 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, const struct 
 			tried++;
 			if (!local && px_down_has(down, rp->endpoint))
 				continue;
+			/* Every attempt a new gen, held ones too: bytes told of an
+			 * earlier one are not this one's. */
+			land = land_begin(px, it);
 			if (df && df->mr && type == LUNAR__REPLICA_TYPE__MEMORY &&
 			    hold_xfer(df->mr, df->count, df->i, it, e, rp, iov, iovcnt))
 				return PX_DEFERRED;
 			if (df && df->dr && local && type == LUNAR__REPLICA_TYPE__LOCAL_DISK &&
 			    iovcnt == 1 && defer_read(df->dr, df->count, df->i, tenant, it, e, iov))
 				return PX_DEFERRED;
-			rc = read_replica(px, tenant, it, e, rp, local, iov, iovcnt);
+			rc = read_replica(px, tenant, it, e, rp, local, iov, iovcnt, land);
 			if (rc == LUNAR_ERR_TRANSFER_FAIL && !local)
 				px_down_add(down, rp->endpoint);
 			missing += rc == LUNAR_ERR_OBJECT_NOT_FOUND;

@@ -18,6 +18,7 @@
 #include "atomic.h"
 #include "clock.h"
 #include "crc32c.h"
+#include "drain.h"
 
 /* Where each staged piece of a value starts in the arena: on a cache line,
  * whatever the keys before it. The copies into and out of it (the
@@ -86,11 +87,11 @@ static struct lc_sqe req_sqe(const struct shm_req *r, const struct shm_op *op, u
 }
 
 static int64_t req_send(struct shm_req *r, const struct shm_op *op, uint32_t count,
-			uint64_t arg_len, const struct shm_layout *l)
+			uint64_t arg_len, const struct shm_layout *l, struct shm_drain *d)
 {
 	struct lc_sqe sqe = req_sqe(r, op, count, arg_len, l);
 	int64_t result;
-	int rc = shm_submit(r->cn, &sqe, r->deadline_ns, &result);
+	int rc = shm_submit(r->cn, &sqe, r->deadline_ns, &result, d);
 
 	return rc ? rc : result;
 }
@@ -234,24 +235,48 @@ static uint16_t items_fill(const struct shm_req *r, const struct shm_layout *l,
 	return !is_get && pieces && all_staged ? LC_SQE_SEG_CRC : 0;
 }
 
-/* Copy the first got bytes of a staged get result back to the user. */
+/* Copy the first got bytes of a staged get result back to the user, but
+ * for the first kept, which are there already (drained). */
 static void item_copy_back(const struct shm_req *r, const struct shm_item *it, uint64_t got,
-			   uint64_t *data)
+			   uint64_t kept, uint64_t *data)
 {
 	int staged;
 
 	for (int j = 0; j < it->iovcnt; j++) {
 		const struct iovec *v = &it->iov[j];
 		uint64_t piece = v->iov_len < got ? v->iov_len : got;
+		uint64_t skip = kept < piece ? kept : piece;
 		struct lc_seg ls;
 
 		if (!v->iov_len)
 			continue;
 		ls = piece_place(r, v, data, &staged);
-		if (staged && piece)
-			memcpy(v->iov_base, r->cn->base + ls.off, piece);
+		if (staged && piece > skip)
+			memcpy((uint8_t *)v->iov_base + skip, r->cn->base + ls.off + skip,
+			       piece - skip);
 		got -= piece;
+		kept -= skip;
 	}
+}
+
+/* A drain for a get of one value staged in one piece large enough to gain
+ * from it (drain.h): d, set up; else NULL. */
+static struct shm_drain *drain_of(const struct shm_req *r, const struct shm_layout *l,
+				  const struct shm_item *items, uint32_t n, int is_get,
+				  struct shm_drain *d)
+{
+	uint64_t data = r->off + l->data_at;
+	const struct iovec *v = &items[0].iov[0];
+	struct lc_seg ls;
+	int staged;
+
+	if (!is_get || n != 1 || items[0].iovcnt != 1 || v->iov_len < SHM_DRAIN_MIN)
+		return NULL;
+	ls = piece_place(r, v, &data, &staged);
+	if (!staged)
+		return NULL;
+	*d = (struct shm_drain){.src = r->cn->base + ls.off, .dst = v->iov_base, .len = v->iov_len};
+	return d;
 }
 
 /* Item i's result as the proxy wrote it, read once: a get's size past the
@@ -264,8 +289,10 @@ static int64_t item_result(const struct shm_req *r, uint32_t i, uint64_t cap, in
 	return is_get && res > (int64_t)cap ? LUNAR_ERR_PROTOCOL : res;
 }
 
+/* Items' results, and staged get bytes copied back (the first item's
+ * first kept are there already). */
 static void items_collect(const struct shm_req *r, const struct shm_layout *l,
-			  struct shm_item *items, uint32_t n, int is_get)
+			  struct shm_item *items, uint32_t n, int is_get, uint64_t kept)
 {
 	uint64_t data = r->off + l->data_at;
 
@@ -277,7 +304,8 @@ static void items_collect(const struct shm_req *r, const struct shm_layout *l,
 			cap += items[i].iov[j].iov_len;
 		res = item_result(r, i, cap, is_get);
 		/* Walk every item, so staging offsets of later ones stay right. */
-		item_copy_back(r, &items[i], is_get && res > 0 ? (uint64_t)res : 0, &data);
+		item_copy_back(r, &items[i], is_get && res > 0 ? (uint64_t)res : 0, i ? 0 : kept,
+			       &data);
 		items[i].result = res;
 	}
 }
@@ -460,12 +488,14 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 		rc = req_alloc(&r, l.total, r.deadline_ns);
 	if (!rc) {
 		struct shm_op o = *op;
+		struct shm_drain d, *dp;
 
 		o.flags |= items_fill(&r, &l, items, n, is_get);
 		pref_fill(&r, &l);
-		rc = req_send(&r, &o, n, (uint64_t)n * sizeof(struct lc_item), &l);
+		dp = drain_of(&r, &l, items, n, is_get, &d);
+		rc = req_send(&r, &o, n, (uint64_t)n * sizeof(struct lc_item), &l, dp);
 		if (rc >= 0)
-			items_collect(&r, &l, items, n, is_get);
+			items_collect(&r, &l, items, n, is_get, dp ? dp->copied : 0);
 	}
 	shm_regs_unlock(c);
 	req_end(&r);
@@ -557,6 +587,8 @@ int64_t shm_finish_one(struct lunar_pending *p)
 {
 	struct shm_req *r = &p->r;
 	int is_get = p->t.op == LC_OP_GET;
+	int drain = is_get && p->staged && p->v.iov_len >= SHM_DRAIN_MIN;
+	struct shm_drain d = {0};
 	int64_t rc, res;
 
 	if (p->done)
@@ -564,15 +596,19 @@ int64_t shm_finish_one(struct lunar_pending *p)
 	rc = shm_call_begin(r->c, &r->cancel);
 	if (rc)
 		return rc; /* a forked child: the session is the parent's */
+	if (drain)
+		d = (struct shm_drain){
+		    .src = r->cn->base + p->stage_off, .dst = p->v.iov_base, .len = p->v.iov_len};
 	/* On an error the proxy is done with our memory when this returns. */
-	rc = shm_complete(r->cn, &p->t, r->deadline_ns, &res);
+	rc = shm_complete(r->cn, &p->t, r->deadline_ns, &res, drain ? &d : NULL);
 	in_place_done(p);
 	if (!rc && res < 0)
 		rc = res;
 	if (!rc) {
 		rc = item_result(r, 0, p->v.iov_len, is_get);
-		if (is_get && rc > 0 && p->staged)
-			memcpy(p->v.iov_base, r->cn->base + p->stage_off, (size_t)rc);
+		if (is_get && rc > 0 && p->staged && (uint64_t)rc > d.copied)
+			memcpy((uint8_t *)p->v.iov_base + d.copied,
+			       r->cn->base + p->stage_off + d.copied, (size_t)rc - d.copied);
 	}
 	req_end(r);
 	return rc;
@@ -592,7 +628,7 @@ int64_t shm_run_raw(struct lunar_client *c, const struct shm_op *op, const void 
 			memcpy(r.cn->base + r.off, arg, len);
 	}
 	if (!rc)
-		rc = req_send(&r, op, 0, len, NULL);
+		rc = req_send(&r, op, 0, len, NULL, NULL);
 	req_end(&r);
 	return rc;
 }

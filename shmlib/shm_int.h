@@ -69,6 +69,7 @@ struct shm_conn {
 	uint64_t seq;		    /* atomic; the handle's request counter for this session */
 	uint32_t lat_ns[LC_OP_MAX]; /* relaxed; average completion time by op (spin.h) */
 	uint32_t watching;	    /* threads watching a completion without sleeping (atomic) */
+	uint32_t busy_slots;	    /* slots taken (atomic; submit.c) */
 
 	struct shm_bits free_slots;
 	/* The arena: SHM_CELL-sized cells at its start, taken without a lock
@@ -353,15 +354,21 @@ void shm_chunks_fini(struct lunar_client *c);
 
 /* --- submit.c: slots, ring, waiting --- */
 
+struct shm_drain; /* drain.h */
+
 /*
  * shm_submit - send sqe (its slot and seq are filled here) and wait for the
  * completion until deadline_ns. On 0, *result is the completion result and
  * the argument block may be read. Returns PROXY_UNAVAILABLE (hang-up,
  * deadline: the session is broken), PROTOCOL, or BUSY (no slot in time).
  * Any thread; takes cn->lock only when every slot is taken, or to wake
- * threads that wait for one.
+ * threads that wait for one. d: NULL, or a one-value get's staging place
+ * and buffer, to copy the value out while it lands (drain.h); on 0,
+ * d->copied is how many of the buffer's first bytes hold the value
+ * already (when the result says the get succeeded).
  */
-int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result);
+int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result,
+	       struct shm_drain *d);
 
 /* A request sent and not yet completed: its slot, and what waiting needs. */
 struct shm_ticket {
@@ -378,7 +385,7 @@ struct shm_ticket {
  * t names the request, which the caller must complete with shm_complete
  * before deadline_ns. On a code nothing is left to complete.
  * shm_complete - wait for t's completion until deadline_ns and give its
- * slot back; codes and *result as shm_submit's.
+ * slot back; codes, *result and d as shm_submit's.
  * shm_ticket_ready - 1 when shm_complete would not wait: t is done, or the
  * session broke, hung up (which breaks it) or passed deadline_ns. Never
  * blocks; makes one system call (a poll) while t is not done.
@@ -386,7 +393,7 @@ struct shm_ticket {
 int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t take_by_ns, uint64_t deadline_ns,
 	     struct shm_ticket *t);
 int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns,
-		 int64_t *result);
+		 int64_t *result, struct shm_drain *d);
 int shm_ticket_ready(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns);
 /* shm_detail_set - remember a completion's reason (enum lc_reason, as the
  * proxy wrote it) and its argument for lunar_error_detail in this thread. */

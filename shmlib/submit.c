@@ -18,6 +18,7 @@
 #include "atomic.h"
 #include "clock.h"
 #include "cpus.h"
+#include "drain.h"
 #include "futex.h"
 #include "ring.h"
 #include "spin.h"
@@ -59,8 +60,10 @@ static int slot_take(struct shm_conn *cn, uint64_t deadline_ns, uint32_t *s)
 {
 	int rc = 0;
 
-	if (!shm_bits_take(&cn->free_slots, s))
+	if (!shm_bits_take(&cn->free_slots, s)) {
+		lc_fetch_add(&cn->busy_slots, 1u);
 		return 0;
+	}
 	pthread_mutex_lock(&cn->lock);
 	shm_waiter_enter(cn);
 	while (!rc && shm_bits_take(&cn->free_slots, s)) {
@@ -71,12 +74,15 @@ static int slot_take(struct shm_conn *cn, uint64_t deadline_ns, uint32_t *s)
 	}
 	shm_waiter_leave(cn);
 	pthread_mutex_unlock(&cn->lock);
+	if (!rc)
+		lc_fetch_add(&cn->busy_slots, 1u);
 	return rc;
 }
 
 static void slot_give(struct shm_conn *cn, uint32_t s)
 {
 	lc_store_release(&cn->slots[s].state, (uint32_t)LC_SLOT_IDLE);
+	lc_fetch_add(&cn->busy_slots, (uint32_t)-1);
 	shm_bits_give(&cn->free_slots, s);
 	shm_wake_waiters(cn);
 }
@@ -198,6 +204,43 @@ static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start,
 	return done;
 }
 
+/*
+ * Wait for DONE copying out what lands (drain.h), yielding the CPU when
+ * nothing new landed: the thread that receives the value may need it.
+ * Only while the request is the session's one in flight: with others, the
+ * CPUs have their work, and a drainer would only take turns with it. The
+ * session's health is looked at every SHM_DRAIN_CHECK_NS (a system call
+ * each time). 1 when DONE was seen, 0 when another request came first, or
+ * a code when the session broke.
+ */
+#define SHM_DRAIN_CHECK_NS 1000000u
+static int slot_drain(struct shm_conn *cn, struct lc_cslot *slot, struct shm_drain *d,
+		      uint64_t deadline_ns)
+{
+	uint64_t check_at = lc_now_ns() + SHM_DRAIN_CHECK_NS;
+	int rc = 1;
+
+	lc_fetch_add(&cn->watching, 1u);
+	while (lc_load_acquire(&slot->state) != LC_SLOT_DONE) {
+		if (LC_READ_ONCE(cn->busy_slots) > 1) {
+			rc = 0;
+			break;
+		}
+		if (shm_drain_step(d, lc_load_acquire(&slot->landed)))
+			continue;
+		if (lc_now_ns() >= check_at) {
+			rc = still_alive(cn, deadline_ns);
+			if (rc)
+				break;
+			rc = 1;
+			check_at = lc_now_ns() + SHM_DRAIN_CHECK_NS;
+		}
+		sched_yield();
+	}
+	lc_fetch_add(&cn->watching, (uint32_t)-1);
+	return rc;
+}
+
 static int slot_sleep(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadline_ns)
 {
 	uint32_t st = LC_SLOT_PENDING;
@@ -223,15 +266,19 @@ static int slot_sleep(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadl
 	return LUNAR_ERR_PROTOCOL;
 }
 
-/* Wait for the slot of a request of kind op submitted at start: spin or
- * yield, then sleep. */
+/* Wait for the slot of a request of kind op submitted at start: drain
+ * when d is given, then (if not done) spin or yield, then sleep. */
 static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint16_t op, uint64_t start,
-		     uint64_t deadline_ns)
+		     uint64_t deadline_ns, struct shm_drain *d)
 {
 	uint32_t *lat = shm_lat_of(cn->lat_ns, op);
-	int rc = 0;
+	int rc = d ? slot_drain(cn, slot, d, deadline_ns) : 0;
 
-	if (!slot_spin(cn, slot, start, LC_READ_ONCE(*lat)))
+	if (rc < 0)
+		return rc;
+	if (rc)
+		rc = 0;
+	else if (!slot_spin(cn, slot, start, LC_READ_ONCE(*lat)))
 		rc = slot_sleep(cn, slot, deadline_ns);
 	/* Racing threads may lose each other's samples: it is only a hint. */
 	if (!rc)
@@ -250,7 +297,9 @@ int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t take_by_ns, uint6
 	rc = slot_take(cn, take_by_ns, &t->slot);
 	if (rc)
 		return rc;
-	/* Pairs with the proxy's acquire of the descriptor via the ring tail. */
+	/* Nothing landed yet (a get's drain); both before the proxy's acquire
+	 * of the descriptor via the ring tail. */
+	LC_WRITE_ONCE(cn->slots[t->slot].landed, 0);
 	lc_store_release(&cn->slots[t->slot].state, (uint32_t)LC_SLOT_PENDING);
 	sqe->slot = t->slot;
 	sqe->seq = t->seq = lc_fetch_add(&cn->seq, 1) + 1;
@@ -277,29 +326,33 @@ int shm_ticket_ready(struct shm_conn *cn, const struct shm_ticket *t, uint64_t d
 }
 
 int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns,
-		 int64_t *result)
+		 int64_t *result, struct shm_drain *d)
 {
 	struct lc_cslot *slot = &cn->slots[t->slot];
-	int rc = slot_wait(cn, slot, t->op, t->start_ns, deadline_ns);
+	int rc = slot_wait(cn, slot, t->op, t->start_ns, deadline_ns, d);
 
 	if (!rc && LC_READ_ONCE(slot->seq) != t->seq) {
 		shm_conn_break(cn, "completion for another request");
 		rc = LUNAR_ERR_PROTOCOL;
 	}
-	if (rc)
+	if (rc) {
 		shm_conn_fence(cn); /* the request is in the proxy's hands */
-	else
+	} else {
 		*result = LC_READ_ONCE(slot->result);
+		if (d)
+			d->copied = shm_drain_kept(d, LC_READ_ONCE(slot->landed));
+	}
 	shm_detail_set(rc ? LC_REASON_NONE : LC_READ_ONCE(slot->reason),
 		       rc ? 0 : LC_READ_ONCE(slot->reason_arg));
 	slot_give(cn, t->slot);
 	return rc;
 }
 
-int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result)
+int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result,
+	       struct shm_drain *d)
 {
 	struct shm_ticket t;
 	int rc = shm_send(cn, sqe, deadline_ns, deadline_ns, &t);
 
-	return rc ? rc : shm_complete(cn, &t, deadline_ns, result);
+	return rc ? rc : shm_complete(cn, &t, deadline_ns, result, d);
 }

@@ -118,7 +118,9 @@ int lunar_upsert(struct lunar_client *c, const char *key, const void *buf, size_
  * (LUNAR_ERR_INVALID_PARAMS when cap is 0 or buf NULL). Each read, and each
  * exists or get_size, leases its key for the lease TTL: a client holding
  * leases on the proxy's --max-client-leases keys gets LUNAR_ERR_BUSY for a
- * new key until its leases run out (or it removes keys it read). */
+ * new key until its leases run out (or it removes keys it read). On any
+ * code, what buf holds is unspecified: a large value is copied in as it
+ * arrives, before its checksum is known. */
 int64_t lunar_get_into(struct lunar_client *c, const char *key, void *buf, size_t cap);
 /* lunar_getv - as lunar_get_into, into a scatter list filled in order. */
 int64_t lunar_getv(struct lunar_client *c, const char *key, const struct iovec *iov, int iovcnt);

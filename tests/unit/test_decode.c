@@ -258,8 +258,41 @@ static void test_decode_read_dir(void **state)
 		/* Then it reads with cached stores only if all of them are in the arena */
 		assert_int_equal(px_item_read_dir(&r->items[0]),
 				 cases[i][2] ? ENG_READ_STAGED : ENG_READ);
+		/* and tells what landed of none: its bytes are in two pieces */
+		assert_null(r->items[0].landed);
 		px_req_free(r);
 	}
+	px_mreg_put(m);
+}
+
+/* A get of one value into one piece of the arena tells what landed in its
+ * completion slot's word (lc_cslot.landed); a put, or a get into registered
+ * memory, tells nothing. */
+static void test_decode_landed_word(void **state)
+{
+	struct fix *f = *state;
+	struct lc_sqe get = one_item(f, LC_OP_GET, "g", 100),
+		      put = one_item(f, LC_OP_PUT, "p", 100);
+	struct lc_sqe reg = two_segs(f, 3, 3);
+	struct px_mreg *m = calloc(1, sizeof(*m));
+	struct px_req *r;
+	const char *why;
+
+	m->len = 8192;
+	m->base = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	atomic_init(&m->refs, 1);
+	f->rg.mregs[3] = m;
+	((struct lc_item *)(f->mem + reg.arg_off))->nseg = 1;
+	assert_int_equal(px_decode(&f->rg, &get, &r, &why), 0);
+	assert_ptr_equal(r->items[0].landed, &f->rg.slots[get.slot].landed);
+	px_req_free(r);
+	assert_int_equal(px_decode(&f->rg, &put, &r, &why), 0);
+	assert_null(r->items[0].landed);
+	px_req_free(r);
+	assert_int_equal(px_decode(&f->rg, &reg, &r, &why), 0);
+	assert_int_equal(r->items[0].iovcnt, 1);
+	assert_null(r->items[0].landed);
+	px_req_free(r);
 	px_mreg_put(m);
 }
 
@@ -372,7 +405,7 @@ static void test_decode_complete_writes_results(void **state)
 
 LUNAR_TEST_MAIN_EACH(setup, teardown, test_decode_valid_put, test_decode_bad_slot_and_op,
 		     test_decode_item_array_bounds, test_decode_key_and_segment_bounds,
-		     test_decode_registered_region, test_decode_read_dir,
+		     test_decode_registered_region, test_decode_read_dir, test_decode_landed_word,
 		     test_decode_preferred_segments, test_decode_bad_key_is_per_item,
 		     test_decode_no_args_ops, test_decode_pattern,
 		     test_decode_complete_writes_results)

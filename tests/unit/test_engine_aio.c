@@ -5,7 +5,8 @@
  * some transfers cannot work fails those alone, each with its own code;
  * destroying an engine with transfers queued and running to a peer that
  * never answers completes every one of them at once; a transfer is cut in
- * at most eng_config.slices slices, by default half the usable CPUs.
+ * at most eng_config.slices slices, by default half the usable CPUs; a
+ * remote read says how much of its first slice landed where the op asks.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -273,5 +274,52 @@ static void test_engine_aio_slices_follow_config(void **state)
 								       : cpus);
 }
 
+/* One READ of len bytes at off from ep with op.landed set: its result; the
+ * word is *landed (left at ~0 when nothing was told). */
+static int read_landed(struct node *a, const char *ep, enum eng_dir dir, int want_crc,
+		       unsigned char *dst, size_t len, uint64_t *landed)
+{
+	struct iovec v = {dst, len};
+	struct eng_op op = eng_op_of(ep, dir, 64, &v, 1, NULL, NULL);
+
+	op.want_crc = want_crc;
+	op.landed = landed;
+	op.landed_base = 7ull << 40;
+	*landed = ~0ull;
+	eng_xfer_batch(a->e, &op, 1);
+	return op.result;
+}
+
+/* A remote READ with its CRC32C wanted says as it lands how many of its
+ * first bytes arrived, the first slice's: all of a transfer in one slice,
+ * the first of several. A local copy, or a read with no CRC32C (no chunks
+ * to tell by), says nothing. */
+static void test_engine_aio_read_tells_what_landed(void **state)
+{
+	struct node a = node_start(5000, 2), b = node_start(5000, 2);
+	const char *remote = eng_engine_endpoint(b.e), *self = eng_engine_endpoint(a.e);
+	size_t len = 3 * MIB;
+	unsigned char *dst = malloc(len);
+	uint64_t w;
+
+	(void)state;
+	assert_non_null(dst);
+	fill(b.seg + 64, len, 5);
+	fill(a.seg + 64, len, 5);
+	assert_int_equal(read_landed(&a, remote, ENG_READ_STAGED, 1, dst, 200000, &w), 0);
+	assert_int_equal(w, (7ull << 40) + 200000); /* under ENG_SLICE_MIN: one slice */
+	assert_int_equal(read_landed(&a, remote, ENG_READ, 1, dst, len, &w), 0);
+	assert_int_equal(w, (7ull << 40) + len / ENG_SLICE_MAX);
+	assert_memory_equal(dst, b.seg + 64, len);
+	assert_int_equal(read_landed(&a, remote, ENG_READ, 0, dst, len, &w), 0);
+	assert_int_equal(w, ~0ull);
+	assert_int_equal(read_landed(&a, self, ENG_READ_STAGED, 1, dst, len, &w), 0);
+	assert_int_equal(w, ~0ull);
+	free(dst);
+	node_stop(&a);
+	node_stop(&b);
+}
+
 LUNAR_TEST_MAIN(NULL, NULL, test_engine_aio_batch_submit, test_engine_aio_partial_failure,
-		test_engine_aio_cancel_at_shutdown, test_engine_aio_slices_follow_config)
+		test_engine_aio_cancel_at_shutdown, test_engine_aio_slices_follow_config,
+		test_engine_aio_read_tells_what_landed)

@@ -88,6 +88,7 @@ struct fake {
 	int ring_scribble;	/* 1: write the producers' old prod_head word, 2: cons_head */
 	int bad_evfd;		/* 1: a blocking pipe for the eventfd, 2: a blocking eventfd */
 	uint16_t welcome_flags; /* LC_WELCOME_* */
+	int land;		/* enum fake_land: how a one-value get lands (fake_land) */
 	uint32_t entries, slots;
 	/* behaviour, under lock */
 	int delay_ms;	    /* before completing each request */
@@ -316,6 +317,72 @@ static inline int64_t fake_exec(struct fake_sess *s, const struct lc_sqe *e)
 	return 0;
 }
 
+/* How the fake lands a one-value get in one piece, after its bytes are in
+ * the arena (each step told in the slot's landed word, FAKE_LAND_PAUSE_US
+ * apart, for a draining waiter to copy). */
+enum fake_land {
+	FAKE_LAND_AT_ONCE, /* nothing told: the bytes are there at DONE */
+	/* the first half told, then scribbled over (the waiter must have kept
+	 * its copy), then all told */
+	FAKE_LAND_SCRIBBLED,
+	/* a first attempt's wrong first half told, then a second attempt
+	 * (gen 2) lands the right bytes */
+	FAKE_LAND_RETRIED,
+	/* the same wrong half told, then the right bytes land untold by an
+	 * attempt of another gen (as a disk read does) */
+	FAKE_LAND_UNTOLD,
+};
+#define FAKE_LAND_PAUSE_US 200000
+
+/* n bytes of src into dst, each XOR flip, by stores no sanitizer watches:
+ * the fake rewrites bytes a draining waiter read before, ordered by the
+ * pause alone, as a proxy's next attempt at a read would. */
+__attribute__((no_sanitize("thread"))) static inline void
+fake_poke(uint8_t *dst, const uint8_t *src, size_t n, uint8_t flip)
+{
+	volatile uint8_t *d = dst;
+
+	for (size_t i = 0; i < n; i++)
+		d[i] = src[i] ^ flip;
+}
+
+static inline void fake_land(struct fake_sess *s, const struct lc_sqe *e, struct lc_cslot *sl)
+{
+	const struct lc_item *it = (const struct lc_item *)(s->base + e->arg_off);
+	const struct lc_seg *sg = (const struct lc_seg *)(s->base + it->seg_off);
+	uint8_t *at = seg_ptr(s, sg), *v;
+	size_t len, half;
+	int i;
+
+	if (e->op != LC_OP_GET || e->count != 1 || it->nseg != 1 || it->result <= 0)
+		return;
+	pthread_mutex_lock(&s->f->lock);
+	i = kv_find(s->f, s->base + it->key_off, it->key_len);
+	len = s->f->kv[i].len;
+	v = malloc(len);
+	FAKE_CHECK(v != NULL);
+	memcpy(v, s->f->kv[i].val, len);
+	pthread_mutex_unlock(&s->f->lock);
+	half = len / 2;
+	if (s->f->land != FAKE_LAND_SCRIBBLED)
+		fake_poke(at, v, half, 0xff);
+	lc_store_release(&sl->landed, lc_landed_pack(1, half));
+	usleep(FAKE_LAND_PAUSE_US);
+	switch (s->f->land) {
+	case FAKE_LAND_SCRIBBLED:
+		fake_poke(at, v, half, 0x5a);
+		lc_store_release(&sl->landed, lc_landed_pack(1, len));
+		break;
+	case FAKE_LAND_RETRIED:
+		lc_store_release(&sl->landed, lc_landed_pack(2, 0));
+		fake_poke(at, v, half, 0);
+		lc_store_release(&sl->landed, lc_landed_pack(2, len));
+		break;
+	default: fake_poke(at, v, half, 0); lc_store_release(&sl->landed, lc_landed_pack(3, 0));
+	}
+	free(v);
+}
+
 static inline void fake_complete(struct fake_sess *s, const struct lc_sqe *e)
 {
 	struct lc_cslot *slots = (struct lc_cslot *)(s->base + s->h.slots_off);
@@ -329,6 +396,8 @@ static inline void fake_complete(struct fake_sess *s, const struct lc_sqe *e)
 		usleep(s->f->delay_ms * 1000);
 	r = fake_exec(s, e);
 	pthread_mutex_unlock(&s->f->lock);
+	if (s->f->land)
+		fake_land(s, e, sl);
 	sl->result = r;
 	sl->seq = e->seq;
 	if (lc_xchg(&sl->state, (uint32_t)LC_SLOT_DONE) == LC_SLOT_WAITING)
