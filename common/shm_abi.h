@@ -150,6 +150,8 @@ enum lc_op {
  * (LC_SQE_SEG_CRC): the proxy's puts mostly go to other nodes, whose
  * writes then need no pass over the bytes before they go. */
 #define LC_WELCOME_SEG_CRC 1u
+/* The proxy tells a one-value get's landed bytes (lc_cslot.landed). */
+#define LC_WELCOME_LANDED 2u
 
 /* Submission descriptor. Single-key calls are batches of one item. */
 struct lc_sqe {
@@ -216,29 +218,39 @@ struct lc_cslot {
 	uint64_t seq;
 	uint64_t done_ns;    /* CLOCK_MONOTONIC at completion: steers the waiter's spin */
 	uint64_t reason_arg; /* see enum lc_reason */
-	/* A one-value get staged in the arena: how much of the value has landed
-	 * there, as lc_landed_pack(gen, bytes) — its first bytes, in place, of
-	 * the proxy's attempt gen to read it. The client stores 0 before it
-	 * submits; the proxy stores a new gen with 0 bytes before each attempt
-	 * and raises the bytes (release) as a remote read lands. The waiter
-	 * may copy landed bytes out before DONE; only DONE's result says
-	 * whether they are the value: it keeps what it copied only when the
-	 * final word names the gen it copied from, else it copies again. */
+	/* A one-value get staged in one piece of the arena, with a proxy that
+	 * sent LC_WELCOME_LANDED: how much of the value has landed there, as
+	 * lc_landed_pack(gen, tells, bytes) — the first bytes, in place, of
+	 * the proxy's attempt gen at reading it. The client stores 0 before it
+	 * submits; the proxy stores the next gen (1, 2, ...) with 0 bytes
+	 * before each attempt, tells set when the attempt will raise the bytes
+	 * (release) as they land. The waiter may copy landed bytes out before
+	 * DONE; only DONE's result says whether they are the value: it keeps
+	 * what it copied only when the final word names the gen it copied
+	 * from, else it copies again. */
 	uint64_t landed;
 	uint64_t pad[2];
 };
 
-#define LC_LANDED_BYTES_BITS 40
-#define LC_LANDED_BYTES_MASK ((1ull << LC_LANDED_BYTES_BITS) - 1)
+/* lc_cslot.landed: gen in bits 40-63, tells in bit 39, bytes below. */
+#define LC_LANDED_GEN_SHIFT  40
+#define LC_LANDED_TELLS	     (1ull << 39)
+#define LC_LANDED_BYTES_MASK (LC_LANDED_TELLS - 1)
 
-static inline uint64_t lc_landed_pack(uint32_t gen, uint64_t bytes)
+static inline uint64_t lc_landed_pack(uint32_t gen, int tells, uint64_t bytes)
 {
-	return (uint64_t)gen << LC_LANDED_BYTES_BITS | (bytes & LC_LANDED_BYTES_MASK);
+	return (uint64_t)gen << LC_LANDED_GEN_SHIFT | (tells ? LC_LANDED_TELLS : 0) |
+	       (bytes & LC_LANDED_BYTES_MASK);
 }
 
 static inline uint32_t lc_landed_gen(uint64_t word)
 {
-	return (uint32_t)(word >> LC_LANDED_BYTES_BITS);
+	return (uint32_t)(word >> LC_LANDED_GEN_SHIFT);
+}
+
+static inline int lc_landed_tells(uint64_t word)
+{
+	return (word & LC_LANDED_TELLS) != 0;
 }
 
 static inline uint64_t lc_landed_bytes(uint64_t word)
@@ -257,6 +269,7 @@ static_assert(sizeof(struct lc_sqe) == 64, "lc_sqe layout");
 static_assert(sizeof(struct lc_item) == 32, "lc_item layout");
 static_assert(sizeof(struct lc_seg) == 24, "lc_seg layout");
 static_assert(sizeof(struct lc_cslot) == 64, "lc_cslot layout");
+static_assert(offsetof(struct lc_cslot, landed) == 40, "lc_cslot layout");
 
 /* Every field's offset, as docs/shm-abi.md gives it: a change here is a
  * change of LC_PROTO_VERSION. */

@@ -281,7 +281,9 @@ struct eng_op {
 	 * engine stores landed_base + n there (release) once the first n
 	 * bytes of iov hold the transfer's bytes, as they land, where the
 	 * transport can tell (TCP: the first slice's); else it stores
-	 * nothing. Not a result: a failed transfer may have raised it. */
+	 * nothing. Not a result: a failed transfer may have raised it. The
+	 * caller packs landed_base so that adding the bytes cannot carry into
+	 * its own fields (lc_landed_pack). */
 	uint64_t *landed;
 	uint64_t landed_base;
 	void *user; /* the caller's: never read or written by the engine */

@@ -73,11 +73,12 @@ struct px_item {
 	uint64_t item_off; /* region offset of this item's lc_item */
 	struct iovec *iov; /* validated pointers into the region, after key */
 	int iovcnt;
-	uint64_t total;	  /* sum of iov lengths */
-	uint32_t crc;	  /* put: CRC32C of the value as written */
-	bool crc_given;	  /* put: crc is the client's (LC_SQE_SEG_CRC), before any write */
-	bool staged;	  /* get: every segment in the arena (px_item_read_dir) */
-	uint64_t *landed; /* one-value staged get: its slot's landed word, else NULL */
+	uint64_t total;	   /* sum of iov lengths */
+	uint32_t crc;	   /* put: CRC32C of the value as written */
+	bool crc_given;	   /* put: crc is the client's (LC_SQE_SEG_CRC), before any write */
+	bool staged;	   /* get: every segment in the arena (px_item_read_dir) */
+	uint64_t *landed;  /* one-value staged get: its slot's landed word, else NULL */
+	uint32_t land_gen; /* the last attempt's gen in *landed */
 };
 
 struct px_req {

@@ -42,21 +42,21 @@ static int trim_iov(const struct px_item *it, uint64_t size, struct iovec *out)
 }
 
 /*
- * A new attempt at item it: its slot's landed word (if it has one)
- * names a new gen with no bytes, so that a waiter drops what it copied of
- * an earlier attempt. Returns the word, the base the engine adds the
- * landed bytes to.
+ * A new attempt at item it: its slot's landed word (if it has one) names
+ * the request's next gen with no bytes, so that a waiter drops what it
+ * copied of an earlier attempt, and says whether this one tells its bytes
+ * as they land (a remote MEMORY read). Returns the word, the base the
+ * engine adds the landed bytes to.
  */
-static uint64_t land_begin(struct px_proxy *px, const struct px_item *it)
+static uint64_t land_begin(struct px_item *it, int tells)
 {
-	uint32_t gen;
 	uint64_t w;
 
 	if (!it->landed)
 		return 0;
-	/* Never 0, the client's "nothing yet"; 24 bits (lc_landed_pack). */
-	gen = atomic_fetch_add(&px->land_gen, 1) % 0xffffffu + 1;
-	w = lc_landed_pack(gen, 0);
+	/* 1, 2, ...: never 0, the client's "nothing yet". A request makes a
+	 * handful of attempts, far below 2^24. */
+	w = lc_landed_pack(++it->land_gen, tells, 0);
 	lc_store_release(it->landed, w);
 	return w;
 }
@@ -217,7 +217,7 @@ struct px_defer {
  * checked against the value's CRC32C, so a slow disk read of a replica
  * still listed returns the value's bytes or an error.
  */
-static int64_t read_value(struct px_proxy *px, const char *tenant, const struct px_item *it,
+static int64_t read_value(struct px_proxy *px, const char *tenant, struct px_item *it,
 			  const struct px_cached *e, struct px_down *down,
 			  const struct px_defer *df)
 {
@@ -242,7 +242,7 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, const struct 
 				continue;
 			/* Every attempt a new gen, held ones too: bytes told of an
 			 * earlier one are not this one's. */
-			land = land_begin(px, it);
+			land = land_begin(it, type == LUNAR__REPLICA_TYPE__MEMORY && !local);
 			if (df && df->mr && type == LUNAR__REPLICA_TYPE__MEMORY &&
 			    hold_xfer(df->mr, df->count, df->i, it, e, rp, iov, iovcnt))
 				return PX_DEFERRED;
@@ -305,7 +305,7 @@ static void held_fini(struct px_held *h)
 	mreads_fini(&h->mr);
 }
 
-static int64_t serve(struct px_proxy *px, const struct px_req *r, const struct px_item *it,
+static int64_t serve(struct px_proxy *px, const struct px_req *r, struct px_item *it,
 		     const struct px_cached *e, struct px_down *down, struct px_held *h)
 {
 	/* A single read runs at once: no batch to wait for. */

@@ -362,7 +362,6 @@ struct px_proxy {
 	atomic_bool ping_retried;	    /* the heartbeat was kicked since the last answer */
 	atomic_bool leaving;		    /* our segment given back: never mount it again */
 	atomic_uint_fast64_t reg_bytes;	    /* registered memory of all clients */
-	atomic_uint land_gen;		    /* the last attempt's gen (lc_cslot.landed) */
 	uint32_t reg_ranges;		    /* and its ranges; loop thread only */
 	struct px_reg_owner *reg_owners;    /* the same by uid; loop thread only */
 	size_t n_reg_owners;

@@ -230,7 +230,7 @@ static int session_open(struct px_proxy *px, struct px_session *s)
 	w.region_size = s->rg.size;
 	/* With a master of its own every put lands here, and the copy into
 	 * the segment takes the CRC32C for nothing. */
-	w.flags = px->cfg.embedded ? 0 : LC_WELCOME_SEG_CRC;
+	w.flags = (px->cfg.embedded ? 0 : LC_WELCOME_SEG_CRC) | LC_WELCOME_LANDED;
 	fds[0] = s->memfd;
 	fds[1] = s->efd;
 	if (lc_uds_send(s->sock, &w, sizeof(w), fds, 2))

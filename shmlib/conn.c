@@ -257,6 +257,7 @@ int shm_conn_open(struct lunar_client *c, struct shm_conn **out)
 		goto err_free;
 	cn->evfd = fds[1];
 	cn->seg_crc = (w.flags & LC_WELCOME_SEG_CRC) != 0;
+	cn->tells_landed = (w.flags & LC_WELCOME_LANDED) != 0;
 	rc = evfd_check(cn->evfd);
 	if (!rc)
 		rc = region_map(cn, fds[0], &w);

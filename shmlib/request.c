@@ -18,7 +18,7 @@
 #include "atomic.h"
 #include "clock.h"
 #include "crc32c.h"
-#include "drain.h"
+#include "copyout.h"
 
 /* Where each staged piece of a value starts in the arena: on a cache line,
  * whatever the keys before it. The copies into and out of it (the
@@ -87,7 +87,7 @@ static struct lc_sqe req_sqe(const struct shm_req *r, const struct shm_op *op, u
 }
 
 static int64_t req_send(struct shm_req *r, const struct shm_op *op, uint32_t count,
-			uint64_t arg_len, const struct shm_layout *l, struct shm_drain *d)
+			uint64_t arg_len, const struct shm_layout *l, struct shm_copyout *d)
 {
 	struct lc_sqe sqe = req_sqe(r, op, count, arg_len, l);
 	int64_t result;
@@ -236,7 +236,7 @@ static uint16_t items_fill(const struct shm_req *r, const struct shm_layout *l,
 }
 
 /* Copy the first got bytes of a staged get result back to the user, but
- * for the first kept, which are there already (drained). */
+ * for the first kept, which are there already (copyout.h). */
 static void item_copy_back(const struct shm_req *r, const struct shm_item *it, uint64_t got,
 			   uint64_t kept, uint64_t *data)
 {
@@ -259,24 +259,22 @@ static void item_copy_back(const struct shm_req *r, const struct shm_item *it, u
 	}
 }
 
-/* A drain for a get of one value staged in one piece large enough to gain
- * from it (drain.h): d, set up; else NULL. */
-static struct shm_drain *drain_of(const struct shm_req *r, const struct shm_layout *l,
-				  const struct shm_item *items, uint32_t n, int is_get,
-				  struct shm_drain *d)
+/* d, set up to copy out a get of one value staged in one piece as it
+ * lands (copyout.h); else NULL. */
+static struct shm_copyout *copyout_of(const struct shm_req *r, const struct shm_layout *l,
+				      const struct shm_item *items, uint32_t n, int is_get,
+				      struct shm_copyout *d)
 {
 	uint64_t data = r->off + l->data_at;
-	const struct iovec *v = &items[0].iov[0];
 	struct lc_seg ls;
 	int staged;
 
-	if (!is_get || n != 1 || items[0].iovcnt != 1 || v->iov_len < SHM_DRAIN_MIN)
+	if (!is_get || n != 1 || items[0].iovcnt != 1)
 		return NULL;
-	ls = piece_place(r, v, &data, &staged);
-	if (!staged)
-		return NULL;
-	*d = (struct shm_drain){.src = r->cn->base + ls.off, .dst = v->iov_base, .len = v->iov_len};
-	return d;
+	ls = piece_place(r, &items[0].iov[0], &data, &staged);
+	return staged ? shm_copyout_init(d, r->cn->base + ls.off, items[0].iov[0].iov_base,
+					 items[0].iov[0].iov_len)
+		      : NULL;
 }
 
 /* Item i's result as the proxy wrote it, read once: a get's size past the
@@ -488,14 +486,14 @@ static int64_t run_items(struct lunar_client *c, const struct shm_op *op, struct
 		rc = req_alloc(&r, l.total, r.deadline_ns);
 	if (!rc) {
 		struct shm_op o = *op;
-		struct shm_drain d, *dp;
+		struct shm_copyout d, *dp;
 
 		o.flags |= items_fill(&r, &l, items, n, is_get);
 		pref_fill(&r, &l);
-		dp = drain_of(&r, &l, items, n, is_get, &d);
+		dp = copyout_of(&r, &l, items, n, is_get, &d);
 		rc = req_send(&r, &o, n, (uint64_t)n * sizeof(struct lc_item), &l, dp);
 		if (rc >= 0)
-			items_collect(&r, &l, items, n, is_get, dp ? dp->copied : 0);
+			items_collect(&r, &l, items, n, is_get, dp ? dp->kept : 0);
 	}
 	shm_regs_unlock(c);
 	req_end(&r);
@@ -587,8 +585,7 @@ int64_t shm_finish_one(struct lunar_pending *p)
 {
 	struct shm_req *r = &p->r;
 	int is_get = p->t.op == LC_OP_GET;
-	int drain = is_get && p->staged && p->v.iov_len >= SHM_DRAIN_MIN;
-	struct shm_drain d = {0};
+	struct shm_copyout d, *dp = NULL;
 	int64_t rc, res;
 
 	if (p->done)
@@ -596,19 +593,20 @@ int64_t shm_finish_one(struct lunar_pending *p)
 	rc = shm_call_begin(r->c, &r->cancel);
 	if (rc)
 		return rc; /* a forked child: the session is the parent's */
-	if (drain)
-		d = (struct shm_drain){
-		    .src = r->cn->base + p->stage_off, .dst = p->v.iov_base, .len = p->v.iov_len};
+	if (is_get && p->staged)
+		dp = shm_copyout_init(&d, r->cn->base + p->stage_off, p->v.iov_base, p->v.iov_len);
 	/* On an error the proxy is done with our memory when this returns. */
-	rc = shm_complete(r->cn, &p->t, r->deadline_ns, &res, drain ? &d : NULL);
+	rc = shm_complete(r->cn, &p->t, r->deadline_ns, &res, dp);
 	in_place_done(p);
 	if (!rc && res < 0)
 		rc = res;
 	if (!rc) {
+		uint64_t kept = dp ? dp->kept : 0;
+
 		rc = item_result(r, 0, p->v.iov_len, is_get);
-		if (is_get && rc > 0 && p->staged && (uint64_t)rc > d.copied)
-			memcpy((uint8_t *)p->v.iov_base + d.copied,
-			       r->cn->base + p->stage_off + d.copied, (size_t)rc - d.copied);
+		if (is_get && rc > 0 && p->staged && (uint64_t)rc > kept)
+			memcpy((uint8_t *)p->v.iov_base + kept, r->cn->base + p->stage_off + kept,
+			       (size_t)rc - kept);
 	}
 	req_end(r);
 	return rc;

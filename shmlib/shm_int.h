@@ -64,7 +64,8 @@ struct shm_conn {
 	uint32_t max_segs;
 	uint64_t arena_off;
 	uint64_t arena_size;
-	int seg_crc; /* LC_WELCOME_SEG_CRC: stage puts with their pieces' CRC32C */
+	int seg_crc;	  /* LC_WELCOME_SEG_CRC: stage puts with their pieces' CRC32C */
+	int tells_landed; /* LC_WELCOME_LANDED: large gets are copied out as they land */
 	char http_addr[LC_HTTP_ADDR_MAX]; /* the header's, checked; "" when not told */
 	uint64_t seq;		    /* atomic; the handle's request counter for this session */
 	uint32_t lat_ns[LC_OP_MAX]; /* relaxed; average completion time by op (spin.h) */
@@ -354,7 +355,7 @@ void shm_chunks_fini(struct lunar_client *c);
 
 /* --- submit.c: slots, ring, waiting --- */
 
-struct shm_drain; /* drain.h */
+struct shm_copyout; /* copyout.h */
 
 /*
  * shm_submit - send sqe (its slot and seq are filled here) and wait for the
@@ -363,12 +364,12 @@ struct shm_drain; /* drain.h */
  * deadline: the session is broken), PROTOCOL, or BUSY (no slot in time).
  * Any thread; takes cn->lock only when every slot is taken, or to wake
  * threads that wait for one. d: NULL, or a one-value get's staging place
- * and buffer, to copy the value out while it lands (drain.h); on 0,
- * d->copied is how many of the buffer's first bytes hold the value
- * already (when the result says the get succeeded).
+ * and buffer, to copy the value out while it lands (copyout.h); on 0,
+ * d->kept is how many of the buffer's first bytes hold the value already
+ * (when the result says the get succeeded).
  */
 int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result,
-	       struct shm_drain *d);
+	       struct shm_copyout *d);
 
 /* A request sent and not yet completed: its slot, and what waiting needs. */
 struct shm_ticket {
@@ -393,7 +394,7 @@ struct shm_ticket {
 int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t take_by_ns, uint64_t deadline_ns,
 	     struct shm_ticket *t);
 int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns,
-		 int64_t *result, struct shm_drain *d);
+		 int64_t *result, struct shm_copyout *d);
 int shm_ticket_ready(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns);
 /* shm_detail_set - remember a completion's reason (enum lc_reason, as the
  * proxy wrote it) and its argument for lunar_error_detail in this thread. */

@@ -18,7 +18,7 @@
 #include "atomic.h"
 #include "clock.h"
 #include "cpus.h"
-#include "drain.h"
+#include "copyout.h"
 #include "futex.h"
 #include "ring.h"
 #include "spin.h"
@@ -204,38 +204,47 @@ static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start,
 	return done;
 }
 
+/* How often a copying waiter looks at the session's health (a system
+ * call each time), and how long it waits for the proxy's first attempt. */
+#define SHM_COPYOUT_CHECK_NS 1000000u
+#define SHM_COPYOUT_START_NS 1000000u
+
 /*
- * Wait for DONE copying out what lands (drain.h), yielding the CPU when
+ * Wait for DONE copying out what lands (copyout.h), yielding the CPU when
  * nothing new landed: the thread that receives the value may need it.
- * Only while the request is the session's one in flight: with others, the
- * CPUs have their work, and a drainer would only take turns with it. The
- * session's health is looked at every SHM_DRAIN_CHECK_NS (a system call
- * each time). 1 when DONE was seen, 0 when another request came first, or
- * a code when the session broke.
+ * Only while the request is the session's one in flight (with others, the
+ * CPUs have their work, and a copier would only take turns with it), the
+ * proxy's attempt tells its bytes, and an attempt began within
+ * SHM_COPYOUT_START_NS. 1 when DONE was seen, 0 when the caller should
+ * wait as usual, or a code when the session broke.
  */
-#define SHM_DRAIN_CHECK_NS 1000000u
-static int slot_drain(struct shm_conn *cn, struct lc_cslot *slot, struct shm_drain *d,
-		      uint64_t deadline_ns)
+static int slot_copyout(struct shm_conn *cn, struct lc_cslot *slot, struct shm_copyout *d,
+			uint64_t deadline_ns)
 {
-	uint64_t check_at = lc_now_ns() + SHM_DRAIN_CHECK_NS;
+	uint64_t now = lc_now_ns(), start = now, check_at = now + SHM_COPYOUT_CHECK_NS;
 	int rc = 1;
 
 	lc_fetch_add(&cn->watching, 1u);
 	while (lc_load_acquire(&slot->state) != LC_SLOT_DONE) {
-		if (LC_READ_ONCE(cn->busy_slots) > 1) {
+		uint64_t word = lc_load_acquire(&slot->landed);
+		int moved;
+
+		if (LC_READ_ONCE(cn->busy_slots) > 1 || (word && !lc_landed_tells(word)) ||
+		    (!word && now - start > SHM_COPYOUT_START_NS)) {
 			rc = 0;
 			break;
 		}
-		if (shm_drain_step(d, lc_load_acquire(&slot->landed)))
-			continue;
-		if (lc_now_ns() >= check_at) {
+		moved = shm_copyout_step(d, word);
+		now = lc_now_ns();
+		if (now >= check_at) {
 			rc = still_alive(cn, deadline_ns);
 			if (rc)
 				break;
 			rc = 1;
-			check_at = lc_now_ns() + SHM_DRAIN_CHECK_NS;
+			check_at = now + SHM_COPYOUT_CHECK_NS;
 		}
-		sched_yield();
+		if (!moved)
+			sched_yield();
 	}
 	lc_fetch_add(&cn->watching, (uint32_t)-1);
 	return rc;
@@ -266,13 +275,14 @@ static int slot_sleep(struct shm_conn *cn, struct lc_cslot *slot, uint64_t deadl
 	return LUNAR_ERR_PROTOCOL;
 }
 
-/* Wait for the slot of a request of kind op submitted at start: drain
- * when d is given, then (if not done) spin or yield, then sleep. */
+/* Wait for the slot of a request of kind op submitted at start: copy out
+ * what lands when d is given and the proxy tells it, then (if not done)
+ * spin or yield, then sleep. */
 static int slot_wait(struct shm_conn *cn, struct lc_cslot *slot, uint16_t op, uint64_t start,
-		     uint64_t deadline_ns, struct shm_drain *d)
+		     uint64_t deadline_ns, struct shm_copyout *d)
 {
 	uint32_t *lat = shm_lat_of(cn->lat_ns, op);
-	int rc = d ? slot_drain(cn, slot, d, deadline_ns) : 0;
+	int rc = d && cn->tells_landed ? slot_copyout(cn, slot, d, deadline_ns) : 0;
 
 	if (rc < 0)
 		return rc;
@@ -297,7 +307,7 @@ int shm_send(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t take_by_ns, uint6
 	rc = slot_take(cn, take_by_ns, &t->slot);
 	if (rc)
 		return rc;
-	/* Nothing landed yet (a get's drain); both before the proxy's acquire
+	/* Nothing landed yet (copyout.h); both before the proxy's acquire
 	 * of the descriptor via the ring tail. */
 	LC_WRITE_ONCE(cn->slots[t->slot].landed, 0);
 	lc_store_release(&cn->slots[t->slot].state, (uint32_t)LC_SLOT_PENDING);
@@ -326,7 +336,7 @@ int shm_ticket_ready(struct shm_conn *cn, const struct shm_ticket *t, uint64_t d
 }
 
 int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadline_ns,
-		 int64_t *result, struct shm_drain *d)
+		 int64_t *result, struct shm_copyout *d)
 {
 	struct lc_cslot *slot = &cn->slots[t->slot];
 	int rc = slot_wait(cn, slot, t->op, t->start_ns, deadline_ns, d);
@@ -340,7 +350,7 @@ int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadl
 	} else {
 		*result = LC_READ_ONCE(slot->result);
 		if (d)
-			d->copied = shm_drain_kept(d, LC_READ_ONCE(slot->landed));
+			d->kept = shm_copyout_kept(d, LC_READ_ONCE(slot->landed));
 	}
 	shm_detail_set(rc ? LC_REASON_NONE : LC_READ_ONCE(slot->reason),
 		       rc ? 0 : LC_READ_ONCE(slot->reason_arg));
@@ -349,7 +359,7 @@ int shm_complete(struct shm_conn *cn, const struct shm_ticket *t, uint64_t deadl
 }
 
 int shm_submit(struct shm_conn *cn, struct lc_sqe *sqe, uint64_t deadline_ns, int64_t *result,
-	       struct shm_drain *d)
+	       struct shm_copyout *d)
 {
 	struct shm_ticket t;
 	int rc = shm_send(cn, sqe, deadline_ns, deadline_ns, &t);

@@ -100,7 +100,8 @@ static int64_t claims(void)
 	int64_t wrong;
 
 	raw_open(&c, sock_a);
-	H_ASSERT_EQ(c.welcome_flags, LC_WELCOME_SEG_CRC); /* A's puts all go to B */
+	/* A's puts all go to B; its gets tell what landed */
+	H_ASSERT_EQ(c.welcome_flags, LC_WELCOME_SEG_CRC | LC_WELCOME_LANDED);
 	wrong = put_claimed(&c, "claimed/wrong", crc ^ 1);
 	H_ASSERT_EQ(put_claimed(&c, "claimed/right", crc), 0);
 	raw_close(&c);
@@ -162,7 +163,7 @@ static void test_client_crc_embedded_asks_for_none(void **state)
 	(void)state;
 	H_ASSERT(h_embedded_node(sock, &cl, NULL));
 	raw_open(&c, sock);
-	H_ASSERT_EQ(c.welcome_flags, 0);
+	H_ASSERT_EQ(c.welcome_flags, LC_WELCOME_LANDED);
 	raw_close(&c);
 	h_embedded_node_stop(&cl);
 }

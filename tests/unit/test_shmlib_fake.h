@@ -34,6 +34,7 @@
 #include "lunar.h"
 #include "ring.h"
 #include "shm_abi.h"
+#include "shmlib/copyout.h"
 #include "shmlib/shm_int.h"
 #include "uds.h"
 #include "tests/unit/test_fds.h"
@@ -89,6 +90,8 @@ struct fake {
 	int bad_evfd;		/* 1: a blocking pipe for the eventfd, 2: a blocking eventfd */
 	uint16_t welcome_flags; /* LC_WELCOME_* */
 	int land;		/* enum fake_land: how a one-value get lands (fake_land) */
+	uint64_t land_word;	/* FAKE_LAND_QUIET: the word it stores (0: none) */
+	int land_slept;		/* FAKE_LAND_QUIET: the waiter went to sleep meanwhile */
 	uint32_t entries, slots;
 	/* behaviour, under lock */
 	int delay_ms;	    /* before completing each request */
@@ -317,9 +320,9 @@ static inline int64_t fake_exec(struct fake_sess *s, const struct lc_sqe *e)
 	return 0;
 }
 
-/* How the fake lands a one-value get in one piece, after its bytes are in
- * the arena (each step told in the slot's landed word, FAKE_LAND_PAUSE_US
- * apart, for a draining waiter to copy). */
+/* How the fake lands a one-value get of SHM_COPYOUT_MIN bytes or more in
+ * one piece, after its bytes are in the arena (each step told in the slot's
+ * landed word, FAKE_LAND_PAUSE_US apart, for a waiter to copy out). */
 enum fake_land {
 	FAKE_LAND_AT_ONCE, /* nothing told: the bytes are there at DONE */
 	/* the first half told, then scribbled over (the waiter must have kept
@@ -331,11 +334,14 @@ enum fake_land {
 	/* the same wrong half told, then the right bytes land untold by an
 	 * attempt of another gen (as a disk read does) */
 	FAKE_LAND_UNTOLD,
+	/* land_word stored (unless 0), then up to 2 s for the waiter to
+	 * sleep (land_slept), then DONE */
+	FAKE_LAND_QUIET,
 };
-#define FAKE_LAND_PAUSE_US 200000
+#define FAKE_LAND_PAUSE_US 300000
 
 /* n bytes of src into dst, each XOR flip, by stores no sanitizer watches:
- * the fake rewrites bytes a draining waiter read before, ordered by the
+ * the fake rewrites bytes a copying waiter read before, ordered by the
  * pause alone, as a proxy's next attempt at a read would. */
 __attribute__((no_sanitize("thread"))) static inline void
 fake_poke(uint8_t *dst, const uint8_t *src, size_t n, uint8_t flip)
@@ -354,8 +360,17 @@ static inline void fake_land(struct fake_sess *s, const struct lc_sqe *e, struct
 	size_t len, half;
 	int i;
 
-	if (e->op != LC_OP_GET || e->count != 1 || it->nseg != 1 || it->result <= 0)
+	if (e->op != LC_OP_GET || e->count != 1 || it->nseg != 1 ||
+	    it->result < (int64_t)SHM_COPYOUT_MIN)
 		return;
+	if (s->f->land == FAKE_LAND_QUIET) {
+		if (s->f->land_word)
+			lc_store_release(&sl->landed, s->f->land_word);
+		for (int k = 0; k < 2000 && lc_load_acquire(&sl->state) != LC_SLOT_WAITING; k++)
+			usleep(1000);
+		s->f->land_slept = lc_load_acquire(&sl->state) == LC_SLOT_WAITING;
+		return;
+	}
 	pthread_mutex_lock(&s->f->lock);
 	i = kv_find(s->f, s->base + it->key_off, it->key_len);
 	len = s->f->kv[i].len;
@@ -366,19 +381,19 @@ static inline void fake_land(struct fake_sess *s, const struct lc_sqe *e, struct
 	half = len / 2;
 	if (s->f->land != FAKE_LAND_SCRIBBLED)
 		fake_poke(at, v, half, 0xff);
-	lc_store_release(&sl->landed, lc_landed_pack(1, half));
+	lc_store_release(&sl->landed, lc_landed_pack(1, 1, half));
 	usleep(FAKE_LAND_PAUSE_US);
 	switch (s->f->land) {
 	case FAKE_LAND_SCRIBBLED:
 		fake_poke(at, v, half, 0x5a);
-		lc_store_release(&sl->landed, lc_landed_pack(1, len));
+		lc_store_release(&sl->landed, lc_landed_pack(1, 1, len));
 		break;
 	case FAKE_LAND_RETRIED:
-		lc_store_release(&sl->landed, lc_landed_pack(2, 0));
+		lc_store_release(&sl->landed, lc_landed_pack(2, 1, 0));
 		fake_poke(at, v, half, 0);
-		lc_store_release(&sl->landed, lc_landed_pack(2, len));
+		lc_store_release(&sl->landed, lc_landed_pack(2, 1, len));
 		break;
-	default: fake_poke(at, v, half, 0); lc_store_release(&sl->landed, lc_landed_pack(3, 0));
+	default: fake_poke(at, v, half, 0); lc_store_release(&sl->landed, lc_landed_pack(3, 0, 0));
 	}
 	free(v);
 }
