@@ -80,6 +80,20 @@ static struct lc_sqe one_item(struct fix *f, uint16_t op, const char *k, uint64_
 	return q;
 }
 
+/* A registered 8 KiB range as f's region 3; px_mreg_put gives it back. */
+static struct px_mreg *region3(struct fix *f)
+{
+	struct px_mreg *m = calloc(1, sizeof(*m));
+
+	assert_non_null(m);
+	m->len = 8192;
+	m->base = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(m->base != MAP_FAILED);
+	atomic_init(&m->refs, 1);
+	f->rg.mregs[3] = m;
+	return m;
+}
+
 static void expect_violation(struct fix *f, const struct lc_sqe *q)
 {
 	struct px_req *r = NULL;
@@ -185,15 +199,10 @@ static void test_decode_registered_region(void **state)
 	struct lc_sqe q = one_item(f, LC_OP_GET, "reg", 10);
 	struct lc_item *it = (struct lc_item *)(f->mem + q.arg_off);
 	struct lc_seg *seg = (struct lc_seg *)(f->mem + it->seg_off);
-	struct px_mreg *m = calloc(1, sizeof(*m));
+	struct px_mreg *m = region3(f); /* Given a registered 8 KiB range as region 3 */
 	struct px_req *r;
 	const char *why;
 
-	/* Given a registered 8 KiB range as region 3 */
-	m->len = 8192;
-	m->base = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	atomic_init(&m->refs, 1);
-	f->rg.mregs[3] = m;
 	/* When a segment names it inside its bounds, the request holds it */
 	seg->region = 3;
 	seg->off = 8000;
@@ -241,13 +250,7 @@ static void test_decode_read_dir(void **state)
 	    {3, 3, 0},
 	};
 	struct fix *f = *state;
-	struct px_mreg *m = calloc(1, sizeof(*m));
-
-	/* Given a registered 8 KiB range as region 3 */
-	m->len = 8192;
-	m->base = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	atomic_init(&m->refs, 1);
-	f->rg.mregs[3] = m;
+	struct px_mreg *m = region3(f); /* Given a registered 8 KiB range as region 3 */
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct lc_sqe q = two_segs(f, cases[i][0], cases[i][1]);
 		struct px_req *r;
@@ -274,14 +277,10 @@ static void test_decode_landed_word(void **state)
 	struct lc_sqe get = one_item(f, LC_OP_GET, "g", 100),
 		      put = one_item(f, LC_OP_PUT, "p", 100);
 	struct lc_sqe reg = two_segs(f, 3, 3);
-	struct px_mreg *m = calloc(1, sizeof(*m));
+	struct px_mreg *m = region3(f);
 	struct px_req *r;
 	const char *why;
 
-	m->len = 8192;
-	m->base = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	atomic_init(&m->refs, 1);
-	f->rg.mregs[3] = m;
 	((struct lc_item *)(f->mem + reg.arg_off))->nseg = 1;
 	assert_int_equal(px_decode(&f->rg, &get, &r, &why), 0);
 	assert_ptr_equal(r->items[0].landed, &f->rg.slots[get.slot].landed);
