@@ -207,7 +207,7 @@ static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start,
 /* How often a copying waiter looks at the session's health (a system
  * call each time), and how long it waits for the proxy's first attempt. */
 #define SHM_COPYOUT_CHECK_NS 1000000u
-#define SHM_COPYOUT_START_NS 1000000u
+#define SHM_COPYOUT_START_NS 5000000u
 
 /*
  * Wait for DONE copying out what lands (copyout.h), yielding the CPU when

@@ -406,6 +406,10 @@ static inline void fake_complete(struct fake_sess *s, const struct lc_sqe *e)
 
 	fake_validate(s, e);
 	sl = &slots[e->slot];
+	/* A telling attempt begins at once, as a proxy's does before its
+	 * transfer: the waiter need not wait for the fake's copies to start. */
+	if (s->f->land && s->f->land != FAKE_LAND_QUIET && e->op == LC_OP_GET)
+		lc_store_release(&sl->landed, lc_landed_pack(1, 1, 0));
 	pthread_mutex_lock(&s->f->lock);
 	if (s->f->delay_ms)
 		usleep(s->f->delay_ms * 1000);
