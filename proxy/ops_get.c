@@ -61,6 +61,21 @@ static uint64_t land_begin(struct px_item *it, int tells)
 	return w;
 }
 
+/* The transfer reading MEMORY replica rp into iov, its CRC32C computed. */
+static struct eng_op replica_read(const struct px_item *it, const struct px_cached_replica *rp,
+				  const struct iovec *iov, int iovcnt)
+{
+	return (struct eng_op){
+	    .endpoint = rp->endpoint,
+	    .dir = px_item_read_dir(it),
+	    .off = rp->offset,
+	    .iov = iov,
+	    .iovcnt = iovcnt,
+	    .cap = rp->has_cap ? &rp->cap : NULL,
+	    .want_crc = 1,
+	};
+}
+
 /*
  * Read the value from one replica into iov: 0 when its bytes are the
  * value's (CRC32C as the master recorded), else a code (UNAUTHORIZED: the
@@ -79,16 +94,10 @@ static int read_replica(struct px_proxy *px, const char *tenant, const struct px
 	int64_t n;
 
 	if (rp->type == LUNAR__REPLICA_TYPE__MEMORY) {
-		struct eng_op op = {.endpoint = rp->endpoint,
-				    .dir = px_item_read_dir(it),
-				    .off = rp->offset,
-				    .iov = iov,
-				    .iovcnt = iovcnt,
-				    .cap = cap,
-				    .want_crc = 1,
-				    .landed = it->landed,
-				    .landed_base = land};
+		struct eng_op op = replica_read(it, rp, iov, iovcnt);
 
+		op.landed = it->landed;
+		op.landed_base = land;
 		eng_xfer_batch(px->engine, &op, 1);
 		if (op.result)
 			return op.result == LUNAR_ERR_UNAUTHORIZED ? op.result
@@ -175,15 +184,7 @@ static bool hold_xfer(struct px_mreads *mr, uint32_t count, uint32_t i, const st
 	mr->e[k] = *e;
 	memcpy(mr->iov[k], iov, (size_t)iovcnt * sizeof(*iov));
 	rp = &mr->e[k].rep[rp - e->rep];
-	mr->ops[k] = (struct eng_op){
-	    .endpoint = rp->endpoint,
-	    .dir = px_item_read_dir(it),
-	    .off = rp->offset,
-	    .iov = mr->iov[k],
-	    .iovcnt = iovcnt,
-	    .cap = rp->has_cap ? &rp->cap : NULL,
-	    .want_crc = 1,
-	};
+	mr->ops[k] = replica_read(it, rp, mr->iov[k], iovcnt);
 	mr->n++;
 	return true;
 }

@@ -54,3 +54,12 @@ void shm_bits_give(struct shm_bits *b, uint32_t i)
 {
 	lc_fetch_or(&b->w[i / 64], 1ull << (i % 64));
 }
+
+uint32_t shm_bits_free(const struct shm_bits *b)
+{
+	uint32_t n = 0;
+
+	for (uint32_t k = 0; k < b->words; k++)
+		n += (uint32_t)__builtin_popcountll(LC_READ_ONCE(b->w[k]));
+	return n;
+}

@@ -70,7 +70,6 @@ struct shm_conn {
 	uint64_t seq;		    /* atomic; the handle's request counter for this session */
 	uint32_t lat_ns[LC_OP_MAX]; /* relaxed; average completion time by op (spin.h) */
 	uint32_t watching;	    /* threads watching a completion without sleeping (atomic) */
-	uint32_t busy_slots;	    /* slots taken (atomic; submit.c) */
 
 	struct shm_bits free_slots;
 	/* The arena: SHM_CELL-sized cells at its start, taken without a lock
@@ -279,6 +278,9 @@ void shm_bits_fini(struct shm_bits *b);
 int shm_bits_take(struct shm_bits *b, uint32_t *i);
 /* shm_bits_give - free thing i (an atomic OR with acquire-release order). */
 void shm_bits_give(struct shm_bits *b, uint32_t i);
+/* shm_bits_free - how many things are free: a snapshot, a word at a time,
+ * which takes and gives beside it may already have changed. */
+uint32_t shm_bits_free(const struct shm_bits *b);
 
 /* --- arena.c: the shared arena --- */
 

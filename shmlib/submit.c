@@ -60,10 +60,8 @@ static int slot_take(struct shm_conn *cn, uint64_t deadline_ns, uint32_t *s)
 {
 	int rc = 0;
 
-	if (!shm_bits_take(&cn->free_slots, s)) {
-		lc_fetch_add(&cn->busy_slots, 1u);
+	if (!shm_bits_take(&cn->free_slots, s))
 		return 0;
-	}
 	pthread_mutex_lock(&cn->lock);
 	shm_waiter_enter(cn);
 	while (!rc && shm_bits_take(&cn->free_slots, s)) {
@@ -74,15 +72,12 @@ static int slot_take(struct shm_conn *cn, uint64_t deadline_ns, uint32_t *s)
 	}
 	shm_waiter_leave(cn);
 	pthread_mutex_unlock(&cn->lock);
-	if (!rc)
-		lc_fetch_add(&cn->busy_slots, 1u);
 	return rc;
 }
 
 static void slot_give(struct shm_conn *cn, uint32_t s)
 {
 	lc_store_release(&cn->slots[s].state, (uint32_t)LC_SLOT_IDLE);
-	lc_fetch_add(&cn->busy_slots, (uint32_t)-1);
 	shm_bits_give(&cn->free_slots, s);
 	shm_wake_waiters(cn);
 }
@@ -229,7 +224,8 @@ static int slot_copyout(struct shm_conn *cn, struct lc_cslot *slot, struct shm_c
 		uint64_t word = lc_load_acquire(&slot->landed);
 		int moved;
 
-		if (LC_READ_ONCE(cn->busy_slots) > 1 || (word && !lc_landed_tells(word)) ||
+		if (cn->slot_count - shm_bits_free(&cn->free_slots) > 1 ||
+		    (word && !lc_landed_tells(word)) ||
 		    (!word && now - start > SHM_COPYOUT_START_NS)) {
 			rc = 0;
 			break;

@@ -204,18 +204,22 @@ static void test_bits_take_all(void **state)
 	/* Not a multiple of 64: the tail of the last word is never handed out. */
 	assert_int_equal(shm_bits_init(&b, 70), 0);
 	for (int k = 0; k < 70; k++) {
+		assert_int_equal(shm_bits_free(&b), 70 - k);
 		assert_int_equal(shm_bits_take(&b, &i), 0);
 		assert_true(i < 70);
 		assert_false(seen[i]);
 		seen[i] = 1;
 	}
 	assert_int_equal(shm_bits_take(&b, &i), -1);
+	assert_int_equal(shm_bits_free(&b), 0);
 	shm_bits_give(&b, 69);
+	assert_int_equal(shm_bits_free(&b), 1);
 	assert_int_equal(shm_bits_take(&b, &i), 0);
 	assert_int_equal(i, 69);
 	shm_bits_fini(&b);
 	/* An empty set has nothing to take. */
 	assert_int_equal(shm_bits_init(&b, 0), 0);
+	assert_int_equal(shm_bits_free(&b), 0);
 	assert_int_equal(shm_bits_take(&b, &i), -1);
 	shm_bits_fini(&b);
 }
