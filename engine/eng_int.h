@@ -39,6 +39,8 @@
 #define ENG_SLICE_MAX	4 /* slices (connections) of one transfer */
 static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_crc) / sizeof(uint32_t),
 	      "a CRC32C slot per slice");
+static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_landed) / sizeof(uint64_t),
+	      "a landed count per slice");
 #define ENG_NO_DEADLINE UINT64_MAX /* wait without a time limit */
 #define ENG_SOCK_BUF	(4 << 20)  /* bytes of socket buffer each way (eng_sock_bufs) */
 
@@ -313,12 +315,13 @@ int eng_io_recv(int fd, struct eng_iovc *c, uint64_t deadline_ns);
  * extend *crc (lc_crc32c) over the bytes moved, a chunk at a time while it
  * is in the cache: before sending it, right after receiving it. Same
  * returns; *crc is meaningful only on 0. A receive with landed not NULL
- * stores landed_base + the bytes received so far there (release) as each
- * chunk lands (struct eng_op's landed).
+ * calls it with arg and the bytes received so far as each chunk lands (for
+ * struct eng_op's landed).
  */
+typedef void eng_landed_fn(void *arg, uint64_t moved);
 int eng_io_send_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns);
 int eng_io_recv_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns,
-		    uint64_t *landed, uint64_t landed_base);
+		    eng_landed_fn *landed, void *arg);
 
 /*
  * eng_addr_resolve - the first address of "host:port" (IPv4 dotted, a host

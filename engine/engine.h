@@ -277,13 +277,15 @@ struct eng_op {
 	 * slice names it rather than reading the bytes for it first. */
 	int crc_known;
 	uint32_t known_crc;
-	/* READ with want_crc: where to say how much has landed, or NULL. The
-	 * engine stores landed_base + n there (release) once the first n
-	 * bytes of iov hold the transfer's bytes, as they land, where the
-	 * transport can tell (TCP: the first slice's); else it stores
-	 * nothing. Not a result: a failed transfer may have raised it. The
-	 * caller packs landed_base so that adding the bytes cannot carry into
-	 * its own fields (lc_landed_pack). */
+	/* READ with want_crc: where to say how much has landed, or NULL;
+	 * it holds landed_base when the op is submitted. The engine raises
+	 * it (never lowers it) to landed_base + n (release) once the first
+	 * n bytes of iov hold the transfer's bytes, as they land, where the
+	 * transport can tell (TCP: every slice's bytes, once the slices
+	 * before it landed); else it stores nothing. Not a result: a failed
+	 * transfer may have raised it. The caller packs landed_base so that
+	 * adding the bytes cannot carry into its own fields
+	 * (lc_landed_pack). */
 	uint64_t *landed;
 	uint64_t landed_base;
 	void *user; /* the caller's: never read or written by the engine */
@@ -296,8 +298,9 @@ struct eng_op {
 		struct eng_cq *cq;
 		const void *ops; /* the transport */
 		uint64_t total, chunk, deadline_ns;
-		uint32_t scrc;	       /* another transport's CRC32C, when known */
-		uint32_t slice_crc[4]; /* TCP: each slice's own CRC32C (ENG_SLICE_MAX) */
+		uint32_t scrc;		  /* another transport's CRC32C, when known */
+		uint32_t slice_crc[4];	  /* TCP: each slice's own CRC32C (ENG_SLICE_MAX) */
+		uint64_t slice_landed[4]; /* TCP: each slice's bytes landed (atomic) */
 		uint8_t nslices, claimed, finished, ran, failed, refused, has_scrc;
 	} priv;
 };

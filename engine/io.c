@@ -225,9 +225,9 @@ static uint32_t iovc_crc(struct eng_iovc c, uint64_t n, uint32_t crc)
 }
 
 /* Move c's bytes a chunk at a time, checksumming each beside the I/O; a
- * receive publishes each landed chunk at *landed when not NULL. */
+ * receive tells each landed chunk to landed when not NULL. */
 static int io_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns, int send,
-		  uint64_t *landed, uint64_t landed_base)
+		  eng_landed_fn *landed, void *arg)
 {
 	for (uint64_t moved = 0; c->left;) {
 		uint64_t rest = c->left, n = rest < ENG_CRC_CHUNK ? rest : ENG_CRC_CHUNK;
@@ -247,7 +247,7 @@ static int io_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_n
 			*crc = iovc_crc(start, n, *crc);
 		moved += n;
 		if (landed)
-			lc_store_release(landed, landed_base + moved);
+			landed(arg, moved);
 	}
 	return 0;
 }
@@ -258,7 +258,7 @@ int eng_io_send_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline
 }
 
 int eng_io_recv_crc(int fd, struct eng_iovc *c, uint32_t *crc, uint64_t deadline_ns,
-		    uint64_t *landed, uint64_t landed_base)
+		    eng_landed_fn *landed, void *arg)
 {
-	return io_crc(fd, c, crc, deadline_ns, 0, landed, landed_base);
+	return io_crc(fd, c, crc, deadline_ns, 0, landed, arg);
 }

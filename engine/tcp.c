@@ -28,6 +28,7 @@
 struct tcp_slice {
 	struct eng_engine *e;
 	struct eng_op *op;
+	unsigned idx; /* in op's slices */
 	uint64_t skip;
 	uint64_t len;
 	uint32_t crc;  /* keyed WRITE: CRC32C of this slice's bytes (sent in the header) */
@@ -154,6 +155,39 @@ static uint32_t iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint
 	return crc;
 }
 
+/* The length of op's slice idx. */
+static uint64_t slice_len(const struct eng_op *op, unsigned idx)
+{
+	return idx == op->priv.nslices - 1u ? op->priv.total - idx * op->priv.chunk
+					    : op->priv.chunk;
+}
+
+/*
+ * The first moved bytes of READ slice s landed: raise the op's landed word
+ * to the transfer's landed prefix, the slices before the first one still
+ * landing and that one's bytes. Slices land on threads of their own, so a
+ * word another slice raised further stays.
+ */
+static void slice_landed(void *arg, uint64_t moved)
+{
+	const struct tcp_slice *s = arg;
+	struct eng_op *op = s->op;
+	uint64_t prefix = 0, word;
+
+	lc_store_release(&op->priv.slice_landed[s->idx], moved);
+	for (unsigned i = 0; i < op->priv.nslices; i++) {
+		uint64_t got = lc_load_acquire(&op->priv.slice_landed[i]);
+
+		prefix += got;
+		if (got < slice_len(op, i))
+			break;
+	}
+	word = lc_load_acquire(op->landed);
+	while (word < op->landed_base + prefix &&
+	       !lc_cas(op->landed, &word, op->landed_base + prefix))
+		;
+}
+
 /* Move the payload of s on c: fused with its CRC32C when asked. */
 static int slice_payload(struct tcp_slice *s, struct eng_cconn *c, struct eng_iovc *data)
 {
@@ -165,9 +199,8 @@ static int slice_payload(struct tcp_slice *s, struct eng_cconn *c, struct eng_io
 	s->ocrc = 0;
 	if (s->op->dir == ENG_WRITE)
 		return eng_io_send_crc(c->fd, data, &s->ocrc, deadline);
-	/* The first slice's landed bytes are the transfer's first. */
-	return eng_io_recv_crc(c->fd, data, &s->ocrc, deadline, s->skip == 0 ? s->op->landed : NULL,
-			       s->op->landed_base);
+	return eng_io_recv_crc(c->fd, data, &s->ocrc, deadline, s->op->landed ? slice_landed : NULL,
+			       s);
 }
 
 /*
@@ -337,6 +370,7 @@ int eng_tcp_plan(struct eng_engine *e, struct eng_op *op)
 	}
 	op->priv.nslices = n > e->cfg.slices ? (uint8_t)e->cfg.slices : (uint8_t)n;
 	op->priv.chunk = (op->priv.total + op->priv.nslices - 1) / op->priv.nslices;
+	memset(op->priv.slice_landed, 0, sizeof(op->priv.slice_landed));
 	op->priv.deadline_ns = lc_now_ns() + e->timeout_ns;
 	return 0;
 }
@@ -347,8 +381,9 @@ int eng_tcp_slice(struct eng_engine *e, struct eng_op *op, unsigned idx, int *ra
 	struct tcp_slice s = {
 	    .e = e,
 	    .op = op,
+	    .idx = idx,
 	    .skip = skip,
-	    .len = idx == op->priv.nslices - 1u ? op->priv.total - skip : op->priv.chunk,
+	    .len = slice_len(op, idx),
 	    .live = live,
 	};
 	int keyed_write = e->keyed && op->dir == ENG_WRITE, rc;
@@ -373,7 +408,6 @@ int eng_tcp_slice(struct eng_engine *e, struct eng_op *op, unsigned idx, int *ra
 
 uint32_t eng_tcp_crc(const struct eng_op *op)
 {
-	uint64_t chunk = op->priv.chunk, last = op->priv.total - (op->priv.nslices - 1u) * chunk;
 	uint32_t crc = op->priv.slice_crc[0];
 
 	if (op->priv.has_scrc)
@@ -381,8 +415,7 @@ uint32_t eng_tcp_crc(const struct eng_op *op)
 	/* Each slice checksummed its own bytes beside its socket: no second
 	 * pass over the transfer, only a shift per slice. */
 	for (unsigned i = 1; i < op->priv.nslices; i++)
-		crc = lc_crc32c_combine(crc, op->priv.slice_crc[i],
-					i == op->priv.nslices - 1u ? last : chunk);
+		crc = lc_crc32c_combine(crc, op->priv.slice_crc[i], slice_len(op, i));
 	return crc;
 }
 
