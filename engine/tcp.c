@@ -155,6 +155,9 @@ static uint32_t iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint
 	return crc;
 }
 
+/* Compare-and-swaps a slice makes to raise a landed word. */
+#define ENG_LANDED_TRIES 8
+
 /* The length of op's slice idx. */
 static uint64_t slice_len(const struct eng_op *op, unsigned idx)
 {
@@ -175,6 +178,9 @@ static void slice_landed(void *arg, uint64_t moved)
 	uint64_t prefix = 0, word;
 
 	lc_store_release(&op->priv.slice_landed[s->idx], moved);
+	/* Pairs with the same fence in the other slices' calls: of two slices
+	 * storing their last counts at once, at least one sees the other's. */
+	lc_smp_mb();
 	for (unsigned i = 0; i < op->priv.nslices; i++) {
 		uint64_t got = lc_load_acquire(&op->priv.slice_landed[i]);
 
@@ -182,10 +188,12 @@ static void slice_landed(void *arg, uint64_t moved)
 		if (got < slice_len(op, i))
 			break;
 	}
+	/* The word may be in memory a client writes too: a bounded number of
+	 * tries, so that one flipping it cannot hold this thread. */
 	word = lc_load_acquire(op->landed);
-	while (word < op->landed_base + prefix &&
-	       !lc_cas(op->landed, &word, op->landed_base + prefix))
-		;
+	for (int tries = 0; tries < ENG_LANDED_TRIES && word < op->landed_base + prefix; tries++)
+		if (lc_cas(op->landed, &word, op->landed_base + prefix))
+			break;
 }
 
 /* Move the payload of s on c: fused with its CRC32C when asked. */
