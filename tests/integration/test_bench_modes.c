@@ -339,8 +339,9 @@ static void test_bench_modes_copy_baselines(void **state)
 }
 
 /* The wire's baseline with its server threads placed on a CPU of ours,
- * in both directions unless told one; a CPU list or a direction it cannot
- * read is a usage error. */
+ * in both directions unless told one, sending by copy unless told
+ * sendfile or zerocopy; a CPU list, a direction or a way to send it
+ * cannot read is a usage error. */
 static void test_bench_modes_tcp_baseline_placed(void **state)
 {
 	char cmd[PATH_MAX + 256], out[4096];
@@ -367,9 +368,30 @@ static void test_bench_modes_tcp_baseline_placed(void **state)
 	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
 	H_ASSERT_MSG(rate(out, "tcp_put_blocking_gbps") > 0, "%s", out);
 	H_ASSERT_MSG(!strstr(out, "\ntcp_blocking_gbps="), "%s", out);
-	for (int i = 0; i < 4; i++) {
+	H_ASSERT_MSG(strstr(out, "\ntcp_send=copy\n"), "%s", out);
+	/* Without the copy: from a memfd, and with MSG_ZEROCOPY, whose sends
+	 * each complete (copied or not). */
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 60 %s --tcp-baseline --size 64KiB --count 100 --send sendfile",
+		 h_bin("lunar-bench"));
+	out[0] = '\n';
+	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
+	H_ASSERT_MSG(strstr(out, "\ntcp_send=sendfile\n"), "%s", out);
+	H_ASSERT_MSG(rate(out, "tcp_busypoll_gbps") > 0, "%s", out);
+	H_ASSERT_MSG(rate(out, "tcp_put_busypoll_gbps") > 0, "%s", out);
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 60 %s --tcp-baseline --size 64KiB --count 100 --send zerocopy "
+		 "--direction put",
+		 h_bin("lunar-bench"));
+	out[0] = '\n';
+	H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
+	H_ASSERT_MSG(rate(out, "tcp_put_blocking_gbps") > 0, "%s", out);
+	H_ASSERT_MSG(rate(out, "tcp_put_blocking_zerocopy_sent") >= 100, "%s", out);
+	H_ASSERT_MSG(rate(out, "tcp_put_busypoll_zerocopy_sent") >= 100, "%s", out);
+	for (int i = 0; i < 5; i++) {
 		static const char *const bad[] = {"--server-cpus x", "--server-cpus 1-",
-						  "--server-cpus 99999", "--direction sideways"};
+						  "--server-cpus 99999", "--direction sideways",
+						  "--send carrier-pigeon"};
 
 		snprintf(cmd, sizeof(cmd), "%s --tcp-baseline %s 2>/dev/null", h_bin("lunar-bench"),
 			 bad[i]);

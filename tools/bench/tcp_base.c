@@ -13,6 +13,9 @@
  * --server-cpus LIST runs the server threads on those CPUs (the clients stay
  * where the process runs), as two nodes would: on a small machine a server
  * woken onto its client's CPU takes turns with it instead of running beside.
+ * --send says how the SIZE bytes go: copied by send (the default),
+ * sendfile from a memfd holding the source set, or send with MSG_ZEROCOPY
+ * (whose completions say how many the kernel copied after all).
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -22,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/errqueue.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -37,6 +42,10 @@
 #define TB_GET	   1u
 #define TB_PUT	   2u
 
+/* How the SIZE bytes are sent (--send). */
+enum tb_send { TB_COPY, TB_SENDFILE, TB_ZEROCOPY };
+static const char *const tb_send_names[] = {"copy", "sendfile", "zerocopy"};
+
 struct tb_run {
 	uint64_t size, count, per; /* per: bytes of each set one thread walks */
 	unsigned threads;
@@ -45,6 +54,8 @@ struct tb_run {
 	unsigned dirs; /* the directions to run: TB_GET | TB_PUT */
 	int pin;       /* server threads on server_cpus */
 	cpu_set_t server_cpus;
+	enum tb_send send;
+	int srcfd; /* TB_SENDFILE: the memfd src maps */
 	unsigned char *src, *dst;
 	uint64_t *lat; /* count per thread, thread-major */
 	int lfd;
@@ -55,13 +66,16 @@ struct tb_thread {
 	unsigned idx;
 	int fd;
 	int rc;
+	uint64_t zc_sent, zc_copied; /* TB_ZEROCOPY: sends completed, of them copied */
 };
 
-static void tb_sockopts(int fd)
+static void tb_sockopts(const struct tb_run *r, int fd)
 {
 	int one = 1, buf = TB_SOCKBUF;
 
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (r->send == TB_ZEROCOPY)
+		setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one));
 	/* FORCE beyond net.core.[rw]mem_max when allowed, else up to it. */
 	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &buf, sizeof(buf)))
 		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
@@ -115,6 +129,56 @@ static int tb_send(int fd, const void *buf, size_t len)
 	return tb_sendv(fd, &v, 1);
 }
 
+/* Count the MSG_ZEROCOPY completions t's socket has queued so far. */
+static void tb_reap(struct tb_thread *t)
+{
+	char ctl[CMSG_SPACE(sizeof(struct sock_extended_err))];
+	struct msghdr msg = {.msg_control = ctl, .msg_controllen = sizeof(ctl)};
+
+	while (recvmsg(t->fd, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) >= 0) {
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		const struct sock_extended_err *e;
+
+		if (c && c->cmsg_level == SOL_IP && c->cmsg_type == IP_RECVERR) {
+			e = (const struct sock_extended_err *)CMSG_DATA(c);
+			if (e->ee_origin == SO_EE_ORIGIN_ZEROCOPY) {
+				t->zc_sent += e->ee_data - e->ee_info + 1u;
+				if (e->ee_code & SO_EE_CODE_ZEROCOPY_COPIED)
+					t->zc_copied += e->ee_data - e->ee_info + 1u;
+			}
+		}
+		msg.msg_controllen = sizeof(ctl);
+	}
+}
+
+/* Send the SIZE bytes at off in t's source set as --send says, after
+ * head (len hlen, none when 0) in the same stream. */
+static int tb_send_payload(struct tb_thread *t, const void *head, size_t hlen, uint64_t off)
+{
+	const struct tb_run *r = t->r;
+	struct iovec v[2] = {{(void *)head, hlen}, {r->src + off, r->size}};
+	off_t foff = (off_t)off;
+	size_t left = r->size;
+
+	if (r->send == TB_COPY)
+		return tb_sendv(t->fd, hlen ? v : v + 1, hlen ? 2 : 1);
+	if (hlen && send(t->fd, head, hlen, MSG_MORE | MSG_NOSIGNAL) != (ssize_t)hlen)
+		return -1;
+	while (left) {
+		ssize_t n = r->send == TB_SENDFILE ? sendfile(t->fd, r->srcfd, &foff, left)
+						   : send(t->fd, r->src + off + (r->size - left),
+							  left, MSG_ZEROCOPY | MSG_NOSIGNAL);
+
+		if (n > 0)
+			left -= (size_t)n;
+		else if (r->send == TB_ZEROCOPY && n < 0 && errno == ENOBUFS)
+			tb_reap(t); /* completions pending past the socket's allowance */
+		else if (n < 0 && errno != EINTR)
+			return -1;
+	}
+	return 0;
+}
+
 /* The server side of one connection: answer each request, from the source
  * set (a get's), or with the header once its payload is in the destination
  * set (a put's). */
@@ -129,24 +193,31 @@ static void *tb_serve(void *arg)
 			break;
 		if (r->put ? tb_recv(t->fd, r->dst + base + req[0], r->size, r->busy) ||
 				 tb_send(t->fd, req, TB_REQ)
-			   : tb_send(t->fd, r->src + base + req[0], r->size))
+			   : tb_send_payload(t, NULL, 0, base + req[0]))
 			break;
+		if (r->send == TB_ZEROCOPY)
+			tb_reap(t);
 	}
+	if (r->send == TB_ZEROCOPY)
+		tb_reap(t);
 	close(t->fd);
 	return NULL;
 }
 
 /* One round trip of the client's, either direction, at off in its sets. */
-static int tb_trip(const struct tb_thread *t, uint64_t off)
+static int tb_trip(struct tb_thread *t, uint64_t off)
 {
 	const struct tb_run *r = t->r;
 	uint64_t req[2] = {off, 0}, base = (uint64_t)t->idx * r->per;
-	struct iovec v[2] = {{req, TB_REQ}, {r->src + base + off, r->size}};
 
 	if (!r->put)
 		return tb_send(t->fd, req, TB_REQ) ||
 		       tb_recv(t->fd, r->dst + base + off, r->size, r->busy);
-	return tb_sendv(t->fd, v, 2) || tb_recv(t->fd, req, TB_REQ, r->busy);
+	if (tb_send_payload(t, req, TB_REQ, base + off) || tb_recv(t->fd, req, TB_REQ, r->busy))
+		return -1;
+	if (r->send == TB_ZEROCOPY)
+		tb_reap(t); /* answered: the receiver has the bytes, their buffers are back */
+	return 0;
 }
 
 static void *tb_client(void *arg)
@@ -186,13 +257,13 @@ static int tb_connect(struct tb_run *r, struct tb_thread *cl, struct tb_thread *
 		cl[i].fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (cl[i].fd < 0)
 			return -1;
-		tb_sockopts(cl[i].fd);
+		tb_sockopts(r, cl[i].fd);
 		if (connect(cl[i].fd, (struct sockaddr *)&sa, len))
 			return -1;
 		sv[i].fd = accept(r->lfd, NULL, NULL);
 		if (sv[i].fd < 0)
 			return -1;
-		tb_sockopts(sv[i].fd);
+		tb_sockopts(r, sv[i].fd);
 	}
 	close(r->lfd);
 	return 0;
@@ -211,7 +282,7 @@ static int tb_run_style(struct tb_run *r)
 	struct tb_thread cl[TB_MAX_T], sv[TB_MAX_T];
 	pthread_t ct[TB_MAX_T], st[TB_MAX_T];
 	const char *dir = r->put ? "put_" : "", *style = r->busy ? "busypoll" : "blocking";
-	uint64_t t0, ns, n = r->count * r->threads;
+	uint64_t t0, ns, n = r->count * r->threads, zc_sent = 0, zc_copied = 0;
 	int rc = 0;
 
 	if (tb_connect(r, cl, sv)) {
@@ -237,8 +308,13 @@ static int tb_run_style(struct tb_run *r)
 	}
 	ns = lc_now_ns() - t0;
 	for (unsigned i = 0; i < r->threads; i++) {
-		close(cl[i].fd); /* the server sees EOF */
+		shutdown(cl[i].fd, SHUT_WR); /* the server sees EOF */
 		pthread_join(st[i], NULL);
+		if (r->put && r->send == TB_ZEROCOPY)
+			tb_reap(&cl[i]);
+		zc_sent += r->put ? cl[i].zc_sent : sv[i].zc_sent;
+		zc_copied += r->put ? cl[i].zc_copied : sv[i].zc_copied;
+		close(cl[i].fd);
 	}
 	if (rc)
 		return BENCH_EXIT_FAIL;
@@ -247,7 +323,23 @@ static int tb_run_style(struct tb_run *r)
 	printf("tcp_%s%s_ops_per_s=%.0f\n", dir, style, (double)n * 1e9 / (double)ns);
 	printf("tcp_%s%s_p50_us=%.2f\n", dir, style, bench_pct_us(r->lat, n, 50));
 	printf("tcp_%s%s_p99_us=%.2f\n", dir, style, bench_pct_us(r->lat, n, 99));
+	if (r->send == TB_ZEROCOPY) {
+		printf("tcp_%s%s_zerocopy_sent=%llu\n", dir, style, (unsigned long long)zc_sent);
+		printf("tcp_%s%s_zerocopy_copied=%llu\n", dir, style,
+		       (unsigned long long)zc_copied);
+	}
 	return BENCH_EXIT_OK;
+}
+
+/* --send copy|sendfile|zerocopy */
+static int tb_parse_send(const char *v, enum tb_send *send)
+{
+	for (unsigned i = 0; i < sizeof(tb_send_names) / sizeof(*tb_send_names); i++)
+		if (!strcmp(v, tb_send_names[i])) {
+			*send = (enum tb_send)i;
+			return 0;
+		}
+	return bench_usage_error("--send is copy, sendfile or zerocopy; not '%s'", v);
 }
 
 /* --direction get|put|both */
@@ -286,9 +378,11 @@ static int tb_parse(struct tb_run *r, int argc, char **argv)
 			r->pin = 1;
 		} else if ((v = bench_opt_value(argc, argv, &i, "--direction", &missing)))
 			rc = tb_parse_dirs(v, &r->dirs);
+		else if ((v = bench_opt_value(argc, argv, &i, "--send", &missing)))
+			rc = tb_parse_send(v, &r->send);
 		else
 			return bench_usage_error("--tcp-baseline takes --size, --count, --threads, "
-						 "--server-cpus, --direction; not '%s'",
+						 "--server-cpus, --direction, --send; not '%s'",
 						 argv[i]);
 		if (missing)
 			return bench_usage_error("option %s needs a value", argv[i]);
@@ -310,7 +404,15 @@ int bench_tcp_main(int argc, char **argv)
 		r.count = (2ull << 30) / r.size / r.threads > 2000
 			      ? (2ull << 30) / r.size / r.threads
 			      : 2000;
-	r.src = mmap(NULL, TB_SET, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* sendfile needs a file under the source set: a memfd, mapped. */
+	r.srcfd = r.send == TB_SENDFILE ? memfd_create("lunar-bench-tcp", MFD_CLOEXEC) : -1;
+	if (r.send == TB_SENDFILE && (r.srcfd < 0 || ftruncate(r.srcfd, TB_SET))) {
+		perror("lunar-bench --tcp-baseline: memfd for --send sendfile");
+		return BENCH_EXIT_FAIL;
+	}
+	r.src = r.srcfd >= 0 ? mmap(NULL, TB_SET, PROT_READ | PROT_WRITE, MAP_SHARED, r.srcfd, 0)
+			     : mmap(NULL, TB_SET, PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	r.dst = mmap(NULL, TB_SET, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	r.lat = calloc(r.count * r.threads, sizeof(*r.lat));
 	if (r.src == MAP_FAILED || r.dst == MAP_FAILED || !r.lat) {
@@ -319,8 +421,9 @@ int bench_tcp_main(int argc, char **argv)
 	}
 	memset(r.src, 0x5a, TB_SET); /* resident, so faults are not measured */
 	memset(r.dst, 0xa5, TB_SET);
-	printf("tcp_size=%llu\ntcp_threads=%u\ntcp_count=%llu\n", (unsigned long long)r.size,
-	       r.threads, (unsigned long long)r.count);
+	printf("tcp_size=%llu\ntcp_threads=%u\ntcp_count=%llu\ntcp_send=%s\n",
+	       (unsigned long long)r.size, r.threads, (unsigned long long)r.count,
+	       tb_send_names[r.send]);
 	for (r.put = 0; r.put < 2 && !rc; r.put++) {
 		if (!(r.dirs & (r.put ? TB_PUT : TB_GET)))
 			continue;
@@ -329,6 +432,8 @@ int bench_tcp_main(int argc, char **argv)
 	}
 	munmap(r.src, TB_SET);
 	munmap(r.dst, TB_SET);
+	if (r.srcfd >= 0)
+		close(r.srcfd);
 	free(r.lat);
 	return rc;
 }
