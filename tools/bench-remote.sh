@@ -21,9 +21,14 @@
 # client on the first, B and the master on the second; the wire's
 # client and server threads likewise. Unplaced, a proxy woken onto its
 # peer's CPU takes turns with it, and a run's figures halve or not by that
-# chance. Run from the repo root against $BUILD (default build).
+# chance. With --rounds N, each cell of 1 MiB and more is measured N times,
+# each time between two wire runs (the run after one round is the run
+# before the next), and its row gives medians over the rounds: of each
+# figure, of the wire beside each round, and of each round's share of it.
+# Run from the repo root against $BUILD (default build).
 #   --quick        fewer objects (noisy figures, for a smoke test)
 #   --modes LIST   keyed,keyless (default both)
+#   --rounds N     rounds of each cell of 1 MiB and more, 1..9 (default 1)
 # Exit 1 if any run failed.
 set -euo pipefail
 
@@ -32,16 +37,23 @@ cd "$(dirname "$0")/.."
 
 QUICK=0
 MODES=keyed,keyless
+ROUNDS=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) QUICK=1 ;;
 	--modes) MODES=$2; shift ;;
 	--modes=*) MODES=${1#--modes=} ;;
-	-h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--rounds) ROUNDS=${2:-}; shift ;;
+	--rounds=*) ROUNDS=${1#--rounds=} ;;
+	-h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) bl_log "bench-remote: unknown argument '$1'"; exit 2 ;;
 	esac
 	shift
 done
+case $ROUNDS in
+[1-9]) ;;
+*) bl_log "bench-remote: --rounds is 1..9, not '$ROUNDS'"; exit 2 ;;
+esac
 
 bl_need lunar-bench lunar-proxy lunar-master lunarctl
 bl_init lunar-bench-remote
@@ -65,7 +77,7 @@ if [ "$NCPU" -ge 2 ]; then
 fi
 
 # The wire at one size and thread count, placed as the nodes are, into
-# tcp-TAG.out. Each cell of a mode is measured between two of these: plain
+# tcp-TAG.out. Each round of a cell is measured between two of these: plain
 # TCP on this machine drifts by a third between runs minutes apart (1 MiB
 # p50 260 -> 370 us), and a share is fair only against the wire of its time.
 wire_run() {
@@ -76,20 +88,90 @@ wire_run() {
 		--tcp-baseline --size "$size" --threads "$t" "${server[@]}" || true
 }
 
-# wire_kv CELL KEY - the mean of KEY in the wire runs just before and just
-# after CELL, or "-".
-wire_kv() {
-	local f=$BL_TMP/tcp-$1
-	awk -v a="$(bl_kv "$f-before.out" "$2")" -v b="$(bl_kv "$f-after.out" "$2")" \
-		'BEGIN { if (a == "-" || b == "-") print "-"; else print (a + b) / 2 }'
+# rounds_of SIZE - how many rounds a cell of SIZE gets.
+rounds_of() {
+	case $1 in
+	1MiB | 4MiB) echo "$ROUNDS" ;;
+	*) echo 1 ;;
+	esac
 }
 
-# wire_gbps TAG [put_] - the wire beside cell TAG, in GB/s: the better of
-# the two receive styles, in a get's direction or (put_) a put's.
-wire_gbps() {
-	local d=${2:-}
-	awk -v a="$(wire_kv "$1" "tcp_${d}blocking_gbps")" -v b="$(wire_kv "$1" "tcp_${d}busypoll_gbps")" \
-		'BEGIN { if (a == "-") a = 0; if (b == "-") b = 0; print (a > b ? a : b) }'
+# median VALUE... - the median of the numbers given ("-" skipped; the mean
+# of the middle two of an even count), or "-".
+median() {
+	printf '%s\n' "$@" | LC_ALL=C awk '$1 != "-" && $1 != ""' | LC_ALL=C sort -g |
+		LC_ALL=C awk '{ v[NR] = $1 } END {
+			if (!NR) print "-"
+			else if (NR % 2) print v[(NR + 1) / 2]
+			else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# wire_kv CELL KEY - the median of KEY over CELL's wire runs, or "-".
+wire_kv() {
+	local r n
+	local -a v=()
+	n=$(rounds_of "$(cell_size "$1")")
+	for r in $(seq 0 "$n"); do
+		v+=("$(bl_kv "$BL_TMP/tcp-$1-w$r.out" "$2")")
+	done
+	median "${v[@]}"
+}
+
+# cell_size CELL - the size in a cell's tag (MODE-KIND-SIZE-T).
+cell_size() {
+	local c=${1%-*}
+	echo "${c##*-}"
+}
+
+# round_wire CELL R [put_] - the wire beside round R of CELL, in GB/s: of
+# the runs just before and just after it, the mean of each receive style,
+# and the better of the two; in a get's direction or (put_) a put's.
+round_wire() {
+	local d=${3:-} b=$BL_TMP/tcp-$1-w$(($2 - 1)).out a=$BL_TMP/tcp-$1-w$2.out
+	LC_ALL=C awk -v bb="$(bl_kv "$b" "tcp_${d}blocking_gbps")" \
+		-v ab="$(bl_kv "$a" "tcp_${d}blocking_gbps")" \
+		-v bp="$(bl_kv "$b" "tcp_${d}busypoll_gbps")" \
+		-v ap="$(bl_kv "$a" "tcp_${d}busypoll_gbps")" '
+		function mean(x, y) { return x == "-" || y == "-" ? 0 : (x + y) / 2 }
+		BEGIN { s = mean(bb, ab); p = mean(bp, ap); w = s > p ? s : p
+			if (w > 0) print w; else print "-" }'
+}
+
+# cell_sum TAG - TAG.out from TAG's rounds: the median of each figure, of
+# the wire beside each round (wire_gbps, put_wire_gbps) and of each round's
+# share of it (get_share, put_share; put_pshare of the put wire); errors
+# summed.
+cell_sum() {
+	local tag=$1 r n k f w pw e=0
+	local -a v=() ws=() pws=() gs=() ps=() pps=()
+	n=$(rounds_of "$(cell_size "$tag")")
+	for k in put_gb_per_s get_gb_per_s put_p50_us put_p99_us get_p50_us get_p99_us; do
+		v=()
+		for r in $(seq 1 "$n"); do
+			v+=("$(bl_kv "$BL_TMP/$tag-r$r.out" "$k")")
+		done
+		echo "$k=$(median "${v[@]}")"
+	done >"$BL_TMP/$tag.out"
+	for r in $(seq 1 "$n"); do
+		f=$BL_TMP/$tag-r$r.out
+		w=$(round_wire "$tag" "$r")
+		pw=$(round_wire "$tag" "$r" put_)
+		ws+=("$w")
+		pws+=("$pw")
+		gs+=("$(bl_div "$(bl_kv "$f" get_gb_per_s)" "$w" 4)")
+		ps+=("$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$w" 4)")
+		pps+=("$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$pw" 4)")
+		k=$(bl_kv "$f" errors)
+		if [ "$k" = - ] || [ "$e" = - ]; then e=-; else e=$((e + k)); fi
+	done
+	{
+		echo "errors=$e"
+		echo "wire_gbps=$(median "${ws[@]}")"
+		echo "put_wire_gbps=$(median "${pws[@]}")"
+		echo "get_share=$(median "${gs[@]}")"
+		echo "put_share=$(median "${ps[@]}")"
+		echo "put_pshare=$(median "${pps[@]}")"
+	} >>"$BL_TMP/$tag.out"
 }
 
 # The sizes of a kind of cell: staged (the app's own buffers, copied
@@ -105,16 +187,19 @@ sock_of() {
 	echo "$BL_TMP/$1-a.sock"
 }
 
-# One cell, between two wire runs: MODE KIND SIZE T.
+# One cell, each round between two wire runs: MODE KIND SIZE T.
 cell() {
-	local mode=$1 kind=$2 size=$3 t=$4 tag=$1-$2-$3-$4
+	local mode=$1 kind=$2 size=$3 t=$4 tag=$1-$2-$3-$4 r
 	local -a zc=()
 	[ "$kind" = zc ] && zc=(--zero-copy)
-	wire_run "$tag-before" "$size" "$t"
-	bl_run "$BL_TMP/$tag.out" "$RUN_SECS" "$BIN/lunar-bench" --socket "$(sock_of "$mode")" \
-		--size "$size" --count "${COUNT[$size]}" --threads "$t" "${zc[@]}" \
-		--baseline-size 0 --check sampled || true
-	wire_run "$tag-after" "$size" "$t"
+	wire_run "$tag-w0" "$size" "$t"
+	for r in $(seq 1 "$(rounds_of "$size")"); do
+		bl_run "$BL_TMP/$tag-r$r.out" "$RUN_SECS" "$BIN/lunar-bench" \
+			--socket "$(sock_of "$mode")" --size "$size" --count "${COUNT[$size]}" \
+			--threads "$t" "${zc[@]}" --baseline-size 0 --check sampled || true
+		wire_run "$tag-w$r" "$size" "$t"
+	done
+	cell_sum "$tag"
 }
 
 # One mode's cluster: a master, A (no segment) and B (2 GiB), warmed up.
@@ -175,7 +260,7 @@ run_all() {
 
 # The batch calls of one mode, one thread, against the one-connection wire.
 batch_table() {
-	local mode=$1 f size wire
+	local mode=$1 f size wire pwire
 	echo
 	echo "$mode, $BATCH keys a call (latencies are the call's; wire: the one beside"
 	echo "the one-thread staged cell of the same size):"
@@ -184,10 +269,11 @@ batch_table() {
 	echo "|---|---|---|---|---|---|---|---|---|"
 	for size in "${BATCH_SIZES[@]}"; do
 		f=$BL_TMP/$mode-$size-batch.out
-		wire=$(wire_gbps "$mode-staged-$size-1")
+		wire=$(bl_kv "$BL_TMP/$mode-staged-$size-1.out" wire_gbps)
+		pwire=$(bl_kv "$BL_TMP/$mode-staged-$size-1.out" put_wire_gbps)
 		echo "| $size | $(bl_fmt "$(bl_kv "$f" put_gb_per_s)" 2) |" \
 			"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$wire" 2) |" \
-			"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$(wire_gbps "$mode-staged-$size-1" put_)" 2) |" \
+			"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$pwire" 2) |" \
 			"$(bl_fmt "$(bl_kv "$f" get_gb_per_s)" 2) |" \
 			"$(bl_div "$(bl_kv "$f" get_gb_per_s)" "$wire" 2) |" \
 			"$(bl_fmt "$(bl_kv "$f" put_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" get_p50_us)" 1) |" \
@@ -195,22 +281,24 @@ batch_table() {
 	done
 }
 
-# One direction's columns of the wire table: GB/s of both styles, and the
-# blocking p50 before -> after.
+# One direction's columns of the wire table: GB/s of both styles (medians
+# over the cell's wire runs), and the blocking p50 first -> last.
 wire_styles() {
 	local c=$1 d=$2
 	echo "$(bl_fmt "$(wire_kv "$c" "tcp_${d}blocking_gbps")" 2) |" \
 		"$(bl_fmt "$(wire_kv "$c" "tcp_${d}busypoll_gbps")" 2) |" \
-		"$(bl_fmt "$(bl_kv "$BL_TMP/tcp-$c-before.out" "tcp_${d}blocking_p50_us")" 1) ->" \
-		"$(bl_fmt "$(bl_kv "$BL_TMP/tcp-$c-after.out" "tcp_${d}blocking_p50_us")" 1) |"
+		"$(bl_fmt "$(bl_kv "$BL_TMP/tcp-$c-w0.out" "tcp_${d}blocking_p50_us")" 1) ->" \
+		"$(bl_fmt "$(bl_kv "$BL_TMP/tcp-$c-w$(rounds_of "$(cell_size "$c")").out" \
+			"tcp_${d}blocking_p50_us")" 1) |"
 }
 
 # The wire beside each cell of a mode: the runs before and after it.
 wire_table() {
 	local mode=$1 kind size t c
 	echo
-	echo "The wire beside each cell (GB/s: the mean of the runs just before and just"
-	echo "after it; p50: before -> after), in a get's direction and in a put's:"
+	echo "The wire beside each cell (GB/s: the median of its runs, one before the"
+	echo "cell and one after each round; p50: first -> last run), in a get's"
+	echo "direction and in a put's:"
 	echo
 	echo "| cell | size | threads | blocking GB/s | busy-poll GB/s | p50 µs | put: blocking GB/s | busy-poll GB/s | p50 µs |"
 	echo "|---|---|---|---|---|---|---|---|---|"
@@ -227,20 +315,20 @@ wire_table() {
 
 # A mode's cells of one kind against their wire.
 table() {
-	local mode=$1 kind=$2 f size t wire pwire
+	local mode=$1 kind=$2 f size t
 	echo
 	echo "| size | threads | wire GB/s | put GB/s | put / wire | put wire GB/s | put / put wire | get GB/s | get / wire | put p50 µs | put p99 µs | get p50 µs | get p99 µs | errors |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for size in $(kind_sizes "$kind"); do
 		for t in "${THREADS[@]}"; do
 			f=$BL_TMP/$mode-$kind-$size-$t.out
-			wire=$(wire_gbps "$mode-$kind-$size-$t")
-			pwire=$(wire_gbps "$mode-$kind-$size-$t" put_)
-			echo "| $size | $t | $(bl_fmt "$wire" 2) | $(bl_fmt "$(bl_kv "$f" put_gb_per_s)" 2) |" \
-				"$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$wire" 2) |" \
-				"$(bl_fmt "$pwire" 2) | $(bl_div "$(bl_kv "$f" put_gb_per_s)" "$pwire" 2) |" \
+			echo "| $size | $t | $(bl_fmt "$(bl_kv "$f" wire_gbps)" 2) |" \
+				"$(bl_fmt "$(bl_kv "$f" put_gb_per_s)" 2) |" \
+				"$(bl_fmt "$(bl_kv "$f" put_share)" 2) |" \
+				"$(bl_fmt "$(bl_kv "$f" put_wire_gbps)" 2) |" \
+				"$(bl_fmt "$(bl_kv "$f" put_pshare)" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" get_gb_per_s)" 2) |" \
-				"$(bl_div "$(bl_kv "$f" get_gb_per_s)" "$wire" 2) |" \
+				"$(bl_fmt "$(bl_kv "$f" get_share)" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" put_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" put_p99_us)" 1) |" \
 				"$(bl_fmt "$(bl_kv "$f" get_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" get_p99_us)" 1) |" \
 				"$(bl_kv "$f" errors) |"
@@ -256,6 +344,12 @@ echo "run, just before and just after each cell (\`lunar-bench --tcp-baseline\`:
 echo "request, SIZE-byte answer from a cold 256 MiB set into a cold set, 8 MiB socket"
 echo "buffers, TCP_NODELAY; the mean of the two runs, the better of"
 echo "blocking MSG_WAITALL and busy-poll receive; one connection per thread)."
+if [ "$ROUNDS" -gt 1 ]; then
+	echo "Cells of 1 MiB and 4 MiB: $ROUNDS rounds each, each between two wire runs (the"
+	echo "run after one round is the run before the next); their rows give the medians"
+	echo "over the rounds of each figure, of the wire beside each round, and of each"
+	echo "round's share of it."
+fi
 echo "\"put wire\": the same in a put's direction, the client sending a 16-byte"
 echo "header and SIZE bytes, the server answering 16 bytes once they are in."
 if [ -n "$A_CPUS" ]; then
