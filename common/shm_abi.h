@@ -269,7 +269,6 @@ static_assert(sizeof(struct lc_sqe) == 64, "lc_sqe layout");
 static_assert(sizeof(struct lc_item) == 32, "lc_item layout");
 static_assert(sizeof(struct lc_seg) == 24, "lc_seg layout");
 static_assert(sizeof(struct lc_cslot) == 64, "lc_cslot layout");
-static_assert(offsetof(struct lc_cslot, landed) == 40, "lc_cslot layout");
 
 /* Every field's offset, as docs/shm-abi.md gives it: a change here is a
  * change of LC_PROTO_VERSION. */
@@ -354,6 +353,7 @@ LC_AT(lc_cslot, result, 8);
 LC_AT(lc_cslot, seq, 16);
 LC_AT(lc_cslot, done_ns, 24);
 LC_AT(lc_cslot, reason_arg, 32);
+LC_AT(lc_cslot, landed, 40);
 #undef LC_AT
 
 #endif /* LUNAR_COMMON_SHM_ABI_H */

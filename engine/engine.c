@@ -127,6 +127,11 @@ const struct eng_transport_ops *eng_transport(const struct eng_engine *e, const 
 	return e->rdma ? &eng_rdma_ops : &eng_tcp_ops;
 }
 
+int eng_engine_tells_landed(const struct eng_engine *e, const char *endpoint)
+{
+	return eng_transport(e, endpoint) == &eng_tcp_ops;
+}
+
 int eng_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 	     const struct iovec *iov, int iovcnt, const struct eng_cap *cap, uint32_t *crc)
 {

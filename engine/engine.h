@@ -153,6 +153,11 @@ unsigned eng_engine_peer_conns(const struct eng_engine *e);
  * reads; zeros for a bad t). Any thread. */
 void eng_engine_xfer_stats(const struct eng_engine *e, enum eng_transport t,
 			   struct eng_xfer_stats *out);
+/* eng_engine_tells_landed - 1 if a READ from endpoint with want_crc
+ * raises its op's landed word as its bytes land (struct eng_op), else 0:
+ * a remote read over TCP does; a local copy, and an engine with an RDMA
+ * device (which may read one-sidedly), do not. Any thread. */
+int eng_engine_tells_landed(const struct eng_engine *e, const char *endpoint);
 /* eng_engine_rdma_fallbacks - remote transfers that went over TCP although
  * this engine has an RDMA device (the peer has none, its handshake failed,
  * or local memory not registered). */

@@ -378,7 +378,6 @@ int eng_tcp_plan(struct eng_engine *e, struct eng_op *op)
 	}
 	op->priv.nslices = n > e->cfg.slices ? (uint8_t)e->cfg.slices : (uint8_t)n;
 	op->priv.chunk = (op->priv.total + op->priv.nslices - 1) / op->priv.nslices;
-	memset(op->priv.slice_landed, 0, sizeof(op->priv.slice_landed));
 	op->priv.deadline_ns = lc_now_ns() + e->timeout_ns;
 	return 0;
 }

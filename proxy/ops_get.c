@@ -96,8 +96,10 @@ static int read_replica(struct px_proxy *px, const char *tenant, const struct px
 	if (rp->type == LUNAR__REPLICA_TYPE__MEMORY) {
 		struct eng_op op = replica_read(it, rp, iov, iovcnt);
 
-		op.landed = it->landed;
-		op.landed_base = land;
+		if (land && lc_landed_tells(land)) {
+			op.landed = it->landed;
+			op.landed_base = land;
+		}
 		eng_xfer_batch(px->engine, &op, 1);
 		if (op.result)
 			return op.result == LUNAR_ERR_UNAUTHORIZED ? op.result
@@ -243,7 +245,9 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, struct px_ite
 				continue;
 			/* Every attempt a new gen, held ones too: bytes told of an
 			 * earlier one are not this one's. */
-			land = land_begin(it, type == LUNAR__REPLICA_TYPE__MEMORY && !local);
+			land =
+			    land_begin(it, type == LUNAR__REPLICA_TYPE__MEMORY && !local &&
+					       eng_engine_tells_landed(px->engine, rp->endpoint));
 			if (df && df->mr && type == LUNAR__REPLICA_TYPE__MEMORY &&
 			    hold_xfer(df->mr, df->count, df->i, it, e, rp, iov, iovcnt))
 				return PX_DEFERRED;

@@ -200,23 +200,27 @@ static int slot_spin(struct shm_conn *cn, struct lc_cslot *slot, uint64_t start,
 }
 
 /* How often a copying waiter looks at the session's health (a system
- * call each time), and how long it waits for the proxy's first attempt. */
+ * call each time); how long it waits for the proxy's first attempt, and
+ * how long an attempt may tell nothing new (a 256 KiB chunk takes 5 ms
+ * at 50 MB/s), before it waits as usual instead. */
 #define SHM_COPYOUT_CHECK_NS 1000000u
 #define SHM_COPYOUT_START_NS 5000000u
+#define SHM_COPYOUT_STALL_NS 50000000u
 
 /*
  * Wait for DONE copying out what lands (copyout.h), yielding the CPU when
  * nothing new landed: the thread that receives the value may need it.
  * Only while the request is the session's one in flight (with others, the
  * CPUs have their work, and a copier would only take turns with it), the
- * proxy's attempt tells its bytes, and an attempt began within
- * SHM_COPYOUT_START_NS. 1 when DONE was seen, 0 when the caller should
- * wait as usual, or a code when the session broke.
+ * proxy's attempt tells its bytes, an attempt began within
+ * SHM_COPYOUT_START_NS, and the word moved (bytes landed, another attempt
+ * began) within the last SHM_COPYOUT_STALL_NS. 1 when DONE was seen, 0
+ * when the caller should wait as usual, or a code when the session broke.
  */
 static int slot_copyout(struct shm_conn *cn, struct lc_cslot *slot, struct shm_copyout *d,
 			uint64_t deadline_ns)
 {
-	uint64_t now = lc_now_ns(), start = now, check_at = now + SHM_COPYOUT_CHECK_NS;
+	uint64_t now = lc_now_ns(), seen = 0, seen_at = now, check_at = now + SHM_COPYOUT_CHECK_NS;
 	int rc = 1;
 
 	lc_fetch_add(&cn->watching, 1u);
@@ -224,9 +228,13 @@ static int slot_copyout(struct shm_conn *cn, struct lc_cslot *slot, struct shm_c
 		uint64_t word = lc_load_acquire(&slot->landed);
 		int moved;
 
+		if (word != seen) {
+			seen = word;
+			seen_at = now;
+		}
 		if (cn->slot_count - shm_bits_free(&cn->free_slots) > 1 ||
 		    (word && !lc_landed_tells(word)) ||
-		    (!word && now - start > SHM_COPYOUT_START_NS)) {
+		    now - seen_at > (word ? SHM_COPYOUT_STALL_NS : SHM_COPYOUT_START_NS)) {
 			rc = 0;
 			break;
 		}

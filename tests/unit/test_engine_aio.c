@@ -275,11 +275,9 @@ static void test_engine_aio_slices_follow_config(void **state)
 								       : cpus);
 }
 
-/* One READ of len bytes at off from ep with op.landed set: its result; the
- * word is *landed (left at ~0 when nothing was told). */
 /* Read len bytes at 64 of ep's segment into dst, asking to be told in
- * *landed; *landed holds what the caller stored before (landed_base, or
- * what a client scribbled over it). */
+ * *landed (landed_base 7 << 40): the result. *landed holds what the
+ * caller stored before (landed_base, or what a client scribbled there). */
 static int read_told(struct node *a, const char *ep, enum eng_dir dir, int want_crc,
 		     unsigned char *dst, size_t len, uint64_t *landed)
 {
@@ -293,6 +291,7 @@ static int read_told(struct node *a, const char *ep, enum eng_dir dir, int want_
 	return op.result;
 }
 
+/* read_told, landed_base stored first. */
 static int read_landed(struct node *a, const char *ep, enum eng_dir dir, int want_crc,
 		       unsigned char *dst, size_t len, uint64_t *landed)
 {
@@ -315,6 +314,8 @@ static void test_engine_aio_read_tells_what_landed(void **state)
 
 	(void)state;
 	assert_non_null(dst);
+	assert_true(eng_engine_tells_landed(a.e, remote));
+	assert_false(eng_engine_tells_landed(a.e, self));
 	fill(b.seg + 64, len, 5);
 	fill(a.seg + 64, len, 5);
 	assert_int_equal(read_landed(&a, remote, ENG_READ_STAGED, 1, dst, 200000, &w), 0);

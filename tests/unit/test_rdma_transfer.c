@@ -130,6 +130,8 @@ static void test_rdma_transfer_keyless_client_posts(void **state)
 	a = node_start(0);
 	b = node_start(0);
 	assert_true(b.e->rdma->dev->seg.remote); /* the client reaches into it */
+	/* A one-sided READ lands unseen: nothing tells its bytes as they come. */
+	assert_false(eng_engine_tells_landed(a.e, eng_engine_endpoint(b.e)));
 	round_trip(&a, &b, 0, 4096 + 3, 3 * MIB + 5);
 	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
 	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);

@@ -8,8 +8,9 @@
  * attempt it did not copy from, synchronous and asynchronous gets alike;
  * each of these fails with a waiter that copies only at DONE, or one that
  * trusts every landed byte it copied. A waiter sleeps as usual instead
- * when the attempt will tell nothing, when no attempt begins, when the
- * proxy did not say it tells, and beside another request in flight.
+ * when the attempt will tell nothing, when no attempt begins, when one
+ * that tells lands nothing for a while, when the proxy did not say it
+ * tells, and beside another request in flight.
  */
 #include "tests/unit/test_shmlib_fake.h"
 #include "tests/cmocka_main.h"
@@ -107,6 +108,13 @@ static void test_shmlib_copyout_sleeps_when_no_attempt_begins(void **state)
 	get_sleeps(LC_WELCOME_LANDED, 0);
 }
 
+/* An attempt that tells, then lands nothing for SHM_COPYOUT_STALL_NS (a
+ * stalled peer, or a transport that does not tell after all). */
+static void test_shmlib_copyout_sleeps_when_landing_stalls(void **state)
+{
+	get_sleeps(LC_WELCOME_LANDED, lc_landed_pack(1, 1, 0));
+}
+
 /* A proxy that did not say it tells: its slot word is not watched. */
 static void test_shmlib_copyout_needs_the_proxy_to_say_it_tells(void **state)
 {
@@ -151,6 +159,7 @@ LUNAR_TEST_MAIN_EACH(setup, teardown, test_shmlib_copyout_keeps_what_it_copied_a
 		     test_shmlib_copyout_async_copies_again_after_an_untold_attempt,
 		     test_shmlib_copyout_nothing_told,
 		     test_shmlib_copyout_sleeps_through_an_untelling_attempt,
+		     test_shmlib_copyout_sleeps_when_landing_stalls,
 		     test_shmlib_copyout_sleeps_when_no_attempt_begins,
 		     test_shmlib_copyout_needs_the_proxy_to_say_it_tells,
 		     test_shmlib_copyout_not_beside_another_request)
