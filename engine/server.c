@@ -32,6 +32,7 @@
 #include "atomic.h"
 #include "clock.h"
 #include "crc32c.h"
+#include "failpoint.h"
 #include "log.h"
 #include "lunar.h"
 
@@ -95,6 +96,9 @@ static int serve_range(struct eng_engine *e, const struct eng_srv_req *q,
 	if (req->op == ENG_OP_WRITE) {
 		uint32_t got = 0;
 
+		/* tests: a write held back (sleep), or lost with its connection */
+		if (LC_FAILPOINT("engine-serve-write"))
+			return -EPROTO;
 		/* The CRC32C of each chunk as it lands, while it is in the cache.
 		 * The range's bytes are ordered by the master's grants, across
 		 * processes: untracked (atomic.h). */

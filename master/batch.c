@@ -174,9 +174,7 @@ static int batch_get(struct mst_master *m, const Lunar__BatchKeysRequest *rq,
 		r->results[i] = res;
 		r->n_results = i + 1;
 		who.reader = rq->n_readers ? rq->readers[i] : rq->reader;
-		res->code =
-		    mst_code(mst_obj_get(m, &who, rq->tenant, rq->keys[i], &res->size, &res->crc32c,
-					 &res->replicas, &res->n_replicas, &res->lease_seq));
+		res->code = mst_code(mst_obj_get(m, &who, rq->tenant, rq->keys[i], res));
 	}
 	r->lease_ttl_ms = m->cfg.kv_lease_ttl_ms;
 	*rep = &r->base;

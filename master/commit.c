@@ -1,11 +1,15 @@
 /*
  * commit.c - BatchPutCommit, the one master call of a put-ahead put: the
- * proxy already wrote each value into space reserved for it (resv.c), and
- * here each becomes a COMPLETE object at once, its range carved out of the
- * reservation, with the same checks a PutStart makes (a key committed or
- * being written, the tenant's quota). A refused item's piece stays
- * reserved for the proxy to use again. Every field is the caller's word:
- * the range must lie inside what the caller's own reservation still holds.
+ * proxy wrote each value into space reserved for it (resv.c), or is
+ * writing it, and here each becomes a COMPLETE object at once, its range
+ * carved out of the reservation, with the same checks a PutStart makes (a
+ * key committed or being written, the tenant's quota). A refused item's
+ * piece stays reserved for the proxy to use again. Every field is the
+ * caller's word: the range must lie inside what the caller's own
+ * reservation still holds. A commit sent beside its write marks the object
+ * (beside_resv): its range stays out of use until the reservation ends
+ * (mst_obj_reps_free), and BatchPutUncommit takes it back if the write
+ * failed.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -44,6 +48,7 @@ static struct mst_object *make(struct mst_master *m, const struct mst_okey *k, u
 	o->soft_pin_ttl_ms = mst_soft_pin_ttl(m, it->soft_pin, it->soft_pin_ttl_ms);
 	o->soft_pin_ms = o->soft_pin_ttl_ms ? now + o->soft_pin_ttl_ms : 0;
 	o->state = MST_ST_COMPLETE;
+	o->beside_resv = it->beside ? it->reservation : 0;
 	return o;
 }
 
@@ -158,5 +163,54 @@ int mst_batch_put_commit(struct mst_master *m, const ProtobufCMessage *req, Prot
 	for (size_t i = 0; i < rq->n_items; i++)
 		r->results[i]->code = commit_one(m, rq->client_id, mst_tenant_name(rq->tenant),
 						 rq->items[i], r->results[i]);
+	return 0;
+}
+
+/* Take back item, committed beside a write that failed, if it is still
+ * that object: it goes, its range given back late (bytes may still land). */
+static int uncommit_one(struct mst_master *m, uint64_t client, const char *tenant,
+			const Lunar__PutCommitItem *it)
+{
+	struct mst_shard *s;
+	struct mst_object **pp, *o;
+	int rc = mst_obj_lookup(m, tenant, it->key, &s, &pp);
+
+	if (rc)
+		return mst_code(rc);
+	o = *pp;
+	if (!o)
+		rc = LUNAR_ERR_OBJECT_NOT_FOUND;
+	else if (o->state != MST_ST_COMPLETE || o->writer != client || !it->reservation ||
+		 o->beside_resv != it->reservation || o->nrep != 1 || o->reps[0].off != it->offset)
+		rc = LUNAR_ERR_ILLEGAL_CLIENT;
+	if (!rc) {
+		mst_obj_release_late(m, o);
+		mst_obj_erase(m, s, pp);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+int mst_batch_put_uncommit(struct mst_master *m, const ProtobufCMessage *req,
+			   ProtobufCMessage **rep)
+{
+	const Lunar__BatchPutCommitRequest *rq = (const void *)req;
+	int bad = rq->n_items > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0;
+	Lunar__BatchCodesReply *r =
+	    (void *)lp_reply_new(&lunar__batch_codes_reply__descriptor, bad, MST_VIEW);
+
+	if (!r)
+		return -ENOMEM;
+	*rep = &r->base;
+	if (bad || !rq->n_items)
+		return 0;
+	if (!(r->codes = calloc(rq->n_items, sizeof(*r->codes)))) {
+		protobuf_c_message_free_unpacked(&r->base, NULL);
+		return -ENOMEM;
+	}
+	r->n_codes = rq->n_items;
+	for (size_t i = 0; i < rq->n_items; i++)
+		r->codes[i] =
+		    uncommit_one(m, rq->client_id, mst_tenant_name(rq->tenant), rq->items[i]);
 	return 0;
 }

@@ -92,6 +92,14 @@ static int h_ping(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMe
 	return 0;
 }
 
+static int h_landed(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
+{
+	const Lunar__LandedRequest *rq = (const void *)req;
+
+	mst_resv_landed(m, rq->client_id, rq->landed, rq->n_landed);
+	return status_only(&lunar__status_reply__descriptor, 0, rep);
+}
+
 /* PutStart and UpsertStart. */
 static int start(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep,
 		 int upsert)
@@ -166,27 +174,20 @@ static int h_upsert_revoke(struct mst_master *m, const ProtobufCMessage *req,
 static int h_get(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
 {
 	const Lunar__GetReplicaListRequest *rq = (const void *)req;
-	Lunar__Replica **reps = NULL;
-	size_t n = 0;
-	uint64_t size = 0;
-	uint64_t seq;
-	uint32_t crc = 0;
+	Lunar__GetReplicaListResult got = LUNAR__GET_REPLICA_LIST_RESULT__INIT;
 	/* No client_id in this request: a lease nobody can release early. */
-	int rc = mst_obj_get(m, &(struct mst_lessee){0, 0}, rq->tenant, rq->key, &size, &crc, &reps,
-			     &n, &seq);
+	int rc = mst_obj_get(m, &(struct mst_lessee){0, 0}, rq->tenant, rq->key, &got);
 	Lunar__GetReplicaListReply *r =
 	    REPLY(Lunar__GetReplicaListReply, lunar__get_replica_list_reply__descriptor, rc);
 
 	if (!r) {
-		for (size_t i = 0; i < n; i++)
-			protobuf_c_message_free_unpacked(&reps[i]->base, NULL);
-		free(reps);
+		mst_replicas_pb_free(got.replicas, got.n_replicas);
 		return -ENOMEM;
 	}
-	r->size = size;
-	r->crc32c = crc;
-	r->replicas = reps;
-	r->n_replicas = n;
+	r->size = got.size;
+	r->crc32c = got.crc32c;
+	r->replicas = got.replicas;
+	r->n_replicas = got.n_replicas;
 	r->lease_ttl_ms = rc ? 0 : m->cfg.kv_lease_ttl_ms;
 	*rep = &r->base;
 	return 0;
@@ -318,6 +319,8 @@ static int call(struct mst_master *m, uint32_t method, const ProtobufCMessage *r
 	case LUNAR__METHOD__RESERVE: return h_reserve(m, req, rep);
 	case LUNAR__METHOD__RESERVE_RELEASE: return h_reserve_release(m, req, rep);
 	case LUNAR__METHOD__BATCH_PUT_COMMIT: return mst_batch_put_commit(m, req, rep);
+	case LUNAR__METHOD__BATCH_PUT_UNCOMMIT: return mst_batch_put_uncommit(m, req, rep);
+	case LUNAR__METHOD__LANDED: return h_landed(m, req, rep);
 	case LUNAR__METHOD__OFFLOAD_DONE:
 	case LUNAR__METHOD__DISK_REPLICAS_REMOVE:
 	case LUNAR__METHOD__DISK_REPLICAS_ADD: return mst_disk_dispatch(m, method, req, rep);

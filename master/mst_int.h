@@ -378,12 +378,12 @@ struct mst_lessee {
 	uint64_t reader;
 };
 
-/* mst_obj_get - size, crc and heap copies of the replicas of a COMPLETE
- * object; grants a read lease to *who and stores its number (unique in
- * the master's life) in *seq. */
+/* mst_obj_get - into out (code left alone): size, crc32c and heap copies
+ * of the replicas of a COMPLETE object, landing when it was committed beside
+ * a write that may not have landed yet; grants a read lease to *who and
+ * stores its number (unique in the master's life) in lease_seq. */
 int mst_obj_get(struct mst_master *m, const struct mst_lessee *who, const char *tenant,
-		const char *key, uint64_t *size, uint32_t *crc, Lunar__Replica ***reps, size_t *n,
-		uint64_t *seq);
+		const char *key, Lunar__GetReplicaListResult *out);
 /* mst_obj_exist - 1 for a COMPLETE object (granting *who a read lease), 0
  * for none, or a code. */
 int mst_obj_exist(struct mst_master *m, const struct mst_lessee *who, const char *tenant,
@@ -616,12 +616,36 @@ void mst_resv_expire(struct mst_master *m, uint64_t now);
 void mst_resv_drop_client(struct mst_master *m, uint64_t client);
 void mst_resv_drop_all(struct mst_master *m);
 void mst_resv_drop_segment(struct mst_master *m, const struct mst_segment *seg);
+/*
+ * mst_resv_hold - keep reps[0..n) (copied), the ranges of a value client
+ * committed beside its write into its reservation id, out of use until the
+ * reservation ends, and no sooner than until_ms (a read lease over them):
+ * its bytes may still be landing. 1; 0 when the reservation has ended (its
+ * writes are done or were given up on) or its writer said the writes there
+ * are done (mst_resv_landed): the caller frees them. Takes the list lock;
+ * callable under a shard lock.
+ * mst_resv_landing - whether reps[0..n), committed beside their write into
+ * client's reservation id, may still be landing: the reservation has not
+ * ended, and its writer has not said the writes there are done.
+ */
+int mst_resv_hold(struct mst_master *m, uint64_t client, uint64_t id,
+		  const struct mst_replica *reps, unsigned n, uint64_t until_ms);
+int mst_resv_landing(struct mst_master *m, uint64_t client, uint64_t id,
+		     const struct mst_replica *reps, unsigned n);
+/* mst_resv_landed - client's word (its Landed call, n of them; the
+ * caller's own reservations only, at most MST_RESV_PER_CLIENT looked at)
+ * that its writes below each offset are done: the ranges held there below
+ * it go back (after their read leases), and none below it is held again. */
+void mst_resv_landed(struct mst_master *m, uint64_t client, Lunar__Landed *const *v, size_t n);
 /* mst_resv_bytes - bytes reserved and not committed. */
 uint64_t mst_resv_bytes(struct mst_master *m);
 
 /* commit.c */
 /* mst_batch_put_commit - BatchPutCommit (a BatchPutStartReply). */
 int mst_batch_put_commit(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
+/* mst_batch_put_uncommit - BatchPutUncommit (a BatchCodesReply). */
+int mst_batch_put_uncommit(struct mst_master *m, const ProtobufCMessage *req,
+			   ProtobufCMessage **rep);
 
 /* clients.c */
 /* mst_clients_init - an empty client table; 0 or -ENOMEM.

@@ -60,6 +60,7 @@ struct mst_object {
 	unsigned ndisk;
 	struct mst_disk_replica *disk; /* heap, ndisk entries: LOCAL_DISK replicas */
 	uint64_t offload_to;	       /* proxy with a task for it queued or in flight; 0 none */
+	uint64_t beside_resv; /* committed beside its write into the writer's reservation; 0 */
 	uint32_t crc;
 	uint8_t state;
 	uint8_t hard_pin;
@@ -164,6 +165,11 @@ int mst_replicas_pb(const struct mst_replica *r, unsigned n, Lunar__ReplicaState
 		    Lunar__Replica ***out, size_t *nout);
 /* mst_replicas_free - give n ranges back to their segments now. */
 void mst_replicas_free(struct mst_master *m, const struct mst_replica *r, unsigned n);
+/* mst_obj_reps_free - give o's MEMORY ranges back now, or, for a value
+ * committed beside its write, when its writer's reservation ends (its bytes
+ * may still land; mst_resv_hold), no sooner than until_ms. The array stays
+ * o's. */
+void mst_obj_reps_free(struct mst_master *m, struct mst_object *o, uint64_t until_ms);
 /* mst_soft_pin_ttl - the soft pin TTL a request gets, 0 if none. */
 uint64_t mst_soft_pin_ttl(const struct mst_master *m, int soft_pin, uint64_t ttl_ms);
 

@@ -221,6 +221,14 @@ void mst_replicas_free(struct mst_master *m, const struct mst_replica *r, unsign
 		mst_replica_free(m, &r[i]);
 }
 
+void mst_obj_reps_free(struct mst_master *m, struct mst_object *o, uint64_t until_ms)
+{
+	if (!o->beside_resv ||
+	    !mst_resv_hold(m, o->writer, o->beside_resv, o->reps, o->nrep, until_ms))
+		mst_replicas_free(m, o->reps, o->nrep);
+	o->beside_resv = 0;
+}
+
 void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object **pp)
 {
 	struct mst_object *o = *pp;
@@ -228,7 +236,7 @@ void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object 
 	shard_remove(s, (size_t)(slot_of(pp) - s->slots));
 	counter_add(m, o->state, -1);
 	mst_tenant_uncharge(m, o->tenant, o->size);
-	mst_replicas_free(m, o->reps, o->nrep);
+	mst_obj_reps_free(m, o, 0);
 	if (o->up) {
 		/* its writer may still be writing there: give the space back late */
 		mst_tenant_uncharge(m, o->tenant, o->up->size);
@@ -568,9 +576,10 @@ static uint64_t lease_grant(struct mst_master *m, struct mst_object *o,
 }
 
 int mst_obj_get(struct mst_master *m, const struct mst_lessee *who, const char *tenant,
-		const char *key, uint64_t *size, uint32_t *crc, Lunar__Replica ***reps, size_t *n,
-		uint64_t *seq)
+		const char *key, Lunar__GetReplicaListResult *out)
 {
+	Lunar__Replica ***reps = &out->replicas;
+	size_t *n = &out->n_replicas;
 	struct mst_shard *s;
 	struct mst_object **pp, *o;
 	int rc = mst_obj_lookup(m, tenant, key, &s, &pp);
@@ -585,9 +594,11 @@ int mst_obj_get(struct mst_master *m, const struct mst_lessee *who, const char *
 	else
 		rc = mst_obj_replicas_pb(o, LUNAR__REPLICA_STATE__COMPLETE, reps, n);
 	if (!rc) {
-		*size = o->size;
-		*crc = o->crc;
-		*seq = lease_grant(m, o, who);
+		out->size = o->size;
+		out->crc32c = o->crc;
+		out->lease_seq = lease_grant(m, o, who);
+		out->landing = o->beside_resv &&
+			       mst_resv_landing(m, o->writer, o->beside_resv, o->reps, o->nrep);
 		/* The grants end with the lease: a reader past it rereads anyway. */
 		if (mst_caps_grant(m, o, o->reps, o->nrep, *reps, *n, MST_CAP_READ, o->version,
 				   o->lease_ms)) {

@@ -5,7 +5,11 @@
  * object). BatchPutCommit carves a committed value's piece out of it
  * (mst_resv_carve); the rest goes back when the proxy releases it, or
  * late (its writes may still land) when the proxy dies, the reservation
- * expires, or a new term begins.
+ * expires, or a new term begins. A value committed beside its write (its
+ * bytes may land after the commit) keeps its range on the reservation when
+ * it goes before the reservation ends (mst_resv_hold): the range is given
+ * back once the proxy says the writes there are done (its Landed call:
+ * mst_resv_landed), or with the reservation's.
  *
  * A reservation on the list keeps its segment alive: segment_retire drops
  * the reservations on a segment (mst_resv_drop_segment, under the list
@@ -35,7 +39,18 @@ struct mst_resv {
 	uint64_t grant_ms, due_ms;  /* monotonic: granted, forgotten */
 	struct mst_replica *pieces; /* heap: the parts not committed, by offset */
 	unsigned n, cap;
+	struct mst_replica *held; /* heap: ranges of values committed beside, gone since */
+	unsigned nheld, heldcap;
+	uint64_t held_until_ms; /* the latest read lease over them */
+	uint64_t landed;	/* every write below this offset is done (Landed) */
 };
+
+static void resv_free(struct mst_resv *r)
+{
+	free(r->pieces);
+	free(r->held);
+	free(r);
+}
 
 int mst_resvtab_init(struct mst_resvtab *t)
 {
@@ -52,8 +67,7 @@ void mst_resvtab_fini(struct mst_resvtab *t)
 
 	for (r = t->head; r; r = n) {
 		n = r->next;
-		free(r->pieces);
-		free(r);
+		resv_free(r);
 	}
 	pthread_mutex_destroy(&t->grace_lock);
 	pthread_mutex_destroy(&t->lock);
@@ -78,22 +92,31 @@ static void seg_reserved_add(struct mst_segment *s, int64_t d)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* Unlink r and give its pieces back: now, or late (its writer may still be
- * writing there) with the deferred list. List lock held. */
+/* Unlink r and give its pieces and held ranges back: now, or late (its
+ * writer may still be writing there) with the deferred list; held ranges
+ * no sooner than the reads leased over them end. List lock held. */
 static void resv_end(struct mst_master *m, struct mst_resv **pp, int late)
 {
 	struct mst_resv *r = *pp;
+	/* the last write may start just before due_ms */
+	uint64_t due = late ? r->due_ms + m->cfg.put_start_release_timeout_ms : 0;
 
 	*pp = r->next;
 	m->resv.bytes -= pieces_bytes(r);
 	seg_reserved_add(r->seg, -(int64_t)pieces_bytes(r));
 	if (late) {
-		/* the last write may start just before due_ms */
-		mst_deferred_add(m, r->pieces, r->n,
-				 r->due_ms + m->cfg.put_start_release_timeout_ms);
+		mst_deferred_add(m, r->pieces, r->n, due);
 	} else {
 		mst_replicas_free(m, r->pieces, r->n);
 		free(r->pieces);
+	}
+	if (r->held_until_ms > due)
+		due = r->held_until_ms;
+	if (due > lc_now_ms()) {
+		mst_deferred_add(m, r->held, r->nheld, due);
+	} else {
+		mst_replicas_free(m, r->held, r->nheld);
+		free(r->held);
 	}
 	free(r);
 }
@@ -163,6 +186,7 @@ static int resv_pb(struct mst_master *m, const struct mst_resv *r, Lunar__Reserv
 	p->id = r->id;
 	p->ttl_ms = r->due_ms - r->grant_ms;
 	p->align = lc_ralloc_round(r->seg->ra, 1);
+	p->beside = 1;
 	if (m->cfg.keyed && mst_cap_one(p->extent, &r->seg->secret, MST_CAP_WRITE, NULL, 0, r->id,
 					r->due_ms /* lc_now_ms: the capability clock */)) {
 		protobuf_c_message_free_unpacked(&p->base, NULL);
@@ -206,8 +230,7 @@ static int resv_insert(struct mst_master *m, struct mst_resv *r, Lunar__Reservat
 	} else {
 		if (rc != LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS)
 			mst_replicas_free(m, r->pieces, r->n);
-		free(r->pieces);
-		free(r);
+		resv_free(r);
 	}
 	pthread_mutex_unlock(&m->resv.lock);
 	pthread_rwlock_unlock(&m->segs.lock);
@@ -247,7 +270,7 @@ static int grant_new(struct mst_master *m, uint64_t client, uint64_t len, Lunar_
 	r->n = r->cap = 1;
 	r->client = client;
 	r->seg = r->pieces[0].seg;
-	r->off = r->pieces[0].off;
+	r->off = r->landed = r->pieces[0].off;
 	r->len = len;
 	r->id = resv_id();
 	r->grant_ms = lc_now_ms();
@@ -362,8 +385,7 @@ void mst_resv_drop_segment(struct mst_master *m, const struct mst_segment *seg)
 		}
 		*pp = r->next;
 		m->resv.bytes -= pieces_bytes(r); /* its ranges go with the segment */
-		free(r->pieces);
-		free(r);
+		resv_free(r);
 	}
 	pthread_mutex_unlock(&m->resv.lock);
 	/* seg is out of the table: a grant still placing on it finds it gone
@@ -374,6 +396,16 @@ void mst_resv_drop_segment(struct mst_master *m, const struct mst_segment *seg)
 	while (lc_load_acquire(&m->resv.placing[ph]))
 		sched_yield();
 	pthread_mutex_unlock(&m->resv.grace_lock);
+}
+
+/* Client's reservation id, if it is on the list; list lock held. */
+static struct mst_resv *find(struct mst_master *m, uint64_t client, uint64_t id)
+{
+	struct mst_resv *r;
+
+	for (r = m->resv.head; r && (r->id != id || r->client != client); r = r->next)
+		;
+	return r;
 }
 
 /* The piece of r that holds [off, off + len), or -1. */
@@ -445,8 +477,7 @@ int mst_resv_carve(struct mst_master *m, uint64_t client, uint64_t id, uint64_t 
 	 * object about to be made there is seen by its retirement's sweep. */
 	pthread_rwlock_rdlock(&m->segs.lock);
 	pthread_mutex_lock(&m->resv.lock);
-	for (r = m->resv.head; r && (r->id != id || r->client != client); r = r->next)
-		;
+	r = find(m, client, id);
 	if (r && r->due_ms > now && !r->seg->drain_due_ms && mst_segment_live(m, r->seg) &&
 	    (i = piece_of(r, off, len)) >= 0) {
 		rc = cut(m, r, (unsigned)i, off, len, out);
@@ -456,6 +487,113 @@ int mst_resv_carve(struct mst_master *m, uint64_t client, uint64_t id, uint64_t 
 	pthread_mutex_unlock(&m->resv.lock);
 	pthread_rwlock_unlock(&m->segs.lock);
 	return rc;
+}
+
+static int all_below(const struct mst_replica *reps, unsigned n, uint64_t off)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (reps[i].off >= off)
+			return 0;
+	return 1;
+}
+
+/* Room in r's held ranges for n more; 0 or -ENOMEM. List lock held. */
+static int held_room(struct mst_resv *r, unsigned n)
+{
+	unsigned cap = r->heldcap ? r->heldcap : 4;
+	struct mst_replica *v;
+
+	if (r->nheld + n <= r->heldcap)
+		return 0;
+	while (cap < r->nheld + n)
+		cap *= 2;
+	if (!(v = realloc(r->held, cap * sizeof(*v))))
+		return -ENOMEM;
+	r->held = v;
+	r->heldcap = cap;
+	return 0;
+}
+
+int mst_resv_hold(struct mst_master *m, uint64_t client, uint64_t id,
+		  const struct mst_replica *reps, unsigned n, uint64_t until_ms)
+{
+	struct mst_resv *r;
+
+	pthread_mutex_lock(&m->resv.lock);
+	if ((r = find(m, client, id)) && all_below(reps, n, r->landed))
+		r = NULL; /* their writes are done */
+	if (r) {
+		if (held_room(r, n)) {
+			/* given back now they could go to another value while
+			 * the writer's bytes still land: kept out of use */
+			LC_ERROR("master", "out of memory: %u ranges leaked", n);
+		} else {
+			memcpy(r->held + r->nheld, reps, n * sizeof(*reps));
+			r->nheld += n;
+		}
+		if (until_ms > r->held_until_ms)
+			r->held_until_ms = until_ms;
+	}
+	pthread_mutex_unlock(&m->resv.lock);
+	return r != NULL;
+}
+
+/* Give back r's held ranges below r->landed: now, or after the read leases
+ * over them. List lock held. */
+static void held_release(struct mst_master *m, struct mst_resv *r)
+{
+	struct mst_replica *go;
+	unsigned n = 0, kept = 0;
+
+	for (unsigned i = 0; i < r->nheld; i++)
+		n += r->held[i].off < r->landed;
+	if (!n || !(go = malloc(n * sizeof(*go))))
+		return; /* none, or kept until the reservation ends */
+	n = 0;
+	for (unsigned i = 0; i < r->nheld; i++) {
+		if (r->held[i].off < r->landed)
+			go[n++] = r->held[i];
+		else
+			r->held[kept++] = r->held[i];
+	}
+	r->nheld = kept;
+	if (r->held_until_ms > lc_now_ms()) {
+		mst_deferred_add(m, go, n, r->held_until_ms);
+	} else {
+		mst_replicas_free(m, go, n);
+		free(go);
+	}
+}
+
+void mst_resv_landed(struct mst_master *m, uint64_t client, Lunar__Landed *const *v, size_t n)
+{
+	pthread_mutex_lock(&m->resv.lock);
+	for (size_t i = 0; i < n && i < MST_RESV_PER_CLIENT; i++) {
+		struct mst_resv *r = find(m, client, v[i]->reservation);
+		uint64_t end;
+
+		if (!r)
+			continue;
+		end = r->off + r->len;
+		if (v[i]->below > r->landed) {
+			r->landed = v[i]->below < end ? v[i]->below : end;
+			held_release(m, r);
+		}
+	}
+	pthread_mutex_unlock(&m->resv.lock);
+}
+
+int mst_resv_landing(struct mst_master *m, uint64_t client, uint64_t id,
+		     const struct mst_replica *reps, unsigned n)
+{
+	struct mst_resv *r;
+	int landing;
+
+	pthread_mutex_lock(&m->resv.lock);
+	r = find(m, client, id);
+	landing = r && !all_below(reps, n, r->landed);
+	pthread_mutex_unlock(&m->resv.lock);
+	return landing;
 }
 
 uint64_t mst_resv_bytes(struct mst_master *m)

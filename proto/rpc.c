@@ -52,6 +52,8 @@ static const struct lp_method methods[] = {
     M(RESERVE, "Reserve", reserve_request, reserve_reply),
     M(RESERVE_RELEASE, "ReserveRelease", reserve_release_request, batch_codes_reply),
     M(BATCH_PUT_COMMIT, "BatchPutCommit", batch_put_commit_request, batch_put_start_reply),
+    M(BATCH_PUT_UNCOMMIT, "BatchPutUncommit", batch_put_commit_request, batch_codes_reply),
+    M(LANDED, "Landed", landed_request, status_reply),
 };
 
 const struct lp_method *lp_method_find(uint32_t id)

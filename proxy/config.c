@@ -85,6 +85,8 @@ static const struct flag flags[] = {
       "                             0: every put makes two master calls)"),
     F("reserve-value-max", K_SIZE, reserve_value_max,
       "SIZE  largest value put into reserved space (1MiB)"),
+    F("commit-after-write", K_BOOL, commit_after_write,
+      "      a put ahead commits once its bytes landed, not while they travel"),
     F("debug-put-delay", K_MS, debug_put_delay_ms,
       "DUR   test hook: delay before committing a put (0)"),
     F("debug-get-delay", K_MS, debug_get_delay_ms,

@@ -270,6 +270,7 @@ int px_master_ping(struct px_proxy *px)
 	}
 	atomic_store(&px->ping_retried, false);
 	report_objects(px);
+	px_resv_tell_landed(px);
 	/* the master learns of our disk records after each (re)mount */
 	return atomic_load(&px->mounted) ? px_disk_register(px, mounted) : 0;
 }

@@ -172,6 +172,14 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 			    "Replica reads whose CRC32C did not match.",
 			    LOAD(st->checksum_failures));
 	rc = rc
+		 ?: counter(rep, "lunar_proxy_puts_beside_total",
+			    "Values put ahead, committed while their bytes travelled.",
+			    LOAD(st->puts_beside));
+	rc = rc
+		 ?: counter(rep, "lunar_proxy_puts_uncommitted_total",
+			    "Values committed beside a write that failed, then taken back.",
+			    LOAD(st->puts_uncommitted));
+	rc = rc
 		 ?: counter(rep, "lunar_proxy_put_bytes_total", "Value bytes stored.",
 			    LOAD(st->bytes_put));
 	rc = rc

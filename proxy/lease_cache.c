@@ -230,6 +230,7 @@ static void entry_get(const struct entry *e, struct px_cached *out)
 	out->deadline_ms = e->deadline_ms;
 	out->lease_seq = e->seq;
 	out->crc = e->crc;
+	out->landing = false;
 	out->nrep = e->nrep;
 	memcpy(out->rep, e->rep, e->nrep * sizeof(e->rep[0]));
 }
@@ -343,6 +344,7 @@ int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadlin
 	out->deadline_ms = deadline_ms;
 	out->lease_seq = res->lease_seq;
 	out->lessee = lessee;
+	out->landing = res->landing;
 	out->nrep = (unsigned)res->n_replicas;
 	for (size_t i = 0; i < res->n_replicas; i++) {
 		const Lunar__Replica *rp = res->replicas[i];

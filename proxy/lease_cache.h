@@ -9,6 +9,7 @@
 #ifndef LUNAR_PROXY_LEASE_CACHE_H
 #define LUNAR_PROXY_LEASE_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +34,8 @@ struct px_cached {
 	uint64_t deadline_ms; /* lease deadline on our monotonic clock */
 	uint64_t lease_seq;   /* the number of the master's grant; 0 unknown */
 	uint64_t lessee;      /* the reader that grant named */
+	bool landing;	      /* the master's word: its bytes may not have landed yet
+			       * (never kept in the cache) */
 	unsigned nrep;
 	struct px_cached_replica rep[PX_CACHE_MAX_REPLICAS];
 };

@@ -121,6 +121,7 @@ static int64_t run_remove_many(struct px_proxy *px, struct px_req *r)
 		rq = &re.base;
 		method = LUNAR__METHOD__REMOVE_BY_REGEX;
 	}
+	px_resv_tell_landed(px);
 	rc = px_mc_call(px->mc, method, rq, &rep);
 	if (rc)
 		return rc;

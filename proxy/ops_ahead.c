@@ -1,23 +1,36 @@
 /*
  * ops_ahead.c - a put ahead: each value is written into a piece of the
- * space the master reserved for this proxy (resv.c), then one BatchPutCommit
- * makes them objects. One data round trip and one master round trip,
- * where PutStart + write + PutEnd make two master round trips. The put
- * returns only after the commit: a value returned 0 for is visible
- * everywhere. Keys it cannot do (no piece at hand, a failed write, a
- * reservation the master no longer knows) are left to the two-call path.
+ * space the master reserved for this proxy (resv.c), and one BatchPutCommit
+ * makes them objects: one data round trip and one master round trip, where
+ * PutStart + write + PutEnd make two master round trips. Where the master
+ * takes it (Reservation.beside) and every value's CRC32C is known before
+ * its write, the commit travels beside the writes: one round trip, the
+ * longer of the two. The put returns only after the commit and every
+ * write: a value returned 0 for is visible everywhere, its bytes in place.
+ * A commit whose write then failed is taken back (BatchPutUncommit). Keys
+ * it cannot do (no piece at hand, a failed write, a reservation the master
+ * no longer knows) are left to the two-call path.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "crc32c.h"
 #include "engine/engine.h"
 #include "log.h"
 #include "lunar.h"
 #include "ops.h"
 
+/* The largest value whose CRC32C a keyless proxy takes itself, in a pass
+ * of its own, to commit it beside its write: beyond it the pass costs more
+ * than the master's round trip saves. The client names a staged value's;
+ * a keyed write names its CRC32C in its header, so it is taken first
+ * anyway (in one slice). */
+#define PX_BESIDE_CRC_MAX (64u * 1024)
+
 /* The pieces and writes of one request. */
 struct ahead {
 	size_t n;
+	int beside; /* the commit goes beside the writes */
 	struct px_piece *pc;
 	struct eng_op *ops;
 	int *state; /* per key: enum below */
@@ -26,7 +39,12 @@ struct ahead {
 	int state_in[PX_BATCH_INLINE];
 };
 
-enum { AH_NONE, AH_HELD /* piece held, bytes written */, AH_DONE /* piece settled */ };
+enum {
+	AH_NONE,
+	AH_HELD,     /* piece held, bytes written (or being written, beside) */
+	AH_UNCOMMIT, /* committed beside a write that failed: to take back */
+	AH_DONE	     /* piece settled */
+};
 
 /* Only the states start zeroed (AH_NONE): a piece is read only once taken
  * and an op only once built, and the inline arrays are KiBs a put. */
@@ -81,9 +99,8 @@ static int take_all(struct px_proxy *px, struct px_req *r, const struct px_batch
 	return 0;
 }
 
-/* Write every value to its piece at once; a key whose write failed goes
- * back to the two-call path, its piece tainted if bytes may still land. */
-static void write_all(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+/* Each value's write to its piece. */
+static void build_ops(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
 		      struct ahead *a)
 {
 	for (size_t i = 0; i < b->n; i++) {
@@ -101,10 +118,24 @@ static void write_all(struct px_proxy *px, struct px_req *r, const struct px_bat
 		    .known_crc = it->crc,
 		};
 	}
+}
+
+/* Whether the bytes of a failed write may still land (then its piece is
+ * tainted): any remote write that got under way. */
+static int may_land(struct px_proxy *px, const struct eng_op *op)
+{
+	return op->result && op->result != ENG_XFER_UNSENT && strcmp(op->endpoint, px->endpoint);
+}
+
+/* Write every value to its piece at once, then commit; a key whose write
+ * failed goes back to the two-call path, its piece tainted if bytes may
+ * still land. */
+static void write_first(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+			struct ahead *a)
+{
 	eng_xfer_batch(px->engine, a->ops, (int)b->n);
 	for (size_t i = 0; i < b->n; i++) {
 		const struct eng_op *op = &a->ops[i];
-		int remote = strcmp(op->endpoint, px->endpoint) != 0;
 
 		if (!op->result) {
 			if (op->want_crc)
@@ -112,36 +143,102 @@ static void write_all(struct px_proxy *px, struct px_req *r, const struct px_bat
 			continue;
 		}
 		LC_DEBUG("proxy", "put-ahead: a write to %s failed (%d)", op->endpoint, op->result);
-		settle(px, a, i,
-		       remote && op->result != ENG_XFER_UNSENT ? PX_PIECE_TAINTED
-							       : PX_PIECE_UNUSED);
+		settle(px, a, i, may_land(px, op) ? PX_PIECE_TAINTED : PX_PIECE_UNUSED);
 	}
 }
 
-/* The commit request's items for the keys written; n_items of them. */
-static int commit_items(struct px_req *r, const struct px_batch *b, struct ahead *a,
-			Lunar__PutCommitItem *items, Lunar__PutCommitItem **ptrs, size_t *pos)
+/* May the commit go beside the writes? Every piece's master takes it, and
+ * every value's CRC32C is known first: the client's, or taken here (its
+ * write then names it rather than taking it again). */
+static int beside_ok(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+		     struct ahead *a)
 {
-	size_t n = 0;
-
+	if (px->cfg.commit_after_write)
+		return 0;
 	for (size_t i = 0; i < b->n; i++) {
 		const struct px_item *it = &r->items[b->idx[i]];
 
+		if (!px_piece_beside(&a->pc[i]) ||
+		    (!it->crc_given && !px->cfg.keyed && it->total > PX_BESIDE_CRC_MAX))
+			return 0;
+	}
+	for (size_t i = 0; i < b->n; i++) {
+		struct px_item *it = &r->items[b->idx[i]];
+		uint32_t crc = 0;
+
+		if (it->crc_given)
+			continue;
+		for (int k = 0; k < it->iovcnt; k++)
+			crc = lc_crc32c(crc, it->iov[k].iov_base, it->iov[k].iov_len);
+		it->crc = crc;
+		it->crc_given = true;
+		a->ops[i].want_crc = 0;
+		a->ops[i].crc_known = 1;
+		a->ops[i].known_crc = crc;
+	}
+	return 1;
+}
+
+/* A BatchPutCommit (or Uncommit) request over some of a request's keys:
+ * pos[k] is the key of item k. */
+struct commit_rq {
+	Lunar__BatchPutCommitRequest rq;
+	Lunar__PutCommitItem *items, **ptrs;
+	size_t *pos;
+};
+
+/* Room for n items; 0, or -1 (then the request has none). */
+static int commit_rq_init(struct commit_rq *c, struct px_proxy *px, struct px_req *r, size_t n)
+{
+	c->rq = (Lunar__BatchPutCommitRequest)LUNAR__BATCH_PUT_COMMIT_REQUEST__INIT;
+	c->rq.client_id = px->client_id;
+	c->rq.tenant = r->s->tenant;
+	c->items = calloc(n, sizeof(*c->items));
+	c->rq.items = c->ptrs = calloc(n, sizeof(*c->ptrs));
+	c->pos = calloc(n, sizeof(*c->pos));
+	return c->items && c->ptrs && c->pos ? 0 : -1;
+}
+
+/* Item for key i (its piece's reservation and offset filled in). */
+static Lunar__PutCommitItem *commit_rq_add(struct commit_rq *c, const struct px_batch *b,
+					   const struct ahead *a, size_t i)
+{
+	Lunar__PutCommitItem *it = &c->items[c->rq.n_items];
+
+	lunar__put_commit_item__init(it);
+	it->key = b->keys[i];
+	it->reservation = px_piece_resv(&a->pc[i]);
+	it->offset = a->pc[i].off;
+	c->ptrs[c->rq.n_items] = it;
+	c->pos[c->rq.n_items++] = i;
+	return it;
+}
+
+static void commit_rq_fini(struct commit_rq *c)
+{
+	free(c->items);
+	free(c->ptrs);
+	free(c->pos);
+}
+
+/* The commit request's items for the keys held. */
+static void commit_items(struct commit_rq *c, struct px_req *r, const struct px_batch *b,
+			 const struct ahead *a)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		const struct px_item *it = &r->items[b->idx[i]];
+		Lunar__PutCommitItem *ci;
+
 		if (a->state[i] != AH_HELD)
 			continue;
-		lunar__put_commit_item__init(&items[n]);
-		items[n].key = b->keys[i];
-		items[n].size = it->total;
-		items[n].crc32c = it->crc;
-		items[n].reservation = px_piece_resv(&a->pc[i]);
-		items[n].offset = a->pc[i].off;
-		items[n].hard_pin = (r->sqe.flags & LC_SQE_HARD_PIN) != 0;
-		items[n].soft_pin = (r->sqe.flags & LC_SQE_SOFT_PIN) != 0;
-		items[n].soft_pin_ttl_ms = r->sqe.soft_pin_ttl_ms;
-		ptrs[n] = &items[n];
-		pos[n++] = i;
+		ci = commit_rq_add(c, b, a, i);
+		ci->size = it->total;
+		ci->crc32c = it->crc;
+		ci->hard_pin = (r->sqe.flags & LC_SQE_HARD_PIN) != 0;
+		ci->soft_pin = (r->sqe.flags & LC_SQE_SOFT_PIN) != 0;
+		ci->soft_pin_ttl_ms = r->sqe.soft_pin_ttl_ms;
+		ci->beside = a->beside;
 	}
-	return (int)n;
 }
 
 /* HA: index what was committed, for a new leader (objidx.c). */
@@ -158,90 +255,155 @@ static void index_one(struct px_proxy *px, struct px_req *r, const char *key,
 		px_objidx_put(px->objidx, r->s->tenant, key, &v, res->replicas, res->n_replicas);
 }
 
-/* Fold the commit's answer into the keys and their pieces. */
-static void commit_results(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-			   struct ahead *a, const Lunar__BatchPutStartReply *rep, const size_t *pos,
-			   size_t n)
+/* Fold one key's commit answer (code, res) and its write into the key and
+ * its piece. A beside key whose write failed: a commit is to be taken back,
+ * and a piece it may land in is tainted whatever the answer. */
+static void fold_one(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+		     struct ahead *a, size_t i, const Lunar__PutStartResult *res)
 {
-	for (size_t j = 0; j < n; j++) {
-		size_t i = pos[j];
-		struct px_item *it = &r->items[b->idx[i]];
-		const Lunar__PutStartResult *res = rep->results[j];
+	struct px_item *it = &r->items[b->idx[i]];
+	const struct eng_op *op = &a->ops[i];
+	enum px_piece_end unused = may_land(px, op) ? PX_PIECE_TAINTED : PX_PIECE_UNUSED;
 
-		switch (res->code) {
-		case 0:
-			settle(px, a, i, PX_PIECE_COMMITTED);
-			index_one(px, r, b->keys[i], it, res);
-			it->result = PX_AHEAD_DONE;
+	switch (res->code) {
+	case 0:
+		if (op->result) { /* beside only: a failed write is never committed after */
+			a->state[i] = AH_UNCOMMIT;
 			break;
-		case LUNAR_ERR_OBJECT_ALREADY_EXISTS: /* first value kept, as PutStart's */
-			settle(px, a, i, PX_PIECE_UNUSED);
-			it->result = PX_AHEAD_DONE;
-			break;
-		case LUNAR_ERR_ILLEGAL_CLIENT: /* the reservation is gone: two calls */
-			settle(px, a, i, PX_PIECE_GONE);
-			break;
-		case LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS:
-			settle(px, a, i, PX_PIECE_UNUSED);
-			break;
-		case LUNAR_ERR_TENANT_QUOTA_EXCEEDED:
-		case LUNAR_ERR_INVALID_KEY:
-		case LUNAR_ERR_INVALID_PARAMS: /* refused before its piece was touched */
-			settle(px, a, i, PX_PIECE_UNUSED);
-			it->result = res->code;
-			break;
-		default:
-			/* INTERNAL and codes of newer masters: the piece may have
-			 * been cut out and freed, so it is never written again */
-			settle(px, a, i, PX_PIECE_TAINTED);
-			it->result = res->code;
-			break;
+		}
+		settle(px, a, i, PX_PIECE_COMMITTED);
+		index_one(px, r, b->keys[i], it, res);
+		it->result = PX_AHEAD_DONE;
+		if (a->beside)
+			PX_COUNT(px, puts_beside, 1);
+		break;
+	case LUNAR_ERR_OBJECT_ALREADY_EXISTS: /* first value kept, as PutStart's */
+		settle(px, a, i, unused);
+		it->result = PX_AHEAD_DONE;
+		break;
+	case LUNAR_ERR_ILLEGAL_CLIENT: /* the reservation is gone: two calls */
+		settle(px, a, i, PX_PIECE_GONE);
+		break;
+	case LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS: settle(px, a, i, unused); break;
+	case LUNAR_ERR_TENANT_QUOTA_EXCEEDED:
+	case LUNAR_ERR_INVALID_KEY:
+	case LUNAR_ERR_INVALID_PARAMS: /* refused before its piece was touched */
+		settle(px, a, i, unused);
+		it->result = res->code;
+		break;
+	default:
+		/* INTERNAL and codes of newer masters: the piece may have
+		 * been cut out and freed, so it is never written again */
+		settle(px, a, i, PX_PIECE_TAINTED);
+		it->result = res->code;
+		break;
+	}
+}
+
+/* Fold the commit's answer (rc, rep) into the keys sent (pos[0..n)), once
+ * their writes are done. A call that failed may have committed them: its
+ * keys fail with its code (as a failed PutEnd's), their pieces tainted. */
+static void fold(struct px_proxy *px, struct px_req *r, const struct px_batch *b, struct ahead *a,
+		 int rc, const ProtobufCMessage *rep, const size_t *pos, size_t n)
+{
+	const Lunar__BatchPutStartReply *res = (const Lunar__BatchPutStartReply *)rep;
+	int code = rc ? rc : px_mc_code(rep);
+
+	if (!code && res->n_results == n) {
+		for (size_t j = 0; j < n; j++)
+			fold_one(px, r, b, a, pos[j], res->results[j]);
+		return;
+	}
+	for (size_t j = 0; j < n; j++) {
+		if (rc) {
+			settle(px, a, pos[j], PX_PIECE_TAINTED);
+			r->items[b->idx[pos[j]]].result = rc;
+		} else {
+			/* refused whole (nothing committed), or an answer that
+			 * does not add up (it may have): the two-call path decides */
+			settle(px, a, pos[j],
+			       code && !may_land(px, &a->ops[pos[j]]) ? PX_PIECE_UNUSED
+								      : PX_PIECE_TAINTED);
 		}
 	}
 }
 
-/* Commit the keys written. A call that failed may have committed them: its
- * keys fail with its code (as a failed PutEnd's), their pieces tainted. */
-static void commit(struct px_proxy *px, struct px_req *r, const struct px_batch *b, struct ahead *a)
+/* Take back the keys committed beside a write that failed. One taken back
+ * goes to the two-call path; one that could not be fails as its write did
+ * (its bytes are wrong: readers find its CRC32C unlike them). Their pieces
+ * are tainted (bytes may land; the master gives the ranges back late). */
+static void uncommit(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+		     struct ahead *a)
 {
-	Lunar__BatchPutCommitRequest rq = LUNAR__BATCH_PUT_COMMIT_REQUEST__INIT;
-	Lunar__PutCommitItem *items = calloc(b->n, sizeof(*items));
-	Lunar__PutCommitItem **ptrs = calloc(b->n, sizeof(*ptrs));
-	size_t *pos = calloc(b->n, sizeof(*pos));
-	const Lunar__BatchPutStartReply *res;
+	const Lunar__BatchCodesReply *res;
 	ProtobufCMessage *rep = NULL;
-	int rc = 0, code;
+	struct commit_rq c;
+	size_t i = 0;
+	int rc = LUNAR_ERR_INTERNAL;
 
-	if (items && ptrs && pos) {
-		rq.client_id = px->client_id;
-		rq.tenant = r->s->tenant;
-		rq.items = ptrs;
-		rq.n_items = (size_t)commit_items(r, b, a, items, ptrs, pos);
+	while (i < b->n && a->state[i] != AH_UNCOMMIT)
+		i++;
+	if (i == b->n) /* every write landed: the usual case */
+		return;
+	if (!commit_rq_init(&c, px, r, b->n)) {
+		for (i = 0; i < b->n; i++)
+			if (a->state[i] == AH_UNCOMMIT)
+				commit_rq_add(&c, b, a, i);
+		rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_UNCOMMIT, &c.rq.base, &rep);
 	}
-	if (rq.n_items)
-		rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_COMMIT, &rq.base, &rep);
-	if (!rq.n_items) {
-		for (size_t i = 0; i < b->n; i++)
-			settle(px, a, i, PX_PIECE_UNUSED); /* nothing sent */
-	} else if (rc) {
-		for (size_t j = 0; j < rq.n_items; j++) {
-			settle(px, a, pos[j], PX_PIECE_TAINTED);
-			r->items[b->idx[pos[j]]].result = rc;
+	res = (const Lunar__BatchCodesReply *)rep;
+	if (!rc && (px_mc_code(rep) || res->n_codes != c.rq.n_items))
+		rc = LUNAR_ERR_PROTOCOL;
+	for (size_t k = 0; !rc && k < c.rq.n_items; k++)
+		if (!res->codes[k]) {
+			a->state[c.pos[k]] = AH_HELD; /* gone: the two-call path puts it */
+			PX_COUNT(px, puts_uncommitted, 1);
 		}
-	} else {
-		res = (const Lunar__BatchPutStartReply *)rep;
-		code = px_mc_code(rep);
-		if (!code && res->n_results == rq.n_items)
-			commit_results(px, r, b, a, res, pos, rq.n_items);
-		/* refused whole (nothing committed), or an answer that does
-		 * not add up (it may have): the two-call path decides */
-		for (size_t j = 0; j < rq.n_items; j++)
-			settle(px, a, pos[j], code ? PX_PIECE_UNUSED : PX_PIECE_TAINTED);
-		protobuf_c_message_free_unpacked(rep, NULL);
+	for (i = 0; i < b->n; i++) {
+		const struct eng_op *op = &a->ops[i];
+
+		if (a->state[i] == AH_UNCOMMIT) {
+			a->state[i] = AH_HELD;
+			r->items[b->idx[i]].result =
+			    op->result == ENG_XFER_UNSENT ? LUNAR_ERR_TRANSFER_FAIL : op->result;
+		}
+		settle(px, a, i, PX_PIECE_TAINTED);
 	}
-	free(items);
-	free(ptrs);
-	free(pos);
+	if (rep)
+		protobuf_c_message_free_unpacked(rep, NULL);
+	commit_rq_fini(&c);
+}
+
+/* Commit the keys held: beside their writes (submitted here, and waited
+ * for before the answer is folded in) or after them. */
+static void commit(struct px_proxy *px, struct px_req *r, const struct px_batch *b, struct ahead *a,
+		   struct eng_cq *cq)
+{
+	ProtobufCMessage *rep = NULL;
+	struct commit_rq c;
+	int rc = 0;
+
+	if (!commit_rq_init(&c, px, r, b->n))
+		commit_items(&c, r, b, a);
+	if (cq && eng_xfer_submit(px->engine, cq, a->ops, (int)b->n)) {
+		for (size_t i = 0; i < b->n; i++) /* never expected: nothing went */
+			a->ops[i].result = ENG_XFER_UNSENT;
+		cq = NULL;
+	}
+	if (c.rq.n_items)
+		rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_COMMIT, &c.rq.base, &rep);
+	for (size_t got = 0; cq && got < b->n;) {
+		struct eng_op *done[16];
+
+		got += (size_t)eng_cq_wait(cq, done, 16, ENG_WAIT_FOREVER);
+	}
+	if (c.rq.n_items)
+		fold(px, r, b, a, rc, rep, c.pos, c.rq.n_items);
+	for (size_t i = 0; i < b->n; i++) /* nothing sent */
+		settle(px, a, i, may_land(px, &a->ops[i]) ? PX_PIECE_TAINTED : PX_PIECE_UNUSED);
+	if (rep)
+		protobuf_c_message_free_unpacked(rep, NULL);
+	commit_rq_fini(&c);
 }
 
 /* May r's keys go ahead at all? */
@@ -256,6 +418,31 @@ static int eligible(struct px_proxy *px, const struct px_req *r, const struct px
 		if (r->items[b->idx[i]].total > max)
 			return 0;
 	return 1;
+}
+
+/* Write and commit the keys whose pieces were taken. */
+static void write_commit(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
+			 struct ahead *a)
+{
+	struct eng_cq *cq = NULL;
+
+	build_ops(px, r, b, a);
+	a->beside = beside_ok(px, r, b, a) && !eng_cq_alloc(&cq);
+	if (a->beside) {
+		commit(px, r, b, a, cq);
+		eng_cq_free(cq);
+		uncommit(px, r, b, a);
+		return;
+	}
+	write_first(px, r, b, a);
+	if (atomic_load(&r->s->dead)) { /* its client is gone: nothing to commit */
+		for (size_t i = 0; i < b->n; i++)
+			if (a->state[i] == AH_HELD) {
+				settle(px, a, i, PX_PIECE_UNUSED);
+				r->items[b->idx[i]].result = LUNAR_ERR_TRANSFER_FAIL;
+			}
+	}
+	commit(px, r, b, a, NULL);
 }
 
 void px_put_ahead(struct px_proxy *px, struct px_req *r)
@@ -274,17 +461,8 @@ void px_put_ahead(struct px_proxy *px, struct px_req *r)
 		px_batch_fini(&b);
 		return;
 	}
-	if (!take_all(px, r, &b, &a)) {
-		write_all(px, r, &b, &a);
-		if (atomic_load(&r->s->dead)) { /* its client is gone: nothing to commit */
-			for (size_t i = 0; i < b.n; i++)
-				if (a.state[i] == AH_HELD) {
-					settle(px, &a, i, PX_PIECE_UNUSED);
-					r->items[b.idx[i]].result = LUNAR_ERR_TRANSFER_FAIL;
-				}
-		}
-		commit(px, r, &b, &a);
-	}
+	if (!take_all(px, r, &b, &a))
+		write_commit(px, r, &b, &a);
 	ahead_fini(&a);
 	px_batch_fini(&b);
 }

@@ -269,8 +269,10 @@ static int64_t read_value(struct px_proxy *px, const char *tenant, struct px_ite
 					   : (int64_t)e->size;
 		}
 	}
+	/* bytes of a value committed beside its write, still on their way:
+	 * not there yet, as for a put not yet committed */
 	if (mismatch)
-		return LUNAR_ERR_CHECKSUM_MISMATCH;
+		return e->landing ? LUNAR_ERR_OBJECT_NOT_FOUND : LUNAR_ERR_CHECKSUM_MISMATCH;
 	return tried && missing < tried ? LUNAR_ERR_TRANSFER_FAIL : LUNAR_ERR_OBJECT_NOT_FOUND;
 }
 

@@ -17,6 +17,7 @@ static void remove_keys(struct px_proxy *px, struct px_req *r, const struct px_b
 	rq.force = (r->sqe.flags & LC_SQE_FORCE) != 0;
 	rq.n_keys = b->n;
 	rq.keys = b->keys;
+	px_resv_tell_landed(px);
 	rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_REMOVE, &rq.base, &rep);
 	if (!rc && (rc = px_mc_code(rep)) != 0)
 		protobuf_c_message_free_unpacked(rep, NULL);

@@ -356,6 +356,8 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 		goto out;
 	}
 	commit.n = revoke[0].n = revoke[1].n = 0;
+	if (r->sqe.op == LC_OP_UPSERT) /* the old value's range may go at once */
+		px_resv_tell_landed(px);
 	rc = put_start(px, r, &b, calls->start, &rep);
 	if (rc) {
 		px_batch_fail(r, &b, rc);

@@ -67,6 +67,7 @@ struct px_config {
 	uint64_t debug_get_delay_ms;	   /* --debug-get-delay: test hook */
 	uint64_t reserve_size;		   /* --reserve-size: put-ahead space asked for */
 	uint64_t reserve_value_max;	   /* --reserve-value-max: largest value put ahead */
+	int commit_after_write;		   /* --commit-after-write: no commit beside a write */
 	uint64_t debug_hb_delay_ms;	   /* --debug-heartbeat-delay: test hook */
 	uint64_t debug_disk_read_delay_ms; /* --debug-disk-read-delay: test hook */
 	uint16_t http_port;		   /* --http-port: metrics, health, admin */
@@ -213,6 +214,17 @@ void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end 
 const char *px_piece_endpoint(const struct px_piece *pc);
 const struct eng_cap *px_piece_cap(const struct px_piece *pc);
 uint64_t px_piece_resv(const struct px_piece *pc);
+/* px_piece_beside - whether the master that granted pc's reservation takes
+ * a commit sent beside its write (Reservation.beside). */
+int px_piece_beside(const struct px_piece *pc);
+/* px_resv_tell_landed - tell the master (Landed) of each reservation taking
+ * commits beside writes whose pieces handed out since it was last told are
+ * all settled, none tainted: every write below its bump pointer is done,
+ * and the ranges of values there that went since may be used again. No
+ * call when there is nothing new. By the heartbeat, and before a remove or
+ * an upsert (so that a value this proxy put and then removes frees its
+ * space at once). Any thread. */
+void px_resv_tell_landed(struct px_proxy *px);
 /* px_resv_drop_all - forget every reservation without a word: the master
  * forgot them (a new leader). px_resv_drop_before - those whose Reserve
  * was sent before asked_ns (lc_now_ns): a Ping sent then found that the
@@ -308,6 +320,8 @@ struct px_stats {
 	atomic_uint_fast64_t lease_misses;
 	atomic_uint_fast64_t leases_released; /* given back when their reader closed */
 	atomic_uint_fast64_t checksum_failures;
+	atomic_uint_fast64_t puts_beside;      /* committed while their bytes travelled */
+	atomic_uint_fast64_t puts_uncommitted; /* and taken back: the write failed */
 	atomic_uint_fast64_t bytes_put;
 	atomic_uint_fast64_t bytes_got;
 	atomic_uint_fast64_t busy;	 /* requests refused with BUSY */

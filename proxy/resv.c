@@ -40,6 +40,8 @@ struct px_resv {
 	int retired;	   /* takes no pieces */
 	int late;	   /* bytes may still land: released late */
 	int gone;	   /* the master forgot it: nothing to release */
+	int beside;	   /* the master takes commits beside their writes */
+	uint64_t told;	   /* the master knows every write below this is done */
 	uint64_t asked_ns; /* when its Reserve was sent (monotonic) */
 };
 
@@ -170,6 +172,11 @@ uint64_t px_piece_resv(const struct px_piece *pc)
 	return pc->r->id;
 }
 
+int px_piece_beside(const struct px_piece *pc)
+{
+	return pc->r->beside;
+}
+
 void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end how)
 {
 	struct px_resv_pool *p = px->resv;
@@ -194,6 +201,51 @@ void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end 
 	}
 	pthread_mutex_unlock(&p->lock);
 	pc->r = NULL;
+}
+
+#define RESV_LANDED_MAX 4 /* the master looks at as many as a client may hold */
+
+/* A Landed for each reservation with news, into out[0..max); how many. */
+static size_t landed_news(struct px_proxy *px, Lunar__Landed *out, size_t max)
+{
+	struct px_resv_pool *p = px->resv;
+	size_t n = 0;
+
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	for (struct px_resv *r = p->head; r && n < max; r = r->next) {
+		uint64_t top = r->off + r->used;
+
+		/* every piece handed out settled, and no byte of a failed
+		 * write on its way (late) */
+		if (!r->beside || r->gone || r->late || r->holders || top <= r->told)
+			continue;
+		lunar__landed__init(&out[n]);
+		out[n].reservation = r->id;
+		out[n++].below = top;
+		r->told = top;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
+void px_resv_tell_landed(struct px_proxy *px)
+{
+	Lunar__LandedRequest rq = LUNAR__LANDED_REQUEST__INIT;
+	Lunar__Landed landed[RESV_LANDED_MAX], *lp[RESV_LANDED_MAX];
+	ProtobufCMessage *rep;
+
+	rq.n_landed = landed_news(px, landed, RESV_LANDED_MAX);
+	if (!rq.n_landed)
+		return;
+	for (size_t i = 0; i < rq.n_landed; i++)
+		lp[i] = &landed[i];
+	rq.client_id = px->client_id;
+	rq.landed = lp;
+	/* Lost, the ranges go back when the reservation does. */
+	if (!px_mc_call(px->mc, LUNAR__METHOD__LANDED, &rq.base, &rep))
+		protobuf_c_message_free_unpacked(rep, NULL);
 }
 
 void px_resv_drop_before(struct px_proxy *px, uint64_t asked_ns)
@@ -252,6 +304,8 @@ static int reserve_call(struct px_proxy *px, uint64_t size, struct px_resv **out
 		r->until_ms = t0 + g->ttl_ms / 2;
 		r->has_cap = px_replica_cap(e, &r->cap);
 		r->asked_ns = asked_ns;
+		r->beside = g->beside;
+		r->told = r->off;
 		*out = r;
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);

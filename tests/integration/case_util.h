@@ -74,6 +74,29 @@ static inline void case_proxy_pair(int mport, char sock_a[PATH_MAX], char sock_b
 }
 
 /* The HTTP port p logged; fails the test if it logged none. */
+/* Arm failpoints: write spec to file, the $LUNAR_FAILPOINTS_FILE of daemons
+ * of the failpoint build (common/failpoint.h), each of which looks at it at
+ * most every 20 ms; then wait wait_ms for them to have. */
+static inline void case_arm(const char *file, const char *spec, unsigned wait_ms)
+{
+	FILE *f = fopen(file, "w");
+
+	H_ASSERT(f != NULL);
+	fputs(spec, f);
+	fclose(f);
+	if (wait_ms)
+		h_sleep_ms(wait_ms);
+}
+
+/* A failpoint file, name in the case's directory, armed with nothing and
+ * named by $LUNAR_FAILPOINTS_FILE for the daemons started from now on. */
+static inline void case_failpoints(char file[PATH_MAX], const char *name)
+{
+	snprintf(file, PATH_MAX, "%s", h_path(name));
+	case_arm(file, "", 0);
+	setenv("LUNAR_FAILPOINTS_FILE", file, 1);
+}
+
 static inline int http_port_of(const struct h_proc *p)
 {
 	int port = hg_log_http_port(p->log);

@@ -51,17 +51,6 @@ static struct h_proc *master;
 static int mport;
 static uint8_t *buf;
 
-/* Arm failpoints in file (each daemon looks at its own at most every
- * 20 ms, so the step lands while it serves). */
-static void arm(const char *file, const char *spec)
-{
-	FILE *f = fopen(file, "w");
-
-	H_ASSERT(f != NULL);
-	fputs(spec, f);
-	fclose(f);
-}
-
 static void settle(void)
 {
 	h_sleep_ms(100);
@@ -75,9 +64,9 @@ static int setup(void **state)
 	snprintf(master_fp, sizeof(master_fp), "%s", h_path("fp-master"));
 	snprintf(a.fp, sizeof(a.fp), "%s", h_path("fp-a"));
 	snprintf(b.fp, sizeof(b.fp), "%s", h_path("fp-b"));
-	arm(master_fp, "");
-	arm(a.fp, "");
-	arm(b.fp, "");
+	case_arm(master_fp, "", 0);
+	case_arm(a.fp, "", 0);
+	case_arm(b.fp, "", 0);
 	mport = h_free_port();
 	/* Each daemon inherits the failpoint file named when it starts. */
 	setenv("LUNAR_FAILPOINTS_FILE", master_fp, 1);
@@ -178,27 +167,27 @@ static void test_clock_jump_wall_steps(void **state)
 
 	/* The master's wall clock an hour behind, the owners' an hour ahead
 	 * (or behind): a grant would look an hour old to them. */
-	arm(master_fp, "wall-clock-behind-1h=return");
-	arm(a.fp, "wall-clock-ahead-1h=return");
-	arm(b.fp, "wall-clock-behind-1h=return");
+	case_arm(master_fp, "wall-clock-behind-1h=return", 0);
+	case_arm(a.fp, "wall-clock-ahead-1h=return", 0);
+	case_arm(b.fp, "wall-clock-behind-1h=return", 0);
 	settle();
 	old_values();
 	cross(&a, &b, "master-behind");
 	lease_ends(&a, &b, "clock/master-behind/proxyA-on-proxyB");
 
 	/* The other way: a grant would live an hour past its lease. */
-	arm(master_fp, "wall-clock-ahead-1h=return");
-	arm(a.fp, "wall-clock-behind-1h=return");
-	arm(b.fp, "wall-clock-ahead-1h=return");
+	case_arm(master_fp, "wall-clock-ahead-1h=return", 0);
+	case_arm(a.fp, "wall-clock-behind-1h=return", 0);
+	case_arm(b.fp, "wall-clock-ahead-1h=return", 0);
 	settle();
 	old_values();
 	cross(&a, &b, "master-ahead");
 	lease_ends(&b, &a, "clock/master-ahead/proxyB-on-proxyA");
 
 	/* And back. */
-	arm(master_fp, "");
-	arm(a.fp, "");
-	arm(b.fp, "");
+	case_arm(master_fp, "", 0);
+	case_arm(a.fp, "", 0);
+	case_arm(b.fp, "", 0);
 	settle();
 	old_values();
 	cross(&a, &b, "after");

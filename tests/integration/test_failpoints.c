@@ -40,26 +40,18 @@ static struct h_proc *proxy;
 static int http;
 static struct h_after after;
 
-/* Arm failpoints (the proxy looks at the file at most every 20 ms). */
 static void arm(const char *spec)
 {
-	FILE *f = fopen(fpfile, "w");
-
-	H_ASSERT(f != NULL);
-	fputs(spec, f);
-	fclose(f);
-	h_sleep_ms(60);
+	case_arm(fpfile, spec, 60);
 }
 
 static int setup(void **state)
 {
 	if (case_setup(state))
 		return -1;
-	snprintf(fpfile, sizeof(fpfile), "%s", h_path("failpoints"));
+	case_failpoints(fpfile, "failpoints");
 	snprintf(disk_dir, sizeof(disk_dir), "%s", h_path("disk"));
-	setenv("LUNAR_FAILPOINTS_FILE", fpfile, 1);
 	h_named_sock(sock, "fp");
-	arm("");
 	return 0;
 }
 

@@ -27,20 +27,14 @@ static char fpfile[PATH_MAX];
 
 static void arm(const char *spec)
 {
-	FILE *f = fopen(fpfile, "w");
-
-	H_ASSERT(f != NULL);
-	fputs(spec, f);
-	fclose(f);
+	case_arm(fpfile, spec, 0);
 }
 
 static int setup(void **state)
 {
 	if (case_setup(state))
 		return -1;
-	snprintf(fpfile, sizeof(fpfile), "%s", h_path("fp-master"));
-	arm("");
-	setenv("LUNAR_FAILPOINTS_FILE", fpfile, 1);
+	case_failpoints(fpfile, "fp-master");
 	return 0;
 }
 

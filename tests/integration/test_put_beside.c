@@ -1,0 +1,170 @@
+/*
+ * test_put_beside.c - a put ahead whose commit travels beside its write
+ * (proxy/ops_ahead.c), with a real lunar-master, a writer proxy W without a
+ * segment and an owner O with one, all the failpoint build's
+ * (common/failpoint.h). With O holding each write back
+ * (engine-serve-write=sleep), the master has the value before the put
+ * returns, and a reader meanwhile misses it (never CHECKSUM_MISMATCH,
+ * never other bytes) and reads it exactly once the put returned; with
+ * --commit-after-write the value exists only once its bytes landed. A
+ * write O drops after its commit (engine-serve-write=return) is taken back
+ * and put again the two-call way: the put returns 0 and reads back exact.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "case_util.h"
+#include "harness.h"
+#include "lunar.h"
+
+#define LEN	       4096u
+#define HOLD	       "engine-serve-write=sleep(1500)" /* each write O serves */
+#define BESIDE	       "lunar_proxy_puts_beside_total"
+#define UNCOMMITTED    "lunar_proxy_puts_uncommitted_total"
+#define RESERVED_BYTES "lunar_master_reserved_bytes"
+
+static char sock_w[PATH_MAX], sock_o[PATH_MAX], seg_o[H_SEG_NAME], fpfile[PATH_MAX];
+static int mhttp, whttp;
+
+static int setup(void **state)
+{
+	if (case_setup(state))
+		return -1;
+	case_failpoints(fpfile, "failpoints");
+	return 0;
+}
+
+/* The master, O and W (with wflag, or NULL), W holding reserved space. */
+static void start(const char *wflag)
+{
+	int mport = h_free_port();
+	struct h_proc *p = track(h_start_master("master", mport, "--reserve-ttl", "60s", NULL));
+	uint64_t end = h_now_ms() + H_BOUND_MS(10000);
+
+	H_ASSERT(p != NULL);
+	mhttp = http_port_of(p);
+	h_named_sock(sock_o, "o");
+	h_named_sock(sock_w, "w");
+	H_ASSERT(track(h_start_peer("proxyO", sock_o, mport, seg_o, "--segment-size", "64MiB",
+				    "--reserve-size", "0", NULL)) != NULL);
+	p = track(h_start_proxy("proxyW", sock_w, mport, "--segment-size", "0", wflag, NULL));
+	H_ASSERT(p != NULL);
+	whttp = http_port_of(p);
+	while (metric(mhttp, RESERVED_BYTES) == 0 && h_now_ms() < end)
+		h_sleep_ms(20);
+	H_ASSERT_MSG(metric(mhttp, RESERVED_BYTES) > 0, "W was granted no reservation");
+}
+
+struct putter {
+	pthread_t th;
+	const char *key;
+	uint8_t buf[LEN];
+	int rc;
+	atomic_int done;
+};
+
+static void *put_main(void *arg)
+{
+	struct putter *p = arg;
+	struct lunar_client *c = h_client(sock_w);
+
+	h_fill(p->buf, LEN, h_seed(p->key));
+	p->rc = lunar_put(c, p->key, p->buf, LEN, NULL);
+	atomic_store(&p->done, 1);
+	lunar_close(c);
+	return NULL;
+}
+
+/* Put key through W on a thread of its own while O holds its write back;
+ * how the value looked to a reader on O meanwhile: seen (exists) and
+ * missed, never another answer. Then it reads back exact. */
+static int put_held(const char *key)
+{
+	struct putter p = {.key = key};
+	struct lunar_client *c = h_client(sock_o);
+	uint8_t buf[LEN];
+	int seen = 0;
+
+	atomic_init(&p.done, 0);
+	case_arm(fpfile, HOLD, 60);
+	H_ASSERT(pthread_create(&p.th, NULL, put_main, &p) == 0);
+	while (!atomic_load(&p.done)) {
+		int e = lunar_exists(c, key);
+		int64_t got = lunar_get_into(c, key, buf, sizeof(buf));
+
+		H_ASSERT_MSG(e == 0 || e == 1, "exists %s = %d (%s)", key, e, h_code(e));
+		/* read after its put returned, it would be its value */
+		H_ASSERT_MSG(got == LUNAR_ERR_OBJECT_NOT_FOUND || atomic_load(&p.done),
+			     "get %s while its bytes travel = %lld (%s)", key, (long long)got,
+			     h_code(got));
+		seen |= e == 1 && !atomic_load(&p.done);
+		h_sleep_ms(20);
+	}
+	H_ASSERT(pthread_join(p.th, NULL) == 0);
+	case_arm(fpfile, "", 60);
+	H_ASSERT_MSG(p.rc == 0, "put %s = %d (%s)", key, p.rc, h_code(p.rc));
+	check_seeded(c, key, buf, LEN, h_seed(key));
+	lunar_close(c);
+	return seen;
+}
+
+static void test_put_beside_commit_before_landing_reads_miss(void **state)
+{
+	(void)state;
+	start(NULL);
+	H_ASSERT_MSG(put_held("beside/held"), "the value did not exist before its put returned");
+	H_ASSERT_EQ(metric(whttp, BESIDE), 1);
+}
+
+static void test_put_beside_off_commits_after_landing(void **state)
+{
+	(void)state;
+	start("--commit-after-write");
+	H_ASSERT_MSG(!put_held("beside/after"), "the value existed before its bytes landed");
+	H_ASSERT_EQ(metric(whttp, BESIDE), 0);
+}
+
+static void test_put_beside_failed_write_taken_back(void **state)
+{
+	struct lunar_client *cw, *co;
+	uint8_t buf[LEN];
+
+	(void)state;
+	start(NULL);
+	cw = h_client(sock_w);
+	co = h_client(sock_o);
+	case_arm(fpfile, "engine-serve-write=1*return", 60);
+	put_seeded(cw, "beside/lost", buf, LEN, h_seed("beside/lost"), NULL);
+	case_arm(fpfile, "", 60);
+	H_ASSERT_EQ(metric(whttp, UNCOMMITTED), 1);
+	check_seeded(co, "beside/lost", buf, LEN, h_seed("beside/lost"));
+	check_seeded(cw, "beside/lost", buf, LEN, h_seed("beside/lost"));
+	lunar_close(cw);
+	lunar_close(co);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_put_beside_commit_before_landing_reads_miss, setup,
+					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_put_beside_off_commits_after_landing, setup,
+					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_put_beside_failed_write_taken_back, setup,
+					    case_teardown),
+	};
+	/* Every daemon the harness starts here is the failpoint build's. */
+	int rc = h_failpoint_build("lunar-proxy");
+
+	return rc ? rc : cmocka_run_group_tests(tests, NULL, NULL);
+}
