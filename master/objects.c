@@ -599,6 +599,9 @@ int mst_obj_get(struct mst_master *m, const struct mst_lessee *who, const char *
 		out->lease_seq = lease_grant(m, o, who);
 		out->landing = o->beside_resv &&
 			       mst_resv_landing(m, o->writer, o->beside_resv, o->reps, o->nrep);
+		/* landed for good (or never to be told): no more lookups */
+		if (!out->landing)
+			o->beside_resv = 0;
 		/* The grants end with the lease: a reader past it rereads anyway. */
 		if (mst_caps_grant(m, o, o->reps, o->nrep, *reps, *n, MST_CAP_READ, o->version,
 				   o->lease_ms)) {
