@@ -7,9 +7,9 @@
  * piece stays reserved for the proxy to use again. Every field is the
  * caller's word: the range must lie inside what the caller's own
  * reservation still holds. A commit sent beside its write marks the object
- * (beside_resv): its range stays out of use until the reservation ends
- * (mst_obj_reps_free), and BatchPutUncommit takes it back if the write
- * failed.
+ * (beside_resv): while its bytes may still land, its range stays out of use
+ * even if it goes (mst_obj_reps_free, mst_resv_hold), and BatchPutUncommit
+ * takes it back if the write failed.
  */
 #include <errno.h>
 #include <stdlib.h>

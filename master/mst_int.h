@@ -10,7 +10,9 @@
  *   object shard lock -> offload queue lock (only the client table lock is
  *     taken under it, by mst_offload_register)
  *   object shard lock -> segment table rwlock -> reservation lock -> deferred-free
- *     lock -> one segment's lock (resv.c)
+ *     lock -> one segment's lock (resv.c; a value committed beside its write
+ *     takes the reservation lock under its shard lock as it goes, and as it
+ *     is read until it landed: mst_resv_hold, mst_resv_landing)
  * The hot path (object calls) takes one shard lock, the segment table for
  * reading, and briefly the allocator lock of the segments it touches.
  * Counters in struct mst_master are atomics updated without locks.
@@ -106,6 +108,10 @@ struct mst_resv;
 struct mst_resvtab {
 	pthread_mutex_t lock;
 	struct mst_resv *head;
+	/* Reservations ended late, kept (without their ranges) until no byte
+	 * of a write into them can land any more: a value committed beside
+	 * its write there still has its range held when it goes. */
+	struct mst_resv *ended;
 	uint64_t bytes; /* reserved and not committed (allocator lengths), under lock */
 	/* Grants between placement and insert, counted in the slot of the
 	 * phase they began in (atomics); a retiring segment waits for those
@@ -618,15 +624,15 @@ void mst_resv_drop_all(struct mst_master *m);
 void mst_resv_drop_segment(struct mst_master *m, const struct mst_segment *seg);
 /*
  * mst_resv_hold - keep reps[0..n) (copied), the ranges of a value client
- * committed beside its write into its reservation id, out of use until the
- * reservation ends, and no sooner than until_ms (a read lease over them):
- * its bytes may still be landing. 1; 0 when the reservation has ended (its
- * writes are done or were given up on) or its writer said the writes there
- * are done (mst_resv_landed): the caller frees them. Takes the list lock;
- * callable under a shard lock.
+ * committed beside its write into its reservation id, out of use while its
+ * bytes may still be landing, and no sooner than until_ms (a read lease
+ * over them): until the reservation ends, or, ended late, until its other
+ * ranges go back (the deferred list). 1; 0 when no byte can land there any
+ * more (the writer released the reservation, or said the writes there are
+ * done: mst_resv_landed; or its late end is over): the caller frees them.
+ * Takes the list lock; callable under a shard lock.
  * mst_resv_landing - whether reps[0..n), committed beside their write into
- * client's reservation id, may still be landing: the reservation has not
- * ended, and its writer has not said the writes there are done.
+ * client's reservation id, may still be landing, by the same rule.
  */
 int mst_resv_hold(struct mst_master *m, uint64_t client, uint64_t id,
 		  const struct mst_replica *reps, unsigned n, uint64_t until_ms);

@@ -221,10 +221,9 @@ void mst_replicas_free(struct mst_master *m, const struct mst_replica *r, unsign
 		mst_replica_free(m, &r[i]);
 }
 
-void mst_obj_reps_free(struct mst_master *m, struct mst_object *o, uint64_t until_ms)
+void mst_obj_reps_free(struct mst_master *m, struct mst_object *o)
 {
-	if (!o->beside_resv ||
-	    !mst_resv_hold(m, o->writer, o->beside_resv, o->reps, o->nrep, until_ms))
+	if (!o->beside_resv || !mst_resv_hold(m, o->writer, o->beside_resv, o->reps, o->nrep, 0))
 		mst_replicas_free(m, o->reps, o->nrep);
 	o->beside_resv = 0;
 }
@@ -236,7 +235,7 @@ void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object 
 	shard_remove(s, (size_t)(slot_of(pp) - s->slots));
 	counter_add(m, o->state, -1);
 	mst_tenant_uncharge(m, o->tenant, o->size);
-	mst_obj_reps_free(m, o, 0);
+	mst_obj_reps_free(m, o);
 	if (o->up) {
 		/* its writer may still be writing there: give the space back late */
 		mst_tenant_uncharge(m, o->tenant, o->up->size);
@@ -599,7 +598,7 @@ int mst_obj_get(struct mst_master *m, const struct mst_lessee *who, const char *
 		out->lease_seq = lease_grant(m, o, who);
 		out->landing = o->beside_resv &&
 			       mst_resv_landing(m, o->writer, o->beside_resv, o->reps, o->nrep);
-		/* landed for good (or never to be told): no more lookups */
+		/* landed, or no byte can land any more: no more lookups */
 		if (!out->landing)
 			o->beside_resv = 0;
 		/* The grants end with the lease: a reader past it rereads anyway. */

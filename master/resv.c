@@ -9,7 +9,10 @@
  * bytes may land after the commit) keeps its range on the reservation when
  * it goes before the reservation ends (mst_resv_hold): the range is given
  * back once the proxy says the writes there are done (its Landed call:
- * mst_resv_landed), or with the reservation's.
+ * mst_resv_landed), or with the reservation's: at once when the proxy
+ * releases it (its writes are done), late when it ends late (then it stays
+ * on the ended list until then, and a value that goes meanwhile gives its
+ * range back late too).
  *
  * A reservation on the list keeps its segment alive: segment_retire drops
  * the reservations on a segment (mst_resv_drop_segment, under the list
@@ -43,6 +46,7 @@ struct mst_resv {
 	unsigned nheld, heldcap;
 	uint64_t held_until_ms; /* the latest read lease over them */
 	uint64_t landed;	/* every write below this offset is done (Landed) */
+	uint64_t late_ms;	/* ended late: bytes may land until then */
 };
 
 static void resv_free(struct mst_resv *r)
@@ -54,7 +58,7 @@ static void resv_free(struct mst_resv *r)
 
 int mst_resvtab_init(struct mst_resvtab *t)
 {
-	t->head = NULL;
+	t->head = t->ended = NULL;
 	t->bytes = 0;
 	t->placing[0] = t->placing[1] = t->phase = 0;
 	pthread_mutex_init(&t->grace_lock, NULL);
@@ -66,6 +70,10 @@ void mst_resvtab_fini(struct mst_resvtab *t)
 	struct mst_resv *r, *n;
 
 	for (r = t->head; r; r = n) {
+		n = r->next;
+		resv_free(r);
+	}
+	for (r = t->ended; r; r = n) {
 		n = r->next;
 		resv_free(r);
 	}
@@ -118,7 +126,17 @@ static void resv_end(struct mst_master *m, struct mst_resv **pp, int late)
 		mst_replicas_free(m, r->held, r->nheld);
 		free(r->held);
 	}
-	free(r);
+	if (!late) {
+		free(r);
+		return;
+	}
+	*r = (struct mst_resv){.next = m->resv.ended,
+			       .id = r->id,
+			       .client = r->client,
+			       .seg = r->seg,
+			       .landed = r->landed,
+			       .late_ms = due};
+	m->resv.ended = r;
 }
 
 /* A new reservation's id: random, so that an id a proxy kept from a master
@@ -357,9 +375,38 @@ static int any(const struct mst_resv *r, const void *arg)
 	return 1;
 }
 
+/* Forget the ended reservations pick() chooses. List lock held. */
+static void forget_ended(struct mst_master *m, int (*pick)(const struct mst_resv *, const void *),
+			 const void *arg)
+{
+	struct mst_resv **pp, *r;
+
+	for (pp = &m->resv.ended; (r = *pp);) {
+		if (pick(r, arg)) {
+			*pp = r->next;
+			resv_free(r);
+		} else {
+			pp = &r->next;
+		}
+	}
+}
+
+static int landed_for_good(const struct mst_resv *r, const void *now)
+{
+	return r->late_ms <= *(const uint64_t *)now;
+}
+
+static int on_segment(const struct mst_resv *r, const void *seg)
+{
+	return r->seg == seg;
+}
+
 void mst_resv_expire(struct mst_master *m, uint64_t now)
 {
 	end_if(m, is_due, &now);
+	pthread_mutex_lock(&m->resv.lock);
+	forget_ended(m, landed_for_good, &now);
+	pthread_mutex_unlock(&m->resv.lock);
 }
 
 void mst_resv_drop_client(struct mst_master *m, uint64_t client)
@@ -387,6 +434,7 @@ void mst_resv_drop_segment(struct mst_master *m, const struct mst_segment *seg)
 		m->resv.bytes -= pieces_bytes(r); /* its ranges go with the segment */
 		resv_free(r);
 	}
+	forget_ended(m, on_segment, seg);
 	pthread_mutex_unlock(&m->resv.lock);
 	/* seg is out of the table: a grant still placing on it finds it gone
 	 * at insert. New grants count in the other slot, so this ends. */
@@ -399,13 +447,16 @@ void mst_resv_drop_segment(struct mst_master *m, const struct mst_segment *seg)
 }
 
 /* Client's reservation id, if it is on the list; list lock held. */
+static struct mst_resv *find_in(struct mst_resv *r, uint64_t client, uint64_t id)
+{
+	while (r && (r->id != id || r->client != client))
+		r = r->next;
+	return r;
+}
+
 static struct mst_resv *find(struct mst_master *m, uint64_t client, uint64_t id)
 {
-	struct mst_resv *r;
-
-	for (r = m->resv.head; r && (r->id != id || r->client != client); r = r->next)
-		;
-	return r;
+	return find_in(m->resv.head, client, id);
 }
 
 /* The piece of r that holds [off, off + len), or -1. */
@@ -517,12 +568,12 @@ static int held_room(struct mst_resv *r, unsigned n)
 int mst_resv_hold(struct mst_master *m, uint64_t client, uint64_t id,
 		  const struct mst_replica *reps, unsigned n, uint64_t until_ms)
 {
+	struct mst_replica *late = NULL;
 	struct mst_resv *r;
+	int held = 1;
 
 	pthread_mutex_lock(&m->resv.lock);
-	if ((r = find(m, client, id)) && all_below(reps, n, r->landed))
-		r = NULL; /* their writes are done */
-	if (r) {
+	if ((r = find(m, client, id)) && !all_below(reps, n, r->landed)) {
 		if (held_room(r, n)) {
 			/* given back now they could go to another value while
 			 * the writer's bytes still land: kept out of use */
@@ -533,9 +584,20 @@ int mst_resv_hold(struct mst_master *m, uint64_t client, uint64_t id,
 		}
 		if (until_ms > r->held_until_ms)
 			r->held_until_ms = until_ms;
+	} else if (!r && (r = find_in(m->resv.ended, client, id)) &&
+		   !all_below(reps, n, r->landed)) {
+		/* ended late: back when its other ranges are */
+		if ((late = malloc(n * sizeof(*late))))
+			memcpy(late, reps, n * sizeof(*late));
+		else
+			LC_ERROR("master", "out of memory: %u ranges leaked", n);
+		mst_deferred_add(m, late, late ? n : 0,
+				 until_ms > r->late_ms ? until_ms : r->late_ms);
+	} else {
+		held = 0; /* their writes are done */
 	}
 	pthread_mutex_unlock(&m->resv.lock);
-	return r != NULL;
+	return held;
 }
 
 /* Give back r's held ranges below r->landed: now, or after the read leases
@@ -590,7 +652,8 @@ int mst_resv_landing(struct mst_master *m, uint64_t client, uint64_t id,
 	int landing;
 
 	pthread_mutex_lock(&m->resv.lock);
-	r = find(m, client, id);
+	if (!(r = find(m, client, id)))
+		r = find_in(m->resv.ended, client, id);
 	landing = r && !all_below(reps, n, r->landed);
 	pthread_mutex_unlock(&m->resv.lock);
 	return landing;

@@ -282,7 +282,7 @@ static void fold_one(struct px_proxy *px, struct px_req *r, const struct px_batc
 		it->result = PX_AHEAD_DONE;
 		break;
 	case LUNAR_ERR_ILLEGAL_CLIENT: /* the reservation is gone: two calls */
-		settle(px, a, i, PX_PIECE_GONE);
+		settle(px, a, i, unused == PX_PIECE_TAINTED ? unused : PX_PIECE_GONE);
 		break;
 	case LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS: settle(px, a, i, unused); break;
 	case LUNAR_ERR_TENANT_QUOTA_EXCEEDED:
@@ -302,12 +302,13 @@ static void fold_one(struct px_proxy *px, struct px_req *r, const struct px_batc
 
 /* Fold the commit's answer (rc, rep) into the keys sent (pos[0..n)), once
  * their writes are done. A call that failed may have committed them: its
- * keys fail with its code (as a failed PutEnd's), their pieces tainted. */
+ * keys fail with its code (as a failed PutEnd's), their pieces tainted;
+ * one whose write failed beside it is taken back instead (uncommit). */
 static void fold(struct px_proxy *px, struct px_req *r, const struct px_batch *b, struct ahead *a,
 		 int rc, const ProtobufCMessage *rep, const size_t *pos, size_t n)
 {
 	const Lunar__BatchPutStartReply *res = (const Lunar__BatchPutStartReply *)rep;
-	int code = rc ? rc : px_mc_code(rep);
+	int code = rc ? rc : px_mc_code(rep), maybe = rc || !code; /* committed? */
 
 	if (!code && res->n_results == n) {
 		for (size_t j = 0; j < n; j++)
@@ -315,6 +316,10 @@ static void fold(struct px_proxy *px, struct px_req *r, const struct px_batch *b
 		return;
 	}
 	for (size_t j = 0; j < n; j++) {
+		if (maybe && a->ops[pos[j]].result) { /* its write failed beside it */
+			a->state[pos[j]] = AH_UNCOMMIT;
+			continue;
+		}
 		if (rc) {
 			settle(px, a, pos[j], PX_PIECE_TAINTED);
 			r->items[b->idx[pos[j]]].result = rc;
@@ -328,7 +333,8 @@ static void fold(struct px_proxy *px, struct px_req *r, const struct px_batch *b
 	}
 }
 
-/* Take back the keys committed beside a write that failed. One taken back
+/* Take back the keys that may have been committed beside a write that
+ * failed. One taken back, or not there (never committed, or gone since),
  * goes to the two-call path; one that could not be fails as its write did
  * (its bytes are wrong: readers find its CRC32C unlike them). Their pieces
  * are tainted (bytes may land; the master gives the ranges back late). */
@@ -354,11 +360,12 @@ static void uncommit(struct px_proxy *px, struct px_req *r, const struct px_batc
 	res = (const Lunar__BatchCodesReply *)rep;
 	if (!rc && (px_mc_code(rep) || res->n_codes != c.rq.n_items))
 		rc = LUNAR_ERR_PROTOCOL;
-	for (size_t k = 0; !rc && k < c.rq.n_items; k++)
-		if (!res->codes[k]) {
-			a->state[c.pos[k]] = AH_HELD; /* gone: the two-call path puts it */
+	for (size_t k = 0; !rc && k < c.rq.n_items; k++) {
+		if (!res->codes[k])
 			PX_COUNT(px, puts_uncommitted, 1);
-		}
+		if (!res->codes[k] || res->codes[k] == LUNAR_ERR_OBJECT_NOT_FOUND)
+			a->state[c.pos[k]] = AH_HELD; /* gone: the two-call path puts it */
+	}
 	for (i = 0; i < b->n; i++) {
 		const struct eng_op *op = &a->ops[i];
 
@@ -388,6 +395,7 @@ static void commit(struct px_proxy *px, struct px_req *r, const struct px_batch 
 	if (cq && eng_xfer_submit(px->engine, cq, a->ops, (int)b->n)) {
 		for (size_t i = 0; i < b->n; i++) /* never expected: nothing went */
 			a->ops[i].result = ENG_XFER_UNSENT;
+		c.rq.n_items = 0; /* nor does the commit */
 		cq = NULL;
 	}
 	if (c.rq.n_items)

@@ -1,13 +1,14 @@
 /*
  * test_master_beside.c - a value committed beside its write
  * (PutCommitItem.beside), whose bytes may land after the commit: when it
- * goes before its reservation ends (removed here), its range stays in use
- * until the reservation ends, where a value committed after its write
- * gives its range back at once; readers are told it may be landing; both
- * last until the reservation ends or its writer says (Landed) its writes
- * below the value are done. BatchPutUncommit takes back only that
- * object (the caller's, committed beside at that offset) and gives its
- * range back late.
+ * goes before its reservation ends (removed here), its range stays in use,
+ * where a value committed after its write gives its range back at once,
+ * and readers are told it may be landing. Both last until its writer says
+ * (Landed) the writes below it are done or releases the reservation, or,
+ * when the reservation ends late (a write may have failed part-way), until
+ * its late end. BatchPutUncommit takes back only that object (the
+ * caller's, committed beside at that offset) and gives its range back
+ * late.
  */
 #include "test_master_util.h"
 
@@ -98,11 +99,13 @@ static int landing(struct mst_master *m, const char *key)
 	return got;
 }
 
-static void release(struct mst_master *m, const struct resv *v)
+/* ReserveRelease of v: its writes done, or (late) perhaps not. */
+static void release_as(struct mst_master *m, const struct resv *v, int late)
 {
 	Lunar__ReserveReleaseRequest rq = LUNAR__RESERVE_RELEASE_REQUEST__INIT;
 	uint64_t id = v->id;
 
+	rq.late = late;
 	rq.client_id = CLIENT_A;
 	rq.ids = &id;
 	rq.n_ids = 1;
@@ -152,7 +155,7 @@ static void test_master_beside_range_kept_until_reservation_ends(void **state)
 	assert_int_equal(exist(m, "default", "beside"), 0);
 
 	/* Its writer says its writes are done: everything goes. */
-	release(m, &v);
+	release_as(m, &v, 0);
 	assert_int_equal(used(m), 0);
 	assert_int_equal(mst_deferred_bytes(m), 0);
 	mst_master_destroy(m);
@@ -166,7 +169,7 @@ static void test_master_beside_landing_ends_with_reservation(void **state)
 	(void)state;
 	assert_int_equal(commit_call(m, CLIENT_A, &v, 0, "k", 1, 0), 0);
 	assert_true(landing(m, "k"));
-	release(m, &v);
+	release_as(m, &v, 0);
 	assert_false(landing(m, "k"));
 	/* Its range is the object's now: it goes when the object does. */
 	assert_true(used(m) > 0);
@@ -204,6 +207,25 @@ static void test_master_beside_range_back_once_writer_says_landed(void **state)
 	mst_master_destroy(m);
 }
 
+static void test_master_beside_late_end_keeps_range_until_writes_cannot_land(void **state)
+{
+	struct resv v;
+	struct mst_master *m = master_reserved(&v);
+	uint64_t before, deferred;
+
+	(void)state;
+	assert_int_equal(commit_call(m, CLIENT_A, &v, 0, "k", 1, 0), 0);
+	/* A write into it may have failed part-way: it ends late. */
+	release_as(m, &v, 1);
+	assert_true(landing(m, "k"));
+	before = used(m);
+	deferred = mst_deferred_bytes(m);
+	assert_int_equal(remove_key(m, "k", 1), 0);
+	assert_int_equal(used(m), before);
+	assert_true(mst_deferred_bytes(m) >= deferred + VALUE);
+	mst_master_destroy(m);
+}
+
 static void test_master_beside_uncommit_takes_back_only_that_object(void **state)
 {
 	struct resv v;
@@ -225,7 +247,7 @@ static void test_master_beside_uncommit_takes_back_only_that_object(void **state
 	assert_int_equal(commit_call(m, CLIENT_A, &v, 0, "k", 0, 1), LUNAR_ERR_OBJECT_NOT_FOUND);
 	/* Its write failed part-way: its range goes back late, even once
 	 * the reservation ends. */
-	release(m, &v);
+	release_as(m, &v, 0);
 	assert_true(mst_deferred_bytes(m) >= VALUE);
 	mst_master_destroy(m);
 }
@@ -233,4 +255,5 @@ static void test_master_beside_uncommit_takes_back_only_that_object(void **state
 LUNAR_TEST_MAIN(NULL, NULL, test_master_beside_range_kept_until_reservation_ends,
 		test_master_beside_landing_ends_with_reservation,
 		test_master_beside_range_back_once_writer_says_landed,
+		test_master_beside_late_end_keeps_range_until_writes_cannot_land,
 		test_master_beside_uncommit_takes_back_only_that_object)
