@@ -121,7 +121,9 @@ static void build_ops(struct px_proxy *px, struct px_req *r, const struct px_bat
 }
 
 /* Whether the bytes of a failed write may still land (then its piece is
- * tainted): any remote write that got under way. */
+ * tainted): any remote write that got under way. Only while its piece is
+ * held: the endpoint is the piece's reservation's, which may go once the
+ * piece is settled. */
 static int may_land(struct px_proxy *px, const struct eng_op *op)
 {
 	return op->result && op->result != ENG_XFER_UNSENT && strcmp(op->endpoint, px->endpoint);
@@ -407,8 +409,10 @@ static void commit(struct px_proxy *px, struct px_req *r, const struct px_batch 
 	}
 	if (c.rq.n_items)
 		fold(px, r, b, a, rc, rep, c.pos, c.rq.n_items);
-	for (size_t i = 0; i < b->n; i++) /* nothing sent */
-		settle(px, a, i, may_land(px, &a->ops[i]) ? PX_PIECE_TAINTED : PX_PIECE_UNUSED);
+	for (size_t i = 0; i < b->n; i++) /* not in the commit (no room for it) */
+		if (a->state[i] == AH_HELD)
+			settle(px, a, i,
+			       may_land(px, &a->ops[i]) ? PX_PIECE_TAINTED : PX_PIECE_UNUSED);
 	if (rep)
 		protobuf_c_message_free_unpacked(rep, NULL);
 	commit_rq_fini(&c);
