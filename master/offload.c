@@ -28,6 +28,7 @@ struct mst_task {
 	uint64_t off, len; /* the source MEMORY replica */
 	char *segment, *endpoint;
 	uint64_t version;	/* the object's, for the source's capability */
+	uint8_t landing;	/* committed beside its write: may not have landed */
 	uint64_t cap_ttl_ms;	/* keyed: the capability's life from handing out; 0 keyless */
 	struct auth_key secret; /* keyed: the source segment's */
 	size_t klen, tlen;	/* kbuf: tenant "\0" key */
@@ -186,6 +187,7 @@ static struct mst_task *task_new(const struct mst_master *m, const struct mst_ob
 	}
 	t->size = o->size;
 	t->crc = o->crc;
+	t->landing = o->beside_resv != 0;
 	t->off = r->off;
 	t->len = r->len;
 	t->segment = strdup(r->seg->name);
@@ -375,6 +377,7 @@ static Lunar__OffloadTask *task_pb(const struct mst_task *t)
 	p->source = r;
 	p->size = t->size;
 	p->crc32c = t->crc;
+	p->landing = t->landing;
 	p->tenant = strdup(t->kbuf);
 	p->key = strdup(t->kbuf + t->tlen);
 	r->type = LUNAR__REPLICA_TYPE__MEMORY;

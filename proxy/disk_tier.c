@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "atomic.h"
 #include "clock.h"
@@ -29,6 +30,7 @@ struct px_otask {
 	uint64_t size, off, len;
 	uint64_t location; /* a forget: the record to delete */
 	bool forget;
+	bool landing; /* its bytes may land after the task came (OffloadTask) */
 	uint32_t crc;
 	char *key;   /* after tenant in name[] */
 	char name[]; /* tenant "\0" key "\0" endpoint "\0" */
@@ -223,6 +225,7 @@ void px_disk_offload(struct px_proxy *px, Lunar__OffloadTask *const *t, size_t n
 			break; /* the master sends it again after its timeout */
 		o->size = x->size;
 		o->crc = x->crc32c;
+		o->landing = x->landing;
 		o->off = x->source->offset;
 		o->len = x->source->length;
 		otask_push(d, o);
@@ -263,26 +266,40 @@ static void forget_one(struct px_proxy *px, const struct px_otask *t)
 		atomic_fetch_add(&px->disk->stale_removed, 1);
 }
 
+/* How long the source of a value committed beside its write
+ * (proxy/ops_ahead.c), which may be handed out for offload before its
+ * bytes have landed, is looked at again while its CRC32C is wrong. */
+#define SOURCE_LANDING_MS 1000
+
 /*
  * The task's bytes are in our segment and still the committed value. The
  * range may be rewritten meanwhile (the object removed or replaced, its
  * space placed again): that read races by design, and the CRC tells. (Were
  * it rewritten after this check, the disk keeps the master's CRC with the
- * record, and a read of it fails its check.)
+ * record, and a read of it fails its check.) A landing task's CRC32C that
+ * does not match is taken again, from 1 ms apart to 50, for up to
+ * SOURCE_LANDING_MS; any other fails at once (its range was reused).
  */
 static int source_ok(struct px_proxy *px, const struct px_otask *t)
 {
 	const char *ep = t->key + strlen(t->key) + 1;
-	uint64_t seg = px->cfg.segment_size;
+	uint64_t seg = px->cfg.segment_size, end = lc_now_ms() + SOURCE_LANDING_MS;
+	unsigned ms = 1;
 	uint32_t crc;
 
 	if (!px->segment || strcmp(ep, px->endpoint) || t->len != t->size || !t->size ||
 	    t->off > seg || t->len > seg - t->off)
 		return 0;
-	LC_UNTRACKED_BEGIN();
-	crc = lc_crc32c(0, (char *)px->segment + t->off, t->len);
-	LC_UNTRACKED_END();
-	return crc == t->crc;
+	for (;;) {
+		LC_UNTRACKED_BEGIN();
+		crc = lc_crc32c(0, (char *)px->segment + t->off, t->len);
+		LC_UNTRACKED_END();
+		if (crc == t->crc || !t->landing || lc_now_ms() >= end ||
+		    atomic_load(&px->stopping))
+			return crc == t->crc;
+		nanosleep(&(struct timespec){0, (long)ms * 1000000}, NULL);
+		ms = ms < 50 ? ms * 2 : 50;
+	}
 }
 
 /* A task dsk_put_batch refused as already stored: 0 when the stored copy

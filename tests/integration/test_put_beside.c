@@ -9,6 +9,8 @@
  * --commit-after-write the value exists only once its bytes landed. A
  * write O drops after its commit (engine-serve-write=return) is taken back
  * and put again the two-call way: the put returns 0 and reads back exact.
+ * With --offload on_put, a value whose offload task reaches O before its
+ * bytes land is copied to O's SSD once they have.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +26,7 @@
 #include <stdatomic.h>
 
 #include "case_util.h"
+#include "disk_util.h"
 #include "harness.h"
 #include "lunar.h"
 
@@ -34,7 +37,7 @@
 #define RESERVED_BYTES "lunar_master_reserved_bytes"
 
 static char sock_w[PATH_MAX], sock_o[PATH_MAX], seg_o[H_SEG_NAME], fpfile[PATH_MAX];
-static int mhttp, whttp;
+static int mhttp, whttp, ohttp;
 
 static int setup(void **state)
 {
@@ -44,25 +47,36 @@ static int setup(void **state)
 	return 0;
 }
 
-/* The master, O and W (with wflag, or NULL), W holding reserved space. */
-static void start(const char *wflag)
+/* The master, O (with an SSD tier the master offloads to on put, when
+ * offload) and W (with wflag, or NULL), W holding reserved space. */
+static void start_with(const char *wflag, int offload)
 {
 	int mport = h_free_port();
-	struct h_proc *p = track(h_start_master("master", mport, "--reserve-ttl", "60s", NULL));
+	struct h_proc *p = track(h_start_master("master", mport, "--reserve-ttl", "60s",
+						offload ? "--offload" : NULL, "on_put", NULL));
 	uint64_t end = h_now_ms() + H_BOUND_MS(10000);
 
 	H_ASSERT(p != NULL);
 	mhttp = http_port_of(p);
 	h_named_sock(sock_o, "o");
 	h_named_sock(sock_w, "w");
-	H_ASSERT(track(h_start_peer("proxyO", sock_o, mport, seg_o, "--segment-size", "64MiB",
-				    "--reserve-size", "0", NULL)) != NULL);
+	p = track(h_start_peer("proxyO", sock_o, mport, seg_o, "--segment-size", "64MiB",
+			       "--reserve-size", "0", offload ? "--disk-dir" : NULL,
+			       h_path("disk-o"), "--disk-capacity", "64MiB", "--ping-interval",
+			       "100ms", NULL));
+	H_ASSERT(p != NULL);
+	ohttp = http_port_of(p);
 	p = track(h_start_proxy("proxyW", sock_w, mport, "--segment-size", "0", wflag, NULL));
 	H_ASSERT(p != NULL);
 	whttp = http_port_of(p);
 	while (metric(mhttp, RESERVED_BYTES) == 0 && h_now_ms() < end)
 		h_sleep_ms(20);
 	H_ASSERT_MSG(metric(mhttp, RESERVED_BYTES) > 0, "W was granted no reservation");
+}
+
+static void start(const char *wflag)
+{
+	start_with(wflag, 0);
 }
 
 struct putter {
@@ -153,6 +167,32 @@ static void test_put_beside_failed_write_taken_back(void **state)
 	lunar_close(co);
 }
 
+static void test_put_beside_offload_waits_for_landing(void **state)
+{
+	struct lunar_client *cw;
+	uint8_t buf[LEN];
+	char st[4096];
+	uint64_t end;
+
+	(void)state;
+	start_with(NULL, 1);
+	cw = h_client(sock_w);
+	/* O's Pings (every 100 ms) hand it the task while the bytes wait */
+	case_arm(fpfile, "engine-serve-write=sleep(300)", 60);
+	put_seeded(cw, "beside/offload", buf, LEN, h_seed("beside/offload"), NULL);
+	case_arm(fpfile, "", 0);
+	end = h_now_ms() + H_BOUND_MS(5000);
+	do {
+		H_ASSERT(d_http_get(ohttp, "/disk/status", st, sizeof(st)) > 0);
+		if (d_json_num(st, "offloads") >= 1)
+			break;
+		h_sleep_ms(20);
+	} while (h_now_ms() < end);
+	H_ASSERT_MSG(d_json_num(st, "offloads") == 1, "O offloaded %lld values, not 1: %s",
+		     d_json_num(st, "offloads"), text);
+	lunar_close(cw);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -161,6 +201,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_put_beside_off_commits_after_landing, setup,
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_failed_write_taken_back, setup,
+					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_put_beside_offload_waits_for_landing, setup,
 					    case_teardown),
 	};
 	/* Every daemon the harness starts here is the failpoint build's. */
