@@ -92,8 +92,7 @@ void mst_obj_drop_memory(struct mst_master *m, struct mst_object *o)
 
 	for (unsigned i = 0; i < o->nrep; i++)
 		bytes += o->reps[i].len;
-	mst_obj_reps_free(m, o);
-	o->nrep = 0;
+	mst_obj_reps_free(m, o, 0);
 	lc_fetch_add_relaxed(&m->ctr.evictions, 1);
 	lc_fetch_add_relaxed(&m->ctr.evicted_bytes, bytes);
 }

@@ -165,10 +165,11 @@ int mst_replicas_pb(const struct mst_replica *r, unsigned n, Lunar__ReplicaState
 		    Lunar__Replica ***out, size_t *nout);
 /* mst_replicas_free - give n ranges back to their segments now. */
 void mst_replicas_free(struct mst_master *m, const struct mst_replica *r, unsigned n);
-/* mst_obj_reps_free - give o's MEMORY ranges back now, or, for a value
- * committed beside its write whose bytes may still land, once they cannot
- * (mst_resv_hold). The array stays o's. */
-void mst_obj_reps_free(struct mst_master *m, struct mst_object *o);
+/* mst_obj_reps_free - o's MEMORY ranges leave it (its array freed, nrep 0)
+ * and go back to their segments: at not_before_ms (a read lease over them;
+ * 0: now), and for a value committed beside its write whose bytes may still
+ * land, no sooner than they cannot (mst_resv_hold). */
+void mst_obj_reps_free(struct mst_master *m, struct mst_object *o, uint64_t not_before_ms);
 /* mst_soft_pin_ttl - the soft pin TTL a request gets, 0 if none. */
 uint64_t mst_soft_pin_ttl(const struct mst_master *m, int soft_pin, uint64_t ttl_ms);
 

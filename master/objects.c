@@ -221,10 +221,19 @@ void mst_replicas_free(struct mst_master *m, const struct mst_replica *r, unsign
 		mst_replica_free(m, &r[i]);
 }
 
-void mst_obj_reps_free(struct mst_master *m, struct mst_object *o)
+void mst_obj_reps_free(struct mst_master *m, struct mst_object *o, uint64_t not_before_ms)
 {
-	if (!o->beside_resv || !mst_resv_hold(m, o->writer, o->beside_resv, o->reps, o->nrep, 0))
+	if (o->beside_resv &&
+	    mst_resv_hold(m, o->writer, o->beside_resv, o->reps, o->nrep, not_before_ms)) {
+		free(o->reps); /* held: copied */
+	} else if (not_before_ms > lc_now_ms()) {
+		mst_deferred_add(m, o->reps, o->nrep, not_before_ms);
+	} else {
 		mst_replicas_free(m, o->reps, o->nrep);
+		free(o->reps);
+	}
+	o->reps = NULL;
+	o->nrep = 0;
 	o->beside_resv = 0;
 }
 
@@ -235,7 +244,7 @@ void mst_obj_erase(struct mst_master *m, struct mst_shard *s, struct mst_object 
 	shard_remove(s, (size_t)(slot_of(pp) - s->slots));
 	counter_add(m, o->state, -1);
 	mst_tenant_uncharge(m, o->tenant, o->size);
-	mst_obj_reps_free(m, o);
+	mst_obj_reps_free(m, o, 0);
 	if (o->up) {
 		/* its writer may still be writing there: give the space back late */
 		mst_tenant_uncharge(m, o->tenant, o->up->size);

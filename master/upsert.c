@@ -154,16 +154,7 @@ static void upsert_commit(struct mst_master *m, struct mst_object *o, uint32_t c
 	struct mst_upsert *up = o->up;
 	uint64_t now = lc_now_ms();
 
-	if (o->beside_resv &&
-	    mst_resv_hold(m, o->writer, o->beside_resv, o->reps, o->nrep, o->lease_ms)) {
-		free(o->reps);
-	} else if (o->lease_ms > now) {
-		mst_deferred_add(m, o->reps, o->nrep, o->lease_ms);
-	} else {
-		mst_replicas_free(m, o->reps, o->nrep);
-		free(o->reps);
-	}
-	o->beside_resv = 0;
+	mst_obj_reps_free(m, o, o->lease_ms);
 	mst_tenant_uncharge(m, o->tenant, o->size);
 	o->reps = up->reps;
 	o->nrep = up->nrep;

@@ -83,18 +83,10 @@ static int commit_call(struct mst_master *m, uint64_t client, const struct resv 
 /* BatchGetReplicaList of key: whether the master says it may be landing. */
 static int landing(struct mst_master *m, const char *key)
 {
-	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
-	Lunar__BatchGetReplicaListReply *r;
-	char *keys[] = {(char *)key};
-	int got;
+	Lunar__BatchGetReplicaListReply *r = batch_get_one(m, CLIENT_A, 0, key);
+	int got = r->results[0]->landing;
 
-	rq.client_id = CLIENT_A;
-	rq.keys = keys;
-	rq.n_keys = 1;
-	r = (Lunar__BatchGetReplicaListReply *)call(m, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, &rq);
-	assert_int_equal(r->n_results, 1);
 	assert_int_equal(r->results[0]->code, 0);
-	got = r->results[0]->landing;
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	return got;
 }

@@ -36,14 +36,9 @@ static int one_code(struct mst_master *m, uint32_t method, const void *rq)
 static uint64_t lease_get_for(struct mst_master *m, uint64_t client, uint64_t reader,
 			      const char *key)
 {
-	char *k = (char *)key;
-	Lunar__BatchKeysRequest rq = one_key(client, reader, &k);
-	Lunar__BatchGetReplicaListReply *r;
-	uint64_t seq;
+	Lunar__BatchGetReplicaListReply *r = batch_get_one(m, client, reader, key);
+	uint64_t seq = r->results[0]->code ? 0 : r->results[0]->lease_seq;
 
-	r = (Lunar__BatchGetReplicaListReply *)call(m, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, &rq);
-	assert_int_equal(r->n_results, 1);
-	seq = r->results[0]->code ? 0 : r->results[0]->lease_seq;
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	return seq;
 }

@@ -168,6 +168,24 @@ static inline int get_code(struct mst_master *m, const char *key)
 	return code;
 }
 
+/* BatchGetReplicaList of one key by client (for reader; 0: itself): the
+ * reply, which holds exactly one result. */
+static inline Lunar__BatchGetReplicaListReply *batch_get_one(struct mst_master *m, uint64_t client,
+							     uint64_t reader, const char *key)
+{
+	Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
+	Lunar__BatchGetReplicaListReply *r;
+	char *k = (char *)key;
+
+	rq.client_id = client;
+	rq.reader = reader;
+	rq.keys = &k;
+	rq.n_keys = 1;
+	r = (Lunar__BatchGetReplicaListReply *)call(m, LUNAR__METHOD__BATCH_GET_REPLICA_LIST, &rq);
+	assert_int_equal(r->n_results, 1);
+	return r;
+}
+
 static inline int remove_key(struct mst_master *m, const char *key, int force)
 {
 	Lunar__RemoveRequest rq = LUNAR__REMOVE_REQUEST__INIT;
