@@ -12,7 +12,9 @@
 # --tcp-baseline, the better of its blocking and busy-poll styles, as many
 # connections as threads; the share is against the two runs' mean): in a
 # get's direction, SIZE-byte answers, for both (the baseline the goals
-# name), and in a put's, SIZE-byte requests, for puts too; and p50/p99;
+# name), and in a put's, SIZE-byte requests, for puts too, plain and with
+# the per-byte work a put's sending side does before its send (the put's
+# ceiling: --send staged or crc); and p50/p99;
 # then the batch calls engines make (lunar_batch_put and
 # lunar_batch_get_into, BATCH keys a call, one thread) at 4 KiB, 64 KiB and
 # 1 MiB. The modes' clusters run side by side, and each cell is measured
@@ -45,7 +47,7 @@ while [ $# -gt 0 ]; do
 	--modes=*) MODES=${1#--modes=} ;;
 	--rounds) ROUNDS=${2:-}; shift ;;
 	--rounds=*) ROUNDS=${1#--rounds=} ;;
-	-h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) bl_log "bench-remote: unknown argument '$1'"; exit 2 ;;
 	esac
 	shift
@@ -80,12 +82,19 @@ fi
 # tcp-TAG.out. Each round of a cell is measured between two of these: plain
 # TCP on this machine drifts by a third between runs minutes apart (1 MiB
 # p50 260 -> 370 us), and a share is fair only against the wire of its time.
+# With SEND (staged or crc), also the put's ceiling into ceil-TAG.out: the
+# put's direction with the sending side's per-byte work in front of each
+# send, as a Lunar put of that kind has it on A's CPUs.
 wire_run() {
-	local tag=$1 size=$2 t=$3
+	local tag=$1 size=$2 t=$3 send=${4:-}
 	local -a server=()
 	[ -z "$B_CPUS" ] || server=(--server-cpus "$B_CPUS")
 	BL_CLIENT_CPUS=$A_CPUS bl_run "$BL_TMP/tcp-$tag.out" "$RUN_SECS" "$BIN/lunar-bench" \
 		--tcp-baseline --size "$size" --threads "$t" "${server[@]}" || true
+	[ -z "$send" ] ||
+		BL_CLIENT_CPUS=$A_CPUS bl_run "$BL_TMP/ceil-$tag.out" "$RUN_SECS" "$BIN/lunar-bench" \
+			--tcp-baseline --size "$size" --threads "$t" "${server[@]}" \
+			--direction put --send "$send" || true
 }
 
 # rounds_of SIZE - how many rounds a cell of SIZE gets.
@@ -123,11 +132,13 @@ cell_size() {
 	echo "${c##*-}"
 }
 
-# round_wire CELL R [put_] - the wire beside round R of CELL, in GB/s: of
-# the runs just before and just after it, the mean of each receive style,
-# and the better of the two; in a get's direction or (put_) a put's.
+# round_wire CELL R [put_ [ceil]] - the wire beside round R of CELL, in
+# GB/s: of the runs just before and just after it, the mean of each receive
+# style, and the better of the two; in a get's direction or (put_) a put's,
+# and (ceil) of the put's ceiling.
 round_wire() {
-	local d=${3:-} b=$BL_TMP/tcp-$1-w$(($2 - 1)).out a=$BL_TMP/tcp-$1-w$2.out
+	local d=${3:-} w=${4:-tcp}
+	local b=$BL_TMP/$w-$1-w$(($2 - 1)).out a=$BL_TMP/$w-$1-w$2.out
 	LC_ALL=C awk -v bb="$(bl_kv "$b" "tcp_${d}blocking_gbps")" \
 		-v ab="$(bl_kv "$a" "tcp_${d}blocking_gbps")" \
 		-v bp="$(bl_kv "$b" "tcp_${d}busypoll_gbps")" \
@@ -139,11 +150,11 @@ round_wire() {
 
 # cell_sum TAG - TAG.out from TAG's rounds: the median of each figure, of
 # the wire beside each round (wire_gbps, put_wire_gbps) and of each round's
-# share of it (get_share, put_share; put_pshare of the put wire); errors
-# summed.
+# share of it (get_share, put_share; put_pshare of the put wire,
+# put_cshare of the put's ceiling); errors summed.
 cell_sum() {
-	local tag=$1 r n k f w pw e=0
-	local -a v=() ws=() pws=() gs=() ps=() pps=()
+	local tag=$1 r n k f w pw cw e=0
+	local -a v=() ws=() pws=() cws=() gs=() ps=() pps=() cps=()
 	n=$(rounds_of "$(cell_size "$tag")")
 	for k in put_gb_per_s get_gb_per_s put_p50_us put_p99_us get_p50_us get_p99_us; do
 		v=()
@@ -156,11 +167,14 @@ cell_sum() {
 		f=$BL_TMP/$tag-r$r.out
 		w=$(round_wire "$tag" "$r")
 		pw=$(round_wire "$tag" "$r" put_)
+		cw=$(round_wire "$tag" "$r" put_ ceil)
 		ws+=("$w")
 		pws+=("$pw")
+		cws+=("$cw")
 		gs+=("$(bl_div "$(bl_kv "$f" get_gb_per_s)" "$w" 4)")
 		ps+=("$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$w" 4)")
 		pps+=("$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$pw" 4)")
+		cps+=("$(bl_div "$(bl_kv "$f" put_gb_per_s)" "$cw" 4)")
 		k=$(bl_kv "$f" errors)
 		if [ "$k" = - ] || [ "$e" = - ]; then e=-; else e=$((e + k)); fi
 	done
@@ -171,6 +185,8 @@ cell_sum() {
 		echo "get_share=$(median "${gs[@]}")"
 		echo "put_share=$(median "${ps[@]}")"
 		echo "put_pshare=$(median "${pps[@]}")"
+		echo "ceil_gbps=$(median "${cws[@]}")"
+		echo "put_cshare=$(median "${cps[@]}")"
 	} >>"$BL_TMP/$tag.out"
 }
 
@@ -189,15 +205,15 @@ sock_of() {
 
 # One cell, each round between two wire runs: MODE KIND SIZE T.
 cell() {
-	local mode=$1 kind=$2 size=$3 t=$4 tag=$1-$2-$3-$4 r
+	local mode=$1 kind=$2 size=$3 t=$4 tag=$1-$2-$3-$4 r send=staged
 	local -a zc=()
-	[ "$kind" = zc ] && zc=(--zero-copy)
-	wire_run "$tag-w0" "$size" "$t"
+	[ "$kind" = zc ] && zc=(--zero-copy) && send=crc
+	wire_run "$tag-w0" "$size" "$t" "$send"
 	for r in $(seq 1 "$(rounds_of "$size")"); do
 		bl_run "$BL_TMP/$tag-r$r.out" "$RUN_SECS" "$BIN/lunar-bench" \
 			--socket "$(sock_of "$mode")" --size "$size" --count "${COUNT[$size]}" \
 			--threads "$t" "${zc[@]}" --baseline-size 0 --check sampled || true
-		wire_run "$tag-w$r" "$size" "$t"
+		wire_run "$tag-w$r" "$size" "$t" "$send"
 	done
 	cell_sum "$tag"
 }
@@ -317,8 +333,8 @@ wire_table() {
 table() {
 	local mode=$1 kind=$2 f size t
 	echo
-	echo "| size | threads | wire GB/s | put GB/s | put / wire | put wire GB/s | put / put wire | get GB/s | get / wire | put p50 µs | put p99 µs | get p50 µs | get p99 µs | errors |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| size | threads | wire GB/s | put GB/s | put / wire | put wire GB/s | put / put wire | put ceiling GB/s | put / ceiling | get GB/s | get / wire | put p50 µs | put p99 µs | get p50 µs | get p99 µs | errors |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for size in $(kind_sizes "$kind"); do
 		for t in "${THREADS[@]}"; do
 			f=$BL_TMP/$mode-$kind-$size-$t.out
@@ -327,6 +343,8 @@ table() {
 				"$(bl_fmt "$(bl_kv "$f" put_share)" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" put_wire_gbps)" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" put_pshare)" 2) |" \
+				"$(bl_fmt "$(bl_kv "$f" ceil_gbps)" 2) |" \
+				"$(bl_fmt "$(bl_kv "$f" put_cshare)" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" get_gb_per_s)" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" get_share)" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" put_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" put_p99_us)" 1) |" \
@@ -352,6 +370,10 @@ if [ "$ROUNDS" -gt 1 ]; then
 fi
 echo "\"put wire\": the same in a put's direction, the client sending a 16-byte"
 echo "header and SIZE bytes, the server answering 16 bytes once they are in."
+echo "\"put ceiling\": the put wire with the per-byte work a put's sending side does"
+echo "before its send (\`--send staged\`: a copy taking the CRC32C into a buffer of"
+echo "the sender's, as the client's into its arena; \`--send crc\` for registered"
+echo "cells: a CRC32C pass), run beside the wire: the most a put can reach here."
 if [ -n "$A_CPUS" ]; then
 	echo "Placed as two nodes: A and its client on CPUs $A_CPUS, B and the master on"
 	echo "$B_CPUS; the wire's clients on $A_CPUS, its servers on $B_CPUS."

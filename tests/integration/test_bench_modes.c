@@ -340,8 +340,9 @@ static void test_bench_modes_copy_baselines(void **state)
 
 /* The wire's baseline with its server threads placed on a CPU of ours,
  * in both directions unless told one, sending by copy unless told
- * sendfile or zerocopy; a CPU list, a direction or a way to send it
- * cannot read is a usage error. */
+ * sendfile or zerocopy, or after a put's sending-side work (staged, crc);
+ * a CPU list, a direction or a way to send it cannot read is a usage
+ * error. */
 static void test_bench_modes_tcp_baseline_placed(void **state)
 {
 	char cmd[PATH_MAX + 256], out[4096];
@@ -388,6 +389,21 @@ static void test_bench_modes_tcp_baseline_placed(void **state)
 	H_ASSERT_MSG(rate(out, "tcp_put_blocking_gbps") > 0, "%s", out);
 	H_ASSERT_MSG(rate(out, "tcp_put_blocking_zerocopy_sent") >= 100, "%s", out);
 	H_ASSERT_MSG(rate(out, "tcp_put_busypoll_zerocopy_sent") >= 100, "%s", out);
+	/* With a put's sending-side work before each send: the put's ceiling. */
+	for (int i = 0; i < 2; i++) {
+		static const char *const way[] = {"staged", "crc"};
+		char want[64];
+
+		snprintf(cmd, sizeof(cmd),
+			 "timeout 60 %s --tcp-baseline --size 64KiB --count 100 --send %s "
+			 "--direction put",
+			 h_bin("lunar-bench"), way[i]);
+		out[0] = '\n';
+		H_ASSERT_EQ(run(cmd, out + 1, sizeof(out) - 1), 0);
+		snprintf(want, sizeof(want), "\ntcp_send=%s\n", way[i]);
+		H_ASSERT_MSG(strstr(out, want), "%s", out);
+		H_ASSERT_MSG(rate(out, "tcp_put_busypoll_gbps") > 0, "%s", out);
+	}
 	for (int i = 0; i < 5; i++) {
 		static const char *const bad[] = {"--server-cpus x", "--server-cpus 1-",
 						  "--server-cpus 99999", "--direction sideways",

@@ -15,7 +15,12 @@
  * woken onto its client's CPU takes turns with it instead of running beside.
  * --send says how the SIZE bytes go: copied by send (the default),
  * sendfile from a memfd holding the source set, or send with MSG_ZEROCOPY
- * (whose completions say how many the kernel copied after all).
+ * (whose completions say how many the kernel copied after all). Two more
+ * put the work a Lunar put's sending side does before its send in front of
+ * it, for the ceiling a put can reach in this placement: staged, a copy
+ * taking the CRC32C into a buffer of the sender's, then the send from there
+ * (the client's copy into its arena, then the proxy's send); crc, a CRC32C
+ * pass over the bytes, then the send (a registered value's).
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -34,6 +39,7 @@
 
 #include "bench.h"
 #include "clock.h"
+#include "crc32c.h"
 
 #define TB_SET	   (256ull << 20)
 #define TB_SOCKBUF (8 << 20)
@@ -43,8 +49,8 @@
 #define TB_PUT	   2u
 
 /* How the SIZE bytes are sent (--send). */
-enum tb_send { TB_COPY, TB_SENDFILE, TB_ZEROCOPY };
-static const char *const tb_send_names[] = {"copy", "sendfile", "zerocopy"};
+enum tb_send { TB_COPY, TB_SENDFILE, TB_ZEROCOPY, TB_STAGED, TB_CRC };
+static const char *const tb_send_names[] = {"copy", "sendfile", "zerocopy", "staged", "crc"};
 
 struct tb_run {
 	uint64_t size, count, per; /* per: bytes of each set one thread walks */
@@ -57,7 +63,8 @@ struct tb_run {
 	enum tb_send send;
 	int srcfd; /* TB_SENDFILE: the memfd src maps */
 	unsigned char *src, *dst;
-	uint64_t *lat; /* count per thread, thread-major */
+	unsigned char *stage; /* TB_STAGED: SIZE bytes a thread, reused as an arena's slot is */
+	uint64_t *lat;	      /* count per thread, thread-major */
 	int lfd;
 };
 
@@ -160,7 +167,13 @@ static int tb_send_payload(struct tb_thread *t, const void *head, size_t hlen, u
 	off_t foff = (off_t)off;
 	size_t left = r->size;
 
-	if (r->send == TB_COPY)
+	if (r->send == TB_STAGED) {
+		v[1].iov_base = r->stage + (uint64_t)t->idx * r->size;
+		lc_copy_crc32c_cached(v[1].iov_base, r->src + off, r->size, 0);
+	} else if (r->send == TB_CRC) {
+		lc_crc32c(0, r->src + off, r->size);
+	}
+	if (r->send == TB_COPY || r->send == TB_STAGED || r->send == TB_CRC)
 		return tb_sendv(t->fd, hlen ? v : v + 1, hlen ? 2 : 1);
 	if (hlen && send(t->fd, head, hlen, MSG_MORE | MSG_NOSIGNAL) != (ssize_t)hlen)
 		return -1;
@@ -331,7 +344,7 @@ static int tb_run_style(struct tb_run *r)
 	return BENCH_EXIT_OK;
 }
 
-/* --send copy|sendfile|zerocopy */
+/* --send copy|sendfile|zerocopy|staged|crc */
 static int tb_parse_send(const char *v, enum tb_send *send)
 {
 	for (unsigned i = 0; i < sizeof(tb_send_names) / sizeof(*tb_send_names); i++)
@@ -339,7 +352,7 @@ static int tb_parse_send(const char *v, enum tb_send *send)
 			*send = (enum tb_send)i;
 			return 0;
 		}
-	return bench_usage_error("--send is copy, sendfile or zerocopy; not '%s'", v);
+	return bench_usage_error("--send is copy, sendfile, zerocopy, staged or crc; not '%s'", v);
 }
 
 /* --direction get|put|both */
@@ -415,7 +428,9 @@ int bench_tcp_main(int argc, char **argv)
 				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	r.dst = mmap(NULL, TB_SET, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	r.lat = calloc(r.count * r.threads, sizeof(*r.lat));
-	if (r.src == MAP_FAILED || r.dst == MAP_FAILED || !r.lat) {
+	r.stage = r.send == TB_STAGED ? malloc(r.size * r.threads) : NULL;
+	if (r.src == MAP_FAILED || r.dst == MAP_FAILED || !r.lat ||
+	    (r.send == TB_STAGED && !r.stage)) {
 		fprintf(stderr, "lunar-bench --tcp-baseline: out of memory\n");
 		return BENCH_EXIT_FAIL;
 	}
@@ -435,5 +450,6 @@ int bench_tcp_main(int argc, char **argv)
 	if (r.srcfd >= 0)
 		close(r.srcfd);
 	free(r.lat);
+	free(r.stage);
 	return rc;
 }
