@@ -236,6 +236,11 @@ static void counters(struct mst_master *m, FILE *f)
 	/* part of the segments' used bytes: set aside for puts ahead (resv.c) */
 	fprintf(f, "# TYPE lunar_master_reserved_bytes gauge\nlunar_master_reserved_bytes %llu\n",
 		(unsigned long long)mst_resv_bytes(m));
+	/* also part of them: of values committed beside their writes that
+	 * went while those might still land (resv.c) */
+	fprintf(
+	    f, "# TYPE lunar_master_beside_held_bytes gauge\nlunar_master_beside_held_bytes %llu\n",
+	    (unsigned long long)mst_resv_held_bytes(m));
 	offload_counters(m, f);
 }
 

@@ -113,6 +113,7 @@ struct mst_resvtab {
 	 * its write there still has its range held when it goes. */
 	struct mst_resv *ended;
 	uint64_t bytes; /* reserved and not committed (allocator lengths), under lock */
+	uint64_t held;	/* of values committed beside their writes, held (lengths), under lock */
 	/* Grants between placement and insert, counted in the slot of the
 	 * phase they began in (atomics); a retiring segment waits for those
 	 * of the phase before its own flip (mst_resv_drop_segment). */
@@ -643,8 +644,11 @@ int mst_resv_landing(struct mst_master *m, uint64_t client, uint64_t id,
  * that its writes below each offset are done: the ranges held there below
  * it go back (after their read leases), and none below it is held again. */
 void mst_resv_landed(struct mst_master *m, uint64_t client, Lunar__Landed *const *v, size_t n);
-/* mst_resv_bytes - bytes reserved and not committed. */
+/* mst_resv_bytes - bytes reserved and not committed.
+ * mst_resv_held_bytes - bytes of values committed beside their writes
+ * that went while those may still land, held out of use (mst_resv_hold). */
 uint64_t mst_resv_bytes(struct mst_master *m);
+uint64_t mst_resv_held_bytes(struct mst_master *m);
 
 /* commit.c */
 /* mst_batch_put_commit - BatchPutCommit (a BatchPutStartReply). */

@@ -49,6 +49,15 @@ struct mst_resv {
 	uint64_t late_ms;	/* ended late: bytes may land until then */
 };
 
+static uint64_t lengths(const struct mst_replica *reps, unsigned n)
+{
+	uint64_t b = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		b += reps[i].len;
+	return b;
+}
+
 static void resv_free(struct mst_resv *r)
 {
 	free(r->pieces);
@@ -59,7 +68,7 @@ static void resv_free(struct mst_resv *r)
 int mst_resvtab_init(struct mst_resvtab *t)
 {
 	t->head = t->ended = NULL;
-	t->bytes = 0;
+	t->bytes = t->held = 0;
 	t->placing[0] = t->placing[1] = t->phase = 0;
 	pthread_mutex_init(&t->grace_lock, NULL);
 	return -pthread_mutex_init(&t->lock, NULL);
@@ -111,6 +120,7 @@ static void resv_end(struct mst_master *m, struct mst_resv **pp, int late)
 
 	*pp = r->next;
 	m->resv.bytes -= pieces_bytes(r);
+	m->resv.held -= lengths(r->held, r->nheld);
 	seg_reserved_add(r->seg, -(int64_t)pieces_bytes(r));
 	if (late) {
 		mst_deferred_add(m, r->pieces, r->n, due);
@@ -431,7 +441,9 @@ void mst_resv_drop_segment(struct mst_master *m, const struct mst_segment *seg)
 			continue;
 		}
 		*pp = r->next;
-		m->resv.bytes -= pieces_bytes(r); /* its ranges go with the segment */
+		/* its ranges go with the segment */
+		m->resv.bytes -= pieces_bytes(r);
+		m->resv.held -= lengths(r->held, r->nheld);
 		resv_free(r);
 	}
 	forget_ended(m, on_segment, seg);
@@ -581,6 +593,7 @@ int mst_resv_hold(struct mst_master *m, uint64_t client, uint64_t id,
 		} else {
 			memcpy(r->held + r->nheld, reps, n * sizeof(*reps));
 			r->nheld += n;
+			m->resv.held += lengths(reps, n);
 		}
 		if (until_ms > r->held_until_ms)
 			r->held_until_ms = until_ms;
@@ -619,6 +632,7 @@ static void held_release(struct mst_master *m, struct mst_resv *r)
 			r->held[kept++] = r->held[i];
 	}
 	r->nheld = kept;
+	m->resv.held -= lengths(go, n);
 	if (r->held_until_ms > lc_now_ms()) {
 		mst_deferred_add(m, go, n, r->held_until_ms);
 	} else {
@@ -659,12 +673,23 @@ int mst_resv_landing(struct mst_master *m, uint64_t client, uint64_t id,
 	return landing;
 }
 
-uint64_t mst_resv_bytes(struct mst_master *m)
+/* *v read under the list lock. */
+static uint64_t read_locked(struct mst_master *m, const uint64_t *v)
 {
 	uint64_t b;
 
 	pthread_mutex_lock(&m->resv.lock);
-	b = m->resv.bytes;
+	b = *v;
 	pthread_mutex_unlock(&m->resv.lock);
 	return b;
+}
+
+uint64_t mst_resv_bytes(struct mst_master *m)
+{
+	return read_locked(m, &m->resv.bytes);
+}
+
+uint64_t mst_resv_held_bytes(struct mst_master *m)
+{
+	return read_locked(m, &m->resv.held);
 }

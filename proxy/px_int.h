@@ -158,10 +158,13 @@ int px_mc_code(const ProtobufCMessage *rep);
 /* --- put-ahead: space reserved for small puts (resv.c) --- */
 struct px_resv;
 struct px_resv_pool;
-/* A piece of a reservation one put writes into; holds the reservation. */
+/* A piece of a reservation one put writes into; holds the reservation.
+ * Until settled it is linked into its reservation's list of unsettled
+ * pieces, so it must stay where px_resv_take put it. */
 struct px_piece {
 	struct px_resv *r;
-	uint64_t off, len; /* len: the value's length rounded to the alignment */
+	uint64_t off, len;	      /* len: the value's length rounded to the alignment */
+	struct px_piece *prev, *next; /* the unsettled pieces, by offset (pool lock) */
 };
 /* How a put is done with its piece (px_resv_settle). */
 enum px_piece_end {
@@ -218,10 +221,11 @@ uint64_t px_piece_resv(const struct px_piece *pc);
  * a commit sent beside its write (Reservation.beside). */
 int px_piece_beside(const struct px_piece *pc);
 /* px_resv_tell_landed - tell the master (Landed) of each reservation taking
- * commits beside writes whose pieces handed out since it was last told are
- * all settled, none tainted: every write below its bump pointer is done,
- * and the ranges of values there that went since may be used again. No
- * call when there is nothing new. By the heartbeat, and before a remove or
+ * commits beside writes, none of whose pieces was tainted, how far its
+ * writes are done: below its first unsettled piece (its bump pointer when
+ * none is), so that the ranges of values there that went since may be
+ * used again, while puts go on into the pieces above. No call when there
+ * is nothing new. By the heartbeat, and before a remove or
  * an upsert (so that a value this proxy put and then removes frees its
  * space at once). Any thread. */
 void px_resv_tell_landed(struct px_proxy *px);

@@ -36,13 +36,13 @@ struct px_resv {
 	uint64_t until_ms;	  /* no new pieces from then (monotonic) */
 	struct eng_cap cap;
 	int has_cap;
-	unsigned holders;  /* pieces handed out and not settled */
-	int retired;	   /* takes no pieces */
-	int late;	   /* bytes may still land: released late */
-	int gone;	   /* the master forgot it: nothing to release */
-	int beside;	   /* the master takes commits beside their writes */
-	uint64_t told;	   /* the master knows every write below this is done */
-	uint64_t asked_ns; /* when its Reserve was sent (monotonic) */
+	struct px_piece *first, *last; /* pieces handed out, not settled: by offset */
+	int retired;		       /* takes no pieces */
+	int late;		       /* bytes may still land: released late */
+	int gone;		       /* the master forgot it: nothing to release */
+	int beside;		       /* the master takes commits beside their writes */
+	uint64_t told;		       /* the master knows every write below this is done */
+	uint64_t asked_ns;	       /* when its Reserve was sent (monotonic) */
 };
 
 struct px_resv_pool {
@@ -120,9 +120,12 @@ int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out)
 			continue;
 		need = round_up(len, r->align);
 		if (rc && need <= r->len - r->used) {
-			*out = (struct px_piece){.r = r, .off = r->off + r->used, .len = need};
+			/* at the bump pointer: after every piece handed out */
+			*out = (struct px_piece){
+			    .r = r, .off = r->off + r->used, .len = need, .prev = r->last};
+			*(r->last ? &r->last->next : &r->first) = out;
+			r->last = out;
 			r->used += need;
-			r->holders++;
 			rc = 0;
 		}
 		if (r->len - r->used >= r->len / 2)
@@ -183,6 +186,8 @@ void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end 
 	struct px_resv *r = pc->r;
 
 	pthread_mutex_lock(&p->lock);
+	*(pc->prev ? &pc->prev->next : &r->first) = pc->next;
+	*(pc->next ? &pc->next->prev : &r->last) = pc->prev;
 	switch (how) {
 	case PX_PIECE_COMMITTED: break;
 	case PX_PIECE_UNUSED:
@@ -195,7 +200,7 @@ void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end 
 		break;
 	case PX_PIECE_GONE: r->retired = 1; break; /* released anyway: harmless */
 	}
-	if (!--r->holders && r->retired) {
+	if (!r->first && r->retired) {
 		p->wake = 1;
 		pthread_cond_signal(&p->cond);
 	}
@@ -215,16 +220,16 @@ static size_t landed_news(struct px_proxy *px, Lunar__Landed *out, size_t max)
 		return 0;
 	pthread_mutex_lock(&p->lock);
 	for (struct px_resv *r = p->head; r && n < max; r = r->next) {
-		uint64_t top = r->off + r->used;
+		/* every piece below settled, and no byte of a failed write
+		 * on its way anywhere in it (late) */
+		uint64_t below = r->first ? r->first->off : r->off + r->used;
 
-		/* every piece handed out settled, and no byte of a failed
-		 * write on its way (late) */
-		if (!r->beside || r->gone || r->late || r->holders || top <= r->told)
+		if (!r->beside || r->gone || r->late || below <= r->told)
 			continue;
 		lunar__landed__init(&out[n]);
 		out[n].reservation = r->id;
-		out[n++].below = top;
-		r->told = top;
+		out[n++].below = below;
+		r->told = below;
 	}
 	pthread_mutex_unlock(&p->lock);
 	return n;
@@ -338,7 +343,7 @@ static void reap(struct px_resv_pool *p, uint64_t now, uint64_t *ids, size_t *n,
 
 	while ((r = *pp)) {
 		retire_if_done(p, r, now);
-		if (!r->retired || r->holders || *n == max || *nlate == max) {
+		if (!r->retired || r->first || *n == max || *nlate == max) {
 			pp = &r->next;
 			continue;
 		}

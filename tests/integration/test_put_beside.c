@@ -10,7 +10,8 @@
  * write O drops after its commit (engine-serve-write=return) is taken back
  * and put again the two-call way: the put returns 0 and reads back exact.
  * With --offload on_put, a value whose offload task reaches O before its
- * bytes land is copied to O's SSD once they have.
+ * bytes land is copied to O's SSD once they have. A value W removes while
+ * another of its puts' bytes still travel gives its range back at once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -167,6 +168,42 @@ static void test_put_beside_failed_write_taken_back(void **state)
 	lunar_close(co);
 }
 
+/* A value W put and removes while another put's bytes still travel: W
+ * tells the master its writes below that put's piece are done, so the
+ * removed value's range is not held until every put of W's pauses. */
+static void test_put_beside_removed_range_free_while_others_travel(void **state)
+{
+	struct putter p = {.key = "beside/travelling"};
+	struct lunar_client *cw, *co;
+	uint8_t buf[LEN];
+	uint64_t end;
+	int64_t held;
+
+	(void)state;
+	start(NULL);
+	cw = h_client(sock_w);
+	co = h_client(sock_o);
+	put_seeded(cw, "beside/done", buf, LEN, h_seed("beside/done"), NULL);
+	atomic_init(&p.done, 0);
+	case_arm(fpfile, HOLD, 60);
+	H_ASSERT(pthread_create(&p.th, NULL, put_main, &p) == 0);
+	end = h_now_ms() + H_BOUND_MS(5000);
+	while (lunar_exists(co, p.key) != 1 && h_now_ms() < end)
+		h_sleep_ms(5);
+	H_ASSERT_MSG(lunar_exists(co, p.key) == 1, "the travelling put was not committed");
+	H_ASSERT_EQ(lunar_remove(cw, "beside/done", 0), 0);
+	held = metric(mhttp, "lunar_master_beside_held_bytes");
+	H_ASSERT_MSG(!atomic_load(&p.done), "the other put's write landed too soon to tell");
+	H_ASSERT_MSG(held == 0, "%lld bytes held while another put's bytes travel",
+		     (long long)held);
+	H_ASSERT(pthread_join(p.th, NULL) == 0);
+	case_arm(fpfile, "", 60);
+	H_ASSERT_MSG(p.rc == 0, "put %s = %d (%s)", p.key, p.rc, h_code(p.rc));
+	check_seeded(co, p.key, buf, LEN, h_seed(p.key));
+	lunar_close(cw);
+	lunar_close(co);
+}
+
 static void test_put_beside_offload_waits_for_landing(void **state)
 {
 	struct lunar_client *cw;
@@ -202,6 +239,8 @@ int main(void)
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_failed_write_taken_back, setup,
 					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_put_beside_removed_range_free_while_others_travel,
+					    setup, case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_offload_waits_for_landing, setup,
 					    case_teardown),
 	};

@@ -144,11 +144,13 @@ static void test_master_beside_range_kept_until_reservation_ends(void **state)
 	before = used(m);
 	assert_int_equal(remove_key(m, "beside", 1), 0);
 	assert_int_equal(used(m), before);
+	assert_int_equal(mst_resv_held_bytes(m), VALUE);
 	assert_int_equal(exist(m, "default", "beside"), 0);
 
 	/* Its writer says its writes are done: everything goes. */
 	release_as(m, &v, 0);
 	assert_int_equal(used(m), 0);
+	assert_int_equal(mst_resv_held_bytes(m), 0);
 	assert_int_equal(mst_deferred_bytes(m), 0);
 	mst_master_destroy(m);
 }
@@ -182,9 +184,11 @@ static void test_master_beside_range_back_once_writer_says_landed(void **state)
 	before = used(m);
 	assert_int_equal(remove_key(m, "a", 1), 0);
 	assert_int_equal(used(m), before);
+	assert_int_equal(mst_resv_held_bytes(m), VALUE);
 	/* Writes below a's end are done: a's range goes, b may still land. */
 	tell_landed(m, CLIENT_A, &v, 1);
 	assert_true(used(m) < before);
+	assert_int_equal(mst_resv_held_bytes(m), 0);
 	assert_true(landing(m, "b"));
 	tell_landed(m, CLIENT_A, &v, 2);
 	assert_false(landing(m, "b"));
