@@ -74,6 +74,7 @@ struct tb_thread {
 	int fd;
 	int rc;
 	uint64_t zc_sent, zc_copied; /* TB_ZEROCOPY: sends completed, of them copied */
+	uint32_t crc;		     /* TB_STAGED, TB_CRC: kept, so no pass can be dropped */
 };
 
 static void tb_sockopts(const struct tb_run *r, int fd)
@@ -169,9 +170,9 @@ static int tb_send_payload(struct tb_thread *t, const void *head, size_t hlen, u
 
 	if (r->send == TB_STAGED) {
 		v[1].iov_base = r->stage + (uint64_t)t->idx * r->size;
-		lc_copy_crc32c_cached(v[1].iov_base, r->src + off, r->size, 0);
+		t->crc ^= lc_copy_crc32c_cached(v[1].iov_base, r->src + off, r->size, 0);
 	} else if (r->send == TB_CRC) {
-		lc_crc32c(0, r->src + off, r->size);
+		t->crc ^= lc_crc32c(0, r->src + off, r->size);
 	}
 	if (r->send == TB_COPY || r->send == TB_STAGED || r->send == TB_CRC)
 		return tb_sendv(t->fd, hlen ? v : v + 1, hlen ? 2 : 1);
@@ -436,6 +437,8 @@ int bench_tcp_main(int argc, char **argv)
 	}
 	memset(r.src, 0x5a, TB_SET); /* resident, so faults are not measured */
 	memset(r.dst, 0xa5, TB_SET);
+	if (r.stage)
+		memset(r.stage, 0, r.size * r.threads);
 	printf("tcp_size=%llu\ntcp_threads=%u\ntcp_count=%llu\ntcp_send=%s\n",
 	       (unsigned long long)r.size, r.threads, (unsigned long long)r.count,
 	       tb_send_names[r.send]);
