@@ -106,6 +106,7 @@ tools_LIBS := -lm
 # bench: lunar-bench, whose --master mode speaks the master's RPC.
 bench_SRC := tools/lunar-bench.c $(wildcard tools/bench/*.c)
 bench_SEES := shmlib common proto etcd master $(AUTH)
+bench_PKGS := liburing
 bench_LIBS := -lm
 # tests see everything, internals included (-I.: "engine/eng_int.h").
 tests_SRC := $(wildcard tests/unit/*.c tests/integration/*.c tests/chaos/*.c)

@@ -340,9 +340,9 @@ static void test_bench_modes_copy_baselines(void **state)
 
 /* The wire's baseline with its server threads placed on a CPU of ours,
  * in both directions unless told one, sending by copy unless told
- * sendfile or zerocopy, or after a put's sending-side work (staged, crc);
- * a CPU list, a direction or a way to send it cannot read is a usage
- * error. */
+ * sendfile, zerocopy or io_uring, or after a put's sending-side work
+ * (staged, crc); a CPU list, a direction or a way to send it cannot read
+ * is a usage error. */
 static void test_bench_modes_tcp_baseline_placed(void **state)
 {
 	char cmd[PATH_MAX + 256], out[4096];
@@ -389,9 +389,10 @@ static void test_bench_modes_tcp_baseline_placed(void **state)
 	H_ASSERT_MSG(rate(out, "tcp_put_blocking_gbps") > 0, "%s", out);
 	H_ASSERT_MSG(rate(out, "tcp_put_blocking_zerocopy_sent") >= 100, "%s", out);
 	H_ASSERT_MSG(rate(out, "tcp_put_busypoll_zerocopy_sent") >= 100, "%s", out);
-	/* With a put's sending-side work before each send: the put's ceiling. */
-	for (int i = 0; i < 2; i++) {
-		static const char *const way[] = {"staged", "crc"};
+	/* With a put's sending-side work before each send (the put's
+	 * ceiling), and through io_uring. */
+	for (int i = 0; i < 3; i++) {
+		static const char *const way[] = {"staged", "crc", "uring"};
 		char want[64];
 
 		snprintf(cmd, sizeof(cmd),

@@ -15,7 +15,8 @@
  * woken onto its client's CPU takes turns with it instead of running beside.
  * --send says how the SIZE bytes go: copied by send (the default),
  * sendfile from a memfd holding the source set, or send with MSG_ZEROCOPY
- * (whose completions say how many the kernel copied after all). Two more
+ * (whose completions say how many the kernel copied after all), or by
+ * io_uring (IORING_OP_SENDMSG, one at a time, waited for). Two more
  * put the work a Lunar put's sending side does before its send in front of
  * it, for the ceiling a put can reach in this placement: staged, a copy
  * taking the CRC32C into a buffer of the sender's, then the send from there
@@ -23,6 +24,7 @@
  * pass over the bytes, then the send (a registered value's).
  */
 #include <errno.h>
+#include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -49,8 +51,9 @@
 #define TB_PUT	   2u
 
 /* How the SIZE bytes are sent (--send). */
-enum tb_send { TB_COPY, TB_SENDFILE, TB_ZEROCOPY, TB_STAGED, TB_CRC };
-static const char *const tb_send_names[] = {"copy", "sendfile", "zerocopy", "staged", "crc"};
+enum tb_send { TB_COPY, TB_SENDFILE, TB_ZEROCOPY, TB_STAGED, TB_CRC, TB_URING };
+static const char *const tb_send_names[] = {"copy",   "sendfile", "zerocopy",
+					    "staged", "crc",	  "uring"};
 
 struct tb_run {
 	uint64_t size, count, per; /* per: bytes of each set one thread walks */
@@ -75,6 +78,8 @@ struct tb_thread {
 	int rc;
 	uint64_t zc_sent, zc_copied; /* TB_ZEROCOPY: sends completed, of them copied */
 	uint32_t crc;		     /* TB_STAGED, TB_CRC: kept, so no pass can be dropped */
+	struct io_uring ring;	     /* TB_URING: the thread's, made at its first send */
+	int has_ring;
 };
 
 static void tb_sockopts(const struct tb_run *r, int fd)
@@ -108,6 +113,19 @@ static int tb_recv(int fd, void *buf, size_t len, int busy)
 	return 0;
 }
 
+/* Advance the n pieces at *v past sent bytes. */
+static void tb_advance(struct iovec **v, int *n, ssize_t sent)
+{
+	for (; sent > 0 && *n; ++*v, --*n) {
+		if ((size_t)sent < (*v)->iov_len) {
+			(*v)->iov_base = (char *)(*v)->iov_base + sent;
+			(*v)->iov_len -= (size_t)sent;
+			break;
+		}
+		sent -= (ssize_t)(*v)->iov_len;
+	}
+}
+
 /* Send the n pieces of v as one stream (v is advanced past what went):
  * a header and its payload leave in one call. */
 static int tb_sendv(int fd, struct iovec *v, int n)
@@ -118,14 +136,31 @@ static int tb_sendv(int fd, struct iovec *v, int n)
 
 		if (sent < 0 && errno != EINTR)
 			return -1;
-		for (; sent > 0 && n; v++, n--) {
-			if ((size_t)sent < v->iov_len) {
-				v->iov_base = (char *)v->iov_base + sent;
-				v->iov_len -= (size_t)sent;
-				break;
-			}
-			sent -= (ssize_t)v->iov_len;
-		}
+		tb_advance(&v, &n, sent);
+	}
+	return 0;
+}
+
+/* tb_sendv through t's io_uring: each sendmsg submitted and waited for. */
+static int tb_uring_sendv(struct tb_thread *t, struct iovec *v, int n)
+{
+	if (!t->has_ring && io_uring_queue_init(4, &t->ring, 0))
+		return -1;
+	t->has_ring = 1;
+	while (n) {
+		struct msghdr msg = {.msg_iov = v, .msg_iovlen = (size_t)n};
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+		struct io_uring_cqe *cqe;
+		int sent;
+
+		io_uring_prep_sendmsg(sqe, t->fd, &msg, MSG_NOSIGNAL);
+		if (io_uring_submit_and_wait(&t->ring, 1) < 0 || io_uring_wait_cqe(&t->ring, &cqe))
+			return -1;
+		sent = cqe->res;
+		io_uring_cqe_seen(&t->ring, cqe);
+		if (sent < 0 && sent != -EINTR)
+			return -1;
+		tb_advance(&v, &n, sent);
 	}
 	return 0;
 }
@@ -176,6 +211,8 @@ static int tb_send_payload(struct tb_thread *t, const void *head, size_t hlen, u
 	}
 	if (r->send == TB_COPY || r->send == TB_STAGED || r->send == TB_CRC)
 		return tb_sendv(t->fd, hlen ? v : v + 1, hlen ? 2 : 1);
+	if (r->send == TB_URING)
+		return tb_uring_sendv(t, hlen ? v : v + 1, hlen ? 2 : 1);
 	if (hlen && send(t->fd, head, hlen, MSG_MORE | MSG_NOSIGNAL) != (ssize_t)hlen)
 		return -1;
 	while (left) {
@@ -326,6 +363,10 @@ static int tb_run_style(struct tb_run *r)
 		pthread_join(st[i], NULL);
 		if (r->put && r->send == TB_ZEROCOPY)
 			tb_reap(&cl[i]);
+		if (cl[i].has_ring)
+			io_uring_queue_exit(&cl[i].ring);
+		if (sv[i].has_ring)
+			io_uring_queue_exit(&sv[i].ring);
 		zc_sent += r->put ? cl[i].zc_sent : sv[i].zc_sent;
 		zc_copied += r->put ? cl[i].zc_copied : sv[i].zc_copied;
 		close(cl[i].fd);
@@ -345,7 +386,7 @@ static int tb_run_style(struct tb_run *r)
 	return BENCH_EXIT_OK;
 }
 
-/* --send copy|sendfile|zerocopy|staged|crc */
+/* --send copy|sendfile|zerocopy|staged|crc|uring */
 static int tb_parse_send(const char *v, enum tb_send *send)
 {
 	for (unsigned i = 0; i < sizeof(tb_send_names) / sizeof(*tb_send_names); i++)
@@ -353,7 +394,8 @@ static int tb_parse_send(const char *v, enum tb_send *send)
 			*send = (enum tb_send)i;
 			return 0;
 		}
-	return bench_usage_error("--send is copy, sendfile, zerocopy, staged or crc; not '%s'", v);
+	return bench_usage_error(
+	    "--send is copy, sendfile, zerocopy, staged, crc or uring; not '%s'", v);
 }
 
 /* --direction get|put|both */
