@@ -228,6 +228,9 @@ struct eng_rdma_qps {
 	/* With dev->windows, on a keyed client's set: one window per piece of
 	 * a transfer, bound for its length only (eng_rdma_qps_open). */
 	struct ibv_mw *mw[ENG_RDMA_SGE_MAX];
+	/* The region each window was last bound in: its unbind names it
+	 * too (rxe's provider reads the region even for a zero length). */
+	struct ibv_mr *mw_mr[ENG_RDMA_SGE_MAX];
 };
 
 /* A transfer's outstanding work requests; on the caller's stack. */

@@ -368,8 +368,8 @@ static int post_one(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, 
 	return posted(q, (unsigned)i, w, ibv_post_send(q->qp[i], &wr, &bad));
 }
 
-/* Bind window mw to [addr, addr + len) of mr with access (all zero:
- * unbind) on the next QP with a credit. */
+/* Bind window mw to [addr, addr + len) of mr with access (len and access
+ * zero: unbind) on the next QP with a credit. */
 static int bind_one(struct eng_rdma_qps *q, struct eng_rdma_wait *w, struct ibv_mw *mw,
 		    struct ibv_mr *mr, uint64_t addr, uint64_t len, unsigned access,
 		    uint64_t deadline_ns)
@@ -459,10 +459,12 @@ int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_
 
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
-	for (unsigned i = 0; i < x->nsge && !rc; i++)
+	for (unsigned i = 0; i < x->nsge && !rc; i++) {
+		q->mw_mr[i] = mr[i];
 		rc = q->mw[i] ? bind_one(q, &w, q->mw[i], mr[i], x->sge[i].addr, x->sge[i].len,
 					 access, deadline_ns)
 			      : -EIO;
+	}
 	/* Even after a failed bind: what was posted must finish first. */
 	wrc = eng_rdma_qps_wait(q, &w, deadline_ns);
 	if (rc || wrc)
@@ -480,7 +482,7 @@ int eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns)
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
 	for (unsigned i = 0; i < n && !rc; i++)
-		rc = q->mw[i] ? bind_one(q, &w, q->mw[i], NULL, 0, 0, 0, deadline_ns) : -EIO;
+		rc = q->mw[i] ? bind_one(q, &w, q->mw[i], q->mw_mr[i], 0, 0, 0, deadline_ns) : -EIO;
 	wrc = eng_rdma_qps_wait(q, &w, deadline_ns);
 	if (!rc && !wrc)
 		return 0;
