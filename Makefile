@@ -154,7 +154,7 @@ BUILD_TESTS := $(wildcard tests/build/test_*.sh)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .SECONDARY:
-.PHONY: all test unit integration chaos failpoints demo install clean deps asan tsan format fuzz \
+.PHONY: all test unit integration chaos rdma-vm failpoints demo install clean deps asan tsan format fuzz \
 	layers FORCE
 all: $(BINS) $(TOOLS) $(LIBLUNAR_SO) $(LIBLUNAR_A) $(UNIT_BINS) $(INTEG_BINS) $(CHAOS_BINS) \
 	$(LAYERS_TXT)
@@ -275,9 +275,10 @@ failpoints: $(DEPS_STAMP)
 		$(BUILD)/failpoints/bin/lunar-master
 
 # ---- Running -------------------------------------------------------------------
-# Deployment checks (scripts): manifests, podman pod, systemd units, install.
+# Deployment checks (scripts): manifests, podman pod, systemd units, install;
+# and the RDMA tests inside a machine with soft-RoCE (tests/vm/).
 DEPLOY_TESTS := tests/deploy/test_manifests.sh tests/pod/test_pod.sh tests/deploy/test_systemd.sh \
-	tests/deploy/test_install.sh
+	tests/deploy/test_install.sh tests/vm/test_rdma_vm.sh
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.
 test: all failpoints
 	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) CC="$(CC)" LDFLAGS="$(LDFLAGS)" \
@@ -301,6 +302,15 @@ integration: all
 # The long fault tests (tests/chaos/, each under 10 minutes, all under 20).
 chaos: all
 	$(Q)BUILD=$(BUILD) TEST_TIMEOUT=600 bash tests/run.sh $(CHAOS_BINS)
+
+# The cluster tests with remote transfers, inside a machine with soft-RoCE,
+# where their proxies move values over RDMA (tests/vm/test_rdma_vm.sh).
+RDMA_VM_TESTS := integration/test_cluster integration/test_batch_get_remote \
+	integration/test_kill_mid_transfer integration/test_zero_copy_cluster \
+	integration/test_data_port_auth integration/test_put_beside integration/test_peer_stop
+rdma-vm: all $(UNIT_BINS) $(INTEG_BINS)
+	$(Q)BUILD=$(BUILD) VM_TIMEOUT=1200 TEST_TIMEOUT=1300 VM_TESTS="$(RDMA_VM_TESTS)" \
+		bash tests/run.sh tests/vm/test_rdma_vm.sh
 
 demo: all
 	$(Q)BUILD=$(BUILD) bash tools/demo.sh
