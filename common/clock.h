@@ -42,6 +42,14 @@ static inline void lc_monotonic_after(struct timespec *ts, uint64_t ms)
 	}
 }
 
+/* lc_monotonic_at - *ts: the CLOCK_MONOTONIC time of ns (an lc_now_ns
+ * deadline), for a pthread_cond_timedwait as above. */
+static inline void lc_monotonic_at(struct timespec *ts, uint64_t ns)
+{
+	ts->tv_sec = (time_t)(ns / 1000000000ull);
+	ts->tv_nsec = (long)(ns % 1000000000ull);
+}
+
 /*
  * lc_cond_init - *cond on CLOCK_MONOTONIC, the clock of lc_now_* and
  * lc_monotonic_after, so that a step of the wall clock neither stretches

@@ -117,7 +117,8 @@ static void slice_exec(struct eng_engine *e, struct eng_op *op, unsigned idx, in
 	} else {
 		/* Another transport moves the whole transfer in one call. */
 		rc = ops->xfer(e, op->endpoint, op->dir, op->off, op->iov, op->iovcnt,
-			       op->priv.total, op->cap, op->want_crc ? &crc : NULL);
+			       op->priv.total, op->cap, op->want_crc ? &crc : NULL,
+			       op->priv.deadline_ns);
 		ran = rc != ENG_XFER_UNSENT;
 		if (rc == LUNAR_ERR_UNAUTHORIZED)
 			rc = -EKEYREJECTED; /* as a TCP slice says it */
@@ -257,10 +258,13 @@ static int op_prepare(struct eng_engine *e, struct eng_cq *cq, struct eng_op *op
 	if (!rc && !total)
 		rc = LUNAR_ERR_TRANSFER_FAIL;
 	op->priv.total = total;
+	/* One deadline from submission, whatever the transport and the wait. */
+	op->priv.deadline_ns = lc_now_ns() + e->timeout_ns;
 	op->priv.ops = rc ? NULL : eng_transport(e, op->endpoint);
 	if (!rc && op->priv.ops == &eng_local_ops) {
 		rc = eng_local_ops.xfer(e, op->endpoint, op->dir, op->off, op->iov, op->iovcnt,
-					total, op->cap, op->want_crc ? &op->crc : NULL);
+					total, op->cap, op->want_crc ? &op->crc : NULL,
+					op->priv.deadline_ns);
 		eng_xfer_count(e, ENG_TR_LOCAL, total, rc);
 	} else if (!rc && op->priv.ops == &eng_tcp_ops)
 		rc = eng_tcp_plan(e, op);
@@ -380,9 +384,9 @@ static int cq_help(struct eng_cq *cq)
 /* Sleep on cq until something completes or deadline (lc_now_ns clock). */
 static void cq_sleep_locked(struct eng_cq *cq, uint64_t deadline)
 {
-	struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ull),
-			      .tv_nsec = (long)(deadline % 1000000000ull)};
+	struct timespec ts;
 
+	lc_monotonic_at(&ts, deadline);
 	while (!cq->head && lc_now_ns() < deadline) {
 		if (deadline == ENG_NO_DEADLINE)
 			pthread_cond_wait(&cq->cond, &cq->lock);

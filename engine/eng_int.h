@@ -507,13 +507,15 @@ void eng_pool_give(struct eng_pool *p, const char *endpoint, struct eng_cconn *c
  * (ENG_READ, ENG_READ_STAGED) [off, off + total) of the segment served at
  * endpoint, total > 0.
  * Returns 0 or LUNAR_ERR_TRANSFER_FAIL. Any thread, blocks until done or
- * the engine's timeout. eng_xfer picks the transport. crc: as eng_xfer (NULL,
- * or set to the CRC32C of the bytes moved).
+ * deadline_ns (lc_now_ns clock: the transfer's end, set when it was
+ * submitted, so time spent queued or waiting for a connection counts).
+ * eng_xfer picks the transport. crc: as eng_xfer (NULL, or set to the
+ * CRC32C of the bytes moved).
  */
 struct eng_transport_ops {
 	int (*xfer)(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		    const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
-		    uint32_t *crc);
+		    uint32_t *crc, uint64_t deadline_ns);
 };
 
 /*
@@ -569,7 +571,8 @@ int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns
 
 /*
  * eng_tcp_plan - cut the remote transfer op (total > 0, priv.total set)
- * into slices (priv.nslices, priv.chunk) with one deadline for all: 0, or
+ * into slices (priv.nslices, priv.chunk), all bounded by priv.deadline_ns
+ * (the caller's): 0, or
  * ENG_XFER_UNSENT when it must not go at all (a keyed engine, no cap).
  * eng_tcp_slice - run slice idx of op on the calling thread (publishing
  * its socket in *live while it moves bytes, when live is not NULL):

@@ -281,16 +281,18 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
  * marked busy (peer_release); NULL: use TCP now (no RDMA with the peer, or
  * not yet). The first transfer to a peer sets one up; keyed, a transfer
  * that finds every set busy sets up the next, up to ENG_RDMA_CHANNELS, or
- * waits for one to be free. None is set up while another is being set up
+ * waits for one to be free until deadline (then NULL with *late set: the
+ * transfer is out of time). None is set up while another is being set up
  * or the peer's last refusal is recent; with no set up yet, TCP.
  */
 static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint, enum eng_dir dir,
 				      uint64_t off, uint64_t total, const struct eng_cap *cap,
-				      uint64_t deadline)
+				      uint64_t deadline, int *late)
 {
 	unsigned max = e->keyed ? ENG_RDMA_CHANNELS : 1;
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_peer *p, *redial;
+	struct timespec ts;
 
 	pthread_mutex_lock(&r->lock);
 	for (;;) {
@@ -319,7 +321,12 @@ static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint
 		}
 		if (p || !busy)
 			break;
-		pthread_cond_wait(&r->freed, &r->lock);
+		/* Every set busy: wait for one, as long as the transfer may. */
+		lc_monotonic_at(&ts, deadline);
+		if (pthread_cond_timedwait(&r->freed, &r->lock, &ts) == ETIMEDOUT) {
+			*late = 1;
+			break;
+		}
 	}
 	if (p) {
 		p->busy = e->keyed;
@@ -459,14 +466,15 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf
 	return rep.length == total ? 0 : -EPROTO;
 }
 
+/* The transfer over TCP, by the same deadline. */
 static int tcp_instead(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		       const struct iovec *iov, int iovcnt, uint64_t total,
-		       const struct eng_cap *cap, uint32_t *crc)
+		       const struct eng_cap *cap, uint32_t *crc, uint64_t deadline)
 {
 	int rc;
 
 	atomic_fetch_add(&e->rdma->fallbacks, 1);
-	rc = eng_tcp_ops.xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
+	rc = eng_tcp_ops.xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline);
 	eng_xfer_count(e, ENG_TR_TCP, total, rc);
 	return rc;
 }
@@ -483,22 +491,25 @@ static uint32_t iov_crc(const struct iovec *iov, int iovcnt)
 
 static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		     const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
-		     uint32_t *crc)
+		     uint32_t *crc, uint64_t deadline)
 {
-	uint64_t deadline = lc_now_ns() + e->timeout_ns;
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_peer *p;
 	struct ibv_mr *mr[ENG_RDMA_SGE_MAX];
 	struct eng_rdma_xf x;
 	uint32_t wcrc = 0, lkey[LUNAR_IOV_MAX];
-	int rc;
+	int rc, late = 0;
 
 	if (e->keyed && !cap)
 		return ENG_XFER_UNSENT; /* as over TCP: the owner would refuse it */
 	if ((e->keyed ? to_sges(r->dev, dir, iov, iovcnt, &x, mr) != 0
 		      : local_keys(r->dev, iov, iovcnt, lkey) != 0) ||
-	    !(p = peer_get(e, endpoint, dir, off, total, cap, deadline)))
-		return tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc);
+	    !(p = peer_get(e, endpoint, dir, off, total, cap, deadline, &late))) {
+		/* Out of time waiting for a QP set: nothing of it went. */
+		if (late)
+			return ENG_XFER_UNSENT;
+		return tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline);
+	}
 	/* The owner checks a keyed WRITE's bytes against their CRC32C. */
 	if (e->keyed && dir == ENG_WRITE)
 		wcrc = iov_crc(iov, iovcnt);
@@ -567,7 +578,7 @@ int eng_rdma_init(struct eng_engine *e)
 	if (r->nqp > ENG_RDMA_QP_MAX)
 		r->nqp = ENG_RDMA_QP_MAX;
 	pthread_mutex_init(&r->lock, NULL);
-	pthread_cond_init(&r->freed, NULL);
+	lc_cond_init(&r->freed);
 	atomic_init(&r->fallbacks, 0);
 	e->rdma = r;
 	LC_INFO(ENG_LOG, "RDMA device %s (%u QPs a set)", r->dev->name, r->nqp);

@@ -378,7 +378,6 @@ int eng_tcp_plan(struct eng_engine *e, struct eng_op *op)
 	}
 	op->priv.nslices = n > e->cfg.slices ? (uint8_t)e->cfg.slices : (uint8_t)n;
 	op->priv.chunk = (op->priv.total + op->priv.nslices - 1) / op->priv.nslices;
-	op->priv.deadline_ns = lc_now_ns() + e->timeout_ns;
 	return 0;
 }
 
@@ -429,12 +428,13 @@ uint32_t eng_tcp_crc(const struct eng_op *op)
 /* The synchronous table entry: the slices one after the other, here. */
 static int tcp_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		    const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
-		    uint32_t *crc)
+		    uint32_t *crc, uint64_t deadline_ns)
 {
 	struct eng_op op = eng_op_of(endpoint, dir, off, iov, iovcnt, cap, crc);
 	int rc, ran = 0, anyran = 0;
 
 	op.priv.total = total;
+	op.priv.deadline_ns = deadline_ns;
 	rc = eng_tcp_plan(e, &op);
 	if (rc)
 		return rc;
