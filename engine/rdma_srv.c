@@ -17,6 +17,7 @@
 
 #include "clock.h"
 #include "crc32c.h"
+#include "failpoint.h"
 #include "log.h"
 #include "lunar.h"
 
@@ -161,6 +162,9 @@ static void serve_xfers(struct eng_engine *e, const struct eng_srv_req *lifeline
 		if (xfer_recv(e, &q, &k, body, deadline))
 			return;
 		status = xfer_check(e, &q, &k, body, &x);
+		/* tests: a write held back (sleep), or lost with its lifeline */
+		if (!status && x.cap_op == ENG_OP_WRITE && LC_FAILPOINT("engine-serve-write"))
+			return;
 		if (!status && xfer_run(d, qps, &x, k.h.offset, deadline))
 			status = LUNAR_ERR_TRANSFER_FAIL;
 		/* A WRITE's bytes are what the client's header said, as over TCP. */
