@@ -529,6 +529,13 @@ struct eng_transport_ops {
  */
 typedef int (*eng_conn_fn)(void *arg, struct eng_cconn *c, int *replied);
 /*
+ * eng_conn_take - a connection to endpoint: pooled (*pooled set) or new,
+ * which a keyed engine takes through the auth handshake first. 0 and
+ * *out, or -errno and *out NULL.
+ */
+int eng_conn_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *pooled,
+		  struct eng_cconn **out);
+/*
  * eng_send_req - send the request header req (host order, id set) on c: a
  * plain one, or on a keyed connection the keyed header with cap (NULL:
  * zeros), crc and the MAC over it and name (nlen bytes, sent after it).

@@ -112,23 +112,6 @@ static void peer_retire(struct eng_rdma *r, struct eng_rdma_peer *p)
 		peer_put(p);
 }
 
-/* A connection for the handshake: pooled or new, past the auth handshake. */
-static int open_conn(struct eng_engine *e, const char *endpoint, uint64_t deadline,
-		     struct eng_cconn **out)
-{
-	int pooled, rc = eng_pool_take(&e->pool, endpoint, deadline, &pooled, out);
-
-	if (rc || pooled || !e->keyed)
-		return rc;
-	rc = eng_hs_client(e, (*out)->fd, &(*out)->s, deadline);
-	if (rc) {
-		eng_cconn_close(*out);
-		return rc;
-	}
-	(*out)->keyed = 1;
-	return 0;
-}
-
 static int recv_n(int fd, void *buf, size_t len, uint64_t deadline)
 {
 	struct iovec v = {buf, len};
@@ -187,7 +170,7 @@ static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigne
 	unsigned char body[ENG_RDMA_HS_SIZE];
 	int32_t status = 0;
 	uint64_t ctr;
-	int rc = open_conn(e, p->endpoint, deadline, &p->c);
+	int pooled, rc = eng_conn_take(e, p->endpoint, deadline, &pooled, &p->c);
 
 	if (rc)
 		return rc;

@@ -317,8 +317,8 @@ static int slice_conn(void *arg, struct eng_cconn *c, int *replied)
 
 /* A connection for one exchange: pooled, or new (and past the handshake
  * on a keyed engine); 0 and *out, or -errno. */
-static int take_conn(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *pooled,
-		     struct eng_cconn **out)
+int eng_conn_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *pooled,
+		  struct eng_cconn **out)
 {
 	int rc = eng_pool_take(&e->pool, endpoint, deadline_ns, pooled, out);
 
@@ -327,6 +327,7 @@ static int take_conn(struct eng_engine *e, const char *endpoint, uint64_t deadli
 	rc = eng_hs_client(e, (*out)->fd, &(*out)->s, deadline_ns);
 	if (rc) {
 		eng_cconn_close(*out);
+		*out = NULL;
 		return rc;
 	}
 	(*out)->keyed = 1;
@@ -343,7 +344,7 @@ int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns
 	if (ran)
 		*ran = 0;
 	for (int retried = 0;; retried = 1) {
-		rc = take_conn(e, endpoint, deadline_ns, &pooled, &c);
+		rc = eng_conn_take(e, endpoint, deadline_ns, &pooled, &c);
 		if (rc)
 			break;
 		if (ran)

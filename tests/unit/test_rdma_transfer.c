@@ -11,7 +11,8 @@
  * grant is for another range or op is refused before a byte moves, and
  * counted; a WRITE whose bytes do not match their CRC32C is refused; an
  * owner that went away gives TRANSFER_FAIL with our QPs fenced, and a new
- * owner is reached afresh; memory not open to the owner goes over TCP;
+ * owner is reached afresh; an owner of another cluster fails the connect's
+ * handshake and the transfer, nothing moved; memory not open to the owner goes over TCP;
  * concurrent keyed transfers to one owner run at once, on up to
  * ENG_RDMA_CHANNELS QP sets. An engine serves before its segment is
  * registered, peers using TCP meanwhile and RDMA a second after it is.
@@ -51,22 +52,27 @@ static int setup(void **state)
 	return 0;
 }
 
-/* An engine with the fake device; keyed: with the cluster key and the
- * segment secret the master would have given it. */
-static struct node node_start(int keyed)
+/* An engine with the fake device; keyed (k not NULL): with cluster key k
+ * and the segment secret the master would have given it. */
+static struct node node_start_key(const struct auth_key *k)
 {
 	struct eng_config cfg = {.host = "127.0.0.1",
 				 .seg_size = SEG_SIZE,
 				 .io_timeout_ms = 10000,
 				 .rdma_devices = "auto",
-				 .cluster_key = keyed ? &key : NULL};
+				 .cluster_key = k};
 	struct node n = node_create(cfg);
 
 	assert_string_equal(eng_engine_rdma_device(n.e), "fake0:1");
 	assert_true(rdma_fake_wait_segment(n.e));
-	if (keyed)
+	if (k)
 		assert_int_equal(eng_engine_set_secret(n.e, eng_engine_endpoint(n.e), secret), 0);
 	return n;
+}
+
+static struct node node_start(int keyed)
+{
+	return node_start_key(keyed ? &key : NULL);
 }
 
 /* A grant for op of [off, off + len) of owner's segment, valid a minute. */
@@ -341,6 +347,31 @@ static void test_rdma_transfer_keyed_owner_failures(void **state)
 	rdma_fake_reset(0);
 }
 
+/* An owner of another cluster: the connect's auth handshake fails, its
+ * connection is closed (once), and the transfer fails, nothing moved. */
+static void test_rdma_transfer_keyed_handshake_refused(void **state)
+{
+	unsigned char other_secret[AUTH_KEY_BYTES], buf[4096];
+	struct auth_key other;
+	struct node a, b;
+	struct eng_cap c;
+
+	(void)state;
+	rdma_fake_reset(1);
+	keys_make(&other, other_secret);
+	a = node_start(1);
+	b = node_start_key(&other);
+	c = cap_for(&b, ENG_OP_READ, 0, sizeof(buf));
+	memset(b.seg, 7, sizeof(buf));
+	memset(buf, 0, sizeof(buf));
+	assert_int_not_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &c), 0);
+	assert_int_equal(rdma_fake.connects, 0);
+	assert_int_equal(buf[0], 0);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
 #define NWRITERS 4
 #define ROUNDS	 6
 
@@ -462,6 +493,7 @@ LUNAR_TEST_MAIN(setup, NULL, test_rdma_transfer_keyless_client_posts,
 		test_rdma_transfer_keyed_grant_per_transfer,
 		test_rdma_transfer_keyed_window_bounds_owner,
 		test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
+		test_rdma_transfer_keyed_handshake_refused,
 		test_rdma_transfer_keyed_concurrent_on_sets,
 		test_rdma_transfer_keyed_unopened_memory_uses_tcp,
 		test_rdma_transfer_segment_registered_beside_serving)
