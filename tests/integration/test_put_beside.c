@@ -102,7 +102,8 @@ static void *put_main(void *arg)
 
 /* Put key through W on a thread of its own while O holds its write back;
  * how the value looked to a reader on O meanwhile: seen (exists) and
- * missed, never another answer. Then it reads back exact. */
+ * missed or, once its bytes landed, exact; never another answer. Then it
+ * reads back exact. */
 static int put_held(const char *key)
 {
 	static struct putter p; /* its thread outlives a failed assertion */
@@ -119,10 +120,13 @@ static int put_held(const char *key)
 		int64_t got = lunar_get_into(c, key, buf, sizeof(buf));
 
 		H_ASSERT_MSG(e == 0 || e == 1, "exists %s = %d (%s)", key, e, h_code(e));
-		/* read after its put returned, it would be its value */
-		H_ASSERT_MSG(got == LUNAR_ERR_OBJECT_NOT_FOUND || atomic_load(&p.done),
+		/* a miss, or, once its bytes landed (the put's answer may still
+		 * be on its way), its value exactly */
+		H_ASSERT_MSG(got == LUNAR_ERR_OBJECT_NOT_FOUND || got == LEN,
 			     "get %s while its bytes travel = %lld (%s)", key, (long long)got,
 			     h_code(got));
+		H_ASSERT_MSG(got != LEN || h_verify(buf, LEN, h_seed(key)) < 0,
+			     "get %s while its bytes travel: other bytes", key);
 		seen |= e == 1 && !atomic_load(&p.done);
 		h_sleep_ms(20);
 	}
