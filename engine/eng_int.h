@@ -506,7 +506,8 @@ void eng_pool_give(struct eng_pool *p, const char *endpoint, struct eng_cconn *c
  * One transport: xfer moves total bytes of iov to (ENG_WRITE) or from
  * (ENG_READ, ENG_READ_STAGED) [off, off + total) of the segment served at
  * endpoint, total > 0.
- * Returns 0 or LUNAR_ERR_TRANSFER_FAIL. Any thread, blocks until done or
+ * Returns as eng_xfer (0, ENG_XFER_UNSENT, LUNAR_ERR_UNAUTHORIZED or
+ * LUNAR_ERR_TRANSFER_FAIL). Any thread, blocks until done or
  * deadline_ns (lc_now_ns clock: the transfer's end, set when it was
  * submitted, so time spent queued or waiting for a connection counts).
  * eng_xfer picks the transport. crc: as eng_xfer (NULL, or set to the

@@ -209,7 +209,9 @@ void eng_engine_destroy(struct eng_engine *e);
 /*
  * eng_xfer's failure when no byte of the request left this process: no
  * connection to the peer could be made (refused, unreachable, connect timed
- * out), so none of it can reach the peer later. A TRANSFER_FAIL otherwise.
+ * out), or the transfer's time ran out before it began (waiting for a
+ * connection or an RDMA QP set), so none of it can reach the peer later.
+ * A TRANSFER_FAIL otherwise.
  */
 #define ENG_XFER_UNSENT (-8000)
 
@@ -342,7 +344,8 @@ int eng_cq_wait(struct eng_cq *cq, struct eng_op **out, int max, unsigned timeou
  * eng_xfer_batch - submit ops[0..n) and wait until every one completed
  * (results in each op), the calling thread running a share of the slices
  * itself: one remote transfer of one slice runs on the caller alone, with
- * no hand-off. Any thread; blocks up to io_timeout_ms past the last start.
+ * no hand-off. Any thread; blocks up to io_timeout_ms past the call (each
+ * op's deadline runs from its submission).
  */
 void eng_xfer_batch(struct eng_engine *e, struct eng_op *ops, int n);
 

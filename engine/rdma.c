@@ -436,7 +436,7 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf
 	if (!rc)
 		rc = exchange_xfer(e, p, x, off, total, cap, crc, deadline, &rep);
 	/* Whatever came of it: the windows close before the memory goes back. */
-	if (windows && (closed = eng_rdma_qps_close(p->q, x->nsge, deadline)) && !rc)
+	if (windows && (closed = eng_rdma_qps_close(p->q, mr, x->nsge, deadline)) && !rc)
 		rc = closed;
 	if (rc) {
 		eng_rdma_qps_fence(p->q);
@@ -462,6 +462,15 @@ static int tcp_instead(struct eng_engine *e, const char *endpoint, enum eng_dir 
 	return rc;
 }
 
+/* A transfer whose time ran out before it began (queued behind others, or
+ * waiting for a QP set): nothing went, and no QP set is torn down for it. */
+static int too_late(struct eng_engine *e, uint64_t total)
+{
+	LC_DEBUG(ENG_LOG, "RDMA transfer out of time before it began");
+	eng_xfer_count(e, ENG_TR_RDMA, total, ENG_XFER_UNSENT);
+	return ENG_XFER_UNSENT;
+}
+
 /* The CRC32C of iov's bytes. */
 static uint32_t iov_crc(const struct iovec *iov, int iovcnt)
 {
@@ -485,13 +494,19 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 
 	if (e->keyed && !cap)
 		return ENG_XFER_UNSENT; /* as over TCP: the owner would refuse it */
+	if (lc_now_ns() >= deadline)
+		return too_late(e, total);
 	if ((e->keyed ? to_sges(r->dev, dir, iov, iovcnt, &x, mr) != 0
 		      : local_keys(r->dev, iov, iovcnt, lkey) != 0) ||
-	    !(p = peer_get(e, endpoint, dir, off, total, cap, deadline, &late))) {
-		/* Out of time waiting for a QP set: nothing of it went. */
-		if (late)
-			return ENG_XFER_UNSENT;
-		return tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline);
+	    !(p = peer_get(e, endpoint, dir, off, total, cap, deadline, &late)))
+		return late ? too_late(e, total)
+			    : tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc,
+					  deadline);
+	if (lc_now_ns() >= deadline) {
+		if (e->keyed)
+			peer_release(r, p);
+		peer_put(p);
+		return too_late(e, total);
 	}
 	/* The owner checks a keyed WRITE's bytes against their CRC32C. */
 	if (e->keyed && dir == ENG_WRITE)

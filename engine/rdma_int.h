@@ -228,9 +228,6 @@ struct eng_rdma_qps {
 	/* With dev->windows, on a keyed client's set: one window per piece of
 	 * a transfer, bound for its length only (eng_rdma_qps_open). */
 	struct ibv_mw *mw[ENG_RDMA_SGE_MAX];
-	/* The region each window was last bound in: its unbind names it
-	 * too (rxe's provider reads the region even for a zero length). */
-	struct ibv_mr *mw_mr[ENG_RDMA_SGE_MAX];
 };
 
 /* A transfer's outstanding work requests; on the caller's stack. */
@@ -287,12 +284,14 @@ void eng_rdma_qps_fence(struct eng_rdma_qps *q);
  * x->sge[i], which lies in mr[i] (eng_rdma_mem_mr), for the owner's RDMA WRITE into it (x->cap_op
  * READ: a get) or its RDMA READ from it (a put), and put the window's new rkey in x->sge[i].rkey;
  * waits for the binds. 0, or -errno (some may be bound: close them). eng_rdma_qps_close - unbind
- * windows [0, n) and wait: afterwards their rkeys reach nothing. When that fails (q broken) the QPs
- * are fenced and the windows freed. 0 or -errno. The owner of q's only transfer.
+ * windows [0, n), each in the region mr[i] it was opened in (an unbind names its region: rxe's
+ * provider reads it), and wait: afterwards their rkeys reach nothing. When that fails (q broken)
+ * the QPs are fenced and the windows freed. 0 or -errno. The owner of q's only transfer.
  */
 int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_mr *const mr[],
 		      uint64_t deadline_ns);
-int eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
+int eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[], unsigned n,
+		       uint64_t deadline_ns);
 
 /* The transport's state in an engine (rdma.c): the device and the peers.
  * Keyed, the owner serves one transfer at a time on each QP set a peer

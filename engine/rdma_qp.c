@@ -459,12 +459,10 @@ int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_
 
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
-	for (unsigned i = 0; i < x->nsge && !rc; i++) {
-		q->mw_mr[i] = mr[i];
+	for (unsigned i = 0; i < x->nsge && !rc; i++)
 		rc = q->mw[i] ? bind_one(q, &w, q->mw[i], mr[i], x->sge[i].addr, x->sge[i].len,
 					 access, deadline_ns)
 			      : -EIO;
-	}
 	/* Even after a failed bind: what was posted must finish first. */
 	wrc = eng_rdma_qps_wait(q, &w, deadline_ns);
 	if (rc || wrc)
@@ -474,7 +472,8 @@ int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_
 	return 0;
 }
 
-int eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns)
+int eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[], unsigned n,
+		       uint64_t deadline_ns)
 {
 	struct eng_rdma_wait w;
 	int rc = 0, wrc;
@@ -482,7 +481,7 @@ int eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns)
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
 	for (unsigned i = 0; i < n && !rc; i++)
-		rc = q->mw[i] ? bind_one(q, &w, q->mw[i], q->mw_mr[i], 0, 0, 0, deadline_ns) : -EIO;
+		rc = q->mw[i] ? bind_one(q, &w, q->mw[i], mr[i], 0, 0, 0, deadline_ns) : -EIO;
 	wrc = eng_rdma_qps_wait(q, &w, deadline_ns);
 	if (!rc && !wrc)
 		return 0;

@@ -320,7 +320,10 @@ static int slice_conn(void *arg, struct eng_cconn *c, int *replied)
 int eng_conn_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *pooled,
 		  struct eng_cconn **out)
 {
-	int rc = eng_pool_take(&e->pool, endpoint, deadline_ns, pooled, out);
+	int rc;
+
+	*out = NULL;
+	rc = eng_pool_take(&e->pool, endpoint, deadline_ns, pooled, out);
 
 	if (rc || *pooled || !e->keyed)
 		return rc;

@@ -4,8 +4,9 @@
  * segment and an owner O with one, all the failpoint build's
  * (common/failpoint.h). With O holding each write back
  * (engine-serve-write=sleep), the master has the value before the put
- * returns, and a reader meanwhile misses it (never CHECKSUM_MISMATCH,
- * never other bytes) and reads it exactly once the put returned; with
+ * returns, and a reader meanwhile misses it until its bytes landed (never
+ * CHECKSUM_MISMATCH, never other bytes) and reads it exactly once the put
+ * returned; with
  * --commit-after-write the value exists only once its bytes landed. A
  * write O drops after its commit (engine-serve-write=return) is taken back
  * and put again the two-call way: the put returns 0 and reads back exact.

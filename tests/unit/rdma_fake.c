@@ -138,12 +138,14 @@ int __wrap_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, ui
 void __wrap_eng_rdma_qps_fence(struct eng_rdma_qps *q);
 int __real_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
 			     struct ibv_mr *const mr[], uint64_t deadline_ns);
-int __real_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
+int __real_eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[], unsigned n,
+			      uint64_t deadline_ns);
 int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
 			     struct ibv_mr *const mr[], uint64_t deadline_ns);
 struct ibv_mr *__real_eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len);
 struct ibv_mr *__wrap_eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len);
-int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
+int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[], unsigned n,
+			      uint64_t deadline_ns);
 
 int __wrap_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out)
 {
@@ -341,10 +343,11 @@ int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
 	return 0;
 }
 
-int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns)
+int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[], unsigned n,
+			      uint64_t deadline_ns)
 {
 	if (!rdma_fake.on)
-		return __real_eng_rdma_qps_close(q, n, deadline_ns);
+		return __real_eng_rdma_qps_close(q, mr, n, deadline_ns);
 	if (atomic_load(&q->broken)) {
 		wins_free(q); /* as the real one does when it cannot unbind */
 		return -EIO;

@@ -16,8 +16,9 @@
 # devices rxe0 and rxe1 on its two ends, then runs SCRIPT (an absolute
 # path on this host, read-only in the guest) with bash in the repository.
 # SCRIPT's output is this script's; its exit status is this script's.
-# The test environment (BUILD, TEST_TIMEOUT, LUNAR_TEST_SANITIZER and the
-# sanitizers' options) goes along. Bounded by VM_TIMEOUT seconds (280).
+# The test environment (BUILD, LUNAR_TEST_SANITIZER and the sanitizers'
+# options) goes along. Bounded by VM_TIMEOUT seconds (280); qemu stays in
+# the caller's process group, so a timeout around this script ends it too.
 # Exit 77 with the reason when the host cannot run the machine (no
 # qemu-system-x86_64, no static busybox, the kernel not to be had).
 set -u
@@ -27,7 +28,8 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 script=${1:?usage: run-in-vm.sh SCRIPT}
 case $script in /*) ;; *) script=$repo/$script ;; esac
-vm=$repo/$BUILD/vm
+case $BUILD in /*) build=$BUILD ;; *) build=$repo/$BUILD ;; esac
+vm=$build/vm
 skip() {
 	echo "skipped: $*"
 	exit 77
@@ -47,7 +49,10 @@ if [ ! -e "$vm/initrd.img" ] || [ "$self" -nt "$vm/initrd.img" ]; then
 	[ -n "$pkg" ] || skip "apt knows no linux-image-amd64"
 	ver=${pkg#linux-image-}
 	k=$vm/kernel rd=$vm/initrd
-	rm -rf "$vm" && mkdir -p "$k" "$rd"/{bin,proc,sys,dev,root,modules}
+	rm -rf "$vm" && mkdir -p "$k" "$rd"/{bin,proc,sys,dev,root,modules} || {
+		echo "vm: cannot make $vm"
+		exit 1
+	}
 	(cd "$vm" && apt-get download "$pkg" >/dev/null 2>&1) || skip "apt-get download $pkg failed"
 	dpkg-deb -x "$vm/${pkg}"_*.deb "$k" && rm -f "$vm"/*.deb || skip "cannot unpack $pkg"
 	depmod -b "$k" "$ver" || skip "depmod failed"
@@ -58,6 +63,7 @@ if [ ! -e "$vm/initrd.img" ] || [ "$self" -nt "$vm/initrd.img" ]; then
 		n=$((n + 1))
 		cp "$ko" "$rd/modules/$(printf %02d $n)-$(basename "$ko")"
 	done
+	compgen -G "$rd/modules/*-rdma_rxe.ko" >/dev/null || skip "$pkg has no uncompressed rdma_rxe module"
 	cat >"$rd/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -66,6 +72,14 @@ mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 for m in /modules/*.ko; do insmod "$m" || echo "vm: insmod $m failed"; done
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 hostroot /root || echo "vm: no root"
+arg() { sed -n "s/.*lunar.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
+# The repository and the build directory stay visible where they are, even
+# under /tmp, which a fresh tmpfs covers below.
+n=0
+for d in $(arg repo) $(arg build); do
+	n=$((n + 1))
+	mkdir -p /keep/$n && mount --bind "/root$d" /keep/$n
+done
 mount -t proc proc /root/proc
 mount -t sysfs sys /root/sys
 mount -t devtmpfs dev /root/dev
@@ -74,23 +88,33 @@ mount -t tmpfs -o mode=1777 shm /root/dev/shm
 mount -t devpts pts /root/dev/pts
 mount -t tmpfs -o mode=1777 tmp /root/tmp
 mount -t tmpfs run /root/run
-run=$(sed -n 's/.*lunar.run=\([^ ]*\).*/\1/p' /proc/cmdline)
-chroot /root /bin/bash "$run"
+n=0
+for d in $(arg repo) $(arg build); do
+	n=$((n + 1))
+	mkdir -p "/root$d" && mount --bind /keep/$n "/root$d"
+done
+chroot /root /bin/bash "$(arg run)"
 echo "lunar-vm-exit=$?"
 poweroff -f
 INIT
 	chmod +x "$rd/init"
 	cp "$k/boot/vmlinuz-$ver" "$vm/vmlinuz"
-	(cd "$rd" && find . | cpio -o -H newc 2>/dev/null | gzip -1) >"$vm/initrd.img.tmp" &&
-		mv "$vm/initrd.img.tmp" "$vm/initrd.img"
+	(set -o pipefail && cd "$rd" && find . | cpio -o -H newc 2>/dev/null | gzip -1) \
+		>"$vm/initrd.img.tmp" && mv "$vm/initrd.img.tmp" "$vm/initrd.img" || {
+		echo "vm: cannot make the initramfs"
+		exit 1
+	}
 	rm -rf "$k" "$rd"
 fi
 
 # What the guest runs: the devices, then SCRIPT in the repository.
-out=$(mktemp /tmp/lunar-vm-XXXXXX) run=$(mktemp "$vm/run-XXXXXX")
+out=$(mktemp /tmp/lunar-vm-XXXXXX) && run=$(mktemp "$vm/run-XXXXXX") || {
+	echo "vm: cannot make temporary files"
+	exit 1
+}
 trap 'rm -f "$out" "$run"' EXIT
 {
-	export -p | grep -E '^declare -x (BUILD|TEST_TIMEOUT|LUNAR_TEST_SANITIZER|[A-Z]+SAN_OPTIONS)='
+	export -p | grep -E '^declare -x (BUILD|LUNAR_TEST_SANITIZER|[A-Z]+SAN_OPTIONS)='
 	cat <<RUN
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp
@@ -106,9 +130,9 @@ bash '$script'
 RUN
 } >"$run"
 
-timeout -k 5 "${VM_TIMEOUT:-280}" qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m "${VM_MEM:-3072}" \
+timeout --foreground -k 5 "${VM_TIMEOUT:-280}" qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m "${VM_MEM:-3072}" \
 	-kernel "$vm/vmlinuz" -initrd "$vm/initrd.img" \
-	-append "console=ttyS0 quiet loglevel=3 panic=-1 lunar.run=$run" \
+	-append "console=ttyS0 quiet loglevel=3 panic=-1 lunar.run=$run lunar.repo=$repo lunar.build=$build" \
 	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
 	-nic none -display none -serial "file:$out" -monitor none -no-reboot
 qrc=$?

@@ -18,14 +18,15 @@ for t in $tests; do
 	[ -x "$BUILD/tests/$t" ] || { echo "FAIL: no $BUILD/tests/$t (build it first)"; exit 1; }
 	bins+=("$BUILD/tests/$t")
 done
-inner=$(mktemp "$BUILD/vm-tests-XXXXXX") && trap 'rm -f "$inner"' EXIT
+case $BUILD in /*) dir=$BUILD ;; *) dir=$PWD/$BUILD ;; esac
+inner=$(mktemp "$dir/vm-tests-XXXXXX") || { echo "FAIL: cannot write to $BUILD"; exit 1; }
+trap 'rm -f "$inner"' EXIT
 # Inside, a test that skips for want of a device fails: the machine has two.
 cat >"$inner" <<INNER
 rdma link show | grep -q ACTIVE || { echo "FAIL: no active soft-RoCE device in the machine"; exit 1; }
-bash tests/run.sh ${bins[*]} >/tmp/run.out 2>&1
-rc=\$?
-cat /tmp/run.out
+bash tests/run.sh ${bins[*]} 2>&1 | tee /tmp/run.out
+rc=\${PIPESTATUS[0]}
 grep -q '^== SKIP' /tmp/run.out && { echo "FAIL: a test skipped beside an RDMA device"; exit 1; }
 exit \$rc
 INNER
-bash tests/vm/run-in-vm.sh "$PWD/$inner"
+bash tests/vm/run-in-vm.sh "$inner"
