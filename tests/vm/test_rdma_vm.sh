@@ -2,17 +2,16 @@
 # test_rdma_vm.sh - the RDMA tests against a real verbs stack: inside a
 # machine with soft-RoCE devices (run-in-vm.sh), the engine's device tests
 # (test_rdma_device), a keyed cluster whose values travel over RDMA
-# (test_rdma_cluster; both skip on a host without a device), a peer
-# stopped mid-transfer (test_peer_stop) and commits beside writes held
-# back at their owner (test_put_beside), their transfers over RDMA.
+# (test_rdma_cluster; both skip on a host without a device) and a peer
+# stopped mid-transfer (test_peer_stop), its transfers over RDMA.
 # VM_TESTS names other test binaries under $BUILD/tests/ to run there too
-# (make rdma-vm: the cluster tests with remote transfers). Exit 0 pass,
+# (make rdma-vm: the cluster tests with remote transfers, writes held back
+# at their owner among them). Exit 0 pass,
 # 77 skipped (the machine cannot run here: the reason is printed), 1 fail.
 set -u
 BUILD=${BUILD:-build}
 cd "$(dirname "$0")/../.."
-tests="unit/test_rdma_device integration/test_rdma_cluster integration/test_peer_stop
-	integration/test_put_beside ${VM_TESTS:-}"
+tests="unit/test_rdma_device integration/test_rdma_cluster integration/test_peer_stop ${VM_TESTS:-}"
 bins=()
 for t in $tests; do
 	[ -x "$BUILD/tests/$t" ] || { echo "FAIL: no $BUILD/tests/$t (build it first)"; exit 1; }
