@@ -258,13 +258,14 @@ static int op_prepare(struct eng_engine *e, struct eng_cq *cq, struct eng_op *op
 	if (!rc && !total)
 		rc = LUNAR_ERR_TRANSFER_FAIL;
 	op->priv.total = total;
-	/* One deadline from submission, whatever the transport and the wait. */
-	op->priv.deadline_ns = lc_now_ns() + e->timeout_ns;
 	op->priv.ops = rc ? NULL : eng_transport(e, op->endpoint);
+	/* A remote op's one deadline runs from submission, whatever its
+	 * transport and its wait; a local copy, on the hot path, needs none. */
+	if (!rc && op->priv.ops != &eng_local_ops)
+		op->priv.deadline_ns = lc_now_ns() + e->timeout_ns;
 	if (!rc && op->priv.ops == &eng_local_ops) {
 		rc = eng_local_ops.xfer(e, op->endpoint, op->dir, op->off, op->iov, op->iovcnt,
-					total, op->cap, op->want_crc ? &op->crc : NULL,
-					op->priv.deadline_ns);
+					total, op->cap, op->want_crc ? &op->crc : NULL, 0);
 		eng_xfer_count(e, ENG_TR_LOCAL, total, rc);
 	} else if (!rc && op->priv.ops == &eng_tcp_ops)
 		rc = eng_tcp_plan(e, op);
