@@ -156,14 +156,36 @@ struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_
 struct h_proc *h_start_peer(const char *name, const char *sockpath, int master_port,
 			    char seg[H_SEG_NAME], ...);
 /*
- * h_remote_pair - proxies "proxyA", with no segment (every value its
- * clients put lands on B), and "proxyB", with a 64 MiB segment whose name
- * goes to seg_b, joined to the master on port, on sockets a.sock and b.sock
- * in the temp dir (written to sock_a and sock_b), into *a and *b: 0, or -1
- * if either did not start.
+ * h_remote_pair - a master (h_cluster_master, no extras) and proxies
+ * "proxyA", with no segment (every value its clients put lands on B), and
+ * "proxyB", with a 64 MiB segment whose name goes to seg_b, joined to it,
+ * on sockets a.sock and b.sock in the temp dir (written to sock_a and
+ * sock_b), into *a and *b: 0, or -1 if one of them did not start.
  */
-int h_remote_pair(int port, char sock_a[PATH_MAX], char sock_b[PATH_MAX], char seg_b[H_SEG_NAME],
+int h_remote_pair(char sock_a[PATH_MAX], char sock_b[PATH_MAX], char seg_b[H_SEG_NAME],
 		  struct h_proc **a, struct h_proc **b);
+
+/*
+ * h_metric - the value of sample (name and labels, as /metrics writes it)
+ * in daemon p's /metrics; fails the test when p does not answer or has no
+ * such sample (harness_metrics.c).
+ * h_rdma_expected - 1 when this run's proxies must move remote values over
+ * RDMA: $LUNAR_TEST_RDMA is "1", as tests/vm/test_rdma_vm.sh sets it inside
+ * its machine with soft-RoCE devices; else 0.
+ * h_rdma_mark - proxy p's count of RDMA transfers so far (its /metrics) when
+ * h_rdma_expected, else 0 without asking.
+ * h_rdma_check - when h_rdma_expected, fail the test unless p made at least
+ * min RDMA transfers since mark, a count h_rdma_mark gave; else nothing.
+ * h_rdma_redial - when h_rdma_expected, wait out the second in which an
+ * engine whose RDMA transfer to a peer failed reaches that peer by TCP
+ * before it sets up RDMA again (engine/rdma.c); else nothing. For a test
+ * that checks RDMA after one of its peers stopped or went away.
+ */
+int64_t h_metric(const struct h_proc *p, const char *sample);
+int h_rdma_expected(void);
+int64_t h_rdma_mark(const struct h_proc *p);
+void h_rdma_check(const struct h_proc *p, int64_t mark, int64_t min);
+void h_rdma_redial(void);
 
 /*
  * h_embedded_node - for a group setup: h_init, then a proxy with

@@ -238,9 +238,14 @@ struct h_proc *h_proxy_pair(int port, char sock_a[PATH_MAX], char sock_b[PATH_MA
 	return a;
 }
 
-int h_remote_pair(int port, char sock_a[PATH_MAX], char sock_b[PATH_MAX], char seg_b[H_SEG_NAME],
+int h_remote_pair(char sock_a[PATH_MAX], char sock_b[PATH_MAX], char seg_b[H_SEG_NAME],
 		  struct h_proc **a, struct h_proc **b)
 {
+	int port;
+
+	*a = *b = NULL;
+	if (!h_cluster_master(&port, NULL))
+		return -1;
 	snprintf(sock_a, PATH_MAX, "%s", h_path("a.sock"));
 	snprintf(sock_b, PATH_MAX, "%s", h_path("b.sock"));
 	*a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", NULL);

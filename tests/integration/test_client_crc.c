@@ -34,26 +34,17 @@ static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[H_SEG_NAME];
 static struct h_proc *proxy_a, *proxy_b;
 static uint8_t val[VAL_LEN], out[VAL_LEN];
 
-static int start(void)
-{
-	int port;
-
-	if (!h_cluster_master(&port, NULL))
-		return -1;
-	return h_remote_pair(port, sock_a, sock_b, seg_b, &proxy_a, &proxy_b);
-}
-
 static int keyed_setup(void **state)
 {
 	(void)state;
-	return start();
+	return h_remote_pair(sock_a, sock_b, seg_b, &proxy_a, &proxy_b);
 }
 
 static int keyless_setup(void **state)
 {
 	(void)state;
 	h_keyless();
-	return start();
+	return h_remote_pair(sock_a, sock_b, seg_b, &proxy_a, &proxy_b);
 }
 
 static int teardown(void **state)

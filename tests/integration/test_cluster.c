@@ -4,7 +4,8 @@
  * with two replicas read byte-exact through B, and still do after A is
  * SIGKILLed, which proves the replicas sit on two distinct segments. Batch
  * exists and prefix match answer index-aligned through B; batch gets read
- * their values together, remote and local.
+ * their values together, remote and local. Beside an RDMA device
+ * (tests/vm/), A writes B's replicas by RDMA.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -106,6 +107,7 @@ static void expect_object(int i, const char *when)
 static void test_cluster_put_on_a_reads_exact_on_b(void **state)
 {
 	const struct lunar_put_cfg two = {.replica_num = 2};
+	int64_t mark = h_rdma_mark(proxy_a);
 	size_t total = 0;
 	char key[64];
 	uint8_t *wbuf = malloc(4 * MIB);
@@ -124,6 +126,7 @@ static void test_cluster_put_on_a_reads_exact_on_b(void **state)
 		total += len;
 	}
 	print_message("put %d objects, %zu bytes, replica_num=2\n", NOBJ, total);
+	h_rdma_check(proxy_a, mark, NOBJ); /* each put's replica on B */
 	for (int i = 0; i < NOBJ; i++) {
 		obj_key(i, key, sizeof(key));
 		H_ASSERT_EQ(lunar_exists(cb, key), 1);

@@ -7,7 +7,8 @@
  * that completes the handshake with the key but has no grant, and a
  * recorded or altered keyed frame. The values still read byte-exact through
  * A and B, legitimate puts and gets between the nodes work, and B counts
- * each refusal in lunar_proxy_data_rejected_total{reason}.
+ * each refusal in lunar_proxy_data_rejected_total{reason}. Beside an RDMA
+ * device (tests/vm/), A's writes and reads go by RDMA.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -387,6 +388,7 @@ static long long rejected(const char *reason)
 static void test_data_port_auth_cluster_works_and_counts(void **state)
 {
 	uint8_t *w = malloc(BIG_LEN), *r = malloc(BIG_LEN);
+	int64_t mark = h_rdma_mark(proxy_a);
 	char key_name[64];
 
 	(void)state;
@@ -400,6 +402,7 @@ static void test_data_port_auth_cluster_works_and_counts(void **state)
 		H_ASSERT_EQ(lunar_get_into(cb, key_name, r, BIG_LEN), BIG_LEN - i * 999);
 		H_ASSERT_EQ(h_verify(r, BIG_LEN - (size_t)i * 999, h_seed(key_name)), -1);
 	}
+	h_rdma_check(proxy_a, mark, 8); /* A's four writes to B and four reads */
 	/* An upsert through A of a value on B: a new version, new grants (A
 	 * holds no lease of the key, so it reads the new value). */
 	h_fill(w, 8192, 76);

@@ -6,6 +6,7 @@
  * the value byte-exact (read from C, or from B before it died) or fails
  * with a code; never other bytes. Then puts of large values placed on the
  * dead B fail with a code, and the value still reads whole from C.
+ * Beside an RDMA device (tests/vm/), A writes to B and C by RDMA.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -67,6 +68,8 @@ static void test_kill_mid_transfer_gets_and_puts(void **state)
 	    .replica_num = 1, .preferred_segments = on_b_only, .preferred_count = 1};
 	uint8_t *val = malloc(VAL_LEN);
 	struct lunar_client *ca;
+	struct h_proc *proxy_a;
+	int64_t mark;
 	pthread_t t;
 	int port, rc;
 
@@ -76,7 +79,9 @@ static void test_kill_mid_transfer_gets_and_puts(void **state)
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
 	snprintf(sock_c, sizeof(sock_c), "%s", h_path("c.sock"));
-	H_ASSERT(h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", NULL));
+	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", NULL);
+	H_ASSERT(proxy_a);
+	mark = h_rdma_mark(proxy_a);
 	proxy_b = h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", "128MiB", NULL);
 	H_ASSERT(proxy_b);
 	H_ASSERT(h_start_peer("proxyC", sock_c, port, seg_c, "--segment-size", "128MiB", NULL));
@@ -84,6 +89,7 @@ static void test_kill_mid_transfer_gets_and_puts(void **state)
 	H_ASSERT(ca != NULL);
 	h_fill(val, VAL_LEN, h_seed(KEY));
 	H_ASSERT_EQ(lunar_put(ca, KEY, val, VAL_LEN, &both), 0);
+	h_rdma_check(proxy_a, mark, 2); /* a write to each of B and C */
 
 	H_ASSERT_EQ(pthread_create(&t, NULL, reader, ca), 0);
 	while (atomic_load(&reads) < READ_MIN)

@@ -13,6 +13,7 @@
  * With --offload on_put, a value whose offload task reaches O before its
  * bytes land is copied to O's SSD once they have. A value W removes while
  * another of its puts' bytes still travel gives its range back at once.
+ * Beside an RDMA device, the held writes go by RDMA.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,6 +41,7 @@
 
 static char sock_w[PATH_MAX], sock_o[PATH_MAX], seg_o[H_SEG_NAME], fpfile[PATH_MAX];
 static int mhttp, whttp, ohttp;
+static struct h_proc *proxy_w;
 
 static int setup(void **state)
 {
@@ -68,9 +70,9 @@ static void start_with(const char *wflag, int offload)
 			       "100ms", NULL));
 	H_ASSERT(p != NULL);
 	ohttp = http_port_of(p);
-	p = track(h_start_proxy("proxyW", sock_w, mport, "--segment-size", "0", wflag, NULL));
-	H_ASSERT(p != NULL);
-	whttp = http_port_of(p);
+	proxy_w = track(h_start_proxy("proxyW", sock_w, mport, "--segment-size", "0", wflag, NULL));
+	H_ASSERT(proxy_w != NULL);
+	whttp = http_port_of(proxy_w);
 	while (metric(mhttp, RESERVED_BYTES) == 0 && h_now_ms() < end)
 		h_sleep_ms(20);
 	H_ASSERT_MSG(metric(mhttp, RESERVED_BYTES) > 0, "W was granted no reservation");
@@ -109,6 +111,7 @@ static int put_held(const char *key)
 {
 	static struct putter p; /* its thread outlives a failed assertion */
 	struct lunar_client *c = h_client(sock_o);
+	int64_t mark = h_rdma_mark(proxy_w);
 	uint8_t buf[LEN];
 	int seen = 0;
 
@@ -134,6 +137,7 @@ static int put_held(const char *key)
 	H_ASSERT(pthread_join(p.th, NULL) == 0);
 	case_arm(fpfile, "", 60);
 	H_ASSERT_MSG(p.rc == 0, "put %s = %d (%s)", key, p.rc, h_code(p.rc));
+	h_rdma_check(proxy_w, mark, 1); /* the held write went by RDMA */
 	check_seeded(c, key, buf, LEN, h_seed(key));
 	lunar_close(c);
 	return seen;

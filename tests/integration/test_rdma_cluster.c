@@ -28,7 +28,6 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "http_get.h"
 #include "tests/cmocka_main.h"
 
 #define KIB	   1024u
@@ -49,11 +48,8 @@ static int fd = -1;
 
 static int setup(void **state)
 {
-	int port;
-
 	(void)state;
-	if (!h_cluster_master(&port, NULL) ||
-	    h_remote_pair(port, sock_a, sock_b, seg_b, &proxy_a, &proxy_b))
+	if (h_remote_pair(sock_a, sock_b, seg_b, &proxy_a, &proxy_b))
 		return -1;
 	ca = h_client(sock_a);
 	cb = h_client(sock_b);
@@ -80,15 +76,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* One sample of A's /metrics. */
-static int64_t a_metric(const char *sample)
-{
-	static char text[1 << 17];
-
-	H_ASSERT_EQ(hg_get(hg_log_http_port(proxy_a->log), "/metrics", text, sizeof(text)), 200);
-	return hg_metric(text, sample);
-}
-
 /* Put src (len bytes) under key through A, on B; read it back through A
  * into dst and through B into buf; both byte-exact. */
 static void round_trip(const char *key, uint8_t *src, uint8_t *dst, size_t len)
@@ -108,7 +95,7 @@ static void round_trip(const char *key, uint8_t *src, uint8_t *dst, size_t len)
 
 static void test_rdma_cluster_values_travel_over_rdma(void **state)
 {
-	int64_t before = a_metric(RDMA_XFERS), tcp = a_metric(TCP_XFERS);
+	int64_t before = h_metric(proxy_a, RDMA_XFERS), tcp = h_metric(proxy_a, TCP_XFERS);
 	uint8_t *blk = lunar_alloc(ca, 6 * MIB);
 	char key[64];
 	int n = 0;
@@ -116,7 +103,7 @@ static void test_rdma_cluster_values_travel_over_rdma(void **state)
 	(void)state;
 	H_ASSERT(blk != NULL);
 	H_ASSERT_EQ(lunar_register(ca, mem, REGION_LEN), 0);
-	H_ASSERT_EQ(a_metric("lunar_proxy_rdma_enabled"), 1);
+	H_ASSERT_EQ(h_metric(proxy_a, "lunar_proxy_rdma_enabled"), 1);
 	for (size_t i = 0; i < NSIZES; i++) {
 		snprintf(key, sizeof(key), "rdma/heap-%zu", sizes[i]);
 		round_trip(key, buf + REGION_LEN / 2, buf + REGION_LEN / 2, sizes[i]);
@@ -128,11 +115,12 @@ static void test_rdma_cluster_values_travel_over_rdma(void **state)
 	}
 	lunar_free(ca, blk);
 	print_message("A: %lld rdma transfers for %d puts and %d gets, %lld tcp, %lld fallbacks\n",
-		      (long long)(a_metric(RDMA_XFERS) - before), n, n,
-		      (long long)(a_metric(TCP_XFERS) - tcp), (long long)a_metric(FALLBACKS));
-	H_ASSERT(a_metric(RDMA_XFERS) - before >= 2 * n);
-	H_ASSERT_EQ(a_metric(TCP_XFERS), tcp);
-	H_ASSERT_EQ(a_metric(FALLBACKS), 0);
+		      (long long)(h_metric(proxy_a, RDMA_XFERS) - before), n, n,
+		      (long long)(h_metric(proxy_a, TCP_XFERS) - tcp),
+		      (long long)h_metric(proxy_a, FALLBACKS));
+	H_ASSERT(h_metric(proxy_a, RDMA_XFERS) - before >= 2 * n);
+	H_ASSERT_EQ(h_metric(proxy_a, TCP_XFERS), tcp);
+	H_ASSERT_EQ(h_metric(proxy_a, FALLBACKS), 0);
 }
 
 static void test_rdma_cluster_owner_stopped_mid_reads(void **state)

@@ -8,7 +8,8 @@
  * arena and the values are larger, so nothing can be staged. Last, a third
  * proxy C with its own segment: puts from A naming B or C as the preferred
  * segment land there - once C is killed, exactly the keys that named C are
- * gone, while those that named B read byte-exact through B.
+ * gone, while those that named B read byte-exact through B. Beside an
+ * RDMA device (tests/vm/), A's put and read back go by RDMA.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -123,6 +124,7 @@ static void test_zero_copy_cluster_put_on_a_get_on_b(void **state)
 {
 	const struct lunar_put_cfg one = {.replica_num = 1};
 	const char *key = "zcc/a-to-b";
+	int64_t mark = h_rdma_mark(proxy_a);
 	uint8_t *blk;
 
 	(void)state;
@@ -142,6 +144,7 @@ static void test_zero_copy_cluster_put_on_a_get_on_b(void **state)
 	H_ASSERT_EQ(lunar_get_into(ca, key, blk, BIG), BIG);
 	H_ASSERT_MSG(h_verify(blk, BIG, h_seed(key)) < 0, "A: wrong byte at %lld",
 		     (long long)h_verify(blk, BIG, h_seed(key)));
+	h_rdma_check(proxy_a, mark, 2); /* the put and the read back */
 	lunar_free(ca, blk);
 }
 

@@ -20,9 +20,11 @@ done
 case $BUILD in /*) dir=$BUILD ;; *) dir=$PWD/$BUILD ;; esac
 inner=$(mktemp "$dir/vm-tests-XXXXXX") || { echo "FAIL: cannot write to $BUILD"; exit 1; }
 trap 'rm -f "$inner"' EXIT
-# Inside, a test that skips for want of a device fails: the machine has two.
+# Inside, a test that skips for want of a device fails: the machine has two;
+# and the cluster tests check their transfers went by RDMA (LUNAR_TEST_RDMA).
 cat >"$inner" <<INNER
 rdma link show | grep -q ACTIVE || { echo "FAIL: no active soft-RoCE device in the machine"; exit 1; }
+export LUNAR_TEST_RDMA=1
 bash tests/run.sh ${bins[*]} 2>&1 | tee /tmp/run.out
 rc=\${PIPESTATUS[0]}
 grep -q '^== SKIP' /tmp/run.out && { echo "FAIL: a test skipped beside an RDMA device"; exit 1; }
