@@ -35,6 +35,7 @@
 #define SHORT_MS    500	 /* the timeout of the client that gives up */
 #define LONG_KEYS   600
 #define LONG_KEY_AS 3990
+#define LONG_BATCH  50 /* divides LONG_KEYS */
 #define VLEN	    65536
 
 static char sock[PATH_MAX];
@@ -135,10 +136,34 @@ static void *slow_remove(void *arg)
 	return NULL;
 }
 
+/* Put LONG_KEYS keys of LONG_KEY_AS 'a's and a number through a, a batch
+ * of LONG_BATCH at a time (one held request each, not one per key). */
+static void put_long_keys(struct lunar_client *a)
+{
+	static char keys[LONG_BATCH][LONG_KEY_AS + 16];
+	const char *names[LONG_BATCH];
+	struct iovec v = {"v", 1};
+	const struct iovec *iovs[LONG_BATCH];
+	int iovcnts[LONG_BATCH], results[LONG_BATCH];
+
+	for (int i = 0; i < LONG_BATCH; i++) {
+		memset(keys[i], 'a', LONG_KEY_AS);
+		names[i] = keys[i];
+		iovs[i] = &v;
+		iovcnts[i] = 1;
+	}
+	for (int done = 0; done < LONG_KEYS; done += LONG_BATCH) {
+		for (int i = 0; i < LONG_BATCH; i++)
+			snprintf(keys[i] + LONG_KEY_AS, 16, "-%d", done + i);
+		H_ASSERT_EQ(lunar_batch_put(a, LONG_BATCH, names, iovs, iovcnts, NULL, results), 0);
+		for (int i = 0; i < LONG_BATCH; i++)
+			H_ASSERT_EQ(results[i], 0);
+	}
+}
+
 static void test_fence_queued_get_dropped(void **state)
 {
 	static uint8_t val[VLEN];
-	char key[LONG_KEY_AS + 16];
 	struct h_proc *p = node("queued", "1ms");
 	struct lunar_client *a, *c;
 	struct slow s;
@@ -152,11 +177,7 @@ static void test_fence_queued_get_dropped(void **state)
 	/* Given: keys a pattern takes seconds over, and a value */
 	a = h_client_try(sock, 120000, NULL);
 	H_ASSERT(a != NULL);
-	memset(key, 'a', LONG_KEY_AS);
-	for (int i = 0; i < LONG_KEYS; i++) {
-		snprintf(key + LONG_KEY_AS, sizeof(key) - LONG_KEY_AS, "-%d", i);
-		H_ASSERT_EQ(lunar_put(a, key, "v", 1, NULL), 0);
-	}
+	put_long_keys(a);
 	memset(val, 0x5a, sizeof(val));
 	H_ASSERT_EQ(lunar_put(a, "fence/value", val, sizeof(val), NULL), 0);
 	c = h_client_try(sock, SHORT_MS, NULL);
