@@ -11,6 +11,12 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wno-unused-paramet
 # CPPFLAGS, LDFLAGS and LDLIBS from the command line reach every compile and
 # every link (make asan and make tsan pass their -fsanitize= in LDFLAGS).
 
+# Every CPU builds, unless the command line gives a -jN of its own above 1
+# (a sub-make shares its parent's jobs).
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
+MAKEFLAGS += -j$(shell nproc)
+endif
+
 ifeq ($(V),1)
 Q :=
 else
@@ -289,7 +295,7 @@ test: all failpoints
 # from the sources by tests/fuzz/run.sh, each fuzzed for FUZZ_SECONDS;
 # corpus and crash reproducers in $(BUILD)/fuzz/.
 FUZZ_SECONDS ?= 600
-FUZZ_TEST_SECONDS ?= 45
+FUZZ_TEST_SECONDS ?= 20
 fuzz: layers
 	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh
 
