@@ -207,6 +207,9 @@ static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_
 		p->raddr = theirs.addr;
 		p->rlen = theirs.length;
 		p->rkey = theirs.rkey;
+		/* Keyed, the lifeline carries each transfer's answer instead. */
+		if (!e->keyed)
+			p->q->watch_fd = p->c->fd;
 		return 0;
 	}
 	eng_cconn_close(p->c); /* the owner destroys its QPs when it sees EOF */

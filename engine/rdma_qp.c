@@ -92,6 +92,7 @@ int eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote, struct eng_
 	if (nqp < 1 || nqp > ENG_RDMA_QP_MAX || !(q = calloc(1, sizeof(*q))))
 		return -EINVAL;
 	q->dev = d;
+	q->watch_fd = -1;
 	rc = qps_base(q, nqp);
 	memset(mine, 0, sizeof(*mine));
 	for (int i = 0; !rc && i < nqp; i++) {
@@ -248,10 +249,13 @@ static int drain(struct eng_rdma_qps *q)
 
 /* Sleep on the completion channel for at most ms; the first call only
  * arms it, as a completion may have come before: the caller drains again.
- * Poll lock held. */
+ * A hang-up on q->watch_fd (poll skips -1) breaks q. Poll lock held. */
 static void sleep_channel(struct eng_rdma_qps *q, int ms)
 {
-	struct pollfd p = {.fd = q->ch->fd, .events = POLLIN};
+	/* Once broken, only the flushes are waited for. */
+	struct pollfd p[2] = {
+	    {.fd = q->ch->fd, .events = POLLIN},
+	    {.fd = atomic_load(&q->broken) ? -1 : q->watch_fd, .events = POLLRDHUP}};
 	struct ibv_cq *cq;
 	void *ctx;
 
@@ -259,7 +263,13 @@ static void sleep_channel(struct eng_rdma_qps *q, int ms)
 		q->armed = !ibv_req_notify_cq(q->cq, 0);
 		return;
 	}
-	if (poll(&p, 1, ms) > 0 && !q->dev->ibv.get_cq_event(q->ch, &cq, &ctx)) {
+	if (poll(p, 2, ms) <= 0)
+		return;
+	if (p[1].revents) {
+		LC_DEBUG(ENG_LOG, "RDMA: the owner hung up its lifeline");
+		atomic_store(&q->broken, 1);
+	}
+	if ((p[0].revents & POLLIN) && !q->dev->ibv.get_cq_event(q->ch, &cq, &ctx)) {
 		q->dev->ibv.ack_cq_events(cq, 1);
 		q->armed = 0;
 	}
