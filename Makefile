@@ -11,9 +11,10 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wno-unused-paramet
 # CPPFLAGS, LDFLAGS and LDLIBS from the command line reach every compile and
 # every link (make asan and make tsan pass their -fsanitize= in LDFLAGS).
 
-# Every CPU builds, unless the command line gives a -jN of its own above 1
-# (a sub-make shares its parent's jobs).
-ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
+# Every CPU builds when at most one goal is named (goals named together,
+# as in `make clean all`, run one after the other); a -jN on the command
+# line wins, and a sub-make shares its parent's jobs.
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS))$(word 2,$(MAKECMDGOALS)),0)
 MAKEFLAGS += -j$(shell nproc)
 endif
 
@@ -196,7 +197,7 @@ $(BUILD)/obj/proto/lunar.pb-c.o: $(BUILD)/proto/lunar.pb-c.c | $(API_LINKS)
 # Each layer's compile flags, one line "layer flags...", for the scripts that
 # compile outside make: tests/build/test_layers.sh and tests/fuzz/run.sh.
 layers: $(LAYERS_TXT) $(API_LINKS) $(BUILD)/proto/lunar.pb-c.h
-$(LAYERS_TXT): FORCE
+$(LAYERS_TXT): FORCE | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(Q)printf '%s\n' $(foreach l,$(LAYERS),"$(l) $(strip $(call layer_flags,$(l)))") >$@
 
@@ -286,8 +287,9 @@ failpoints: $(DEPS_STAMP)
 DEPLOY_TESTS := tests/deploy/test_manifests.sh tests/pod/test_pod.sh tests/deploy/test_systemd.sh \
 	tests/deploy/test_install.sh tests/vm/test_rdma_vm.sh
 # The fuzz run inside `make test` is short; it skips (exit 77) without clang.
+# (MAKEFLAGS cleared: the scripts that run make get no jobserver of ours.)
 test: all failpoints
-	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) CC="$(CC)" LDFLAGS="$(LDFLAGS)" \
+	$(Q)MAKEFLAGS= BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) CC="$(CC)" LDFLAGS="$(LDFLAGS)" \
 		bash tests/run.sh $(UNIT_BINS) $(INTEG_BINS) $(BUILD_TESTS) tests/fuzz/run.sh \
 		$(DEPLOY_TESTS)
 

@@ -156,7 +156,8 @@ struct h_proc *h_start_proxy(const char *name, const char *sockpath, int master_
 struct h_proc *h_start_peer(const char *name, const char *sockpath, int master_port,
 			    char seg[H_SEG_NAME], ...);
 /*
- * h_remote_pair - a master (h_cluster_master, no extras) and proxies
+ * h_remote_pair - for a group setup: a master (h_cluster_master, no
+ * extras, which runs h_init) and proxies
  * "proxyA", with no segment (every value its clients put lands on B), and
  * "proxyB", with a 64 MiB segment whose name goes to seg_b, joined to it,
  * on sockets a.sock and b.sock in the temp dir (written to sock_a and
@@ -172,17 +173,25 @@ int h_remote_pair(char sock_a[PATH_MAX], char sock_b[PATH_MAX], char seg_b[H_SEG
  * h_rdma_expected - 1 when this run's proxies must move remote values over
  * RDMA: $LUNAR_TEST_RDMA is "1", as tests/vm/test_rdma_vm.sh sets it inside
  * its machine with soft-RoCE devices; else 0.
- * h_rdma_mark - proxy p's count of RDMA transfers so far (its /metrics) when
- * h_rdma_expected, else 0 without asking.
+ * h_rdma_mark - proxy p's count of RDMA transfers that succeeded so far
+ * (its /metrics) when h_rdma_expected, else 0 without asking.
  * h_rdma_check - when h_rdma_expected, fail the test unless p made at least
- * min RDMA transfers since mark, a count h_rdma_mark gave; else nothing.
+ * min RDMA transfers that succeeded since mark, a count h_rdma_mark gave;
+ * else nothing.
  * h_rdma_redial - when h_rdma_expected, wait out the second in which an
- * engine whose RDMA transfer to a peer failed reaches that peer by TCP
- * before it sets up RDMA again (engine/rdma.c); else nothing. For a test
- * that checks RDMA after one of its peers stopped or went away.
+ * engine whose RDMA set-up with a peer failed for want of an answer (a
+ * stopped peer: after a failed transfer the engine sets up anew at once)
+ * reaches that peer by TCP before it tries again (engine/rdma.c); else
+ * nothing. For a test that checks RDMA after one of its peers was stopped.
  */
 int64_t h_metric(const struct h_proc *p, const char *sample);
 int h_rdma_expected(void);
+/* h_rdma_wait_segment - when h_rdma_expected, wait (30 s at most) until
+ * proxy p, which has a segment, logged it registered for RDMA: until then
+ * it answers peers' RDMA set-ups "not yet" and they take TCP. 0, or -1
+ * (with the reason on stderr); else 0 at once. h_start_proxy and
+ * h_start_peer call it. */
+int h_rdma_wait_segment(const struct h_proc *p);
 int64_t h_rdma_mark(const struct h_proc *p);
 void h_rdma_check(const struct h_proc *p, int64_t mark, int64_t min);
 void h_rdma_redial(void);

@@ -276,7 +276,7 @@ static struct h_proc *start_proxy_v(const char *name, const char *sockpath, int 
 	char *argv[H_MAX_ARGS], master[64], port[16];
 	const char *bin = h_bin("lunar-proxy");
 	struct h_proc *p;
-	int n = 0, first_extra, rc, has_segment = 0;
+	int n = 0, first_extra, rc, has_segment = 0, seg_zero = 0;
 
 	if (check_bin(bin) != 0)
 		return NULL;
@@ -302,8 +302,10 @@ static struct h_proc *start_proxy_v(const char *name, const char *sockpath, int 
 	if (rc != 0 || n + 3 >= H_MAX_ARGS)
 		return NULL;
 	for (int i = first_extra; i < n; i++)
-		if (strcmp(argv[i], "--segment-size") == 0)
+		if (strcmp(argv[i], "--segment-size") == 0) {
 			has_segment = 1;
+			seg_zero = i + 1 < n && !strcmp(argv[i + 1], "0");
+		}
 	if (!has_segment) {
 		argv[n++] = "--segment-size";
 		argv[n++] = "64MiB";
@@ -316,7 +318,8 @@ static struct h_proc *start_proxy_v(const char *name, const char *sockpath, int 
 	p = h_spawn(name, argv);
 	if (!p)
 		return NULL;
-	if (h_wait_proxy(p, sockpath, H_READY_TIMEOUT_MS) != 0) {
+	if (h_wait_proxy(p, sockpath, H_READY_TIMEOUT_MS) != 0 ||
+	    (!seg_zero && h_rdma_wait_segment(p) != 0)) {
 		h_kill(p);
 		return NULL;
 	}

@@ -142,7 +142,7 @@ static void put_long_keys(struct lunar_client *a)
 {
 	static char keys[LONG_BATCH][LONG_KEY_AS + 16];
 	const char *names[LONG_BATCH];
-	struct iovec v = {"v", 1};
+	struct iovec v = {.iov_base = "v", .iov_len = 1};
 	const struct iovec *iovs[LONG_BATCH];
 	int iovcnts[LONG_BATCH], results[LONG_BATCH];
 
