@@ -174,9 +174,16 @@ build() {
 	if [ ! -r "$BUILD/layers.txt" ]; then
 		${MAKE:-make} --no-print-directory -s BUILD="$BUILD" layers || exit 1
 	fi
+	# The targets build side by side, each into a folder of its own.
+	local pids=() failed=0
 	for t in $TARGETS; do
-		build_one "$t"
+		build_one "$t" &
+		pids+=($!)
 	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" || failed=1
+	done
+	[ "$failed" = 0 ] || exit 1
 }
 
 case "${1:-}" in
