@@ -264,8 +264,7 @@ static int op_prepare(struct eng_engine *e, struct eng_cq *cq, struct eng_op *op
 	if (!rc && op->priv.ops != &eng_local_ops)
 		op->priv.deadline_ns = lc_now_ns() + e->timeout_ns;
 	if (!rc && op->priv.ops == &eng_local_ops) {
-		rc = eng_local_ops.xfer(e, op->endpoint, op->dir, op->off, op->iov, op->iovcnt,
-					total, op->cap, op->want_crc ? &op->crc : NULL, 0);
+		rc = eng_local_run(e, op, total);
 		eng_xfer_count(e, ENG_TR_LOCAL, total, rc);
 	} else if (!rc && op->priv.ops == &eng_tcp_ops)
 		rc = eng_tcp_plan(e, op);

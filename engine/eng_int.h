@@ -398,7 +398,13 @@ struct eng_server {
 	int done_fd; /* eventfd: a connection thread finished, the listener joins it */
 	pthread_t listener;
 	atomic_int stopping;
-	struct eng_srv_conn *conns; /* only the listener thread touches it while running */
+	/* Under lock: the listener adds to conns and reaps them, a fence
+	 * (eng_server_fence) shuts them down and waits on gone, which a
+	 * connection's thread signals when it finishes. gen counts fences. */
+	pthread_mutex_t lock;
+	pthread_cond_t gone;
+	uint64_t gen;
+	struct eng_srv_conn *conns;
 };
 
 /* A client connection: its socket, and its session when keyed. */
@@ -461,6 +467,11 @@ struct eng_engine {
 	int keyed;
 	struct auth_key key;
 	pthread_rwlock_t secret_lock;
+	/* The segment's mount epoch (eng_engine_epoch), from 1; a fence
+	 * raises it under the write side, a local WRITE copies under the read
+	 * side (writers preferred: a fence is not starved by copies). */
+	pthread_rwlock_t epoch_lock;
+	uint64_t epoch;
 	int have_secret;
 	unsigned char secret[AUTH_KEY_BYTES];
 	char seg_name[ENG_ENDPOINT_MAX];
@@ -482,6 +493,15 @@ struct eng_engine {
  */
 int eng_server_start(struct eng_engine *e);
 void eng_server_stop(struct eng_engine *e);
+/*
+ * eng_server_fence - shut down every connection open now and wait until
+ * each one's thread has finished: moved what its peer had already sent,
+ * ended its RDMA queue pairs, replied or failed. After it, no request
+ * taken before it moves a byte into or out of the segment. 0, or
+ * -ETIMEDOUT when one is still busy at deadline_ns (lc_now_ns clock).
+ * Any thread but a connection's; not concurrent with eng_server_stop.
+ */
+int eng_server_fence(struct eng_engine *e, uint64_t deadline_ns);
 
 /* eng_pool_init/_fini - an empty pool keeping up to max_idle idle
  * connections per peer; fini closes them. Not concurrent with take/put. */
@@ -576,6 +596,14 @@ static inline int eng_xfer_failed(int rc, int ran)
 }
 int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,
 		void *arg, int *ran);
+
+/*
+ * eng_local_run - op (checked: total bytes, within iov) on this engine's
+ * own segment, a copy on the calling thread: its result, and op->crc when
+ * asked. A WRITE naming an epoch (op->epoch) copies only while that is
+ * still the segment's, else fails with TRANSFER_FAIL having copied nothing.
+ */
+int eng_local_run(struct eng_engine *e, struct eng_op *op, uint64_t total);
 
 /*
  * eng_tcp_plan - cut the remote transfer op (total > 0, priv.total set)

@@ -14,6 +14,7 @@
 
 #include <sodium.h>
 
+#include "clock.h"
 #include "cpus.h"
 #include "log.h"
 #include "lunar.h"
@@ -49,7 +50,21 @@ static int config_init(struct eng_engine *e, const struct eng_config *cfg)
 		e->key = *cfg->cluster_key;
 	}
 	e->cfg.cluster_key = NULL; /* ours is e->key: the caller may wipe its copy */
+	e->epoch = 1;
 	return -pthread_rwlock_init(&e->secret_lock, NULL);
+}
+
+static int epoch_lock_init(pthread_rwlock_t *l)
+{
+	pthread_rwlockattr_t a;
+	int rc = pthread_rwlockattr_init(&a);
+
+	if (rc)
+		return -rc;
+	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	rc = pthread_rwlock_init(l, &a);
+	pthread_rwlockattr_destroy(&a);
+	return -rc;
 }
 
 int eng_engine_create(const struct eng_config *cfg, struct eng_engine **out)
@@ -65,9 +80,12 @@ int eng_engine_create(const struct eng_config *cfg, struct eng_engine **out)
 	rc = config_init(e, cfg);
 	if (rc)
 		goto err_free;
-	rc = eng_pool_init(&e->pool, e->cfg.conns_per_peer);
+	rc = epoch_lock_init(&e->epoch_lock);
 	if (rc)
 		goto err_lock;
+	rc = eng_pool_init(&e->pool, e->cfg.conns_per_peer);
+	if (rc)
+		goto err_epoch;
 	rc = eng_rdma_init(e);
 	if (rc)
 		goto err_pool;
@@ -88,6 +106,8 @@ err_rdma:
 	eng_rdma_fini(e);
 err_pool:
 	eng_pool_fini(&e->pool);
+err_epoch:
+	pthread_rwlock_destroy(&e->epoch_lock);
 err_lock:
 	pthread_rwlock_destroy(&e->secret_lock);
 err_free:
@@ -113,10 +133,36 @@ void eng_engine_destroy(struct eng_engine *e)
 	eng_exec_stop(e);
 	eng_rdma_fini(e); /* after the server: its threads held owner-side QPs */
 	eng_pool_fini(&e->pool);
+	pthread_rwlock_destroy(&e->epoch_lock);
 	pthread_rwlock_destroy(&e->secret_lock);
 	auth_key_wipe(&e->key);
 	sodium_memzero(e->secret, sizeof(e->secret));
 	free(e);
+}
+
+uint64_t eng_engine_epoch(struct eng_engine *e)
+{
+	uint64_t epoch;
+
+	pthread_rwlock_rdlock(&e->epoch_lock);
+	epoch = e->epoch;
+	pthread_rwlock_unlock(&e->epoch_lock);
+	return epoch;
+}
+
+int eng_engine_fence(struct eng_engine *e)
+{
+	/* Once the copies under way are done: the next ones check it. */
+	pthread_rwlock_wrlock(&e->epoch_lock);
+	e->epoch++;
+	pthread_rwlock_unlock(&e->epoch_lock);
+	if (e->keyed) {
+		pthread_rwlock_wrlock(&e->secret_lock);
+		e->have_secret = 0;
+		sodium_memzero(e->secret, sizeof(e->secret));
+		pthread_rwlock_unlock(&e->secret_lock);
+	}
+	return eng_server_fence(e, lc_now_ns() + 2 * e->timeout_ns);
 }
 
 const struct eng_transport_ops *eng_transport(const struct eng_engine *e, const char *endpoint)

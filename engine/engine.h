@@ -130,6 +130,25 @@ const char *eng_engine_endpoint(const struct eng_engine *e);
  */
 int eng_engine_set_secret(struct eng_engine *e, const char *segment, const unsigned char *secret);
 /*
+ * eng_engine_fence - begin a new mount of the segment: forget the
+ * capability secret (a keyed data port refuses every range until the next
+ * eng_engine_set_secret), close every data connection open now, and wait
+ * until none of them can move a byte more into or out of the segment. A
+ * master that forgot the segment (it declared the owner dead, restarted,
+ * or a new leader took over) forgot the writes it had granted there too:
+ * after the fence, the rest of such a write, from a peer that was asleep,
+ * can no longer land on a value placed after the re-mount. Blocks while
+ * the requests in flight finish (their I/O timeout at most, twice over).
+ * 0, or -ETIMEDOUT: one is still busy, and the segment must not be
+ * mounted yet. Raises the segment's epoch first, once the local WRITEs
+ * under way are done: a local WRITE of an older one fails. Any thread but
+ * the engine's own.
+ * eng_engine_epoch - the segment's mount epoch (>= 1): how many fences
+ * it has seen, plus one (eng_op.epoch). Any thread.
+ */
+int eng_engine_fence(struct eng_engine *e);
+uint64_t eng_engine_epoch(struct eng_engine *e);
+/*
  * eng_engine_set_clock - the master's capability clock read master_ms
  * (MountSegmentReply.clock_ms and the like) at about local_ms on our
  * CLOCK_MONOTONIC (lc_now_ms; the middle of the call that brought it):
@@ -296,6 +315,12 @@ struct eng_op {
 	uint64_t *landed;
 	uint64_t landed_base;
 	void *user; /* the caller's: never read or written by the engine */
+	/* WRITE to this engine's own segment: the eng_engine_epoch() read
+	 * before the master granted the range, so that the copy fails if a
+	 * fence came between (the master may have placed another value
+	 * there since); 0 copies whatever the epoch. Remote writes are
+	 * fenced by their owner. */
+	uint64_t epoch;
 	/* Outputs, once completed: eng_xfer's return value, and the CRC. */
 	int result;
 	uint32_t crc;

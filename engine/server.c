@@ -48,6 +48,7 @@ struct eng_srv_conn {
 	uint8_t addr[16]; /* the peer's address, IPv4 as ::ffff:a.b.c.d */
 	pthread_t tid;
 	atomic_int done;
+	uint64_t gen; /* the server's fence count when it was accepted */
 	/* When it began to wait for a request; 0 while it serves one. A CAS
 	 * decides between the request's first byte and an eviction. */
 	_Atomic uint64_t idle_since;
@@ -278,6 +279,7 @@ static int serve_one(struct eng_srv_conn *conn)
 static void *conn_main(void *arg)
 {
 	struct eng_srv_conn *c = arg;
+	struct eng_server *s = &c->e->srv;
 	uint64_t one = 1;
 
 	if (!c->e->keyed || !eng_hs_server(c->e, c->fd, &c->s, lc_now_ns() + c->e->timeout_ns))
@@ -287,8 +289,11 @@ static void *conn_main(void *arg)
 	/* The peer sees EOF now; the fd itself stays open until the thread is
 	 * joined, which the listener does when told, not at its next accept. */
 	shutdown(c->fd, SHUT_RDWR);
+	pthread_mutex_lock(&s->lock);
 	atomic_store(&c->done, 1);
-	(void)!write(c->e->srv.done_fd, &one, sizeof(one));
+	pthread_cond_broadcast(&s->gone);
+	pthread_mutex_unlock(&s->lock);
+	(void)!write(s->done_fd, &one, sizeof(one));
 	return NULL;
 }
 
@@ -304,7 +309,7 @@ static void peer_addr(const struct sockaddr_storage *ss, uint8_t out[16])
 	}
 }
 
-/* Live connections from addr. Listener only. */
+/* Live connections from addr. Listener, under s->lock. */
 static unsigned conns_from(const struct eng_server *s, const uint8_t addr[16])
 {
 	unsigned n = 0;
@@ -316,7 +321,7 @@ static unsigned conns_from(const struct eng_server *s, const uint8_t addr[16])
 
 /* Make room: shut down the connection that has waited longest for a
  * request (of addr only, when addr is not NULL); 0, or -1 when every such
- * connection is serving one. Listener only. */
+ * connection is serving one. Listener, under s->lock. */
 static int evict_idlest(struct eng_server *s, const uint8_t *addr)
 {
 	struct eng_srv_conn *old = NULL;
@@ -346,7 +351,8 @@ static int evict_idlest(struct eng_server *s, const uint8_t *addr)
 	return 0;
 }
 
-/* Join and free the connections whose threads have finished. Listener only. */
+/* Join and free the connections whose threads have finished. Listener,
+ * under s->lock. */
 static void reap_conns(struct eng_server *s, unsigned *live)
 {
 	struct eng_srv_conn **pp = &s->conns;
@@ -367,7 +373,8 @@ static void reap_conns(struct eng_server *s, unsigned *live)
 	}
 }
 
-/* Take a slot for a new connection from addr: 0, or -1 to refuse it. */
+/* Take a slot for a new connection from addr: 0, or -1 to refuse it.
+ * Under s->lock. */
 static int make_room(struct eng_server *s, const uint8_t addr[16])
 {
 	static uint64_t warned_ns;
@@ -399,6 +406,7 @@ static void start_conn(struct eng_engine *e, int fd, const struct sockaddr_stora
 	int rc;
 
 	peer_addr(ss, addr);
+	pthread_mutex_lock(&s->lock);
 	if (make_room(s, addr))
 		goto err_close;
 	c = calloc(1, sizeof(*c));
@@ -406,6 +414,7 @@ static void start_conn(struct eng_engine *e, int fd, const struct sockaddr_stora
 		goto err_close;
 	c->e = e;
 	c->fd = fd;
+	c->gen = s->gen;
 	memcpy(c->addr, addr, sizeof(addr));
 	eng_sock_nodelay(fd);
 	rc = pthread_create(&c->tid, NULL, conn_main, c);
@@ -415,11 +424,13 @@ static void start_conn(struct eng_engine *e, int fd, const struct sockaddr_stora
 	}
 	c->next = s->conns;
 	s->conns = c;
+	pthread_mutex_unlock(&s->lock);
 	return;
 
 err_free:
 	free(c);
 err_close:
+	pthread_mutex_unlock(&s->lock);
 	close(fd);
 }
 
@@ -444,8 +455,11 @@ static void *listen_main(void *arg)
 		}
 		/* Joined at once, not at the next accept: a finished thread
 		 * keeps its descriptor and its stack until then. */
-		if (pfd[1].revents && read(s->done_fd, &n, sizeof(n)) == sizeof(n))
+		if (pfd[1].revents && read(s->done_fd, &n, sizeof(n)) == sizeof(n)) {
+			pthread_mutex_lock(&s->lock);
 			reap_conns(s, &live);
+			pthread_mutex_unlock(&s->lock);
+		}
 		if (!pfd[0].revents && !atomic_load(&s->stopping))
 			continue;
 		sslen = sizeof(ss);
@@ -509,9 +523,16 @@ int eng_server_start(struct eng_engine *e)
 
 	atomic_init(&s->stopping, 0);
 	s->conns = NULL;
+	s->gen = 0;
+	rc = lc_cond_init(&s->gone);
+	if (rc)
+		return -rc;
+	pthread_mutex_init(&s->lock, NULL); /* no attributes: cannot fail */
 	s->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (s->done_fd < 0)
-		return -errno;
+	if (s->done_fd < 0) {
+		rc = -errno;
+		goto err_sync;
+	}
 	s->lfd = listen_on(e, &port);
 	if (s->lfd < 0) {
 		rc = s->lfd;
@@ -528,6 +549,9 @@ err_close:
 	close(s->lfd);
 err_done:
 	close(s->done_fd);
+err_sync:
+	pthread_mutex_destroy(&s->lock);
+	pthread_cond_destroy(&s->gone);
 	return rc;
 }
 
@@ -551,4 +575,38 @@ void eng_server_stop(struct eng_engine *e)
 	s->conns = NULL;
 	close(s->lfd);
 	close(s->done_fd);
+	pthread_cond_destroy(&s->gone);
+	pthread_mutex_destroy(&s->lock);
+}
+
+/* 1 if a connection accepted before fence gen is still live. Under s->lock. */
+static int older_live(const struct eng_server *s, uint64_t gen)
+{
+	for (const struct eng_srv_conn *c = s->conns; c; c = c->next)
+		if (c->gen < gen && !atomic_load(&c->done))
+			return 1;
+	return 0;
+}
+
+int eng_server_fence(struct eng_engine *e, uint64_t deadline_ns)
+{
+	struct eng_server *s = &e->srv;
+	struct timespec ts;
+	uint64_t gen;
+	int rc = 0;
+
+	lc_monotonic_at(&ts, deadline_ns);
+	pthread_mutex_lock(&s->lock);
+	gen = ++s->gen;
+	/* A thread in a recv takes what is queued, then EOF; a peer's bytes
+	 * that come after the FIN reset the connection (RFC 1122). */
+	for (struct eng_srv_conn *c = s->conns; c; c = c->next)
+		if (!atomic_load(&c->done))
+			shutdown(c->fd, SHUT_RDWR);
+	while (!rc && older_live(s, gen))
+		rc = pthread_cond_timedwait(&s->gone, &s->lock, &ts);
+	if (rc && !older_live(s, gen))
+		rc = 0;
+	pthread_mutex_unlock(&s->lock);
+	return rc ? -ETIMEDOUT : 0;
 }

@@ -105,7 +105,10 @@ static int mount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 
 /* Mount our segment: MountSegment at first contact, ReMountSegment when the
  * master forgot us (it restarted, or declared us dead), as Mooncake's
- * clients do. */
+ * clients do. A master that forgot us forgot the writes it granted here, and
+ * the leader we mount with now may never have known them: the engine ends
+ * every transfer in flight first (eng_engine_fence), so that the rest of one
+ * cannot land on a value placed after the mount. */
 static int mount_segment(struct px_proxy *px, bool again)
 {
 	Lunar__SegmentDesc seg = LUNAR__SEGMENT_DESC__INIT;
@@ -114,7 +117,10 @@ static int mount_segment(struct px_proxy *px, bool again)
 	seg.name = (char *)px->endpoint;
 	seg.endpoint = (char *)px->endpoint;
 	seg.size = px->cfg.segment_size;
-	rc = again ? remount_call(px, &seg) : mount_call(px, &seg);
+	if (eng_engine_fence(px->engine))
+		rc = LUNAR_ERR_BUSY; /* a transfer outlived its timeout: not yet */
+	else
+		rc = again ? remount_call(px, &seg) : mount_call(px, &seg);
 	/* Tried again at every ping: each reason is logged once. */
 	if (rc && atomic_exchange(&px->mount_err, rc) != rc)
 		LC_WARN("proxy", "mounting segment %s: %s (trying again at each ping)",

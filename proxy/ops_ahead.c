@@ -113,6 +113,7 @@ static void build_ops(struct px_proxy *px, struct px_req *r, const struct px_bat
 		    .iov = it->iov,
 		    .iovcnt = it->iovcnt,
 		    .cap = px_piece_cap(&a->pc[i]),
+		    .epoch = px_piece_epoch(&a->pc[i]),
 		    .want_crc = !it->crc_given,
 		    .crc_known = it->crc_given,
 		    .known_crc = it->crc,

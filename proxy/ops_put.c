@@ -77,6 +77,7 @@ enum { PUT_UNPLACED, PUT_PLACED, PUT_IN_FLIGHT /* a peer may still write bytes o
 
 /* The writes of one request: one per replica of every placed key. */
 struct put_writes {
+	uint64_t epoch; /* our segment's mount epoch before the PutStart */
 	size_t n;
 	struct eng_op *ops;
 	struct eng_cap *caps;
@@ -104,6 +105,7 @@ static int put_plan(struct px_item *it, const Lunar__PutStartResult *res, size_t
 		    .iov = it->iov,
 		    .iovcnt = it->iovcnt,
 		    .cap = px_replica_cap(rp, &w->caps[w->n]) ? &w->caps[w->n] : NULL,
+		    .epoch = w->epoch,
 		    /* checksummed on the way into the first, unless liblunar did */
 		    .want_crc = k == 0 && !it->crc_given,
 		    .crc_known = it->crc_given,
@@ -159,12 +161,14 @@ static size_t put_count(const Lunar__BatchPutStartReply *rep, size_t n)
 /*
  * Write the keys the master placed, every replica of every key at once
  * (the engine spreads them over its connections and I/O threads, this
- * worker running a share); returns how many keys it placed.
+ * worker running a share), those on our own segment only while its
+ * mount epoch is still epoch (read before the PutStart); returns how many
+ * keys it placed.
  */
 static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-			   const Lunar__BatchPutStartReply *rep, int *started)
+			   const Lunar__BatchPutStartReply *rep, uint64_t epoch, int *started)
 {
-	struct put_writes w = {.ops = w.ops_in, .caps = w.caps_in};
+	struct put_writes w = {.epoch = epoch, .ops = w.ops_in, .caps = w.caps_in};
 	size_t n = 0, room = put_count(rep, b->n);
 
 	if (room > PX_BATCH_INLINE) {
@@ -339,6 +343,7 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 	struct px_batch b, commit = {0}, revoke[2] = {{0}};
 	ProtobufCMessage *rep = NULL;
 	int started_in[PX_BATCH_INLINE], *started = started_in;
+	uint64_t epoch;
 	size_t placed;
 	int rc;
 
@@ -358,12 +363,13 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 	commit.n = revoke[0].n = revoke[1].n = 0;
 	if (r->sqe.op == LC_OP_UPSERT) /* the old value's range may go at once */
 		px_resv_tell_landed(px);
+	epoch = eng_engine_epoch(px->engine);
 	rc = put_start(px, r, &b, calls->start, &rep);
 	if (rc) {
 		px_batch_fail(r, &b, rc);
 		goto out;
 	}
-	placed = put_transfer(px, r, &b, (const Lunar__BatchPutStartReply *)rep, started);
+	placed = put_transfer(px, r, &b, (const Lunar__BatchPutStartReply *)rep, epoch, started);
 	if (placed)
 		px_resv_room_seen(px);
 	/* Nothing placed, nothing to hold back: a put refused for space fails fast. */

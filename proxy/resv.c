@@ -43,6 +43,7 @@ struct px_resv {
 	int beside;		       /* the master takes commits beside their writes */
 	uint64_t told;		       /* the master knows every write below this is done */
 	uint64_t asked_ns;	       /* when its Reserve was sent (monotonic) */
+	uint64_t epoch;		       /* our segment's mount epoch then (eng_op.epoch) */
 };
 
 struct px_resv_pool {
@@ -170,6 +171,11 @@ const struct eng_cap *px_piece_cap(const struct px_piece *pc)
 	return pc->r->has_cap ? &pc->r->cap : NULL;
 }
 
+uint64_t px_piece_epoch(const struct px_piece *pc)
+{
+	return pc->r->epoch;
+}
+
 uint64_t px_piece_resv(const struct px_piece *pc)
 {
 	return pc->r->id;
@@ -282,6 +288,7 @@ static int reserve_call(struct px_proxy *px, uint64_t size, struct px_resv **out
 	ProtobufCMessage *rep;
 	struct px_resv *r;
 	uint64_t t0 = lc_now_ms(), asked_ns = lc_now_ns();
+	uint64_t epoch = eng_engine_epoch(px->engine);
 	int rc;
 
 	rq.client_id = px->client_id;
@@ -309,6 +316,7 @@ static int reserve_call(struct px_proxy *px, uint64_t size, struct px_resv **out
 		r->until_ms = t0 + g->ttl_ms / 2;
 		r->has_cap = px_replica_cap(e, &r->cap);
 		r->asked_ns = asked_ns;
+		r->epoch = epoch;
 		r->beside = g->beside;
 		r->told = r->off;
 		*out = r;

@@ -5,7 +5,9 @@
  * segment) writes a large value to B's segment; A is stopped half-way and
  * the master drops its put. A value put through B meanwhile must not share
  * its bytes with the range A is still writing: once A has woken and given
- * up, it reads byte-exact. The same for an upsert A was writing.
+ * up, it reads byte-exact. The same for an upsert A was writing, and for a
+ * put during which B is declared dead too and re-mounts: the master then
+ * forgot A's write, and B's fresh segment takes a value where it was.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -81,6 +83,11 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* Every value of these tests goes to B's segment. */
+static const char *const seg_b_only[1] = {seg_b};
+static const struct lunar_put_cfg on_b = {
+    .replica_num = 1, .preferred_segments = seg_b_only, .preferred_count = 1};
+
 /* The write through A, on a thread of its own: A will sleep in the middle. */
 struct write_job {
 	const char *key;
@@ -92,9 +99,6 @@ struct write_job {
 static void *write_main(void *arg)
 {
 	struct write_job *j = arg;
-	const char *pref[1] = {seg_b};
-	const struct lunar_put_cfg on_b = {
-	    .replica_num = 1, .preferred_segments = pref, .preferred_count = 1};
 
 	j->rc = j->upsert ? lunar_upsert(ca, j->key, j->buf, VAL_LEN, &on_b)
 			  : lunar_put(ca, j->key, j->buf, VAL_LEN, &on_b);
@@ -120,6 +124,7 @@ static const char *const write_starts[] = {"lunar_master_calls_total{method=\"Pu
 					   "lunar_master_calls_total{method=\"BatchUpsertStart\"}",
 					   NULL};
 static const char *const clients[] = {"lunar_master_clients", NULL};
+static const char *const remounts[] = {"lunar_master_calls_total{method=\"ReMountSegment\"}", NULL};
 
 /* Wait until the master's figures in samples change from; fails the test
  * with what when they do not within WAIT_MS. */
@@ -139,6 +144,41 @@ static void signal_group(struct h_proc *p, int sig)
 	H_ASSERT_EQ(kill(-p->pid, sig), 0);
 }
 
+/* B sleeps while A's write of job->key starts (the master has it) and fills
+ * the socket buffers; then A sleeps too, with most of the value still to
+ * send. */
+static void stop_mid_write(struct write_job *job, pthread_t *th)
+{
+	int64_t starts = master_count(write_starts);
+
+	signal_group(proxy_b, SIGSTOP);
+	H_ASSERT_EQ(pthread_create(th, NULL, write_main, job), 0);
+	master_count_wait(write_starts, starts, "A's write did not reach the master");
+	h_sleep_ms(600);
+	signal_group(proxy_a, SIGSTOP);
+}
+
+/* A wakes, sends what it had left, and fails its write; new_key, whose
+ * value is val, reads byte-exact through B, then goes (room for the next
+ * case: the dropped write's range stays taken). */
+static void wake_and_check(struct write_job *job, pthread_t th, const char *new_key, uint8_t *val)
+{
+	int64_t got, bad;
+
+	signal_group(proxy_a, SIGCONT);
+	pthread_join(th, NULL);
+	print_message("the stopped writer's %s: %d (%s)\n", job->upsert ? "upsert" : "put", job->rc,
+		      h_code(job->rc));
+	H_ASSERT_MSG(job->rc != 0, "a write dropped by the master was committed");
+	memset(val, 0, VAL_LEN);
+	got = lunar_get_into(cb, new_key, val, VAL_LEN);
+	H_ASSERT_MSG(got == VAL_LEN, "get %s = %lld (%s) after the stopped writer woke", new_key,
+		     (long long)got, h_code(got));
+	bad = h_verify(val, VAL_LEN, h_seed(new_key));
+	H_ASSERT_MSG(bad < 0, "%s wrong at byte %lld", new_key, (long long)bad);
+	H_ASSERT_EQ(lunar_remove(cb, new_key, 1), 0);
+}
+
 /*
  * A writes old_key (a put, or an upsert of a value already there) and is
  * stopped half-way until the master has declared it dead; new_key is put
@@ -146,46 +186,64 @@ static void signal_group(struct h_proc *p, int sig)
  */
 static void check_stopped_writer(const char *old_key, const char *new_key, int upsert)
 {
-	const char *pref[1] = {seg_b};
-	const struct lunar_put_cfg on_b = {
-	    .replica_num = 1, .preferred_segments = pref, .preferred_count = 1};
 	uint8_t *old = malloc(VAL_LEN), *val = malloc(VAL_LEN);
 	struct write_job job = {.key = old_key, .buf = old, .upsert = upsert, .rc = 1};
 	pthread_t th;
-	int64_t got, bad, starts, alive;
+	int64_t alive;
 
 	H_ASSERT(old && val);
 	h_fill(old, VAL_LEN, h_seed(old_key));
 	h_fill(val, VAL_LEN, h_seed(new_key));
 	if (upsert)
 		H_ASSERT_EQ(lunar_put(ca, old_key, "small", 5, &on_b), 0);
-	/* B sleeps: A's write starts (the master has it) and fills the socket
-	 * buffers, then A sleeps too, with most of the value still to send. */
-	starts = master_count(write_starts);
 	alive = master_count(clients);
-	signal_group(proxy_b, SIGSTOP);
-	H_ASSERT_EQ(pthread_create(&th, NULL, write_main, &job), 0);
-	master_count_wait(write_starts, starts, "A's write did not reach the master");
-	h_sleep_ms(600);
-	signal_group(proxy_a, SIGSTOP);
+	stop_mid_write(&job, &th);
 	signal_group(proxy_b, SIGCONT);
 	/* The master declares A dead (one client fewer) and drops its write. */
 	master_count_wait(clients, alive, "the master did not declare A dead");
 	H_ASSERT_EQ(lunar_put(cb, new_key, val, VAL_LEN, &on_b), 0);
-	/* A wakes, sends what it had left, and fails its write. */
-	signal_group(proxy_a, SIGCONT);
-	pthread_join(th, NULL);
-	print_message("the stopped writer's %s: %d (%s)\n", upsert ? "upsert" : "put", job.rc,
-		      h_code(job.rc));
-	H_ASSERT_MSG(job.rc != 0, "a write dropped by the master was committed");
-	memset(val, 0, VAL_LEN);
-	got = lunar_get_into(cb, new_key, val, VAL_LEN);
-	H_ASSERT_MSG(got == VAL_LEN, "get %s = %lld (%s) after the stopped writer woke", new_key,
-		     (long long)got, h_code(got));
-	bad = h_verify(val, VAL_LEN, h_seed(new_key));
-	H_ASSERT_MSG(bad < 0, "%s wrong at byte %lld", new_key, (long long)bad);
-	/* Room for the next case: the dropped write's range stays taken. */
-	H_ASSERT_EQ(lunar_remove(cb, new_key, 1), 0);
+	wake_and_check(&job, th, new_key, val);
+	free(old);
+	free(val);
+}
+
+/*
+ * Both sleep until the master has declared both dead: it forgets B's
+ * segment, and A's write there with it. B wakes and re-mounts a segment the
+ * master sees empty, and a new value goes where A was writing (the first
+ * case: nothing else was ever placed there). When A wakes, B must have
+ * ended A's transfer at the re-mount: the rest of A's bytes would land on
+ * the new value.
+ */
+static void test_stopped_writer_bytes_do_not_land_after_the_owner_remounts(void **state)
+{
+	const char *old_key = "stopped-writer/remount", *new_key = "stopped-writer/after-remount";
+	uint8_t *old = malloc(VAL_LEN), *val = malloc(VAL_LEN);
+	struct write_job job = {.key = old_key, .buf = old, .rc = 1};
+	uint64_t end = h_now_ms() + WAIT_MS;
+	int64_t alive, mounts;
+	pthread_t th;
+
+	(void)state;
+	H_ASSERT(old && val);
+	h_fill(old, VAL_LEN, h_seed(old_key));
+	h_fill(val, VAL_LEN, h_seed(new_key));
+	/* A's write goes on a connection A has: a new one would wait for
+	 * B's handshake, and bring a capability that B's re-mount voids. */
+	H_ASSERT_EQ(lunar_put(ca, old_key, "small", 5, &on_b), 0);
+	H_ASSERT_EQ(lunar_remove(cb, old_key, 1), 0);
+	alive = master_count(clients);
+	mounts = master_count(remounts);
+	stop_mid_write(&job, &th);
+	while (master_count(clients) > alive - 2) {
+		H_ASSERT_MSG(h_now_ms() < end, "the master did not declare A and B dead in %d ms",
+			     WAIT_MS);
+		h_sleep_ms(20);
+	}
+	signal_group(proxy_b, SIGCONT);
+	master_count_wait(remounts, mounts, "B did not re-mount");
+	H_ASSERT_EQ(lunar_put(cb, new_key, val, VAL_LEN, &on_b), 0);
+	wake_and_check(&job, th, new_key, val);
 	free(old);
 	free(val);
 }
@@ -202,5 +260,7 @@ static void test_stopped_writer_upsert_bytes_do_not_land_on_a_new_value(void **s
 	check_stopped_writer("stopped-writer/upsert", "stopped-writer/after-upsert", 1);
 }
 
-LUNAR_TEST_MAIN(setup, teardown, test_stopped_writer_put_bytes_do_not_land_on_a_new_value,
+/* The re-mount case first: B's segment is empty when A's write begins. */
+LUNAR_TEST_MAIN(setup, teardown, test_stopped_writer_bytes_do_not_land_after_the_owner_remounts,
+		test_stopped_writer_put_bytes_do_not_land_on_a_new_value,
 		test_stopped_writer_upsert_bytes_do_not_land_on_a_new_value)
