@@ -321,6 +321,86 @@ static void test_engine_partial_header_times_out(void **state)
 	node_stop(&b);
 }
 
+/* 1 if seg[at] became want within ms. */
+static int landed_within(const unsigned char *seg, size_t at, unsigned char want, int ms)
+{
+	uint64_t end = lc_now_ms() + (uint64_t)ms;
+
+	while (__atomic_load_n(&seg[at], __ATOMIC_RELAXED) != want)
+		if (lc_now_ms() > end)
+			return 0;
+		else
+			poll(NULL, 0, 5);
+	return 1;
+}
+
+/*
+ * A fence (before a re-mount) ends every connection open: a WRITE under
+ * way has what its peer sent before landed, and nothing it sends after;
+ * an idle connection is closed too. It waits for them, not for their
+ * timeout (30 s here).
+ */
+static void test_engine_fence_ends_writes_under_way(void **state)
+{
+	struct node b = node_start(0, 0);
+	uint16_t port = node_port(&b);
+	int w = raw_connect(port), idle = raw_connect(port);
+	size_t first = 64 * 1024, len = MIB;
+	unsigned char h[128], *pay = malloc(len), zero[4096] = {0};
+
+	(void)state;
+	assert_non_null(pay);
+	memset(pay, 0xAA, first);
+	memset(pay + first, 0xBB, len - first);
+	make_req(h, 2 /* WRITE */, 0, len);
+	assert_int_equal(write(w, h, sizeof(h)), (ssize_t)sizeof(h));
+	assert_int_equal(write(w, pay, first), (ssize_t)first);
+	assert_true(landed_within(b.seg, first - 1, 0xAA, 5000));
+	assert_int_equal(eng_engine_fence(b.e), 0);
+	/* The rest is refused (a reset), or taken by the kernel and dropped. */
+	(void)!send(w, pay + first, len - first, MSG_NOSIGNAL);
+	assert_true(closed_within(idle, 3000));
+	poll(NULL, 0, 100);
+	for (size_t off = first; off < len; off += sizeof(zero))
+		assert_memory_equal(b.seg + off, zero, sizeof(zero));
+	close(w);
+	close(idle);
+	node_stop(&b);
+	free(pay);
+}
+
+/* A fence raises the mount epoch: a local WRITE of the epoch before it
+ * fails having copied nothing; one of the new epoch, or naming none,
+ * copies. */
+static void test_engine_fence_fails_older_local_writes(void **state)
+{
+	struct node b = node_start(0, 0);
+	unsigned char buf[4096], zero[4096] = {0};
+	struct iovec v = {buf, sizeof(buf)};
+	struct eng_op op = {
+	    .endpoint = eng_engine_endpoint(b.e), .dir = ENG_WRITE, .iov = &v, .iovcnt = 1};
+	uint64_t epoch = eng_engine_epoch(b.e);
+
+	(void)state;
+	memset(buf, 0x5A, sizeof(buf));
+	assert_int_equal(eng_engine_fence(b.e), 0);
+	assert_int_equal(eng_engine_epoch(b.e), epoch + 1);
+	op.epoch = epoch;
+	eng_xfer_batch(b.e, &op, 1);
+	assert_int_equal(op.result, LUNAR_ERR_TRANSFER_FAIL);
+	assert_memory_equal(b.seg, zero, sizeof(zero));
+	op.epoch = epoch + 1;
+	eng_xfer_batch(b.e, &op, 1);
+	assert_int_equal(op.result, 0);
+	assert_memory_equal(b.seg, buf, sizeof(buf));
+	op.epoch = 0;
+	op.off = 8192;
+	eng_xfer_batch(b.e, &op, 1);
+	assert_int_equal(op.result, 0);
+	assert_memory_equal(b.seg + 8192, buf, sizeof(buf));
+	node_stop(&b);
+}
+
 static void test_engine_hostile_peer(void **state)
 {
 	struct node a = node_start(0, 0), b = node_start(0, 0);
@@ -699,7 +779,8 @@ static void test_engine_closed_connections_released(void **state)
 LUNAR_TEST_MAIN(NULL, NULL, test_engine_write_read_sizes, test_engine_multi_iov,
 		test_engine_checksum, test_engine_local_memcpy, test_engine_out_of_bounds,
 		test_engine_bad_args, test_engine_hostile_peer,
-		test_engine_partial_header_times_out, test_engine_disk_reply_positive_status,
+		test_engine_partial_header_times_out, test_engine_fence_ends_writes_under_way,
+		test_engine_fence_fails_older_local_writes, test_engine_disk_reply_positive_status,
 		test_engine_unreachable_fails_fast, test_engine_timeout, test_engine_peer_restart,
 		test_engine_pool_reuses_connections, test_engine_concurrent_threads,
 		test_engine_create_refuses_bad_config, test_engine_idle_connections_give_way,

@@ -332,6 +332,34 @@ static void test_engine_auth_wrong_grants_refused(void **state)
 	node_stop(&b);
 }
 
+/* A fence (before a re-mount) forgets the segment's secret: a grant made
+ * before it is refused, with the connection it came on closed, until the
+ * mount's new secret comes; then only grants under that one are taken. */
+static void test_engine_auth_fence_forgets_the_secret(void **state)
+{
+	struct node a = node_start(&key), b = node_start(&key);
+	const char *seg = eng_engine_endpoint(b.e);
+	uint64_t later = lc_now_ms() + 60000;
+	unsigned char buf[4096], next[AUTH_KEY_BYTES];
+	struct eng_cap old = grant(secret, seg, ENG_OP_WRITE, 0, sizeof(buf), 1, later), now;
+
+	(void)state;
+	memset(buf, 0xCD, sizeof(buf));
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &old), 0);
+	assert_int_equal(eng_engine_fence(b.e), 0);
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &old),
+			 LUNAR_ERR_UNAUTHORIZED);
+	auth_random(next, sizeof(next));
+	assert_int_equal(eng_engine_set_secret(b.e, seg, next), 0);
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &old),
+			 LUNAR_ERR_UNAUTHORIZED);
+	now = grant(next, seg, ENG_OP_WRITE, 0, sizeof(buf), 1, later);
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &now), 0);
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), 2);
+	node_stop(&a);
+	node_stop(&b);
+}
+
 /*
  * Expiries are on the master's capability clock as the owner estimates it
  * (eng_engine_set_clock), never on the owner's own clocks: with the master's
@@ -638,7 +666,8 @@ static void test_engine_auth_replay_bitflip_and_crc(void **state)
 LUNAR_TEST_MAIN(setup, NULL, test_engine_auth_frame_bits_and_counters,
 		test_engine_auth_reply_bound_to_request, test_engine_auth_capability_checks,
 		test_engine_auth_keyed_transfers, test_engine_auth_wrong_grants_refused,
-		test_engine_auth_expiry_on_master_clock, test_engine_auth_keyless_peers_refused,
-		test_engine_auth_sliced_crc, test_engine_auth_keyed_write_in_frames,
+		test_engine_auth_fence_forgets_the_secret, test_engine_auth_expiry_on_master_clock,
+		test_engine_auth_keyless_peers_refused, test_engine_auth_sliced_crc,
+		test_engine_auth_keyed_write_in_frames,
 		test_engine_auth_large_write_refused_unauthorized,
 		test_engine_auth_replay_bitflip_and_crc)
