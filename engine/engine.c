@@ -162,7 +162,7 @@ int eng_engine_fence(struct eng_engine *e)
 		sodium_memzero(e->secret, sizeof(e->secret));
 		pthread_rwlock_unlock(&e->secret_lock);
 	}
-	return eng_server_fence(e, lc_now_ns() + 2 * e->timeout_ns);
+	return eng_server_fence(e, lc_now_ns() + e->timeout_ns);
 }
 
 const struct eng_transport_ops *eng_transport(const struct eng_engine *e, const char *endpoint)

@@ -138,7 +138,8 @@ int eng_engine_set_secret(struct eng_engine *e, const char *segment, const unsig
  * or a new leader took over) forgot the writes it had granted there too:
  * after the fence, the rest of such a write, from a peer that was asleep,
  * can no longer land on a value placed after the re-mount. Blocks while
- * the requests in flight finish (their I/O timeout at most, twice over).
+ * the requests in flight finish: the I/O timeout at most (a request's own
+ * deadline is as long, from its start).
  * 0, or -ETIMEDOUT: one is still busy, and the segment must not be
  * mounted yet. Raises the segment's epoch first, once the local WRITEs
  * under way are done: a local WRITE of an older one fails. Any thread but

@@ -117,10 +117,17 @@ static int mount_segment(struct px_proxy *px, bool again)
 	seg.name = (char *)px->endpoint;
 	seg.endpoint = (char *)px->endpoint;
 	seg.size = px->cfg.segment_size;
-	if (eng_engine_fence(px->engine))
-		rc = LUNAR_ERR_BUSY; /* a transfer outlived its timeout: not yet */
-	else
-		rc = again ? remount_call(px, &seg) : mount_call(px, &seg);
+	if (eng_engine_fence(px->engine)) {
+		/* A transfer outlived its timeout (an RDMA flush the device
+		 * never completes): the segment is not safe to place in yet. */
+		if (atomic_exchange(&px->mount_err, LUNAR_ERR_BUSY) != LUNAR_ERR_BUSY)
+			LC_WARN("proxy",
+				"segment %s: a data transfer is still under way past its timeout: "
+				"not mounting until it ends (trying again at each ping)",
+				px->endpoint);
+		return LUNAR_ERR_BUSY;
+	}
+	rc = again ? remount_call(px, &seg) : mount_call(px, &seg);
 	/* Tried again at every ping: each reason is logged once. */
 	if (rc && atomic_exchange(&px->mount_err, rc) != rc)
 		LC_WARN("proxy", "mounting segment %s: %s (trying again at each ping)",
@@ -155,6 +162,36 @@ int px_segment_unmount(struct px_proxy *px, uint64_t grace_ms, uint64_t timeout_
 	return rc;
 }
 
+/* The mount a Ping asked for (asked: in so many words), unless another
+ * thread mounted since that Ping went (px->mount_seq was seq then). */
+static void mount_for_ping(struct px_proxy *px, uint64_t seq, bool asked, int *mounted)
+{
+	pthread_mutex_lock(&px->mount_lock);
+	if (atomic_load(&px->mount_seq) == seq) {
+		bool again = atomic_exchange(&px->mounted, false);
+
+		if (again && asked)
+			LC_WARN("proxy", "master asks for a re-mount");
+		else if (again)
+			LC_WARN("proxy", "master answers again after a lost Ping: re-mounting");
+		atomic_store(&px->ping_lost, false);
+		/* The leases we hold were granted before the master forgot us
+		 * (or may have been): they protect nothing now, and a key read
+		 * through one may be gone from the master and its range
+		 * given to a new value. */
+		if (again)
+			px_lease_cache_clear(px->leases, NULL);
+		/* A failed mount is no failed ping: leases are still renewed,
+		 * and /ready and health say the segment is not mounted. */
+		*mounted = !mount_segment(px, again);
+		if (*mounted) {
+			atomic_store(&px->mounted, true);
+			atomic_fetch_add(&px->mount_seq, 1);
+		}
+	}
+	pthread_mutex_unlock(&px->mount_lock);
+}
+
 /*
  * A Ping, and a (re-)mount when the master asks, when our last mount failed,
  * or when a Ping went unanswered since we mounted; *mounted says a mount
@@ -171,6 +208,7 @@ static int ping_and_mount(struct px_proxy *px, int *mounted)
 	ProtobufCMessage *rep;
 	const Lunar__PingReply *r;
 	uint64_t sent_ns;
+	uint64_t seq = atomic_load(&px->mount_seq);
 	bool asked, remount;
 	int rc;
 
@@ -200,26 +238,8 @@ static int ping_and_mount(struct px_proxy *px, int *mounted)
 	if (rc)
 		return rc;
 	if (px->cfg.segment_size && !atomic_load(&px->leaving) &&
-	    (remount || !atomic_load(&px->mounted))) {
-		bool again = atomic_exchange(&px->mounted, false);
-
-		if (again && asked)
-			LC_WARN("proxy", "master asks for a re-mount");
-		else if (again)
-			LC_WARN("proxy", "master answers again after a lost Ping: re-mounting");
-		atomic_store(&px->ping_lost, false);
-		/* The leases we hold were granted before the master forgot us
-		 * (or may have been): they protect nothing now, and a key read
-		 * through one may be gone from the master and its range
-		 * given to a new value. */
-		if (again)
-			px_lease_cache_clear(px->leases, NULL);
-		/* A failed mount is no failed ping: leases are still renewed,
-		 * and /ready and health say the segment is not mounted. */
-		*mounted = !mount_segment(px, again);
-		if (*mounted)
-			atomic_store(&px->mounted, true);
-	}
+	    (remount || !atomic_load(&px->mounted)))
+		mount_for_ping(px, seq, asked, mounted);
 	return 0;
 }
 
@@ -380,6 +400,7 @@ int px_heartbeat_start(struct px_proxy *px)
 	int remount;
 
 	pthread_mutex_init(&px->hb_lock, NULL);
+	pthread_mutex_init(&px->mount_lock, NULL);
 	lc_cond_init(&px->hb_cond);
 	atomic_store(&px->hb_live, true);
 	/* An embedded master always answers: mount before the first client

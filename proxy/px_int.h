@@ -393,6 +393,11 @@ struct px_proxy {
 	bool prefault_started;
 	pthread_mutex_t hb_lock;
 	pthread_cond_t hb_cond;
+	/* Pings come from the heartbeat, /ready and HEALTH at once: one mounts
+	 * at a time (a fence would wipe the secret another's mount brought),
+	 * and not again for a Ping sent before the last mount (mount_seq). */
+	pthread_mutex_t mount_lock;
+	atomic_uint_fast64_t mount_seq;
 	/* Clients closed since the last heartbeat (hb_lock): their leases go.
 	 * The heartbeat takes the array; it grows as needed. */
 	uint64_t *gone;

@@ -37,6 +37,9 @@
 #define CLIENT_TIMEOUT 30000
 
 #define WAIT_MS H_BOUND_MS(10000) /* for the master to see what the test waits on */
+/* B's transfer timeout (ENG_DEFAULT_TIMEOUT_MS): B gives up on A's write
+ * that long after its header came, and A's late bytes no longer land. */
+#define B_TIMEOUT_MS 5000
 
 static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[H_SEG_NAME];
 static int master_http;
@@ -187,10 +190,11 @@ static void wake_and_check(struct write_job *job, pthread_t th, const char *new_
 static void check_stopped_writer(const char *old_key, const char *new_key, int upsert)
 {
 	uint8_t *old = malloc(VAL_LEN), *val = malloc(VAL_LEN);
-	struct write_job job = {.key = old_key, .buf = old, .upsert = upsert, .rc = 1};
+	static struct write_job job; /* its thread outlives a failed assertion */
 	pthread_t th;
 	int64_t alive;
 
+	job = (struct write_job){.key = old_key, .buf = old, .upsert = upsert, .rc = 1};
 	H_ASSERT(old && val);
 	h_fill(old, VAL_LEN, h_seed(old_key));
 	h_fill(val, VAL_LEN, h_seed(new_key));
@@ -219,12 +223,13 @@ static void test_stopped_writer_bytes_do_not_land_after_the_owner_remounts(void 
 {
 	const char *old_key = "stopped-writer/remount", *new_key = "stopped-writer/after-remount";
 	uint8_t *old = malloc(VAL_LEN), *val = malloc(VAL_LEN);
-	struct write_job job = {.key = old_key, .buf = old, .rc = 1};
-	uint64_t end = h_now_ms() + WAIT_MS;
+	static struct write_job job; /* its thread outlives a failed assertion */
+	uint64_t end = h_now_ms() + WAIT_MS, woke;
 	int64_t alive, mounts;
 	pthread_t th;
 
 	(void)state;
+	job = (struct write_job){.key = old_key, .buf = old, .rc = 1};
 	H_ASSERT(old && val);
 	h_fill(old, VAL_LEN, h_seed(old_key));
 	h_fill(val, VAL_LEN, h_seed(new_key));
@@ -240,9 +245,12 @@ static void test_stopped_writer_bytes_do_not_land_after_the_owner_remounts(void 
 			     WAIT_MS);
 		h_sleep_ms(20);
 	}
+	woke = h_now_ms();
 	signal_group(proxy_b, SIGCONT);
 	master_count_wait(remounts, mounts, "B did not re-mount");
 	H_ASSERT_EQ(lunar_put(cb, new_key, val, VAL_LEN, &on_b), 0);
+	/* Else B gave up on A's write by itself: nothing tested. */
+	H_ASSERT_MSG(h_now_ms() - woke < B_TIMEOUT_MS, "the new value came after B's timeout");
 	wake_and_check(&job, th, new_key, val);
 	free(old);
 	free(val);
