@@ -196,8 +196,12 @@ static void check_stopped_writer(const char *old_key, const char *new_key, int u
 	alive = master_count(clients);
 	stop_mid_write(&job, &th);
 	signal_group(proxy_b, SIGCONT);
-	/* The master declares A dead (one client fewer) and drops its write. */
+	/* The master declares A dead (one client fewer) and drops its write.
+	 * B slept too: where that took long (a slow machine, a sanitizer) the
+	 * master declared B dead as well, and B must mount again before the
+	 * new value can go there (its HEALTH pings, and mounts when told). */
 	master_count_wait(clients, alive, "the master did not declare A dead");
+	h_wait_health(cb, 0, WAIT_MS);
 	H_ASSERT_EQ(lunar_put(cb, new_key, val, VAL_LEN, &on_b), 0);
 	wake_and_check(&job, th, new_key);
 	free(old);
