@@ -469,9 +469,10 @@ struct eng_engine {
 	pthread_rwlock_t secret_lock;
 	/* The segment's mount epoch (eng_engine_epoch), from 1; a fence
 	 * raises it under the write side, a local WRITE copies under the read
-	 * side (writers preferred: a fence is not starved by copies). */
+	 * side (writers preferred: a fence is not starved by copies). Atomic:
+	 * eng_engine_epoch reads it without the lock. */
 	pthread_rwlock_t epoch_lock;
-	uint64_t epoch;
+	_Atomic uint64_t epoch;
 	int have_secret;
 	unsigned char secret[AUTH_KEY_BYTES];
 	char seg_name[ENG_ENDPOINT_MAX];

@@ -50,7 +50,7 @@ static int config_init(struct eng_engine *e, const struct eng_config *cfg)
 		e->key = *cfg->cluster_key;
 	}
 	e->cfg.cluster_key = NULL; /* ours is e->key: the caller may wipe its copy */
-	e->epoch = 1;
+	atomic_init(&e->epoch, 1);
 	return -pthread_rwlock_init(&e->secret_lock, NULL);
 }
 
@@ -142,19 +142,14 @@ void eng_engine_destroy(struct eng_engine *e)
 
 uint64_t eng_engine_epoch(struct eng_engine *e)
 {
-	uint64_t epoch;
-
-	pthread_rwlock_rdlock(&e->epoch_lock);
-	epoch = e->epoch;
-	pthread_rwlock_unlock(&e->epoch_lock);
-	return epoch;
+	return atomic_load(&e->epoch);
 }
 
 int eng_engine_fence(struct eng_engine *e)
 {
 	/* Once the copies under way are done: the next ones check it. */
 	pthread_rwlock_wrlock(&e->epoch_lock);
-	e->epoch++;
+	atomic_fetch_add(&e->epoch, 1);
 	pthread_rwlock_unlock(&e->epoch_lock);
 	if (e->keyed) {
 		pthread_rwlock_wrlock(&e->secret_lock);

@@ -70,9 +70,10 @@ int eng_local_run(struct eng_engine *e, struct eng_op *op, uint64_t total)
 	if (LC_FAILPOINT("engine-local-write"))
 		return LUNAR_ERR_TRANSFER_FAIL;
 	pthread_rwlock_rdlock(&e->epoch_lock);
-	rc = op->epoch == e->epoch ? local_xfer(e, op->endpoint, op->dir, op->off, op->iov,
-						op->iovcnt, total, op->cap, crc, 0)
-				   : LUNAR_ERR_TRANSFER_FAIL;
+	rc = op->epoch == atomic_load(&e->epoch)
+		 ? local_xfer(e, op->endpoint, op->dir, op->off, op->iov, op->iovcnt, total,
+			      op->cap, crc, 0)
+		 : LUNAR_ERR_TRANSFER_FAIL;
 	pthread_rwlock_unlock(&e->epoch_lock);
 	return rc;
 }
