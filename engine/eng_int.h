@@ -45,18 +45,20 @@ static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_landed) /
 #define ENG_SOCK_BUF	(4 << 20)  /* bytes of socket buffer each way (eng_sock_bufs) */
 
 /*
- * TCP wire protocol, version 3. All integers little-endian, headers fixed
- * size. One request in flight per connection; a client reuses a
- * connection for the next request once the reply has been read in full.
- * A request header is 128 bytes and a reply header 64, keyed or not (a
- * keyless one is the keyed layout below with everything after the first
- * 32 or 24 bytes zero). The kernel copies a payload into a socket's
- * buffers right behind its header, from page fragments of the sending
- * thread, and how fast depends on where it lands there: with version 1's
- * 24-byte replies the owner's copy of 1 MiB gets from 4 threads ran at a
- * quarter of its speed, and 64-byte requests made 4 MiB puts under some
- * key lengths half as fast (the proxy's RPCs to the master go out from the
- * same thread and move those fragments too); these sizes measured evenly.
+ * TCP wire protocol, version 5 (version 3 without the mount). All integers
+ * little-endian, headers fixed size. One request in flight per connection;
+ * a client reuses a connection for the next request once the reply has
+ * been read in full. A request header is 128 bytes and a reply header 64,
+ * keyed or not (a keyless request is the keyed layout below with its mount
+ * where the counter goes and zero after it, a keyless reply the keyed one
+ * with everything after the first 24 bytes zero). The kernel copies a
+ * payload into a socket's buffers right behind its header, from page
+ * fragments of the sending thread, and how fast depends on where it lands
+ * there: with version 1's 24-byte replies the owner's copy of 1 MiB gets
+ * from 4 threads ran at a quarter of its speed, and 64-byte requests made
+ * 4 MiB puts under some key lengths half as fast (the proxy's RPCs to the
+ * master go out from the same thread and move those fragments too); these
+ * sizes measured evenly.
  *
  *   request (128 bytes)                reply (64 bytes)
  *   u32 magic   ENG_WIRE_REQ_MAGIC     u32 magic   ENG_WIRE_REP_MAGIC
@@ -65,7 +67,9 @@ static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_landed) /
  *   u64 offset  into the segment       u64 length  the request's length
  *   u64 length  bytes, > 0
  *   u64 id      chosen by the client   40 bytes zero
- *   96 bytes zero
+ *   u64 mount   the segment's mount the client was granted the range
+ *               under (eng_cap.mount; 0 when none)
+ *   88 bytes zero
  *
  * WRITE: the request is followed by `length` payload bytes, which the server
  * stores at [offset, offset + length) of its segment, then it replies.
@@ -84,8 +88,11 @@ static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_landed) /
  * RDMA_XFER requests, each with a 264-byte body under its MAC (rdma_int.h),
  * which the owner serves with its QPs and answers with a reply header.
  * The server refuses (status != 0) a bad magic, version or op, a length of 0,
- * and a range not inside its segment; after a refusal it closes the
- * connection (a refused WRITE's payload is never read). A client drops a
+ * a range not inside its segment, and (UNAUTHORIZED) a READ, WRITE or
+ * RDMA_CONNECT naming another mount than its own (eng_engine_set_mount),
+ * so that a write granted before a re-mount never lands after it; after a
+ * refusal it closes the connection (a refused WRITE's payload is never
+ * read). A client drops a
  * connection on any error, so a connection is either idle between requests
  * or in the middle of exactly one.
  *
@@ -131,7 +138,7 @@ static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_landed) /
 #define ENG_WIRE_REQ_MAGIC     0x51524e4cu /* "LNRQ" */
 #define ENG_WIRE_REP_MAGIC     0x50524e4cu /* "LNRP" */
 #define ENG_WIRE_HS_MAGIC      0x53484e4cu /* "LNHS" */
-#define ENG_WIRE_VERSION       3
+#define ENG_WIRE_VERSION       5
 #define ENG_WIRE_VERSION_KEYED 4
 #define ENG_WIRE_REQ_SIZE      32   /* the request's fields */
 #define ENG_WIRE_REP_SIZE      24   /* the reply's fields */
@@ -139,6 +146,9 @@ static_assert(ENG_SLICE_MAX <= sizeof(((struct eng_op *)0)->priv.slice_landed) /
 #define ENG_WIRE_REP_FRAME     64   /* a reply header on the wire, keyed or not */
 #define ENG_WIRE_KREQ_MACD     96   /* bytes of the keyed request under its MAC */
 #define ENG_CAP_SKEW_MS	       2000 /* error of the owner's estimate of the master's clock */
+/* A keyless owner's mount from a fence to the next: no mount's token (the
+ * master never picks it), so every range is refused. */
+#define ENG_MOUNT_FENCED UINT64_MAX
 
 enum eng_wire_op {
 	ENG_OP_READ = 1,
@@ -167,7 +177,10 @@ struct eng_wire_rep {
 
 struct eng_wire_kreq {
 	struct eng_wire_req h;
-	uint64_t ctr;
+	union {
+		uint64_t ctr;	/* keyed */
+		uint64_t mount; /* keyless */
+	};
 	uint32_t crc;
 	uint32_t reserved;
 	uint64_t cap_offset;
@@ -473,6 +486,9 @@ struct eng_engine {
 	 * eng_engine_epoch reads it without the lock. */
 	pthread_rwlock_t epoch_lock;
 	_Atomic uint64_t epoch;
+	/* Keyless: the mount token requests must name (eng_engine_set_mount),
+	 * ENG_MOUNT_FENCED from a fence to the next mount. */
+	_Atomic uint64_t mount;
 	int have_secret;
 	unsigned char secret[AUTH_KEY_BYTES];
 	char seg_name[ENG_ENDPOINT_MAX];
@@ -577,7 +593,8 @@ int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep, ui
  * eng_refusal - the -errno of a peer's refusal with status (< 0):
  * -EKEYREJECTED when the owner did not take the capability for the range
  * (LUNAR_ERR_UNAUTHORIZED: a grant under a secret of another mount of its
- * segment, which a fresh list replaces), -EPROTO for any other refusal.
+ * segment, or keyless one naming another mount, which a fresh list
+ * replaces), -EPROTO for any other refusal.
  */
 static inline int eng_refusal(int32_t status)
 {

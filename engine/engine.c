@@ -51,6 +51,7 @@ static int config_init(struct eng_engine *e, const struct eng_config *cfg)
 	}
 	e->cfg.cluster_key = NULL; /* ours is e->key: the caller may wipe its copy */
 	atomic_init(&e->epoch, 1);
+	atomic_init(&e->mount, 0);
 	return -pthread_rwlock_init(&e->secret_lock, NULL);
 }
 
@@ -145,12 +146,18 @@ uint64_t eng_engine_epoch(struct eng_engine *e)
 	return atomic_load(&e->epoch);
 }
 
+void eng_engine_set_mount(struct eng_engine *e, uint64_t mount)
+{
+	atomic_store(&e->mount, mount);
+}
+
 int eng_engine_fence(struct eng_engine *e)
 {
 	/* Once the copies under way are done: the next ones check it. */
 	pthread_rwlock_wrlock(&e->epoch_lock);
 	atomic_fetch_add(&e->epoch, 1);
 	pthread_rwlock_unlock(&e->epoch_lock);
+	atomic_store(&e->mount, ENG_MOUNT_FENCED);
 	if (e->keyed) {
 		pthread_rwlock_wrlock(&e->secret_lock);
 		e->have_secret = 0;

@@ -70,7 +70,9 @@ struct eng_config {
  * fields): op on [offset, offset + length) of the segment (a transfer may
  * move any part of it; for a disk read offset is 0 and length the most
  * bytes), for the object's version, until expiry_ms (the master's
- * capability clock, eng_engine_set_clock).
+ * capability clock, eng_engine_set_clock). mount: the mount of the owner's
+ * segment the replica was placed in (Replica.mount), which a keyless owner
+ * checks instead (eng_engine_set_mount); a keyless grant has only that.
  */
 #define ENG_CAP_BYTES 16
 struct eng_cap {
@@ -79,6 +81,7 @@ struct eng_cap {
 	uint64_t version;
 	uint64_t expiry_ms;
 	unsigned char tag[ENG_CAP_BYTES];
+	uint64_t mount;
 };
 
 /* Why a keyed data port refused a peer (eng_engine_rejected). */
@@ -130,16 +133,26 @@ const char *eng_engine_endpoint(const struct eng_engine *e);
  */
 int eng_engine_set_secret(struct eng_engine *e, const char *segment, const unsigned char *secret);
 /*
+ * eng_engine_set_mount - the token of the segment's mount the master made
+ * (MountSegmentReply.mount): from now on a keyless data port serves
+ * READ, WRITE and RDMA connect requests that name it (eng_cap.mount) and
+ * refuses others with UNAUTHORIZED, so a write granted under an older
+ * mount never lands. Until the first call it serves those naming 0 (an
+ * engine no master mounts). Any thread.
+ */
+void eng_engine_set_mount(struct eng_engine *e, uint64_t mount);
+/*
  * eng_engine_fence - begin a new mount of the segment: forget the
- * capability secret (a keyed data port refuses every range until the next
- * eng_engine_set_secret), close every data connection open now, and wait
- * until none of them can move a byte more into or out of the segment. A
- * master that forgot the segment (it declared the owner dead, restarted,
- * or a new leader took over) forgot the writes it had granted there too:
- * after the fence, the rest of such a write, from a peer that was asleep,
- * can no longer land on a value placed after the re-mount. Blocks while
- * the requests in flight finish: the I/O timeout at most (a request's own
- * deadline is as long, from its start).
+ * capability secret and the mount token (the data port refuses every range
+ * until the next eng_engine_set_secret, keyless eng_engine_set_mount),
+ * close every data connection open now, and wait until none of them can
+ * move a byte more into or out of the segment. A master that forgot the
+ * segment (it declared the owner dead, restarted, or a new leader took
+ * over) forgot the writes it had granted there too: after the fence, the
+ * rest of such a write, from a peer that was asleep, can no longer land
+ * on a value placed after the re-mount. Blocks while the requests in
+ * flight finish: the I/O timeout at most (a request's own deadline is as
+ * long, from its start).
  * 0, or -ETIMEDOUT: one is still busy, and the segment must not be
  * mounted yet. Raises the segment's epoch first, once the local WRITEs
  * under way are done: a local WRITE of an older one fails. Any thread but

@@ -42,6 +42,7 @@ struct eng_rdma_peer {
 	int busy;	     /* keyed: a transfer uses c; under eng_rdma.lock */
 	uint64_t raddr, rlen;
 	uint32_t rkey;
+	uint64_t mount; /* keyless: the owner's mount the set was set up under */
 };
 
 static const char *const tr_names[ENG_TR_COUNT] = {"local", "tcp", "rdma"};
@@ -122,7 +123,8 @@ static int recv_n(int fd, void *buf, size_t len, uint64_t deadline)
 }
 
 /* The owner's answer to request (ctr, id): its body into body. 0, -EPROTO,
- * -ECONNREFUSED (it said no: *status), -EAGAIN (not yet: BUSY), or -errno. */
+ * -ECONNREFUSED (it said no: *status), -EKEYREJECTED (no to the grant, or
+ * keyless the mount: UNAUTHORIZED), -EAGAIN (not yet: BUSY), or -errno. */
 static int recv_answer(struct eng_cconn *c, uint64_t ctr, uint64_t id, unsigned char *body,
 		       uint64_t deadline, int32_t *status)
 {
@@ -146,6 +148,8 @@ static int recv_answer(struct eng_cconn *c, uint64_t ctr, uint64_t id, unsigned 
 		return -EPROTO;
 	if (*status == LUNAR_ERR_BUSY)
 		return -EAGAIN;
+	if (*status == LUNAR_ERR_UNAUTHORIZED)
+		return -EKEYREJECTED;
 	return *status ? -ECONNREFUSED : 0;
 }
 
@@ -185,7 +189,8 @@ static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigne
 }
 
 /* Set up p's QPs with its owner; 0, -ECONNREFUSED (the owner cannot),
- * -EAGAIN (not yet), or another -errno. On failure p holds nothing. */
+ * -EKEYREJECTED (not for this grant), -EAGAIN (not yet), or another -errno.
+ * On failure p holds nothing. */
 static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_dir dir,
 			uint64_t off, uint64_t total, const struct eng_cap *cap, uint64_t deadline)
 {
@@ -207,6 +212,7 @@ static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_
 		p->raddr = theirs.addr;
 		p->rlen = theirs.length;
 		p->rkey = theirs.rkey;
+		p->mount = cap ? cap->mount : 0;
 		/* Keyed, the lifeline carries each transfer's answer instead. */
 		if (!e->keyed)
 			p->q->watch_fd = p->c->fd;
@@ -233,6 +239,17 @@ static struct eng_rdma_peer *peer_new(struct eng_rdma *r, const char *endpoint)
 	return p;
 }
 
+/* When a peer whose set-up failed with rc may be dialled again. A grant
+ * refused (one of an older mount, after the owner re-mounted) says nothing
+ * of the next transfer's: at once. */
+static uint64_t redial_at(int rc)
+{
+	if (rc == -EKEYREJECTED)
+		return 0;
+	return lc_now_ns() +
+	       (rc == -ECONNREFUSED || rc == -EPROTO ? ENG_RDMA_RETRY_NS : ENG_RDMA_REDIAL_NS);
+}
+
 /* Connect p (linked, PEER_CONNECTING, referenced, keyed: busy) and publish
  * the outcome; p, or NULL after dropping what we hold of it. */
 static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer *p,
@@ -244,8 +261,7 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 
 	pthread_mutex_lock(&r->lock);
 	p->state = rc ? PEER_TCP : PEER_UP;
-	p->retry_ns = lc_now_ns() + (rc == -ECONNREFUSED || rc == -EPROTO ? ENG_RDMA_RETRY_NS
-									  : ENG_RDMA_REDIAL_NS);
+	p->retry_ns = redial_at(rc);
 	if (rc)
 		p->busy = 0;
 	pthread_cond_broadcast(&r->freed);
@@ -255,9 +271,10 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 		return p;
 	}
 	LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", p->endpoint,
-		rc == -ECONNREFUSED ? "the peer has no device, or its QPs did not connect"
-		: rc == -EAGAIN	    ? "the peer is still registering its segment; again in 1 s"
-				    : strerror(-rc));
+		rc == -ECONNREFUSED   ? "the peer has no device, or its QPs did not connect"
+		: rc == -EAGAIN	      ? "the peer is still registering its segment; again in 1 s"
+		: rc == -EKEYREJECTED ? "the peer refused this transfer's grant"
+				      : strerror(-rc));
 	peer_put(p);
 	return NULL;
 }
@@ -465,6 +482,25 @@ static int tcp_instead(struct eng_engine *e, const char *endpoint, enum eng_dir 
 	return rc;
 }
 
+/*
+ * Keyless, a QP set serves ranges of the mount it was set up under only
+ * (the owner checked that one, and its fence ends the set): for a range of
+ * another, which of the two is the owner's now, the owner says over TCP.
+ * When it takes the transfer there, the set is of an older mount: retired,
+ * the next transfer sets up a new one. Drops our reference to p.
+ */
+static int other_mount(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_dir dir,
+		       uint64_t off, const struct iovec *iov, int iovcnt, uint64_t total,
+		       const struct eng_cap *cap, uint32_t *crc, uint64_t deadline)
+{
+	int rc = tcp_instead(e, p->endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline);
+
+	if (!rc)
+		peer_retire(e->rdma, p);
+	peer_put(p);
+	return rc;
+}
+
 /* A transfer whose time ran out before it began (queued behind others, or
  * waiting for a QP set): nothing went, and no QP set is torn down for it. */
 static int too_late(struct eng_engine *e, uint64_t total)
@@ -511,6 +547,8 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 		peer_put(p);
 		return too_late(e, total);
 	}
+	if (!e->keyed && p->mount != (cap ? cap->mount : 0))
+		return other_mount(e, p, dir, off, iov, iovcnt, total, cap, crc, deadline);
 	/* The owner checks a keyed WRITE's bytes against their CRC32C. */
 	if (e->keyed && dir == ENG_WRITE)
 		wcrc = iov_crc(iov, iovcnt);

@@ -39,7 +39,7 @@ struct tcp_slice {
 };
 
 /* Encode req for c into *k, as eng_send_req sends it (all of it, keyed or
- * not: a keyless request leaves the fields after k->h zero). */
+ * not: a keyless request names cap's mount and leaves the rest zero). */
 static void req_build(struct eng_cconn *c, const struct eng_wire_req *req,
 		      const struct eng_cap *cap, uint32_t crc, const void *name, size_t nlen,
 		      struct eng_wire_kreq *k, uint64_t *ctr)
@@ -48,6 +48,7 @@ static void req_build(struct eng_cconn *c, const struct eng_wire_req *req,
 	*ctr = 0;
 	if (!c->keyed) {
 		k->h.version = ENG_WIRE_VERSION;
+		k->mount = htole64(cap ? cap->mount : 0);
 		eng_wire_req_encode(&k->h);
 		return;
 	}

@@ -244,11 +244,12 @@ int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, Protobu
 		return -ENOMEM;
 	if (n) {
 		r->codes = calloc(n, sizeof(*r->codes));
-		if (!r->codes) {
+		r->mounts = calloc(n, sizeof(*r->mounts));
+		if (!r->codes || !r->mounts) {
 			protobuf_c_message_free_unpacked(&r->base, NULL);
 			return -ENOMEM;
 		}
-		r->n_codes = n;
+		r->n_codes = r->n_mounts = n;
 	}
 	rc = bad ? 0 : mst_client_touch(m, rq->client_id);
 	if (n && m->cfg.keyed && remount_secrets(r, n)) {
@@ -259,9 +260,10 @@ int mst_batch_remount(struct mst_master *m, const ProtobufCMessage *req, Protobu
 		struct auth_key *k =
 		    r->n_segment_secrets ? (void *)r->segment_secrets[i].data : NULL;
 
-		r->codes[i] =
-		    mst_code(rc < 0 ? rc : mst_segment_mount(m, rq->client_id, rq->segments[i], k));
-		/* A failed mount's entry stays empty. Plain here: the RPC layer
+		r->codes[i] = mst_code(rc < 0 ? rc
+					      : mst_segment_mount(m, rq->client_id, rq->segments[i],
+								  k, &r->mounts[i]));
+		/* A failed mount's entries stay empty. Plain here: the RPC layer
 		 * seals the secrets for the session on the wire. */
 		if (k && r->codes[i])
 			r->segment_secrets[i].len = 0;

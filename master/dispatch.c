@@ -34,11 +34,14 @@ static int h_mount(struct mst_master *m, const ProtobufCMessage *req, ProtobufCM
 	const Lunar__MountSegmentRequest *rq = (const void *)req;
 	struct auth_key secret;
 	Lunar__MountSegmentReply *r;
+	uint64_t mount = 0;
 	int rc = mst_client_touch(m, rq->client_id);
 
 	if (rc >= 0)
-		rc = mst_segment_mount(m, rq->client_id, rq->segment, &secret);
+		rc = mst_segment_mount(m, rq->client_id, rq->segment, &secret, &mount);
 	r = REPLY(Lunar__MountSegmentReply, lunar__mount_segment_reply__descriptor, rc);
+	if (r && rc >= 0)
+		r->mount = mount;
 	/* Plain here: the RPC layer seals it for the session on the wire. */
 	if (r && rc >= 0 && m->cfg.keyed) {
 		r->segment_secret.data = malloc(sizeof(secret.k));

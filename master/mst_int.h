@@ -49,6 +49,7 @@ struct mst_segment {
 	uint64_t drain_due_ms;	/* graceful unmount: no new allocations, retired at
 				 * this time; 0 when not draining. Under the table lock. */
 	struct auth_key secret; /* capabilities for it are MACs under this; from mount */
+	uint64_t mount;		/* this mount's token, in its replicas (lunar.proto) */
 };
 
 /* A chosen range: where one replica lives. */
@@ -250,10 +251,11 @@ int mst_segtab_init(struct mst_segtab *t);
 void mst_segtab_fini(struct mst_master *m);
 /* mst_segment_mount - mount (or remount) d for client: 0 or a code;
  * NO_AVAILABLE_HANDLE past MST_SEGMENTS_PER_CLIENT segments of one client.
- * On 0, *secret (if not NULL) is the segment's capability secret: random
- * at its first mount, the same at an idempotent remount. */
+ * On 0, *secret (if not NULL) is the segment's capability secret and *mount
+ * (if not NULL) its mount token: random at its first mount, the same at an
+ * idempotent remount. */
 int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__SegmentDesc *d,
-		      struct auth_key *secret);
+		      struct auth_key *secret, uint64_t *mount);
 /* mst_segment_secret - the capability secret of the mounted segment name;
  * 0, or -ENOENT. Takes the table's read lock. */
 int mst_segment_secret(struct mst_master *m, const char *name, struct auth_key *out);

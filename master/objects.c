@@ -282,6 +282,7 @@ static Lunar__Replica *replica_pb(const struct mst_replica *r, Lunar__ReplicaSta
 	p->state = st;
 	p->offset = r->off;
 	p->length = r->len;
+	p->mount = r->seg->mount;
 	p->segment = strdup(r->seg->name);
 	p->endpoint = strdup(r->seg->endpoint);
 	if (!p->segment || !p->endpoint) {

@@ -56,6 +56,10 @@ static struct mst_segment *segment_alloc(uint64_t owner, const Lunar__SegmentDes
 	s->endpoint = strdup(d->endpoint ? d->endpoint : "");
 	s->ra = lc_ralloc_create(d->size, SEG_ALIGN);
 	auth_random(s->secret.k, sizeof(s->secret.k));
+	/* Never 0 (no mount) nor all ones (an owner between mounts). */
+	do
+		auth_random(&s->mount, sizeof(s->mount));
+	while (s->mount == 0 || s->mount == UINT64_MAX);
 	if (!s->name || !s->endpoint || !s->ra || pthread_mutex_init(&s->lock, NULL)) {
 		lc_ralloc_destroy(s->ra);
 		free(s->endpoint);
@@ -123,7 +127,7 @@ static unsigned owned_locked(struct mst_master *m, uint64_t client)
 }
 
 int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__SegmentDesc *d,
-		      struct auth_key *secret)
+		      struct auth_key *secret, uint64_t *mount)
 {
 	struct mst_segment *s, *stale = NULL;
 	ssize_t i;
@@ -144,6 +148,8 @@ int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__Segmen
 		m->segs.v[i]->drain_due_ms = 0;
 		if (secret)
 			*secret = m->segs.v[i]->secret;
+		if (mount)
+			*mount = m->segs.v[i]->mount;
 		goto out_unlock;
 	}
 	if (i >= 0 && mst_client_alive(m, m->segs.v[i]->owner)) {
@@ -162,6 +168,8 @@ int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__Segmen
 	if (!rc) {
 		if (secret)
 			*secret = s->secret;
+		if (mount)
+			*mount = s->mount;
 		lc_fetch_add_relaxed(&m->capacity, s->size);
 		s = NULL;
 	}

@@ -74,6 +74,7 @@ static int remount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 	if (!rc) {
 		take_clock(px, codes->clock_ms, t0, lc_now_ms(), true);
 		take_secret(px, codes->n_segment_secrets == 1 ? &codes->segment_secrets[0] : NULL);
+		eng_engine_set_mount(px->engine, codes->n_mounts == 1 ? codes->mounts[0] : 0);
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return rc;
@@ -98,6 +99,7 @@ static int mount_call(struct px_proxy *px, Lunar__SegmentDesc *seg)
 	if (!rc) {
 		take_clock(px, r->clock_ms, t0, lc_now_ms(), true);
 		take_secret(px, &r->segment_secret);
+		eng_engine_set_mount(px->engine, r->mount);
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return rc;

@@ -362,8 +362,9 @@ int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadlin
 
 int px_replica_cap(const Lunar__Replica *rp, struct eng_cap *out)
 {
+	out->mount = rp->mount;
 	if (rp->cap.len != ENG_CAP_BYTES || !rp->cap.data)
-		return 0;
+		return rp->mount != 0; /* keyless: the mount alone */
 	out->offset = rp->type == LUNAR__REPLICA_TYPE__LOCAL_DISK ? 0 : rp->offset;
 	out->length = rp->length;
 	out->version = rp->version;

@@ -24,7 +24,7 @@ struct px_cached_replica {
 	char endpoint[PX_ENDPOINT_MAX];
 	uint64_t offset;
 	uint64_t length;
-	int has_cap;	    /* the master granted cap (a keyed cluster) */
+	int has_cap;	    /* the master granted cap (keyed; keyless a mount) */
 	struct eng_cap cap; /* expires with the lease: the cache stops serving then */
 };
 
@@ -87,14 +87,15 @@ struct px_read {
 int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char *key,
 		       uint64_t now_ms, uint64_t margin_ms, const struct px_read *rd,
 		       struct px_cached *out);
-/* px_lease_cache_fill - convert a master result, granted to lessee, into
- * *out (0), or -1 if it cannot be cached (too many replicas, long endpoint). */
 /*
- * px_replica_cap - the capability of a replica message (untrusted bytes
- * from the master) into *out: 1 when it has one of ENG_CAP_BYTES, else 0
- * (a keyless master; pass NULL to the engine then). Any thread.
+ * px_replica_cap - the grant of a replica message (untrusted bytes from
+ * the master) into *out: 1 when it has a capability of ENG_CAP_BYTES, or
+ * keyless a mount (its only part then), else 0 (pass NULL to the engine
+ * then). Any thread.
  */
 int px_replica_cap(const Lunar__Replica *rp, struct eng_cap *out);
+/* px_lease_cache_fill - convert a master result, granted to lessee, into
+ * *out (0), or -1 if it cannot be cached (too many replicas, long endpoint). */
 int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadline_ms,
 			uint64_t lessee, struct px_cached *out);
 /* px_lease_cache_put - insert or replace the entry of (tenant, key), which

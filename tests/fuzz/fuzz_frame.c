@@ -22,14 +22,15 @@
 
 static void plain(const uint8_t *d, size_t n)
 {
+	static const uint16_t versions[] = {ENG_WIRE_VERSION, ENG_WIRE_VERSION_KEYED};
 	struct eng_wire_req r;
 
 	if (n < sizeof(r))
 		return;
 	memcpy(&r, d, sizeof(r));
 	eng_wire_req_decode(&r);
-	for (uint16_t v = ENG_WIRE_VERSION; v <= ENG_WIRE_VERSION_KEYED; v++)
-		if (!eng_wire_req_check(&r, SEG_SIZE, v, ~0u))
+	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++)
+		if (!eng_wire_req_check(&r, SEG_SIZE, versions[i], ~0u))
 			FZ_CHECK(r.offset <= SEG_SIZE && r.length <= SEG_SIZE - r.offset);
 }
 

@@ -7,7 +7,8 @@
  * its bytes with the range A is still writing: once A has woken and given
  * up, it reads byte-exact. The same for an upsert A was writing, and for a
  * put during which B is declared dead too and re-mounts: the master then
- * forgot A's write, and B's fresh segment takes a value where it was.
+ * forgot A's write, and B's fresh segment takes a value where it was; that
+ * case again in a keyless cluster, where no capability is there to void.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,7 +24,6 @@
 #include <string.h>
 
 #include "harness.h"
-#include "tests/cmocka_main.h"
 #include "http_get.h"
 
 #define MIB (1024u * 1024u)
@@ -59,15 +59,22 @@ static int setup(void **state)
 	snprintf(sock_b, sizeof(sock_b), "%s", h_path("b.sock"));
 	proxy_a = h_start_proxy("proxyA", sock_a, port, "--segment-size", "0", "--ping-interval",
 				"100ms", "--arena-size", "64MiB", NULL);
-	/* B's app clears each case's key with a forced remove: an admin call. */
-	proxy_b =
-	    h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", SEG_B, "--ping-interval",
-			 "100ms", "--arena-size", "64MiB", "--admin-calls", NULL);
+	/* B's app clears each case's key with a forced remove: keyed, an
+	 * admin call (keyless, every call is anyone's). */
+	proxy_b = h_start_peer("proxyB", sock_b, port, seg_b, "--segment-size", SEG_B,
+			       "--ping-interval", "100ms", "--arena-size", "64MiB",
+			       h_cluster_key() ? "--admin-calls" : NULL, NULL);
 	if (!proxy_a || !proxy_b)
 		return -1;
 	ca = h_client_try(sock_a, CLIENT_TIMEOUT, NULL);
 	cb = h_client_try(sock_b, CLIENT_TIMEOUT, NULL);
 	return ca && cb ? 0 : -1;
+}
+
+static int keyless_setup(void **state)
+{
+	h_keyless();
+	return setup(state);
 }
 
 static int teardown(void **state)
@@ -216,16 +223,14 @@ static void check_stopped_writer(const char *old_key, const char *new_key, int u
  * ended A's transfer at the re-mount: the rest of A's bytes would land on
  * the new value.
  */
-static void test_stopped_writer_bytes_do_not_land_after_the_owner_remounts(void **state)
+static void check_owner_remount(const char *old_key, const char *new_key)
 {
-	const char *old_key = "stopped-writer/remount", *new_key = "stopped-writer/after-remount";
 	uint8_t *old = malloc(VAL_LEN), *val = malloc(VAL_LEN);
 	static struct write_job job; /* its thread outlives a failed assertion */
 	uint64_t end = h_now_ms() + WAIT_MS, woke;
 	int64_t alive, mounts;
 	pthread_t th;
 
-	(void)state;
 	job = (struct write_job){.key = old_key, .buf = old, .rc = 1};
 	H_ASSERT(old && val);
 	h_fill(old, VAL_LEN, h_seed(old_key));
@@ -253,6 +258,19 @@ static void test_stopped_writer_bytes_do_not_land_after_the_owner_remounts(void 
 	free(val);
 }
 
+static void test_stopped_writer_bytes_do_not_land_after_the_owner_remounts(void **state)
+{
+	(void)state;
+	check_owner_remount("stopped-writer/remount", "stopped-writer/after-remount");
+}
+
+/* Keyless, B refuses the rest of A's write by the mount it names. */
+static void test_stopped_writer_keyless_bytes_do_not_land_after_the_owner_remounts(void **state)
+{
+	(void)state;
+	check_owner_remount("stopped-writer/keyless-remount", "stopped-writer/keyless-after");
+}
+
 static void test_stopped_writer_put_bytes_do_not_land_on_a_new_value(void **state)
 {
 	(void)state;
@@ -265,7 +283,22 @@ static void test_stopped_writer_upsert_bytes_do_not_land_on_a_new_value(void **s
 	check_stopped_writer("stopped-writer/upsert", "stopped-writer/after-upsert", 1);
 }
 
-/* The re-mount case first: B's segment is empty when A's write begins. */
-LUNAR_TEST_MAIN(setup, teardown, test_stopped_writer_bytes_do_not_land_after_the_owner_remounts,
-		test_stopped_writer_put_bytes_do_not_land_on_a_new_value,
-		test_stopped_writer_upsert_bytes_do_not_land_on_a_new_value)
+int main(void)
+{
+	/* The re-mount cases first: B's segment is empty when A's write
+	 * begins. Keyed first: h_keyless holds for the rest. */
+	const struct CMUnitTest keyed[] = {
+	    cmocka_unit_test(test_stopped_writer_bytes_do_not_land_after_the_owner_remounts),
+	    cmocka_unit_test(test_stopped_writer_put_bytes_do_not_land_on_a_new_value),
+	    cmocka_unit_test(test_stopped_writer_upsert_bytes_do_not_land_on_a_new_value),
+	};
+	const struct CMUnitTest keyless[] = {
+	    cmocka_unit_test(
+		test_stopped_writer_keyless_bytes_do_not_land_after_the_owner_remounts),
+	};
+	int rc;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	rc = cmocka_run_group_tests_name("keyed", keyed, setup, teardown);
+	return rc | cmocka_run_group_tests_name("keyless", keyless, keyless_setup, teardown);
+}

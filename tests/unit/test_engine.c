@@ -282,12 +282,12 @@ static uint64_t get_le(const unsigned char *p, int bytes)
 }
 
 /* A request frame as the wire comment in eng_int.h lays it out: the
- * 32-byte header, then 96 zeros. */
+ * 32-byte header, mount 0 (an engine no master mounted), then 88 zeros. */
 static void make_req(unsigned char h[128], uint16_t op, uint64_t off, uint64_t len)
 {
 	memset(h, 0, 128);
 	put_le(h, 0x51524e4cu, 4);
-	put_le(h + 4, 3, 2);
+	put_le(h + 4, 5, 2);
 	put_le(h + 6, op, 2);
 	put_le(h + 8, off, 8);
 	put_le(h + 16, len, 8);
@@ -398,6 +398,52 @@ static void test_engine_fence_fails_older_local_writes(void **state)
 	eng_xfer_batch(b.e, &op, 1);
 	assert_int_equal(op.result, 0);
 	assert_memory_equal(b.seg + 8192, buf, sizeof(buf));
+	node_stop(&b);
+}
+
+/* One transfer of buf to or from offset 0 of ep under a grant of mount. */
+static int xfer_mount(struct eng_engine *e, const char *ep, enum eng_dir dir, void *buf, size_t len,
+		      uint64_t mount)
+{
+	struct eng_cap cap = {.length = len, .mount = mount};
+	struct iovec v = {buf, len};
+
+	return eng_xfer(e, ep, dir, 0, &v, 1, &cap, NULL);
+}
+
+/* A keyless owner serves ranges of its mount only: a grant of an older
+ * one (or of none) is refused before a byte lands, also between a fence
+ * and the next mount. */
+static void test_engine_keyless_owner_serves_its_mount_only(void **state)
+{
+	struct node a = node_start(0, 0), b = node_start(0, 0);
+	const char *ep = eng_engine_endpoint(b.e);
+	unsigned char buf[4096], zero[4096] = {0};
+
+	(void)state;
+	memset(buf, 0x3C, sizeof(buf));
+	eng_engine_set_mount(b.e, 7);
+	assert_int_equal(xfer_mount(a.e, ep, ENG_WRITE, buf, sizeof(buf), 8),
+			 LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(xfer1(a.e, ep, ENG_WRITE, 0, buf, sizeof(buf)), LUNAR_ERR_UNAUTHORIZED);
+	assert_memory_equal(b.seg, zero, sizeof(zero));
+	assert_int_equal(xfer_mount(a.e, ep, ENG_READ, buf, sizeof(buf), 8),
+			 LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(xfer_mount(a.e, ep, ENG_WRITE, buf, sizeof(buf), 7), 0);
+	assert_memory_equal(b.seg, buf, sizeof(buf));
+	assert_int_equal(eng_engine_fence(b.e), 0);
+	memset(buf, 0x4D, sizeof(buf));
+	assert_int_equal(xfer_mount(a.e, ep, ENG_WRITE, buf, sizeof(buf), 7),
+			 LUNAR_ERR_UNAUTHORIZED);
+	eng_engine_set_mount(b.e, 9);
+	assert_int_equal(xfer_mount(a.e, ep, ENG_WRITE, buf, sizeof(buf), 7),
+			 LUNAR_ERR_UNAUTHORIZED);
+	assert_int_not_equal(b.seg[0], 0x4D);
+	assert_int_equal(xfer_mount(a.e, ep, ENG_WRITE, buf, sizeof(buf), 9), 0);
+	memset(buf, 0, sizeof(buf));
+	assert_int_equal(xfer_mount(a.e, ep, ENG_READ, buf, sizeof(buf), 9), 0);
+	assert_int_equal(buf[0], 0x4D);
+	node_stop(&a);
 	node_stop(&b);
 }
 
@@ -780,8 +826,10 @@ LUNAR_TEST_MAIN(NULL, NULL, test_engine_write_read_sizes, test_engine_multi_iov,
 		test_engine_checksum, test_engine_local_memcpy, test_engine_out_of_bounds,
 		test_engine_bad_args, test_engine_hostile_peer,
 		test_engine_partial_header_times_out, test_engine_fence_ends_writes_under_way,
-		test_engine_fence_fails_older_local_writes, test_engine_disk_reply_positive_status,
-		test_engine_unreachable_fails_fast, test_engine_timeout, test_engine_peer_restart,
-		test_engine_pool_reuses_connections, test_engine_concurrent_threads,
-		test_engine_create_refuses_bad_config, test_engine_idle_connections_give_way,
-		test_engine_stalled_peer_holds_a_quarter, test_engine_closed_connections_released)
+		test_engine_fence_fails_older_local_writes,
+		test_engine_keyless_owner_serves_its_mount_only,
+		test_engine_disk_reply_positive_status, test_engine_unreachable_fails_fast,
+		test_engine_timeout, test_engine_peer_restart, test_engine_pool_reuses_connections,
+		test_engine_concurrent_threads, test_engine_create_refuses_bad_config,
+		test_engine_idle_connections_give_way, test_engine_stalled_peer_holds_a_quarter,
+		test_engine_closed_connections_released)

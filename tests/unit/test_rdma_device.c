@@ -9,7 +9,10 @@
  * TRANSFER_FAIL, never succeed with wrong bytes; a forced handshake
  * refusal falls back to TCP. Keyed, the owner moves the bytes through the
  * memory windows the client binds for each transfer, and a grant for
- * another range moves none.
+ * another range moves none. Keyless, a QP set serves the owner's mount it
+ * was set up under: after the owner's re-mount a range of the new mount
+ * goes by TCP once and the next one on a new set, and one of the old is
+ * refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -168,6 +171,56 @@ static void test_rdma_device_keyed_windows(void **state)
 	free(back);
 }
 
+/* The transfer counts of a's transport t. */
+static uint64_t xfers_on(const struct node *a, enum eng_transport t)
+{
+	struct eng_xfer_stats st;
+
+	eng_engine_xfer_stats(a->e, t, &st);
+	return st.xfers;
+}
+
+static void test_rdma_device_keyless_mounts(void **state)
+{
+	unsigned char *buf = aligned_alloc(4096, LEN), *back = aligned_alloc(4096, LEN);
+	struct iovec v = {buf, LEN}, w = {back, LEN};
+	struct eng_cap old = {.mount = 7}, cur = {.mount = 9};
+	struct eng_mem *m[2];
+	struct node a, b;
+	const char *ep;
+
+	(void)state;
+	assert_int_equal(node_start(&a), 0);
+	assert_int_equal(node_start(&b), 0);
+	ep = eng_engine_endpoint(b.e);
+	regions_add(&a, buf, back, 3, m);
+	eng_engine_set_mount(b.e, 7);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 0, &v, 1, &old, NULL), 0);
+	assert_int_equal(xfers_on(&a, ENG_TR_RDMA), 1);
+	/* The owner re-mounts: its fence ends a's set. */
+	assert_int_equal(eng_engine_fence(b.e), 0);
+	eng_engine_set_mount(b.e, 9);
+	memset(back, 0, LEN);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 0, &w, 1, &cur, NULL), 0);
+	assert_memory_equal(back, buf, LEN);
+	assert_int_equal(xfers_on(&a, ENG_TR_TCP), 1);
+	/* A write of the old mount: refused, by its connect and over TCP. */
+	buf[0] ^= 0xff;
+	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 0, &v, 1, &old, NULL),
+			 LUNAR_ERR_UNAUTHORIZED);
+	assert_int_not_equal(b.seg[0], buf[0]);
+	/* The new mount's next transfer sets up a new set at once. */
+	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 0, &v, 1, &cur, NULL), 0);
+	assert_memory_equal(b.seg, buf, LEN);
+	assert_int_equal(xfers_on(&a, ENG_TR_RDMA), 2);
+	eng_mem_del(m[0]);
+	eng_mem_del(m[1]);
+	node_stop(&b);
+	node_stop(&a);
+	free(buf);
+	free(back);
+}
+
 static void test_rdma_device_forced_refusal(void **state)
 {
 	struct node a, b;
@@ -200,6 +253,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_rdma_device_round_trip),
 	    cmocka_unit_test(test_rdma_device_keyed_windows),
+	    cmocka_unit_test(test_rdma_device_keyless_mounts),
 	    cmocka_unit_test(test_rdma_device_forced_refusal),
 	};
 	struct node probe;
