@@ -589,6 +589,11 @@ int eng_send_req(struct eng_cconn *c, const struct eng_wire_req *req, const stru
  */
 int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep, uint64_t deadline_ns,
 		 int *replied);
+/* eng_cap_mount - the mount a keyless request under cap names (NULL: 0). */
+static inline uint64_t eng_cap_mount(const struct eng_cap *cap)
+{
+	return cap ? cap->mount : 0;
+}
 /*
  * eng_refusal - the -errno of a peer's refusal with status (< 0):
  * -EKEYREJECTED when the owner did not take the capability for the range

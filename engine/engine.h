@@ -50,7 +50,7 @@ struct eng_config {
 	/*
 	 * The cluster key (copied at create; the caller may wipe its own):
 	 * handshake, MACs and capability checks on the data port, both as a
-	 * server and as a client. NULL: keyless, frames as in wire version 3.
+	 * server and as a client. NULL: keyless, frames as in wire version 5.
 	 */
 	const struct auth_key *cluster_key;
 	/*
@@ -254,18 +254,20 @@ void eng_engine_destroy(struct eng_engine *e);
  * this engine's own, a copy. Synchronous: blocks the calling thread at most
  * io_timeout_ms; any number of threads at once (eng_xfer_batch of one
  * op). Returns 0, ENG_XFER_UNSENT, LUNAR_ERR_UNAUTHORIZED (the owner
- * answered that cap does not grant the range: a grant under the secret of
- * another mount of its segment, from a master since replaced or from
- * before the owner restarted; a fresh grant may pass; also for a WRITE
- * whose sending broke as the owner closed after refusing), or
+ * answered that cap does not grant the range: a grant under the secret,
+ * keyless of the mount, of another mount of its segment, from a master
+ * since replaced or from before the owner re-mounted; a fresh grant may
+ * pass; also for a WRITE whose sending broke as the owner closed after
+ * refusing), or
  * LUNAR_ERR_TRANSFER_FAIL (refused out of bounds, timeout, short
  * transfer, a connection lost); the connection of a failed transfer is
  * dropped, never reused. If crc is not NULL, *crc is set to the CRC32C (lc_crc32c from
  * 0) of the bytes moved; a local transfer computes it in the same pass as the copy. Local copies of
  * 64 KiB and more use non-temporal stores (lc_copy, lc_copy_crc32c), except for ENG_READ_STAGED.
- * cap: the master's grant for the range, sent with a remote request of a
- * keyed engine (a keyed remote transfer without one fails unsent); NULL for
- * local copies and keyless engines, where it is ignored. Only read.
+ * cap: the master's grant for the range, sent with a remote request (a
+ * keyed remote transfer without one fails unsent; keyless, only its mount
+ * goes, and NULL names mount 0, which only an owner no master mounted
+ * takes); ignored for local copies. Only read.
  * Over RDMA, a transfer of more than LUNAR_IOV_MAX pieces (keyed: more
  * than ENG_RDMA_SGE_MAX) takes TCP instead.
  */

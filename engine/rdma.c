@@ -123,8 +123,10 @@ static int recv_n(int fd, void *buf, size_t len, uint64_t deadline)
 }
 
 /* The owner's answer to request (ctr, id): its body into body. 0, -EPROTO,
- * -ECONNREFUSED (it said no: *status), -EKEYREJECTED (no to the grant, or
- * keyless the mount: UNAUTHORIZED), -EAGAIN (not yet: BUSY), or -errno. */
+ * -ECONNREFUSED (it said no: *status), -EKEYREJECTED (no to this grant,
+ * keyless its mount: UNAUTHORIZED, which says nothing of the next
+ * transfer's, so RDMA is tried again as after an I/O error, not held off
+ * as after a refusal), -EAGAIN (not yet: BUSY), or -errno. */
 static int recv_answer(struct eng_cconn *c, uint64_t ctr, uint64_t id, unsigned char *body,
 		       uint64_t deadline, int32_t *status)
 {
@@ -212,7 +214,7 @@ static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_
 		p->raddr = theirs.addr;
 		p->rlen = theirs.length;
 		p->rkey = theirs.rkey;
-		p->mount = cap ? cap->mount : 0;
+		p->mount = eng_cap_mount(cap);
 		/* Keyed, the lifeline carries each transfer's answer instead. */
 		if (!e->keyed)
 			p->q->watch_fd = p->c->fd;
@@ -239,17 +241,6 @@ static struct eng_rdma_peer *peer_new(struct eng_rdma *r, const char *endpoint)
 	return p;
 }
 
-/* When a peer whose set-up failed with rc may be dialled again. A grant
- * refused (one of an older mount, after the owner re-mounted) says nothing
- * of the next transfer's: at once. */
-static uint64_t redial_at(int rc)
-{
-	if (rc == -EKEYREJECTED)
-		return 0;
-	return lc_now_ns() +
-	       (rc == -ECONNREFUSED || rc == -EPROTO ? ENG_RDMA_RETRY_NS : ENG_RDMA_REDIAL_NS);
-}
-
 /* Connect p (linked, PEER_CONNECTING, referenced, keyed: busy) and publish
  * the outcome; p, or NULL after dropping what we hold of it. */
 static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer *p,
@@ -261,7 +252,8 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 
 	pthread_mutex_lock(&r->lock);
 	p->state = rc ? PEER_TCP : PEER_UP;
-	p->retry_ns = redial_at(rc);
+	p->retry_ns = lc_now_ns() + (rc == -ECONNREFUSED || rc == -EPROTO ? ENG_RDMA_RETRY_NS
+									  : ENG_RDMA_REDIAL_NS);
 	if (rc)
 		p->busy = 0;
 	pthread_cond_broadcast(&r->freed);
@@ -270,11 +262,14 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 		LC_INFO(ENG_LOG, "RDMA to %s: %u queue pairs", p->endpoint, r->nqp);
 		return p;
 	}
-	LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", p->endpoint,
-		rc == -ECONNREFUSED   ? "the peer has no device, or its QPs did not connect"
-		: rc == -EAGAIN	      ? "the peer is still registering its segment; again in 1 s"
-		: rc == -EKEYREJECTED ? "the peer refused this transfer's grant"
-				      : strerror(-rc));
+	if (rc == -EKEYREJECTED) /* one stale grant, after a re-mount */
+		LC_DEBUG(ENG_LOG, "RDMA to %s: the peer refused the grant; again in 1 s",
+			 p->endpoint);
+	else
+		LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", p->endpoint,
+			rc == -ECONNREFUSED ? "the peer has no device, or its QPs did not connect"
+			: rc == -EAGAIN ? "the peer is still registering its segment; again in 1 s"
+					: strerror(-rc));
 	peer_put(p);
 	return NULL;
 }
@@ -547,7 +542,7 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 		peer_put(p);
 		return too_late(e, total);
 	}
-	if (!e->keyed && p->mount != (cap ? cap->mount : 0))
+	if (!e->keyed && p->mount != eng_cap_mount(cap))
 		return other_mount(e, p, dir, off, iov, iovcnt, total, cap, crc, deadline);
 	/* The owner checks a keyed WRITE's bytes against their CRC32C. */
 	if (e->keyed && dir == ENG_WRITE)

@@ -265,17 +265,17 @@ static int serve_one(struct eng_srv_conn *conn)
 		return serve_keyed(conn, &k, deadline);
 	eng_wire_req_decode(&k.h);
 	q.id = k.h.id;
-	if (k.h.magic == ENG_WIRE_REQ_MAGIC && k.h.version == ENG_WIRE_VERSION &&
-	    k.h.op == ENG_OP_READ_DISK)
-		return eng_disk_serve(e, &q, &k.h, NULL, deadline);
-	/* A range of another mount: its grant predates our last fence. A
-	 * refusal of the grant, as keyed: no length, so an RDMA connect's
-	 * client reads no body either. */
-	if (k.h.magic == ENG_WIRE_REQ_MAGIC && k.h.version == ENG_WIRE_VERSION &&
-	    le64toh(k.mount) != atomic_load(&e->mount)) {
-		LC_DEBUG(ENG_LOG, "refused op %u: a range of another mount", k.h.op);
-		eng_send_rep(&q, LUNAR_ERR_UNAUTHORIZED, 0, 0, deadline);
-		return -EACCES;
+	if (k.h.magic == ENG_WIRE_REQ_MAGIC && k.h.version == ENG_WIRE_VERSION) {
+		if (k.h.op == ENG_OP_READ_DISK)
+			return eng_disk_serve(e, &q, &k.h, NULL, deadline);
+		/* A range of another mount: its grant predates our last fence.
+		 * Refused as a keyed grant is, with no length, so an RDMA
+		 * connect's client reads no body either. */
+		if (le64toh(k.mount) != atomic_load(&e->mount)) {
+			LC_DEBUG(ENG_LOG, "refused op %u: a range of another mount", k.h.op);
+			eng_send_rep(&q, LUNAR_ERR_UNAUTHORIZED, 0, 0, deadline);
+			return -EACCES;
+		}
 	}
 	if (k.h.magic == ENG_WIRE_REQ_MAGIC && k.h.op == ENG_OP_RDMA_CONNECT)
 		return eng_rdma_serve(e, &q, &k, NULL, deadline);

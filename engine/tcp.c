@@ -48,7 +48,7 @@ static void req_build(struct eng_cconn *c, const struct eng_wire_req *req,
 	*ctr = 0;
 	if (!c->keyed) {
 		k->h.version = ENG_WIRE_VERSION;
-		k->mount = htole64(cap ? cap->mount : 0);
+		k->mount = htole64(eng_cap_mount(cap));
 		eng_wire_req_encode(&k->h);
 		return;
 	}

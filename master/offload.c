@@ -31,6 +31,7 @@ struct mst_task {
 	uint8_t landing;	/* committed beside its write: may not have landed */
 	uint64_t cap_ttl_ms;	/* keyed: the capability's life from handing out; 0 keyless */
 	struct auth_key secret; /* keyed: the source segment's */
+	uint64_t mount;		/* the source segment's (Replica.mount) */
 	size_t klen, tlen;	/* kbuf: tenant "\0" key */
 	char kbuf[];
 };
@@ -181,6 +182,7 @@ static struct mst_task *task_new(const struct mst_master *m, const struct mst_ob
 	if (!t)
 		return NULL;
 	t->version = o->version;
+	t->mount = r->seg->mount;
 	if (m->cfg.keyed) {
 		t->cap_ttl_ms = m->cfg.put_start_discard_timeout_ms;
 		t->secret = r->seg->secret;
@@ -384,6 +386,7 @@ static Lunar__OffloadTask *task_pb(const struct mst_task *t)
 	r->state = LUNAR__REPLICA_STATE__COMPLETE;
 	r->offset = t->off;
 	r->length = t->len;
+	r->mount = t->mount;
 	r->segment = strdup(t->segment);
 	r->endpoint = strdup(t->endpoint);
 	if (!p->tenant || !p->key || !r->segment || !r->endpoint ||

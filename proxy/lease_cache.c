@@ -362,7 +362,7 @@ int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadlin
 
 int px_replica_cap(const Lunar__Replica *rp, struct eng_cap *out)
 {
-	out->mount = rp->mount;
+	*out = (struct eng_cap){.mount = rp->mount};
 	if (rp->cap.len != ENG_CAP_BYTES || !rp->cap.data)
 		return rp->mount != 0; /* keyless: the mount alone */
 	out->offset = rp->type == LUNAR__REPLICA_TYPE__LOCAL_DISK ? 0 : rp->offset;

@@ -212,7 +212,7 @@ int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out);
 void px_resv_room_seen(struct px_proxy *px);
 /* px_resv_settle - the put is done with pc (see enum px_piece_end). */
 void px_resv_settle(struct px_proxy *px, struct px_piece *pc, enum px_piece_end how);
-/* px_piece_endpoint, px_piece_cap (NULL keyless), px_piece_epoch,
+/* px_piece_endpoint, px_piece_cap (keyless, its mount only), px_piece_epoch,
  * px_piece_resv - where a piece is written, with which capability, in which
  * epoch of our segment's mount (eng_op.epoch), and its reservation's id. */
 const char *px_piece_endpoint(const struct px_piece *pc);

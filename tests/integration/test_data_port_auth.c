@@ -167,12 +167,13 @@ static size_t drain(int fd, uint8_t *buf, size_t cap)
 	return got;
 }
 
-/* A keyless (wire version 3) request frame: the header, then zeros. */
+/* A keyless (wire version 5) request frame: the header, a mount, then
+ * zeros. */
 static void plain_req(uint8_t out[128], uint16_t op, uint64_t off, uint64_t len)
 {
 	uint32_t magic = htole32(REQ_MAGIC);
-	uint16_t ver = htole16(3), o = htole16(op);
-	uint64_t f[3] = {htole64(off), htole64(len), htole64(42)};
+	uint16_t ver = htole16(5), o = htole16(op);
+	uint64_t f[4] = {htole64(off), htole64(len), htole64(42), htole64(1)};
 
 	memset(out, 0, 128);
 	memcpy(out, &magic, 4);

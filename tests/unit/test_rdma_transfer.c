@@ -4,7 +4,8 @@
  * a "NIC" that moves each work request's bytes with memcpy).
  *
  * Keyless, the client posts one-sided READs and WRITEs at the owner's
- * segment. Keyed (SPEC §13), the owner's segment is never open to remote
+ * segment, on a QP set that serves the owner's mount it was set up under
+ * only. Keyed (SPEC §13), the owner's segment is never open to remote
  * access: each transfer is asked for on the connect's connection with its
  * capability, and the owner moves the bytes with its QPs. Then: the bytes
  * move exactly, both ways; on an established connection a transfer whose
@@ -142,6 +143,43 @@ static void test_rdma_transfer_keyless_client_posts(void **state)
 	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
 	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);
 	assert_int_equal(rdma_fake.moved, 2 * (3 * MIB + 5));
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+/* Keyless, a QP set serves the owner's mount it was set up under only:
+ * after the owner's re-mount a range of the new mount goes by TCP once
+ * (and the set is dropped), one of the old is refused with no byte moved,
+ * and a second later (ENG_RDMA_REDIAL_NS) the new mount's take RDMA. */
+static void test_rdma_transfer_keyless_set_serves_its_mount(void **state)
+{
+	const struct eng_cap old = {.mount = 7}, cur = {.mount = 9};
+	unsigned char buf[4096];
+	struct node a, b;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(0);
+	b = node_start(0);
+	eng_engine_set_mount(b.e, 7);
+	fill(buf, sizeof(buf), 1);
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &old), 0);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 1);
+	assert_int_equal(eng_engine_fence(b.e), 0);
+	eng_engine_set_mount(b.e, 9);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
+	assert_memory_equal(buf, b.seg, sizeof(buf));
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 1);
+	buf[0] ^= 0xff;
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &old),
+			 LUNAR_ERR_UNAUTHORIZED);
+	assert_int_not_equal(b.seg[0], buf[0]);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 1);
+	usleep(1100000);
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &cur), 0);
+	assert_memory_equal(b.seg, buf, sizeof(buf));
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
 	node_stop(&b);
 	node_stop(&a);
 	rdma_fake_reset(0);
@@ -489,8 +527,9 @@ static void test_rdma_transfer_segment_registered_beside_serving(void **state)
 }
 
 LUNAR_TEST_MAIN(setup, NULL, test_rdma_transfer_keyless_client_posts,
-		test_rdma_transfer_keyless_pieces_keyed_once, test_rdma_transfer_keyed_owner_moves,
-		test_rdma_transfer_keyed_grant_per_transfer,
+		test_rdma_transfer_keyless_pieces_keyed_once,
+		test_rdma_transfer_keyless_set_serves_its_mount,
+		test_rdma_transfer_keyed_owner_moves, test_rdma_transfer_keyed_grant_per_transfer,
 		test_rdma_transfer_keyed_window_bounds_owner,
 		test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
 		test_rdma_transfer_keyed_handshake_refused,
