@@ -16,6 +16,7 @@ static void copy_stream(unsigned char *d, const unsigned char *s, size_t len)
 {
 	size_t head = (-(uintptr_t)d) & 63;
 
+	head = head < len ? head : len;
 	memcpy(d, s, head);
 	d += head;
 	s += head;
@@ -42,6 +43,15 @@ static void copy_stream(unsigned char *d, const unsigned char *s, size_t len)
 	_mm_sfence();
 }
 #endif
+
+void lc_copy_stream(void *dst, const void *src, size_t len)
+{
+#if defined(__x86_64__)
+	copy_stream(dst, src, len);
+#else
+	memcpy(dst, src, len);
+#endif
+}
 
 void lc_copy(void *dst, const void *src, size_t len)
 {

@@ -20,5 +20,12 @@
  * thread or process told afterwards sees the bytes. Thread-safe, never blocks.
  */
 void lc_copy(void *dst, const void *src, size_t len);
+/*
+ * lc_copy_stream - lc_copy's streaming path at any length: dst is written
+ * with non-temporal stores (its unaligned head and tail with memcpy), in
+ * one sequential stream, then an sfence. For a caller that has read src
+ * already (it is in the cache) and wants dst out of it. Thread-safe.
+ */
+void lc_copy_stream(void *dst, const void *src, size_t len);
 
 #endif /* LUNAR_COMMON_COPY_H */

@@ -1,7 +1,8 @@
 /*
  * test_copy.c - lc_copy is byte-exact for every length up to a few hundred
  * bytes and a walk of lengths to 8 MiB, at odd source and destination
- * alignments, on both sides of LC_COPY_NT_MIN, never writing outside dst.
+ * alignments, on both sides of LC_COPY_NT_MIN, never writing outside dst;
+ * lc_copy_stream likewise, at every length from 0.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -46,18 +47,24 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void check(size_t len, size_t soff, size_t doff)
+static void check_with(void (*copy)(void *, const void *, size_t), size_t len, size_t soff,
+		       size_t doff)
 {
 	unsigned char *dst = dbuf + GUARD + doff;
 
 	memset(dbuf, 0xa5, GUARD + doff);
 	memset(dst, 0x5a, len + GUARD);
-	lc_copy(dst, src + soff, len);
+	copy(dst, src + soff, len);
 	assert_memory_equal(dst, src + soff, len);
 	for (size_t i = 0; i < GUARD + doff; i++)
 		assert_int_equal(dbuf[i], 0xa5);
 	for (size_t i = 0; i < GUARD; i++)
 		assert_int_equal(dst[len + i], 0x5a);
+}
+
+static void check(size_t len, size_t soff, size_t doff)
+{
+	check_with(lc_copy, len, soff, doff);
 }
 
 static void test_copy_small_lengths(void **state)
@@ -88,5 +95,17 @@ static void test_copy_large_odd_alignments(void **state)
 	}
 }
 
+/* The streaming path alone: short lengths, whose head or tail is all of
+ * them, and a walk past a few lines. */
+static void test_copy_stream_any_length(void **state)
+{
+	(void)state;
+	for (size_t len = 0; len <= 600; len++)
+		for (size_t k = 0; k < 4; k++)
+			check_with(lc_copy_stream, len, (len + k * 3) % 17, (len * 7 + k * 5) % 64);
+	for (size_t len = 601; len <= (1u << 20); len = len * 5 / 4 + 13)
+		check_with(lc_copy_stream, len, len % 16, (len * 3) % 64);
+}
+
 LUNAR_TEST_MAIN(setup, teardown, test_copy_small_lengths, test_copy_threshold,
-		test_copy_large_odd_alignments)
+		test_copy_large_odd_alignments, test_copy_stream_any_length)
