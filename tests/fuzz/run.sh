@@ -43,16 +43,18 @@ CFLAGS="-std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SO
 # fuzz_sprep proto/sp_rep.c.
 # The cryptography the frame and envelope readers use (not the HTTP gate).
 AUTH_SRC="auth/mac.c auth/cap.c auth/key.c auth/handshake.c"
+# The checksum, with the streaming copy its copy-and-checksum calls.
+CRC_SRC="common/crc32c.c common/copy.c"
 lib_src() {
 	case $1 in
-	decode) echo "proxy/decode.c common/ring.c common/key.c common/crc32c.c" ;;
+	decode) echo "proxy/decode.c common/ring.c common/key.c $CRC_SRC" ;;
 	meta)
-		echo $(ls disk/*.c | grep -v '^disk/scan.c$') common/crc32c.c common/key.c \
+		echo $(ls disk/*.c | grep -v '^disk/scan.c$') $CRC_SRC common/key.c \
 			common/log.c
 		;;
 	http) echo "common/log.c" ;;
 	sprep) echo "proto/sp_wire.c common/parse.c common/log.c" ;;
-	frame) echo engine/wire.c engine/rdma_wire.c $AUTH_SRC common/log.c common/crc32c.c ;;
+	frame) echo engine/wire.c engine/rdma_wire.c $AUTH_SRC common/log.c $CRC_SRC ;;
 	envelope) echo proto/rpc_auth.c proto/rpc.c "$BUILD/proto/lunar.pb-c.c" $AUTH_SRC \
 		common/log.c common/errors.c ;;
 	esac
