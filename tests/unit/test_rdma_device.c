@@ -78,6 +78,19 @@ static void regions_add(struct node *a, unsigned char *buf, unsigned char *back,
 		buf[i] = (unsigned char)rand_r(&seed);
 }
 
+/* Undo regions_add, stop b (unless NULL) and a, free buf and back. */
+static void pair_stop(struct node *a, struct node *b, struct eng_mem *m[2], unsigned char *buf,
+		      unsigned char *back)
+{
+	eng_mem_del(m[0]);
+	eng_mem_del(m[1]);
+	if (b)
+		node_stop(b);
+	node_stop(a);
+	free(buf);
+	free(back);
+}
+
 static void test_rdma_device_round_trip(void **state)
 {
 	struct node a, b;
@@ -121,11 +134,7 @@ static void test_rdma_device_round_trip(void **state)
 		assert_true(rc == LUNAR_ERR_TRANSFER_FAIL || rc == ENG_XFER_UNSENT);
 		assert_true(lc_now_ms() - t0 < 5000);
 	}
-	eng_mem_del(m[0]);
-	eng_mem_del(m[1]);
-	node_stop(&a);
-	free(buf);
-	free(back);
+	pair_stop(&a, NULL, m, buf, back);
 }
 
 static void test_rdma_device_keyed_windows(void **state)
@@ -163,12 +172,7 @@ static void test_rdma_device_keyed_windows(void **state)
 	assert_int_equal(back[0], 0);
 	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 4096, &w, 1, &rc, NULL), 0);
 	assert_memory_equal(back, buf, LEN);
-	eng_mem_del(m[0]);
-	eng_mem_del(m[1]);
-	node_stop(&b);
-	node_stop(&a);
-	free(buf);
-	free(back);
+	pair_stop(&a, &b, m, buf, back);
 }
 
 /* The transfer counts of a's transport t. */
@@ -215,12 +219,7 @@ static void test_rdma_device_keyless_mounts(void **state)
 	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 0, &v, 1, &cur, NULL), 0);
 	assert_memory_equal(b.seg, buf, LEN);
 	assert_int_equal(xfers_on(&a, ENG_TR_RDMA), 2);
-	eng_mem_del(m[0]);
-	eng_mem_del(m[1]);
-	node_stop(&b);
-	node_stop(&a);
-	free(buf);
-	free(back);
+	pair_stop(&a, &b, m, buf, back);
 }
 
 static void test_rdma_device_forced_refusal(void **state)
