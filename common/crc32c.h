@@ -1,10 +1,11 @@
 /*
  * crc32c.h - CRC32C (Castagnoli), the checksum every object carries (SPEC §3).
- * Carry-less multiplication (AVX-512 VPCLMULQDQ) when the CPU has it, else
- * the SSE4.2 crc32 instruction over three interleaved streams, else a
- * slice-by-8 table (chosen once at run time); and a copy that checksums in
- * the same pass, for the put and get paths of every KV block.
- * All functions are pure, thread-safe and never block.
+ * Carry-less multiplication (VPCLMULQDQ on AVX-512 or AVX2 vectors) when the
+ * CPU has it, else the SSE4.2 crc32 instruction over three interleaved
+ * streams, else a slice-by-8 table (chosen once at run time); and a copy that
+ * checksums in the same pass, for the put and get paths of every KV block.
+ * All functions are thread-safe and never block; all but lc_crc32c_use are
+ * pure.
  */
 #ifndef LUNAR_COMMON_CRC32C_H
 #define LUNAR_COMMON_CRC32C_H
@@ -49,11 +50,25 @@ uint32_t lc_copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc);
  */
 uint32_t lc_copy_crc32c_cached(void *dst, const void *src, size_t len, uint32_t crc);
 
-/* For tests and benchmarks. lc_crc32c_hw - 1 when lc_crc32c uses the SSE4.2
- * instruction on this CPU, else 0. lc_crc32c_sw, lc_copy_crc32c_sw - the
- * table implementations of lc_crc32c and lc_copy_crc32c, same arguments and
- * results on every CPU. All pure and thread-safe. */
-int lc_crc32c_hw(void);
+/* The implementations, slowest first. The folding ones take buffers of
+ * 2 KiB and more, and leave shorter ones to the chains. */
+enum lc_crc32c_impl {
+	LC_CRC32C_TABLE,   /* slice-by-8 tables, on every CPU */
+	LC_CRC32C_CHAINS,  /* three chains of the SSE4.2 crc32 instruction */
+	LC_CRC32C_FOLD256, /* AVX2 VPCLMULQDQ folding, then the chains */
+	LC_CRC32C_FOLD512, /* AVX-512 VPCLMULQDQ folding, then the chains */
+};
+
+/*
+ * For tests and benchmarks. lc_crc32c_best - the fastest enum lc_crc32c_impl
+ * this CPU has, the one every call uses unless lc_crc32c_use chose another.
+ * lc_crc32c_use - every call, in every thread, uses impl from now on; -1
+ * (nothing changes) when this CPU lacks it. lc_crc32c_sw, lc_copy_crc32c_sw -
+ * the table implementations of lc_crc32c and lc_copy_crc32c, whatever is in
+ * use: same arguments and results on every CPU.
+ */
+int lc_crc32c_best(void);
+int lc_crc32c_use(int impl);
 uint32_t lc_crc32c_sw(uint32_t crc, const void *buf, size_t len);
 uint32_t lc_copy_crc32c_sw(void *dst, const void *src, size_t len, uint32_t crc);
 

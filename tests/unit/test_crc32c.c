@@ -1,5 +1,6 @@
 /*
- * test_crc32c.c - CRC32C: the published vectors, the SSE4.2 path against the
+ * test_crc32c.c - CRC32C: the published vectors, then each implementation
+ * this CPU has (table, crc32 chains, AVX2 and AVX-512 folding) against the
  * table path on random buffers of many lengths and misalignments, chaining,
  * and lc_copy_crc32c against memcpy + lc_crc32c on both sides of the
  * non-temporal threshold, with guard bytes around the destination.
@@ -52,6 +53,24 @@ static size_t next_len(size_t len)
 	return len + 997 + len / 10;
 }
 
+static const char *const impl_names[] = {"table", "crc32 chains", "AVX2 folding",
+					 "AVX-512 folding"};
+
+/* Run check under every implementation this CPU has, then restore the best. */
+static void each_impl(void (*check)(void))
+{
+	int best = lc_crc32c_best();
+
+	for (int impl = LC_CRC32C_TABLE; impl <= LC_CRC32C_FOLD512; impl++) {
+		if (lc_crc32c_use(impl)) {
+			print_message("%s: not on this CPU, not run\n", impl_names[impl]);
+			continue;
+		}
+		check();
+	}
+	assert_int_equal(lc_crc32c_use(best), 0);
+}
+
 static void check_vector(const void *buf, size_t len, uint32_t want)
 {
 	assert_int_equal(lc_crc32c(0, buf, len), want);
@@ -81,16 +100,10 @@ static void test_crc32c_known_vectors(void **state)
 	assert_int_equal(lc_crc32c(0xe3069283u, NULL, 0), 0xe3069283u);
 }
 
-static void test_crc32c_hw_matches_table(void **state)
+static void check_matches_table(void)
 {
 	unsigned char *buf = random_buf(MAXLEN + 64, 1);
 
-	(void)state;
-	if (!lc_crc32c_hw()) {
-		free(buf);
-		print_message("no SSE4.2 on this CPU: only the table path runs\n");
-		skip();
-	}
 	for (size_t len = 0; len <= MAXLEN; len = next_len(len))
 		for (size_t off = 0; off < 16; off += len < 1100 ? 5 : 1) {
 			uint32_t seed = (uint32_t)(len * 2654435761u);
@@ -101,13 +114,36 @@ static void test_crc32c_hw_matches_table(void **state)
 	free(buf);
 }
 
-static void test_crc32c_chaining(void **state)
+static void test_crc32c_each_impl_matches_table(void **state)
+{
+	(void)state;
+	each_impl(check_matches_table);
+}
+
+/* An implementation the CPU lacks, or none at all, is refused and changes
+ * nothing. */
+static void test_crc32c_use_refuses_missing_impl(void **state)
+{
+	int best = lc_crc32c_best();
+
+	(void)state;
+	assert_in_range(best, LC_CRC32C_TABLE, LC_CRC32C_FOLD512);
+	assert_int_equal(lc_crc32c_use(-1), -1);
+	assert_int_equal(lc_crc32c_use(LC_CRC32C_FOLD512 + 1), -1);
+	if (best < LC_CRC32C_FOLD512)
+		assert_int_equal(lc_crc32c_use(best + 1), -1);
+	assert_int_equal(lc_crc32c_use(LC_CRC32C_TABLE), 0);
+	assert_int_equal(lc_crc32c_use(best), 0);
+	assert_int_equal(lc_crc32c(0, "123456789", 9), 0xe3069283u);
+	print_message("this CPU's best: %s\n", impl_names[best]);
+}
+
+static void check_chaining(void)
 {
 	size_t len = 5 * 8192 * 3 + 123;
 	unsigned char *buf = random_buf(len, 2);
 	uint32_t whole = lc_crc32c(0, buf, len);
 
-	(void)state;
 	assert_int_equal(whole, lc_crc32c_sw(0, buf, len));
 	for (size_t cut = 0; cut <= len; cut += cut < 64 ? 1 : 4099) {
 		uint32_t c = lc_crc32c(0, buf, cut);
@@ -123,6 +159,12 @@ static void test_crc32c_chaining(void **state)
 		c = lc_crc32c_sw(c, buf + i, 1);
 	assert_int_equal(c, lc_crc32c(0, buf, 4096));
 	free(buf);
+}
+
+static void test_crc32c_chaining(void **state)
+{
+	(void)state;
+	each_impl(check_chaining);
 }
 
 /* One copy: bytes, guards and checksum, through the table implementation,
@@ -152,13 +194,12 @@ static void check_copy(const unsigned char *src, unsigned char *dbuf, size_t len
 	}
 }
 
-static void test_crc32c_copy_matches_memcpy(void **state)
+static void check_copy_matches_memcpy(void)
 {
 	static const size_t offs[][2] = {{0, 0}, {1, 0}, {0, 1}, {3, 7}, {8, 13}, {63, 5}};
 	unsigned char *src = random_buf(MAXLEN + 64, 3);
 	unsigned char *dbuf = malloc(MAXLEN + 3 * GUARD + 64);
 
-	(void)state;
 	assert_non_null(dbuf);
 	for (size_t len = 0; len <= MAXLEN; len = next_len(len)) {
 		size_t o = len % (sizeof(offs) / sizeof(offs[0]));
@@ -172,7 +213,13 @@ static void test_crc32c_copy_matches_memcpy(void **state)
 	free(dbuf);
 }
 
-static void test_crc32c_copy_streaming_sizes(void **state)
+static void test_crc32c_copy_matches_memcpy(void **state)
+{
+	(void)state;
+	each_impl(check_copy_matches_memcpy);
+}
+
+static void check_copy_streaming_sizes(void)
 {
 	static const size_t lens[] = {
 	    LC_COPY_CRC32C_NT_MIN - 1,
@@ -188,13 +235,18 @@ static void test_crc32c_copy_streaming_sizes(void **state)
 	unsigned char *src = random_buf(max, 4);
 	unsigned char *dbuf = malloc(max + 3 * GUARD + 64);
 
-	(void)state;
 	assert_non_null(dbuf);
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
 		for (size_t k = 0; k < 4; k++)
 			check_copy(src + (k * 5 + i) % 16, dbuf, lens[i], (k * 13 + i) % 64);
 	free(src);
 	free(dbuf);
+}
+
+static void test_crc32c_copy_streaming_sizes(void **state)
+{
+	(void)state;
+	each_impl(check_copy_streaming_sizes);
 }
 
 /* Combining the CRCs of two pieces gives the CRC of both, at every split. */
@@ -216,6 +268,7 @@ static void test_crc32c_combine(void **state)
 	free(buf);
 }
 
-LUNAR_TEST_MAIN(NULL, NULL, test_crc32c_known_vectors, test_crc32c_hw_matches_table,
-		test_crc32c_chaining, test_crc32c_copy_matches_memcpy,
-		test_crc32c_copy_streaming_sizes, test_crc32c_combine)
+LUNAR_TEST_MAIN(NULL, NULL, test_crc32c_known_vectors, test_crc32c_each_impl_matches_table,
+		test_crc32c_use_refuses_missing_impl, test_crc32c_chaining,
+		test_crc32c_copy_matches_memcpy, test_crc32c_copy_streaming_sizes,
+		test_crc32c_combine)
