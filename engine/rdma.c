@@ -16,6 +16,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -343,6 +344,38 @@ static void peer_release(struct eng_rdma *r, struct eng_rdma_peer *p)
 	pthread_mutex_unlock(&r->lock);
 }
 
+/* 1 when the owner hung up p's lifeline, which carries nothing between
+ * transfers (keyless nothing after the set-up, keyed nothing but the
+ * answer to each transfer it asks for): it fenced (a re-mount, also one
+ * that kept its mount) or went away, and its side of the set went with it. */
+static int lifeline_down(const struct eng_rdma_peer *p)
+{
+	struct pollfd f = {.fd = p->c->fd, .events = POLLRDHUP};
+
+	return poll(&f, 1, 0) > 0;
+}
+
+/* peer_get, retiring each set it gives whose lifeline the owner hung up,
+ * so that the first transfer after a fence takes a live set or sets up a
+ * new one rather than fail on one the owner ended. The peer holds at most
+ * ENG_RDMA_CHANNELS sets: a set still dead after that many is taken as is. */
+static struct eng_rdma_peer *peer_take(struct eng_engine *e, const char *endpoint, enum eng_dir dir,
+				       uint64_t off, uint64_t total, const struct eng_cap *cap,
+				       uint64_t deadline, int *late)
+{
+	struct eng_rdma_peer *p = peer_get(e, endpoint, dir, off, total, cap, deadline, late);
+
+	for (int n = 0; p && n < ENG_RDMA_CHANNELS && lifeline_down(p); n++) {
+		LC_DEBUG(ENG_LOG, "RDMA: %s ended one of our QP sets: another", endpoint);
+		peer_retire(e->rdma, p);
+		if (e->keyed)
+			peer_release(e->rdma, p);
+		peer_put(p);
+		p = peer_get(e, endpoint, dir, off, total, cap, deadline, late);
+	}
+	return p;
+}
+
 /* The local keys of iov's pieces into lkey[] (iovcnt at most
  * LUNAR_IOV_MAX): 0, or -ENOENT when a byte lies outside registered memory. */
 static int local_keys(struct eng_rdma_dev *d, const struct iovec *iov, int iovcnt,
@@ -532,7 +565,7 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 		return too_late(e, total);
 	if ((e->keyed ? to_sges(r->dev, dir, iov, iovcnt, &x, mr) != 0
 		      : local_keys(r->dev, iov, iovcnt, lkey) != 0) ||
-	    !(p = peer_get(e, endpoint, dir, off, total, cap, deadline, &late)))
+	    !(p = peer_take(e, endpoint, dir, off, total, cap, deadline, &late)))
 		return late ? too_late(e, total)
 			    : tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc,
 					  deadline);

@@ -8,11 +8,12 @@
  * moves; an owner that goes away mid-stream makes transfers fail with
  * TRANSFER_FAIL, never succeed with wrong bytes; a forced handshake
  * refusal falls back to TCP. Keyed, the owner moves the bytes through the
- * memory windows the client binds for each transfer, and a grant for
- * another range moves none. Keyless, a QP set serves the owner's mount it
- * was set up under: after the owner's re-mount a range of the new mount
- * goes by TCP once and later ones on a new set, and one of the old is
- * refused.
+ * memory windows the client binds for each transfer, a grant for another
+ * range moves none, and after the owner's fence the next transfer sets up
+ * a new set. Keyless, a QP set serves the owner's mount it
+ * was set up under and ends with the owner's fence: after a re-mount, also
+ * one that keeps the mount, the next transfer sets up a new set, and one
+ * of the old mount is refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -172,6 +173,15 @@ static void test_rdma_device_keyed_windows(void **state)
 	assert_int_equal(back[0], 0);
 	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 4096, &w, 1, &rc, NULL), 0);
 	assert_memory_equal(back, buf, LEN);
+	/* The owner re-mounts: its fence ends the set, and the next transfer
+	 * sets up a new one rather than fail on it. */
+	assert_int_equal(eng_engine_fence(b.e), 0);
+	assert_int_equal(eng_engine_set_secret(b.e, ep, secret), 0);
+	memset(back, 0, LEN);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 4096, &w, 1, &rc, NULL), 0);
+	assert_memory_equal(back, buf, LEN);
+	eng_engine_xfer_stats(a.e, ENG_TR_RDMA, &st);
+	assert_int_equal(st.xfers, 5);
 	pair_stop(&a, &b, m, buf, back);
 }
 
@@ -201,24 +211,28 @@ static void test_rdma_device_keyless_mounts(void **state)
 	eng_engine_set_mount(b.e, 7);
 	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 0, &v, 1, &old, NULL), 0);
 	assert_int_equal(xfers_on(&a, ENG_TR_RDMA), 1);
-	/* The owner re-mounts: its fence ends a's set. */
+	/* The owner re-mounts: its fence ends a's set, and the next transfer
+	 * sets up one under the new mount. */
 	assert_int_equal(eng_engine_fence(b.e), 0);
 	eng_engine_set_mount(b.e, 9);
 	memset(back, 0, LEN);
 	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 0, &w, 1, &cur, NULL), 0);
 	assert_memory_equal(back, buf, LEN);
-	assert_int_equal(xfers_on(&a, ENG_TR_TCP), 1);
-	/* A write of the old mount: refused, by its connect and over TCP. */
+	assert_int_equal(xfers_on(&a, ENG_TR_RDMA), 2);
+	/* A write of the old mount: refused over TCP. */
 	buf[0] ^= 0xff;
 	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 0, &v, 1, &old, NULL),
 			 LUNAR_ERR_UNAUTHORIZED);
 	assert_int_not_equal(b.seg[0], buf[0]);
-	/* After a second (ENG_RDMA_REDIAL_NS), the new mount's next transfer
-	 * sets up a new set. */
-	usleep(1100000);
+	assert_int_equal(xfers_on(&a, ENG_TR_TCP), 1);
+	/* A re-mount that keeps the mount ends the set too: the next
+	 * transfer takes a new one, not the dead one. */
+	assert_int_equal(eng_engine_fence(b.e), 0);
+	eng_engine_set_mount(b.e, 9);
 	assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 0, &v, 1, &cur, NULL), 0);
 	assert_memory_equal(b.seg, buf, LEN);
-	assert_int_equal(xfers_on(&a, ENG_TR_RDMA), 2);
+	assert_int_equal(xfers_on(&a, ENG_TR_RDMA), 3);
+	assert_int_equal(xfers_on(&a, ENG_TR_TCP), 1);
 	pair_stop(&a, &b, m, buf, back);
 }
 

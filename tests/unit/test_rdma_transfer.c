@@ -11,8 +11,10 @@
  * move exactly, both ways; on an established connection a transfer whose
  * grant is for another range or op is refused before a byte moves, and
  * counted; a WRITE whose bytes do not match their CRC32C is refused; an
- * owner that went away gives TRANSFER_FAIL with our QPs fenced, and a new
- * owner is reached afresh; an owner of another cluster fails the connect's
+ * owner whose lifeline ends mid-transfer gives TRANSFER_FAIL with our QPs
+ * fenced, one gone between transfers a transfer that moves nothing, and a
+ * new owner is reached afresh; the owner's fence ends a set, and the next
+ * transfer sets up a new one; an owner of another cluster fails the connect's
  * handshake and the transfer, nothing moved; memory not open to the owner goes over TCP;
  * concurrent keyed transfers to one owner run at once, on up to
  * ENG_RDMA_CHANNELS QP sets. An engine serves before its segment is
@@ -148,10 +150,10 @@ static void test_rdma_transfer_keyless_client_posts(void **state)
 	rdma_fake_reset(0);
 }
 
-/* Keyless, a QP set serves the owner's mount it was set up under only:
- * after the owner's re-mount a range of the new mount goes by TCP once
- * (and the set is dropped), one of the old is refused with no byte moved,
- * and a second later (ENG_RDMA_REDIAL_NS) the new mount's take RDMA. */
+/* Keyless, a QP set serves the owner's mount it was set up under only, and
+ * ends with the owner's fence: after a re-mount the first transfer sets up
+ * a new set under the new mount; one of the old mount is refused over TCP
+ * with no byte moved; after a re-mount that keeps the mount, the same. */
 static void test_rdma_transfer_keyless_set_serves_its_mount(void **state)
 {
 	const struct eng_cap old = {.mount = 7}, cur = {.mount = 9};
@@ -166,20 +168,26 @@ static void test_rdma_transfer_keyless_set_serves_its_mount(void **state)
 	fill(buf, sizeof(buf), 1);
 	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &old), 0);
 	assert_int_equal(xfers(&a, ENG_TR_RDMA), 1);
+	assert_int_equal(rdma_fake.connects, 2); /* each side's QPs */
 	assert_int_equal(eng_engine_fence(b.e), 0);
 	eng_engine_set_mount(b.e, 9);
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
 	assert_memory_equal(buf, b.seg, sizeof(buf));
-	assert_int_equal(xfers(&a, ENG_TR_TCP), 1);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
+	assert_int_equal(rdma_fake.connects, 4);
 	buf[0] ^= 0xff;
 	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &old),
 			 LUNAR_ERR_UNAUTHORIZED);
 	assert_int_not_equal(b.seg[0], buf[0]);
-	assert_int_equal(xfers(&a, ENG_TR_RDMA), 1);
-	usleep(1100000);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 1);
+	/* A re-mount that keeps the mount ends the set too. */
+	assert_int_equal(eng_engine_fence(b.e), 0);
+	eng_engine_set_mount(b.e, 9);
 	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &cur), 0);
 	assert_memory_equal(b.seg, buf, sizeof(buf));
-	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 3);
+	assert_int_equal(rdma_fake.connects, 6);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 1);
 	node_stop(&b);
 	node_stop(&a);
 	rdma_fake_reset(0);
@@ -239,6 +247,30 @@ static void test_rdma_transfer_keyed_owner_moves(void **state)
 	assert_int_equal(rdma_fake.bound, 0);
 	assert_int_equal(rdma_fake.mr_key_posts, 0);
 	assert_int_equal(rdma_fake.denied, 0);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+/* Keyed, the owner's fence (a re-mount) ends the QP set too: the next
+ * transfer, under the new mount's secret, sets up a new set rather than
+ * fail on the dead one. */
+static void test_rdma_transfer_keyed_set_ends_at_fence(void **state)
+{
+	struct node a, b;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	round_trip(&a, &b, 1, 0, 4096);
+	assert_int_equal(rdma_fake.connects, 2);
+	assert_int_equal(eng_engine_fence(b.e), 0);
+	assert_int_equal(eng_engine_set_secret(b.e, eng_engine_endpoint(b.e), secret), 0);
+	round_trip(&a, &b, 1, 4096, 4096);
+	assert_int_equal(rdma_fake.connects, 4);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 4);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);
 	node_stop(&b);
 	node_stop(&a);
 	rdma_fake_reset(0);
@@ -351,6 +383,14 @@ static void test_rdma_transfer_keyed_write_crc_checked(void **state)
 	rdma_fake_reset(0);
 }
 
+/* Fence engine arg 100 ms from now, on a thread of its own. */
+static void *fence_soon(void *arg)
+{
+	usleep(100 * 1000);
+	assert_int_equal(eng_engine_fence(arg), 0);
+	return NULL;
+}
+
 static void test_rdma_transfer_keyed_owner_failures(void **state)
 {
 	unsigned char buf[4096];
@@ -358,6 +398,7 @@ static void test_rdma_transfer_keyed_owner_failures(void **state)
 	struct iovec v = {buf, sizeof(buf)};
 	struct node a, b, b2;
 	struct eng_cap c;
+	pthread_t th;
 
 	(void)state;
 	rdma_fake_reset(1);
@@ -371,13 +412,24 @@ static void test_rdma_transfer_keyed_owner_failures(void **state)
 	assert_int_equal(rdma_fake.fences, 1);
 	rdma_fake.post_rc = 0;
 	good_read(&a, &b);
-	/* The owner goes away with the connection up: TRANSFER_FAIL, and
-	 * our QPs fenced before the caller has its memory back. */
-	snprintf(ep, sizeof(ep), "%s", eng_engine_endpoint(b.e));
-	node_stop(&b);
-	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 0, &v, 1, &c, NULL), LUNAR_ERR_TRANSFER_FAIL);
+	/* The owner's fence ends the lifeline while it moves the bytes:
+	 * TRANSFER_FAIL, and our QPs fenced before the caller has its memory
+	 * back. */
+	rdma_fake.post_ms = 300;
+	assert_int_equal(pthread_create(&th, NULL, fence_soon, b.e), 0);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &c), LUNAR_ERR_TRANSFER_FAIL);
+	pthread_join(th, NULL);
+	rdma_fake.post_ms = 0;
 	assert_int_equal(rdma_fake.fences, 2);
 	assert_int_equal(rdma_fake.bound, 0); /* no window outlived a failure */
+	/* The owner goes away between transfers: the next one sees the
+	 * lifeline down, and moves nothing. */
+	assert_int_equal(eng_engine_set_secret(b.e, eng_engine_endpoint(b.e), secret), 0);
+	good_read(&a, &b);
+	snprintf(ep, sizeof(ep), "%s", eng_engine_endpoint(b.e));
+	node_stop(&b);
+	assert_int_equal(eng_xfer(a.e, ep, ENG_READ, 0, &v, 1, &c, NULL), ENG_XFER_UNSENT);
+	assert_int_equal(rdma_fake.bound, 0);
 	b2 = node_start(1);
 	good_read(&a, &b2);
 	node_stop(&b2);
@@ -529,7 +581,8 @@ static void test_rdma_transfer_segment_registered_beside_serving(void **state)
 LUNAR_TEST_MAIN(setup, NULL, test_rdma_transfer_keyless_client_posts,
 		test_rdma_transfer_keyless_pieces_keyed_once,
 		test_rdma_transfer_keyless_set_serves_its_mount,
-		test_rdma_transfer_keyed_owner_moves, test_rdma_transfer_keyed_grant_per_transfer,
+		test_rdma_transfer_keyed_owner_moves, test_rdma_transfer_keyed_set_ends_at_fence,
+		test_rdma_transfer_keyed_grant_per_transfer,
 		test_rdma_transfer_keyed_window_bounds_owner,
 		test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
 		test_rdma_transfer_keyed_handshake_refused,
