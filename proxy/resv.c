@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "failpoint.h"
 #include "log.h"
 #include "lunar.h"
 #include "px_int.h"
@@ -72,10 +73,19 @@ static uint64_t short_of(const struct px_resv_pool *p, const struct px_resv *r)
 	return p->value_max < r->len / 4 ? p->value_max : r->len / 4;
 }
 
-/* Retire r when its life for pieces is over or it is nearly full. */
-static int retire_if_done(const struct px_resv_pool *p, struct px_resv *r, uint64_t now)
+/*
+ * Retire r when its life for pieces is over, it is nearly full, or a fence
+ * (every mount does one) came since its Reserve was sent: a piece of it in
+ * our own segment would copy nothing (eng_op.epoch), and the next Reserve
+ * reads the new epoch. The Ping that led to the mount dropped the
+ * reservations granted by then; this catches one granted after that drop
+ * (one elsewhere goes too: mounts are rare).
+ */
+static int retire_if_done(const struct px_resv_pool *p, struct px_resv *r, uint64_t now,
+			  uint64_t epoch)
 {
-	if (!r->retired && (now >= r->until_ms || r->len - r->used < short_of(p, r)))
+	if (!r->retired &&
+	    (now >= r->until_ms || r->len - r->used < short_of(p, r) || r->epoch != epoch))
 		r->retired = 1;
 	return r->retired;
 }
@@ -98,7 +108,7 @@ static uint64_t round_up(uint64_t v, uint64_t a)
 int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out)
 {
 	struct px_resv_pool *p = px->resv;
-	uint64_t now = lc_now_ms();
+	uint64_t now = lc_now_ms(), epoch = eng_engine_epoch(px->engine);
 	struct px_resv *r;
 	int rc = -1, low = 1;
 
@@ -117,7 +127,7 @@ int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out)
 	for (r = p->head; r; r = r->next) {
 		uint64_t need;
 
-		if (r->gone || retire_if_done(p, r, now))
+		if (r->gone || retire_if_done(p, r, now, epoch))
 			continue;
 		need = round_up(len, r->align);
 		if (rc && need <= r->len - r->used) {
@@ -291,6 +301,8 @@ static int reserve_call(struct px_proxy *px, uint64_t size, struct px_resv **out
 	uint64_t epoch = eng_engine_epoch(px->engine);
 	int rc;
 
+	if (LC_FAILPOINT("proxy-reserve")) /* sleep: a Reserve slow to leave */
+		return LUNAR_ERR_RPC_FAIL;
 	rq.client_id = px->client_id;
 	rq.size = size;
 	rc = px_mc_call(px->mc, LUNAR__METHOD__RESERVE, &rq.base, &rep);
@@ -344,13 +356,13 @@ static void release_call(struct px_proxy *px, uint64_t *ids, size_t n, int late,
 
 /* Unlink the retired reservations nobody holds a piece of; their ids to
  * release now (ids[0..*n) of room max) and late (late[0..*nlate)). Lock held. */
-static void reap(struct px_resv_pool *p, uint64_t now, uint64_t *ids, size_t *n, uint64_t *late,
-		 size_t *nlate, size_t max)
+static void reap(struct px_resv_pool *p, uint64_t now, uint64_t epoch, uint64_t *ids, size_t *n,
+		 uint64_t *late, size_t *nlate, size_t max)
 {
 	struct px_resv **pp = &p->head, *r;
 
 	while ((r = *pp)) {
-		retire_if_done(p, r, now);
+		retire_if_done(p, r, now, epoch);
 		if (!r->retired || r->first || *n == max || *nlate == max) {
 			pp = &r->next;
 			continue;
@@ -394,7 +406,7 @@ static int tend(struct px_proxy *px, struct px_resv_pool *p)
 			q->retired = q->gone = 1;
 		p->view = view;
 	}
-	reap(p, now, ids, &n, late, &nlate, 16);
+	reap(p, now, eng_engine_epoch(px->engine), ids, &n, late, &nlate, 16);
 	want = now - p->last_take_ms < RESV_IDLE_MS ? RESV_HELD_MAX : 1;
 	ask = !p->stop && held(p, &room) < want && room < p->size / 2 && now >= p->retry_ms &&
 	      atomic_load(&px->master_ok);
@@ -526,7 +538,7 @@ void px_resv_release_all(struct px_proxy *px)
 		pthread_mutex_lock(&p->lock);
 		for (struct px_resv *r = p->head; r; r = r->next)
 			r->retired = 1;
-		reap(p, lc_now_ms(), ids, &n, late, &nlate, 16);
+		reap(p, lc_now_ms(), eng_engine_epoch(px->engine), ids, &n, late, &nlate, 16);
 		pthread_mutex_unlock(&p->lock);
 		release_call(px, ids, n, 0, PX_GOODBYE_MS);
 		release_call(px, late, nlate, 1, PX_GOODBYE_MS);

@@ -5,7 +5,12 @@
  * (SIGSTOP) and re-mounts. The master forgot the write with the segment, and
  * places a new value (put through a proxy without a segment) where it was
  * going: when the held copy resumes it must fail, not land on the new
- * value, which reads back byte-exact.
+ * value, which reads back byte-exact. And a reservation whose Reserve read
+ * the segment's mount epoch before a re-mount's fence and was granted after
+ * it (proxy-reserve=sleep holds the Reserve back while the master stalls
+ * and B re-mounts) is retired as it comes and another asked for, so no put
+ * takes a piece of it: that piece's write would copy nothing and the put
+ * take the two calls.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,6 +34,9 @@
 #define WAIT_MS	 H_BOUND_MS(10000)
 #define CLIENTS	 "lunar_master_clients"
 #define REMOUNTS "lunar_master_calls_total{method=\"ReMountSegment\"}"
+#define STARTS	 "lunar_master_calls_total{method=\"BatchPutStart\"}"
+#define RESERVES "lunar_master_calls_total{method=\"Reserve\"}"
+#define PUTS	 20 /* small puts after the re-mount */
 
 static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[H_SEG_NAME], fpfile[PATH_MAX];
 static const char *seg_b_only[1] = {seg_b};
@@ -137,10 +145,77 @@ static void test_owner_remount_held_local_write_does_not_land(void **state)
 	free(held.buf);
 }
 
+/* n 4 KiB puts of keys prefix/i from c, each 0; read back by the caller. */
+static void small_puts(struct lunar_client *c, const char *prefix, int n)
+{
+	uint8_t val[4096];
+	char key[64];
+
+	for (int i = 0; i < n; i++) {
+		snprintf(key, sizeof(key), "%s/%d", prefix, i);
+		h_fill(val, sizeof(val), h_seed(key));
+		H_ASSERT_EQ(lunar_put(c, key, val, sizeof(val), NULL), 0);
+	}
+}
+
+static void test_owner_remount_reservation_of_old_epoch_retired(void **state)
+{
+	int mport = h_free_port(), mhttp;
+	struct h_proc *master, *proxy_b;
+	struct lunar_client *cb;
+	int64_t mounts, starts;
+	char key[64];
+
+	(void)state;
+	/* Reservations live long past the held Reserve. */
+	master = track(h_start_master("master", mport, "--reserve-ttl", "60s", NULL));
+	H_ASSERT(master != NULL);
+	mhttp = http_port_of(master);
+	h_named_sock(sock_b, "b");
+	/* B asks for a reservation as it starts: its Reserve is held back
+	 * with the epoch it read. */
+	case_arm(fpfile, "proxy-reserve=sleep(5000)", 0);
+	proxy_b = track(h_start_peer("proxyB", sock_b, mport, seg_b, "--segment-size", "64MiB",
+				     "--ping-interval", "100ms", "--rpc-timeout", "300ms", NULL));
+	H_ASSERT(proxy_b != NULL);
+	H_ASSERT_EQ(h_wait_log(proxy_b, "proxy-reserve fired", WAIT_MS), 0);
+	case_arm(fpfile, "", 60);
+	cb = h_client(sock_b);
+
+	/* The master stalls past B's --rpc-timeout: B re-mounts (a no-op,
+	 * the master still has its segment), fencing, before the Reserve
+	 * leaves. */
+	mounts = metric(mhttp, REMOUNTS);
+	H_ASSERT_EQ(h_stop_group(master), 0);
+	h_sleep_ms(800);
+	H_ASSERT_EQ(kill(-master->pid, SIGCONT), 0);
+	wait_metric(mhttp, REMOUNTS, mounts + 1, "B did not re-mount");
+	H_ASSERT_MSG(metric(mhttp, RESERVES) == 0, "the Reserve left before the re-mount");
+	/* The grant of the old epoch is retired as it comes, and another
+	 * asked for at once, before any put takes a piece of it. */
+	wait_metric(mhttp, RESERVES, 2, "the reservation of the old epoch was not replaced");
+
+	/* So no put's write to B's segment fails for its epoch and takes the
+	 * two calls instead. */
+	starts = metric(mhttp, STARTS);
+	small_puts(cb, "resv-epoch/after", PUTS);
+	print_message("two-call puts of %d after the re-mount: %lld\n", PUTS,
+		      (long long)(metric(mhttp, STARTS) - starts));
+	H_ASSERT_MSG(metric(mhttp, STARTS) == starts,
+		     "a put took the two calls: a reservation of the old epoch was used");
+	for (int i = 0; i < PUTS; i++) {
+		snprintf(key, sizeof(key), "resv-epoch/after/%d", i);
+		h_expect_seeded(cb, key, 4096, h_seed(key));
+	}
+	lunar_close(cb);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_owner_remount_held_local_write_does_not_land,
+					    setup, case_teardown),
+	    cmocka_unit_test_setup_teardown(test_owner_remount_reservation_of_old_epoch_retired,
 					    setup, case_teardown),
 	};
 	/* Every daemon the harness starts here is the failpoint build's. */
