@@ -235,6 +235,21 @@ HW_INLINE static void stream3(unsigned char *q, const unsigned char *p)
 				 _mm_loadu_si128((const __m128i *)(const void *)(p + j)));
 }
 
+/* The last len bytes one at a time (copied to d unless only checksumming),
+ * then the fence a streamed copy owes; the raw register. */
+HW_INLINE static uint32_t run_tail(uint64_t c, unsigned char *d, const unsigned char *s, size_t len,
+				   int mode)
+{
+	for (; len; len--) {
+		if (mode != RUN_CRC)
+			*d++ = *s;
+		c = _mm_crc32_u8((uint32_t)c, *s++);
+	}
+	if (mode == RUN_STREAM)
+		_mm_sfence(); /* order the stream stores before anyone hears we are done */
+	return (uint32_t)c;
+}
+
 /*
  * Rounds of three blk-byte blocks, one chain each, while 3 * blk bytes are
  * left; then the chains join: crc(A || B) = zeros_|B|(crc(A)) ^ crc0(B).
@@ -314,14 +329,7 @@ HW_INLINE static uint32_t hw_run(uint32_t crc, unsigned char *d, const unsigned 
 			d += 8;
 		}
 	}
-	for (; len; len--) {
-		if (mode != RUN_CRC)
-			*d++ = *s;
-		c = _mm_crc32_u8((uint32_t)c, *s++);
-	}
-	if (mode == RUN_STREAM)
-		_mm_sfence(); /* order the stream stores before anyone hears we are done */
-	return (uint32_t)c;
+	return run_tail(c, d, s, len, mode);
 }
 
 /* Move a 128-bit remainder forward by the distance whose constants are k. */
@@ -360,14 +368,7 @@ FOLD_FN static uint32_t fold_end(const __m128i l[4], unsigned char *d, const uns
 	z = _mm_xor_si128(z, fold128(l[2], fold_k[3]));
 	c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(z));
 	c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(z, 1));
-	for (; len; len--) {
-		if (mode != RUN_CRC)
-			*d++ = *s;
-		c = _mm_crc32_u8((uint32_t)c, *s++);
-	}
-	if (mode == RUN_STREAM)
-		_mm_sfence(); /* order the stream stores before anyone hears we are done */
-	return (uint32_t)c;
+	return run_tail(c, d, s, len, mode);
 }
 
 /*
