@@ -2,7 +2,8 @@
  * crc32c.h - CRC32C (Castagnoli), the checksum every object carries (SPEC §3).
  * Carry-less multiplication (VPCLMULQDQ on AVX-512 or AVX2 vectors) when the
  * CPU has it, else the SSE4.2 crc32 instruction over three interleaved
- * streams, else a slice-by-8 table (chosen once at run time); and a copy that
+ * streams, else a slice-by-8 table (the fastest the CPU has, chosen once at
+ * run time; tests may choose another); and a copy that
  * checksums in the same pass, for the put and get paths of every KV block.
  * All functions are thread-safe and never block; all but lc_crc32c_use are
  * pure.
@@ -37,8 +38,9 @@ uint32_t lc_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 /*
  * lc_copy_crc32c - copy len bytes from src to dst (which must not overlap)
  * and return lc_crc32c(crc, src, len), reading src once. From
- * LC_COPY_CRC32C_NT_MIN bytes on, dst is written with non-temporal stores
- * (it bypasses the caches; an sfence orders them before the return).
+ * LC_COPY_CRC32C_NT_MIN bytes on, every implementation but the table's
+ * writes dst with non-temporal stores (they bypass the caches; an sfence
+ * orders them before the return).
  */
 uint32_t lc_copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc);
 

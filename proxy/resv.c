@@ -45,6 +45,7 @@ struct px_resv {
 	uint64_t told;		       /* the master knows every write below this is done */
 	uint64_t asked_ns;	       /* when its Reserve was sent (monotonic) */
 	uint64_t epoch;		       /* our segment's mount epoch then (eng_op.epoch) */
+	int ours;		       /* the extent is in our own segment */
 };
 
 struct px_resv_pool {
@@ -74,18 +75,17 @@ static uint64_t short_of(const struct px_resv_pool *p, const struct px_resv *r)
 }
 
 /*
- * Retire r when its life for pieces is over, it is nearly full, or a fence
- * (every mount does one) came since its Reserve was sent: a piece of it in
- * our own segment would copy nothing (eng_op.epoch), and the next Reserve
- * reads the new epoch. The Ping that led to the mount dropped the
- * reservations granted by then; this catches one granted after that drop
- * (one elsewhere goes too: mounts are rare).
+ * Retire r when its life for pieces is over, it is nearly full, or it is in
+ * our own segment and a fence (every mount does one) came since its Reserve
+ * was sent: its pieces would copy nothing (eng_op.epoch), and the next
+ * Reserve reads the new epoch. The Ping that led to the mount dropped the
+ * reservations granted by then; this catches one granted after that drop.
  */
 static int retire_if_done(const struct px_resv_pool *p, struct px_resv *r, uint64_t now,
 			  uint64_t epoch)
 {
-	if (!r->retired &&
-	    (now >= r->until_ms || r->len - r->used < short_of(p, r) || r->epoch != epoch))
+	if (!r->retired && (now >= r->until_ms || r->len - r->used < short_of(p, r) ||
+			    (r->ours && r->epoch != epoch)))
 		r->retired = 1;
 	return r->retired;
 }
@@ -329,6 +329,7 @@ static int reserve_call(struct px_proxy *px, uint64_t size, struct px_resv **out
 		r->has_cap = px_replica_cap(e, &r->cap);
 		r->asked_ns = asked_ns;
 		r->epoch = epoch;
+		r->ours = !strcmp(r->endpoint, px->endpoint);
 		r->beside = g->beside;
 		r->told = r->off;
 		*out = r;

@@ -164,7 +164,7 @@ static void test_owner_remount_reservation_of_old_epoch_retired(void **state)
 	struct h_proc *master, *proxy_b;
 	struct lunar_client *cb;
 	int64_t mounts, starts;
-	char key[64];
+	char key[64], spec[64];
 
 	(void)state;
 	/* Reservations live long past the held Reserve. */
@@ -174,7 +174,8 @@ static void test_owner_remount_reservation_of_old_epoch_retired(void **state)
 	h_named_sock(sock_b, "b");
 	/* B asks for a reservation as it starts: its Reserve is held back
 	 * with the epoch it read. */
-	case_arm(fpfile, "proxy-reserve=sleep(5000)", 0);
+	snprintf(spec, sizeof(spec), "proxy-reserve=sleep(%d)", H_BOUND_MS(5000));
+	case_arm(fpfile, spec, 0);
 	proxy_b = track(h_start_peer("proxyB", sock_b, mport, seg_b, "--segment-size", "64MiB",
 				     "--ping-interval", "100ms", "--rpc-timeout", "300ms", NULL));
 	H_ASSERT(proxy_b != NULL);
@@ -196,13 +197,15 @@ static void test_owner_remount_reservation_of_old_epoch_retired(void **state)
 	wait_metric(mhttp, RESERVES, 2, "the reservation of the old epoch was not replaced");
 
 	/* So no put's write to B's segment fails for its epoch and takes the
-	 * two calls instead. */
+	 * two calls instead (the first put or two may, while B links the new
+	 * grant the master has just counted; with the old one in use all
+	 * did). */
 	starts = metric(mhttp, STARTS);
 	small_puts(cb, "resv-epoch/after", PUTS);
 	print_message("two-call puts of %d after the re-mount: %lld\n", PUTS,
 		      (long long)(metric(mhttp, STARTS) - starts));
-	H_ASSERT_MSG(metric(mhttp, STARTS) == starts,
-		     "a put took the two calls: a reservation of the old epoch was used");
+	H_ASSERT_MSG(metric(mhttp, STARTS) - starts <= 2,
+		     "puts took the two calls: a reservation of the old epoch was used");
 	for (int i = 0; i < PUTS; i++) {
 		snprintf(key, sizeof(key), "resv-epoch/after/%d", i);
 		h_expect_seeded(cb, key, 4096, h_seed(key));

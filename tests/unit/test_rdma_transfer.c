@@ -383,11 +383,15 @@ static void test_rdma_transfer_keyed_write_crc_checked(void **state)
 	rdma_fake_reset(0);
 }
 
-/* Fence engine arg 100 ms from now, on a thread of its own. */
+/* Fence engine arg once the fake NIC is moving a transfer's bytes (5 s at
+ * most); on a thread of its own, its result in fence_rc. */
+static int fence_rc;
+
 static void *fence_soon(void *arg)
 {
-	usleep(100 * 1000);
-	assert_int_equal(eng_engine_fence(arg), 0);
+	for (int ms = 0; ms < 5000 && !atomic_load(&rdma_fake.running); ms++)
+		usleep(1000);
+	fence_rc = eng_engine_fence(arg);
 	return NULL;
 }
 
@@ -419,6 +423,7 @@ static void test_rdma_transfer_keyed_owner_failures(void **state)
 	assert_int_equal(pthread_create(&th, NULL, fence_soon, b.e), 0);
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &c), LUNAR_ERR_TRANSFER_FAIL);
 	pthread_join(th, NULL);
+	assert_int_equal(fence_rc, 0);
 	rdma_fake.post_ms = 0;
 	assert_int_equal(rdma_fake.fences, 2);
 	assert_int_equal(rdma_fake.bound, 0); /* no window outlived a failure */
