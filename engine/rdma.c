@@ -168,7 +168,9 @@ static struct eng_wire_req request(struct eng_engine *e, uint16_t op, uint64_t o
 	};
 }
 
-/* Exchange bodies on a connection to the owner; 0 and *theirs. */
+/* Exchange bodies on a connection to the owner; 0 and *theirs, or
+ * recv_answer's codes, -EHOSTDOWN (its port refused the connection), or
+ * another -errno. */
 static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigned char *mine,
 		    uint64_t off, uint64_t total, const struct eng_cap *cap, uint64_t deadline,
 		    struct eng_rdma_hs *theirs)
@@ -179,8 +181,8 @@ static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigne
 	uint64_t ctr;
 	int pooled, rc = eng_conn_take(e, p->endpoint, deadline, &pooled, &p->c);
 
-	if (rc)
-		return rc;
+	if (rc) /* nobody on its port (gone, not back yet): no refusal of RDMA */
+		return rc == -ECONNREFUSED ? -EHOSTDOWN : rc;
 	rc = eng_send_req(p->c, &req, cap, 0, mine, ENG_RDMA_HS_SIZE, 0, deadline, &ctr);
 	if (!rc)
 		rc = recv_answer(p->c, ctr, req.id, body, deadline, &status);
@@ -192,7 +194,8 @@ static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigne
 }
 
 /* Set up p's QPs with its owner; 0, -ECONNREFUSED (the owner cannot),
- * -EKEYREJECTED (not for this grant), -EAGAIN (not yet), or another -errno.
+ * -EKEYREJECTED (not for this grant), -EAGAIN (not yet), -EHOSTDOWN (no
+ * owner on its port now), or another -errno.
  * On failure p holds nothing. */
 static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_dir dir,
 			uint64_t off, uint64_t total, const struct eng_cap *cap, uint64_t deadline)
@@ -270,7 +273,8 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 		LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", p->endpoint,
 			rc == -ECONNREFUSED ? "the peer has no device, or its QPs did not connect"
 			: rc == -EAGAIN ? "the peer is still registering its segment; again in 1 s"
-					: strerror(-rc));
+			: rc == -EHOSTDOWN ? "nobody on the peer's port; again in 1 s"
+					   : strerror(-rc));
 	peer_put(p);
 	return NULL;
 }

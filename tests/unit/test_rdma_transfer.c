@@ -55,11 +55,13 @@ static int setup(void **state)
 	return 0;
 }
 
-/* An engine with the fake device; keyed (k not NULL): with cluster key k
- * and the segment secret the master would have given it. */
-static struct node node_start_key(const struct auth_key *k)
+/* An engine with the fake device on data port port (0: a free one);
+ * keyed (k not NULL): with cluster key k and the segment secret the master
+ * would have given it. */
+static struct node node_start_at(const struct auth_key *k, uint16_t port)
 {
 	struct eng_config cfg = {.host = "127.0.0.1",
+				 .port = port,
 				 .seg_size = SEG_SIZE,
 				 .io_timeout_ms = 10000,
 				 .rdma_devices = "auto",
@@ -71,6 +73,11 @@ static struct node node_start_key(const struct auth_key *k)
 	if (k)
 		assert_int_equal(eng_engine_set_secret(n.e, eng_engine_endpoint(n.e), secret), 0);
 	return n;
+}
+
+static struct node node_start_key(const struct auth_key *k)
+{
+	return node_start_at(k, 0);
 }
 
 static struct node node_start(int keyed)
@@ -546,6 +553,38 @@ static void test_rdma_transfer_keyed_unopened_memory_uses_tcp(void **state)
 	rdma_fake_reset(0);
 }
 
+/* An owner whose port refuses (gone, not back yet) has not said it has no
+ * device: a transfer to it fails, and RDMA is tried again a second later
+ * (ENG_RDMA_REDIAL_NS), not only after the 30 s a refusal of RDMA holds it
+ * off. The owner back on its port is reached over RDMA. */
+static void test_rdma_transfer_refused_port_tried_again_soon(void **state)
+{
+	unsigned char buf[4096];
+	char ep[ENG_ENDPOINT_MAX];
+	struct iovec v = {buf, sizeof(buf)};
+	struct node a, b;
+	uint16_t port;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(0);
+	b = node_start(0);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), NULL), 0);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 1);
+	snprintf(ep, sizeof(ep), "%s", eng_engine_endpoint(b.e));
+	port = (uint16_t)atoi(strrchr(ep, ':') + 1);
+	node_stop(&b);
+	assert_int_not_equal(eng_xfer(a.e, ep, ENG_READ, 0, &v, 1, NULL, NULL), 0);
+	b = node_start_at(NULL, port);
+	assert_string_equal(eng_engine_endpoint(b.e), ep);
+	usleep(1100 * 1000);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), NULL), 0);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
 /* An engine serves at once; its segment is registered beside it (pinning a
  * large one takes seconds), and until then peers reach it over TCP. */
 static void test_rdma_transfer_segment_registered_beside_serving(void **state)
@@ -593,4 +632,5 @@ LUNAR_TEST_MAIN(setup, NULL, test_rdma_transfer_keyless_client_posts,
 		test_rdma_transfer_keyed_handshake_refused,
 		test_rdma_transfer_keyed_concurrent_on_sets,
 		test_rdma_transfer_keyed_unopened_memory_uses_tcp,
+		test_rdma_transfer_refused_port_tried_again_soon,
 		test_rdma_transfer_segment_registered_beside_serving)
