@@ -43,7 +43,8 @@ struct eng_rdma_peer {
 	int busy;	     /* keyed: a transfer uses c; under eng_rdma.lock */
 	uint64_t raddr, rlen;
 	uint32_t rkey;
-	uint64_t mount; /* keyless: the owner's mount the set was set up under */
+	uint64_t mount; /* the mount named by the transfer that set it up (keyless) */
+	int stale;	/* PEER_TCP: the owner refused that transfer's grant */
 };
 
 static const char *const tr_names[ENG_TR_COUNT] = {"local", "tcp", "rdma"};
@@ -218,7 +219,6 @@ static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_
 		p->raddr = theirs.addr;
 		p->rlen = theirs.length;
 		p->rkey = theirs.rkey;
-		p->mount = eng_cap_mount(cap);
 		/* Keyed, the lifeline carries each transfer's answer instead. */
 		if (!e->keyed)
 			p->q->watch_fd = p->c->fd;
@@ -256,6 +256,8 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 
 	pthread_mutex_lock(&r->lock);
 	p->state = rc ? PEER_TCP : PEER_UP;
+	p->stale = rc == -EKEYREJECTED;
+	p->mount = eng_cap_mount(cap);
 	p->retry_ns = lc_now_ns() + (rc == -ECONNREFUSED || rc == -EPROTO ? ENG_RDMA_RETRY_NS
 									  : ENG_RDMA_REDIAL_NS);
 	if (rc)
@@ -277,6 +279,19 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 					   : strerror(-rc));
 	peer_put(p);
 	return NULL;
+}
+
+/* Whether p, not up, holds a set-up for a transfer under cap off: it is
+ * being set up, or was refused lately. A refused grant (a writer that slept
+ * through a re-mount) holds off only transfers naming the same mount; the
+ * others' grants may be the owner's now. Lock held. */
+static int holds_off(const struct eng_rdma_peer *p, const struct eng_cap *cap)
+{
+	if (p->state == PEER_CONNECTING)
+		return 1;
+	if (lc_now_ns() >= p->retry_ns)
+		return 0;
+	return !p->stale || p->mount == eng_cap_mount(cap);
 }
 
 /*
@@ -311,7 +326,7 @@ static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint
 				break;
 			if (p->state == PEER_UP)
 				busy = 1;
-			else if (p->state == PEER_CONNECTING || lc_now_ns() < p->retry_ns)
+			else if (holds_off(p, cap))
 				hold_off = 1;
 			else
 				redial = p;

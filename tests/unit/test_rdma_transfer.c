@@ -200,6 +200,40 @@ static void test_rdma_transfer_keyless_set_serves_its_mount(void **state)
 	rdma_fake_reset(0);
 }
 
+/* Keyless, a transfer of a mount the owner left (a writer that slept
+ * through its re-mount) is refused, and the set it asked for too; the
+ * transfers of the owner's mount still go over RDMA at once, not by TCP
+ * for the second such a refusal holds its own mount off. */
+static void test_rdma_transfer_keyless_stale_mount_holds_off_itself(void **state)
+{
+	const struct eng_cap old = {.mount = 7}, cur = {.mount = 9};
+	unsigned char buf[4096];
+	struct node a, b;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(0);
+	b = node_start(0);
+	eng_engine_set_mount(b.e, 7);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &old), 0);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 1);
+	assert_int_equal(eng_engine_fence(b.e), 0);
+	eng_engine_set_mount(b.e, 9);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &old), LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 1);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &old), LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 2);
+	assert_int_equal(rdma_fake.connects, 2); /* the refused mount asked once */
+	fill(b.seg, sizeof(buf), 3);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
+	assert_memory_equal(buf, b.seg, sizeof(buf));
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 2);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
 /* A keyless transfer of several pieces looks each piece's key up once,
  * and each lands where it belongs. */
 static void test_rdma_transfer_keyless_pieces_keyed_once(void **state)
@@ -622,15 +656,13 @@ static void test_rdma_transfer_segment_registered_beside_serving(void **state)
 	rdma_fake_reset(0);
 }
 
-LUNAR_TEST_MAIN(setup, NULL, test_rdma_transfer_keyless_client_posts,
-		test_rdma_transfer_keyless_pieces_keyed_once,
-		test_rdma_transfer_keyless_set_serves_its_mount,
-		test_rdma_transfer_keyed_owner_moves, test_rdma_transfer_keyed_set_ends_at_fence,
-		test_rdma_transfer_keyed_grant_per_transfer,
-		test_rdma_transfer_keyed_window_bounds_owner,
-		test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
-		test_rdma_transfer_keyed_handshake_refused,
-		test_rdma_transfer_keyed_concurrent_on_sets,
-		test_rdma_transfer_keyed_unopened_memory_uses_tcp,
-		test_rdma_transfer_refused_port_tried_again_soon,
-		test_rdma_transfer_segment_registered_beside_serving)
+LUNAR_TEST_MAIN(
+    setup, NULL, test_rdma_transfer_keyless_client_posts,
+    test_rdma_transfer_keyless_pieces_keyed_once, test_rdma_transfer_keyless_set_serves_its_mount,
+    test_rdma_transfer_keyless_stale_mount_holds_off_itself, test_rdma_transfer_keyed_owner_moves,
+    test_rdma_transfer_keyed_set_ends_at_fence, test_rdma_transfer_keyed_grant_per_transfer,
+    test_rdma_transfer_keyed_window_bounds_owner, test_rdma_transfer_keyed_write_crc_checked,
+    test_rdma_transfer_keyed_owner_failures, test_rdma_transfer_keyed_handshake_refused,
+    test_rdma_transfer_keyed_concurrent_on_sets, test_rdma_transfer_keyed_unopened_memory_uses_tcp,
+    test_rdma_transfer_refused_port_tried_again_soon,
+    test_rdma_transfer_segment_registered_beside_serving)
