@@ -10,6 +10,7 @@
 
 #include "lunar.h"
 #include "mst_int.h"
+#include "mst_obj.h"
 #include "rpc.h"
 
 typedef int (*start_fn)(struct mst_master *m, uint64_t client, const char *tenant,
@@ -90,11 +91,15 @@ int mst_batch_put_end(struct mst_master *m, uint32_t method, const ProtobufCMess
 		      ? LUNAR_ERR_INVALID_PARAMS
 		      : 0;
 	Lunar__BatchCodesReply *r = codes_reply(rq->n_keys, bad);
+	struct mst_ahead a;
 
 	if (!r)
 		return -ENOMEM;
+	mst_ahead_begin(&a, m, rq->tenant, rq->keys, r->n_codes);
 	for (size_t i = 0; i < r->n_codes; i++) {
 		uint32_t crc = rq->n_crc32c ? rq->crc32c[i] : 0;
+
+		mst_ahead_step(&a, i);
 
 		r->codes[i] = mst_code(
 		    method == LUNAR__METHOD__BATCH_UPSERT_END
@@ -140,10 +145,15 @@ static int batch_codes(struct mst_master *m, uint32_t method, const Lunar__Batch
 	Lunar__BatchCodesReply *r =
 	    codes_reply(rq->n_keys, rq->n_keys > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0);
 
+	struct mst_ahead a;
+
 	if (!r)
 		return -ENOMEM;
-	for (size_t i = 0; i < r->n_codes; i++)
+	mst_ahead_begin(&a, m, rq->tenant, rq->keys, r->n_codes);
+	for (size_t i = 0; i < r->n_codes; i++) {
+		mst_ahead_step(&a, i);
 		r->codes[i] = mst_code(code_one(m, method, rq, rq->keys[i]));
+	}
 	*rep = &r->base;
 	return 0;
 }
@@ -157,6 +167,7 @@ static int batch_get(struct mst_master *m, const Lunar__BatchKeysRequest *rq,
 	Lunar__BatchGetReplicaListReply *r =
 	    (void *)lp_reply_new(&lunar__batch_get_replica_list_reply__descriptor, bad, MST_VIEW);
 	struct mst_lessee who = {rq->client_id, rq->reader};
+	struct mst_ahead a;
 
 	if (!r)
 		return -ENOMEM;
@@ -165,9 +176,11 @@ static int batch_get(struct mst_master *m, const Lunar__BatchKeysRequest *rq,
 		if (!r->results)
 			goto err;
 	}
+	mst_ahead_begin(&a, m, rq->tenant, rq->keys, bad ? 0 : rq->n_keys);
 	for (size_t i = 0; !bad && i < rq->n_keys; i++) {
 		Lunar__GetReplicaListResult *res = malloc(sizeof(*res));
 
+		mst_ahead_step(&a, i);
 		if (!res)
 			goto err;
 		lunar__get_replica_list_result__init(res);

@@ -103,6 +103,41 @@ static inline const char *mst_obj_key(const struct mst_object *o)
  * miss of its own, and so they overlap instead of coming one by one. */
 #define MST_PREFETCH_AHEAD 8
 
+/* mst_obj_home - where the probe for hash starts in a table of cap slots
+ * (the low bits chose the shard). */
+static inline size_t mst_obj_home(uint64_t hash, size_t cap)
+{
+	return (size_t)(hash / MST_SHARDS) & (cap - 1);
+}
+
+/*
+ * A batch's walk over its keys in order, asking memory ahead for what each
+ * key's lookup reads: the slot its probe starts at (MST_AHEAD_SLOT keys
+ * ahead, no lock), then the object in that slot (MST_AHEAD_OBJ keys ahead,
+ * under the shard's lock if it is free at once). At a million objects each
+ * is a cache miss of its own; asked for ahead, a batch's misses overlap
+ * instead of coming one key at a time. Keys the walk cannot hash (invalid)
+ * are looked up as usual, and refused there.
+ */
+#define MST_AHEAD_SLOT 16
+#define MST_AHEAD_OBJ  8
+
+struct mst_ahead {
+	struct mst_master *m;
+	const char *tenant;
+	char *const *keys;
+	size_t n;
+	uint64_t hash[MST_AHEAD_SLOT]; /* of keys i .. i + MST_AHEAD_SLOT, by i % */
+};
+
+/* mst_ahead_begin - a walk over keys[0..n) of tenant, their first slots
+ * asked for. */
+void mst_ahead_begin(struct mst_ahead *a, struct mst_master *m, const char *tenant,
+		     char *const *keys, size_t n);
+
+/* mst_ahead_step - call before looking up key i (i = 0, 1, ... in order). */
+void mst_ahead_step(struct mst_ahead *a, size_t i);
+
 /* mst_obj_prefetch - start loading o's fields (not its name), if o is not
  * NULL. No lock needed, and o may be gone: a prefetch never faults. */
 static inline void mst_obj_prefetch(const void *o)
@@ -116,6 +151,9 @@ static inline void mst_obj_prefetch(const void *o)
 const char *mst_tenant_name(const char *tenant);
 /* mst_okey_make - validate tenant and key; 0 or INVALID_PARAMS/INVALID_KEY. */
 int mst_okey_make(struct mst_okey *k, const char *tenant, const char *key);
+
+/* mst_okey_hash - mst_okey_make's checks and hash alone, into *hash. */
+int mst_okey_hash(const char *tenant, const char *key, uint64_t *hash);
 
 /* One attempt at a two-phase write's start for key k, under its shard lock. */
 typedef int (*mst_start_try_fn)(struct mst_master *m, uint64_t client, const struct mst_okey *k,

@@ -24,18 +24,26 @@ const char *mst_tenant_name(const char *tenant)
 	return tenant && tenant[0] ? tenant : "default";
 }
 
+/* The tenant a request means and the lengths of it and key, both checked:
+ * 0 or INVALID_PARAMS/INVALID_KEY. */
+static int okey_check(const char **tenant, const char *key, size_t *tl, size_t *kl)
+{
+	int rc;
+
+	*tenant = mst_tenant_name(*tenant);
+	*tl = strnlen(*tenant, MST_TENANT_MAX + 1);
+	rc = lc_tenant_check(*tenant, *tl);
+	if (rc)
+		return rc;
+	*kl = key ? strnlen(key, LUNAR_KEY_MAX + 1) : 0;
+	return lc_key_check(key, *kl);
+}
+
 int mst_okey_make(struct mst_okey *k, const char *tenant, const char *key)
 {
 	size_t tl, kl;
-	int rc;
+	int rc = okey_check(&tenant, key, &tl, &kl);
 
-	tenant = mst_tenant_name(tenant);
-	tl = strnlen(tenant, MST_TENANT_MAX + 1);
-	rc = lc_tenant_check(tenant, tl);
-	if (rc)
-		return rc;
-	kl = key ? strnlen(key, LUNAR_KEY_MAX + 1) : 0;
-	rc = lc_key_check(key, kl);
 	if (rc)
 		return rc;
 	memcpy(k->buf, tenant, tl + 1);
@@ -44,6 +52,16 @@ int mst_okey_make(struct mst_okey *k, const char *tenant, const char *key)
 	k->len = tl + 1 + kl;
 	k->hash = lc_name_hash(tenant, tl, key, kl);
 	return 0;
+}
+
+int mst_okey_hash(const char *tenant, const char *key, uint64_t *hash)
+{
+	size_t tl, kl;
+	int rc = okey_check(&tenant, key, &tl, &kl);
+
+	if (!rc)
+		*hash = lc_name_hash(tenant, tl, key, kl);
+	return rc;
 }
 
 #define SHARD_MIN_SLOTS 16
@@ -102,13 +120,6 @@ void mst_objects_fini(struct mst_master *m)
 	free(m->shards);
 }
 
-/* Where the probe for hash starts in a table of cap slots (the low bits
- * chose the shard). */
-static size_t home_of(uint64_t hash, size_t cap)
-{
-	return (size_t)(hash / MST_SHARDS) & (cap - 1);
-}
-
 /* The slot pointer a caller holds: &slot->o. */
 static struct mst_slot *slot_of(struct mst_object **pp)
 {
@@ -117,7 +128,7 @@ static struct mst_slot *slot_of(struct mst_object **pp)
 
 struct mst_object **mst_obj_find_key(struct mst_shard *s, const struct mst_okey *k)
 {
-	size_t mask = s->cap - 1, i = home_of(k->hash, s->cap);
+	size_t mask = s->cap - 1, i = mst_obj_home(k->hash, s->cap);
 	struct mst_slot *v = s->slots;
 
 	for (; v[i].o; i = (i + 1) & mask)
@@ -129,7 +140,7 @@ struct mst_object **mst_obj_find_key(struct mst_shard *s, const struct mst_okey 
 
 struct mst_object **mst_obj_find_id(struct mst_shard *s, uint64_t hash, const void *o, uint64_t id)
 {
-	size_t mask = s->cap - 1, i = home_of(hash, s->cap);
+	size_t mask = s->cap - 1, i = mst_obj_home(hash, s->cap);
 	struct mst_slot *v = s->slots;
 
 	for (; v[i].o; i = (i + 1) & mask)
@@ -141,7 +152,7 @@ struct mst_object **mst_obj_find_id(struct mst_shard *s, uint64_t hash, const vo
 /* Put o in the first empty slot of its probe; the table has one. */
 static void slot_put(struct mst_slot *v, size_t cap, struct mst_object *o)
 {
-	size_t i = home_of(o->hash, cap);
+	size_t i = mst_obj_home(o->hash, cap);
 
 	while (v[i].o)
 		i = (i + 1) & (cap - 1);
@@ -161,8 +172,9 @@ static int shard_grow(struct mst_shard *s)
 		if (s->slots[j].o)
 			slot_put(v, cap, s->slots[j].o);
 	free(s->slots);
-	s->slots = v;
-	s->cap = cap;
+	/* read without the lock by a batch asking memory ahead (ahead.c) */
+	LC_WRITE_ONCE(s->slots, v);
+	LC_WRITE_ONCE(s->cap, cap);
 	return 0;
 }
 
@@ -193,7 +205,7 @@ static void shard_remove(struct mst_shard *s, size_t i)
 		if (!s->slots[j].o)
 			break;
 		/* movable unless its home lies cyclically in (i, j] */
-		if (((j - home_of(s->slots[j].hash, s->cap)) & mask) >= ((j - i) & mask)) {
+		if (((j - mst_obj_home(s->slots[j].hash, s->cap)) & mask) >= ((j - i) & mask)) {
 			s->slots[i] = s->slots[j];
 			i = j;
 		}

@@ -4,9 +4,14 @@
  * chosen so that thousands land in one shard, where probe runs are long,
  * or so that a few form one run that wraps past the end of a fresh 16-slot
  * table; every key must stay findable through removes in any order, and a
- * sweep that erases must visit every object exactly once.
+ * sweep that erases must visit every object exactly once. A batch asks
+ * memory for its keys ahead (ahead.c) without waiting for a shard's lock,
+ * and without a race on a table that grows meanwhile.
  */
 #include "test_master_util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include "master/mst_obj.h"
 #include "tests/cmocka_main.h"
@@ -309,6 +314,107 @@ static void test_table_full_without_memory(void **state)
 	free(k);
 }
 
+/* BatchExistKey over every key of the shard (batches of LUNAR_BATCH_MAX at
+ * most), the middle one made not valid: each code where its key is. */
+static void batch_exist_all(struct mst_master *m, struct keys *k)
+{
+	static char *names[NKEYS];
+
+	for (int i = 0; i < NKEYS; i++)
+		names[i] = i == NKEYS / 2 ? "" : k->name[i];
+	for (size_t at = 0; at < NKEYS; at += LUNAR_BATCH_MAX) {
+		Lunar__BatchKeysRequest rq = LUNAR__BATCH_KEYS_REQUEST__INIT;
+		Lunar__BatchCodesReply *r;
+
+		rq.client_id = CLIENT_A;
+		rq.keys = names + at;
+		rq.n_keys = NKEYS - at < LUNAR_BATCH_MAX ? NKEYS - at : LUNAR_BATCH_MAX;
+		r = (Lunar__BatchCodesReply *)call(m, LUNAR__METHOD__BATCH_EXIST_KEY, &rq);
+		assert_int_equal(r->n_codes, rq.n_keys);
+		for (size_t i = 0; i < rq.n_keys; i++)
+			assert_int_equal(r->codes[i], at + i == NKEYS / 2 ? LUNAR_ERR_INVALID_KEY
+									  : k->present[at + i]);
+		protobuf_c_message_free_unpacked(&r->base, NULL);
+	}
+}
+
+/* A batch whose keys' shard is locked (here by this very thread, which a
+ * wait would deadlock) asks ahead without waiting, and its answers are
+ * those of one key at a time. */
+static void test_table_batch_ahead_never_waits(void **state)
+{
+	struct keys *k = keys_of_one_shard();
+	struct mst_master *m = filled(k);
+	struct mst_ahead a;
+
+	(void)state;
+	for (int i = 0; i < NKEYS; i += 2) {
+		assert_int_equal(remove_key(m, k->name[i], 1), 0);
+		k->present[i] = 0;
+	}
+	pthread_mutex_lock(&shard(m)->lock);
+	{
+		char *names[NKEYS];
+
+		for (int i = 0; i < NKEYS; i++)
+			names[i] = k->name[i];
+		mst_ahead_begin(&a, m, NULL, names, NKEYS);
+		for (size_t i = 0; i < NKEYS; i++)
+			mst_ahead_step(&a, i);
+	}
+	pthread_mutex_unlock(&shard(m)->lock);
+	batch_exist_all(m, k);
+	mst_master_destroy(m);
+	free(k);
+}
+
+struct grower {
+	struct mst_master *m;
+	struct keys *k;
+	atomic_int done;
+};
+
+static void *grow_main(void *arg)
+{
+	struct grower *g = arg;
+
+	for (int i = 0; i < NKEYS; i++) {
+		assert_int_equal(put(g->m, CLIENT_A, g->k->name[i], 1024, 1), 0);
+		g->k->present[i] = 1;
+	}
+	atomic_store(&g->done, 1);
+	return NULL;
+}
+
+/* Batches ask ahead while another thread's puts double the shard's table
+ * again and again (16 -> 8192 slots): ASan and TSan builds find no read
+ * of a freed table and no race; then every key answers. */
+static void test_table_batch_ahead_beside_growth(void **state)
+{
+	struct keys *k = keys_of_one_shard();
+	struct grower g = {.m = master_new(NULL, NULL), .k = k};
+	static char *names[NKEYS];
+	pthread_t th;
+	struct mst_ahead a;
+
+	(void)state;
+	assert_int_equal(mount(g.m, CLIENT_A, "seg-a", 64 * MIB), 0);
+	for (int i = 0; i < NKEYS; i++)
+		names[i] = k->name[i];
+	assert_int_equal(pthread_create(&th, NULL, grow_main, &g), 0);
+	while (!atomic_load(&g.done)) {
+		mst_ahead_begin(&a, g.m, NULL, names, NKEYS);
+		for (size_t i = 0; i < NKEYS; i++)
+			mst_ahead_step(&a, i);
+	}
+	pthread_join(th, NULL);
+	assert_int_equal(shard(g.m)->cap, 8192);
+	batch_exist_all(g.m, k);
+	mst_master_destroy(g.m);
+	free(k);
+}
+
 LUNAR_TEST_MAIN(NULL, NULL, test_table_remove_keeps_every_probe, test_table_sweep_visits_each_once,
 		test_table_remove_across_the_end, test_table_sweep_across_the_end,
-		test_table_full_without_memory)
+		test_table_full_without_memory, test_table_batch_ahead_never_waits,
+		test_table_batch_ahead_beside_growth)
