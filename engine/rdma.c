@@ -27,7 +27,9 @@
 
 #define ENG_RDMA_QPS_DEFAULT 4
 #define ENG_RDMA_RETRY_NS    (30ull * 1000000000ull) /* after a refusal: TCP this long */
-#define ENG_RDMA_REDIAL_NS   (1ull * 1000000000ull)  /* after an I/O error */
+#define ENG_RDMA_REDIAL_NS                                                                         \
+	(1ull * 1000000000ull) /* after an I/O error, a grant                                      \
+				* refused, a port refused */
 
 enum peer_state { PEER_CONNECTING, PEER_UP, PEER_TCP };
 
@@ -43,7 +45,7 @@ struct eng_rdma_peer {
 	int busy;	     /* keyed: a transfer uses c; under eng_rdma.lock */
 	uint64_t raddr, rlen;
 	uint32_t rkey;
-	uint64_t mount; /* the mount named by the transfer that set it up (keyless) */
+	uint64_t mount; /* the mount named by the transfer that set it up (keyed too) */
 	int stale;	/* PEER_TCP: the owner refused that transfer's grant */
 };
 
@@ -169,9 +171,8 @@ static struct eng_wire_req request(struct eng_engine *e, uint16_t op, uint64_t o
 	};
 }
 
-/* Exchange bodies on a connection to the owner; 0 and *theirs, or
- * recv_answer's codes, -EHOSTDOWN (its port refused the connection), or
- * another -errno. */
+/* Exchange bodies on p's connection to the owner; 0 and *theirs, or
+ * recv_answer's codes, or another -errno. */
 static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigned char *mine,
 		    uint64_t off, uint64_t total, const struct eng_cap *cap, uint64_t deadline,
 		    struct eng_rdma_hs *theirs)
@@ -180,11 +181,8 @@ static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigne
 	unsigned char body[ENG_RDMA_HS_SIZE];
 	int32_t status = 0;
 	uint64_t ctr;
-	int pooled, rc = eng_conn_take(e, p->endpoint, deadline, &pooled, &p->c);
+	int rc = eng_send_req(p->c, &req, cap, 0, mine, ENG_RDMA_HS_SIZE, 0, deadline, &ctr);
 
-	if (rc) /* nobody on its port (gone, not back yet): no refusal of RDMA */
-		return rc == -ECONNREFUSED ? -EHOSTDOWN : rc;
-	rc = eng_send_req(p->c, &req, cap, 0, mine, ENG_RDMA_HS_SIZE, 0, deadline, &ctr);
 	if (!rc)
 		rc = recv_answer(p->c, ctr, req.id, body, deadline, &status);
 	if (!rc)
@@ -194,9 +192,10 @@ static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigne
 	return rc;
 }
 
-/* Set up p's QPs with its owner; 0, -ECONNREFUSED (the owner cannot),
- * -EKEYREJECTED (not for this grant), -EAGAIN (not yet), -EHOSTDOWN (no
- * owner on its port now), or another -errno.
+/* Set up p's QPs with its owner, on a connection taken first (an owner
+ * that is not there costs no QPs); 0, -ECONNREFUSED (the owner cannot),
+ * -EKEYREJECTED (not for this grant), -EAGAIN (not yet), -EHOSTDOWN (its
+ * port refused the connection: no owner there now), or another -errno.
  * On failure p holds nothing. */
 static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_dir dir,
 			uint64_t off, uint64_t total, const struct eng_cap *cap, uint64_t deadline)
@@ -204,13 +203,16 @@ static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_hs mine, theirs;
 	unsigned char body[ENG_RDMA_HS_SIZE];
-	int rc = eng_rdma_qps_create(r->dev, (int)r->nqp, e->keyed, &p->q, &mine);
+	int pooled, rc = eng_conn_take(e, p->endpoint, deadline, &pooled, &p->c);
 
-	if (rc)
-		return rc;
-	mine.cap_op = dir == ENG_WRITE ? ENG_OP_WRITE : ENG_OP_READ;
-	eng_rdma_hs_encode(&mine, body);
-	rc = exchange(e, p, body, off, total, cap, deadline, &theirs);
+	if (rc) /* nobody on its port (gone, not back yet): no refusal of RDMA */
+		return rc == -ECONNREFUSED ? -EHOSTDOWN : rc;
+	rc = eng_rdma_qps_create(r->dev, (int)r->nqp, e->keyed, &p->q, &mine);
+	if (!rc) {
+		mine.cap_op = dir == ENG_WRITE ? ENG_OP_WRITE : ENG_OP_READ;
+		eng_rdma_hs_encode(&mine, body);
+		rc = exchange(e, p, body, off, total, cap, deadline, &theirs);
+	}
 	if (!rc && theirs.nqp != mine.nqp)
 		rc = -EPROTO;
 	if (!rc)
@@ -271,20 +273,24 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 	if (rc == -EKEYREJECTED) /* one stale grant, after a re-mount */
 		LC_DEBUG(ENG_LOG, "RDMA to %s: the peer refused the grant; again in 1 s",
 			 p->endpoint);
+	else if (rc == -EHOSTDOWN) /* its transfers fail, and say so */
+		LC_DEBUG(ENG_LOG, "RDMA to %s: nobody on its port; again in 1 s", p->endpoint);
 	else
 		LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", p->endpoint,
 			rc == -ECONNREFUSED ? "the peer has no device, or its QPs did not connect"
 			: rc == -EAGAIN ? "the peer is still registering its segment; again in 1 s"
-			: rc == -EHOSTDOWN ? "nobody on the peer's port; again in 1 s"
-					   : strerror(-rc));
+					: strerror(-rc));
 	peer_put(p);
 	return NULL;
 }
 
 /* Whether p, not up, holds a set-up for a transfer under cap off: it is
- * being set up, or was refused lately. A refused grant (a writer that slept
- * through a re-mount) holds off only transfers naming the same mount; the
- * others' grants may be the owner's now. Lock held. */
+ * being set up, or was refused lately. A refused grant (keyless, a writer
+ * that slept through a re-mount; keyed, also one out of date or range)
+ * holds off only transfers naming the same mount, for a second; the
+ * others' grants may be the owner's now. Only the last refusal is kept:
+ * transfers of two refused mounts in turn each try a set-up, and fail.
+ * Lock held. */
 static int holds_off(const struct eng_rdma_peer *p, const struct eng_cap *cap)
 {
 	if (p->state == PEER_CONNECTING)
@@ -301,7 +307,8 @@ static int holds_off(const struct eng_rdma_peer *p, const struct eng_cap *cap)
  * that finds every set busy sets up the next, up to ENG_RDMA_CHANNELS, or
  * waits for one to be free until deadline (then NULL with *late set: the
  * transfer is out of time). None is set up while another is being set up
- * or the peer's last refusal is recent; with no set up yet, TCP.
+ * or the peer's last refusal holds this transfer off (holds_off); with no
+ * set up yet, TCP.
  */
 static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint, enum eng_dir dir,
 				      uint64_t off, uint64_t total, const struct eng_cap *cap,

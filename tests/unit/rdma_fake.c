@@ -228,6 +228,7 @@ int __wrap_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote,
 {
 	if (!rdma_fake.on)
 		return __real_eng_rdma_qps_create(d, nqp, remote, out, mine);
+	atomic_fetch_add(&rdma_fake.creates, 1);
 	*out = calloc(1, sizeof(**out));
 	if (!*out)
 		return -ENOMEM;

@@ -31,10 +31,10 @@ struct rdma_fake {
 	int no_windows;	      /* devices opened now have no memory windows */
 	int overreach;	      /* each request moves one byte more than asked */
 	int opens;	      /* dev_open calls so far */
-	atomic_int connects, fences;
-	atomic_int posts;	    /* work requests the "NIC" ran */
-	atomic_int running, most;   /* work requests it runs now, and at most */
-	atomic_int binds, bound;    /* window binds so far; windows bound now */
+	atomic_int creates, connects, fences; /* qps_create, qps_connect, qps_fence calls */
+	atomic_int posts;		      /* work requests the "NIC" ran */
+	atomic_int running, most;	      /* work requests it runs now, and at most */
+	atomic_int binds, bound;	      /* window binds so far; windows bound now */
 	atomic_int mr_key_posts;    /* requests that reached client memory by its MR's rkey */
 	atomic_int denied;	    /* requests a window did not allow */
 	atomic_int key_lookups;	    /* mem_keys calls */

@@ -221,9 +221,10 @@ static void test_rdma_transfer_keyless_stale_mount_holds_off_itself(void **state
 	eng_engine_set_mount(b.e, 9);
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &old), LUNAR_ERR_UNAUTHORIZED);
 	assert_int_equal(xfers(&a, ENG_TR_TCP), 1);
+	assert_int_equal(rdma_fake.creates, 3); /* each side's, then ours refused */
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &old), LUNAR_ERR_UNAUTHORIZED);
 	assert_int_equal(xfers(&a, ENG_TR_TCP), 2);
-	assert_int_equal(rdma_fake.connects, 2); /* the refused mount asked once */
+	assert_int_equal(rdma_fake.creates, 3); /* the refused mount held off */
 	fill(b.seg, sizeof(buf), 3);
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
 	assert_memory_equal(buf, b.seg, sizeof(buf));
@@ -608,7 +609,9 @@ static void test_rdma_transfer_refused_port_tried_again_soon(void **state)
 	snprintf(ep, sizeof(ep), "%s", eng_engine_endpoint(b.e));
 	port = (uint16_t)atoi(strrchr(ep, ':') + 1);
 	node_stop(&b);
+	assert_int_equal(rdma_fake.creates, 2);
 	assert_int_not_equal(eng_xfer(a.e, ep, ENG_READ, 0, &v, 1, NULL, NULL), 0);
+	assert_int_equal(rdma_fake.creates, 2); /* nobody there: no QPs made for it */
 	b = node_start_at(NULL, port);
 	assert_string_equal(eng_engine_endpoint(b.e), ep);
 	usleep(1100 * 1000);
