@@ -91,16 +91,15 @@ int mst_batch_put_end(struct mst_master *m, uint32_t method, const ProtobufCMess
 		      ? LUNAR_ERR_INVALID_PARAMS
 		      : 0;
 	Lunar__BatchCodesReply *r = codes_reply(rq->n_keys, bad);
-	struct mst_ahead a;
+	struct mst_prefetch a;
 
 	if (!r)
 		return -ENOMEM;
-	mst_ahead_begin(&a, m, rq->tenant, rq->keys, r->n_codes);
+	mst_prefetch_begin(&a, m, rq->tenant, rq->keys, r->n_codes);
 	for (size_t i = 0; i < r->n_codes; i++) {
 		uint32_t crc = rq->n_crc32c ? rq->crc32c[i] : 0;
 
-		mst_ahead_step(&a, i);
-
+		mst_prefetch_step(&a, i);
 		r->codes[i] = mst_code(
 		    method == LUNAR__METHOD__BATCH_UPSERT_END
 			? mst_obj_upsert_end(m, rq->client_id, rq->tenant, rq->keys[i], crc)
@@ -144,14 +143,13 @@ static int batch_codes(struct mst_master *m, uint32_t method, const Lunar__Batch
 {
 	Lunar__BatchCodesReply *r =
 	    codes_reply(rq->n_keys, rq->n_keys > LUNAR_BATCH_MAX ? LUNAR_ERR_INVALID_PARAMS : 0);
-
-	struct mst_ahead a;
+	struct mst_prefetch a;
 
 	if (!r)
 		return -ENOMEM;
-	mst_ahead_begin(&a, m, rq->tenant, rq->keys, r->n_codes);
+	mst_prefetch_begin(&a, m, rq->tenant, rq->keys, r->n_codes);
 	for (size_t i = 0; i < r->n_codes; i++) {
-		mst_ahead_step(&a, i);
+		mst_prefetch_step(&a, i);
 		r->codes[i] = mst_code(code_one(m, method, rq, rq->keys[i]));
 	}
 	*rep = &r->base;
@@ -167,7 +165,7 @@ static int batch_get(struct mst_master *m, const Lunar__BatchKeysRequest *rq,
 	Lunar__BatchGetReplicaListReply *r =
 	    (void *)lp_reply_new(&lunar__batch_get_replica_list_reply__descriptor, bad, MST_VIEW);
 	struct mst_lessee who = {rq->client_id, rq->reader};
-	struct mst_ahead a;
+	struct mst_prefetch a;
 
 	if (!r)
 		return -ENOMEM;
@@ -176,11 +174,11 @@ static int batch_get(struct mst_master *m, const Lunar__BatchKeysRequest *rq,
 		if (!r->results)
 			goto err;
 	}
-	mst_ahead_begin(&a, m, rq->tenant, rq->keys, bad ? 0 : rq->n_keys);
+	mst_prefetch_begin(&a, m, rq->tenant, rq->keys, bad ? 0 : rq->n_keys);
 	for (size_t i = 0; !bad && i < rq->n_keys; i++) {
 		Lunar__GetReplicaListResult *res = malloc(sizeof(*res));
 
-		mst_ahead_step(&a, i);
+		mst_prefetch_step(&a, i);
 		if (!res)
 			goto err;
 		lunar__get_replica_list_result__init(res);

@@ -26,6 +26,7 @@
 #ifndef LUNAR_MASTER_MST_INT_H
 #define LUNAR_MASTER_MST_INT_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,7 @@
 /*
  * mst_obj.h - the object record and its shard table, shared by the files of
- * master/ that work on objects (objects.c, upsert.c, scan.c, evict.c).
+ * master/ that work on objects (objects.c, upsert.c, scan.c, evict.c,
+ * batch.c, prefetch.c).
  * Everything here is called with the object's shard lock held unless said
  * otherwise.
  */
@@ -112,31 +113,35 @@ static inline size_t mst_obj_home(uint64_t hash, size_t cap)
 
 /*
  * A batch's walk over its keys in order, asking memory ahead for what each
- * key's lookup reads: the slot its probe starts at (MST_AHEAD_SLOT keys
- * ahead, no lock), then the object in that slot (MST_AHEAD_OBJ keys ahead,
- * under the shard's lock if it is free at once). At a million objects each
- * is a cache miss of its own; asked for ahead, a batch's misses overlap
- * instead of coming one key at a time. Keys the walk cannot hash (invalid)
- * are looked up as usual, and refused there.
+ * key's lookup reads: the slot its probe starts at (MST_PREFETCH_SLOT keys
+ * ahead, no lock), then the object in that slot (MST_PREFETCH_OBJ keys
+ * ahead, under the shard's lock if it is free at once). At a million
+ * objects each is a cache miss of its own; asked for ahead, a batch's
+ * misses overlap instead of coming one key at a time. The first
+ * MST_PREFETCH_OBJ keys have their slots asked for only. Keys the walk
+ * cannot hash (not valid) are skipped, and refused at their lookups.
  */
-#define MST_AHEAD_SLOT 16
-#define MST_AHEAD_OBJ  8
+#define MST_PREFETCH_SLOT 16
+#define MST_PREFETCH_OBJ  8
+_Static_assert(MST_PREFETCH_OBJ < MST_PREFETCH_SLOT, "an object is asked for after its slot");
 
-struct mst_ahead {
+struct mst_prefetch {
 	struct mst_master *m;
 	const char *tenant;
 	char *const *keys;
 	size_t n;
-	uint64_t hash[MST_AHEAD_SLOT]; /* of keys i .. i + MST_AHEAD_SLOT, by i % */
+	uint64_t hash[MST_PREFETCH_SLOT]; /* key j's at j % MST_PREFETCH_SLOT, 0: none */
 };
 
-/* mst_ahead_begin - a walk over keys[0..n) of tenant, their first slots
- * asked for. */
-void mst_ahead_begin(struct mst_ahead *a, struct mst_master *m, const char *tenant,
-		     char *const *keys, size_t n);
+/* mst_prefetch_begin - a walk over keys[0..n) of tenant, the first slots
+ * asked for. No lock held, and none waited for; keys stay as they are
+ * until the walk's last step. */
+void mst_prefetch_begin(struct mst_prefetch *a, struct mst_master *m, const char *tenant,
+			char *const *keys, size_t n);
 
-/* mst_ahead_step - call before looking up key i (i = 0, 1, ... in order). */
-void mst_ahead_step(struct mst_ahead *a, size_t i);
+/* mst_prefetch_step - call before looking up key i (i = 0, 1, ... in
+ * order), with no shard lock held: it takes one only if it is free. */
+void mst_prefetch_step(struct mst_prefetch *a, size_t i);
 
 /* mst_obj_prefetch - start loading o's fields (not its name), if o is not
  * NULL. No lock needed, and o may be gone: a prefetch never faults. */
@@ -152,7 +157,8 @@ const char *mst_tenant_name(const char *tenant);
 /* mst_okey_make - validate tenant and key; 0 or INVALID_PARAMS/INVALID_KEY. */
 int mst_okey_make(struct mst_okey *k, const char *tenant, const char *key);
 
-/* mst_okey_hash - mst_okey_make's checks and hash alone, into *hash. */
+/* mst_okey_hash - mst_okey_make's checks and hash alone, into *hash. No
+ * lock needed. */
 int mst_okey_hash(const char *tenant, const char *key, uint64_t *hash);
 
 /* One attempt at a two-phase write's start for key k, under its shard lock. */
