@@ -157,6 +157,24 @@ static void test_rdma_transfer_keyless_client_posts(void **state)
 	rdma_fake_reset(0);
 }
 
+/* Keyless engines a and b, and a QP set under b's mount 7 set up by a
+ * transfer of dir of buf; then b fences and re-mounts as 9. */
+static void set_then_remount(struct node *a, struct node *b, enum eng_dir dir, unsigned char *buf,
+			     size_t len)
+{
+	const struct eng_cap old = {.mount = 7};
+
+	rdma_fake_reset(1);
+	*a = node_start(0);
+	*b = node_start(0);
+	eng_engine_set_mount(b->e, 7);
+	assert_int_equal(xfer(a, b, dir, 0, buf, len, &old), 0);
+	assert_int_equal(xfers(a, ENG_TR_RDMA), 1);
+	assert_int_equal(rdma_fake.connects, 2); /* each side's QPs */
+	assert_int_equal(eng_engine_fence(b->e), 0);
+	eng_engine_set_mount(b->e, 9);
+}
+
 /* Keyless, a QP set serves the owner's mount it was set up under only, and
  * ends with the owner's fence: after a re-mount the first transfer sets up
  * a new set under the new mount; one of the old mount is refused over TCP
@@ -168,16 +186,8 @@ static void test_rdma_transfer_keyless_set_serves_its_mount(void **state)
 	struct node a, b;
 
 	(void)state;
-	rdma_fake_reset(1);
-	a = node_start(0);
-	b = node_start(0);
-	eng_engine_set_mount(b.e, 7);
 	fill(buf, sizeof(buf), 1);
-	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &old), 0);
-	assert_int_equal(xfers(&a, ENG_TR_RDMA), 1);
-	assert_int_equal(rdma_fake.connects, 2); /* each side's QPs */
-	assert_int_equal(eng_engine_fence(b.e), 0);
-	eng_engine_set_mount(b.e, 9);
+	set_then_remount(&a, &b, ENG_WRITE, buf, sizeof(buf));
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
 	assert_memory_equal(buf, b.seg, sizeof(buf));
 	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
@@ -211,14 +221,7 @@ static void test_rdma_transfer_keyless_stale_mount_holds_off_itself(void **state
 	struct node a, b;
 
 	(void)state;
-	rdma_fake_reset(1);
-	a = node_start(0);
-	b = node_start(0);
-	eng_engine_set_mount(b.e, 7);
-	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &old), 0);
-	assert_int_equal(xfers(&a, ENG_TR_RDMA), 1);
-	assert_int_equal(eng_engine_fence(b.e), 0);
-	eng_engine_set_mount(b.e, 9);
+	set_then_remount(&a, &b, ENG_READ, buf, sizeof(buf));
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &old), LUNAR_ERR_UNAUTHORIZED);
 	assert_int_equal(xfers(&a, ENG_TR_TCP), 1);
 	assert_int_equal(rdma_fake.creates, 3); /* each side's, then ours refused */
