@@ -27,9 +27,8 @@
 
 #define ENG_RDMA_QPS_DEFAULT 4
 #define ENG_RDMA_RETRY_NS    (30ull * 1000000000ull) /* after a refusal: TCP this long */
-#define ENG_RDMA_REDIAL_NS                                                                         \
-	(1ull * 1000000000ull) /* after an I/O error, a grant                                      \
-				* refused, a port refused */
+/* after an I/O error, a grant refused, a port that refused the connection */
+#define ENG_RDMA_REDIAL_NS (1ull * 1000000000ull)
 
 enum peer_state { PEER_CONNECTING, PEER_UP, PEER_TCP };
 
