@@ -226,7 +226,8 @@ const char *mst_config_usage(void)
 	       "  --offload-queue-bytes SIZE       bytes queued per proxy (64MiB; at most a\n"
 	       "                                   quarter of the memory mounted)\n"
 	       "  --offload-put-wait DURATION      a put finding memory full of objects waiting\n"
-	       "                                   for their copy waits this long for one "
-	       "(500ms),\n"
+	       "                                   for their copy waits up to this long for "
+	       "room\n"
+	       "                                   (500ms),\n"
 	       "                                   then the least recently used go uncopied\n";
 }

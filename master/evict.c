@@ -355,8 +355,8 @@ static int64_t evict_round_locked(struct mst_master *m, uint64_t now, int may_dr
 
 	if (a.fresh)
 		keep_census(m, &m->census);
-	/* release: pairs with the lc_load_acquire of evict_gen in mst_obj_start and
-	 * mst_evict_after_failure, so a caller that sees the new round sees its
+	/* release: pairs with the lc_load_acquire of evict_gen in mst_evict_retry
+	 * and after_failure, so a caller that sees the new round sees its
 	 * frees. A round that freed nothing is no news to a waiting put. */
 	if (n)
 		lc_fetch_add_release(&m->evict_gen, 1);
@@ -387,12 +387,17 @@ int mst_put_may_wait(struct mst_master *m, uint64_t len)
 	return LC_READ_ONCE(m->alloc_failed) || used(m) + len > LC_READ_ONCE(m->capacity);
 }
 
-int mst_evict_after_failure(struct mst_master *m, uint64_t gen)
+/*
+ * An allocation failed after gen rounds had run: a round unless another
+ * completed meanwhile. With --offload on_evict and nothing freed, a wait
+ * until deadline (monotonic ms) for a disk copy to end; past it, a round
+ * that lets objects go uncopied. 1 if a retry may succeed.
+ */
+static int after_failure(struct mst_master *m, uint64_t gen, uint64_t deadline)
 {
+	uint64_t now;
 	int again;
 
-	if (!LC_READ_ONCE(m->capacity))
-		return 0; /* nothing mounted: nothing to make room in */
 	LC_WRITE_ONCE(m->alloc_failed, 1);
 	pthread_mutex_lock(&m->evict_lock);
 	/* a round that ended after our failure may have made the room already */
@@ -406,13 +411,34 @@ int mst_evict_after_failure(struct mst_master *m, uint64_t gen)
 	/* What could go is waiting for its disk copy: the put waits for one
 	 * rather than an object going uncopied; if the disk is stalled, the
 	 * least recently used go without their copy. */
-	if (m->cfg.offload_put_wait_ms && mst_offload_wait(m, m->cfg.offload_put_wait_ms))
+	now = lc_now_ms();
+	if (now < deadline && mst_offload_wait(m, deadline - now))
 		return 1;
 	LC_WRITE_ONCE(m->alloc_failed, 1);
 	pthread_mutex_lock(&m->evict_lock);
 	again = evict_round_locked(m, lc_now_ms(), 1) > 0;
 	pthread_mutex_unlock(&m->evict_lock);
 	return again;
+}
+
+int mst_evict_retry(struct mst_master *m, uint64_t len, mst_attempt_fn attempt, void *arg)
+{
+	/* acquire: pairs with lc_fetch_add_release in evict_round_locked */
+	uint64_t gen = lc_load_acquire(&m->evict_gen), deadline;
+	int rc = attempt(m, arg);
+
+	/* never for a value no segment could hold: eviction cannot help it */
+	if (rc != LUNAR_ERR_NO_AVAILABLE_HANDLE || !LC_READ_ONCE(m->capacity) ||
+	    !mst_segments_could_hold(m, len))
+		return rc;
+	deadline = lc_now_ms() + m->cfg.offload_put_wait_ms;
+	do {
+		if (!after_failure(m, gen, deadline))
+			break;
+		gen = lc_load_acquire(&m->evict_gen);
+		rc = attempt(m, arg);
+	} while (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && lc_now_ms() < deadline);
+	return rc;
 }
 
 void mst_evict_fini(struct mst_master *m)

@@ -461,10 +461,19 @@ int64_t mst_evict_round(struct mst_master *m, uint64_t now);
 /* mst_evict_maybe - a round if memory use is above the watermark or an
  * allocation failed since the last round. Housekeeping. */
 void mst_evict_maybe(struct mst_master *m);
-/* mst_evict_after_failure - an allocation failed after gen rounds had run:
- * run a round unless another one completed meanwhile. Returns 1 if a retry
- * may succeed. No lock held. */
-int mst_evict_after_failure(struct mst_master *m, uint64_t gen);
+/* An allocation of the caller's (arg): 0, NO_AVAILABLE_HANDLE when no
+ * segment has room, or another code. */
+typedef int (*mst_attempt_fn)(struct mst_master *m, void *arg);
+/*
+ * mst_evict_retry - attempt, and while it finds no room for len bytes
+ * (NO_AVAILABLE_HANDLE), make room and attempt again: an eviction round;
+ * with --offload on_evict, when all that could go waits for its disk copy,
+ * a wait for copies to end (an ended copy may free nothing: its object was
+ * read meanwhile); for at most --offload-put-wait, after which the least
+ * recently used go uncopied, once. Nothing when no segment could ever hold
+ * len. Returns attempt's last code. No lock held.
+ */
+int mst_evict_retry(struct mst_master *m, uint64_t len, mst_attempt_fn attempt, void *arg);
 /* mst_evict_fini - free the kept census (the master is going). */
 void mst_evict_fini(struct mst_master *m);
 

@@ -166,8 +166,8 @@ typedef int (*mst_start_try_fn)(struct mst_master *m, uint64_t client, const str
 				const Lunar__PutStartRequest *rq, Lunar__Replica ***reps,
 				size_t *n);
 /*
- * mst_obj_start - validate, then try_start; when the store is full, run one
- * eviction round (no shard lock held) and try once more. PutStart and
+ * mst_obj_start - validate, then try_start; when the store is full, make
+ * room and try again (mst_evict_retry; no shard lock held). PutStart and
  * UpsertStart differ only in try_start.
  */
 int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,

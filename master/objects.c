@@ -453,12 +453,29 @@ uint64_t mst_obj_too_large(struct mst_master *m, int rc, uint64_t len)
 	return mst_segments_largest(m);
 }
 
+/* One try of mst_obj_start's, as mst_evict_retry makes them. */
+struct start_try {
+	uint64_t client;
+	const struct mst_okey *k;
+	const Lunar__PutStartRequest *rq;
+	Lunar__Replica ***reps;
+	size_t *n;
+	mst_start_try_fn fn;
+};
+
+static int start_attempt(struct mst_master *m, void *arg)
+{
+	struct start_try *t = arg;
+
+	return t->fn(m, t->client, t->k, t->rq, t->reps, t->n);
+}
+
 int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
 		  const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n,
 		  mst_start_try_fn try_start)
 {
 	struct mst_okey k;
-	uint64_t gen;
+	struct start_try t = {client, &k, rq, reps, n, try_start};
 	int rc = mst_okey_make(&k, tenant, rq->key);
 
 	if (rc)
@@ -466,17 +483,9 @@ int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
 	/* Each preferred name is looked up under the shard and segment locks. */
 	if (!rq->size || rq->n_preferred_segments > MST_PREFERRED_MAX)
 		return LUNAR_ERR_INVALID_PARAMS;
-	/* acquire: pairs with lc_fetch_add_release in evict_round_locked */
-	gen = lc_load_acquire(&m->evict_gen);
-	rc = try_start(m, client, &k, rq, reps, n);
-	/* full: evict synchronously (no shard lock held now) and retry once;
-	 * never for a value no segment could hold, which eviction cannot help */
-	if (rc != LUNAR_ERR_NO_AVAILABLE_HANDLE)
-		return rc;
-	if (!mst_segments_could_hold(m, rq->size))
+	rc = mst_evict_retry(m, rq->size, start_attempt, &t);
+	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && !mst_segments_could_hold(m, rq->size))
 		too_big_log(m, rq->size);
-	else if (mst_evict_after_failure(m, gen))
-		rc = try_start(m, client, &k, rq, reps, n);
 	return rc;
 }
 

@@ -287,6 +287,59 @@ static void test_master_disk_put_waits_for_offload(void **state)
 	mst_master_destroy(m);
 }
 
+/* The proxy, 50 ms late, twice: it copies the queued object, which a
+ * reader leases meanwhile (so its memory stays), then the next one queued. */
+static void *late_offload_read_meanwhile(void *arg)
+{
+	struct mst_master *m = arg;
+
+	for (int i = 0; i < 2; i++) {
+		char key[16] = "";
+
+		usleep(50000);
+		if (ping_tasks(m, key, sizeof(key)) != 1)
+			return NULL;
+		if (!i)
+			protobuf_c_message_free_unpacked(&get(m, key)->base, NULL);
+		disk_call(m, LUNAR__METHOD__OFFLOAD_DONE, CLIENT_A, key, 15 * MIB,
+			  (uint32_t)(key[1] - '0') + 1, 1, NULL);
+	}
+	return NULL;
+}
+
+/* A copy that ends without freeing memory (its object was read during the
+ * copy) does not end the put's wait: it waits for the next copy, within
+ * --offload-put-wait, and nothing goes uncopied. */
+static void test_master_disk_put_waits_past_copy_of_read_object(void **state)
+{
+	static const char *const flags[][2] = {
+	    {"offload", "on_evict"}, {"kv-lease-ttl", "100ms"}, {"offload-queue-bytes", "1"}};
+	struct mst_master *m = master_with(flags, 3);
+	pthread_t th;
+	char key[16];
+	uint64_t t0;
+	int left = 0;
+
+	disk_proxy(m);
+	for (int i = 0; i < 4; i++) {
+		snprintf(key, sizeof(key), "w%d", i);
+		assert_int_equal(put_crc(m, key, 15 * MIB, (uint32_t)i + 1), 0);
+	}
+	usleep(150000); /* past the puts' leases */
+	t0 = lc_now_ms();
+	assert_int_equal(pthread_create(&th, NULL, late_offload_read_meanwhile, m), 0);
+	assert_int_equal(put_crc(m, "w4", 15 * MIB, 9), 0);
+	pthread_join(th, NULL);
+	assert_true(lc_now_ms() - t0 < 450);
+	for (int i = 0; i < 4; i++) {
+		snprintf(key, sizeof(key), "w%d", i);
+		left += exist(m, NULL, key);
+	}
+	assert_int_equal(left, 4);
+	assert_int_equal(m->ctr.offload_dropped, 0);
+	mst_master_destroy(m);
+}
+
 static void test_master_disk_no_disk_tier_evicts(void **state)
 {
 	static const char *const flags[][2] = {
@@ -614,6 +667,7 @@ LUNAR_TEST_MAIN(NULL, NULL, test_master_disk_on_put_adds_local_disk,
 		test_master_disk_done_checks_value, test_master_disk_on_evict_keeps_until_on_disk,
 		test_master_disk_queue_full_keeps, test_master_disk_queue_full_force_evicts,
 		test_master_disk_put_waits_then_drops, test_master_disk_put_waits_for_offload,
+		test_master_disk_put_waits_past_copy_of_read_object,
 		test_master_disk_no_disk_tier_evicts, test_master_disk_failed_offload_evicts_later,
 		test_master_disk_task_requeued_when_late, test_master_disk_add_and_remove,
 		test_master_disk_dead_proxy_drops_disk, test_master_disk_queue_only_for_live_client,
