@@ -14,7 +14,8 @@
 # get's direction, SIZE-byte answers, for both (the baseline the goals
 # name), and in a put's, SIZE-byte requests, for puts too, plain and with
 # the per-byte work a put's sending side does before its send (the put's
-# ceiling: --send staged or crc); and p50/p99;
+# ceiling: --send staged or crc); and p50/p99, and the exists p50 (one
+# master round trip through A, against which the put p50 is judged);
 # then the batch calls engines make (lunar_batch_put and
 # lunar_batch_get_into, BATCH keys a call, one thread) at 4 KiB, 64 KiB and
 # 1 MiB. The modes' clusters run side by side, and each cell is measured
@@ -47,7 +48,7 @@ while [ $# -gt 0 ]; do
 	--modes=*) MODES=${1#--modes=} ;;
 	--rounds) ROUNDS=${2:-}; shift ;;
 	--rounds=*) ROUNDS=${1#--rounds=} ;;
-	-h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) bl_log "bench-remote: unknown argument '$1'"; exit 2 ;;
 	esac
 	shift
@@ -156,7 +157,7 @@ cell_sum() {
 	local tag=$1 r n k f w pw cw e=0
 	local -a v=() ws=() pws=() cws=() gs=() ps=() pps=() cps=()
 	n=$(rounds_of "$(cell_size "$tag")")
-	for k in put_gb_per_s get_gb_per_s put_p50_us put_p99_us get_p50_us get_p99_us; do
+	for k in put_gb_per_s get_gb_per_s put_p50_us put_p99_us get_p50_us get_p99_us exists_p50_us; do
 		v=()
 		for r in $(seq 1 "$n"); do
 			v+=("$(bl_kv "$BL_TMP/$tag-r$r.out" "$k")")
@@ -333,8 +334,8 @@ wire_table() {
 table() {
 	local mode=$1 kind=$2 f size t
 	echo
-	echo "| size | threads | wire GB/s | put GB/s | put / wire | put wire GB/s | put / put wire | put ceiling GB/s | put / ceiling | get GB/s | get / wire | put p50 µs | put p99 µs | get p50 µs | get p99 µs | errors |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| size | threads | wire GB/s | put GB/s | put / wire | put wire GB/s | put / put wire | put ceiling GB/s | put / ceiling | get GB/s | get / wire | put p50 µs | put p99 µs | get p50 µs | get p99 µs | exists p50 µs | errors |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for size in $(kind_sizes "$kind"); do
 		for t in "${THREADS[@]}"; do
 			f=$BL_TMP/$mode-$kind-$size-$t.out
@@ -349,6 +350,7 @@ table() {
 				"$(bl_fmt "$(bl_kv "$f" get_share)" 2) |" \
 				"$(bl_fmt "$(bl_kv "$f" put_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" put_p99_us)" 1) |" \
 				"$(bl_fmt "$(bl_kv "$f" get_p50_us)" 1) | $(bl_fmt "$(bl_kv "$f" get_p99_us)" 1) |" \
+				"$(bl_fmt "$(bl_kv "$f" exists_p50_us)" 1) |" \
 				"$(bl_kv "$f" errors) |"
 		done
 	done
@@ -380,7 +382,11 @@ if [ -n "$A_CPUS" ]; then
 fi
 echo "Both modes' clusters run side by side; each cell is measured for one mode"
 echo "right after the other."
-echo "4 KiB rows: the p50/p99 columns are the latency figures."
+echo "4 KiB rows: the p50/p99 columns are the latency figures. Each run puts its"
+echo "keys, asks whether each exists, then gets each: an exists is one master round"
+echo "trip from the app through A (the GetReplicaList that leases the key to A), a"
+echo "get one data round trip (A's lease cache holds the key's replicas by then),"
+echo "so a put's p50 is measured against the sum of the two p50s beside it."
 run_all
 for mode in ${MODES//,/ }; do
 	echo
