@@ -387,11 +387,16 @@ int mst_put_may_wait(struct mst_master *m, uint64_t len)
 	return LC_READ_ONCE(m->alloc_failed) || used(m) + len > LC_READ_ONCE(m->capacity);
 }
 
+/* What after_failure did: nothing that could help, a round that freed
+ * memory (or another one's since the failure), or a wait that saw a disk
+ * copy end (which frees memory unless its object was read meanwhile). */
+enum { ROOM_NONE, ROOM_FREED, ROOM_COPIED };
+
 /*
  * An allocation failed after gen rounds had run: a round unless another
  * completed meanwhile. With --offload on_evict and nothing freed, a wait
  * until deadline (monotonic ms) for a disk copy to end; past it, a round
- * that lets objects go uncopied. 1 if a retry may succeed.
+ * that lets objects go uncopied.
  */
 static int after_failure(struct mst_master *m, uint64_t gen, uint64_t deadline)
 {
@@ -406,26 +411,28 @@ static int after_failure(struct mst_master *m, uint64_t gen, uint64_t deadline)
 	if (!again)
 		again = evict_round_locked(m, lc_now_ms(), 0) > 0;
 	pthread_mutex_unlock(&m->evict_lock);
-	if (again || !m->cfg.enable_offload || m->cfg.offload != MST_OFFLOAD_ON_EVICT)
-		return again;
+	if (again)
+		return ROOM_FREED;
+	if (!m->cfg.enable_offload || m->cfg.offload != MST_OFFLOAD_ON_EVICT)
+		return ROOM_NONE;
 	/* What could go is waiting for its disk copy: the put waits for one
 	 * rather than an object going uncopied; if the disk is stalled, the
 	 * least recently used go without their copy. */
 	now = lc_now_ms();
 	if (now < deadline && mst_offload_wait(m, deadline - now))
-		return 1;
+		return ROOM_COPIED;
 	LC_WRITE_ONCE(m->alloc_failed, 1);
 	pthread_mutex_lock(&m->evict_lock);
 	again = evict_round_locked(m, lc_now_ms(), 1) > 0;
 	pthread_mutex_unlock(&m->evict_lock);
-	return again;
+	return again ? ROOM_FREED : ROOM_NONE;
 }
 
 int mst_evict_retry(struct mst_master *m, uint64_t len, mst_attempt_fn attempt, void *arg)
 {
 	/* acquire: pairs with lc_fetch_add_release in evict_round_locked */
 	uint64_t gen = lc_load_acquire(&m->evict_gen), deadline;
-	int rc = attempt(m, arg);
+	int rc = attempt(m, arg), room;
 
 	/* never for a value no segment could hold: eviction cannot help it */
 	if (rc != LUNAR_ERR_NO_AVAILABLE_HANDLE || !LC_READ_ONCE(m->capacity) ||
@@ -433,11 +440,16 @@ int mst_evict_retry(struct mst_master *m, uint64_t len, mst_attempt_fn attempt, 
 		return rc;
 	deadline = lc_now_ms() + m->cfg.offload_put_wait_ms;
 	do {
-		if (!after_failure(m, gen, deadline))
+		room = after_failure(m, gen, deadline);
+		if (room == ROOM_NONE)
 			break;
 		gen = lc_load_acquire(&m->evict_gen);
 		rc = attempt(m, arg);
-	} while (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && lc_now_ms() < deadline);
+		/* a round's room taken (or too scattered for len): refused, as
+		 * the next put makes its own round; an ended copy that left no
+		 * room: the wait goes on for the next */
+	} while (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && room == ROOM_COPIED &&
+		 lc_now_ms() < deadline);
 	return rc;
 }
 

@@ -465,13 +465,14 @@ void mst_evict_maybe(struct mst_master *m);
  * segment has room, or another code. */
 typedef int (*mst_attempt_fn)(struct mst_master *m, void *arg);
 /*
- * mst_evict_retry - attempt, and while it finds no room for len bytes
- * (NO_AVAILABLE_HANDLE), make room and attempt again: an eviction round;
- * with --offload on_evict, when all that could go waits for its disk copy,
- * a wait for copies to end (an ended copy may free nothing: its object was
- * read meanwhile); for at most --offload-put-wait, after which the least
- * recently used go uncopied, once. Nothing when no segment could ever hold
- * len. Returns attempt's last code. No lock held.
+ * mst_evict_retry - attempt; when it finds no room for len bytes
+ * (NO_AVAILABLE_HANDLE), an eviction round and one more attempt. With
+ * --offload on_evict, when all that could go waits for its disk copy: a
+ * wait for a copy to end and an attempt, again while ended copies leave
+ * no room (an object read during its copy keeps its memory), for at most
+ * --offload-put-wait; then the least recently used go uncopied, and one
+ * last attempt. Nothing when no segment could ever hold len. Returns
+ * attempt's last code. No lock held.
  */
 int mst_evict_retry(struct mst_master *m, uint64_t len, mst_attempt_fn attempt, void *arg);
 /* mst_evict_fini - free the kept census (the master is going). */
