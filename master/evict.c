@@ -395,8 +395,9 @@ enum { ROOM_NONE, ROOM_FREED, ROOM_COPIED };
 /*
  * An allocation failed after gen rounds had run: a round unless another
  * completed meanwhile. With --offload on_evict and nothing freed, a wait
- * until deadline (monotonic ms) for a disk copy to end; past it, a round
- * that lets objects go uncopied.
+ * until deadline (monotonic ms) for a disk copy to end (ROOM_COPIED only
+ * before it); past it, or at once when no copy is queued or in flight, a
+ * round that lets objects go uncopied.
  */
 static int after_failure(struct mst_master *m, uint64_t gen, uint64_t deadline)
 {
@@ -448,8 +449,7 @@ int mst_evict_retry(struct mst_master *m, uint64_t len, mst_attempt_fn attempt, 
 		/* a round's room taken (or too scattered for len): refused, as
 		 * the next put makes its own round; an ended copy that left no
 		 * room: the wait goes on for the next */
-	} while (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && room == ROOM_COPIED &&
-		 lc_now_ms() < deadline);
+	} while (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && room == ROOM_COPIED);
 	return rc;
 }
 

@@ -113,6 +113,9 @@ void mst_master_destroy(struct mst_master *m);
  * LUNAR_ERR_INTERNAL (out of memory) or LUNAR_ERR_PROTOCOL (unknown method,
  * or req not of its request type) otherwise, with no reply.
  * Thread-safe; takes shard and segment locks briefly, never blocks on I/O.
+ * A PutStart, UpsertStart or Reserve that finds memory full of objects
+ * waiting for their disk copy (--offload on_evict) waits for copies to end,
+ * up to --offload-put-wait (mst_evict_retry).
  */
 int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 		 ProtobufCMessage **rep);

@@ -355,8 +355,9 @@ void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint6
 
 /*
  * mst_obj_put_start - PutStart of rq->key for client: a PROCESSING object
- * with rq->replica_num replicas placed (mst_obj_start: may run one eviction
- * round when full). On 0, *reps is a heap array of *n heap messages the
+ * with rq->replica_num replicas placed (mst_obj_start: when full, makes
+ * room by mst_evict_retry, which may wait up to --offload-put-wait for disk
+ * copies). On 0, *reps is a heap array of *n heap messages the
  * caller frees. Else a code: OBJECT_ALREADY_EXISTS (committed, or another
  * put started less than put_start_discard_timeout ago), INVALID_KEY,
  * INVALID_PARAMS, NO_AVAILABLE_HANDLE, TENANT_QUOTA_EXCEEDED, -ENOMEM.
@@ -461,8 +462,9 @@ int64_t mst_evict_round(struct mst_master *m, uint64_t now);
 /* mst_evict_maybe - a round if memory use is above the watermark or an
  * allocation failed since the last round. Housekeeping. */
 void mst_evict_maybe(struct mst_master *m);
-/* An allocation of the caller's (arg): 0, NO_AVAILABLE_HANDLE when no
- * segment has room, or another code. */
+/* An allocation of the caller's (arg): >= 0 done, NO_AVAILABLE_HANDLE when
+ * no segment has room, or another code. It may be called many times: one
+ * that fails leaves nothing behind. */
 typedef int (*mst_attempt_fn)(struct mst_master *m, void *arg);
 /*
  * mst_evict_retry - attempt; when it finds no room for len bytes

@@ -384,7 +384,7 @@ echo "Both modes' clusters run side by side; each cell is measured for one mode"
 echo "right after the other."
 echo "4 KiB rows: the p50/p99 columns are the latency figures. Each run puts its"
 echo "keys, asks whether each exists, then gets each: an exists is one master round"
-echo "trip from the app through A (the GetReplicaList that leases the key to A), a"
+echo "trip from the app through A (the replica-list lookup that leases the key to A), a"
 echo "get one data round trip (A's lease cache holds the key's replicas by then),"
 echo "so a put's p50 is measured against the sum of the two p50s beside it."
 run_all

@@ -10,6 +10,8 @@
  */
 #include "test_master_util.h"
 
+#include <stdatomic.h>
+
 #include "clock.h"
 #include "master/mst_int.h"
 #include "tests/cmocka_main.h"
@@ -287,22 +289,79 @@ static void test_master_disk_put_waits_for_offload(void **state)
 	mst_master_destroy(m);
 }
 
-/* The proxy, 50 ms late, twice: it copies the queued object, which a
- * reader leases meanwhile (so its memory stays), then the next one queued. */
-static void *late_offload_read_meanwhile(void *arg)
+/* A status code of a call made off the test thread, where cmocka may not
+ * assert: -1 when the dispatch itself failed. The reply into *rep if
+ * asked, else freed. */
+static int quiet_call(struct mst_master *m, uint32_t method, const void *req,
+		      ProtobufCMessage **rep)
 {
-	struct mst_master *m = arg;
+	ProtobufCMessage *r = NULL;
+	int code;
 
-	for (int i = 0; i < 2; i++) {
+	if (mst_dispatch(m, method, req, &r) || !r || !lp_status(r))
+		code = -1;
+	else
+		code = lp_status(r)->code;
+	if (rep && !code)
+		*rep = r;
+	else if (r)
+		protobuf_c_message_free_unpacked(r, NULL);
+	return code;
+}
+
+/* The proxy's side of a put's wait: it pings every 5 ms for a copy task,
+ * leases the first object it copies (a reader during the copy), reports
+ * each copy done, until two are or the put has ended. */
+struct copier {
+	struct mst_master *m;
+	atomic_int put_done;
+	int copies, codes; /* copies reported; calls that failed */
+};
+
+static void copy_one(struct copier *c, const char *key)
+{
+	Lunar__GetReplicaListRequest get = LUNAR__GET_REPLICA_LIST_REQUEST__INIT;
+	Lunar__DiskRecordsRequest rq = LUNAR__DISK_RECORDS_REQUEST__INIT;
+	Lunar__DiskRecord rec = LUNAR__DISK_RECORD__INIT, *recs[1] = {&rec};
+
+	get.key = (char *)key;
+	if (!c->copies)
+		c->codes += quiet_call(c->m, LUNAR__METHOD__GET_REPLICA_LIST, &get, NULL) != 0;
+	rq.client_id = CLIENT_A;
+	rq.records = recs;
+	rq.n_records = 1;
+	rec.tenant = "default";
+	rec.key = (char *)key;
+	rec.size = 15 * MIB;
+	rec.crc32c = (uint32_t)(key[1] - '0') + 1; /* put_crc's for "wN" */
+	rec.location = 1;
+	c->codes += quiet_call(c->m, LUNAR__METHOD__OFFLOAD_DONE, &rq, NULL) != 0;
+	c->copies++;
+}
+
+static void *copier_main(void *arg)
+{
+	struct copier *c = arg;
+
+	while (c->copies < 2 && !atomic_load(&c->put_done)) {
+		Lunar__PingRequest rq = LUNAR__PING_REQUEST__INIT;
+		ProtobufCMessage *rep = NULL;
+		Lunar__PingReply *r;
 		char key[16] = "";
 
-		usleep(50000);
-		if (ping_tasks(m, key, sizeof(key)) != 1)
-			return NULL;
-		if (!i)
-			protobuf_c_message_free_unpacked(&get(m, key)->base, NULL);
-		disk_call(m, LUNAR__METHOD__OFFLOAD_DONE, CLIENT_A, key, 15 * MIB,
-			  (uint32_t)(key[1] - '0') + 1, 1, NULL);
+		rq.client_id = CLIENT_A;
+		if (quiet_call(c->m, LUNAR__METHOD__PING, &rq, &rep)) {
+			c->codes++;
+			break;
+		}
+		r = (Lunar__PingReply *)rep;
+		if (r->n_offload)
+			snprintf(key, sizeof(key), "%s", r->offload[0]->key);
+		protobuf_c_message_free_unpacked(rep, NULL);
+		if (key[0])
+			copy_one(c, key);
+		else
+			usleep(5000);
 	}
 	return NULL;
 }
@@ -312,32 +371,38 @@ static void *late_offload_read_meanwhile(void *arg)
  * --offload-put-wait, and nothing goes uncopied. */
 static void test_master_disk_put_waits_past_copy_of_read_object(void **state)
 {
+	/* leases of 100 ms: the copied object stays leased past its copy */
 	static const char *const flags[][2] = {
 	    {"offload", "on_evict"}, {"kv-lease-ttl", "100ms"}, {"offload-queue-bytes", "1"}};
-	struct mst_master *m = master_with(flags, 3);
+	struct copier c = {.m = master_with(flags, 3)};
 	pthread_t th;
 	char key[16];
-	uint64_t t0;
-	int left = 0;
+	uint64_t t0, took;
+	int left = 0, rc;
 
-	disk_proxy(m);
+	disk_proxy(c.m);
 	for (int i = 0; i < 4; i++) {
 		snprintf(key, sizeof(key), "w%d", i);
-		assert_int_equal(put_crc(m, key, 15 * MIB, (uint32_t)i + 1), 0);
+		assert_int_equal(put_crc(c.m, key, 15 * MIB, (uint32_t)i + 1), 0);
 	}
-	usleep(150000); /* past the puts' leases */
+	usleep(5000);
 	t0 = lc_now_ms();
-	assert_int_equal(pthread_create(&th, NULL, late_offload_read_meanwhile, m), 0);
-	assert_int_equal(put_crc(m, "w4", 15 * MIB, 9), 0);
+	assert_int_equal(pthread_create(&th, NULL, copier_main, &c), 0);
+	rc = put_crc(c.m, "w4", 15 * MIB, 9);
+	took = lc_now_ms() - t0;
+	atomic_store(&c.put_done, 1);
 	pthread_join(th, NULL);
-	assert_true(lc_now_ms() - t0 < 450);
+	assert_int_equal(rc, 0);
+	assert_int_equal(c.codes, 0);
+	assert_int_equal(c.copies, 2); /* the first freed nothing */
+	assert_true(took < 450);       /* --offload-put-wait 500ms */
 	for (int i = 0; i < 4; i++) {
 		snprintf(key, sizeof(key), "w%d", i);
-		left += exist(m, NULL, key);
+		left += exist(c.m, NULL, key);
 	}
 	assert_int_equal(left, 4);
-	assert_int_equal(m->ctr.offload_dropped, 0);
-	mst_master_destroy(m);
+	assert_int_equal(c.m->ctr.offload_dropped, 0);
+	mst_master_destroy(c.m);
 }
 
 static void test_master_disk_no_disk_tier_evicts(void **state)
