@@ -355,8 +355,8 @@ static int64_t evict_round_locked(struct mst_master *m, uint64_t now, int may_dr
 
 	if (a.fresh)
 		keep_census(m, &m->census);
-	/* release: pairs with the lc_load_acquire of evict_gen in mst_evict_retry
-	 * and after_failure, so a caller that sees the new round sees its
+	/* release: pairs with the lc_load_acquire of evict_gen in mst_room_begin,
+	 * mst_room_make and after_failure, so a caller that sees the new round sees its
 	 * frees. A round that freed nothing is no news to a waiting put. */
 	if (n)
 		lc_fetch_add_release(&m->evict_gen, 1);
@@ -390,7 +390,7 @@ int mst_put_may_wait(struct mst_master *m, uint64_t len)
 /* What after_failure did: nothing that could help, a round that freed
  * memory (or another one's since the failure), or a wait that saw a disk
  * copy end (which frees memory unless its object was read meanwhile). */
-enum { ROOM_NONE, ROOM_FREED, ROOM_COPIED };
+enum { ROOM_NONE = 1, ROOM_FREED, ROOM_COPIED };
 
 /*
  * An allocation failed after gen rounds had run: a round unless another
@@ -429,28 +429,30 @@ static int after_failure(struct mst_master *m, uint64_t gen, uint64_t deadline)
 	return again ? ROOM_FREED : ROOM_NONE;
 }
 
-int mst_evict_retry(struct mst_master *m, uint64_t len, mst_attempt_fn attempt, void *arg)
+void mst_room_begin(struct mst_master *m, struct mst_room *r)
 {
 	/* acquire: pairs with lc_fetch_add_release in evict_round_locked */
-	uint64_t gen = lc_load_acquire(&m->evict_gen), deadline;
-	int rc = attempt(m, arg), room;
+	r->gen = lc_load_acquire(&m->evict_gen);
+	r->deadline = 0;
+	r->last = 0;
+}
 
-	/* never for a value no segment could hold: eviction cannot help it */
-	if (rc != LUNAR_ERR_NO_AVAILABLE_HANDLE || !LC_READ_ONCE(m->capacity) ||
-	    !mst_segments_could_hold(m, len))
-		return rc;
-	deadline = lc_now_ms() + m->cfg.offload_put_wait_ms;
-	do {
-		room = after_failure(m, gen, deadline);
-		if (room == ROOM_NONE)
-			break;
-		gen = lc_load_acquire(&m->evict_gen);
-		rc = attempt(m, arg);
-		/* a round's room taken (or too scattered for len): refused, as
-		 * the next put makes its own round; an ended copy that left no
-		 * room: the wait goes on for the next */
-	} while (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && room == ROOM_COPIED);
-	return rc;
+int mst_room_make(struct mst_master *m, struct mst_room *r, uint64_t len)
+{
+	/* a round's room taken (or too scattered for len): refused, as the
+	 * next put makes its own round; an ended copy that left no room: the
+	 * wait goes on for the next */
+	if (r->last && r->last != ROOM_COPIED)
+		return 0;
+	if (!r->last) {
+		/* never for a value no segment could hold: eviction cannot help */
+		if (!LC_READ_ONCE(m->capacity) || !mst_segments_could_hold(m, len))
+			return 0;
+		r->deadline = lc_now_ms() + m->cfg.offload_put_wait_ms;
+	}
+	r->last = after_failure(m, r->gen, r->deadline);
+	r->gen = lc_load_acquire(&m->evict_gen);
+	return r->last != ROOM_NONE;
 }
 
 void mst_evict_fini(struct mst_master *m)

@@ -115,7 +115,7 @@ void mst_master_destroy(struct mst_master *m);
  * Thread-safe; takes shard and segment locks briefly, never blocks on I/O.
  * A PutStart, UpsertStart or Reserve that finds memory full of objects
  * waiting for their disk copy (--offload on_evict) waits for copies to end,
- * up to --offload-put-wait (mst_evict_retry).
+ * up to --offload-put-wait (mst_room_make).
  */
 int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *req,
 		 ProtobufCMessage **rep);

@@ -356,7 +356,7 @@ void mst_objects_drop(struct mst_master *m, const struct mst_segment *seg, uint6
 /*
  * mst_obj_put_start - PutStart of rq->key for client: a PROCESSING object
  * with rq->replica_num replicas placed (mst_obj_start: when full, makes
- * room by mst_evict_retry, which may wait up to --offload-put-wait for disk
+ * room by mst_room_make, which may wait up to --offload-put-wait for disk
  * copies). On 0, *reps is a heap array of *n heap messages the
  * caller frees. Else a code: OBJECT_ALREADY_EXISTS (committed, or another
  * put started less than put_start_discard_timeout ago), INVALID_KEY,
@@ -462,21 +462,26 @@ int64_t mst_evict_round(struct mst_master *m, uint64_t now);
 /* mst_evict_maybe - a round if memory use is above the watermark or an
  * allocation failed since the last round. Housekeeping. */
 void mst_evict_maybe(struct mst_master *m);
-/* An allocation of the caller's (arg): >= 0 done, NO_AVAILABLE_HANDLE when
- * no segment has room, or another code. It may be called many times: one
- * that fails leaves nothing behind. */
-typedef int (*mst_attempt_fn)(struct mst_master *m, void *arg);
+/* A full store's making of room for one allocation (mst_room_*). */
+struct mst_room {
+	uint64_t gen;	   /* eviction rounds seen before the last attempt */
+	uint64_t deadline; /* monotonic ms: the end of --offload-put-wait */
+	int last;	   /* what the last making of room did; 0 before any */
+};
+/* mst_room_begin - call before the first attempt at an allocation. */
+void mst_room_begin(struct mst_master *m, struct mst_room *r);
 /*
- * mst_evict_retry - attempt; when it finds no room for len bytes
- * (NO_AVAILABLE_HANDLE), an eviction round and one more attempt. With
- * --offload on_evict, when all that could go waits for its disk copy: a
- * wait for a copy to end and an attempt, again while ended copies leave
- * no room (an object read during its copy keeps its memory), for at most
- * --offload-put-wait; then the least recently used go uncopied, and one
- * last attempt. Nothing when no segment could ever hold len. Returns
- * attempt's last code. No lock held.
+ * mst_room_make - an attempt found no room for len bytes
+ * (NO_AVAILABLE_HANDLE): make room, and say whether to attempt again (1)
+ * or give up (0). The first time, an eviction round, and one more attempt
+ * if it freed memory. With --offload on_evict, when all that could go
+ * waits for its disk copy: a wait for a copy to end, again while ended
+ * copies leave no room (an object read during its copy keeps its memory),
+ * for at most --offload-put-wait; then the least recently used go
+ * uncopied, for one last attempt. 0 at once when no segment could ever
+ * hold len. No lock held.
  */
-int mst_evict_retry(struct mst_master *m, uint64_t len, mst_attempt_fn attempt, void *arg);
+int mst_room_make(struct mst_master *m, struct mst_room *r, uint64_t len);
 /* mst_evict_fini - free the kept census (the master is going). */
 void mst_evict_fini(struct mst_master *m);
 

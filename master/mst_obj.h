@@ -167,7 +167,7 @@ typedef int (*mst_start_try_fn)(struct mst_master *m, uint64_t client, const str
 				size_t *n);
 /*
  * mst_obj_start - validate, then try_start; when the store is full, make
- * room and try again (mst_evict_retry; no shard lock held). PutStart and
+ * room and try again (mst_room_make; no shard lock held). PutStart and
  * UpsertStart differ only in try_start.
  */
 int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,

@@ -453,29 +453,12 @@ uint64_t mst_obj_too_large(struct mst_master *m, int rc, uint64_t len)
 	return mst_segments_largest(m);
 }
 
-/* One try of mst_obj_start's, as mst_evict_retry makes them. */
-struct start_try {
-	uint64_t client;
-	const struct mst_okey *k;
-	const Lunar__PutStartRequest *rq;
-	Lunar__Replica ***reps;
-	size_t *n;
-	mst_start_try_fn fn;
-};
-
-static int start_attempt(struct mst_master *m, void *arg)
-{
-	struct start_try *t = arg;
-
-	return t->fn(m, t->client, t->k, t->rq, t->reps, t->n);
-}
-
 int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
 		  const Lunar__PutStartRequest *rq, Lunar__Replica ***reps, size_t *n,
 		  mst_start_try_fn try_start)
 {
 	struct mst_okey k;
-	struct start_try t = {client, &k, rq, reps, n, try_start};
+	struct mst_room room;
 	int rc = mst_okey_make(&k, tenant, rq->key);
 
 	if (rc)
@@ -483,7 +466,11 @@ int mst_obj_start(struct mst_master *m, uint64_t client, const char *tenant,
 	/* Each preferred name is looked up under the shard and segment locks. */
 	if (!rq->size || rq->n_preferred_segments > MST_PREFERRED_MAX)
 		return LUNAR_ERR_INVALID_PARAMS;
-	rc = mst_evict_retry(m, rq->size, start_attempt, &t);
+	mst_room_begin(m, &room);
+	rc = try_start(m, client, &k, rq, reps, n);
+	/* full: make room (no shard lock held now) and try again */
+	while (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && mst_room_make(m, &room, rq->size))
+		rc = try_start(m, client, &k, rq, reps, n);
 	if (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && !mst_segments_could_hold(m, rq->size))
 		too_big_log(m, rq->size);
 	return rc;

@@ -193,19 +193,6 @@ static int grant_place(struct mst_master *m, uint64_t client, uint64_t len, stru
 	return mst_place(m, client, len, 1, NULL, 0, r);
 }
 
-/* One try of grant_new's, as mst_evict_retry makes them. */
-struct grant_try {
-	uint64_t client, len;
-	struct mst_replica *r;
-};
-
-static int grant_attempt(struct mst_master *m, void *arg)
-{
-	struct grant_try *t = arg;
-
-	return grant_place(m, t->client, t->len, t->r);
-}
-
 /* The reply's Reservation for r: the extent with a WRITE capability over
  * it until its due time. 0 or -ENOMEM. */
 static int resv_pb(struct mst_master *m, const struct mst_resv *r, Lunar__Reservation **out)
@@ -283,18 +270,20 @@ static int resv_insert(struct mst_master *m, struct mst_resv *r, Lunar__Reservat
 static int grant_new(struct mst_master *m, uint64_t client, uint64_t len, Lunar__Reservation **out)
 {
 	struct mst_resv *r;
-	struct grant_try t = {client, len, NULL};
+	struct mst_room room;
 	int rc;
 
 	if (!(r = calloc(1, sizeof(*r))) || !(r->pieces = calloc(1, sizeof(*r->pieces)))) {
 		free(r);
 		return -ENOMEM;
 	}
-	t.r = r->pieces;
 	/* A full store makes room as for a put of len bytes (a full cache is
 	 * the usual state). The space reserved is then filled by puts, which
 	 * need not evict for it. */
-	rc = mst_evict_retry(m, len, grant_attempt, &t);
+	mst_room_begin(m, &room);
+	rc = grant_place(m, client, len, r->pieces);
+	while (rc == LUNAR_ERR_NO_AVAILABLE_HANDLE && mst_room_make(m, &room, len))
+		rc = grant_place(m, client, len, r->pieces);
 	if (rc < 0) {
 		free(r->pieces);
 		free(r);
