@@ -573,24 +573,26 @@ static uint32_t iov_crc(const struct iovec *iov, int iovcnt)
 	return crc;
 }
 
-static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
-		     const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
-		     uint32_t *crc, uint64_t deadline)
+/*
+ * The transfer on a QP set of endpoint's (x, mr: keyed, its pieces; lkey:
+ * keyless, its local keys), or over TCP when there is none. *ended is set
+ * when it broke the set (not a refusal) and the owner had hung up: it
+ * ended the set under the transfer (a fence or a departure between
+ * peer_take's look at the lifeline and the transfer's end); that
+ * failure is not counted when may_retry: the caller runs it again, and the
+ * next set-up tells the owner's mount from the old one.
+ */
+static int on_set(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
+		  const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
+		  uint32_t *crc, uint64_t deadline, struct eng_rdma_xf *x,
+		  struct ibv_mr *const mr[], const uint32_t *lkey, int may_retry, int *ended)
 {
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_peer *p;
-	struct ibv_mr *mr[ENG_RDMA_SGE_MAX];
-	struct eng_rdma_xf x;
-	uint32_t wcrc = 0, lkey[LUNAR_IOV_MAX];
+	uint32_t wcrc = 0;
 	int rc, late = 0;
 
-	if (e->keyed && !cap)
-		return ENG_XFER_UNSENT; /* as over TCP: the owner would refuse it */
-	if (lc_now_ns() >= deadline)
-		return too_late(e, total);
-	if ((e->keyed ? to_sges(r->dev, dir, iov, iovcnt, &x, mr) != 0
-		      : local_keys(r->dev, iov, iovcnt, lkey) != 0) ||
-	    !(p = peer_take(e, endpoint, dir, off, total, cap, deadline, &late)))
+	if (!(p = peer_take(e, endpoint, dir, off, total, cap, deadline, &late)))
 		return late ? too_late(e, total)
 			    : tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc,
 					  deadline);
@@ -609,16 +611,19 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 	if (off > p->rlen || total > p->rlen - off)
 		rc = -ERANGE;
 	else if (e->keyed)
-		rc = ask(e, p, &x, mr, off, total, cap, wcrc, deadline);
+		rc = ask(e, p, x, mr, off, total, cap, wcrc, deadline);
 	else
 		rc = run(p, dir, off, iov, iovcnt, lkey, deadline);
 	if (rc && rc != -ERANGE) {
 		LC_DEBUG(ENG_LOG, "RDMA transfer with %s failed: %s", endpoint, strerror(-rc));
+		*ended = atomic_load(&p->q->broken) && lifeline_down(p) && lc_now_ns() < deadline;
 		peer_retire(r, p); /* a new connection next time */
 	}
 	if (e->keyed)
 		peer_release(r, p);
 	peer_put(p);
+	if (*ended && may_retry)
+		return rc;
 	eng_xfer_count(e, ENG_TR_RDMA, total, rc);
 	if (rc)
 		return eng_xfer_failed(rc, 1);
@@ -626,6 +631,31 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 	if (crc)
 		*crc = e->keyed && dir == ENG_WRITE ? wcrc : iov_crc(iov, iovcnt);
 	return 0;
+}
+
+static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
+		     const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
+		     uint32_t *crc, uint64_t deadline)
+{
+	struct eng_rdma *r = e->rdma;
+	struct ibv_mr *mr[ENG_RDMA_SGE_MAX];
+	struct eng_rdma_xf x;
+	uint32_t lkey[LUNAR_IOV_MAX];
+	int rc, ended = 0;
+
+	if (e->keyed && !cap)
+		return ENG_XFER_UNSENT; /* as over TCP: the owner would refuse it */
+	if (lc_now_ns() >= deadline)
+		return too_late(e, total);
+	if (e->keyed ? to_sges(r->dev, dir, iov, iovcnt, &x, mr) != 0
+		     : local_keys(r->dev, iov, iovcnt, lkey) != 0)
+		return tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline);
+	rc = on_set(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline, &x, mr, lkey, 1,
+		    &ended);
+	if (ended) /* once more: whatever the old set moved, this one moves it all */
+		rc = on_set(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline, &x, mr,
+			    lkey, 0, &ended);
+	return rc;
 }
 
 /* Register the segment beside serving: pinning a large one takes seconds. */

@@ -225,11 +225,13 @@ struct eng_rdma_qps {
 	pthread_mutex_t wait_lock;
 	pthread_cond_t wait_cond; /* broadcast after completions were dispatched */
 	int armed;		  /* under poll_lock: a notification was requested */
-	/* -1, or a socket whose peer's hang-up breaks the set (its waits look
-	 * when they sleep): the lifeline of a keyless client's set, which
-	 * carries nothing after the set-up, so that a transfer to an owner
-	 * that went away fails then, not at its deadline. Set before the
-	 * set's first transfer. */
+	/* -1, or a socket whose hang-up breaks the set (its waits look when
+	 * they sleep): the lifeline of a keyless client's set, which carries
+	 * nothing after the set-up, so that a transfer to an owner that went
+	 * away fails then, not at its deadline; the lifeline of a keyed
+	 * owner's set, quiet while the owner moves a transfer's bytes, so
+	 * that the transfer ends at once when the client goes or the owner's
+	 * fence shuts it down. Set before the set's first transfer. */
 	int watch_fd;
 	/* With dev->windows, on a keyed client's set: one window per piece of
 	 * a transfer, bound for its length only (eng_rdma_qps_open). */

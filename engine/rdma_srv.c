@@ -157,6 +157,9 @@ static void serve_xfers(struct eng_engine *e, const struct eng_srv_req *lifeline
 	uint64_t deadline;
 	int32_t status;
 
+	/* A fence or a client gone ends a transfer under way now, not when
+	 * its requests time out against the client's fenced QPs. */
+	qps->watch_fd = q.fd;
 	while (!wait_input(q.fd)) {
 		deadline = lc_now_ns() + e->timeout_ns;
 		if (xfer_recv(e, &q, &k, body, deadline))

@@ -4,6 +4,7 @@
 #include "rdma_fake.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -314,9 +315,14 @@ int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, in
 
 int __wrap_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns)
 {
+	struct pollfd lifeline = {.fd = q->watch_fd, .events = POLLRDHUP};
+
 	if (!rdma_fake.on)
 		return __real_eng_rdma_qps_wait(q, w, deadline_ns);
-	return atomic_load(&w->failed) ? -EIO : 0;
+	/* As the real one: a hang-up on the watched socket breaks the set. */
+	if (q->watch_fd >= 0 && poll(&lifeline, 1, 0) > 0)
+		atomic_store(&q->broken, 1);
+	return atomic_load(&w->failed) || atomic_load(&q->broken) ? -EIO : 0;
 }
 
 void __wrap_eng_rdma_qps_fence(struct eng_rdma_qps *q)

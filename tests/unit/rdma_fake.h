@@ -6,7 +6,9 @@
  * set, engines see a device "fake0:1" whose handshakes carry real frames
  * over the real data port, and whose "NIC" moves a work request's bytes
  * with memcpy, which is right while both engines live in the test's
- * process; with it clear, the real functions run. The device has memory
+ * process, and whose waits fail once the set's watched lifeline is hung
+ * up (after the bytes moved: a fence under a transfer is seen at its
+ * end); with it clear, the real functions run. The device has memory
  * windows (unless no_windows): a request whose rkey is a window's moves
  * bytes only inside the window while it is bound, for the access it was
  * bound for, and fails otherwise, as a NIC's would. Knobs and counters

@@ -13,13 +13,16 @@
  * a new set. Keyless, a QP set serves the owner's mount it
  * was set up under and ends with the owner's fence: after a re-mount, also
  * one that keeps the mount, the next transfer sets up a new set, and one
- * of the old mount is refused.
+ * of the old mount is refused. Fences over and over under a stream of
+ * reads, keyless and keyed, cost none of them its result.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,6 +239,109 @@ static void test_rdma_device_keyless_mounts(void **state)
 	pair_stop(&a, &b, m, buf, back);
 }
 
+/* Reads of [0, LEN) of b's segment into back, back to back until stop. */
+struct reader {
+	struct node *a;
+	const char *ep;
+	const struct eng_cap *cap;
+	unsigned char *back;
+	const unsigned char *want;
+	atomic_int stop, done, failed, wrong;
+	atomic_ullong last_us; /* how long the last read took */
+};
+
+static void *reader_run(void *arg)
+{
+	struct reader *r = arg;
+	struct iovec w = {r->back, LEN};
+
+	while (!atomic_load(&r->stop)) {
+		uint64_t t0;
+
+		memset(r->back, 0, LEN);
+		t0 = lc_now_ns() / 1000;
+		if (eng_xfer(r->a->e, r->ep, ENG_READ, 0, &w, 1, r->cap, NULL))
+			atomic_fetch_add(&r->failed, 1);
+		else if (memcmp(r->back, r->want, LEN))
+			atomic_fetch_add(&r->wrong, 1);
+		atomic_store(&r->last_us, lc_now_ns() / 1000 - t0);
+		atomic_fetch_add(&r->done, 1);
+	}
+	return NULL;
+}
+
+/* The owner fences (a re-mount that keeps its mount, and its grants) over
+ * and over while a reads: a fence that ends a's set under a transfer, or
+ * just before it and unseen yet, costs that transfer a new set (or, during
+ * the set-up, TCP), never its result; keyed, the owner's moving of the
+ * bytes ends with the fence, which does not wait for it to time out. Each
+ * fence comes halfway through the read after the last one's (by the last
+ * read's time). */
+static void fences_under_reads(int keyed)
+{
+	unsigned char *buf = aligned_alloc(4096, LEN), *back = aligned_alloc(4096, LEN);
+	struct eng_cap cap = {.mount = 9};
+	struct eng_mem *m[2];
+	struct node a, b;
+	struct reader r = {.a = &a, .cap = &cap, .back = back, .want = buf};
+	uint64_t t0, slowest = 0;
+	pthread_t t;
+
+	assert_int_equal(node_start_keyed(&a, keyed), 0);
+	assert_int_equal(node_start_keyed(&b, keyed), 0);
+	r.ep = eng_engine_endpoint(b.e);
+	if (keyed)
+		cap = grant(secret, r.ep, ENG_OP_READ, 0, LEN, 1, lc_now_ms() + 60000);
+	else
+		eng_engine_set_mount(b.e, 9);
+	regions_add(&a, buf, back, 4, m);
+	memcpy(b.seg, buf, LEN);
+	assert_int_equal(pthread_create(&t, NULL, reader_run, &r), 0);
+	while (atomic_load(&r.done) < 3)
+		usleep(1000);
+	for (int i = 0; i < 8; i++) {
+		int seen = atomic_load(&r.done);
+
+		while (atomic_load(&r.done) == seen)
+			usleep(1000);
+		usleep((useconds_t)(atomic_load(&r.last_us) / 2));
+		t0 = lc_now_ms();
+		assert_int_equal(eng_engine_fence(b.e), 0);
+		if (lc_now_ms() - t0 > slowest)
+			slowest = lc_now_ms() - t0;
+		if (keyed)
+			assert_int_equal(eng_engine_set_secret(b.e, r.ep, secret), 0);
+		else
+			eng_engine_set_mount(b.e, 9);
+	}
+	atomic_store(&r.stop, 1);
+	pthread_join(t, NULL);
+	printf("%s: %d reads under 8 fences (the slowest %llu ms), %d failed, %d wrong; "
+	       "rdma %llu, tcp %llu\n",
+	       keyed ? "keyed" : "keyless", atomic_load(&r.done), (unsigned long long)slowest,
+	       atomic_load(&r.failed), atomic_load(&r.wrong),
+	       (unsigned long long)xfers_on(&a, ENG_TR_RDMA),
+	       (unsigned long long)xfers_on(&a, ENG_TR_TCP));
+	assert_int_equal(atomic_load(&r.failed), 0);
+	assert_int_equal(atomic_load(&r.wrong), 0);
+	/* The owner's transfer under way ends with the fence, not at its
+	 * deadline (the 10 s timeout). */
+	assert_true(slowest < 5000);
+	pair_stop(&a, &b, m, buf, back);
+}
+
+static void test_rdma_device_fences_under_keyless_reads(void **state)
+{
+	(void)state;
+	fences_under_reads(0);
+}
+
+static void test_rdma_device_fences_under_keyed_reads(void **state)
+{
+	(void)state;
+	fences_under_reads(1);
+}
+
 static void test_rdma_device_forced_refusal(void **state)
 {
 	struct node a, b;
@@ -269,6 +375,8 @@ int main(void)
 	    cmocka_unit_test(test_rdma_device_round_trip),
 	    cmocka_unit_test(test_rdma_device_keyed_windows),
 	    cmocka_unit_test(test_rdma_device_keyless_mounts),
+	    cmocka_unit_test(test_rdma_device_fences_under_keyless_reads),
+	    cmocka_unit_test(test_rdma_device_fences_under_keyed_reads),
 	    cmocka_unit_test(test_rdma_device_forced_refusal),
 	};
 	struct node probe;

@@ -210,6 +210,61 @@ static void test_rdma_transfer_keyless_set_serves_its_mount(void **state)
 	rdma_fake_reset(0);
 }
 
+/* Fence engine arg once the fake NIC is moving a transfer's bytes (5 s at
+ * most), then, keyless, re-mount it keeping mount (0: keyed, no re-mount);
+ * on a thread of its own, its result in fence_rc. */
+struct fence_job {
+	struct eng_engine *e;
+	uint64_t mount;
+};
+static int fence_rc;
+
+static void *fence_soon(void *arg)
+{
+	const struct fence_job *j = arg;
+
+	for (int ms = 0; ms < 5000 && !atomic_load(&rdma_fake.running); ms++)
+		usleep(1000);
+	fence_rc = eng_engine_fence(j->e);
+	if (j->mount)
+		eng_engine_set_mount(j->e, j->mount);
+	return NULL;
+}
+
+/* Keyless, a fence that keeps the mount, in the middle of a transfer (or
+ * before it, the hang-up not seen yet): the transfer fails on its set,
+ * which the owner ended, and runs once more on a new one: its result and
+ * its bytes are those of that run, counted once. */
+static void test_rdma_transfer_keyless_fence_under_transfer_runs_it_again(void **state)
+{
+	const struct eng_cap cur = {.mount = 9};
+	unsigned char buf[4096];
+	struct fence_job j;
+	struct node a, b;
+	pthread_t th;
+
+	(void)state;
+	fill(buf, sizeof(buf), 2);
+	set_then_remount(&a, &b, ENG_READ, buf, sizeof(buf));
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
+	assert_int_equal(rdma_fake.connects, 4);
+	fill(b.seg, sizeof(buf), 5);
+	rdma_fake.post_ms = 300;
+	j = (struct fence_job){b.e, 9};
+	assert_int_equal(pthread_create(&th, NULL, fence_soon, &j), 0);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
+	pthread_join(th, NULL);
+	rdma_fake.post_ms = 0;
+	assert_int_equal(fence_rc, 0);
+	assert_memory_equal(buf, b.seg, sizeof(buf));
+	assert_int_equal(rdma_fake.connects, 6); /* a new set for the second run */
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 3);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
 /* Keyless, a transfer of a mount the owner left (a writer that slept
  * through its re-mount) is refused, and the set it asked for too; the
  * transfers of the owner's mount still go over RDMA at once, not by TCP
@@ -428,24 +483,13 @@ static void test_rdma_transfer_keyed_write_crc_checked(void **state)
 	rdma_fake_reset(0);
 }
 
-/* Fence engine arg once the fake NIC is moving a transfer's bytes (5 s at
- * most); on a thread of its own, its result in fence_rc. */
-static int fence_rc;
-
-static void *fence_soon(void *arg)
-{
-	for (int ms = 0; ms < 5000 && !atomic_load(&rdma_fake.running); ms++)
-		usleep(1000);
-	fence_rc = eng_engine_fence(arg);
-	return NULL;
-}
-
 static void test_rdma_transfer_keyed_owner_failures(void **state)
 {
 	unsigned char buf[4096];
 	char ep[ENG_ENDPOINT_MAX];
 	struct iovec v = {buf, sizeof(buf)};
 	struct node a, b, b2;
+	struct fence_job j;
 	struct eng_cap c;
 	pthread_t th;
 
@@ -461,20 +505,26 @@ static void test_rdma_transfer_keyed_owner_failures(void **state)
 	assert_int_equal(rdma_fake.fences, 1);
 	rdma_fake.post_rc = 0;
 	good_read(&a, &b);
-	/* The owner's fence ends the lifeline while it moves the bytes:
-	 * TRANSFER_FAIL, and our QPs fenced before the caller has its memory
-	 * back. */
+	/* The owner's fence ends the lifeline while it moves the bytes: our
+	 * QPs fenced before the caller has its memory back, and the transfer
+	 * run once more on a new set, whose connect the owner, between
+	 * mounts, refuses: UNAUTHORIZED (a grant of its old mount). */
 	rdma_fake.post_ms = 300;
-	assert_int_equal(pthread_create(&th, NULL, fence_soon, b.e), 0);
-	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &c), LUNAR_ERR_TRANSFER_FAIL);
+	j = (struct fence_job){b.e, 0};
+	assert_int_equal(pthread_create(&th, NULL, fence_soon, &j), 0);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &c), LUNAR_ERR_UNAUTHORIZED);
 	pthread_join(th, NULL);
 	assert_int_equal(fence_rc, 0);
 	rdma_fake.post_ms = 0;
 	assert_int_equal(rdma_fake.fences, 2);
 	assert_int_equal(rdma_fake.bound, 0); /* no window outlived a failure */
 	/* The owner goes away between transfers: the next one sees the
-	 * lifeline down, and moves nothing. */
+	 * lifeline down, and moves nothing. (The refused connect holds RDMA
+	 * off for a second: TCP meanwhile.) */
 	assert_int_equal(eng_engine_set_secret(b.e, eng_engine_endpoint(b.e), secret), 0);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &c), 0);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 2);
+	usleep(1100 * 1000);
 	good_read(&a, &b);
 	snprintf(ep, sizeof(ep), "%s", eng_engine_endpoint(b.e));
 	node_stop(&b);
@@ -665,6 +715,7 @@ static void test_rdma_transfer_segment_registered_beside_serving(void **state)
 LUNAR_TEST_MAIN(
     setup, NULL, test_rdma_transfer_keyless_client_posts,
     test_rdma_transfer_keyless_pieces_keyed_once, test_rdma_transfer_keyless_set_serves_its_mount,
+    test_rdma_transfer_keyless_fence_under_transfer_runs_it_again,
     test_rdma_transfer_keyless_stale_mount_holds_off_itself, test_rdma_transfer_keyed_owner_moves,
     test_rdma_transfer_keyed_set_ends_at_fence, test_rdma_transfer_keyed_grant_per_transfer,
     test_rdma_transfer_keyed_window_bounds_owner, test_rdma_transfer_keyed_write_crc_checked,
