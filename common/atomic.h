@@ -64,6 +64,25 @@ void AnnotateIgnoreReadsEnd(const char *file, int line);
 #define LC_UNTRACKED_END()   ((void)0)
 #endif
 
+/*
+ * LC_ORDERED_BEFORE(p), LC_ORDERED_AFTER(p) - an order another process
+ * makes, told to ThreadSanitizer: what a thread did before
+ * LC_ORDERED_BEFORE(p) happens before what a thread does after a later
+ * LC_ORDERED_AFTER(p). A proxy's writes to a client's region before it
+ * completes a request, and its reads of the region for the requests the
+ * client submits after seeing that completion: the client orders them, in
+ * its own process. Nothing outside a TSan build.
+ */
+#if defined(__SANITIZE_THREAD__)
+void AnnotateHappensBefore(const char *file, int line, const volatile void *addr);
+void AnnotateHappensAfter(const char *file, int line, const volatile void *addr);
+#define LC_ORDERED_BEFORE(p) AnnotateHappensBefore(__FILE__, __LINE__, (p))
+#define LC_ORDERED_AFTER(p)  AnnotateHappensAfter(__FILE__, __LINE__, (p))
+#else
+#define LC_ORDERED_BEFORE(p) ((void)(p))
+#define LC_ORDERED_AFTER(p)  ((void)(p))
+#endif
+
 static inline void lc_cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)

@@ -305,6 +305,9 @@ static void complete_slot(const struct px_region *rg, const struct lc_sqe *sqe,
 	LC_WRITE_ONCE(slot->result, result);
 	LC_WRITE_ONCE(slot->seq, sqe->seq);
 	LC_WRITE_ONCE(slot->done_ns, lc_now_ns());
+	/* The client may reuse what this request named once it sees DONE:
+	 * the reads of its next requests come after (session_drain). */
+	LC_ORDERED_BEFORE(rg->base);
 	/* Pairs with the waiter's acquire load of state: results before DONE. */
 	old = lc_xchg(&slot->state, (uint32_t)LC_SLOT_DONE);
 	if (old == LC_SLOT_WAITING)

@@ -118,6 +118,7 @@ static int session_drain(struct px_proxy *px, struct px_session *s)
 		session_close(px, s, "submission ring indexes corrupted");
 		return -1;
 	}
+	LC_ORDERED_AFTER(rg->base); /* the completions the client saw (complete_slot) */
 	for (i = 0; i < n && budget > 0; i++) {
 		struct lc_sqe sqe;
 		struct px_req *r;
