@@ -68,10 +68,10 @@ void AnnotateIgnoreReadsEnd(const char *file, int line);
  * LC_ORDERED_BEFORE(p), LC_ORDERED_AFTER(p) - an order another process
  * makes, told to ThreadSanitizer: what a thread did before
  * LC_ORDERED_BEFORE(p) happens before what a thread does after a later
- * LC_ORDERED_AFTER(p). A proxy's writes to a client's region before it
- * completes a request, and its reads of the region for the requests the
- * client submits after seeing that completion: the client orders them, in
- * its own process. Nothing outside a TSan build.
+ * LC_ORDERED_AFTER(p) of the same p. For orders TSan cannot see, as a
+ * proxy's writes to a client's region before it completes a request and
+ * its reads of the region for the requests the client submits after
+ * seeing that completion. Nothing outside a TSan build.
  */
 #if defined(__SANITIZE_THREAD__)
 void AnnotateHappensBefore(const char *file, int line, const volatile void *addr);

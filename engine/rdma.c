@@ -508,8 +508,10 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf
 		rc = eng_rdma_qps_open(p->q, x, mr, deadline);
 	if (!rc)
 		rc = exchange_xfer(e, p, x, off, total, cap, crc, deadline, &rep);
-	/* Whatever came of it: the windows close before the memory goes back. */
-	if (windows && (closed = eng_rdma_qps_close(p->q, mr, x->nsge, deadline)) && !rc)
+	/* Whatever came of it: the windows close before the memory goes back
+	 * (when that fails, the QPs are fenced; an answer still tells). */
+	if (windows && (closed = eng_rdma_qps_close(p->q, mr, x->nsge, deadline)) && !rc &&
+	    !rep.status)
 		rc = closed;
 	if (rc) {
 		eng_rdma_qps_fence(p->q);
@@ -573,63 +575,84 @@ static uint32_t iov_crc(const struct iovec *iov, int iovcnt)
 	return crc;
 }
 
+/* One transfer, as rdma_xfer was given it, and its pieces: keyed x and
+ * mr (to_sges), keyless lkey (local_keys). */
+struct rdma_job {
+	const char *endpoint;
+	enum eng_dir dir;
+	uint64_t off, total;
+	const struct iovec *iov;
+	int iovcnt;
+	const struct eng_cap *cap;
+	uint32_t *crc;
+	uint64_t deadline;
+	struct eng_rdma_xf x;
+	struct ibv_mr *mr[ENG_RDMA_SGE_MAX];
+	uint32_t lkey[LUNAR_IOV_MAX];
+};
+
+/* Whether the transfer that failed with rc on p failed because p's owner
+ * ended the set under it (a fence, or its departure, after peer_take
+ * looked at the lifeline): it broke the set, not on a refusal or a
+ * protocol fault, the owner has hung up, and time is left. */
+static int ended_under(const struct eng_rdma_peer *p, int rc, uint64_t deadline)
+{
+	return rc != -ERANGE && rc != -EKEYREJECTED && rc != -EPROTO &&
+	       atomic_load(&p->q->broken) && lifeline_down(p) && lc_now_ns() < deadline;
+}
+
 /*
- * The transfer on a QP set of endpoint's (x, mr: keyed, its pieces; lkey:
- * keyless, its local keys), or over TCP when there is none. *ended is set
- * when it broke the set (not a refusal) and the owner had hung up: it
- * ended the set under the transfer (a fence or a departure between
- * peer_take's look at the lifeline and the transfer's end); that
- * failure is not counted when may_retry: the caller runs it again, and the
- * next set-up tells the owner's mount from the old one.
+ * Run j on a QP set of its endpoint's, or over TCP when there is none.
+ * With may_retry, a run that failed on a set its owner ended under it
+ * (ended_under) is not counted and returns -ESTALE: the caller runs it
+ * again, and that run's connect tells the owner's mount from the old one.
  */
-static int on_set(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
-		  const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
-		  uint32_t *crc, uint64_t deadline, struct eng_rdma_xf *x,
-		  struct ibv_mr *const mr[], const uint32_t *lkey, int may_retry, int *ended)
+static int on_set(struct eng_engine *e, struct rdma_job *j, int may_retry)
 {
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_peer *p;
 	uint32_t wcrc = 0;
-	int rc, late = 0;
+	int rc, late = 0, ended = 0;
 
-	if (!(p = peer_take(e, endpoint, dir, off, total, cap, deadline, &late)))
-		return late ? too_late(e, total)
-			    : tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc,
-					  deadline);
-	if (lc_now_ns() >= deadline) {
+	if (!(p = peer_take(e, j->endpoint, j->dir, j->off, j->total, j->cap, j->deadline, &late)))
+		return late ? too_late(e, j->total)
+			    : tcp_instead(e, j->endpoint, j->dir, j->off, j->iov, j->iovcnt,
+					  j->total, j->cap, j->crc, j->deadline);
+	if (lc_now_ns() >= j->deadline) {
 		if (e->keyed)
 			peer_release(r, p);
 		peer_put(p);
-		return too_late(e, total);
+		return too_late(e, j->total);
 	}
-	if (!e->keyed && p->mount != eng_cap_mount(cap))
-		return other_mount(e, p, dir, off, iov, iovcnt, total, cap, crc, deadline);
+	if (!e->keyed && p->mount != eng_cap_mount(j->cap))
+		return other_mount(e, p, j->dir, j->off, j->iov, j->iovcnt, j->total, j->cap,
+				   j->crc, j->deadline);
 	/* The owner checks a keyed WRITE's bytes against their CRC32C. */
-	if (e->keyed && dir == ENG_WRITE)
-		wcrc = iov_crc(iov, iovcnt);
+	if (e->keyed && j->dir == ENG_WRITE)
+		wcrc = iov_crc(j->iov, j->iovcnt);
 	/* The owner's data port would refuse it: so do we, before a byte moves. */
-	if (off > p->rlen || total > p->rlen - off)
+	if (j->off > p->rlen || j->total > p->rlen - j->off)
 		rc = -ERANGE;
 	else if (e->keyed)
-		rc = ask(e, p, x, mr, off, total, cap, wcrc, deadline);
+		rc = ask(e, p, &j->x, j->mr, j->off, j->total, j->cap, wcrc, j->deadline);
 	else
-		rc = run(p, dir, off, iov, iovcnt, lkey, deadline);
+		rc = run(p, j->dir, j->off, j->iov, j->iovcnt, j->lkey, j->deadline);
 	if (rc && rc != -ERANGE) {
-		LC_DEBUG(ENG_LOG, "RDMA transfer with %s failed: %s", endpoint, strerror(-rc));
-		*ended = atomic_load(&p->q->broken) && lifeline_down(p) && lc_now_ns() < deadline;
+		LC_DEBUG(ENG_LOG, "RDMA transfer with %s failed: %s", j->endpoint, strerror(-rc));
+		ended = ended_under(p, rc, j->deadline);
 		peer_retire(r, p); /* a new connection next time */
 	}
 	if (e->keyed)
 		peer_release(r, p);
 	peer_put(p);
-	if (*ended && may_retry)
-		return rc;
-	eng_xfer_count(e, ENG_TR_RDMA, total, rc);
+	if (ended && may_retry)
+		return -ESTALE;
+	eng_xfer_count(e, ENG_TR_RDMA, j->total, rc);
 	if (rc)
 		return eng_xfer_failed(rc, 1);
 	/* The NIC moved the bytes: one pass over them here. */
-	if (crc)
-		*crc = e->keyed && dir == ENG_WRITE ? wcrc : iov_crc(iov, iovcnt);
+	if (j->crc)
+		*j->crc = e->keyed && j->dir == ENG_WRITE ? wcrc : iov_crc(j->iov, j->iovcnt);
 	return 0;
 }
 
@@ -637,25 +660,31 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 		     const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
 		     uint32_t *crc, uint64_t deadline)
 {
-	struct eng_rdma *r = e->rdma;
-	struct ibv_mr *mr[ENG_RDMA_SGE_MAX];
-	struct eng_rdma_xf x;
-	uint32_t lkey[LUNAR_IOV_MAX];
-	int rc, ended = 0;
+	struct rdma_job j = {.endpoint = endpoint,
+			     .dir = dir,
+			     .off = off,
+			     .total = total,
+			     .iov = iov,
+			     .iovcnt = iovcnt,
+			     .cap = cap,
+			     .crc = crc,
+			     .deadline = deadline};
+	int rc;
 
 	if (e->keyed && !cap)
 		return ENG_XFER_UNSENT; /* as over TCP: the owner would refuse it */
 	if (lc_now_ns() >= deadline)
 		return too_late(e, total);
-	if (e->keyed ? to_sges(r->dev, dir, iov, iovcnt, &x, mr) != 0
-		     : local_keys(r->dev, iov, iovcnt, lkey) != 0)
+	if (e->keyed ? to_sges(e->rdma->dev, dir, iov, iovcnt, &j.x, j.mr) != 0
+		     : local_keys(e->rdma->dev, iov, iovcnt, j.lkey) != 0)
 		return tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline);
-	rc = on_set(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline, &x, mr, lkey, 1,
-		    &ended);
-	if (ended) /* once more: whatever the old set moved, this one moves it all */
-		rc = on_set(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline, &x, mr,
-			    lkey, 0, &ended);
-	return rc;
+	rc = on_set(e, &j, 1);
+	if (rc != -ESTALE)
+		return rc;
+	/* Once more: whatever the ended set moved, this run moves it all. Some
+	 * bytes of the first may have gone: "unsent" no longer holds. */
+	rc = on_set(e, &j, 0);
+	return rc == ENG_XFER_UNSENT ? LUNAR_ERR_TRANSFER_FAIL : rc;
 }
 
 /* Register the segment beside serving: pinning a large one takes seconds. */

@@ -355,9 +355,10 @@ int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[],
 {
 	if (!rdma_fake.on)
 		return __real_eng_rdma_qps_close(q, mr, n, deadline_ns);
-	if (atomic_load(&q->broken)) {
-		wins_free(q); /* as the real one does when it cannot unbind */
-		return -EIO;
+	if (atomic_load(&q->broken) || rdma_fake.close_rc) {
+		atomic_store(&q->broken, 1); /* as the real one does when it cannot unbind */
+		wins_free(q);
+		return rdma_fake.close_rc ? rdma_fake.close_rc : -EIO;
 	}
 	for (unsigned i = 0; i < n && q->mw[i]; i++)
 		win_bind(win_of(q->mw[i]), 0, 0, 0);

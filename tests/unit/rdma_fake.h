@@ -27,6 +27,7 @@ struct rdma_fake {
 	int connect_rc;	      /* what qps_connect returns */
 	int unregistered;     /* mem_keys finds nothing */
 	int post_rc;	      /* what qps_post returns instead of moving bytes (0: moves) */
+	int close_rc;	      /* what qps_close returns instead of unbinding (0: unbinds) */
 	int corrupt;	      /* flip the first byte each post moves */
 	unsigned register_ms; /* how long registering a segment takes */
 	unsigned post_ms;     /* how long the "NIC" takes a work request */

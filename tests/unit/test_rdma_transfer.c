@@ -210,12 +210,14 @@ static void test_rdma_transfer_keyless_set_serves_its_mount(void **state)
 	rdma_fake_reset(0);
 }
 
-/* Fence engine arg once the fake NIC is moving a transfer's bytes (5 s at
+/* Fence engine e once the fake NIC is moving a transfer's bytes (5 s at
  * most), then, keyless, re-mount it keeping mount (0: keyed, no re-mount);
- * on a thread of its own, its result in fence_rc. */
+ * with destroy, destroy e instead (its segment stays). On a thread of its
+ * own, its result in fence_rc. */
 struct fence_job {
 	struct eng_engine *e;
 	uint64_t mount;
+	int destroy;
 };
 static int fence_rc;
 
@@ -225,6 +227,10 @@ static void *fence_soon(void *arg)
 
 	for (int ms = 0; ms < 5000 && !atomic_load(&rdma_fake.running); ms++)
 		usleep(1000);
+	if (j->destroy) {
+		eng_engine_destroy(j->e);
+		return NULL;
+	}
 	fence_rc = eng_engine_fence(j->e);
 	if (j->mount)
 		eng_engine_set_mount(j->e, j->mount);
@@ -250,7 +256,7 @@ static void test_rdma_transfer_keyless_fence_under_transfer_runs_it_again(void *
 	assert_int_equal(rdma_fake.connects, 4);
 	fill(b.seg, sizeof(buf), 5);
 	rdma_fake.post_ms = 300;
-	j = (struct fence_job){b.e, 9};
+	j = (struct fence_job){.e = b.e, .mount = 9};
 	assert_int_equal(pthread_create(&th, NULL, fence_soon, &j), 0);
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
 	pthread_join(th, NULL);
@@ -261,6 +267,33 @@ static void test_rdma_transfer_keyless_fence_under_transfer_runs_it_again(void *
 	assert_int_equal(xfers(&a, ENG_TR_RDMA), 3);
 	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);
 	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+/* The owner goes away in the middle of a transfer: the transfer runs once
+ * more, finds nobody, and fails as one that may have sent bytes
+ * (TRANSFER_FAIL), never as one that sent none. */
+static void test_rdma_transfer_owner_gone_under_transfer_fails_sent(void **state)
+{
+	const struct eng_cap cur = {.mount = 9};
+	unsigned char buf[4096];
+	struct fence_job j;
+	struct node a, b;
+	pthread_t th;
+
+	(void)state;
+	fill(buf, sizeof(buf), 2);
+	set_then_remount(&a, &b, ENG_READ, buf, sizeof(buf));
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &cur), 0);
+	rdma_fake.post_ms = 300;
+	j = (struct fence_job){.e = b.e, .destroy = 1};
+	assert_int_equal(pthread_create(&th, NULL, fence_soon, &j), 0);
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &cur),
+			 LUNAR_ERR_TRANSFER_FAIL);
+	pthread_join(th, NULL);
+	rdma_fake.post_ms = 0;
+	free(b.seg);
 	node_stop(&a);
 	rdma_fake_reset(0);
 }
@@ -414,6 +447,15 @@ static void test_rdma_transfer_keyed_grant_per_transfer(void **state)
 		assert_memory_equal(b.seg + 8192, want, sizeof(want));
 		assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), (uint64_t)i + 1);
 	}
+	/* The windows will not close after a refusal: still the refusal, not
+	 * run again (the refused grant would be refused at the connect). */
+	good_read(&a, &b);
+	rdma_fake.close_rc = -EIO;
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 8192, buf, sizeof(buf), &bad[0]),
+			 LUNAR_ERR_UNAUTHORIZED);
+	rdma_fake.close_rc = 0;
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), 4);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);
 	good_read(&a, &b); /* a refusal costs the connection, not the peer */
 	node_stop(&b);
 	node_stop(&a);
@@ -510,7 +552,7 @@ static void test_rdma_transfer_keyed_owner_failures(void **state)
 	 * run once more on a new set, whose connect the owner, between
 	 * mounts, refuses: UNAUTHORIZED (a grant of its old mount). */
 	rdma_fake.post_ms = 300;
-	j = (struct fence_job){b.e, 0};
+	j = (struct fence_job){.e = b.e};
 	assert_int_equal(pthread_create(&th, NULL, fence_soon, &j), 0);
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &c), LUNAR_ERR_UNAUTHORIZED);
 	pthread_join(th, NULL);
@@ -716,6 +758,7 @@ LUNAR_TEST_MAIN(
     setup, NULL, test_rdma_transfer_keyless_client_posts,
     test_rdma_transfer_keyless_pieces_keyed_once, test_rdma_transfer_keyless_set_serves_its_mount,
     test_rdma_transfer_keyless_fence_under_transfer_runs_it_again,
+    test_rdma_transfer_owner_gone_under_transfer_fails_sent,
     test_rdma_transfer_keyless_stale_mount_holds_off_itself, test_rdma_transfer_keyed_owner_moves,
     test_rdma_transfer_keyed_set_ends_at_fence, test_rdma_transfer_keyed_grant_per_transfer,
     test_rdma_transfer_keyed_window_bounds_owner, test_rdma_transfer_keyed_write_crc_checked,
