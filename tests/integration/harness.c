@@ -21,6 +21,7 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -351,7 +352,26 @@ int h_failpoint_build(const char *daemon)
 	return 0;
 }
 
-int h_free_port(void)
+/* The ports h_free_port handed out last: bind(:0) may pick one again,
+ * and two daemons given it fight over it (two masters were given one HTTP
+ * port once, and the second exited). */
+#define PORTS_KEPT 1024
+static int ports_given[PORTS_KEPT];
+static unsigned ports_n;
+static pthread_mutex_t ports_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int port_given(int port)
+{
+	unsigned n = ports_n < PORTS_KEPT ? ports_n : PORTS_KEPT;
+
+	for (unsigned i = 0; i < n; i++)
+		if (ports_given[i] == port)
+			return 1;
+	return 0;
+}
+
+/* A loopback port the kernel picks for bind(:0), or -1. */
+static int any_port(void)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t len = sizeof(sa);
@@ -365,6 +385,20 @@ int h_free_port(void)
 	    getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
 		port = ntohs(sa.sin_port);
 	close(fd);
+	return port;
+}
+
+int h_free_port(void)
+{
+	int port;
+
+	pthread_mutex_lock(&ports_lock);
+	do
+		port = any_port();
+	while (port > 0 && port_given(port));
+	if (port > 0)
+		ports_given[ports_n++ % PORTS_KEPT] = port;
+	pthread_mutex_unlock(&ports_lock);
 	return port;
 }
 

@@ -79,7 +79,8 @@ const char *h_bin(const char *name);
  */
 int h_failpoint_build(const char *daemon);
 
-/* h_free_port - a loopback TCP port free right now (bind :0, read, close). */
+/* h_free_port - a loopback TCP port free right now (bind :0, read, close),
+ * and none of the last 1024 it returned in this process. Any thread. */
 int h_free_port(void);
 
 /*
