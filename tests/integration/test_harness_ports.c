@@ -1,8 +1,6 @@
 /*
  * test_harness_ports.c - the harness's h_free_port: the ports it hands out
- * are free, and one process is never handed the same port twice in a row
- * of 1024 (bind :0 alone repeats one now and then: two masters once got
- * one HTTP port and the second could not start).
+ * are free, and 1024 calls in a row hand out 1024 different ports.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -26,11 +26,6 @@
 #include "lunar.h"
 #include "tests/cmocka_main.h"
 
-/* Several slices of the engine's: in flight a while. Over soft-RoCE in the
- * emulated machine under a sanitizer, a third of that: there, under TSan, a
- * keyed 24 MiB write took about 3.3 s of the engine's 5 s transfer timeout
- * and the first put ran over it in 3 of 6 runs. */
-#define VAL_LEN	 ((size_t)(h_sanitizer() && h_rdma_expected() ? 8u << 20 : 24u << 20))
 #define KEY	 "kill-mid/value"
 #define READ_MIN 6 /* gets before the kill, at least */
 
@@ -38,20 +33,25 @@ static char sock_a[PATH_MAX], sock_b[PATH_MAX], sock_c[PATH_MAX];
 static char seg_b[H_SEG_NAME], seg_c[H_SEG_NAME];
 static struct h_proc *proxy_b;
 static atomic_int reads, stop_reading;
+/* Several slices of the engine's: in flight a while. Over soft-RoCE in the
+ * emulated machine under a sanitizer, a third of that: there, under TSan, a
+ * keyed 24 MiB write took about 3.3 s of the engine's 5 s transfer timeout
+ * and the first put ran over it in 3 of 6 runs. Set before any thread. */
+static size_t val_len;
 static int wrong, good, failed;
 
 static void *reader(void *arg)
 {
 	struct lunar_client *c = arg;
-	uint8_t *buf = malloc(VAL_LEN);
+	uint8_t *buf = malloc(val_len);
 	uint64_t seed = h_seed(KEY);
 
 	while (buf && !atomic_load(&stop_reading)) {
 		int64_t n;
 
-		memset(buf, 0xee, VAL_LEN);
-		n = lunar_get_into(c, KEY, buf, VAL_LEN);
-		if (n == (int64_t)VAL_LEN && h_verify(buf, VAL_LEN, seed) < 0)
+		memset(buf, 0xee, val_len);
+		n = lunar_get_into(c, KEY, buf, val_len);
+		if (n == (int64_t)val_len && h_verify(buf, val_len, seed) < 0)
 			good++;
 		else if (n >= 0)
 			wrong++;
@@ -70,7 +70,7 @@ static void test_kill_mid_transfer_gets_and_puts(void **state)
 	    .replica_num = 2, .preferred_segments = pref, .preferred_count = 2};
 	const struct lunar_put_cfg on_b = {
 	    .replica_num = 1, .preferred_segments = on_b_only, .preferred_count = 1};
-	uint8_t *val = malloc(VAL_LEN);
+	uint8_t *val;
 	struct lunar_client *ca;
 	struct h_proc *proxy_a;
 	int64_t mark;
@@ -78,6 +78,8 @@ static void test_kill_mid_transfer_gets_and_puts(void **state)
 	int port, rc;
 
 	(void)state;
+	val_len = h_sanitizer() && h_rdma_expected() ? 8u << 20 : 24u << 20;
+	val = malloc(val_len);
 	H_ASSERT(val != NULL);
 	H_ASSERT(h_cluster_master(&port, "--client-ttl", "60s", NULL));
 	snprintf(sock_a, sizeof(sock_a), "%s", h_path("a.sock"));
@@ -91,8 +93,8 @@ static void test_kill_mid_transfer_gets_and_puts(void **state)
 	H_ASSERT(h_start_peer("proxyC", sock_c, port, seg_c, "--segment-size", "128MiB", NULL));
 	ca = h_client_try(sock_a, 60000, NULL);
 	H_ASSERT(ca != NULL);
-	h_fill(val, VAL_LEN, h_seed(KEY));
-	H_ASSERT_EQ(lunar_put(ca, KEY, val, VAL_LEN, &both), 0);
+	h_fill(val, val_len, h_seed(KEY));
+	H_ASSERT_EQ(lunar_put(ca, KEY, val, val_len, &both), 0);
 	h_rdma_check(proxy_a, mark, 2); /* a write to each of B and C */
 
 	H_ASSERT_EQ(pthread_create(&t, NULL, reader, ca), 0);
@@ -112,19 +114,19 @@ static void test_kill_mid_transfer_gets_and_puts(void **state)
 		char key[64];
 
 		snprintf(key, sizeof(key), "kill-mid/put-%d", i);
-		h_fill(val, VAL_LEN, h_seed(key));
-		rc = lunar_put(ca, key, val, VAL_LEN, &on_b);
+		h_fill(val, val_len, h_seed(key));
+		rc = lunar_put(ca, key, val, val_len, &on_b);
 		print_message("put on the dead peer: %d\n", rc);
 		/* Placed on C once the master dropped B: then it reads whole. */
 		if (rc == 0) {
-			memset(val, 0, VAL_LEN);
-			H_ASSERT_EQ(lunar_get_into(ca, key, val, VAL_LEN), (int64_t)VAL_LEN);
-			H_ASSERT(h_verify(val, VAL_LEN, h_seed(key)) < 0);
+			memset(val, 0, val_len);
+			H_ASSERT_EQ(lunar_get_into(ca, key, val, val_len), (int64_t)val_len);
+			H_ASSERT(h_verify(val, val_len, h_seed(key)) < 0);
 		}
 	}
-	memset(val, 0, VAL_LEN);
-	H_ASSERT_EQ(lunar_get_into(ca, KEY, val, VAL_LEN), (int64_t)VAL_LEN);
-	H_ASSERT(h_verify(val, VAL_LEN, h_seed(KEY)) < 0);
+	memset(val, 0, val_len);
+	H_ASSERT_EQ(lunar_get_into(ca, KEY, val, val_len), (int64_t)val_len);
+	H_ASSERT(h_verify(val, val_len, h_seed(KEY)) < 0);
 	lunar_close(ca);
 	free(val);
 	h_stop_all();
