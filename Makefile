@@ -152,7 +152,9 @@ TOOLS := $(BUILD)/bin/memc-bench
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 INTEG_SRC := $(wildcard tests/integration/test_*.c)
 HARNESS_SRC := $(wildcard tests/integration/harness*.c)
-UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+# And one of no source of its own (below: test_crc32c_avx512).
+UNIT_EMU := $(BUILD)/tests/unit/test_crc32c_avx512
+UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC)) $(UNIT_EMU)
 INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRC))
 # Long fault tests, run by `make chaos` only (built with everything).
 CHAOS_SRC := $(wildcard tests/chaos/test_*.c)
@@ -183,11 +185,12 @@ $(API_LINKS): $(BUILD)/api/%:
 	$(Q)ln -sfr $(patsubst $(firstword $(subst /, ,$*))/%,%,$*) $@
 
 # Every object compiles with its layer's flags; one with no layer fails here.
+# OBJ_FLAGS: an object's own flags, set for it alone.
 define compile
 	$(Q)mkdir -p $(@D)
 	@echo "  CC      $<"
 	$(Q)$(if $(LAYER),,echo "$<: in no layer of the Makefile" >&2; exit 1;) \
-		$(CC) $(CPPFLAGS) $(call layer_flags,$(LAYER)) $(CFLAGS) -c -o $@ $<
+		$(CC) $(CPPFLAGS) $(OBJ_FLAGS) $(call layer_flags,$(LAYER)) $(CFLAGS) -c -o $@ $<
 endef
 $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP) $(BUILD)/proto/lunar.pb-c.h $(API_LINKS)
 	$(compile)
@@ -212,11 +215,13 @@ $(foreach c,$(COMPONENTS),$(eval $(call archive,$($(c)_LIB),$(call obj,$($(c)_SR
 $(eval $(call archive,$(LIBLUNAR_A),$(call obj,$(shmlib_SRC) $(common_SRC))))
 
 # $(call link,target,sources,layers,flags): every program and liblunar.so
-# link here, from their own objects, the archives of the components among
-# the layers they use (in COMPONENTS' order) and those layers' packages.
+# link here, from their own objects (of the sources, or objects named), the
+# archives of the components among the layers they use (in COMPONENTS'
+# order) and those layers' packages.
 # LINK_<name> adds a program's own link flags.
 define link
-$(1): $(call obj,$(2)) $(foreach c,$(filter $(3),$(COMPONENTS)),$($(c)_LIB))
+$(1): $(call obj,$(filter %.c,$(2))) $(filter %.o,$(2)) \
+	$(foreach c,$(filter $(3),$(COMPONENTS)),$($(c)_LIB))
 	$$(Q)mkdir -p $$(@D)
 	@echo "  LD      $$@"
 	$$(Q)$$(CC) $$(CFLAGS) $$(LDFLAGS) $(4) -o $$@ $$(filter %.o %.a,$$^) \
@@ -264,8 +269,20 @@ COMP_test_put_ahead_rpc := proto
 COMP_test_etcd := master proto etcd
 COMP_test_ha := proto etcd
 COMP_test_ha_failover := etcd
-$(foreach t,$(UNIT_BINS),$(eval $(call link,$(t),tests/unit/$(notdir $(t)).c \
+$(foreach t,$(filter-out $(UNIT_EMU),$(UNIT_BINS)),$(eval $(call link,$(t),tests/unit/$(notdir $(t)).c \
 	$(SRC_$(notdir $(t))),$(COMPONENTS) tests)))
+# test_crc32c_avx512: test_crc32c with the AVX-512 fold on a CPU without
+# AVX-512: crc32c.c and the test compiled again, SIMDe's plain-C AVX-512
+# forced in (tests/unit/avx512_emulated.h); their objects link before
+# libcommon.a, so its crc32c.o stays out.
+AVX512_EMU := $(BUILD)/obj/avx512-emulated
+AVX512_EMU_OBJS := $(AVX512_EMU)/common/crc32c.o $(AVX512_EMU)/tests/unit/test_crc32c.o
+$(AVX512_EMU)/common/%.o: LAYER := common
+$(AVX512_EMU)/tests/%.o: LAYER := tests
+$(AVX512_EMU_OBJS): OBJ_FLAGS := -include tests/unit/avx512_emulated.h -Wno-psabi
+$(AVX512_EMU)/%.o: %.c tests/unit/avx512_emulated.h | $(DEPS_STAMP) $(API_LINKS)
+	$(compile)
+$(eval $(call link,$(UNIT_EMU),$(AVX512_EMU_OBJS),common tests))
 $(foreach t,$(INTEG_BINS),$(eval $(call link,$(t),tests/integration/$(notdir $(t)).c \
 	$(HARNESS_SRC),$(COMP_$(notdir $(t))) shmlib $(AUTH) common tests)))
 $(foreach t,$(CHAOS_BINS),$(eval $(call link,$(t),tests/chaos/$(notdir $(t)).c \

@@ -24,8 +24,14 @@
 #define HW_INLINE  __attribute__((target("sse4.2"), always_inline)) inline
 #define FOLD_FN	   __attribute__((target("pclmul,sse4.2")))
 #define FOLD256_FN __attribute__((target("avx2,vpclmulqdq,pclmul,sse4.2")))
+#define FOLD_MIN   2048		 /* below this the crc32 chains are as fast */
+#ifdef LC_CRC32C_AVX512_EMULATED /* a test build: tests/unit/avx512_emulated.h */
+#define FOLD512_FN FOLD_FN
+#define CPU_AVX512 __builtin_cpu_supports("avx2")
+#else
 #define FOLD512_FN __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2")))
-#define FOLD_MIN   2048 /* below this the crc32 chains are as fast */
+#define CPU_AVX512 __builtin_cpu_supports("avx512f")
+#endif
 #endif
 
 #define POLY	  0x82f63b78u
@@ -126,9 +132,9 @@ static void crc_init(void)
 	if (__builtin_cpu_supports("sse4.2"))
 		crc_best = LC_CRC32C_CHAINS;
 	if (crc_best && __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("vpclmulqdq"))
-		crc_best = __builtin_cpu_supports("avx512f") ? LC_CRC32C_FOLD512
-			   : __builtin_cpu_supports("avx2")  ? LC_CRC32C_FOLD256
-							     : crc_best;
+		crc_best = CPU_AVX512			    ? LC_CRC32C_FOLD512
+			   : __builtin_cpu_supports("avx2") ? LC_CRC32C_FOLD256
+							    : crc_best;
 	for (int i = 0; i < 4; i++) {
 		unsigned dist = 512 - 128 * (unsigned)i;
 

@@ -16,6 +16,8 @@ have_hdr sodium.h || need+=(libsodium-dev)
 # Headers only: the proxy dlopen()s libibverbs.so.1 at run time (engine/ibv.c).
 have_hdr infiniband/verbs.h || need+=(libibverbs-dev)
 have_hdr curl/curl.h || need+=(libcurl4-openssl-dev)
+# Headers only: test_crc32c_avx512's plain-C AVX-512 (tests/unit/avx512_emulated.h).
+have_hdr simde/x86/avx512.h || need+=(libsimde-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v cc >/dev/null || need+=(gcc)
 command -v python3 >/dev/null || need+=(python3)
