@@ -22,18 +22,17 @@
 
 #define LC_CRC32C_AVX512_EMULATED 1
 
-#define __m512i				    simde__m512i
-#define _mm512_loadu_si512		    simde_mm512_loadu_si512
-#define _mm512_storeu_si512		    simde_mm512_storeu_si512
-#define _mm512_xor_si512		    simde_mm512_xor_si512
-#define _mm512_broadcast_i32x4		    simde_mm512_broadcast_i32x4
-#define _mm512_extracti32x4_epi32	    simde_mm512_extracti32x4_epi32
-#define _mm512_ternarylogic_epi64	    simde_mm512_ternarylogic_epi64
-#define _mm512_clmulepi64_epi128	    simde_mm512_clmulepi64_epi128
+#define __m512i			  simde__m512i
+#define _mm512_loadu_si512	  simde_mm512_loadu_si512
+#define _mm512_storeu_si512	  simde_mm512_storeu_si512
+#define _mm512_xor_si512	  simde_mm512_xor_si512
+#define _mm512_broadcast_i32x4	  simde_mm512_broadcast_i32x4
+#define _mm512_extracti32x4_epi32 simde_mm512_extracti32x4_epi32
+#define _mm512_ternarylogic_epi64 simde_mm512_ternarylogic_epi64
+#define _mm512_clmulepi64_epi128  simde_mm512_clmulepi64_epi128
 /* Two SIMDe 0.7.4 lacks. A stream store faults unless 64-byte aligned:
  * so does this one. */
-#define _mm512_zextsi128_si512(x)	    simde_mm512_inserti32x4(simde_mm512_setzero_si512(), x, 0)
-#define _mm512_stream_si512(p, v)                                                                  \
-	(assert(((uintptr_t)(p) & 63) == 0), simde_mm512_storeu_si512(p, v))
+#define _mm512_zextsi128_si512(x) simde_mm512_inserti32x4(simde_mm512_setzero_si512(), x, 0)
+#define _mm512_stream_si512(p, v) (assert(((uintptr_t)(p)&63) == 0), simde_mm512_storeu_si512(p, v))
 
 #endif /* LUNAR_TESTS_AVX512_EMULATED_H */
