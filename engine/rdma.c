@@ -276,7 +276,9 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 		LC_DEBUG(ENG_LOG, "RDMA to %s: nobody on its port; again in 1 s", p->endpoint);
 	else
 		LC_INFO(ENG_LOG, "RDMA to %s not set up (%s): TCP", p->endpoint,
-			rc == -ECONNREFUSED ? "the peer has no device, or its QPs did not connect"
+			rc == -ECONNREFUSED
+			    ? "the peer has no device or registered segment, or its "
+			      "QPs did not connect"
 			: rc == -EAGAIN ? "the peer is still registering its segment; again in 1 s"
 					: strerror(-rc));
 	peer_put(p);
@@ -737,6 +739,8 @@ int eng_rdma_init(struct eng_engine *e)
 		r->seg_thread_started = !pthread_create(&r->seg_thread, NULL, seg_register, e);
 	if (e->cfg.seg_size && !r->seg_thread_started)
 		LC_WARN(ENG_LOG, "RDMA: no thread to register the segment: peers use TCP");
+	if (!r->seg_thread_started)
+		eng_rdma_seg_fail(r->dev);
 	return 0;
 }
 

@@ -162,7 +162,7 @@ int eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out)
 			d->name);
 	pthread_rwlock_init(&d->mem_lock, NULL);
 	atomic_init(&d->refs, 1);
-	atomic_init(&d->seg_ready, 0);
+	atomic_init(&d->seg_state, ENG_SEG_PENDING);
 	d->refuse = getenv("LUNAR_RDMA_DEBUG_REFUSE") != NULL;
 	*out = d;
 	return 0;
@@ -179,22 +179,30 @@ err_free:
 int eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t len)
 {
 	struct ibv_mr *mr = reg(d, base, len, !d->keyed);
+	int rc = errno ? -errno : -ENOMEM;
 
-	if (!mr)
-		return errno ? -errno : -ENOMEM;
+	if (!mr) {
+		eng_rdma_seg_fail(d);
+		return rc;
+	}
 	d->seg.mr = mr;
 	d->seg.base = base;
 	d->seg.len = len;
 	d->seg.lkey = mr->lkey;
 	d->seg.rkey = mr->rkey;
 	d->seg.remote = !d->keyed;
-	atomic_store_explicit(&d->seg_ready, 1, memory_order_release);
+	atomic_store_explicit(&d->seg_state, ENG_SEG_READY, memory_order_release);
 	return 0;
 }
 
-int eng_rdma_seg_ready(struct eng_rdma_dev *d)
+void eng_rdma_seg_fail(struct eng_rdma_dev *d)
 {
-	return atomic_load_explicit(&d->seg_ready, memory_order_acquire);
+	atomic_store_explicit(&d->seg_state, ENG_SEG_FAILED, memory_order_release);
+}
+
+int eng_rdma_seg_state(struct eng_rdma_dev *d)
+{
+	return atomic_load_explicit(&d->seg_state, memory_order_acquire);
 }
 
 void eng_rdma_dev_put(struct eng_rdma_dev *d)
@@ -235,7 +243,7 @@ int eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int r
 {
 	const struct eng_mem *found;
 
-	if (eng_rdma_seg_ready(d) && holds(&d->seg, p, len, remote)) {
+	if (eng_rdma_seg_state(d) == ENG_SEG_READY && holds(&d->seg, p, len, remote)) {
 		*lkey = d->seg.lkey;
 		*rkey = d->seg.rkey;
 		return 0;

@@ -158,8 +158,8 @@ struct eng_rdma_dev {
 	int gid_index;
 	uint8_t gid[16];
 	unsigned max_rd_atom; /* RDMA READs in flight per QP, both directions */
-	struct eng_mem seg;   /* the engine's segment, once seg_ready */
-	atomic_int seg_ready; /* eng_rdma_seg_register published seg */
+	struct eng_mem seg;   /* the engine's segment, once ENG_SEG_READY */
+	atomic_int seg_state; /* enum eng_seg_state */
 	pthread_rwlock_t mem_lock;
 	struct eng_mem *mems;
 	int keyed;   /* eng_rdma_dev_open's keyed */
@@ -179,18 +179,27 @@ struct eng_rdma_dev {
  * (no active port), or -errno of the verbs. Blocks; engine create only.
  */
 int eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out);
+/* Where the registration of d's segment stands. */
+enum eng_seg_state {
+	ENG_SEG_PENDING, /* not done yet: the owner answers connects "not yet" */
+	ENG_SEG_READY,	 /* d->seg is published */
+	ENG_SEG_FAILED,	 /* it never will be: the owner answers connects "no" */
+};
 /*
  * eng_rdma_seg_register - register [base, base + len) as d's segment (open
  * to the peers' RDMA READ and WRITE, or keyed local only) and publish it.
  * Registering pins every page, seconds for a large segment: the engine
  * runs it beside serving (rdma.c), and until it is done the owner answers
- * connects "no" (peers use TCP). 0 or -errno (the segment stays
- * unregistered). Once per device.
- * eng_rdma_seg_ready - whether it is done (an acquire: d->seg may then be
- * read). Any thread.
+ * connects "not yet" (peers use TCP meanwhile). 0 (ENG_SEG_READY), or
+ * -errno (ENG_SEG_FAILED). Once per device, while ENG_SEG_PENDING.
+ * eng_rdma_seg_fail - ENG_SEG_FAILED: no segment, or no thread to register
+ * it; instead of eng_rdma_seg_register.
+ * eng_rdma_seg_state - the enum eng_seg_state (an acquire: at
+ * ENG_SEG_READY d->seg may be read). Any thread.
  */
 int eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t len);
-int eng_rdma_seg_ready(struct eng_rdma_dev *d);
+void eng_rdma_seg_fail(struct eng_rdma_dev *d);
+int eng_rdma_seg_state(struct eng_rdma_dev *d);
 /* eng_rdma_dev_put - drop a reference; the last deregisters the segment,
  * frees the PD, closes the device. NULL ok. */
 void eng_rdma_dev_put(struct eng_rdma_dev *d);

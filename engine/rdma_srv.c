@@ -207,9 +207,10 @@ int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng
 	/* No device, no segment MR, or QPs that will not connect: the client
 	 * uses TCP, on this very connection if it likes; with the segment
 	 * still being registered, for now only. */
-	if (d && !d->refuse && !eng_rdma_seg_ready(d))
+	if (d && !d->refuse && eng_rdma_seg_state(d) == ENG_SEG_PENDING)
 		return answer(q, LUNAR_ERR_BUSY, NULL, deadline_ns);
-	if (!d || d->refuse || eng_rdma_qps_create(d, peer.nqp, !e->keyed, &qps, &mine) ||
+	if (!d || d->refuse || eng_rdma_seg_state(d) != ENG_SEG_READY ||
+	    eng_rdma_qps_create(d, peer.nqp, !e->keyed, &qps, &mine) ||
 	    eng_rdma_qps_connect(qps, &mine, &peer)) {
 		eng_rdma_qps_destroy(qps);
 		return answer(q, LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS, NULL, deadline_ns);

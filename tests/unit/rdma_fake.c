@@ -101,9 +101,9 @@ int rdma_fake_wait_segment(const struct eng_engine *e)
 {
 	struct timespec ms = {0, 1000000};
 
-	for (int i = 0; i < 10000 && !eng_rdma_seg_ready(e->rdma->dev); i++)
+	for (int i = 0; i < 10000 && eng_rdma_seg_state(e->rdma->dev) == ENG_SEG_PENDING; i++)
 		nanosleep(&ms, NULL);
-	return eng_rdma_seg_ready(e->rdma->dev);
+	return eng_rdma_seg_state(e->rdma->dev) == ENG_SEG_READY;
 }
 
 int __real_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out);
@@ -166,12 +166,13 @@ int __wrap_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **
 	d->gid[15] = 1;
 	strcpy(d->name, "fake0:1");
 	atomic_init(&d->refs, 1);
-	atomic_init(&d->seg_ready, 0);
+	atomic_init(&d->seg_state, ENG_SEG_PENDING);
 	*out = d;
 	return 0;
 }
 
-/* Registration takes register_ms, then the segment is published. */
+/* Registration takes register_ms, then the segment is published, or with
+ * register_rc set fails. */
 int __wrap_eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t len)
 {
 	struct timespec ts = {rdma_fake.register_ms / 1000,
@@ -180,16 +181,18 @@ int __wrap_eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t le
 	if (!rdma_fake.on)
 		return __real_eng_rdma_seg_register(d, base, len);
 	nanosleep(&ts, NULL);
-	d->seg.mr = calloc(1, sizeof(*d->seg.mr));
-	if (!d->seg.mr)
-		return -ENOMEM;
+	d->seg.mr = rdma_fake.register_rc ? NULL : calloc(1, sizeof(*d->seg.mr));
+	if (!d->seg.mr) {
+		eng_rdma_seg_fail(d);
+		return rdma_fake.register_rc ? rdma_fake.register_rc : -ENOMEM;
+	}
 	d->seg.mr->rkey = 0x42;
 	d->seg.base = base;
 	d->seg.len = len;
 	d->seg.lkey = 0x41;
 	d->seg.rkey = 0x42;
 	d->seg.remote = !d->keyed;
-	atomic_store_explicit(&d->seg_ready, 1, memory_order_release);
+	atomic_store_explicit(&d->seg_state, ENG_SEG_READY, memory_order_release);
 	return 0;
 }
 

@@ -30,6 +30,7 @@ struct rdma_fake {
 	int close_rc;	      /* what qps_close returns instead of unbinding (0: unbinds) */
 	int corrupt;	      /* flip the first byte each post moves */
 	unsigned register_ms; /* how long registering a segment takes */
+	int register_rc;      /* what it returns (0: registers) */
 	unsigned post_ms;     /* how long the "NIC" takes a work request */
 	int no_windows;	      /* devices opened now have no memory windows */
 	int overreach;	      /* each request moves one byte more than asked */
@@ -48,8 +49,9 @@ extern struct rdma_fake rdma_fake;
 
 /* rdma_fake_reset - knobs and counters to zero, on set to on. */
 void rdma_fake_reset(int on);
-/* rdma_fake_wait_segment - until e's segment is registered (engines
- * register it beside serving), 10 s at most; whether it is. */
+/* rdma_fake_wait_segment - until e's segment is registered or failed to
+ * (engines register it beside serving), 10 s at most; whether it is
+ * registered. */
 struct eng_engine;
 int rdma_fake_wait_segment(const struct eng_engine *e);
 

@@ -57,7 +57,9 @@ static int node_start_keyed(struct node *n, int keyed)
 	cfg.seg_base = n->seg;
 	rc = eng_engine_create(&cfg, &n->e);
 	/* The segment is registered beside serving: wait for it (10 s). */
-	for (int i = 0; !rc && n->e->rdma && !eng_rdma_seg_ready(n->e->rdma->dev) && i < 1000; i++)
+	for (int i = 0; !rc && n->e->rdma &&
+			eng_rdma_seg_state(n->e->rdma->dev) == ENG_SEG_PENDING && i < 1000;
+	     i++)
 		usleep(10000);
 	if (!rc && keyed)
 		rc = eng_engine_set_secret(n->e, eng_engine_endpoint(n->e), secret);

@@ -741,6 +741,39 @@ static void test_rdma_transfer_segment_registered_beside_serving(void **state)
 	rdma_fake_reset(0);
 }
 
+/* An owner whose segment could not be registered says "no", not "not
+ * yet": its peers use TCP and ask again after 30 s, not every second. */
+static void test_rdma_transfer_segment_unregistered_refuses(void **state)
+{
+	struct eng_config cfg = {.host = "127.0.0.1",
+				 .seg_size = SEG_SIZE,
+				 .io_timeout_ms = 10000,
+				 .rdma_devices = "auto"};
+	unsigned char buf[4096];
+	struct node a, b;
+	int creates;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(0);
+	rdma_fake.register_rc = -ENOMEM;
+	b = node_create(cfg);
+	assert_false(rdma_fake_wait_segment(b.e));
+	assert_int_equal(eng_rdma_seg_state(b.e->rdma->dev), ENG_SEG_FAILED);
+	rdma_fake.register_rc = 0;
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), NULL), 0);
+	creates = atomic_load(&rdma_fake.creates); /* a's QPs for its one ask */
+	assert_int_equal(creates, 1);
+	usleep(1100 * 1000);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), NULL), 0);
+	assert_int_equal(atomic_load(&rdma_fake.creates), creates); /* not asked again */
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 2);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 0);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
 LUNAR_TEST_MAIN(
     setup, NULL, test_rdma_transfer_keyless_client_posts,
     test_rdma_transfer_keyless_pieces_keyed_once, test_rdma_transfer_keyless_set_serves_its_mount,
@@ -751,4 +784,5 @@ LUNAR_TEST_MAIN(
     test_rdma_transfer_keyed_owner_failures, test_rdma_transfer_keyed_handshake_refused,
     test_rdma_transfer_keyed_concurrent_on_sets, test_rdma_transfer_keyed_unopened_memory_uses_tcp,
     test_rdma_transfer_refused_port_tried_again_soon,
-    test_rdma_transfer_segment_registered_beside_serving)
+    test_rdma_transfer_segment_registered_beside_serving,
+    test_rdma_transfer_segment_unregistered_refuses)
