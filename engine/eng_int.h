@@ -289,6 +289,17 @@ struct eng_iovc {
  * no header. The caller makes sure skip + len lies inside iov. */
 void eng_iovc_init(struct eng_iovc *c, const struct iovec *iov, int cnt, uint64_t skip,
 		   uint64_t len);
+/*
+ * eng_iovc_window - fill win (ENG_IOV_WINDOW entries) with what one
+ * sendmsg or recvmsg moves next: c's bytes from where it stands, at most
+ * ENG_IOV_CHUNK of each entry (far below SSIZE_MAX), preceded by the
+ * header when one is left. An entry cut at ENG_IOV_CHUNK ends the window,
+ * so whatever prefix of it a syscall moves is the cursor's next bytes.
+ * Returns how many entries.
+ */
+#define ENG_IOV_WINDOW 64
+#define ENG_IOV_CHUNK  (1ull << 30)
+int eng_iovc_window(const struct eng_iovc *c, struct iovec *win);
 /* eng_iovc_head - send the hlen bytes at head (kept valid until sent)
  * before c's bytes, in the same syscall: one sendmsg per frame, not two. */
 static inline void eng_iovc_head(struct eng_iovc *c, const void *head, size_t hlen)

@@ -19,8 +19,6 @@
 #include "clock.h"
 #include "crc32c.h"
 
-#define ENG_IOV_WINDOW 64	    /* iovecs handed to one syscall */
-#define ENG_IOV_CHUNK  (1ull << 30) /* bytes of one iovec per syscall: far below SSIZE_MAX */
 void eng_iovc_init(struct eng_iovc *c, const struct iovec *iov, int cnt, uint64_t skip,
 		   uint64_t len)
 {
@@ -38,8 +36,7 @@ void eng_iovc_init(struct eng_iovc *c, const struct iovec *iov, int cnt, uint64_
 	c->off = (size_t)skip;
 }
 
-/* Fill win with the next stretch of the cursor; returns how many entries. */
-static int iovc_window(const struct eng_iovc *c, struct iovec *win)
+int eng_iovc_window(const struct eng_iovc *c, struct iovec *win)
 {
 	uint64_t left = c->left;
 	size_t off = c->off;
@@ -54,14 +51,13 @@ static int iovc_window(const struct eng_iovc *c, struct iovec *win)
 
 		if (len > left)
 			len = left;
-		if (len > ENG_IOV_CHUNK)
-			len = ENG_IOV_CHUNK;
 		if (!len)
 			continue;
 		win[n].iov_base = (char *)c->iov[i].iov_base + off;
-		win[n].iov_len = (size_t)len;
-		left -= len;
-		n++;
+		win[n].iov_len = (size_t)(len < ENG_IOV_CHUNK ? len : ENG_IOV_CHUNK);
+		left -= win[n].iov_len;
+		if (win[n++].iov_len < len)
+			break; /* an entry cut short ends the window */
 	}
 	return n;
 }
@@ -163,7 +159,7 @@ int eng_io_send(int fd, struct eng_iovc *c, int flags, uint64_t deadline_ns)
 		ssize_t n;
 		int rc;
 
-		msg.msg_iovlen = (size_t)iovc_window(c, win);
+		msg.msg_iovlen = (size_t)eng_iovc_window(c, win);
 		n = sendmsg(fd, &msg, flags | MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n > 0) {
 			iovc_advance(c, (size_t)n);
@@ -190,7 +186,7 @@ int eng_io_recv(int fd, struct eng_iovc *c, uint64_t deadline_ns)
 		ssize_t n;
 		int rc;
 
-		msg.msg_iovlen = (size_t)iovc_window(c, win);
+		msg.msg_iovlen = (size_t)eng_iovc_window(c, win);
 		n = recvmsg(fd, &msg, MSG_DONTWAIT);
 		if (n > 0) {
 			iovc_advance(c, (size_t)n);
