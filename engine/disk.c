@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "clock.h"
-#include "crc32c.h"
 #include "log.h"
 #include "lunar.h"
 
@@ -32,12 +31,8 @@ static int split_name(const char *name, uint64_t len, const char **key)
  * split it; 0, or -EPROTO for a malformed one. */
 static int recv_name(int fd, char *name, uint64_t len, uint64_t deadline, const char **key)
 {
-	struct iovec v = {name, (size_t)len};
-	struct eng_iovc c;
-	int rc;
+	int rc = eng_io_recv_buf(fd, name, (size_t)len, deadline);
 
-	eng_iovc_init(&c, &v, 1, 0, len);
-	rc = eng_io_recv(fd, &c, deadline);
 	if (rc)
 		return rc;
 	name[len] = '\0';
@@ -93,8 +88,6 @@ int eng_disk_serve(struct eng_engine *e, const struct eng_srv_req *q,
 	char name[ENG_DISK_NAME_MAX + 1];
 	const char *key;
 	void *buf = NULL;
-	struct iovec v;
-	struct eng_iovc c;
 	int64_t n;
 	int rc;
 
@@ -107,11 +100,8 @@ int eng_disk_serve(struct eng_engine *e, const struct eng_srv_req *q,
 		return eng_send_rep(q, n < 0 ? (int32_t)n : LUNAR_ERR_INTERNAL, 0, 0, deadline_ns);
 	}
 	rc = eng_send_rep(q, 0, (uint64_t)n, MSG_MORE, deadline_ns);
-	v.iov_base = buf;
-	v.iov_len = (size_t)n;
-	eng_iovc_init(&c, &v, 1, 0, (uint64_t)n);
 	if (!rc)
-		rc = eng_io_send(q->fd, &c, 0, deadline_ns);
+		rc = eng_io_send_buf(q->fd, buf, (size_t)n, deadline_ns);
 	free(buf);
 	return rc;
 }
@@ -160,19 +150,6 @@ static int disk_conn(void *arg, struct eng_cconn *conn, int *replied)
 		return rep.status ? 0 : -EPROTO;
 	eng_iovc_init(&c, d->iov, d->iovcnt, 0, rep.length);
 	return eng_io_recv(conn->fd, &c, d->deadline_ns);
-}
-
-static uint32_t iov_crc(const struct iovec *iov, int iovcnt, uint64_t n)
-{
-	uint32_t crc = 0;
-
-	for (int i = 0; i < iovcnt && n; i++) {
-		size_t len = iov[i].iov_len < n ? iov[i].iov_len : (size_t)n;
-
-		crc = lc_crc32c(crc, iov[i].iov_base, len);
-		n -= len;
-	}
-	return crc;
 }
 
 /* The capacity of iov, 0 when the list is unusable. */
@@ -237,6 +214,6 @@ int64_t eng_xfer_disk(struct eng_engine *e, const char *endpoint, const char *te
 	else
 		n = remote_read(e, endpoint, tenant, key, iov, iovcnt, cap, grant);
 	if (n > 0 && crc)
-		*crc = iov_crc(iov, iovcnt, (uint64_t)n);
+		*crc = eng_iov_crc(iov, iovcnt, 0, (uint64_t)n);
 	return n;
 }

@@ -250,11 +250,15 @@ int eng_wire_kreq_open(struct eng_wire_kreq *raw, struct auth_session *s, const 
 		       size_t nlen);
 /*
  * eng_wire_krep_seal / _open - MAC an encoded keyed reply to the request
- * numbered ctr; check and decode a received one (0, or -EPROTO for a bad
- * MAC or another counter).
+ * numbered ctr: the reply's bytes before its MAC, then the blen bytes of
+ * body when the reply carries one under its MAC (an RDMA connect's; else
+ * NULL, 0). seal fills raw->ctr and raw->mac; open checks them and decodes
+ * raw (0, or -EPROTO for a bad MAC or another counter).
  */
-void eng_wire_krep_seal(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr);
-int eng_wire_krep_open(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr);
+void eng_wire_krep_seal(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr,
+			const unsigned char *body, size_t blen);
+int eng_wire_krep_open(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr,
+		       const unsigned char *body, size_t blen);
 /*
  * eng_wire_cap_check - whether the decoded keyed request r may touch its
  * range under the segment's secret: the capability checks for (segment,
@@ -334,6 +338,13 @@ int eng_io_send(int fd, struct eng_iovc *c, int flags, uint64_t deadline_ns);
  * same deadline rules. Returns 0, -ECONNRESET on EOF, -ETIMEDOUT or -errno.
  */
 int eng_io_recv(int fd, struct eng_iovc *c, uint64_t deadline_ns);
+/* eng_iov_crc - the CRC32C of bytes [skip, skip + len) of iov (of as many
+ * of them as iov holds). */
+uint32_t eng_iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint64_t len);
+/* eng_io_send_buf / eng_io_recv_buf - eng_io_send (no flags) / eng_io_recv
+ * of the len bytes at buf. */
+int eng_io_send_buf(int fd, const void *buf, size_t len, uint64_t deadline_ns);
+int eng_io_recv_buf(int fd, void *buf, size_t len, uint64_t deadline_ns);
 /*
  * eng_io_send_crc / eng_io_recv_crc - eng_io_send / eng_io_recv that also
  * extend *crc (lc_crc32c) over the bytes moved, a chunk at a time while it
@@ -647,9 +658,11 @@ int eng_local_run(struct eng_engine *e, struct eng_op *op, uint64_t total);
  * eng_tcp_slice - run slice idx of op on the calling thread (publishing
  * its socket in *live while it moves bytes, when live is not NULL):
  * 0 or -errno; *ran: a connection was made, so bytes may have gone out.
- * A slice that is the whole transfer leaves the CRC32C of its bytes in
- * priv.scrc (priv.has_scrc) when op wants one, computed on the way.
- * eng_tcp_crc - the CRC32C of all of op's bytes (a pass over them).
+ * When op wants a CRC32C, the slice leaves its own bytes' in
+ * priv.slice_crc[idx], computed on the way.
+ * eng_tcp_crc - the CRC32C of all of op's bytes: the one another transport
+ * gave (priv.scrc, when priv.has_scrc), else the slices' combined (no pass
+ * over the bytes).
  */
 int eng_tcp_plan(struct eng_engine *e, struct eng_op *op);
 int eng_tcp_slice(struct eng_engine *e, struct eng_op *op, unsigned idx, int *ran, int *live);

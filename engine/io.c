@@ -205,6 +205,44 @@ int eng_io_recv(int fd, struct eng_iovc *c, uint64_t deadline_ns)
 	return 0;
 }
 
+uint32_t eng_iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint64_t len)
+{
+	uint32_t crc = 0;
+
+	for (int i = 0; i < iovcnt && len; i++) {
+		size_t n = iov[i].iov_len;
+
+		if (skip >= n) {
+			skip -= n;
+			continue;
+		}
+		n -= (size_t)skip;
+		n = n < len ? n : (size_t)len;
+		crc = lc_crc32c(crc, (const char *)iov[i].iov_base + skip, n);
+		skip = 0;
+		len -= n;
+	}
+	return crc;
+}
+
+int eng_io_send_buf(int fd, const void *buf, size_t len, uint64_t deadline_ns)
+{
+	struct iovec v = {(void *)buf, len};
+	struct eng_iovc c;
+
+	eng_iovc_init(&c, &v, 1, 0, len);
+	return eng_io_send(fd, &c, 0, deadline_ns);
+}
+
+int eng_io_recv_buf(int fd, void *buf, size_t len, uint64_t deadline_ns)
+{
+	struct iovec v = {buf, len};
+	struct eng_iovc c;
+
+	eng_iovc_init(&c, &v, 1, 0, len);
+	return eng_io_recv(fd, &c, deadline_ns);
+}
+
 /* Extend crc over the next n bytes from cursor c (not advanced). */
 static uint32_t iovc_crc(struct eng_iovc c, uint64_t n, uint32_t crc)
 {

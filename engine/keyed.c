@@ -72,24 +72,6 @@ void eng_reject(struct eng_engine *e, enum eng_reject r, int fd, const char *why
 		peer, eng_reject_name(r), why, (unsigned long long)atomic_load(&e->rejected[r]));
 }
 
-static int recv_exact(int fd, void *buf, size_t len, uint64_t deadline_ns)
-{
-	struct iovec v = {buf, len};
-	struct eng_iovc c;
-
-	eng_iovc_init(&c, &v, 1, 0, len);
-	return eng_io_recv(fd, &c, deadline_ns);
-}
-
-static int send_exact(int fd, const void *buf, size_t len, uint64_t deadline_ns)
-{
-	struct iovec v = {(void *)buf, len};
-	struct eng_iovc c;
-
-	eng_iovc_init(&c, &v, 1, 0, len);
-	return eng_io_send(fd, &c, 0, deadline_ns);
-}
-
 static void hs_head(unsigned char *b, uint16_t role)
 {
 	uint32_t magic = htole32(ENG_WIRE_HS_MAGIC);
@@ -118,11 +100,11 @@ int eng_hs_server(struct eng_engine *e, int fd, struct auth_session *s, uint64_t
 	int rc;
 
 	/* The head alone first: a keyless frame is refused at once. */
-	rc = recv_exact(fd, in, HS_HEAD, deadline_ns);
+	rc = eng_io_recv_buf(fd, in, HS_HEAD, deadline_ns);
 	if (rc || !hs_head_ok(in, AUTH_ROLE_NODE))
 		goto err;
 	why = "handshake cut short";
-	if (recv_exact(fd, in + HS_HEAD, AUTH_HELLO_BYTES, deadline_ns))
+	if (eng_io_recv_buf(fd, in + HS_HEAD, AUTH_HELLO_BYTES, deadline_ns))
 		goto err;
 	auth_hs_start(&hs, 0, out + HS_HEAD);
 	why = "reflected hello";
@@ -131,8 +113,8 @@ int eng_hs_server(struct eng_engine *e, int fd, struct auth_session *s, uint64_t
 	hs_head(out, 0);
 	auth_hs_proof(&hs, &e->key, AUTH_ROLE_SERVER, out + HS_HEAD + AUTH_HELLO_BYTES);
 	why = "handshake cut short";
-	if (send_exact(fd, out, sizeof(out), deadline_ns) ||
-	    recv_exact(fd, proof, sizeof(proof), deadline_ns))
+	if (eng_io_send_buf(fd, out, sizeof(out), deadline_ns) ||
+	    eng_io_recv_buf(fd, proof, sizeof(proof), deadline_ns))
 		goto err_wipe;
 	why = "wrong key";
 	if (auth_hs_verify(&hs, &e->key, AUTH_ROLE_NODE, proof) ||
@@ -157,9 +139,9 @@ int eng_hs_client(struct eng_engine *e, int fd, struct auth_session *s, uint64_t
 
 	hs_head(out, AUTH_ROLE_NODE);
 	auth_hs_start(&hs, 1, out + HS_HEAD);
-	rc = send_exact(fd, out, sizeof(out), deadline_ns);
+	rc = eng_io_send_buf(fd, out, sizeof(out), deadline_ns);
 	if (!rc)
-		rc = recv_exact(fd, in, sizeof(in), deadline_ns);
+		rc = eng_io_recv_buf(fd, in, sizeof(in), deadline_ns);
 	if (rc)
 		goto out_wipe;
 	rc = -EACCES;
@@ -169,7 +151,7 @@ int eng_hs_client(struct eng_engine *e, int fd, struct auth_session *s, uint64_t
 		goto out_wipe;
 	}
 	auth_hs_proof(&hs, &e->key, AUTH_ROLE_NODE, proof);
-	rc = send_exact(fd, proof, sizeof(proof), deadline_ns);
+	rc = eng_io_send_buf(fd, proof, sizeof(proof), deadline_ns);
 	if (!rc && auth_hs_finish(&hs, &e->key, AUTH_ROLE_NODE, s))
 		rc = -EACCES;
 	if (!rc)

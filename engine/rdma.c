@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "clock.h"
-#include "crc32c.h"
 #include "log.h"
 #include "lunar.h"
 
@@ -116,15 +115,6 @@ static void peer_retire(struct eng_rdma *r, struct eng_rdma_peer *p)
 		peer_put(p);
 }
 
-static int recv_n(int fd, void *buf, size_t len, uint64_t deadline)
-{
-	struct iovec v = {buf, len};
-	struct eng_iovc it;
-
-	eng_iovc_init(&it, &v, 1, 0, len);
-	return eng_io_recv(fd, &it, deadline);
-}
-
 /* The owner's answer to request (ctr, id): its body into body. 0, -EPROTO,
  * -ECONNREFUSED (it said no: *status), -EKEYREJECTED (no to this grant,
  * keyless its mount: UNAUTHORIZED, which says nothing of the next
@@ -136,16 +126,16 @@ static int recv_answer(struct eng_cconn *c, uint64_t ctr, uint64_t id, unsigned 
 	struct eng_wire_krep k;
 	size_t hsz = sizeof(k);
 	size_t blen;
-	int rc = recv_n(c->fd, &k, hsz, deadline);
+	int rc = eng_io_recv_buf(c->fd, &k, hsz, deadline);
 
 	if (rc)
 		return rc;
 	/* Read before the MAC is checked only to know whether a body follows. */
 	*status = (int32_t)le32toh((uint32_t)k.h.status);
 	blen = *status ? 0 : ENG_RDMA_HS_SIZE;
-	if (blen && (rc = recv_n(c->fd, body, blen, deadline)))
+	if (blen && (rc = eng_io_recv_buf(c->fd, body, blen, deadline)))
 		return rc;
-	if (c->keyed && eng_rdma_rep_open(&k, &c->s, ctr, body, blen))
+	if (c->keyed && eng_wire_krep_open(&k, &c->s, ctr, body, blen))
 		return -EPROTO;
 	if (!c->keyed)
 		eng_wire_rep_decode(&k.h);
@@ -568,15 +558,6 @@ static int too_late(struct eng_engine *e, uint64_t total)
 }
 
 /* The CRC32C of iov's bytes. */
-static uint32_t iov_crc(const struct iovec *iov, int iovcnt)
-{
-	uint32_t crc = 0;
-
-	for (int i = 0; i < iovcnt; i++)
-		crc = lc_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
-	return crc;
-}
-
 /* One transfer, as rdma_xfer was given it, and its pieces: keyed x and
  * mr (to_sges), keyless lkey (local_keys). */
 struct rdma_job {
@@ -631,7 +612,7 @@ static int on_set(struct eng_engine *e, struct rdma_job *j, int may_retry)
 				   j->crc, j->deadline);
 	/* The owner checks a keyed WRITE's bytes against their CRC32C. */
 	if (e->keyed && j->dir == ENG_WRITE)
-		wcrc = iov_crc(j->iov, j->iovcnt);
+		wcrc = eng_iov_crc(j->iov, j->iovcnt, 0, j->total);
 	/* The owner's data port would refuse it: so do we, before a byte moves. */
 	if (j->off > p->rlen || j->total > p->rlen - j->off)
 		rc = -ERANGE;
@@ -654,7 +635,9 @@ static int on_set(struct eng_engine *e, struct rdma_job *j, int may_retry)
 		return eng_xfer_failed(rc, 1);
 	/* The NIC moved the bytes: one pass over them here. */
 	if (j->crc)
-		*j->crc = e->keyed && j->dir == ENG_WRITE ? wcrc : iov_crc(j->iov, j->iovcnt);
+		*j->crc = e->keyed && j->dir == ENG_WRITE
+			      ? wcrc
+			      : eng_iov_crc(j->iov, j->iovcnt, 0, j->total);
 	return 0;
 }
 

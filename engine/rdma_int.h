@@ -115,18 +115,6 @@ void eng_rdma_xf_encode(const struct eng_rdma_xf *x, unsigned char *out);
 int eng_rdma_xf_decode(const unsigned char *buf, size_t len, uint64_t total,
 		       struct eng_rdma_xf *out);
 
-/*
- * eng_rdma_rep_seal / _open - the MAC of a keyed connect reply: the 32
- * bytes of the reply before its MAC, then body (blen bytes; 0 on a
- * refusal), numbered by the request's counter. seal fills raw->ctr and
- * raw->mac of an encoded reply; open checks them and decodes raw: 0 or
- * -EPROTO.
- */
-void eng_rdma_rep_seal(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr,
-		       const unsigned char *body, size_t blen);
-int eng_rdma_rep_open(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr,
-		      const unsigned char *body, size_t blen);
-
 /* Registered memory (eng_mem_add): a range and its MR. */
 struct eng_rdma_dev;
 struct eng_mem {

@@ -34,7 +34,7 @@ static int answer(const struct eng_srv_req *q, int32_t status, const unsigned ch
 
 	eng_wire_rep_encode(&rep.h);
 	if (q->s)
-		eng_rdma_rep_seal(&rep, q->s, q->ctr, body, blen);
+		eng_wire_krep_seal(&rep, q->s, q->ctr, body, blen);
 	eng_iovc_init(&c, v, blen ? 2 : 1, 0, v[0].iov_len + blen);
 	return eng_io_send(q->fd, &c, 0, deadline);
 }
@@ -187,13 +187,10 @@ int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng
 	unsigned char in[ENG_RDMA_HS_SIZE], out[ENG_RDMA_HS_SIZE];
 	struct eng_rdma_hs peer, mine;
 	struct eng_rdma_qps *qps = NULL;
-	struct iovec v = {in, sizeof(in)};
-	struct eng_iovc c;
 	int rc;
 
 	if (!body) {
-		eng_iovc_init(&c, &v, 1, 0, sizeof(in));
-		rc = eng_io_recv(q->fd, &c, deadline_ns);
+		rc = eng_io_recv_buf(q->fd, in, sizeof(in), deadline_ns);
 		if (rc)
 			return rc;
 		body = in;

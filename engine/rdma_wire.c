@@ -202,37 +202,3 @@ int eng_rdma_xf_decode(const unsigned char *buf, size_t len, uint64_t total,
 	*out = x;
 	return 0;
 }
-
-/* The MAC'd parts of a connect reply: its first 32 bytes and the body. */
-static int rep_parts(struct eng_wire_krep *raw, const unsigned char *body, size_t blen,
-		     struct iovec v[2])
-{
-	v[0].iov_base = raw;
-	v[0].iov_len = offsetof(struct eng_wire_krep, mac);
-	v[1].iov_base = (void *)body;
-	v[1].iov_len = blen;
-	return body && blen ? 2 : 1;
-}
-
-void eng_rdma_rep_seal(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr,
-		       const unsigned char *body, size_t blen)
-{
-	struct iovec v[2];
-	int n;
-
-	raw->ctr = htole64(ctr);
-	n = rep_parts(raw, body, blen, v);
-	auth_mac(s->tx_key, ctr, v, n, raw->mac);
-}
-
-int eng_rdma_rep_open(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr,
-		      const unsigned char *body, size_t blen)
-{
-	struct iovec v[2];
-	int n = rep_parts(raw, body, blen, v);
-
-	if (le64toh(raw->ctr) != ctr || auth_mac_check(s->rx_key, ctr, v, n, raw->mac))
-		return -EPROTO;
-	eng_wire_krep_decode(raw);
-	return 0;
-}

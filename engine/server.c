@@ -68,7 +68,7 @@ static void rep_build(const struct eng_srv_req *q, int32_t status, uint64_t leng
 		return;
 	}
 	eng_wire_krep_encode(rep);
-	eng_wire_krep_seal(rep, q->s, q->ctr);
+	eng_wire_krep_seal(rep, q->s, q->ctr, NULL, 0);
 }
 
 int eng_send_rep(const struct eng_srv_req *q, int32_t status, uint64_t length, int flags,
@@ -135,15 +135,6 @@ static int refuse(const struct eng_srv_req *q, const struct eng_wire_req *req, i
 	return -EPROTO;
 }
 
-static int recv_all(int fd, void *buf, size_t len, uint64_t deadline)
-{
-	struct iovec v = {buf, len};
-	struct eng_iovc c;
-
-	eng_iovc_init(&c, &v, 1, 0, len);
-	return eng_io_recv(fd, &c, deadline);
-}
-
 /* Wait as long as it takes for a request's first bytes, and take up to
  * len of them at once: how many (>= 1), or -errno (-ECONNRESET: EOF).
  * Busy-polls for them first (once), then sleeps. */
@@ -188,7 +179,7 @@ static int serve_keyed(struct eng_srv_conn *conn, struct eng_wire_kreq *k, uint6
 	 * take them first, bounded. */
 	if (rdma) {
 		nlen = ENG_RDMA_HS_SIZE;
-		rc = recv_all(conn->fd, name, nlen, deadline);
+		rc = eng_io_recv_buf(conn->fd, name, nlen, deadline);
 		if (rc)
 			return rc;
 	} else if (disk) {
@@ -197,7 +188,7 @@ static int serve_keyed(struct eng_srv_conn *conn, struct eng_wire_kreq *k, uint6
 			eng_reject(e, ENG_REJ_MAC, conn->fd, "READ_DISK name length");
 			return -EACCES;
 		}
-		rc = recv_all(conn->fd, name, nlen, deadline);
+		rc = eng_io_recv_buf(conn->fd, name, nlen, deadline);
 		if (rc)
 			return rc;
 	}
@@ -258,7 +249,7 @@ static int serve_one(struct eng_srv_conn *conn)
 	if (!atomic_compare_exchange_strong(&conn->idle_since, &idle, 0))
 		return -ECONNABORTED; /* evicted as the request came */
 	deadline = lc_now_ns() + e->timeout_ns;
-	rc = recv_all(conn->fd, (char *)&k + got, size - (size_t)got, deadline);
+	rc = eng_io_recv_buf(conn->fd, (char *)&k + got, size - (size_t)got, deadline);
 	if (rc)
 		return rc;
 	if (e->keyed)

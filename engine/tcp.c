@@ -93,7 +93,7 @@ int eng_recv_rep(struct eng_cconn *c, uint64_t ctr, struct eng_wire_rep *rep, ui
 	*replied = it.left < size;
 	if (rc)
 		return rc;
-	if (c->keyed && eng_wire_krep_open(&k, &c->s, ctr))
+	if (c->keyed && eng_wire_krep_open(&k, &c->s, ctr, NULL, 0))
 		return -EPROTO; /* not the owner's answer to this request */
 	if (!c->keyed)
 		eng_wire_rep_decode(&k.h);
@@ -133,27 +133,6 @@ static int write_broken(struct eng_cconn *c, uint64_t ctr, uint64_t id, uint64_t
 		return rc;
 	return recv_rep(c, ctr, id, len, deadline_ns, replied) == -EKEYREJECTED ? -EKEYREJECTED
 										: rc;
-}
-
-/* CRC32C of bytes [skip, skip + len) of iov. */
-static uint32_t iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint64_t len)
-{
-	uint32_t crc = 0;
-
-	for (int i = 0; i < iovcnt && len; i++) {
-		size_t n = iov[i].iov_len;
-
-		if (skip >= n) {
-			skip -= n;
-			continue;
-		}
-		n -= (size_t)skip;
-		n = n < len ? n : (size_t)len;
-		crc = lc_crc32c(crc, (const char *)iov[i].iov_base + skip, n);
-		skip = 0;
-		len -= n;
-	}
-	return crc;
 }
 
 /* Compare-and-swaps a slice makes to raise a landed word. */
@@ -231,7 +210,7 @@ static int write_frames(struct tcp_slice *s, struct eng_cconn *c, int *replied)
 	*replied = 0;
 	for (uint64_t i = 0, done = 0; i < nf; i++, done += ENG_WRITE_FRAME) {
 		uint64_t n = s->len - done < ENG_WRITE_FRAME ? s->len - done : ENG_WRITE_FRAME;
-		uint32_t crc = iov_crc(op->iov, op->iovcnt, s->skip + done, n);
+		uint32_t crc = eng_iov_crc(op->iov, op->iovcnt, s->skip + done, n);
 		struct eng_wire_req req = {
 		    .magic = ENG_WIRE_REQ_MAGIC,
 		    .op = ENG_OP_WRITE,

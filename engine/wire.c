@@ -137,19 +137,35 @@ int eng_wire_kreq_open(struct eng_wire_kreq *raw, struct auth_session *s, const 
 	return 0;
 }
 
-void eng_wire_krep_seal(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr)
+/* The MAC'd parts of a reply: its bytes before the MAC, then any body. */
+static int rep_parts(struct eng_wire_krep *raw, const unsigned char *body, size_t blen,
+		     struct iovec v[2])
 {
-	struct iovec v = {raw, offsetof(struct eng_wire_krep, mac)};
-
-	raw->ctr = htole64(ctr);
-	auth_mac(s->tx_key, ctr, &v, 1, raw->mac);
+	v[0].iov_base = raw;
+	v[0].iov_len = offsetof(struct eng_wire_krep, mac);
+	v[1].iov_base = (void *)body;
+	v[1].iov_len = blen;
+	return body && blen ? 2 : 1;
 }
 
-int eng_wire_krep_open(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr)
+void eng_wire_krep_seal(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr,
+			const unsigned char *body, size_t blen)
 {
-	struct iovec v = {raw, offsetof(struct eng_wire_krep, mac)};
+	struct iovec v[2];
+	int n;
 
-	if (le64toh(raw->ctr) != ctr || auth_mac_check(s->rx_key, ctr, &v, 1, raw->mac))
+	raw->ctr = htole64(ctr);
+	n = rep_parts(raw, body, blen, v);
+	auth_mac(s->tx_key, ctr, v, n, raw->mac);
+}
+
+int eng_wire_krep_open(struct eng_wire_krep *raw, const struct auth_session *s, uint64_t ctr,
+		       const unsigned char *body, size_t blen)
+{
+	struct iovec v[2];
+	int n = rep_parts(raw, body, blen, v);
+
+	if (le64toh(raw->ctr) != ctr || auth_mac_check(s->rx_key, ctr, v, n, raw->mac))
 		return -EPROTO;
 	eng_wire_krep_decode(raw);
 	return 0;

@@ -52,7 +52,7 @@ static void keyed(const uint8_t *d, size_t n)
 	if (!eng_wire_req_check(&k.h, SEG_SIZE, ENG_WIRE_VERSION_KEYED, ENG_OPS_DATA))
 		(void)eng_wire_cap_check(&k, secret, "127.0.0.1:1", NULL, 0, 1000);
 	memcpy(&p, d, sizeof(p));
-	(void)eng_wire_krep_open(&p, &s, k.ctr);
+	(void)eng_wire_krep_open(&p, &s, k.ctr, NULL, 0);
 }
 
 static void connect_body(const uint8_t *d, size_t n)

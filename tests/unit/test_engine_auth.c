@@ -155,16 +155,16 @@ static void test_engine_auth_reply_bound_to_request(void **state)
 	(void)state;
 	session_pair(&c, &s);
 	eng_wire_krep_encode(&r);
-	eng_wire_krep_seal(&r, &s, 5);
+	eng_wire_krep_seal(&r, &s, 5, NULL, 0);
 	x = r;
-	assert_int_equal(eng_wire_krep_open(&x, &c, 5), 0);
+	assert_int_equal(eng_wire_krep_open(&x, &c, 5, NULL, 0), 0);
 	assert_int_equal(x.h.length, 9);
 	x = r;
-	assert_int_equal(eng_wire_krep_open(&x, &c, 4), -EPROTO); /* another request's */
+	assert_int_equal(eng_wire_krep_open(&x, &c, 4, NULL, 0), -EPROTO); /* another request's */
 	for (size_t bit = 0; bit < 8 * offsetof(struct eng_wire_krep, pad); bit += 7) {
 		x = r;
 		((unsigned char *)&x)[bit / 8] ^= (unsigned char)(1u << (bit % 8));
-		assert_int_equal(eng_wire_krep_open(&x, &c, 5), -EPROTO);
+		assert_int_equal(eng_wire_krep_open(&x, &c, 5, NULL, 0), -EPROTO);
 	}
 }
 
@@ -631,7 +631,7 @@ static void test_engine_auth_replay_bitflip_and_crc(void **state)
 	assert_int_equal(send(fd, &k, sizeof(k), 0), sizeof(k));
 	assert_int_equal(recv(fd, buf, sizeof(buf), MSG_WAITALL), sizeof(buf));
 	memcpy(&rep, buf, sizeof(rep));
-	assert_int_equal(eng_wire_krep_open(&rep, &s, le64toh(k.ctr)), 0);
+	assert_int_equal(eng_wire_krep_open(&rep, &s, le64toh(k.ctr), NULL, 0), 0);
 	assert_int_equal(rep.h.status, 0);
 	assert_int_equal(buf[ENG_WIRE_REP_FRAME], 0x5A);
 	/* The recorded frame again on the same connection: closed, no byte. */
@@ -655,7 +655,7 @@ static void test_engine_auth_replay_bitflip_and_crc(void **state)
 	assert_int_equal(send(fd, payload, sizeof(payload), 0), sizeof(payload));
 	assert_int_equal(drain(fd, buf, sizeof(buf)), ENG_WIRE_REP_FRAME);
 	memcpy(&rep, buf, sizeof(rep));
-	assert_int_equal(eng_wire_krep_open(&rep, &s, le64toh(k.ctr)), 0);
+	assert_int_equal(eng_wire_krep_open(&rep, &s, le64toh(k.ctr), NULL, 0), 0);
 	assert_int_equal(rep.h.status, LUNAR_ERR_CHECKSUM_MISMATCH);
 	close(fd);
 	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CRC), 1);

@@ -197,15 +197,15 @@ static void test_rdma_wire_reply_mac(void **state)
 	memcpy(s.rx_key, s.tx_key, sizeof(s.rx_key)); /* one session plays both ends */
 	eng_rdma_hs_encode(&h, body);
 	eng_wire_rep_encode(&rep.h);
-	eng_rdma_rep_seal(&rep, &s, 3, body, sizeof(body));
+	eng_wire_krep_seal(&rep, &s, 3, body, sizeof(body));
 	copy = rep;
-	assert_int_equal(eng_rdma_rep_open(&copy, &s, 3, body, sizeof(body)), 0);
+	assert_int_equal(eng_wire_krep_open(&copy, &s, 3, body, sizeof(body)), 0);
 	assert_int_equal(copy.h.id, 9);
 	copy = rep;
-	assert_int_equal(eng_rdma_rep_open(&copy, &s, 4, body, sizeof(body)), -EPROTO);
+	assert_int_equal(eng_wire_krep_open(&copy, &s, 4, body, sizeof(body)), -EPROTO);
 	body[50] ^= 1; /* the rkey changed on the way */
 	copy = rep;
-	assert_int_equal(eng_rdma_rep_open(&copy, &s, 3, body, sizeof(body)), -EPROTO);
+	assert_int_equal(eng_wire_krep_open(&copy, &s, 3, body, sizeof(body)), -EPROTO);
 }
 
 /* A transfer body of n pieces of 1000 bytes each. */
