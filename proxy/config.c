@@ -50,7 +50,7 @@ static const struct flag flags[] = {
     F("embedded-master", K_BOOL, embedded, "      run the master inside this proxy (single node)"),
     F("host", K_STR, host,
       "ADDR  address of the data and HTTP ports, advertised to peers\n"
-      "                             (127.0.0.1)"),
+      "                             (127.0.0.1; at most 65 bytes)"),
     F("data-port", K_U16, data_port, "N     data port for peers (12345; 0 picks a free one)"),
     F("segment-size", K_SIZE, segment_size,
       "SIZE  DRAM contributed to the cluster (4GiB; 0 = none)"),
@@ -392,6 +392,10 @@ int px_config_parse(struct px_config *c, int argc, char **argv)
 			   c->master_url);
 	if (c->disk_dir && (!c->segment_size || !c->disk_capacity))
 		return bad("%s", "--disk-dir needs a --segment-size and a --disk-capacity above 0");
+	/* Peers keep our endpoint, "host:port", in their lease caches. */
+	_Static_assert(PX_ENDPOINT_MAX - sizeof(":65535") == 65, "--help says 65");
+	if (strlen(c->host) + sizeof(":65535") > PX_ENDPOINT_MAX)
+		return bad("--host '%s': longer than peers can keep (65 bytes at most)", c->host);
 	if (check_security(c))
 		return 2;
 	/* Before what scales with the segment: its size may shrink here. */

@@ -337,27 +337,29 @@ int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char 
 int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadline_ms,
 			uint64_t lessee, struct px_cached *out)
 {
-	if (res->n_replicas > PX_CACHE_MAX_REPLICAS)
-		return -1;
+	unsigned n = 0;
+
 	out->size = res->size;
 	out->crc = res->crc32c;
 	out->deadline_ms = deadline_ms;
 	out->lease_seq = res->lease_seq;
 	out->lessee = lessee;
 	out->landing = res->landing;
-	out->nrep = (unsigned)res->n_replicas;
-	for (size_t i = 0; i < res->n_replicas; i++) {
+	for (size_t i = 0; i < res->n_replicas && n < PX_CACHE_MAX_REPLICAS; i++) {
 		const Lunar__Replica *rp = res->replicas[i];
+		struct px_cached_replica *to = &out->rep[n];
 
-		if (strlen(rp->endpoint) >= PX_ENDPOINT_MAX)
-			return -1;
-		out->rep[i].type = rp->type;
-		strcpy(out->rep[i].endpoint, rp->endpoint);
-		out->rep[i].offset = rp->offset;
-		out->rep[i].length = rp->length;
-		out->rep[i].has_cap = px_replica_cap(rp, &out->rep[i].cap);
+		if (strnlen(rp->endpoint, PX_ENDPOINT_MAX) == PX_ENDPOINT_MAX)
+			continue; /* no Lunar proxy has one (its --host check) */
+		to->type = rp->type;
+		strcpy(to->endpoint, rp->endpoint);
+		to->offset = rp->offset;
+		to->length = rp->length;
+		to->has_cap = px_replica_cap(rp, &to->cap);
+		n++;
 	}
-	return 0;
+	out->nrep = n;
+	return res->n_replicas && !n ? -1 : 0;
 }
 
 int px_replica_cap(const Lunar__Replica *rp, struct eng_cap *out)

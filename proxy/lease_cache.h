@@ -95,7 +95,9 @@ int px_lease_cache_get(struct px_lease_cache *c, const char *tenant, const char 
  */
 int px_replica_cap(const Lunar__Replica *rp, struct eng_cap *out);
 /* px_lease_cache_fill - convert a master result, granted to lessee, into
- * *out (0), or -1 if it cannot be cached (too many replicas, long endpoint). */
+ * *out: its first PX_CACHE_MAX_REPLICAS replicas whose endpoints fit (any
+ * one serves a read; the bytes are checked against the CRC32C). 0, or -1
+ * when it named replicas and none fits. */
 int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadline_ms,
 			uint64_t lessee, struct px_cached *out);
 /* px_lease_cache_put - insert or replace the entry of (tenant, key), which

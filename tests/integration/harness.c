@@ -38,7 +38,7 @@
 
 #include "auth.h"
 
-#define H_MAX_PROCS  64
+#define H_MAX_PROCS  128 /* test_daemon_flags runs some 70, one after the other */
 #define H_LOG_TAIL   4096
 #define H_REPORT_MAX 16384 /* of a sanitizer report, printed */
 

@@ -124,6 +124,12 @@ static void test_daemon_flags_proxy(void **state)
 	EXPECT_IN(out, "lease-cache-keys");
 	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--lease-cache-keys", "4194305", NULL), 2);
 	EXPECT_IN(out, "lease-cache-keys");
+	/* an address peers can keep: 65 bytes at most */
+	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--embedded-master", "--host",
+			"h234567890123456789012345678901234567890123456789012345678901234567",
+			NULL),
+		    2);
+	EXPECT_IN(out, "65 bytes at most");
 	/* busy polling: off, or up to a millisecond */
 	H_ASSERT_EQ(run("lunar-proxy", out, sizeof(out), "--busy-poll-us", "1001", NULL), 2);
 	EXPECT_IN(out, "busy-poll-us");

@@ -8,7 +8,8 @@
  * table (long probe runs, removals that move them back, wrap-arounds);
  * with room for one entry a shard, every put drops one and is still found;
  * the entries' bytes stay within the budget; renewals are in each key's
- * latest reader's name and go back with it.
+ * latest reader's name and go back with it; a master's list keeps the
+ * replicas that fit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -438,6 +439,61 @@ static void test_lease_cache_replicas_grow_and_shrink(void **state)
 	px_lease_cache_destroy(c);
 }
 
+/* A master's list of n replicas ("node-i:9000", at offset i), endpoint
+ * long_at made PX_ENDPOINT_MAX bytes long (none: n or more). */
+static void master_list(Lunar__GetReplicaListResult *res, Lunar__Replica *reps,
+			Lunar__Replica **ptrs, char (*eps)[PX_ENDPOINT_MAX + 1], size_t n,
+			size_t long_at)
+{
+	lunar__get_replica_list_result__init(res);
+	res->size = 4096;
+	res->crc32c = 7;
+	res->n_replicas = n;
+	res->replicas = ptrs;
+	for (size_t i = 0; i < n; i++) {
+		lunar__replica__init(&reps[i]);
+		snprintf(eps[i], PX_ENDPOINT_MAX + 1, "node-%zu:9000", i);
+		if (i == long_at)
+			memset(eps[i], 'h', PX_ENDPOINT_MAX);
+		reps[i].endpoint = eps[i];
+		reps[i].offset = i;
+		reps[i].length = 4096;
+		ptrs[i] = &reps[i];
+	}
+}
+
+/* A list longer than the cache keeps, or with an endpoint longer than it
+ * keeps, still gives the replicas that fit: any one serves a read. */
+static void test_lease_cache_fill_keeps_what_fits(void **state)
+{
+	enum { N = PX_CACHE_MAX_REPLICAS + 3 };
+	static char eps[N][PX_ENDPOINT_MAX + 1];
+	Lunar__Replica reps[N], *ptrs[N];
+	Lunar__GetReplicaListResult res;
+	struct px_cached out;
+
+	(void)state;
+	master_list(&res, reps, ptrs, eps, N, N);
+	assert_int_equal(px_lease_cache_fill(&res, 1000, 5, &out), 0);
+	assert_int_equal(out.nrep, PX_CACHE_MAX_REPLICAS);
+	assert_int_equal(out.size, 4096);
+	assert_int_equal(out.crc, 7);
+	assert_string_equal(out.rep[PX_CACHE_MAX_REPLICAS - 1].endpoint, "node-7:9000");
+	/* The second replica's endpoint is too long: skipped, the rest kept. */
+	master_list(&res, reps, ptrs, eps, 3, 1);
+	assert_int_equal(px_lease_cache_fill(&res, 1000, 5, &out), 0);
+	assert_int_equal(out.nrep, 2);
+	assert_string_equal(out.rep[0].endpoint, "node-0:9000");
+	assert_string_equal(out.rep[1].endpoint, "node-2:9000");
+	assert_int_equal(out.rep[1].offset, 2);
+	/* Nothing fits: refused. No replica at all: an empty list. */
+	master_list(&res, reps, ptrs, eps, 1, 0);
+	assert_int_equal(px_lease_cache_fill(&res, 1000, 5, &out), -1);
+	master_list(&res, reps, ptrs, eps, 0, 0);
+	assert_int_equal(px_lease_cache_fill(&res, 1000, 5, &out), 0);
+	assert_int_equal(out.nrep, 0);
+}
+
 #define MODEL_KEYS 300
 
 /* What the cache must say for tenant t, key i: 0 absent, else the size. */
@@ -600,6 +656,7 @@ LUNAR_TEST_MAIN(NULL, NULL, test_lease_cache_hit_until_margin, test_lease_cache_
 		test_lease_cache_orphan_keeps_dropped_reads,
 		test_lease_cache_orphan_keeps_another_readers_grant,
 		test_lease_cache_orphan_gives_back_a_renewed_lease,
-		test_lease_cache_replicas_grow_and_shrink, test_lease_cache_random_against_model,
-		test_lease_cache_drop_for_room, test_lease_cache_default_keys_follow_the_segment,
+		test_lease_cache_replicas_grow_and_shrink, test_lease_cache_fill_keeps_what_fits,
+		test_lease_cache_random_against_model, test_lease_cache_drop_for_room,
+		test_lease_cache_default_keys_follow_the_segment,
 		test_lease_cache_bytes_are_bounded)
