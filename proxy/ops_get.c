@@ -132,14 +132,12 @@ struct px_dreads {
 static bool defer_read(struct px_dreads *dr, uint32_t count, uint32_t i, const char *tenant,
 		       const struct px_item *it, const struct px_cached *e, const struct iovec *iov)
 {
-	if (!dr->idx) {
+	if (!dr->idx && !dr->e && !dr->v) { /* once: a part that failed stays NULL */
 		dr->idx = calloc(count, sizeof(*dr->idx));
 		dr->e = calloc(count, sizeof(*dr->e));
 		dr->v = calloc(count, sizeof(*dr->v));
-		if (!dr->idx || !dr->e || !dr->v)
-			return false;
 	}
-	if (dr->n >= count)
+	if (!dr->idx || !dr->e || !dr->v || dr->n >= count)
 		return false;
 	dr->idx[dr->n] = i;
 	dr->e[dr->n] = *e;
@@ -172,15 +170,13 @@ static bool hold_xfer(struct px_mreads *mr, uint32_t count, uint32_t i, const st
 {
 	uint32_t k = mr->n;
 
-	if (!mr->idx) {
+	if (!mr->idx && !mr->e && !mr->ops && !mr->iov) { /* once, as defer_read's */
 		mr->idx = calloc(count, sizeof(*mr->idx));
 		mr->e = calloc(count, sizeof(*mr->e));
 		mr->ops = calloc(count, sizeof(*mr->ops));
 		mr->iov = calloc(count, sizeof(*mr->iov));
-		if (!mr->idx || !mr->e || !mr->ops || !mr->iov)
-			return false;
 	}
-	if (k >= count)
+	if (!mr->idx || !mr->e || !mr->ops || !mr->iov || k >= count)
 		return false;
 	mr->idx[k] = i;
 	mr->e[k] = *e;
