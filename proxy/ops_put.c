@@ -205,9 +205,11 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 	return n;
 }
 
-/* Commit the written keys with their checksums; failures become results. */
-static void put_commit(struct px_proxy *px, struct px_req *r, const struct px_batch *keys,
-		       uint32_t method)
+/* Commit the written keys with their checksums; failures become results.
+ * 0 when the master answered key by key, else the code every key got
+ * (the master may have committed none, some or all of them). */
+static int put_commit(struct px_proxy *px, struct px_req *r, const struct px_batch *keys,
+		      uint32_t method)
 {
 	Lunar__BatchPutEndRequest rq = LUNAR__BATCH_PUT_END_REQUEST__INIT;
 	const Lunar__BatchCodesReply *codes;
@@ -216,7 +218,7 @@ static void put_commit(struct px_proxy *px, struct px_req *r, const struct px_ba
 	int rc = LUNAR_ERR_INTERNAL;
 
 	if (!keys->n)
-		return;
+		return 0;
 	if (keys->n > PX_BATCH_INLINE && !(crcs = calloc(keys->n, sizeof(*crcs))))
 		goto fail;
 	for (size_t i = 0; i < keys->n; i++)
@@ -227,7 +229,9 @@ static void put_commit(struct px_proxy *px, struct px_req *r, const struct px_ba
 	rq.keys = keys->keys;
 	rq.n_crc32c = keys->n;
 	rq.crc32c = crcs;
-	rc = px_mc_call(px->mc, method, &rq.base, &rep);
+	/* tests: a PutEnd lost on its way, or its answer */
+	rc = LC_FAILPOINT("proxy-put-end") ? LUNAR_ERR_RPC_TIMEOUT
+					   : px_mc_call(px->mc, method, &rq.base, &rep);
 	if (crcs != crcs_in)
 		free(crcs);
 	if (!rc && (rc = px_mc_code(rep)) != 0)
@@ -239,9 +243,10 @@ static void put_commit(struct px_proxy *px, struct px_req *r, const struct px_ba
 		r->items[keys->idx[i]].result =
 		    i < codes->n_codes ? codes->codes[i] : LUNAR_ERR_PROTOCOL;
 	protobuf_c_message_free_unpacked(rep, NULL);
-	return;
+	return 0;
 fail:
 	px_batch_fail(r, keys, rc);
+	return rc;
 }
 
 /* Revoke keys whose write failed or whose client died; best effort (the
@@ -378,7 +383,11 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 	put_sort(r, &b, started, &commit, revoke);
 	put_revoke(px, r, &revoke[0], calls->revoke, 0);
 	put_revoke(px, r, &revoke[1], calls->revoke, 1);
-	put_commit(px, r, &commit, calls->end);
+	/* A commit the master may not have heard of: revoked, so that no key
+	 * stays PROCESSING, where a retry's PutStart would find it "already
+	 * there" and report success. One it did commit refuses the revoke. */
+	if (put_commit(px, r, &commit, calls->end))
+		put_revoke(px, r, &commit, calls->revoke, 0);
 	put_index(px, r, &b, (const Lunar__BatchPutStartReply *)rep);
 	if (r->sqe.op == LC_OP_UPSERT)
 		px_batch_drop_leases(px, r, &commit);

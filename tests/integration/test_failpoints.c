@@ -6,7 +6,9 @@
  * $LUNAR_FAILPOINTS_FILE names. Allocations failing on the proxy's hot
  * paths (decoding a request, starting a put) fail that call with
  * INTERNAL_ERROR and nothing else: the client stays connected, its next
- * call works, no abort, the aftermath holds. And the SSD tier dying between
+ * call works, no abort, the aftermath holds. A PutEnd that never reached
+ * the master fails the put and leaves no key behind: the put again works
+ * and reads back. And the SSD tier dying between
  * a record's data and its metadata, or halfway through the metadata: on
  * restart the intact records are recovered and read back byte-exact, the
  * torn one is dropped and counted, the half-written objects never appear.
@@ -117,6 +119,32 @@ static void test_failpoints_alloc_fails_one_call(void **state)
 	h_after_end(&after);
 }
 
+/* --- a PutEnd lost on its way --- */
+
+static void test_failpoints_lost_put_end_leaves_no_key(void **state)
+{
+	uint8_t *buf = malloc(LEN);
+	struct lunar_client *c;
+	int rc;
+
+	(void)state;
+	H_ASSERT(buf != NULL);
+	start("proxy", NULL);
+	c = h_client(sock);
+	arm("proxy-put-end=1*return");
+	h_fill(buf, LEN, h_seed("fp/end"));
+	rc = lunar_put(c, "fp/end", buf, LEN, NULL);
+	H_ASSERT_MSG(rc < 0, "a put whose PutEnd was lost gave %d", rc);
+	arm("");
+	/* Not "already there" (PROCESSING, never to be read): put for real. */
+	H_ASSERT_EQ(lunar_exists(c, "fp/end"), 0);
+	put_seeded(c, "fp/end", buf, LEN, h_seed("fp/end"), NULL);
+	H_ASSERT_EQ(lunar_exists(c, "fp/end"), 1);
+	check_seeded(c, "fp/end", buf, LEN, h_seed("fp/end"));
+	lunar_close(c);
+	free(buf);
+}
+
 /* --- the SSD tier dying inside a write --- */
 
 static void put_and_offload(struct lunar_client *c, const char *key, uint8_t *buf)
@@ -207,6 +235,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_failpoints_alloc_fails_one_call, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_failpoints_lost_put_end_leaves_no_key, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_failpoints_disk_crash_mid_record, setup, teardown),
 	};
 	/* Every daemon the harness starts here is the failpoint build's. */
