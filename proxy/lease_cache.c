@@ -385,6 +385,13 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 
 	pthread_mutex_lock(&s->lock);
 	i = find(c, s, h, tenant, key);
+	if (v->landing) { /* its bytes may not be there yet: not kept */
+		if (s->tab[i].e)
+			entry_remove(c, s, i);
+		if (rd)
+			max_into(&s->lost_ms, rd->until_ms);
+		goto out;
+	}
 	if (s->tab[i].e) {
 		entry_update(c, s, i, v);
 		i = find(c, s, h, tenant, key); /* without memory, it was dropped */
@@ -569,7 +576,7 @@ static void apply_due(struct px_lease_cache *c, const struct lkey *d, const stru
 
 	pthread_mutex_lock(&s->lock);
 	i = find(c, s, h, d->tenant, d->key);
-	if (s->tab[i].e && fresh) {
+	if (s->tab[i].e && fresh && !fresh->landing) {
 		s->tab[i].e->read = false;
 		entry_update(c, s, i, fresh);
 	} else if (s->tab[i].e) {

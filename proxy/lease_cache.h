@@ -101,7 +101,7 @@ int px_replica_cap(const Lunar__Replica *rp, struct eng_cap *out);
 int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadline_ms,
 			uint64_t lessee, struct px_cached *out);
 /* px_lease_cache_put - insert or replace the entry of (tenant, key), which
- * the master just gave for the read rd. */
+ * the master just gave for the read rd; a landing one drops it instead. */
 void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char *key,
 			const struct px_cached *e, const struct px_read *rd);
 /* px_lease_cache_drop - forget (tenant, key). */
@@ -118,7 +118,8 @@ void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant);
  * and the latest reader of each (the lease is renewed in its name, so that
  * it goes back with that reader's others); renew asks the master again and
  * sets found[i] with the new entry in fresh[i] (which replaces the cached
- * one: an upsert elsewhere is picked up here), or found[i] = 0 (dropped).
+ * one: an upsert elsewhere is picked up here; a landing one drops it), or
+ * found[i] = 0 (dropped).
  * A nonzero return (master unreachable) leaves the entries to run out their
  * leases. Entries not read are left to expire, and so are those whose
  * lease has ended: only entries whose lease still runs are visited (newest

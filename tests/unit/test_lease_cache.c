@@ -9,7 +9,7 @@
  * with room for one entry a shard, every put drops one and is still found;
  * the entries' bytes stay within the budget; renewals are in each key's
  * latest reader's name and go back with it; a master's list keeps the
- * replicas that fit.
+ * replicas that fit; a landing list is never kept.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -439,6 +439,48 @@ static void test_lease_cache_replicas_grow_and_shrink(void **state)
 	px_lease_cache_destroy(c);
 }
 
+static int renew_landing(void *arg, const char *tenant, char **keys, const uint64_t *readers,
+			 size_t n, struct px_cached *fresh, int *found)
+{
+	(void)arg;
+	(void)tenant;
+	(void)keys;
+	(void)readers;
+	for (size_t i = 0; i < n; i++) {
+		fresh[i] = entry(6, 3000);
+		fresh[i].landing = true;
+		found[i] = 1;
+	}
+	return 0;
+}
+
+/* A list whose bytes may not have landed is never kept: put, it drops the
+ * key's entry; brought by a renewal, too. */
+static void test_lease_cache_landing_never_kept(void **state)
+{
+	struct px_lease_cache *c = px_lease_cache_create(1024);
+	struct px_cached v = entry(5, 1000), out;
+
+	(void)state;
+	v.landing = true;
+	px_lease_cache_put(c, "t", "k", &v, NULL);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 0);
+	v.landing = false;
+	px_lease_cache_put(c, "t", "k", &v, NULL);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 1);
+	v.landing = true;
+	px_lease_cache_put(c, "t", "k", &v, NULL);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 0);
+	/* Read past its lease: renewed, and the master's list is landing. */
+	v.landing = false;
+	px_lease_cache_put(c, "t", "k", &v, NULL);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, &(struct px_read){1, 2000}, &out),
+			 1);
+	px_lease_cache_renew(c, 900, 200, 0, renew_landing, NULL);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 0);
+	px_lease_cache_destroy(c);
+}
+
 /* A master's list of n replicas ("node-i:9000", at offset i), endpoint
  * long_at made PX_ENDPOINT_MAX bytes long (none: n or more). */
 static void master_list(Lunar__GetReplicaListResult *res, Lunar__Replica *reps,
@@ -657,6 +699,6 @@ LUNAR_TEST_MAIN(NULL, NULL, test_lease_cache_hit_until_margin, test_lease_cache_
 		test_lease_cache_orphan_keeps_another_readers_grant,
 		test_lease_cache_orphan_gives_back_a_renewed_lease,
 		test_lease_cache_replicas_grow_and_shrink, test_lease_cache_fill_keeps_what_fits,
-		test_lease_cache_random_against_model, test_lease_cache_drop_for_room,
-		test_lease_cache_default_keys_follow_the_segment,
+		test_lease_cache_landing_never_kept, test_lease_cache_random_against_model,
+		test_lease_cache_drop_for_room, test_lease_cache_default_keys_follow_the_segment,
 		test_lease_cache_bytes_are_bounded)
