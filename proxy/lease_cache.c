@@ -13,6 +13,7 @@
 #include "lease_cache.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +60,9 @@ struct shard {
 
 struct px_lease_cache {
 	unsigned per_shard;
-	size_t shard_bytes; /* the budget of a shard's entries */
-	unsigned mask;	    /* table slots per shard - 1: at least twice per_shard */
+	size_t shard_bytes;	    /* the budget of a shard's entries */
+	unsigned mask;		    /* table slots per shard - 1: at least twice per_shard */
+	atomic_uint_fast64_t drops; /* drop and clear calls so far (px_lease_cache_mark) */
 	struct shard s[SHARDS];
 };
 
@@ -385,6 +387,12 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 
 	pthread_mutex_lock(&s->lock);
 	i = find(c, s, h, tenant, key);
+	if (rd && rd->mark && rd->mark != px_lease_cache_mark(c)) {
+		/* Asked for before a drop: it may be the value the drop was
+		 * for. Kept neither way, so only the master's next word is. */
+		max_into(&s->lost_ms, rd->until_ms);
+		goto out;
+	}
 	if (v->landing) { /* its bytes may not be there yet: not kept */
 		if (s->tab[i].e)
 			entry_remove(c, s, i);
@@ -421,12 +429,20 @@ out:
 	pthread_mutex_unlock(&s->lock);
 }
 
+uint64_t px_lease_cache_mark(struct px_lease_cache *c)
+{
+	return atomic_load(&c->drops) + 1;
+}
+
 void px_lease_cache_drop(struct px_lease_cache *c, const char *tenant, const char *key)
 {
 	uint64_t h = name_hash(tenant, key);
 	struct shard *s = shard_of(c, h);
 	unsigned i;
 
+	/* Counted first: a put that finds the old count under the lock
+	 * inserts before this removal, and is removed by it. */
+	atomic_fetch_add(&c->drops, 1);
 	pthread_mutex_lock(&s->lock);
 	i = find(c, s, h, tenant, key);
 	if (s->tab[i].e)
@@ -463,6 +479,7 @@ static void clear_visit(struct px_lease_cache *c, struct shard *s, struct entry 
 
 void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
 {
+	atomic_fetch_add(&c->drops, 1); /* first, as in px_lease_cache_drop */
 	sweep(c, 0, clear_visit, (void *)tenant);
 }
 
@@ -567,8 +584,11 @@ static void due_visit(struct px_lease_cache *c, struct shard *s, struct entry *e
 		key_list_add(&d->l, e, e->reader);
 }
 
-/* Replace a renewed entry with what the master said now, or drop it. */
-static void apply_due(struct px_lease_cache *c, const struct lkey *d, const struct px_cached *fresh)
+/* Replace a renewed entry with what the master said now, or drop it;
+ * nothing when a drop came since mark (taken before asking): the entry
+ * there may be newer than the answer. */
+static void apply_due(struct px_lease_cache *c, const struct lkey *d, const struct px_cached *fresh,
+		      uint64_t mark)
 {
 	uint64_t h = name_hash(d->tenant, d->key);
 	struct shard *s = shard_of(c, h);
@@ -576,7 +596,9 @@ static void apply_due(struct px_lease_cache *c, const struct lkey *d, const stru
 
 	pthread_mutex_lock(&s->lock);
 	i = find(c, s, h, d->tenant, d->key);
-	if (s->tab[i].e && fresh && !fresh->landing) {
+	if (mark != px_lease_cache_mark(c)) {
+		/* read stays set: the next renewal asks again */
+	} else if (s->tab[i].e && fresh && !fresh->landing) {
 		s->tab[i].e->read = false;
 		entry_update(c, s, i, fresh);
 	} else if (s->tab[i].e) {
@@ -598,7 +620,7 @@ static void renew_batch(void *arg, struct lkey *d, size_t k)
 {
 	struct renewal *rn = arg;
 	char *keys[PX_RENEW_BATCH];
-	uint64_t readers[PX_RENEW_BATCH] = {0};
+	uint64_t readers[PX_RENEW_BATCH] = {0}, mark = px_lease_cache_mark(rn->c);
 
 	for (size_t j = 0; j < k; j++) {
 		keys[j] = d[j].key;
@@ -608,7 +630,7 @@ static void renew_batch(void *arg, struct lkey *d, size_t k)
 	if (rn->renew(rn->arg, d[0].tenant, keys, readers, k, rn->fresh, rn->found))
 		return;
 	for (size_t j = 0; j < k; j++)
-		apply_due(rn->c, &d[j], rn->found[j] ? &rn->fresh[j] : NULL);
+		apply_due(rn->c, &d[j], rn->found[j] ? &rn->fresh[j] : NULL, mark);
 }
 
 void px_lease_cache_renew(struct px_lease_cache *c, uint64_t now_ms, uint64_t window_ms,

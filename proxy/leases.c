@@ -68,7 +68,8 @@ struct px_read px_read_by(struct px_proxy *px, struct px_session *s, uint64_t no
 {
 	if (!atomic_load_explicit(&s->leased, memory_order_relaxed))
 		atomic_store_explicit(&s->leased, true, memory_order_relaxed);
-	return (struct px_read){s->client_id, now_ms + atomic_load(&px->lease_ttl_ms)};
+	return (struct px_read){.reader = s->client_id,
+				.until_ms = now_ms + atomic_load(&px->lease_ttl_ms)};
 }
 
 void px_lease_reader_gone(struct px_proxy *px, const struct px_session *s)

@@ -437,7 +437,7 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 		      struct px_down *down, struct px_held *h)
 {
 	const Lunar__BatchGetReplicaListReply *rl;
-	uint64_t sent = lc_now_ms();
+	uint64_t sent = lc_now_ms(), mark = px_lease_cache_mark(px->leases);
 	struct px_read rd;
 	ProtobufCMessage *rep;
 	int rc;
@@ -451,6 +451,7 @@ static void get_fresh(struct px_proxy *px, struct px_req *r, const struct px_bat
 	rl = (const Lunar__BatchGetReplicaListReply *)rep;
 	atomic_store(&px->lease_ttl_ms, rl->lease_ttl_ms);
 	rd = px_read_by(px, r->s, sent);
+	rd.mark = mark;
 	PX_COUNT(px, lease_misses, b->n);
 	for (size_t i = 0; i < b->n; i++) {
 		struct px_item *it = &r->items[b->idx[i]];

@@ -9,7 +9,8 @@
  * with room for one entry a shard, every put drops one and is still found;
  * the entries' bytes stay within the budget; renewals are in each key's
  * latest reader's name and go back with it; a master's list keeps the
- * replicas that fit; a landing list is never kept.
+ * replicas that fit; a landing list is never kept, nor one asked for
+ * before a drop.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -209,7 +210,8 @@ static void test_lease_cache_renews_read_entries_only(void **state)
 
 	struct px_cached ended = entry(1, 800);
 	/* reads that need the lease past its end (1000), and one it covers */
-	const struct px_read past = {1, 1200}, covered = {1, 1000};
+	const struct px_read past = {.reader = 1, .until_ms = 1200},
+			     covered = {.reader = 1, .until_ms = 1000};
 
 	px_lease_cache_put(c, "t", "ended", &ended, NULL);
 	px_lease_cache_put(c, "t", "read", &v, NULL);
@@ -271,7 +273,8 @@ static void put_read(struct px_lease_cache *c, const char *tenant, const char *k
 
 	v.lease_seq = seq;
 	v.lessee = reader;
-	px_lease_cache_put(c, tenant, key, &v, &(struct px_read){reader, until_ms});
+	px_lease_cache_put(c, tenant, key, &v,
+			   &(struct px_read){.reader = reader, .until_ms = until_ms});
 }
 
 /* A read of (t, key) served from the cache for reader, needing the lease
@@ -281,7 +284,9 @@ static void read_hit(struct px_lease_cache *c, const char *key, uint64_t reader,
 	struct px_cached out;
 
 	assert_int_equal(
-	    px_lease_cache_get(c, "t", key, 0, 0, &(struct px_read){reader, until_ms}, &out), 1);
+	    px_lease_cache_get(c, "t", key, 0, 0,
+			       &(struct px_read){.reader = reader, .until_ms = until_ms}, &out),
+	    1);
 }
 
 /* A renewal as the proxy makes it: grant 40 + the key's last digit, to
@@ -421,7 +426,9 @@ static void test_lease_cache_replicas_grow_and_shrink(void **state)
 		memset(&out, 0xa5, sizeof(out));
 		px_lease_cache_put(c, "t", "k", &v, NULL);
 		assert_int_equal(
-		    px_lease_cache_get(c, "t", "k", 0, 0, &(struct px_read){1, 2000}, &out), 1);
+		    px_lease_cache_get(c, "t", "k", 0, 0,
+				       &(struct px_read){.reader = 1, .until_ms = 2000}, &out),
+		    1);
 		assert_int_equal(out.size, 10 + k);
 		assert_int_equal(out.nrep, counts[k]);
 		for (unsigned i = 0; i < counts[k]; i++) {
@@ -474,10 +481,58 @@ static void test_lease_cache_landing_never_kept(void **state)
 	/* Read past its lease: renewed, and the master's list is landing. */
 	v.landing = false;
 	px_lease_cache_put(c, "t", "k", &v, NULL);
-	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, &(struct px_read){1, 2000}, &out),
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0,
+					    &(struct px_read){.reader = 1, .until_ms = 2000}, &out),
 			 1);
 	px_lease_cache_renew(c, 900, 200, 0, renew_landing, NULL);
 	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 0);
+	px_lease_cache_destroy(c);
+}
+
+/* During a renewal's call, an upsert here drops the key and a get puts
+ * the new value's list; the call answers with the old one. */
+static int renew_raced(void *arg, const char *tenant, char **keys, const uint64_t *readers,
+		       size_t n, struct px_cached *fresh, int *found)
+{
+	struct px_lease_cache *c = arg;
+	struct px_cached now = entry(42, 3000);
+
+	(void)readers;
+	px_lease_cache_drop(c, tenant, keys[0]);
+	px_lease_cache_put(c, tenant, keys[0], &now, NULL);
+	for (size_t i = 0; i < n; i++) {
+		fresh[i] = entry(99, 3000);
+		found[i] = 1;
+	}
+	return 0;
+}
+
+/* A list asked for before a drop (an upsert here, whose old value it may
+ * be) is not kept, even for a key that had no entry; one asked for after
+ * is. A renewal answered after a drop leaves the entry there alone. */
+static void test_lease_cache_list_older_than_drop_not_kept(void **state)
+{
+	struct px_lease_cache *c = px_lease_cache_create(1024);
+	struct px_cached v = entry(5, 1000), out;
+	struct px_read rd = {.reader = 1, .until_ms = 2000};
+
+	(void)state;
+	rd.mark = px_lease_cache_mark(c);
+	px_lease_cache_drop(c, "t", "k"); /* nothing cached: still counts */
+	px_lease_cache_put(c, "t", "k", &v, &rd);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 0);
+	rd.mark = px_lease_cache_mark(c);
+	px_lease_cache_clear(c, "other");
+	px_lease_cache_put(c, "t", "k", &v, &rd);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 0);
+	rd.mark = px_lease_cache_mark(c);
+	px_lease_cache_put(c, "t", "k", &v, &rd);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 1);
+	/* Read past its lease, so renewed: the new value's list stays. */
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, &rd, &out), 1);
+	px_lease_cache_renew(c, 900, 200, 0, renew_raced, c);
+	assert_int_equal(px_lease_cache_get(c, "t", "k", 0, 0, NULL, &out), 1);
+	assert_int_equal(out.size, 42);
 	px_lease_cache_destroy(c);
 }
 
@@ -699,6 +754,7 @@ LUNAR_TEST_MAIN(NULL, NULL, test_lease_cache_hit_until_margin, test_lease_cache_
 		test_lease_cache_orphan_keeps_another_readers_grant,
 		test_lease_cache_orphan_gives_back_a_renewed_lease,
 		test_lease_cache_replicas_grow_and_shrink, test_lease_cache_fill_keeps_what_fits,
-		test_lease_cache_landing_never_kept, test_lease_cache_random_against_model,
-		test_lease_cache_drop_for_room, test_lease_cache_default_keys_follow_the_segment,
+		test_lease_cache_landing_never_kept, test_lease_cache_list_older_than_drop_not_kept,
+		test_lease_cache_random_against_model, test_lease_cache_drop_for_room,
+		test_lease_cache_default_keys_follow_the_segment,
 		test_lease_cache_bytes_are_bounded)
