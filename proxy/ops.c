@@ -80,6 +80,19 @@ int px_segment_ready(struct px_proxy *px)
 	return px->cfg.segment_size == 0 || atomic_load(&px->mounted);
 }
 
+void px_index_committed(struct px_proxy *px, const struct px_req *r, const char *key,
+			const struct px_item *it, const Lunar__PutStartResult *res)
+{
+	struct px_objidx_val v = {
+	    .size = it->total,
+	    .crc = it->crc,
+	    .hard_pin = (r->sqe.flags & LC_SQE_HARD_PIN) != 0,
+	    .soft_pin_ttl_ms = (r->sqe.flags & LC_SQE_SOFT_PIN) ? r->sqe.soft_pin_ttl_ms : 0};
+
+	if (px->objidx && res->n_replicas)
+		px_objidx_put(px->objidx, r->s->tenant, key, &v, res->replicas, res->n_replicas);
+}
+
 void px_batch_drop_leases(struct px_proxy *px, struct px_req *r, const struct px_batch *b)
 {
 	for (size_t i = 0; i < b->n; i++)

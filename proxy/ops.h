@@ -49,6 +49,11 @@ int px_batch_keys_call(struct px_proxy *px, const char *tenant, uint32_t method,
  */
 #define PX_AHEAD_DONE (INT64_MIN + 1)
 void px_put_ahead(struct px_proxy *px, struct px_req *r);
+/* px_index_committed - HA: note key, just committed from item it of r at
+ * the replicas of res, in the proxy's object index, for a new leader
+ * (objidx.c); nothing without an index. */
+void px_index_committed(struct px_proxy *px, const struct px_req *r, const char *key,
+			const struct px_item *it, const Lunar__PutStartResult *res);
 /* px_batch_drop_leases - forget cached leases of b's keys (we changed them). */
 void px_batch_drop_leases(struct px_proxy *px, struct px_req *r, const struct px_batch *b);
 

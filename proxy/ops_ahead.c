@@ -244,20 +244,6 @@ static void commit_items(struct commit_rq *c, struct px_req *r, const struct px_
 	}
 }
 
-/* HA: index what was committed, for a new leader (objidx.c). */
-static void index_one(struct px_proxy *px, struct px_req *r, const char *key,
-		      const struct px_item *it, const Lunar__PutStartResult *res)
-{
-	struct px_objidx_val v = {
-	    .size = it->total,
-	    .crc = it->crc,
-	    .hard_pin = (r->sqe.flags & LC_SQE_HARD_PIN) != 0,
-	    .soft_pin_ttl_ms = (r->sqe.flags & LC_SQE_SOFT_PIN) ? r->sqe.soft_pin_ttl_ms : 0};
-
-	if (px->objidx && res->n_replicas)
-		px_objidx_put(px->objidx, r->s->tenant, key, &v, res->replicas, res->n_replicas);
-}
-
 /* Fold one key's commit answer (code, res) and its write into the key and
  * its piece. A beside key whose write failed: a commit is to be taken back,
  * and a piece it may land in is tainted whatever the answer. */
@@ -275,7 +261,7 @@ static void fold_one(struct px_proxy *px, struct px_req *r, const struct px_batc
 			break;
 		}
 		settle(px, a, i, PX_PIECE_COMMITTED);
-		index_one(px, r, b->keys[i], it, res);
+		px_index_committed(px, r, b->keys[i], it, res);
 		it->result = PX_AHEAD_DONE;
 		if (a->beside)
 			PX_COUNT(px, puts_beside, 1);
@@ -419,13 +405,12 @@ static void commit(struct px_proxy *px, struct px_req *r, const struct px_batch 
 	commit_rq_fini(&c);
 }
 
-/* May r's keys go ahead at all? */
+/* May r's keys go ahead at all? (A put, with reservations on.) */
 static int eligible(struct px_proxy *px, const struct px_req *r, const struct px_batch *b)
 {
 	uint64_t max = px_resv_value_max(px);
 
-	if (!px_resv_enabled(px) || r->sqe.op != LC_OP_PUT || r->sqe.replica_num > 1 || r->npref ||
-	    !b->n)
+	if (r->sqe.replica_num > 1 || r->npref || !b->n)
 		return 0;
 	for (size_t i = 0; i < b->n; i++)
 		if (r->items[b->idx[i]].total > max)

@@ -346,6 +346,16 @@ static bool stale_hit(int64_t result)
 	       result == LUNAR_ERR_OBJECT_NOT_FOUND;
 }
 
+/* After a read through a cached list: when that list proved stale, forget
+ * it and leave the item to ask the master. */
+static void drop_if_stale(struct px_proxy *px, struct px_req *r, struct px_item *it)
+{
+	if (stale_hit(it->result)) {
+		px_lease_cache_drop(px->leases, r->s->tenant, it->key);
+		it->result = 0; /* ask the master */
+	}
+}
+
 /* Item it's result once its held read ended (ok: its bytes are e's value):
  * a read that failed is done again the one-by-one way (other replicas, and
  * the failure reported). Through cached lists (cached), a failure leaves
@@ -354,10 +364,8 @@ static void held_done(struct px_proxy *px, struct px_req *r, struct px_item *it,
 		      const struct px_cached *e, struct px_down *down, bool cached, bool ok)
 {
 	it->result = ok ? (int64_t)e->size : read_value(px, r->s->tenant, it, e, down, NULL);
-	if (cached && stale_hit(it->result)) {
-		px_lease_cache_drop(px->leases, r->s->tenant, it->key);
-		it->result = 0; /* ask the master */
-	}
+	if (cached)
+		drop_if_stale(px, r, it);
 }
 
 /* The held SSD reads, in one batch. */
@@ -425,10 +433,7 @@ static void get_cached(struct px_proxy *px, struct px_req *r, struct px_down *do
 			continue;
 		PX_COUNT(px, lease_hits, 1);
 		it->result = serve(px, r, it, &e, down, h);
-		if (stale_hit(it->result)) {
-			px_lease_cache_drop(px->leases, r->s->tenant, it->key);
-			it->result = 0; /* ask the master */
-		}
+		drop_if_stale(px, r, it);
 	}
 	held_flush(px, r, h, down, true);
 }

@@ -287,19 +287,10 @@ static void put_sort(struct px_req *r, const struct px_batch *b, const int *star
 static void put_index(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
 		      const Lunar__BatchPutStartReply *rep)
 {
-	for (size_t i = 0; px->objidx && i < b->n && i < rep->n_results; i++) {
-		const struct px_item *it = &r->items[b->idx[i]];
-		struct px_objidx_val v = {.size = it->total,
-					  .crc = it->crc,
-					  .hard_pin = (r->sqe.flags & LC_SQE_HARD_PIN) != 0,
-					  .soft_pin_ttl_ms = (r->sqe.flags & LC_SQE_SOFT_PIN)
-								 ? r->sqe.soft_pin_ttl_ms
-								 : 0};
-
-		if (!it->result && !rep->results[i]->code)
-			px_objidx_put(px->objidx, r->s->tenant, b->keys[i], &v,
-				      rep->results[i]->replicas, rep->results[i]->n_replicas);
-	}
+	for (size_t i = 0; px->objidx && i < b->n && i < rep->n_results; i++)
+		if (!r->items[b->idx[i]].result && !rep->results[i]->code)
+			px_index_committed(px, r, b->keys[i], &r->items[b->idx[i]],
+					   rep->results[i]);
 }
 
 /* Stands for "the result of this key's first occurrence" until it is known;
