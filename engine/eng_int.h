@@ -338,8 +338,8 @@ int eng_io_send(int fd, struct eng_iovc *c, int flags, uint64_t deadline_ns);
  * same deadline rules. Returns 0, -ECONNRESET on EOF, -ETIMEDOUT or -errno.
  */
 int eng_io_recv(int fd, struct eng_iovc *c, uint64_t deadline_ns);
-/* eng_iov_crc - the CRC32C of bytes [skip, skip + len) of iov (of as many
- * of them as iov holds). */
+/* eng_iov_crc - the CRC32C of bytes [skip, skip + len) of iov, which holds
+ * them (as for eng_iovc_init). */
 uint32_t eng_iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint64_t len);
 /* eng_io_send_buf / eng_io_recv_buf - eng_io_send (no flags) / eng_io_recv
  * of the len bytes at buf. */

@@ -205,26 +205,6 @@ int eng_io_recv(int fd, struct eng_iovc *c, uint64_t deadline_ns)
 	return 0;
 }
 
-uint32_t eng_iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint64_t len)
-{
-	uint32_t crc = 0;
-
-	for (int i = 0; i < iovcnt && len; i++) {
-		size_t n = iov[i].iov_len;
-
-		if (skip >= n) {
-			skip -= n;
-			continue;
-		}
-		n -= (size_t)skip;
-		n = n < len ? n : (size_t)len;
-		crc = lc_crc32c(crc, (const char *)iov[i].iov_base + skip, n);
-		skip = 0;
-		len -= n;
-	}
-	return crc;
-}
-
 int eng_io_send_buf(int fd, const void *buf, size_t len, uint64_t deadline_ns)
 {
 	struct iovec v = {(void *)buf, len};
@@ -256,6 +236,14 @@ static uint32_t iovc_crc(struct eng_iovc c, uint64_t n, uint32_t crc)
 		c.off = 0;
 	}
 	return crc;
+}
+
+uint32_t eng_iov_crc(const struct iovec *iov, int iovcnt, uint64_t skip, uint64_t len)
+{
+	struct eng_iovc c;
+
+	eng_iovc_init(&c, iov, iovcnt, skip, len);
+	return iovc_crc(c, len, 0);
 }
 
 /* Move c's bytes a chunk at a time, checksumming each beside the I/O; a
