@@ -55,18 +55,27 @@ static int setup(void **state)
 	return 0;
 }
 
+/* The configuration of a keyless engine with the fake device, on a free
+ * data port. */
+static struct eng_config fake_config(void)
+{
+	return (struct eng_config){.host = "127.0.0.1",
+				   .seg_size = SEG_SIZE,
+				   .io_timeout_ms = 10000,
+				   .rdma_devices = "auto"};
+}
+
 /* An engine with the fake device on data port port (0: a free one);
  * keyed (k not NULL): with cluster key k and the segment secret the master
  * would have given it. */
 static struct node node_start_at(const struct auth_key *k, uint16_t port)
 {
-	struct eng_config cfg = {.host = "127.0.0.1",
-				 .port = port,
-				 .seg_size = SEG_SIZE,
-				 .io_timeout_ms = 10000,
-				 .rdma_devices = "auto",
-				 .cluster_key = k};
-	struct node n = node_create(cfg);
+	struct eng_config cfg = fake_config();
+	struct node n;
+
+	cfg.port = port;
+	cfg.cluster_key = k;
+	n = node_create(cfg);
 
 	assert_string_equal(eng_engine_rdma_device(n.e), "fake0:1");
 	assert_true(rdma_fake_wait_segment(n.e));
@@ -708,10 +717,6 @@ static void test_rdma_transfer_refused_port_tried_again_soon(void **state)
  * large one takes seconds), and until then peers reach it over TCP. */
 static void test_rdma_transfer_segment_registered_beside_serving(void **state)
 {
-	struct eng_config cfg = {.host = "127.0.0.1",
-				 .seg_size = SEG_SIZE,
-				 .io_timeout_ms = 10000,
-				 .rdma_devices = "auto"};
 	unsigned char buf[4096];
 	struct node a, b, c;
 	uint64_t t0;
@@ -721,7 +726,7 @@ static void test_rdma_transfer_segment_registered_beside_serving(void **state)
 	a = node_start(0);
 	rdma_fake.register_ms = 1500;
 	t0 = lc_now_ms();
-	b = node_create(cfg);
+	b = node_create(fake_config());
 	assert_true(lc_now_ms() - t0 < 1000); /* create did not wait for it */
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), NULL), 0);
 	assert_int_equal(xfers(&a, ENG_TR_TCP), 1); /* b said no to RDMA: not yet */
@@ -745,10 +750,6 @@ static void test_rdma_transfer_segment_registered_beside_serving(void **state)
  * yet": its peers use TCP and ask again after 30 s, not every second. */
 static void test_rdma_transfer_segment_unregistered_refuses(void **state)
 {
-	struct eng_config cfg = {.host = "127.0.0.1",
-				 .seg_size = SEG_SIZE,
-				 .io_timeout_ms = 10000,
-				 .rdma_devices = "auto"};
 	unsigned char buf[4096];
 	struct node a, b;
 	int creates;
@@ -757,7 +758,7 @@ static void test_rdma_transfer_segment_unregistered_refuses(void **state)
 	rdma_fake_reset(1);
 	a = node_start(0);
 	rdma_fake.register_rc = -ENOMEM;
-	b = node_create(cfg);
+	b = node_create(fake_config());
 	assert_false(rdma_fake_wait_segment(b.e));
 	assert_int_equal(eng_rdma_seg_state(b.e->rdma->dev), ENG_SEG_FAILED);
 	rdma_fake.register_rc = 0;
