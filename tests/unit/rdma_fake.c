@@ -177,14 +177,15 @@ int __wrap_eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t le
 {
 	struct timespec ts = {rdma_fake.register_ms / 1000,
 			      (long)(rdma_fake.register_ms % 1000) * 1000000};
+	int rc = rdma_fake.register_rc; /* read before the outcome is published */
 
 	if (!rdma_fake.on)
 		return __real_eng_rdma_seg_register(d, base, len);
 	nanosleep(&ts, NULL);
-	d->seg.mr = rdma_fake.register_rc ? NULL : calloc(1, sizeof(*d->seg.mr));
+	d->seg.mr = rc ? NULL : calloc(1, sizeof(*d->seg.mr));
 	if (!d->seg.mr) {
 		eng_rdma_seg_fail(d);
-		return rdma_fake.register_rc ? rdma_fake.register_rc : -ENOMEM;
+		return rc ? rc : -ENOMEM;
 	}
 	d->seg.mr->rkey = 0x42;
 	d->seg.base = base;
