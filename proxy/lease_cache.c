@@ -54,6 +54,7 @@ struct shard {
 	unsigned count;
 	size_t bytes;	  /* of its entries */
 	uint64_t lost_ms; /* what reads of entries dropped from it needed */
+	uint64_t dropped; /* the number of its latest drop or clear */
 	struct entry *oldest, *newest;
 	struct slot *tab; /* mask + 1 slots */
 };
@@ -62,7 +63,7 @@ struct px_lease_cache {
 	unsigned per_shard;
 	size_t shard_bytes;	    /* the budget of a shard's entries */
 	unsigned mask;		    /* table slots per shard - 1: at least twice per_shard */
-	atomic_uint_fast64_t drops; /* drop and clear calls so far (px_lease_cache_mark) */
+	atomic_uint_fast64_t drops; /* drop and clear calls so far: each is numbered */
 	struct shard s[SHARDS];
 };
 
@@ -150,6 +151,13 @@ static void max_into(uint64_t *dst, uint64_t v)
 {
 	if (v > *dst)
 		*dst = v;
+}
+
+/* Whether s saw a drop or clear since mark (px_lease_cache_mark; 0: no
+ * mark). Under s's lock. */
+static bool dropped_since(const struct shard *s, uint64_t mark)
+{
+	return mark && s->dropped >= mark;
 }
 
 /* Take the entry of slot i out of the table and the order, and free it;
@@ -386,13 +394,13 @@ void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char
 	unsigned i;
 
 	pthread_mutex_lock(&s->lock);
-	i = find(c, s, h, tenant, key);
-	if (rd && rd->mark && rd->mark != px_lease_cache_mark(c)) {
+	if (rd && dropped_since(s, rd->mark)) {
 		/* Asked for before a drop: it may be the value the drop was
 		 * for. Kept neither way, so only the master's next word is. */
 		max_into(&s->lost_ms, rd->until_ms);
 		goto out;
 	}
+	i = find(c, s, h, tenant, key);
 	if (v->landing) { /* its bytes may not be there yet: not kept */
 		if (s->tab[i].e)
 			entry_remove(c, s, i);
@@ -434,16 +442,21 @@ uint64_t px_lease_cache_mark(struct px_lease_cache *c)
 	return atomic_load(&c->drops) + 1;
 }
 
+/* The number the next drop or clear takes: numbered before they lock a
+ * shard, so a mark taken after holds for nothing they remove. */
+static uint64_t drop_number(struct px_lease_cache *c)
+{
+	return atomic_fetch_add(&c->drops, 1) + 1;
+}
+
 void px_lease_cache_drop(struct px_lease_cache *c, const char *tenant, const char *key)
 {
-	uint64_t h = name_hash(tenant, key);
+	uint64_t h = name_hash(tenant, key), n = drop_number(c);
 	struct shard *s = shard_of(c, h);
 	unsigned i;
 
-	/* Counted first: a put that finds the old count under the lock
-	 * inserts before this removal, and is removed by it. */
-	atomic_fetch_add(&c->drops, 1);
 	pthread_mutex_lock(&s->lock);
+	max_into(&s->dropped, n);
 	i = find(c, s, h, tenant, key);
 	if (s->tab[i].e)
 		entry_remove(c, s, i);
@@ -479,7 +492,13 @@ static void clear_visit(struct px_lease_cache *c, struct shard *s, struct entry 
 
 void px_lease_cache_clear(struct px_lease_cache *c, const char *tenant)
 {
-	atomic_fetch_add(&c->drops, 1); /* first, as in px_lease_cache_drop */
+	uint64_t n = drop_number(c);
+
+	for (int i = 0; i < SHARDS; i++) {
+		pthread_mutex_lock(&c->s[i].lock);
+		max_into(&c->s[i].dropped, n);
+		pthread_mutex_unlock(&c->s[i].lock);
+	}
 	sweep(c, 0, clear_visit, (void *)tenant);
 }
 
@@ -595,10 +614,12 @@ static void apply_due(struct px_lease_cache *c, const struct lkey *d, const stru
 	unsigned i;
 
 	pthread_mutex_lock(&s->lock);
+	if (dropped_since(s, mark)) { /* read stays set: the next renewal asks again */
+		pthread_mutex_unlock(&s->lock);
+		return;
+	}
 	i = find(c, s, h, d->tenant, d->key);
-	if (mark != px_lease_cache_mark(c)) {
-		/* read stays set: the next renewal asks again */
-	} else if (s->tab[i].e && fresh && !fresh->landing) {
+	if (s->tab[i].e && fresh && !fresh->landing) {
 		s->tab[i].e->read = false;
 		entry_update(c, s, i, fresh);
 	} else if (s->tab[i].e) {

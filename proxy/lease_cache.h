@@ -103,13 +103,14 @@ int px_lease_cache_fill(const Lunar__GetReplicaListResult *res, uint64_t deadlin
 			uint64_t lessee, struct px_cached *out);
 /* px_lease_cache_put - insert or replace the entry of (tenant, key), which
  * the master just gave for the read rd; a landing one drops it instead.
- * Not kept when rd has a mark and a drop or clear came since: the list
- * may be of the value an upsert here replaced. */
+ * Not kept when rd has a mark and a clear, or a drop of a key that shares
+ * its shard (one in 64), came since: the list may be of the value an
+ * upsert here replaced. */
 void px_lease_cache_put(struct px_lease_cache *c, const char *tenant, const char *key,
 			const struct px_cached *e, const struct px_read *rd);
 /* px_lease_cache_mark - where the drops and clears stand, nonzero: taken
  * before asking the master, so that a list it gives is not kept once one
- * came between (struct px_read's mark; renewals take theirs). */
+ * of its shard came between (struct px_read's mark; renewals take theirs). */
 uint64_t px_lease_cache_mark(struct px_lease_cache *c);
 /* px_lease_cache_drop - forget (tenant, key). */
 void px_lease_cache_drop(struct px_lease_cache *c, const char *tenant, const char *key);

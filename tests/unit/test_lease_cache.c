@@ -536,6 +536,31 @@ static void test_lease_cache_list_older_than_drop_not_kept(void **state)
 	px_lease_cache_destroy(c);
 }
 
+/* A drop keeps out only the lists of its own shard (one in 64) asked for
+ * before it, so a stream of upserts leaves most gets cached. */
+static void test_lease_cache_drop_blocks_its_shard_only(void **state)
+{
+	struct px_lease_cache *c = px_lease_cache_create(1024);
+	struct px_cached v = entry(5, 1000), out;
+	struct px_read rd = {.reader = 1, .until_ms = 2000};
+	int kept = 0;
+
+	(void)state;
+	rd.mark = px_lease_cache_mark(c);
+	px_lease_cache_drop(c, "t", "upserted");
+	for (int i = 0; i < 128; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "k%d", i);
+		px_lease_cache_put(c, "t", key, &v, &rd);
+		kept += px_lease_cache_get(c, "t", key, 0, 0, NULL, &out);
+	}
+	assert_in_range(kept, 112, 127);
+	px_lease_cache_put(c, "t", "upserted", &v, &rd);
+	assert_int_equal(px_lease_cache_get(c, "t", "upserted", 0, 0, NULL, &out), 0);
+	px_lease_cache_destroy(c);
+}
+
 /* A master's list of n replicas ("node-i:9000", at offset i), endpoint
  * long_at made PX_ENDPOINT_MAX bytes long (none: n or more). */
 static void master_list(Lunar__GetReplicaListResult *res, Lunar__Replica *reps,
@@ -755,6 +780,6 @@ LUNAR_TEST_MAIN(NULL, NULL, test_lease_cache_hit_until_margin, test_lease_cache_
 		test_lease_cache_orphan_gives_back_a_renewed_lease,
 		test_lease_cache_replicas_grow_and_shrink, test_lease_cache_fill_keeps_what_fits,
 		test_lease_cache_landing_never_kept, test_lease_cache_list_older_than_drop_not_kept,
-		test_lease_cache_random_against_model, test_lease_cache_drop_for_room,
-		test_lease_cache_default_keys_follow_the_segment,
+		test_lease_cache_drop_blocks_its_shard_only, test_lease_cache_random_against_model,
+		test_lease_cache_drop_for_room, test_lease_cache_default_keys_follow_the_segment,
 		test_lease_cache_bytes_are_bounded)
