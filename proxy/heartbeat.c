@@ -311,12 +311,14 @@ void px_heartbeat_kick(struct px_proxy *px)
 	pthread_mutex_unlock(&px->hb_lock);
 }
 
-/* One heartbeat: a Ping (which mounts when needed), then lease renewal. */
+/* One heartbeat: a Ping (which mounts when needed), then the takings back
+ * still owed and lease renewal. */
 static void beat(struct px_proxy *px, int *was_ok)
 {
 	int rc = px_master_ping(px);
 
 	if (!rc) {
+		px_uncommit_retry(px);
 		px_lease_release_gone(px);
 		px_lease_renew(px);
 	}

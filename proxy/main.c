@@ -164,6 +164,9 @@ static int start_control_plane(struct px_proxy *px)
 	rc = px_resv_start(px);
 	if (rc)
 		return rc;
+	rc = px_uncommits_create(px);
+	if (rc)
+		return rc;
 	rc = px_heartbeat_start(px);
 	if (rc)
 		return rc;
@@ -278,6 +281,7 @@ static void stop(struct px_proxy *px)
 	px_pool_destroy(px->pool);
 	px_closer_destroy(px->closer); /* after the pool: its requests hold sessions */
 	px_resv_destroy(px);	       /* and pieces */
+	px_uncommits_destroy(px);
 	px_mc_destroy(px->mc);
 	px_objidx_destroy(px->objidx);
 	px_lease_cache_destroy(px->leases);

@@ -16,6 +16,7 @@
 
 #include "crc32c.h"
 #include "engine/engine.h"
+#include "failpoint.h"
 #include "log.h"
 #include "lunar.h"
 #include "ops.h"
@@ -325,8 +326,10 @@ static void fold(struct px_proxy *px, struct px_req *r, const struct px_batch *b
 /* Take back the keys that may have been committed beside a write that
  * failed. One taken back, or not there (never committed, or gone since),
  * goes to the two-call path; one that could not be fails as its write did
- * (its bytes are wrong: readers find its CRC32C unlike them). Their pieces
- * are tainted (bytes may land; the master gives the ranges back late). */
+ * (its bytes are wrong: readers find its CRC32C unlike them), and when the
+ * master did not answer, the heartbeat asks again (px_uncommit_later).
+ * Their pieces are tainted (bytes may land; the master gives the ranges
+ * back late). */
 static void uncommit(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
 		     struct ahead *a)
 {
@@ -344,8 +347,14 @@ static void uncommit(struct px_proxy *px, struct px_req *r, const struct px_batc
 		for (i = 0; i < b->n; i++)
 			if (a->state[i] == AH_UNCOMMIT)
 				commit_rq_add(&c, b, a, i);
-		rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_UNCOMMIT, &c.rq.base, &rep);
+		rc = LC_FAILPOINT("proxy-uncommit")
+			 ? LUNAR_ERR_RPC_TIMEOUT
+			 : px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_UNCOMMIT, &c.rq.base, &rep);
 	}
+	if (rc == LUNAR_ERR_RPC_FAIL || rc == LUNAR_ERR_RPC_TIMEOUT) /* asked again later */
+		for (size_t k = 0; k < c.rq.n_items; k++)
+			px_uncommit_later(px, r->s->tenant, c.items[k].key, c.items[k].reservation,
+					  c.items[k].offset);
 	res = (const Lunar__BatchCodesReply *)rep;
 	if (!rc && (px_mc_code(rep) || res->n_codes != c.rq.n_items))
 		rc = LUNAR_ERR_PROTOCOL;

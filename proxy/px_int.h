@@ -231,6 +231,24 @@ int px_piece_beside(const struct px_piece *pc);
  * an upsert (so that a value this proxy put and then removes frees its
  * space at once). Any thread. */
 void px_resv_tell_landed(struct px_proxy *px);
+/* --- values to take back later (uncommit.c) --- */
+struct px_uncommits;
+/* How many wait at most; past that, one more is logged and left. */
+#define PX_UNCOMMIT_MAX 4096
+/* px_uncommits_create - px->uncommits, empty: 0 or LUNAR_ERR_INTERNAL.
+ * px_uncommits_destroy - free it and what waits there (the proxy goes). */
+int px_uncommits_create(struct px_proxy *px);
+void px_uncommits_destroy(struct px_proxy *px);
+/* px_uncommit_later - the master did not answer a BatchPutUncommit of key
+ * of tenant, committed beside its write at off of reservation resv, which
+ * failed: px_uncommit_retry asks again. Any thread. */
+void px_uncommit_later(struct px_proxy *px, const char *tenant, const char *key, uint64_t resv,
+		       uint64_t off);
+/* px_uncommit_retry - ask again for each waiting, until one goes
+ * unanswered (the rest wait with it); an answered one is done, whatever
+ * the answer. The heartbeat, after an answered Ping. */
+void px_uncommit_retry(struct px_proxy *px);
+
 /* px_resv_drop_all - forget every reservation without a word: the master
  * forgot them (a new leader). px_resv_drop_before - those whose Reserve
  * was sent before asked_ns (lc_now_ns): a Ping sent then found that the
@@ -374,6 +392,7 @@ struct px_proxy {
 	atomic_bool mounted;
 	struct px_objidx *objidx;	    /* HA (--master etcd://) only, else NULL */
 	struct px_resv_pool *resv;	    /* put-ahead (resv.c); NULL when off */
+	struct px_uncommits *uncommits;	    /* (uncommit.c) */
 	atomic_uint_fast64_t reported_view; /* the view our objects were reported in */
 	atomic_bool hb_live;		    /* hb_lock and hb_cond are set up */
 	atomic_int mount_err;		    /* the last mount's failure code, logged once */

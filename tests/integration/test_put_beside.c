@@ -10,7 +10,8 @@
  * --commit-after-write the value exists only once its bytes landed. A
  * write O drops after its commit (engine-serve-write=return; over RDMA,
  * the engine's second run of it too) is taken back and put again the
- * two-call way: the put returns 0 and reads back exact.
+ * two-call way: the put returns 0 and reads back exact; when the master
+ * does not answer the taking back, W's heartbeat asks again.
  * With --offload on_put, a value whose offload task reaches O before its
  * bytes land is copied to O's SSD once they have. A value W removes while
  * another of its puts' bytes still travel gives its range back at once.
@@ -184,6 +185,40 @@ static void test_put_beside_failed_write_taken_back(void **state)
 	lunar_close(co);
 }
 
+/* A write O drops after its commit, whose taking back the master did not
+ * answer (proxy-uncommit): the put fails as its write did, and W's
+ * heartbeat takes the value back, so that the key is not left with bytes
+ * unlike its CRC32C: put again, it reads back exact. */
+static void test_put_beside_lost_uncommit_retried(void **state)
+{
+	struct lunar_client *cw, *co;
+	uint8_t buf[LEN];
+	uint64_t end;
+	int rc;
+
+	(void)state;
+	start(NULL);
+	cw = h_client(sock_w);
+	co = h_client(sock_o);
+	H_ASSERT_EQ(h_rdma_wait_segment(proxy_o), 0);
+	case_arm(fpfile,
+		 h_rdma_expected() ? "engine-serve-write=2*return;proxy-uncommit=1*return"
+				   : "engine-serve-write=1*return;proxy-uncommit=1*return",
+		 60);
+	h_fill(buf, LEN, 1);
+	rc = lunar_put(cw, "beside/stuck", buf, LEN, NULL);
+	case_arm(fpfile, "", 60);
+	H_ASSERT_MSG(rc == LUNAR_ERR_TRANSFER_FAIL, "put = %d (%s)", rc, h_code(rc));
+	end = h_now_ms() + H_BOUND_MS(10000);
+	while (metric(whttp, UNCOMMITTED) == 0 && h_now_ms() < end)
+		h_sleep_ms(50);
+	H_ASSERT_EQ(metric(whttp, UNCOMMITTED), 1);
+	put_seeded(cw, "beside/stuck", buf, LEN, h_seed("beside/stuck"), NULL);
+	check_seeded(co, "beside/stuck", buf, LEN, h_seed("beside/stuck"));
+	lunar_close(cw);
+	lunar_close(co);
+}
+
 /* A value W put and removes while another put's bytes still travel: W
  * tells the master its writes below that put's piece are done, so the
  * removed value's range is not held until every put of W's pauses. */
@@ -264,6 +299,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_put_beside_off_commits_after_landing, setup,
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_failed_write_taken_back, setup,
+					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_put_beside_lost_uncommit_retried, setup,
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_removed_range_free_while_others_travel,
 					    setup, case_teardown),

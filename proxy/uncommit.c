@@ -1,0 +1,159 @@
+/*
+ * uncommit.c - values committed beside a write that then failed, whose
+ * taking back (BatchPutUncommit) the master did not answer. Left there,
+ * such a value stays the key's until evicted: every get finds its bytes
+ * unlike its CRC32C, and every later put of the key is told it exists. So
+ * they wait here, and each answered Ping asks for them again, one call per
+ * value, until the master answers (whatever it says: taken back, not there,
+ * or another object of the key now). The master keeps the value's tie to
+ * its reservation while bytes may still land there, which a tainted piece
+ * holds off for the reservation's life: long past the next Ping.
+ */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "lunar.h"
+#include "px_int.h"
+
+struct px_uncommit {
+	struct px_uncommit *next;
+	char *tenant, *key;
+	uint64_t resv, off;
+};
+
+struct px_uncommits {
+	pthread_mutex_t lock;
+	struct px_uncommit *head;
+	size_t n;
+};
+
+int px_uncommits_create(struct px_proxy *px)
+{
+	struct px_uncommits *u = calloc(1, sizeof(*u));
+
+	if (!u)
+		return LUNAR_ERR_INTERNAL;
+	pthread_mutex_init(&u->lock, NULL);
+	px->uncommits = u;
+	return 0;
+}
+
+static void uncommit_free(struct px_uncommit *v)
+{
+	free(v->tenant);
+	free(v->key);
+	free(v);
+}
+
+void px_uncommits_destroy(struct px_proxy *px)
+{
+	struct px_uncommits *u = px->uncommits;
+	struct px_uncommit *v, *next;
+
+	if (!u)
+		return;
+	px->uncommits = NULL;
+	for (v = u->head; v; v = next) {
+		next = v->next;
+		uncommit_free(v);
+	}
+	pthread_mutex_destroy(&u->lock);
+	free(u);
+}
+
+void px_uncommit_later(struct px_proxy *px, const char *tenant, const char *key, uint64_t resv,
+		       uint64_t off)
+{
+	struct px_uncommits *u = px->uncommits;
+	struct px_uncommit *v = calloc(1, sizeof(*v));
+
+	if (v) {
+		v->tenant = strdup(tenant);
+		v->key = strdup(key);
+		v->resv = resv;
+		v->off = off;
+	}
+	pthread_mutex_lock(&u->lock);
+	if (!v || !v->tenant || !v->key || u->n >= PX_UNCOMMIT_MAX) {
+		pthread_mutex_unlock(&u->lock);
+		LC_WARN("proxy",
+			"put of %s: its write failed and the master kept it; "
+			"it stays unreadable until evicted",
+			key);
+		if (v)
+			uncommit_free(v);
+		return;
+	}
+	v->next = u->head;
+	u->head = v;
+	u->n++;
+	pthread_mutex_unlock(&u->lock);
+}
+
+/* Ask the master to take v back: 0 when it answered, else its code. */
+static int uncommit_call(struct px_proxy *px, const struct px_uncommit *v)
+{
+	Lunar__BatchPutCommitRequest rq = LUNAR__BATCH_PUT_COMMIT_REQUEST__INIT;
+	Lunar__PutCommitItem it = LUNAR__PUT_COMMIT_ITEM__INIT, *items[1] = {&it};
+	const Lunar__BatchCodesReply *res;
+	ProtobufCMessage *rep;
+	int rc;
+
+	rq.client_id = px->client_id;
+	rq.tenant = v->tenant;
+	rq.n_items = 1;
+	rq.items = items;
+	it.key = v->key;
+	it.reservation = v->resv;
+	it.offset = v->off;
+	rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_UNCOMMIT, &rq.base, &rep);
+	if (rc)
+		return rc;
+	res = (const Lunar__BatchCodesReply *)rep;
+	rc = px_mc_code(rep) ? px_mc_code(rep) : res->n_codes != 1 ? LUNAR_ERR_PROTOCOL : 0;
+	if (!rc && !res->codes[0])
+		PX_COUNT(px, puts_uncommitted, 1);
+	protobuf_c_message_free_unpacked(rep, NULL);
+	return rc;
+}
+
+void px_uncommit_retry(struct px_proxy *px)
+{
+	struct px_uncommits *u = px->uncommits;
+	struct px_uncommit *v, *next, *keep = NULL;
+	size_t kept = 0;
+	bool lost = false;
+
+	pthread_mutex_lock(&u->lock);
+	v = u->head;
+	u->head = NULL;
+	u->n = 0;
+	pthread_mutex_unlock(&u->lock);
+	for (; v; v = next) {
+		next = v->next;
+		/* after one goes unanswered, the rest wait for the next Ping */
+		if (!lost) {
+			int rc = uncommit_call(px, v);
+
+			lost = rc == LUNAR_ERR_RPC_FAIL || rc == LUNAR_ERR_RPC_TIMEOUT;
+		}
+		if (!lost) {
+			uncommit_free(v);
+			continue;
+		}
+		v->next = keep;
+		keep = v;
+		kept++;
+	}
+	if (!keep)
+		return;
+	pthread_mutex_lock(&u->lock);
+	for (v = keep; v->next; v = v->next)
+		;
+	v->next = u->head;
+	u->head = keep;
+	u->n += kept;
+	pthread_mutex_unlock(&u->lock);
+}
