@@ -208,6 +208,19 @@ err_free:
 	return -ENOMEM;
 }
 
+void eng_exec_live(struct eng_engine *e, int *live, int fd)
+{
+	if (fd >= 0) {
+		lc_store_release(live, fd);
+		return;
+	}
+	/* eng_exec_stop shuts sockets down under the lock: once this is
+	 * through, it is done with ours, and its number may be reused. */
+	pthread_mutex_lock(&e->exec.lock);
+	lc_store_release(live, -1);
+	pthread_mutex_unlock(&e->exec.lock);
+}
+
 void eng_exec_stop(struct eng_engine *e)
 {
 	struct eng_exec *x = &e->exec;

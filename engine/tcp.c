@@ -286,12 +286,11 @@ static int slice_conn(void *arg, struct eng_cconn *c, int *replied)
 	struct tcp_slice *s = arg;
 	int rc;
 
-	/* Published for eng_exec_stop, which may shut the socket down. */
 	if (s->live)
-		lc_store_release(s->live, c->fd);
+		eng_exec_live(s->e, s->live, c->fd);
 	rc = slice_on(s, c, replied);
 	if (s->live)
-		lc_store_release(s->live, -1);
+		eng_exec_live(s->e, s->live, -1);
 	return rc;
 }
 
