@@ -191,6 +191,35 @@ static int slice_payload(struct tcp_slice *s, struct eng_cconn *c, struct eng_io
 			       s);
 }
 
+/* The length of frame i of a framed WRITE of s. */
+static uint64_t frame_len(const struct tcp_slice *s, uint64_t i)
+{
+	uint64_t done = i * ENG_WRITE_FRAME;
+
+	return s->len - done < ENG_WRITE_FRAME ? s->len - done : ENG_WRITE_FRAME;
+}
+
+/*
+ * The sending of frames broke (rc) after sent of them went out: the owner
+ * answers frames in order and closes at a refusal, which may be of any of
+ * them (a fence between two). That refusal (-EKEYREJECTED) when the
+ * replies hold one, else rc.
+ */
+static int frames_broken(const struct tcp_slice *s, struct eng_cconn *c, uint64_t ctr0, uint64_t id,
+			 uint64_t sent, int *replied, int rc)
+{
+	if (rc != -EPIPE && rc != -ECONNRESET)
+		return rc;
+	for (uint64_t i = 0; i < sent; i++) {
+		int got = recv_rep(c, ctr0 + i, id + i, frame_len(s, i), s->op->priv.deadline_ns,
+				   replied);
+
+		if (got)
+			return got == -EKEYREJECTED ? got : rc;
+	}
+	return rc;
+}
+
 /*
  * A keyed WRITE of s whose CRC32C is ours to compute, in frames of at most
  * ENG_WRITE_FRAME bytes: each a request naming its own bytes' CRC32C, sent
@@ -209,7 +238,7 @@ static int write_frames(struct tcp_slice *s, struct eng_cconn *c, int *replied)
 
 	*replied = 0;
 	for (uint64_t i = 0, done = 0; i < nf; i++, done += ENG_WRITE_FRAME) {
-		uint64_t n = s->len - done < ENG_WRITE_FRAME ? s->len - done : ENG_WRITE_FRAME;
+		uint64_t n = frame_len(s, i);
 		uint32_t crc = eng_iov_crc(op->iov, op->iovcnt, s->skip + done, n);
 		struct eng_wire_req req = {
 		    .magic = ENG_WIRE_REQ_MAGIC,
@@ -228,14 +257,11 @@ static int write_frames(struct tcp_slice *s, struct eng_cconn *c, int *replied)
 		eng_iovc_head(&data, &k, sizeof(k));
 		rc = eng_io_send(c->fd, &data, 0, deadline);
 		if (rc)
-			return write_broken(c, ctr0, id, i ? ENG_WRITE_FRAME : n, deadline, replied,
-					    rc);
+			return frames_broken(s, c, ctr0, id, i + 1, replied, rc);
 		s->crc = i ? lc_crc32c_combine(s->crc, crc, n) : crc;
 	}
 	for (uint64_t i = 0; i < nf; i++) {
-		uint64_t n = i == nf - 1 ? s->len - i * ENG_WRITE_FRAME : ENG_WRITE_FRAME;
-
-		rc = recv_rep(c, ctr0 + i, id + i, n, deadline, replied);
+		rc = recv_rep(c, ctr0 + i, id + i, frame_len(s, i), deadline, replied);
 		if (rc)
 			return rc;
 	}

@@ -424,14 +424,16 @@ static void test_engine_auth_sliced_crc(void **state)
 
 /* The owner's side of one keyed connection, played by the test on a
  * listening socket with b's engine for the handshake: it takes WRITE
- * frames into seg until the writer closes, checking each. */
+ * frames into seg until the writer closes (or until it refuses one),
+ * checking each. */
 struct frames {
 	struct node *b;
 	int lfd;
 	unsigned char *seg;
-	unsigned n;    /* frames taken */
-	uint64_t next; /* where the next frame must start */
-	int bad;       /* a frame over ENG_WRITE_FRAME, out of order or unlike its CRC */
+	unsigned n;	 /* frames taken */
+	uint64_t next;	 /* where the next frame must start */
+	int bad;	 /* a frame over ENG_WRITE_FRAME, out of order or unlike its CRC */
+	unsigned refuse; /* refuse the frame after this many, then close; 0 never */
 };
 
 static void *frames_serve(void *arg)
@@ -442,11 +444,18 @@ static void *frames_serve(void *arg)
 	int fd = accept(f->lfd, NULL, NULL);
 	uint64_t deadline = lc_now_ns() + 10000000000ull;
 
-	if (fd < 0 || eng_hs_server(f->b->e, fd, &s, deadline))
+	/* As the engine's own server: a refusal's reply leaves before the
+	 * close that cuts the connection. */
+	if (fd < 0 || eng_sock_nodelay(fd) || eng_hs_server(f->b->e, fd, &s, deadline))
 		f->bad = 1;
 	while (!f->bad && recv(fd, &k, sizeof(k), MSG_WAITALL) == (ssize_t)sizeof(k)) {
 		struct eng_srv_req q = {.fd = fd, .s = &s, .ctr = le64toh(k.ctr)};
 
+		if (f->refuse && f->n == f->refuse && !eng_wire_kreq_open(&k, &s, NULL, 0)) {
+			q.id = k.h.id; /* as a fence between frames has it */
+			eng_send_rep(&q, LUNAR_ERR_UNAUTHORIZED, k.h.length, 0, deadline);
+			break;
+		}
 		if (eng_wire_kreq_open(&k, &s, NULL, 0) || k.h.op != ENG_OP_WRITE ||
 		    k.h.length > ENG_WRITE_FRAME || k.h.offset != f->next ||
 		    recv(fd, f->seg + k.h.offset, k.h.length, MSG_WAITALL) != (ssize_t)k.h.length ||
@@ -505,6 +514,46 @@ static void test_engine_auth_keyed_write_in_frames(void **state)
 	assert_int_equal(f.next, len);
 	assert_memory_equal(f.seg, src, len);
 	assert_int_equal(crc, lc_crc32c(0, src, len));
+	free(src);
+	free(f.seg);
+	node_stop(&b);
+}
+
+/* A framed WRITE larger than the sockets hold whose second frame the owner
+ * refuses, and closes, while the writer still sends: the writer finds the
+ * refusal among the replies (after the first frame's), UNAUTHORIZED. */
+static void test_engine_auth_later_frame_refused_unauthorized(void **state)
+{
+	struct eng_config cfg = {
+	    .host = "127.0.0.1", .seg_size = SEG_SIZE, .cluster_key = &key, .slices = 1};
+	struct node a = node_create(cfg), b = node_start(&key);
+	size_t len = 64 * ENG_WRITE_FRAME;
+	unsigned char *src = malloc(len);
+	struct frames f = {.b = &b, .seg = calloc(1, len), .refuse = 1};
+	uint16_t port;
+	struct iovec v = {src, len};
+	char ep[64];
+	pthread_t t;
+	uint32_t crc;
+
+	(void)state;
+	assert_non_null(src);
+	assert_non_null(f.seg);
+	memset(src, 0x3C, len);
+	f.lfd = test_listen_loopback(1, &port);
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)port);
+	assert_int_equal(pthread_create(&t, NULL, frames_serve, &f), 0);
+	{
+		struct eng_cap wc = grant(secret, ep, ENG_OP_WRITE, 0, len, 1, UINT64_MAX);
+
+		assert_int_equal(eng_xfer(a.e, ep, ENG_WRITE, 0, &v, 1, &wc, &crc),
+				 LUNAR_ERR_UNAUTHORIZED);
+	}
+	node_stop(&a);
+	pthread_join(t, NULL);
+	close(f.lfd);
+	assert_false(f.bad);
+	assert_int_equal(f.n, 1);
 	free(src);
 	free(f.seg);
 	node_stop(&b);
@@ -670,4 +719,5 @@ LUNAR_TEST_MAIN(setup, NULL, test_engine_auth_frame_bits_and_counters,
 		test_engine_auth_keyless_peers_refused, test_engine_auth_sliced_crc,
 		test_engine_auth_keyed_write_in_frames,
 		test_engine_auth_large_write_refused_unauthorized,
+		test_engine_auth_later_frame_refused_unauthorized,
 		test_engine_auth_replay_bitflip_and_crc)
