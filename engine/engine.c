@@ -131,6 +131,7 @@ void eng_engine_destroy(struct eng_engine *e)
 	if (!e)
 		return;
 	eng_server_stop(e);
+	eng_rdma_cut(e); /* the I/O threads' RDMA transfers end at once too */
 	eng_exec_stop(e);
 	eng_rdma_fini(e); /* after the server: its threads held owner-side QPs */
 	eng_pool_fini(&e->pool);

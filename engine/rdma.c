@@ -19,6 +19,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "clock.h"
 #include "log.h"
@@ -316,6 +317,11 @@ static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint
 		unsigned n = 0;
 
 		redial = NULL;
+		if (r->cut) { /* the engine is going */
+			p = NULL;
+			*late = 1;
+			break;
+		}
 		for (p = r->peers; p; p = p->next) {
 			if (strcmp(p->endpoint, endpoint))
 				continue;
@@ -725,6 +731,24 @@ int eng_rdma_init(struct eng_engine *e)
 	if (!r->seg_thread_started)
 		eng_rdma_seg_fail(r->dev);
 	return 0;
+}
+
+void eng_rdma_cut(struct eng_engine *e)
+{
+	struct eng_rdma *r = e->rdma;
+
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	r->cut = 1;
+	/* Linked, a set is the list's; up, its QPs and lifeline are fixed. */
+	for (struct eng_rdma_peer *p = r->peers; p; p = p->next)
+		if (p->state == PEER_UP) {
+			eng_rdma_qps_fence(p->q);
+			shutdown(p->c->fd, SHUT_RDWR);
+		}
+	pthread_cond_broadcast(&r->freed); /* transfers waiting for a set */
+	pthread_mutex_unlock(&r->lock);
 }
 
 void eng_rdma_fini(struct eng_engine *e)

@@ -307,7 +307,9 @@ int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, in
 	     running > most && !atomic_compare_exchange_weak(&rdma_fake.most, &most, running);)
 		;
 	if (rdma_fake.post_ms)
-		nanosleep(&(struct timespec){0, rdma_fake.post_ms * 1000000l}, NULL);
+		nanosleep(&(struct timespec){rdma_fake.post_ms / 1000,
+					     rdma_fake.post_ms % 1000 * 1000000l},
+			  NULL);
 	atomic_fetch_sub(&rdma_fake.running, 1);
 	memcpy(to, write ? local : remote, len);
 	if (rdma_fake.corrupt && len)

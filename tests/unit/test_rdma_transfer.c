@@ -17,7 +17,8 @@
  * transfer sets up a new one; an owner of another cluster fails the connect's
  * handshake and the transfer, nothing moved; memory not open to the owner goes over TCP;
  * concurrent keyed transfers to one owner run at once, on up to
- * ENG_RDMA_CHANNELS QP sets. An engine serves before its segment is
+ * ENG_RDMA_CHANNELS QP sets; an engine destroyed under a transfer ends it
+ * at once. An engine serves before its segment is
  * registered, peers using TCP meanwhile and RDMA a second after it is.
  */
 #include <stdarg.h>
@@ -661,6 +662,50 @@ static void test_rdma_transfer_keyed_concurrent_on_sets(void **state)
 	rdma_fake_reset(0);
 }
 
+/* An engine going away while a keyed transfer waits for the owner's
+ * answer (its "NIC" holds each request 3 s) ends that transfer at once,
+ * failed, rather than at the owner's answer or the I/O deadline. */
+static void test_rdma_transfer_destroy_cuts_transfer_short(void **state)
+{
+	unsigned char *buf = malloc(4096);
+	struct eng_cap c;
+	struct eng_op op, *done;
+	struct eng_cq *cq;
+	struct iovec v = {buf, 4096};
+	struct node a, b;
+	uint64_t t0, took;
+
+	(void)state;
+	assert_non_null(buf);
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	good_read(&a, &b); /* one set up */
+	c = cap_for(&b, ENG_OP_READ, 0, 4096);
+	op = (struct eng_op){.endpoint = eng_engine_endpoint(b.e),
+			     .dir = ENG_READ,
+			     .iov = &v,
+			     .iovcnt = 1,
+			     .cap = &c};
+	rdma_fake.post_ms = 3000;
+	assert_int_equal(eng_cq_alloc(&cq), 0);
+	assert_int_equal(eng_xfer_submit(a.e, cq, &op, 1), 0);
+	for (t0 = lc_now_ms(); !atomic_load(&rdma_fake.running) && lc_now_ms() - t0 < 5000;)
+		usleep(1000);
+	assert_int_equal(atomic_load(&rdma_fake.running), 1); /* the owner holds it */
+	t0 = lc_now_ms();
+	node_stop(&a);
+	took = lc_now_ms() - t0;
+	assert_int_equal(eng_cq_wait(cq, &done, 1, 0), 1);
+	assert_ptr_equal(done, &op);
+	assert_int_not_equal(op.result, 0);
+	assert_true(took < 2500);
+	node_stop(&b); /* after its request: the buffer it writes stays ours */
+	eng_cq_free(cq);
+	free(buf);
+	rdma_fake_reset(0);
+}
+
 static void test_rdma_transfer_keyed_unopened_memory_uses_tcp(void **state)
 {
 	struct node a, b;
@@ -783,7 +828,8 @@ LUNAR_TEST_MAIN(
     test_rdma_transfer_keyed_set_ends_at_fence, test_rdma_transfer_keyed_grant_per_transfer,
     test_rdma_transfer_keyed_window_bounds_owner, test_rdma_transfer_keyed_write_crc_checked,
     test_rdma_transfer_keyed_owner_failures, test_rdma_transfer_keyed_handshake_refused,
-    test_rdma_transfer_keyed_concurrent_on_sets, test_rdma_transfer_keyed_unopened_memory_uses_tcp,
+    test_rdma_transfer_keyed_concurrent_on_sets, test_rdma_transfer_destroy_cuts_transfer_short,
+    test_rdma_transfer_keyed_unopened_memory_uses_tcp,
     test_rdma_transfer_refused_port_tried_again_soon,
     test_rdma_transfer_segment_registered_beside_serving,
     test_rdma_transfer_segment_unregistered_refuses)
