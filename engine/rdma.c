@@ -492,7 +492,8 @@ static int exchange_xfer(struct eng_engine *e, struct eng_rdma_peer *p, const st
  * (crc: a WRITE's payload CRC32C, which the owner checks): it moves the
  * bytes with its QPs and answers once they are in place. With memory
  * windows, x's pieces are opened to the owner for this transfer only.
- * 0 or -errno; after an error our QPs are fenced, so the owner can no
+ * 0 or -errno (-EBADMSG: a WRITE the owner found unlike crc, the set
+ * still good); after an error our QPs are fenced, so the owner can no
  * longer touch the memory the caller gets back.
  */
 static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf *x,
@@ -517,7 +518,9 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf
 	}
 	if (rep.status) {
 		LC_DEBUG(ENG_LOG, "RDMA transfer refused by %s: %d", p->endpoint, rep.status);
-		return eng_refusal(rep.status);
+		/* the owner serves on after a WRITE unlike its CRC32C */
+		return rep.status == LUNAR_ERR_CHECKSUM_MISMATCH ? -EBADMSG
+								 : eng_refusal(rep.status);
 	}
 	return rep.length == total ? 0 : -EPROTO;
 }
@@ -626,7 +629,7 @@ static int on_set(struct eng_engine *e, struct rdma_job *j, int may_retry)
 		rc = ask(e, p, &j->x, j->mr, j->off, j->total, j->cap, wcrc, j->deadline);
 	else
 		rc = run(p, j->dir, j->off, j->iov, j->iovcnt, j->lkey, j->deadline);
-	if (rc && rc != -ERANGE) {
+	if (rc && rc != -ERANGE && rc != -EBADMSG) { /* those two leave the set as it was */
 		LC_DEBUG(ENG_LOG, "RDMA transfer with %s failed: %s", j->endpoint, strerror(-rc));
 		ended = ended_under(p, rc, j->deadline);
 		peer_retire(r, p); /* a new connection next time */
