@@ -161,6 +161,18 @@ static void test_put_beside_off_commits_after_landing(void **state)
 	H_ASSERT_EQ(metric(whttp, BESIDE), 0);
 }
 
+/* Arm O to lose the next write it serves, with the failpoints of more
+ * ("": none) beside. Over RDMA, a write whose QP set O ended under it
+ * runs once more (engine/rdma.c): that run is lost too. */
+static void arm_lost_write(const char *more)
+{
+	char fp[128];
+
+	H_ASSERT_EQ(h_rdma_wait_segment(proxy_o), 0);
+	snprintf(fp, sizeof(fp), "engine-serve-write=%d*return%s", h_rdma_expected() ? 2 : 1, more);
+	case_arm(fpfile, fp, 60);
+}
+
 static void test_put_beside_failed_write_taken_back(void **state)
 {
 	struct lunar_client *cw, *co;
@@ -170,12 +182,7 @@ static void test_put_beside_failed_write_taken_back(void **state)
 	start(NULL);
 	cw = h_client(sock_w);
 	co = h_client(sock_o);
-	/* Over RDMA, a write whose QP set O ended under it runs once more
-	 * (engine/rdma.c): that run must be lost too. */
-	H_ASSERT_EQ(h_rdma_wait_segment(proxy_o), 0);
-	case_arm(fpfile,
-		 h_rdma_expected() ? "engine-serve-write=2*return" : "engine-serve-write=1*return",
-		 60);
+	arm_lost_write("");
 	put_seeded(cw, "beside/lost", buf, LEN, h_seed("beside/lost"), NULL);
 	case_arm(fpfile, "", 60);
 	H_ASSERT_EQ(metric(whttp, UNCOMMITTED), 1);
@@ -200,11 +207,7 @@ static void test_put_beside_lost_uncommit_retried(void **state)
 	start(NULL);
 	cw = h_client(sock_w);
 	co = h_client(sock_o);
-	H_ASSERT_EQ(h_rdma_wait_segment(proxy_o), 0);
-	case_arm(fpfile,
-		 h_rdma_expected() ? "engine-serve-write=2*return;proxy-uncommit=1*return"
-				   : "engine-serve-write=1*return;proxy-uncommit=1*return",
-		 60);
+	arm_lost_write(";proxy-uncommit=1*return");
 	h_fill(buf, LEN, 1);
 	rc = lunar_put(cw, "beside/stuck", buf, LEN, NULL);
 	case_arm(fpfile, "", 60);
