@@ -604,8 +604,8 @@ static void due_visit(struct px_lease_cache *c, struct shard *s, struct entry *e
 }
 
 /* Replace a renewed entry with what the master said now, or drop it;
- * nothing when a drop came since mark (taken before asking): the entry
- * there may be newer than the answer. */
+ * nothing when a drop of its shard or a clear came since mark (taken
+ * before asking): the entry there may be newer than the answer. */
 static void apply_due(struct px_lease_cache *c, const struct lkey *d, const struct px_cached *fresh,
 		      uint64_t mark)
 {

@@ -351,13 +351,13 @@ static void uncommit(struct px_proxy *px, struct px_req *r, const struct px_batc
 			 ? LUNAR_ERR_RPC_TIMEOUT
 			 : px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_UNCOMMIT, &c.rq.base, &rep);
 	}
-	if (rc == LUNAR_ERR_RPC_FAIL || rc == LUNAR_ERR_RPC_TIMEOUT) /* asked again later */
-		for (size_t k = 0; k < c.rq.n_items; k++)
-			px_uncommit_later(px, r->s->tenant, c.items[k].key, c.items[k].reservation,
-					  c.items[k].offset);
 	res = (const Lunar__BatchCodesReply *)rep;
 	if (!rc && (px_mc_code(rep) || res->n_codes != c.rq.n_items))
 		rc = LUNAR_ERR_PROTOCOL;
+	if (rc) /* no answer for the keys: asked again later */
+		for (size_t k = 0; k < c.rq.n_items; k++)
+			px_uncommit_later(px, r->s->tenant, c.items[k].key, c.items[k].reservation,
+					  c.items[k].offset);
 	for (size_t k = 0; !rc && k < c.rq.n_items; k++) {
 		if (!res->codes[k])
 			PX_COUNT(px, puts_uncommitted, 1);

@@ -239,14 +239,15 @@ struct px_uncommits;
  * px_uncommits_destroy - free it and what waits there (the proxy goes). */
 int px_uncommits_create(struct px_proxy *px);
 void px_uncommits_destroy(struct px_proxy *px);
-/* px_uncommit_later - the master did not answer a BatchPutUncommit of key
- * of tenant, committed beside its write at off of reservation resv, which
- * failed: px_uncommit_retry asks again. Any thread. */
+/* px_uncommit_later - the master did not answer for key of tenant in a
+ * BatchPutUncommit (committed beside its write at off of reservation
+ * resv, which failed): px_uncommit_retry asks again. Any thread between
+ * px_uncommits_create and px_uncommits_destroy (puts run in between). */
 void px_uncommit_later(struct px_proxy *px, const char *tenant, const char *key, uint64_t resv,
 		       uint64_t off);
-/* px_uncommit_retry - ask again for each waiting, until one goes
- * unanswered (the rest wait with it); an answered one is done, whatever
- * the answer. The heartbeat, after an answered Ping. */
+/* px_uncommit_retry - ask again for each waiting, until the master does
+ * not answer for one (the rest wait with it); one it answered for is
+ * done, whatever the answer. The heartbeat, after an answered Ping. */
 void px_uncommit_retry(struct px_proxy *px);
 
 /* px_resv_drop_all - forget every reservation without a word: the master

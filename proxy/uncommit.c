@@ -4,8 +4,8 @@
  * such a value stays the key's until evicted: every get finds its bytes
  * unlike its CRC32C, and every later put of the key is told it exists. So
  * they wait here, and each answered Ping asks for them again, one call per
- * value, until the master answers (whatever it says: taken back, not there,
- * or another object of the key now). The master keeps the value's tie to
+ * value, until the master answers for the value (whatever it says: taken
+ * back, not there, or another object of the key now). The master keeps the value's tie to
  * its reservation while bytes may still land there, which a tainted piece
  * holds off for the reservation's life: long past the next Ping.
  */
@@ -55,6 +55,11 @@ void px_uncommits_destroy(struct px_proxy *px)
 	if (!u)
 		return;
 	px->uncommits = NULL;
+	if (u->n)
+		LC_WARN("proxy",
+			"%zu values whose writes failed were not taken back; "
+			"they stay unreadable until evicted",
+			u->n);
 	for (v = u->head; v; v = next) {
 		next = v->next;
 		uncommit_free(v);
@@ -92,7 +97,9 @@ void px_uncommit_later(struct px_proxy *px, const char *tenant, const char *key,
 	pthread_mutex_unlock(&u->lock);
 }
 
-/* Ask the master to take v back: 0 when it answered, else its code. */
+/* Ask the master to take v back: 0 when it answered for v, else the
+ * call's code (a refusal of the whole call, as an HA leader past its
+ * fence gives, is no answer). */
 static int uncommit_call(struct px_proxy *px, const struct px_uncommit *v)
 {
 	Lunar__BatchPutCommitRequest rq = LUNAR__BATCH_PUT_COMMIT_REQUEST__INIT;
@@ -123,37 +130,34 @@ void px_uncommit_retry(struct px_proxy *px)
 {
 	struct px_uncommits *u = px->uncommits;
 	struct px_uncommit *v, *next, *keep = NULL;
-	size_t kept = 0;
+	size_t done = 0;
 	bool lost = false;
 
+	/* Taken whole, still counted: px_uncommit_later holds to the cap. */
 	pthread_mutex_lock(&u->lock);
 	v = u->head;
 	u->head = NULL;
-	u->n = 0;
 	pthread_mutex_unlock(&u->lock);
 	for (; v; v = next) {
 		next = v->next;
 		/* after one goes unanswered, the rest wait for the next Ping */
-		if (!lost) {
-			int rc = uncommit_call(px, v);
-
-			lost = rc == LUNAR_ERR_RPC_FAIL || rc == LUNAR_ERR_RPC_TIMEOUT;
-		}
+		if (!lost)
+			lost = uncommit_call(px, v) != 0;
 		if (!lost) {
 			uncommit_free(v);
+			done++;
 			continue;
 		}
 		v->next = keep;
 		keep = v;
-		kept++;
 	}
-	if (!keep)
-		return;
 	pthread_mutex_lock(&u->lock);
-	for (v = keep; v->next; v = v->next)
-		;
-	v->next = u->head;
-	u->head = keep;
-	u->n += kept;
+	if (keep) {
+		for (v = keep; v->next; v = v->next)
+			;
+		v->next = u->head;
+		u->head = keep;
+	}
+	u->n -= done;
 	pthread_mutex_unlock(&u->lock);
 }
