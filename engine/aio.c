@@ -210,14 +210,13 @@ err_free:
 
 void eng_exec_live(struct eng_engine *e, int *live, int fd)
 {
-	if (fd >= 0) {
-		lc_store_release(live, fd);
-		return;
-	}
-	/* eng_exec_stop shuts sockets down under the lock: once this is
-	 * through, it is done with ours, and its number may be reused. */
+	/* eng_exec_stop shuts sockets down under the lock: once a clearing
+	 * is through, it is done with ours, and its number may be reused;
+	 * one published after it looked is shut down here. */
 	pthread_mutex_lock(&e->exec.lock);
-	lc_store_release(live, -1);
+	lc_store_release(live, fd);
+	if (fd >= 0 && e->exec.stopping)
+		shutdown(fd, SHUT_RDWR);
 	pthread_mutex_unlock(&e->exec.lock);
 }
 

@@ -675,9 +675,10 @@ int eng_exec_start(struct eng_engine *e);
 void eng_exec_stop(struct eng_engine *e);
 /*
  * eng_exec_live - publish in *live (an I/O thread's slot) the socket fd a
- * slice now runs on, for eng_exec_stop to cut short; -1 once done with it,
- * before it is closed or pooled: that waits for a stop shutting it down, so
- * a stop never reaches a socket number reused since.
+ * slice now runs on, for eng_exec_stop to cut short (shut down at once
+ * when a stop came already); -1 once done with it, before it is closed or
+ * pooled: that waits for a stop shutting it down, so a stop never reaches
+ * a socket number reused since.
  */
 void eng_exec_live(struct eng_engine *e, int *live, int fd);
 /* eng_transport - the transport of a transfer to endpoint (engine.c): the

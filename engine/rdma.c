@@ -254,6 +254,10 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 									  : ENG_RDMA_REDIAL_NS);
 	if (rc)
 		p->busy = 0;
+	if (!rc && atomic_load(&r->cut)) { /* as eng_rdma_cut would have */
+		eng_rdma_qps_fence(p->q);
+		shutdown(p->c->fd, SHUT_RDWR);
+	}
 	pthread_cond_broadcast(&r->freed);
 	pthread_mutex_unlock(&r->lock);
 	if (!rc) {
@@ -317,7 +321,7 @@ static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint
 		unsigned n = 0;
 
 		redial = NULL;
-		if (r->cut) { /* the engine is going */
+		if (atomic_load(&r->cut)) { /* the engine is going */
 			p = NULL;
 			*late = 1;
 			break;
@@ -525,6 +529,16 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf
 	return rep.length == total ? 0 : -EPROTO;
 }
 
+/* A transfer whose time ran out before it began (queued behind others,
+ * waiting for a QP set, or its engine going): nothing went, and no QP set
+ * is torn down for it. */
+static int too_late(struct eng_engine *e, uint64_t total)
+{
+	LC_DEBUG(ENG_LOG, "RDMA transfer out of time before it began");
+	eng_xfer_count(e, ENG_TR_RDMA, total, ENG_XFER_UNSENT);
+	return ENG_XFER_UNSENT;
+}
+
 /* The transfer over TCP, by the same deadline. */
 static int tcp_instead(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		       const struct iovec *iov, int iovcnt, uint64_t total,
@@ -532,6 +546,8 @@ static int tcp_instead(struct eng_engine *e, const char *endpoint, enum eng_dir 
 {
 	int rc;
 
+	if (atomic_load(&e->rdma->cut)) /* the engine is going */
+		return too_late(e, total);
 	atomic_fetch_add(&e->rdma->fallbacks, 1);
 	rc = eng_tcp_ops.xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline);
 	eng_xfer_count(e, ENG_TR_TCP, total, rc);
@@ -555,15 +571,6 @@ static int other_mount(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_d
 		peer_retire(e->rdma, p);
 	peer_put(p);
 	return rc;
-}
-
-/* A transfer whose time ran out before it began (queued behind others, or
- * waiting for a QP set): nothing went, and no QP set is torn down for it. */
-static int too_late(struct eng_engine *e, uint64_t total)
-{
-	LC_DEBUG(ENG_LOG, "RDMA transfer out of time before it began");
-	eng_xfer_count(e, ENG_TR_RDMA, total, ENG_XFER_UNSENT);
-	return ENG_XFER_UNSENT;
 }
 
 /* The CRC32C of iov's bytes. */
@@ -725,6 +732,7 @@ int eng_rdma_init(struct eng_engine *e)
 	pthread_mutex_init(&r->lock, NULL);
 	lc_cond_init(&r->freed);
 	atomic_init(&r->fallbacks, 0);
+	atomic_init(&r->cut, 0);
 	e->rdma = r;
 	LC_INFO(ENG_LOG, "RDMA device %s (%u QPs a set)", r->dev->name, r->nqp);
 	if (e->cfg.seg_size)
@@ -743,7 +751,7 @@ void eng_rdma_cut(struct eng_engine *e)
 	if (!r)
 		return;
 	pthread_mutex_lock(&r->lock);
-	r->cut = 1;
+	atomic_store(&r->cut, 1);
 	/* Linked, a set is the list's; up, its QPs and lifeline are fixed. */
 	for (struct eng_rdma_peer *p = r->peers; p; p = p->next)
 		if (p->state == PEER_UP) {

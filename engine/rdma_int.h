@@ -312,7 +312,7 @@ struct eng_rdma {
 	atomic_uint_fast64_t fallbacks; /* transfers that went over TCP instead */
 	pthread_t seg_thread;		/* runs eng_rdma_seg_register */
 	int seg_thread_started;
-	int cut; /* eng_rdma_cut came: no transfer starts; under lock */
+	atomic_int cut; /* eng_rdma_cut came: no transfer starts */
 };
 
 /*
@@ -327,8 +327,10 @@ void eng_rdma_fini(struct eng_engine *e);
  * eng_rdma_cut - the engine is going: transfers under way on a QP set fail
  * at once rather than at their deadline (its QPs fenced, its lifeline shut
  * down, so that a keyed transfer's wait for the owner's answer ends too),
- * and none starts on RDMA any more (out of time, unsent). A set being set
- * up runs its course. Engine only, before eng_exec_stop joins its threads.
+ * and none starts any more, over RDMA or TCP instead (out of time,
+ * unsent); a set being set up is fenced once up. A transfer that went over
+ * TCP before runs its course. Engine only, before eng_exec_stop joins its
+ * threads.
  */
 void eng_rdma_cut(struct eng_engine *e);
 /*
