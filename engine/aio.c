@@ -118,7 +118,7 @@ static void slice_exec(struct eng_engine *e, struct eng_op *op, unsigned idx, in
 		/* Another transport moves the whole transfer in one call. */
 		rc = ops->xfer(e, op->endpoint, op->dir, op->off, op->iov, op->iovcnt,
 			       op->priv.total, op->cap, op->want_crc ? &crc : NULL,
-			       op->priv.deadline_ns);
+			       op->priv.deadline_ns, live);
 		ran = rc != ENG_XFER_UNSENT;
 		if (rc == LUNAR_ERR_UNAUTHORIZED)
 			rc = -EKEYREJECTED; /* as a TCP slice says it */

@@ -570,12 +570,13 @@ void eng_pool_give(struct eng_pool *p, const char *endpoint, struct eng_cconn *c
  * deadline_ns (lc_now_ns clock: the transfer's end, set when it was
  * submitted, so time spent queued or waiting for a connection counts).
  * eng_xfer picks the transport. crc: as eng_xfer (NULL, or set to the
- * CRC32C of the bytes moved).
+ * CRC32C of the bytes moved). live: on an I/O thread, its slot to publish
+ * each socket in (eng_exec_live), else NULL.
  */
 struct eng_transport_ops {
 	int (*xfer)(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		    const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
-		    uint32_t *crc, uint64_t deadline_ns);
+		    uint32_t *crc, uint64_t deadline_ns, int *live);
 };
 
 /*

@@ -29,7 +29,7 @@ static void copy(void *dst, const void *src, size_t n, uint32_t *crc, int cached
 
 static int local_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		      const struct iovec *iov, int iovcnt, uint64_t total,
-		      const struct eng_cap *cap, uint32_t *crc, uint64_t deadline_ns)
+		      const struct eng_cap *cap, uint32_t *crc, uint64_t deadline_ns, int *live)
 {
 	uint64_t size = e->cfg.seg_size;
 	char *seg = e->cfg.seg_base;
@@ -37,6 +37,7 @@ static int local_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir d
 	(void)endpoint;
 	(void)deadline_ns; /* a copy: it cannot stall on a peer */
 	(void)cap;	   /* our own segment: the proxy needs no grant from itself */
+	(void)live;	   /* no socket */
 	if (off > size || total > size - off)
 		return LUNAR_ERR_TRANSFER_FAIL;
 	seg += off;
@@ -65,14 +66,14 @@ int eng_local_run(struct eng_engine *e, struct eng_op *op, uint64_t total)
 
 	if (op->dir != ENG_WRITE || !op->epoch)
 		return local_xfer(e, op->endpoint, op->dir, op->off, op->iov, op->iovcnt, total,
-				  op->cap, crc, 0);
+				  op->cap, crc, 0, NULL);
 	/* tests: a write held back between its grant and its copy (sleep) */
 	if (LC_FAILPOINT("engine-local-write"))
 		return LUNAR_ERR_TRANSFER_FAIL;
 	pthread_rwlock_rdlock(&e->epoch_lock);
 	rc = op->epoch == atomic_load(&e->epoch)
 		 ? local_xfer(e, op->endpoint, op->dir, op->off, op->iov, op->iovcnt, total,
-			      op->cap, crc, 0)
+			      op->cap, crc, 0, NULL)
 		 : LUNAR_ERR_TRANSFER_FAIL;
 	pthread_rwlock_unlock(&e->epoch_lock);
 	return rc;

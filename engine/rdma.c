@@ -539,41 +539,6 @@ static int too_late(struct eng_engine *e, uint64_t total)
 	return ENG_XFER_UNSENT;
 }
 
-/* The transfer over TCP, by the same deadline. */
-static int tcp_instead(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
-		       const struct iovec *iov, int iovcnt, uint64_t total,
-		       const struct eng_cap *cap, uint32_t *crc, uint64_t deadline)
-{
-	int rc;
-
-	if (atomic_load(&e->rdma->cut)) /* the engine is going */
-		return too_late(e, total);
-	atomic_fetch_add(&e->rdma->fallbacks, 1);
-	rc = eng_tcp_ops.xfer(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline);
-	eng_xfer_count(e, ENG_TR_TCP, total, rc);
-	return rc;
-}
-
-/*
- * Keyless, a QP set serves ranges of the mount it was set up under only
- * (the owner checked that one, and its fence ends the set): for a range of
- * another, which of the two is the owner's now, the owner says over TCP.
- * When it takes the transfer there, the set is of an older mount: retired,
- * the next transfer sets up a new one. Drops our reference to p.
- */
-static int other_mount(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_dir dir,
-		       uint64_t off, const struct iovec *iov, int iovcnt, uint64_t total,
-		       const struct eng_cap *cap, uint32_t *crc, uint64_t deadline)
-{
-	int rc = tcp_instead(e, p->endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline);
-
-	if (!rc)
-		peer_retire(e->rdma, p);
-	peer_put(p);
-	return rc;
-}
-
-/* The CRC32C of iov's bytes. */
 /* One transfer, as rdma_xfer was given it, and its pieces: keyed x and
  * mr (to_sges), keyless lkey (local_keys). */
 struct rdma_job {
@@ -585,10 +550,42 @@ struct rdma_job {
 	const struct eng_cap *cap;
 	uint32_t *crc;
 	uint64_t deadline;
+	int *live; /* the I/O thread's slot, for a transfer over TCP instead */
 	struct eng_rdma_xf x;
 	struct ibv_mr *mr[ENG_RDMA_SGE_MAX];
 	uint32_t lkey[LUNAR_IOV_MAX];
 };
+
+/* j over TCP, by the same deadline. */
+static int tcp_instead(struct eng_engine *e, const struct rdma_job *j)
+{
+	int rc;
+
+	if (atomic_load(&e->rdma->cut)) /* the engine is going */
+		return too_late(e, j->total);
+	atomic_fetch_add(&e->rdma->fallbacks, 1);
+	rc = eng_tcp_ops.xfer(e, j->endpoint, j->dir, j->off, j->iov, j->iovcnt, j->total, j->cap,
+			      j->crc, j->deadline, j->live);
+	eng_xfer_count(e, ENG_TR_TCP, j->total, rc);
+	return rc;
+}
+
+/*
+ * Keyless, a QP set serves ranges of the mount it was set up under only
+ * (the owner checked that one, and its fence ends the set): for a range of
+ * another, which of the two is the owner's now, the owner says over TCP.
+ * When it takes the transfer there, the set is of an older mount: retired,
+ * the next transfer sets up a new one. Drops our reference to p.
+ */
+static int other_mount(struct eng_engine *e, struct eng_rdma_peer *p, const struct rdma_job *j)
+{
+	int rc = tcp_instead(e, j);
+
+	if (!rc)
+		peer_retire(e->rdma, p);
+	peer_put(p);
+	return rc;
+}
 
 /* Whether the transfer that failed with rc on p failed because p's owner
  * ended the set under it (a fence, or its departure, after peer_take
@@ -614,9 +611,7 @@ static int on_set(struct eng_engine *e, struct rdma_job *j, int may_retry)
 	int rc, late = 0, ended = 0;
 
 	if (!(p = peer_take(e, j->endpoint, j->dir, j->off, j->total, j->cap, j->deadline, &late)))
-		return late ? too_late(e, j->total)
-			    : tcp_instead(e, j->endpoint, j->dir, j->off, j->iov, j->iovcnt,
-					  j->total, j->cap, j->crc, j->deadline);
+		return late ? too_late(e, j->total) : tcp_instead(e, j);
 	if (lc_now_ns() >= j->deadline) {
 		if (e->keyed)
 			peer_release(r, p);
@@ -624,8 +619,7 @@ static int on_set(struct eng_engine *e, struct rdma_job *j, int may_retry)
 		return too_late(e, j->total);
 	}
 	if (!e->keyed && p->mount != eng_cap_mount(j->cap))
-		return other_mount(e, p, j->dir, j->off, j->iov, j->iovcnt, j->total, j->cap,
-				   j->crc, j->deadline);
+		return other_mount(e, p, j);
 	/* The owner checks a keyed WRITE's bytes against their CRC32C. */
 	if (e->keyed && j->dir == ENG_WRITE)
 		wcrc = eng_iov_crc(j->iov, j->iovcnt, 0, j->total);
@@ -659,7 +653,7 @@ static int on_set(struct eng_engine *e, struct rdma_job *j, int may_retry)
 
 static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		     const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
-		     uint32_t *crc, uint64_t deadline)
+		     uint32_t *crc, uint64_t deadline, int *live)
 {
 	struct rdma_job j = {.endpoint = endpoint,
 			     .dir = dir,
@@ -669,7 +663,8 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 			     .iovcnt = iovcnt,
 			     .cap = cap,
 			     .crc = crc,
-			     .deadline = deadline};
+			     .deadline = deadline,
+			     .live = live};
 	int rc;
 
 	if (e->keyed && !cap)
@@ -678,7 +673,7 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 		return too_late(e, total);
 	if (e->keyed ? to_sges(e->rdma->dev, dir, iov, iovcnt, &j.x, j.mr) != 0
 		     : local_keys(e->rdma->dev, iov, iovcnt, j.lkey) != 0)
-		return tcp_instead(e, endpoint, dir, off, iov, iovcnt, total, cap, crc, deadline);
+		return tcp_instead(e, &j);
 	rc = on_set(e, &j, 1);
 	if (rc != -ESTALE)
 		return rc;

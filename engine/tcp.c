@@ -437,7 +437,7 @@ uint32_t eng_tcp_crc(const struct eng_op *op)
 /* The synchronous table entry: the slices one after the other, here. */
 static int tcp_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir, uint64_t off,
 		    const struct iovec *iov, int iovcnt, uint64_t total, const struct eng_cap *cap,
-		    uint32_t *crc, uint64_t deadline_ns)
+		    uint32_t *crc, uint64_t deadline_ns, int *live)
 {
 	struct eng_op op = eng_op_of(endpoint, dir, off, iov, iovcnt, cap, crc);
 	int rc, ran = 0, anyran = 0;
@@ -448,7 +448,7 @@ static int tcp_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir dir
 	if (rc)
 		return rc;
 	for (unsigned i = 0; i < op.priv.nslices; i++) {
-		rc = eng_tcp_slice(e, &op, i, &ran, NULL);
+		rc = eng_tcp_slice(e, &op, i, &ran, live);
 		anyran |= ran;
 		if (rc)
 			return eng_xfer_failed(rc, anyran);

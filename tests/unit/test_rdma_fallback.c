@@ -4,8 +4,9 @@
  * libibverbs) move bytes over TCP; a named device that is not there makes
  * create fail. With the device layer faked (rdma_fake.h: real handshake
  * frames on the real data port, no verbs), a handshake the owner cannot complete and an owner
- * without a device both fall back to TCP byte-exact, counted; and the
- * owner refuses a malformed connect body and closes.
+ * without a device both fall back to TCP byte-exact, counted; the
+ * owner refuses a malformed connect body and closes; and a transfer over
+ * TCP instead ends with its engine.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,9 +23,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "engine/rdma_int.h"
 #include "lunar.h"
 #include "rdma_fake.h"
+#include "test_listen.h"
 #include "tests/cmocka_main.h"
 
 #define SEG_SIZE (8u << 20)
@@ -258,6 +261,46 @@ static void test_rdma_fallback_owner_checks_body(void **state)
 	rdma_fake_reset(0);
 }
 
+/* An engine destroyed under a transfer that went over TCP instead of
+ * RDMA (its memory not registered) ends it at once, as a TCP transfer:
+ * here the owner, a socket nobody answers on, would hold it to the I/O
+ * deadline (10 s). */
+static void test_rdma_fallback_destroy_cuts_tcp_instead(void **state)
+{
+	unsigned char buf[4096];
+	struct iovec v = {buf, sizeof(buf)};
+	struct eng_op op, *done;
+	struct eng_cq *cq;
+	struct node a;
+	uint16_t port;
+	uint64_t t0, took;
+	char ep[32];
+	int lfd = test_listen_loopback(4, &port);
+
+	(void)state;
+	rdma_fake_reset(1);
+	assert_int_equal(node_start(&a, "auto"), 0);
+	rdma_fake.unregistered = 1;
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)port);
+	op = (struct eng_op){.endpoint = ep, .dir = ENG_READ, .iov = &v, .iovcnt = 1};
+	assert_int_equal(eng_cq_alloc(&cq), 0);
+	assert_int_equal(eng_xfer_submit(a.e, cq, &op, 1), 0);
+	for (t0 = lc_now_ms(); !eng_engine_rdma_fallbacks(a.e) && lc_now_ms() - t0 < 5000;)
+		usleep(1000);
+	assert_int_equal(eng_engine_rdma_fallbacks(a.e), 1);
+	usleep(100000); /* its request sent (published or not, the stop ends it) */
+	t0 = lc_now_ms();
+	node_stop(&a);
+	took = lc_now_ms() - t0;
+	assert_int_equal(eng_cq_wait(cq, &done, 1, 0), 1);
+	assert_ptr_equal(done, &op);
+	assert_int_not_equal(op.result, 0);
+	assert_true(took < 5000);
+	eng_cq_free(cq);
+	close(lfd);
+	rdma_fake_reset(0);
+}
+
 LUNAR_TEST_MAIN(NULL, NULL, test_rdma_fallback_auto_without_device, test_rdma_fallback_no_library,
 		test_rdma_fallback_handshake_fails, test_rdma_fallback_peer_without_device,
-		test_rdma_fallback_owner_checks_body)
+		test_rdma_fallback_owner_checks_body, test_rdma_fallback_destroy_cuts_tcp_instead)
