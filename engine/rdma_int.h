@@ -328,9 +328,9 @@ void eng_rdma_fini(struct eng_engine *e);
  * at once rather than at their deadline (its QPs fenced, its lifeline shut
  * down, so that a keyed transfer's wait for the owner's answer ends too),
  * and none starts any more, over RDMA or TCP instead (out of time,
- * unsent); a set being set up is fenced once up. A transfer that went over
- * TCP before runs its course. Engine only, before eng_exec_stop joins its
- * threads.
+ * unsent); a set being set up is fenced once up. One that went over TCP
+ * instead before is cut as TCP transfers are (eng_exec_stop). Engine
+ * only, before eng_exec_stop joins its threads.
  */
 void eng_rdma_cut(struct eng_engine *e);
 /*
