@@ -4,7 +4,8 @@
  * format) on this engine's segment until EOF, an error or a refusal. Every
  * range is checked against the segment before a byte moves; payloads go
  * straight between the socket and the segment. When every connection slot
- * is taken, the connection that has waited longest for a request gives way
+ * is taken, the connection longest in its handshake (keyed: a peer not yet
+ * known), else the one that has waited longest for a request, gives way
  * to the new one, so idle sockets of one peer cannot lock the others out;
  * and one address holds at most a quarter of the slots, so neither can
  * sockets that each began a request and stalled (held to the I/O timeout).
@@ -49,9 +50,11 @@ struct eng_srv_conn {
 	pthread_t tid;
 	atomic_int done;
 	uint64_t gen; /* the server's fence count when it was accepted */
-	/* When it began to wait for a request; 0 while it serves one. A CAS
-	 * decides between the request's first byte and an eviction. */
+	/* When it began to wait for a request (or, keyed, for the handshake);
+	 * 0 while it serves one. A CAS decides between the request's first
+	 * byte and an eviction. */
 	_Atomic uint64_t idle_since;
+	atomic_int greeting;   /* in the handshake: a peer not yet known, evicted first */
 	struct auth_session s; /* keyed engines: from the handshake */
 };
 
@@ -282,9 +285,11 @@ static void *conn_main(void *arg)
 	struct eng_server *s = &c->e->srv;
 	uint64_t one = 1;
 
-	if (!c->e->keyed || !eng_hs_server(c->e, c->fd, &c->s, lc_now_ns() + c->e->timeout_ns))
+	if (!c->e->keyed || !eng_hs_server(c->e, c->fd, &c->s, lc_now_ns() + c->e->timeout_ns)) {
+		atomic_store(&c->greeting, 0);
 		while (!serve_one(c))
 			;
+	}
 	sodium_memzero(&c->s, sizeof(c->s));
 	/* The peer sees EOF now; the fd itself stays open until the thread is
 	 * joined, which the listener does when told, not at its next accept. */
@@ -319,22 +324,28 @@ static unsigned conns_from(const struct eng_server *s, const uint8_t addr[16])
 	return n;
 }
 
-/* Make room: shut down the connection that has waited longest for a
- * request (of addr only, when addr is not NULL); 0, or -1 when every such
- * connection is serving one. Listener, under s->lock. */
+/* Make room: shut down the connection (of addr only, when addr is not
+ * NULL) still in its handshake longest, else the one that has waited
+ * longest for a request: a peer that cannot prove the key gives way before
+ * any that did. 0, or -1 when every such connection is serving a request.
+ * Listener, under s->lock. */
 static int evict_idlest(struct eng_server *s, const uint8_t *addr)
 {
 	struct eng_srv_conn *old = NULL;
 	uint64_t since, oldest = ENG_SRV_EVICTED;
+	int greeting = 0;
 	static uint64_t warned_ns;
 
 	for (struct eng_srv_conn *c = s->conns; c; c = c->next) {
-		if (addr && memcmp(c->addr, addr, 16))
+		int g = atomic_load(&c->greeting);
+
+		if ((addr && memcmp(c->addr, addr, 16)) || g < greeting)
 			continue;
 		since = atomic_load(&c->idle_since);
-		if (since && since < oldest) {
+		if (since && since != ENG_SRV_EVICTED && (g > greeting || since < oldest)) {
 			oldest = since;
 			old = c;
+			greeting = g;
 		}
 	}
 	if (!old || !atomic_compare_exchange_strong(&old->idle_since, &oldest, ENG_SRV_EVICTED))
@@ -415,6 +426,8 @@ static void start_conn(struct eng_engine *e, int fd, const struct sockaddr_stora
 	c->e = e;
 	c->fd = fd;
 	c->gen = s->gen;
+	atomic_init(&c->idle_since, lc_now_ns());
+	atomic_init(&c->greeting, e->keyed);
 	memcpy(c->addr, addr, sizeof(addr));
 	eng_sock_nodelay(fd);
 	rc = pthread_create(&c->tid, NULL, conn_main, c);

@@ -20,6 +20,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -633,18 +634,65 @@ static void test_engine_auth_keyless_peers_refused(void **state)
 	node_stop(&c);
 }
 
-/* A raw connection to b past the handshake, speaking as a. */
-static int raw_keyed(struct node *a, struct node *b, struct auth_session *s)
+/* A raw connection to b's data port, from 127.0.0.1. */
+static int raw_to(const struct node *b)
 {
 	const char *colon = strrchr(eng_engine_endpoint(b->e), ':');
 	struct sockaddr_in sa = {.sin_family = AF_INET,
 				 .sin_port = htons((uint16_t)atoi(colon + 1))};
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
+	assert_true(fd >= 0);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* A raw connection to b past the handshake, speaking as a. */
+static int raw_keyed(struct node *a, struct node *b, struct auth_session *s)
+{
+	int fd = raw_to(b);
+
 	assert_int_equal(eng_hs_client(a->e, fd, s, lc_now_ns() + 5000000000ull), 0);
 	return fd;
+}
+
+/* A peer that opens connections and never begins the handshake takes no
+ * slot from one that proves the key, even from the same address: a
+ * connection still in its handshake gives way, before any that is past
+ * it, though idle longer (they held every slot of the address until the
+ * handshake timed out). */
+static void test_engine_auth_stalled_handshakes_give_way(void **state)
+{
+	enum { STALLED = 300 }; /* past one address's quarter of the slots */
+	struct eng_config cfg = {.host = "127.0.0.1",
+				 .seg_size = SEG_SIZE,
+				 .cluster_key = &key,
+				 .io_timeout_ms = 60000}; /* no handshake times out here */
+	struct node a = node_start(&key), b = node_create(cfg);
+	const char *seg = eng_engine_endpoint(b.e);
+	struct eng_cap wc = grant(secret, seg, ENG_OP_WRITE, 0, 4096, 1, UINT64_MAX);
+	unsigned char buf[4096];
+	struct iovec v = {buf, sizeof(buf)};
+	static int fds[STALLED];
+	struct auth_session s;
+	struct pollfd idle;
+
+	(void)state;
+	assert_int_equal(eng_engine_set_secret(b.e, seg, secret), 0);
+	idle = (struct pollfd){.fd = raw_keyed(&a, &b, &s), .events = POLLIN | POLLRDHUP};
+	for (int i = 0; i < STALLED; i++)
+		fds[i] = raw_to(&b);
+	usleep(500 * 1000);			/* the listener takes them all */
+	assert_int_equal(poll(&idle, 1, 0), 0); /* still open */
+	close(idle.fd);
+	memset(buf, 0x6B, sizeof(buf));
+	assert_int_equal(eng_xfer(a.e, seg, ENG_WRITE, 0, &v, 1, &wc, NULL), 0);
+	assert_memory_equal(b.seg, buf, sizeof(buf));
+	for (int i = 0; i < STALLED; i++)
+		close(fds[i]);
+	node_stop(&a);
+	node_stop(&b);
 }
 
 /* Bytes the peer sends until it closes (at most cap kept). */
@@ -720,4 +768,5 @@ LUNAR_TEST_MAIN(setup, NULL, test_engine_auth_frame_bits_and_counters,
 		test_engine_auth_keyed_write_in_frames,
 		test_engine_auth_large_write_refused_unauthorized,
 		test_engine_auth_later_frame_refused_unauthorized,
+		test_engine_auth_stalled_handshakes_give_way,
 		test_engine_auth_replay_bitflip_and_crc)
