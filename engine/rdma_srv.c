@@ -172,8 +172,10 @@ static void serve_xfers(struct eng_engine *e, const struct eng_srv_req *lifeline
 			status = LUNAR_ERR_TRANSFER_FAIL;
 		/* A WRITE's bytes are what the client's header said, as over TCP. */
 		if (!status && x.cap_op == ENG_OP_WRITE &&
-		    lc_crc32c(0, d->seg.base + k.h.offset, k.h.length) != k.crc)
+		    lc_crc32c(0, d->seg.base + k.h.offset, k.h.length) != k.crc) {
+			eng_reject(e, ENG_REJ_CRC, q.fd, "RDMA WRITE unlike its CRC32C");
 			status = LUNAR_ERR_CHECKSUM_MISMATCH;
+		}
 		if (eng_send_rep(&q, status, status ? 0 : k.h.length, 0, deadline) ||
 		    (status && status != LUNAR_ERR_CHECKSUM_MISMATCH))
 			return;

@@ -524,6 +524,7 @@ static void test_rdma_transfer_keyed_write_crc_checked(void **state)
 	rdma_fake.corrupt = 0;
 	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &c), 0);
 	assert_memory_equal(b.seg, buf, sizeof(buf));
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CRC), 1);
 	/* The owner serves on after a mismatch: the same set carried both. */
 	assert_int_equal(rdma_fake.connects, 2);
 	assert_int_equal(rdma_fake.fences, 0);
