@@ -555,7 +555,9 @@ static void test_lease_cache_drop_blocks_its_shard_only(void **state)
 		px_lease_cache_put(c, "t", key, &v, &rd);
 		kept += px_lease_cache_get(c, "t", key, 0, 0, NULL, &out);
 	}
-	assert_in_range(kept, 112, 127);
+	/* Of 128 keys, about 2 share its shard (the hash is seeded per
+	 * process: maybe none); a drop that held out every shard keeps 0. */
+	assert_in_range(kept, 112, 128);
 	px_lease_cache_put(c, "t", "upserted", &v, &rd);
 	assert_int_equal(px_lease_cache_get(c, "t", "upserted", 0, 0, NULL, &out), 0);
 	px_lease_cache_destroy(c);
