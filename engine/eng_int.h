@@ -389,7 +389,16 @@ struct eng_srv_req {
 	struct auth_session *s; /* NULL: keyless */
 	uint64_t ctr;
 	uint64_t id;
+	_Atomic uint64_t *idle; /* the connection's wait for work (eng_srv_wait); NULL none */
 };
+/*
+ * eng_srv_wait - wait, for as long as it takes, for input on q's
+ * connection (a request's first byte, or EOF), its slot meanwhile free for
+ * the server to take back for a new connection (as between requests):
+ * 0 when input came, -ECONNABORTED when the slot was taken back, else
+ * -errno (server.c).
+ */
+int eng_srv_wait(const struct eng_srv_req *q);
 
 /*
  * eng_disk_serve - answer the READ_DISK request req (decoded) on q->fd; its

@@ -3,7 +3,8 @@
  * connect body and, on a keyed engine, the capability it brought; create
  * as many QPs, connect them to the client's, answer with their numbers and
  * the segment's address and rkey; then hold them for as long as the
- * connection that asked stays open, which is the client's to close. On a
+ * connection that asked stays open, which is the client's to close (or,
+ * while it waits for work, the server's, when it needs the slot). On a
  * keyed engine that connection then carries the client's transfer
  * requests: each checked against its capability like a TCP one, then
  * served by RDMA from this side into or out of the client's memory.
@@ -12,7 +13,6 @@
 
 #include <endian.h>
 #include <errno.h>
-#include <poll.h>
 #include <string.h>
 
 #include "clock.h"
@@ -37,18 +37,6 @@ static int answer(const struct eng_srv_req *q, int32_t status, const unsigned ch
 		eng_wire_krep_seal(&rep, q->s, q->ctr, body, blen);
 	eng_iovc_init(&c, v, blen ? 2 : 1, 0, v[0].iov_len + blen);
 	return eng_io_send(q->fd, &c, 0, deadline);
-}
-
-/* Wait until fd has input (or EOF), or the server shut it down: 0, or
- * -errno of poll. */
-static int wait_input(int fd)
-{
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-
-	while (poll(&p, 1, -1) < 0)
-		if (errno != EINTR)
-			return -errno;
-	return 0;
 }
 
 /* The capability of keyed request k, for op (READ or WRITE) of its range:
@@ -145,7 +133,8 @@ static int xfer_run(struct eng_rdma_dev *d, struct eng_rdma_qps *qps, const stru
 }
 
 /* Serve the client's transfers on q's connection until it closes, the
- * server shuts it down, or a request is refused or fails (keyed only). */
+ * server shuts it down or takes its slot back between transfers, or a
+ * request is refused or fails (keyed only). */
 static void serve_xfers(struct eng_engine *e, const struct eng_srv_req *lifeline,
 			struct eng_rdma_qps *qps)
 {
@@ -160,7 +149,7 @@ static void serve_xfers(struct eng_engine *e, const struct eng_srv_req *lifeline
 	/* A fence or a client gone ends a transfer under way now, not when
 	 * its requests time out against the client's fenced QPs. */
 	qps->watch_fd = q.fd;
-	while (!wait_input(q.fd)) {
+	while (!eng_srv_wait(&q)) {
 		deadline = lc_now_ns() + e->timeout_ns;
 		if (xfer_recv(e, &q, &k, body, deadline))
 			return;
@@ -222,7 +211,7 @@ int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng
 	if (!rc && q->s)
 		serve_xfers(e, q, qps);
 	else if (!rc)
-		wait_input(q->fd); /* EOF, or a byte: a violation either way */
+		eng_srv_wait(q); /* EOF, or a byte: a violation either way */
 	eng_rdma_qps_destroy(qps);
 	return -ECONNRESET; /* done with this connection */
 }

@@ -172,7 +172,7 @@ static ssize_t recv_first(int fd, void *buf, size_t len)
 static int serve_keyed(struct eng_srv_conn *conn, struct eng_wire_kreq *k, uint64_t deadline)
 {
 	struct eng_engine *e = conn->e;
-	struct eng_srv_req q = {.fd = conn->fd, .s = &conn->s};
+	struct eng_srv_req q = {.fd = conn->fd, .s = &conn->s, .idle = &conn->idle_since};
 	char name[ENG_DISK_NAME_MAX + 1];
 	uint64_t nlen = 0;
 	int rc, disk = le16toh(k->h.op) == ENG_OP_READ_DISK;
@@ -228,7 +228,7 @@ static int serve_one(struct eng_srv_conn *conn)
 {
 	struct eng_engine *e = conn->e;
 	struct eng_wire_kreq k;
-	struct eng_srv_req q = {.fd = conn->fd};
+	struct eng_srv_req q = {.fd = conn->fd, .idle = &conn->idle_since};
 	size_t size = sizeof(k);
 	uint64_t deadline, idle = lc_now_ns();
 	ssize_t got;
@@ -277,6 +277,21 @@ static int serve_one(struct eng_srv_conn *conn)
 	if (status)
 		return refuse(&q, &k.h, status, deadline);
 	return serve_range(e, &q, &k.h, NULL, deadline);
+}
+
+int eng_srv_wait(const struct eng_srv_req *q)
+{
+	struct pollfd p = {.fd = q->fd, .events = POLLIN};
+	uint64_t idle = lc_now_ns();
+
+	if (q->idle)
+		atomic_store(q->idle, idle);
+	while (poll(&p, 1, -1) < 0)
+		if (errno != EINTR)
+			return -errno;
+	if (q->idle && !atomic_compare_exchange_strong(q->idle, &idle, 0))
+		return -ECONNABORTED; /* taken back as the input came */
+	return 0;
 }
 
 static void *conn_main(void *arg)

@@ -26,12 +26,15 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -296,6 +299,51 @@ static void test_rdma_transfer_keyless_set_ended_under_transfer(void **state)
 	j = (struct fence_job){.e = b.e, .destroy = 1};
 	assert_int_equal(xfer_under(&a, &b, ENG_WRITE, buf, &cur, &j), LUNAR_ERR_TRANSFER_FAIL);
 	free(b.seg);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+/* A socket connected to the data port at endpoint ("127.0.0.1:PORT"). */
+static int raw_connect(const char *endpoint)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)atoi(strrchr(endpoint, ':') + 1))};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* A QP set's lifeline, idle between transfers, holds its slot of the
+ * owner's data port only until the port needs it: sockets from its address
+ * past the address's quarter of the slots take the slot of the connection
+ * idle longest, the lifeline, and the next transfer sets up a new set. */
+static void test_rdma_transfer_idle_lifeline_gives_way(void **state)
+{
+	enum { SOCKS = 300 }; /* past one address's 256 slots */
+	const struct eng_cap cur = {.mount = 9};
+	unsigned char buf[4096];
+	static int fds[SOCKS];
+	struct node a, b;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(0);
+	b = node_start(0);
+	eng_engine_set_mount(b.e, 9);
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
+	assert_int_equal(rdma_fake.connects, 2);
+	for (int i = 0; i < SOCKS; i++)
+		fds[i] = raw_connect(eng_engine_endpoint(b.e));
+	usleep(500 * 1000); /* the listener takes them all */
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
+	assert_int_equal(rdma_fake.connects, 4);
+	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
+	for (int i = 0; i < SOCKS; i++)
+		close(fds[i]);
+	node_stop(&b);
 	node_stop(&a);
 	rdma_fake_reset(0);
 }
@@ -830,7 +878,8 @@ LUNAR_TEST_MAIN(
     setup, NULL, test_rdma_transfer_keyless_client_posts,
     test_rdma_transfer_keyless_pieces_keyed_once, test_rdma_transfer_keyless_set_serves_its_mount,
     test_rdma_transfer_keyless_set_ended_under_transfer,
-    test_rdma_transfer_keyless_stale_mount_holds_off_itself, test_rdma_transfer_keyed_owner_moves,
+    test_rdma_transfer_keyless_stale_mount_holds_off_itself,
+    test_rdma_transfer_idle_lifeline_gives_way, test_rdma_transfer_keyed_owner_moves,
     test_rdma_transfer_keyed_set_ends_at_fence, test_rdma_transfer_keyed_grant_per_transfer,
     test_rdma_transfer_keyed_window_bounds_owner, test_rdma_transfer_keyed_write_crc_checked,
     test_rdma_transfer_keyed_owner_failures, test_rdma_transfer_keyed_handshake_refused,
