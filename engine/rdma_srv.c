@@ -203,9 +203,11 @@ int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng
 		eng_rdma_qps_destroy(qps);
 		return answer(q, LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS, NULL, deadline_ns);
 	}
-	mine.addr = (uintptr_t)d->seg.base;
+	/* Keyed, only this side posts: where the segment lies, and a key to
+	 * it (closed to remote access anyway), are nobody else's business. */
+	mine.addr = e->keyed ? 0 : (uintptr_t)d->seg.base;
 	mine.length = d->seg.len;
-	mine.rkey = d->seg.mr->rkey;
+	mine.rkey = e->keyed ? 0 : d->seg.mr->rkey;
 	eng_rdma_hs_encode(&mine, out);
 	rc = answer(q, 0, out, deadline_ns);
 	if (!rc && q->s)

@@ -269,6 +269,10 @@ int __wrap_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs
 	if (!rdma_fake.on)
 		return __real_eng_rdma_qps_connect(q, mine, peer);
 	atomic_fetch_add(&rdma_fake.connects, 1);
+	if (peer->length) { /* the client's side: the owner's answer */
+		atomic_store(&rdma_fake.owner_addr, peer->addr);
+		atomic_store(&rdma_fake.owner_rkey, peer->rkey);
+	}
 	return rdma_fake.connect_rc;
 }
 

@@ -39,10 +39,12 @@ struct rdma_fake {
 	atomic_int posts;		      /* work requests the "NIC" ran */
 	atomic_int running, most;	      /* work requests it runs now, and at most */
 	atomic_int binds, bound;	      /* window binds so far; windows bound now */
-	atomic_int mr_key_posts;    /* requests that reached client memory by its MR's rkey */
-	atomic_int denied;	    /* requests a window did not allow */
-	atomic_int key_lookups;	    /* mem_keys calls */
-	atomic_uint_fast64_t moved; /* bytes it moved */
+	atomic_int mr_key_posts;	 /* requests that reached client memory by its MR's rkey */
+	atomic_int denied;		 /* requests a window did not allow */
+	atomic_int key_lookups;		 /* mem_keys calls */
+	atomic_uint_fast64_t moved;	 /* bytes it moved */
+	atomic_uint_fast64_t owner_addr; /* the segment address an owner's answer named */
+	atomic_uint owner_rkey;		 /* and its key (the last connect that had them) */
 };
 
 extern struct rdma_fake rdma_fake;

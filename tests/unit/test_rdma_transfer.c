@@ -420,6 +420,9 @@ static void test_rdma_transfer_keyed_owner_moves(void **state)
 	round_trip(&a, &b, 1, 4096 + 3, 3 * MIB + 5);
 	round_trip(&a, &b, 1, 0, 1);		 /* on the same connection */
 	assert_int_equal(rdma_fake.connects, 2); /* one QP set a side */
+	/* Nor did it tell where its segment lies, or a key to it. */
+	assert_int_equal(atomic_load(&rdma_fake.owner_addr), 0);
+	assert_int_equal(atomic_load(&rdma_fake.owner_rkey), 0);
 	assert_int_equal(xfers(&a, ENG_TR_RDMA), 4);
 	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);
 	assert_int_equal(rdma_fake.moved, 2 * (3 * MIB + 5) + 2);
