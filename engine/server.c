@@ -223,6 +223,20 @@ static int serve_keyed(struct eng_srv_conn *conn, struct eng_wire_kreq *k, uint6
 	return serve_range(e, &q, &k->h, k->h.op == ENG_OP_WRITE ? &k->crc : NULL, deadline);
 }
 
+/* The connection whose idle time w is begins to wait for work at now: 0,
+ * or -ECONNABORTED when the listener took its slot back already (its
+ * mark is never overwritten: one eviction frees one slot). */
+static int idle_begin(_Atomic uint64_t *w, uint64_t now)
+{
+	uint64_t was = atomic_load(w);
+
+	do {
+		if (was == ENG_SRV_EVICTED)
+			return -ECONNABORTED;
+	} while (!atomic_compare_exchange_weak(w, &was, now));
+	return 0;
+}
+
 /* Serve one request; 0 to go on with the next, or < 0 to close. */
 static int serve_one(struct eng_srv_conn *conn)
 {
@@ -238,7 +252,9 @@ static int serve_one(struct eng_srv_conn *conn)
 	 * likes, or until a new connection needs its slot. Once a request's
 	 * first byte came, the rest must follow within the timeout: else a peer
 	 * could hold a connection slot, and its thread, with a byte apiece. */
-	atomic_store(&conn->idle_since, idle);
+	if (idle_begin(&conn->idle_since, idle))
+		return -ECONNABORTED;
+	atomic_store(&conn->greeting, 0); /* past the handshake, idle from now */
 	/* A reader's next read often follows its last at once (the blocks of
 	 * a prefix, one after the other), and a writer's next write follows
 	 * its commit to the master: polled for, as a sleeping thread's wakeup
@@ -284,8 +300,8 @@ int eng_srv_wait(const struct eng_srv_req *q)
 	struct pollfd p = {.fd = q->fd, .events = POLLIN};
 	uint64_t idle = lc_now_ns();
 
-	if (q->idle)
-		atomic_store(q->idle, idle);
+	if (q->idle && idle_begin(q->idle, idle))
+		return -ECONNABORTED;
 	while (poll(&p, 1, -1) < 0)
 		if (errno != EINTR)
 			return -errno;
@@ -300,11 +316,11 @@ static void *conn_main(void *arg)
 	struct eng_server *s = &c->e->srv;
 	uint64_t one = 1;
 
-	if (!c->e->keyed || !eng_hs_server(c->e, c->fd, &c->s, lc_now_ns() + c->e->timeout_ns)) {
-		atomic_store(&c->greeting, 0);
+	if (!c->e->keyed || !eng_hs_server(c->e, c->fd, &c->s, lc_now_ns() + c->e->timeout_ns))
 		while (!serve_one(c))
 			;
-	}
+	/* Nothing left to take back: no eviction picks it while it ends. */
+	atomic_store(&c->idle_since, ENG_SRV_EVICTED);
 	sodium_memzero(&c->s, sizeof(c->s));
 	/* The peer sees EOF now; the fd itself stays open until the thread is
 	 * joined, which the listener does when told, not at its next accept. */
@@ -339,6 +355,30 @@ static unsigned conns_from(const struct eng_server *s, const uint8_t addr[16])
 	return n;
 }
 
+/* The connection evict_idlest should take: of addr when not NULL; NULL
+ * when none waits. *since: its idle time. Under s->lock. */
+static struct eng_srv_conn *idlest(struct eng_server *s, const uint8_t *addr, uint64_t *since)
+{
+	struct eng_srv_conn *old = NULL;
+	uint64_t t;
+	int greeting = 0;
+
+	*since = ENG_SRV_EVICTED;
+	for (struct eng_srv_conn *c = s->conns; c; c = c->next) {
+		int g = atomic_load(&c->greeting);
+
+		if ((addr && memcmp(c->addr, addr, 16)) || g < greeting)
+			continue;
+		t = atomic_load(&c->idle_since);
+		if (t && t != ENG_SRV_EVICTED && (g > greeting || t < *since)) {
+			*since = t;
+			old = c;
+			greeting = g;
+		}
+	}
+	return old;
+}
+
 /* Make room: shut down the connection (of addr only, when addr is not
  * NULL) still in its handshake longest, else the one that has waited
  * longest for a request: a peer that cannot prove the key gives way before
@@ -347,23 +387,19 @@ static unsigned conns_from(const struct eng_server *s, const uint8_t addr[16])
 static int evict_idlest(struct eng_server *s, const uint8_t *addr)
 {
 	struct eng_srv_conn *old = NULL;
-	uint64_t since, oldest = ENG_SRV_EVICTED;
-	int greeting = 0;
+	uint64_t oldest = ENG_SRV_EVICTED;
 	static uint64_t warned_ns;
 
-	for (struct eng_srv_conn *c = s->conns; c; c = c->next) {
-		int g = atomic_load(&c->greeting);
-
-		if ((addr && memcmp(c->addr, addr, 16)) || g < greeting)
-			continue;
-		since = atomic_load(&c->idle_since);
-		if (since && since != ENG_SRV_EVICTED && (g > greeting || since < oldest)) {
-			oldest = since;
-			old = c;
-			greeting = g;
-		}
+	/* A connection whose request came (or whose wait began anew) as it
+	 * was picked loses the race: look again, a few times. */
+	for (int tries = 0; !old && tries < 4; tries++) {
+		old = idlest(s, addr, &oldest);
+		if (!old)
+			return -1;
+		if (!atomic_compare_exchange_strong(&old->idle_since, &oldest, ENG_SRV_EVICTED))
+			old = NULL;
 	}
-	if (!old || !atomic_compare_exchange_strong(&old->idle_since, &oldest, ENG_SRV_EVICTED))
+	if (!old)
 		return -1;
 	shutdown(old->fd, SHUT_RDWR);
 	if (lc_now_ns() - warned_ns > 1000000000ull) {
