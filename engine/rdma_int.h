@@ -23,8 +23,8 @@
  * padding. The client sends it after an ENG_OP_RDMA_CONNECT request header
  * (eng_int.h); the owner answers with a reply header and, on status 0, its
  * own body.
- *    0 u32 magic    ENG_RDMA_HS_MAGIC        48 u32 rkey    owner: the segment's;
- *    4 u16 version  ENG_RDMA_HS_VERSION                     client: 0
+ *    0 u32 magic    ENG_RDMA_HS_MAGIC        48 u32 rkey    owner: the segment's
+ *    4 u16 version  ENG_RDMA_HS_VERSION                     (keyed 0); client: 0
  *    6 u16 nqp      QPs, 1..ENG_RDMA_QP_MAX  52 u32 reserved 0
  *    8 u8  mtu      enum ibv_mtu, 1..5       56 ENG_RDMA_QP_MAX entries of
  *    9 u8  port     the device port, >= 1       u32 qpn  1..2^24-1, distinct
@@ -33,7 +33,7 @@
  *                   what the header's capability grants; owner: 0
  *   14 u16 flags    0
  *   16 16 bytes gid (all zero on IB without a GRH; then lid != 0)
- *   32 u64 addr     owner: the segment's address in its MR; client: 0
+ *   32 u64 addr     owner: the segment's address in its MR (keyed 0); client: 0
  *   40 u64 length   owner: the segment's length (> 0); client: 0
  */
 #define ENG_RDMA_HS_MAGIC   0x44524e4cu /* "LNRD" */
@@ -340,7 +340,8 @@ void eng_rdma_cut(struct eng_engine *e);
  * malformed body or range (close), answers "no" (status
  * UNAVAILABLE_IN_CURRENT_STATUS, connection kept) without a device or when
  * the QPs cannot be connected; else replies with its own body and keeps
- * the QPs until the peer closes the connection. 0 to go on, < 0 to close.
+ * the QPs until the peer closes the connection (keyed, or until the server
+ * takes its slot back between transfers). 0 to go on, < 0 to close.
  * Data-port thread.
  */
 int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng_wire_kreq *k,

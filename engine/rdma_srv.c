@@ -4,7 +4,7 @@
  * as many QPs, connect them to the client's, answer with their numbers and
  * the segment's address and rkey; then hold them for as long as the
  * connection that asked stays open, which is the client's to close (or,
- * while it waits for work, the server's, when it needs the slot). On a
+ * keyed, while it waits for work, the server's, when it needs the slot). On a
  * keyed engine that connection then carries the client's transfer
  * requests: each checked against its capability like a TCP one, then
  * served by RDMA from this side into or out of the client's memory.
@@ -212,8 +212,10 @@ int eng_rdma_serve(struct eng_engine *e, const struct eng_srv_req *q, struct eng
 	rc = answer(q, 0, out, deadline_ns);
 	if (!rc && q->s)
 		serve_xfers(e, q, qps);
-	else if (!rc)
-		eng_srv_wait(q); /* EOF, or a byte: a violation either way */
+	else if (!rc) /* EOF, or a byte: a violation either way. Keyless, the
+		       * transfers never touch the lifeline, so its idle time says
+		       * nothing of them: its slot is not the server's to take. */
+		eng_srv_wait(&(struct eng_srv_req){.fd = q->fd});
 	eng_rdma_qps_destroy(qps);
 	return -ECONNRESET; /* done with this connection */
 }

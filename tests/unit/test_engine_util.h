@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "clock.h"
 
 struct node {
 	struct eng_engine *e;
@@ -37,6 +38,21 @@ static inline void node_stop(struct node *n)
 {
 	eng_engine_destroy(n->e);
 	free(n->seg);
+}
+
+/* node_stop_under - stop n while op, submitted to cq, is under way: op
+ * comes out of cq failed; how long the stop took, in ms. */
+static inline uint64_t node_stop_under(struct node *n, struct eng_cq *cq, struct eng_op *op)
+{
+	uint64_t t0 = lc_now_ms();
+	struct eng_op *done;
+
+	node_stop(n);
+	t0 = lc_now_ms() - t0;
+	assert_int_equal(eng_cq_wait(cq, &done, 1, 0), 1);
+	assert_ptr_equal(done, op);
+	assert_int_not_equal(op->result, 0);
+	return t0;
 }
 
 /* keys_make - auth ready, a random cluster key and segment secret. */

@@ -44,6 +44,7 @@
 #include "lunar.h"
 #include "rdma_fake.h"
 #include "test_engine_util.h"
+#include "test_engine_raw.h"
 #include "tests/cmocka_main.h"
 
 #define SEG_SIZE (8u << 20)
@@ -303,51 +304,6 @@ static void test_rdma_transfer_keyless_set_ended_under_transfer(void **state)
 	rdma_fake_reset(0);
 }
 
-/* A socket connected to the data port at endpoint ("127.0.0.1:PORT"). */
-static int raw_connect(const char *endpoint)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET,
-				 .sin_port = htons((uint16_t)atoi(strrchr(endpoint, ':') + 1))};
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	assert_true(fd >= 0);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	return fd;
-}
-
-/* A QP set's lifeline, idle between transfers, holds its slot of the
- * owner's data port only until the port needs it: sockets from its address
- * past the address's quarter of the slots take the slot of the connection
- * idle longest, the lifeline, and the next transfer sets up a new set. */
-static void test_rdma_transfer_idle_lifeline_gives_way(void **state)
-{
-	enum { SOCKS = 300 }; /* past one address's 256 slots */
-	const struct eng_cap cur = {.mount = 9};
-	unsigned char buf[4096];
-	static int fds[SOCKS];
-	struct node a, b;
-
-	(void)state;
-	rdma_fake_reset(1);
-	a = node_start(0);
-	b = node_start(0);
-	eng_engine_set_mount(b.e, 9);
-	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
-	assert_int_equal(rdma_fake.connects, 2);
-	for (int i = 0; i < SOCKS; i++)
-		fds[i] = raw_connect(eng_engine_endpoint(b.e));
-	usleep(500 * 1000); /* the listener takes them all */
-	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &cur), 0);
-	assert_int_equal(rdma_fake.connects, 4);
-	assert_int_equal(xfers(&a, ENG_TR_RDMA), 2);
-	for (int i = 0; i < SOCKS; i++)
-		close(fds[i]);
-	node_stop(&b);
-	node_stop(&a);
-	rdma_fake_reset(0);
-}
-
 /* Keyless, a transfer of a mount the owner left (a writer that slept
  * through its re-mount) is refused, and the set it asked for too; the
  * transfers of the owner's mount still go over RDMA at once, not by TCP
@@ -471,6 +427,39 @@ static void good_read(struct node *a, struct node *b)
 
 	assert_int_equal(xfer(a, b, ENG_READ, 0, buf, sizeof(buf), &c), 0);
 	assert_int_equal(xfers(a, ENG_TR_RDMA), before + 1);
+}
+
+/* Keyed, a QP set's lifeline waiting between transfers holds its slot of
+ * the owner's data port only until the port needs it: connections from
+ * its address past the address's quarter of the slots, each past the
+ * handshake and idle since a request of its own, take the slot of the one
+ * idle longest, the lifeline; the next transfer sets up a new set. */
+static void test_rdma_transfer_keyed_idle_lifeline_gives_way(void **state)
+{
+	enum { SOCKS = 300 }; /* past one address's 256 slots */
+	static int fds[SOCKS];
+	struct auth_session s;
+	struct eng_cap c;
+	struct node a, b;
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	good_read(&a, &b); /* one set up */
+	assert_int_equal(rdma_fake.connects, 2);
+	c = cap_for(&b, ENG_OP_READ, 0, 64);
+	for (int i = 0; i < SOCKS; i++) {
+		fds[i] = raw_keyed(&a, &b, &s);
+		raw_read64(fds[i], &s, &c);
+	}
+	good_read(&a, &b);
+	assert_int_equal(rdma_fake.connects, 4);
+	for (int i = 0; i < SOCKS; i++)
+		close(fds[i]);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
 }
 
 static void test_rdma_transfer_keyed_grant_per_transfer(void **state)
@@ -726,11 +715,11 @@ static void test_rdma_transfer_destroy_cuts_transfer_short(void **state)
 {
 	unsigned char *buf = malloc(4096);
 	struct eng_cap c;
-	struct eng_op op, *done;
+	struct eng_op op;
 	struct eng_cq *cq;
 	struct iovec v = {buf, 4096};
 	struct node a, b;
-	uint64_t t0, took;
+	uint64_t t0;
 
 	(void)state;
 	assert_non_null(buf);
@@ -750,13 +739,7 @@ static void test_rdma_transfer_destroy_cuts_transfer_short(void **state)
 	for (t0 = lc_now_ms(); !atomic_load(&rdma_fake.running) && lc_now_ms() - t0 < 5000;)
 		usleep(1000);
 	assert_int_equal(atomic_load(&rdma_fake.running), 1); /* the owner holds it */
-	t0 = lc_now_ms();
-	node_stop(&a);
-	took = lc_now_ms() - t0;
-	assert_int_equal(eng_cq_wait(cq, &done, 1, 0), 1);
-	assert_ptr_equal(done, &op);
-	assert_int_not_equal(op.result, 0);
-	assert_true(took < 2500);
+	assert_true(node_stop_under(&a, cq, &op) < 2500);
 	node_stop(&b); /* after its request: the buffer it writes stays ours */
 	eng_cq_free(cq);
 	free(buf);
@@ -881,12 +864,12 @@ LUNAR_TEST_MAIN(
     setup, NULL, test_rdma_transfer_keyless_client_posts,
     test_rdma_transfer_keyless_pieces_keyed_once, test_rdma_transfer_keyless_set_serves_its_mount,
     test_rdma_transfer_keyless_set_ended_under_transfer,
-    test_rdma_transfer_keyless_stale_mount_holds_off_itself,
-    test_rdma_transfer_idle_lifeline_gives_way, test_rdma_transfer_keyed_owner_moves,
-    test_rdma_transfer_keyed_set_ends_at_fence, test_rdma_transfer_keyed_grant_per_transfer,
-    test_rdma_transfer_keyed_window_bounds_owner, test_rdma_transfer_keyed_write_crc_checked,
-    test_rdma_transfer_keyed_owner_failures, test_rdma_transfer_keyed_handshake_refused,
-    test_rdma_transfer_keyed_concurrent_on_sets, test_rdma_transfer_destroy_cuts_transfer_short,
+    test_rdma_transfer_keyless_stale_mount_holds_off_itself, test_rdma_transfer_keyed_owner_moves,
+    test_rdma_transfer_keyed_idle_lifeline_gives_way, test_rdma_transfer_keyed_set_ends_at_fence,
+    test_rdma_transfer_keyed_grant_per_transfer, test_rdma_transfer_keyed_window_bounds_owner,
+    test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
+    test_rdma_transfer_keyed_handshake_refused, test_rdma_transfer_keyed_concurrent_on_sets,
+    test_rdma_transfer_destroy_cuts_transfer_short,
     test_rdma_transfer_keyed_unopened_memory_uses_tcp,
     test_rdma_transfer_refused_port_tried_again_soon,
     test_rdma_transfer_segment_registered_beside_serving,
