@@ -48,6 +48,23 @@ struct eng_rdma_peer {
 	int stale;	/* PEER_TCP: the owner refused that transfer's grant */
 };
 
+/* One transfer, as rdma_xfer was given it, and its pieces: keyed x and
+ * mr (to_sges), keyless lkey (local_keys). */
+struct rdma_job {
+	const char *endpoint;
+	enum eng_dir dir;
+	uint64_t off, total;
+	const struct iovec *iov;
+	int iovcnt;
+	const struct eng_cap *cap;
+	uint32_t *crc;
+	uint64_t deadline;
+	int *live; /* the I/O thread's slot, for a transfer over TCP instead */
+	struct eng_rdma_xf x;
+	struct ibv_mr *mr[ENG_RDMA_SGE_MAX];
+	uint32_t lkey[LUNAR_IOV_MAX];
+};
+
 static const char *const tr_names[ENG_TR_COUNT] = {"local", "tcp", "rdma"};
 
 const char *eng_transport_name(enum eng_transport t)
@@ -164,17 +181,16 @@ static struct eng_wire_req request(struct eng_engine *e, uint16_t op, uint64_t o
 /* Exchange bodies on p's connection to the owner; 0 and *theirs, or
  * recv_answer's codes, or another -errno. */
 static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigned char *mine,
-		    uint64_t off, uint64_t total, const struct eng_cap *cap, uint64_t deadline,
-		    struct eng_rdma_hs *theirs)
+		    const struct rdma_job *j, struct eng_rdma_hs *theirs)
 {
-	struct eng_wire_req req = request(e, ENG_OP_RDMA_CONNECT, off, total);
+	struct eng_wire_req req = request(e, ENG_OP_RDMA_CONNECT, j->off, j->total);
 	unsigned char body[ENG_RDMA_HS_SIZE];
 	int32_t status = 0;
 	uint64_t ctr;
-	int rc = eng_send_req(p->c, &req, cap, 0, mine, ENG_RDMA_HS_SIZE, 0, deadline, &ctr);
+	int rc = eng_send_req(p->c, &req, j->cap, 0, mine, ENG_RDMA_HS_SIZE, 0, j->deadline, &ctr);
 
 	if (!rc)
-		rc = recv_answer(p->c, ctr, req.id, body, deadline, &status);
+		rc = recv_answer(p->c, ctr, req.id, body, j->deadline, &status);
 	if (!rc)
 		rc = eng_rdma_hs_decode(body, sizeof(body), 1, theirs) ? -EPROTO : 0;
 	if (rc == -ECONNREFUSED)
@@ -182,27 +198,32 @@ static int exchange(struct eng_engine *e, struct eng_rdma_peer *p, const unsigne
 	return rc;
 }
 
-/* Set up p's QPs with its owner, on a connection taken first (an owner
- * that is not there costs no QPs); 0, -ECONNREFUSED (the owner cannot),
+/* Set up p's QPs with its owner for j, on a connection taken first (an
+ * owner that is not there costs no QPs), which an engine stopping cuts
+ * short as it does a TCP slice's (j->live); 0, -ECONNREFUSED (the owner cannot),
  * -EKEYREJECTED (not for this grant), -EAGAIN (not yet), -EHOSTDOWN (its
  * port refused the connection: no owner there now), or another -errno.
  * On failure p holds nothing. */
-static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, enum eng_dir dir,
-			uint64_t off, uint64_t total, const struct eng_cap *cap, uint64_t deadline)
+static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, const struct rdma_job *j)
 {
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_hs mine, theirs;
 	unsigned char body[ENG_RDMA_HS_SIZE];
-	int pooled, rc = eng_conn_take(e, p->endpoint, deadline, &pooled, &p->c);
+	int pooled, rc = eng_conn_take(e, p->endpoint, j->deadline, &pooled, &p->c);
 
 	if (rc) /* nobody on its port (gone, not back yet): no refusal of RDMA */
 		return rc == -ECONNREFUSED ? -EHOSTDOWN : rc;
+	/* An engine stopping cuts the set-up short, as a TCP slice. */
+	if (j->live)
+		eng_exec_live(e, j->live, p->c->fd);
 	rc = eng_rdma_qps_create(r->dev, (int)r->nqp, e->keyed, &p->q, &mine);
 	if (!rc) {
-		mine.cap_op = dir == ENG_WRITE ? ENG_OP_WRITE : ENG_OP_READ;
+		mine.cap_op = j->dir == ENG_WRITE ? ENG_OP_WRITE : ENG_OP_READ;
 		eng_rdma_hs_encode(&mine, body);
-		rc = exchange(e, p, body, off, total, cap, deadline, &theirs);
+		rc = exchange(e, p, body, j, &theirs);
 	}
+	if (j->live)
+		eng_exec_live(e, j->live, -1);
 	if (!rc && theirs.nqp != mine.nqp)
 		rc = -EPROTO;
 	if (!rc)
@@ -240,16 +261,15 @@ static struct eng_rdma_peer *peer_new(struct eng_rdma *r, const char *endpoint)
 /* Connect p (linked, PEER_CONNECTING, referenced, keyed: busy) and publish
  * the outcome; p, or NULL after dropping what we hold of it. */
 static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer *p,
-				     enum eng_dir dir, uint64_t off, uint64_t total,
-				     const struct eng_cap *cap, uint64_t deadline)
+				     const struct rdma_job *j)
 {
 	struct eng_rdma *r = e->rdma;
-	int rc = peer_connect(e, p, dir, off, total, cap, deadline);
+	int rc = peer_connect(e, p, j);
 
 	pthread_mutex_lock(&r->lock);
 	p->state = rc ? PEER_TCP : PEER_UP;
 	p->stale = rc == -EKEYREJECTED;
-	p->mount = eng_cap_mount(cap);
+	p->mount = eng_cap_mount(j->cap);
 	p->retry_ns = lc_now_ns() + (rc == -ECONNREFUSED || rc == -EPROTO ? ENG_RDMA_RETRY_NS
 									  : ENG_RDMA_REDIAL_NS);
 	if (rc)
@@ -297,18 +317,16 @@ static int holds_off(const struct eng_rdma_peer *p, const struct eng_cap *cap)
 }
 
 /*
- * The QP set to run a transfer to endpoint on, with a reference and, keyed,
+ * The QP set to run j on, with a reference and, keyed,
  * marked busy (peer_release); NULL: use TCP now (no RDMA with the peer, or
  * not yet). The first transfer to a peer sets one up; keyed, a transfer
  * that finds every set busy sets up the next, up to ENG_RDMA_CHANNELS, or
- * waits for one to be free until deadline (then NULL with *late set: the
+ * waits for one to be free until j's deadline (then NULL with *late set: the
  * transfer is out of time). None is set up while another is being set up
  * or the peer's last refusal holds this transfer off (holds_off); with no
  * set up yet, TCP.
  */
-static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint, enum eng_dir dir,
-				      uint64_t off, uint64_t total, const struct eng_cap *cap,
-				      uint64_t deadline, int *late)
+static struct eng_rdma_peer *peer_get(struct eng_engine *e, const struct rdma_job *j, int *late)
 {
 	unsigned max = e->keyed ? ENG_RDMA_CHANNELS : 1;
 	struct eng_rdma *r = e->rdma;
@@ -327,20 +345,20 @@ static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint
 			break;
 		}
 		for (p = r->peers; p; p = p->next) {
-			if (strcmp(p->endpoint, endpoint))
+			if (strcmp(p->endpoint, j->endpoint))
 				continue;
 			n++;
 			if (p->state == PEER_UP && !p->busy)
 				break;
 			if (p->state == PEER_UP)
 				busy = 1;
-			else if (holds_off(p, cap))
+			else if (holds_off(p, j->cap))
 				hold_off = 1;
 			else
 				redial = p;
 		}
 		if (!p && !hold_off && !redial && n < max)
-			redial = peer_new(r, endpoint);
+			redial = peer_new(r, j->endpoint);
 		if (!p && !hold_off && redial) {
 			p = redial;
 			p->state = PEER_CONNECTING;
@@ -348,7 +366,7 @@ static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint
 		if (p || !busy)
 			break;
 		/* Every set busy: wait for one, as long as the transfer may. */
-		lc_monotonic_at(&ts, deadline);
+		lc_monotonic_at(&ts, j->deadline);
 		if (pthread_cond_timedwait(&r->freed, &r->lock, &ts) == ETIMEDOUT) {
 			*late = 1;
 			break;
@@ -359,7 +377,7 @@ static struct eng_rdma_peer *peer_get(struct eng_engine *e, const char *endpoint
 		atomic_fetch_add(&p->users, 1);
 	}
 	pthread_mutex_unlock(&r->lock);
-	return p && p == redial ? peer_up(e, p, dir, off, total, cap, deadline) : p;
+	return p && p == redial ? peer_up(e, p, j) : p;
 }
 
 /* The transfer on p is over: a waiting one may take it. Keyed only. */
@@ -386,19 +404,17 @@ static int lifeline_down(const struct eng_rdma_peer *p)
  * so that the first transfer after a fence takes a live set or sets up a
  * new one rather than fail on one the owner ended. The peer holds at most
  * ENG_RDMA_CHANNELS sets: a set still dead after that many is taken as is. */
-static struct eng_rdma_peer *peer_take(struct eng_engine *e, const char *endpoint, enum eng_dir dir,
-				       uint64_t off, uint64_t total, const struct eng_cap *cap,
-				       uint64_t deadline, int *late)
+static struct eng_rdma_peer *peer_take(struct eng_engine *e, const struct rdma_job *j, int *late)
 {
-	struct eng_rdma_peer *p = peer_get(e, endpoint, dir, off, total, cap, deadline, late);
+	struct eng_rdma_peer *p = peer_get(e, j, late);
 
 	for (int n = 0; p && n < ENG_RDMA_CHANNELS && lifeline_down(p); n++) {
-		LC_DEBUG(ENG_LOG, "RDMA: %s ended one of our QP sets: another", endpoint);
+		LC_DEBUG(ENG_LOG, "RDMA: %s ended one of our QP sets: another", j->endpoint);
 		peer_retire(e->rdma, p);
 		if (e->keyed)
 			peer_release(e->rdma, p);
 		peer_put(p);
-		p = peer_get(e, endpoint, dir, off, total, cap, deadline, late);
+		p = peer_get(e, j, late);
 	}
 	return p;
 }
@@ -539,23 +555,6 @@ static int too_late(struct eng_engine *e, uint64_t total)
 	return ENG_XFER_UNSENT;
 }
 
-/* One transfer, as rdma_xfer was given it, and its pieces: keyed x and
- * mr (to_sges), keyless lkey (local_keys). */
-struct rdma_job {
-	const char *endpoint;
-	enum eng_dir dir;
-	uint64_t off, total;
-	const struct iovec *iov;
-	int iovcnt;
-	const struct eng_cap *cap;
-	uint32_t *crc;
-	uint64_t deadline;
-	int *live; /* the I/O thread's slot, for a transfer over TCP instead */
-	struct eng_rdma_xf x;
-	struct ibv_mr *mr[ENG_RDMA_SGE_MAX];
-	uint32_t lkey[LUNAR_IOV_MAX];
-};
-
 /* j over TCP, by the same deadline. */
 static int tcp_instead(struct eng_engine *e, const struct rdma_job *j)
 {
@@ -610,7 +609,7 @@ static int on_set(struct eng_engine *e, struct rdma_job *j, int may_retry)
 	uint32_t wcrc = 0;
 	int rc, late = 0, ended = 0;
 
-	if (!(p = peer_take(e, j->endpoint, j->dir, j->off, j->total, j->cap, j->deadline, &late)))
+	if (!(p = peer_take(e, j, &late)))
 		return late ? too_late(e, j->total) : tcp_instead(e, j);
 	if (lc_now_ns() >= j->deadline) {
 		if (e->keyed)

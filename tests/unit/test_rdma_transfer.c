@@ -45,6 +45,7 @@
 #include "rdma_fake.h"
 #include "test_engine_util.h"
 #include "test_engine_raw.h"
+#include "test_listen.h"
 #include "tests/cmocka_main.h"
 
 #define SEG_SIZE (8u << 20)
@@ -746,6 +747,63 @@ static void test_rdma_transfer_destroy_cuts_transfer_short(void **state)
 	rdma_fake_reset(0);
 }
 
+/* An owner that takes the connection and its handshake, then never
+ * answers: it reads what comes until the peer closes. */
+struct mute_owner {
+	struct node *b; /* whose engine plays the handshake */
+	int lfd;
+};
+
+static void *mute_owner_main(void *arg)
+{
+	struct mute_owner *m = arg;
+	struct auth_session s;
+	char buf[256];
+	int fd = accept(m->lfd, NULL, NULL);
+
+	if (fd >= 0 && !eng_hs_server(m->b->e, fd, &s, lc_now_ns() + 10000000000ull))
+		while (recv(fd, buf, sizeof(buf), 0) > 0)
+			;
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/* An engine destroyed while it sets up a QP set, its owner silent, ends
+ * the set-up at once, as a TCP slice: not at the I/O deadline (10 s). */
+static void test_rdma_transfer_destroy_cuts_set_up_short(void **state)
+{
+	unsigned char buf[4096];
+	struct iovec v = {buf, sizeof(buf)};
+	struct mute_owner m;
+	struct eng_cap c;
+	struct eng_op op;
+	struct eng_cq *cq;
+	struct node a, b;
+	uint16_t port;
+	pthread_t t;
+	char ep[32];
+
+	(void)state;
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	m = (struct mute_owner){&b, test_listen_loopback(1, &port)};
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)port);
+	assert_int_equal(pthread_create(&t, NULL, mute_owner_main, &m), 0);
+	c = grant(secret, ep, ENG_OP_READ, 0, sizeof(buf), 1, lc_now_ms() + 60000);
+	op = (struct eng_op){.endpoint = ep, .dir = ENG_READ, .iov = &v, .iovcnt = 1, .cap = &c};
+	assert_int_equal(eng_cq_alloc(&cq), 0);
+	assert_int_equal(eng_xfer_submit(a.e, cq, &op, 1), 0);
+	usleep(300 * 1000); /* its connect request sent (published or not, the stop ends it) */
+	assert_true(node_stop_under(&a, cq, &op) < 5000);
+	pthread_join(t, NULL);
+	close(m.lfd);
+	eng_cq_free(cq);
+	node_stop(&b);
+	rdma_fake_reset(0);
+}
+
 static void test_rdma_transfer_keyed_unopened_memory_uses_tcp(void **state)
 {
 	struct node a, b;
@@ -869,7 +927,7 @@ LUNAR_TEST_MAIN(
     test_rdma_transfer_keyed_grant_per_transfer, test_rdma_transfer_keyed_window_bounds_owner,
     test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
     test_rdma_transfer_keyed_handshake_refused, test_rdma_transfer_keyed_concurrent_on_sets,
-    test_rdma_transfer_destroy_cuts_transfer_short,
+    test_rdma_transfer_destroy_cuts_transfer_short, test_rdma_transfer_destroy_cuts_set_up_short,
     test_rdma_transfer_keyed_unopened_memory_uses_tcp,
     test_rdma_transfer_refused_port_tried_again_soon,
     test_rdma_transfer_segment_registered_beside_serving,
