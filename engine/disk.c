@@ -189,7 +189,7 @@ static int64_t remote_read(struct eng_engine *e, const char *endpoint, const cha
 	d.name = name;
 	d.id = atomic_fetch_add(&e->next_id, 1);
 	d.deadline_ns = lc_now_ns() + e->timeout_ns;
-	rc = eng_tcp_run(e, endpoint, d.deadline_ns, disk_conn, &d, NULL);
+	rc = eng_tcp_run(e, endpoint, d.deadline_ns, disk_conn, &d, NULL, NULL);
 	free(name);
 	if (rc) {
 		LC_DEBUG(ENG_LOG, "disk read of %s from %s failed: %s", key, endpoint,

@@ -595,16 +595,18 @@ struct eng_transport_ops {
  * again, else -errno and whether a reply byte came). A pooled connection
  * that fails before any reply is retried once on a new one. 0 or -errno;
  * *ran (if not NULL) tells whether fn ran at all: when it did not, no
- * connection could be made and nothing was sent.
+ * connection could be made and nothing was sent. live: as eng_conn_take's
+ * (fn publishes its own while it runs).
  */
 typedef int (*eng_conn_fn)(void *arg, struct eng_cconn *c, int *replied);
 /*
  * eng_conn_take - a connection to endpoint: pooled (*pooled set) or new,
- * which a keyed engine takes through the auth handshake first. 0 and
- * *out, or -errno and *out NULL.
+ * which a keyed engine takes through the auth handshake first, its socket
+ * published in live meanwhile (an I/O thread's slot, eng_exec_live; NULL
+ * none). 0 and *out, or -errno and *out NULL.
  */
 int eng_conn_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *pooled,
-		  struct eng_cconn **out);
+		  struct eng_cconn **out, int *live);
 /*
  * eng_send_req - send the request header req (host order, id set) on c: a
  * plain one, or on a keyed connection the keyed header with cap (NULL:
@@ -650,7 +652,7 @@ static inline int eng_xfer_failed(int rc, int ran)
 	return ran ? LUNAR_ERR_TRANSFER_FAIL : ENG_XFER_UNSENT;
 }
 int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,
-		void *arg, int *ran);
+		void *arg, int *ran, int *live);
 
 /*
  * eng_local_run - op (checked: total bytes, within iov) on this engine's

@@ -209,7 +209,7 @@ static int peer_connect(struct eng_engine *e, struct eng_rdma_peer *p, const str
 	struct eng_rdma *r = e->rdma;
 	struct eng_rdma_hs mine, theirs;
 	unsigned char body[ENG_RDMA_HS_SIZE];
-	int pooled, rc = eng_conn_take(e, p->endpoint, j->deadline, &pooled, &p->c);
+	int pooled, rc = eng_conn_take(e, p->endpoint, j->deadline, &pooled, &p->c, j->live);
 
 	if (rc) /* nobody on its port (gone, not back yet): no refusal of RDMA */
 		return rc == -ECONNREFUSED ? -EHOSTDOWN : rc;

@@ -323,7 +323,7 @@ static int slice_conn(void *arg, struct eng_cconn *c, int *replied)
 /* A connection for one exchange: pooled, or new (and past the handshake
  * on a keyed engine); 0 and *out, or -errno. */
 int eng_conn_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *pooled,
-		  struct eng_cconn **out)
+		  struct eng_cconn **out, int *live)
 {
 	int rc;
 
@@ -332,7 +332,11 @@ int eng_conn_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_
 
 	if (rc || *pooled || !e->keyed)
 		return rc;
+	if (live)
+		eng_exec_live(e, live, (*out)->fd);
 	rc = eng_hs_client(e, (*out)->fd, &(*out)->s, deadline_ns);
+	if (live)
+		eng_exec_live(e, live, -1);
 	if (rc) {
 		eng_cconn_close(*out);
 		*out = NULL;
@@ -343,7 +347,7 @@ int eng_conn_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_
 }
 
 int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, eng_conn_fn fn,
-		void *arg, int *ran)
+		void *arg, int *ran, int *live)
 {
 	struct eng_pool *p = &e->pool;
 	struct eng_cconn *c;
@@ -352,7 +356,7 @@ int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns
 	if (ran)
 		*ran = 0;
 	for (int retried = 0;; retried = 1) {
-		rc = eng_conn_take(e, endpoint, deadline_ns, &pooled, &c);
+		rc = eng_conn_take(e, endpoint, deadline_ns, &pooled, &c, live);
 		if (rc)
 			break;
 		if (ran)
@@ -410,7 +414,7 @@ int eng_tcp_slice(struct eng_engine *e, struct eng_op *op, unsigned idx, int *ra
 	else
 		s.framed = keyed_write;
 	s.fuse_crc = op->want_crc && !keyed_write;
-	rc = eng_tcp_run(e, op->endpoint, op->priv.deadline_ns, slice_conn, &s, ran);
+	rc = eng_tcp_run(e, op->endpoint, op->priv.deadline_ns, slice_conn, &s, ran, live);
 	if (rc) {
 		LC_DEBUG(ENG_LOG, "transfer of %llu bytes with %s failed: %s",
 			 (unsigned long long)s.len, op->endpoint, strerror(-rc));

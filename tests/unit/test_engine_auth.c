@@ -665,6 +665,35 @@ static size_t drain(int fd, void *buf, size_t cap)
 	return got;
 }
 
+/* An engine stopped while a transfer waits for a new connection's
+ * handshake (the owner took the connection and is silent) ends it at
+ * once, not at its deadline (30 s). */
+static void test_engine_auth_stop_cuts_handshake_short(void **state)
+{
+	struct eng_config cfg = {
+	    .host = "127.0.0.1", .seg_size = SEG_SIZE, .cluster_key = &key, .io_timeout_ms = 30000};
+	struct node a = node_create(cfg);
+	unsigned char buf[64];
+	struct iovec v = {buf, sizeof(buf)};
+	struct eng_cap c;
+	struct eng_op op;
+	struct eng_cq *cq;
+	uint16_t port;
+	char ep[32];
+	int lfd = test_listen_loopback(4, &port); /* the kernel accepts; nobody speaks */
+
+	(void)state;
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)port);
+	c = grant(secret, ep, ENG_OP_READ, 0, sizeof(buf), 1, UINT64_MAX);
+	op = (struct eng_op){.endpoint = ep, .dir = ENG_READ, .iov = &v, .iovcnt = 1, .cap = &c};
+	assert_int_equal(eng_cq_alloc(&cq), 0);
+	assert_int_equal(eng_xfer_submit(a.e, cq, &op, 1), 0);
+	usleep(200 * 1000); /* in its handshake (published or not, the stop ends it) */
+	assert_true(node_stop_under(&a, cq, &op) < 10000);
+	eng_cq_free(cq);
+	close(lfd);
+}
+
 static void test_engine_auth_replay_bitflip_and_crc(void **state)
 {
 	struct node a = node_start(&key), b = node_start(&key);
@@ -725,4 +754,4 @@ LUNAR_TEST_MAIN(setup, NULL, test_engine_auth_frame_bits_and_counters,
 		test_engine_auth_large_write_refused_unauthorized,
 		test_engine_auth_later_frame_refused_unauthorized,
 		test_engine_auth_stalled_handshakes_give_way,
-		test_engine_auth_replay_bitflip_and_crc)
+		test_engine_auth_stop_cuts_handshake_short, test_engine_auth_replay_bitflip_and_crc)
