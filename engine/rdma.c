@@ -258,6 +258,14 @@ static struct eng_rdma_peer *peer_new(struct eng_rdma *r, const char *endpoint)
 	return p;
 }
 
+/* End what runs on p, which is up, at once: its QPs fenced (what they
+ * hold flushed), its lifeline shut down (a keyed wait for an answer ends). */
+static void peer_cut(struct eng_rdma_peer *p)
+{
+	eng_rdma_qps_fence(p->q);
+	shutdown(p->c->fd, SHUT_RDWR);
+}
+
 /* Connect p (linked, PEER_CONNECTING, referenced, keyed: busy) and publish
  * the outcome; p, or NULL after dropping what we hold of it. */
 static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer *p,
@@ -274,10 +282,8 @@ static struct eng_rdma_peer *peer_up(struct eng_engine *e, struct eng_rdma_peer 
 									  : ENG_RDMA_REDIAL_NS);
 	if (rc)
 		p->busy = 0;
-	if (!rc && atomic_load(&r->cut)) { /* as eng_rdma_cut would have */
-		eng_rdma_qps_fence(p->q);
-		shutdown(p->c->fd, SHUT_RDWR);
-	}
+	if (!rc && atomic_load(&r->cut)) /* as eng_rdma_cut would have */
+		peer_cut(p);
 	pthread_cond_broadcast(&r->freed);
 	pthread_mutex_unlock(&r->lock);
 	if (!rc) {
@@ -748,10 +754,8 @@ void eng_rdma_cut(struct eng_engine *e)
 	atomic_store(&r->cut, 1);
 	/* Linked, a set is the list's; up, its QPs and lifeline are fixed. */
 	for (struct eng_rdma_peer *p = r->peers; p; p = p->next)
-		if (p->state == PEER_UP) {
-			eng_rdma_qps_fence(p->q);
-			shutdown(p->c->fd, SHUT_RDWR);
-		}
+		if (p->state == PEER_UP)
+			peer_cut(p);
 	pthread_cond_broadcast(&r->freed); /* transfers waiting for a set */
 	pthread_mutex_unlock(&r->lock);
 }

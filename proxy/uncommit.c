@@ -5,9 +5,10 @@
  * unlike its CRC32C, and every later put of the key is told it exists. So
  * they wait here, and each answered Ping asks for them again, one call per
  * value, until the master answers for the value (whatever it says: taken
- * back, not there, or another object of the key now). The master keeps the value's tie to
- * its reservation while bytes may still land there, which a tainted piece
- * holds off for the reservation's life: long past the next Ping.
+ * back, not there, or another object of the key now). The master keeps
+ * the value's tie to its reservation while bytes may still land there,
+ * which a tainted piece holds off for the reservation's life: long past
+ * the next Ping.
  */
 #include <stdbool.h>
 #include <stdlib.h>
