@@ -32,7 +32,8 @@ struct dropper {
 	struct mst_master *m;
 	atomic_int stop;
 	atomic_uint drops;
-	int remount; /* unmount and mount seg-a instead of dropping */
+	atomic_uint calls; /* Reserves answered so far */
+	int remount;	   /* unmount and mount seg-a instead of dropping */
 };
 
 static void seg_remount(struct mst_master *m)
@@ -46,18 +47,25 @@ static void seg_remount(struct mst_master *m)
 }
 
 /* Declare A's reservations dead (or remount its segment), again and
- * again, until told to stop. */
+ * again, until told to stop. After each, wait for two more Reserves to be
+ * answered: the second began after the drop or mount, so it can be
+ * granted (a scheduler that favours this thread, as under TSan on two
+ * CPUs, otherwise keeps the segment unmounted through every Reserve). */
 static void *drop_main(void *arg)
 {
 	struct dropper *d = arg;
 
 	while (!atomic_load(&d->stop)) {
+		unsigned calls;
+
 		if (d->remount)
 			seg_remount(d->m);
 		else
 			mst_resv_drop_client(d->m, CLIENT_A);
 		atomic_fetch_add(&d->drops, 1u);
-		sched_yield();
+		calls = atomic_load(&d->calls);
+		while (atomic_load(&d->calls) - calls < 2 && !atomic_load(&d->stop))
+			sched_yield();
 	}
 	return NULL;
 }
@@ -89,6 +97,7 @@ static void grants_beside(int remount)
 	rq.size = SIZE;
 	atomic_init(&d.stop, 0);
 	atomic_init(&d.drops, 0);
+	atomic_init(&d.calls, 0);
 	assert_int_equal(pthread_create(&t, NULL, drop_main, &d), 0);
 	for (int i = 0; (i < ROUNDS || atomic_load(&d.drops) < MIN_DROPS) && lc_now_ms() < end;
 	     i++) {
@@ -110,6 +119,7 @@ static void grants_beside(int remount)
 				    (remount && code == LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS));
 		}
 		protobuf_c_message_free_unpacked(&r->base, NULL);
+		atomic_fetch_add(&d.calls, 1u);
 	}
 	atomic_store(&d.stop, 1);
 	assert_int_equal(pthread_join(t, NULL), 0);
