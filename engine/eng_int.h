@@ -556,13 +556,15 @@ int eng_server_fence(struct eng_engine *e, uint64_t deadline_ns);
 int eng_pool_init(struct eng_pool *p, unsigned max_idle);
 void eng_pool_fini(struct eng_pool *p);
 /*
- * eng_pool_take - a connection to endpoint: an idle pooled one (*pooled = 1)
- * or a new one dialled before deadline_ns (*pooled = 0, keyed 0, no
- * handshake yet). 0 and *out, owned by the caller, or -errno. Any thread;
- * blocks on DNS the first time a peer is seen, and on connect.
+ * eng_pool_take - a connection of e's pool to endpoint: an idle pooled one
+ * (*pooled = 1) or a new one dialled before deadline_ns (*pooled = 0,
+ * keyed 0, no handshake yet), its socket published in live while it
+ * connects (as eng_conn_take's: a stop cuts the connect short). 0 and
+ * *out, owned by the caller, or -errno. Any thread; blocks on DNS the
+ * first time a peer is seen, and on connect.
  */
-int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns, int *pooled,
-		  struct eng_cconn **out);
+int eng_pool_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *live,
+		  int *pooled, struct eng_cconn **out);
 /* eng_pool_flush - close every idle connection to endpoint (its peer went
  * away). Any thread. */
 void eng_pool_flush(struct eng_pool *p, const char *endpoint);
@@ -602,8 +604,9 @@ typedef int (*eng_conn_fn)(void *arg, struct eng_cconn *c, int *replied);
 /*
  * eng_conn_take - a connection to endpoint: pooled (*pooled set) or new,
  * which a keyed engine takes through the auth handshake first, its socket
- * published in live meanwhile (an I/O thread's slot, eng_exec_live; NULL
- * none). 0 and *out, or -errno and *out NULL.
+ * published in live while it connects and through the handshake (an I/O
+ * thread's slot, eng_exec_live; NULL none). 0 and *out, or -errno and
+ * *out NULL.
  */
 int eng_conn_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *pooled,
 		  struct eng_cconn **out, int *live);
@@ -687,7 +690,8 @@ int eng_exec_start(struct eng_engine *e);
 void eng_exec_stop(struct eng_engine *e);
 /*
  * eng_exec_live - publish in *live (an I/O thread's slot) the socket fd a
- * slice now runs on, for eng_exec_stop to cut short (shut down at once
+ * slice now runs on (or connects, or shakes hands on), for eng_exec_stop
+ * to cut short (shut down at once
  * when a stop came already); -1 once done with it, before it is closed or
  * pooled: that waits for a stop shutting it down, so a stop never reaches
  * a socket number reused since.

@@ -59,36 +59,49 @@ static void add_peer(struct eng_pool *p, const char *endpoint, const struct sock
 	p->bucket[b] = peer;
 }
 
-static int dial(const struct sockaddr_storage *sa, socklen_t len, uint64_t deadline_ns)
+/* Connect fd to sa before deadline_ns: 0 or -errno. */
+static int dial_fd(int fd, const struct sockaddr_storage *sa, socklen_t len, uint64_t deadline_ns)
 {
 	socklen_t elen = sizeof(int);
-	int fd, err = 0, rc;
+	int err = 0, rc;
+
+	rc = eng_sock_nodelay(fd);
+	if (rc)
+		return rc;
+	eng_sock_bufs(fd);
+	if (connect(fd, (const struct sockaddr *)sa, len) == 0)
+		return 0;
+	if (errno != EINPROGRESS)
+		return -errno;
+	rc = eng_io_wait(fd, POLLOUT, deadline_ns);
+	if (rc)
+		return rc;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0)
+		err = errno;
+	return -err;
+}
+
+/* A socket connected to sa, published in live (if not NULL) while it
+ * connects: a stop shuts it down, which ends a connect the peer never
+ * answers (SYNs dropped) at once. The socket, or -errno. */
+static int dial(struct eng_engine *e, const struct sockaddr_storage *sa, socklen_t len,
+		uint64_t deadline_ns, int *live)
+{
+	int fd, rc;
 
 	fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	rc = eng_sock_nodelay(fd);
-	if (rc)
-		goto err_close;
-	eng_sock_bufs(fd);
-	if (connect(fd, (const struct sockaddr *)sa, len) == 0)
-		return fd;
-	rc = -errno;
-	if (rc != -EINPROGRESS)
-		goto err_close;
-	rc = eng_io_wait(fd, POLLOUT, deadline_ns);
-	if (rc)
-		goto err_close;
-	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0)
-		err = errno;
-	rc = -err;
-	if (rc)
-		goto err_close;
+	if (live)
+		eng_exec_live(e, live, fd);
+	rc = dial_fd(fd, sa, len, deadline_ns);
+	if (live)
+		eng_exec_live(e, live, -1);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
 	return fd;
-
-err_close:
-	close(fd);
-	return rc;
 }
 
 int eng_pool_init(struct eng_pool *p, unsigned max_idle)
@@ -127,15 +140,16 @@ void eng_cconn_close(struct eng_cconn *c)
 	free(c);
 }
 
-/* A new connection of p's to sa; 0 and *out, or -errno. */
-static int dial_conn(struct eng_pool *p, const struct sockaddr_storage *sa, socklen_t len,
-		     uint64_t deadline_ns, struct eng_cconn **out)
+/* A new connection of e's pool to sa; 0 and *out, or -errno. */
+static int dial_conn(struct eng_engine *e, const struct sockaddr_storage *sa, socklen_t len,
+		     uint64_t deadline_ns, int *live, struct eng_cconn **out)
 {
 	struct eng_cconn *c = calloc(1, sizeof(*c));
+	struct eng_pool *p = &e->pool;
 
 	if (!c)
 		return -ENOMEM;
-	c->fd = dial(sa, len, deadline_ns);
+	c->fd = dial(e, sa, len, deadline_ns, live);
 	if (c->fd < 0) {
 		int rc = c->fd;
 
@@ -148,9 +162,10 @@ static int dial_conn(struct eng_pool *p, const struct sockaddr_storage *sa, sock
 	return 0;
 }
 
-int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns, int *pooled,
-		  struct eng_cconn **out)
+int eng_pool_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *live,
+		  int *pooled, struct eng_cconn **out)
 {
+	struct eng_pool *p = &e->pool;
 	struct sockaddr_storage sa;
 	struct eng_peer *peer;
 	socklen_t len;
@@ -182,7 +197,7 @@ int eng_pool_take(struct eng_pool *p, const char *endpoint, uint64_t deadline_ns
 			add_peer(p, endpoint, &sa, len);
 		pthread_mutex_unlock(&p->lock);
 	}
-	return dial_conn(p, &sa, len, deadline_ns, out);
+	return dial_conn(e, &sa, len, deadline_ns, live, out);
 }
 
 void eng_pool_give(struct eng_pool *p, const char *endpoint, struct eng_cconn *c)

@@ -4,7 +4,9 @@
  * once completes each op once with its bytes and CRC32C; a batch where
  * some transfers cannot work fails those alone, each with its own code;
  * destroying an engine with transfers queued and running to a peer that
- * never answers completes every one of them at once; a transfer is cut in
+ * never answers completes every one of them at once, and so does one to a
+ * peer whose listener drops its SYNs (a full accept queue); a transfer is
+ * cut in
  * at most eng_config.slices slices, by default half the usable CPUs; a
  * remote read says how much of it landed, across its slices, where the op
  * asks.
@@ -243,6 +245,53 @@ static void test_engine_aio_cancel_at_shutdown(void **state)
 	free(buf);
 }
 
+/*
+ * A listener whose accept queue is full drops new SYNs: a transfer to it
+ * waits in connect. With a 60 s timeout, destroying the engine ends it at
+ * once (without the stop reaching the connecting socket, it waited out
+ * the timeout).
+ */
+static void test_engine_aio_stop_cuts_connect_short(void **state)
+{
+	enum { FILL = 3 };
+	struct node a = node_start(60000, 1);
+	uint16_t port;
+	int lfd = test_listen_loopback(0, &port), fill[FILL];
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	unsigned char buf[64];
+	struct iovec v = {buf, sizeof(buf)};
+	struct eng_op op, *done;
+	struct eng_cq *cq;
+	char ep[64];
+	uint64_t t0;
+
+	(void)state;
+	sa.sin_port = htons(port);
+	for (int i = 0; i < FILL; i++) { /* the queue full; later ones hang too */
+		fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		assert_true(fill[i] >= 0);
+		connect(fill[i], (struct sockaddr *)&sa, sizeof(sa));
+	}
+	usleep(100 * 1000);
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)port);
+	op = (struct eng_op){.endpoint = ep, .dir = ENG_READ, .iov = &v, .iovcnt = 1};
+	assert_int_equal(eng_cq_alloc(&cq), 0);
+	assert_int_equal(eng_xfer_submit(a.e, cq, &op, 1), 0);
+	assert_int_equal(eng_cq_wait(cq, &done, 1, 300), 0); /* still connecting */
+	t0 = lc_now_ms();
+	eng_engine_destroy(a.e);
+	t0 = lc_now_ms() - t0;
+	printf("  stop with a transfer in connect took %llu ms\n", (unsigned long long)t0);
+	assert_true(t0 < 5000);
+	assert_int_equal(eng_cq_wait(cq, &done, 1, 0), 1);
+	assert_int_not_equal(op.result, 0);
+	eng_cq_free(cq);
+	for (int i = 0; i < FILL; i++)
+		close(fill[i]);
+	close(lfd);
+	free(a.seg);
+}
+
 /* How many slices an engine configured with slices (0: by CPUs) cuts a
  * transfer of total bytes in. */
 static unsigned slices_of(unsigned slices, uint64_t total)
@@ -339,5 +388,5 @@ static void test_engine_aio_read_tells_what_landed(void **state)
 }
 
 LUNAR_TEST_MAIN(NULL, NULL, test_engine_aio_batch_submit, test_engine_aio_partial_failure,
-		test_engine_aio_cancel_at_shutdown, test_engine_aio_slices_follow_config,
-		test_engine_aio_read_tells_what_landed)
+		test_engine_aio_cancel_at_shutdown, test_engine_aio_stop_cuts_connect_short,
+		test_engine_aio_slices_follow_config, test_engine_aio_read_tells_what_landed)
