@@ -1,7 +1,8 @@
 /*
  * disk.c - reads of a peer's disk tier over the data port (READ_DISK, wire
- * format in eng_int.h). The owner reads the value through its disk_read
- * callback into a buffer of its own, then sends it; the client receives it
+ * format in eng_int.h). The owner looks up the value's length, reads the
+ * value through its disk_read callback into a buffer of that size, then
+ * sends it; the client receives it
  * straight into the caller's iovecs on a pooled connection. A "not found"
  * or a checksum failure is an answer, not a broken connection.
  */
@@ -39,22 +40,30 @@ static int recv_name(int fd, char *name, uint64_t len, uint64_t deadline, const 
 	return split_name(name, len, key);
 }
 
-/* The value into a heap buffer of cap bytes; its length or a code. */
+/* The value into a heap buffer of its own length (a peer's capacity, up to
+ * ENG_DISK_READ_MAX, is only a bound); its length or a code. A value that
+ * grew since its length was looked up is BUFFER_OVERFLOW, as is one
+ * longer than cap. */
 static int64_t read_value(struct eng_engine *e, const char *tenant, const char *key, uint64_t cap,
 			  void **buf)
 {
 	struct iovec v;
-	int64_t n;
+	int64_t len, n;
 
-	if (!e->cfg.disk_read)
+	if (!e->cfg.disk_read || !e->cfg.disk_length)
 		return LUNAR_ERR_OBJECT_NOT_FOUND;
-	*buf = malloc((size_t)cap);
+	len = e->cfg.disk_length(e->cfg.disk_arg, tenant, key);
+	if (len <= 0)
+		return len;
+	if ((uint64_t)len > cap)
+		return LUNAR_ERR_BUFFER_OVERFLOW;
+	*buf = malloc((size_t)len);
 	if (!*buf)
 		return LUNAR_ERR_INTERNAL;
 	v.iov_base = *buf;
-	v.iov_len = (size_t)cap;
+	v.iov_len = (size_t)len;
 	n = e->cfg.disk_read(e->cfg.disk_arg, tenant, key, &v, 1);
-	return n > (int64_t)cap ? LUNAR_ERR_INTERNAL : n;
+	return n > len ? LUNAR_ERR_INTERNAL : n;
 }
 
 /* The request's name: read here (keyless), or already read and MAC'd

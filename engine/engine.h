@@ -40,12 +40,20 @@ struct eng_config {
 	/*
 	 * Serves disk reads from peers (eng_xfer_disk): read the value of
 	 * (tenant, key) from this proxy's disk tier into iov (total = the
-	 * peer's capacity); return its length or a negative code. Called on a
+	 * length disk_length gave, or the caller's capacity for a read of
+	 * our own); return its length or a negative code. Called on a
 	 * data-port thread, several at once; may block on disk I/O. NULL: such
 	 * requests get OBJECT_NOT_FOUND.
 	 */
 	int64_t (*disk_read)(void *arg, const char *tenant, const char *key,
 			     const struct iovec *iov, int iovcnt);
+	/*
+	 * The length of that value now, or a negative code (OBJECT_NOT_FOUND):
+	 * a peer's read takes a buffer of this size (at most the peer's
+	 * capacity), not of the capacity it names. Same threads. Required
+	 * with disk_read.
+	 */
+	int64_t (*disk_length)(void *arg, const char *tenant, const char *key);
 	void *disk_arg;
 	/*
 	 * The cluster key (copied at create; the caller may wipe its own):

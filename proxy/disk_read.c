@@ -53,6 +53,16 @@ int64_t px_disk_read(void *arg, const char *tenant, const char *key, const struc
 	return disk_get(arg, tenant, key, iov, iovcnt, NULL);
 }
 
+int64_t px_disk_length(void *arg, const char *tenant, const char *key)
+{
+	struct px_proxy *px = arg;
+	struct dsk_record rec;
+
+	if (!px->disk || dsk_lookup(px->disk->store, tenant, key, &rec))
+		return LUNAR_ERR_OBJECT_NOT_FOUND;
+	return (int64_t)rec.length;
+}
+
 int64_t px_disk_get(struct px_proxy *px, const char *tenant, const char *key,
 		    const struct iovec *iov, int iovcnt, uint32_t want_crc)
 {

@@ -117,6 +117,7 @@ static int start_data_plane(struct px_proxy *px)
 	ec.seg_base = px->segment;
 	ec.seg_size = px->cfg.segment_size;
 	ec.disk_read = px_disk_read;
+	ec.disk_length = px_disk_length;
 	ec.disk_arg = px;
 	ec.cluster_key = px->cfg.keyed ? &px->cfg.cluster_key : NULL;
 	ec.rdma_devices = px->cfg.rdma_devices;

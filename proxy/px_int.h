@@ -655,6 +655,9 @@ void px_disk_forget(struct px_proxy *px, Lunar__DiskRecord *const *f, size_t n);
  */
 int64_t px_disk_read(void *arg, const char *tenant, const char *key, const struct iovec *iov,
 		     int iovcnt);
+/* px_disk_length - the length of (tenant, key)'s value in our SSD tier, or
+ * OBJECT_NOT_FOUND. The engine's disk_length callback; any thread. */
+int64_t px_disk_length(void *arg, const char *tenant, const char *key);
 /* px_disk_get - px_disk_read for our own reads: want_crc (the master's
  * CRC32C of the value) must match the record's, else CHECKSUM_MISMATCH. */
 int64_t px_disk_get(struct px_proxy *px, const char *tenant, const char *key,
