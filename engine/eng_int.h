@@ -419,10 +419,12 @@ void eng_reject(struct eng_engine *e, enum eng_reject r, int fd, const char *why
 /*
  * eng_hs_server / eng_hs_client - the handshake on a new connection fd,
  * as the data port's owner / as the dialler (role NODE), filling *s;
- * 0, or -EACCES (the peer failed it; the server counted it) or -errno.
- * Block until deadline_ns at most (keyed.c).
+ * 0, or -EACCES (the server: the handshake failed, *why says how, for
+ * its caller to count unless it cut the connection short itself) or
+ * -errno. Block until deadline_ns at most (keyed.c).
  */
-int eng_hs_server(struct eng_engine *e, int fd, struct auth_session *s, uint64_t deadline_ns);
+int eng_hs_server(struct eng_engine *e, int fd, struct auth_session *s, uint64_t deadline_ns,
+		  const char **why);
 int eng_hs_client(struct eng_engine *e, int fd, struct auth_session *s, uint64_t deadline_ns);
 /*
  * eng_secret_check - eng_wire_cap_check of the decoded keyed request r

@@ -92,31 +92,32 @@ static int hs_head_ok(const unsigned char *b, uint16_t role)
 	return !memcmp(b, want, HS_HEAD);
 }
 
-int eng_hs_server(struct eng_engine *e, int fd, struct auth_session *s, uint64_t deadline_ns)
+int eng_hs_server(struct eng_engine *e, int fd, struct auth_session *s, uint64_t deadline_ns,
+		  const char **why)
 {
 	unsigned char in[HS_CLIENT_SIZE], out[HS_SERVER_SIZE], proof[AUTH_PROOF_BYTES];
 	struct auth_hs hs;
-	const char *why = "no handshake";
 	int rc;
 
 	/* The head alone first: a keyless frame is refused at once. */
+	*why = "no handshake";
 	rc = eng_io_recv_buf(fd, in, HS_HEAD, deadline_ns);
 	if (rc || !hs_head_ok(in, AUTH_ROLE_NODE))
-		goto err;
-	why = "handshake cut short";
+		return -EACCES;
+	*why = "handshake cut short";
 	if (eng_io_recv_buf(fd, in + HS_HEAD, AUTH_HELLO_BYTES, deadline_ns))
-		goto err;
+		return -EACCES;
 	auth_hs_start(&hs, 0, out + HS_HEAD);
-	why = "reflected hello";
+	*why = "reflected hello";
 	if (auth_hs_peer(&hs, in + HS_HEAD))
 		goto err_wipe;
 	hs_head(out, 0);
 	auth_hs_proof(&hs, &e->key, AUTH_ROLE_SERVER, out + HS_HEAD + AUTH_HELLO_BYTES);
-	why = "handshake cut short";
+	*why = "handshake cut short";
 	if (eng_io_send_buf(fd, out, sizeof(out), deadline_ns) ||
 	    eng_io_recv_buf(fd, proof, sizeof(proof), deadline_ns))
 		goto err_wipe;
-	why = "wrong key";
+	*why = "wrong key";
 	if (auth_hs_verify(&hs, &e->key, AUTH_ROLE_NODE, proof) ||
 	    auth_hs_finish(&hs, &e->key, AUTH_ROLE_NODE, s))
 		goto err_wipe;
@@ -124,10 +125,6 @@ int eng_hs_server(struct eng_engine *e, int fd, struct auth_session *s, uint64_t
 
 err_wipe:
 	memset(&hs, 0, sizeof(hs)); /* auth_hs_finish wipes it on success */
-err:
-	/* A server shutting down cuts handshakes short: not the peer's fault. */
-	if (!atomic_load(&e->srv.stopping))
-		eng_reject(e, ENG_REJ_HANDSHAKE, fd, why);
 	return -EACCES;
 }
 

@@ -310,13 +310,39 @@ int eng_srv_wait(const struct eng_srv_req *q)
 	return 0;
 }
 
+/* Whether we cut c short ourselves: the server stopping, a fence since it
+ * was accepted, or the listener taking it back. */
+static int conn_cut(struct eng_srv_conn *c)
+{
+	struct eng_server *s = &c->e->srv;
+	int fenced;
+
+	pthread_mutex_lock(&s->lock);
+	fenced = s->gen != c->gen;
+	pthread_mutex_unlock(&s->lock);
+	return fenced || atomic_load(&s->stopping) ||
+	       atomic_load(&c->idle_since) == ENG_SRV_EVICTED;
+}
+
+/* The keyed handshake on c: 0, or -EACCES, a refusal counted unless it
+ * was our cut, not the peer's fault. */
+static int conn_handshake(struct eng_srv_conn *c)
+{
+	const char *why;
+	int rc = eng_hs_server(c->e, c->fd, &c->s, lc_now_ns() + c->e->timeout_ns, &why);
+
+	if (rc && !conn_cut(c))
+		eng_reject(c->e, ENG_REJ_HANDSHAKE, c->fd, why);
+	return rc;
+}
+
 static void *conn_main(void *arg)
 {
 	struct eng_srv_conn *c = arg;
 	struct eng_server *s = &c->e->srv;
 	uint64_t one = 1;
 
-	if (!c->e->keyed || !eng_hs_server(c->e, c->fd, &c->s, lc_now_ns() + c->e->timeout_ns))
+	if (!c->e->keyed || !conn_handshake(c))
 		while (!serve_one(c))
 			;
 	/* Nothing left to take back: no eviction picks it while it ends. */

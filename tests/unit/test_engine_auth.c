@@ -312,7 +312,8 @@ static void test_engine_auth_wrong_grants_refused(void **state)
 
 /* A fence (before a re-mount) forgets the segment's secret: a grant made
  * before it is refused, with the connection it came on closed, until the
- * mount's new secret comes; then only grants under that one are taken. */
+ * mount's new secret comes; then only grants under that one are taken. A
+ * handshake the fence cuts short is not counted as a refused one. */
 static void test_engine_auth_fence_forgets_the_secret(void **state)
 {
 	struct node a = node_start(&key), b = node_start(&key);
@@ -320,11 +321,16 @@ static void test_engine_auth_fence_forgets_the_secret(void **state)
 	uint64_t later = lc_now_ms() + 60000;
 	unsigned char buf[4096], next[AUTH_KEY_BYTES];
 	struct eng_cap old = grant(secret, seg, ENG_OP_WRITE, 0, sizeof(buf), 1, later), now;
+	int silent = raw_to(&b); /* in its handshake when the fence comes */
 
 	(void)state;
+	usleep(100 * 1000); /* the listener takes it */
 	memset(buf, 0xCD, sizeof(buf));
 	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &old), 0);
 	assert_int_equal(eng_engine_fence(b.e), 0);
+	/* The fence cut it short: not a peer's refused handshake. */
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_HANDSHAKE), 0);
+	close(silent);
 	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &old),
 			 LUNAR_ERR_UNAUTHORIZED);
 	auth_random(next, sizeof(next));
@@ -419,12 +425,13 @@ static void *frames_serve(void *arg)
 	struct frames *f = arg;
 	struct auth_session s;
 	struct eng_wire_kreq k;
+	const char *why;
 	int fd = accept(f->lfd, NULL, NULL);
 	uint64_t deadline = lc_now_ns() + 10000000000ull;
 
 	/* As the engine's own server: a refusal's reply leaves before the
 	 * close that cuts the connection. */
-	if (fd < 0 || eng_sock_nodelay(fd) || eng_hs_server(f->b->e, fd, &s, deadline))
+	if (fd < 0 || eng_sock_nodelay(fd) || eng_hs_server(f->b->e, fd, &s, deadline, &why))
 		f->bad = 1;
 	while (!f->bad && recv(fd, &k, sizeof(k), MSG_WAITALL) == (ssize_t)sizeof(k)) {
 		struct eng_srv_req q = {.fd = fd, .s = &s, .ctr = le64toh(k.ctr)};
@@ -615,7 +622,8 @@ static void test_engine_auth_keyless_peers_refused(void **state)
  * slot from one that proves the key, even from the same address: a
  * connection still in its handshake gives way, before any that is past
  * it, though idle longer (they held every slot of the address until the
- * handshake timed out). */
+ * handshake timed out); the ones taken back are not counted as refused
+ * handshakes. */
 static void test_engine_auth_stalled_handshakes_give_way(void **state)
 {
 	enum { STALLED = 300 }; /* past one address's quarter of the slots */
@@ -645,6 +653,9 @@ static void test_engine_auth_stalled_handshakes_give_way(void **state)
 	memset(buf, 0x6B, sizeof(buf));
 	assert_int_equal(eng_xfer(a.e, seg, ENG_WRITE, 0, &v, 1, &wc, NULL), 0);
 	assert_memory_equal(b.seg, buf, sizeof(buf));
+	usleep(200 * 1000); /* the evicted ones' threads end */
+	/* Handshakes the listener took back were not the peers' refusals. */
+	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_HANDSHAKE), 0);
 	for (int i = 0; i < STALLED; i++)
 		close(fds[i]);
 	node_stop(&a);

@@ -758,10 +758,11 @@ static void *mute_owner_main(void *arg)
 {
 	struct mute_owner *m = arg;
 	struct auth_session s;
+	const char *why;
 	char buf[256];
 	int fd = accept(m->lfd, NULL, NULL);
 
-	if (fd >= 0 && !eng_hs_server(m->b->e, fd, &s, lc_now_ns() + 10000000000ull))
+	if (fd >= 0 && !eng_hs_server(m->b->e, fd, &s, lc_now_ns() + 10000000000ull, &why))
 		while (recv(fd, buf, sizeof(buf), 0) > 0)
 			;
 	if (fd >= 0)
