@@ -127,6 +127,16 @@ struct disk_call {
 	int64_t result;
 };
 
+/* Whether status is an answer an owner gives to a good READ_DISK (after
+ * which the connection stays usable): a disk miss, a value longer than the
+ * capacity, a bad record or read, or the owner's own failure. */
+static int disk_answer(int32_t status)
+{
+	return status == LUNAR_ERR_OBJECT_NOT_FOUND || status == LUNAR_ERR_BUFFER_OVERFLOW ||
+	       status == LUNAR_ERR_CHECKSUM_MISMATCH || status == LUNAR_ERR_FILE_READ_FAIL ||
+	       status == LUNAR_ERR_INTERNAL;
+}
+
 static int disk_conn(void *arg, struct eng_cconn *conn, int *replied)
 {
 	struct disk_call *d = arg;
@@ -151,9 +161,8 @@ static int disk_conn(void *arg, struct eng_cconn *conn, int *replied)
 	if (rep.magic != ENG_WIRE_REP_MAGIC || rep.id != d->id || rep.length > d->cap ||
 	    rep.status > 0 || (rep.status && rep.length))
 		return -EPROTO;
-	if (rep.status == LUNAR_ERR_INVALID_PARAMS || rep.status == LUNAR_ERR_INVALID_KEY ||
-	    rep.status == LUNAR_ERR_UNAUTHORIZED)
-		return eng_refusal(rep.status); /* the peer closes */
+	if (rep.status && !disk_answer(rep.status))
+		return eng_refusal(rep.status); /* a refusal: the peer closes */
 	d->result = rep.status ? rep.status : (int64_t)rep.length;
 	if (rep.status || !rep.length)
 		return rep.status ? 0 : -EPROTO;

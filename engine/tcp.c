@@ -110,14 +110,14 @@ static int recv_rep(struct eng_cconn *c, uint64_t ctr, uint64_t id, uint64_t len
 
 	if (rc)
 		return rc;
+	if (rep.magic != ENG_WIRE_REP_MAGIC || rep.id != id)
+		return -EPROTO; /* not an answer to this request: its status says nothing */
 	if (rep.status) {
 		LC_DEBUG(ENG_LOG, "peer refused request %llu: %d", (unsigned long long)id,
 			 rep.status);
 		return eng_refusal(rep.status);
 	}
-	if (rep.magic != ENG_WIRE_REP_MAGIC || rep.id != id || rep.length != len)
-		return -EPROTO;
-	return 0;
+	return rep.length == len ? 0 : -EPROTO;
 }
 
 /*

@@ -568,21 +568,29 @@ static void test_engine_timeout(void **state)
 	node_stop(&a);
 }
 
-/* A disk-read server that answers the one request it gets with status 16
- * (no code: codes are negative) and no payload. */
-static void *positive_status_server(void *arg)
+/* A peer that answers the one request it gets (taking a READ_DISK's name)
+ * with a reply header of its choosing and no payload. */
+struct canned {
+	int lfd;
+	int32_t status;
+	uint64_t id_delta; /* added to the request's id */
+};
+
+static void *canned_server(void *arg)
 {
-	int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+	struct canned *c = arg;
+	int fd = accept(c->lfd, NULL, NULL);
 	unsigned char req[128], name[256], rep[64] = {0};
 
 	if (fd < 0)
 		return NULL;
 	if (recv(fd, req, sizeof(req), MSG_WAITALL) == sizeof(req) &&
-	    get_le(req + 8, 8) <= sizeof(name) &&
-	    recv(fd, name, get_le(req + 8, 8), MSG_WAITALL) >= 0) {
+	    (get_le(req + 4, 2) != 3 || /* READ_DISK: its name follows */
+	     (get_le(req + 8, 8) <= sizeof(name) &&
+	      recv(fd, name, get_le(req + 8, 8), MSG_WAITALL) >= 0))) {
 		put_le(rep, 0x50524e4cu, 4);
-		put_le(rep + 4, 16, 4);
-		memcpy(rep + 8, req + 24, 8); /* the request's id */
+		put_le(rep + 4, (uint32_t)c->status, 4);
+		put_le(rep + 8, get_le(req + 24, 8) + c->id_delta, 8);
 		put_le(rep + 16, 0, 8);
 		(void)!write(fd, rep, sizeof(rep));
 		(void)!recv(fd, name, 1, 0); /* until the client hangs up */
@@ -591,24 +599,47 @@ static void *positive_status_server(void *arg)
 	return NULL;
 }
 
-/* A disk-read reply's status is 0 or a code; a positive one is a protocol
- * error, never a byte count of a value that was not sent. */
-static void test_engine_disk_reply_positive_status(void **state)
+/* eng_xfer_disk (disk) or a READ of 64 bytes from a canned peer: the
+ * result. */
+static int64_t canned_read(int32_t status, uint64_t id_delta, int disk)
 {
 	struct node a = node_start(0, 500);
+	struct canned c = {.status = status, .id_delta = id_delta};
 	char ep[64], buf[64];
 	struct iovec v = {buf, sizeof(buf)};
 	uint32_t crc = 0;
+	int64_t rc;
 	pthread_t th;
-	int lfd = listen_loopback(ep);
 
-	(void)state;
-	assert_int_equal(pthread_create(&th, NULL, positive_status_server, &lfd), 0);
-	assert_int_equal(eng_xfer_disk(a.e, ep, "t", "k", &v, 1, NULL, &crc),
-			 LUNAR_ERR_TRANSFER_FAIL);
+	c.lfd = listen_loopback(ep);
+	assert_int_equal(pthread_create(&th, NULL, canned_server, &c), 0);
+	rc = disk ? eng_xfer_disk(a.e, ep, "t", "k", &v, 1, NULL, &crc)
+		  : eng_xfer(a.e, ep, ENG_READ, 0, &v, 1, NULL, NULL);
 	node_stop(&a);
 	pthread_join(th, NULL);
-	close(lfd);
+	close(c.lfd);
+	return rc;
+}
+
+/* A disk-read reply's status is 0 or a code; a positive one is a protocol
+ * error, never a byte count of a value that was not sent. A code no owner
+ * answers a READ_DISK with is one too: the peer does not choose the
+ * reader's error. */
+static void test_engine_disk_reply_positive_status(void **state)
+{
+	(void)state;
+	assert_int_equal(canned_read(16, 0, 1), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(canned_read(LUNAR_ERR_NO_AVAILABLE_HANDLE, 0, 1), LUNAR_ERR_TRANSFER_FAIL);
+	assert_int_equal(canned_read(LUNAR_ERR_OBJECT_NOT_FOUND, 0, 1), LUNAR_ERR_OBJECT_NOT_FOUND);
+}
+
+/* A reply to another request says nothing, whatever its status: a refusal
+ * of the capability under a wrong id is TRANSFER_FAIL, not UNAUTHORIZED. */
+static void test_engine_reply_of_another_request(void **state)
+{
+	(void)state;
+	assert_int_equal(canned_read(LUNAR_ERR_UNAUTHORIZED, 0, 0), LUNAR_ERR_UNAUTHORIZED);
+	assert_int_equal(canned_read(LUNAR_ERR_UNAUTHORIZED, 1, 0), LUNAR_ERR_TRANSFER_FAIL);
 }
 
 static void check_roundtrip(struct node *a, struct node *b, const char *ep, size_t len,
@@ -828,8 +859,8 @@ LUNAR_TEST_MAIN(NULL, NULL, test_engine_write_read_sizes, test_engine_multi_iov,
 		test_engine_partial_header_times_out, test_engine_fence_ends_writes_under_way,
 		test_engine_fence_fails_older_local_writes,
 		test_engine_keyless_owner_serves_its_mount_only,
-		test_engine_disk_reply_positive_status, test_engine_unreachable_fails_fast,
-		test_engine_timeout, test_engine_peer_restart, test_engine_pool_reuses_connections,
-		test_engine_concurrent_threads, test_engine_create_refuses_bad_config,
-		test_engine_idle_connections_give_way, test_engine_stalled_peer_holds_a_quarter,
-		test_engine_closed_connections_released)
+		test_engine_disk_reply_positive_status, test_engine_reply_of_another_request,
+		test_engine_unreachable_fails_fast, test_engine_timeout, test_engine_peer_restart,
+		test_engine_pool_reuses_connections, test_engine_concurrent_threads,
+		test_engine_create_refuses_bad_config, test_engine_idle_connections_give_way,
+		test_engine_stalled_peer_holds_a_quarter, test_engine_closed_connections_released)
