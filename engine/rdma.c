@@ -526,7 +526,7 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf
 	       struct ibv_mr *const mr[], uint64_t off, uint64_t total, const struct eng_cap *cap,
 	       uint32_t crc, uint64_t deadline)
 {
-	int windows = e->rdma->dev->windows, rc = 0, closed;
+	int windows = e->rdma->dev->windows, rc = 0, closed = 0;
 	struct eng_wire_rep rep;
 
 	if (windows)
@@ -535,8 +535,9 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf
 		rc = exchange_xfer(e, p, x, off, total, cap, crc, deadline, &rep);
 	/* Whatever came of it: the windows close before the memory goes back
 	 * (when that fails, the QPs are fenced; an answer still tells). */
-	if (windows && (closed = eng_rdma_qps_close(p->q, mr, x->nsge, deadline)) && !rc &&
-	    !rep.status)
+	if (windows)
+		closed = eng_rdma_qps_close(p->q, mr, x->nsge, deadline);
+	if (closed && !rc && !rep.status)
 		rc = closed;
 	if (rc) {
 		eng_rdma_qps_fence(p->q);
@@ -544,9 +545,12 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf
 	}
 	if (rep.status) {
 		LC_DEBUG(ENG_LOG, "RDMA transfer refused by %s: %d", p->endpoint, rep.status);
-		/* the owner serves on after a WRITE unlike its CRC32C */
-		return rep.status == LUNAR_ERR_CHECKSUM_MISMATCH ? -EBADMSG
-								 : eng_refusal(rep.status);
+		/* The owner serves on after a WRITE unlike its CRC32C: the set
+		 * stays, unless its windows could not close (QPs fenced). */
+		if (rep.status == LUNAR_ERR_CHECKSUM_MISMATCH && x->cap_op == ENG_OP_WRITE &&
+		    !closed)
+			return -EBADMSG;
+		return eng_refusal(rep.status);
 	}
 	return rep.length == total ? 0 : -EPROTO;
 }

@@ -547,7 +547,8 @@ static void test_rdma_transfer_keyed_window_bounds_owner(void **state)
 }
 
 /* A keyed WRITE whose bytes reach the owner unlike their CRC32C fails,
- * and its QP set, which the owner keeps serving, carries the next. */
+ * and its QP set, which the owner keeps serving, carries the next; unless
+ * its windows failed to close, which fenced it. */
 static void test_rdma_transfer_keyed_write_crc_checked(void **state)
 {
 	unsigned char buf[4096];
@@ -569,6 +570,17 @@ static void test_rdma_transfer_keyed_write_crc_checked(void **state)
 	/* The owner serves on after a mismatch: the same set carried both. */
 	assert_int_equal(rdma_fake.connects, 2);
 	assert_int_equal(rdma_fake.fences, 0);
+	/* A mismatch whose windows then failed to close fenced the set: the
+	 * next transfer sets up another rather than failing on it. */
+	rdma_fake.corrupt = 1;
+	rdma_fake.close_rc = -EIO;
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &c), LUNAR_ERR_TRANSFER_FAIL);
+	rdma_fake.corrupt = 0;
+	rdma_fake.close_rc = 0;
+	fill(buf, sizeof(buf), 6);
+	assert_int_equal(xfer(&a, &b, ENG_WRITE, 0, buf, sizeof(buf), &c), 0);
+	assert_memory_equal(b.seg, buf, sizeof(buf));
+	assert_int_equal(rdma_fake.connects, 4);
 	node_stop(&b);
 	node_stop(&a);
 	rdma_fake_reset(0);
