@@ -436,7 +436,7 @@ static int local_keys(struct eng_rdma_dev *d, const struct iovec *iov, int iovcn
 		return -ENOENT;
 	for (int i = 0; i < iovcnt; i++)
 		if (iov[i].iov_len &&
-		    eng_rdma_mem_keys(d, iov[i].iov_base, iov[i].iov_len, 0, &lkey[i], &rkey))
+		    eng_rdma_mem_keys(d, iov[i].iov_base, iov[i].iov_len, &lkey[i], &rkey))
 			return -ENOENT;
 	return 0;
 }
@@ -454,7 +454,7 @@ static int run(struct eng_rdma_peer *p, enum eng_dir dir, uint64_t off, const st
 	atomic_init(&w.failed, 0);
 	for (int i = 0; i < iovcnt && !rc; i++) {
 		if (iov[i].iov_len)
-			rc = eng_rdma_qps_post(p->q, &w, dir == ENG_WRITE, iov[i].iov_base,
+			rc = eng_rdma_qps_post(p->q, &w, -1, dir == ENG_WRITE, iov[i].iov_base,
 					       iov[i].iov_len, lkey[i], raddr, p->rkey, deadline);
 		raddr += iov[i].iov_len;
 	}
@@ -463,8 +463,9 @@ static int run(struct eng_rdma_peer *p, enum eng_dir dir, uint64_t off, const st
 	return rc ? rc : wrc;
 }
 
-/* iov as the pieces of a keyed transfer (rdma_int.h) into *x: 0, or
- * -ENOENT when memory is not open to the owner or takes too many pieces. */
+/* iov as the pieces of a keyed transfer (rdma_int.h) into *x, with the
+ * MRs their windows bind to: 0, or -ENOENT when memory is not open to the
+ * owner or takes too many pieces. */
 static int to_sges(struct eng_rdma_dev *d, enum eng_dir dir, const struct iovec *iov, int iovcnt,
 		   struct eng_rdma_xf *x, struct ibv_mr *mr[ENG_RDMA_SGE_MAX])
 {
@@ -473,11 +474,8 @@ static int to_sges(struct eng_rdma_dev *d, enum eng_dir dir, const struct iovec 
 		const char *b = iov[i].iov_base;
 		uint64_t n = iov[i].iov_len;
 		struct ibv_mr *m = NULL;
-		uint32_t lkey, rkey = 0;
 
-		/* With windows the MR to bind them to; else the range's rkey. */
-		if (n && (d->windows ? !(m = eng_rdma_mem_mr(d, b, n))
-				     : eng_rdma_mem_keys(d, b, n, 1, &lkey, &rkey) != 0))
+		if (n && !(m = eng_rdma_mem_mr(d, b, n)))
 			return -ENOENT;
 		while (n) {
 			uint32_t len = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
@@ -485,12 +483,39 @@ static int to_sges(struct eng_rdma_dev *d, enum eng_dir dir, const struct iovec 
 			if (x->nsge == ENG_RDMA_SGE_MAX)
 				return -ENOENT;
 			mr[x->nsge] = m;
-			x->sge[x->nsge++] = (struct eng_rdma_sge){(uintptr_t)b, len, rkey};
+			x->sge[x->nsge++] = (struct eng_rdma_sge){(uintptr_t)b, len, 0};
 			b += len;
 			n -= len;
 		}
 	}
 	return 0;
+}
+
+/* A piece's bytes go on one QP (eng_rdma_piece_qp): cut x's largest piece
+ * in two until there are as many pieces as nqp, or none is worth cutting
+ * (ENG_RDMA_SPREAD_MIN a half at least). */
+#define ENG_RDMA_SPREAD_MIN (64u << 10)
+static void spread(struct eng_rdma_xf *x, struct ibv_mr *mr[ENG_RDMA_SGE_MAX], unsigned nqp)
+{
+	while (x->nsge < nqp && x->nsge < ENG_RDMA_SGE_MAX) {
+		unsigned big = 0, tail;
+		uint32_t half;
+
+		for (unsigned i = 1; i < x->nsge; i++)
+			if (x->sge[i].len > x->sge[big].len)
+				big = i;
+		if (x->sge[big].len < 2 * ENG_RDMA_SPREAD_MIN)
+			return;
+		half = x->sge[big].len / 2 & ~(ENG_RDMA_SPREAD_MIN - 1);
+		tail = x->nsge - big - 1;
+		memmove(&x->sge[big + 2], &x->sge[big + 1], tail * sizeof(x->sge[0]));
+		memmove(&mr[big + 2], &mr[big + 1], tail * sizeof(mr[0]));
+		x->sge[big + 1] =
+		    (struct eng_rdma_sge){x->sge[big].addr + half, x->sge[big].len - half, 0};
+		x->sge[big].len = half;
+		mr[big + 1] = mr[big];
+		x->nsge++;
+	}
 }
 
 /* Send the keyed transfer request for x and take the owner's answer:
@@ -526,17 +551,15 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf
 	       struct ibv_mr *const mr[], uint64_t off, uint64_t total, const struct eng_cap *cap,
 	       uint32_t crc, uint64_t deadline)
 {
-	int windows = e->rdma->dev->windows, rc = 0, closed = 0;
 	struct eng_wire_rep rep;
+	int rc, closed;
 
-	if (windows)
-		rc = eng_rdma_qps_open(p->q, x, mr, deadline);
+	rc = eng_rdma_qps_open(p->q, x, mr, deadline);
 	if (!rc)
 		rc = exchange_xfer(e, p, x, off, total, cap, crc, deadline, &rep);
 	/* Whatever came of it: the windows close before the memory goes back
 	 * (when that fails, the QPs are fenced; an answer still tells). */
-	if (windows)
-		closed = eng_rdma_qps_close(p->q, mr, x->nsge, deadline);
+	closed = eng_rdma_qps_close(p->q, x->nsge, deadline);
 	if (closed && !rc && !rep.status)
 		rc = closed;
 	if (rc) {
@@ -683,6 +706,8 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 	if (e->keyed ? to_sges(e->rdma->dev, dir, iov, iovcnt, &j.x, j.mr) != 0
 		     : local_keys(e->rdma->dev, iov, iovcnt, j.lkey) != 0)
 		return tcp_instead(e, &j);
+	if (e->keyed)
+		spread(&j.x, j.mr, e->rdma->nqp);
 	rc = on_set(e, &j, 1);
 	if (rc != -ESTALE)
 		return rc;
@@ -729,6 +754,18 @@ int eng_rdma_init(struct eng_engine *e)
 		}
 		LC_ERROR(ENG_LOG, "RDMA devices \"%s\": none usable (%s)", spec, strerror(-rc));
 		return -ENODEV;
+	}
+	if (e->keyed && !r->dev->windows) {
+		/* A type 1 window or an open MR would let any owner with a QP
+		 * set of ours reach memory a transfer opened to another. */
+		LC_WARN(ENG_LOG,
+			"RDMA device %s binds no type 2 memory windows, which a keyed "
+			"cluster needs to open a transfer's memory to its owner alone: "
+			"transfers use TCP",
+			r->dev->name);
+		eng_rdma_dev_put(r->dev);
+		free(r);
+		return 0;
 	}
 	r->nqp = e->cfg.rdma_qps ? e->cfg.rdma_qps : ENG_RDMA_QPS_DEFAULT;
 	if (r->nqp > ENG_RDMA_QP_MAX)

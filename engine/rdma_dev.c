@@ -71,8 +71,9 @@ static int try_device(struct eng_rdma_dev *d, struct ibv_device *dev, uint8_t po
 		return -ENOENT;
 	memset(&da, 0, sizeof(da));
 	if (!d->ibv.query_device(d->ctx, &da)) {
-		d->windows =
-		    (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW) && da.max_mw >= ENG_RDMA_SGE_MAX;
+		d->windows = (da.device_cap_flags &
+			      (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) &&
+			     da.max_mw >= ENG_RDMA_SGE_MAX;
 		for (uint8_t p = port ? port : 1; p <= (port ? port : da.phys_port_cnt); p++)
 			if (port_ok(d, p)) {
 				snprintf(d->name, sizeof(d->name), "%s:%u",
@@ -155,11 +156,6 @@ int eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out)
 		goto err_close;
 	d->keyed = keyed;
 	d->windows &= keyed;
-	if (keyed && !d->windows)
-		LC_WARN(ENG_LOG,
-			"RDMA device %s has no memory windows: an owner serving a "
-			"transfer of ours can reach all of the client range it names",
-			d->name);
 	pthread_rwlock_init(&d->mem_lock, NULL);
 	atomic_init(&d->refs, 1);
 	atomic_init(&d->seg_state, ENG_SEG_PENDING);
@@ -238,18 +234,18 @@ static const struct eng_mem *mem_find(struct eng_rdma_dev *d, const char *p, uin
 	return m;
 }
 
-int eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
-		      uint32_t *lkey, uint32_t *rkey)
+int eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey,
+		      uint32_t *rkey)
 {
 	const struct eng_mem *found;
 
-	if (eng_rdma_seg_state(d) == ENG_SEG_READY && holds(&d->seg, p, len, remote)) {
+	if (eng_rdma_seg_state(d) == ENG_SEG_READY && holds(&d->seg, p, len, 0)) {
 		*lkey = d->seg.lkey;
 		*rkey = d->seg.rkey;
 		return 0;
 	}
 	pthread_rwlock_rdlock(&d->mem_lock);
-	found = mem_find(d, p, len, remote);
+	found = mem_find(d, p, len, 0);
 	if (found) {
 		*lkey = found->lkey;
 		*rkey = found->rkey;

@@ -151,7 +151,7 @@ struct eng_rdma_dev {
 	pthread_rwlock_t mem_lock;
 	struct eng_mem *mems;
 	int keyed;   /* eng_rdma_dev_open's keyed */
-	int windows; /* keyed, and the device binds type 1 memory windows */
+	int windows; /* keyed, and the device binds type 2 memory windows */
 	int refuse;  /* test hook: $LUNAR_RDMA_DEBUG_REFUSE, answer every connect no */
 };
 
@@ -160,9 +160,11 @@ struct eng_rdma_dev {
  * device with an active port; else a comma-separated list of device names,
  * each optionally ":port", the first that opens with an active port). On a
  * keyed engine (keyed) owners move the bytes: the segment will be
- * registered for local access only, client memory open to the owner, and
- * when the device has memory windows (d->windows) only to the windows a
- * transfer binds (eng_rdma_qps_open), never through the MR's own rkey.
+ * registered for local access only, and client memory open to the owner
+ * only through the windows a transfer binds (eng_rdma_qps_open), never
+ * through the MR's own rkey; d->windows says whether the device binds
+ * type 2 windows, without which a keyed engine does not use it
+ * (eng_rdma_init).
  * 0 and *out (one reference), -ENOENT when no library or no such device
  * (no active port), or -errno of the verbs. Blocks; engine create only.
  */
@@ -193,12 +195,11 @@ int eng_rdma_seg_state(struct eng_rdma_dev *d);
 void eng_rdma_dev_put(struct eng_rdma_dev *d);
 /*
  * eng_rdma_mem_keys - the keys of registered memory holding all of
- * [p, p + len): the segment's or an eng_mem's, and when remote only memory
- * open to the peer's RDMA; 0 and *lkey, *rkey, or -ENOENT. Any thread (a
- * read lock).
+ * [p, p + len): the segment's or an eng_mem's; 0 and *lkey, *rkey, or
+ * -ENOENT. Any thread (a read lock).
  */
-int eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
-		      uint32_t *lkey, uint32_t *rkey);
+int eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey,
+		      uint32_t *rkey);
 /* eng_rdma_mem_mr - the MR of client memory (an eng_mem open to the peer)
  * holding all of [p, p + len), or NULL. Any thread (a read lock). */
 struct ibv_mr *eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len);
@@ -230,10 +231,20 @@ struct eng_rdma_qps {
 	 * that the transfer ends at once when the client goes or the owner's
 	 * fence shuts it down. Set before the set's first transfer. */
 	int watch_fd;
-	/* With dev->windows, on a keyed client's set: one window per piece of
-	 * a transfer, bound for its length only (eng_rdma_qps_open). */
+	/* With dev->windows, on a keyed client's set: one type 2 window per
+	 * piece of a transfer, bound for its length only, on its piece's QP
+	 * (eng_rdma_qps_open); its rkey is the one it was last bound under. */
 	struct ibv_mw *mw[ENG_RDMA_SGE_MAX];
 };
+
+/* eng_rdma_piece_qp - the QP of q that carries piece i of a keyed transfer:
+ * the client binds the piece's window on it and the owner posts the
+ * piece's requests on its own QP i mod nqp, connected to it (a type 2
+ * window serves requests coming in on the QP it was bound on only). */
+static inline int eng_rdma_piece_qp(const struct eng_rdma_qps *q, unsigned i)
+{
+	return (int)(i % (unsigned)q->nqp);
+}
 
 /* A transfer's outstanding work requests; on the caller's stack. */
 struct eng_rdma_wait {
@@ -261,14 +272,15 @@ void eng_rdma_qps_destroy(struct eng_rdma_qps *q);
 /*
  * eng_rdma_qps_post - post signaled RDMA READs (write 0) or WRITEs of
  * [local, local + len) (lkey) from/to raddr (rkey), cut in ENG_RDMA_CHUNK
- * pieces spread over the QPs with credits, counted in *w. Waits (making
- * progress on completions) while every QP's queue is full, until
- * deadline_ns. 0, -ETIMEDOUT or -errno (the pieces from the failed one on
- * were not posted; those before were, and must be waited for).
+ * pieces, all on QP qp (0..nqp-1), or with qp < 0 spread over the QPs
+ * with credits, counted in *w. Waits (making progress on completions)
+ * while the queue is full, until deadline_ns. 0, -ETIMEDOUT or -errno (the
+ * pieces from the failed one on were not posted; those before were, and
+ * must be waited for).
  */
 #define ENG_RDMA_CHUNK (1u << 20) /* bytes of one work request */
-int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, void *local,
-		      uint64_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int qp, int write,
+		      void *local, uint64_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
 		      uint64_t deadline_ns);
 /*
  * eng_rdma_qps_wait - until every request of *w completed: polls, then
@@ -285,18 +297,20 @@ int eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t 
  */
 void eng_rdma_qps_fence(struct eng_rdma_qps *q);
 /*
- * eng_rdma_qps_open - bind window i of q (d->windows) to exactly
- * x->sge[i], which lies in mr[i] (eng_rdma_mem_mr), for the owner's RDMA WRITE into it (x->cap_op
- * READ: a get) or its RDMA READ from it (a put), and put the window's new rkey in x->sge[i].rkey;
- * waits for the binds. 0, or -errno (some may be bound: close them). eng_rdma_qps_close - unbind
- * windows [0, n), each in the region mr[i] it was opened in (an unbind names its region: rxe's
- * provider reads it), and wait: afterwards their rkeys reach nothing. When that fails (q broken)
- * the QPs are fenced and the windows freed. 0 or -errno. The owner of q's only transfer.
+ * eng_rdma_qps_open - bind type 2 window i of q (d->windows) on QP
+ * eng_rdma_piece_qp(q, i) to exactly x->sge[i], which lies in mr[i]
+ * (eng_rdma_mem_mr), for the owner's RDMA WRITE into it (x->cap_op READ:
+ * a get) or its RDMA READ from it (a put), and put the window's new rkey
+ * in x->sge[i].rkey; waits for the binds. 0, or -errno (some may be
+ * bound: close them).
+ * eng_rdma_qps_close - invalidate windows [0, n) on their QPs and wait:
+ * afterwards their rkeys reach nothing. When that fails (q broken, or a
+ * window whose bind failed) the QPs are fenced and the windows freed.
+ * 0 or -errno. The owner of q's only transfer.
  */
 int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_mr *const mr[],
 		      uint64_t deadline_ns);
-int eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[], unsigned n,
-		       uint64_t deadline_ns);
+int eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
 
 /* The transport's state in an engine (rdma.c): the device and the peers.
  * Keyed, the owner serves one transfer at a time on each QP set a peer

@@ -108,7 +108,7 @@ int eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote, struct eng_
 		mine->psn[i] = rnd & ENG_RDMA_QPN_MAX;
 	}
 	for (int i = 0; !rc && remote && d->windows && i < ENG_RDMA_SGE_MAX; i++)
-		if (!(q->mw[i] = ibv_alloc_mw(d->pd, IBV_MW_TYPE_1)))
+		if (!(q->mw[i] = ibv_alloc_mw(d->pd, IBV_MW_TYPE_2)))
 			rc = -ENOMEM;
 	if (rc) {
 		eng_rdma_qps_destroy(q);
@@ -318,15 +318,18 @@ static int take_credit(atomic_int *c)
 	return 0;
 }
 
-/* The next QP with a credit, the credit taken: its index, or -errno. */
-static int take_qp(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns)
+/* QP qp, or with qp < 0 the next QP, with a credit, the credit taken: its
+ * index, or -errno. */
+static int take_qp(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int qp, uint64_t deadline_ns)
 {
 	unsigned idle = 0;
 
 	for (;;) {
 		if (atomic_load(&q->broken))
 			return -EIO;
-		for (int k = 0; k < q->nqp; k++) {
+		if (qp >= 0 && take_credit(&q->credits[qp]))
+			return qp;
+		for (int k = 0; qp < 0 && k < q->nqp; k++) {
 			unsigned i = atomic_fetch_add(&q->next, 1) % (unsigned)q->nqp;
 
 			if (take_credit(&q->credits[i]))
@@ -355,8 +358,24 @@ static int posted(struct eng_rdma_qps *q, unsigned i, struct eng_rdma_wait *w, i
 	return rc > 0 ? -rc : -EIO;
 }
 
-/* Post one piece on the next QP with a credit. */
-static int post_one(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, void *local,
+/* Post the signaled work request wr on QP qp (< 0: the next) once it has
+ * a credit, counted in *w. */
+static int post_wr(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int qp, struct ibv_send_wr *wr,
+		   uint64_t deadline_ns)
+{
+	struct ibv_send_wr *bad;
+	int i = take_qp(q, w, qp, deadline_ns);
+
+	if (i < 0)
+		return i;
+	wr->wr_id = wr_id(w, (unsigned)i);
+	wr->send_flags = IBV_SEND_SIGNALED;
+	atomic_fetch_add(&w->left, 1);
+	return posted(q, (unsigned)i, w, ibv_post_send(q->qp[i], wr, &bad));
+}
+
+/* Post one chunk on QP qp (< 0: the next with a credit). */
+static int post_one(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int qp, int write, void *local,
 		    uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
 		    uint64_t deadline_ns)
 {
@@ -365,40 +384,46 @@ static int post_one(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, 
 	    .sg_list = &sge,
 	    .num_sge = 1,
 	    .opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
-	    .send_flags = IBV_SEND_SIGNALED,
 	    .wr.rdma = {.remote_addr = raddr, .rkey = rkey},
 	};
-	struct ibv_send_wr *bad;
-	int i = take_qp(q, w, deadline_ns);
 
-	if (i < 0)
-		return i;
-	wr.wr_id = wr_id(w, (unsigned)i);
-	atomic_fetch_add(&w->left, 1);
-	return posted(q, (unsigned)i, w, ibv_post_send(q->qp[i], &wr, &bad));
+	return post_wr(q, w, qp, &wr, deadline_ns);
 }
 
-/* Bind window mw to [addr, addr + len) of mr with access (len and access
- * zero: unbind) on the next QP with a credit. */
-static int bind_one(struct eng_rdma_qps *q, struct eng_rdma_wait *w, struct ibv_mw *mw,
-		    struct ibv_mr *mr, uint64_t addr, uint64_t len, unsigned access,
-		    uint64_t deadline_ns)
+/* Bind type 2 window i (piece i) to [addr, addr + len) of mr with access,
+ * on the piece's QP, under a new rkey: only requests coming in on that QP
+ * reach it. */
+static int bind_one(struct eng_rdma_qps *q, struct eng_rdma_wait *w, unsigned i, struct ibv_mr *mr,
+		    uint64_t addr, uint64_t len, unsigned access, uint64_t deadline_ns)
 {
-	struct ibv_mw_bind b = {
-	    .send_flags = IBV_SEND_SIGNALED,
-	    .bind_info = {.mr = mr, .addr = addr, .length = len, .mw_access_flags = access},
+	struct ibv_mw *mw = q->mw[i];
+	struct ibv_send_wr wr = {
+	    .opcode = IBV_WR_BIND_MW,
+	    .bind_mw =
+		{.mw = mw,
+		 .rkey = ibv_inc_rkey(mw->rkey),
+		 .bind_info = {.mr = mr, .addr = addr, .length = len, .mw_access_flags = access}},
 	};
-	int i = take_qp(q, w, deadline_ns);
+	int rc = post_wr(q, w, eng_rdma_piece_qp(q, i), &wr, deadline_ns);
 
-	if (i < 0)
-		return i;
-	b.wr_id = wr_id(w, (unsigned)i);
-	atomic_fetch_add(&w->left, 1);
-	return posted(q, (unsigned)i, w, ibv_bind_mw(q->qp[i], mw, &b));
+	/* The provider names the window by its current rkey: the new one
+	 * from here (a failed bind leaves the set to be fenced). */
+	if (!rc)
+		mw->rkey = wr.bind_mw.rkey;
+	return rc;
 }
 
-int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write, void *local,
-		      uint64_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+/* Invalidate window i on its piece's QP: its rkey reaches nothing after. */
+static int unbind_one(struct eng_rdma_qps *q, struct eng_rdma_wait *w, unsigned i,
+		      uint64_t deadline_ns)
+{
+	struct ibv_send_wr wr = {.opcode = IBV_WR_LOCAL_INV, .invalidate_rkey = q->mw[i]->rkey};
+
+	return post_wr(q, w, eng_rdma_piece_qp(q, i), &wr, deadline_ns);
+}
+
+int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int qp, int write,
+		      void *local, uint64_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
 		      uint64_t deadline_ns)
 {
 	char *b = local;
@@ -407,7 +432,7 @@ int eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write
 	while (len && !rc) {
 		uint32_t n = len > ENG_RDMA_CHUNK ? ENG_RDMA_CHUNK : (uint32_t)len;
 
-		rc = post_one(q, w, write, b, n, lkey, raddr, rkey, deadline_ns);
+		rc = post_one(q, w, qp, write, b, n, lkey, raddr, rkey, deadline_ns);
 		b += n;
 		raddr += n;
 		len -= n;
@@ -470,8 +495,8 @@ int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
 	for (unsigned i = 0; i < x->nsge && !rc; i++)
-		rc = q->mw[i] ? bind_one(q, &w, q->mw[i], mr[i], x->sge[i].addr, x->sge[i].len,
-					 access, deadline_ns)
+		rc = q->mw[i] ? bind_one(q, &w, i, mr[i], x->sge[i].addr, x->sge[i].len, access,
+					 deadline_ns)
 			      : -EIO;
 	/* Even after a failed bind: what was posted must finish first. */
 	wrc = eng_rdma_qps_wait(q, &w, deadline_ns);
@@ -482,8 +507,7 @@ int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_
 	return 0;
 }
 
-int eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[], unsigned n,
-		       uint64_t deadline_ns)
+int eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns)
 {
 	struct eng_rdma_wait w;
 	int rc = 0, wrc;
@@ -491,7 +515,7 @@ int eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[], unsign
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
 	for (unsigned i = 0; i < n && !rc; i++)
-		rc = q->mw[i] ? bind_one(q, &w, q->mw[i], mr[i], 0, 0, 0, deadline_ns) : -EIO;
+		rc = q->mw[i] ? unbind_one(q, &w, i, deadline_ns) : -EIO;
 	wrc = eng_rdma_qps_wait(q, &w, deadline_ns);
 	if (!rc && !wrc)
 		return 0;

@@ -121,8 +121,9 @@ static int xfer_run(struct eng_rdma_dev *d, struct eng_rdma_qps *qps, const stru
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
 	for (unsigned i = 0; i < x->nsge && !rc; i++) {
-		rc = eng_rdma_qps_post(qps, &w, x->cap_op == ENG_OP_READ, seg, x->sge[i].len,
-				       d->seg.lkey, x->sge[i].addr, x->sge[i].rkey, deadline);
+		rc = eng_rdma_qps_post(qps, &w, eng_rdma_piece_qp(qps, i), x->cap_op == ENG_OP_READ,
+				       seg, x->sge[i].len, d->seg.lkey, x->sge[i].addr,
+				       x->sge[i].rkey, deadline);
 		seg += x->sge[i].len;
 	}
 	/* Even after a failed post: what was posted must finish first. */

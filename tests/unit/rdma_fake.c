@@ -18,13 +18,14 @@ struct rdma_fake rdma_fake;
 #define MEM_RKEY 0x77u	     /* every client range's MR */
 #define WIN_KEY	 0x80000000u /* a window's rkey; no MR key of the fake has this bit */
 
-/* A window: what its current rkey opens. */
+/* A window: what its current rkey opens, to requests on which QP. */
 struct fake_win {
 	struct ibv_mw mw; /* first: q->mw[i] points here */
 	struct fake_win *next;
 	uint64_t addr, len;
 	unsigned access;
 	int bound;
+	int qp; /* the QP index it was bound on: a type 2 window serves that one only */
 };
 static pthread_mutex_t win_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_win *wins;
@@ -35,9 +36,10 @@ static struct fake_win *win_of(struct ibv_mw *mw)
 	return (struct fake_win *)((char *)mw - offsetof(struct fake_win, mw));
 }
 
-/* Whether a request with rkey may reach [addr, addr + len) for write
- * (the peer writes) or read; MR keys count in mr_key_posts. */
-static int win_allows(uint32_t rkey, uint64_t addr, uint64_t len, int write)
+/* Whether a request with rkey, coming in on QP index qp, may reach
+ * [addr, addr + len) for write (the peer writes) or read; MR keys count in
+ * mr_key_posts. */
+static int win_allows(uint32_t rkey, int qp, uint64_t addr, uint64_t len, int write)
 {
 	unsigned need = write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
 	int ok = 0;
@@ -49,8 +51,8 @@ static int win_allows(uint32_t rkey, uint64_t addr, uint64_t len, int write)
 	}
 	pthread_mutex_lock(&win_lock);
 	for (struct fake_win *w = wins; w; w = w->next)
-		if (w->mw.rkey == rkey && w->bound && (w->access & need) && addr >= w->addr &&
-		    addr - w->addr <= w->len && len <= w->len - (addr - w->addr))
+		if (w->mw.rkey == rkey && w->bound && w->qp == qp && (w->access & need) &&
+		    addr >= w->addr && addr - w->addr <= w->len && len <= w->len - (addr - w->addr))
 			ok = 1;
 	pthread_mutex_unlock(&win_lock);
 	if (!ok)
@@ -58,8 +60,8 @@ static int win_allows(uint32_t rkey, uint64_t addr, uint64_t len, int write)
 	return ok;
 }
 
-/* Bind (len > 0) or unbind w; a new rkey at each bind, as type 1 windows get. */
-static void win_bind(struct fake_win *w, uint64_t addr, uint64_t len, unsigned access)
+/* Bind (len > 0) on QP index qp or unbind w; a new rkey at each bind. */
+static void win_bind(struct fake_win *w, int qp, uint64_t addr, uint64_t len, unsigned access)
 {
 	pthread_mutex_lock(&win_lock);
 	if (len) {
@@ -72,6 +74,7 @@ static void win_bind(struct fake_win *w, uint64_t addr, uint64_t len, unsigned a
 	w->len = len;
 	w->access = access;
 	w->bound = len != 0;
+	w->qp = qp;
 	pthread_mutex_unlock(&win_lock);
 }
 
@@ -80,7 +83,7 @@ static void wins_free(struct eng_rdma_qps *q)
 	for (int i = 0; i < ENG_RDMA_SGE_MAX && q->mw[i]; i++) {
 		struct fake_win *w = win_of(q->mw[i]), **pp;
 
-		win_bind(w, 0, 0, 0);
+		win_bind(w, -1, 0, 0, 0);
 		pthread_mutex_lock(&win_lock);
 		for (pp = &wins; *pp != w; pp = &(*pp)->next)
 			;
@@ -109,14 +112,14 @@ int rdma_fake_wait_segment(const struct eng_engine *e)
 int __real_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out);
 int __real_eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t len);
 void __real_eng_rdma_dev_put(struct eng_rdma_dev *d);
-int __real_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
-			     uint32_t *lkey, uint32_t *rkey);
+int __real_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey,
+			     uint32_t *rkey);
 int __real_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote,
 			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine);
 int __real_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
 				const struct eng_rdma_hs *peer);
 void __real_eng_rdma_qps_destroy(struct eng_rdma_qps *q);
-int __real_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write,
+int __real_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int qp, int write,
 			     void *local, uint64_t len, uint32_t lkey, uint64_t raddr,
 			     uint32_t rkey, uint64_t deadline_ns);
 int __real_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns);
@@ -125,28 +128,26 @@ void __real_eng_rdma_qps_fence(struct eng_rdma_qps *q);
 int __wrap_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out);
 int __wrap_eng_rdma_seg_register(struct eng_rdma_dev *d, void *base, uint64_t len);
 void __wrap_eng_rdma_dev_put(struct eng_rdma_dev *d);
-int __wrap_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
-			     uint32_t *lkey, uint32_t *rkey);
+int __wrap_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey,
+			     uint32_t *rkey);
 int __wrap_eng_rdma_qps_create(struct eng_rdma_dev *d, int nqp, int remote,
 			       struct eng_rdma_qps **out, struct eng_rdma_hs *mine);
 int __wrap_eng_rdma_qps_connect(struct eng_rdma_qps *q, const struct eng_rdma_hs *mine,
 				const struct eng_rdma_hs *peer);
 void __wrap_eng_rdma_qps_destroy(struct eng_rdma_qps *q);
-int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write,
+int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int qp, int write,
 			     void *local, uint64_t len, uint32_t lkey, uint64_t raddr,
 			     uint32_t rkey, uint64_t deadline_ns);
 int __wrap_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, uint64_t deadline_ns);
 void __wrap_eng_rdma_qps_fence(struct eng_rdma_qps *q);
 int __real_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
 			     struct ibv_mr *const mr[], uint64_t deadline_ns);
-int __real_eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[], unsigned n,
-			      uint64_t deadline_ns);
+int __real_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
 int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
 			     struct ibv_mr *const mr[], uint64_t deadline_ns);
 struct ibv_mr *__real_eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len);
 struct ibv_mr *__wrap_eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len);
-int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[], unsigned n,
-			      uint64_t deadline_ns);
+int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
 
 int __wrap_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out)
 {
@@ -205,11 +206,11 @@ void __wrap_eng_rdma_dev_put(struct eng_rdma_dev *d)
 	free(d);
 }
 
-int __wrap_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, int remote,
-			     uint32_t *lkey, uint32_t *rkey)
+int __wrap_eng_rdma_mem_keys(struct eng_rdma_dev *d, const void *p, uint64_t len, uint32_t *lkey,
+			     uint32_t *rkey)
 {
 	if (!rdma_fake.on)
-		return __real_eng_rdma_mem_keys(d, p, len, remote, lkey, rkey);
+		return __real_eng_rdma_mem_keys(d, p, len, lkey, rkey);
 	atomic_fetch_add(&rdma_fake.key_lookups, 1);
 	if (rdma_fake.unregistered)
 		return -ENOENT;
@@ -286,7 +287,7 @@ void __wrap_eng_rdma_qps_destroy(struct eng_rdma_qps *q)
 }
 
 /* The "NIC": READ brings raddr's bytes to local, WRITE takes them there. */
-int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int write,
+int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, int qp, int write,
 			     void *local, uint64_t len, uint32_t lkey, uint64_t raddr,
 			     uint32_t rkey, uint64_t deadline_ns)
 {
@@ -295,7 +296,7 @@ int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, in
 	int running;
 
 	if (!rdma_fake.on)
-		return __real_eng_rdma_qps_post(q, w, write, local, len, lkey, raddr, rkey,
+		return __real_eng_rdma_qps_post(q, w, qp, write, local, len, lkey, raddr, rkey,
 						deadline_ns);
 	if (atomic_load(&q->broken))
 		return -EIO;
@@ -304,7 +305,7 @@ int __wrap_eng_rdma_qps_post(struct eng_rdma_qps *q, struct eng_rdma_wait *w, in
 	if (rdma_fake.overreach)
 		len++;
 	/* Our side's write lands in the remote memory: the peer's access. */
-	if (!win_allows(rkey, raddr, len, write))
+	if (!win_allows(rkey, qp, raddr, len, write))
 		return -EIO;
 	running = atomic_fetch_add(&rdma_fake.running, 1) + 1;
 	for (int most = atomic_load(&rdma_fake.most);
@@ -354,23 +355,23 @@ int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
 	for (unsigned i = 0; i < x->nsge; i++) {
 		if (atomic_load(&q->broken) || !q->mw[i] || !mr[i])
 			return -EIO;
-		win_bind(win_of(q->mw[i]), x->sge[i].addr, x->sge[i].len, access);
+		win_bind(win_of(q->mw[i]), eng_rdma_piece_qp(q, i), x->sge[i].addr, x->sge[i].len,
+			 access);
 		x->sge[i].rkey = q->mw[i]->rkey;
 	}
 	return 0;
 }
 
-int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, struct ibv_mr *const mr[], unsigned n,
-			      uint64_t deadline_ns)
+int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns)
 {
 	if (!rdma_fake.on)
-		return __real_eng_rdma_qps_close(q, mr, n, deadline_ns);
+		return __real_eng_rdma_qps_close(q, n, deadline_ns);
 	if (atomic_load(&q->broken) || rdma_fake.close_rc) {
 		atomic_store(&q->broken, 1); /* as the real one does when it cannot unbind */
 		wins_free(q);
 		return rdma_fake.close_rc ? rdma_fake.close_rc : -EIO;
 	}
 	for (unsigned i = 0; i < n && q->mw[i]; i++)
-		win_bind(win_of(q->mw[i]), 0, 0, 0);
+		win_bind(win_of(q->mw[i]), -1, 0, 0, 0);
 	return 0;
 }

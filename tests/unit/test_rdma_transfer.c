@@ -384,9 +384,11 @@ static void test_rdma_transfer_keyed_owner_moves(void **state)
 	assert_int_equal(xfers(&a, ENG_TR_TCP), 0);
 	assert_int_equal(rdma_fake.moved, 2 * (3 * MIB + 5) + 2);
 	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_CAPABILITY), 0);
-	/* Each transfer opened its bytes by a window, closed after it; the
-	 * owner never held the range's own key. */
-	assert_int_equal(rdma_fake.binds, 4);
+	/* Each transfer opened its bytes by windows, closed after it: a
+	 * 3 MiB one in four pieces, one a QP, a byte in one; the owner never
+	 * held the range's own key, and posted each piece on the QP its
+	 * window serves (the fake's windows serve that one only). */
+	assert_int_equal(rdma_fake.binds, 2 * 4 + 2);
 	assert_int_equal(rdma_fake.bound, 0);
 	assert_int_equal(rdma_fake.mr_key_posts, 0);
 	assert_int_equal(rdma_fake.denied, 0);
@@ -505,44 +507,59 @@ static void test_rdma_transfer_keyed_grant_per_transfer(void **state)
 	rdma_fake_reset(0);
 }
 
-/* An owner that reaches one byte past a get's bytes: stopped by the
- * transfer's window; without windows (a device that has none) it lands
- * in the byte after them, which the range's key opens. */
+/* An owner that reaches one byte past a get's bytes is stopped by the
+ * transfer's window. */
 static void test_rdma_transfer_keyed_window_bounds_owner(void **state)
 {
 	unsigned char buf[4096 + 1];
 	struct node a, b;
 	struct eng_cap c;
-	int rc;
 
 	(void)state;
-	for (int windows = 1; windows >= 0; windows--) {
-		rdma_fake_reset(1);
-		rdma_fake.no_windows = !windows;
-		a = node_start(1);
-		b = node_start(1);
-		assert_int_equal(b.e->rdma->dev->windows, windows);
-		good_read(&a, &b);
-		memset(b.seg, 0xab, 8192);
-		memset(buf, 0, sizeof(buf));
-		c = cap_for(&b, ENG_OP_READ, 0, 4096);
-		rdma_fake.overreach = 1;
-		rc = xfer(&a, &b, ENG_READ, 0, buf, 4096, &c);
-		rdma_fake.overreach = 0;
-		if (windows) {
-			assert_int_equal(rc, LUNAR_ERR_TRANSFER_FAIL);
-			assert_int_equal(buf[4096], 0);
-			assert_int_equal(rdma_fake.denied, 1);
-			assert_int_equal(rdma_fake.mr_key_posts, 0);
-		} else {
-			assert_int_equal(rc, 0);
-			assert_int_equal(buf[4096], 0xab);
-			assert_int_equal(rdma_fake.binds, 0);
-		}
-		assert_int_equal(rdma_fake.bound, 0);
-		node_stop(&b);
-		node_stop(&a);
-	}
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	good_read(&a, &b);
+	memset(b.seg, 0xab, 8192);
+	memset(buf, 0, sizeof(buf));
+	c = cap_for(&b, ENG_OP_READ, 0, 4096);
+	rdma_fake.overreach = 1;
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, 4096, &c), LUNAR_ERR_TRANSFER_FAIL);
+	rdma_fake.overreach = 0;
+	assert_int_equal(buf[4096], 0);
+	assert_int_equal(rdma_fake.denied, 1);
+	assert_int_equal(rdma_fake.mr_key_posts, 0);
+	assert_int_equal(rdma_fake.bound, 0);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
+/* A keyed engine whose device binds no type 2 windows does not use it:
+ * without them an owner could reach memory opened to another (a type 1
+ * window serves every QP of the PD, an open MR all of its range), so its
+ * transfers go over TCP. */
+static void test_rdma_transfer_keyed_without_windows_uses_tcp(void **state)
+{
+	struct eng_config cfg = fake_config();
+	unsigned char buf[4096];
+	struct node a, b;
+	struct eng_cap c;
+
+	(void)state;
+	rdma_fake_reset(1);
+	rdma_fake.no_windows = 1;
+	cfg.cluster_key = &key;
+	a = node_create(cfg);
+	b = node_create(cfg);
+	assert_null(eng_engine_rdma_device(a.e));
+	assert_int_equal(eng_engine_set_secret(b.e, eng_engine_endpoint(b.e), secret), 0);
+	c = cap_for(&b, ENG_OP_READ, 0, sizeof(buf));
+	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, sizeof(buf), &c), 0);
+	assert_int_equal(xfers(&a, ENG_TR_TCP), 1);
+	assert_int_equal(rdma_fake.connects, 0);
+	node_stop(&b);
+	node_stop(&a);
 	rdma_fake_reset(0);
 }
 
@@ -938,10 +955,10 @@ LUNAR_TEST_MAIN(
     test_rdma_transfer_keyless_stale_mount_holds_off_itself, test_rdma_transfer_keyed_owner_moves,
     test_rdma_transfer_keyed_idle_lifeline_gives_way, test_rdma_transfer_keyed_set_ends_at_fence,
     test_rdma_transfer_keyed_grant_per_transfer, test_rdma_transfer_keyed_window_bounds_owner,
-    test_rdma_transfer_keyed_write_crc_checked, test_rdma_transfer_keyed_owner_failures,
-    test_rdma_transfer_keyed_handshake_refused, test_rdma_transfer_keyed_concurrent_on_sets,
-    test_rdma_transfer_destroy_cuts_transfer_short, test_rdma_transfer_destroy_cuts_set_up_short,
-    test_rdma_transfer_keyed_unopened_memory_uses_tcp,
+    test_rdma_transfer_keyed_without_windows_uses_tcp, test_rdma_transfer_keyed_write_crc_checked,
+    test_rdma_transfer_keyed_owner_failures, test_rdma_transfer_keyed_handshake_refused,
+    test_rdma_transfer_keyed_concurrent_on_sets, test_rdma_transfer_destroy_cuts_transfer_short,
+    test_rdma_transfer_destroy_cuts_set_up_short, test_rdma_transfer_keyed_unopened_memory_uses_tcp,
     test_rdma_transfer_refused_port_tried_again_soon,
     test_rdma_transfer_segment_registered_beside_serving,
     test_rdma_transfer_segment_unregistered_refuses)
