@@ -208,16 +208,20 @@ err_free:
 	return -ENOMEM;
 }
 
-void eng_exec_live(struct eng_engine *e, int *live, int fd)
+int eng_exec_live(struct eng_engine *e, int *live, int fd)
 {
+	int stopping;
+
 	/* eng_exec_stop shuts sockets down under the lock: once a clearing
 	 * is through, it is done with ours, and its number may be reused;
 	 * one published after it looked is shut down here. */
 	pthread_mutex_lock(&e->exec.lock);
 	lc_store_release(live, fd);
-	if (fd >= 0 && e->exec.stopping)
+	stopping = e->exec.stopping;
+	if (fd >= 0 && stopping)
 		shutdown(fd, SHUT_RDWR);
 	pthread_mutex_unlock(&e->exec.lock);
+	return stopping;
 }
 
 void eng_exec_stop(struct eng_engine *e)

@@ -2,9 +2,9 @@
  * disk.c - reads of a peer's disk tier over the data port (READ_DISK, wire
  * format in eng_int.h). The owner looks up the value's length, reads the
  * value through its disk_read callback into a buffer of that size, then
- * sends it; the client receives it
- * straight into the caller's iovecs on a pooled connection. A "not found"
- * or a checksum failure is an answer, not a broken connection.
+ * sends it; the client receives it straight into the caller's iovecs on a
+ * pooled connection. A "not found" or a checksum failure is an answer,
+ * not a broken connection.
  */
 #include "eng_int.h"
 

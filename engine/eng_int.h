@@ -419,9 +419,10 @@ void eng_reject(struct eng_engine *e, enum eng_reject r, int fd, const char *why
 /*
  * eng_hs_server / eng_hs_client - the handshake on a new connection fd,
  * as the data port's owner / as the dialler (role NODE), filling *s;
- * 0, or -EACCES (the server: the handshake failed, *why says how, for
- * its caller to count unless it cut the connection short itself) or
- * -errno. Block until deadline_ns at most (keyed.c).
+ * 0, -EACCES (the peer failed it) or -errno (the connection failed, or
+ * timed out). The server counts nothing: *why says how it failed, for
+ * its caller to count (a failed connection not when the caller cut it
+ * short itself). Block until deadline_ns at most (keyed.c).
  */
 int eng_hs_server(struct eng_engine *e, int fd, struct auth_session *s, uint64_t deadline_ns,
 		  const char **why);
@@ -565,8 +566,8 @@ void eng_pool_fini(struct eng_pool *p);
  * *out, owned by the caller, or -errno. Any thread; blocks on DNS the
  * first time a peer is seen, and on connect.
  */
-int eng_pool_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *live,
-		  int *pooled, struct eng_cconn **out);
+int eng_pool_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *pooled,
+		  struct eng_cconn **out, int *live);
 /* eng_pool_flush - close every idle connection to endpoint (its peer went
  * away). Any thread. */
 void eng_pool_flush(struct eng_pool *p, const char *endpoint);
@@ -693,12 +694,12 @@ void eng_exec_stop(struct eng_engine *e);
 /*
  * eng_exec_live - publish in *live (an I/O thread's slot) the socket fd a
  * slice now runs on (or connects, or shakes hands on), for eng_exec_stop
- * to cut short (shut down at once
- * when a stop came already); -1 once done with it, before it is closed or
- * pooled: that waits for a stop shutting it down, so a stop never reaches
- * a socket number reused since.
+ * to cut short; -1 once done with it, before it is closed or pooled: that
+ * waits for a stop shutting it down, so a stop never reaches a socket
+ * number reused since. 1 when a stop came already (fd is shut down at
+ * once), else 0.
  */
-void eng_exec_live(struct eng_engine *e, int *live, int fd);
+int eng_exec_live(struct eng_engine *e, int *live, int fd);
 /* eng_transport - the transport of a transfer to endpoint (engine.c): the
  * one place that chooses. */
 const struct eng_transport_ops *eng_transport(const struct eng_engine *e, const char *endpoint);

@@ -27,7 +27,7 @@ static int config_init(struct eng_engine *e, const struct eng_config *cfg)
 	if (strlen(host) >= sizeof(e->host))
 		return -ENAMETOOLONG;
 	strcpy(e->host, host);
-	if (cfg->seg_size && !cfg->seg_base)
+	if ((cfg->seg_size && !cfg->seg_base) || !cfg->disk_read != !cfg->disk_length)
 		return -EINVAL;
 	e->cfg = *cfg;
 	e->cfg.host = e->host;

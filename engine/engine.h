@@ -50,8 +50,8 @@ struct eng_config {
 	/*
 	 * The length of that value now, or a negative code (OBJECT_NOT_FOUND):
 	 * a peer's read takes a buffer of this size (at most the peer's
-	 * capacity), not of the capacity it names. Same threads. Required
-	 * with disk_read.
+	 * capacity), not of the capacity it names. Same threads. Given with
+	 * disk_read, or neither is (eng_engine_create refuses one alone).
 	 */
 	int64_t (*disk_length)(void *arg, const char *tenant, const char *key);
 	void *disk_arg;

@@ -102,30 +102,34 @@ int eng_hs_server(struct eng_engine *e, int fd, struct auth_session *s, uint64_t
 	/* The head alone first: a keyless frame is refused at once. */
 	*why = "no handshake";
 	rc = eng_io_recv_buf(fd, in, HS_HEAD, deadline_ns);
-	if (rc || !hs_head_ok(in, AUTH_ROLE_NODE))
+	if (rc)
+		return rc;
+	*why = "not a handshake";
+	if (!hs_head_ok(in, AUTH_ROLE_NODE))
 		return -EACCES;
 	*why = "handshake cut short";
-	if (eng_io_recv_buf(fd, in + HS_HEAD, AUTH_HELLO_BYTES, deadline_ns))
-		return -EACCES;
+	rc = eng_io_recv_buf(fd, in + HS_HEAD, AUTH_HELLO_BYTES, deadline_ns);
+	if (rc)
+		return rc;
 	auth_hs_start(&hs, 0, out + HS_HEAD);
 	*why = "reflected hello";
-	if (auth_hs_peer(&hs, in + HS_HEAD))
-		goto err_wipe;
-	hs_head(out, 0);
-	auth_hs_proof(&hs, &e->key, AUTH_ROLE_SERVER, out + HS_HEAD + AUTH_HELLO_BYTES);
-	*why = "handshake cut short";
-	if (eng_io_send_buf(fd, out, sizeof(out), deadline_ns) ||
-	    eng_io_recv_buf(fd, proof, sizeof(proof), deadline_ns))
-		goto err_wipe;
-	*why = "wrong key";
-	if (auth_hs_verify(&hs, &e->key, AUTH_ROLE_NODE, proof) ||
-	    auth_hs_finish(&hs, &e->key, AUTH_ROLE_NODE, s))
-		goto err_wipe;
-	return 0;
-
-err_wipe:
-	memset(&hs, 0, sizeof(hs)); /* auth_hs_finish wipes it on success */
-	return -EACCES;
+	rc = auth_hs_peer(&hs, in + HS_HEAD) ? -EACCES : 0;
+	if (!rc) {
+		hs_head(out, 0);
+		auth_hs_proof(&hs, &e->key, AUTH_ROLE_SERVER, out + HS_HEAD + AUTH_HELLO_BYTES);
+		*why = "handshake cut short";
+		rc = eng_io_send_buf(fd, out, sizeof(out), deadline_ns)
+			 ?: eng_io_recv_buf(fd, proof, sizeof(proof), deadline_ns);
+	}
+	if (!rc) {
+		*why = "wrong key";
+		if (auth_hs_verify(&hs, &e->key, AUTH_ROLE_NODE, proof) ||
+		    auth_hs_finish(&hs, &e->key, AUTH_ROLE_NODE, s))
+			rc = -EACCES;
+	}
+	if (rc)
+		memset(&hs, 0, sizeof(hs)); /* auth_hs_finish wipes it on success */
+	return rc;
 }
 
 int eng_hs_client(struct eng_engine *e, int fd, struct auth_session *s, uint64_t deadline_ns)

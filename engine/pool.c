@@ -83,7 +83,8 @@ static int dial_fd(int fd, const struct sockaddr_storage *sa, socklen_t len, uin
 
 /* A socket connected to sa, published in live (if not NULL) while it
  * connects: a stop shuts it down, which ends a connect the peer never
- * answers (SYNs dropped) at once. The socket, or -errno. */
+ * answers (SYNs dropped) at once; after a stop, none is made (-ECANCELED).
+ * The socket, or -errno. */
 static int dial(struct eng_engine *e, const struct sockaddr_storage *sa, socklen_t len,
 		uint64_t deadline_ns, int *live)
 {
@@ -92,9 +93,9 @@ static int dial(struct eng_engine *e, const struct sockaddr_storage *sa, socklen
 	fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	if (live)
-		eng_exec_live(e, live, fd);
-	rc = dial_fd(fd, sa, len, deadline_ns);
+	/* A socket shut down before its connect still connects, and polls
+	 * as done at once: not one to hand out. */
+	rc = live && eng_exec_live(e, live, fd) ? -ECANCELED : dial_fd(fd, sa, len, deadline_ns);
 	if (live)
 		eng_exec_live(e, live, -1);
 	if (rc) {
@@ -162,8 +163,8 @@ static int dial_conn(struct eng_engine *e, const struct sockaddr_storage *sa, so
 	return 0;
 }
 
-int eng_pool_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *live,
-		  int *pooled, struct eng_cconn **out)
+int eng_pool_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *pooled,
+		  struct eng_cconn **out, int *live)
 {
 	struct eng_pool *p = &e->pool;
 	struct sockaddr_storage sa;

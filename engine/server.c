@@ -324,14 +324,14 @@ static int conn_cut(struct eng_srv_conn *c)
 	       atomic_load(&c->idle_since) == ENG_SRV_EVICTED;
 }
 
-/* The keyed handshake on c: 0, or -EACCES, a refusal counted unless it
- * was our cut, not the peer's fault. */
+/* The keyed handshake on c: 0, or < 0, a refusal counted unless the
+ * connection failed because we cut it short. */
 static int conn_handshake(struct eng_srv_conn *c)
 {
 	const char *why;
 	int rc = eng_hs_server(c->e, c->fd, &c->s, lc_now_ns() + c->e->timeout_ns, &why);
 
-	if (rc && !conn_cut(c))
+	if (rc && (rc == -EACCES || !conn_cut(c)))
 		eng_reject(c->e, ENG_REJ_HANDSHAKE, c->fd, why);
 	return rc;
 }

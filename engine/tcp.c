@@ -328,7 +328,7 @@ int eng_conn_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_
 	int rc;
 
 	*out = NULL;
-	rc = eng_pool_take(e, endpoint, deadline_ns, live, pooled, out);
+	rc = eng_pool_take(e, endpoint, deadline_ns, pooled, out, live);
 
 	if (rc || *pooled || !e->keyed)
 		return rc;

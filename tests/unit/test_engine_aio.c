@@ -6,10 +6,9 @@
  * destroying an engine with transfers queued and running to a peer that
  * never answers completes every one of them at once, and so does one to a
  * peer whose listener drops its SYNs (a full accept queue); a transfer is
- * cut in
- * at most eng_config.slices slices, by default half the usable CPUs; a
- * remote read says how much of it landed, across its slices, where the op
- * asks.
+ * cut in at most eng_config.slices slices, by default half the usable
+ * CPUs; a remote read says how much of it landed, across its slices, where
+ * the op asks.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -245,6 +244,23 @@ static void test_engine_aio_cancel_at_shutdown(void **state)
 	free(buf);
 }
 
+/* Whether this kernel resets a SYN to a full accept queue rather than
+ * dropping it (net.ipv4.tcp_abort_on_overflow). */
+static int abort_on_overflow(void)
+{
+	FILE *f = fopen("/proc/sys/net/ipv4/tcp_abort_on_overflow", "r");
+	int v = 0;
+
+	if (f) {
+		if (fscanf(f, "%d", &v) != 1)
+			v = 0;
+		fclose(f);
+	}
+	if (v)
+		printf("  skipped: net.ipv4.tcp_abort_on_overflow is set\n");
+	return v;
+}
+
 /*
  * A listener whose accept queue is full drops new SYNs: a transfer to it
  * waits in connect. With a 60 s timeout, destroying the engine ends it at
@@ -266,6 +282,11 @@ static void test_engine_aio_stop_cuts_connect_short(void **state)
 	uint64_t t0;
 
 	(void)state;
+	if (abort_on_overflow()) {
+		close(lfd);
+		node_stop(&a);
+		skip(); /* a full queue resets SYNs instead: nothing waits in connect */
+	}
 	sa.sin_port = htons(port);
 	for (int i = 0; i < FILL; i++) { /* the queue full; later ones hang too */
 		fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);

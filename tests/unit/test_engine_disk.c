@@ -5,7 +5,8 @@
  * the value's length, not of the capacity the peer names (up to
  * ENG_DISK_READ_MAX, a gigabyte per request); a value longer than the
  * capacity is BUFFER_OVERFLOW and an absent one OBJECT_NOT_FOUND, neither
- * read.
+ * read; an engine given a disk_read callback without disk_length is
+ * refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,5 +124,19 @@ static void test_engine_disk_short_capacity_and_absent_not_read(void **state)
 	node_stop(&b);
 }
 
+static void test_engine_disk_read_needs_length(void **state)
+{
+	struct eng_config cfg = {.host = "127.0.0.1", .disk_read = tier_read};
+	struct eng_engine *e = NULL;
+
+	(void)state;
+	assert_int_equal(eng_engine_create(&cfg, &e), LUNAR_ERR_INVALID_PARAMS);
+	assert_null(e);
+	cfg = (struct eng_config){.host = "127.0.0.1", .disk_length = tier_length};
+	assert_int_equal(eng_engine_create(&cfg, &e), LUNAR_ERR_INVALID_PARAMS);
+	assert_null(e);
+}
+
 LUNAR_TEST_MAIN(NULL, NULL, test_engine_disk_owner_buffer_is_the_value,
-		test_engine_disk_short_capacity_and_absent_not_read)
+		test_engine_disk_short_capacity_and_absent_not_read,
+		test_engine_disk_read_needs_length)

@@ -158,7 +158,14 @@ static void test_rdma_device_keyed_windows(void **state)
 	keys_make(&key, secret);
 	assert_int_equal(node_start_keyed(&a, 1), 0);
 	assert_int_equal(node_start_keyed(&b, 1), 0);
-	printf("memory windows: %s\n", a.e->rdma->dev->windows ? "yes" : "no (whole ranges)");
+	if (!a.e->rdma) { /* the engine said why at start */
+		printf("skipped: the device binds no type 2 memory windows (keyed: TCP)\n");
+		node_stop(&a);
+		node_stop(&b);
+		free(buf);
+		free(back);
+		skip();
+	}
 	ep = eng_engine_endpoint(b.e);
 	wc = grant(secret, ep, ENG_OP_WRITE, 4096, LEN, 1, exp);
 	rc = grant(secret, ep, ENG_OP_READ, 4096, LEN, 1, exp);
