@@ -26,6 +26,7 @@
 #include "lunar.h"
 
 #define ENG_RDMA_QPS_DEFAULT 4
+#define ENG_RDMA_CLOSE_NS    1000000000ull	     /* to invalidate a transfer's windows */
 #define ENG_RDMA_RETRY_NS    (30ull * 1000000000ull) /* after a refusal: TCP this long */
 /* after an I/O error, a grant refused, a port that refused the connection */
 #define ENG_RDMA_REDIAL_NS (1ull * 1000000000ull)
@@ -478,7 +479,7 @@ static int to_sges(struct eng_rdma_dev *d, enum eng_dir dir, const struct iovec 
 		if (n && !(m = eng_rdma_mem_mr(d, b, n)))
 			return -ENOENT;
 		while (n) {
-			uint32_t len = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+			uint32_t len = n > ENG_RDMA_PIECE_MAX ? ENG_RDMA_PIECE_MAX : (uint32_t)n;
 
 			if (x->nsge == ENG_RDMA_SGE_MAX)
 				return -ENOENT;
@@ -492,19 +493,22 @@ static int to_sges(struct eng_rdma_dev *d, enum eng_dir dir, const struct iovec 
 }
 
 /* A piece's bytes go on one QP (eng_rdma_piece_qp): cut x's largest piece
- * in two until there are as many pieces as nqp, or none is worth cutting
- * (ENG_RDMA_SPREAD_MIN a half at least). */
+ * in two while it holds more than a QP's share of total (rounded up to
+ * ENG_RDMA_SPREAD_MIN, the least half worth cutting) and pieces are left. */
 #define ENG_RDMA_SPREAD_MIN (64u << 10)
-static void spread(struct eng_rdma_xf *x, struct ibv_mr *mr[ENG_RDMA_SGE_MAX], unsigned nqp)
+static void spread(struct eng_rdma_xf *x, struct ibv_mr *mr[ENG_RDMA_SGE_MAX], uint64_t total,
+		   unsigned nqp)
 {
-	while (x->nsge < nqp && x->nsge < ENG_RDMA_SGE_MAX) {
+	uint64_t share = (total / nqp + ENG_RDMA_SPREAD_MIN) & ~(uint64_t)(ENG_RDMA_SPREAD_MIN - 1);
+
+	while (x->nsge < ENG_RDMA_SGE_MAX) {
 		unsigned big = 0, tail;
 		uint32_t half;
 
 		for (unsigned i = 1; i < x->nsge; i++)
 			if (x->sge[i].len > x->sge[big].len)
 				big = i;
-		if (x->sge[big].len < 2 * ENG_RDMA_SPREAD_MIN)
+		if (x->sge[big].len <= share || x->sge[big].len < 2 * ENG_RDMA_SPREAD_MIN)
 			return;
 		half = x->sge[big].len / 2 & ~(ENG_RDMA_SPREAD_MIN - 1);
 		tail = x->nsge - big - 1;
@@ -558,8 +562,9 @@ static int ask(struct eng_engine *e, struct eng_rdma_peer *p, struct eng_rdma_xf
 	if (!rc)
 		rc = exchange_xfer(e, p, x, off, total, cap, crc, deadline, &rep);
 	/* Whatever came of it: the windows close before the memory goes back
-	 * (when that fails, the QPs are fenced; an answer still tells). */
-	closed = eng_rdma_qps_close(p->q, x->nsge, deadline);
+	 * (when that fails, the QPs are fenced; an answer still tells), in a
+	 * time of their own: an answer near the deadline is still good. */
+	closed = eng_rdma_qps_close(p->q, lc_now_ns() + ENG_RDMA_CLOSE_NS);
 	if (closed && !rc && !rep.status)
 		rc = closed;
 	if (rc) {
@@ -707,7 +712,7 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 		     : local_keys(e->rdma->dev, iov, iovcnt, j.lkey) != 0)
 		return tcp_instead(e, &j);
 	if (e->keyed)
-		spread(&j.x, j.mr, e->rdma->nqp);
+		spread(&j.x, j.mr, total, e->rdma->nqp);
 	rc = on_set(e, &j, 1);
 	if (rc != -ESTALE)
 		return rc;

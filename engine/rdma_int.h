@@ -37,7 +37,7 @@
  *   40 u64 length   owner: the segment's length (> 0); client: 0
  */
 #define ENG_RDMA_HS_MAGIC   0x44524e4cu /* "LNRD" */
-#define ENG_RDMA_HS_VERSION 1
+#define ENG_RDMA_HS_VERSION 2		/* 2: keyed pieces go on QP i mod nqp (type 2 windows) */
 #define ENG_RDMA_QP_MAX	    8
 #define ENG_RDMA_HS_HEAD    56
 #define ENG_RDMA_HS_SIZE    (ENG_RDMA_HS_HEAD + 8 * ENG_RDMA_QP_MAX)
@@ -87,9 +87,10 @@ int eng_rdma_hs_decode(const unsigned char *buf, size_t len, int from_owner,
  *      addr + len does not wrap), the rest all zero
  * The used lengths sum to the request header's length.
  */
-#define ENG_RDMA_SGE_MAX 16
-#define ENG_RDMA_XF_HEAD 8
-#define ENG_RDMA_XF_SIZE (ENG_RDMA_XF_HEAD + 16 * ENG_RDMA_SGE_MAX)
+#define ENG_RDMA_SGE_MAX   16
+#define ENG_RDMA_PIECE_MAX (1u << 31) /* a piece's most bytes: a window's (mlx5) */
+#define ENG_RDMA_XF_HEAD   8
+#define ENG_RDMA_XF_SIZE   (ENG_RDMA_XF_HEAD + 16 * ENG_RDMA_SGE_MAX)
 
 struct eng_rdma_sge {
 	uint64_t addr;
@@ -233,8 +234,10 @@ struct eng_rdma_qps {
 	int watch_fd;
 	/* With dev->windows, on a keyed client's set: one type 2 window per
 	 * piece of a transfer, bound for its length only, on its piece's QP
-	 * (eng_rdma_qps_open); its rkey is the one it was last bound under. */
+	 * (eng_rdma_qps_open); its rkey is the one it was last bound under.
+	 * The first nbound had their binds posted by the last open. */
 	struct ibv_mw *mw[ENG_RDMA_SGE_MAX];
+	unsigned nbound;
 };
 
 /* eng_rdma_piece_qp - the QP of q that carries piece i of a keyed transfer:
@@ -303,14 +306,15 @@ void eng_rdma_qps_fence(struct eng_rdma_qps *q);
  * a get) or its RDMA READ from it (a put), and put the window's new rkey
  * in x->sge[i].rkey; waits for the binds. 0, or -errno (some may be
  * bound: close them).
- * eng_rdma_qps_close - invalidate windows [0, n) on their QPs and wait:
- * afterwards their rkeys reach nothing. When that fails (q broken, or a
- * window whose bind failed) the QPs are fenced and the windows freed.
- * 0 or -errno. The owner of q's only transfer.
+ * eng_rdma_qps_close - invalidate the windows the last open bound (or
+ * posted a bind for) on their QPs and wait: afterwards their rkeys reach
+ * nothing. When that fails (q broken, or a window whose bind failed) the
+ * QPs are fenced and the windows freed. 0 or -errno. The owner of q's
+ * only transfer.
  */
 int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_mr *const mr[],
 		      uint64_t deadline_ns);
-int eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
+int eng_rdma_qps_close(struct eng_rdma_qps *q, uint64_t deadline_ns);
 
 /* The transport's state in an engine (rdma.c): the device and the peers.
  * Keyed, the owner serves one transfer at a time on each QP set a peer

@@ -198,10 +198,10 @@ void eng_rdma_qps_destroy(struct eng_rdma_qps *q)
 {
 	if (!q)
 		return;
+	windows_free(q); /* first: a bound type 2 window holds its QP */
 	for (int i = 0; i < ENG_RDMA_QP_MAX; i++)
 		if (q->qp[i])
 			q->dev->ibv.destroy_qp(q->qp[i]);
-	windows_free(q);
 	if (q->cq) {
 		q->dev->ibv.destroy_cq(q->cq);
 		pthread_mutex_destroy(&q->poll_lock);
@@ -494,10 +494,13 @@ int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_
 
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
-	for (unsigned i = 0; i < x->nsge && !rc; i++)
+	q->nbound = 0;
+	for (unsigned i = 0; i < x->nsge && !rc; i++) {
 		rc = q->mw[i] ? bind_one(q, &w, i, mr[i], x->sge[i].addr, x->sge[i].len, access,
 					 deadline_ns)
 			      : -EIO;
+		q->nbound += !rc;
+	}
 	/* Even after a failed bind: what was posted must finish first. */
 	wrc = eng_rdma_qps_wait(q, &w, deadline_ns);
 	if (rc || wrc)
@@ -507,15 +510,18 @@ int eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x, struct ibv_
 	return 0;
 }
 
-int eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns)
+int eng_rdma_qps_close(struct eng_rdma_qps *q, uint64_t deadline_ns)
 {
 	struct eng_rdma_wait w;
 	int rc = 0, wrc;
 
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
-	for (unsigned i = 0; i < n && !rc; i++)
+	/* Only those: invalidating a window never bound is an error (and
+	 * crashed rxe). */
+	for (unsigned i = 0; i < q->nbound && !rc; i++)
 		rc = q->mw[i] ? unbind_one(q, &w, i, deadline_ns) : -EIO;
+	q->nbound = 0;
 	wrc = eng_rdma_qps_wait(q, &w, deadline_ns);
 	if (!rc && !wrc)
 		return 0;

@@ -110,21 +110,37 @@ static int xfer_check(struct eng_engine *e, const struct eng_srv_req *q, struct 
 }
 
 /* Move x's bytes between [off, ...) of the segment and the client's
- * memory: 0, or -errno (the QPs are then fenced). */
+ * memory, each piece on its QP, a chunk of each in turn (a piece waiting
+ * for its QP's credits holds up none of the others): 0, or -errno (the
+ * QPs are then fenced). */
 static int xfer_run(struct eng_rdma_dev *d, struct eng_rdma_qps *qps, const struct eng_rdma_xf *x,
 		    uint64_t off, uint64_t deadline)
 {
+	uint64_t at[ENG_RDMA_SGE_MAX], done[ENG_RDMA_SGE_MAX] = {0};
 	struct eng_rdma_wait w;
-	char *seg = d->seg.base + off;
-	int rc = 0, wrc;
+	int rc = 0, wrc, more = 1;
 
 	atomic_init(&w.left, 0);
 	atomic_init(&w.failed, 0);
-	for (unsigned i = 0; i < x->nsge && !rc; i++) {
-		rc = eng_rdma_qps_post(qps, &w, eng_rdma_piece_qp(qps, i), x->cap_op == ENG_OP_READ,
-				       seg, x->sge[i].len, d->seg.lkey, x->sge[i].addr,
-				       x->sge[i].rkey, deadline);
-		seg += x->sge[i].len;
+	for (unsigned i = 0; i < x->nsge; i++) {
+		at[i] = off;
+		off += x->sge[i].len;
+	}
+	while (more && !rc) {
+		more = 0;
+		for (unsigned i = 0; i < x->nsge && !rc; i++) {
+			uint64_t left = x->sge[i].len - done[i];
+			uint64_t n = left < ENG_RDMA_CHUNK ? left : ENG_RDMA_CHUNK;
+
+			if (!n)
+				continue;
+			rc = eng_rdma_qps_post(qps, &w, eng_rdma_piece_qp(qps, i),
+					       x->cap_op == ENG_OP_READ,
+					       d->seg.base + at[i] + done[i], n, d->seg.lkey,
+					       x->sge[i].addr + done[i], x->sge[i].rkey, deadline);
+			done[i] += n;
+			more = 1;
+		}
 	}
 	/* Even after a failed post: what was posted must finish first. */
 	wrc = eng_rdma_qps_wait(qps, &w, deadline);

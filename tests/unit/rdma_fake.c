@@ -142,12 +142,12 @@ int __wrap_eng_rdma_qps_wait(struct eng_rdma_qps *q, struct eng_rdma_wait *w, ui
 void __wrap_eng_rdma_qps_fence(struct eng_rdma_qps *q);
 int __real_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
 			     struct ibv_mr *const mr[], uint64_t deadline_ns);
-int __real_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
+int __real_eng_rdma_qps_close(struct eng_rdma_qps *q, uint64_t deadline_ns);
 int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
 			     struct ibv_mr *const mr[], uint64_t deadline_ns);
 struct ibv_mr *__real_eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len);
 struct ibv_mr *__wrap_eng_rdma_mem_mr(struct eng_rdma_dev *d, const void *p, uint64_t len);
-int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns);
+int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, uint64_t deadline_ns);
 
 int __wrap_eng_rdma_dev_open(const char *spec, int keyed, struct eng_rdma_dev **out)
 {
@@ -352,9 +352,11 @@ int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
 
 	if (!rdma_fake.on)
 		return __real_eng_rdma_qps_open(q, x, mr, deadline_ns);
+	q->nbound = 0;
 	for (unsigned i = 0; i < x->nsge; i++) {
 		if (atomic_load(&q->broken) || !q->mw[i] || !mr[i])
 			return -EIO;
+		q->nbound++;
 		win_bind(win_of(q->mw[i]), eng_rdma_piece_qp(q, i), x->sge[i].addr, x->sge[i].len,
 			 access);
 		x->sge[i].rkey = q->mw[i]->rkey;
@@ -362,10 +364,13 @@ int __wrap_eng_rdma_qps_open(struct eng_rdma_qps *q, struct eng_rdma_xf *x,
 	return 0;
 }
 
-int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, unsigned n, uint64_t deadline_ns)
+int __wrap_eng_rdma_qps_close(struct eng_rdma_qps *q, uint64_t deadline_ns)
 {
+	unsigned n = q->nbound;
+
 	if (!rdma_fake.on)
-		return __real_eng_rdma_qps_close(q, n, deadline_ns);
+		return __real_eng_rdma_qps_close(q, deadline_ns);
+	q->nbound = 0;
 	if (atomic_load(&q->broken) || rdma_fake.close_rc) {
 		atomic_store(&q->broken, 1); /* as the real one does when it cannot unbind */
 		wins_free(q);

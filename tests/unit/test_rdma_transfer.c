@@ -397,6 +397,42 @@ static void test_rdma_transfer_keyed_owner_moves(void **state)
 	rdma_fake_reset(0);
 }
 
+/* A keyed transfer's pieces are cut by bytes, not by count: 3 MiB and
+ * 4 KiB over 4 QPs move as four pieces of 768 KiB and the 4 KiB (the 3 MiB
+ * one cut until no piece holds more than a QP's share), each bound and
+ * landing whole. */
+static void test_rdma_transfer_keyed_pieces_spread_by_bytes(void **state)
+{
+	enum { BIG = 3 * MIB, SMALL = 4096 };
+	unsigned char *src = malloc(BIG + SMALL), *dst = calloc(1, BIG + SMALL);
+	struct iovec v[2] = {{src, BIG}, {src + BIG, SMALL}};
+	struct iovec w[2] = {{dst, BIG}, {dst + BIG, SMALL}};
+	struct node a, b;
+	struct eng_cap wc, rc;
+
+	(void)state;
+	assert_non_null(src);
+	assert_non_null(dst);
+	rdma_fake_reset(1);
+	a = node_start(1);
+	b = node_start(1);
+	wc = cap_for(&b, ENG_OP_WRITE, 0, BIG + SMALL);
+	rc = cap_for(&b, ENG_OP_READ, 0, BIG + SMALL);
+	fill(src, BIG + SMALL, 9);
+	assert_int_equal(eng_xfer(a.e, eng_engine_endpoint(b.e), ENG_WRITE, 0, v, 2, &wc, NULL), 0);
+	assert_int_equal(rdma_fake.binds, 5);
+	assert_int_equal(eng_xfer(a.e, eng_engine_endpoint(b.e), ENG_READ, 0, w, 2, &rc, NULL), 0);
+	assert_int_equal(rdma_fake.binds, 10);
+	assert_memory_equal(dst, src, BIG + SMALL);
+	assert_int_equal(rdma_fake.denied, 0);
+	assert_int_equal(rdma_fake.bound, 0);
+	free(src);
+	free(dst);
+	node_stop(&b);
+	node_stop(&a);
+	rdma_fake_reset(0);
+}
+
 /* Keyed, the owner's fence (a re-mount) ends the QP set too: the next
  * transfer, under the new mount's secret, sets up a new set rather than
  * fail on the dead one. */
@@ -955,7 +991,8 @@ LUNAR_TEST_MAIN(
     test_rdma_transfer_keyless_stale_mount_holds_off_itself, test_rdma_transfer_keyed_owner_moves,
     test_rdma_transfer_keyed_idle_lifeline_gives_way, test_rdma_transfer_keyed_set_ends_at_fence,
     test_rdma_transfer_keyed_grant_per_transfer, test_rdma_transfer_keyed_window_bounds_owner,
-    test_rdma_transfer_keyed_without_windows_uses_tcp, test_rdma_transfer_keyed_write_crc_checked,
+    test_rdma_transfer_keyed_without_windows_uses_tcp,
+    test_rdma_transfer_keyed_pieces_spread_by_bytes, test_rdma_transfer_keyed_write_crc_checked,
     test_rdma_transfer_keyed_owner_failures, test_rdma_transfer_keyed_handshake_refused,
     test_rdma_transfer_keyed_concurrent_on_sets, test_rdma_transfer_destroy_cuts_transfer_short,
     test_rdma_transfer_destroy_cuts_set_up_short, test_rdma_transfer_keyed_unopened_memory_uses_tcp,
