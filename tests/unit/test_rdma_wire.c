@@ -112,7 +112,7 @@ static void test_rdma_wire_bad_fields(void **state)
 
 	(void)state;
 	expect_bad(client_hs(), 0, 0, 0, LUNAR_ERR_PROTOCOL);	      /* magic */
-	expect_bad(client_hs(), 0, 4, 2, LUNAR_ERR_VERSION_MISMATCH); /* version */
+	expect_bad(client_hs(), 0, 4, 1, LUNAR_ERR_VERSION_MISMATCH); /* version 1 */
 	expect_bad(client_hs(), 0, 6, 0, LUNAR_ERR_PROTOCOL);	      /* nqp 0 */
 	expect_bad(client_hs(), 0, 6, 9, LUNAR_ERR_PROTOCOL);	      /* nqp > 8 */
 	expect_bad(client_hs(), 0, 7, 1, LUNAR_ERR_PROTOCOL);	      /* nqp 260 */
