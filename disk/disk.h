@@ -174,10 +174,14 @@ void dsk_put_batch(struct dsk_store *s, struct dsk_put_item *v, size_t n);
  * nothing read), LUNAR_ERR_CHECKSUM_MISMATCH (bytes on disk are corrupt), or
  * LUNAR_ERR_FILE_READ_FAIL (I/O error). On any error the contents of iov are
  * unspecified and must not be used; a corrupt or short record is dropped
- * from the index, so later reads say OBJECT_NOT_FOUND.
+ * from the index, so later reads say OBJECT_NOT_FOUND. rec (NULL: not
+ * wanted): when a record was found, whatever came of its read, a copy of
+ * it, with tenant and key the caller's (so rec->key says it was found);
+ * else untouched. It is the record read, which a later dsk_lookup may no
+ * longer name.
  */
 int64_t dsk_get(struct dsk_store *s, const char *tenant, const char *key, const struct iovec *iov,
-		int iovcnt);
+		int iovcnt, struct dsk_record *rec);
 
 /* One read of a dsk_get_batch: inputs, then the outcome. */
 struct dsk_get_item {

@@ -117,7 +117,7 @@ void dsk_get_failed(struct dsk_store *s, struct dsk_bucket *b, uint32_t idx, int
 }
 
 int64_t dsk_get(struct dsk_store *s, const char *tenant, const char *key, const struct iovec *iov,
-		int iovcnt)
+		int iovcnt, struct dsk_record *rec)
 {
 	struct dsk_get_plan p;
 	struct dsk_bucket *b;
@@ -148,6 +148,12 @@ int64_t dsk_get(struct dsk_store *s, const char *tenant, const char *key, const 
 	b = r->b;
 	idx = r->idx;
 	p = (struct dsk_get_plan){.fd = b->dfd, .off = r->off, .len = r->len, .crc = r->crc};
+	if (rec)
+		*rec = (struct dsk_record){.tenant = tenant,
+					   .key = key,
+					   .length = r->len,
+					   .crc32c = r->crc,
+					   .location = (uint64_t)b->id << 32 | idx};
 	b->readers++;
 	b->last_use = ++s->tick;
 	r->ref = 1;

@@ -32,18 +32,20 @@ static int64_t disk_get(struct px_proxy *px, const char *tenant, const char *key
 			const struct iovec *iov, int iovcnt, const uint32_t *want_crc)
 {
 	struct px_disk *d = px->disk;
-	struct dsk_record rec;
+	struct dsk_record rec = {0};
 	int64_t n;
 
-	if (!d || dsk_lookup(d->store, tenant, key, &rec))
+	if (!d)
 		return LUNAR_ERR_OBJECT_NOT_FOUND;
 	if (px->cfg.debug_disk_read_delay_ms)
 		usleep((useconds_t)px->cfg.debug_disk_read_delay_ms * 1000);
-	if (want_crc && rec.crc32c != *want_crc)
-		return LUNAR_ERR_CHECKSUM_MISMATCH; /* a copy of another value */
-	n = dsk_get(d->store, tenant, key, iov, iovcnt);
+	n = dsk_get(d->store, tenant, key, iov, iovcnt, &rec);
+	if (!rec.key)
+		return n; /* not stored */
 	if (n == LUNAR_ERR_CHECKSUM_MISMATCH || n == LUNAR_ERR_OBJECT_NOT_FOUND)
-		report_bad(px, tenant, key, &rec);
+		report_bad(px, tenant, key, &rec); /* found, then bad or short */
+	else if (n >= 0 && want_crc && rec.crc32c != *want_crc)
+		return LUNAR_ERR_CHECKSUM_MISMATCH; /* the record read holds another value */
 	return n;
 }
 

@@ -1,8 +1,9 @@
 /*
  * test_disk.c - the SSD bucket store on real files in temp dirs: byte-exact
  * round trips from 1 B to 8 MiB (io_uring and sync backends, O_DIRECT and
- * buffered), restart scans, concurrent use, and a throughput figure for
- * 1 MiB objects (printed, not asserted; only with LUNAR_DISK_BENCH=1).
+ * buffered), restart scans, concurrent use, a read that tells the record
+ * it read when the key was stored anew under it, and a throughput figure
+ * for 1 MiB objects (printed, not asserted; only with LUNAR_DISK_BENCH=1).
  */
 #include "tests/unit/test_disk_util.h"
 #include "tests/cmocka_main.h"
@@ -47,13 +48,13 @@ static void roundtrip(int force_sync, int expect_direct)
 
 		test_fill(a, n, 99);
 		assert_int_equal(dsk_put(s, T, "scatter", in, 3, lc_crc32c(0, a, n), NULL), 0);
-		assert_int_equal(dsk_get(s, T, "scatter", out, 2), n);
+		assert_int_equal(dsk_get(s, T, "scatter", out, 2, NULL), n);
 		assert_memory_equal(a, b, n);
 		assert_int_equal(dsk_put(s, T, "scatter", in, 3, lc_crc32c(0, a, n), NULL),
 				 LUNAR_ERR_OBJECT_ALREADY_EXISTS);
 		out[1].iov_len = 100;
-		assert_int_equal(dsk_get(s, T, "scatter", out, 2), LUNAR_ERR_BUFFER_OVERFLOW);
-		assert_int_equal(dsk_get(s, T, "nope", out, 2), LUNAR_ERR_OBJECT_NOT_FOUND);
+		assert_int_equal(dsk_get(s, T, "scatter", out, 2, NULL), LUNAR_ERR_BUFFER_OVERFLOW);
+		assert_int_equal(dsk_get(s, T, "nope", out, 2, NULL), LUNAR_ERR_OBJECT_NOT_FOUND);
 		assert_int_equal(dsk_put(s, T, "", in, 3, 0, NULL), LUNAR_ERR_INVALID_KEY);
 		assert_int_equal(dsk_put(s, "bad tenant!", "k", in, 3, 0, NULL),
 				 LUNAR_ERR_INVALID_PARAMS);
@@ -274,7 +275,7 @@ static void *bench_main(void *arg)
 		if (a->write)
 			assert_int_equal(dsk_put(a->s, T, key, &iov, 1, a->crc, NULL), 0);
 		else
-			assert_int_equal(dsk_get(a->s, T, key, &iov, 1), MIB);
+			assert_int_equal(dsk_get(a->s, T, key, &iov, 1, NULL), MIB);
 	}
 	return NULL;
 }
@@ -326,7 +327,49 @@ static void test_disk_throughput(void **st)
 	}
 }
 
+/* Once: store key "k" anew (another value) while a read of it runs. */
+static void restore_k(void *arg)
+{
+	struct dsk_store *s = arg;
+
+	dsk_test_read_hook(s, NULL, NULL);
+	assert_int_equal(dsk_remove(s, T, "k"), 0);
+	assert_int_equal(put_pat(s, "k", 5000, 2, 0), 0);
+}
+
+/* A read tells the record it read, not the one the key names after: the
+ * caller checks the bytes it got against their own CRC32C, and a record
+ * stored under the key meanwhile is another value. */
+static void test_disk_get_tells_record_read(void **st)
+{
+	struct dsk_config cfg = cfg_base(64 * MIB);
+	struct dsk_store *s = open_ok(&cfg, NULL);
+	unsigned char *buf = malloc(8192), *want = malloc(4096);
+	struct iovec v = {buf, 8192};
+	struct dsk_record rec = {0}, now;
+
+	assert_non_null(buf);
+	assert_non_null(want);
+	test_fill(want, 4096, 1);
+	assert_int_equal(put_pat(s, "k", 4096, 1, 0), 0);
+	dsk_test_read_hook(s, restore_k, s);
+	assert_int_equal(dsk_get(s, T, "k", &v, 1, &rec), 4096); /* the first value, pinned */
+	assert_memory_equal(buf, want, 4096);
+	assert_non_null(rec.key);
+	assert_int_equal(rec.length, 4096);
+	assert_int_equal(rec.crc32c, lc_crc32c(0, want, 4096));
+	assert_int_equal(dsk_lookup(s, T, "k", &now), 0);
+	assert_int_equal(now.length, 5000); /* the key names the second now */
+	assert_int_not_equal(now.crc32c, rec.crc32c);
+	rec = (struct dsk_record){0};
+	assert_int_equal(dsk_get(s, T, "nope", &v, 1, &rec), LUNAR_ERR_OBJECT_NOT_FOUND);
+	assert_null(rec.key); /* none found: untouched */
+	free(buf);
+	free(want);
+	dsk_store_close(s);
+}
+
 LUNAR_TEST_MAIN_EACH(setup_var, teardown, test_disk_roundtrip_uring, test_disk_roundtrip_sync,
 		     test_disk_roundtrip_tmpfs, test_disk_direct_on_disk,
 		     test_disk_buffered_fallback, test_disk_reopen, test_disk_concurrent,
-		     test_disk_throughput)
+		     test_disk_get_tells_record_read, test_disk_throughput)

@@ -112,7 +112,7 @@ static inline int64_t get_pat(struct dsk_store *s, const char *key, size_t n, un
 	assert_int_equal(posix_memalign((void **)&raw, 4096, n + misalign + 64), 0);
 	memset(raw, 0xee, n + misalign + 64);
 	iov = (struct iovec){raw + misalign, n + 64};
-	rc = dsk_get(s, T, key, &iov, 1);
+	rc = dsk_get(s, T, key, &iov, 1, NULL);
 	if (rc >= 0) {
 		test_fill(want, n, seed);
 		assert_int_equal(rc, n);
