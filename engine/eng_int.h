@@ -452,6 +452,9 @@ struct eng_server {
 	pthread_cond_t gone;
 	uint64_t gen;
 	struct eng_srv_conn *conns;
+	/* Connections taken back to make room: [1] in their handshake, [0]
+	 * past it (eng_engine_evicted). */
+	atomic_uint_fast64_t evicted[2];
 };
 
 /* A client connection: its socket, and its session when keyed. */

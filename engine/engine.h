@@ -180,6 +180,10 @@ uint64_t eng_engine_epoch(struct eng_engine *e);
  * every grant or keeps one alive. Replaces the offset before. Any thread.
  */
 void eng_engine_set_clock(struct eng_engine *e, uint64_t master_ms, uint64_t local_ms);
+/* eng_engine_evicted - connections the data port took back to make room for
+ * new ones so far: of those still in their handshake (handshake 1), which
+ * the port takes first, or of those idle past it (a relaxed read). */
+uint64_t eng_engine_evicted(const struct eng_engine *e, int handshake);
 /* eng_engine_rejected - peers refused for reason r so far (a relaxed read). */
 uint64_t eng_engine_rejected(const struct eng_engine *e, enum eng_reject r);
 /* eng_reject_name - "handshake", "mac", "replay", "capability" or "crc". */

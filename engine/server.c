@@ -427,6 +427,8 @@ static int evict_idlest(struct eng_server *s, const uint8_t *addr)
 	}
 	if (!old)
 		return -1;
+	atomic_fetch_add_explicit(&s->evicted[atomic_load(&old->greeting) != 0], 1,
+				  memory_order_relaxed);
 	shutdown(old->fd, SHUT_RDWR);
 	if (lc_now_ns() - warned_ns > 1000000000ull) {
 		warned_ns = lc_now_ns();
@@ -699,4 +701,9 @@ int eng_server_fence(struct eng_engine *e, uint64_t deadline_ns)
 		rc = 0;
 	pthread_mutex_unlock(&s->lock);
 	return rc ? -ETIMEDOUT : 0;
+}
+
+uint64_t eng_engine_evicted(const struct eng_engine *e, int handshake)
+{
+	return atomic_load_explicit(&e->srv.evicted[handshake != 0], memory_order_relaxed);
 }

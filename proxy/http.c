@@ -57,6 +57,22 @@ static int rejected_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 	return rc;
 }
 
+/* Data-port connections taken back to make room, by where they were. */
+static int evicted_metrics(struct px_proxy *px, struct lc_http_reply *rep)
+{
+	int rc = lc_http_reply_printf(
+	    rep, "# HELP lunar_proxy_data_evicted_total Data-port connections closed to make "
+		 "room for new ones (in their handshake first, then idle ones).\n"
+		 "# TYPE lunar_proxy_data_evicted_total counter\n");
+
+	for (int h = 1; !rc && h >= 0; h--)
+		rc = lc_http_reply_printf(
+		    rep, "lunar_proxy_data_evicted_total{state=\"%s\"} %llu\n",
+		    h ? "handshake" : "idle",
+		    (unsigned long long)(px->engine ? eng_engine_evicted(px->engine, h) : 0));
+	return rc;
+}
+
 /* Remote and local transfers by transport, and RDMA's fallbacks to TCP. */
 static int transport_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 {
@@ -212,6 +228,7 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 					 (unsigned long long)px->cfg.segment_size,
 					 atomic_load(&px->mounted) ? 1 : 0);
 	rc = rc ?: rejected_metrics(px, rep);
+	rc = rc ?: evicted_metrics(px, rep);
 	rc = rc ?: transport_metrics(px, rep);
 	rc = rc ?: busy_poll_metrics(rep);
 	return rc

@@ -372,18 +372,24 @@ static void test_data_port_auth_replay_and_bitflip(void **state)
 	secret_intact();
 }
 
-/* B's lunar_proxy_data_rejected_total{reason="..."}, or -1. */
-static long long rejected(const char *reason)
+/* B's figure of the series name{label="value"}, or -1. */
+static long long b_metric(const char *name, const char *label, const char *value)
 {
 	static char text[1 << 16];
 	char want[128];
 	const char *p;
 
-	snprintf(want, sizeof(want), "lunar_proxy_data_rejected_total{reason=\"%s\"} ", reason);
+	snprintf(want, sizeof(want), "%s{%s=\"%s\"} ", name, label, value);
 	if (hg_get(hg_log_http_port(proxy_b->log), "/metrics", text, sizeof(text)) != 200 ||
 	    !(p = strstr(text, want)))
 		return -1;
 	return atoll(p + strlen(want));
+}
+
+/* B's lunar_proxy_data_rejected_total{reason="..."}, or -1. */
+static long long rejected(const char *reason)
+{
+	return b_metric("lunar_proxy_data_rejected_total", "reason", reason);
 }
 
 static void test_data_port_auth_cluster_works_and_counts(void **state)
@@ -422,6 +428,9 @@ static void test_data_port_auth_cluster_works_and_counts(void **state)
 	H_ASSERT(rejected("mac") >= 3);	      /* zero session, replay elsewhere, bit flip */
 	H_ASSERT(rejected("capability") >= 3);
 	H_ASSERT_EQ(rejected("crc"), 0);
+	/* No slot was short: nothing taken back, and both series are there. */
+	H_ASSERT_EQ(b_metric("lunar_proxy_data_evicted_total", "state", "handshake"), 0);
+	H_ASSERT_EQ(b_metric("lunar_proxy_data_evicted_total", "state", "idle"), 0);
 	free(w);
 	free(r);
 }

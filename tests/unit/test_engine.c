@@ -784,6 +784,9 @@ static void test_engine_idle_connections_give_way(void **state)
 		fds[i] = raw_connect(node_port(&b));
 	usleep(500 * 1000); /* the listener accepts them all */
 	honest_round_trip(&a, &b);
+	/* Keyless, none waits in a handshake: all taken back were idle. */
+	assert_true(eng_engine_evicted(b.e, 0) >= IDLE - 256);
+	assert_int_equal(eng_engine_evicted(b.e, 1), 0);
 	for (int i = 0; i < IDLE; i++)
 		close(fds[i]);
 	node_stop(&a);

@@ -654,8 +654,11 @@ static void test_engine_auth_stalled_handshakes_give_way(void **state)
 	assert_int_equal(eng_xfer(a.e, seg, ENG_WRITE, 0, &v, 1, &wc, NULL), 0);
 	assert_memory_equal(b.seg, buf, sizeof(buf));
 	usleep(200 * 1000); /* the evicted ones' threads end */
-	/* Handshakes the listener took back were not the peers' refusals. */
+	/* Handshakes the listener took back were not the peers' refusals;
+	 * they are counted as taken back, and no idle one was. */
 	assert_int_equal(eng_engine_rejected(b.e, ENG_REJ_HANDSHAKE), 0);
+	assert_true(eng_engine_evicted(b.e, 1) >= STALLED + 1 - 256);
+	assert_int_equal(eng_engine_evicted(b.e, 0), 0);
 	for (int i = 0; i < STALLED; i++)
 		close(fds[i]);
 	node_stop(&a);
