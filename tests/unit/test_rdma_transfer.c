@@ -365,6 +365,19 @@ static void test_rdma_transfer_keyless_pieces_keyed_once(void **state)
 	rdma_fake_reset(0);
 }
 
+/* The end of a keyed pair's test: every window closed, no client memory
+ * reached by its MR's own key, denied requests a window refused; then both
+ * engines stopped and the fake off. */
+static void keyed_pair_end(struct node *a, struct node *b, int denied)
+{
+	assert_int_equal(rdma_fake.bound, 0);
+	assert_int_equal(rdma_fake.mr_key_posts, 0);
+	assert_int_equal(rdma_fake.denied, denied);
+	node_stop(b);
+	node_stop(a);
+	rdma_fake_reset(0);
+}
+
 static void test_rdma_transfer_keyed_owner_moves(void **state)
 {
 	struct node a, b;
@@ -389,12 +402,7 @@ static void test_rdma_transfer_keyed_owner_moves(void **state)
 	 * held the range's own key, and posted each piece on the QP its
 	 * window serves (the fake's windows serve that one only). */
 	assert_int_equal(rdma_fake.binds, 2 * 4 + 2);
-	assert_int_equal(rdma_fake.bound, 0);
-	assert_int_equal(rdma_fake.mr_key_posts, 0);
-	assert_int_equal(rdma_fake.denied, 0);
-	node_stop(&b);
-	node_stop(&a);
-	rdma_fake_reset(0);
+	keyed_pair_end(&a, &b, 0);
 }
 
 /* A keyed transfer's pieces are cut by bytes, not by count: 3 MiB and
@@ -424,13 +432,9 @@ static void test_rdma_transfer_keyed_pieces_spread_by_bytes(void **state)
 	assert_int_equal(eng_xfer(a.e, eng_engine_endpoint(b.e), ENG_READ, 0, w, 2, &rc, NULL), 0);
 	assert_int_equal(rdma_fake.binds, 10);
 	assert_memory_equal(dst, src, BIG + SMALL);
-	assert_int_equal(rdma_fake.denied, 0);
-	assert_int_equal(rdma_fake.bound, 0);
 	free(src);
 	free(dst);
-	node_stop(&b);
-	node_stop(&a);
-	rdma_fake_reset(0);
+	keyed_pair_end(&a, &b, 0);
 }
 
 /* Keyed, the owner's fence (a re-mount) ends the QP set too: the next
@@ -563,12 +567,7 @@ static void test_rdma_transfer_keyed_window_bounds_owner(void **state)
 	assert_int_equal(xfer(&a, &b, ENG_READ, 0, buf, 4096, &c), LUNAR_ERR_TRANSFER_FAIL);
 	rdma_fake.overreach = 0;
 	assert_int_equal(buf[4096], 0);
-	assert_int_equal(rdma_fake.denied, 1);
-	assert_int_equal(rdma_fake.mr_key_posts, 0);
-	assert_int_equal(rdma_fake.bound, 0);
-	node_stop(&b);
-	node_stop(&a);
-	rdma_fake_reset(0);
+	keyed_pair_end(&a, &b, 1);
 }
 
 /* A keyed engine whose device binds no type 2 windows does not use it:
