@@ -141,19 +141,19 @@ int64_t dsk_get(struct dsk_store *s, const char *tenant, const char *key, const 
 		pthread_mutex_unlock(&s->mu);
 		return LUNAR_ERR_OBJECT_NOT_FOUND;
 	}
-	if (cap < r->len) {
-		pthread_mutex_unlock(&s->mu);
-		return LUNAR_ERR_BUFFER_OVERFLOW;
-	}
 	b = r->b;
 	idx = r->idx;
-	p = (struct dsk_get_plan){.fd = b->dfd, .off = r->off, .len = r->len, .crc = r->crc};
 	if (rec)
 		*rec = (struct dsk_record){.tenant = tenant,
 					   .key = key,
 					   .length = r->len,
 					   .crc32c = r->crc,
 					   .location = (uint64_t)b->id << 32 | idx};
+	if (cap < r->len) {
+		pthread_mutex_unlock(&s->mu);
+		return LUNAR_ERR_BUFFER_OVERFLOW;
+	}
+	p = (struct dsk_get_plan){.fd = b->dfd, .off = r->off, .len = r->len, .crc = r->crc};
 	b->readers++;
 	b->last_use = ++s->tick;
 	r->ref = 1;

@@ -492,33 +492,62 @@ static int to_sges(struct eng_rdma_dev *d, enum eng_dir dir, const struct iovec 
 	return 0;
 }
 
-/* A piece's bytes go on one QP (eng_rdma_piece_qp): cut x's largest piece
- * in two while it holds more than a QP's share of total (rounded up to
- * ENG_RDMA_SPREAD_MIN, the least half worth cutting) and pieces are left. */
+/* Cut piece j of x in two (halves of ENG_RDMA_SPREAD_MIN bytes at least:
+ * the piece holds twice that); mr (NULL: none) follows. */
 #define ENG_RDMA_SPREAD_MIN (64u << 10)
-static void spread(struct eng_rdma_xf *x, struct ibv_mr *mr[ENG_RDMA_SGE_MAX], uint64_t total,
-		   unsigned nqp)
+static void cut(struct eng_rdma_xf *x, struct ibv_mr *mr[ENG_RDMA_SGE_MAX], unsigned j)
 {
-	uint64_t share = (total / nqp + ENG_RDMA_SPREAD_MIN) & ~(uint64_t)(ENG_RDMA_SPREAD_MIN - 1);
+	uint32_t half = x->sge[j].len / 2 & ~(ENG_RDMA_SPREAD_MIN - 1);
+	unsigned tail = x->nsge - j - 1;
 
+	memmove(&x->sge[j + 2], &x->sge[j + 1], tail * sizeof(x->sge[0]));
+	x->sge[j + 1] = (struct eng_rdma_sge){x->sge[j].addr + half, x->sge[j].len - half, 0};
+	x->sge[j].len = half;
+	x->nsge++;
+	if (mr) {
+		memmove(&mr[j + 2], &mr[j + 1], tail * sizeof(mr[0]));
+		mr[j + 1] = mr[j];
+	}
+}
+
+/* How unevenly x's pieces load nqp QPs: the sum of the squares of each
+ * QP's bytes (in floating point: 16 pieces of 2 GiB overflow 64 bits). */
+static double qp_spread_cost(const struct eng_rdma_xf *x, unsigned nqp)
+{
+	double load[ENG_RDMA_QP_MAX] = {0}, cost = 0;
+
+	for (unsigned i = 0; i < x->nsge; i++)
+		load[i % nqp] += x->sge[i].len;
+	for (unsigned q = 0; q < nqp; q++)
+		cost += load[q] * load[q];
+	return cost;
+}
+
+/* A piece's bytes go on one QP (eng_rdma_piece_qp), and a cut moves every
+ * later piece to the next QP: make the cut that evens the QPs' bytes most,
+ * while one does and pieces are left. */
+static void spread(struct eng_rdma_xf *x, struct ibv_mr *mr[ENG_RDMA_SGE_MAX], unsigned nqp)
+{
 	while (x->nsge < ENG_RDMA_SGE_MAX) {
-		unsigned big = 0, tail;
-		uint32_t half;
+		double best = qp_spread_cost(x, nqp);
+		int at = -1;
 
-		for (unsigned i = 1; i < x->nsge; i++)
-			if (x->sge[i].len > x->sge[big].len)
-				big = i;
-		if (x->sge[big].len <= share || x->sge[big].len < 2 * ENG_RDMA_SPREAD_MIN)
+		for (unsigned j = 0; j < x->nsge; j++) {
+			struct eng_rdma_xf t = *x;
+			double c;
+
+			if (x->sge[j].len < 2 * ENG_RDMA_SPREAD_MIN)
+				continue;
+			cut(&t, NULL, j);
+			c = qp_spread_cost(&t, nqp);
+			if (c < best) {
+				best = c;
+				at = (int)j;
+			}
+		}
+		if (at < 0)
 			return;
-		half = x->sge[big].len / 2 & ~(ENG_RDMA_SPREAD_MIN - 1);
-		tail = x->nsge - big - 1;
-		memmove(&x->sge[big + 2], &x->sge[big + 1], tail * sizeof(x->sge[0]));
-		memmove(&mr[big + 2], &mr[big + 1], tail * sizeof(mr[0]));
-		x->sge[big + 1] =
-		    (struct eng_rdma_sge){x->sge[big].addr + half, x->sge[big].len - half, 0};
-		x->sge[big].len = half;
-		mr[big + 1] = mr[big];
-		x->nsge++;
+		cut(x, mr, (unsigned)at);
 	}
 }
 
@@ -712,7 +741,7 @@ static int rdma_xfer(struct eng_engine *e, const char *endpoint, enum eng_dir di
 		     : local_keys(e->rdma->dev, iov, iovcnt, j.lkey) != 0)
 		return tcp_instead(e, &j);
 	if (e->keyed)
-		spread(&j.x, j.mr, total, e->rdma->nqp);
+		spread(&j.x, j.mr, e->rdma->nqp);
 	rc = on_set(e, &j, 1);
 	if (rc != -ESTALE)
 		return rc;

@@ -110,9 +110,9 @@ static int xfer_check(struct eng_engine *e, const struct eng_srv_req *q, struct 
 }
 
 /* Move x's bytes between [off, ...) of the segment and the client's
- * memory, each piece on its QP, a chunk of each in turn (a piece waiting
- * for its QP's credits holds up none of the others): 0, or -errno (the
- * QPs are then fenced). */
+ * memory, each piece on its QP, a chunk of each in turn (so every QP gets
+ * work while credits last, rather than one piece filling its QP's queue
+ * first): 0, or -errno (the QPs are then fenced). */
 static int xfer_run(struct eng_rdma_dev *d, struct eng_rdma_qps *qps, const struct eng_rdma_xf *x,
 		    uint64_t off, uint64_t deadline)
 {

@@ -42,10 +42,12 @@ static int64_t disk_get(struct px_proxy *px, const char *tenant, const char *key
 	n = dsk_get(d->store, tenant, key, iov, iovcnt, &rec);
 	if (!rec.key)
 		return n; /* not stored */
-	if (n == LUNAR_ERR_CHECKSUM_MISMATCH || n == LUNAR_ERR_OBJECT_NOT_FOUND)
+	if (n == LUNAR_ERR_CHECKSUM_MISMATCH || n == LUNAR_ERR_OBJECT_NOT_FOUND) {
 		report_bad(px, tenant, key, &rec); /* found, then bad or short */
-	else if (n >= 0 && want_crc && rec.crc32c != *want_crc)
-		return LUNAR_ERR_CHECKSUM_MISMATCH; /* the record read holds another value */
+		return n;
+	}
+	if (want_crc && rec.crc32c != *want_crc)
+		return LUNAR_ERR_CHECKSUM_MISMATCH; /* the record holds another value */
 	return n;
 }
 

@@ -361,6 +361,13 @@ static void test_disk_get_tells_record_read(void **st)
 	assert_int_equal(dsk_lookup(s, T, "k", &now), 0);
 	assert_int_equal(now.length, 5000); /* the key names the second now */
 	assert_int_not_equal(now.crc32c, rec.crc32c);
+	/* Too little room: no read, but the record found is told. */
+	rec = (struct dsk_record){0};
+	v.iov_len = 4096;
+	assert_int_equal(dsk_get(s, T, "k", &v, 1, &rec), LUNAR_ERR_BUFFER_OVERFLOW);
+	assert_non_null(rec.key);
+	assert_int_equal(rec.crc32c, now.crc32c);
+	v.iov_len = 8192;
 	rec = (struct dsk_record){0};
 	assert_int_equal(dsk_get(s, T, "nope", &v, 1, &rec), LUNAR_ERR_OBJECT_NOT_FOUND);
 	assert_null(rec.key); /* none found: untouched */
