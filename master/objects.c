@@ -12,6 +12,7 @@
 
 #include "atomic.h"
 #include "clock.h"
+#include "failpoint.h"
 #include "key.h"
 #include "log.h"
 #include "lunar.h"
@@ -559,7 +560,9 @@ int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, c
 		    uint32_t crc)
 {
 	uint64_t decided;
-	int rc = mst_ha_may_commit(m, &decided);
+	/* tests: a key refused as a leader whose fence lapsed refuses it */
+	int rc = LC_FAILPOINT("master-put-end") ? LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS
+						: mst_ha_may_commit(m, &decided);
 
 	if (!rc && !(rc = finish(m, client, tenant, key, MST_END_COMMIT, crc)))
 		mst_ha_committed(m, "put", tenant, key, decided);

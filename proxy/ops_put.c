@@ -30,7 +30,7 @@ static const struct put_calls upsert_calls = {LUNAR__METHOD__BATCH_UPSERT_START,
 
 /* Start the puts of b; results (or failure codes) land in *rep. */
 static int put_start(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-		     uint32_t method, ProtobufCMessage **rep)
+		     uint32_t method, ProtobufCMessage **rep, int *unanswered)
 {
 	Lunar__BatchPutStartRequest rq = LUNAR__BATCH_PUT_START_REQUEST__INIT;
 	Lunar__PutStartRequest *items =
@@ -57,6 +57,12 @@ static int put_start(struct px_proxy *px, struct px_req *r, const struct px_batc
 	rq.n_items = b->n;
 	rq.items = ptrs;
 	rc = px_mc_call(px->mc, method, &rq.base, rep);
+	if (!rc && LC_FAILPOINT("proxy-put-start")) { /* tests: its answer lost */
+		protobuf_c_message_free_unpacked(*rep, NULL);
+		*rep = NULL;
+		rc = LUNAR_ERR_RPC_TIMEOUT;
+	}
+	*unanswered = rc != 0;
 	if (rc)
 		goto out;
 	rc = px_mc_code(*rep);
@@ -265,6 +271,19 @@ static void put_revoke(struct px_proxy *px, struct px_req *r, const struct px_ba
 		protobuf_c_message_free_unpacked(rep, NULL);
 }
 
+/* Into out (emptied), the keys of commit the master refused to commit; how
+ * many. Committed keys refuse a revoke, so they are safe to name anyway. */
+static size_t put_refused(struct px_req *r, const struct px_batch *commit, struct px_batch *out)
+{
+	out->n = 0;
+	for (size_t i = 0; i < commit->n; i++)
+		if (r->items[commit->idx[i]].result) {
+			out->keys[out->n] = commit->keys[i];
+			out->idx[out->n++] = commit->idx[i];
+		}
+	return out->n;
+}
+
 /* Split the started keys into those to commit, to revoke, and to revoke
  * late (revoke[1]). */
 static void put_sort(struct px_req *r, const struct px_batch *b, const int *started,
@@ -341,6 +360,7 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 	int started_in[PX_BATCH_INLINE], *started = started_in;
 	uint64_t epoch;
 	size_t placed;
+	int unanswered = 0;
 	int rc;
 
 	if (px_batch_collect(r, &b))
@@ -360,8 +380,14 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 	if (r->sqe.op == LC_OP_UPSERT) /* the old value's range may go at once */
 		px_resv_tell_landed(px);
 	epoch = eng_engine_epoch(px->engine);
-	rc = put_start(px, r, &b, calls->start, &rep);
+	rc = put_start(px, r, &b, calls->start, &rep, &unanswered);
 	if (rc) {
+		/* The master may have placed them, unheard: revoked, or they
+		 * stay PROCESSING, where a retry finds them "already there".
+		 * Late: the revoke may take another session's put of the key
+		 * (one client id a proxy), whose bytes may be on their way. */
+		if (unanswered)
+			put_revoke(px, r, &b, calls->revoke, 1);
 		px_batch_fail(r, &b, rc);
 		goto out;
 	}
@@ -379,6 +405,8 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 	 * there" and report success. One it did commit refuses the revoke. */
 	if (put_commit(px, r, &commit, calls->end))
 		put_revoke(px, r, &commit, calls->revoke, 0);
+	else if (put_refused(r, &commit, &revoke[0])) /* one by one (an HA fence lapsed) */
+		put_revoke(px, r, &revoke[0], calls->revoke, 0);
 	put_index(px, r, &b, (const Lunar__BatchPutStartReply *)rep);
 	if (r->sqe.op == LC_OP_UPSERT)
 		px_batch_drop_leases(px, r, &commit);

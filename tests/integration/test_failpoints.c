@@ -7,8 +7,9 @@
  * paths (decoding a request, starting a put) fail that call with
  * INTERNAL_ERROR and nothing else: the client stays connected, its next
  * call works, no abort, the aftermath holds. A PutEnd that never reached
- * the master fails the put and leaves no key behind: the put again works
- * and reads back. And the SSD tier dying between
+ * the master, a PutStart whose answer was lost, and a PutEnd the master
+ * refused key by key (as a leader whose fence lapsed) fail the put and
+ * leave no key behind: the put again works and reads back. And the SSD tier dying between
  * a record's data and its metadata, or halfway through the metadata: on
  * restart the intact records are recovered and read back byte-exact, the
  * torn one is dropped and counted, the half-written objects never appear.
@@ -145,6 +146,41 @@ static void test_failpoints_lost_put_end_leaves_no_key(void **state)
 	free(buf);
 }
 
+/* --- a PutStart's answer lost, a PutEnd refused key by key --- */
+
+/* A put that failed as fp had it leaves no key: the put again (for real,
+ * not "already there") works and reads back. */
+static void put_fails_then_works(struct lunar_client *c, const char *fp, const char *key,
+				 uint8_t *buf)
+{
+	int rc;
+
+	arm(fp);
+	h_fill(buf, LEN, h_seed(key));
+	rc = lunar_put(c, key, buf, LEN, NULL);
+	H_ASSERT_MSG(rc < 0, "a put under %s gave %d", fp, rc);
+	arm("");
+	H_ASSERT_EQ(lunar_exists(c, key), 0);
+	put_seeded(c, key, buf, LEN, h_seed(key), NULL);
+	H_ASSERT_EQ(lunar_exists(c, key), 1);
+	check_seeded(c, key, buf, LEN, h_seed(key));
+}
+
+static void test_failpoints_lost_put_start_leaves_no_key(void **state)
+{
+	uint8_t *buf = malloc(LEN);
+	struct lunar_client *c;
+
+	(void)state;
+	H_ASSERT(buf != NULL);
+	start("proxy", NULL);
+	c = h_client(sock);
+	put_fails_then_works(c, "proxy-put-start=1*return", "fp/start", buf);
+	put_fails_then_works(c, "master-put-end=1*return", "fp/refused", buf);
+	lunar_close(c);
+	free(buf);
+}
+
 /* --- the SSD tier dying inside a write --- */
 
 static void put_and_offload(struct lunar_client *c, const char *key, uint8_t *buf)
@@ -236,6 +272,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_failpoints_alloc_fails_one_call, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_failpoints_lost_put_end_leaves_no_key, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_failpoints_lost_put_start_leaves_no_key, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_failpoints_disk_crash_mid_record, setup, teardown),
 	};
