@@ -343,7 +343,8 @@ static void uncommit(struct px_proxy *px, struct px_req *r, const struct px_batc
 		i++;
 	if (i == b->n) /* every write landed: the usual case */
 		return;
-	if (!commit_rq_init(&c, px, r, b->n)) {
+	/* tests: no memory for the call */
+	if (!commit_rq_init(&c, px, r, b->n) && !LC_FAILPOINT("proxy-uncommit-alloc")) {
 		for (i = 0; i < b->n; i++)
 			if (a->state[i] == AH_UNCOMMIT)
 				commit_rq_add(&c, b, a, i);
@@ -354,10 +355,11 @@ static void uncommit(struct px_proxy *px, struct px_req *r, const struct px_batc
 	res = (const Lunar__BatchCodesReply *)rep;
 	if (!rc && (px_mc_code(rep) || res->n_codes != c.rq.n_items))
 		rc = LUNAR_ERR_PROTOCOL;
-	if (rc) /* no answer for the keys: asked again later */
-		for (size_t k = 0; k < c.rq.n_items; k++)
-			px_uncommit_later(px, r->s->tenant, c.items[k].key, c.items[k].reservation,
-					  c.items[k].offset);
+	if (rc) /* not asked, or no answer for the keys: asked again later */
+		for (i = 0; i < b->n; i++)
+			if (a->state[i] == AH_UNCOMMIT)
+				px_uncommit_later(px, r->s->tenant, b->keys[i],
+						  px_piece_resv(&a->pc[i]), a->pc[i].off);
 	for (size_t k = 0; !rc && k < c.rq.n_items; k++) {
 		if (!res->codes[k])
 			PX_COUNT(px, puts_uncommitted, 1);

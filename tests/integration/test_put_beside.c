@@ -11,7 +11,8 @@
  * write O drops after its commit (engine-serve-write=return; over RDMA,
  * the engine's second run of it too) is taken back and put again the
  * two-call way: the put returns 0 and reads back exact; when the master
- * does not answer the taking back, W's heartbeat asks again.
+ * does not answer the taking back, or W has no memory to ask, W's
+ * heartbeat asks again.
  * With --offload on_put, a value whose offload task reaches O before its
  * bytes land is copied to O's SSD once they have. A value W removes while
  * another of its puts' bytes still travel gives its range back at once.
@@ -192,34 +193,48 @@ static void test_put_beside_failed_write_taken_back(void **state)
 	lunar_close(co);
 }
 
-/* A write O drops after its commit, whose taking back the master did not
- * answer (proxy-uncommit): the put fails as its write did, and W's
+/* A write O drops after its commit, whose taking back fails as fp has it
+ * (more for arm_lost_write): the put fails as its write did, and W's
  * heartbeat takes the value back, so that the key is not left with bytes
  * unlike its CRC32C: put again, it reads back exact. */
-static void test_put_beside_lost_uncommit_retried(void **state)
+static void uncommit_retried(const char *fp, const char *key)
 {
 	struct lunar_client *cw, *co;
 	uint8_t buf[LEN];
 	uint64_t end;
 	int rc;
 
-	(void)state;
 	start(NULL);
 	cw = h_client(sock_w);
 	co = h_client(sock_o);
-	arm_lost_write(";proxy-uncommit=1*return");
+	arm_lost_write(fp);
 	h_fill(buf, LEN, 1);
-	rc = lunar_put(cw, "beside/stuck", buf, LEN, NULL);
+	rc = lunar_put(cw, key, buf, LEN, NULL);
 	case_arm(fpfile, "", 60);
 	H_ASSERT_MSG(rc == LUNAR_ERR_TRANSFER_FAIL, "put = %d (%s)", rc, h_code(rc));
 	end = h_now_ms() + H_BOUND_MS(10000);
 	while (metric(whttp, UNCOMMITTED) == 0 && h_now_ms() < end)
 		h_sleep_ms(50);
 	H_ASSERT_EQ(metric(whttp, UNCOMMITTED), 1);
-	put_seeded(cw, "beside/stuck", buf, LEN, h_seed("beside/stuck"), NULL);
-	check_seeded(co, "beside/stuck", buf, LEN, h_seed("beside/stuck"));
+	put_seeded(cw, key, buf, LEN, h_seed(key), NULL);
+	check_seeded(co, key, buf, LEN, h_seed(key));
 	lunar_close(cw);
 	lunar_close(co);
+}
+
+/* The master did not answer the taking back (proxy-uncommit). */
+static void test_put_beside_lost_uncommit_retried(void **state)
+{
+	(void)state;
+	uncommit_retried(";proxy-uncommit=1*return", "beside/stuck");
+}
+
+/* W had no memory to ask for it (proxy-uncommit-alloc): before, the value
+ * was neither taken back nor queued, and stayed unlike its CRC32C. */
+static void test_put_beside_unasked_uncommit_retried(void **state)
+{
+	(void)state;
+	uncommit_retried(";proxy-uncommit-alloc=1*return", "beside/oom");
 }
 
 /* A value W put and removes while another put's bytes still travel: W
@@ -304,6 +319,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_put_beside_failed_write_taken_back, setup,
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_lost_uncommit_retried, setup,
+					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_put_beside_unasked_uncommit_retried, setup,
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_removed_range_free_while_others_travel,
 					    setup, case_teardown),
