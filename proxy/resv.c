@@ -289,6 +289,23 @@ void px_resv_drop_all(struct px_proxy *px)
 	px_resv_drop_before(px, UINT64_MAX);
 }
 
+/* ReserveRelease of ids; best effort (the master ends them anyway). */
+static void release_call(struct px_proxy *px, uint64_t *ids, size_t n, int late,
+			 uint64_t timeout_ms)
+{
+	Lunar__ReserveReleaseRequest rq = LUNAR__RESERVE_RELEASE_REQUEST__INIT;
+	ProtobufCMessage *rep;
+
+	if (!n)
+		return;
+	rq.client_id = px->client_id;
+	rq.n_ids = n;
+	rq.ids = ids;
+	rq.late = late;
+	if (!px_mc_call_timed(px->mc, LUNAR__METHOD__RESERVE_RELEASE, &rq.base, &rep, timeout_ms))
+		protobuf_c_message_free_unpacked(rep, NULL);
+}
+
 /* Ask for one reservation; 0 with *out (heap), else a code. No lock held. */
 static int reserve_call(struct px_proxy *px, uint64_t size, struct px_resv **out)
 {
@@ -311,11 +328,16 @@ static int reserve_call(struct px_proxy *px, uint64_t size, struct px_resv **out
 	rc = px_mc_code(rep);
 	g = ((const Lunar__ReserveReply *)rep)->reservation;
 	e = g ? g->extent : NULL;
-	/* untrusted: an extent we can use, or nothing */
+	/* untrusted: an extent we can use, or nothing (a grant given back) */
 	if (!rc && (!e || !e->endpoint || strlen(e->endpoint) >= RESV_ENDPOINT_MAX || !e->length ||
 		    e->length > size || !g->align || (g->align & (g->align - 1)) ||
-		    e->offset % g->align || e->offset + e->length < e->offset || !g->ttl_ms))
+		    e->offset % g->align || e->offset + e->length < e->offset || !g->ttl_ms ||
+		    LC_FAILPOINT("proxy-reserve-bad"))) {
+		uint64_t id = g ? g->id : 0;
+
 		rc = LUNAR_ERR_PROTOCOL;
+		release_call(px, &id, g ? 1 : 0, 0, px->cfg.rpc_timeout_ms);
+	}
 	if (!rc && !(r = calloc(1, sizeof(*r))))
 		rc = LUNAR_ERR_INTERNAL;
 	if (!rc) {
@@ -336,23 +358,6 @@ static int reserve_call(struct px_proxy *px, uint64_t size, struct px_resv **out
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return rc;
-}
-
-/* ReserveRelease of ids; best effort (the master ends them anyway). */
-static void release_call(struct px_proxy *px, uint64_t *ids, size_t n, int late,
-			 uint64_t timeout_ms)
-{
-	Lunar__ReserveReleaseRequest rq = LUNAR__RESERVE_RELEASE_REQUEST__INIT;
-	ProtobufCMessage *rep;
-
-	if (!n)
-		return;
-	rq.client_id = px->client_id;
-	rq.n_ids = n;
-	rq.ids = ids;
-	rq.late = late;
-	if (!px_mc_call_timed(px->mc, LUNAR__METHOD__RESERVE_RELEASE, &rq.base, &rep, timeout_ms))
-		protobuf_c_message_free_unpacked(rep, NULL);
 }
 
 /* Unlink the retired reservations nobody holds a piece of; their ids to

@@ -12,7 +12,7 @@
  * the engine's second run of it too) is taken back and put again the
  * two-call way: the put returns 0 and reads back exact; when the master
  * does not answer the taking back, or W has no memory to ask, W's
- * heartbeat asks again.
+ * heartbeat asks again. A grant W cannot use is given back at once.
  * With --offload on_put, a value whose offload task reaches O before its
  * bytes land is copied to O's SSD once they have. A value W removes while
  * another of its puts' bytes still travel gives its range back at once.
@@ -55,13 +55,12 @@ static int setup(void **state)
 }
 
 /* The master, O (with an SSD tier the master offloads to on put, when
- * offload) and W (with wflag, or NULL), W holding reserved space. */
-static void start_with(const char *wflag, int offload)
+ * offload) and W (with wflag, or NULL). */
+static void start_daemons(const char *wflag, int offload)
 {
 	int mport = h_free_port();
 	struct h_proc *p = track(h_start_master("master", mport, "--reserve-ttl", "60s",
 						offload ? "--offload" : NULL, "on_put", NULL));
-	uint64_t end = h_now_ms() + H_BOUND_MS(10000);
 
 	H_ASSERT(p != NULL);
 	mhttp = http_port_of(p);
@@ -76,6 +75,15 @@ static void start_with(const char *wflag, int offload)
 	proxy_w = track(h_start_proxy("proxyW", sock_w, mport, "--segment-size", "0", wflag, NULL));
 	H_ASSERT(proxy_w != NULL);
 	whttp = http_port_of(proxy_w);
+}
+
+/* start_daemons, and wait until W holds reserved space. */
+static void start_with(const char *wflag, int offload)
+{
+	uint64_t end;
+
+	start_daemons(wflag, offload);
+	end = h_now_ms() + H_BOUND_MS(10000);
 	while (metric(mhttp, RESERVED_BYTES) == 0 && h_now_ms() < end)
 		h_sleep_ms(20);
 	H_ASSERT_MSG(metric(mhttp, RESERVED_BYTES) > 0, "W was granted no reservation");
@@ -283,6 +291,31 @@ static void test_put_beside_removed_range_free_while_others_travel(void **state)
 	lunar_close(co);
 }
 
+/* A grant whose extent W cannot use (proxy-reserve-bad) is given back at
+ * once: before, the master held its space for the grant's whole TTL (60 s
+ * here). W asks again only much later, and puts the two-call way. */
+static void test_put_beside_bad_grant_given_back(void **state)
+{
+	struct lunar_client *cw;
+	uint8_t buf[LEN];
+	uint64_t end;
+
+	(void)state;
+	case_arm(fpfile, "proxy-reserve-bad=1*return", 0);
+	start_daemons(NULL, 0);
+	H_ASSERT_EQ(h_wait_log(proxy_w, "proxy-reserve-bad fired", H_BOUND_MS(10000)), 0);
+	end = h_now_ms() + H_BOUND_MS(5000);
+	while (metric(mhttp, RESERVED_BYTES) != 0 && h_now_ms() < end)
+		h_sleep_ms(20);
+	H_ASSERT_MSG(metric(mhttp, RESERVED_BYTES) == 0, "%lld bytes still reserved",
+		     (long long)metric(mhttp, RESERVED_BYTES));
+	cw = h_client(sock_w);
+	put_seeded(cw, "beside/unreserved", buf, LEN, h_seed("beside/unreserved"), NULL);
+	H_ASSERT_EQ(metric(whttp, BESIDE), 0);
+	check_seeded(cw, "beside/unreserved", buf, LEN, h_seed("beside/unreserved"));
+	lunar_close(cw);
+}
+
 static void test_put_beside_offload_waits_for_landing(void **state)
 {
 	struct lunar_client *cw;
@@ -324,6 +357,8 @@ int main(void)
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_removed_range_free_while_others_travel,
 					    setup, case_teardown),
+	    cmocka_unit_test_setup_teardown(test_put_beside_bad_grant_given_back, setup,
+					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_offload_waits_for_landing, setup,
 					    case_teardown),
 	};
