@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "failpoint.h"
 #include "lunar.h"
 #include "mst_int.h"
 #include "mst_obj.h"
@@ -21,10 +22,16 @@ static Lunar__PutStartResult *put_start_one(struct mst_master *m, start_fn start
 					    const Lunar__PutStartRequest *item)
 {
 	Lunar__PutStartResult *res = malloc(sizeof(*res));
+	Lunar__PutStartRequest more;
 
 	if (!res)
 		return NULL;
 	lunar__put_start_result__init(res);
+	if (LC_FAILPOINT("master-extra-replica")) { /* tests: one replica more than asked */
+		more = *item;
+		more.replica_num = (item->replica_num ? item->replica_num : 1) + 1;
+		item = &more;
+	}
 	res->code =
 	    mst_code(start(m, rq->client_id, rq->tenant, item, &res->replicas, &res->n_replicas));
 	res->largest_segment = mst_obj_too_large(m, res->code, item->size);

@@ -153,13 +153,20 @@ static void put_results(struct px_proxy *px, struct px_req *r, const struct px_b
 	}
 }
 
+/* Whether the master placed a key on no more replicas than its put asked
+ * for (untrusted: each replica is a write of ours). */
+static int put_sane(const Lunar__PutStartResult *res, uint32_t replica_num)
+{
+	return res->n_replicas <= (replica_num ? replica_num : 1);
+}
+
 /* Count the replicas of the placed keys (each write's room). */
-static size_t put_count(const Lunar__BatchPutStartReply *rep, size_t n)
+static size_t put_count(const Lunar__BatchPutStartReply *rep, size_t n, uint32_t replica_num)
 {
 	size_t total = 0;
 
 	for (size_t i = 0; i < n; i++)
-		if (!rep->results[i]->code)
+		if (!rep->results[i]->code && put_sane(rep->results[i], replica_num))
 			total += rep->results[i]->n_replicas;
 	return total;
 }
@@ -175,7 +182,7 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 			   const Lunar__BatchPutStartReply *rep, uint64_t epoch, int *started)
 {
 	struct put_writes w = {.epoch = epoch, .ops = w.ops_in, .caps = w.caps_in};
-	size_t n = 0, room = put_count(rep, b->n);
+	size_t n = 0, room = put_count(rep, b->n, r->sqe.replica_num);
 
 	if (room > PX_BATCH_INLINE) {
 		w.ops = calloc(room, sizeof(*w.ops));
@@ -199,8 +206,11 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 		}
 		n++;
 		started[i] = PUT_PLACED;
-		it->result =
-		    w.ops && w.caps ? put_plan(it, rep->results[i], i, &w) : LUNAR_ERR_INTERNAL;
+		if (!put_sane(rep->results[i], r->sqe.replica_num))
+			it->result = LUNAR_ERR_PROTOCOL;
+		else
+			it->result = w.ops && w.caps ? put_plan(it, rep->results[i], i, &w)
+						     : LUNAR_ERR_INTERNAL;
 	}
 	eng_xfer_batch(px->engine, w.ops, (int)w.n);
 	put_results(px, r, b, &w, started);

@@ -9,7 +9,8 @@
  * call works, no abort, the aftermath holds. A PutEnd that never reached
  * the master, a PutStart whose answer was lost, and a PutEnd the master
  * refused key by key (as a leader whose fence lapsed) fail the put and
- * leave no key behind: the put again works and reads back. And the SSD tier dying between
+ * leave no key behind: the put again works and reads back. So does a
+ * PutStart that names more replicas than the put asked for. And the SSD tier dying between
  * a record's data and its metadata, or halfway through the metadata: on
  * restart the intact records are recovered and read back byte-exact, the
  * torn one is dropped and counted, the half-written objects never appear.
@@ -181,6 +182,43 @@ static void test_failpoints_lost_put_start_leaves_no_key(void **state)
 	free(buf);
 }
 
+/* --- a master naming more replicas than a put asked for --- */
+
+/* Each replica the master names is a write of the proxy's: one more than
+ * asked for (master-extra-replica, on a master with two segments to place
+ * on) fails the put, PROTOCOL_ERROR, and leaves no key; before, the proxy
+ * wrote every one and the put returned 0. */
+static void test_failpoints_extra_replica_refused(void **state)
+{
+	char sock_b[PATH_MAX], seg[2][H_SEG_NAME];
+	int mport = h_free_port();
+	uint8_t *buf = malloc(LEN);
+	struct lunar_client *c;
+	int rc;
+
+	(void)state;
+	H_ASSERT(buf != NULL);
+	H_ASSERT(track(h_start_master("master", mport, NULL)) != NULL);
+	h_named_sock(sock_b, "b");
+	/* no reservations: every put asks the master where to go */
+	H_ASSERT(track(h_start_peer("proxyA", sock, mport, seg[0], "--segment-size", "32MiB",
+				    "--reserve-size", "0", NULL)) != NULL);
+	H_ASSERT(track(h_start_peer("proxyB", sock_b, mport, seg[1], "--segment-size", "32MiB",
+				    "--reserve-size", "0", NULL)) != NULL);
+	c = h_client(sock);
+	arm("master-extra-replica=1*return");
+	h_fill(buf, LEN, h_seed("fp/extra"));
+	rc = lunar_put(c, "fp/extra", buf, LEN, NULL);
+	arm("");
+	H_ASSERT_MSG(rc == LUNAR_ERR_PROTOCOL, "a put placed on 2 replicas of 1 gave %d (%s)", rc,
+		     h_code(rc));
+	H_ASSERT_EQ(lunar_exists(c, "fp/extra"), 0);
+	put_seeded(c, "fp/extra", buf, LEN, h_seed("fp/extra"), NULL);
+	check_seeded(c, "fp/extra", buf, LEN, h_seed("fp/extra"));
+	lunar_close(c);
+	free(buf);
+}
+
 /* --- the SSD tier dying inside a write --- */
 
 static void put_and_offload(struct lunar_client *c, const char *key, uint8_t *buf)
@@ -275,6 +313,7 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_failpoints_lost_put_start_leaves_no_key, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_failpoints_extra_replica_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_failpoints_disk_crash_mid_record, setup, teardown),
 	};
 	/* Every daemon the harness starts here is the failpoint build's. */
