@@ -492,54 +492,61 @@ static int to_sges(struct eng_rdma_dev *d, enum eng_dir dir, const struct iovec 
 	return 0;
 }
 
-/* Cut piece j of x in two (halves of ENG_RDMA_SPREAD_MIN bytes at least:
- * the piece holds twice that); mr (NULL: none) follows. */
+/* Where a piece of len bytes is cut in two: halves of ENG_RDMA_SPREAD_MIN
+ * bytes at least (the piece holds twice that). */
 #define ENG_RDMA_SPREAD_MIN (64u << 10)
+static uint32_t cut_at(uint32_t len)
+{
+	return len / 2 & ~(ENG_RDMA_SPREAD_MIN - 1);
+}
+
+/* Cut piece j of x in two at cut_at; mr follows. */
 static void cut(struct eng_rdma_xf *x, struct ibv_mr *mr[ENG_RDMA_SGE_MAX], unsigned j)
 {
-	uint32_t half = x->sge[j].len / 2 & ~(ENG_RDMA_SPREAD_MIN - 1);
+	uint32_t half = cut_at(x->sge[j].len);
 	unsigned tail = x->nsge - j - 1;
 
 	memmove(&x->sge[j + 2], &x->sge[j + 1], tail * sizeof(x->sge[0]));
 	x->sge[j + 1] = (struct eng_rdma_sge){x->sge[j].addr + half, x->sge[j].len - half, 0};
 	x->sge[j].len = half;
 	x->nsge++;
-	if (mr) {
-		memmove(&mr[j + 2], &mr[j + 1], tail * sizeof(mr[0]));
-		mr[j + 1] = mr[j];
-	}
+	memmove(&mr[j + 2], &mr[j + 1], tail * sizeof(mr[0]));
+	mr[j + 1] = mr[j];
 }
 
-/* How unevenly x's pieces load nqp QPs: the sum of the squares of each
- * QP's bytes (in floating point: 16 pieces of 2 GiB overflow 64 bits). */
-static double qp_spread_cost(const struct eng_rdma_xf *x, unsigned nqp)
+/* How unevenly x's pieces would load nqp QPs were piece j cut (j ==
+ * x->nsge: as they are): the sum of the squares of each QP's bytes (in
+ * floating point: 16 pieces of 2 GiB overflow 64 bits). A cut moves every
+ * later piece to the next QP. */
+static double qp_spread_cost(const struct eng_rdma_xf *x, unsigned nqp, unsigned j)
 {
 	double load[ENG_RDMA_QP_MAX] = {0}, cost = 0;
 
-	for (unsigned i = 0; i < x->nsge; i++)
-		load[i % nqp] += x->sge[i].len;
+	for (unsigned i = 0; i < x->nsge; i++) {
+		uint32_t len = x->sge[i].len, half = i == j ? cut_at(len) : len;
+
+		load[(i + (i > j)) % nqp] += half;
+		load[(i + 1) % nqp] += len - half;
+	}
 	for (unsigned q = 0; q < nqp; q++)
 		cost += load[q] * load[q];
 	return cost;
 }
 
-/* A piece's bytes go on one QP (eng_rdma_piece_qp), and a cut moves every
- * later piece to the next QP: make the cut that evens the QPs' bytes most,
- * while one does and pieces are left. */
+/* A piece's bytes go on one QP (eng_rdma_piece_qp): make the cut that
+ * evens the QPs' bytes most, while one does and pieces are left. */
 static void spread(struct eng_rdma_xf *x, struct ibv_mr *mr[ENG_RDMA_SGE_MAX], unsigned nqp)
 {
 	while (x->nsge < ENG_RDMA_SGE_MAX) {
-		double best = qp_spread_cost(x, nqp);
+		double best = qp_spread_cost(x, nqp, x->nsge);
 		int at = -1;
 
 		for (unsigned j = 0; j < x->nsge; j++) {
-			struct eng_rdma_xf t = *x;
 			double c;
 
 			if (x->sge[j].len < 2 * ENG_RDMA_SPREAD_MIN)
 				continue;
-			cut(&t, NULL, j);
-			c = qp_spread_cost(&t, nqp);
+			c = qp_spread_cost(x, nqp, j);
 			if (c < best) {
 				best = c;
 				at = (int)j;
