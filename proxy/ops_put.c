@@ -295,18 +295,22 @@ static size_t put_refused(struct px_req *r, const struct px_batch *commit, struc
 }
 
 /* Split the started keys into those to commit, to revoke, and to revoke
- * late (revoke[1]). */
+ * late (revoke[1]). A gone client's keys are revoked, and fail (as the
+ * put ahead's do): put_index must not take them for committed. */
 static void put_sort(struct px_req *r, const struct px_batch *b, const int *started,
 		     struct px_batch *commit, struct px_batch revoke[2])
 {
+	int dead = atomic_load(&r->s->dead);
+
 	for (size_t i = 0; i < b->n; i++) {
+		struct px_item *it = &r->items[b->idx[i]];
 		struct px_batch *to;
 
 		if (started[i] == PUT_UNPLACED)
 			continue;
-		to = r->items[b->idx[i]].result || atomic_load(&r->s->dead)
-			 ? &revoke[started[i] == PUT_IN_FLIGHT]
-			 : commit;
+		if (dead && !it->result)
+			it->result = LUNAR_ERR_TRANSFER_FAIL;
+		to = it->result ? &revoke[started[i] == PUT_IN_FLIGHT] : commit;
 		to->keys[to->n] = b->keys[i];
 		to->idx[to->n++] = b->idx[i];
 	}

@@ -8,7 +8,8 @@
  * error. The leader SIGSTOPped past its lease under load, then SIGCONTed:
  * it does not lead, and its log's commits (LUNAR_LOG=debug: one line per
  * committed put, with its view) all come before the new leader's first one,
- * so at no instant did two masters both commit. Skips (77) without etcd.
+ * so at no instant did two masters both commit. A put whose client died
+ * mid-put does not come back through the new leader. Skips (77) without etcd.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,7 +24,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "etcd_util.h"
@@ -61,6 +64,7 @@ static struct node masters[2];
 static struct h_proc *proxies[2];
 static char socks[2][PATH_MAX], key_path[PATH_MAX], etcd_master[1024], text[1 << 16];
 static const char *kv_lease_ttl; /* the masters' --kv-lease-ttl */
+static const char *put_delay;	 /* the proxies' --debug-put-delay */
 static atomic_int stop_load;
 
 static int make_key(void)
@@ -137,6 +141,8 @@ static void start_proxy(int i)
 			"200ms",
 			"--rpc-timeout",
 			"2s",
+			"--debug-put-delay",
+			(char *)put_delay,
 			NULL};
 
 	snprintf(name, sizeof(name), "proxy%d", i);
@@ -209,6 +215,7 @@ static int case_setup(void **state)
 	e_skip_without_etcd();
 	h_keyless(); /* the test makes and hands out its key itself */
 	kv_lease_ttl = "10s";
+	put_delay = "0";
 	if (h_init() || make_key() || e_start(&ec, 1))
 		return -1;
 	snprintf(etcd_master, sizeof(etcd_master), "etcd://%s/t", ec.m[0].url + 7);
@@ -493,7 +500,66 @@ static void test_ha_failover_lists_cached_from_old_leader_renewed(void **state)
 	free(buf);
 }
 
+/* The doomed writer: its own connection, made after fork; a put the
+ * proxy holds (--debug-put-delay) until the parent kills us. */
+static void child_put(const char *key)
+{
+	struct lunar_client *c;
+	char v[64] = "a writer killed mid-put";
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	c = h_client(socks[0]);
+	if (c)
+		lunar_put(c, key, v, sizeof(v), NULL);
+	_exit(3); /* reached only if not killed in time */
+}
+
+/*
+ * A put whose client died while the proxy held it is revoked, and is not
+ * in what the proxy reports to a new leader: before, it was indexed as
+ * committed, and the new leader brought the revoked key back (its range
+ * free for other values since the revoke).
+ */
+static void test_ha_failover_dead_writer_not_reported(void **state)
+{
+	struct lunar_client *c;
+	int lead, next, status = 0;
+	pid_t pid;
+
+	(void)state;
+	put_delay = "2s";
+	start_cluster();
+	lead = leader(1000, -1);
+	c = h_client(socks[1]);
+	H_ASSERT(c != NULL);
+	H_ASSERT_EQ(put_until_ok(c, "kept", 10000), 0);
+	fflush(NULL);
+	pid = fork();
+	H_ASSERT(pid >= 0);
+	if (pid == 0)
+		child_put("revoked");
+	h_sleep_ms(1000); /* inside the proxy's hold */
+	H_ASSERT_MSG(waitpid(pid, &status, WNOHANG) == 0,
+		     "the writer ended before it was killed (status 0x%x)", status);
+	kill(pid, SIGKILL);
+	H_ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	h_sleep_ms(500); /* the hold sees the hang-up within 50 ms, then revokes */
+	H_ASSERT_EQ(lunar_exists(c, "revoked"), 0);
+	h_kill(masters[lead].p);
+	masters[lead].p = NULL;
+	next = leader(ELECT_MS, lead);
+	H_ASSERT_MSG(next >= 0, "no standby leads within %d ms", ELECT_MS);
+	/* placed once the proxies have reported */
+	H_ASSERT_EQ(put_until_ok(c, "after", 10000), 0);
+	printf("# rebuilt %lld object(s)\n",
+	       (long long)metric(&masters[next], "lunar_master_rebuild_objects_total"));
+	H_ASSERT_EQ(lunar_exists(c, "kept"), 1);
+	H_ASSERT_EQ(lunar_exists(c, "revoked"), 0);
+	lunar_close(c);
+}
+
 LUNAR_TEST_MAIN_EACH(case_setup, case_teardown, test_ha_failover_kill_leader_keeps_cache,
 		     test_ha_failover_standby_killed_no_error,
 		     test_ha_failover_frozen_leader_never_commits_with_new,
-		     test_ha_failover_lists_cached_from_old_leader_renewed)
+		     test_ha_failover_lists_cached_from_old_leader_renewed,
+		     test_ha_failover_dead_writer_not_reported)
