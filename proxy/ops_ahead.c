@@ -269,7 +269,10 @@ static void fold_one(struct px_proxy *px, struct px_req *r, const struct px_batc
 		break;
 	case LUNAR_ERR_OBJECT_ALREADY_EXISTS: /* first value kept, as PutStart's */
 		settle(px, a, i, unused);
-		it->result = PX_AHEAD_DONE;
+		/* unless that value is one of ours about to be taken back */
+		it->result = px_uncommit_waits(px, r->s->tenant, b->keys[i])
+				 ? LUNAR_ERR_TRANSFER_FAIL
+				 : PX_AHEAD_DONE;
 		break;
 	case LUNAR_ERR_ILLEGAL_CLIENT: /* the reservation is gone: two calls */
 		settle(px, a, i, unused == PX_PIECE_TAINTED ? unused : PX_PIECE_GONE);

@@ -193,7 +193,11 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 		int code = rep->results[i]->code;
 
 		if (code == LUNAR_ERR_OBJECT_ALREADY_EXISTS) {
-			it->result = 0; /* first value kept: Mooncake semantics */
+			/* first value kept (Mooncake semantics), unless it is
+			 * one of ours about to be taken back */
+			it->result = px_uncommit_waits(px, r->s->tenant, b->keys[i])
+					 ? LUNAR_ERR_TRANSFER_FAIL
+					 : 0;
 			continue;
 		}
 		if (code) {

@@ -247,8 +247,13 @@ void px_uncommit_later(struct px_proxy *px, const char *tenant, const char *key,
 		       uint64_t off);
 /* px_uncommit_retry - ask again for each waiting, until the master does
  * not answer for one (the rest wait with it); one it answered for is
- * done, whatever the answer. The heartbeat, after an answered Ping. */
+ * done, whatever the answer. The heartbeat, after an answered Ping (one
+ * thread: nothing else takes one out). */
 void px_uncommit_retry(struct px_proxy *px);
+/* px_uncommit_waits - whether a value of key of tenant waits to be taken
+ * back: a put of the key told it exists was told so of that value, which
+ * is about to go. Any thread, as px_uncommit_later. */
+bool px_uncommit_waits(struct px_proxy *px, const char *tenant, const char *key);
 
 /* px_resv_drop_all - forget every reservation without a word: the master
  * forgot them (a new leader). px_resv_drop_before - those whose Reserve

@@ -3,7 +3,8 @@
  * taking back (BatchPutUncommit) the master did not answer. Left there,
  * such a value stays the key's until evicted: every get finds its bytes
  * unlike its CRC32C, and every later put of the key is told it exists. So
- * they wait here, and each answered Ping asks for them again, one call per
+ * they wait here (a put told the key exists meanwhile fails, as the
+ * value's own put did), and each answered Ping asks for them again, one call per
  * value, until the master answers for the value (whatever it says: taken
  * back, not there, or another object of the key now). The master keeps
  * the value's tie to its reservation while bytes may still land there,
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "failpoint.h"
 #include "log.h"
 #include "lunar.h"
 #include "px_int.h"
@@ -116,7 +118,9 @@ static int uncommit_call(struct px_proxy *px, const struct px_uncommit *v)
 	it.key = v->key;
 	it.reservation = v->resv;
 	it.offset = v->off;
-	rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_UNCOMMIT, &rq.base, &rep);
+	rc = LC_FAILPOINT("proxy-uncommit-retry") /* tests: no answer again */
+		 ? LUNAR_ERR_RPC_TIMEOUT
+		 : px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_UNCOMMIT, &rq.base, &rep);
 	if (rc)
 		return rc;
 	res = (const Lunar__BatchCodesReply *)rep;
@@ -130,35 +134,35 @@ static int uncommit_call(struct px_proxy *px, const struct px_uncommit *v)
 void px_uncommit_retry(struct px_proxy *px)
 {
 	struct px_uncommits *u = px->uncommits;
-	struct px_uncommit *v, *next, *keep = NULL;
-	size_t done = 0;
-	bool lost = false;
+	struct px_uncommit *v, *next, **pp;
 
-	/* Taken whole, still counted: px_uncommit_later holds to the cap. */
+	/* Each stays listed (px_uncommit_waits) until answered. Only this
+	 * thread takes one out and later ones go in at the head, so v
+	 * outlives the call and its next is read under the lock. */
 	pthread_mutex_lock(&u->lock);
 	v = u->head;
-	u->head = NULL;
 	pthread_mutex_unlock(&u->lock);
-	for (; v; v = next) {
-		next = v->next;
-		/* after one goes unanswered, the rest wait for the next Ping */
-		if (!lost)
-			lost = uncommit_call(px, v) != 0;
-		if (!lost) {
-			uncommit_free(v);
-			done++;
-			continue;
-		}
-		v->next = keep;
-		keep = v;
-	}
-	pthread_mutex_lock(&u->lock);
-	if (keep) {
-		for (v = keep; v->next; v = v->next)
+	/* after one goes unanswered, the rest wait for the next Ping */
+	for (; v && !uncommit_call(px, v); v = next) {
+		pthread_mutex_lock(&u->lock);
+		for (pp = &u->head; *pp != v; pp = &(*pp)->next)
 			;
-		v->next = u->head;
-		u->head = keep;
+		next = v->next;
+		*pp = next;
+		u->n--;
+		pthread_mutex_unlock(&u->lock);
+		uncommit_free(v);
 	}
-	u->n -= done;
+}
+
+bool px_uncommit_waits(struct px_proxy *px, const char *tenant, const char *key)
+{
+	struct px_uncommits *u = px->uncommits;
+	bool found = false;
+
+	pthread_mutex_lock(&u->lock);
+	for (const struct px_uncommit *v = u->head; v && !found; v = v->next)
+		found = !strcmp(v->key, key) && !strcmp(v->tenant, tenant);
 	pthread_mutex_unlock(&u->lock);
+	return found;
 }

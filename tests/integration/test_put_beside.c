@@ -12,7 +12,8 @@
  * the engine's second run of it too) is taken back and put again the
  * two-call way: the put returns 0 and reads back exact; when the master
  * does not answer the taking back, or W has no memory to ask, W's
- * heartbeat asks again. A grant W cannot use is given back at once.
+ * heartbeat asks again; a put of the key meanwhile fails. A grant W
+ * cannot use is given back at once.
  * With --offload on_put, a value whose offload task reaches O before its
  * bytes land is copied to O's SSD once they have. A value W removes while
  * another of its puts' bytes still travel gives its range back at once.
@@ -245,6 +246,41 @@ static void test_put_beside_unasked_uncommit_retried(void **state)
 	uncommit_retried(";proxy-uncommit-alloc=1*return", "beside/oom");
 }
 
+/* A put of a key whose value waits to be taken back fails, as the value's
+ * own put did: before, it was told the key exists (0), and the value then
+ * went, leaving no value of the key at all. Once taken back, the put
+ * works. */
+static void test_put_beside_put_while_taking_back_fails(void **state)
+{
+	struct lunar_client *cw, *co;
+	const char *key = "beside/waiting";
+	uint8_t buf[LEN];
+	uint64_t end;
+	int rc;
+
+	(void)state;
+	start(NULL);
+	cw = h_client(sock_w);
+	co = h_client(sock_o);
+	arm_lost_write(";proxy-uncommit=1*return;proxy-uncommit-retry=return");
+	h_fill(buf, LEN, 1);
+	rc = lunar_put(cw, key, buf, LEN, NULL);
+	H_ASSERT_MSG(rc == LUNAR_ERR_TRANSFER_FAIL, "put = %d (%s)", rc, h_code(rc));
+	h_fill(buf, LEN, h_seed(key));
+	rc = lunar_put(cw, key, buf, LEN, NULL);
+	H_ASSERT_MSG(rc == LUNAR_ERR_TRANSFER_FAIL, "put while taken back = %d (%s)", rc,
+		     h_code(rc));
+	case_arm(fpfile, "", 60);
+	end = h_now_ms() + H_BOUND_MS(10000);
+	while (metric(whttp, UNCOMMITTED) == 0 && h_now_ms() < end)
+		h_sleep_ms(50);
+	H_ASSERT_EQ(metric(whttp, UNCOMMITTED), 1);
+	put_seeded(cw, key, buf, LEN, h_seed(key), NULL);
+	check_seeded(co, key, buf, LEN, h_seed(key));
+	lunar_close(cw);
+	lunar_close(co);
+}
+
 /* A value W put and removes while another put's bytes still travel: W
  * tells the master its writes below that put's piece are done, so the
  * removed value's range is not held until every put of W's pauses. */
@@ -354,6 +390,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_put_beside_lost_uncommit_retried, setup,
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_unasked_uncommit_retried, setup,
+					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_put_beside_put_while_taking_back_fails, setup,
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_removed_range_free_while_others_travel,
 					    setup, case_teardown),
