@@ -95,7 +95,8 @@ struct eng_cap {
 /* Why a keyed data port refused a peer (eng_engine_rejected). */
 enum eng_reject {
 	ENG_REJ_HANDSHAKE,  /* no key, wrong key, or a malformed handshake */
-	ENG_REJ_MAC,	    /* a frame whose MAC does not check */
+	ENG_REJ_MAC,	    /* a frame whose MAC does not check, or cannot
+			     * (a READ_DISK name length out of bounds) */
 	ENG_REJ_REPLAY,	    /* a counter seen before, or out of order */
 	ENG_REJ_CAPABILITY, /* no capability, or one not for this request */
 	ENG_REJ_CRC,	    /* a WRITE payload unlike the CRC32C its header named */
