@@ -31,7 +31,8 @@
 /* The pieces and writes of one request. */
 struct ahead {
 	size_t n;
-	int beside; /* the commit goes beside the writes */
+	int beside;    /* the commit goes beside the writes */
+	uint64_t mark; /* px_uncommit_mark before the commit */
 	struct px_piece *pc;
 	struct eng_op *ops;
 	int *state; /* per key: enum below */
@@ -270,7 +271,7 @@ static void fold_one(struct px_proxy *px, struct px_req *r, const struct px_batc
 	case LUNAR_ERR_OBJECT_ALREADY_EXISTS: /* first value kept, as PutStart's */
 		settle(px, a, i, unused);
 		/* unless that value is one of ours about to be taken back */
-		it->result = px_uncommit_waits(px, r->s->tenant, b->keys[i])
+		it->result = px_uncommit_waits(px, r->s->tenant, b->keys[i], a->mark)
 				 ? LUNAR_ERR_TRANSFER_FAIL
 				 : PX_AHEAD_DONE;
 		break;
@@ -401,8 +402,11 @@ static void commit(struct px_proxy *px, struct px_req *r, const struct px_batch 
 		c.rq.n_items = 0; /* nor does the commit */
 		cq = NULL;
 	}
-	if (c.rq.n_items)
+	a->mark = px_uncommit_mark(px);
+	if (c.rq.n_items) {
 		rc = px_mc_call(px->mc, LUNAR__METHOD__BATCH_PUT_COMMIT, &c.rq.base, &rep);
+		(void)LC_FAILPOINT("proxy-commit-answered"); /* tests: sleep, answer in hand */
+	}
 	for (size_t got = 0; cq && got < b->n;) {
 		struct eng_op *done[16];
 

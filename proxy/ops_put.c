@@ -175,11 +175,12 @@ static size_t put_count(const Lunar__BatchPutStartReply *rep, size_t n, uint32_t
  * Write the keys the master placed, every replica of every key at once
  * (the engine spreads them over its connections and I/O threads, this
  * worker running a share), those on our own segment only while its
- * mount epoch is still epoch (read before the PutStart); returns how many
- * keys it placed.
+ * mount epoch is still epoch (read before the PutStart, as mark:
+ * px_uncommit_mark); returns how many keys it placed.
  */
 static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-			   const Lunar__BatchPutStartReply *rep, uint64_t epoch, int *started)
+			   const Lunar__BatchPutStartReply *rep, uint64_t epoch, uint64_t mark,
+			   int *started)
 {
 	struct put_writes w = {.epoch = epoch, .ops = w.ops_in, .caps = w.caps_in};
 	size_t n = 0, room = put_count(rep, b->n, r->sqe.replica_num);
@@ -195,7 +196,7 @@ static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct p
 		if (code == LUNAR_ERR_OBJECT_ALREADY_EXISTS) {
 			/* first value kept (Mooncake semantics), unless it is
 			 * one of ours about to be taken back */
-			it->result = px_uncommit_waits(px, r->s->tenant, b->keys[i])
+			it->result = px_uncommit_waits(px, r->s->tenant, b->keys[i], mark)
 					 ? LUNAR_ERR_TRANSFER_FAIL
 					 : 0;
 			continue;
@@ -376,7 +377,7 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 	struct px_batch b, commit = {0}, revoke[2] = {{0}};
 	ProtobufCMessage *rep = NULL;
 	int started_in[PX_BATCH_INLINE], *started = started_in;
-	uint64_t epoch;
+	uint64_t epoch, mark;
 	size_t placed;
 	int unanswered = 0;
 	int rc;
@@ -398,6 +399,7 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 	if (r->sqe.op == LC_OP_UPSERT) /* the old value's range may go at once */
 		px_resv_tell_landed(px);
 	epoch = eng_engine_epoch(px->engine);
+	mark = px_uncommit_mark(px);
 	rc = put_start(px, r, &b, calls->start, &rep, &unanswered);
 	if (rc) {
 		/* The master may have placed them, unheard: revoked, or they
@@ -409,7 +411,8 @@ static int64_t put_run(struct px_proxy *px, struct px_req *r)
 		px_batch_fail(r, &b, rc);
 		goto out;
 	}
-	placed = put_transfer(px, r, &b, (const Lunar__BatchPutStartReply *)rep, epoch, started);
+	placed =
+	    put_transfer(px, r, &b, (const Lunar__BatchPutStartReply *)rep, epoch, mark, started);
 	if (placed)
 		px_resv_room_seen(px);
 	/* Nothing placed, nothing to hold back: a put refused for space fails fast. */

@@ -250,10 +250,14 @@ void px_uncommit_later(struct px_proxy *px, const char *tenant, const char *key,
  * done, whatever the answer. The heartbeat, after an answered Ping (one
  * thread: nothing else takes one out). */
 void px_uncommit_retry(struct px_proxy *px);
-/* px_uncommit_waits - whether a value of key of tenant waits to be taken
- * back: a put of the key told it exists was told so of that value, which
- * is about to go. Any thread, as px_uncommit_later. */
-bool px_uncommit_waits(struct px_proxy *px, const char *tenant, const char *key);
+/* px_uncommit_mark - a mark for px_uncommit_waits, read before the call
+ * that may tell a put its key exists. Any thread, as px_uncommit_later. */
+uint64_t px_uncommit_mark(struct px_proxy *px);
+/* px_uncommit_waits - whether an answer "the key exists" to a call made
+ * after mark may be of a value of ours that is going: one of key of
+ * tenant waits to be taken back, or one (of any key) was taken back since
+ * mark. Lock-free while none waits or went. Same threads. */
+bool px_uncommit_waits(struct px_proxy *px, const char *tenant, const char *key, uint64_t mark);
 
 /* px_resv_drop_all - forget every reservation without a word: the master
  * forgot them (a new leader). px_resv_drop_before - those whose Reserve

@@ -29,7 +29,8 @@ struct px_uncommit {
 struct px_uncommits {
 	pthread_mutex_t lock;
 	struct px_uncommit *head;
-	size_t n;
+	atomic_size_t n;	   /* changed under lock */
+	atomic_uint_fast64_t gone; /* taken out of the list; changed under lock */
 };
 
 int px_uncommits_create(struct px_proxy *px)
@@ -58,11 +59,11 @@ void px_uncommits_destroy(struct px_proxy *px)
 	if (!u)
 		return;
 	px->uncommits = NULL;
-	if (u->n)
+	if (atomic_load(&u->n))
 		LC_WARN("proxy",
 			"%zu values whose writes failed were not taken back; "
 			"they stay unreadable until evicted",
-			u->n);
+			atomic_load(&u->n));
 	for (v = u->head; v; v = next) {
 		next = v->next;
 		uncommit_free(v);
@@ -84,7 +85,7 @@ void px_uncommit_later(struct px_proxy *px, const char *tenant, const char *key,
 		v->off = off;
 	}
 	pthread_mutex_lock(&u->lock);
-	if (!v || !v->tenant || !v->key || u->n >= PX_UNCOMMIT_MAX) {
+	if (!v || !v->tenant || !v->key || atomic_load(&u->n) >= PX_UNCOMMIT_MAX) {
 		pthread_mutex_unlock(&u->lock);
 		LC_WARN("proxy",
 			"put of %s: its write failed and the master kept it; "
@@ -96,7 +97,7 @@ void px_uncommit_later(struct px_proxy *px, const char *tenant, const char *key,
 	}
 	v->next = u->head;
 	u->head = v;
-	u->n++;
+	atomic_fetch_add(&u->n, 1);
 	pthread_mutex_unlock(&u->lock);
 }
 
@@ -149,17 +150,30 @@ void px_uncommit_retry(struct px_proxy *px)
 			;
 		next = v->next;
 		*pp = next;
-		u->n--;
+		atomic_fetch_sub(&u->n, 1);
+		atomic_fetch_add(&u->gone, 1);
 		pthread_mutex_unlock(&u->lock);
 		uncommit_free(v);
 	}
 }
 
-bool px_uncommit_waits(struct px_proxy *px, const char *tenant, const char *key)
+uint64_t px_uncommit_mark(struct px_proxy *px)
+{
+	return atomic_load(&px->uncommits->gone);
+}
+
+bool px_uncommit_waits(struct px_proxy *px, const char *tenant, const char *key, uint64_t mark)
 {
 	struct px_uncommits *u = px->uncommits;
-	bool found = false;
+	bool found;
 
+	/* A value unlisted since mark was taken back once the master said so,
+	 * maybe after it told the put the key exists: it may be that one. */
+	if (atomic_load(&u->gone) != mark)
+		return true;
+	if (!atomic_load(&u->n))
+		return false;
+	found = false;
 	pthread_mutex_lock(&u->lock);
 	for (const struct px_uncommit *v = u->head; v && !found; v = v->next)
 		found = !strcmp(v->key, key) && !strcmp(v->tenant, tenant);

@@ -104,7 +104,8 @@ int lunar_connect(const struct lunar_opts *opts, struct lunar_client **out);
 void lunar_close(struct lunar_client *c);
 
 /* lunar_put - store buf[0..len) under key. An existing key returns 0 and
- * keeps its first value. */
+ * keeps its first value; LUNAR_ERR_TRANSFER_FAIL (try again) when that
+ * value is one whose write failed and which the proxy is taking back. */
 int lunar_put(struct lunar_client *c, const char *key, const void *buf, size_t len,
 	      const struct lunar_put_cfg *cfg);
 /* lunar_putv - as lunar_put, the value given as a scatter list. */

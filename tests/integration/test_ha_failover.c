@@ -506,11 +506,15 @@ static void child_put(const char *key)
 {
 	struct lunar_client *c;
 	char v[64] = "a writer killed mid-put";
+	int rc;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	c = h_client(socks[0]);
-	if (c)
-		lunar_put(c, key, v, sizeof(v), NULL);
+	c = h_client_try(socks[0], H_CLIENT_TIMEOUT_MS, &rc);
+	if (!c) {
+		fprintf(stderr, "child: connect failed: %d (%s)\n", rc, h_code(rc));
+		_exit(2);
+	}
+	lunar_put(c, key, v, sizeof(v), NULL);
 	_exit(3); /* reached only if not killed in time */
 }
 
@@ -538,7 +542,11 @@ static void test_ha_failover_dead_writer_not_reported(void **state)
 	H_ASSERT(pid >= 0);
 	if (pid == 0)
 		child_put("revoked");
-	h_sleep_ms(1000); /* inside the proxy's hold */
+	/* placed (PROCESSING), inside the proxy's hold */
+	for (uint64_t end = h_now_ms() + 10000;
+	     metric(&masters[lead], "lunar_master_processing_keys") != 1 && h_now_ms() < end;)
+		h_sleep_ms(20);
+	H_ASSERT_EQ(metric(&masters[lead], "lunar_master_processing_keys"), 1);
 	H_ASSERT_MSG(waitpid(pid, &status, WNOHANG) == 0,
 		     "the writer ended before it was killed (status 0x%x)", status);
 	kill(pid, SIGKILL);

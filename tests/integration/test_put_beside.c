@@ -281,6 +281,44 @@ static void test_put_beside_put_while_taking_back_fails(void **state)
 	lunar_close(co);
 }
 
+/* The same when the value is taken back between the master's answer to
+ * the put (the key exists) and W's look at the values waiting: the put
+ * fails (before, it found none waiting and returned 0). */
+static void test_put_beside_put_answered_as_taken_back_fails(void **state)
+{
+	static struct putter p; /* its thread outlives a failed assertion */
+	struct lunar_client *cw, *co;
+	uint8_t buf[LEN];
+	uint64_t end;
+	int rc;
+
+	(void)state;
+	start(NULL);
+	cw = h_client(sock_w);
+	co = h_client(sock_o);
+	p = (struct putter){.key = "beside/going"};
+	atomic_init(&p.done, 0);
+	arm_lost_write(";proxy-uncommit=1*return;proxy-uncommit-retry=return");
+	h_fill(buf, LEN, 1);
+	rc = lunar_put(cw, p.key, buf, LEN, NULL);
+	H_ASSERT_MSG(rc == LUNAR_ERR_TRANSFER_FAIL, "put = %d (%s)", rc, h_code(rc));
+	case_arm(fpfile, "proxy-uncommit-retry=return;proxy-commit-answered=sleep(1500)", 60);
+	H_ASSERT(pthread_create(&p.th, NULL, put_main, &p) == 0);
+	H_ASSERT_EQ(h_wait_log(proxy_w, "proxy-commit-answered fired", H_BOUND_MS(5000)), 0);
+	case_arm(fpfile, "", 0); /* the heartbeat takes the value back meanwhile */
+	end = h_now_ms() + H_BOUND_MS(10000);
+	while (metric(whttp, UNCOMMITTED) == 0 && h_now_ms() < end)
+		h_sleep_ms(20);
+	H_ASSERT(pthread_join(p.th, NULL) == 0);
+	H_ASSERT_EQ(metric(whttp, UNCOMMITTED), 1);
+	H_ASSERT_MSG(p.rc == LUNAR_ERR_TRANSFER_FAIL, "put answered as taken back = %d (%s)", p.rc,
+		     h_code(p.rc));
+	put_seeded(cw, p.key, buf, LEN, h_seed(p.key), NULL);
+	check_seeded(co, p.key, buf, LEN, h_seed(p.key));
+	lunar_close(cw);
+	lunar_close(co);
+}
+
 /* A value W put and removes while another put's bytes still travel: W
  * tells the master its writes below that put's piece are done, so the
  * removed value's range is not held until every put of W's pauses. */
@@ -392,6 +430,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_put_beside_unasked_uncommit_retried, setup,
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_put_while_taking_back_fails, setup,
+					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_put_beside_put_answered_as_taken_back_fails, setup,
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_put_beside_removed_range_free_while_others_travel,
 					    setup, case_teardown),
