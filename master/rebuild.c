@@ -191,14 +191,15 @@ static uint32_t *sorted(const Lunar__ReportObjectsRequest *rq)
 int mst_rebuild_settling(struct mst_master *m)
 {
 	uint64_t lead = LC_READ_ONCE(m->rebuild.lead_ms), now;
+	size_t n;
 
 	if (!lead)
 		return 0;
 	now = lc_now_ms();
 	if (now - lead >= MST_REBUILD_GRACE_MS)
 		return 0;
-	return now - lead < 300 || !LC_READ_ONCE(m->segs.n) ||
-	       LC_READ_ONCE(m->rebuild.proxies_done) < LC_READ_ONCE(m->segs.n);
+	n = LC_READ_ONCE(m->segs.n); /* once: an unmount may come between two reads */
+	return now - lead < 300 || !n || LC_READ_ONCE(m->rebuild.proxies_done) < n;
 }
 
 int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)

@@ -79,12 +79,14 @@ static ssize_t segtab_find(const struct mst_segtab *t, const char *name)
 	return -1;
 }
 
-/* Take segment i out of the table. Call with the table write-locked. */
+/* Take segment i out of the table. Call with the table write-locked.
+ * (The count is also read unlocked: mst_rebuild_settling.) */
 static struct mst_segment *segtab_take(struct mst_master *m, size_t i)
 {
 	struct mst_segment *s = m->segs.v[i];
 
-	m->segs.v[i] = m->segs.v[--m->segs.n];
+	m->segs.v[i] = m->segs.v[m->segs.n - 1];
+	LC_WRITE_ONCE(m->segs.n, m->segs.n - 1);
 	return s;
 }
 
@@ -112,7 +114,8 @@ static int segtab_add(struct mst_segtab *t, struct mst_segment *s)
 		t->v = v;
 		t->cap = cap;
 	}
-	t->v[t->n++] = s;
+	t->v[t->n] = s;
+	LC_WRITE_ONCE(t->n, t->n + 1); /* as segtab_take */
 	return 0;
 }
 
