@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "engine/engine.h"
+#include "failpoint.h"
 #include "log.h"
 #include "lunar.h"
 #include "px_int.h"
@@ -272,17 +273,21 @@ int px_master_client(struct px_proxy *px)
 }
 
 /* After a mount in a view our objects were not reported in: report them
- * (the new leader rebuilds its metadata from every proxy's report). */
+ * (the new leader rebuilds its metadata from every proxy's report). One
+ * report at a time: the heartbeat, a client's health check and /ready all
+ * ping, and the leader counts each report's last batch as a proxy done. */
 static void report_objects(struct px_proxy *px)
 {
 	uint64_t view = px_mc_view(px->mc);
 	int again = 0;
 
-	if (!px->objidx || !view || view == atomic_load(&px->reported_view) ||
-	    !atomic_load(&px->mounted))
+	if (!px->objidx || !view || atomic_exchange(&px->reporting, true))
 		return;
-	if (!px_objidx_report(px, &again) && !again)
+	(void)LC_FAILPOINT("proxy-report"); /* tests: sleep, a slow report */
+	if (view != atomic_load(&px->reported_view) && atomic_load(&px->mounted) &&
+	    !px_objidx_report(px, &again) && !again)
 		atomic_store(&px->reported_view, view);
+	atomic_store(&px->reporting, false);
 }
 
 int px_master_ping(struct px_proxy *px)

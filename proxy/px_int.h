@@ -404,6 +404,7 @@ struct px_proxy {
 	struct px_resv_pool *resv;	    /* put-ahead (resv.c); NULL when off */
 	struct px_uncommits *uncommits;	    /* (uncommit.c) */
 	atomic_uint_fast64_t reported_view; /* the view our objects were reported in */
+	atomic_bool reporting;		    /* a report is being sent (one at a time) */
 	atomic_bool hb_live;		    /* hb_lock and hb_cond are set up */
 	atomic_int mount_err;		    /* the last mount's failure code, logged once */
 	atomic_bool master_ok;		    /* the last heartbeat got an answer */
