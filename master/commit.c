@@ -114,7 +114,7 @@ static int commit_one(struct mst_master *m, uint64_t client, const char *tenant,
 {
 	struct mst_shard *s;
 	struct mst_okey k;
-	uint64_t decided;
+	struct mst_ha_decision decided;
 	int rc = mst_okey_make(&k, tenant, it->key);
 
 	if (rc)
@@ -130,7 +130,7 @@ static int commit_one(struct mst_master *m, uint64_t client, const char *tenant,
 	rc = commit_locked(m, s, client, &k, it, res);
 	pthread_mutex_unlock(&s->lock);
 	if (!rc)
-		mst_ha_committed(m, "put", tenant, it->key, decided);
+		mst_ha_committed(m, "put", tenant, it->key, &decided);
 	return mst_code(rc);
 }
 

@@ -84,12 +84,12 @@ int mst_ha_admit(struct mst_master *m, uint32_t method)
 	return LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS;
 }
 
-int mst_ha_may_commit(struct mst_master *m, uint64_t *decided_ms)
+int mst_ha_may_commit(struct mst_master *m, struct mst_ha_decision *d)
 {
 	struct mst_ha_gate *g = m->ha;
 
-	if (decided_ms)
-		*decided_ms = g ? lc_wall_ms() : 0;
+	if (d) /* the view first: a leader's, or older than the role read */
+		*d = (struct mst_ha_decision){.view = mst_view(m), .ms = g ? lc_wall_ms() : 0};
 	if (!g)
 		return 0;
 	return lc_load_acquire(&g->role) == MST_ROLE_LEADER &&
@@ -99,11 +99,11 @@ int mst_ha_may_commit(struct mst_master *m, uint64_t *decided_ms)
 }
 
 void mst_ha_committed(struct mst_master *m, const char *what, const char *tenant, const char *key,
-		      uint64_t decided_ms)
+		      const struct mst_ha_decision *d)
 {
 	if (m->ha) /* the key cut short: a debug line, not a record */
 		LC_DEBUG("ha", "committed %s %.64s/%.128s in view %llu decided %llu", what, tenant,
-			 key, (unsigned long long)mst_view(m), (unsigned long long)decided_ms);
+			 key, (unsigned long long)d->view, (unsigned long long)d->ms);
 }
 
 int mst_ha_refuse(struct mst_master *m, const ProtobufCMessageDescriptor *d, ProtobufCMessage **rep)

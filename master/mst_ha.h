@@ -63,23 +63,29 @@ int mst_ha_admit(struct mst_master *m, uint32_t method);
  * (its End, each key of a batch), so that a call admitted just before the
  * master froze does not commit after it woke past its fence: 0 (no HA, or
  * leading before the fence), else LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS.
- * *decided_ms (when not NULL): the wall-clock time of the check, in ms
- * since the epoch. Lock-free.
- * mst_ha_committed - the debug log line of a commit, with the view it was
- * made in and when mst_ha_may_commit let it ("ha: committed put T/K in
- * view V decided W"): a master stopped between the check and the commit
- * logs the line late, but its decision is what the fence bounds. When HA
+ * *d (when not NULL): the wall-clock time of the check, in ms since the
+ * epoch, and the view it let the commit in. Lock-free.
+ * mst_ha_committed - the debug log line of a commit, with that view and
+ * time ("ha: committed put T/K in view V decided W"): a master stopped
+ * between the check and the commit logs the line late (when it may know
+ * of a newer leader), but its decision is what the fence bounds. When HA
  * is on and LUNAR_LOG=debug. Any thread.
  */
-int mst_ha_may_commit(struct mst_master *m, uint64_t *decided_ms);
+struct mst_ha_decision {
+	uint64_t ms, view;
+};
+int mst_ha_may_commit(struct mst_master *m, struct mst_ha_decision *d);
 void mst_ha_committed(struct mst_master *m, const char *what, const char *tenant, const char *key,
-		      uint64_t decided_ms);
+		      const struct mst_ha_decision *d);
 /* mst_ha_refuse - *rep: a reply of descriptor d with that code and a message
  * naming the leader when it is known. 0, or -ENOMEM. Any thread. */
 int mst_ha_refuse(struct mst_master *m, const ProtobufCMessageDescriptor *d,
 		  ProtobufCMessage **rep);
 /* mst_view - the view replies carry: the leader key's create revision (ours
- * while we lead, the leader's we know of as a standby), 0 without HA. */
+ * while we lead, the leader's we know of as a standby), 0 without HA. A
+ * reply carries the view read before its call was admitted: one answered
+ * after this master learned of a newer leader is stale to the proxies
+ * that follow it. */
 uint64_t mst_view(struct mst_master *m);
 
 /* For the election thread only. mst_ha_gate_lead - lead in view until

@@ -559,13 +559,13 @@ static int finish(struct mst_master *m, uint64_t client, const char *tenant, con
 int mst_obj_put_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		    uint32_t crc)
 {
-	uint64_t decided;
+	struct mst_ha_decision decided;
 	/* tests: a key refused as a leader whose fence lapsed refuses it */
 	int rc = LC_FAILPOINT("master-put-end") ? LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS
 						: mst_ha_may_commit(m, &decided);
 
 	if (!rc && !(rc = finish(m, client, tenant, key, MST_END_COMMIT, crc)))
-		mst_ha_committed(m, "put", tenant, key, decided);
+		mst_ha_committed(m, "put", tenant, key, &decided);
 	return rc;
 }
 

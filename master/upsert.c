@@ -209,11 +209,11 @@ static int upsert_finish(struct mst_master *m, uint64_t client, const char *tena
 int mst_obj_upsert_end(struct mst_master *m, uint64_t client, const char *tenant, const char *key,
 		       uint32_t crc)
 {
-	uint64_t decided;
+	struct mst_ha_decision decided;
 	int rc = mst_ha_may_commit(m, &decided);
 
 	if (!rc && !(rc = upsert_finish(m, client, tenant, key, MST_END_COMMIT, crc)))
-		mst_ha_committed(m, "upsert", tenant, key, decided);
+		mst_ha_committed(m, "upsert", tenant, key, &decided);
 	return rc;
 }
 
