@@ -158,6 +158,7 @@ struct mst_rebuild_ctr {
 	uint64_t refused;      /* reports not taken (older, range taken, no segment...) */
 	uint64_t proxies_done; /* proxies that sent their last batch */
 	uint64_t lead_ms;      /* when this master began to lead (ha.c); 0 never */
+	uint64_t heard_ms;     /* and its latest new mount or report since */
 	uint64_t first_ms;     /* CLOCK_MONOTONIC ms of the first report, 0 none */
 	uint64_t last_ms;      /* and of the latest */
 };
@@ -165,9 +166,13 @@ struct mst_rebuild_ctr {
 /* mst_rebuild_settling - 1 while a new leader waits for the proxies'
  * reports before it places anything (reported ranges come first): until
  * every mounted segment's owner sent its last batch (and 300 ms passed),
- * or MST_REBUILD_GRACE_MS after it began to lead. Lock-free. */
+ * or MST_REBUILD_GRACE_MS without a new mount or a report (a large report
+ * takes longer), or MST_REBUILD_MAX_MS after it began to lead. Lock-free.
+ * mst_rebuild_heard - a new mount or a report came (lock-free). */
 #define MST_REBUILD_GRACE_MS 3000
+#define MST_REBUILD_MAX_MS   30000
 int mst_rebuild_settling(struct mst_master *m);
+void mst_rebuild_heard(struct mst_master *m);
 /* mst_rebuild_report - ReportObjects (rebuild.c). 0 or -ENOMEM. */
 int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
 

@@ -188,15 +188,23 @@ static uint32_t *sorted(const Lunar__ReportObjectsRequest *rq)
 	return v;
 }
 
+void mst_rebuild_heard(struct mst_master *m)
+{
+	LC_WRITE_ONCE(m->rebuild.heard_ms, lc_now_ms());
+}
+
 int mst_rebuild_settling(struct mst_master *m)
 {
-	uint64_t lead = LC_READ_ONCE(m->rebuild.lead_ms), now;
+	uint64_t lead = LC_READ_ONCE(m->rebuild.lead_ms), heard, now;
 	size_t n;
 
 	if (!lead)
 		return 0;
+	heard = LC_READ_ONCE(m->rebuild.heard_ms);
+	if (heard < lead) /* one heard in an older term */
+		heard = lead;
 	now = lc_now_ms();
-	if (now - lead >= MST_REBUILD_GRACE_MS)
+	if (now - lead >= MST_REBUILD_MAX_MS || now - heard >= MST_REBUILD_GRACE_MS)
 		return 0;
 	n = LC_READ_ONCE(m->segs.n); /* once: an unmount may come between two reads */
 	return now - lead < 300 || !n || LC_READ_ONCE(m->rebuild.proxies_done) < n;
@@ -232,6 +240,7 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 	r->n_codes = rq->n_objects;
 	lc_fetch_add_relaxed(&m->rebuild.reported, rq->n_objects);
 	LC_WRITE_ONCE(m->rebuild.last_ms, lc_now_ms());
+	mst_rebuild_heard(m);
 	if (rq->last)
 		lc_fetch_add_relaxed(&m->rebuild.proxies_done, 1);
 	return 0;

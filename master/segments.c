@@ -169,6 +169,7 @@ int mst_segment_mount(struct mst_master *m, uint64_t client, const Lunar__Segmen
 		stale = segtab_take(m, (size_t)i); /* its dead owner's leftovers */
 	rc = segtab_add(&m->segs, s);
 	if (!rc) {
+		mst_rebuild_heard(m); /* a new leader waits for its report */
 		if (secret)
 			*secret = s->secret;
 		if (mount)

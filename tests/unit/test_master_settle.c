@@ -6,7 +6,7 @@
  * count twice, and an unmount in between, 1 then 0, ended the wait), and
  * its reads race with no write of the count (which TSan, run on this test
  * by make tsan, would report: the count was a plain store under the write
- * lock).
+ * lock). Its grace runs from the latest new mount or report.
  */
 #include "test_master_util.h"
 
@@ -64,4 +64,43 @@ static void test_master_settle_reads_count_beside_mounts(void **state)
 	mst_master_destroy(t.m);
 }
 
-LUNAR_TEST_MAIN(NULL, NULL, test_master_settle_reads_count_beside_mounts)
+/* A report's last batch (empty: a proxy with no objects) from client. */
+static void report_last(struct mst_master *m, uint64_t client)
+{
+	Lunar__ReportObjectsRequest rq = LUNAR__REPORT_OBJECTS_REQUEST__INIT;
+
+	rq.client_id = client;
+	rq.last = 1;
+	assert_int_equal(call_code(m, LUNAR__METHOD__REPORT_OBJECTS, &rq), 0);
+}
+
+/* The wait's grace runs from the latest new mount or report, not from the
+ * start of the lead (before, it ended 3 s into the lead whatever came,
+ * and a report of a million objects takes about that long), up to
+ * MST_REBUILD_MAX_MS; it ends at once when every owner has reported. */
+static void test_master_settle_grace_from_latest_heard(void **state)
+{
+	struct mst_master *m = master_new(NULL, NULL);
+
+	(void)state;
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - (MST_REBUILD_GRACE_MS - 100));
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	usleep(300 * 1000); /* 3.2 s into the lead, 0.3 s after the mount */
+	assert_int_equal(mst_rebuild_settling(m), 1);
+	/* quiet for the grace: it ends */
+	LC_WRITE_ONCE(m->rebuild.heard_ms, lc_now_ms() - MST_REBUILD_GRACE_MS);
+	assert_int_equal(mst_rebuild_settling(m), 0);
+	/* heard again, but past the longest wait */
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - MST_REBUILD_MAX_MS);
+	mst_rebuild_heard(m);
+	assert_int_equal(mst_rebuild_settling(m), 0);
+	/* a fresh lead: waits for seg-a's owner, until it reports */
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - 400);
+	assert_int_equal(mst_rebuild_settling(m), 1);
+	report_last(m, CLIENT_A);
+	assert_int_equal(mst_rebuild_settling(m), 0);
+	mst_master_destroy(m);
+}
+
+LUNAR_TEST_MAIN(NULL, NULL, test_master_settle_reads_count_beside_mounts,
+		test_master_settle_grace_from_latest_heard)
