@@ -202,31 +202,53 @@ static void test_put_beside_failed_write_taken_back(void **state)
 	lunar_close(co);
 }
 
-/* A write O drops after its commit, whose taking back fails as fp has it
- * (more for arm_lost_write): the put fails as its write did, and W's
- * heartbeat takes the value back, so that the key is not left with bytes
- * unlike its CRC32C: put again, it reads back exact. */
-static void uncommit_retried(const char *fp, const char *key)
+/* A put through cw of key whose write O drops after its commit, whose
+ * taking back fails as more has it (for arm_lost_write, left armed): it
+ * fails as its write did. */
+static void put_lost(struct lunar_client *cw, const char *more, const char *key)
+{
+	uint8_t buf[LEN];
+	int rc;
+
+	arm_lost_write(more);
+	h_fill(buf, LEN, 1);
+	rc = lunar_put(cw, key, buf, LEN, NULL);
+	H_ASSERT_MSG(rc == LUNAR_ERR_TRANSFER_FAIL, "put = %d (%s)", rc, h_code(rc));
+}
+
+/* Until W's heartbeat has taken one value back. */
+static void wait_taken_back(void)
+{
+	uint64_t end = h_now_ms() + H_BOUND_MS(10000);
+
+	while (metric(whttp, UNCOMMITTED) == 0 && h_now_ms() < end)
+		h_sleep_ms(20);
+	H_ASSERT_EQ(metric(whttp, UNCOMMITTED), 1);
+}
+
+/* Once taken back, key is not left with bytes unlike its CRC32C: put
+ * again through cw, it reads back exact through co. */
+static void put_again_exact(struct lunar_client *cw, struct lunar_client *co, const char *key)
+{
+	uint8_t buf[LEN];
+
+	put_seeded(cw, key, buf, LEN, h_seed(key), NULL);
+	check_seeded(co, key, buf, LEN, h_seed(key));
+}
+
+/* A lost write whose taking back fails as more has it: W's heartbeat
+ * takes the value back. */
+static void uncommit_retried(const char *more, const char *key)
 {
 	struct lunar_client *cw, *co;
-	uint8_t buf[LEN];
-	uint64_t end;
-	int rc;
 
 	start(NULL);
 	cw = h_client(sock_w);
 	co = h_client(sock_o);
-	arm_lost_write(fp);
-	h_fill(buf, LEN, 1);
-	rc = lunar_put(cw, key, buf, LEN, NULL);
+	put_lost(cw, more, key);
 	case_arm(fpfile, "", 60);
-	H_ASSERT_MSG(rc == LUNAR_ERR_TRANSFER_FAIL, "put = %d (%s)", rc, h_code(rc));
-	end = h_now_ms() + H_BOUND_MS(10000);
-	while (metric(whttp, UNCOMMITTED) == 0 && h_now_ms() < end)
-		h_sleep_ms(50);
-	H_ASSERT_EQ(metric(whttp, UNCOMMITTED), 1);
-	put_seeded(cw, key, buf, LEN, h_seed(key), NULL);
-	check_seeded(co, key, buf, LEN, h_seed(key));
+	wait_taken_back();
+	put_again_exact(cw, co, key);
 	lunar_close(cw);
 	lunar_close(co);
 }
@@ -246,6 +268,8 @@ static void test_put_beside_unasked_uncommit_retried(void **state)
 	uncommit_retried(";proxy-uncommit-alloc=1*return", "beside/oom");
 }
 
+#define RETRY_LOST ";proxy-uncommit=1*return;proxy-uncommit-retry=return"
+
 /* A put of a key whose value waits to be taken back fails, as the value's
  * own put did: before, it was told the key exists (0), and the value then
  * went, leaving no value of the key at all. Once taken back, the put
@@ -255,28 +279,20 @@ static void test_put_beside_put_while_taking_back_fails(void **state)
 	struct lunar_client *cw, *co;
 	const char *key = "beside/waiting";
 	uint8_t buf[LEN];
-	uint64_t end;
 	int rc;
 
 	(void)state;
 	start(NULL);
 	cw = h_client(sock_w);
 	co = h_client(sock_o);
-	arm_lost_write(";proxy-uncommit=1*return;proxy-uncommit-retry=return");
-	h_fill(buf, LEN, 1);
-	rc = lunar_put(cw, key, buf, LEN, NULL);
-	H_ASSERT_MSG(rc == LUNAR_ERR_TRANSFER_FAIL, "put = %d (%s)", rc, h_code(rc));
+	put_lost(cw, RETRY_LOST, key);
 	h_fill(buf, LEN, h_seed(key));
 	rc = lunar_put(cw, key, buf, LEN, NULL);
 	H_ASSERT_MSG(rc == LUNAR_ERR_TRANSFER_FAIL, "put while taken back = %d (%s)", rc,
 		     h_code(rc));
 	case_arm(fpfile, "", 60);
-	end = h_now_ms() + H_BOUND_MS(10000);
-	while (metric(whttp, UNCOMMITTED) == 0 && h_now_ms() < end)
-		h_sleep_ms(50);
-	H_ASSERT_EQ(metric(whttp, UNCOMMITTED), 1);
-	put_seeded(cw, key, buf, LEN, h_seed(key), NULL);
-	check_seeded(co, key, buf, LEN, h_seed(key));
+	wait_taken_back();
+	put_again_exact(cw, co, key);
 	lunar_close(cw);
 	lunar_close(co);
 }
@@ -288,9 +304,6 @@ static void test_put_beside_put_answered_as_taken_back_fails(void **state)
 {
 	static struct putter p; /* its thread outlives a failed assertion */
 	struct lunar_client *cw, *co;
-	uint8_t buf[LEN];
-	uint64_t end;
-	int rc;
 
 	(void)state;
 	start(NULL);
@@ -298,23 +311,16 @@ static void test_put_beside_put_answered_as_taken_back_fails(void **state)
 	co = h_client(sock_o);
 	p = (struct putter){.key = "beside/going"};
 	atomic_init(&p.done, 0);
-	arm_lost_write(";proxy-uncommit=1*return;proxy-uncommit-retry=return");
-	h_fill(buf, LEN, 1);
-	rc = lunar_put(cw, p.key, buf, LEN, NULL);
-	H_ASSERT_MSG(rc == LUNAR_ERR_TRANSFER_FAIL, "put = %d (%s)", rc, h_code(rc));
+	put_lost(cw, RETRY_LOST, p.key);
 	case_arm(fpfile, "proxy-uncommit-retry=return;proxy-commit-answered=sleep(1500)", 60);
 	H_ASSERT(pthread_create(&p.th, NULL, put_main, &p) == 0);
 	H_ASSERT_EQ(h_wait_log(proxy_w, "proxy-commit-answered fired", H_BOUND_MS(5000)), 0);
 	case_arm(fpfile, "", 0); /* the heartbeat takes the value back meanwhile */
-	end = h_now_ms() + H_BOUND_MS(10000);
-	while (metric(whttp, UNCOMMITTED) == 0 && h_now_ms() < end)
-		h_sleep_ms(20);
+	wait_taken_back();
 	H_ASSERT(pthread_join(p.th, NULL) == 0);
-	H_ASSERT_EQ(metric(whttp, UNCOMMITTED), 1);
 	H_ASSERT_MSG(p.rc == LUNAR_ERR_TRANSFER_FAIL, "put answered as taken back = %d (%s)", p.rc,
 		     h_code(p.rc));
-	put_seeded(cw, p.key, buf, LEN, h_seed(p.key), NULL);
-	check_seeded(co, p.key, buf, LEN, h_seed(p.key));
+	put_again_exact(cw, co, p.key);
 	lunar_close(cw);
 	lunar_close(co);
 }

@@ -30,15 +30,8 @@ struct held {
 static void *reserve_main(void *arg)
 {
 	struct held *h = arg;
-	Lunar__ReserveRequest rq = LUNAR__RESERVE_REQUEST__INIT;
-	Lunar__ReserveReply *r;
 
-	rq.client_id = CLIENT_A;
-	rq.size = 4096;
-	r = (Lunar__ReserveReply *)call(h->m, LUNAR__METHOD__RESERVE, &rq);
-	h->code = r->status->code;
-	h->view = r->status->view;
-	protobuf_c_message_free_unpacked(&r->base, NULL);
+	h->code = reserve_code(h->m, CLIENT_A, 4096, &h->view);
 	return NULL;
 }
 

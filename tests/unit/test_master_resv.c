@@ -139,14 +139,8 @@ struct held_grant {
 static void *grant_main(void *arg)
 {
 	struct held_grant *g = arg;
-	Lunar__ReserveRequest rq = LUNAR__RESERVE_REQUEST__INIT;
-	Lunar__ReserveReply *r;
 
-	rq.client_id = CLIENT_A;
-	rq.size = SIZE;
-	r = (Lunar__ReserveReply *)call(g->m, LUNAR__METHOD__RESERVE, &rq);
-	g->code = r->status->code;
-	protobuf_c_message_free_unpacked(&r->base, NULL);
+	g->code = reserve_code(g->m, CLIENT_A, SIZE, NULL);
 	atomic_store(&g->done, 1);
 	return NULL;
 }

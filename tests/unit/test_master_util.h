@@ -87,6 +87,24 @@ static inline int mount(struct mst_master *m, uint64_t client, const char *name,
 	return call_code(m, LUNAR__METHOD__MOUNT_SEGMENT, &rq);
 }
 
+/* Reserve size bytes for client: the reply's code, and its view into
+ * *view (NULL: not wanted). */
+static inline int reserve_code(struct mst_master *m, uint64_t client, uint64_t size, uint64_t *view)
+{
+	Lunar__ReserveRequest rq = LUNAR__RESERVE_REQUEST__INIT;
+	Lunar__ReserveReply *r;
+	int code;
+
+	rq.client_id = client;
+	rq.size = size;
+	r = (Lunar__ReserveReply *)call(m, LUNAR__METHOD__RESERVE, &rq);
+	code = r->status->code;
+	if (view)
+		*view = r->status->view;
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return code;
+}
+
 /* PutStart; returns the reply (caller frees). */
 static inline Lunar__PutStartReply *put_start_pref(struct mst_master *m, uint64_t client,
 						   const char *key, uint64_t size,
