@@ -182,6 +182,21 @@ int mst_client_alive(struct mst_master *m, uint64_t client)
 	return alive;
 }
 
+int mst_client_reported(struct mst_master *m, uint64_t client, uint64_t lead_ms)
+{
+	struct mst_client *x;
+	int first = 0;
+
+	pthread_mutex_lock(&m->clients.lock);
+	x = *client_find(&m->clients, client);
+	if (x && x->reported_lead_ms != lead_ms) {
+		x->reported_lead_ms = lead_ms;
+		first = 1;
+	}
+	pthread_mutex_unlock(&m->clients.lock);
+	return first;
+}
+
 /* Unlink the clients silent since before deadline; their ids in *out
  * (malloc'd), how many. Out of memory, the rest waits for the next round. */
 static size_t take_expired(struct mst_clients *c, uint64_t deadline, uint64_t **out)

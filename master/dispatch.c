@@ -335,14 +335,14 @@ int mst_dispatch(struct mst_master *m, uint32_t method, const ProtobufCMessage *
 		 ProtobufCMessage **rep)
 {
 	const struct lp_method *mt = lp_method_find(method);
-	uint64_t view = mst_view(m); /* before the admission: see mst_view */
+	uint64_t view;
 	int rc, refused;
 
 	if (!mt || !req || req->descriptor != mt->req)
 		return LUNAR_ERR_PROTOCOL;
 	/* a standby, or a fenced leader (SPEC §14): the refusal says the
 	 * view it knows now, with the leader it names */
-	refused = mst_ha_admit(m, method);
+	refused = mst_ha_admit(m, method, &view);
 	rc = refused ? mst_ha_refuse(m, mt->rep, rep) : call(m, method, req, rep);
 	if (rc == LUNAR_ERR_PROTOCOL) /* in the schema, not served yet (disk tier) */
 		rc = status_only(mt->rep, LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS, rep);

@@ -67,17 +67,22 @@ static int local_query(uint32_t method)
 	       method == LUNAR__METHOD__LIST_CLIENTS || method == LUNAR__METHOD__STAT_KEY;
 }
 
-int mst_ha_admit(struct mst_master *m, uint32_t method)
+int mst_ha_admit(struct mst_master *m, uint32_t method, uint64_t *view)
 {
 	struct mst_ha_gate *g = m->ha;
+	uint64_t v;
 	int open;
 
+	*view = mst_view(m);
 	if (!g || local_query(method))
 		return 0;
-	/* Pairs with the release stores of mst_ha_gate_lead: a LEADER seen
-	 * here comes with its term's deadline. */
+	/* Pairs with the release stores of mst_ha_gate_lead (view, then
+	 * deadline, then role) and mst_ha_gate_follow (deadline and role,
+	 * then view): a LEADER seen here comes with its term's deadline, and
+	 * the same view on both sides is that term's. */
+	v = *view;
 	open = lc_load_acquire(&g->role) == MST_ROLE_LEADER &&
-	       lc_now_ms() < lc_load_acquire(&g->fence_ms);
+	       lc_now_ms() < lc_load_acquire(&g->fence_ms) && mst_view(m) == v;
 	if (open)
 		return 0;
 	lc_fetch_add_relaxed(&g->refused, 1);

@@ -55,9 +55,13 @@ void mst_ha_gate_free(struct mst_ha_gate *g);
  * LUNAR_ERR_UNAVAILABLE_IN_CURRENT_STATUS when m is a standby, or a leader
  * past its fence deadline, and method is not one of the admin queries that
  * describe m's own state (ListKeys, ListSegments, ListClients, StatKey).
- * Any thread; lock-free.
+ * On 0, *view: the view the call runs in, for its reply. A leader's own,
+ * read on both sides of the role and deadline (a view that changed between
+ * is refused): never one from before its lead, and a call answered after
+ * m learned of a newer leader carries its older view, stale to the
+ * proxies that follow the new one. Any thread; lock-free.
  */
-int mst_ha_admit(struct mst_master *m, uint32_t method);
+int mst_ha_admit(struct mst_master *m, uint32_t method, uint64_t *view);
 /*
  * mst_ha_may_commit - checked again at the commit of each put or upsert
  * (its End, each key of a batch), so that a call admitted just before the
@@ -81,11 +85,9 @@ void mst_ha_committed(struct mst_master *m, const char *what, const char *tenant
  * naming the leader when it is known. 0, or -ENOMEM. Any thread. */
 int mst_ha_refuse(struct mst_master *m, const ProtobufCMessageDescriptor *d,
 		  ProtobufCMessage **rep);
-/* mst_view - the view replies carry: the leader key's create revision (ours
- * while we lead, the leader's we know of as a standby), 0 without HA. A
- * reply carries the view read before its call was admitted: one answered
- * after this master learned of a newer leader is stale to the proxies
- * that follow it. */
+/* mst_view - the view a refusal carries: the leader key's create revision
+ * (ours while we lead, the leader's we know of as a standby), 0 without
+ * HA. A served call's reply carries mst_ha_admit's. */
 uint64_t mst_view(struct mst_master *m);
 
 /* For the election thread only. mst_ha_gate_lead - lead in view until

@@ -70,6 +70,7 @@ struct mst_client {
 	struct mst_client *next;
 	uint64_t id;
 	uint64_t last_ping_ms;
+	uint64_t reported_lead_ms; /* the lead its report's last batch came in */
 };
 
 struct mst_clients {
@@ -156,7 +157,7 @@ struct mst_rebuild_ctr {
 	uint64_t rebuilt;      /* objects recreated from reports */
 	uint64_t merged;       /* reports that added replicas to a known object */
 	uint64_t refused;      /* reports not taken (older, range taken, no segment...) */
-	uint64_t proxies_done; /* proxies that sent their last batch */
+	uint64_t proxies_done; /* segment owners that sent their last batch */
 	uint64_t lead_ms;      /* when this master began to lead (ha.c); 0 never */
 	uint64_t heard_ms;     /* and its latest new mount or report since */
 	uint64_t first_ms;     /* CLOCK_MONOTONIC ms of the first report, 0 none */
@@ -166,9 +167,11 @@ struct mst_rebuild_ctr {
 /* mst_rebuild_settling - 1 while a new leader waits for the proxies'
  * reports before it places anything (reported ranges come first): until
  * every mounted segment's owner sent its last batch (and 300 ms passed),
- * or MST_REBUILD_GRACE_MS without a new mount or a report (a large report
- * takes longer), or MST_REBUILD_MAX_MS after it began to lead. Lock-free.
- * mst_rebuild_heard - a new mount or a report came (lock-free). */
+ * or MST_REBUILD_GRACE_MS without a new mount or a report that rebuilt
+ * something (a large report takes longer), or MST_REBUILD_MAX_MS after it
+ * began to lead. Lock-free.
+ * mst_rebuild_heard - a new mount, or a report that rebuilt something,
+ * came (lock-free). */
 #define MST_REBUILD_GRACE_MS 3000
 #define MST_REBUILD_MAX_MS   30000
 int mst_rebuild_settling(struct mst_master *m);
@@ -695,6 +698,10 @@ int mst_client_touch(struct mst_master *m, uint64_t client);
 /* mst_client_alive - 1 if client is known (not expired), else 0. Takes the
  * client table lock, innermost (resv.c calls it under the reservation lock). */
 int mst_client_alive(struct mst_master *m, uint64_t client);
+/* mst_client_reported - client sent its report's last batch in the lead
+ * that began at lead_ms: 1 the first time in that lead, else 0 (again, or
+ * an unknown client). Takes the client table lock. */
+int mst_client_reported(struct mst_master *m, uint64_t client, uint64_t lead_ms);
 /* mst_clients_expire - declare clients silent for client_ttl dead and drop
  * their segments and puts. Run by the housekeeping thread. */
 void mst_clients_expire(struct mst_master *m);

@@ -217,6 +217,7 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 	    (void *)lp_reply_new(&lunar__report_objects_reply__descriptor, 0, mst_view(m));
 	uint64_t now = lc_now_ms(), zero = 0;
 	uint32_t *order;
+	int rebuilt = 0;
 
 	if (!r)
 		return -ENOMEM;
@@ -235,13 +236,19 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 		r->codes[i] = rebuild_one(m, rq->client_id, mst_tenant_name(ro->tenant), ro);
 		if (r->codes[i])
 			lc_fetch_add_relaxed(&m->rebuild.refused, 1);
+		else
+			rebuilt = 1;
 	}
 	free(order);
 	r->n_codes = rq->n_objects;
 	lc_fetch_add_relaxed(&m->rebuild.reported, rq->n_objects);
 	LC_WRITE_ONCE(m->rebuild.last_ms, lc_now_ms());
-	mst_rebuild_heard(m);
-	if (rq->last)
+	if (rebuilt) /* not a report sent again, whose ranges are all taken */
+		mst_rebuild_heard(m);
+	/* Once a lead for each segment owner: the wait compares the count
+	 * with the segments mounted. */
+	if (rq->last && mst_segments_owned(m, rq->client_id) &&
+	    mst_client_reported(m, rq->client_id, LC_READ_ONCE(m->rebuild.lead_ms)))
 		lc_fetch_add_relaxed(&m->rebuild.proxies_done, 1);
 	return 0;
 }

@@ -283,10 +283,11 @@ static void report_objects(struct px_proxy *px)
 
 	if (!px->objidx || !view || atomic_exchange(&px->reporting, true))
 		return;
-	(void)LC_FAILPOINT("proxy-report"); /* tests: sleep, a slow report */
-	if (view != atomic_load(&px->reported_view) && atomic_load(&px->mounted) &&
-	    !px_objidx_report(px, &again) && !again)
-		atomic_store(&px->reported_view, view);
+	if (view != atomic_load(&px->reported_view) && atomic_load(&px->mounted)) {
+		(void)LC_FAILPOINT("proxy-report"); /* tests: sleep, a slow report */
+		if (!px_objidx_report(px, &again) && !again)
+			atomic_store(&px->reported_view, view);
+	}
 	atomic_store(&px->reporting, false);
 }
 

@@ -6,7 +6,8 @@
  * count twice, and an unmount in between, 1 then 0, ended the wait), and
  * its reads race with no write of the count (which TSan, run on this test
  * by make tsan, would report: the count was a plain store under the write
- * lock). Its grace runs from the latest new mount or report.
+ * lock). Its grace runs from the latest new mount or report that rebuilt
+ * something, and it counts each segment owner's last batch once a lead.
  */
 #include "test_master_util.h"
 
@@ -17,6 +18,7 @@
 #include "master/mst_int.h"
 #include "tests/cmocka_main.h"
 
+#define CLIENT_C   0xc3 /* a third client */
 #define MIN_ROUNDS 200	/* mounts and unmounts beside the reads */
 #define MAX_MS	   1500 /* inside the grace, from 300 ms into the lead */
 
@@ -74,6 +76,42 @@ static void report_last(struct mst_master *m, uint64_t client)
 	assert_int_equal(call_code(m, LUNAR__METHOD__REPORT_OBJECTS, &rq), 0);
 }
 
+/* A report of one 4 KiB object placed at 0 of seg (not the last batch):
+ * the object's code. */
+static int report_one(struct mst_master *m, uint64_t client, const char *seg)
+{
+	Lunar__ReportObjectsRequest rq = LUNAR__REPORT_OBJECTS_REQUEST__INIT;
+	Lunar__ReportedObject o = LUNAR__REPORTED_OBJECT__INIT, *op = &o;
+	Lunar__Placement pl = LUNAR__PLACEMENT__INIT, *pp = &pl;
+	Lunar__ReportObjectsReply *r;
+	int code;
+
+	pl.segment = (char *)seg;
+	pl.length = 4096;
+	o.key = "k";
+	o.size = 4096;
+	o.version = 1;
+	o.n_placements = 1;
+	o.placements = &pp;
+	rq.client_id = client;
+	rq.n_objects = 1;
+	rq.objects = &op;
+	r = (Lunar__ReportObjectsReply *)call(m, LUNAR__METHOD__REPORT_OBJECTS, &rq);
+	assert_int_equal(r->n_codes, 1);
+	code = r->codes[0];
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return code;
+}
+
+/* Led for a little less than the grace, nothing heard since. */
+static void lead_nearly_grace(struct mst_master *m)
+{
+	uint64_t lead = lc_now_ms() - (MST_REBUILD_GRACE_MS - 100);
+
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lead);
+	LC_WRITE_ONCE(m->rebuild.heard_ms, lead);
+}
+
 /* The wait's grace runs from the latest new mount or report, not from the
  * start of the lead (before, it ended 3 s into the lead whatever came,
  * and a report of a million objects takes about that long), up to
@@ -102,5 +140,56 @@ static void test_master_settle_grace_from_latest_heard(void **state)
 	mst_master_destroy(m);
 }
 
+/* Only a report that rebuilt something restarts the grace: one sent again
+ * (ranges taken, or on a segment gone with the old leader's node) every
+ * beat, up to 20 times, held the leader off placing for 20 s. */
+static void test_master_settle_grace_kept_only_by_rebuilds(void **state)
+{
+	struct mst_master *m = master_new(NULL, NULL);
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	lead_nearly_grace(m);
+	assert_int_not_equal(report_one(m, CLIENT_A, "seg-gone"), 0);
+	usleep(200 * 1000);
+	assert_int_equal(mst_rebuild_settling(m), 0);
+	lead_nearly_grace(m);
+	assert_int_equal(report_one(m, CLIENT_A, "seg-a"), 0);
+	assert_int_not_equal(report_one(m, CLIENT_A, "seg-a"), 0); /* sent again */
+	usleep(200 * 1000);
+	assert_int_equal(mst_rebuild_settling(m), 1);
+	mst_master_destroy(m);
+}
+
+/* The wait counts each segment owner's last batch once a lead: one sent
+ * again (its answer lost), or a writer's without a segment, ended it while
+ * an owner had not reported. */
+static void test_master_settle_counts_each_owner_once(void **state)
+{
+	struct mst_master *m = master_new(NULL, NULL);
+
+	(void)state;
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_int_equal(mount(m, CLIENT_B, "seg-b", MIB), 0);
+	assert_true(mst_client_touch(m, CLIENT_C) >= 0); /* a writer: no segment */
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - 400);
+	report_last(m, CLIENT_A);
+	report_last(m, CLIENT_A);
+	report_last(m, CLIENT_C);
+	assert_int_equal(mst_rebuild_settling(m), 1);
+	report_last(m, CLIENT_B);
+	assert_int_equal(mst_rebuild_settling(m), 0);
+	/* a new lead: each counts again */
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - 401);
+	LC_WRITE_ONCE(m->rebuild.proxies_done, 0);
+	report_last(m, CLIENT_A);
+	assert_int_equal(mst_rebuild_settling(m), 1);
+	report_last(m, CLIENT_B);
+	assert_int_equal(mst_rebuild_settling(m), 0);
+	mst_master_destroy(m);
+}
+
 LUNAR_TEST_MAIN(NULL, NULL, test_master_settle_reads_count_beside_mounts,
-		test_master_settle_grace_from_latest_heard)
+		test_master_settle_grace_from_latest_heard,
+		test_master_settle_grace_kept_only_by_rebuilds,
+		test_master_settle_counts_each_owner_once)
