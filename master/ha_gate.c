@@ -76,10 +76,10 @@ int mst_ha_admit(struct mst_master *m, uint32_t method, uint64_t *view)
 	*view = mst_view(m);
 	if (!g || local_query(method))
 		return 0;
-	/* Pairs with the release stores of mst_ha_gate_lead (view, then
-	 * deadline, then role) and mst_ha_gate_follow (deadline and role,
-	 * then view): a LEADER seen here comes with its term's deadline, and
-	 * the same view on both sides is that term's. */
+	/* Pairs with the release stores of mst_ha_gate_lead (deadline and
+	 * view, then role) and mst_ha_gate_follow (deadline and role, then
+	 * view): a LEADER seen here comes with its term's deadline, and the
+	 * same view on both sides is that term's. */
 	v = *view;
 	open = lc_load_acquire(&g->role) == MST_ROLE_LEADER &&
 	       lc_now_ms() < lc_load_acquire(&g->fence_ms) && mst_view(m) == v;

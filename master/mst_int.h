@@ -157,7 +157,7 @@ struct mst_rebuild_ctr {
 	uint64_t rebuilt;      /* objects recreated from reports */
 	uint64_t merged;       /* reports that added replicas to a known object */
 	uint64_t refused;      /* reports not taken (older, range taken, no segment...) */
-	uint64_t proxies_done; /* segment owners that sent their last batch */
+	uint64_t proxies_done; /* segments whose owner sent its last batch */
 	uint64_t lead_ms;      /* when this master began to lead (ha.c); 0 never */
 	uint64_t heard_ms;     /* and its latest new mount or report since */
 	uint64_t first_ms;     /* CLOCK_MONOTONIC ms of the first report, 0 none */

@@ -217,6 +217,7 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 	    (void *)lp_reply_new(&lunar__report_objects_reply__descriptor, 0, mst_view(m));
 	uint64_t now = lc_now_ms(), zero = 0;
 	uint32_t *order;
+	unsigned owned;
 	int rebuilt = 0;
 
 	if (!r)
@@ -245,11 +246,11 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 	LC_WRITE_ONCE(m->rebuild.last_ms, lc_now_ms());
 	if (rebuilt) /* not a report sent again, whose ranges are all taken */
 		mst_rebuild_heard(m);
-	/* Once a lead for each segment owner: the wait compares the count
-	 * with the segments mounted. */
-	if (rq->last && mst_segments_owned(m, rq->client_id) &&
-	    mst_client_reported(m, rq->client_id, LC_READ_ONCE(m->rebuild.lead_ms)))
-		lc_fetch_add_relaxed(&m->rebuild.proxies_done, 1);
+	/* Once a lead for each segment owner, for each of its segments: the
+	 * wait compares the count with the segments mounted. */
+	owned = rq->last ? mst_segments_owned(m, rq->client_id) : 0;
+	if (owned && mst_client_reported(m, rq->client_id, LC_READ_ONCE(m->rebuild.lead_ms)))
+		lc_fetch_add_relaxed(&m->rebuild.proxies_done, owned);
 	return 0;
 }
 

@@ -272,10 +272,12 @@ int px_master_client(struct px_proxy *px)
 			    &px->mc);
 }
 
-/* After a mount in a view our objects were not reported in: report them
- * (the new leader rebuilds its metadata from every proxy's report). One
- * report at a time: the heartbeat, a client's health check and /ready all
- * ping, and the leader counts each report's last batch as a proxy done. */
+/* After a mount in a view our objects were not reported in (or, without
+ * a segment, once the view is known): report them (the new leader
+ * rebuilds its metadata from every proxy's report, a writer's too: its
+ * values live in peers' segments). One report at a time: the heartbeat, a
+ * client's health check and /ready all ping, and one report's batches go
+ * in order. */
 static void report_objects(struct px_proxy *px)
 {
 	uint64_t view = px_mc_view(px->mc);
@@ -283,7 +285,8 @@ static void report_objects(struct px_proxy *px)
 
 	if (!px->objidx || !view || atomic_exchange(&px->reporting, true))
 		return;
-	if (view != atomic_load(&px->reported_view) && atomic_load(&px->mounted)) {
+	if (view != atomic_load(&px->reported_view) &&
+	    (atomic_load(&px->mounted) || !px->cfg.segment_size)) {
 		(void)LC_FAILPOINT("proxy-report"); /* tests: sleep, a slow report */
 		if (!px_objidx_report(px, &again) && !again)
 			atomic_store(&px->reported_view, view);

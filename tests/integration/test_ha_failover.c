@@ -10,7 +10,7 @@
  * committed put, with its view) all come before the new leader's first one,
  * so at no instant did two masters both commit. A put whose client died
  * mid-put does not come back through the new leader. Each proxy reports
- * its objects once a leader. The daemons are the failpoint build's
+ * its objects once a leader, a writer without a segment too. The daemons are the failpoint build's
  * (`make failpoints`; skipped, saying so, without it). Skips (77) without
  * etcd.
  */
@@ -42,6 +42,8 @@
 #define MAX(a, b)    ((a) > (b) ? (a) : (b))
 #define VAL_MAX	     (32 * 1024)
 #define PROXIES_DONE "lunar_master_rebuild_proxies_done"
+#define REPORTS	     "lunar_master_calls_total{method=\"ReportObjects\"}"
+#define REPORT_CALLS 2 /* a report of nothing: an empty batch, then the last */
 
 struct node {
 	struct h_proc *p;
@@ -67,6 +69,7 @@ static char socks[2][PATH_MAX], key_path[PATH_MAX], etcd_master[1024], text[1 <<
 static const char *kv_lease_ttl; /* the masters' --kv-lease-ttl */
 static const char *etcd_ttl;	 /* and --etcd-lease-ttl */
 static const char *put_delay;	 /* the proxies' --debug-put-delay */
+static const char *seg_size[2];	 /* and --segment-size ("0": a writer) */
 static atomic_int stop_load;
 
 static int make_key(void)
@@ -136,7 +139,7 @@ static void start_proxy(int i)
 			"--http-port",
 			"0",
 			"--segment-size",
-			"64MiB",
+			(char *)seg_size[i],
 			"--cluster-key",
 			key_path,
 			"--ping-interval",
@@ -219,6 +222,7 @@ static int case_setup(void **state)
 	kv_lease_ttl = "10s";
 	etcd_ttl = "2s";
 	put_delay = "0";
+	seg_size[0] = seg_size[1] = "64MiB";
 	if (h_init() || make_key() || e_start(&ec, 1))
 		return -1;
 	snprintf(etcd_master, sizeof(etcd_master), "etcd://%s/t", ec.m[0].url + 7);
@@ -234,7 +238,7 @@ static int case_teardown(void **state)
 
 static void start_cluster(void)
 {
-	int lead;
+	int lead, segs = (strcmp(seg_size[0], "0") != 0) + (strcmp(seg_size[1], "0") != 0);
 
 	start_master(0);
 	start_master(1);
@@ -244,13 +248,15 @@ static void start_cluster(void)
 	/* A new leader places nothing until the proxies have reported (or
 	 * MST_REBUILD_GRACE_MS): the load starts after that. */
 	h_sleep_ms(3200);
-	/* Once each, though health checks ping beside the heartbeat (a
-	 * second report would come within proxy-report's 500 ms). */
+	/* Each segment's owner reported, once, though health checks ping
+	 * beside the heartbeat (a second report would come within
+	 * proxy-report's 500 ms). */
 	for (uint64_t end = h_now_ms() + H_BOUND_MS(10000);
-	     metric(&masters[lead], PROXIES_DONE) < 2 && h_now_ms() < end;)
+	     metric(&masters[lead], PROXIES_DONE) < segs && h_now_ms() < end;)
 		h_sleep_ms(20);
 	h_sleep_ms(600);
-	H_ASSERT_EQ(metric(&masters[lead], PROXIES_DONE), 2);
+	H_ASSERT_EQ(metric(&masters[lead], PROXIES_DONE), segs);
+	H_ASSERT_EQ(metric(&masters[lead], REPORTS), 2 * REPORT_CALLS);
 }
 
 static void loads_start(struct load *l)
@@ -589,11 +595,56 @@ static void test_ha_failover_dead_writer_not_reported(void **state)
 }
 
 /*
+ * A writer proxy without a segment reports what it committed too (its
+ * values live in the other proxy's segment): before, only a proxy with a
+ * mounted segment reported, and a failover lost every value put through
+ * a writer.
+ */
+static void test_ha_failover_writer_reports_too(void **state)
+{
+	enum { N = 16, ID = 3 };
+	unsigned char *buf = malloc(VAL_MAX);
+	struct lunar_client *c[2];
+	uint64_t end;
+	int lead, next;
+
+	(void)state;
+	seg_size[1] = "0";
+	start_cluster();
+	H_ASSERT((lead = leader(H_BOUND_MS(1000), -1)) >= 0);
+	c[0] = h_client(socks[0]);
+	c[1] = h_client(socks[1]);
+	H_ASSERT(buf && c[0] && c[1]);
+	for (int i = 0; i < N; i++) {
+		char k[64];
+
+		key_of(ID, i, k, sizeof(k));
+		h_fill(buf, val_len(ID, i), h_seed(k));
+		H_ASSERT_EQ(lunar_put(c[1], k, buf, val_len(ID, i), NULL), 0);
+	}
+	h_kill(masters[lead].p);
+	masters[lead].p = NULL;
+	next = leader(H_BOUND_MS(ELECT_MS), lead);
+	H_ASSERT_MSG(next >= 0, "no standby leads within %d ms", H_BOUND_MS(ELECT_MS));
+	end = h_now_ms() + H_BOUND_MS(10000);
+	while (metric(&masters[next], "lunar_master_rebuild_objects_total") < N && h_now_ms() < end)
+		h_sleep_ms(20);
+	H_ASSERT_EQ(metric(&masters[next], "lunar_master_rebuild_objects_total"), N);
+	for (int p = 0; p < 2; p++)
+		for (int i = 0; i < N; i++)
+			H_ASSERT_EQ(check(c[p], ID, i, buf), 1);
+	lunar_close(c[0]);
+	lunar_close(c[1]);
+	free(buf);
+}
+
+/*
  * Each proxy reports its objects to a leader once, though its clients'
  * health checks (and the harness's readiness wait) ping beside its
  * heartbeat: with every report slow (proxy-report), two at once each sent
  * a last batch, and the leader, counting each as a proxy done with its
- * own, could end its wait for the proxies' reports too soon.
+ * own, could end its wait for the proxies' reports too soon (the leader
+ * now counts one anyway: the calls show it).
  */
 static void test_ha_failover_each_proxy_reports_once(void **state)
 {
@@ -617,6 +668,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_ha_failover_dead_writer_not_reported, case_setup,
 					    case_teardown),
 	    cmocka_unit_test_setup_teardown(test_ha_failover_each_proxy_reports_once, case_setup,
+					    case_teardown),
+	    cmocka_unit_test_setup_teardown(test_ha_failover_writer_reports_too, case_setup,
 					    case_teardown),
 	};
 	/* Every daemon the harness starts here is the failpoint build's. */

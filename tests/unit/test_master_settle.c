@@ -76,9 +76,10 @@ static void report_last(struct mst_master *m, uint64_t client)
 	assert_int_equal(call_code(m, LUNAR__METHOD__REPORT_OBJECTS, &rq), 0);
 }
 
-/* A report of one 4 KiB object placed at 0 of seg (not the last batch):
- * the object's code. */
-static int report_one(struct mst_master *m, uint64_t client, const char *seg)
+/* A report of one 4 KiB object, key placed at off of seg (not the last
+ * batch): the object's code. */
+static int report_one(struct mst_master *m, uint64_t client, const char *seg, const char *key,
+		      uint64_t off)
 {
 	Lunar__ReportObjectsRequest rq = LUNAR__REPORT_OBJECTS_REQUEST__INIT;
 	Lunar__ReportedObject o = LUNAR__REPORTED_OBJECT__INIT, *op = &o;
@@ -87,8 +88,9 @@ static int report_one(struct mst_master *m, uint64_t client, const char *seg)
 	int code;
 
 	pl.segment = (char *)seg;
+	pl.offset = off;
 	pl.length = 4096;
-	o.key = "k";
+	o.key = (char *)key;
 	o.size = 4096;
 	o.version = 1;
 	o.n_placements = 1;
@@ -149,30 +151,37 @@ static void test_master_settle_grace_kept_only_by_rebuilds(void **state)
 
 	(void)state;
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_int_equal(report_one(m, CLIENT_A, "seg-a", "k0", 0), 0);
+	/* refused: on a segment gone, or sent again (its range taken) */
 	lead_nearly_grace(m);
-	assert_int_not_equal(report_one(m, CLIENT_A, "seg-gone"), 0);
+	assert_int_not_equal(report_one(m, CLIENT_A, "seg-gone", "k1", 0), 0);
+	assert_int_not_equal(report_one(m, CLIENT_A, "seg-a", "k0", 0), 0);
 	usleep(200 * 1000);
 	assert_int_equal(mst_rebuild_settling(m), 0);
+	/* rebuilt: the wait goes on */
 	lead_nearly_grace(m);
-	assert_int_equal(report_one(m, CLIENT_A, "seg-a"), 0);
-	assert_int_not_equal(report_one(m, CLIENT_A, "seg-a"), 0); /* sent again */
+	assert_int_equal(report_one(m, CLIENT_A, "seg-a", "k2", 4096), 0);
 	usleep(200 * 1000);
 	assert_int_equal(mst_rebuild_settling(m), 1);
 	mst_master_destroy(m);
 }
 
-/* The wait counts each segment owner's last batch once a lead: one sent
- * again (its answer lost), or a writer's without a segment, ended it while
- * an owner had not reported. */
+/* The wait counts each segment owner's last batch once a lead, for each
+ * of its segments: one sent again (its answer lost), or a writer's without
+ * a segment, ended it while an owner had not reported; and an owner of two
+ * segments kept it waiting for the grace. */
 static void test_master_settle_counts_each_owner_once(void **state)
 {
 	struct mst_master *m = master_new(NULL, NULL);
+	uint64_t lead = lc_now_ms() - 400;
 
 	(void)state;
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
 	assert_int_equal(mount(m, CLIENT_B, "seg-b", MIB), 0);
-	assert_true(mst_client_touch(m, CLIENT_C) >= 0); /* a writer: no segment */
-	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - 400);
+	assert_int_equal(mount(m, CLIENT_B, "seg-b2", MIB), 0); /* counts for both */
+	assert_true(mst_client_touch(m, CLIENT_C) >= 0);	/* a writer: no segment */
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lead);
+	report_last(m, CLIENT_A);
 	report_last(m, CLIENT_A);
 	report_last(m, CLIENT_A);
 	report_last(m, CLIENT_C);
@@ -180,7 +189,7 @@ static void test_master_settle_counts_each_owner_once(void **state)
 	report_last(m, CLIENT_B);
 	assert_int_equal(mst_rebuild_settling(m), 0);
 	/* a new lead: each counts again */
-	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - 401);
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lead - 1);
 	LC_WRITE_ONCE(m->rebuild.proxies_done, 0);
 	report_last(m, CLIENT_A);
 	assert_int_equal(mst_rebuild_settling(m), 1);
