@@ -168,6 +168,16 @@ static void key_of(int id, int i, char *k, size_t n)
 	snprintf(k, n, "ha-%d-%d", id, i);
 }
 
+/* Put key i of load id through c, seeded (buf: VAL_MAX bytes of room). */
+static void put_key(struct lunar_client *c, int id, int i, unsigned char *buf)
+{
+	char k[64];
+
+	key_of(id, i, k, sizeof(k));
+	h_fill(buf, val_len(id, i), h_seed(k));
+	H_ASSERT_EQ(lunar_put(c, k, buf, val_len(id, i), NULL), 0);
+}
+
 /* Read key i of load l through c: 1 exact, 0 an error, -1 a wrong byte. */
 static int check(struct lunar_client *c, int id, int i, unsigned char *buf)
 {
@@ -494,13 +504,8 @@ static void test_ha_failover_lists_cached_from_old_leader_renewed(void **state)
 	c[0] = h_client(socks[0]);
 	c[1] = h_client(socks[1]);
 	H_ASSERT(buf && c[0] && c[1]);
-	for (int i = 0; i < N; i++) {
-		char k[64];
-
-		key_of(ID, i, k, sizeof(k));
-		h_fill(buf, val_len(ID, i), h_seed(k));
-		H_ASSERT_EQ(lunar_put(c[i & 1], k, buf, val_len(ID, i), NULL), 0);
-	}
+	for (int i = 0; i < N; i++)
+		put_key(c[i & 1], ID, i, buf);
 	/* Both proxies cache every list, grants of the old leader's view. */
 	for (int p = 0; p < 2; p++)
 		for (int i = 0; i < N; i++)
@@ -615,13 +620,8 @@ static void test_ha_failover_writer_reports_too(void **state)
 	c[0] = h_client(socks[0]);
 	c[1] = h_client(socks[1]);
 	H_ASSERT(buf && c[0] && c[1]);
-	for (int i = 0; i < N; i++) {
-		char k[64];
-
-		key_of(ID, i, k, sizeof(k));
-		h_fill(buf, val_len(ID, i), h_seed(k));
-		H_ASSERT_EQ(lunar_put(c[1], k, buf, val_len(ID, i), NULL), 0);
-	}
+	for (int i = 0; i < N; i++)
+		put_key(c[1], ID, i, buf);
 	h_kill(masters[lead].p);
 	masters[lead].p = NULL;
 	next = leader(H_BOUND_MS(ELECT_MS), lead);
