@@ -3,9 +3,9 @@
  * space the master reserved for this proxy (resv.c), and one BatchPutCommit
  * makes them objects: one data round trip and one master round trip, where
  * PutStart + write + PutEnd make two master round trips. Where the master
- * takes it (Reservation.beside) and every value's CRC32C is known before
- * its write, the commit travels beside the writes: one round trip, the
- * longer of the two. The put returns only after the commit and every
+ * takes it (Reservation.beside), the commit, which names every value's
+ * CRC32C, travels beside the writes: one round trip, the longer of the
+ * two. The put returns only after the commit and every
  * write: a value returned 0 for is visible everywhere, its bytes in place.
  * A commit whose write then failed is taken back (BatchPutUncommit). Keys
  * it cannot do (no piece at hand, a failed write, a reservation the master
@@ -20,13 +20,6 @@
 #include "log.h"
 #include "lunar.h"
 #include "ops.h"
-
-/* The largest value whose CRC32C a keyless proxy takes itself, in a pass
- * of its own, to commit it beside its write: beyond it the pass costs more
- * than the master's round trip saves. The client names a staged value's;
- * a keyed write names its CRC32C in its header, so it is taken first
- * anyway (in one slice). */
-#define PX_BESIDE_CRC_MAX (64u * 1024)
 
 /* The pieces and writes of one request. */
 struct ahead {
@@ -153,20 +146,18 @@ static void write_first(struct px_proxy *px, struct px_req *r, const struct px_b
 }
 
 /* May the commit go beside the writes? Every piece's master takes it, and
- * every value's CRC32C is known first: the client's, or taken here (its
- * write then names it rather than taking it again). */
+ * every value's CRC32C is known first: the client's (staged), or taken
+ * here in a pass of its own (registered; its write then names it rather
+ * than taking it again). The pass costs what taking it on the way would
+ * on this thread; the master's round trip it saves is the gain. */
 static int beside_ok(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
 		     struct ahead *a)
 {
 	if (px->cfg.commit_after_write)
 		return 0;
-	for (size_t i = 0; i < b->n; i++) {
-		const struct px_item *it = &r->items[b->idx[i]];
-
-		if (!px_piece_beside(&a->pc[i]) ||
-		    (!it->crc_given && !px->cfg.keyed && it->total > PX_BESIDE_CRC_MAX))
+	for (size_t i = 0; i < b->n; i++)
+		if (!px_piece_beside(&a->pc[i]))
 			return 0;
-	}
 	for (size_t i = 0; i < b->n; i++) {
 		struct px_item *it = &r->items[b->idx[i]];
 		uint32_t crc = 0;

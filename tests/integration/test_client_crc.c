@@ -6,9 +6,11 @@
  * bytes against it, so a put whose claim is wrong fails and its key stays
  * a miss; keyless, nothing checks it on the way, and a reader gets
  * CHECKSUM_MISMATCH, never the bytes. Either way the same bytes put with
- * the right claim, and liblunar's own puts, read back exact. One
- * lunar-master; proxy A has no segment (the raw client is A's), B has one,
- * so every value crosses B's data port.
+ * the right claim, and liblunar's own puts, read back exact. A registered
+ * value, which liblunar does not copy, has its CRC32C taken by A before its
+ * write, so its commit still travels beside the write. One lunar-master;
+ * proxy A has no segment (the raw client is A's), B has one, so every
+ * value crosses B's data port.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,6 +31,8 @@
 
 #define VAL_LEN	   100003u /* not a multiple of a line: the claim covers every byte */
 #define CRC_REJECT "lunar_proxy_data_rejected_total{reason=\"crc\"}"
+#define BESIDE	   "lunar_proxy_puts_beside_total"
+#define BIG_LEN	   (1u << 20) /* a registered value's CRC32C is A's at any size */
 
 static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[H_SEG_NAME];
 static struct h_proc *proxy_a, *proxy_b;
@@ -143,6 +147,55 @@ static void test_client_crc_keyless_claim_never_gives_wrong_bytes(void **state)
 	H_ASSERT_EQ(read_on_b("claimed/right"), VAL_LEN);
 }
 
+/* A's count of puts whose commit travelled beside their write. */
+static int64_t beside_count(void)
+{
+	static char text[1 << 16];
+
+	H_ASSERT_EQ(hg_get(hg_log_http_port(proxy_a->log), "/metrics", text, sizeof(text)), 200);
+	return hg_metric(text, BESIDE);
+}
+
+static void test_client_crc_registered_value_commits_beside(void **state)
+{
+	struct lunar_client *ca, *cb;
+	uint8_t *big, *got;
+	uint64_t end = h_now_ms() + H_BOUND_MS(10000);
+	int64_t before;
+	int n = 0;
+
+	(void)state;
+	ca = h_client(sock_a);
+	cb = h_client(sock_b);
+	big = lunar_alloc(ca, BIG_LEN);
+	got = malloc(BIG_LEN);
+	H_ASSERT(big && got);
+	h_fill(val, VAL_LEN, 47);
+	/* Staged puts until A has a reservation at hand: they go beside. */
+	while (beside_count() == 0 && h_now_ms() < end) {
+		char key[32];
+
+		snprintf(key, sizeof(key), "beside/staged-%d", n++);
+		H_ASSERT_EQ(lunar_put(ca, key, val, VAL_LEN, NULL), 0);
+		h_sleep_ms(20);
+	}
+	before = beside_count();
+	H_ASSERT_MSG(before > 0, "no staged put went beside within 10 s");
+	h_fill(big, BIG_LEN, 53);
+	H_ASSERT_EQ(lunar_put(ca, "beside/registered", big, BIG_LEN, NULL), 0);
+	H_ASSERT_EQ(beside_count(), before + 1);
+	/* checked by its CRC32C on the way out of B: A's taking of it was right */
+	H_ASSERT_EQ(lunar_get_into(cb, "beside/registered", got, BIG_LEN), BIG_LEN);
+	H_ASSERT(!memcmp(got, big, BIG_LEN));
+	memset(got, 0, BIG_LEN);
+	H_ASSERT_EQ(lunar_get_into(ca, "beside/registered", got, BIG_LEN), BIG_LEN);
+	H_ASSERT(!memcmp(got, big, BIG_LEN));
+	free(got);
+	lunar_free(ca, big);
+	lunar_close(cb);
+	lunar_close(ca);
+}
+
 /* A proxy with a master of its own copies every put into its segment,
  * which takes the CRC32C on the way for nothing: it asks liblunar for none. */
 static void test_client_crc_embedded_asks_for_none(void **state)
@@ -166,6 +219,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_client_crc_keyed_owner_checks_the_claim,
 					    keyed_setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_client_crc_keyless_claim_never_gives_wrong_bytes,
+					    keyless_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_client_crc_registered_value_commits_beside,
 					    keyless_setup, teardown),
 	    cmocka_unit_test(test_client_crc_embedded_asks_for_none),
 	};
