@@ -46,6 +46,7 @@ static const struct flag flags[] = {
     F("offload-queue", COUNT, offload_queue),
     F("offload-queue-bytes", SIZE, offload_queue_bytes),
     F("offload-put-wait", DURATION, offload_put_wait_ms),
+    F("report-wait", DURATION, report_wait_ms),
 };
 
 static const char *const strategies[] = {
@@ -73,6 +74,7 @@ void mst_config_defaults(struct mst_config *cfg)
 	    .offload_queue = 65536,
 	    .offload_queue_bytes = 64ull << 20,
 	    .offload_put_wait_ms = 500,
+	    .report_wait_ms = 30000,
 	};
 }
 
@@ -229,5 +231,9 @@ const char *mst_config_usage(void)
 	       "                                   for their copy waits up to this long for "
 	       "room\n"
 	       "                                   (500ms),\n"
-	       "                                   then the least recently used go uncopied\n";
+	       "                                   then the least recently used go uncopied\n"
+	       "  --report-wait DURATION           with --etcd: the longest a new leader waits\n"
+	       "                                   for the proxies' reports before it places\n"
+	       "                                   anything (30s; a report of 1M objects\n"
+	       "                                   takes about 3 s)\n";
 }

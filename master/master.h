@@ -60,6 +60,8 @@ struct mst_config {
 	uint64_t offload_queue;	       /* --offload-queue 65536: tasks per proxy */
 	uint64_t offload_queue_bytes;  /* --offload-queue-bytes 64MiB (<= capacity / 4) */
 	uint64_t offload_put_wait_ms;  /* --offload-put-wait 500ms (on an RPC thread) */
+	uint64_t report_wait_ms;       /* --report-wait 30s: a new leader's longest wait
+					* for the proxies' reports (mst_rebuild_settling) */
 	/* Not a flag: the daemon has a cluster key (SPEC §13), so every
 	 * segment gets a capability secret at mount and every replica handed
 	 * out a capability. 0: keyless, replies carry neither. */

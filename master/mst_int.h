@@ -168,12 +168,11 @@ struct mst_rebuild_ctr {
  * reports before it places anything (reported ranges come first): until
  * every mounted segment's owner sent its last batch (and 300 ms passed),
  * or MST_REBUILD_GRACE_MS without a new mount or a report that rebuilt
- * something (a large report takes longer), or MST_REBUILD_MAX_MS after it
+ * something (a large report takes longer), or cfg.report_wait_ms after it
  * began to lead. Lock-free.
  * mst_rebuild_heard - a new mount, or a report that rebuilt something,
  * came (lock-free). */
 #define MST_REBUILD_GRACE_MS 3000
-#define MST_REBUILD_MAX_MS   30000
 int mst_rebuild_settling(struct mst_master *m);
 void mst_rebuild_heard(struct mst_master *m);
 /* mst_rebuild_report - ReportObjects (rebuild.c). 0 or -ENOMEM. */

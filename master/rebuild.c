@@ -204,7 +204,7 @@ int mst_rebuild_settling(struct mst_master *m)
 	if (heard < lead) /* one heard in an older term */
 		heard = lead;
 	now = lc_now_ms();
-	if (now - lead >= MST_REBUILD_MAX_MS || now - heard >= MST_REBUILD_GRACE_MS)
+	if (now - lead >= m->cfg.report_wait_ms || now - heard >= MST_REBUILD_GRACE_MS)
 		return 0;
 	n = LC_READ_ONCE(m->segs.n); /* once: an unmount may come between two reads */
 	return now - lead < 300 || !n || LC_READ_ONCE(m->rebuild.proxies_done) < n;

@@ -7,7 +7,8 @@
  * its reads race with no write of the count (which TSan, run on this test
  * by make tsan, would report: the count was a plain store under the write
  * lock). Its grace runs from the latest new mount or report that rebuilt
- * something, and it counts each segment owner's last batch once a lead.
+ * something, up to --report-wait, and it counts each segment owner's last
+ * batch once a lead.
  */
 #include "test_master_util.h"
 
@@ -117,7 +118,7 @@ static void lead_nearly_grace(struct mst_master *m)
 /* The wait's grace runs from the latest new mount or report, not from the
  * start of the lead (before, it ended 3 s into the lead whatever came,
  * and a report of a million objects takes about that long), up to
- * MST_REBUILD_MAX_MS; it ends at once when every owner has reported. */
+ * --report-wait; it ends at once when every owner has reported. */
 static void test_master_settle_grace_from_latest_heard(void **state)
 {
 	struct mst_master *m = master_new(NULL, NULL);
@@ -131,13 +132,38 @@ static void test_master_settle_grace_from_latest_heard(void **state)
 	LC_WRITE_ONCE(m->rebuild.heard_ms, lc_now_ms() - MST_REBUILD_GRACE_MS);
 	assert_int_equal(mst_rebuild_settling(m), 0);
 	/* heard again, but past the longest wait */
-	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - MST_REBUILD_MAX_MS);
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - m->cfg.report_wait_ms);
 	mst_rebuild_heard(m);
 	assert_int_equal(mst_rebuild_settling(m), 0);
 	/* a fresh lead: waits for seg-a's owner, until it reports */
 	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - 400);
 	assert_int_equal(mst_rebuild_settling(m), 1);
 	report_last(m, CLIENT_A);
+	assert_int_equal(mst_rebuild_settling(m), 0);
+	mst_master_destroy(m);
+}
+
+/* --report-wait bounds the whole wait, heard from or not: a report of ten
+ * million objects takes longer than the 30 s default, and a proxy that
+ * never reports holds a leader off no longer than asked. */
+static void test_master_settle_report_wait_bounds_the_wait(void **state)
+{
+	struct mst_master *m = master_new("report-wait", "90s");
+	uint64_t lead = lc_now_ms() - 60000;
+
+	(void)state;
+	assert_int_equal(m->cfg.report_wait_ms, 90000);
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lead);
+	mst_rebuild_heard(m);			      /* a report rebuilt something just now */
+	assert_int_equal(mst_rebuild_settling(m), 1); /* 60 s in: the default ended it */
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - 90000);
+	assert_int_equal(mst_rebuild_settling(m), 0);
+	mst_master_destroy(m);
+	m = master_new("report-wait", "5s");
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - 5000);
+	mst_rebuild_heard(m);
 	assert_int_equal(mst_rebuild_settling(m), 0);
 	mst_master_destroy(m);
 }
@@ -201,4 +227,5 @@ static void test_master_settle_counts_each_owner_once(void **state)
 LUNAR_TEST_MAIN(NULL, NULL, test_master_settle_reads_count_beside_mounts,
 		test_master_settle_grace_from_latest_heard,
 		test_master_settle_grace_kept_only_by_rebuilds,
-		test_master_settle_counts_each_owner_once)
+		test_master_settle_counts_each_owner_once,
+		test_master_settle_report_wait_bounds_the_wait)
