@@ -174,9 +174,11 @@ static size_t put_count(const Lunar__BatchPutStartReply *rep, size_t n, uint32_t
 /*
  * Write the keys the master placed, every replica of every key at once
  * (the engine spreads them over its connections and I/O threads, this
- * worker running a share), those on our own segment only while its
- * mount epoch is still epoch (read before the PutStart, as mark:
- * px_uncommit_mark); returns how many keys it placed.
+ * worker running a share); a write to our own segment only while its
+ * mount epoch is still epoch. Both epoch and mark (px_uncommit_mark) were
+ * read before the PutStart: mark tells whether a key the master found to
+ * exist may be a value of ours taken back since. Returns how many keys
+ * the master placed.
  */
 static size_t put_transfer(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
 			   const Lunar__BatchPutStartReply *rep, uint64_t epoch, uint64_t mark,
