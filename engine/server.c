@@ -7,7 +7,7 @@
  * is taken, the connection longest in its handshake (keyed: a peer not yet
  * known), else the one that has waited longest for a request, gives way
  * to the new one, so idle sockets of one peer cannot lock the others out;
- * and one address (an IPv6 /64) holds at most a quarter of the slots, so neither can
+ * and one address holds at most a quarter of the slots, so neither can
  * sockets that each began a request and stalled (held to the I/O timeout).
  * A connection thread that ends tells the listener (an eventfd), which
  * joins it and closes its descriptor then. A keyed engine's connection
@@ -46,7 +46,7 @@ struct eng_srv_conn {
 	struct eng_srv_conn *next;
 	struct eng_engine *e;
 	int fd; /* closed only after the thread is joined: never reused under a shutdown() */
-	uint8_t addr[16]; /* the peer's address, IPv4 as ::ffff:a.b.c.d; IPv6 its /64 */
+	uint8_t addr[16]; /* the peer's address, IPv4 as ::ffff:a.b.c.d */
 	pthread_t tid;
 	atomic_int done;
 	uint64_t gen; /* the server's fence count when it was accepted */
@@ -359,16 +359,12 @@ static void *conn_main(void *arg)
 	return NULL;
 }
 
-/* The peer address of an accepted socket as the share of slots counts it,
- * in 16 bytes: IPv4 mapped; an IPv6 address's /64 only, since one host
- * is given a whole /64 and may connect from any address in it. */
+/* The peer address of an accepted socket, as 16 bytes (IPv4 mapped). */
 static void peer_addr(const struct sockaddr_storage *ss, uint8_t out[16])
 {
 	memset(out, 0, 16);
 	if (ss->ss_family == AF_INET6) {
-		const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
-
-		memcpy(out, a, IN6_IS_ADDR_V4MAPPED(a) ? 16 : 8);
+		memcpy(out, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
 	} else if (ss->ss_family == AF_INET) {
 		out[10] = out[11] = 0xff;
 		memcpy(out + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);

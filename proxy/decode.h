@@ -75,7 +75,8 @@ struct px_item {
 	int iovcnt;
 	uint64_t total;	   /* sum of iov lengths */
 	uint32_t crc;	   /* put: CRC32C of the value as written */
-	bool crc_given;	   /* put: crc is the client's (LC_SQE_SEG_CRC), before any write */
+	bool crc_given;	   /* put: crc known before any write: the client's
+			    * (LC_SQE_SEG_CRC), or taken first (ops_ahead.c) */
 	bool staged;	   /* get: every segment in the arena (px_item_read_dir) */
 	uint64_t *landed;  /* one-value staged get: its slot's landed word, else NULL */
 	uint32_t land_gen; /* the last attempt's gen in *landed */

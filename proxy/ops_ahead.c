@@ -145,19 +145,29 @@ static void write_first(struct px_proxy *px, struct px_req *r, const struct px_b
 	}
 }
 
-/* May the commit go beside the writes? Every piece's master takes it, and
+/*
+ * May the commit go beside the writes? Every piece's master takes it, and
  * every value's CRC32C is known first: the client's (staged), or taken
  * here in a pass of its own (registered; its write then names it rather
- * than taking it again). The pass costs what taking it on the way would
- * on this thread; the master's round trip it saves is the gain. */
+ * than taking it again). Keyed, the write's header needs it first anyway.
+ * Keyless, the pass is taken only for a write that goes in one slice,
+ * which would take it on this thread as it sent: the same pass, and the
+ * commit's round trip saved. A write cut into slices takes it on each slice's thread beside its
+ * send, faster than one pass here for the values that large.
+ */
 static int beside_ok(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
 		     struct ahead *a)
 {
 	if (px->cfg.commit_after_write)
 		return 0;
-	for (size_t i = 0; i < b->n; i++)
-		if (!px_piece_beside(&a->pc[i]))
+	for (size_t i = 0; i < b->n; i++) {
+		const struct px_item *it = &r->items[b->idx[i]];
+
+		if (!px_piece_beside(&a->pc[i]) ||
+		    (!it->crc_given && !px->cfg.keyed &&
+		     eng_engine_tcp_slices(px->engine, it->total) > 1))
 			return 0;
+	}
 	for (size_t i = 0; i < b->n; i++) {
 		struct px_item *it = &r->items[b->idx[i]];
 		uint32_t crc = 0;
@@ -434,13 +444,16 @@ static void write_commit(struct px_proxy *px, struct px_req *r, const struct px_
 	struct eng_cq *cq = NULL;
 
 	build_ops(px, r, b, a);
-	a->beside = beside_ok(px, r, b, a) && !eng_cq_alloc(&cq);
+	/* the queue first: no pass over the values for a commit that cannot
+	 * go beside anyway */
+	a->beside = !eng_cq_alloc(&cq) && beside_ok(px, r, b, a);
 	if (a->beside) {
 		commit(px, r, b, a, cq);
 		eng_cq_free(cq);
 		uncommit(px, r, b, a);
 		return;
 	}
+	eng_cq_free(cq);
 	write_first(px, r, b, a);
 	if (atomic_load(&r->s->dead)) { /* its client is gone: nothing to commit */
 		for (size_t i = 0; i < b->n; i++)

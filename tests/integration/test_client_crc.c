@@ -7,8 +7,8 @@
  * a miss; keyless, nothing checks it on the way, and a reader gets
  * CHECKSUM_MISMATCH, never the bytes. Either way the same bytes put with
  * the right claim, and liblunar's own puts, read back exact. A registered
- * value, which liblunar does not copy, has its CRC32C taken by A before its
- * write, so its commit still travels beside the write. One lunar-master;
+ * value, which liblunar does not copy, sent in one slice, has its CRC32C
+ * taken by A before its write, so its commit still travels beside it. One lunar-master;
  * proxy A has no segment (the raw client is A's), B has one, so every
  * value crosses B's data port.
  */
@@ -32,7 +32,7 @@
 #define VAL_LEN	   100003u /* not a multiple of a line: the claim covers every byte */
 #define CRC_REJECT "lunar_proxy_data_rejected_total{reason=\"crc\"}"
 #define BESIDE	   "lunar_proxy_puts_beside_total"
-#define BIG_LEN	   (1u << 20) /* a registered value's CRC32C is A's at any size */
+#define BIG_LEN	   (256u << 10) /* past the 64 KiB A took itself before; one slice */
 
 static char sock_a[PATH_MAX], sock_b[PATH_MAX], seg_b[H_SEG_NAME];
 static struct h_proc *proxy_a, *proxy_b;
