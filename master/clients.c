@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "atomic.h"
 #include "clock.h"
 #include "log.h"
 #include "mst_int.h"
@@ -109,6 +110,18 @@ static int silent(const struct mst_master *m, const struct mst_client *x, uint64
 	return now >= m->cfg.client_ttl_ms && x->last_ping_ms < now - m->cfg.client_ttl_ms;
 }
 
+/* x called now: counted once a lead in rebuild.clients_called, for the
+ * new leader's wait (mst_rebuild_settling). With the table's lock held. */
+static void called(struct mst_master *m, struct mst_client *x)
+{
+	uint64_t lead = LC_READ_ONCE(m->rebuild.lead_ms);
+
+	if (lead && x->called_lead_ms != lead) {
+		x->called_lead_ms = lead;
+		lc_fetch_add_relaxed(&m->rebuild.clients_called, 1);
+	}
+}
+
 /* Add client, unknown to c, pinged now; with c->lock held. */
 static int client_add(struct mst_clients *c, uint64_t client, uint64_t now)
 {
@@ -136,6 +149,7 @@ int mst_client_touch(struct mst_master *m, uint64_t client)
 	pp = client_find(c, client);
 	if (*pp && !silent(m, *pp, now)) {
 		(*pp)->last_ping_ms = now;
+		called(m, *pp);
 		pthread_mutex_unlock(&c->lock);
 		return 0;
 	}
@@ -148,6 +162,7 @@ int mst_client_touch(struct mst_master *m, uint64_t client)
 	pp = client_find(c, client);
 	if (*pp && !silent(m, *pp, now)) {
 		(*pp)->last_ping_ms = now; /* another call registered it meanwhile */
+		called(m, *pp);
 		pthread_mutex_unlock(&c->lock);
 		pthread_mutex_unlock(&c->bury_lock);
 		return 0;
@@ -164,6 +179,8 @@ int mst_client_touch(struct mst_master *m, uint64_t client)
 		clients_bury(m, &client, 1, now);
 	pthread_mutex_lock(&c->lock);
 	rc = client_add(c, client, lc_now_ms());
+	if (!rc)
+		called(m, *client_find(c, client));
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&c->bury_lock);
 	if (rc)
@@ -182,19 +199,25 @@ int mst_client_alive(struct mst_master *m, uint64_t client)
 	return alive;
 }
 
-int mst_client_reported(struct mst_master *m, uint64_t client, uint64_t lead_ms)
+int mst_client_last_batch(struct mst_master *m, uint64_t client, uint64_t lead_ms, int owns)
 {
 	struct mst_client *x;
-	int first = 0;
+	int first_owned = 0;
 
 	pthread_mutex_lock(&m->clients.lock);
 	x = *client_find(&m->clients, client);
-	if (x && x->reported_lead_ms != lead_ms) {
+	if (x && x->called_lead_ms == lead_ms && x->done_lead_ms != lead_ms) {
+		x->done_lead_ms = lead_ms;
+		/* after its call's count (the lock orders them): released so,
+		 * a wait that reads this count also reads that one */
+		lc_fetch_add_release(&m->rebuild.clients_done, 1);
+	}
+	if (x && owns && x->reported_lead_ms != lead_ms) {
 		x->reported_lead_ms = lead_ms;
-		first = 1;
+		first_owned = 1;
 	}
 	pthread_mutex_unlock(&m->clients.lock);
-	return first;
+	return first_owned;
 }
 
 /* Unlink the clients silent since before deadline; their ids in *out

@@ -12,7 +12,7 @@
 #include "lunar.h"
 #include "parse.h"
 
-enum kind { DURATION, RATIO, BOOL, STRATEGY, SIZE, QUOTA, SWITCH, OFFLOAD, COUNT };
+enum kind { DURATION, WAIT, RATIO, BOOL, STRATEGY, SIZE, QUOTA, SWITCH, OFFLOAD, COUNT };
 
 struct flag {
 	const char *name;
@@ -46,7 +46,7 @@ static const struct flag flags[] = {
     F("offload-queue", COUNT, offload_queue),
     F("offload-queue-bytes", SIZE, offload_queue_bytes),
     F("offload-put-wait", DURATION, offload_put_wait_ms),
-    F("report-wait", DURATION, report_wait_ms),
+    F("report-wait", WAIT, report_wait_ms),
 };
 
 static const char *const strategies[] = {
@@ -115,6 +115,17 @@ static int parse_offload(struct mst_config *cfg, const char *s)
 	return 0;
 }
 
+/* A DURATION of 1s..24h: a wait that must happen, and end. */
+static int parse_wait(const char *s, uint64_t *v)
+{
+	uint64_t ms;
+
+	if (lc_parse_duration_ms(s, &ms) || ms < 1000 || ms > 24 * 3600000ull)
+		return -EINVAL;
+	*v = ms;
+	return 0;
+}
+
 static int parse_count(const char *s, uint64_t *v)
 {
 	uint64_t x;
@@ -162,6 +173,7 @@ static int set(struct mst_config *cfg, const char *name, const char *value)
 			return -EINVAL;
 		switch (flags[i].kind) {
 		case DURATION: return lc_parse_duration_ms(value, p);
+		case WAIT: return parse_wait(value, p);
 		case RATIO: return lc_parse_ratio(value, p);
 		case BOOL: return parse_bool(value, p);
 		case STRATEGY: return parse_strategy(value, p);
@@ -234,6 +246,6 @@ const char *mst_config_usage(void)
 	       "                                   then the least recently used go uncopied\n"
 	       "  --report-wait DURATION           with --etcd: the longest a new leader waits\n"
 	       "                                   for the proxies' reports before it places\n"
-	       "                                   anything (30s; a report of 1M objects\n"
-	       "                                   takes about 3 s)\n";
+	       "                                   anything (30s, 1s..24h; a report of 1M\n"
+	       "                                   objects takes about 3 s)\n";
 }

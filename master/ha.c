@@ -212,8 +212,7 @@ static void campaign(struct mst_ha *h)
 	/* A term of ours long ago left reservations its proxies have dropped
 	 * since (they drop theirs at every leader change): end them, late. */
 	mst_resv_drop_all(h->m);
-	LC_WRITE_ONCE(h->m->rebuild.proxies_done, 0);
-	LC_WRITE_ONCE(h->m->rebuild.lead_ms, lc_now_ms());
+	mst_rebuild_lead(h->m, lc_now_ms());
 	mst_ha_gate_lead(h->g, h->view, fence_of(h, t0, granted));
 	LC_INFO("ha", "leading %s in view %llu (lease %llx, %llds, via %s)", h->key,
 		(unsigned long long)h->view, (unsigned long long)id, (long long)granted,

@@ -70,7 +70,9 @@ struct mst_client {
 	struct mst_client *next;
 	uint64_t id;
 	uint64_t last_ping_ms;
-	uint64_t reported_lead_ms; /* the lead its report's last batch came in */
+	uint64_t called_lead_ms;   /* the lead it last called in (touch) */
+	uint64_t done_lead_ms;	   /* the lead its report's last batch came in */
+	uint64_t reported_lead_ms; /* and the lead one came in while it owned a segment */
 };
 
 struct mst_clients {
@@ -158,15 +160,21 @@ struct mst_rebuild_ctr {
 	uint64_t merged;       /* reports that added replicas to a known object */
 	uint64_t refused;      /* reports not taken (older, range taken, no segment...) */
 	uint64_t proxies_done; /* segments whose owner sent its last batch */
-	uint64_t lead_ms;      /* when this master began to lead (ha.c); 0 never */
-	uint64_t heard_ms;     /* and its latest new mount or report since */
-	uint64_t first_ms;     /* CLOCK_MONOTONIC ms of the first report, 0 none */
-	uint64_t last_ms;      /* and of the latest */
+	/* This lead's clients (ha.c zeroes them as it begins): those that
+	 * called it (pinged, mounted), and of them those whose report's last
+	 * batch came. A writer without a segment reports values in its
+	 * peers' segments: the wait is for every proxy, not only owners. */
+	uint64_t clients_called, clients_done;
+	uint64_t lead_ms;  /* when this master began to lead (ha.c); 0 never */
+	uint64_t heard_ms; /* and its latest new mount or report since */
+	uint64_t first_ms; /* CLOCK_MONOTONIC ms of the first report, 0 none */
+	uint64_t last_ms;  /* and of the latest */
 };
 
 /* mst_rebuild_settling - 1 while a new leader waits for the proxies'
  * reports before it places anything (reported ranges come first): until
- * every mounted segment's owner sent its last batch (and 300 ms passed),
+ * every mounted segment's owner, and every client that called in this
+ * lead, sent its last batch (and 300 ms passed),
  * or MST_REBUILD_GRACE_MS without a new mount or a report that rebuilt
  * something (a large report takes longer), or cfg.report_wait_ms after it
  * began to lead. Lock-free.
@@ -174,6 +182,9 @@ struct mst_rebuild_ctr {
  * came (lock-free). */
 #define MST_REBUILD_GRACE_MS 3000
 int mst_rebuild_settling(struct mst_master *m);
+/* mst_rebuild_lead - a lead begins at now_ms (ha.c, before the gate
+ * admits any call of it): its wait's counts start from zero. */
+void mst_rebuild_lead(struct mst_master *m, uint64_t now_ms);
 void mst_rebuild_heard(struct mst_master *m);
 /* mst_rebuild_report - ReportObjects (rebuild.c). 0 or -ENOMEM. */
 int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep);
@@ -697,10 +708,12 @@ int mst_client_touch(struct mst_master *m, uint64_t client);
 /* mst_client_alive - 1 if client is known (not expired), else 0. Takes the
  * client table lock, innermost (resv.c calls it under the reservation lock). */
 int mst_client_alive(struct mst_master *m, uint64_t client);
-/* mst_client_reported - client sent its report's last batch in the lead
- * that began at lead_ms: 1 the first time in that lead, else 0 (again, or
- * an unknown client). Takes the client table lock. */
-int mst_client_reported(struct mst_master *m, uint64_t client, uint64_t lead_ms);
+/* mst_client_last_batch - client sent its report's last batch in the lead
+ * that began at lead_ms, while owning a segment or not (owns). Counts it
+ * in rebuild.clients_done the first time in that lead if the client
+ * called in it; returns 1 the first time in that lead it owns a segment,
+ * else 0 (again, an unknown client). Takes the client table lock. */
+int mst_client_last_batch(struct mst_master *m, uint64_t client, uint64_t lead_ms, int owns);
 /* mst_clients_expire - declare clients silent for client_ttl dead and drop
  * their segments and puts. Run by the housekeeping thread. */
 void mst_clients_expire(struct mst_master *m);

@@ -193,9 +193,17 @@ void mst_rebuild_heard(struct mst_master *m)
 	LC_WRITE_ONCE(m->rebuild.heard_ms, lc_now_ms());
 }
 
+void mst_rebuild_lead(struct mst_master *m, uint64_t now_ms)
+{
+	LC_WRITE_ONCE(m->rebuild.proxies_done, 0);
+	LC_WRITE_ONCE(m->rebuild.clients_called, 0);
+	LC_WRITE_ONCE(m->rebuild.clients_done, 0);
+	LC_WRITE_ONCE(m->rebuild.lead_ms, now_ms);
+}
+
 int mst_rebuild_settling(struct mst_master *m)
 {
-	uint64_t lead = LC_READ_ONCE(m->rebuild.lead_ms), heard, now;
+	uint64_t lead = LC_READ_ONCE(m->rebuild.lead_ms), heard, now, done, called;
 	size_t n;
 
 	if (!lead)
@@ -207,7 +215,11 @@ int mst_rebuild_settling(struct mst_master *m)
 	if (now - lead >= m->cfg.report_wait_ms || now - heard >= MST_REBUILD_GRACE_MS)
 		return 0;
 	n = LC_READ_ONCE(m->segs.n); /* once: an unmount may come between two reads */
-	return now - lead < 300 || !n || LC_READ_ONCE(m->rebuild.proxies_done) < n;
+	/* done first (acquired: mst_client_last_batch): a client is done only
+	 * once it called, so the two, read so, held together at the first */
+	done = lc_load_acquire(&m->rebuild.clients_done);
+	called = LC_READ_ONCE(m->rebuild.clients_called);
+	return now - lead < 300 || !n || LC_READ_ONCE(m->rebuild.proxies_done) < n || done < called;
 }
 
 int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, ProtobufCMessage **rep)
@@ -246,10 +258,12 @@ int mst_rebuild_report(struct mst_master *m, const ProtobufCMessage *req, Protob
 	LC_WRITE_ONCE(m->rebuild.last_ms, lc_now_ms());
 	if (rebuilt) /* not a report sent again, whose ranges are all taken */
 		mst_rebuild_heard(m);
-	/* Once a lead for each segment owner, for each of its segments: the
-	 * wait compares the count with the segments mounted. */
+	/* Once a lead for each client, and for each segment owner for each of
+	 * its segments: the wait compares the counts with the clients that
+	 * called and the segments mounted. */
 	owned = rq->last ? mst_segments_owned(m, rq->client_id) : 0;
-	if (owned && mst_client_reported(m, rq->client_id, LC_READ_ONCE(m->rebuild.lead_ms)))
+	if (rq->last &&
+	    mst_client_last_batch(m, rq->client_id, LC_READ_ONCE(m->rebuild.lead_ms), owned != 0))
 		lc_fetch_add_relaxed(&m->rebuild.proxies_done, owned);
 	return 0;
 }
@@ -271,6 +285,10 @@ void mst_rebuild_metrics(struct mst_master *m, FILE *f)
 		"lunar_master_rebuild_refused_total %llu\n"
 		"# TYPE lunar_master_rebuild_proxies_done gauge\n"
 		"lunar_master_rebuild_proxies_done %llu\n"
+		"# TYPE lunar_master_rebuild_clients_called gauge\n"
+		"lunar_master_rebuild_clients_called %llu\n"
+		"# TYPE lunar_master_rebuild_clients_done gauge\n"
+		"lunar_master_rebuild_clients_done %llu\n"
 		"# TYPE lunar_master_rebuild_seconds gauge\n"
 		"lunar_master_rebuild_seconds %.3f\n",
 		(unsigned long long)LC_READ_ONCE(c->reported),
@@ -278,5 +296,7 @@ void mst_rebuild_metrics(struct mst_master *m, FILE *f)
 		(unsigned long long)LC_READ_ONCE(c->merged),
 		(unsigned long long)LC_READ_ONCE(c->refused),
 		(unsigned long long)LC_READ_ONCE(c->proxies_done),
+		(unsigned long long)LC_READ_ONCE(c->clients_called),
+		(unsigned long long)LC_READ_ONCE(c->clients_done),
 		first ? (double)(last - first) / 1000.0 : 0.0);
 }

@@ -8,7 +8,7 @@
  * by make tsan, would report: the count was a plain store under the write
  * lock). Its grace runs from the latest new mount or report that rebuilt
  * something, up to --report-wait, and it counts each segment owner's last
- * batch once a lead.
+ * batch once a lead, and waits for every client that called in the lead.
  */
 #include "test_master_util.h"
 
@@ -136,22 +136,28 @@ static void test_master_settle_grace_from_latest_heard(void **state)
 	mst_rebuild_heard(m);
 	assert_int_equal(mst_rebuild_settling(m), 0);
 	/* a fresh lead: waits for seg-a's owner, until it reports */
-	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - 400);
+	mst_rebuild_lead(m, lc_now_ms() - 400);
 	assert_int_equal(mst_rebuild_settling(m), 1);
 	report_last(m, CLIENT_A);
 	assert_int_equal(mst_rebuild_settling(m), 0);
 	mst_master_destroy(m);
 }
 
-/* --report-wait bounds the whole wait, heard from or not: a report of ten
- * million objects takes longer than the 30 s default, and a proxy that
- * never reports holds a leader off no longer than asked. */
+/* --report-wait bounds the whole wait, however often reports rebuild
+ * something: one of ten million objects takes longer than the 30 s
+ * default. It is 1s..24h: 0 would place over ranges not reported yet. */
 static void test_master_settle_report_wait_bounds_the_wait(void **state)
 {
 	struct mst_master *m = master_new("report-wait", "90s");
 	uint64_t lead = lc_now_ms() - 60000;
+	struct mst_config cfg;
 
 	(void)state;
+	mst_config_defaults(&cfg);
+	assert_int_equal(mst_config_set(&cfg, "report-wait", "0"), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(mst_config_set(&cfg, "report-wait", "999ms"), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(mst_config_set(&cfg, "report-wait", "25h"), LUNAR_ERR_INVALID_PARAMS);
+	assert_int_equal(cfg.report_wait_ms, 30000);
 	assert_int_equal(m->cfg.report_wait_ms, 90000);
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
 	LC_WRITE_ONCE(m->rebuild.lead_ms, lead);
@@ -215,11 +221,36 @@ static void test_master_settle_counts_each_owner_once(void **state)
 	report_last(m, CLIENT_B);
 	assert_int_equal(mst_rebuild_settling(m), 0);
 	/* a new lead: each counts again */
-	LC_WRITE_ONCE(m->rebuild.lead_ms, lead - 1);
-	LC_WRITE_ONCE(m->rebuild.proxies_done, 0);
+	mst_rebuild_lead(m, lead - 1);
 	report_last(m, CLIENT_A);
 	assert_int_equal(mst_rebuild_settling(m), 1);
 	report_last(m, CLIENT_B);
+	assert_int_equal(mst_rebuild_settling(m), 0);
+	mst_master_destroy(m);
+}
+
+/* A writer without a segment reports values that live in its peers'
+ * segments: the wait holds for every client that called in the lead, not
+ * only for the segment owners (it ended with the owners' last batches, and
+ * a placement could then take a range the writer had yet to report). A
+ * client that did not call in the lead is not waited for, and a last
+ * batch sent again counts once. */
+static void test_master_settle_waits_for_writers(void **state)
+{
+	struct mst_master *m = master_new(NULL, NULL);
+
+	(void)state;
+	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - 400);
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_int_equal(ping(m, CLIENT_C), 1); /* a writer: no segment, new here */
+	report_last(m, CLIENT_A);
+	assert_int_equal(mst_rebuild_settling(m), 1);
+	report_last(m, CLIENT_C);
+	assert_int_equal(mst_rebuild_settling(m), 0);
+	report_last(m, CLIENT_B); /* never called in this lead */
+	report_last(m, CLIENT_C);
+	assert_int_equal(LC_READ_ONCE(m->rebuild.clients_called), 2);
+	assert_int_equal(LC_READ_ONCE(m->rebuild.clients_done), 2);
 	assert_int_equal(mst_rebuild_settling(m), 0);
 	mst_master_destroy(m);
 }
@@ -228,4 +259,5 @@ LUNAR_TEST_MAIN(NULL, NULL, test_master_settle_reads_count_beside_mounts,
 		test_master_settle_grace_from_latest_heard,
 		test_master_settle_grace_kept_only_by_rebuilds,
 		test_master_settle_counts_each_owner_once,
-		test_master_settle_report_wait_bounds_the_wait)
+		test_master_settle_report_wait_bounds_the_wait,
+		test_master_settle_waits_for_writers)
