@@ -703,6 +703,10 @@ void eng_exec_stop(struct eng_engine *e);
  * once), else 0.
  */
 int eng_exec_live(struct eng_engine *e, int *live, int fd);
+/* eng_tcp_slices - how many slices a TCP transfer of total bytes is cut
+ * into (eng_tcp_plan): 1 up to ENG_SLICE_MIN or with cfg.slices 1, at most
+ * cfg.slices. */
+unsigned eng_tcp_slices(const struct eng_engine *e, uint64_t total);
 /* eng_transport - the transport of a transfer to endpoint (engine.c): the
  * one place that chooses. */
 const struct eng_transport_ops *eng_transport(const struct eng_engine *e, const char *endpoint);

@@ -176,6 +176,13 @@ const struct eng_transport_ops *eng_transport(const struct eng_engine *e, const 
 	return e->rdma ? &eng_rdma_ops : &eng_tcp_ops;
 }
 
+int eng_engine_crc_on_way(const struct eng_engine *e, const char *endpoint, uint64_t total)
+{
+	const struct eng_transport_ops *t = eng_transport(e, endpoint);
+
+	return t == &eng_local_ops || (t == &eng_tcp_ops && eng_tcp_slices(e, total) > 1);
+}
+
 int eng_engine_tells_landed(const struct eng_engine *e, const char *endpoint)
 {
 	return eng_transport(e, endpoint) == &eng_tcp_ops;

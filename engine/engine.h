@@ -208,12 +208,14 @@ int eng_engine_tells_landed(const struct eng_engine *e, const char *endpoint);
  * this engine has an RDMA device (the peer has none, its handshake failed,
  * or local memory not registered). */
 uint64_t eng_engine_rdma_fallbacks(const struct eng_engine *e);
-/* eng_engine_tcp_slices - how many slices a TCP transfer of total bytes is
- * cut into, each sent on a connection and thread of its own (and, when
- * its op wants a CRC32C, checksummed there as it goes): 1 up to one
- * slice's minimum (256 KiB) or with cfg.slices 1, at most cfg.slices.
- * Any thread. */
-unsigned eng_engine_tcp_slices(const struct eng_engine *e, uint64_t total);
+/* eng_engine_crc_on_way - 1 if a write of total bytes to endpoint that
+ * wants its CRC32C (want_crc) takes it as its bytes move at less cost than
+ * a pass of its own before it would: a local copy (checksummed in the
+ * copy) or a TCP write cut into slices (each checksummed on its own thread
+ * beside its send: over 256 KiB with cfg.slices 2 or more). 0 for a TCP
+ * write in one slice (the same pass, on the sending thread) and an RDMA
+ * write (a pass after the transfer). Any thread. */
+int eng_engine_crc_on_way(const struct eng_engine *e, const char *endpoint, uint64_t total);
 /* eng_engine_rdma_device - "name:port" of the RDMA device in use, or NULL. */
 const char *eng_engine_rdma_device(const struct eng_engine *e);
 

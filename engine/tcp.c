@@ -381,7 +381,7 @@ int eng_tcp_run(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns
 	return rc;
 }
 
-unsigned eng_engine_tcp_slices(const struct eng_engine *e, uint64_t total)
+unsigned eng_tcp_slices(const struct eng_engine *e, uint64_t total)
 {
 	uint64_t n = (total + ENG_SLICE_MIN - 1) / ENG_SLICE_MIN;
 
@@ -394,7 +394,7 @@ int eng_tcp_plan(struct eng_engine *e, struct eng_op *op)
 		LC_DEBUG(ENG_LOG, "no capability for a transfer with %s", op->endpoint);
 		return ENG_XFER_UNSENT; /* the owner would refuse it: nothing sent */
 	}
-	op->priv.nslices = (uint8_t)eng_engine_tcp_slices(e, op->priv.total);
+	op->priv.nslices = (uint8_t)eng_tcp_slices(e, op->priv.total);
 	op->priv.chunk = (op->priv.total + op->priv.nslices - 1) / op->priv.nslices;
 	return 0;
 }

@@ -122,8 +122,21 @@ static void called(struct mst_master *m, struct mst_client *x)
 	}
 }
 
-/* Add client, unknown to c, pinged now; with c->lock held. */
-static int client_add(struct mst_clients *c, uint64_t client, uint64_t now)
+/* Free x, unlinked for good (expired): one that called in this lead and
+ * never sent its last batch is waited for no more. With c->lock held. */
+static void client_free(struct mst_master *m, struct mst_client *x)
+{
+	uint64_t lead = LC_READ_ONCE(m->rebuild.lead_ms);
+
+	if (lead && x->called_lead_ms == lead && x->done_lead_ms != lead)
+		lc_fetch_sub_relaxed(&m->rebuild.clients_called, 1);
+	free(x);
+}
+
+/* Add client, unknown to c, pinged now, its lead stamps those of its life
+ * before (was; zero: none), whose report stands. With c->lock held. */
+static int client_add(struct mst_clients *c, uint64_t client, uint64_t now,
+		      const struct mst_client *was)
 {
 	struct mst_client *x = calloc(1, sizeof(*x));
 
@@ -131,6 +144,9 @@ static int client_add(struct mst_clients *c, uint64_t client, uint64_t now)
 		return -ENOMEM;
 	x->id = client;
 	x->last_ping_ms = now;
+	x->called_lead_ms = was->called_lead_ms;
+	x->done_lead_ms = was->done_lead_ms;
+	x->reported_lead_ms = was->reported_lead_ms;
 	*client_find(c, client) = x;
 	c->n++;
 	if (c->n > c->nbuckets)
@@ -142,7 +158,7 @@ int mst_client_touch(struct mst_master *m, uint64_t client)
 {
 	struct mst_clients *c = &m->clients;
 	uint64_t now = lc_now_ms();
-	struct mst_client **pp, *x;
+	struct mst_client **pp, *x, was = {0};
 	int dead = 0, rc;
 
 	pthread_mutex_lock(&c->lock);
@@ -171,6 +187,7 @@ int mst_client_touch(struct mst_master *m, uint64_t client)
 		x = *pp;
 		*pp = x->next;
 		c->n--;
+		was = *x;
 		free(x);
 		dead = 1;
 	}
@@ -178,7 +195,7 @@ int mst_client_touch(struct mst_master *m, uint64_t client)
 	if (dead)
 		clients_bury(m, &client, 1, now);
 	pthread_mutex_lock(&c->lock);
-	rc = client_add(c, client, lc_now_ms());
+	rc = client_add(c, client, lc_now_ms(), &was);
 	if (!rc)
 		called(m, *client_find(c, client));
 	pthread_mutex_unlock(&c->lock);
@@ -222,8 +239,9 @@ int mst_client_last_batch(struct mst_master *m, uint64_t client, uint64_t lead_m
 
 /* Unlink the clients silent since before deadline; their ids in *out
  * (malloc'd), how many. Out of memory, the rest waits for the next round. */
-static size_t take_expired(struct mst_clients *c, uint64_t deadline, uint64_t **out)
+static size_t take_expired(struct mst_master *m, uint64_t deadline, uint64_t **out)
 {
+	struct mst_clients *c = &m->clients;
 	uint64_t *ids = NULL, *v;
 	size_t n = 0, cap = 0;
 
@@ -245,7 +263,7 @@ static size_t take_expired(struct mst_clients *c, uint64_t deadline, uint64_t **
 			ids[n++] = x->id;
 			*pp = x->next;
 			c->n--;
-			free(x);
+			client_free(m, x);
 		}
 	}
 out:
@@ -262,7 +280,7 @@ void mst_clients_expire(struct mst_master *m)
 	if (now < m->cfg.client_ttl_ms)
 		return;
 	pthread_mutex_lock(&m->clients.bury_lock);
-	n = take_expired(&m->clients, now - m->cfg.client_ttl_ms, &ids);
+	n = take_expired(m, now - m->cfg.client_ttl_ms, &ids);
 	clients_bury(m, ids, n, now);
 	pthread_mutex_unlock(&m->clients.bury_lock);
 	free(ids);

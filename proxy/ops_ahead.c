@@ -21,6 +21,10 @@
 #include "lunar.h"
 #include "ops.h"
 
+/* The largest value whose CRC32C a pass here takes for less than the
+ * master's round trip that committing beside its write saves. */
+#define PX_BESIDE_CRC_MAX (64u * 1024)
+
 /* The pieces and writes of one request. */
 struct ahead {
 	size_t n;
@@ -146,17 +150,17 @@ static void write_first(struct px_proxy *px, struct px_req *r, const struct px_b
 }
 
 /*
- * May the commit go beside the writes? Every piece's master takes it, and
- * every value's CRC32C is known first: the client's (staged), or taken
- * here in a pass of its own (registered; its write then names it rather
- * than taking it again). Keyed, the write's header needs it first anyway.
- * Keyless, the pass is taken only for a write that goes in one slice,
- * which would take it on this thread as it sent: the same pass, and the
- * commit's round trip saved. A write cut into slices takes it on each slice's thread beside its
- * send, faster than one pass here for the values that large.
+ * May the commit go beside the writes (no side effect)? Every piece's
+ * master takes it, and every value's CRC32C can be known first: the
+ * client's (staged), or taken here in a pass of its own (beside_crcs)
+ * where that costs no more than taking it on the way would: a value up to
+ * PX_BESIDE_CRC_MAX, or one whose write would take it in the same kind of
+ * pass (TCP in one slice, RDMA: eng_engine_crc_on_way). A write that
+ * takes it on the way for less (a local copy; slices, each checksummed on
+ * its own thread) is committed after instead.
  */
-static int beside_ok(struct px_proxy *px, struct px_req *r, const struct px_batch *b,
-		     struct ahead *a)
+static int beside_may(struct px_proxy *px, const struct px_req *r, const struct px_batch *b,
+		      const struct ahead *a)
 {
 	if (px->cfg.commit_after_write)
 		return 0;
@@ -164,10 +168,17 @@ static int beside_ok(struct px_proxy *px, struct px_req *r, const struct px_batc
 		const struct px_item *it = &r->items[b->idx[i]];
 
 		if (!px_piece_beside(&a->pc[i]) ||
-		    (!it->crc_given && !px->cfg.keyed &&
-		     eng_engine_tcp_slices(px->engine, it->total) > 1))
+		    (!it->crc_given && it->total > PX_BESIDE_CRC_MAX &&
+		     eng_engine_crc_on_way(px->engine, a->ops[i].endpoint, it->total)))
 			return 0;
 	}
+	return 1;
+}
+
+/* Take the CRC32C of each value whose client named none: its write then
+ * names it (a keyed one in its header) rather than taking it again. */
+static void beside_crcs(struct px_req *r, const struct px_batch *b, struct ahead *a)
+{
 	for (size_t i = 0; i < b->n; i++) {
 		struct px_item *it = &r->items[b->idx[i]];
 		uint32_t crc = 0;
@@ -182,7 +193,6 @@ static int beside_ok(struct px_proxy *px, struct px_req *r, const struct px_batc
 		a->ops[i].crc_known = 1;
 		a->ops[i].known_crc = crc;
 	}
-	return 1;
 }
 
 /* A BatchPutCommit (or Uncommit) request over some of a request's keys:
@@ -444,16 +454,14 @@ static void write_commit(struct px_proxy *px, struct px_req *r, const struct px_
 	struct eng_cq *cq = NULL;
 
 	build_ops(px, r, b, a);
-	/* the queue first: no pass over the values for a commit that cannot
-	 * go beside anyway */
-	a->beside = !eng_cq_alloc(&cq) && beside_ok(px, r, b, a);
+	a->beside = beside_may(px, r, b, a) && !eng_cq_alloc(&cq);
 	if (a->beside) {
+		beside_crcs(r, b, a);
 		commit(px, r, b, a, cq);
 		eng_cq_free(cq);
 		uncommit(px, r, b, a);
 		return;
 	}
-	eng_cq_free(cq);
 	write_first(px, r, b, a);
 	if (atomic_load(&r->s->dead)) { /* its client is gone: nothing to commit */
 		for (size_t i = 0; i < b->n; i++)

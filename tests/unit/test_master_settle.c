@@ -158,6 +158,8 @@ static void test_master_settle_report_wait_bounds_the_wait(void **state)
 	assert_int_equal(mst_config_set(&cfg, "report-wait", "999ms"), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(mst_config_set(&cfg, "report-wait", "25h"), LUNAR_ERR_INVALID_PARAMS);
 	assert_int_equal(cfg.report_wait_ms, 30000);
+	assert_int_equal(mst_config_set(&cfg, "report-wait", "1s"), 0);
+	assert_int_equal(mst_config_set(&cfg, "report-wait", "24h"), 0);
 	assert_int_equal(m->cfg.report_wait_ms, 90000);
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
 	LC_WRITE_ONCE(m->rebuild.lead_ms, lead);
@@ -238,9 +240,10 @@ static void test_master_settle_counts_each_owner_once(void **state)
 static void test_master_settle_waits_for_writers(void **state)
 {
 	struct mst_master *m = master_new(NULL, NULL);
+	uint64_t lead = lc_now_ms() - 400;
 
 	(void)state;
-	LC_WRITE_ONCE(m->rebuild.lead_ms, lc_now_ms() - 400);
+	mst_rebuild_lead(m, lead);
 	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
 	assert_int_equal(ping(m, CLIENT_C), 1); /* a writer: no segment, new here */
 	report_last(m, CLIENT_A);
@@ -252,6 +255,43 @@ static void test_master_settle_waits_for_writers(void **state)
 	assert_int_equal(LC_READ_ONCE(m->rebuild.clients_called), 2);
 	assert_int_equal(LC_READ_ONCE(m->rebuild.clients_done), 2);
 	assert_int_equal(mst_rebuild_settling(m), 0);
+	/* the next lead: C called in the last one only, so its last batch
+	 * does not stand for the writer B's */
+	mst_rebuild_lead(m, lead - 1);
+	assert_int_equal(ping(m, CLIENT_A), 0);
+	assert_int_equal(ping(m, CLIENT_B), 1);
+	report_last(m, CLIENT_C);
+	report_last(m, CLIENT_A);
+	assert_int_equal(mst_rebuild_settling(m), 1);
+	report_last(m, CLIENT_B);
+	assert_int_equal(mst_rebuild_settling(m), 0);
+	mst_master_destroy(m);
+}
+
+/* A client that called in the lead and then expired without its last
+ * batch is waited for no more; one declared dead and back at once keeps
+ * the report it sent. */
+static void test_master_settle_drops_dead_callers(void **state)
+{
+	struct mst_master *m = master_new("client-ttl", "300ms");
+
+	(void)state;
+	mst_rebuild_lead(m, lc_now_ms() - 400);
+	assert_int_equal(mount(m, CLIENT_A, "seg-a", MIB), 0);
+	assert_int_equal(ping(m, CLIENT_C), 1);
+	assert_int_equal(ping(m, CLIENT_B), 1);
+	report_last(m, CLIENT_B);
+	report_last(m, CLIENT_A);
+	assert_int_equal(mst_rebuild_settling(m), 1); /* C has not reported */
+	for (int i = 0; i < 2; i++) {		      /* A alive, B and C silent past the TTL */
+		usleep(200 * 1000);
+		assert_int_equal(ping(m, CLIENT_A), 0);
+	}
+	assert_int_equal(ping(m, CLIENT_B), 1); /* a new life */
+	mst_clients_expire(m);			/* C's */
+	assert_int_equal(LC_READ_ONCE(m->rebuild.clients_called), 2);
+	assert_int_equal(LC_READ_ONCE(m->rebuild.clients_done), 2);
+	assert_int_equal(mst_rebuild_settling(m), 0);
 	mst_master_destroy(m);
 }
 
@@ -260,4 +300,4 @@ LUNAR_TEST_MAIN(NULL, NULL, test_master_settle_reads_count_beside_mounts,
 		test_master_settle_grace_kept_only_by_rebuilds,
 		test_master_settle_counts_each_owner_once,
 		test_master_settle_report_wait_bounds_the_wait,
-		test_master_settle_waits_for_writers)
+		test_master_settle_waits_for_writers, test_master_settle_drops_dead_callers)
