@@ -122,7 +122,7 @@ static void called(struct mst_master *m, struct mst_client *x)
 	}
 }
 
-/* Free x, unlinked for good (expired): one that called in this lead and
+/* Free x, unlinked (declared dead): one that called in this lead and
  * never sent its last batch is waited for no more. With c->lock held. */
 static void client_free(struct mst_master *m, struct mst_client *x)
 {
@@ -133,10 +133,8 @@ static void client_free(struct mst_master *m, struct mst_client *x)
 	free(x);
 }
 
-/* Add client, unknown to c, pinged now, its lead stamps those of its life
- * before (was; zero: none), whose report stands. With c->lock held. */
-static int client_add(struct mst_clients *c, uint64_t client, uint64_t now,
-		      const struct mst_client *was)
+/* Add client, unknown to c, pinged now; with c->lock held. */
+static int client_add(struct mst_clients *c, uint64_t client, uint64_t now)
 {
 	struct mst_client *x = calloc(1, sizeof(*x));
 
@@ -144,9 +142,6 @@ static int client_add(struct mst_clients *c, uint64_t client, uint64_t now,
 		return -ENOMEM;
 	x->id = client;
 	x->last_ping_ms = now;
-	x->called_lead_ms = was->called_lead_ms;
-	x->done_lead_ms = was->done_lead_ms;
-	x->reported_lead_ms = was->reported_lead_ms;
 	*client_find(c, client) = x;
 	c->n++;
 	if (c->n > c->nbuckets)
@@ -158,7 +153,7 @@ int mst_client_touch(struct mst_master *m, uint64_t client)
 {
 	struct mst_clients *c = &m->clients;
 	uint64_t now = lc_now_ms();
-	struct mst_client **pp, *x, was = {0};
+	struct mst_client **pp, *x;
 	int dead = 0, rc;
 
 	pthread_mutex_lock(&c->lock);
@@ -187,15 +182,14 @@ int mst_client_touch(struct mst_master *m, uint64_t client)
 		x = *pp;
 		*pp = x->next;
 		c->n--;
-		was = *x;
-		free(x);
+		client_free(m, x);
 		dead = 1;
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (dead)
 		clients_bury(m, &client, 1, now);
 	pthread_mutex_lock(&c->lock);
-	rc = client_add(c, client, lc_now_ms(), &was);
+	rc = client_add(c, client, lc_now_ms());
 	if (!rc)
 		called(m, *client_find(c, client));
 	pthread_mutex_unlock(&c->lock);
