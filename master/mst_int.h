@@ -160,7 +160,7 @@ struct mst_rebuild_ctr {
 	uint64_t merged;       /* reports that added replicas to a known object */
 	uint64_t refused;      /* reports not taken (older, range taken, no segment...) */
 	uint64_t proxies_done; /* segments whose owner sent its last batch */
-	/* This lead's clients (ha.c zeroes them as it begins): those that
+	/* This lead's clients (mst_rebuild_lead zeroes them): those that
 	 * called it (pinged, mounted), and of them those whose report's last
 	 * batch came. A writer without a segment reports values in its
 	 * peers' segments: the wait is for every proxy, not only owners. */
