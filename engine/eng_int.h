@@ -563,11 +563,12 @@ int eng_pool_init(struct eng_pool *p, unsigned max_idle);
 void eng_pool_fini(struct eng_pool *p);
 /*
  * eng_pool_take - a connection of e's pool to endpoint: an idle pooled one
- * (*pooled = 1) or a new one dialled before deadline_ns (*pooled = 0,
- * keyed 0, no handshake yet), its socket published in live while it
- * connects (as eng_conn_take's: a stop cuts the connect short). 0 and
- * *out, owned by the caller, or -errno. Any thread; blocks on DNS the
- * first time a peer is seen, and on connect.
+ * with nothing come on it since its last reply (*pooled = 1; idle ones
+ * with bytes or an end of stream waiting are closed), or a new one
+ * dialled before deadline_ns (*pooled = 0, keyed 0, no handshake yet), its
+ * socket published in live while it connects (as eng_conn_take's: a stop
+ * cuts the connect short). 0 and *out, owned by the caller, or -errno.
+ * Any thread; blocks on DNS the first time a peer is seen, and on connect.
  */
 int eng_pool_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_ns, int *pooled,
 		  struct eng_cconn **out, int *live);

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -141,6 +142,21 @@ void eng_cconn_close(struct eng_cconn *c)
 	free(c);
 }
 
+/*
+ * Whether idle connection c can carry a request: nothing has come on it
+ * since its last reply. A byte would be read as the next reply's first
+ * (a peer that says more than it was asked has no say in what comes
+ * next); an end of stream or an error means the peer is gone. One
+ * syscall, against a request sent and failed.
+ */
+static int idle_clean(const struct eng_cconn *c)
+{
+	char b;
+
+	return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
+	       (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 /* A new connection of e's pool to sa; 0 and *out, or -errno. */
 static int dial_conn(struct eng_engine *e, const struct sockaddr_storage *sa, socklen_t len,
 		     uint64_t deadline_ns, int *live, struct eng_cconn **out)
@@ -177,11 +193,18 @@ int eng_pool_take(struct eng_engine *e, const char *endpoint, uint64_t deadline_
 	*pooled = 0;
 	pthread_mutex_lock(&p->lock);
 	peer = find_peer(p, endpoint);
-	if (peer && peer->nidle) {
-		*out = peer->idle[--peer->nidle];
+	while (peer && peer->nidle) {
+		struct eng_cconn *c = peer->idle[--peer->nidle];
+
 		pthread_mutex_unlock(&p->lock);
-		*pooled = 1;
-		return 0;
+		if (idle_clean(c)) {
+			*out = c;
+			*pooled = 1;
+			return 0;
+		}
+		eng_cconn_close(c);
+		pthread_mutex_lock(&p->lock);
+		peer = find_peer(p, endpoint);
 	}
 	if (peer) {
 		sa = peer->addr;
