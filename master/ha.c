@@ -1,16 +1,20 @@
 /*
- * ha.c - the election of ha.h. One thread, two roles. A standby reads the
- * leader key every STANDBY_POLL_MS and campaigns when it is absent: a lease,
- * then a transaction that creates the key only if absent, holding our
- * address; its create revision is the view. A leader renews its lease every
- * ttl/5 and checks the key is still its own; each renewal sent at t0 that
- * etcd confirms moves the fence to t0 + ttl - ttl/2 (the lease cannot
- * expire before t0 + ttl), so a leader cut off from etcd refuses calls for
- * the second half of the TTL before anyone else can win. A leader that loses
- * its term never campaigns again (its metadata is stale): it stands by and
- * asks to be restarted. Either role keeps /lunar/<cluster>/members/<advertise>
- * alive under a lease of its own (every ttl/5), and reads the members back
- * for /admin/ha, so that tools list the standbys.
+ * ha.c - the election of ha.h. Two threads, each with its own etcd
+ * client. The election thread has two roles. A standby reads the leader
+ * key every STANDBY_POLL_MS and campaigns when it is absent: a lease, then
+ * a transaction that creates the key only if absent, holding our address;
+ * its create revision is the view. A leader renews its lease every ttl/5;
+ * each renewal sent at t0 that etcd confirms moves the fence to t0 + ttl -
+ * ttl/2 (the lease cannot expire before t0 + ttl), so a leader cut off
+ * from etcd refuses calls for the second half of the TTL before anyone
+ * else can win. A leader that loses its term never campaigns again (its
+ * metadata is stale): it stands by and asks to be restarted.
+ * The watch thread does the rest, every ttl/5, so that no other request
+ * waits in front of a renewal on a slow etcd: it checks that a leader's
+ * key is still its own (the election thread ends the term when it is
+ * not), keeps /lunar/<cluster>/members/<advertise> alive under a lease of
+ * its own, and reads the members back for /admin/ha, so that tools list
+ * the standbys.
  */
 #include "ha.h"
 
@@ -38,19 +42,22 @@
 struct mst_ha {
 	struct mst_master *m;
 	struct mst_ha_gate *g;
-	struct etcd_client *e;
+	struct etcd_client *e;	   /* the election thread's */
+	struct etcd_client *watch; /* the watch thread's */
 	char key[KEY_MAX];
 	char member_key[KEY_MAX]; /* /lunar/<cluster>/members/<advertise> */
 	char cluster[MST_HA_ADDR_MAX];
-	int64_t member_lease;	 /* the members key's; 0: not registered */
-	uint64_t member_next_ms; /* when member_tick runs next */
+	int64_t member_lease; /* the members key's; 0: not registered */
 	char self[MST_HA_ADDR_MAX];
 	char value[2 * MST_HA_ADDR_MAX + 32]; /* what the leader key holds: leader.h */
 	uint64_t ttl_ms, tick_ms;
-	int64_t lease; /* ours while leading, else 0 */
-	uint64_t view; /* ours while leading */
-	int fenced;    /* leading past the deadline (logged once) */
-	int deposed;   /* lost a term: stands by for good */
+	/* Ours while leading, else 0; written by the election thread (view
+	 * first, lease with release), read by the watch thread. */
+	int64_t lease;
+	uint64_t view;
+	uint64_t key_lost; /* atomic: a view whose key the watch found not ours */
+	int fenced;	   /* leading past the deadline (logged once) */
+	int deposed;	   /* lost a term: stands by for good */
 	uint64_t deposed_ms;
 	int told;
 	void (*on_deposed)(void *arg);
@@ -59,7 +66,7 @@ struct mst_ha {
 	int stopping;
 	pthread_mutex_t lock; /* guards stopping, with cond */
 	pthread_cond_t cond;
-	pthread_t thread;
+	pthread_t thread, watcher;
 	int running;
 };
 
@@ -151,7 +158,7 @@ static void lose(struct mst_ha *h, const char *why)
 		(unsigned long long)h->view, why);
 	if (h->lease && etcd_lease_revoke(h->e, h->lease) == 0)
 		LC_INFO("ha", "revoked lease %llx", (unsigned long long)h->lease);
-	h->lease = 0;
+	LC_WRITE_ONCE(h->lease, 0);
 	h->deposed = 1;
 	h->deposed_ms = lc_now_ms();
 }
@@ -159,10 +166,14 @@ static void lose(struct mst_ha *h, const char *why)
 static void lead_tick(struct mst_ha *h)
 {
 	uint64_t t0 = lc_now_ms();
-	struct etcd_kv kv;
 	int64_t ttl = 0;
-	int rc = etcd_lease_keepalive(h->e, h->lease, &ttl);
+	int rc;
 
+	if (lc_load_acquire(&h->key_lost) == h->view) {
+		lose(h, "the leader key is gone or not ours");
+		return;
+	}
+	rc = etcd_lease_keepalive(h->e, h->lease, &ttl);
 	if (rc == 0 && ttl <= 0) {
 		lose(h, "the lease expired");
 		return;
@@ -178,11 +189,6 @@ static void lead_tick(struct mst_ha *h)
 		LC_WARN("ha", "fenced: no lease renewal for %llu ms; refusing calls",
 			(unsigned long long)(h->ttl_ms / 2));
 	}
-	if (rc)
-		return;
-	rc = etcd_get(h->e, h->key, &kv);
-	if (rc == -ENOENT || (!rc && ((uint64_t)kv.create_rev != h->view || kv.lease != h->lease)))
-		lose(h, "the leader key is gone or not ours");
 }
 
 /* Try to create the leader key; on success we lead. */
@@ -201,8 +207,8 @@ static void campaign(struct mst_ha *h)
 		etcd_lease_revoke(h->e, id);
 		return;
 	}
-	h->lease = id;
-	h->view = (uint64_t)rev;
+	LC_WRITE_ONCE(h->view, (uint64_t)rev);
+	lc_store_release(&h->lease, id);
 	/* Versions of this term above every older view's (rebuild.c: per key
 	 * the highest reported version wins); views are etcd revisions. */
 	lc_fetch_add_relaxed(&h->m->next_obj_id, (h->view << 32) > h->m->next_obj_id
@@ -243,8 +249,25 @@ static void standby_tick(struct mst_ha *h)
 	}
 }
 
+/* While leading: whether the leader key is still the one our term
+ * created, attached to our lease; when it is not (deleted, or etcd
+ * restored from a backup), tell the election thread. Watch thread. */
+static void key_check(struct mst_ha *h)
+{
+	int64_t lease = lc_load_acquire(&h->lease);
+	uint64_t view = LC_READ_ONCE(h->view);
+	struct etcd_kv kv;
+	int rc;
+
+	if (!lease)
+		return;
+	rc = etcd_get(h->watch, h->key, &kv);
+	if (rc == -ENOENT || (!rc && ((uint64_t)kv.create_rev != view || kv.lease != lease)))
+		lc_store_release(&h->key_lost, view);
+}
+
 /* Keep our members key alive (registering it when its lease is gone), and
- * publish the members etcd lists in the gate. */
+ * publish the members etcd lists in the gate. Watch thread. */
 static void member_tick(struct mst_ha *h)
 {
 	struct etcd_leader *ms;
@@ -253,21 +276,18 @@ static void member_tick(struct mst_ha *h)
 	size_t off = 0;
 	int n;
 
-	if (lc_now_ms() < h->member_next_ms)
-		return;
-	h->member_next_ms = lc_now_ms() + h->tick_ms;
-	if (h->member_lease && !etcd_lease_keepalive(h->e, h->member_lease, &ttl) && ttl <= 0)
+	if (h->member_lease && !etcd_lease_keepalive(h->watch, h->member_lease, &ttl) && ttl <= 0)
 		h->member_lease = 0; /* expired: register again */
 	if (!h->member_lease &&
-	    !etcd_lease_grant(h->e, (int64_t)((h->ttl_ms + 999) / 1000), &h->member_lease,
+	    !etcd_lease_grant(h->watch, (int64_t)((h->ttl_ms + 999) / 1000), &h->member_lease,
 			      &granted) &&
-	    etcd_put(h->e, h->member_key, h->value, h->member_lease)) {
-		etcd_lease_revoke(h->e, h->member_lease);
+	    etcd_put(h->watch, h->member_key, h->value, h->member_lease)) {
+		etcd_lease_revoke(h->watch, h->member_lease);
 		h->member_lease = 0;
 	}
 	if (!(ms = calloc(MEMBERS_MAX, sizeof(*ms))))
 		return;
-	n = etcd_members_read(h->e, h->cluster, ms, MEMBERS_MAX);
+	n = etcd_members_read(h->watch, h->cluster, ms, MEMBERS_MAX);
 	list[0] = '\0';
 	for (int i = 0; i < n && off < sizeof(list); i++)
 		off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", i ? "," : "",
@@ -288,10 +308,23 @@ static void *run(void *arg)
 			lead_tick(h);
 		else
 			standby_tick(h);
-		member_tick(h);
 		period = h->lease ? h->tick_ms : STANDBY_POLL_MS;
 		spent = lc_now_ms() - t0;
 	} while (!nap(h, spent < period ? period - spent : 0));
+	return NULL;
+}
+
+static void *watch(void *arg)
+{
+	struct mst_ha *h = arg;
+	uint64_t t0, spent;
+
+	do {
+		t0 = lc_now_ms();
+		key_check(h);
+		member_tick(h);
+		spent = lc_now_ms() - t0;
+	} while (!nap(h, spent < h->tick_ms ? h->tick_ms - spent : 0));
 	return NULL;
 }
 
@@ -306,6 +339,22 @@ static int sync_init(struct mst_ha *h)
 		return -ENOMEM;
 	}
 	return 0;
+}
+
+/* Stop the election thread and, when watching, the watch thread: their
+ * etcd requests in flight are abandoned. The clients can be used again
+ * after. */
+static void stop_threads(struct mst_ha *h, int watching)
+{
+	lc_store_release(&h->cancel, 1);
+	pthread_mutex_lock(&h->lock);
+	h->stopping = 1;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+	pthread_join(h->thread, NULL);
+	if (watching)
+		pthread_join(h->watcher, NULL);
+	lc_store_release(&h->cancel, 0);
 }
 
 int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*deposed)(void *arg),
@@ -329,9 +378,10 @@ int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*dep
 	rc = -EINVAL;
 	if (etcd_member_key(c->cluster_id, c->advertise, h->member_key, sizeof(h->member_key)) ||
 	    etcd_leader_encode(h->self, c->advertise_http, h->value, sizeof(h->value)) < 0)
-		goto err_free;
-	if ((rc = etcd_alloc(c->etcd, (unsigned)h->tick_ms, &h->cancel, &h->e)))
-		goto err_free;
+		goto err_etcd;
+	if ((rc = etcd_alloc(c->etcd, (unsigned)h->tick_ms, &h->cancel, &h->e)) ||
+	    (rc = etcd_alloc(c->etcd, (unsigned)h->tick_ms, &h->cancel, &h->watch)))
+		goto err_etcd;
 	rc = -ENOMEM;
 	if (!(h->g = mst_ha_gate_alloc(c->advertise, c->cluster_id)))
 		goto err_etcd;
@@ -340,6 +390,10 @@ int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*dep
 	m->ha = h->g;
 	if ((rc = -pthread_create(&h->thread, NULL, run, h)))
 		goto err_sync;
+	if ((rc = -pthread_create(&h->watcher, NULL, watch, h))) {
+		stop_threads(h, 0);
+		goto err_sync;
+	}
 	h->running = 1;
 	*out = h;
 	return 0;
@@ -350,8 +404,8 @@ err_sync:
 err_gate:
 	mst_ha_gate_free(h->g);
 err_etcd:
+	etcd_free(h->watch);
 	etcd_free(h->e);
-err_free:
 	free(h);
 	return rc;
 }
@@ -361,14 +415,8 @@ void mst_ha_stop(struct mst_ha *h)
 	if (!h || !h->running)
 		return;
 	mst_ha_gate_follow(h->g, "", 0);
-	lc_store_release(&h->cancel, 1);
-	pthread_mutex_lock(&h->lock);
-	h->stopping = 1;
-	pthread_cond_signal(&h->cond);
-	pthread_mutex_unlock(&h->lock);
-	pthread_join(h->thread, NULL);
+	stop_threads(h, 1);
 	h->running = 0;
-	lc_store_release(&h->cancel, 0);
 	if (h->lease && etcd_lease_revoke(h->e, h->lease) == 0)
 		LC_INFO("ha", "stepped down from view %llu", (unsigned long long)h->view);
 	h->lease = 0;
@@ -386,6 +434,7 @@ void mst_ha_free(struct mst_ha *h)
 	mst_ha_gate_free(h->g);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->cond);
+	etcd_free(h->watch);
 	etcd_free(h->e);
 	free(h);
 }

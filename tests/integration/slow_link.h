@@ -144,8 +144,8 @@ static inline int sl_start(struct slow_link *l, int to, unsigned delay_ms)
 	*l = (struct slow_link){.to = to, .delay_ms = delay_ms};
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	l->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (l->lfd < 0 || bind(l->lfd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    listen(l->lfd, 16) || getsockname(l->lfd, (struct sockaddr *)&sa, &len) ||
+	if (l->lfd < 0 || bind(l->lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(l->lfd, 16) ||
+	    getsockname(l->lfd, (struct sockaddr *)&sa, &len) ||
 	    pthread_create(&l->acceptor, NULL, sl_accept_main, l)) {
 		if (l->lfd >= 0)
 			close(l->lfd);
