@@ -133,20 +133,21 @@ static void client_free(struct mst_master *m, struct mst_client *x)
 	free(x);
 }
 
-/* Add client, unknown to c, pinged now; with c->lock held. */
-static int client_add(struct mst_clients *c, uint64_t client, uint64_t now)
+/* Add client, unknown to c, pinged now; with c->lock held. Its entry, or
+ * NULL when out of memory. */
+static struct mst_client *client_add(struct mst_clients *c, uint64_t client, uint64_t now)
 {
 	struct mst_client *x = calloc(1, sizeof(*x));
 
 	if (!x)
-		return -ENOMEM;
+		return NULL;
 	x->id = client;
 	x->last_ping_ms = now;
 	*client_find(c, client) = x;
 	c->n++;
 	if (c->n > c->nbuckets)
-		clients_grow(c);
-	return 0;
+		clients_grow(c); /* moves the chains, not the entries */
+	return x;
 }
 
 int mst_client_touch(struct mst_master *m, uint64_t client)
@@ -154,7 +155,7 @@ int mst_client_touch(struct mst_master *m, uint64_t client)
 	struct mst_clients *c = &m->clients;
 	uint64_t now = lc_now_ms();
 	struct mst_client **pp, *x;
-	int dead = 0, rc;
+	int dead = 0;
 
 	pthread_mutex_lock(&c->lock);
 	pp = client_find(c, client);
@@ -189,13 +190,13 @@ int mst_client_touch(struct mst_master *m, uint64_t client)
 	if (dead)
 		clients_bury(m, &client, 1, now);
 	pthread_mutex_lock(&c->lock);
-	rc = client_add(c, client, lc_now_ms());
-	if (!rc)
-		called(m, *client_find(c, client));
+	x = client_add(c, client, lc_now_ms());
+	if (x)
+		called(m, x);
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&c->bury_lock);
-	if (rc)
-		return rc;
+	if (!x)
+		return -ENOMEM;
 	LC_INFO("master", "client %016llx registered", (unsigned long long)client);
 	return 1;
 }
