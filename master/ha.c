@@ -11,8 +11,8 @@
  * metadata is stale): it stands by and asks to be restarted.
  * The watch thread does the rest, every ttl/5, so that no other request
  * waits in front of a renewal on a slow etcd: it checks that a leader's
- * key is still its own (the election thread ends the term when it is
- * not), keeps /lunar/<cluster>/members/<advertise> alive under a lease of
+ * key is still its own (when it is not, it wakes the election thread,
+ * which ends the term), keeps /lunar/<cluster>/members/<advertise> alive under a lease of
  * its own, and reads the members back for /admin/ha, so that tools list
  * the standbys.
  */
@@ -47,7 +47,7 @@ struct mst_ha {
 	char key[KEY_MAX];
 	char member_key[KEY_MAX]; /* /lunar/<cluster>/members/<advertise> */
 	char cluster[MST_HA_ADDR_MAX];
-	int64_t member_lease; /* the members key's; 0: not registered */
+	int64_t member_lease; /* the members key's (the watch thread's); 0: none */
 	char self[MST_HA_ADDR_MAX];
 	char value[2 * MST_HA_ADDR_MAX + 32]; /* what the leader key holds: leader.h */
 	uint64_t ttl_ms, tick_ms;
@@ -262,8 +262,12 @@ static void key_check(struct mst_ha *h)
 	if (!lease)
 		return;
 	rc = etcd_get(h->watch, h->key, &kv);
-	if (rc == -ENOENT || (!rc && ((uint64_t)kv.create_rev != view || kv.lease != lease)))
+	if (rc == -ENOENT || (!rc && ((uint64_t)kv.create_rev != view || kv.lease != lease))) {
 		lc_store_release(&h->key_lost, view);
+		pthread_mutex_lock(&h->lock); /* the election thread acts now, not at its tick */
+		pthread_cond_broadcast(&h->cond);
+		pthread_mutex_unlock(&h->lock);
+	}
 }
 
 /* Keep our members key alive (registering it when its lease is gone), and
@@ -309,6 +313,8 @@ static void *run(void *arg)
 		else
 			standby_tick(h);
 		period = h->lease ? h->tick_ms : STANDBY_POLL_MS;
+		if (h->lease && lc_load_acquire(&h->key_lost) == h->view)
+			period = 0; /* the watch's wake-up came during the tick */
 		spent = lc_now_ms() - t0;
 	} while (!nap(h, spent < period ? period - spent : 0));
 	return NULL;
@@ -357,6 +363,18 @@ static void stop_threads(struct mst_ha *h, int watching)
 	lc_store_release(&h->cancel, 0);
 }
 
+/* With the threads stopped: revoke our leases, so that the leader key (a
+ * standby then takes over at once) and the members key go now. */
+static void step_down(struct mst_ha *h)
+{
+	if (h->lease && etcd_lease_revoke(h->e, h->lease) == 0)
+		LC_INFO("ha", "stepped down from view %llu", (unsigned long long)h->view);
+	h->lease = 0;
+	if (h->member_lease)
+		etcd_lease_revoke(h->e, h->member_lease);
+	h->member_lease = 0;
+}
+
 int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*deposed)(void *arg),
 		 void *arg, struct mst_ha **out)
 {
@@ -392,6 +410,7 @@ int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*dep
 		goto err_sync;
 	if ((rc = -pthread_create(&h->watcher, NULL, watch, h))) {
 		stop_threads(h, 0);
+		step_down(h); /* the election thread may have campaigned already */
 		goto err_sync;
 	}
 	h->running = 1;
@@ -417,12 +436,7 @@ void mst_ha_stop(struct mst_ha *h)
 	mst_ha_gate_follow(h->g, "", 0);
 	stop_threads(h, 1);
 	h->running = 0;
-	if (h->lease && etcd_lease_revoke(h->e, h->lease) == 0)
-		LC_INFO("ha", "stepped down from view %llu", (unsigned long long)h->view);
-	h->lease = 0;
-	if (h->member_lease)
-		etcd_lease_revoke(h->e, h->member_lease);
-	h->member_lease = 0;
+	step_down(h);
 }
 
 void mst_ha_free(struct mst_ha *h)

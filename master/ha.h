@@ -1,8 +1,10 @@
 /*
  * ha.h - lunar-master's leader election through etcd (SPEC §14): flags, and
- * a thread that campaigns for /lunar/<cluster-id>/leader, keeps its lease
- * alive while leading, and fences the master (mst_ha.h) before the lease can
- * have expired. Used by lunar-master only (it links libcurl).
+ * two threads, each with an etcd client (a connection) of its own: one
+ * campaigns for /lunar/<cluster-id>/leader, keeps its lease alive while
+ * leading and fences the master (mst_ha.h) before the lease can have
+ * expired; the other checks the leader key is still ours and keeps this
+ * master's members key. Used by lunar-master only (it links libcurl).
  */
 #ifndef LUNAR_MASTER_HA_H
 #define LUNAR_MASTER_HA_H
@@ -36,7 +38,7 @@ const char *mst_ha_usage(void);
 
 /*
  * mst_ha_start - install the HA gate in m (a standby that knows no leader:
- * it refuses calls) and start the election thread. Call before m serves
+ * it refuses calls) and start its threads. Call before m serves
  * anything. deposed(arg) is called once, on the election thread, some time
  * after this master lost a term it led (its metadata is then stale: the
  * caller should restart the process, which campaigns afresh). Returns 0 and
@@ -46,7 +48,7 @@ int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*dep
 		 void *arg, struct mst_ha **out);
 /*
  * mst_ha_stop - step down: close the gate (every call is refused from now
- * on), stop the election thread and, when leading, revoke the lease so that
+ * on), stop the threads and, when leading, revoke the lease so that
  * a standby takes over at once. Blocks for at most about two etcd request
  * timeouts. The gate stays installed. NULL is a no-op.
  */

@@ -98,7 +98,8 @@ void mst_ha_gate_lead(struct mst_ha_gate *g, uint64_t view, uint64_t fence_ms);
 void mst_ha_gate_renew(struct mst_ha_gate *g, uint64_t fence_ms);
 void mst_ha_gate_follow(struct mst_ha_gate *g, const char *leader, uint64_t view);
 /* mst_ha_gate_members - the masters registered in etcd: RPC addresses,
- * comma-separated (each made printable as the leader's is). */
+ * comma-separated (each made printable as the leader's is). The watch
+ * thread's (ha.c); takes g->lock. */
 void mst_ha_gate_members(struct mst_ha_gate *g, const char *list);
 
 /* mst_ha_metrics - lunar_master_is_leader, _view, _failovers_total and

@@ -113,6 +113,9 @@ void h_dump_logs(void);
 int h_wait_tcp(struct h_proc *p, int port, int timeout_ms);
 /* What lunar-master logs once it serves RPC and HTTP (master/main.c). */
 #define H_MASTER_READY "lunar-master: listening on tcp://"
+/* h_log_has - whether p's log holds text since p's own start line (a
+ * restarted process appends to the log of the one before it). */
+int h_log_has(const struct h_proc *p, const char *text);
 /* h_wait_log - wait until p's log, since p's start, holds text while p
  * runs. 0 or -1 (with p's log printed). */
 int h_wait_log(struct h_proc *p, const char *text, int timeout_ms);

@@ -73,9 +73,7 @@ int h_wait_tcp(struct h_proc *p, int port, int timeout_ms)
 	}
 }
 
-/* Whether p's log says text since p's own start line (a restarted process
- * appends to the log of the one before it). */
-static int log_says(const struct h_proc *p, const char *text)
+int h_log_has(const struct h_proc *p, const char *text)
 {
 	static const char start_line[] = "==== harness: start:";
 	char *buf, *from, *next;
@@ -110,7 +108,7 @@ int h_wait_log(struct h_proc *p, const char *text, int timeout_ms)
 	uint64_t start = h_now_ms(), end = start + (uint64_t)timeout_ms;
 
 	for (;;) {
-		if (log_says(p, text))
+		if (h_log_has(p, text))
 			return 0;
 		if (!h_alive(p))
 			return not_ready(p, "it exited", start);

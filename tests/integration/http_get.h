@@ -1,7 +1,8 @@
 /*
  * http_get.h - what integration tests need to look inside a
  * running master or proxy: one blocking HTTP/1.1 GET on loopback (to read
- * /metrics and the /admin/ JSON), a Prometheus sample lookup, a few
+ * /metrics and the /admin/ JSON) or POST (to etcd's JSON gateway), a
+ * Prometheus sample lookup, a few
  * string-level JSON probes, and lines parsed out of a daemon's log file
  * (its HTTP port, its segment's address). Header-only, any thread.
  */
@@ -24,24 +25,29 @@
 #define HG_TIMEOUT_S 5
 
 /*
- * hg_get - GET path (with its query) from 127.0.0.1:port. The body, NUL
- * terminated, goes to buf (cap bytes, truncated if longer). Returns the HTTP
- * status (200, 404, ...) or -1 on a connection or protocol failure. Blocks
- * for at most about HG_TIMEOUT_S per read.
+ * hg_post - POST json (NULL: GET, no body) to path (with its query) on
+ * 127.0.0.1:port. The reply's body, NUL terminated, goes to buf (cap
+ * bytes, truncated if longer). Returns the HTTP status (200, 404, ...) or
+ * -1 on a connection or protocol failure. Blocks for at most about
+ * HG_TIMEOUT_S per read. hg_get - the same, a GET.
  */
-static inline int hg_get(int port, const char *path, char *buf, size_t cap)
+static inline int hg_post(int port, const char *path, const char *json, char *buf, size_t cap)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	struct timeval tv = {.tv_sec = HG_TIMEOUT_S};
-	char req[1024], *resp = NULL, *body;
+	char req[2048], *resp = NULL, *body;
 	size_t len = 0, rcap = 1 << 16;
 	int fd, n, status = -1;
 
 	if (cap)
 		buf[0] = '\0';
-	n = snprintf(req, sizeof(req),
-		     "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n", path,
-		     port);
+	n = json ? snprintf(req, sizeof(req),
+			    "POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n"
+			    "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+			    path, port, strlen(json), json)
+		 : snprintf(req, sizeof(req),
+			    "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n",
+			    path, port);
 	if (n < 0 || (size_t)n >= sizeof(req))
 		return -1;
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -95,6 +101,11 @@ out:
 	free(resp);
 	close(fd);
 	return status;
+}
+
+static inline int hg_get(int port, const char *path, char *buf, size_t cap)
+{
+	return hg_post(port, path, NULL, buf, cap);
 }
 
 /*

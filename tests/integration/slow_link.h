@@ -4,8 +4,9 @@
  * played in front of a real one. Connections are forwarded as they come,
  * each on a thread of its own; the client's bytes go on at once, and the
  * first of the server's bytes after them wait delay_ms (the rest of an
- * answer follows as it comes). sl_stop ends and reaps every thread.
- * Static, for one test at a time.
+ * answer follows as it comes); up to SL_CONNS_MAX connections, later ones
+ * wait unanswered. sl_stop ends and reaps every thread. Static, for one
+ * test at a time.
  */
 #ifndef LUNAR_TESTS_INTEGRATION_SLOW_LINK_H
 #define LUNAR_TESTS_INTEGRATION_SLOW_LINK_H
@@ -33,6 +34,7 @@ struct slow_link {
 	pthread_t conn[SL_CONNS_MAX];
 	int fds[SL_CONNS_MAX][2]; /* client, server */
 	int nconn;
+	int up; /* started, not yet stopped */
 };
 
 /* Copy what is waiting on from to dest (after delay_ms if held); 0, or -1
@@ -152,13 +154,17 @@ static inline int sl_start(struct slow_link *l, int to, unsigned delay_ms)
 		return -1;
 	}
 	l->port = ntohs(sa.sin_port);
+	l->up = 1;
 	return 0;
 }
 
 /* sl_stop - stop forwarding: every connection closed, every thread joined
- * (within about delay_ms + 100 ms). */
+ * (within about delay_ms + 100 ms). A link not up: nothing to do. */
 static inline void sl_stop(struct slow_link *l)
 {
+	if (!l->up)
+		return;
+	l->up = 0;
 	atomic_store(&l->stop, 1);
 	pthread_join(l->acceptor, NULL);
 	for (int i = 0; i < l->nconn; i++)

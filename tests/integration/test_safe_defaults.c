@@ -21,21 +21,6 @@
 #include "harness.h"
 #include "tests/cmocka_main.h"
 
-/* Whether p's log holds text. */
-static int log_has(const struct h_proc *p, const char *text)
-{
-	static char buf[65536];
-	FILE *f = fopen(p->log, "r");
-	size_t n;
-
-	if (!f)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	return strstr(buf, text) != NULL;
-}
-
 /* Run argv to its end (at most 10 s); its exit code, or -1. */
 static int exit_code(const char *name, char *const argv[], struct h_proc **out)
 {
@@ -76,8 +61,8 @@ static void test_safe_defaults_master_refuses_open_bind_without_key(void **state
 			NULL};
 
 	H_ASSERT_EQ(exit_code("master-open", argv, &p), 2);
-	H_ASSERT(log_has(p, "without a cluster key"));
-	H_ASSERT(log_has(p, "--cluster-key"));
+	H_ASSERT(h_log_has(p, "without a cluster key"));
+	H_ASSERT(h_log_has(p, "--cluster-key"));
 }
 
 static void test_safe_defaults_master_open_bind_with_insecure_warns(void **state)
@@ -126,7 +111,7 @@ static void test_safe_defaults_master_open_bind_with_key(void **state)
 	H_ASSERT(p);
 	H_ASSERT_EQ(h_wait_log(p, H_MASTER_READY, H_READY_TIMEOUT_MS), 0);
 	H_ASSERT_EQ(h_wait_tcp(p, rpc, H_READY_TIMEOUT_MS), 0);
-	H_ASSERT(!log_has(p, "--insecure"));
+	H_ASSERT(!h_log_has(p, "--insecure"));
 	H_ASSERT(WIFEXITED(h_stop(p)));
 }
 
@@ -160,9 +145,9 @@ static void test_safe_defaults_readable_key_file_refused(void **state)
 	h_named_sock(sock, "readable-key");
 	H_ASSERT_EQ(chmod(key, 0644), 0);
 	H_ASSERT_EQ(exit_code("master-readable-key", master, &p), 2);
-	H_ASSERT(log_has(p, "group or others"));
+	H_ASSERT(h_log_has(p, "group or others"));
 	H_ASSERT_EQ(exit_code("proxy-readable-key", proxy, &p), 2);
-	H_ASSERT(log_has(p, "group or others"));
+	H_ASSERT(h_log_has(p, "group or others"));
 	/* The same file at 0600 is taken. */
 	H_ASSERT_EQ(chmod(key, 0600), 0);
 	p = h_spawn("proxy-good-key", proxy);
@@ -189,7 +174,7 @@ static void test_safe_defaults_proxy_refuses_open_host_without_key(void **state)
 
 	h_named_sock(sock, "open-host");
 	H_ASSERT_EQ(exit_code("proxy-open", argv, &p), 2);
-	H_ASSERT(log_has(p, "without a cluster key"));
+	H_ASSERT(h_log_has(p, "without a cluster key"));
 }
 
 static void test_safe_defaults_keygen_never_overwrites(void **state)
@@ -208,7 +193,7 @@ static void test_safe_defaults_keygen_never_overwrites(void **state)
 	H_ASSERT(f && fread(before, 1, 32, f) == 32);
 	fclose(f);
 	H_ASSERT_EQ(exit_code("keygen-again", argv, &p), 1);
-	H_ASSERT(log_has(p, "never overwritten"));
+	H_ASSERT(h_log_has(p, "never overwritten"));
 	f = fopen(key, "rb");
 	H_ASSERT(f && fread(after, 1, 32, f) == 32);
 	fclose(f);

@@ -50,21 +50,6 @@ static struct h_proc *spawn_proxy(const char *name, const char *sock)
 	return p;
 }
 
-/* Whether the log of p contains needle. */
-static int log_has(const struct h_proc *p, const char *needle)
-{
-	char buf[16384];
-	size_t len;
-	FILE *f = fopen(p->log, "r");
-
-	if (!f)
-		return 0;
-	len = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[len] = '\0';
-	fclose(f);
-	return strstr(buf, needle) != NULL;
-}
-
 /* A second proxy on a live proxy's socket must exit 1, naming the path, and
  * must take nothing from the first: its path, clients and keys. */
 static void assert_refused(const char *name, const char *sock)
@@ -75,8 +60,8 @@ static void assert_refused(const char *name, const char *sock)
 	H_ASSERT_MSG(st != -1, "%s still runs on a socket another proxy serves", name);
 	H_ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: status %#x, expected exit 1", name,
 		     st);
-	H_ASSERT_MSG(log_has(p, sock), "%s's log does not name %s", name, sock);
-	H_ASSERT_MSG(log_has(p, "another proxy serves it"), "%s's log does not say why", name);
+	H_ASSERT_MSG(h_log_has(p, sock), "%s's log does not name %s", name, sock);
+	H_ASSERT_MSG(h_log_has(p, "another proxy serves it"), "%s's log does not say why", name);
 }
 
 static void put_key(const char *sock, const char *key)
@@ -146,7 +131,7 @@ static void test_socket_takeover_replaced_path_left_alone(void **state)
 	cl = lc_uds_connect(sock, 1000);
 	H_ASSERT_MSG(cl >= 0, "connect to the new socket: %d", cl);
 	close(cl);
-	H_ASSERT(log_has(a, "left in place"));
+	H_ASSERT(h_log_has(a, "left in place"));
 	close(other);
 	unlink(sock);
 }
