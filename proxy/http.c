@@ -224,9 +224,14 @@ static int proxy_metrics(struct px_proxy *px, struct lc_http_reply *rep)
 					 "lunar_proxy_segment_bytes %llu\n"
 					 "# HELP lunar_proxy_segment_mounted 1 while mounted.\n"
 					 "# TYPE lunar_proxy_segment_mounted gauge\n"
-					 "lunar_proxy_segment_mounted %d\n",
+					 "lunar_proxy_segment_mounted %d\n"
+					 "# HELP lunar_proxy_reserved_room_bytes Room puts may go "
+					 "ahead into now.\n"
+					 "# TYPE lunar_proxy_reserved_room_bytes gauge\n"
+					 "lunar_proxy_reserved_room_bytes %llu\n",
 					 (unsigned long long)px->cfg.segment_size,
-					 atomic_load(&px->mounted) ? 1 : 0);
+					 atomic_load(&px->mounted) ? 1 : 0,
+					 (unsigned long long)px_resv_room(px));
 	rc = rc ?: rejected_metrics(px, rep);
 	rc = rc ?: evicted_metrics(px, rep);
 	rc = rc ?: transport_metrics(px, rep);

@@ -205,6 +205,10 @@ uint64_t px_resv_value_max(const struct px_proxy *px);
  * at hand (then the put takes the two-call path). Never blocks on I/O;
  * any thread. Every piece taken is settled once. */
 int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out);
+/* px_resv_room - bytes puts may take now from the reservations held
+ * (lunar_proxy_reserved_room_bytes): of the current view, taking pieces.
+ * Any thread; 0 without a pool. */
+uint64_t px_resv_room(struct px_proxy *px);
 /* px_resv_room_seen - a put found room (the master placed it): after a
  * Reserve refused for want of room (no segment yet, a full cluster), the
  * thread asks again RESV_SOON_MS after the refusal rather than a second

@@ -396,6 +396,20 @@ static unsigned held(const struct px_resv_pool *p, uint64_t *room)
 	return n;
 }
 
+uint64_t px_resv_room(struct px_proxy *px)
+{
+	struct px_resv_pool *p = px->resv;
+	uint64_t room = 0;
+
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	if (px_mc_view(px->mc) == p->view) /* else px_resv_take takes none */
+		held(p, &room);
+	pthread_mutex_unlock(&p->lock);
+	return room;
+}
+
 /* One look at the pool: drop what an older view granted, give back what
  * is done, ask for more when short. Lock held; dropped for the calls.
  * 1 when it was granted one (look again at once: it may still be short). */

@@ -42,6 +42,7 @@
 #define BESIDE	       "lunar_proxy_puts_beside_total"
 #define UNCOMMITTED    "lunar_proxy_puts_uncommitted_total"
 #define RESERVED_BYTES "lunar_master_reserved_bytes"
+#define ROOM	       "lunar_proxy_reserved_room_bytes"
 
 static char sock_w[PATH_MAX], sock_o[PATH_MAX], seg_o[H_SEG_NAME], fpfile[PATH_MAX];
 static int mhttp, whttp, ohttp;
@@ -78,16 +79,17 @@ static void start_daemons(const char *wflag, int offload)
 	whttp = http_port_of(proxy_w);
 }
 
-/* start_daemons, and wait until W holds reserved space. */
+/* start_daemons, and wait until W holds reserved space (the master
+ * counts a grant before W has its reply). */
 static void start_with(const char *wflag, int offload)
 {
 	uint64_t end;
 
 	start_daemons(wflag, offload);
 	end = h_now_ms() + H_BOUND_MS(10000);
-	while (metric(mhttp, RESERVED_BYTES) == 0 && h_now_ms() < end)
+	while (metric(whttp, ROOM) == 0 && h_now_ms() < end)
 		h_sleep_ms(20);
-	H_ASSERT_MSG(metric(mhttp, RESERVED_BYTES) > 0, "W was granted no reservation");
+	H_ASSERT_MSG(metric(whttp, ROOM) > 0, "W holds no reservation");
 }
 
 static void start(const char *wflag)
