@@ -1,18 +1,20 @@
 /*
  * ha.c - the election of ha.h. Two threads, each with its own etcd
- * client. The election thread has two roles. A standby reads the leader
- * key every STANDBY_POLL_MS and campaigns when it is absent: a lease, then
- * a transaction that creates the key only if absent, holding our address;
- * its create revision is the view. A leader renews its lease every ttl/5;
- * each renewal sent at t0 that etcd confirms moves the fence to t0 + ttl -
- * ttl/2 (the lease cannot expire before t0 + ttl), so a leader cut off
- * from etcd refuses calls for the second half of the TTL before anyone
- * else can win. A leader that loses its term never campaigns again (its
- * metadata is stale): it stands by and asks to be restarted.
- * The watch thread does the rest, every ttl/5, so that no other request
- * waits in front of a renewal on a slow etcd: it checks that a leader's
- * key is still its own (when it is not, it wakes the election thread,
- * which ends the term), keeps /lunar/<cluster>/members/<advertise> alive under a lease of
+ * client, each waking every period (tick_ms: ttl/5 within 100 ms..1 s,
+ * which also bounds each etcd request). The election thread has two
+ * roles. A standby reads the leader key every STANDBY_POLL_MS and
+ * campaigns when it is absent: a lease, then a transaction that creates
+ * the key only if absent, holding our address; its create revision is the
+ * view. A leader renews its lease every period; each renewal sent at t0
+ * that etcd confirms moves the fence to t0 + ttl - ttl/2 (the lease cannot
+ * expire before t0 + ttl), so a leader cut off from etcd refuses calls
+ * for the second half of the TTL before anyone else can win. A leader
+ * that loses its term never campaigns again (its metadata is stale): it
+ * stands by and asks to be restarted.
+ * The watch thread does the rest, so that no other request waits in front
+ * of a renewal on a slow etcd: it checks that a leader's key is still its
+ * own (when it is not, it wakes the election thread, which ends the
+ * term), keeps /lunar/<cluster>/members/<advertise> alive under a lease of
  * its own, and reads the members back for /admin/ha, so that tools list
  * the standbys.
  */
@@ -64,7 +66,8 @@ struct mst_ha {
 	void *arg;
 	int cancel; /* atomic: aborts etcd requests in flight */
 	int stopping;
-	pthread_mutex_t lock; /* guards stopping, with cond */
+	int woken;	      /* the watch found the key lost: the election acts now */
+	pthread_mutex_t lock; /* guards stopping and woken, with cond */
 	pthread_cond_t cond;
 	pthread_t thread, watcher;
 	int running;
@@ -127,16 +130,19 @@ const char *mst_ha_usage(void)
 	       "  --etcd-lease-ttl DURATION        leader lease; fenced after half of it (5s)\n";
 }
 
-/* Wait up to ms or until stopping; 1 when stopping. */
-static int nap(struct mst_ha *h, uint64_t ms)
+/* Wait up to ms or until stopping, or (woken not NULL: the election
+ * thread) until *woken is set, which the wait takes; 1 when stopping. */
+static int nap(struct mst_ha *h, uint64_t ms, int *woken)
 {
 	struct timespec ts;
 	int stop;
 
 	lc_monotonic_after(&ts, ms);
 	pthread_mutex_lock(&h->lock);
-	if (!h->stopping)
+	if (!h->stopping && !(woken && *woken))
 		pthread_cond_timedwait(&h->cond, &h->lock, &ts);
+	if (woken)
+		*woken = 0;
 	stop = h->stopping;
 	pthread_mutex_unlock(&h->lock);
 	return stop;
@@ -265,6 +271,7 @@ static void key_check(struct mst_ha *h)
 	if (rc == -ENOENT || (!rc && ((uint64_t)kv.create_rev != view || kv.lease != lease))) {
 		lc_store_release(&h->key_lost, view);
 		pthread_mutex_lock(&h->lock); /* the election thread acts now, not at its tick */
+		h->woken = 1;
 		pthread_cond_broadcast(&h->cond);
 		pthread_mutex_unlock(&h->lock);
 	}
@@ -313,10 +320,8 @@ static void *run(void *arg)
 		else
 			standby_tick(h);
 		period = h->lease ? h->tick_ms : STANDBY_POLL_MS;
-		if (h->lease && lc_load_acquire(&h->key_lost) == h->view)
-			period = 0; /* the watch's wake-up came during the tick */
 		spent = lc_now_ms() - t0;
-	} while (!nap(h, spent < period ? period - spent : 0));
+	} while (!nap(h, spent < period ? period - spent : 0, &h->woken));
 	return NULL;
 }
 
@@ -330,7 +335,7 @@ static void *watch(void *arg)
 		key_check(h);
 		member_tick(h);
 		spent = lc_now_ms() - t0;
-	} while (!nap(h, spent < h->tick_ms ? h->tick_ms - spent : 0));
+	} while (!nap(h, spent < h->tick_ms ? h->tick_ms - spent : 0, NULL));
 	return NULL;
 }
 

@@ -48,9 +48,9 @@ int mst_ha_start(struct mst_master *m, const struct mst_ha_config *c, void (*dep
 		 void *arg, struct mst_ha **out);
 /*
  * mst_ha_stop - step down: close the gate (every call is refused from now
- * on), stop the threads and, when leading, revoke the lease so that
- * a standby takes over at once. Blocks for at most about two etcd request
- * timeouts. The gate stays installed. NULL is a no-op.
+ * on), stop the threads, revoke the members key's lease and, when leading,
+ * the leader's lease, so that a standby takes over at once. Blocks for at most about two etcd
+ * request timeouts. The gate stays installed. NULL is a no-op.
  */
 void mst_ha_stop(struct mst_ha *h);
 /* mst_ha_free - after mst_ha_stop, once no call can reach m's dispatch any

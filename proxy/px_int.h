@@ -206,8 +206,9 @@ uint64_t px_resv_value_max(const struct px_proxy *px);
  * any thread. Every piece taken is settled once. */
 int px_resv_take(struct px_proxy *px, uint64_t len, struct px_piece *out);
 /* px_resv_room - bytes puts may take now from the reservations held
- * (lunar_proxy_reserved_room_bytes): of the current view, taking pieces.
- * Any thread; 0 without a pool. */
+ * (lunar_proxy_reserved_room_bytes): of the current view, taking pieces
+ * (those done are retired here, as px_resv_take would). Any thread: takes
+ * the pool's lock briefly, never waits on I/O; 0 without a pool. */
 uint64_t px_resv_room(struct px_proxy *px);
 /* px_resv_room_seen - a put found room (the master placed it): after a
  * Reserve refused for want of room (no segment yet, a full cluster), the

@@ -399,13 +399,15 @@ static unsigned held(const struct px_resv_pool *p, uint64_t *room)
 uint64_t px_resv_room(struct px_proxy *px)
 {
 	struct px_resv_pool *p = px->resv;
-	uint64_t room = 0;
+	uint64_t room = 0, now = lc_now_ms(), epoch = eng_engine_epoch(px->engine);
 
 	if (!p)
 		return 0;
 	pthread_mutex_lock(&p->lock);
-	if (px_mc_view(px->mc) == p->view) /* else px_resv_take takes none */
-		held(p, &room);
+	/* What px_resv_take would take from: none after a view change. */
+	for (struct px_resv *r = p->head; r && px_mc_view(px->mc) == p->view; r = r->next)
+		if (!r->gone && !retire_if_done(p, r, now, epoch))
+			room += r->len - r->used;
 	pthread_mutex_unlock(&p->lock);
 	return room;
 }

@@ -424,7 +424,9 @@ static void test_ha_slow_etcd_keeps_the_lead(void **state)
 
 /* The leader key deleted under a live lease (by an operator, or etcd
  * restored from an older backup): the term ends within a check's period,
- * though every renewal still succeeds. */
+ * though every renewal still succeeds. (Not asserted: that the watch's
+ * wake-up spares the election thread's wait for its next period, at most
+ * one period more, 600 ms here.) */
 static void test_ha_deleted_key_ends_the_term(void **state)
 {
 	struct e_cluster ec;
