@@ -12,7 +12,11 @@
 #        rebuild from the proxy's report, objects per second
 #   bash tools/bench-ha.sh throughput [ROUNDS]  lunar-bench put/get (4 KiB,
 #        20000 objects, 2 threads, depth 8) with HA off (a plain master) and
-#        on, alternating, ROUNDS (3) each: the medians
+#        on, ROUNDS (5) each, in pairs (which goes first alternates), each
+#        run 3.5 s after its proxy's start; placed as two nodes are (with 2
+#        CPUs or more: the proxy and lunar-bench on the first half, the
+#        masters and etcd on the second): the medians, and the median of
+#        the pairs' on/off ratios
 # Env: BUILD (build), TTL (--etcd-lease-ttl, 2s), ETCD (/usr/bin/etcd).
 # Prints key=value lines. Needs curl.
 set -euo pipefail
@@ -37,12 +41,26 @@ now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 EPORT=$(port) EPEER=$(port)
 declare -A MPORT MHTTP MPID
+# Placement (throughput): the client's node and the control plane's, as
+# taskset lists; empty: anywhere.
+NCPU=$(nproc)
+CLIENT_CPUS= SERVER_CPUS=
+# on CPUS CMD... - CMD (in the array CMD) confined to CPUS; "$!" of a
+# background "${CMD[@]}" is then the command's own pid.
+on() {
+	local cpus=$1
+	shift
+	CMD=("$@")
+	[ -z "$cpus" ] || CMD=(taskset -c "$cpus" "$@")
+}
+
 start_etcd() {
-	"$ETCD" --name e0 --data-dir "$base/etcd" --listen-client-urls "http://127.0.0.1:$EPORT" \
+	on "$SERVER_CPUS" "$ETCD" --name e0 --data-dir "$base/etcd" --listen-client-urls "http://127.0.0.1:$EPORT" \
 		--advertise-client-urls "http://127.0.0.1:$EPORT" \
 		--listen-peer-urls "http://127.0.0.1:$EPEER" \
 		--initial-advertise-peer-urls "http://127.0.0.1:$EPEER" \
-		--initial-cluster "e0=http://127.0.0.1:$EPEER" >"$base/etcd.log" 2>&1 &
+		--initial-cluster "e0=http://127.0.0.1:$EPEER"
+	"${CMD[@]}" >"$base/etcd.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$EPORT/health" | grep -q true && return; sleep 0.1; done
 	echo "bench-ha: etcd did not start" >&2
@@ -54,8 +72,9 @@ start_master() {
 	[ -n "${MPORT[$i]:-}" ] || { MPORT[$i]=$(port); MHTTP[$i]=$(port); }
 	[ "$ha" = ha ] && args=(--etcd "http://127.0.0.1:$EPORT" --cluster-id b
 		--advertise "tcp://127.0.0.1:${MPORT[$i]}" --etcd-lease-ttl "$TTL")
-	"$BIN/lunar-master" --listen 127.0.0.1 --port "${MPORT[$i]}" --http-port "${MHTTP[$i]}" \
-		"${args[@]}" >>"$base/master$i.log" 2>&1 &
+	on "$SERVER_CPUS" "$BIN/lunar-master" --listen 127.0.0.1 --port "${MPORT[$i]}" \
+		--http-port "${MHTTP[$i]}" "${args[@]}"
+	"${CMD[@]}" >>"$base/master$i.log" 2>&1 &
 	MPID[$i]=$!
 	pids+=($!)
 	for _ in $(seq 100); do curl -sf "http://127.0.0.1:${MHTTP[$i]}/health" >/dev/null && return; sleep 0.05; done
@@ -71,9 +90,10 @@ leader() {
 }
 # start_proxy MASTER SEGMENT
 start_proxy() {
-	"$BIN/lunar-proxy" --socket "$base/p.sock" --master "$1" --host 127.0.0.1 --data-port 0 \
-		--http-port 0 --segment-size "$2" --ping-interval 200ms --rpc-timeout 2s \
-		>"$base/proxy.log" 2>&1 &
+	on "$CLIENT_CPUS" "$BIN/lunar-proxy" --socket "$base/p.sock" --master "$1" \
+		--host 127.0.0.1 --data-port 0 --http-port 0 --segment-size "$2" \
+		--ping-interval 200ms --rpc-timeout 2s
+	"${CMD[@]}" >"$base/proxy.log" 2>&1 &
 	PPID_=$!
 	pids+=($!)
 	for _ in $(seq 300); do "$BIN/lunarctl" --socket "$base/p.sock" status >/dev/null 2>&1 && return; sleep 0.1; done
@@ -150,25 +170,32 @@ rebuild() {
 
 # One lunar-bench run through the proxy: "put_ops get_ops".
 bench_once() {
-	"$BIN/lunar-bench" --socket "$base/p.sock" --size 4KiB --count 20000 --threads 2 --depth 8 \
-		--baseline-size 0 | awk -F= '$1 == "put_ops_per_s" {p=$2} $1 == "get_ops_per_s" {g=$2}
+	on "$CLIENT_CPUS" "$BIN/lunar-bench" --socket "$base/p.sock" --size 4KiB --count 20000 \
+		--threads 2 --depth 8 --baseline-size 0
+	"${CMD[@]}" | awk -F= '$1 == "put_ops_per_s" {p=$2} $1 == "get_ops_per_s" {g=$2}
 		END {print p, g}'
 }
 
 throughput() {
-	local rounds=${1:-3}
+	local rounds=${1:-5} order m p g
+	if [ "$NCPU" -ge 2 ]; then
+		CLIENT_CPUS=0-$((NCPU / 2 - 1))
+		SERVER_CPUS=$((NCPU / 2))-$((NCPU - 1))
+	fi
 	start_etcd
 	start_master 0 plain
 	start_master 1
 	sleep 1
 	for r in $(seq "$rounds"); do
-		for m in off on; do
+		order="off on"
+		[ $((r % 2)) = 0 ] && order="on off"
+		for m in $order; do
 			if [ "$m" = off ]; then
 				start_proxy "tcp://127.0.0.1:${MPORT[0]}" 256MiB
 			else
 				start_proxy "etcd://127.0.0.1:$EPORT/b" 256MiB
-				sleep 3.5
 			fi
+			sleep 3.5 # the leader waits for the proxy's report; the segment is resident
 			read -r p g < <(bench_once)
 			echo "round=$r ha=$m put_ops_per_s=$p get_ops_per_s=$g"
 			echo "$p" >>"$base/put_$m"
@@ -181,11 +208,16 @@ throughput() {
 		echo "ha_$m: put_ops_per_s_median=$(pct 50 <"$base/put_$m")" \
 			"get_ops_per_s_median=$(pct 50 <"$base/get_$m")"
 	done
+	echo "ha_on_over_off: put_ratio_median=$(paste "$base/put_on" "$base/put_off" |
+		awk '{printf "%.3f\n", $1 / $2}' | pct 50)" \
+		"get_ratio_median=$(paste "$base/get_on" "$base/get_off" |
+			awk '{printf "%.3f\n", $1 / $2}' | pct 50)" \
+		"placed=${CLIENT_CPUS:-any}/${SERVER_CPUS:-any}"
 }
 
 case "$mode" in
 failover) failover "${2:-10}" ;;
 rebuild) rebuild "${2:-100000}" ;;
-throughput) throughput "${2:-3}" ;;
+throughput) throughput "${2:-5}" ;;
 *) sed -n '2,17p' "$0" >&2; exit 2 ;;
 esac
